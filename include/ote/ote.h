@@ -1,0 +1,250 @@
+/*
+ * OrbitTE public API.
+ *
+ * One header, versioned. Every struct that callers fill is
+ * zero-initialisable: a zero field means "the default". Every public
+ * function may be called from any thread.
+ */
+#ifndef OTE_OTE_H
+#define OTE_OTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OTE_VERSION_MAJOR 0
+#define OTE_VERSION_MINOR 1
+#define OTE_VERSION_PATCH 0
+#define OTE_VERSION_STRING "0.1.0"
+
+/* Largest notification payload in bytes. */
+#define OTE_NOTIFY_MAX 4096
+
+/* ------------------------------------------------------------------ */
+/* Status                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef enum {
+    OTE_OK                    =   0,
+    OTE_INPROGRESS            =   1,
+    OTE_ERR_INVALID_PARAM     =  -1,
+    OTE_ERR_NO_MEMORY         =  -2,
+    OTE_ERR_NOT_REGISTERED    =  -3,  /* address not inside a registered region */
+    OTE_ERR_OUT_OF_BOUNDS     =  -4,  /* range crosses the end of a region      */
+    OTE_ERR_ACCESS            =  -5,  /* region lacks the needed access flag    */
+    OTE_ERR_UNREACHABLE       =  -6,  /* no transport reaches both memories     */
+    OTE_ERR_NOT_FOUND         =  -7,  /* no such segment / peer                 */
+    OTE_ERR_TIMEOUT           =  -8,
+    OTE_ERR_CANCELED          =  -9,
+    OTE_ERR_REMOTE_DISCONNECT = -10,
+    OTE_ERR_BUSY              = -11,  /* admission limit reached                */
+    OTE_ERR_IO                = -12,
+    OTE_ERR_UNSUPPORTED       = -13,
+    OTE_ERR_PROTOCOL          = -14,  /* malformed or incompatible peer message */
+    OTE_ERR_AUTH              = -15,
+    OTE_ERR_EXISTS            = -16,
+} ote_status_t;
+
+/* A static, human-readable message for every status code. */
+const char *ote_status_string(ote_status_t status);
+
+/* Library version as "MAJOR.MINOR.PATCH". */
+const char *ote_version(void);
+
+/* ------------------------------------------------------------------ */
+/* Engine                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct ote_engine *ote_engine_h;
+
+typedef struct {
+    const char *name;        /* segment name peers open; default "host:port"  */
+    const char *listen_addr; /* control-plane bind, default "0.0.0.0:0"       */
+    const char *metadata;    /* "p2p" (default), "etcd://h:p", "redis://h:p"  */
+} ote_engine_params_t;
+
+/*
+ * Create an engine: reads the OTE_* configuration, opens the selected
+ * transports, starts the worker threads and the control-plane listener.
+ * params may be NULL (all defaults). Blocks for at most the time needed to
+ * bind sockets and start threads.
+ */
+ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *engine_p);
+
+/*
+ * Destroy an engine. Tasks still in flight end CANCELED; batches and
+ * segments still open are released. Blocks until the worker threads stop.
+ */
+void ote_engine_destroy(ote_engine_h engine);
+
+/* The segment name peers pass to ote_segment_open(), e.g. "127.0.0.1:41231". */
+const char *ote_engine_name(ote_engine_h engine);
+
+/*
+ * A file descriptor that becomes readable when a task completes or a
+ * notification arrives. Reading it (8 bytes) clears it. Owned by the engine.
+ */
+int ote_engine_event_fd(ote_engine_h engine);
+
+/* ------------------------------------------------------------------ */
+/* Memory                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct ote_mem *ote_mem_h;
+
+enum {
+    OTE_ACCESS_REMOTE_READ  = 1u << 0,
+    OTE_ACCESS_REMOTE_WRITE = 1u << 1,
+};
+
+typedef struct {
+    void       *addr;
+    size_t      length;
+    const char *location;   /* "cpu:0", "cuda:1"; NULL or "*" = detect  */
+    unsigned    access;     /* OTE_ACCESS_* ; 0 = local use only          */
+} ote_mem_desc_t;
+
+/*
+ * Register count regions. mems_p receives count handles. All or nothing: on
+ * error nothing from this call stays registered. Registering a range that is
+ * already registered returns the same handle with a reference added.
+ */
+ote_status_t ote_mem_register(ote_engine_h engine, const ote_mem_desc_t *descs,
+                              size_t count, ote_mem_h *mems_p);
+
+/*
+ * Drop one reference. When the last one goes, the region disappears from
+ * lookups at once (new transfers get OTE_ERR_NOT_REGISTERED) and its
+ * registration is kept until transfers already using it drain.
+ */
+ote_status_t ote_mem_deregister(ote_engine_h engine, ote_mem_h mem);
+
+/* Engine-owned memory (page-aligned host memory), registered in the same call. */
+ote_status_t ote_mem_alloc(ote_engine_h engine, size_t length, const char *location,
+                           unsigned access, void **addr_p, ote_mem_h *mem_p);
+ote_status_t ote_mem_free(ote_engine_h engine, ote_mem_h mem);
+
+/* ------------------------------------------------------------------ */
+/* Segments                                                           */
+/* ------------------------------------------------------------------ */
+
+typedef struct ote_segment *ote_segment_h;
+
+typedef struct {
+    uint64_t    addr;
+    size_t      length;
+    char        location[32];
+    unsigned    access;
+} ote_region_info_t;
+
+/*
+ * Open a peer by segment name. With the peer-to-peer metadata the name is
+ * "host:port" (IPv6: "[addr]:port") of the peer's control plane; the
+ * descriptor is fetched from there and connections are set up. Blocks for
+ * at most OTE_CONNECT_TIMEOUT_MS.
+ */
+ote_status_t ote_segment_open(ote_engine_h engine, const char *name, ote_segment_h *seg_p);
+
+/* Close a segment. Tasks still in flight against it end CANCELED. */
+ote_status_t ote_segment_close(ote_segment_h seg);
+
+/* Regions the peer published; count_p gets the total even when max is smaller. */
+ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions,
+                                 size_t max, size_t *count_p);
+
+/* Fetch the peer's descriptor again (regions added or removed since open). */
+ote_status_t ote_segment_refresh(ote_segment_h seg);
+
+/* ------------------------------------------------------------------ */
+/* Transfers                                                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct ote_batch *ote_batch_h;
+
+typedef enum { OTE_OP_READ = 0, OTE_OP_WRITE = 1 } ote_op_t;
+
+typedef struct {
+    ote_op_t      op;          /* READ: remote -> local; WRITE: local -> remote */
+    void         *local_addr;  /* inside a region registered on this engine     */
+    ote_segment_h segment;     /* the peer                                      */
+    uint64_t      remote_addr; /* inside a region the peer published            */
+    size_t        length;
+} ote_xfer_req_t;
+
+typedef enum {
+    OTE_TASK_PENDING = 0, OTE_TASK_COMPLETED, OTE_TASK_FAILED,
+    OTE_TASK_CANCELED, OTE_TASK_TIMEOUT,
+} ote_task_state_t;
+
+typedef struct {
+    ote_task_state_t state;
+    ote_status_t     error;        /* why, when FAILED/TIMEOUT/CANCELED */
+    size_t           transferred;  /* bytes known to have arrived       */
+} ote_task_status_t;
+
+/* A batch holds at most capacity tasks over its lifetime. */
+ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h *batch_p);
+
+/*
+ * Submit count requests. Tasks get consecutive ids starting at
+ * *first_task_p. Requests are checked before anything is posted: a request
+ * whose local range is not registered, or whose segment is closed, fails
+ * the whole call with nothing submitted. Returns OTE_ERR_BUSY, with nothing
+ * submitted, when the batch is full or the engine's admission limits are
+ * reached. Never blocks on the network.
+ */
+ote_status_t ote_batch_submit(ote_batch_h batch, const ote_xfer_req_t *reqs,
+                              size_t count, size_t *first_task_p);
+
+/* As submit; the peer receives msg after every task of this call completed. */
+ote_status_t ote_batch_submit_notify(ote_batch_h batch, const ote_xfer_req_t *reqs,
+                                     size_t count, const void *msg, size_t msg_len,
+                                     size_t *first_task_p);
+
+ote_status_t ote_batch_task_status(ote_batch_h batch, size_t task, ote_task_status_t *status_p);
+
+/* Summary: PENDING while any task is; else FAILED if any failed; else COMPLETED. */
+ote_status_t ote_batch_status(ote_batch_h batch, ote_task_status_t *status_p);
+
+/*
+ * Block until every task submitted so far ended, or timeout_ms passed
+ * (negative: no limit). OTE_OK when every task ended (look at statuses),
+ * OTE_ERR_TIMEOUT otherwise.
+ */
+ote_status_t ote_batch_wait(ote_batch_h batch, int timeout_ms);
+
+/*
+ * Cancel a task: slices not yet posted are withdrawn; the task ends CANCELED
+ * once no posted slice can still land, or stays COMPLETED if it already was.
+ */
+ote_status_t ote_batch_cancel(ote_batch_h batch, size_t task);
+
+/* Allowed while tasks are in flight: the batch is reclaimed once they drain. */
+void ote_batch_release(ote_batch_h batch);
+
+/* ------------------------------------------------------------------ */
+/* Notifications                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    char   from[256];  /* sender's segment name */
+    size_t length;
+    char   data[OTE_NOTIFY_MAX]; /* OTE_NOTIFY_MAX bytes at most */
+} ote_notif_t;
+
+/* Send a message to the peer; returns once the peer has queued it. */
+ote_status_t ote_notify_send(ote_engine_h engine, ote_segment_h seg,
+                             const void *msg, size_t len);
+
+/* Take up to max received notifications, oldest first; never blocks. */
+ote_status_t ote_notify_recv(ote_engine_h engine, ote_notif_t *notifs,
+                             size_t max, size_t *count_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OTE_OTE_H */

@@ -1,0 +1,462 @@
+/*
+ * Batches and tasks. A task is cut into slices that workers post; the last
+ * slice to end decides the task's final state. Counters are atomic so that
+ * status queries never take a lock; waiters sleep on the batch's condition
+ * variable, signalled once the batch drains.
+ */
+#include "engine.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define OTE_BATCH_MAX_CAPACITY (1u << 24)
+
+ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h *batch_p)
+{
+    ote_batch_h b;
+
+    if (engine == NULL || batch_p == NULL || capacity == 0 ||
+        capacity > OTE_BATCH_MAX_CAPACITY)
+        return OTE_ERR_INVALID_PARAM;
+    b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return OTE_ERR_NO_MEMORY;
+    b->tasks = calloc(capacity, sizeof(*b->tasks));
+    if (b->tasks == NULL) {
+        free(b);
+        return OTE_ERR_NO_MEMORY;
+    }
+    b->engine   = engine;
+    b->capacity = capacity;
+    atomic_init(&b->refs, 1);
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->cond, NULL);
+    *batch_p = b;
+    return OTE_OK;
+}
+
+static void batch_free(ote_batch_h b)
+{
+    for (size_t i = 0; i < b->used; i++) {
+        if (b->tasks[i].slices != &b->tasks[i].inline_slice)
+            free(b->tasks[i].slices);
+    }
+    pthread_mutex_destroy(&b->lock);
+    pthread_cond_destroy(&b->cond);
+    free(b->tasks);
+    free(b);
+}
+
+static void batch_put(ote_batch_h b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) == 1)
+        batch_free(b);
+}
+
+void ote_batch_release(ote_batch_h b)
+{
+    if (b != NULL)
+        batch_put(b);
+}
+
+static void notify_group_task_done(ote_engine_h engine, ote_notify_group_t *g, bool ok)
+{
+    if (!ok)
+        atomic_store(&g->failed, true);
+    if (atomic_fetch_sub(&g->remaining, 1) != 1)
+        return;
+    if (atomic_load(&g->failed)) {
+        ote_warn("notification to %s not sent: a task of its batch did not complete",
+                 g->segment->name);
+        ote_segment_put(g->segment);
+        free(g);
+        return;
+    }
+    ote_notifier_queue(engine->notifier, g);
+}
+
+static void task_finalize(ote_task_t *t)
+{
+    ote_batch_h b        = t->batch;
+    ote_engine_h engine  = b->engine;
+    ote_status_t err     = (ote_status_t)atomic_load(&t->first_error);
+    ote_task_state_t state;
+
+    if (err == OTE_OK)
+        state = OTE_TASK_COMPLETED;
+    else if (err == OTE_ERR_CANCELED)
+        state = OTE_TASK_CANCELED;
+    else if (err == OTE_ERR_TIMEOUT)
+        state = OTE_TASK_TIMEOUT;
+    else
+        state = OTE_TASK_FAILED;
+    t->error = err;
+    if (t->local_region != NULL) {
+        ote_mem_region_put(t->local_region);
+        t->local_region = NULL;
+    }
+    atomic_fetch_sub(&engine->inflight_bytes, t->length);
+    atomic_fetch_sub(&engine->inflight_tasks, 1);
+    if (t->notify != NULL)
+        notify_group_task_done(engine, t->notify, state == OTE_TASK_COMPLETED);
+    ote_segment_put(t->segment);
+    atomic_store_explicit(&t->state, state, memory_order_release);
+
+    if (atomic_fetch_sub(&b->pending, 1) == 1) {
+        pthread_mutex_lock(&b->lock);
+        if (b->waiters)
+            pthread_cond_broadcast(&b->cond);
+        pthread_mutex_unlock(&b->lock);
+    }
+    ote_engine_signal_event(engine);
+    batch_put(b);
+}
+
+void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
+{
+    ote_task_t *t = s->task;
+
+    if (status == OTE_OK) {
+        atomic_fetch_add_explicit(&t->transferred, s->length, memory_order_relaxed);
+    } else {
+        int expected = OTE_OK;
+
+        atomic_compare_exchange_strong(&t->first_error, &expected, status);
+    }
+    if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
+        task_finalize(t);
+}
+
+static void slice_complete_cb(ote_tl_completion_t *comp, ote_status_t status)
+{
+    ote_task_slice_done((ote_slice_t *)comp, status);
+}
+
+/* Admission: reserve room for tasks and bytes, or BUSY with nothing taken. */
+static ote_status_t admission_reserve(ote_engine_h e, size_t tasks, size_t bytes)
+{
+    uint64_t deadline = 0;
+
+    for (;;) {
+        long t   = atomic_fetch_add(&e->inflight_tasks, (long)tasks) + (long)tasks;
+        size_t b = atomic_fetch_add(&e->inflight_bytes, bytes) + bytes;
+
+        if (t <= e->config.max_inflight_tasks && b <= e->config.max_inflight_bytes &&
+            b >= bytes)
+            return OTE_OK;
+        atomic_fetch_sub(&e->inflight_tasks, (long)tasks);
+        atomic_fetch_sub(&e->inflight_bytes, bytes);
+        if (e->config.submit_timeout_ms <= 0)
+            return OTE_ERR_BUSY;
+        if (deadline == 0)
+            deadline = ote_time_ns() + (uint64_t)e->config.submit_timeout_ms * 1000000ull;
+        if (ote_time_ns() >= deadline)
+            return OTE_ERR_BUSY;
+        {
+            struct timespec ts = {.tv_nsec = 50 * 1000};
+
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+typedef struct {
+    ote_slice_t *head, *tail;
+} slice_chain_t;
+
+static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size_t count,
+                                 const void *msg, size_t msg_len, size_t *first_task_p)
+{
+    ote_engine_h e = b->engine;
+    slice_chain_t chains[OTE_MAX_WORKERS];
+    ote_notify_group_t *group = NULL;
+    size_t bytes = 0, first, i;
+    ote_status_t status;
+
+    if (reqs == NULL || count == 0 || first_task_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    for (i = 0; i < count; i++) {
+        if (reqs[i].segment == NULL || reqs[i].length == 0 || reqs[i].local_addr == NULL ||
+            (reqs[i].op != OTE_OP_READ && reqs[i].op != OTE_OP_WRITE) ||
+            reqs[i].remote_addr + reqs[i].length < reqs[i].remote_addr)
+            return OTE_ERR_INVALID_PARAM;
+        if (bytes + reqs[i].length < bytes)
+            return OTE_ERR_INVALID_PARAM;
+        bytes += reqs[i].length;
+    }
+    if (msg != NULL) {
+        /* A notification goes to one peer: every request must target it. */
+        if (msg_len > OTE_NOTIFY_MAX)
+            return OTE_ERR_INVALID_PARAM;
+        for (i = 1; i < count; i++) {
+            if (reqs[i].segment != reqs[0].segment)
+                return OTE_ERR_INVALID_PARAM;
+        }
+        group = malloc(sizeof(*group) + msg_len);
+        if (group == NULL)
+            return OTE_ERR_NO_MEMORY;
+        atomic_init(&group->remaining, (long)count);
+        atomic_init(&group->failed, false);
+        group->segment = reqs[0].segment;
+        group->length  = msg_len;
+        memcpy(group->data, msg, msg_len);
+    }
+
+    pthread_mutex_lock(&b->lock);
+    if (b->used + count > b->capacity) {
+        pthread_mutex_unlock(&b->lock);
+        free(group);
+        return OTE_ERR_BUSY;
+    }
+    status = admission_reserve(e, count, bytes);
+    if (status != OTE_OK) {
+        pthread_mutex_unlock(&b->lock);
+        free(group);
+        return status;
+    }
+    first = b->used;
+
+    /* Check and prepare every task before anything is posted. */
+    for (i = 0; i < count; i++) {
+        const ote_xfer_req_t *r = &reqs[i];
+        ote_task_t *t           = &b->tasks[first + i];
+        ote_segment_h seg       = r->segment;
+        ote_rail_set_t rails;
+        const ote_desc_region_t *rreg;
+        unsigned remote_mem = OTE_MEM_TYPE_HOST;
+        unsigned cursor;
+        size_t n;
+
+        memset(t, 0, sizeof(*t));
+        if (atomic_load(&seg->closed) || seg->engine != e) {
+            status = seg->engine != e ? OTE_ERR_INVALID_PARAM : OTE_ERR_NOT_FOUND;
+            goto err_unwind;
+        }
+        status = ote_mem_region_acquire(e->regions, (uintptr_t)r->local_addr, r->length, 0,
+                                        &t->local_region);
+        if (status != OTE_OK) {
+            ote_debug("submit: local range %p+%zu: %s", r->local_addr, r->length,
+                      ote_status_string(status));
+            goto err_unwind;
+        }
+        pthread_mutex_lock(&seg->lock);
+        rreg = seg->desc ? ote_desc_find_region(seg->desc, r->remote_addr, r->length) : NULL;
+        if (rreg != NULL && strncmp(rreg->location, "cuda", 4) == 0)
+            remote_mem = OTE_MEM_TYPE_CUDA;
+        status = ote_proto_rails_select(&seg->rail_set, r->op, t->local_region->mem_type,
+                                        remote_mem, &rails);
+        pthread_mutex_unlock(&seg->lock);
+        if (status != OTE_OK) {
+            ote_mem_region_put(t->local_region);
+            t->local_region = NULL;
+            goto err_unwind;
+        }
+        n = ote_proto_slice_count(&rails, r->length, e->config.slice_size);
+        if (n == 1) {
+            t->slices = &t->inline_slice;
+        } else {
+            t->slices = calloc(n, sizeof(*t->slices));
+            if (t->slices == NULL) {
+                ote_mem_region_put(t->local_region);
+                t->local_region = NULL;
+                status = OTE_ERR_NO_MEMORY;
+                goto err_unwind;
+            }
+        }
+        t->num_slices = n;
+        cursor = atomic_fetch_add(&seg->cursor, (unsigned)n);
+        ote_proto_slice_plan(&rails, r->op, r->local_addr, r->remote_addr, r->length, n,
+                             t->slices, &cursor);
+        for (size_t k = 0; k < n; k++) {
+            ote_slice_t *s = &t->slices[k];
+
+            s->comp.func     = slice_complete_cb;
+            s->task          = t;
+            s->local_region  = t->local_region;
+            if (rreg != NULL && s->rail->remote_md >= 0) {
+                for (uint8_t q = 0; q < rreg->num_rkeys; q++) {
+                    if (rreg->rkeys[q].md_index == s->rail->remote_md) {
+                        s->rkey     = rreg->rkeys[q].data;
+                        s->rkey_len = rreg->rkeys[q].length;
+                    }
+                }
+            }
+        }
+        t->length  = r->length;
+        t->segment = seg;
+        t->batch   = b;
+        t->notify  = group;
+        atomic_init(&t->pending, (long)n);
+        atomic_init(&t->state, OTE_TASK_PENDING);
+        atomic_init(&t->first_error, OTE_OK);
+    }
+    b->used += count;
+    atomic_fetch_add(&b->pending, (long)count);
+    atomic_fetch_add(&b->refs, (long)count);
+    pthread_mutex_unlock(&b->lock);
+    if (group != NULL)
+        ote_segment_get(group->segment);
+
+    /* Hand slices to the workers that own their rails, one wake-up each. */
+    memset(chains, 0, sizeof(chains[0]) * e->num_workers);
+    for (i = 0; i < count; i++) {
+        ote_task_t *t = &b->tasks[first + i];
+
+        ote_segment_get(t->segment);
+        for (size_t k = 0; k < t->num_slices; k++) {
+            ote_slice_t *s    = &t->slices[k];
+            slice_chain_t *ch = &chains[s->rail->worker];
+
+            s->next = NULL;
+            if (ch->tail)
+                ch->tail->next = s;
+            else
+                ch->head = s;
+            ch->tail = s;
+        }
+    }
+    for (size_t w = 0; w < e->num_workers; w++) {
+        if (chains[w].head)
+            ote_worker_post(&e->workers[w], chains[w].head, chains[w].tail);
+    }
+    *first_task_p = first;
+    return OTE_OK;
+
+err_unwind:
+    while (i-- > 0) {
+        ote_task_t *t = &b->tasks[first + i];
+
+        ote_mem_region_put(t->local_region);
+        if (t->slices != &t->inline_slice)
+            free(t->slices);
+        memset(t, 0, sizeof(*t));
+    }
+    atomic_fetch_sub(&e->inflight_tasks, (long)count);
+    atomic_fetch_sub(&e->inflight_bytes, bytes);
+    pthread_mutex_unlock(&b->lock);
+    free(group);
+    return status;
+}
+
+ote_status_t ote_batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size_t count,
+                              size_t *first_task_p)
+{
+    if (b == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    return batch_submit(b, reqs, count, NULL, 0, first_task_p);
+}
+
+ote_status_t ote_batch_submit_notify(ote_batch_h b, const ote_xfer_req_t *reqs, size_t count,
+                                     const void *msg, size_t msg_len, size_t *first_task_p)
+{
+    if (b == NULL || (msg == NULL && msg_len != 0))
+        return OTE_ERR_INVALID_PARAM;
+    return batch_submit(b, reqs, count, msg ? msg : "", msg_len, first_task_p);
+}
+
+ote_status_t ote_batch_task_status(ote_batch_h b, size_t task, ote_task_status_t *st)
+{
+    ote_task_t *t;
+    size_t used;
+
+    if (b == NULL || st == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&b->lock);
+    used = b->used;
+    pthread_mutex_unlock(&b->lock);
+    if (task >= used)
+        return OTE_ERR_INVALID_PARAM;
+    t         = &b->tasks[task];
+    st->state = (ote_task_state_t)atomic_load_explicit(&t->state, memory_order_acquire);
+    st->error = st->state == OTE_TASK_PENDING ? OTE_OK : t->error;
+    st->transferred = atomic_load_explicit(&t->transferred, memory_order_relaxed);
+    return OTE_OK;
+}
+
+ote_status_t ote_batch_status(ote_batch_h b, ote_task_status_t *st)
+{
+    size_t used;
+    bool pending = false;
+    ote_status_t first_err = OTE_OK;
+    ote_task_state_t worst = OTE_TASK_COMPLETED;
+
+    if (b == NULL || st == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&b->lock);
+    used = b->used;
+    pthread_mutex_unlock(&b->lock);
+    st->transferred = 0;
+    for (size_t i = 0; i < used; i++) {
+        ote_task_t *t = &b->tasks[i];
+        ote_task_state_t s =
+            (ote_task_state_t)atomic_load_explicit(&t->state, memory_order_acquire);
+
+        st->transferred += atomic_load_explicit(&t->transferred, memory_order_relaxed);
+        if (s == OTE_TASK_PENDING) {
+            pending = true;
+        } else if (s != OTE_TASK_COMPLETED && worst == OTE_TASK_COMPLETED) {
+            worst     = s;
+            first_err = t->error;
+        }
+    }
+    if (pending) {
+        st->state = OTE_TASK_PENDING;
+        st->error = OTE_OK;
+    } else {
+        /* Any task that did not complete makes the batch FAILED. */
+        st->state = worst == OTE_TASK_COMPLETED ? OTE_TASK_COMPLETED : OTE_TASK_FAILED;
+        st->error = first_err;
+    }
+    return OTE_OK;
+}
+
+ote_status_t ote_batch_wait(ote_batch_h b, int timeout_ms)
+{
+    struct timespec ts;
+    int rc = 0;
+
+    if (b == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    if (atomic_load(&b->pending) == 0)
+        return OTE_OK;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&b->lock);
+    while (atomic_load(&b->pending) != 0 && rc != ETIMEDOUT) {
+        b->waiters++;
+        if (timeout_ms >= 0)
+            rc = pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+        else
+            pthread_cond_wait(&b->cond, &b->lock);
+        b->waiters--;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return atomic_load(&b->pending) == 0 ? OTE_OK : OTE_ERR_TIMEOUT;
+}
+
+ote_status_t ote_batch_cancel(ote_batch_h b, size_t task)
+{
+    size_t used;
+
+    if (b == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&b->lock);
+    used = b->used;
+    pthread_mutex_unlock(&b->lock);
+    if (task >= used)
+        return OTE_ERR_INVALID_PARAM;
+    /* Slices still queued are withdrawn when a worker dequeues them. */
+    atomic_store(&b->tasks[task].cancel, true);
+    return OTE_OK;
+}

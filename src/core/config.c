@@ -1,0 +1,360 @@
+#include "config.h"
+
+#include "log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+extern char **environ;
+
+#define F(_f) offsetof(ote_config_t, _f)
+
+const ote_cfg_entry_t ote_config_table[] = {
+    {"LOG_LEVEL", "warn", OTE_CFG_LOGLEVEL, F(log_level),
+     "Log threshold: none, error, warn, info, debug, trace."},
+    {"TLS", "all", OTE_CFG_STRING, F(tls),
+     "Transports to use: comma list, ^ excludes, aliases shm/sm, ib, rc, dc, cuda, tcp, all."},
+    {"NET_DEVICES", "all", OTE_CFG_STRING, F(net_devices),
+     "Network devices: comma list (eth0, mlx5_0:1, mlx5_[0-3]:1), ^ excludes, all."},
+    {"METADATA", "p2p", OTE_CFG_STRING, F(metadata),
+     "Metadata backend when the engine params do not name one: p2p."},
+    {"NUM_WORKERS", "1", OTE_CFG_INT, F(num_workers),
+     "Worker threads that progress transports."},
+    {"SLICE_SIZE", "0", OTE_CFG_SIZE, F(slice_size),
+     "Largest slice a request is cut into; 0 = each transport's own default."},
+    {"CONNECT_TIMEOUT_MS", "5000", OTE_CFG_INT, F(connect_timeout_ms),
+     "Bound on connecting to a peer and fetching its descriptor."},
+    {"XFER_TIMEOUT_MS", "30000", OTE_CFG_INT, F(xfer_timeout_ms),
+     "A posted slice with no answer for this long fails its connection with TIMEOUT."},
+    {"POLL_GRACE_US", "20", OTE_CFG_INT, F(poll_grace_us),
+     "Workers busy-poll this long after the last event before they sleep."},
+    {"WORKER_CPUS", "", OTE_CFG_STRING, F(worker_cpus),
+     "CPU list for worker threads (e.g. 2,3 or 4-7); empty = no binding."},
+    {"MAX_INFLIGHT_BYTES", "4g", OTE_CFG_SIZE, F(max_inflight_bytes),
+     "Admission limit: bytes submitted and not yet ended, per engine."},
+    {"MAX_INFLIGHT_TASKS", "1048576", OTE_CFG_INT, F(max_inflight_tasks),
+     "Admission limit: tasks submitted and not yet ended, per engine."},
+    {"SUBMIT_TIMEOUT_MS", "0", OTE_CFG_INT, F(submit_timeout_ms),
+     "When admission is full, submit waits this long before BUSY; 0 = return BUSY at once."},
+    {"MAX_CTL_MSG", "64m", OTE_CFG_SIZE, F(max_ctl_msg),
+     "Largest control-plane message accepted from a peer."},
+    {"MAX_NOTIF_BACKLOG", "65536", OTE_CFG_INT, F(max_notif_backlog),
+     "Received notifications kept until ote_notify_recv; beyond it senders get BUSY."},
+    {"MAX_CONNS", "4096", OTE_CFG_INT, F(max_conns),
+     "Accepted connections per engine (control and data)."},
+    {"MAX_CONNS_PER_PEER", "64", OTE_CFG_INT, F(max_conns_per_peer),
+     "Accepted connections from one peer address."},
+    {"AUTH_KEY", "", OTE_CFG_STRING, F(auth_key),
+     "Shared secret: peers must prove they hold it before anything is exchanged."},
+    {"AUTH_KEY_FILE", "", OTE_CFG_STRING, F(auth_key_file),
+     "File holding the shared secret (first line)."},
+    {"HOST_ID", "", OTE_CFG_STRING, F(host_id),
+     "Override of the host identity; peers with the same one use intra-host transports."},
+    {"TCP_CONNS", "2", OTE_CFG_INT, F(tcp_conns),
+     "TCP connections per peer; slices are striped over them."},
+    {"TCP_MAX_MSG", "64m", OTE_CFG_SIZE, F(tcp_max_msg),
+     "Largest TCP data message; a peer announcing more is disconnected."},
+    {"TCP_SNDBUF", "0", OTE_CFG_SIZE, F(tcp_sndbuf),
+     "SO_SNDBUF for TCP data connections; 0 = kernel autotuning."},
+    {"TCP_RCVBUF", "0", OTE_CFG_SIZE, F(tcp_rcvbuf),
+     "SO_RCVBUF for TCP data connections; 0 = kernel autotuning."},
+    {"TCP_NODELAY", "y", OTE_CFG_BOOL, F(tcp_nodelay),
+     "Disable Nagle on TCP data connections."},
+    {"RCACHE_ENABLE", "y", OTE_CFG_BOOL, F(rcache_enable),
+     "Serve repeated registration of covered memory from the registration cache."},
+    {"RCACHE_MAX_SIZE", "inf", OTE_CFG_SIZE, F(rcache_max_size),
+     "Bytes of unreferenced registrations the cache keeps before LRU eviction."},
+    {"RCACHE_MAX_REGIONS", "65536", OTE_CFG_INT, F(rcache_max_regions),
+     "Unreferenced registrations the cache keeps before LRU eviction."},
+    {"GPU_DIRECT", "auto", OTE_CFG_TERNARY, F(gpu_direct),
+     "Register GPU memory on network memory domains directly: auto, y, n."},
+    {"STAGE_CHUNK_SIZE", "4m", OTE_CFG_SIZE, F(stage_chunk_size),
+     "Pinned host chunk size for GPU staging pipelines."},
+    {"STAGE_SLOTS", "16", OTE_CFG_INT, F(stage_slots),
+     "Staging chunks in flight per request."},
+    {"CUDA_IPC_CACHE_ENTRIES", "256", OTE_CFG_INT, F(cuda_ipc_cache_entries),
+     "Imported CUDA IPC mappings kept per peer."},
+};
+
+const size_t ote_config_table_size = sizeof(ote_config_table) / sizeof(ote_config_table[0]);
+
+ote_status_t ote_cfg_parse_size(const char *s, size_t *out_p)
+{
+    char *end;
+    unsigned long long v;
+    unsigned shift = 0;
+
+    while (isspace((unsigned char)*s))
+        s++;
+    if (strcasecmp(s, "inf") == 0 || strcasecmp(s, "unlimited") == 0) {
+        *out_p = SIZE_MAX;
+        return OTE_OK;
+    }
+    if (!isdigit((unsigned char)*s))
+        return OTE_ERR_INVALID_PARAM;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno)
+        return OTE_ERR_INVALID_PARAM;
+    switch (tolower((unsigned char)*end)) {
+    case '\0': break;
+    case 'k': shift = 10; end++; break;
+    case 'm': shift = 20; end++; break;
+    case 'g': shift = 30; end++; break;
+    case 't': shift = 40; end++; break;
+    default: return OTE_ERR_INVALID_PARAM;
+    }
+    if (shift && (*end == 'b' || *end == 'B'))
+        end++;
+    if (*end != '\0')
+        return OTE_ERR_INVALID_PARAM;
+    if (shift && v > (SIZE_MAX >> shift))
+        return OTE_ERR_INVALID_PARAM;
+    *out_p = (size_t)(v << shift);
+    return OTE_OK;
+}
+
+ote_status_t ote_cfg_parse_int(const char *s, long *out_p)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0')
+        return OTE_ERR_INVALID_PARAM;
+    *out_p = v;
+    return OTE_OK;
+}
+
+ote_status_t ote_cfg_parse_bool(const char *s, bool *out_p)
+{
+    static const char *const yes[] = {"y", "yes", "on", "1", "true"};
+    static const char *const no[]  = {"n", "no", "off", "0", "false"};
+
+    for (size_t i = 0; i < 5; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out_p = true;
+            return OTE_OK;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out_p = false;
+            return OTE_OK;
+        }
+    }
+    return OTE_ERR_INVALID_PARAM;
+}
+
+ote_status_t ote_cfg_parse_ternary(const char *s, int *out_p)
+{
+    bool b;
+
+    if (strcasecmp(s, "auto") == 0 || strcasecmp(s, "try") == 0) {
+        *out_p = OTE_TERNARY_AUTO;
+        return OTE_OK;
+    }
+    if (ote_cfg_parse_bool(s, &b) != OTE_OK)
+        return OTE_ERR_INVALID_PARAM;
+    *out_p = b ? OTE_TERNARY_YES : OTE_TERNARY_NO;
+    return OTE_OK;
+}
+
+static const ote_cfg_entry_t *config_find(const char *name)
+{
+    for (size_t i = 0; i < ote_config_table_size; i++) {
+        if (strcmp(ote_config_table[i].name, name) == 0)
+            return &ote_config_table[i];
+    }
+    return NULL;
+}
+
+static ote_status_t config_apply(ote_config_t *cfg, const ote_cfg_entry_t *e, const char *value)
+{
+    void *field = (char *)cfg + e->offset;
+    ote_status_t status = OTE_OK;
+    size_t sz;
+    long l;
+    bool b;
+    int t;
+    char *copy;
+
+    switch (e->type) {
+    case OTE_CFG_STRING:
+        copy = strdup(value);
+        if (copy == NULL)
+            return OTE_ERR_NO_MEMORY;
+        free(*(char **)field);
+        *(char **)field = copy;
+        break;
+    case OTE_CFG_INT:
+        status = ote_cfg_parse_int(value, &l);
+        if (status == OTE_OK)
+            *(long *)field = l;
+        break;
+    case OTE_CFG_SIZE:
+        status = ote_cfg_parse_size(value, &sz);
+        if (status == OTE_OK)
+            *(size_t *)field = sz;
+        break;
+    case OTE_CFG_BOOL:
+        status = ote_cfg_parse_bool(value, &b);
+        if (status == OTE_OK)
+            *(bool *)field = b;
+        break;
+    case OTE_CFG_TERNARY:
+        status = ote_cfg_parse_ternary(value, &t);
+        if (status == OTE_OK)
+            *(int *)field = t;
+        break;
+    case OTE_CFG_LOGLEVEL:
+        t = ote_log_level_parse(value);
+        if (t < 0)
+            status = OTE_ERR_INVALID_PARAM;
+        else
+            *(int *)field = t;
+        break;
+    }
+    return status;
+}
+
+ote_status_t ote_config_set(ote_config_t *cfg, const char *name, const char *value)
+{
+    const ote_cfg_entry_t *e = config_find(name);
+    ote_status_t status;
+
+    if (e == NULL)
+        return OTE_ERR_NOT_FOUND;
+    status = config_apply(cfg, e, value);
+    if (status != OTE_OK)
+        ote_error("OTE_%s: cannot parse '%s'", name, value);
+    return status;
+}
+
+static ote_status_t config_validate(const ote_config_t *cfg)
+{
+    if (cfg->num_workers < 1 || cfg->num_workers > 64) {
+        ote_error("OTE_NUM_WORKERS must be 1..64, not %ld", cfg->num_workers);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->tcp_conns < 1 || cfg->tcp_conns > 64) {
+        ote_error("OTE_TCP_CONNS must be 1..64, not %ld", cfg->tcp_conns);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->connect_timeout_ms <= 0 || cfg->xfer_timeout_ms <= 0) {
+        ote_error("OTE_CONNECT_TIMEOUT_MS and OTE_XFER_TIMEOUT_MS must be positive");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->tcp_max_msg < 4096 || cfg->tcp_max_msg > (1ul << 32)) {
+        ote_error("OTE_TCP_MAX_MSG must be 4k..4g");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->max_ctl_msg < 4096 || cfg->max_ctl_msg > (1ul << 32)) {
+        ote_error("OTE_MAX_CTL_MSG must be 4k..4g");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->max_inflight_tasks < 1 || cfg->max_notif_backlog < 1 || cfg->max_conns < 1 ||
+        cfg->max_conns_per_peer < 1 || cfg->stage_slots < 1) {
+        ote_error("OTE_MAX_* limits and OTE_STAGE_SLOTS must be positive");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return OTE_OK;
+}
+
+ote_status_t ote_config_read(ote_config_t *cfg)
+{
+    ote_status_t status;
+    char name[128];
+
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < ote_config_table_size; i++) {
+        status = config_apply(cfg, &ote_config_table[i], ote_config_table[i].dflt);
+        if (status != OTE_OK)
+            goto err;
+    }
+    for (char **env = environ; env && *env; env++) {
+        const char *eq = strchr(*env, '=');
+        size_t len;
+
+        if (strncmp(*env, "OTE_", 4) != 0 || eq == NULL)
+            continue;
+        len = (size_t)(eq - *env) - 4;
+        if (len >= sizeof(name))
+            continue;
+        memcpy(name, *env + 4, len);
+        name[len] = '\0';
+        if (config_find(name) == NULL) {
+            ote_warn("unknown configuration variable OTE_%s ignored (see ote_info -c)", name);
+            continue;
+        }
+        status = ote_config_set(cfg, name, eq + 1);
+        if (status != OTE_OK)
+            goto err;
+    }
+    status = config_validate(cfg);
+    if (status != OTE_OK)
+        goto err;
+    return OTE_OK;
+
+err:
+    ote_config_release(cfg);
+    return status;
+}
+
+void ote_config_release(ote_config_t *cfg)
+{
+    for (size_t i = 0; i < ote_config_table_size; i++) {
+        if (ote_config_table[i].type == OTE_CFG_STRING) {
+            char **field = (char **)((char *)cfg + ote_config_table[i].offset);
+            free(*field);
+            *field = NULL;
+        }
+    }
+}
+
+static void config_format(const ote_config_t *cfg, const ote_cfg_entry_t *e, char *buf, size_t len)
+{
+    const void *field = (const char *)cfg + e->offset;
+    static const char *const tern[] = {"n", "y", "auto"};
+    static const char *const lvl[] = {"none", "error", "warn", "info", "debug", "trace"};
+    size_t sz;
+
+    switch (e->type) {
+    case OTE_CFG_STRING:
+        /* The secret itself is never printed. */
+        if (strcmp(e->name, "AUTH_KEY") == 0 && *(char *const *)field && **(char *const *)field)
+            snprintf(buf, len, "(set)");
+        else
+            snprintf(buf, len, "%s", *(char *const *)field ? *(char *const *)field : "");
+        break;
+    case OTE_CFG_INT: snprintf(buf, len, "%ld", *(const long *)field); break;
+    case OTE_CFG_SIZE:
+        sz = *(const size_t *)field;
+        if (sz == SIZE_MAX)
+            snprintf(buf, len, "inf");
+        else
+            snprintf(buf, len, "%zu", sz);
+        break;
+    case OTE_CFG_BOOL: snprintf(buf, len, "%s", *(const bool *)field ? "y" : "n"); break;
+    case OTE_CFG_TERNARY: snprintf(buf, len, "%s", tern[*(const int *)field]); break;
+    case OTE_CFG_LOGLEVEL: snprintf(buf, len, "%s", lvl[*(const int *)field]); break;
+    }
+}
+
+void ote_config_print(const ote_config_t *cfg, FILE *stream)
+{
+    static const char *const tnames[] = {"string", "int", "size", "bool", "ternary", "level"};
+    char val[256];
+
+    for (size_t i = 0; i < ote_config_table_size; i++) {
+        const ote_cfg_entry_t *e = &ote_config_table[i];
+
+        config_format(cfg, e, val, sizeof(val));
+        fprintf(stream, "#\n# %s\n# type: %s, default: %s\n#\nOTE_%s=%s\n", e->desc,
+                tnames[e->type], e->dflt[0] ? e->dflt : "\"\"", e->name, val);
+    }
+}

@@ -1,0 +1,70 @@
+#include "ctl_msg.h"
+
+#include "wire_util.h"
+
+#include <string.h>
+
+void ote_ctl_hdr_encode(const ote_ctl_hdr_t *h, uint8_t *b)
+{
+    ote_put_u32(b, OTE_CTL_MAGIC);
+    b[4] = OTE_CTL_VERSION;
+    b[5] = h->type;
+    ote_put_u16(b + 6, 0);
+    ote_put_u32(b + 8, h->length);
+    ote_put_u32(b + 12, h->seq);
+}
+
+ote_status_t ote_ctl_hdr_decode(const uint8_t *b, size_t len, size_t max_payload,
+                                ote_ctl_hdr_t *h)
+{
+    if (len < OTE_CTL_HDR_LEN || ote_get_u32(b) != OTE_CTL_MAGIC || b[4] != OTE_CTL_VERSION ||
+        ote_get_u16(b + 6) != 0)
+        return OTE_ERR_PROTOCOL;
+    h->type   = b[5];
+    h->length = ote_get_u32(b + 8);
+    h->seq    = ote_get_u32(b + 12);
+    if (h->type < OTE_CTL_GET_DESC || h->type > OTE_CTL_TYPE_MAX || h->length > max_payload)
+        return OTE_ERR_PROTOCOL;
+    return OTE_OK;
+}
+
+ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out)
+{
+    if (n->length > OTE_NOTIFY_MAX)
+        return OTE_ERR_INVALID_PARAM;
+    ote_buf_put_u64(out, n->sender_instance);
+    ote_buf_put_u64(out, n->seq);
+    ote_buf_put_str8(out, n->from);
+    ote_buf_put_u32(out, (uint32_t)n->length);
+    ote_buf_put(out, n->data, n->length);
+    return out->failed ? OTE_ERR_NO_MEMORY : OTE_OK;
+}
+
+ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notify_t *n)
+{
+    ote_rd_t r = {.p = buf, .left = len};
+
+    n->sender_instance = ote_rd_u64(&r);
+    n->seq             = ote_rd_u64(&r);
+    ote_rd_str8(&r, n->from, sizeof(n->from));
+    n->length = ote_rd_u32(&r);
+    if (r.failed || n->length > OTE_NOTIFY_MAX)
+        return OTE_ERR_PROTOCOL;
+    n->data = ote_rd_bytes(&r, n->length);
+    if (r.failed || r.left != 0)
+        return OTE_ERR_PROTOCOL;
+    return OTE_OK;
+}
+
+ote_status_t ote_ctl_status_decode(const uint8_t *buf, size_t len, ote_status_t *status_p)
+{
+    int32_t s;
+
+    if (len != 4)
+        return OTE_ERR_PROTOCOL;
+    s = (int32_t)ote_get_u32(buf);
+    if (!ote_status_is_known(s))
+        return OTE_ERR_PROTOCOL;
+    *status_p = (ote_status_t)s;
+    return OTE_OK;
+}

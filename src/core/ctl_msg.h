@@ -1,0 +1,57 @@
+/*
+ * Control-plane messages: a fixed 16-byte header, then `length` bytes.
+ *   0 u32 magic (OTE_CTL_MAGIC)   4 u8 version   5 u8 type   6 u16 flags (0)
+ *   8 u32 length                 12 u32 seq (echoed in the response)
+ * Every request gets one response with the same seq. Payloads are decoded
+ * with bounds checks; anything malformed is OTE_ERR_PROTOCOL.
+ */
+#ifndef OTE_CORE_CTL_MSG_H
+#define OTE_CORE_CTL_MSG_H
+
+#include "desc.h"
+
+#include <ote/ote.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OTE_CTL_MAGIC    0x4354454fu /* "OTEC" */
+#define OTE_CTL_VERSION  1
+#define OTE_CTL_HDR_LEN  16
+
+typedef enum {
+    OTE_CTL_GET_DESC   = 1, /* -> DESC                                     */
+    OTE_CTL_DESC       = 2, /* i32 status, descriptor bytes                */
+    OTE_CTL_NOTIFY     = 3, /* u64 sender instance, u64 seq, str8 from,
+                               u32 length, data -> NOTIFY_ACK              */
+    OTE_CTL_NOTIFY_ACK = 4, /* i32 status                                  */
+    OTE_CTL_AUTH_HELLO = 5, /* authentication handshake, see auth.h        */
+    OTE_CTL_AUTH_PROOF = 6,
+    OTE_CTL_AUTH_DONE  = 7,
+    OTE_CTL_TYPE_MAX   = 7,
+} ote_ctl_type_t;
+
+typedef struct {
+    uint8_t  type;
+    uint32_t length;
+    uint32_t seq;
+} ote_ctl_hdr_t;
+
+typedef struct {
+    uint64_t sender_instance;
+    uint64_t seq;
+    char     from[256];
+    size_t   length;
+    const uint8_t *data; /* points into the payload */
+} ote_ctl_notify_t;
+
+void         ote_ctl_hdr_encode(const ote_ctl_hdr_t *hdr, uint8_t *buf);
+ote_status_t ote_ctl_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,
+                                ote_ctl_hdr_t *hdr_p);
+
+ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out);
+ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notify_t *n_p);
+
+/* A response that is only a status. */
+ote_status_t ote_ctl_status_decode(const uint8_t *buf, size_t len, ote_status_t *status_p);
+
+#endif

@@ -1,0 +1,358 @@
+#include "desc.h"
+
+#include "wire_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- buffer writer ---------------------------------------------------- */
+
+void ote_buf_put(ote_buf_t *b, const void *p, size_t len)
+{
+    if (b->failed)
+        return;
+    if (b->len + len > b->cap) {
+        size_t ncap = b->cap ? b->cap : 256;
+        uint8_t *n;
+
+        while (ncap < b->len + len)
+            ncap *= 2;
+        n = realloc(b->data, ncap);
+        if (n == NULL) {
+            b->failed = 1;
+            return;
+        }
+        b->data = n;
+        b->cap  = ncap;
+    }
+    memcpy(b->data + b->len, p, len);
+    b->len += len;
+}
+
+void ote_buf_put_u8(ote_buf_t *b, uint8_t v)
+{
+    ote_buf_put(b, &v, 1);
+}
+
+void ote_buf_put_u16(ote_buf_t *b, uint16_t v)
+{
+    uint8_t x[2];
+
+    ote_put_u16(x, v);
+    ote_buf_put(b, x, 2);
+}
+
+void ote_buf_put_u32(ote_buf_t *b, uint32_t v)
+{
+    uint8_t x[4];
+
+    ote_put_u32(x, v);
+    ote_buf_put(b, x, 4);
+}
+
+void ote_buf_put_u64(ote_buf_t *b, uint64_t v)
+{
+    uint8_t x[8];
+
+    ote_put_u64(x, v);
+    ote_buf_put(b, x, 8);
+}
+
+void ote_buf_put_str8(ote_buf_t *b, const char *s)
+{
+    size_t l = strlen(s);
+
+    if (l > 255) {
+        b->failed = 1;
+        return;
+    }
+    ote_buf_put_u8(b, (uint8_t)l);
+    ote_buf_put(b, s, l);
+}
+
+void ote_buf_put_str16(ote_buf_t *b, const char *s)
+{
+    size_t l = strlen(s);
+
+    if (l > 65535) {
+        b->failed = 1;
+        return;
+    }
+    ote_buf_put_u16(b, (uint16_t)l);
+    ote_buf_put(b, s, l);
+}
+
+/* ---- bounds-checked reader -------------------------------------------- */
+
+const uint8_t *ote_rd_bytes(ote_rd_t *r, size_t len)
+{
+    const uint8_t *p;
+
+    if (r->failed || len > r->left) {
+        r->failed = 1;
+        return NULL;
+    }
+    p = r->p;
+    r->p += len;
+    r->left -= len;
+    return p;
+}
+
+uint8_t ote_rd_u8(ote_rd_t *r)
+{
+    const uint8_t *p = ote_rd_bytes(r, 1);
+
+    return p ? p[0] : 0;
+}
+
+uint16_t ote_rd_u16(ote_rd_t *r)
+{
+    const uint8_t *p = ote_rd_bytes(r, 2);
+
+    return p ? ote_get_u16(p) : 0;
+}
+
+uint32_t ote_rd_u32(ote_rd_t *r)
+{
+    const uint8_t *p = ote_rd_bytes(r, 4);
+
+    return p ? ote_get_u32(p) : 0;
+}
+
+uint64_t ote_rd_u64(ote_rd_t *r)
+{
+    const uint8_t *p = ote_rd_bytes(r, 8);
+
+    return p ? ote_get_u64(p) : 0;
+}
+
+static void rd_str(ote_rd_t *r, size_t len, char *out, size_t max)
+{
+    const uint8_t *p;
+
+    if (len >= max) {
+        r->failed = 1;
+        return;
+    }
+    p = ote_rd_bytes(r, len);
+    if (p == NULL || memchr(p, '\0', len) != NULL) {
+        r->failed = 1;
+        return;
+    }
+    memcpy(out, p, len);
+    out[len] = '\0';
+}
+
+void ote_rd_str8(ote_rd_t *r, char *out, size_t max)
+{
+    rd_str(r, ote_rd_u8(r), out, max);
+}
+
+void ote_rd_str16(ote_rd_t *r, char *out, size_t max)
+{
+    rd_str(r, ote_rd_u16(r), out, max);
+}
+
+/* ---- descriptor ---------------------------------------------------------- */
+
+typedef struct {
+    ote_buf_t       *out;
+    ote_mem_table_t *table;
+    uint32_t         count;
+} encode_ctx_t;
+
+static void encode_region(ote_region_t *r, void *arg)
+{
+    encode_ctx_t *ctx = arg;
+    size_t n_mds      = ote_mem_table_num_mds(ctx->table);
+    uint8_t rkey[OTE_MEM_RKEY_MAX];
+    size_t count_pos, rlen;
+    uint8_t nk = 0;
+
+    ote_buf_put_u64(ctx->out, r->addr);
+    ote_buf_put_u64(ctx->out, r->length);
+    ote_buf_put_u32(ctx->out, r->access);
+    ote_buf_put_str8(ctx->out, r->location);
+    count_pos = ctx->out->len;
+    ote_buf_put_u8(ctx->out, 0);
+    for (size_t i = 0; i < n_mds; i++) {
+        ote_md_t *md = ote_mem_table_md(ctx->table, i);
+
+        if (r->memh[i] == NULL || md->ops->rkey_pack == NULL)
+            continue;
+        if (md->ops->rkey_pack(md, r->memh[i], rkey, sizeof(rkey), &rlen) != OTE_OK)
+            continue;
+        ote_buf_put_u8(ctx->out, (uint8_t)i);
+        ote_buf_put_u16(ctx->out, (uint16_t)rlen);
+        ote_buf_put(ctx->out, rkey, rlen);
+        nk++;
+    }
+    if (!ctx->out->failed)
+        ctx->out->data[count_pos] = nk;
+    ctx->count++;
+}
+
+ote_status_t ote_desc_encode(const ote_desc_t *d, ote_mem_table_t *table, ote_buf_t *out)
+{
+    encode_ctx_t ctx = {.out = out, .table = table};
+    size_t count_pos;
+
+    ote_buf_put_u32(out, OTE_DESC_MAGIC);
+    ote_buf_put_u16(out, OTE_DESC_VERSION);
+    ote_buf_put_u16(out, 0);
+    ote_buf_put_u64(out, d->instance_id);
+    ote_buf_put_str8(out, d->name);
+    ote_buf_put_str8(out, d->host_id);
+    ote_buf_put_u16(out, (uint16_t)d->num_tls);
+    for (size_t i = 0; i < d->num_tls; i++) {
+        ote_buf_put_str8(out, d->tls[i].tl_name);
+        ote_buf_put_str8(out, d->tls[i].dev_name);
+        ote_buf_put_u16(out, (uint16_t)d->tls[i].addr_len);
+        ote_buf_put(out, d->tls[i].addr, d->tls[i].addr_len);
+    }
+    ote_buf_put_u16(out, (uint16_t)d->num_mds);
+    for (size_t i = 0; i < d->num_mds; i++)
+        ote_buf_put_str8(out, d->mds[i]);
+    count_pos = out->len;
+    ote_buf_put_u32(out, 0);
+    if (table != NULL)
+        ote_mem_table_visit(table, encode_region, &ctx);
+    if (out->failed)
+        return OTE_ERR_NO_MEMORY;
+    ote_put_u32(out->data + count_pos, ctx.count);
+    return OTE_OK;
+}
+
+void ote_desc_free(ote_desc_t *d)
+{
+    if (d == NULL)
+        return;
+    free(d->regions);
+    free(d->blob);
+    free(d);
+}
+
+static int region_cmp(const void *a, const void *b)
+{
+    const ote_desc_region_t *x = a, *y = b;
+
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    return x->length < y->length ? -1 : (x->length > y->length);
+}
+
+/* Smallest encoded region: addr, length, access, empty location, no rkeys. */
+#define DESC_REGION_MIN (8 + 8 + 4 + 1 + 1)
+
+ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
+{
+    ote_desc_t *d;
+    ote_rd_t r;
+    uint32_t n;
+
+    if (buf == NULL || len < 16)
+        return OTE_ERR_PROTOCOL;
+    d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return OTE_ERR_NO_MEMORY;
+    d->blob = malloc(len);
+    if (d->blob == NULL) {
+        free(d);
+        return OTE_ERR_NO_MEMORY;
+    }
+    memcpy(d->blob, buf, len);
+    d->blob_len = len;
+    r = (ote_rd_t){.p = d->blob, .left = len};
+
+    if (ote_rd_u32(&r) != OTE_DESC_MAGIC || ote_rd_u16(&r) != OTE_DESC_VERSION)
+        goto err;
+    ote_rd_u16(&r);
+    d->instance_id = ote_rd_u64(&r);
+    ote_rd_str8(&r, d->name, sizeof(d->name));
+    ote_rd_str8(&r, d->host_id, sizeof(d->host_id));
+    d->num_tls = ote_rd_u16(&r);
+    if (r.failed || d->num_tls > OTE_DESC_MAX_TLS)
+        goto err;
+    for (size_t i = 0; i < d->num_tls; i++) {
+        const uint8_t *a;
+
+        ote_rd_str8(&r, d->tls[i].tl_name, sizeof(d->tls[i].tl_name));
+        ote_rd_str8(&r, d->tls[i].dev_name, sizeof(d->tls[i].dev_name));
+        d->tls[i].addr_len = ote_rd_u16(&r);
+        if (d->tls[i].addr_len > OTE_TL_ADDR_MAX)
+            goto err;
+        a = ote_rd_bytes(&r, d->tls[i].addr_len);
+        if (a == NULL)
+            goto err;
+        memcpy(d->tls[i].addr, a, d->tls[i].addr_len);
+    }
+    d->num_mds = ote_rd_u16(&r);
+    if (r.failed || d->num_mds > OTE_DESC_MAX_MDS)
+        goto err;
+    for (size_t i = 0; i < d->num_mds; i++)
+        ote_rd_str8(&r, d->mds[i], sizeof(d->mds[i]));
+    n = ote_rd_u32(&r);
+    if (r.failed || n > r.left / DESC_REGION_MIN)
+        goto err;
+    d->num_regions = n;
+    d->regions     = calloc(n ? n : 1, sizeof(*d->regions));
+    if (d->regions == NULL)
+        goto err;
+    for (uint32_t i = 0; i < n; i++) {
+        ote_desc_region_t *reg = &d->regions[i];
+
+        reg->addr   = ote_rd_u64(&r);
+        reg->length = ote_rd_u64(&r);
+        reg->access = ote_rd_u32(&r);
+        ote_rd_str8(&r, reg->location, sizeof(reg->location));
+        reg->num_rkeys = ote_rd_u8(&r);
+        if (r.failed || reg->length == 0 || reg->addr + reg->length < reg->addr ||
+            (reg->access & ~(unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE)) ||
+            reg->num_rkeys > OTE_DESC_MAX_MDS)
+            goto err;
+        for (uint8_t k = 0; k < reg->num_rkeys; k++) {
+            reg->rkeys[k].md_index = ote_rd_u8(&r);
+            reg->rkeys[k].length   = ote_rd_u16(&r);
+            if (reg->rkeys[k].md_index >= d->num_mds || reg->rkeys[k].length > OTE_MEM_RKEY_MAX)
+                goto err;
+            reg->rkeys[k].data = ote_rd_bytes(&r, reg->rkeys[k].length);
+            if (r.failed)
+                goto err;
+        }
+    }
+    if (r.failed || r.left != 0)
+        goto err;
+    qsort(d->regions, d->num_regions, sizeof(*d->regions), region_cmp);
+    *desc_p = d;
+    return OTE_OK;
+
+err:
+    ote_desc_free(d);
+    return OTE_ERR_PROTOCOL;
+}
+
+const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr, size_t len)
+{
+    size_t lo = 0, hi = d->num_regions;
+
+    if (len == 0 || addr + len < addr)
+        return NULL;
+    /* Last region with start <= addr, then look back for one that covers. */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (d->regions[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i-- > 0;) {
+        const ote_desc_region_t *reg = &d->regions[i];
+
+        if (reg->addr + reg->length >= addr + len)
+            return reg;
+        if (lo - i > 64)
+            break; /* nested regions deeper than this are not worth a scan */
+    }
+    return NULL;
+}

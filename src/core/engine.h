@@ -1,0 +1,191 @@
+/* Core internals: engine, workers, batches, tasks, segments. */
+#ifndef OTE_CORE_ENGINE_H
+#define OTE_CORE_ENGINE_H
+
+#include "config.h"
+#include "ctl_msg.h"
+#include "desc.h"
+#include "mem/mem.h"
+#include "proto/proto.h"
+#include "uct_ext/tl.h"
+
+#include <ote/ote.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define OTE_MAX_WORKERS      64
+#define OTE_MAX_IFACES       32
+
+typedef struct ote_worker   ote_worker_t;
+typedef struct ote_task     ote_task_t;
+typedef struct ote_ctl      ote_ctl_t;
+typedef struct ote_notifier ote_notifier_t;
+
+/* A transport resource the engine selected, with its md. */
+typedef struct {
+    ote_tl_resource_t resource;
+    ote_md_t         *md;
+    int               md_index;
+    ote_tl_caps_t     caps;
+} ote_engine_tl_t;
+
+struct ote_worker {
+    ote_engine_h     engine;
+    size_t           index;
+    pthread_t        thread;
+    bool             started;
+    pthread_mutex_t  lock;        /* held while progressing; ep setup takes it */
+    int              epfd;
+    int              wake_fd;
+    ote_tl_iface_t  *ifaces[OTE_MAX_IFACES];
+    size_t           num_ifaces;
+    pthread_mutex_t  qlock;
+    ote_slice_t     *qhead, *qtail;
+    atomic_bool      sleeping;
+    atomic_bool      stop;
+};
+
+/* Notification to send once a group of tasks completed. */
+typedef struct ote_notify_group {
+    atomic_long     remaining;
+    atomic_bool     failed;
+    ote_segment_h   segment;
+    size_t          length;
+    char            data[];
+} ote_notify_group_t;
+
+struct ote_task {
+    _Atomic int          state;        /* ote_task_state_t */
+    ote_status_t         error;
+    atomic_size_t        transferred;
+    atomic_long          pending;      /* slices not yet ended */
+    atomic_bool          cancel;
+    _Atomic int          first_error;  /* ote_status_t of the first failed slice */
+    size_t               length;
+    size_t               num_slices;
+    ote_slice_t         *slices;       /* inline_slice or allocated */
+    ote_slice_t          inline_slice;
+    ote_region_t        *local_region;
+    ote_segment_h        segment;
+    ote_batch_h          batch;
+    ote_notify_group_t  *notify;
+};
+
+struct ote_batch {
+    ote_engine_h     engine;
+    size_t           capacity;
+    size_t           used;          /* under lock */
+    ote_task_t      *tasks;
+    atomic_long      pending;       /* tasks not yet ended */
+    atomic_long      refs;          /* user + one per pending task */
+    pthread_mutex_t  lock;
+    pthread_cond_t   cond;
+    int              waiters;
+};
+
+typedef struct retired_desc {
+    ote_desc_t          *desc;
+    struct retired_desc *next;
+} retired_desc_t;
+
+struct ote_segment {
+    ote_engine_h     engine;
+    retired_desc_t  *retired;       /* earlier descriptors, freed at close */
+    char             name[OTE_DESC_NAME_MAX + 1];
+    pthread_mutex_t  lock;          /* desc, ctl connection */
+    ote_desc_t      *desc;
+    bool             same_host;
+    ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
+    ote_rail_set_t   rail_set;
+    int              ctl_fd;        /* request connection, -1 until needed */
+    uint32_t         ctl_seq;
+    uint64_t         notify_seq;
+    atomic_bool      closed;
+    atomic_long      refs;          /* user + one per live task */
+    atomic_uint      cursor;        /* rail round-robin */
+    struct ote_segment *next, *prev;
+};
+
+struct ote_engine {
+    ote_config_t     config;
+    char             name[OTE_DESC_NAME_MAX + 1];
+    char             host_id[OTE_DESC_NAME_MAX + 1];
+    char             bind_ip[64];
+    char             advertise_ip[64];
+    uint64_t         instance_id;
+    ote_mem_table_t *regions;
+    ote_engine_tl_t  tls[OTE_MAX_IFACES];
+    size_t           num_tls;
+    ote_md_t        *mds[OTE_MEM_MAX_MDS];
+    size_t           num_mds;
+    ote_worker_t    *workers;
+    size_t           num_workers;
+    atomic_uint      next_worker;
+    ote_ctl_t       *ctl;
+    ote_notifier_t  *notifier;
+    int              event_fd;
+    atomic_bool      event_fd_used;
+    /* admission */
+    atomic_size_t    inflight_bytes;
+    atomic_long      inflight_tasks;
+    /* received notifications */
+    pthread_mutex_t  notif_lock;
+    ote_notif_t     *notifs;
+    size_t           notif_head, notif_count, notif_cap;
+    /* notification de-duplication: last seq per sender instance */
+    struct { uint64_t sender, seq; } notif_seen[256];
+    /* open segments */
+    pthread_mutex_t  seg_lock;
+    struct ote_segment *segments;
+};
+
+/* worker.c */
+ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index);
+ote_status_t ote_worker_start(ote_worker_t *w);
+void         ote_worker_stop(ote_worker_t *w);
+void         ote_worker_cleanup(ote_worker_t *w);
+/* Queue a chain of slices for posting; wakes the worker if it sleeps. */
+void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
+void         ote_engine_signal_event(ote_engine_h engine);
+
+/* batch.c: a slice ended (worker thread). */
+void ote_task_slice_done(ote_slice_t *slice, ote_status_t status);
+
+/* segment.c */
+ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
+                                     size_t len, uint8_t expect, uint8_t **resp_p,
+                                     size_t *resp_len_p);
+void         ote_segment_put(ote_segment_h seg);
+void         ote_segment_get(ote_segment_h seg);
+
+/* ctl.c: the control-plane listener */
+ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl_t **ctl_p,
+                           char *bound, size_t bound_len);
+ote_status_t ote_ctl_run(ote_ctl_t *ctl);
+void         ote_ctl_stop(ote_ctl_t *ctl);
+/* Encode this engine's descriptor. */
+ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
+/* Queue a received notification; BUSY when the backlog is full. */
+ote_status_t ote_engine_notif_push(ote_engine_h engine, const ote_ctl_notify_t *n);
+
+/* notify.c: sender thread for notifications after batches */
+ote_status_t ote_notifier_start(ote_engine_h engine, ote_notifier_t **n_p);
+void         ote_notifier_stop(ote_notifier_t *n);
+void         ote_notifier_queue(ote_notifier_t *n, ote_notify_group_t *group);
+ote_status_t ote_notify_send_internal(ote_engine_h engine, ote_segment_h seg, const void *msg,
+                                      size_t len);
+
+/* select.c: OTE_TLS / OTE_NET_DEVICES */
+typedef struct ote_select ote_select_t;
+ote_status_t ote_select_parse(const char *tls, const char *devices, ote_select_t **sel_p);
+bool         ote_select_tl(ote_select_t *sel, const char *tl_name);
+bool         ote_select_device(ote_select_t *sel, const char *dev_name);
+/* Names listed explicitly that matched nothing: error at engine start. */
+ote_status_t ote_select_check_unmatched(ote_select_t *sel);
+void         ote_select_free(ote_select_t *sel);
+
+/* host.c */
+void ote_host_id(char *buf, size_t len);
+
+#endif

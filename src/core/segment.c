@@ -1,0 +1,364 @@
+/*
+ * Segments: peers opened by name. With the peer-to-peer metadata the name
+ * is the peer's control-plane address; the descriptor is fetched from there
+ * and one rail is built per (worker, local iface) whose transport the peer
+ * also offers and whose scope reaches it.
+ */
+#include "ctl_msg.h"
+#include "engine.h"
+#include "log.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void ote_segment_get(ote_segment_h seg)
+{
+    atomic_fetch_add(&seg->refs, 1);
+}
+
+static void segment_free(ote_segment_h seg)
+{
+    while (seg->retired != NULL) {
+        retired_desc_t *r = seg->retired;
+
+        seg->retired = r->next;
+        ote_desc_free(r->desc);
+        free(r);
+    }
+    if (seg->ctl_fd >= 0)
+        close(seg->ctl_fd);
+    ote_desc_free(seg->desc);
+    pthread_mutex_destroy(&seg->lock);
+    free(seg);
+}
+
+void ote_segment_put(ote_segment_h seg)
+{
+    if (atomic_fetch_sub(&seg->refs, 1) == 1)
+        segment_free(seg);
+}
+
+static void ctl_close(ote_segment_h seg)
+{
+    if (seg->ctl_fd >= 0) {
+        close(seg->ctl_fd);
+        seg->ctl_fd = -1;
+    }
+}
+
+/* Under seg->lock. */
+static ote_status_t ctl_connect(ote_segment_h seg)
+{
+    ote_engine_h e = seg->engine;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    ote_status_t status;
+
+    if (seg->ctl_fd >= 0)
+        return OTE_OK;
+    status = ote_sockaddr_parse(seg->name, &ss, &len);
+    if (status != OTE_OK) {
+        ote_error("segment '%s': not a host:port name", seg->name);
+        return status == OTE_ERR_INVALID_PARAM ? status : OTE_ERR_NOT_FOUND;
+    }
+    if (ote_sockaddr_port((struct sockaddr *)&ss) == 0)
+        return OTE_ERR_INVALID_PARAM;
+    status = ote_socket_connect(&ss, len, (int)e->config.connect_timeout_ms, &seg->ctl_fd);
+    if (status != OTE_OK) {
+        ote_debug("segment '%s': connect: %s", seg->name, ote_status_string(status));
+        seg->ctl_fd = -1;
+        return status;
+    }
+    return OTE_OK;
+}
+
+ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
+                                     size_t len, uint8_t expect, uint8_t **resp_p,
+                                     size_t *resp_len_p)
+{
+    ote_engine_h e    = seg->engine;
+    uint64_t deadline = ote_time_ns() + (uint64_t)e->config.connect_timeout_ms * 1000000ull;
+    uint8_t hdr[OTE_CTL_HDR_LEN];
+    ote_ctl_hdr_t h = {.type = type, .length = (uint32_t)len};
+    uint8_t *resp   = NULL;
+    ote_status_t status;
+
+    pthread_mutex_lock(&seg->lock);
+    status = ctl_connect(seg);
+    if (status != OTE_OK)
+        goto out;
+    h.seq = ++seg->ctl_seq;
+    ote_ctl_hdr_encode(&h, hdr);
+    status = ote_socket_send_all(seg->ctl_fd, hdr, sizeof(hdr), deadline);
+    if (status == OTE_OK && len)
+        status = ote_socket_send_all(seg->ctl_fd, payload, len, deadline);
+    if (status == OTE_OK)
+        status = ote_socket_recv_all(seg->ctl_fd, hdr, sizeof(hdr), deadline);
+    if (status != OTE_OK)
+        goto err_close;
+    {
+        uint32_t seq = h.seq;
+
+        status = ote_ctl_hdr_decode(hdr, sizeof(hdr), e->config.max_ctl_msg, &h);
+        if (status != OTE_OK || h.type != expect || h.seq != seq) {
+            ote_warn("segment '%s': malformed control response", seg->name);
+            status = OTE_ERR_PROTOCOL;
+            goto err_close;
+        }
+    }
+    resp = malloc(h.length ? h.length : 1);
+    if (resp == NULL) {
+        status = OTE_ERR_NO_MEMORY;
+        goto err_close;
+    }
+    status = ote_socket_recv_all(seg->ctl_fd, resp, h.length, deadline);
+    if (status != OTE_OK)
+        goto err_close;
+    *resp_p     = resp;
+    *resp_len_p = h.length;
+    goto out;
+
+err_close:
+    free(resp);
+    /* The stream may be mid-message: never reuse it. */
+    ctl_close(seg);
+    if (status == OTE_ERR_REMOTE_DISCONNECT || status == OTE_ERR_IO)
+        status = OTE_ERR_REMOTE_DISCONNECT;
+out:
+    pthread_mutex_unlock(&seg->lock);
+    return status;
+}
+
+static ote_status_t fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
+{
+    uint8_t *resp = NULL;
+    size_t len;
+    ote_status_t status, remote;
+
+    status = ote_segment_ctl_request(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, &resp, &len);
+    if (status != OTE_OK)
+        return status;
+    if (len < 4 || ote_ctl_status_decode(resp, 4, &remote) != OTE_OK) {
+        status = OTE_ERR_PROTOCOL;
+    } else if (remote != OTE_OK) {
+        status = remote;
+    } else {
+        status = ote_desc_decode(resp + 4, len - 4, desc_p);
+        if (status != OTE_OK)
+            ote_warn("segment '%s': malformed descriptor", seg->name);
+    }
+    free(resp);
+    return status;
+}
+
+static bool scope_reaches(const ote_tl_caps_t *caps, bool same_host, bool same_engine)
+{
+    if (same_engine && (caps->scope & OTE_TL_SCOPE_PROCESS))
+        return true;
+    if (same_host && (caps->scope & OTE_TL_SCOPE_HOST))
+        return true;
+    return (caps->scope & OTE_TL_SCOPE_NETWORK) != 0;
+}
+
+static void rails_destroy(ote_segment_h seg)
+{
+    ote_engine_h e = seg->engine;
+
+    for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+        ote_rail_t *r    = &seg->rails[i];
+        ote_worker_t *w  = &e->workers[r->worker];
+        ote_tl_ep_t *ep;
+
+        pthread_mutex_lock(&w->lock);
+        ep    = r->ep;
+        r->ep = NULL;
+        if (ep != NULL)
+            r->iface->ep_ops->destroy(ep);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
+static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
+{
+    ote_engine_h e   = seg->engine;
+    bool same_engine = d->instance_id == e->instance_id;
+    ote_status_t last = OTE_ERR_UNREACHABLE;
+    size_t n = 0;
+
+    seg->same_host = strcmp(d->host_id, e->host_id) == 0;
+    for (size_t w = 0; w < e->num_workers; w++) {
+        ote_worker_t *wk = &e->workers[w];
+
+        for (size_t i = 0; i < wk->num_ifaces && n < OTE_PROTO_MAX_RAILS; i++) {
+            ote_tl_iface_t *iface = wk->ifaces[i];
+            ote_rail_t *r         = &seg->rails[n];
+            const ote_desc_tl_t *peer_tl = NULL;
+            ote_tl_peer_t peer = {.instance_id = d->instance_id, .name = seg->name,
+                                  .local_instance = e->instance_id,
+                                  .timeout_ms = e->config.connect_timeout_ms};
+            ote_status_t status;
+
+            for (size_t k = 0; k < d->num_tls; k++) {
+                if (strcmp(d->tls[k].tl_name, iface->resource.tl_name) == 0) {
+                    peer_tl = &d->tls[k];
+                    break;
+                }
+            }
+            if (peer_tl == NULL)
+                continue;
+            memset(r, 0, sizeof(*r));
+            iface->ops->query(iface, &r->caps);
+            if (!scope_reaches(&r->caps, seg->same_host, same_engine))
+                continue;
+            r->iface     = iface;
+            r->worker    = w;
+            r->remote_md = -1;
+            r->weight    = r->caps.bandwidth;
+            if (iface->md != NULL) {
+                for (size_t k = 0; k < d->num_mds; k++) {
+                    if (strcmp(d->mds[k], iface->md->name) == 0)
+                        r->remote_md = (int)k;
+                }
+            }
+            pthread_mutex_lock(&wk->lock);
+            status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, &peer,
+                                           &r->ep);
+            pthread_mutex_unlock(&wk->lock);
+            if (status != OTE_OK) {
+                ote_warn("segment '%s': transport %s unreachable: %s", seg->name,
+                         iface->resource.tl_name, ote_status_string(status));
+                last = status;
+                continue;
+            }
+            seg->rail_set.rails[n] = r;
+            n++;
+        }
+    }
+    seg->rail_set.num_rails = n;
+    if (n == 0) {
+        ote_error("segment '%s': no transport reaches it", seg->name);
+        return last;
+    }
+    return OTE_OK;
+}
+
+ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *seg_p)
+{
+    ote_segment_h seg;
+    ote_desc_t *d = NULL;
+    ote_status_t status;
+
+    if (e == NULL || name == NULL || seg_p == NULL || strlen(name) > OTE_DESC_NAME_MAX)
+        return OTE_ERR_INVALID_PARAM;
+    seg = calloc(1, sizeof(*seg));
+    if (seg == NULL)
+        return OTE_ERR_NO_MEMORY;
+    seg->engine = e;
+    seg->ctl_fd = -1;
+    snprintf(seg->name, sizeof(seg->name), "%s", name);
+    pthread_mutex_init(&seg->lock, NULL);
+    atomic_init(&seg->refs, 1);
+
+    status = fetch_desc(seg, &d);
+    if (status != OTE_OK)
+        goto err;
+    status = rails_build(seg, d);
+    if (status != OTE_OK)
+        goto err;
+    seg->desc = d;
+    pthread_mutex_lock(&e->seg_lock);
+    seg->next = e->segments;
+    if (e->segments)
+        e->segments->prev = seg;
+    e->segments = seg;
+    pthread_mutex_unlock(&e->seg_lock);
+    *seg_p = seg;
+    return OTE_OK;
+
+err:
+    rails_destroy(seg);
+    ote_desc_free(d);
+    segment_free(seg);
+    return status;
+}
+
+ote_status_t ote_segment_close(ote_segment_h seg)
+{
+    ote_engine_h e;
+
+    if (seg == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    e = seg->engine;
+    if (atomic_exchange(&seg->closed, true))
+        return OTE_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&e->seg_lock);
+    if (seg->prev)
+        seg->prev->next = seg->next;
+    else
+        e->segments = seg->next;
+    if (seg->next)
+        seg->next->prev = seg->prev;
+    pthread_mutex_unlock(&e->seg_lock);
+    /* Operations still posted end CANCELED as their eps go. */
+    rails_destroy(seg);
+    ote_segment_put(seg);
+    return OTE_OK;
+}
+
+ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions, size_t max,
+                                 size_t *count_p)
+{
+    if (seg == NULL || count_p == NULL || (max > 0 && regions == NULL))
+        return OTE_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&seg->lock);
+    *count_p = seg->desc->num_regions;
+    for (size_t i = 0; i < max && i < seg->desc->num_regions; i++) {
+        const ote_desc_region_t *r = &seg->desc->regions[i];
+
+        regions[i].addr   = r->addr;
+        regions[i].length = r->length;
+        regions[i].access = r->access;
+        snprintf(regions[i].location, sizeof(regions[i].location), "%s", r->location);
+    }
+    pthread_mutex_unlock(&seg->lock);
+    return OTE_OK;
+}
+
+ote_status_t ote_segment_refresh(ote_segment_h seg)
+{
+    ote_desc_t *d = NULL;
+    ote_status_t status;
+
+    if (seg == NULL || atomic_load(&seg->closed))
+        return OTE_ERR_INVALID_PARAM;
+    status = fetch_desc(seg, &d);
+    if (status != OTE_OK)
+        return status;
+    pthread_mutex_lock(&seg->lock);
+    if (d->instance_id != seg->desc->instance_id) {
+        /* The peer restarted: never reuse connections to the old instance. */
+        pthread_mutex_unlock(&seg->lock);
+        ote_info("segment '%s' restarted; reconnecting", seg->name);
+        rails_destroy(seg);
+        status = rails_build(seg, d);
+        pthread_mutex_lock(&seg->lock);
+    }
+    /* Slices in flight may point at rkeys in the old copy: keep it until close. */
+    {
+        retired_desc_t *r = malloc(sizeof(*r));
+
+        if (r != NULL) {
+            r->desc      = seg->desc;
+            r->next      = seg->retired;
+            seg->retired = r;
+            seg->desc    = d;
+        } else {
+            ote_desc_free(d);
+            status = OTE_ERR_NO_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&seg->lock);
+    return status;
+}

@@ -1,0 +1,252 @@
+/*
+ * Transport and device selection in UCX's syntax.
+ *   OTE_TLS=tcp,cma | ^uct_tcp | all ; aliases shm/sm, mm, ib, rc, dc, ud, cuda
+ *   OTE_NET_DEVICES=eth0,mlx5_0:1 | mlx5_[0-3]:1 | ^eth1 | all
+ * A name listed explicitly (not under ^) that matches nothing here is an
+ * error at engine start, never a silent fallback.
+ */
+#include "engine.h"
+#include "log.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEL_MAX 64
+
+typedef struct {
+    char name[OTE_TL_DEV_MAX];
+    bool matched;
+} sel_token_t;
+
+typedef struct {
+    bool        all;
+    bool        negate;
+    sel_token_t tok[SEL_MAX];
+    size_t      n;
+} sel_list_t;
+
+struct ote_select {
+    sel_list_t tls;
+    sel_list_t devs;
+};
+
+static const struct {
+    const char *alias;
+    const char *members;
+} aliases[] = {
+    {"shm", "cma,posix,sysv,xpmem,knem"},
+    {"sm", "cma,posix,sysv,xpmem,knem"},
+    {"mm", "posix,sysv,xpmem"},
+    {"ib", "rc_mlx5,rc_verbs,dc_mlx5,ud_mlx5,ud_verbs"},
+    {"rc", "rc_mlx5,rc_verbs"},
+    {"rc_x", "rc_mlx5"},
+    {"dc", "dc_mlx5"},
+    {"dc_x", "dc_mlx5"},
+    {"ud", "ud_mlx5,ud_verbs"},
+    {"ud_x", "ud_mlx5"},
+    {"cuda", "cuda_copy,cuda_ipc,gdr_copy"},
+};
+
+static ote_status_t list_parse(const char *spec, sel_list_t *l, const char *what)
+{
+    char buf[1024];
+    char *save = NULL, *tok;
+
+    memset(l, 0, sizeof(*l));
+    if (spec == NULL || *spec == '\0' || strcmp(spec, "all") == 0) {
+        l->all = true;
+        return OTE_OK;
+    }
+    if (strlen(spec) >= sizeof(buf)) {
+        ote_error("%s: value too long", what);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (spec[0] == '^') {
+        l->negate = true;
+        spec++;
+    }
+    snprintf(buf, sizeof(buf), "%s", spec);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*tok))
+            tok++;
+        if (*tok == '\0')
+            continue;
+        if (strcmp(tok, "all") == 0 && !l->negate) {
+            l->all = true;
+            continue;
+        }
+        if (l->n == SEL_MAX || strlen(tok) >= OTE_TL_DEV_MAX) {
+            ote_error("%s: too many or too long entries", what);
+            return OTE_ERR_INVALID_PARAM;
+        }
+        snprintf(l->tok[l->n++].name, OTE_TL_DEV_MAX, "%s", tok);
+    }
+    if (l->n == 0 && !l->all) {
+        ote_error("%s: empty list", what);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return OTE_OK;
+}
+
+static bool in_csv(const char *csv, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *p = csv; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len        = comma ? (size_t)(comma - p) : strlen(p);
+
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        p = comma ? comma + 1 : NULL;
+    }
+    return false;
+}
+
+static bool tl_token_matches(const char *tok, const char *tl)
+{
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
+        if (strcmp(tok, aliases[i].alias) == 0)
+            return in_csv(aliases[i].members, tl);
+    }
+    return strcmp(tok, tl) == 0;
+}
+
+/* Device pattern: literal characters and [a-b] decimal ranges. */
+static bool dev_pattern_matches(const char *pat, const char *dev)
+{
+    while (*pat) {
+        if (*pat == '[') {
+            char *end;
+            long lo = strtol(pat + 1, &end, 10), hi, v;
+
+            if (end == pat + 1 || (*end != '-' && *end != ']'))
+                return false;
+            hi = lo;
+            if (*end == '-') {
+                const char *q = end + 1;
+
+                hi = strtol(q, &end, 10);
+                if (end == q)
+                    return false;
+            }
+            if (*end != ']' || !isdigit((unsigned char)*dev))
+                return false;
+            v = strtol(dev, (char **)&dev, 10);
+            if (v < lo || v > hi)
+                return false;
+            pat = end + 1;
+            continue;
+        }
+        if (*pat != *dev)
+            return false;
+        pat++;
+        dev++;
+    }
+    return *dev == '\0';
+}
+
+ote_status_t ote_select_parse(const char *tls, const char *devices, ote_select_t **sel_p)
+{
+    ote_select_t *sel = calloc(1, sizeof(*sel));
+    ote_status_t status;
+
+    if (sel == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = list_parse(tls, &sel->tls, "OTE_TLS");
+    if (status == OTE_OK)
+        status = list_parse(devices, &sel->devs, "OTE_NET_DEVICES");
+    if (status == OTE_OK) {
+        for (size_t i = 0; i < sel->devs.n; i++) {
+            const char *t = sel->devs.tok[i].name;
+            const char *lb = strchr(t, '[');
+
+            /* Validate ranges now so that typos fail at start. */
+            if ((lb && !strchr(lb, ']')) || (!lb && strchr(t, ']'))) {
+                ote_error("OTE_NET_DEVICES: bad range in '%s'", t);
+                status = OTE_ERR_INVALID_PARAM;
+            }
+        }
+    }
+    if (status != OTE_OK) {
+        free(sel);
+        return status;
+    }
+    *sel_p = sel;
+    return OTE_OK;
+}
+
+bool ote_select_tl(ote_select_t *sel, const char *tl)
+{
+    bool hit = false;
+
+    for (size_t i = 0; i < sel->tls.n; i++) {
+        if (tl_token_matches(sel->tls.tok[i].name, tl)) {
+            sel->tls.tok[i].matched = true;
+            hit = true;
+        }
+    }
+    if (sel->tls.negate)
+        return !hit;
+    return sel->tls.all || hit;
+}
+
+bool ote_select_device(ote_select_t *sel, const char *dev)
+{
+    bool hit = false;
+
+    for (size_t i = 0; i < sel->devs.n; i++) {
+        const char *pat = sel->devs.tok[i].name;
+        bool m = dev_pattern_matches(pat, dev);
+
+        /* "mlx5_0" also names every port of mlx5_0 ("mlx5_0:1"). */
+        if (!m && !strchr(pat, ':')) {
+            const char *colon = strchr(dev, ':');
+
+            if (colon) {
+                char base[OTE_TL_DEV_MAX];
+
+                snprintf(base, sizeof(base), "%.*s", (int)(colon - dev), dev);
+                m = dev_pattern_matches(pat, base);
+            }
+        }
+        if (m) {
+            sel->devs.tok[i].matched = true;
+            hit = true;
+        }
+    }
+    if (sel->devs.negate)
+        return !hit;
+    return sel->devs.all || hit;
+}
+
+ote_status_t ote_select_check_unmatched(ote_select_t *sel)
+{
+    ote_status_t status = OTE_OK;
+
+    if (!sel->tls.negate) {
+        for (size_t i = 0; i < sel->tls.n; i++) {
+            if (!sel->tls.tok[i].matched) {
+                ote_error("OTE_TLS names '%s', which is not available here (see ote_info -d)",
+                          sel->tls.tok[i].name);
+                status = OTE_ERR_UNREACHABLE;
+            }
+        }
+    }
+    if (!sel->devs.negate) {
+        for (size_t i = 0; i < sel->devs.n; i++) {
+            if (!sel->devs.tok[i].matched) {
+                ote_error("OTE_NET_DEVICES names '%s', which is not available here "
+                          "(see ote_info -d)", sel->devs.tok[i].name);
+                status = OTE_ERR_UNREACHABLE;
+            }
+        }
+    }
+    return status;
+}
+
+void ote_select_free(ote_select_t *sel)
+{
+    free(sel);
+}

@@ -1,0 +1,303 @@
+#include "util.h"
+
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+ote_status_t ote_sockaddr_parse(const char *str, struct sockaddr_storage *ss, socklen_t *len_p)
+{
+    char host[256];
+    const char *port_str = NULL;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res  = NULL;
+    char *end;
+    long port = 0;
+    size_t hl;
+
+    if (str == NULL || *str == '\0')
+        return OTE_ERR_INVALID_PARAM;
+    if (str[0] == '[') {
+        const char *rb = strchr(str, ']');
+
+        if (rb == NULL || (size_t)(rb - str - 1) >= sizeof(host))
+            return OTE_ERR_INVALID_PARAM;
+        hl = (size_t)(rb - str - 1);
+        memcpy(host, str + 1, hl);
+        host[hl] = '\0';
+        if (rb[1] == ':')
+            port_str = rb + 2;
+        else if (rb[1] != '\0')
+            return OTE_ERR_INVALID_PARAM;
+    } else {
+        const char *colon = strrchr(str, ':');
+
+        if (colon != NULL && strchr(str, ':') != colon)
+            colon = NULL; /* bare IPv6 without port */
+        hl = colon ? (size_t)(colon - str) : strlen(str);
+        if (hl >= sizeof(host))
+            return OTE_ERR_INVALID_PARAM;
+        memcpy(host, str, hl);
+        host[hl] = '\0';
+        if (colon)
+            port_str = colon + 1;
+    }
+    if (port_str != NULL) {
+        errno = 0;
+        port  = strtol(port_str, &end, 10);
+        if (errno || end == port_str || *end != '\0' || port < 0 || port > 65535)
+            return OTE_ERR_INVALID_PARAM;
+    }
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL)
+        return OTE_ERR_NOT_FOUND;
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len_p = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+    ote_sockaddr_set_port((struct sockaddr *)ss, (uint16_t)port);
+    return OTE_OK;
+}
+
+void ote_sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len)
+{
+    if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)len);
+    else
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, (socklen_t)len);
+}
+
+void ote_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN];
+
+    ote_sockaddr_ip(sa, ip, sizeof(ip));
+    if (sa->sa_family == AF_INET6)
+        snprintf(buf, len, "[%s]:%u", ip, ote_sockaddr_port(sa));
+    else
+        snprintf(buf, len, "%s:%u", ip, ote_sockaddr_port(sa));
+}
+
+bool ote_sockaddr_is_any(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+}
+
+uint16_t ote_sockaddr_port(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+    return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+}
+
+void ote_sockaddr_set_port(struct sockaddr *sa, uint16_t port)
+{
+    if (sa->sa_family == AF_INET6)
+        ((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
+    else
+        ((struct sockaddr_in *)sa)->sin_port = htons(port);
+}
+
+ote_status_t ote_socket_set_nonblock(int fd, bool on)
+{
+    int fl = fcntl(fd, F_GETFL);
+
+    if (fl < 0)
+        return OTE_ERR_IO;
+    fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+    return fcntl(fd, F_SETFL, fl) == 0 ? OTE_OK : OTE_ERR_IO;
+}
+
+ote_status_t ote_socket_listen(const struct sockaddr_storage *ss, socklen_t len, int *fd_p)
+{
+    int one = 1;
+    int fd  = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+    if (fd < 0)
+        return OTE_ERR_IO;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, 1024) != 0) {
+        char a[80];
+
+        ote_sockaddr_format((const struct sockaddr *)ss, a, sizeof(a));
+        ote_error("cannot listen on %s: %s", a, strerror(errno));
+        close(fd);
+        return OTE_ERR_IO;
+    }
+    *fd_p = fd;
+    return OTE_OK;
+}
+
+static int remaining_ms(uint64_t deadline_ns)
+{
+    uint64_t now = ote_time_ns();
+
+    if (now >= deadline_ns)
+        return 0;
+    return (int)OTE_MIN((deadline_ns - now + 999999) / 1000000, (uint64_t)INT32_MAX);
+}
+
+ote_status_t ote_socket_connect(const struct sockaddr_storage *ss, socklen_t len,
+                                int timeout_ms, int *fd_p)
+{
+    uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int err = 0;
+    socklen_t el = sizeof(err);
+
+    if (fd < 0)
+        return OTE_ERR_IO;
+    if (connect(fd, (const struct sockaddr *)ss, len) != 0) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int rc;
+
+        if (errno != EINPROGRESS)
+            goto err;
+        do {
+            rc = poll(&p, 1, remaining_ms(deadline));
+        } while (rc < 0 && errno == EINTR);
+        if (rc == 0) {
+            close(fd);
+            return OTE_ERR_TIMEOUT;
+        }
+        if (rc < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0) {
+            errno = err;
+            goto err;
+        }
+    }
+    ote_socket_set_nonblock(fd, false);
+    *fd_p = fd;
+    return OTE_OK;
+
+err:
+    {
+        ote_status_t st = (errno == ECONNREFUSED || errno == EHOSTUNREACH ||
+                           errno == ENETUNREACH)
+                              ? OTE_ERR_NOT_FOUND
+                              : OTE_ERR_IO;
+        close(fd);
+        return st;
+    }
+}
+
+static ote_status_t wait_fd(int fd, short events, uint64_t deadline_ns)
+{
+    struct pollfd p = {.fd = fd, .events = events};
+    int rc;
+
+    do {
+        rc = poll(&p, 1, remaining_ms(deadline_ns));
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0)
+        return OTE_ERR_TIMEOUT;
+    return rc < 0 ? OTE_ERR_IO : OTE_OK;
+}
+
+ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns)
+{
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            ote_status_t st = wait_fd(fd, POLLOUT, deadline_ns);
+
+            if (st != OTE_OK)
+                return st;
+            continue;
+        }
+        return OTE_ERR_REMOTE_DISCONNECT;
+    }
+    return OTE_OK;
+}
+
+ote_status_t ote_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns)
+{
+    uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return OTE_ERR_REMOTE_DISCONNECT;
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+            ote_status_t st = wait_fd(fd, POLLIN, deadline_ns);
+
+            if (st != OTE_OK)
+                return st;
+            continue;
+        }
+        return OTE_ERR_REMOTE_DISCONNECT;
+    }
+    return OTE_OK;
+}
+
+void ote_default_ip(char *buf, size_t len)
+{
+    struct ifaddrs *ifa, *i;
+
+    snprintf(buf, len, "127.0.0.1");
+    if (getifaddrs(&ifa) != 0)
+        return;
+    for (i = ifa; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+            !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+            continue;
+        ote_sockaddr_ip(i->ifa_addr, buf, len);
+        break;
+    }
+    freeifaddrs(ifa);
+}
+
+void ote_ifname_of_ip(const char *ip, char *buf, size_t len)
+{
+    struct ifaddrs *ifa, *i;
+    char a[INET6_ADDRSTRLEN];
+
+    snprintf(buf, len, "%s", strcmp(ip, "0.0.0.0") == 0 || strcmp(ip, "::") == 0 ? "any" : "?");
+    if (getifaddrs(&ifa) != 0)
+        return;
+    for (i = ifa; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL ||
+            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+            continue;
+        ote_sockaddr_ip(i->ifa_addr, a, sizeof(a));
+        if (strcmp(a, ip) == 0) {
+            snprintf(buf, len, "%s", i->ifa_name);
+            break;
+        }
+    }
+    freeifaddrs(ifa);
+}
+
+uint64_t ote_random_u64(void)
+{
+    uint64_t v = 0;
+
+    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+        v = ote_time_ns() ^ ((uint64_t)getpid() << 32);
+    return v;
+}

@@ -1,0 +1,51 @@
+/* Small helpers shared by every layer: clocks, socket addresses, blocking I/O with deadlines. */
+#ifndef OTE_CORE_UTIL_H
+#define OTE_CORE_UTIL_H
+
+#include <ote/ote.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <time.h>
+
+static inline uint64_t ote_time_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define OTE_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define OTE_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* "host:port", "[v6]:port", "host" (port 0). Numeric addresses or resolvable names. */
+ote_status_t ote_sockaddr_parse(const char *str, struct sockaddr_storage *ss, socklen_t *len_p);
+/* "ip:port" or "[ip]:port". */
+void         ote_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len);
+/* Numeric IP without port. */
+void         ote_sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len);
+bool         ote_sockaddr_is_any(const struct sockaddr *sa);
+uint16_t     ote_sockaddr_port(const struct sockaddr *sa);
+void         ote_sockaddr_set_port(struct sockaddr *sa, uint16_t port);
+
+/* A non-blocking-capable listening socket bound to ss (port 0 = any). */
+ote_status_t ote_socket_listen(const struct sockaddr_storage *ss, socklen_t len, int *fd_p);
+/* Connect within timeout_ms; the socket is returned in blocking mode. */
+ote_status_t ote_socket_connect(const struct sockaddr_storage *ss, socklen_t len,
+                                int timeout_ms, int *fd_p);
+/* Send/receive exactly len bytes before deadline_ns (monotonic). */
+ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns);
+ote_status_t ote_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns);
+ote_status_t ote_socket_set_nonblock(int fd, bool on);
+
+/* First non-loopback IPv4 address of an interface that is up, else 127.0.0.1. */
+void ote_default_ip(char *buf, size_t len);
+/* Name of the interface holding ip, or "any"/"?" */
+void ote_ifname_of_ip(const char *ip, char *buf, size_t len);
+
+/* Random 64-bit value from the kernel. */
+uint64_t ote_random_u64(void);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * Protocol layer: rails (a local iface and an ep to the peer that reach
+ * both memories), slicing of requests, and posting slices on rails.
+ */
+#ifndef OTE_PROTO_PROTO_H
+#define OTE_PROTO_PROTO_H
+
+#include "mem/mem.h"
+#include "uct_ext/tl.h"
+
+#include <ote/ote.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define OTE_PROTO_MAX_RAILS 16
+
+typedef struct ote_rail {
+    ote_tl_iface_t *iface;
+    ote_tl_ep_t    *ep;          /* NULL once the segment closed */
+    ote_tl_caps_t   caps;
+    size_t          worker;      /* index of the worker owning iface and ep */
+    int             remote_md;   /* md index in the peer descriptor, -1 none */
+    double          weight;
+} ote_rail_t;
+
+/* One piece of a task, posted on one rail. */
+typedef struct ote_slice {
+    ote_tl_completion_t comp;    /* first member: the completion is the slice */
+    struct ote_slice   *next;    /* worker queue link */
+    void               *task;    /* owner (core task) */
+    ote_rail_t         *rail;
+    ote_op_t            op;
+    void               *local;
+    uint64_t            remote;
+    size_t              length;
+    ote_region_t       *local_region;
+    const void         *rkey;
+    size_t              rkey_len;
+} ote_slice_t;
+
+typedef struct {
+    ote_rail_t *rails[OTE_PROTO_MAX_RAILS];
+    size_t      num_rails;
+} ote_rail_set_t;
+
+/*
+ * Choose rails that can serve op between local memory of type local_mem and
+ * remote memory of type remote_mem; drop rails slower than 1/4 of the best.
+ */
+ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsigned local_mem,
+                                    unsigned remote_mem, ote_rail_set_t *out);
+
+/*
+ * How many slices a request of length is cut into on these rails, with a
+ * slice size limit (0 = the rails' own preference).
+ */
+size_t ote_proto_slice_count(const ote_rail_set_t *rails, size_t length, size_t slice_size);
+
+/*
+ * Fill slices[0..count) for a request: consecutive pieces, rails chosen
+ * round-robin weighted by bandwidth starting at *cursor.
+ */
+void ote_proto_slice_plan(const ote_rail_set_t *rails, ote_op_t op, void *local,
+                          uint64_t remote, size_t length, size_t count, ote_slice_t *slices,
+                          unsigned *cursor);
+
+/*
+ * Post a slice on its rail (worker thread). Returns OTE_INPROGRESS if the
+ * completion will be called, or the final status otherwise.
+ */
+ote_status_t ote_proto_slice_post(ote_slice_t *slice);
+
+#endif

@@ -1,0 +1,57 @@
+/* ote_info: version, transports and devices, configuration. */
+#include "core/config.h"
+#include "core/engine.h"
+#include "core/log.h"
+
+#include <ote/ote.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+void ote_engine_print_transports(ote_engine_h e, FILE *f);
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ote_info [-v] [-c] [-d] [-h]\n"
+               "  -v  version\n"
+               "  -c  every configuration variable with its value, default and description\n"
+               "  -d  transports and devices with their capabilities and selection\n");
+}
+
+int main(int argc, char **argv)
+{
+    bool cfg = false, dev = false;
+    int opt;
+
+    while ((opt = getopt(argc, argv, "vcdh")) != -1) {
+        switch (opt) {
+        case 'v': break;
+        case 'c': cfg = true; break;
+        case 'd': dev = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    printf("# OrbitTE version %s\n", ote_version());
+    if (cfg) {
+        ote_config_t c;
+
+        if (ote_config_read(&c) != OTE_OK)
+            return 1;
+        ote_config_print(&c, stdout);
+        ote_config_release(&c);
+    }
+    if (dev) {
+        ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+        ote_engine_h e;
+        ote_status_t st = ote_engine_create(&p, &e);
+
+        if (st != OTE_OK) {
+            fprintf(stderr, "ote_info: engine: %s\n", ote_status_string(st));
+            return 1;
+        }
+        ote_engine_print_transports(e, stdout);
+        ote_engine_destroy(e);
+    }
+    return 0;
+}

@@ -1,0 +1,714 @@
+/*
+ * ote_perftest: bandwidth and latency of one-sided READ/WRITE between two
+ * engines. Without a peer argument it serves as the target and prints its
+ * segment name; with one it is the initiator; --loopback starts its own
+ * target process on this host and runs both.
+ *
+ * The initiator steers the target through notifications:
+ *   "clear OFF LEN"        target zeroes the range, answers "cleared"
+ *   "check OFF LEN SEED"   target verifies the write pattern, answers "ok" or "bad ..."
+ *   "quit"                 target exits
+ */
+#include <ote/ote.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SIZES 32
+
+typedef enum { T_WRITE_BW, T_READ_BW, T_WRITE_LAT, T_READ_LAT } test_t;
+
+static const char *const test_names[] = {"write_bw", "read_bw", "write_lat", "read_lat"};
+
+typedef struct {
+    test_t      test;
+    size_t      sizes[MAX_SIZES];
+    size_t      num_sizes;
+    size_t      batch;
+    long        iters;
+    int         threads;
+    int         depth;
+    const char *local_mem;
+    const char *remote_mem;
+    const char *tls;
+    const char *listen;
+    const char *json;
+    const char *peer;
+    size_t      region;
+    bool        check;
+    bool        loopback;
+    bool        quiet;
+} opts_t;
+
+static opts_t opt = {
+    .test = T_WRITE_BW, .batch = 0, .iters = 0, .threads = 1, .depth = 0,
+    .local_mem = "host", .remote_mem = "host", .region = 512ul << 20,
+};
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fprintf(stderr, "ote_perftest: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    size_t mult = 1;
+
+    if (end == s || v < 0)
+        die("bad size '%s'", s);
+    switch (*end) {
+    case 'k': case 'K': mult = 1ul << 10; end++; break;
+    case 'm': case 'M': mult = 1ul << 20; end++; break;
+    case 'g': case 'G': mult = 1ul << 30; end++; break;
+    case '\0': break;
+    default: die("bad size '%s'", s);
+    }
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end != '\0')
+        die("bad size '%s'", s);
+    return (size_t)(v * (double)mult);
+}
+
+/* The byte at offset i of a pattern: cheap, position- and seed-dependent. */
+static inline uint8_t pattern_byte(uint64_t seed, size_t i)
+{
+    uint64_t x = (i >> 3) * 0x9e3779b97f4a7c15ull + seed;
+
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return (uint8_t)(x >> (8 * (i & 7)));
+}
+
+static void pattern_fill(uint8_t *p, size_t off, size_t len, uint64_t seed)
+{
+    for (size_t i = 0; i < len; i++)
+        p[i] = pattern_byte(seed, off + i);
+}
+
+static long pattern_check(const uint8_t *p, size_t off, size_t len, uint64_t seed)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != pattern_byte(seed, off + i))
+            return (long)i;
+    }
+    return -1;
+}
+
+static void mem_check_location(const char *m)
+{
+    if (strcmp(m, "host") != 0)
+        die("memory type '%s' is not available in this build (host only)", m);
+}
+
+/* ------------------------------------------------------------------ */
+/* Target                                                             */
+/* ------------------------------------------------------------------ */
+
+static int run_target(void)
+{
+    ote_engine_params_t p = {.listen_addr = opt.listen ? opt.listen : "0.0.0.0:0"};
+    ote_engine_h e;
+    ote_mem_h mem;
+    void *buf;
+    ote_status_t st;
+    ote_segment_h reply_seg = NULL;
+    char reply_name[256] = "";
+
+    mem_check_location(opt.remote_mem);
+    st = ote_engine_create(&p, &e);
+    if (st != OTE_OK)
+        die("engine: %s", ote_status_string(st));
+    st = ote_mem_alloc(e, opt.region, NULL, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                       &buf, &mem);
+    if (st != OTE_OK)
+        die("allocating %zu bytes: %s", opt.region, ote_status_string(st));
+    /* Readers verify this pattern. */
+    pattern_fill(buf, 0, opt.region, 0x5eed);
+    printf("ote_perftest: serving segment %s region %#llx %zu\n", ote_engine_name(e),
+           (unsigned long long)(uintptr_t)buf, opt.region);
+    fflush(stdout);
+
+    while (!stop_flag) {
+        ote_notif_t n[8];
+        size_t count = 0;
+
+        ote_notify_recv(e, n, 8, &count);
+        if (count == 0) {
+            usleep(200);
+            continue;
+        }
+        for (size_t i = 0; i < count; i++) {
+            char msg[OTE_NOTIFY_MAX + 1], answer[128];
+            unsigned long long off, len, seed;
+
+            memcpy(msg, n[i].data, n[i].length);
+            msg[n[i].length] = '\0';
+            if (strcmp(msg, "quit") == 0) {
+                stop_flag = 1;
+                break;
+            }
+            if (reply_seg == NULL || strcmp(reply_name, n[i].from) != 0) {
+                if (reply_seg)
+                    ote_segment_close(reply_seg);
+                reply_seg = NULL;
+                snprintf(reply_name, sizeof(reply_name), "%.255s", n[i].from);
+                st = ote_segment_open(e, reply_name, &reply_seg);
+                if (st != OTE_OK) {
+                    fprintf(stderr, "ote_perftest: cannot answer %s: %s\n", reply_name,
+                            ote_status_string(st));
+                    continue;
+                }
+            }
+            if (sscanf(msg, "clear %llu %llu", &off, &len) == 2 && off + len <= opt.region) {
+                memset((uint8_t *)buf + off, 0, len);
+                snprintf(answer, sizeof(answer), "cleared");
+            } else if (sscanf(msg, "check %llu %llu %llu", &off, &len, &seed) == 3 &&
+                       off + len <= opt.region) {
+                long bad = pattern_check((uint8_t *)buf + off, off, len, seed);
+
+                if (bad < 0)
+                    snprintf(answer, sizeof(answer), "ok");
+                else
+                    snprintf(answer, sizeof(answer), "bad %llu", off + (unsigned long long)bad);
+            } else {
+                snprintf(answer, sizeof(answer), "error");
+            }
+            ote_notify_send(e, reply_seg, answer, strlen(answer));
+        }
+    }
+    if (reply_seg)
+        ote_segment_close(reply_seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Initiator                                                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    int          id;
+    ote_engine_h engine;
+    ote_segment_h seg;
+    uint8_t     *local;
+    uint64_t     remote;
+    size_t       size;
+    size_t       batch;
+    long         iters;
+    long         warmup;
+    double       elapsed;
+    double      *lat;      /* per round, seconds */
+    long         done;
+    int          failed;
+    ote_status_t error;
+} worker_t;
+
+static pthread_barrier_t barrier;
+static volatile long progress_rounds;
+
+static ote_op_t test_op(void)
+{
+    return opt.test == T_WRITE_BW || opt.test == T_WRITE_LAT ? OTE_OP_WRITE : OTE_OP_READ;
+}
+
+static int round_check(ote_batch_h b, size_t n, worker_t *w)
+{
+    for (size_t t = 0; t < n; t++) {
+        ote_task_status_t ts;
+
+        ote_batch_task_status(b, t, &ts);
+        if (ts.state != OTE_TASK_COMPLETED) {
+            w->failed = 1;
+            w->error  = ts.error;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    ote_xfer_req_t *reqs = calloc(w->batch, sizeof(*reqs));
+    int depth = opt.depth;
+    ote_batch_h *ring = calloc((size_t)depth, sizeof(*ring));
+    double *start = calloc((size_t)depth, sizeof(*start));
+    long submitted = 0, completed = 0, total = w->iters + w->warmup;
+    double t0 = 0;
+
+    for (size_t i = 0; i < w->batch; i++) {
+        reqs[i].op          = test_op();
+        reqs[i].local_addr  = w->local + i * w->size;
+        reqs[i].segment     = w->seg;
+        reqs[i].remote_addr = w->remote + i * w->size;
+        reqs[i].length      = w->size;
+    }
+    pthread_barrier_wait(&barrier);
+    while (completed < total && !w->failed) {
+        /* Keep `depth` batches in flight. */
+        while (submitted < total && submitted - completed < depth) {
+            ote_batch_h *b = &ring[submitted % depth];
+            size_t first;
+            ote_status_t st = ote_batch_create(w->engine, w->batch, b);
+
+            if (st == OTE_OK)
+                st = ote_batch_submit(*b, reqs, w->batch, &first);
+            if (st != OTE_OK) {
+                w->failed = 1;
+                w->error  = st;
+                break;
+            }
+            start[submitted % depth] = now_s();
+            submitted++;
+        }
+        if (w->failed)
+            break;
+        {
+            ote_batch_h b = ring[completed % depth];
+            ote_status_t st = ote_batch_wait(b, 60000);
+            double t = now_s();
+
+            if (st != OTE_OK) {
+                w->failed = 1;
+                w->error  = st;
+                break;
+            }
+            if (round_check(b, w->batch, w) != 0)
+                break;
+            ote_batch_release(b);
+            if (completed >= w->warmup)
+                w->lat[completed - w->warmup] = t - start[completed % depth];
+            completed++;
+            if (completed == w->warmup)
+                t0 = t;
+            if (w->id == 0)
+                progress_rounds = completed;
+        }
+    }
+    w->elapsed = now_s() - t0;
+    w->done    = completed - w->warmup;
+    /* On failure, wait for what is still in flight before leaving. */
+    while (completed < submitted) {
+        ote_batch_wait(ring[completed % depth], 60000);
+        ote_batch_release(ring[completed % depth]);
+        completed++;
+    }
+    free(reqs);
+    free(ring);
+    free(start);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Send a command to the target and wait for its answer. */
+static int target_command(ote_engine_h e, ote_segment_h seg, const char *cmd, char *answer,
+                          size_t len)
+{
+    double deadline = now_s() + 30;
+    ote_status_t st = ote_notify_send(e, seg, cmd, strlen(cmd));
+
+    if (st != OTE_OK) {
+        fprintf(stderr, "ote_perftest: notify: %s\n", ote_status_string(st));
+        return -1;
+    }
+    while (now_s() < deadline) {
+        ote_notif_t n;
+        size_t count;
+
+        ote_notify_recv(e, &n, 1, &count);
+        if (count) {
+            snprintf(answer, len, "%.*s", (int)n.length, n.data);
+            return 0;
+        }
+        usleep(100);
+    }
+    fprintf(stderr, "ote_perftest: target did not answer '%s'\n", cmd);
+    return -1;
+}
+
+static int run_initiator(const char *peer)
+{
+    ote_engine_params_t p = {.listen_addr = opt.listen ? opt.listen : NULL};
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_region_info_t regions[4];
+    size_t nreg = 0, max_size = 0, local_len;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_status_t st;
+    FILE *json = NULL;
+    int rc = 0;
+    bool lat_test = opt.test == T_WRITE_LAT || opt.test == T_READ_LAT;
+
+    mem_check_location(opt.local_mem);
+    mem_check_location(opt.remote_mem);
+    /* Peers answer on our control plane: listen where the peer can reach us. */
+    if (p.listen_addr == NULL && (strncmp(peer, "127.", 4) == 0 || strncmp(peer, "[::1]", 5) == 0))
+        p.listen_addr = strncmp(peer, "[::1]", 5) == 0 ? "[::1]:0" : "127.0.0.1:0";
+    st = ote_engine_create(&p, &e);
+    if (st != OTE_OK)
+        die("engine: %s", ote_status_string(st));
+    st = ote_segment_open(e, peer, &seg);
+    if (st != OTE_OK)
+        die("opening segment %s: %s", peer, ote_status_string(st));
+    ote_segment_regions(seg, regions, 4, &nreg);
+    if (nreg == 0)
+        die("peer %s publishes no region", peer);
+    for (size_t i = 0; i < opt.num_sizes; i++)
+        max_size = opt.sizes[i] > max_size ? opt.sizes[i] : max_size;
+    local_len = max_size * opt.batch * (size_t)opt.threads;
+    if (local_len > regions[0].length)
+        die("size x batch x threads = %zu exceeds the peer's region (%zu)", local_len,
+            (size_t)regions[0].length);
+    st = ote_mem_alloc(e, local_len, NULL, 0, (void **)&local, &mem);
+    if (st != OTE_OK)
+        die("allocating %zu bytes: %s", local_len, ote_status_string(st));
+    if (opt.json) {
+        json = fopen(opt.json, "w");
+        if (json == NULL)
+            die("cannot write %s: %s", opt.json, strerror(errno));
+    }
+    if (!opt.quiet) {
+        printf("# ote_perftest %s to %s, %d thread(s), depth %d%s\n", test_names[opt.test],
+               peer, opt.threads, opt.depth, opt.check ? ", verifying every byte" : "");
+        printf("# %12s %8s %10s %12s %12s %12s\n", "size", "batch", "GB/s", "lat_avg_us",
+               "lat_p99_us", "msg/s");
+    }
+    for (size_t si = 0; si < opt.num_sizes && rc == 0; si++) {
+        size_t size = opt.sizes[si];
+        size_t used = size * opt.batch * (size_t)opt.threads;
+        uint64_t seed = 0x1000 + size;
+        long iters = opt.iters;
+        worker_t *w = calloc((size_t)opt.threads, sizeof(*w));
+        pthread_t *th = calloc((size_t)opt.threads, sizeof(*th));
+        double elapsed = 0, *all_lat;
+        long rounds = 0;
+        char answer[128];
+
+        if (iters <= 0) {
+            /* About 2 GiB per size for bandwidth, 20000 rounds for latency. */
+            double target = lat_test ? 20000 : (double)(2ul << 30) / (double)(size * opt.batch);
+
+            iters = (long)fmin(fmax(target / opt.threads, 50), 200000);
+        }
+        if (test_op() == OTE_OP_WRITE) {
+            pattern_fill(local, 0, used, seed);
+            if (opt.check) {
+                snprintf(answer, sizeof(answer), "clear %llu %zu",
+                         (unsigned long long)0, used);
+                if (target_command(e, seg, answer, answer, sizeof(answer)) != 0 ||
+                    strcmp(answer, "cleared") != 0)
+                    die("target did not clear its region");
+            }
+        } else {
+            memset(local, 0, used);
+        }
+        pthread_barrier_init(&barrier, NULL, (unsigned)opt.threads);
+        progress_rounds = 0;
+        for (int t = 0; t < opt.threads; t++) {
+            w[t].id     = t;
+            w[t].engine = e;
+            w[t].seg    = seg;
+            w[t].size   = size;
+            w[t].batch  = opt.batch;
+            w[t].local  = local + (size_t)t * size * opt.batch;
+            w[t].remote = regions[0].addr + (uint64_t)t * size * opt.batch;
+            w[t].iters  = iters;
+            w[t].warmup = iters / 10 > 0 ? (iters / 10 < 100 ? iters / 10 : 100) : 1;
+            w[t].lat    = calloc((size_t)iters, sizeof(double));
+            pthread_create(&th[t], NULL, worker_main, &w[t]);
+        }
+        {
+            double last = now_s();
+
+            for (;;) {
+                bool all_done = true;
+
+                usleep(20000);
+                for (int t = 0; t < opt.threads; t++) {
+                    if (pthread_tryjoin_np(th[t], NULL) == EBUSY)
+                        all_done = false;
+                    else
+                        th[t] = 0;
+                }
+                if (all_done)
+                    break;
+                if (!opt.quiet && now_s() - last >= 1.0) {
+                    fprintf(stderr, "ote_perftest: %s %zu x%zu: %ld/%ld rounds\n",
+                            test_names[opt.test], size, opt.batch, progress_rounds,
+                            iters + w[0].warmup);
+                    last = now_s();
+                }
+            }
+        }
+        pthread_barrier_destroy(&barrier);
+        all_lat = calloc((size_t)iters * (size_t)opt.threads, sizeof(double));
+        for (int t = 0; t < opt.threads; t++) {
+            if (w[t].failed) {
+                fprintf(stderr, "ote_perftest: thread %d failed: %s\n", t,
+                        ote_status_string(w[t].error));
+                rc = 1;
+            }
+            elapsed = w[t].elapsed > elapsed ? w[t].elapsed : elapsed;
+            memcpy(all_lat + rounds, w[t].lat, (size_t)w[t].done * sizeof(double));
+            rounds += w[t].done;
+        }
+        if (rc == 0 && opt.check) {
+            if (test_op() == OTE_OP_WRITE) {
+                snprintf(answer, sizeof(answer), "check 0 %zu %llu", used,
+                         (unsigned long long)seed);
+                if (target_command(e, seg, answer, answer, sizeof(answer)) != 0 ||
+                    strcmp(answer, "ok") != 0) {
+                    fprintf(stderr, "ote_perftest: verification FAILED: %s\n", answer);
+                    rc = 1;
+                }
+            } else {
+                for (int t = 0; t < opt.threads && rc == 0; t++) {
+                    size_t off = (size_t)t * size * opt.batch;
+                    long bad = pattern_check(local + off, off, size * opt.batch, 0x5eed);
+
+                    if (bad >= 0) {
+                        fprintf(stderr, "ote_perftest: verification FAILED at byte %zu\n",
+                                off + (size_t)bad);
+                        rc = 1;
+                    }
+                }
+            }
+        }
+        if (rc == 0 && rounds > 0) {
+            double bytes = (double)rounds * (double)size * (double)opt.batch;
+            double gbps  = bytes / elapsed / 1e9;
+            double msgs  = (double)rounds * (double)opt.batch / elapsed;
+            double avg = 0, p99;
+
+            qsort(all_lat, (size_t)rounds, sizeof(double), cmp_double);
+            for (long i = 0; i < rounds; i++)
+                avg += all_lat[i];
+            avg /= (double)rounds;
+            p99 = all_lat[(size_t)((double)(rounds - 1) * 0.99)];
+            printf("  %12zu %8zu %10.3f %12.2f %12.2f %12.0f\n", size, opt.batch, gbps,
+                   avg * 1e6, p99 * 1e6, msgs);
+            fflush(stdout);
+            if (json) {
+                double p50 = all_lat[(size_t)((double)(rounds - 1) * 0.5)];
+
+                fprintf(json,
+                        "{\"test\":\"%s\",\"size\":%zu,\"batch\":%zu,\"threads\":%d,"
+                        "\"depth\":%d,\"bytes\":%.0f,\"seconds\":%.6f,\"gbps\":%.4f,"
+                        "\"lat_avg_us\":%.3f,\"lat_p50_us\":%.3f,\"lat_p99_us\":%.3f,"
+                        "\"msg_per_s\":%.0f,\"checked\":%s}\n",
+                        test_names[opt.test], size, opt.batch, opt.threads, opt.depth, bytes,
+                        elapsed, gbps, avg * 1e6, p50 * 1e6, p99 * 1e6, msgs,
+                        opt.check ? "true" : "false");
+                fflush(json);
+            }
+        }
+        for (int t = 0; t < opt.threads; t++)
+            free(w[t].lat);
+        free(all_lat);
+        free(w);
+        free(th);
+    }
+    if (json)
+        fclose(json);
+    if (opt.loopback)
+        ote_notify_send(e, seg, "quit", 4);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    return rc;
+}
+
+/* Start a target process on loopback and return its segment name. */
+static pid_t spawn_target(const char *self, char *name, size_t len)
+{
+    int pfd[2];
+    pid_t pid;
+    char line[512], region[32];
+    FILE *f;
+
+    if (pipe(pfd) != 0)
+        die("pipe: %s", strerror(errno));
+    snprintf(region, sizeof(region), "%zu", opt.region);
+    pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], STDOUT_FILENO);
+        close(pfd[1]);
+        execl(self, self, "-l", "127.0.0.1:0", "-M", opt.remote_mem, "--region", region,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    f = fdopen(pfd[0], "r");
+    if (f == NULL || fgets(line, sizeof(line), f) == NULL ||
+        sscanf(line, "ote_perftest: serving segment %255s", name) != 1) {
+        kill(pid, SIGTERM);
+        die("loopback target did not start");
+    }
+    (void)len;
+    fclose(f);
+    return pid;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ote_perftest [options] [PEER]\n"
+            "  without PEER: serve as the target and print the segment name\n"
+            "  PEER: segment name (host:port) of a serving ote_perftest\n"
+            "  --loopback          start a target process on this host and run against it\n"
+            "  -t TEST             write_bw (default), read_bw, write_lat, read_lat\n"
+            "  -s SIZE[,SIZE...]   block sizes, k/m/g suffixes (default 1m; 8 for *_lat)\n"
+            "  -b BATCH            requests per batch (default 8; 1 for *_lat)\n"
+            "  -n ITERS            batches per size (default: about 2 GiB, or 20000 rounds)\n"
+            "  -T THREADS          submitting threads (default 1)\n"
+            "  -D DEPTH            batches in flight per thread (default 2; 1 for *_lat)\n"
+            "  -m host             local memory type\n"
+            "  -M host             remote memory type\n"
+            "  -x TLS              transports (sets OTE_TLS)\n"
+            "  -l ADDR             control-plane listen address (host:port)\n"
+            "  --region SIZE       target region size (default 512m)\n"
+            "  --check             verify every byte\n"
+            "  --json FILE         one JSON object per row\n"
+            "  -q                  table only\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"loopback", no_argument, NULL, 'L'}, {"check", no_argument, NULL, 'C'},
+        {"json", required_argument, NULL, 'J'}, {"region", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+    };
+    const char *sizes = NULL;
+    char name[256];
+    pid_t child = 0;
+    int c, rc;
+
+    while ((c = getopt_long(argc, argv, "t:s:b:n:T:D:m:M:x:l:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 't': {
+            int i;
+
+            for (i = 0; i < 4 && strcmp(optarg, test_names[i]) != 0; i++)
+                ;
+            if (i == 4)
+                die("unknown test '%s'", optarg);
+            opt.test = (test_t)i;
+            break;
+        }
+        case 's': sizes = optarg; break;
+        case 'b': opt.batch = parse_size(optarg); break;
+        case 'n': opt.iters = atol(optarg); break;
+        case 'T': opt.threads = atoi(optarg); break;
+        case 'D': opt.depth = atoi(optarg); break;
+        case 'm': opt.local_mem = optarg; break;
+        case 'M': opt.remote_mem = optarg; break;
+        case 'x': opt.tls = optarg; break;
+        case 'l': opt.listen = optarg; break;
+        case 'q': opt.quiet = true; break;
+        case 'L': opt.loopback = true; break;
+        case 'C': opt.check = true; break;
+        case 'J': opt.json = optarg; break;
+        case 'R': opt.region = parse_size(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc)
+        opt.peer = argv[optind];
+    {
+        bool lat = opt.test == T_WRITE_LAT || opt.test == T_READ_LAT;
+        char buf[512], *save = NULL;
+
+        snprintf(buf, sizeof(buf), "%s", sizes ? sizes : (lat ? "8" : "1m"));
+        for (char *t = strtok_r(buf, ",", &save); t && opt.num_sizes < MAX_SIZES;
+             t = strtok_r(NULL, ",", &save))
+            opt.sizes[opt.num_sizes++] = parse_size(t);
+        if (opt.batch == 0)
+            opt.batch = lat ? 1 : 8;
+        if (opt.depth <= 0)
+            opt.depth = lat ? 1 : 2;
+    }
+    for (size_t i = 0; i < opt.num_sizes; i++) {
+        if (opt.sizes[i] == 0)
+            die("block size must be positive");
+    }
+    if (opt.threads < 1 || opt.threads > 64)
+        die("threads must be 1..64");
+    if (opt.tls)
+        setenv("OTE_TLS", opt.tls, 1);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (opt.loopback) {
+        child    = spawn_target("/proc/self/exe", name, sizeof(name));
+        opt.peer = name;
+    }
+    if (opt.peer == NULL)
+        return run_target();
+    rc = run_initiator(opt.peer);
+    if (child > 0) {
+        int status;
+        int waited = 0;
+
+        while (waitpid(child, &status, WNOHANG) == 0 && waited < 5000) {
+            usleep(10000);
+            waited += 10;
+        }
+        if (waited >= 5000) {
+            kill(child, SIGKILL);
+            waitpid(child, &status, 0);
+        }
+    }
+    return rc;
+}

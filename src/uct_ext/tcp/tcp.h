@@ -1,0 +1,137 @@
+/* Native tcp component: internal objects. */
+#ifndef OTE_TCP_H
+#define OTE_TCP_H
+
+#include "tcp_wire.h"
+#include "uct_ext/tl.h"
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#define OTE_TCP_RXBUF    (64 * 1024)
+#define OTE_TCP_IOV_MAX  64
+
+typedef struct ote_tcp_iface ote_tcp_iface_t;
+typedef struct ote_tcp_ep    ote_tcp_ep_t;
+
+/* An operation posted by the initiator and not yet answered. */
+typedef struct {
+    ote_tl_completion_t *comp;
+    uint8_t              type; /* OTE_TCP_WRITE or OTE_TCP_READ_REQ */
+    uint64_t             id;
+    void                *local;
+    size_t               length;
+    ote_region_t        *local_region; /* guards receives into local */
+    uint64_t             post_ns;
+} ote_tcp_op_t;
+
+/* A message queued for sending: header, then optional payload. */
+typedef struct {
+    uint8_t       hdr[OTE_TCP_HDR_LEN];
+    const void   *payload;
+    size_t        payload_len;
+    size_t        sent;
+    ote_region_t *region;     /* payload's region: guarded while sending  */
+    bool          own_region; /* target side: reference dropped once sent */
+} ote_tcp_tx_t;
+
+typedef enum {
+    OTE_TCP_RX_HANDSHAKE, /* target: the first message must be HELLO */
+    OTE_TCP_RX_HDR,
+    OTE_TCP_RX_PAYLOAD,   /* into dst */
+    OTE_TCP_RX_DISCARD,   /* refused WRITE payload: read and drop   */
+} ote_tcp_rx_state_t;
+
+typedef struct ote_tcp_conn {
+    int                   fd;
+    ote_tcp_iface_t      *iface;
+    ote_tcp_ep_t         *ep;       /* NULL on the target side */
+    bool                  dead;
+    bool                  dirty;    /* on the iface's flush list */
+    bool                  want_out; /* EPOLLOUT armed */
+    struct ote_tcp_conn  *next_dirty;
+    struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */
+    struct ote_tcp_conn  *next_dead;   /* closed, freed after progress     */
+    char                  peer[64];
+
+    /* tx ring */
+    ote_tcp_tx_t         *tx;
+    size_t                tx_cap, tx_head, tx_count;
+
+    /* outstanding initiator operations, in request order */
+    ote_tcp_op_t         *ops;
+    size_t                ops_cap, ops_head, ops_count;
+    size_t                inflight_bytes;
+
+    /* rx */
+    ote_tcp_rx_state_t    rx_state;
+    uint8_t              *rxbuf;
+    size_t                rx_off, rx_len;
+    uint8_t              *rx_dst;
+    size_t                rx_remaining;
+    size_t                rx_total;
+    ote_tcp_hdr_t         rx_hdr;   /* header of the message being received */
+    ote_region_t         *rx_region;
+    ote_status_t          rx_refusal;
+} ote_tcp_conn_t;
+
+struct ote_tcp_ep {
+    ote_tl_ep_t      super;
+    ote_tcp_conn_t **conns;
+    size_t           num_conns;
+    uint64_t         next_id;
+    char             peer_name[128];
+};
+
+struct ote_tcp_iface {
+    ote_tl_iface_t          super;
+    int                     listen_fd;
+    int                     epfd;
+    struct sockaddr_storage advertise;
+    socklen_t               advertise_len;
+    ote_mem_table_t        *regions;
+    uint64_t                instance_id;
+    size_t                  max_msg;
+    size_t                  sndbuf, rcvbuf;
+    bool                    nodelay;
+    long                    conns_per_ep;
+    long                    max_conns;
+    long                    max_conns_per_peer;
+    long                    num_accepted;
+    ote_tcp_conn_t         *conns;      /* live connections, both sides   */
+    ote_tcp_conn_t         *dirty;      /* connections with queued tx     */
+    ote_tcp_conn_t         *graveyard;  /* closed target-side connections */
+    uint8_t                *discard;    /* sink for refused payloads */
+};
+
+/* tcp_conn.c */
+ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
+                              ote_tcp_conn_t **conn_p);
+void         ote_tcp_conn_free(ote_tcp_conn_t *conn);
+/* Close the socket and fail every outstanding operation with status. */
+void         ote_tcp_conn_fail(ote_tcp_conn_t *conn, ote_status_t status);
+ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
+                                  const void *payload, size_t payload_len,
+                                  ote_region_t *region, bool own_region);
+ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *conn, const ote_tcp_op_t *op);
+void         ote_tcp_conn_flush(ote_tcp_conn_t *conn);
+void         ote_tcp_conn_rx(ote_tcp_conn_t *conn);
+void         ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd);
+
+/* tcp_iface.c */
+void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
+void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
+
+/* tcp_ep.c */
+extern const ote_tl_ep_ops_t ote_tcp_ep_ops;
+ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
+                               const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
+
+/* Address blob: u8 family (4 or 6), u16 port (network order), 4 or 16 bytes. */
+ote_status_t ote_tcp_addr_pack(const struct sockaddr_storage *ss, void *buf, size_t max,
+                               size_t *len_p);
+ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
+                                 socklen_t *sslen_p);
+
+#endif

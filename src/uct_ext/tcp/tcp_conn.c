@@ -1,0 +1,540 @@
+/*
+ * One TCP data connection: the send queue (writev of many messages per
+ * system call) and the receive state machine. Payloads are received
+ * straight into their destination with readv(destination, rx buffer), so
+ * the bytes of the current message never pass through an intermediate
+ * buffer, and headers that follow arrive in the same call.
+ */
+#include "tcp.h"
+
+#include "core/log.h"
+#include "core/util.h"
+
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Bytes one connection may consume per progress call before others get a turn. */
+#define OTE_TCP_RX_BUDGET (8u * 1024 * 1024)
+
+void ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd)
+{
+    int one = 1;
+    int v;
+
+    if (iface->nodelay)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (iface->sndbuf) {
+        v = (int)(iface->sndbuf > INT32_MAX ? INT32_MAX : iface->sndbuf);
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
+    }
+    if (iface->rcvbuf) {
+        v = (int)(iface->rcvbuf > INT32_MAX ? INT32_MAX : iface->rcvbuf);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+    }
+}
+
+ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
+                              ote_tcp_conn_t **conn_p)
+{
+    ote_tcp_conn_t *c = calloc(1, sizeof(*c));
+    struct epoll_event ev = {.events = EPOLLIN};
+
+    if (c == NULL)
+        return OTE_ERR_NO_MEMORY;
+    c->rxbuf  = malloc(OTE_TCP_RXBUF);
+    c->tx_cap = 64;
+    c->tx     = calloc(c->tx_cap, sizeof(*c->tx));
+    c->ops_cap = 64;
+    c->ops    = calloc(c->ops_cap, sizeof(*c->ops));
+    if (c->rxbuf == NULL || c->tx == NULL || c->ops == NULL)
+        goto err;
+    c->fd       = fd;
+    c->iface    = iface;
+    c->ep       = ep;
+    c->rx_state = ep ? OTE_TCP_RX_HDR : OTE_TCP_RX_HANDSHAKE;
+    ev.data.ptr = c;
+    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        goto err;
+    *conn_p = c;
+    return OTE_OK;
+
+err:
+    free(c->rxbuf);
+    free(c->tx);
+    free(c->ops);
+    free(c);
+    return OTE_ERR_NO_MEMORY;
+}
+
+void ote_tcp_conn_free(ote_tcp_conn_t *c)
+{
+    if (c == NULL)
+        return;
+    free(c->rxbuf);
+    free(c->tx);
+    free(c->ops);
+    free(c);
+}
+
+static ote_status_t ring_grow(void **ring, size_t *cap, size_t head, size_t count, size_t elem)
+{
+    size_t ncap = *cap * 2;
+    uint8_t *n  = malloc(ncap * elem);
+
+    if (n == NULL)
+        return OTE_ERR_NO_MEMORY;
+    for (size_t i = 0; i < count; i++)
+        memcpy(n + i * elem, (uint8_t *)*ring + ((head + i) & (*cap - 1)) * elem, elem);
+    free(*ring);
+    *ring = n;
+    *cap  = ncap;
+    return OTE_OK;
+}
+
+ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
+                                  const void *payload, size_t payload_len, ote_region_t *region,
+                                  bool own_region)
+{
+    ote_tcp_tx_t *e;
+
+    if (c->tx_count == c->tx_cap) {
+        if (ring_grow((void **)&c->tx, &c->tx_cap, c->tx_head, c->tx_count, sizeof(*c->tx)) !=
+            OTE_OK)
+            return OTE_ERR_NO_MEMORY;
+        c->tx_head = 0;
+    }
+    e = &c->tx[(c->tx_head + c->tx_count) & (c->tx_cap - 1)];
+    ote_tcp_hdr_encode(hdr, e->hdr);
+    e->payload     = payload;
+    e->payload_len = payload_len;
+    e->sent        = 0;
+    e->region      = region;
+    e->own_region  = own_region;
+    c->tx_count++;
+    ote_tcp_iface_mark_dirty(c->iface, c);
+    return OTE_OK;
+}
+
+ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *c, const ote_tcp_op_t *op)
+{
+    if (c->ops_count == c->ops_cap) {
+        if (ring_grow((void **)&c->ops, &c->ops_cap, c->ops_head, c->ops_count,
+                      sizeof(*c->ops)) != OTE_OK)
+            return OTE_ERR_NO_MEMORY;
+        c->ops_head = 0;
+    }
+    c->ops[(c->ops_head + c->ops_count) & (c->ops_cap - 1)] = *op;
+    c->ops_count++;
+    c->inflight_bytes += op->length;
+    return OTE_OK;
+}
+
+static ote_tcp_op_t *op_head(ote_tcp_conn_t *c)
+{
+    return c->ops_count ? &c->ops[c->ops_head] : NULL;
+}
+
+static ote_tcp_op_t op_pop(ote_tcp_conn_t *c)
+{
+    ote_tcp_op_t op = c->ops[c->ops_head];
+
+    c->ops_head = (c->ops_head + 1) & (c->ops_cap - 1);
+    c->ops_count--;
+    c->inflight_bytes -= op.length;
+    return op;
+}
+
+static void set_want_out(ote_tcp_conn_t *c, bool on)
+{
+    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c};
+
+    if (c->want_out == on || c->dead)
+        return;
+    c->want_out = on;
+    epoll_ctl(c->iface->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void tx_release(ote_tcp_tx_t *e)
+{
+    if (e->region != NULL && e->own_region)
+        ote_mem_region_put(e->region);
+    e->region = NULL;
+}
+
+void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
+{
+    ote_tcp_op_t *ops;
+    size_t n;
+
+    if (c->dead)
+        return;
+    c->dead = true;
+    ote_debug("tcp connection to %s closed: %s", c->peer, ote_status_string(status));
+    epoll_ctl(c->iface->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+    while (c->tx_count) {
+        tx_release(&c->tx[c->tx_head]);
+        c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
+        c->tx_count--;
+    }
+    if (c->rx_region != NULL) {
+        ote_mem_region_put(c->rx_region);
+        c->rx_region = NULL;
+    }
+    /* Detach the outstanding operations first: completions may post again. */
+    n   = c->ops_count;
+    ops = malloc((n ? n : 1) * sizeof(*ops));
+    for (size_t i = 0; ops != NULL && i < n; i++)
+        ops[i] = op_pop(c);
+    for (size_t i = 0; ops != NULL && i < n; i++)
+        ops[i].comp->func(ops[i].comp, status);
+    free(ops);
+    ote_tcp_iface_conn_closed(c->iface, c);
+}
+
+void ote_tcp_conn_flush(ote_tcp_conn_t *c)
+{
+    struct iovec iov[2 * OTE_TCP_IOV_MAX];
+    ote_region_t *guarded[OTE_TCP_IOV_MAX];
+    struct msghdr msg = {.msg_iov = iov};
+    ssize_t w;
+
+    while (c->tx_count > 0 && !c->dead) {
+        size_t n = 0, ng = 0;
+
+        for (size_t i = 0; i < c->tx_count && i < OTE_TCP_IOV_MAX; i++) {
+            ote_tcp_tx_t *e = &c->tx[(c->tx_head + i) & (c->tx_cap - 1)];
+
+            /*
+             * Sending from a region its owner has just deregistered would
+             * read memory that may be freed: hold off the deregistration
+             * for the duration of the call, and stop at a region that is
+             * already gone.
+             */
+            if (e->region != NULL) {
+                if (!ote_mem_region_access_begin(e->region)) {
+                    if (i == 0) {
+                        ote_tcp_conn_fail(c, OTE_ERR_NOT_REGISTERED);
+                        return;
+                    }
+                    break;
+                }
+                guarded[ng++] = e->region;
+            }
+            if (e->sent < OTE_TCP_HDR_LEN) {
+                iov[n].iov_base = e->hdr + e->sent;
+                iov[n].iov_len  = OTE_TCP_HDR_LEN - e->sent;
+                n++;
+                if (e->payload_len) {
+                    iov[n].iov_base = (void *)e->payload;
+                    iov[n].iov_len  = e->payload_len;
+                    n++;
+                }
+            } else {
+                iov[n].iov_base = (uint8_t *)e->payload + (e->sent - OTE_TCP_HDR_LEN);
+                iov[n].iov_len  = e->payload_len - (e->sent - OTE_TCP_HDR_LEN);
+                n++;
+            }
+        }
+        msg.msg_iovlen = n;
+        w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        for (size_t i = 0; i < ng; i++)
+            ote_mem_region_access_end(guarded[i]);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                set_want_out(c, true);
+                return;
+            }
+            ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+            return;
+        }
+        while (w > 0) {
+            ote_tcp_tx_t *e = &c->tx[c->tx_head];
+            size_t left     = OTE_TCP_HDR_LEN + e->payload_len - e->sent;
+
+            if ((size_t)w >= left) {
+                w -= (ssize_t)left;
+                tx_release(e);
+                c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
+                c->tx_count--;
+            } else {
+                e->sent += (size_t)w;
+                w = 0;
+            }
+        }
+    }
+    if (!c->dead)
+        set_want_out(c, false);
+}
+
+static void protocol_error(ote_tcp_conn_t *c, const char *what)
+{
+    ote_warn("tcp peer %s: %s; closing the connection", c->peer, what);
+    ote_tcp_conn_fail(c, OTE_ERR_PROTOCOL);
+}
+
+static void push_reply(ote_tcp_conn_t *c, uint8_t type, uint64_t id, ote_status_t status,
+                       uint64_t length, const void *payload, ote_region_t *region)
+{
+    ote_tcp_hdr_t h = {.type = type, .status = status, .id = id, .length = length};
+
+    if (ote_tcp_conn_tx_push(c, &h, payload, payload ? length : 0, region, true) != OTE_OK) {
+        if (region != NULL)
+            ote_mem_region_put(region);
+        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+    }
+}
+
+/* Target side: a header arrived. */
+static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+{
+    ote_tcp_iface_t *iface = c->iface;
+    ote_region_t *region;
+    ote_status_t status;
+
+    if (c->rx_state == OTE_TCP_RX_HANDSHAKE) {
+        if (h->type != OTE_TCP_HELLO) {
+            protocol_error(c, "first message is not HELLO");
+            return;
+        }
+        if (h->addr != iface->instance_id) {
+            /* The initiator holds a descriptor of an earlier instance. */
+            push_reply(c, OTE_TCP_HELLO_ACK, h->id, OTE_ERR_NOT_FOUND, 0, NULL, NULL);
+            ote_tcp_conn_flush(c);
+            ote_tcp_conn_fail(c, OTE_ERR_NOT_FOUND);
+            return;
+        }
+        push_reply(c, OTE_TCP_HELLO_ACK, h->id, OTE_OK, 0, NULL, NULL);
+        c->rx_state = OTE_TCP_RX_HDR;
+        return;
+    }
+    switch (h->type) {
+    case OTE_TCP_WRITE:
+        c->rx_hdr       = *h;
+        c->rx_remaining = h->length;
+        c->rx_total     = h->length;
+        status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
+                                        OTE_ACCESS_REMOTE_WRITE, &region);
+        if (status == OTE_OK) {
+            c->rx_region = region;
+            c->rx_dst    = (uint8_t *)(uintptr_t)h->addr;
+            c->rx_state  = OTE_TCP_RX_PAYLOAD;
+        } else {
+            ote_debug("tcp peer %s: WRITE %#llx+%llu refused: %s", c->peer,
+                      (unsigned long long)h->addr, (unsigned long long)h->length,
+                      ote_status_string(status));
+            c->rx_refusal = status;
+            c->rx_state   = OTE_TCP_RX_DISCARD;
+        }
+        break;
+    case OTE_TCP_READ_REQ:
+        status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
+                                        OTE_ACCESS_REMOTE_READ, &region);
+        if (status == OTE_OK) {
+            push_reply(c, OTE_TCP_READ_RESP, h->id, OTE_OK, h->length,
+                       (const void *)(uintptr_t)h->addr, region);
+        } else {
+            ote_debug("tcp peer %s: READ %#llx+%llu refused: %s", c->peer,
+                      (unsigned long long)h->addr, (unsigned long long)h->length,
+                      ote_status_string(status));
+            push_reply(c, OTE_TCP_READ_RESP, h->id, status, 0, NULL, NULL);
+        }
+        break;
+    default:
+        protocol_error(c, "unexpected message type from initiator");
+        break;
+    }
+}
+
+/* Initiator side: a header arrived. */
+static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+{
+    ote_tcp_op_t *op = op_head(c);
+    ote_tcp_op_t done;
+
+    if (h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
+        protocol_error(c, "unexpected message type from target");
+        return;
+    }
+    if (op == NULL || op->id != h->id ||
+        op->type != (h->type == OTE_TCP_WRITE_ACK ? OTE_TCP_WRITE : OTE_TCP_READ_REQ)) {
+        protocol_error(c, "response does not match the oldest request");
+        return;
+    }
+    if (h->status == OTE_OK && h->length != op->length) {
+        protocol_error(c, "response length differs from the request");
+        return;
+    }
+    if (h->type == OTE_TCP_READ_RESP && h->status == OTE_OK) {
+        c->rx_hdr       = *h;
+        c->rx_dst       = op->local;
+        c->rx_remaining = op->length;
+        c->rx_total     = op->length;
+        c->rx_state     = OTE_TCP_RX_PAYLOAD;
+        c->rx_refusal   = OTE_OK;
+        return;
+    }
+    done = op_pop(c);
+    done.comp->func(done.comp, h->status == OTE_OK ? OTE_OK : (ote_status_t)h->status);
+}
+
+static void payload_done(ote_tcp_conn_t *c)
+{
+    ote_tcp_op_t done;
+    bool refused = c->rx_state == OTE_TCP_RX_DISCARD;
+
+    c->rx_state = OTE_TCP_RX_HDR;
+    if (c->ep == NULL) {
+        if (c->rx_region != NULL) {
+            ote_mem_region_put(c->rx_region);
+            c->rx_region = NULL;
+            push_reply(c, OTE_TCP_WRITE_ACK, c->rx_hdr.id, OTE_OK, c->rx_total, NULL, NULL);
+        } else {
+            push_reply(c, OTE_TCP_WRITE_ACK, c->rx_hdr.id, c->rx_refusal, 0, NULL, NULL);
+        }
+        return;
+    }
+    done = op_pop(c);
+    done.comp->func(done.comp, refused ? c->rx_refusal : OTE_OK);
+}
+
+/*
+ * Target side: the region we are receiving into may be deregistered between
+ * two reads; then the rest of the payload is dropped and the initiator gets
+ * NOT_REGISTERED, so nothing lands after deregistration.
+ */
+static ote_region_t *rx_dst_region(ote_tcp_conn_t *c)
+{
+    if (c->ep == NULL)
+        return c->rx_region;
+    return c->ops_count ? c->ops[c->ops_head].local_region : NULL;
+}
+
+static bool rx_dst_begin(ote_tcp_conn_t *c)
+{
+    ote_region_t *r = rx_dst_region(c);
+
+    if (r == NULL || ote_mem_region_access_begin(r))
+        return true;
+    if (c->ep == NULL) {
+        ote_mem_region_put(c->rx_region);
+        c->rx_region = NULL;
+    }
+    c->rx_refusal = OTE_ERR_NOT_REGISTERED;
+    c->rx_state   = OTE_TCP_RX_DISCARD;
+    return false;
+}
+
+static void rx_dst_end(ote_tcp_conn_t *c)
+{
+    ote_region_t *r = rx_dst_region(c);
+
+    if (r != NULL)
+        ote_mem_region_access_end(r);
+}
+
+void ote_tcp_conn_rx(ote_tcp_conn_t *c)
+{
+    size_t budget = OTE_TCP_RX_BUDGET;
+    ote_tcp_hdr_t h;
+    ssize_t n;
+
+    while (!c->dead && budget > 0) {
+        size_t avail = c->rx_len - c->rx_off;
+
+        if (c->rx_state == OTE_TCP_RX_HDR || c->rx_state == OTE_TCP_RX_HANDSHAKE) {
+            if (avail >= OTE_TCP_HDR_LEN) {
+                if (ote_tcp_hdr_decode(c->rxbuf + c->rx_off, avail, c->iface->max_msg, &h) !=
+                    OTE_OK) {
+                    protocol_error(c, "malformed message header");
+                    return;
+                }
+                c->rx_off += OTE_TCP_HDR_LEN;
+                if (c->ep == NULL)
+                    target_handle(c, &h);
+                else
+                    initiator_handle(c, &h);
+                continue;
+            }
+            if (c->rx_off > 0) {
+                memmove(c->rxbuf, c->rxbuf + c->rx_off, avail);
+                c->rx_off = 0;
+                c->rx_len = avail;
+            }
+            n = recv(c->fd, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
+        } else {
+            bool discard = c->rx_state == OTE_TCP_RX_DISCARD;
+            size_t take;
+
+            if (avail > 0) {
+                take = avail < c->rx_remaining ? avail : c->rx_remaining;
+                if (!discard) {
+                    if (!rx_dst_begin(c))
+                        continue;
+                    memcpy(c->rx_dst, c->rxbuf + c->rx_off, take);
+                    rx_dst_end(c);
+                    c->rx_dst += take;
+                }
+                c->rx_off += take;
+                c->rx_remaining -= take;
+                if (c->rx_remaining == 0)
+                    payload_done(c);
+                continue;
+            }
+            {
+                struct iovec iov[2];
+
+                c->rx_off = c->rx_len = 0;
+                if (discard) {
+                    iov[0].iov_base = c->iface->discard;
+                    iov[0].iov_len  = c->rx_remaining < OTE_TCP_RXBUF ? c->rx_remaining
+                                                                       : OTE_TCP_RXBUF;
+                } else {
+                    if (!rx_dst_begin(c))
+                        continue;
+                    iov[0].iov_base = c->rx_dst;
+                    iov[0].iov_len  = c->rx_remaining;
+                }
+                iov[1].iov_base = c->rxbuf;
+                iov[1].iov_len  = OTE_TCP_RXBUF;
+                n = readv(c->fd, iov, 2);
+                if (!discard)
+                    rx_dst_end(c);
+                if (n > 0) {
+                    take = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
+                    if (!discard)
+                        c->rx_dst += take;
+                    c->rx_remaining -= take;
+                    c->rx_len = (size_t)n - take;
+                    budget    = budget > (size_t)n ? budget - (size_t)n : 0;
+                    if (c->rx_remaining == 0)
+                        payload_done(c);
+                    continue;
+                }
+            }
+        }
+        if (n > 0) {
+            c->rx_len += (size_t)n;
+            budget = budget > (size_t)n ? budget - (size_t)n : 0;
+            continue;
+        }
+        if (n == 0) {
+            ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+            return;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+        return;
+    }
+}

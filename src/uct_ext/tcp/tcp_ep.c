@@ -1,0 +1,251 @@
+/* Native tcp component: endpoints (several connections per peer) and addresses. */
+#include "tcp.h"
+
+#include "core/log.h"
+#include "core/util.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+ote_status_t ote_tcp_addr_pack(const struct sockaddr_storage *ss, void *buf, size_t max,
+                               size_t *len_p)
+{
+    uint8_t *b = buf;
+
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+
+        if (max < 7)
+            return OTE_ERR_INVALID_PARAM;
+        b[0] = 4;
+        memcpy(b + 1, &in->sin_port, 2);
+        memcpy(b + 3, &in->sin_addr, 4);
+        *len_p = 7;
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+
+        if (max < 19)
+            return OTE_ERR_INVALID_PARAM;
+        b[0] = 6;
+        memcpy(b + 1, &in6->sin6_port, 2);
+        memcpy(b + 3, &in6->sin6_addr, 16);
+        *len_p = 19;
+    }
+    return OTE_OK;
+}
+
+ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
+                                 socklen_t *sslen_p)
+{
+    const uint8_t *b = buf;
+
+    memset(ss, 0, sizeof(*ss));
+    if (len == 7 && b[0] == 4) {
+        struct sockaddr_in *in = (struct sockaddr_in *)ss;
+
+        in->sin_family = AF_INET;
+        memcpy(&in->sin_port, b + 1, 2);
+        memcpy(&in->sin_addr, b + 3, 4);
+        *sslen_p = sizeof(*in);
+    } else if (len == 19 && b[0] == 6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+
+        in6->sin6_family = AF_INET6;
+        memcpy(&in6->sin6_port, b + 1, 2);
+        memcpy(&in6->sin6_addr, b + 3, 16);
+        *sslen_p = sizeof(*in6);
+    } else {
+        return OTE_ERR_PROTOCOL;
+    }
+    if (ote_sockaddr_port((struct sockaddr *)ss) == 0)
+        return OTE_ERR_PROTOCOL;
+    return OTE_OK;
+}
+
+/* Blocking connect and HELLO exchange, bounded by the peer's timeout. */
+static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockaddr_storage *ss,
+                                    socklen_t sslen, const ote_tl_peer_t *peer, int *fd_p)
+{
+    uint64_t deadline = ote_time_ns() + (uint64_t)peer->timeout_ms * 1000000ull;
+    uint8_t buf[OTE_TCP_HDR_LEN];
+    ote_tcp_hdr_t h = {.type = OTE_TCP_HELLO, .id = peer->local_instance,
+                       .addr = peer->instance_id};
+    ote_status_t status;
+    int fd;
+
+    status = ote_socket_connect(ss, sslen, (int)peer->timeout_ms, &fd);
+    if (status != OTE_OK)
+        return status;
+    ote_tcp_conn_set_sockopts(iface, fd);
+    ote_tcp_hdr_encode(&h, buf);
+    status = ote_socket_send_all(fd, buf, sizeof(buf), deadline);
+    if (status == OTE_OK)
+        status = ote_socket_recv_all(fd, buf, sizeof(buf), deadline);
+    if (status == OTE_OK)
+        status = ote_tcp_hdr_decode(buf, sizeof(buf), 0, &h);
+    if (status == OTE_OK && h.type != OTE_TCP_HELLO_ACK)
+        status = OTE_ERR_PROTOCOL;
+    if (status == OTE_OK && h.status != OTE_OK)
+        status = (ote_status_t)h.status;
+    if (status != OTE_OK) {
+        close(fd);
+        return status;
+    }
+    ote_socket_set_nonblock(fd, true);
+    *fd_p = fd;
+    return OTE_OK;
+}
+
+static void tcp_ep_destroy(ote_tl_ep_t *tl_ep)
+{
+    ote_tcp_ep_t *ep = (ote_tcp_ep_t *)tl_ep;
+
+    for (size_t i = 0; i < ep->num_conns; i++) {
+        ote_tcp_conn_fail(ep->conns[i], OTE_ERR_CANCELED);
+        ote_tcp_conn_free(ep->conns[i]);
+    }
+    free(ep->conns);
+    free(ep);
+}
+
+ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
+                               const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    ote_tcp_ep_t *ep;
+    ote_status_t status;
+
+    status = ote_tcp_addr_unpack(addr, addr_len, &ss, &sslen);
+    if (status != OTE_OK)
+        return status;
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ep->super.iface = tl_iface;
+    ep->conns       = calloc((size_t)iface->conns_per_ep, sizeof(*ep->conns));
+    if (ep->conns == NULL) {
+        free(ep);
+        return OTE_ERR_NO_MEMORY;
+    }
+    snprintf(ep->peer_name, sizeof(ep->peer_name), "%s", peer->name ? peer->name : "?");
+    for (long i = 0; i < iface->conns_per_ep; i++) {
+        ote_tcp_conn_t *c;
+        int fd;
+
+        status = tcp_connect_one(iface, &ss, sslen, peer, &fd);
+        if (status != OTE_OK)
+            goto err;
+        status = ote_tcp_conn_new(iface, fd, ep, &c);
+        if (status != OTE_OK) {
+            close(fd);
+            goto err;
+        }
+        ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+        c->prev = NULL;
+        c->next = iface->conns;
+        if (iface->conns)
+            iface->conns->prev = c;
+        iface->conns = c;
+        ep->conns[ep->num_conns++] = c;
+    }
+    *ep_p = &ep->super;
+    return OTE_OK;
+
+err:
+    ote_debug("tcp: connecting to %s failed: %s", ep->peer_name, ote_status_string(status));
+    tcp_ep_destroy(&ep->super);
+    return status;
+}
+
+static ote_tcp_conn_t *tcp_ep_pick(ote_tcp_ep_t *ep)
+{
+    ote_tcp_conn_t *best = NULL;
+
+    for (size_t i = 0; i < ep->num_conns; i++) {
+        ote_tcp_conn_t *c = ep->conns[i];
+
+        if (!c->dead && (best == NULL || c->inflight_bytes < best->inflight_bytes))
+            best = c;
+    }
+    return best;
+}
+
+static ote_status_t tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
+                                ote_region_t *local_region, uint64_t remote_addr,
+                                ote_tl_completion_t *comp)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)ep->super.iface;
+    ote_tcp_conn_t *c      = tcp_ep_pick(ep);
+    ote_tcp_op_t op;
+    ote_tcp_hdr_t h;
+
+    if (c == NULL)
+        return OTE_ERR_REMOTE_DISCONNECT;
+    if (length == 0 || length > iface->max_msg)
+        return OTE_ERR_INVALID_PARAM;
+    op.comp         = comp;
+    op.type         = type;
+    op.id           = ep->next_id++;
+    op.local        = local;
+    op.length       = length;
+    op.local_region = local_region;
+    op.post_ns      = ote_time_ns();
+    h = (ote_tcp_hdr_t){.type = type, .id = op.id, .addr = remote_addr, .length = length};
+    if (ote_tcp_conn_op_push(c, &op) != OTE_OK)
+        return OTE_ERR_NO_MEMORY;
+    if (ote_tcp_conn_tx_push(c, &h, type == OTE_TCP_WRITE ? local : NULL,
+                             type == OTE_TCP_WRITE ? length : 0,
+                             type == OTE_TCP_WRITE ? local_region : NULL, false) != OTE_OK) {
+        /* Undo the op push: it is the newest entry. */
+        c->ops_count--;
+        c->inflight_bytes -= length;
+        return OTE_ERR_NO_MEMORY;
+    }
+    return OTE_INPROGRESS;
+}
+
+static ote_status_t tcp_ep_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
+                                     ote_region_t *local_region, uint64_t remote_addr,
+                                     const void *rkey, size_t rkey_len,
+                                     ote_tl_completion_t *comp)
+{
+    return tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_WRITE, local, length, local_region,
+                       remote_addr, comp);
+}
+
+static ote_status_t tcp_ep_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
+                                     ote_region_t *local_region, uint64_t remote_addr,
+                                     const void *rkey, size_t rkey_len,
+                                     ote_tl_completion_t *comp)
+{
+    return tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_READ_REQ, local, length, local_region,
+                       remote_addr, comp);
+}
+
+static size_t tcp_ep_inflight_bytes(ote_tl_ep_t *tl_ep)
+{
+    ote_tcp_ep_t *ep = (ote_tcp_ep_t *)tl_ep;
+    size_t n = 0;
+
+    for (size_t i = 0; i < ep->num_conns; i++)
+        n += ep->conns[i]->inflight_bytes;
+    return n;
+}
+
+static bool tcp_ep_is_alive(ote_tl_ep_t *tl_ep)
+{
+    return tcp_ep_pick((ote_tcp_ep_t *)tl_ep) != NULL;
+}
+
+const ote_tl_ep_ops_t ote_tcp_ep_ops = {
+    .put_zcopy      = tcp_ep_put_zcopy,
+    .get_zcopy      = tcp_ep_get_zcopy,
+    .inflight_bytes = tcp_ep_inflight_bytes,
+    .is_alive       = tcp_ep_is_alive,
+    .destroy        = tcp_ep_destroy,
+};

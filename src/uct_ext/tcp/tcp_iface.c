@@ -1,0 +1,334 @@
+/* Native tcp component: resources, iface (listener + epoll), progress. */
+#include "tcp.h"
+
+#include "core/config.h"
+#include "core/log.h"
+#include "core/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+/* epoll tag of the listening socket. */
+static char listen_tag;
+
+void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
+{
+    if (c->dirty)
+        return;
+    c->dirty      = true;
+    c->next_dirty = iface->dirty;
+    iface->dirty  = c;
+}
+
+void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
+{
+    ote_tcp_conn_t **pp;
+
+    if (c->dirty) {
+        for (pp = &iface->dirty; *pp != NULL; pp = &(*pp)->next_dirty) {
+            if (*pp == c) {
+                *pp = c->next_dirty;
+                break;
+            }
+        }
+        c->dirty = false;
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (iface->conns == c)
+        iface->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->next = c->prev = NULL;
+    if (c->ep == NULL) {
+        iface->num_accepted--;
+        c->next_dead     = iface->graveyard;
+        iface->graveyard = c;
+    }
+}
+
+static void iface_link(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
+{
+    c->prev = NULL;
+    c->next = iface->conns;
+    if (iface->conns)
+        iface->conns->prev = c;
+    iface->conns = c;
+}
+
+static void flush_dirty(ote_tcp_iface_t *iface)
+{
+    while (iface->dirty != NULL) {
+        ote_tcp_conn_t *c = iface->dirty;
+
+        iface->dirty = c->next_dirty;
+        c->dirty     = false;
+        if (!c->dead)
+            ote_tcp_conn_flush(c);
+    }
+}
+
+static unsigned peer_conn_count(ote_tcp_iface_t *iface, const char *ip)
+{
+    unsigned n = 0;
+
+    for (ote_tcp_conn_t *c = iface->conns; c != NULL; c = c->next) {
+        if (c->ep == NULL && strncmp(c->peer, ip, strlen(ip)) == 0)
+            n++;
+    }
+    return n;
+}
+
+static void iface_accept(ote_tcp_iface_t *iface)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        ote_tcp_conn_t *c;
+        char ip[64];
+        int fd = accept4(iface->listen_fd, (struct sockaddr *)&ss, &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                ote_warn("tcp accept: %s", strerror(errno));
+            return;
+        }
+        ote_sockaddr_ip((struct sockaddr *)&ss, ip, sizeof(ip));
+        if (iface->num_accepted >= iface->max_conns ||
+            peer_conn_count(iface, ip) >= (unsigned)iface->max_conns_per_peer) {
+            ote_warn("tcp: connection from %s refused: OTE_MAX_CONNS or OTE_MAX_CONNS_PER_PEER "
+                     "reached", ip);
+            close(fd);
+            continue;
+        }
+        ote_tcp_conn_set_sockopts(iface, fd);
+        if (ote_tcp_conn_new(iface, fd, NULL, &c) != OTE_OK) {
+            close(fd);
+            continue;
+        }
+        ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+        iface_link(iface, c);
+        iface->num_accepted++;
+    }
+}
+
+static void free_graveyard(ote_tcp_iface_t *iface)
+{
+    while (iface->graveyard != NULL) {
+        ote_tcp_conn_t *c = iface->graveyard;
+
+        iface->graveyard = c->next_dead;
+        ote_tcp_conn_free(c);
+    }
+}
+
+static unsigned tcp_iface_progress(ote_tl_iface_t *tl_iface)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+    struct epoll_event ev[64];
+    unsigned count = iface->dirty != NULL;
+    int n;
+
+    flush_dirty(iface);
+    n = epoll_wait(iface->epfd, ev, 64, 0);
+    for (int i = 0; i < n; i++) {
+        ote_tcp_conn_t *c;
+
+        if (ev[i].data.ptr == &listen_tag) {
+            iface_accept(iface);
+            continue;
+        }
+        c = ev[i].data.ptr;
+        if (c->dead)
+            continue;
+        if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+            ote_tcp_conn_rx(c);
+        if (!c->dead && (ev[i].events & EPOLLOUT))
+            ote_tcp_conn_flush(c);
+    }
+    flush_dirty(iface);
+    free_graveyard(iface);
+    return count + (unsigned)(n > 0 ? n : 0);
+}
+
+static void tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+    ote_tcp_conn_t *c, *next;
+
+    for (c = iface->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
+            ote_warn("tcp connection to %s: no answer within OTE_XFER_TIMEOUT_MS", c->peer);
+            ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
+            /* The list may have changed under the completions. */
+            next = iface->conns;
+        }
+    }
+    free_graveyard(iface);
+}
+
+static void tcp_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+
+    memset(caps, 0, sizeof(*caps));
+    caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;
+    caps->mem_local  = OTE_MEM_TYPE_HOST;
+    caps->mem_remote = OTE_MEM_TYPE_HOST;
+    caps->scope      = OTE_TL_SCOPE_HOST | OTE_TL_SCOPE_NETWORK;
+    caps->max_iov    = 1;
+    caps->max_msg    = iface->max_msg;
+    caps->align      = 1;
+    caps->slice_size = 1u << 20;
+    caps->bandwidth  = 1.25e9;
+    caps->latency    = 20e-6;
+    caps->conn_model = OTE_TL_CONN_TO_IFACE;
+}
+
+static int tcp_iface_event_fd(ote_tl_iface_t *tl_iface)
+{
+    return ((ote_tcp_iface_t *)tl_iface)->epfd;
+}
+
+static ote_status_t tcp_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t max,
+                                          size_t *len_p)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+
+    return ote_tcp_addr_pack(&iface->advertise, buf, max, len_p);
+}
+
+static void tcp_iface_close(ote_tl_iface_t *tl_iface)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+
+    /* Target-side connections; initiator ones belong to their eps. */
+    for (ote_tcp_conn_t *c = iface->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->ep == NULL)
+            ote_tcp_conn_fail(c, OTE_ERR_CANCELED);
+    }
+    free_graveyard(iface);
+    if (iface->listen_fd >= 0)
+        close(iface->listen_fd);
+    if (iface->epfd >= 0)
+        close(iface->epfd);
+    free(iface->discard);
+    free(iface);
+}
+
+static const ote_tl_iface_ops_t tcp_iface_ops = {
+    .close          = tcp_iface_close,
+    .query          = tcp_iface_query,
+    .get_address    = tcp_iface_get_address,
+    .event_fd       = tcp_iface_event_fd,
+    .progress       = tcp_iface_progress,
+    .check_timeouts = tcp_iface_check_timeouts,
+    .ep_create      = ote_tcp_ep_create,
+};
+
+static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
+                                   const ote_tl_iface_params_t *params,
+                                   ote_tl_iface_t **iface_p)
+{
+    const ote_config_t *cfg = params->config;
+    ote_tcp_iface_t *iface;
+    struct sockaddr_storage ss;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
+    socklen_t len;
+    ote_status_t status;
+
+    iface = calloc(1, sizeof(*iface));
+    if (iface == NULL)
+        return OTE_ERR_NO_MEMORY;
+    iface->listen_fd         = -1;
+    iface->epfd              = -1;
+    iface->super.ops         = &tcp_iface_ops;
+    iface->super.ep_ops      = &ote_tcp_ep_ops;
+    iface->super.resource    = *res;
+    iface->super.md          = NULL;
+    iface->super.md_index    = -1;
+    iface->regions           = params->regions;
+    iface->instance_id       = params->instance_id;
+    iface->max_msg           = cfg->tcp_max_msg;
+    iface->sndbuf            = cfg->tcp_sndbuf;
+    iface->rcvbuf            = cfg->tcp_rcvbuf;
+    iface->nodelay           = cfg->tcp_nodelay;
+    iface->conns_per_ep      = cfg->tcp_conns;
+    iface->max_conns         = cfg->max_conns;
+    iface->max_conns_per_peer = cfg->max_conns_per_peer;
+    iface->discard           = malloc(OTE_TCP_RXBUF);
+    status = OTE_ERR_NO_MEMORY;
+    if (iface->discard == NULL)
+        goto err;
+
+    status = ote_sockaddr_parse(params->bind_ip, &ss, &len);
+    if (status != OTE_OK)
+        goto err;
+    ote_sockaddr_set_port((struct sockaddr *)&ss, 0);
+    status = ote_socket_listen(&ss, len, &iface->listen_fd);
+    if (status != OTE_OK)
+        goto err;
+    if (getsockname(iface->listen_fd, (struct sockaddr *)&ss, &len) != 0) {
+        status = OTE_ERR_IO;
+        goto err;
+    }
+    /* Peers are told the advertised IP with the port the kernel chose. */
+    {
+        struct sockaddr_storage adv;
+        socklen_t alen;
+
+        status = ote_sockaddr_parse(params->advertise_ip, &adv, &alen);
+        if (status != OTE_OK)
+            goto err;
+        ote_sockaddr_set_port((struct sockaddr *)&adv, ote_sockaddr_port((struct sockaddr *)&ss));
+        iface->advertise     = adv;
+        iface->advertise_len = alen;
+    }
+    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (iface->epfd < 0 || epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->listen_fd, &ev) != 0) {
+        status = OTE_ERR_IO;
+        goto err;
+    }
+    *iface_p = &iface->super;
+    return OTE_OK;
+
+err:
+    tcp_iface_close(&iface->super);
+    return status;
+}
+
+static ote_status_t tcp_query_resources(ote_tl_component_t *comp,
+                                        const ote_tl_iface_params_t *params,
+                                        ote_tl_resource_t **res_p, size_t *count_p)
+{
+    ote_tl_resource_t *r = calloc(1, sizeof(*r));
+
+    if (r == NULL)
+        return OTE_ERR_NO_MEMORY;
+    snprintf(r->tl_name, sizeof(r->tl_name), "tcp");
+    /* The device is the interface that holds the engine's address. */
+    ote_ifname_of_ip(params->bind_ip, r->dev_name, sizeof(r->dev_name));
+    r->is_network = true;
+    r->component  = comp;
+    *res_p        = r;
+    *count_p      = 1;
+    return OTE_OK;
+}
+
+static const ote_tl_component_ops_t tcp_component_ops = {
+    .name            = "tcp",
+    .query_resources = tcp_query_resources,
+    .md_open         = NULL,
+    .md_close        = NULL,
+    .iface_open      = tcp_iface_open,
+};
+
+ote_tl_component_t ote_tcp_component = {.ops = &tcp_component_ops};

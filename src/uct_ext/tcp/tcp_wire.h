@@ -1,0 +1,55 @@
+/*
+ * Wire format of the native tcp component's data connections.
+ *
+ * Every message starts with a fixed 32-byte header, little-endian:
+ *   0  u16 magic  (OTE_TCP_MAGIC)
+ *   2  u8  version
+ *   3  u8  type
+ *   4  i32 status (responses)
+ *   8  u64 id     (echoed in the response)
+ *  16  u64 addr   (target address; HELLO: the target instance expected)
+ *  24  u64 length (payload bytes that follow, or bytes asked for)
+ * WRITE and READ_RESP carry `length` payload bytes after the header.
+ * Responses come back in request order on each connection.
+ */
+#ifndef OTE_TCP_WIRE_H
+#define OTE_TCP_WIRE_H
+
+#include <ote/ote.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OTE_TCP_MAGIC     0x544fu
+#define OTE_TCP_VERSION   1
+#define OTE_TCP_HDR_LEN   32
+
+typedef enum {
+    OTE_TCP_HELLO     = 1, /* initiator -> target: id = initiator instance  */
+    OTE_TCP_HELLO_ACK = 2, /* target -> initiator: status                   */
+    OTE_TCP_WRITE     = 3, /* header + payload                              */
+    OTE_TCP_WRITE_ACK = 4, /* status, length = bytes placed                 */
+    OTE_TCP_READ_REQ  = 5, /* addr, length                                  */
+    OTE_TCP_READ_RESP = 6, /* status; on OK length payload bytes follow     */
+    OTE_TCP_TYPE_MAX  = 6,
+} ote_tcp_msg_type_t;
+
+typedef struct {
+    uint8_t  version;
+    uint8_t  type;
+    int32_t  status;
+    uint64_t id;
+    uint64_t addr;
+    uint64_t length;
+} ote_tcp_hdr_t;
+
+void ote_tcp_hdr_encode(const ote_tcp_hdr_t *hdr, uint8_t *buf);
+
+/*
+ * Decode and check magic, version, type, and that length <= max_payload for
+ * messages that carry or ask for a payload. A status field is accepted only
+ * if it is a known ote_status_t. Returns OTE_ERR_PROTOCOL on any violation.
+ */
+ote_status_t ote_tcp_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,
+                                ote_tcp_hdr_t *hdr_p);
+
+#endif

@@ -1,0 +1,17 @@
+#include "tl.h"
+
+
+extern ote_tl_component_t ote_tcp_component;
+
+ote_tl_component_t *const ote_tl_components[] = {
+    &ote_tcp_component,
+    NULL,
+};
+
+ote_status_t ote_tl_unsupported_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
+                                      ote_region_t *local_region, uint64_t remote_addr,
+                                      const void *rkey, size_t rkey_len,
+                                      ote_tl_completion_t *comp)
+{
+    return OTE_ERR_UNSUPPORTED;
+}

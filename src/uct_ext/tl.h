@@ -1,0 +1,173 @@
+/*
+ * Transport components in UCT's shape:
+ *   component -> resources (transport, device) -> iface (one per resource
+ *   and worker) -> ep (one per peer).
+ * Each object is a struct whose first member is the base type below, with a
+ * table of operations. An iface and its eps belong to one worker thread: all
+ * calls on them happen on that thread (or under that worker's lock), as with
+ * UCT. Operations a component lacks point at ote_tl_unsupported_*.
+ */
+#ifndef OTE_UCT_EXT_TL_H
+#define OTE_UCT_EXT_TL_H
+
+#include "mem/mem.h"
+
+#include <ote/ote.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OTE_TL_NAME_MAX   32
+#define OTE_TL_DEV_MAX    64
+#define OTE_TL_ADDR_MAX   512
+
+typedef struct ote_tl_component ote_tl_component_t;
+typedef struct ote_tl_iface     ote_tl_iface_t;
+typedef struct ote_tl_ep        ote_tl_ep_t;
+typedef struct ote_config       ote_config_t;
+
+/* Completion of one posted operation, like uct_completion_t. */
+typedef struct ote_tl_completion {
+    void (*func)(struct ote_tl_completion *self, ote_status_t status);
+} ote_tl_completion_t;
+
+enum {
+    OTE_TL_CAP_PUT_ZCOPY = 1u << 0,
+    OTE_TL_CAP_GET_ZCOPY = 1u << 1,
+    OTE_TL_CAP_AM        = 1u << 2,
+    OTE_TL_CAP_FLUSH     = 1u << 3,
+    /* The target checks every access against its region table. */
+    OTE_TL_CAP_CHECKED   = 1u << 4,
+};
+
+enum {
+    OTE_TL_SCOPE_PROCESS = 1u << 0, /* same process                 */
+    OTE_TL_SCOPE_HOST    = 1u << 1, /* another process on this host */
+    OTE_TL_SCOPE_NETWORK = 1u << 2, /* another host                 */
+};
+
+typedef enum {
+    OTE_TL_CONN_TO_IFACE = 0, /* ep from the peer's iface address          */
+    OTE_TL_CONN_TO_EP    = 1, /* ep addresses exchanged over control plane */
+} ote_tl_conn_model_t;
+
+/* The capability record. */
+typedef struct {
+    unsigned            ops;        /* OTE_TL_CAP_*                       */
+    unsigned            mem_local;  /* OTE_MEM_TYPE_* reachable locally   */
+    unsigned            mem_remote; /* OTE_MEM_TYPE_* reachable remotely  */
+    unsigned            scope;      /* OTE_TL_SCOPE_*                     */
+    size_t              max_iov;
+    size_t              max_msg;    /* largest single put/get             */
+    size_t              align;      /* required address alignment         */
+    size_t              slice_size; /* preferred slice for large requests */
+    double              bandwidth;  /* bytes per second, estimate         */
+    double              latency;    /* seconds, estimate                  */
+    ote_tl_conn_model_t conn_model;
+} ote_tl_caps_t;
+
+/* One (transport, device) a component offers. */
+typedef struct {
+    char                tl_name[OTE_TL_NAME_MAX];  /* "tcp", "uct_tcp", "cma" */
+    char                dev_name[OTE_TL_DEV_MAX];  /* "lo", "mlx5_0:1", "memory" */
+    bool                is_network;                /* subject to OTE_NET_DEVICES */
+    ote_tl_component_t *component;
+    void               *priv;
+} ote_tl_resource_t;
+
+/* What a component needs from the engine to open an iface. */
+typedef struct {
+    const ote_config_t *config;
+    ote_mem_table_t    *regions;     /* target-side checks                */
+    uint64_t            instance_id; /* this engine's instance            */
+    const char         *bind_ip;     /* address the engine listens on     */
+    const char         *advertise_ip;/* address peers are told to use     */
+    size_t              worker_index;
+} ote_tl_iface_params_t;
+
+/* What an ep needs to know of the peer. */
+typedef struct {
+    uint64_t    instance_id;  /* peer's instance, checked at connect */
+    const char *name;         /* peer's segment name, for logs      */
+    uint64_t    local_instance;
+    long        timeout_ms;   /* bound on connection setup          */
+} ote_tl_peer_t;
+
+typedef struct {
+    const char *name;
+    /* Resources this component offers here; *res_p is freed by the caller. */
+    ote_status_t (*query_resources)(ote_tl_component_t *comp,
+                                    const ote_tl_iface_params_t *params,
+                                    ote_tl_resource_t **res_p, size_t *count_p);
+    /* Memory domain of a resource, shared by its ifaces; NULL if none needed. */
+    ote_status_t (*md_open)(ote_tl_component_t *comp, const ote_tl_resource_t *res,
+                            ote_md_t **md_p);
+    void (*md_close)(ote_tl_component_t *comp, ote_md_t *md);
+    ote_status_t (*iface_open)(const ote_tl_resource_t *res, ote_md_t *md,
+                               const ote_tl_iface_params_t *params, ote_tl_iface_t **iface_p);
+} ote_tl_component_ops_t;
+
+struct ote_tl_component {
+    const ote_tl_component_ops_t *ops;
+    void                         *priv;
+};
+
+typedef struct {
+    void (*close)(ote_tl_iface_t *iface);
+    void (*query)(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);
+    /* Address peers use to reach this iface (to-iface model). */
+    ote_status_t (*get_address)(ote_tl_iface_t *iface, void *buf, size_t max, size_t *len_p);
+    /* Readable when progress has work; -1 if the iface must be polled. */
+    int (*event_fd)(ote_tl_iface_t *iface);
+    /* Make progress; returns the number of events handled. */
+    unsigned (*progress)(ote_tl_iface_t *iface);
+    /* Fail posted operations older than deadline_ns (monotonic) with TIMEOUT. */
+    void (*check_timeouts)(ote_tl_iface_t *iface, uint64_t deadline_ns);
+    /* Connect to a peer iface; may block up to peer->timeout_ms. */
+    ote_status_t (*ep_create)(ote_tl_iface_t *iface, const void *addr, size_t addr_len,
+                              const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
+} ote_tl_iface_ops_t;
+
+typedef struct {
+    /*
+     * One-sided write of [local, local+length) to remote_addr. local lies in
+     * local_region (its memh[iface->md_index] is the md handle); the caller
+     * holds a reference on it until completion. Returns
+     * OTE_INPROGRESS and later calls comp->func exactly once, OTE_OK if it
+     * completed at once (comp not called), or an error (comp not called).
+     */
+    ote_status_t (*put_zcopy)(ote_tl_ep_t *ep, void *local, size_t length,
+                              ote_region_t *local_region, uint64_t remote_addr,
+                              const void *rkey, size_t rkey_len, ote_tl_completion_t *comp);
+    ote_status_t (*get_zcopy)(ote_tl_ep_t *ep, void *local, size_t length,
+                              ote_region_t *local_region, uint64_t remote_addr,
+                              const void *rkey, size_t rkey_len, ote_tl_completion_t *comp);
+    /* Bytes posted and not yet completed: lets the protocol balance rails. */
+    size_t (*inflight_bytes)(ote_tl_ep_t *ep);
+    /* True while the ep can still carry operations. */
+    bool (*is_alive)(ote_tl_ep_t *ep);
+    /* Outstanding operations complete with OTE_ERR_CANCELED. */
+    void (*destroy)(ote_tl_ep_t *ep);
+} ote_tl_ep_ops_t;
+
+struct ote_tl_iface {
+    const ote_tl_iface_ops_t *ops;
+    const ote_tl_ep_ops_t    *ep_ops;
+    ote_tl_resource_t         resource;
+    ote_md_t                 *md;
+    int                       md_index; /* index in the region table, -1 if none */
+};
+
+struct ote_tl_ep {
+    ote_tl_iface_t *iface;
+};
+
+ote_status_t ote_tl_unsupported_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
+                                      ote_region_t *local_region, uint64_t remote_addr,
+                                      const void *rkey, size_t rkey_len,
+                                      ote_tl_completion_t *comp);
+
+/* Components compiled into this library, NULL-terminated. */
+extern ote_tl_component_t *const ote_tl_components[];
+
+#endif
