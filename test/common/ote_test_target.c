@@ -1,0 +1,144 @@
+/*
+ * Target process for multi-process tests. Registers regions, prints
+ *   SEGMENT <name>
+ *   REGION <hex addr> <length> <access bits>   (one per --region)
+ *   READY
+ * then serves commands sent as notifications (see testlib.h) and answers
+ * each with a notification to the sender's segment.
+ *
+ * Options: --listen ADDR (default 127.0.0.1:0)
+ *          --region SIZE:ACCESS   ACCESS is any of r, w, or - (none)
+ * A silent peer is made with SIGSTOP by the test.
+ */
+#include "testlib.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_term(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:0";
+    ote_engine_params_t p;
+    ote_engine_h e;
+    uint8_t *buf[OTE_TEST_MAX_REGIONS];
+    size_t len[OTE_TEST_MAX_REGIONS];
+    unsigned acc[OTE_TEST_MAX_REGIONS];
+    ote_mem_h mem[OTE_TEST_MAX_REGIONS];
+    size_t n = 0;
+    ote_segment_h reply = NULL;
+    char reply_name[256] = "";
+    ote_status_t st;
+
+    signal(SIGTERM, on_term);
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
+            listen = argv[++i];
+        } else if (strcmp(argv[i], "--region") == 0 && i + 1 < argc &&
+                   n < OTE_TEST_MAX_REGIONS) {
+            char *colon;
+            size_t sz = strtoull(argv[++i], &colon, 10);
+
+            if (*colon == 'k') { sz <<= 10; colon++; }
+            else if (*colon == 'm') { sz <<= 20; colon++; }
+            else if (*colon == 'g') { sz <<= 30; colon++; }
+            acc[n] = 0;
+            if (*colon == ':') {
+                acc[n] |= strchr(colon, 'r') ? OTE_ACCESS_REMOTE_READ : 0;
+                acc[n] |= strchr(colon, 'w') ? OTE_ACCESS_REMOTE_WRITE : 0;
+            }
+            buf[n] = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (buf[n] == MAP_FAILED)
+                return 1;
+            len[n] = sz;
+            n++;
+        }
+    }
+    p = (ote_engine_params_t){.listen_addr = listen};
+    st = ote_engine_create(&p, &e);
+    if (st != OTE_OK) {
+        fprintf(stderr, "target: engine: %s\n", ote_status_string(st));
+        return 1;
+    }
+    printf("SEGMENT %s\n", ote_engine_name(e));
+    for (size_t k = 0; k < n; k++) {
+        ote_mem_desc_t d = {.addr = buf[k], .length = len[k], .access = acc[k]};
+
+        st = ote_mem_register(e, &d, 1, &mem[k]);
+        if (st != OTE_OK) {
+            fprintf(stderr, "target: register: %s\n", ote_status_string(st));
+            return 1;
+        }
+        printf("REGION %llx %zu %u\n", (unsigned long long)(uintptr_t)buf[k], len[k], acc[k]);
+    }
+    printf("READY\n");
+    fflush(stdout);
+
+    while (!stop) {
+        ote_notif_t msg;
+        size_t count = 0;
+        char cmd[OTE_NOTIFY_MAX + 1], ans[128];
+        unsigned r;
+        unsigned long long off, l, seed;
+
+        ote_notify_recv(e, &msg, 1, &count);
+        if (count == 0) {
+            usleep(200);
+            continue;
+        }
+        memcpy(cmd, msg.data, msg.length);
+        cmd[msg.length] = '\0';
+        if (strcmp(cmd, "quit") == 0)
+            break;
+        if (reply == NULL || strcmp(reply_name, msg.from) != 0) {
+            if (reply)
+                ote_segment_close(reply);
+            reply = NULL;
+            snprintf(reply_name, sizeof(reply_name), "%.255s", msg.from);
+            if (ote_segment_open(e, reply_name, &reply) != OTE_OK)
+                continue;
+        }
+        snprintf(ans, sizeof(ans), "error");
+        if (sscanf(cmd, "fill %u %llu %llu %llu", &r, &off, &l, &seed) == 4 && r < n &&
+            off + l <= len[r]) {
+            ote_test_fill(buf[r] + off, off, l, seed);
+            snprintf(ans, sizeof(ans), "ok");
+        } else if (sscanf(cmd, "check %u %llu %llu %llu", &r, &off, &l, &seed) == 4 && r < n &&
+                   off + l <= len[r]) {
+            long bad = ote_test_check(buf[r] + off, off, l, seed);
+
+            if (bad < 0)
+                snprintf(ans, sizeof(ans), "ok");
+            else
+                snprintf(ans, sizeof(ans), "bad %llu", off + (unsigned long long)bad);
+        } else if (sscanf(cmd, "zero %u %llu %llu", &r, &off, &l) == 3 && r < n &&
+                   off + l <= len[r]) {
+            memset(buf[r] + off, 0, l);
+            snprintf(ans, sizeof(ans), "ok");
+        } else if (sscanf(cmd, "sum %u %llu %llu", &r, &off, &l) == 3 && r < n &&
+                   off + l <= len[r]) {
+            snprintf(ans, sizeof(ans), "sum %016llx",
+                     (unsigned long long)ote_test_hash(buf[r] + off, l));
+        } else if (sscanf(cmd, "dereg %u", &r) == 1 && r < n) {
+            st = ote_mem_deregister(e, mem[r]);
+            snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);
+        }
+        ote_notify_send(e, reply, ans, strlen(ans));
+    }
+    if (reply)
+        ote_segment_close(reply);
+    ote_engine_destroy(e);
+    return 0;
+}

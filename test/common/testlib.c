@@ -1,0 +1,173 @@
+#include "testlib.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+void ote_test_fill(void *p, uint64_t off, size_t len, uint64_t seed)
+{
+    uint8_t *b = p;
+
+    for (size_t i = 0; i < len; i++)
+        b[i] = ote_test_pattern_byte(seed, off + i);
+}
+
+long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed)
+{
+    const uint8_t *b = p;
+
+    for (size_t i = 0; i < len; i++) {
+        if (b[i] != ote_test_pattern_byte(seed, off + i))
+            return (long)i;
+    }
+    return -1;
+}
+
+uint64_t ote_test_hash(const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < len; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+const char *ote_test_program(const char *name)
+{
+    static char path[4096];
+    const char *dir = getenv("OTE_TEST_BUILDDIR");
+
+    if (dir == NULL)
+        dir = ".";
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return path;
+}
+
+int ote_test_target_start(ote_test_target_t *t, const char *const *wrapper,
+                          const char *const *argv_extra)
+{
+    const char *argv[64];
+    int n = 0, pfd[2];
+    char line[512];
+    FILE *f;
+
+    memset(t, 0, sizeof(*t));
+    for (const char *const *w = wrapper; w && *w && n < 16; w++)
+        argv[n++] = *w;
+    argv[n++] = ote_test_program("common/ote_test_target");
+    for (const char *const *a = argv_extra; a && *a && n < 62; a++)
+        argv[n++] = *a;
+    argv[n] = NULL;
+    if (pipe(pfd) != 0)
+        return -1;
+    t->pid = fork();
+    if (t->pid < 0)
+        return -1;
+    if (t->pid == 0) {
+        close(pfd[0]);
+        dup2(pfd[1], STDOUT_FILENO);
+        close(pfd[1]);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    f = fdopen(pfd[0], "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long addr;
+        size_t len;
+        unsigned acc;
+
+        if (sscanf(line, "SEGMENT %255s", t->name) == 1)
+            continue;
+        if (sscanf(line, "REGION %llx %zu %u", &addr, &len, &acc) == 3 &&
+            t->num_regions < OTE_TEST_MAX_REGIONS) {
+            t->addr[t->num_regions]   = addr;
+            t->length[t->num_regions] = len;
+            t->access[t->num_regions] = acc;
+            t->num_regions++;
+            continue;
+        }
+        if (strncmp(line, "READY", 5) == 0) {
+            fclose(f);
+            return t->name[0] ? 0 : -1;
+        }
+    }
+    fclose(f);
+    ote_test_target_kill(t);
+    return -1;
+}
+
+void ote_test_target_kill(ote_test_target_t *t)
+{
+    int status;
+
+    if (t->pid > 0) {
+        kill(t->pid, SIGKILL);
+        waitpid(t->pid, &status, 0);
+        t->pid = 0;
+    }
+}
+
+void ote_test_target_stop(ote_test_target_t *t)
+{
+    int status;
+
+    if (t->pid <= 0)
+        return;
+    kill(t->pid, SIGTERM);
+    for (int i = 0; i < 500; i++) {
+        if (waitpid(t->pid, &status, WNOHANG) == t->pid) {
+            t->pid = 0;
+            return;
+        }
+        usleep(10000);
+    }
+    ote_test_target_kill(t);
+}
+
+int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char *reply,
+                        size_t reply_len, int timeout_ms)
+{
+    struct timespec ts;
+    long waited = 0;
+
+    if (ote_notify_send(e, seg, cmd, strlen(cmd)) != OTE_OK)
+        return -1;
+    while (waited < (long)timeout_ms * 1000) {
+        ote_notif_t n;
+        size_t count = 0;
+
+        ote_notify_recv(e, &n, 1, &count);
+        if (count == 1) {
+            snprintf(reply, reply_len, "%.*s", (int)n.length, n.data);
+            return 0;
+        }
+        ts = (struct timespec){.tv_nsec = 200000};
+        nanosleep(&ts, NULL);
+        waited += 200;
+    }
+    return -1;
+}
+
+ote_engine_h ote_test_engine(const char *listen)
+{
+    ote_engine_params_t p = {.listen_addr = listen ? listen : "127.0.0.1:0"};
+    ote_engine_h e = NULL;
+    ote_status_t st = ote_engine_create(&p, &e);
+
+    if (st != OTE_OK) {
+        fprintf(stderr, "engine create: %s\n", ote_status_string(st));
+        abort();
+    }
+    return e;
+}

@@ -1,0 +1,73 @@
+/*
+ * Shared helpers for OrbitTE tests: data patterns, and a target process
+ * (test/common/ote_test_target) that multi-process tests start, steer with
+ * notifications and ask to verify its memory.
+ */
+#ifndef OTE_TESTLIB_H
+#define OTE_TESTLIB_H
+
+#include <ote/ote.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define OTE_TEST_MAX_REGIONS 16
+
+/* Byte i of the pattern with this seed. */
+static inline uint8_t ote_test_pattern_byte(uint64_t seed, uint64_t i)
+{
+    uint64_t x = (i >> 3) * 0x9e3779b97f4a7c15ull + seed;
+
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 32;
+    return (uint8_t)(x >> (8 * (i & 7)));
+}
+
+void ote_test_fill(void *p, uint64_t off, size_t len, uint64_t seed);
+/* Offset of the first wrong byte, or -1. */
+long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed);
+
+typedef struct {
+    pid_t    pid;
+    char     name[256];
+    size_t   num_regions;
+    uint64_t addr[OTE_TEST_MAX_REGIONS];
+    size_t   length[OTE_TEST_MAX_REGIONS];
+    unsigned access[OTE_TEST_MAX_REGIONS];
+} ote_test_target_t;
+
+/*
+ * Start the target program. argv_extra: NULL-terminated extra arguments,
+ * e.g. {"--region", "64m:rw", "--region", "1m:r", NULL}. wrapper: NULL, or a
+ * NULL-terminated command to run it under (e.g. {"ip","netns","exec","ns1",NULL}).
+ * Returns 0 on success.
+ */
+int  ote_test_target_start(ote_test_target_t *t, const char *const *wrapper,
+                           const char *const *argv_extra);
+/* Ask it to exit and reap it (SIGKILL after 5 s). */
+void ote_test_target_stop(ote_test_target_t *t);
+/* SIGKILL now and reap. */
+void ote_test_target_kill(ote_test_target_t *t);
+
+/*
+ * Send a command and wait for the reply (timeout_ms). Commands:
+ *   fill R OFF LEN SEED   | check R OFF LEN SEED -> "ok" / "bad OFF"
+ *   zero R OFF LEN        | dereg R | crc R OFF LEN -> "crc HEX" | quit
+ *   sum R OFF LEN          -> "sum HEX" (64-bit hash of the bytes)
+ * Returns 0 and fills reply on success.
+ */
+int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char *reply,
+                        size_t reply_len, int timeout_ms);
+
+/* 64-bit hash of a byte range (same as the target's "sum"). */
+uint64_t ote_test_hash(const void *p, size_t len);
+
+/* Path of a program built in the test tree (uses OTE_TEST_BUILDDIR or argv0's dir). */
+const char *ote_test_program(const char *name);
+
+/* Create an engine on 127.0.0.1 with an optional OTE_TLS; asserts on failure. */
+ote_engine_h ote_test_engine(const char *listen);
+
+#endif
