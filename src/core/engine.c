@@ -331,47 +331,16 @@ ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
 ote_status_t ote_mem_alloc(ote_engine_h e, size_t length, const char *location, unsigned access,
                            void **addr_p, ote_mem_h *mem_p)
 {
-    unsigned type = OTE_MEM_TYPE_HOST;
-    int numa      = -1;
-    size_t alloc_len;
-    void *addr;
-    ote_region_t *r;
-    ote_status_t status;
-
-    if (e == NULL || length == 0 || addr_p == NULL || mem_p == NULL)
+    if (e == NULL)
         return OTE_ERR_INVALID_PARAM;
-    if (location != NULL && strcmp(location, "*") != 0) {
-        status = ote_mem_location_parse(location, &type);
-        if (status != OTE_OK)
-            return status;
-        if (type != OTE_MEM_TYPE_HOST) {
-            ote_error("ote_mem_alloc: no component allocates %s memory in this engine", location);
-            return OTE_ERR_UNSUPPORTED;
-        }
-        numa = atoi(location + 4);
-    }
-    status = ote_mem_host_alloc(length, numa, &addr, &alloc_len);
-    if (status != OTE_OK)
-        return status;
-    status = ote_mem_table_register_owned(e->regions, addr, length,
-                                          location ? location : "*", access, &r);
-    if (status != OTE_OK) {
-        ote_mem_host_free(addr, alloc_len);
-        return status;
-    }
-    r->owned        = true;
-    r->owned_base   = addr;
-    r->owned_length = alloc_len;
-    *addr_p         = addr;
-    *mem_p          = r;
-    return OTE_OK;
+    return ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p);
 }
 
 ote_status_t ote_mem_free(ote_engine_h e, ote_mem_h mem)
 {
-    if (e == NULL || mem == NULL || !mem->owned)
+    if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return ote_mem_table_deregister(e->regions, mem);
+    return ote_mem_table_free(e->regions, mem);
 }
 
 /* ---- ote_info -d ------------------------------------------------------------ */

@@ -2,15 +2,24 @@
  * Memory layer: what memory exists, who may touch it, how each memory
  * domain reaches it.
  *
- * A region (struct ote_mem, the public ote_mem_h) is one registration. The
- * region table finds, for a range and an access, the region that covers the
- * whole range, in O(log n) under a read lock. Lifetimes:
+ * A region (struct ote_mem, the public ote_mem_h) is one registration as the
+ * user sees it. The region table finds, for a range and an access, the
+ * region that covers the whole range, in O(log n) under a read lock.
+ *
+ * Behind each region is a registration entry: the memory-domain handles for
+ * a range. Entries live in the registration cache, so registering memory
+ * that is already registered (or covered by a registration) reuses the md
+ * handles, and an entry whose last region went away stays cached,
+ * unreferenced, until LRU eviction or until its memory is unmapped.
+ *
+ * Lifetimes of a region:
  *  - refs: user references (ote_mem_register of the same range adds one);
- *    when they drop to zero the region leaves the table at once;
+ *    when they drop to zero the region leaves the table at once, so new
+ *    lookups fail with NOT_REGISTERED;
  *  - life: one for being in the table plus one per data-path user; when it
- *    drops to zero the region is deregistered from every memory domain and
- *    engine-owned memory is freed. So backing memory stays registered while
- *    any slice still uses it, and nothing looks it up after removal.
+ *    drops to zero the region lets go of its registration entry (which the
+ *    cache may keep) and engine-owned memory is freed. So backing memory
+ *    stays registered while any slice still uses it.
  */
 #ifndef OTE_MEM_MEM_H
 #define OTE_MEM_MEM_H
@@ -42,74 +51,124 @@ typedef struct {
                               size_t *length_p);
 } ote_md_ops_t;
 
+enum {
+    /*
+     * A registration on this md is itself what lets peers reach the memory
+     * (an RDMA rkey: the NIC checks nothing else). Such registrations are
+     * made per region over exactly its range and access, and dropped when
+     * the region is released, never kept in the cache: otherwise a peer
+     * holding an old rkey could still write into deregistered memory.
+     * Without the flag, every remote access is checked against the region
+     * table (native components) or the registration grants nothing by
+     * itself, and the cache may keep and share the handle.
+     */
+    OTE_MD_FLAG_GRANTS_ACCESS = 1u << 0,
+};
+
 struct ote_md {
     const char         *name;      /* e.g. "uct:posix", unique per engine */
     const ote_md_ops_t *ops;
     unsigned            mem_types; /* OTE_MEM_TYPE_* it can register      */
+    unsigned            flags;     /* OTE_MD_FLAG_*                       */
     void               *priv;
 };
 
-typedef struct ote_mem ote_region_t;
+/* One node of an interval treap (itree.c), embedded in what it indexes. */
+typedef struct ote_itree_node {
+    uint64_t               start, end; /* [start, end)                      */
+    uint64_t               tie;        /* orders equal ranges; unique       */
+    uint64_t               max_end;    /* largest end in this subtree      */
+    uint32_t               prio;
+    struct ote_itree_node *left, *right;
+} ote_itree_node_t;
+
+typedef struct ote_mem_reg   ote_mem_reg_t; /* registration entry (rcache.c) */
+typedef struct ote_mem_table ote_mem_table_t;
+typedef struct ote_mem       ote_region_t;
 
 struct ote_mem {
+    ote_itree_node_t node;        /* in the table while refs > 0           */
     uint64_t         addr;
     size_t           length;
     char             location[OTE_MEM_LOCATION_MAX];
     unsigned         mem_type;
     unsigned         access;
-    bool             owned;       /* engine-owned: freed with the region       */
-    void            *owned_base;  /* what to free                              */
+    bool             owned;       /* engine-owned: freed with the region    */
+    void            *owned_base;  /* what to free                           */
     size_t           owned_length;
-    unsigned         refs;        /* user references; under the table lock     */
-    atomic_long      life;        /* in-table + data-path users                */
+    unsigned         refs;        /* user references; under the table lock  */
+    atomic_long      life;        /* in-table + data-path users             */
     atomic_bool      in_table;
-    atomic_int       accessors;   /* data-path CPU accesses in progress        */
-    struct ote_mem_table *table;
+    atomic_int       accessors;   /* data-path CPU accesses in progress     */
+    ote_mem_table_t *table;
+    ote_mem_reg_t   *reg;         /* md handles shared through the cache    */
+    bool             reg_fresh;   /* reg was created for this region        */
+    bool             discard_reg; /* release drops reg instead of caching it */
+    /* Per md: the handle (shared from reg, or the region's own for
+     * OTE_MD_FLAG_GRANTS_ACCESS mds); NULL where the md does not reach it. */
     void            *memh[OTE_MEM_MAX_MDS];
-    uint64_t         seq;         /* registration order, for descriptors       */
+    uint64_t         seq;         /* registration order; unique             */
 };
-
-typedef struct ote_mem_table ote_mem_table_t;
 
 typedef struct {
     bool   rcache_enable;
-    size_t rcache_max_size;
-    long   rcache_max_regions;
+    size_t rcache_max_size;    /* bytes of unreferenced entries kept          */
+    long   rcache_max_regions; /* unreferenced entries kept                   */
+    /*
+     * Keep unreferenced entries although no memory-event hook is installed:
+     * the caller promises to report unmapped memory itself with
+     * ote_mem_table_invalidate() (tests, benchmarks).
+     */
+    bool   rcache_manual_invalidate;
 } ote_mem_table_params_t;
 
 ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
                                   ote_mem_table_t **table_p);
-/* Releases every region still registered. */
+/*
+ * Releases every region still registered and every cached registration.
+ * Regions a data-path user still holds are released when it lets go.
+ */
 void         ote_mem_table_destroy(ote_mem_table_t *table);
 
-/* Add a memory domain; only before the first registration. */
+/* Add a memory domain; only before the first registration (else BUSY). */
 ote_status_t ote_mem_table_add_md(ote_mem_table_t *table, ote_md_t *md);
 size_t       ote_mem_table_num_mds(const ote_mem_table_t *table);
 ote_md_t    *ote_mem_table_md(const ote_mem_table_t *table, size_t index);
 
-/* Number of live regions. */
+/* Number of regions in the table. */
 size_t       ote_mem_table_count(ote_mem_table_t *table);
 /* Changes every time a region is added or removed (descriptor freshness). */
 uint64_t     ote_mem_table_generation(ote_mem_table_t *table);
 
 /*
- * Register count descriptors, all or nothing. location NULL or "*" is
- * detected. On success regions_p[i] holds one reference each.
+ * Register count descriptors, all or nothing: on error no region, no
+ * reference and no md registration made by this call remains. location NULL
+ * or "*" is detected. Registering the exact range and access of a region
+ * already registered returns that region with one more reference. On
+ * success regions_p[i] holds one reference each.
  */
 ote_status_t ote_mem_table_register(ote_mem_table_t *table, const ote_mem_desc_t *descs,
                                     size_t count, ote_region_t **regions_p);
-/* Register engine-owned memory (freed with the region). */
-ote_status_t ote_mem_table_register_owned(ote_mem_table_t *table, void *addr, size_t length,
-                                          const char *location, unsigned access,
-                                          ote_region_t **region_p);
-/* Drop one user reference. */
+/*
+ * Drop one user reference. NOT_REGISTERED for a handle that is not (or no
+ * longer) registered, INVALID_PARAM for engine-owned memory (use _free).
+ */
 ote_status_t ote_mem_table_deregister(ote_mem_table_t *table, ote_region_t *region);
 
 /*
- * Find a live region covering [addr, addr+length) with every bit of access,
- * and take a data-path reference on it. Errors: NOT_REGISTERED (addr is in
- * no region), OUT_OF_BOUNDS (regions contain addr but none covers the whole
- * range), ACCESS (a covering region lacks the access), INVALID_PARAM
+ * Engine-owned host memory: page-aligned, bound to the NUMA node of
+ * location "cpu:N" (NULL or "*": first-touch placement), registered in the
+ * same call. Freed by ote_mem_table_free() once no slice uses it.
+ */
+ote_status_t ote_mem_table_alloc(ote_mem_table_t *table, size_t length, const char *location,
+                                 unsigned access, void **addr_p, ote_region_t **region_p);
+ote_status_t ote_mem_table_free(ote_mem_table_t *table, ote_region_t *region);
+
+/*
+ * Find a region in the table covering [addr, addr+length) with every bit of
+ * access, and take a data-path reference on it. Errors: NOT_REGISTERED (addr
+ * is in no region), OUT_OF_BOUNDS (regions contain addr but none covers the
+ * whole range), ACCESS (a covering region lacks the access), INVALID_PARAM
  * (length 0 or wrapping).
  */
 ote_status_t ote_mem_region_acquire(ote_mem_table_t *table, uint64_t addr, size_t length,
@@ -126,24 +185,58 @@ void         ote_mem_region_put(ote_region_t *region);
 bool         ote_mem_region_access_begin(ote_region_t *region);
 void         ote_mem_region_access_end(ote_region_t *region);
 
-/* Visit live regions in address order under the read lock. */
+/* Visit the table's regions in address order under the read lock. */
 typedef void (*ote_mem_visit_cb_t)(ote_region_t *region, void *arg);
 void ote_mem_table_visit(ote_mem_table_t *table, ote_mem_visit_cb_t cb, void *arg);
+
+/* ---- registration cache ------------------------------------------------- */
+
+typedef struct {
+    uint64_t hits;          /* registrations served by an existing entry    */
+    uint64_t misses;        /* registrations that registered on the mds     */
+    uint64_t evictions;     /* unreferenced entries dropped for the limits   */
+    uint64_t invalidations; /* entries dropped or retired: memory unmapped  */
+    size_t   entries;       /* entries alive, referenced or not             */
+    size_t   unreferenced;  /* of which kept for reuse only                 */
+    size_t   unreferenced_bytes;
+    bool     retains;       /* unreferenced entries are kept at all         */
+} ote_mem_rcache_stats_t;
+
+void ote_mem_table_rcache_stats(ote_mem_table_t *table, ote_mem_rcache_stats_t *stats_p);
+
+/*
+ * [addr, addr+length) was unmapped or remapped: no later registration may
+ * reuse a registration of it. Safe to call from any thread, also from
+ * inside a memory-event hook; takes effect before the next registration.
+ */
+void ote_mem_table_invalidate(ote_mem_table_t *table, uint64_t addr, size_t length);
+
+/* ---- memory types and locations ----------------------------------------- */
 
 /* Memory-type detection: the one entry point every layer uses. */
 typedef ote_status_t (*ote_mem_detect_fn_t)(const void *addr, size_t length,
                                             unsigned *mem_type_p, char *location,
                                             size_t location_len);
-/* A detector for non-host memory (e.g. CUDA) consulted before the host one. */
+/*
+ * A detector for non-host memory (e.g. CUDA) consulted before the host one;
+ * it answers NOT_FOUND for memory that is not its own.
+ */
 void         ote_mem_set_device_detector(ote_mem_detect_fn_t fn);
+/* Set by the cuda components once they know how many devices exist. */
+void         ote_mem_set_cuda_device_count(int (*fn)(void));
 ote_status_t ote_mem_detect(const void *addr, size_t length, unsigned *mem_type_p,
                             char *location, size_t location_len);
 /* Check a location string names a device that exists; gives its mem type. */
 ote_status_t ote_mem_location_parse(const char *location, unsigned *mem_type_p);
-/* NUMA node count of this host (at least 1). */
+/* Number of online NUMA nodes of this host (at least 1). */
 int          ote_mem_numa_nodes(void);
+/* Whether NUMA node node is online. */
+bool         ote_mem_numa_node_online(int node);
 
-/* Page-aligned host memory, bound to NUMA node numa (-1 = any). */
+/*
+ * Page-aligned host memory, bound to NUMA node numa (-1 = first touch);
+ * *alloc_len_p is the length to give ote_mem_host_free().
+ */
 ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *alloc_len_p);
 void         ote_mem_host_free(void *addr, size_t alloc_len);
 

@@ -1,212 +1,182 @@
 /*
- * Region table: an interval treap keyed by (addr, length, access), each
- * node carrying the largest end address in its subtree so that "which
- * region covers [a, a+len)" prunes whole subtrees. Lookups take a read lock;
- * registration and removal take the write lock.
+ * Region table: the regions users registered, in an interval treap so that
+ * "which region covers [a, a+len)" is O(log n) under a read lock. Handles
+ * are validated through a pointer set before they are touched, so a stale
+ * or foreign handle is an error code, not a use after free.
+ * Registration and removal take the write lock; md registration happens
+ * outside it, in the registration cache.
  */
-#include "mem.h"
+#include "mem_int.h"
 
 #include "core/log.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct rnode {
-    ote_region_t *region;
-    struct rnode *left, *right;
-    uint32_t      prio;
-    uint64_t      max_end;
-} rnode_t;
-
 struct ote_mem_table {
     pthread_rwlock_t       lock;
-    rnode_t               *root;
-    size_t                 count;
+    ote_itree_t            tree;
     uint64_t               generation;
     uint64_t               seq;
-    uint32_t               rng;
     ote_md_t              *mds[OTE_MEM_MAX_MDS];
     size_t                 num_mds;
     ote_mem_table_params_t params;
+    ote_rcache_t          *rcache;
+    atomic_long            refs;       /* owner + one per region struct     */
+    /* Handles in the table: open addressing, linear probing. */
+    ote_region_t         **handles;
+    size_t                 handles_cap; /* power of two                     */
+    size_t                 handles_count;
 };
 
-static inline uint64_t region_end(const ote_region_t *r)
+#define REGION_OF(_node) ((ote_region_t *)((char *)(_node) - offsetof(ote_region_t, node)))
+
+/* ---- handle set --------------------------------------------------------- */
+
+static size_t handle_slot(const ote_mem_table_t *t, const ote_region_t *r)
 {
-    return r->addr + r->length;
+    uint64_t h = (uint64_t)(uintptr_t)r * 0x9e3779b97f4a7c15ull;
+
+    return (size_t)(h >> 32) & (t->handles_cap - 1);
 }
 
-static int key_cmp(uint64_t addr, size_t length, unsigned access, const ote_region_t *r)
+static bool handle_find(const ote_mem_table_t *t, const ote_region_t *r, size_t *slot_p)
 {
-    if (addr != r->addr)
-        return addr < r->addr ? -1 : 1;
-    if (length != r->length)
-        return length < r->length ? -1 : 1;
-    if (access != r->access)
-        return access < r->access ? -1 : 1;
-    return 0;
-}
+    size_t i;
 
-static void node_update(rnode_t *n)
-{
-    uint64_t m = region_end(n->region);
-
-    if (n->left && n->left->max_end > m)
-        m = n->left->max_end;
-    if (n->right && n->right->max_end > m)
-        m = n->right->max_end;
-    n->max_end = m;
-}
-
-static rnode_t *rotate_right(rnode_t *n)
-{
-    rnode_t *l = n->left;
-
-    n->left  = l->right;
-    l->right = n;
-    node_update(n);
-    node_update(l);
-    return l;
-}
-
-static rnode_t *rotate_left(rnode_t *n)
-{
-    rnode_t *r = n->right;
-
-    n->right = r->left;
-    r->left  = n;
-    node_update(n);
-    node_update(r);
-    return r;
-}
-
-static rnode_t *treap_insert(rnode_t *n, rnode_t *x)
-{
-    if (n == NULL)
-        return x;
-    if (key_cmp(x->region->addr, x->region->length, x->region->access, n->region) < 0) {
-        n->left = treap_insert(n->left, x);
-        if (n->left->prio > n->prio)
-            n = rotate_right(n);
-    } else {
-        n->right = treap_insert(n->right, x);
-        if (n->right->prio > n->prio)
-            n = rotate_left(n);
-    }
-    node_update(n);
-    return n;
-}
-
-static rnode_t *treap_remove(rnode_t *n, const ote_region_t *r, rnode_t **removed_p)
-{
-    int c;
-
-    if (n == NULL)
-        return NULL;
-    c = key_cmp(r->addr, r->length, r->access, n->region);
-    if (c < 0) {
-        n->left = treap_remove(n->left, r, removed_p);
-    } else if (c > 0) {
-        n->right = treap_remove(n->right, r, removed_p);
-    } else if (n->left == NULL || n->right == NULL) {
-        rnode_t *child = n->left ? n->left : n->right;
-
-        *removed_p = n;
-        return child;
-    } else if (n->left->prio > n->right->prio) {
-        n        = rotate_right(n);
-        n->right = treap_remove(n->right, r, removed_p);
-    } else {
-        n       = rotate_left(n);
-        n->left = treap_remove(n->left, r, removed_p);
-    }
-    node_update(n);
-    return n;
-}
-
-static rnode_t *treap_find(rnode_t *n, uint64_t addr, size_t length, unsigned access)
-{
-    while (n != NULL) {
-        int c = key_cmp(addr, length, access, n->region);
-
-        if (c == 0)
-            return n;
-        n = c < 0 ? n->left : n->right;
-    }
-    return NULL;
-}
-
-/*
- * Search regions with start <= a and end >= need_end. Returns a region with
- * every bit of access if one exists; else sets *other_p to any match.
- */
-static ote_region_t *treap_cover(rnode_t *n, uint64_t a, uint64_t need_end, unsigned access,
-                                 ote_region_t **other_p)
-{
-    ote_region_t *r;
-
-    while (n != NULL && n->max_end >= need_end) {
-        if (n->region->addr <= a) {
-            if (region_end(n->region) >= need_end) {
-                if ((n->region->access & access) == access)
-                    return n->region;
-                *other_p = n->region;
-            }
-            r = treap_cover(n->left, a, need_end, access, other_p);
-            if (r != NULL)
-                return r;
-            n = n->right;
-        } else {
-            n = n->left;
+    if (t->handles_cap == 0)
+        return false;
+    for (i = handle_slot(t, r); t->handles[i] != NULL; i = (i + 1) & (t->handles_cap - 1)) {
+        if (t->handles[i] == r) {
+            if (slot_p != NULL)
+                *slot_p = i;
+            return true;
         }
     }
-    return NULL;
+    return false;
 }
 
-static uint32_t table_rand(ote_mem_table_t *t)
+static void handle_put(ote_mem_table_t *t, ote_region_t *r)
 {
-    /* xorshift32: priorities only need to be well spread. */
-    uint32_t x = t->rng;
+    size_t i = handle_slot(t, r);
 
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    t->rng = x;
-    return x;
+    while (t->handles[i] != NULL)
+        i = (i + 1) & (t->handles_cap - 1);
+    t->handles[i] = r;
+    t->handles_count++;
+}
+
+/* Under the write lock: room for extra more handles at half load. */
+static ote_status_t handles_reserve(ote_mem_table_t *t, size_t extra)
+{
+    ote_region_t **old = t->handles;
+    size_t old_cap     = t->handles_cap;
+    size_t cap         = old_cap ? old_cap : 64;
+
+    if (extra > SIZE_MAX / 4 - t->handles_count)
+        return OTE_ERR_NO_MEMORY;
+    while (cap < 2 * (t->handles_count + extra))
+        cap *= 2;
+    if (cap == old_cap)
+        return OTE_OK;
+    t->handles = calloc(cap, sizeof(*t->handles));
+    if (t->handles == NULL) {
+        t->handles = old;
+        return OTE_ERR_NO_MEMORY;
+    }
+    t->handles_cap   = cap;
+    t->handles_count = 0;
+    for (size_t i = 0; i < old_cap; i++) {
+        if (old[i] != NULL)
+            handle_put(t, old[i]);
+    }
+    free(old);
+    return OTE_OK;
+}
+
+static void handle_remove(ote_mem_table_t *t, ote_region_t *r)
+{
+    size_t i, j, mask = t->handles_cap - 1;
+
+    if (!handle_find(t, r, &i))
+        return;
+    t->handles[i] = NULL;
+    t->handles_count--;
+    /* Backward shift: move later members of the probe run into the hole. */
+    for (j = (i + 1) & mask; t->handles[j] != NULL; j = (j + 1) & mask) {
+        size_t home = handle_slot(t, t->handles[j]);
+
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            t->handles[i] = t->handles[j];
+            t->handles[j] = NULL;
+            i             = j;
+        }
+    }
+}
+
+/* ---- table lifetime ----------------------------------------------------- */
+
+static void table_put(ote_mem_table_t *t)
+{
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    ote_rcache_destroy(t->rcache);
+    pthread_rwlock_destroy(&t->lock);
+    free(t->handles);
+    free(t);
 }
 
 ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
                                   ote_mem_table_t **table_p)
 {
-    ote_mem_table_t *t = calloc(1, sizeof(*t));
+    ote_mem_table_t *t;
+    ote_status_t status;
 
+    if (table_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    t = calloc(1, sizeof(*t));
     if (t == NULL)
         return OTE_ERR_NO_MEMORY;
     if (pthread_rwlock_init(&t->lock, NULL) != 0) {
         free(t);
         return OTE_ERR_NO_MEMORY;
     }
-    t->rng = 0x9e3779b9u;
+    ote_itree_init(&t->tree);
     if (params != NULL)
         t->params = *params;
+    status = ote_rcache_create(&t->params, t->mds, &t->num_mds, &t->rcache);
+    if (status != OTE_OK) {
+        pthread_rwlock_destroy(&t->lock);
+        free(t);
+        return status;
+    }
+    atomic_init(&t->refs, 1);
     *table_p = t;
     return OTE_OK;
 }
 
-static void region_destroy(ote_region_t *r)
+/* ---- regions ------------------------------------------------------------ */
+
+/* Release what region_prepare() took; the region was never in the table. */
+static void region_release(ote_region_t *r, bool discard)
 {
     ote_mem_table_t *t = r->table;
 
     for (size_t i = 0; i < t->num_mds; i++) {
-        if (r->memh[i] != NULL)
+        if (r->memh[i] != NULL && (t->mds[i]->flags & OTE_MD_FLAG_GRANTS_ACCESS))
             t->mds[i]->ops->mem_dereg(t->mds[i], r->memh[i]);
     }
-    if (r->owned)
+    ote_rcache_put(t->rcache, r->reg, discard);
+    if (r->owned) {
+        /* The cache must not serve this range's old registrations again. */
+        ote_rcache_invalidate(t->rcache, (uintptr_t)r->owned_base, r->owned_length);
         ote_mem_host_free(r->owned_base, r->owned_length);
+    }
     free(r);
+    table_put(t);
 }
 
 void ote_mem_region_get(ote_region_t *r)
@@ -217,11 +187,12 @@ void ote_mem_region_get(ote_region_t *r)
 void ote_mem_region_put(ote_region_t *r)
 {
     if (atomic_fetch_sub_explicit(&r->life, 1, memory_order_acq_rel) == 1)
-        region_destroy(r);
+        region_release(r, r->discard_reg);
 }
 
 bool ote_mem_region_access_begin(ote_region_t *r)
 {
+    /* Pairs with region_wait_accessors(): one of the two sees the other. */
     atomic_fetch_add(&r->accessors, 1);
     if (!atomic_load(&r->in_table)) {
         atomic_fetch_sub(&r->accessors, 1);
@@ -238,53 +209,386 @@ void ote_mem_region_access_end(ote_region_t *r)
 /* Accesses are single non-blocking system calls: this wait is short. */
 static void region_wait_accessors(ote_region_t *r)
 {
-    while (atomic_load_explicit(&r->accessors, memory_order_acquire) != 0)
+    while (atomic_load(&r->accessors) != 0)
         sched_yield();
 }
 
-static void treap_free_all(rnode_t *n, ote_region_t ***list_p)
+static ote_status_t desc_check(const ote_mem_desc_t *d)
 {
-    if (n == NULL)
-        return;
-    treap_free_all(n->left, list_p);
-    treap_free_all(n->right, list_p);
-    *(*list_p)++ = n->region;
-    free(n);
+    unsigned type;
+
+    if (d->addr == NULL || d->length == 0 ||
+        (uintptr_t)d->addr + d->length < (uintptr_t)d->addr ||
+        (d->access & ~(unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE))) {
+        ote_error("memory registration %p+%zu access %#x: invalid range or access", d->addr,
+                  d->length, d->access);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (d->location != NULL && strcmp(d->location, "*") != 0)
+        return ote_mem_location_parse(d->location, &type);
+    return OTE_OK;
+}
+
+/*
+ * A region for d, registered on every md that reaches it (through the
+ * cache, or per region for mds whose registration grants access), not yet
+ * in the table. Slow: called without the table lock.
+ */
+static ote_status_t region_prepare(ote_mem_table_t *t, const ote_mem_desc_t *d, bool owned,
+                                   ote_region_t **r_p)
+{
+    ote_region_t *r;
+    ote_status_t status;
+    size_t i;
+
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return OTE_ERR_NO_MEMORY;
+    r->addr   = (uintptr_t)d->addr;
+    r->length = d->length;
+    r->access = d->access;
+    r->owned  = owned;
+    r->table  = t;
+    if (d->location == NULL || strcmp(d->location, "*") == 0) {
+        status = ote_mem_detect(d->addr, d->length, &r->mem_type, r->location,
+                                sizeof(r->location));
+    } else {
+        status = ote_mem_location_parse(d->location, &r->mem_type);
+        snprintf(r->location, sizeof(r->location), "%s", d->location);
+    }
+    if (status != OTE_OK)
+        goto err_free;
+    status = ote_rcache_get(t->rcache, r->addr, r->length, r->mem_type, r->access, !owned,
+                            &r->reg, &r->reg_fresh);
+    if (status != OTE_OK)
+        goto err_free;
+    for (i = 0; i < t->num_mds; i++) {
+        ote_md_t *md = t->mds[i];
+
+        if (!(md->mem_types & r->mem_type))
+            continue;
+        if (!(md->flags & OTE_MD_FLAG_GRANTS_ACCESS)) {
+            r->memh[i] = ote_rcache_memh(r->reg, i);
+            continue;
+        }
+        status = md->ops->mem_reg(md, d->addr, d->length, d->access, &r->memh[i]);
+        if (status != OTE_OK) {
+            ote_error("memory domain %s: registering %p+%zu failed: %s", md->name, d->addr,
+                      d->length, ote_status_string(status));
+            goto err_dereg;
+        }
+    }
+    atomic_fetch_add(&t->refs, 1);
+    *r_p = r;
+    return OTE_OK;
+
+err_dereg:
+    while (i-- > 0) {
+        if (r->memh[i] != NULL && (t->mds[i]->flags & OTE_MD_FLAG_GRANTS_ACCESS))
+            t->mds[i]->ops->mem_dereg(t->mds[i], r->memh[i]);
+    }
+    ote_rcache_put(t->rcache, r->reg, r->reg_fresh);
+err_free:
+    free(r);
+    return status;
+}
+
+/* Under the write lock, with a handle slot reserved: r enters the table. */
+static void table_link(ote_mem_table_t *t, ote_region_t *r)
+{
+    r->seq        = ++t->seq;
+    r->refs       = 1;
+    r->node.start = r->addr;
+    r->node.end   = r->addr + r->length;
+    r->node.tie   = r->seq;
+    atomic_init(&r->life, 1);
+    atomic_init(&r->accessors, 0);
+    atomic_store(&r->in_table, true);
+    ote_itree_insert(&t->tree, &r->node);
+    handle_put(t, r);
+    t->generation++;
+}
+
+/* Under the write lock: r leaves the table; the caller drops its life ref. */
+static void table_unlink(ote_mem_table_t *t, ote_region_t *r)
+{
+    ote_itree_remove(&t->tree, &r->node);
+    handle_remove(t, r);
+    atomic_store(&r->in_table, false);
+    t->generation++;
+}
+
+/* After table_unlink(): no access is in progress once this returns. */
+static void region_retire(ote_region_t *r)
+{
+    region_wait_accessors(r);
+    ote_mem_region_put(r);
+}
+
+typedef struct {
+    unsigned access;
+} dup_match_t;
+
+static bool dup_match(ote_itree_node_t *node, void *arg)
+{
+    const ote_region_t *r = REGION_OF(node);
+
+    return !r->owned && r->access == ((dup_match_t *)arg)->access;
+}
+
+static ote_region_t *table_find_dup(ote_mem_table_t *t, const ote_mem_desc_t *d)
+{
+    dup_match_t m = {.access = d->access};
+    ote_itree_node_t *n;
+
+    n = ote_itree_find_range(&t->tree, (uintptr_t)d->addr, (uintptr_t)d->addr + d->length,
+                             dup_match, &m);
+    return n != NULL ? REGION_OF(n) : NULL;
+}
+
+typedef struct {
+    ote_region_t *region;
+    bool          linked; /* by this call; else a reference taken */
+} undo_t;
+
+ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *descs,
+                                    size_t count, ote_region_t **regions_p)
+{
+    ote_region_t **fresh;
+    undo_t *undo;
+    ote_status_t status = OTE_OK;
+    size_t i, nundo = 0;
+
+    if (t == NULL || descs == NULL || regions_p == NULL || count == 0)
+        return OTE_ERR_INVALID_PARAM;
+    for (i = 0; i < count; i++) {
+        status = desc_check(&descs[i]);
+        if (status != OTE_OK)
+            return status;
+    }
+    fresh = calloc(count, sizeof(*fresh));
+    undo  = calloc(count, sizeof(*undo));
+    if (fresh == NULL || undo == NULL) {
+        status = OTE_ERR_NO_MEMORY;
+        goto out;
+    }
+    /*
+     * Register on the mds outside the lock for ranges not registered yet,
+     * then link everything in one critical section. A range another thread
+     * registered meanwhile wins; what we prepared for it is released.
+     */
+    for (i = 0; i < count; i++) {
+        ote_region_t *dup;
+
+        pthread_rwlock_rdlock(&t->lock);
+        dup = table_find_dup(t, &descs[i]);
+        pthread_rwlock_unlock(&t->lock);
+        if (dup != NULL)
+            continue;
+        status = region_prepare(t, &descs[i], false, &fresh[i]);
+        if (status != OTE_OK)
+            goto out;
+    }
+
+    pthread_rwlock_wrlock(&t->lock);
+    status = handles_reserve(t, count);
+    if (status != OTE_OK)
+        goto err_unwind_locked;
+    for (i = 0; i < count; i++) {
+        ote_region_t *dup = table_find_dup(t, &descs[i]);
+
+        if (dup != NULL) {
+            dup->refs++;
+            regions_p[i]  = dup;
+            undo[nundo++] = (undo_t){.region = dup, .linked = false};
+            continue;
+        }
+        if (fresh[i] == NULL) {
+            /* Was there at the first look and went away since. */
+            pthread_rwlock_unlock(&t->lock);
+            status = region_prepare(t, &descs[i], false, &fresh[i]);
+            pthread_rwlock_wrlock(&t->lock);
+            if (status == OTE_OK)
+                status = handles_reserve(t, count - i);
+            if (status != OTE_OK)
+                goto err_unwind_locked;
+            i--; /* look again under the lock */
+            continue;
+        }
+        table_link(t, fresh[i]);
+        regions_p[i]  = fresh[i];
+        undo[nundo++] = (undo_t){.region = fresh[i], .linked = true};
+        fresh[i]      = NULL;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    status = OTE_OK;
+    goto out;
+
+err_unwind_locked:
+    /* Drop every reference this call took; unlink what it linked. */
+    for (size_t k = nundo; k-- > 0;) {
+        ote_region_t *r = undo[k].region;
+
+        if (--r->refs == 0) {
+            table_unlink(t, r);
+            /* Registrations made for this call are undone, not cached. */
+            r->discard_reg = undo[k].linked && r->reg_fresh;
+        } else {
+            undo[k].region = NULL;
+        }
+    }
+    pthread_rwlock_unlock(&t->lock);
+    for (size_t k = 0; k < nundo; k++) {
+        if (undo[k].region != NULL)
+            region_retire(undo[k].region);
+    }
+    for (i = 0; i < count; i++)
+        regions_p[i] = NULL;
+out:
+    for (i = 0; fresh != NULL && i < count; i++) {
+        if (fresh[i] != NULL)
+            region_release(fresh[i], fresh[i]->reg_fresh);
+    }
+    free(fresh);
+    free(undo);
+    return status;
+}
+
+ote_status_t ote_mem_table_deregister(ote_mem_table_t *t, ote_region_t *r)
+{
+    bool last = false;
+
+    if (t == NULL || r == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    pthread_rwlock_wrlock(&t->lock);
+    if (!handle_find(t, r, NULL)) {
+        pthread_rwlock_unlock(&t->lock);
+        ote_error("deregistering %p: not a registered region", (void *)r);
+        return OTE_ERR_NOT_REGISTERED;
+    }
+    if (r->owned) {
+        pthread_rwlock_unlock(&t->lock);
+        ote_error("deregistering %p: engine-owned memory is released with ote_mem_free",
+                  (void *)r);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (--r->refs == 0) {
+        table_unlink(t, r);
+        last = true;
+    }
+    pthread_rwlock_unlock(&t->lock);
+    if (last)
+        region_retire(r);
+    return OTE_OK;
+}
+
+ote_status_t ote_mem_table_alloc(ote_mem_table_t *t, size_t length, const char *location,
+                                 unsigned access, void **addr_p, ote_region_t **region_p)
+{
+    ote_mem_desc_t d = {.length = length, .location = location, .access = access};
+    unsigned type    = OTE_MEM_TYPE_HOST;
+    int numa         = -1;
+    size_t alloc_len;
+    ote_region_t *r;
+    ote_status_t status;
+
+    if (t == NULL || length == 0 || addr_p == NULL || region_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    if (location != NULL && strcmp(location, "*") != 0) {
+        status = ote_mem_location_parse(location, &type);
+        if (status != OTE_OK)
+            return status;
+        if (type != OTE_MEM_TYPE_HOST) {
+            ote_error("ote_mem_alloc: no component allocates %s memory in this engine", location);
+            return OTE_ERR_UNSUPPORTED;
+        }
+        numa = atoi(location + 4);
+    }
+    status = ote_mem_host_alloc(length, numa, &d.addr, &alloc_len);
+    if (status != OTE_OK)
+        return status;
+    status = desc_check(&d);
+    if (status == OTE_OK)
+        status = region_prepare(t, &d, true, &r);
+    if (status != OTE_OK) {
+        ote_mem_host_free(d.addr, alloc_len);
+        return status;
+    }
+    r->owned_base   = d.addr;
+    r->owned_length = alloc_len;
+    pthread_rwlock_wrlock(&t->lock);
+    status = handles_reserve(t, 1);
+    if (status == OTE_OK)
+        table_link(t, r);
+    pthread_rwlock_unlock(&t->lock);
+    if (status != OTE_OK) {
+        region_release(r, true); /* also frees the memory */
+        return status;
+    }
+    *addr_p   = d.addr;
+    *region_p = r;
+    return OTE_OK;
+}
+
+ote_status_t ote_mem_table_free(ote_mem_table_t *t, ote_region_t *r)
+{
+    if (t == NULL || r == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    pthread_rwlock_wrlock(&t->lock);
+    if (!handle_find(t, r, NULL)) {
+        pthread_rwlock_unlock(&t->lock);
+        ote_error("freeing %p: not engine-owned memory of this engine", (void *)r);
+        return OTE_ERR_NOT_REGISTERED;
+    }
+    if (!r->owned) {
+        pthread_rwlock_unlock(&t->lock);
+        ote_error("freeing %p: memory the user registered is released with "
+                  "ote_mem_deregister", (void *)r);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    r->refs = 0;
+    table_unlink(t, r);
+    pthread_rwlock_unlock(&t->lock);
+    region_retire(r);
+    return OTE_OK;
 }
 
 void ote_mem_table_destroy(ote_mem_table_t *t)
 {
-    ote_region_t **list, **p;
-    size_t n;
-
     if (t == NULL)
         return;
-    pthread_rwlock_wrlock(&t->lock);
-    n    = t->count;
-    list = calloc(n ? n : 1, sizeof(*list));
-    if (list != NULL) {
-        p = list;
-        treap_free_all(t->root, &p);
+    for (;;) {
+        ote_region_t *r = NULL;
+
+        pthread_rwlock_wrlock(&t->lock);
+        if (t->tree.root != NULL) {
+            r       = REGION_OF(t->tree.root);
+            r->refs = 0;
+            table_unlink(t, r);
+        }
+        pthread_rwlock_unlock(&t->lock);
+        if (r == NULL)
+            break;
+        region_retire(r);
     }
-    t->root  = NULL;
-    t->count = 0;
-    pthread_rwlock_unlock(&t->lock);
-    for (size_t i = 0; list != NULL && i < n; i++) {
-        atomic_store(&list[i]->in_table, false);
-        region_wait_accessors(list[i]);
-        ote_mem_region_put(list[i]);
-    }
-    free(list);
-    pthread_rwlock_destroy(&t->lock);
-    free(t);
+    /* Before the engine closes its mds: registrations kept for reuse go. */
+    ote_rcache_flush(t->rcache);
+    if (atomic_load(&t->refs) > 1)
+        ote_warn("memory table destroyed while %ld regions are still in use",
+                 atomic_load(&t->refs) - 1);
+    table_put(t);
 }
 
 ote_status_t ote_mem_table_add_md(ote_mem_table_t *t, ote_md_t *md)
 {
     ote_status_t status = OTE_OK;
 
+    if (t == NULL || md == NULL || md->ops == NULL || md->ops->mem_reg == NULL ||
+        md->ops->mem_dereg == NULL)
+        return OTE_ERR_INVALID_PARAM;
     pthread_rwlock_wrlock(&t->lock);
-    if (t->count != 0 || t->num_mds == OTE_MEM_MAX_MDS)
+    /* Entries and regions registered earlier would lack a handle for it. */
+    if (t->seq != 0 || atomic_load(&t->refs) != 1 || t->num_mds == OTE_MEM_MAX_MDS)
         status = OTE_ERR_BUSY;
     else
         t->mds[t->num_mds++] = md;
@@ -307,7 +611,7 @@ size_t ote_mem_table_count(ote_mem_table_t *t)
     size_t n;
 
     pthread_rwlock_rdlock(&t->lock);
-    n = t->count;
+    n = t->tree.count;
     pthread_rwlock_unlock(&t->lock);
     return n;
 }
@@ -322,306 +626,78 @@ uint64_t ote_mem_table_generation(ote_mem_table_t *t)
     return g;
 }
 
-/* Register a new region on every memory domain that reaches it. */
-static ote_status_t region_md_register(ote_mem_table_t *t, ote_region_t *r)
+typedef struct {
+    unsigned      access;
+    ote_region_t *other; /* covers, lacks the access */
+} cover_match_t;
+
+static bool cover_match(ote_itree_node_t *node, void *arg)
 {
-    ote_status_t status;
-    size_t i;
+    ote_region_t *r   = REGION_OF(node);
+    cover_match_t *m  = arg;
 
-    for (i = 0; i < t->num_mds; i++) {
-        if (!(t->mds[i]->mem_types & r->mem_type))
-            continue;
-        status = t->mds[i]->ops->mem_reg(t->mds[i], (void *)(uintptr_t)r->addr, r->length,
-                                         r->access, &r->memh[i]);
-        if (status != OTE_OK) {
-            ote_error("memory domain %s: registering %p+%zu failed: %s", t->mds[i]->name,
-                      (void *)(uintptr_t)r->addr, r->length, ote_status_string(status));
-            goto err;
-        }
-    }
-    return OTE_OK;
-
-err:
-    while (i-- > 0) {
-        if (r->memh[i] != NULL) {
-            t->mds[i]->ops->mem_dereg(t->mds[i], r->memh[i]);
-            r->memh[i] = NULL;
-        }
-    }
-    return status;
-}
-
-static ote_status_t region_new(ote_mem_table_t *t, const ote_mem_desc_t *d, ote_region_t **r_p)
-{
-    ote_region_t *r;
-    ote_status_t status;
-    unsigned loc_type;
-
-    if (d->addr == NULL || d->length == 0 ||
-        (uintptr_t)d->addr + d->length < (uintptr_t)d->addr ||
-        (d->access & ~(unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE)))
-        return OTE_ERR_INVALID_PARAM;
-    r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return OTE_ERR_NO_MEMORY;
-    r->addr   = (uintptr_t)d->addr;
-    r->length = d->length;
-    r->access = d->access;
-    r->table  = t;
-    if (d->location == NULL || strcmp(d->location, "*") == 0) {
-        status = ote_mem_detect(d->addr, d->length, &r->mem_type, r->location,
-                                sizeof(r->location));
-    } else {
-        status = ote_mem_location_parse(d->location, &loc_type);
-        if (status == OTE_OK) {
-            r->mem_type = loc_type;
-            snprintf(r->location, sizeof(r->location), "%s", d->location);
-        }
-    }
-    if (status != OTE_OK) {
-        free(r);
-        return status;
-    }
-    status = region_md_register(t, r);
-    if (status != OTE_OK) {
-        free(r);
-        return status;
-    }
-    *r_p = r;
-    return OTE_OK;
-}
-
-/* Under the write lock: link r into the tree. */
-static ote_status_t table_link(ote_mem_table_t *t, ote_region_t *r)
-{
-    rnode_t *n = calloc(1, sizeof(*n));
-
-    if (n == NULL)
-        return OTE_ERR_NO_MEMORY;
-    n->region = r;
-    n->prio   = table_rand(t);
-    n->max_end = region_end(r);
-    r->seq      = ++t->seq;
-    r->refs     = 1;
-    atomic_store(&r->in_table, true);
-    atomic_store(&r->life, 1);
-    t->root = treap_insert(t->root, n);
-    t->count++;
-    t->generation++;
-    return OTE_OK;
-}
-
-/* Under the write lock: unlink r; the caller drops the table's life ref. */
-static void table_unlink(ote_mem_table_t *t, ote_region_t *r)
-{
-    rnode_t *removed = NULL;
-
-    t->root = treap_remove(t->root, r, &removed);
-    free(removed);
-    atomic_store(&r->in_table, false);
-    t->count--;
-    t->generation++;
-}
-
-ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *descs,
-                                    size_t count, ote_region_t **regions_p)
-{
-    ote_region_t **fresh;
-    bool *dup;
-    ote_status_t status = OTE_OK;
-    size_t i;
-
-    if (descs == NULL || regions_p == NULL || count == 0)
-        return OTE_ERR_INVALID_PARAM;
-    fresh = calloc(count, sizeof(*fresh));
-    dup   = calloc(count, sizeof(*dup));
-    if (fresh == NULL || dup == NULL) {
-        free(fresh);
-        free(dup);
-        return OTE_ERR_NO_MEMORY;
-    }
-    /*
-     * Memory-domain registration is the slow part: do it outside the lock
-     * for ranges not registered yet, then link everything in one critical
-     * section. A range registered by another thread meanwhile wins; ours is
-     * dropped.
-     */
-    for (i = 0; i < count; i++) {
-        rnode_t *n;
-
-        pthread_rwlock_rdlock(&t->lock);
-        n = treap_find(t->root, (uintptr_t)descs[i].addr, descs[i].length, descs[i].access);
-        pthread_rwlock_unlock(&t->lock);
-        if (n != NULL)
-            continue;
-        status = region_new(t, &descs[i], &fresh[i]);
-        if (status != OTE_OK)
-            goto err;
-    }
-
-    pthread_rwlock_wrlock(&t->lock);
-    for (i = 0; i < count; i++) {
-        rnode_t *n = treap_find(t->root, (uintptr_t)descs[i].addr, descs[i].length,
-                                descs[i].access);
-
-        if (n != NULL) {
-            n->region->refs++;
-            regions_p[i] = n->region;
-            dup[i]       = true;
-            continue;
-        }
-        if (fresh[i] == NULL) {
-            /* Was there at the first look and went away since: register now. */
-            pthread_rwlock_unlock(&t->lock);
-            status = region_new(t, &descs[i], &fresh[i]);
-            pthread_rwlock_wrlock(&t->lock);
-            if (status != OTE_OK)
-                goto err_unwind_locked;
-            i--; /* look again under the lock */
-            continue;
-        }
-        status = table_link(t, fresh[i]);
-        if (status != OTE_OK)
-            goto err_unwind_locked;
-        regions_p[i] = fresh[i];
-        fresh[i]     = NULL;
-    }
-    pthread_rwlock_unlock(&t->lock);
-    /* Regions prepared but not used (raced duplicates). */
-    for (i = 0; i < count; i++) {
-        if (fresh[i] != NULL)
-            region_destroy(fresh[i]);
-    }
-    free(fresh);
-    free(dup);
-    return OTE_OK;
-
-err_unwind_locked:
-    /* Undo what this call linked or referenced: entries [0, i). */
-    while (i-- > 0) {
-        ote_region_t *r = regions_p[i];
-
-        if (dup[i]) {
-            r->refs--;
-            if (r->refs == 0) {
-                table_unlink(t, r);
-                fresh[i] = r; /* drop its table reference after unlock */
-            }
-        } else {
-            table_unlink(t, r);
-            fresh[i] = r;
-        }
-        regions_p[i] = NULL;
-    }
-    pthread_rwlock_unlock(&t->lock);
-    for (i = 0; i < count; i++) {
-        if (fresh[i] != NULL) {
-            if (fresh[i]->seq != 0)
-                ote_mem_region_put(fresh[i]);
-            else
-                region_destroy(fresh[i]);
-        }
-    }
-    free(fresh);
-    free(dup);
-    return status;
-err:
-    while (i-- > 0) {
-        if (fresh[i] != NULL)
-            region_destroy(fresh[i]);
-    }
-    free(fresh);
-    free(dup);
-    return status;
-}
-
-ote_status_t ote_mem_table_register_owned(ote_mem_table_t *t, void *addr, size_t length,
-                                          const char *location, unsigned access,
-                                          ote_region_t **region_p)
-{
-    ote_mem_desc_t d = {.addr = addr, .length = length, .location = location, .access = access};
-    ote_region_t *r;
-    ote_status_t status;
-
-    status = region_new(t, &d, &r);
-    if (status != OTE_OK)
-        return status;
-    pthread_rwlock_wrlock(&t->lock);
-    status = table_link(t, r);
-    pthread_rwlock_unlock(&t->lock);
-    if (status != OTE_OK) {
-        region_destroy(r);
-        return status;
-    }
-    *region_p = r;
-    return OTE_OK;
-}
-
-ote_status_t ote_mem_table_deregister(ote_mem_table_t *t, ote_region_t *r)
-{
-    bool last = false;
-
-    if (r == NULL || r->table != t)
-        return OTE_ERR_INVALID_PARAM;
-    pthread_rwlock_wrlock(&t->lock);
-    if (!atomic_load(&r->in_table) || treap_find(t->root, r->addr, r->length, r->access) == NULL ||
-        treap_find(t->root, r->addr, r->length, r->access)->region != r) {
-        pthread_rwlock_unlock(&t->lock);
-        return OTE_ERR_NOT_REGISTERED;
-    }
-    if (--r->refs == 0) {
-        table_unlink(t, r);
-        last = true;
-    }
-    pthread_rwlock_unlock(&t->lock);
-    if (last) {
-        region_wait_accessors(r);
-        ote_mem_region_put(r);
-    }
-    return OTE_OK;
+    if ((r->access & m->access) == m->access)
+        return true;
+    m->other = r;
+    return false;
 }
 
 ote_status_t ote_mem_region_acquire(ote_mem_table_t *t, uint64_t addr, size_t length,
                                     unsigned access, ote_region_t **region_p)
 {
-    ote_region_t *r, *other = NULL;
+    cover_match_t m = {.access = access};
+    ote_itree_node_t *n;
     ote_status_t status;
 
-    if (length == 0 || addr + length < addr)
+    if (t == NULL || region_p == NULL || length == 0 || addr + length < addr)
         return OTE_ERR_INVALID_PARAM;
     pthread_rwlock_rdlock(&t->lock);
-    r = treap_cover(t->root, addr, addr + length, access, &other);
-    if (r != NULL) {
-        ote_mem_region_get(r);
+    n = ote_itree_cover(&t->tree, addr, addr + length, cover_match, &m);
+    if (n != NULL) {
+        ote_mem_region_get(REGION_OF(n));
         status = OTE_OK;
-    } else if (other != NULL) {
+    } else if (m.other != NULL) {
         status = OTE_ERR_ACCESS;
     } else {
-        ote_region_t *unused = NULL;
-
         /* Does any region hold the first byte? Then the range runs past it. */
-        status = treap_cover(t->root, addr, addr + 1, 0, &unused) != NULL
+        status = ote_itree_cover(&t->tree, addr, addr + 1, NULL, NULL) != NULL
                      ? OTE_ERR_OUT_OF_BOUNDS
                      : OTE_ERR_NOT_REGISTERED;
     }
     pthread_rwlock_unlock(&t->lock);
     if (status == OTE_OK)
-        *region_p = r;
+        *region_p = REGION_OF(n);
     return status;
 }
 
-static void treap_visit(rnode_t *n, ote_mem_visit_cb_t cb, void *arg)
+typedef struct {
+    ote_mem_visit_cb_t cb;
+    void              *arg;
+} visit_ctx_t;
+
+static void visit_one(ote_itree_node_t *node, void *arg)
 {
-    if (n == NULL)
-        return;
-    treap_visit(n->left, cb, arg);
-    cb(n->region, arg);
-    treap_visit(n->right, cb, arg);
+    visit_ctx_t *ctx = arg;
+
+    ctx->cb(REGION_OF(node), ctx->arg);
 }
 
 void ote_mem_table_visit(ote_mem_table_t *t, ote_mem_visit_cb_t cb, void *arg)
 {
+    visit_ctx_t ctx = {.cb = cb, .arg = arg};
+
     pthread_rwlock_rdlock(&t->lock);
-    treap_visit(t->root, cb, arg);
+    ote_itree_visit(&t->tree, visit_one, &ctx);
     pthread_rwlock_unlock(&t->lock);
+}
+
+void ote_mem_table_rcache_stats(ote_mem_table_t *t, ote_mem_rcache_stats_t *stats_p)
+{
+    memset(stats_p, 0, sizeof(*stats_p));
+    ote_rcache_stats(t->rcache, stats_p);
+}
+
+void ote_mem_table_invalidate(ote_mem_table_t *t, uint64_t addr, size_t length)
+{
+    ote_rcache_invalidate(t->rcache, addr, length);
 }

@@ -1,0 +1,110 @@
+/*
+ * Engine-owned host memory: whole pages from mmap, bound to a NUMA node
+ * before the first touch so that every page lands there. Binding goes
+ * through hwloc where the build has it, else straight to mbind(2).
+ */
+#include "mem.h"
+
+#include "core/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifdef HAVE_HWLOC
+#include <hwloc.h>
+#endif
+
+#define MPOL_BIND_ 2
+
+#ifdef HAVE_HWLOC
+static pthread_once_t   topo_once = PTHREAD_ONCE_INIT;
+static hwloc_topology_t topo;
+static bool             topo_ok;
+
+/* Loaded once per process: a few milliseconds, kept until exit. */
+static void topo_load(void)
+{
+    if (hwloc_topology_init(&topo) != 0)
+        return;
+    if (hwloc_topology_load(topo) != 0) {
+        hwloc_topology_destroy(topo);
+        return;
+    }
+    topo_ok = hwloc_topology_is_thissystem(topo);
+    if (!topo_ok)
+        hwloc_topology_destroy(topo);
+}
+
+static int bind_hwloc(void *p, size_t len, int numa)
+{
+    hwloc_obj_t node;
+
+    pthread_once(&topo_once, topo_load);
+    if (!topo_ok)
+        return -1;
+    node = hwloc_get_numanode_obj_by_os_index(topo, (unsigned)numa);
+    if (node == NULL)
+        return -1;
+    return hwloc_set_area_membind(topo, p, len, node->nodeset, HWLOC_MEMBIND_BIND,
+                                  HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT);
+}
+#endif
+
+static int bind_mbind(void *p, size_t len, int numa)
+{
+    unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
+
+    if (numa < 0 || numa >= (int)(sizeof(mask) * 8)) {
+        errno = EINVAL;
+        return -1;
+    }
+    mask[numa / (8 * sizeof(long))] |= 1ul << (numa % (8 * sizeof(long)));
+    return (int)syscall(SYS_mbind, p, len, MPOL_BIND_, mask, sizeof(mask) * 8, 0);
+}
+
+ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *alloc_len_p)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t len;
+    void *p;
+    int rc = -1;
+
+    if (length == 0 || length > SIZE_MAX - (size_t)page)
+        return OTE_ERR_INVALID_PARAM;
+    if (numa >= 0 && !ote_mem_numa_node_online(numa)) {
+        ote_error("allocating %zu bytes on NUMA node %d: no such node", length, numa);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    len = (length + (size_t)page - 1) & ~((size_t)page - 1);
+    p   = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        ote_error("allocating %zu bytes: %s", len, strerror(errno));
+        return OTE_ERR_NO_MEMORY;
+    }
+    if (numa >= 0) {
+#ifdef HAVE_HWLOC
+        rc = bind_hwloc(p, len, numa);
+#endif
+        if (rc != 0)
+            rc = bind_mbind(p, len, numa);
+        /* With one node every page lands there anyway. */
+        if (rc != 0 && ote_mem_numa_nodes() > 1) {
+            ote_error("binding %zu bytes to NUMA node %d: %s", len, numa, strerror(errno));
+            munmap(p, len);
+            return OTE_ERR_NO_MEMORY;
+        }
+    }
+    *addr_p      = p;
+    *alloc_len_p = len;
+    return OTE_OK;
+}
+
+void ote_mem_host_free(void *addr, size_t alloc_len)
+{
+    if (addr != NULL)
+        munmap(addr, alloc_len);
+}

@@ -1,0 +1,77 @@
+/*
+ * Private to src/mem: the interval treap both the region table and the
+ * registration cache index by, and the registration cache itself.
+ */
+#ifndef OTE_MEM_MEM_INT_H
+#define OTE_MEM_MEM_INT_H
+
+#include "mem.h"
+
+/* ---- interval treap (itree.c) ------------------------------------------- */
+
+/*
+ * Nodes are ordered by (start, end, tie) and carry the largest end of their
+ * subtree, so "which node covers [s, e)" prunes whole subtrees: O(log n)
+ * expected when ranges do not nest deeply. Not thread-safe: callers lock.
+ */
+typedef struct {
+    ote_itree_node_t *root;
+    size_t            count;
+    uint32_t          rng;
+} ote_itree_t;
+
+/* true: the node is the one wanted. */
+typedef bool (*ote_itree_pred_t)(ote_itree_node_t *node, void *arg);
+
+void              ote_itree_init(ote_itree_t *tree);
+/* start, end and tie of node must be set; tie unique among equal ranges. */
+void              ote_itree_insert(ote_itree_t *tree, ote_itree_node_t *node);
+void              ote_itree_remove(ote_itree_t *tree, ote_itree_node_t *node);
+/* A node with exactly [start, end) that pred accepts (pred NULL: any). */
+ote_itree_node_t *ote_itree_find_range(const ote_itree_t *tree, uint64_t start, uint64_t end,
+                                       ote_itree_pred_t pred, void *arg);
+/* A node with node.start <= start and node.end >= end that pred accepts. */
+ote_itree_node_t *ote_itree_cover(const ote_itree_t *tree, uint64_t start, uint64_t end,
+                                  ote_itree_pred_t pred, void *arg);
+/* Any node overlapping [start, end). */
+ote_itree_node_t *ote_itree_overlap(const ote_itree_t *tree, uint64_t start, uint64_t end);
+/* In order; cb must not change the tree. */
+void              ote_itree_visit(const ote_itree_t *tree,
+                                  void (*cb)(ote_itree_node_t *node, void *arg), void *arg);
+
+/* ---- registration cache (rcache.c) -------------------------------------- */
+
+typedef struct ote_rcache ote_rcache_t;
+
+/*
+ * mds/num_mds point at the table's md list, which only grows before the
+ * first registration.
+ */
+ote_status_t ote_rcache_create(const ote_mem_table_params_t *params, ote_md_t *const *mds,
+                               const size_t *num_mds, ote_rcache_t **rc_p);
+/* Every entry must have been put. */
+void         ote_rcache_destroy(ote_rcache_t *rc);
+/* Drop every unreferenced entry now and keep none from here on. */
+void         ote_rcache_flush(ote_rcache_t *rc);
+
+/*
+ * An entry covering [addr, addr+length) registered for at least access on
+ * every md that reaches mem_type and lacks OTE_MD_FLAG_GRANTS_ACCESS: an
+ * existing one (hit) or a new one (miss: registered now). shared: the entry
+ * may serve other registrations (false for engine-owned memory). *fresh_p:
+ * this call created the entry.
+ */
+ote_status_t ote_rcache_get(ote_rcache_t *rc, uint64_t addr, size_t length, unsigned mem_type,
+                            unsigned access, bool shared, ote_mem_reg_t **reg_p, bool *fresh_p);
+/*
+ * Release one use. The last use keeps the entry cached unless discard is
+ * set (undoing a failed registration), the cache does not retain, or its
+ * memory was unmapped.
+ */
+void         ote_rcache_put(ote_rcache_t *rc, ote_mem_reg_t *reg, bool discard);
+/* The entry's handle for md index i (NULL if none). */
+void        *ote_rcache_memh(const ote_mem_reg_t *reg, size_t i);
+void         ote_rcache_invalidate(ote_rcache_t *rc, uint64_t addr, size_t length);
+void         ote_rcache_stats(ote_rcache_t *rc, ote_mem_rcache_stats_t *stats_p);
+
+#endif
