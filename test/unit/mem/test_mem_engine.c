@@ -1,0 +1,231 @@
+/*
+ * The memory API on a real engine: location strings and detection,
+ * engine-owned memory (page-aligned, NUMA-bound, registered in the same
+ * call), and OTE_RCACHE_* read from the environment.
+ */
+#include "core/engine.h"
+#include "testlib.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define RW (OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE)
+
+static int setup(void **state)
+{
+    *state = ote_test_engine(NULL);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    ote_engine_destroy(*state);
+    return 0;
+}
+
+static void test_invalid_locations(void **state)
+{
+    ote_engine_h e = *state;
+    static const char *bad[] = {"cpu:99", "cuda:0", "gpu:1", "cpu:", "cpu:-1", "cpu:0x",
+                                "", "cpu", "cuda:", "cpu:0:1",
+                                "cpu:000000000000000000000000000000000000000001"};
+    size_t len = 65536;
+    void *buf  = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    assert_true(buf != MAP_FAILED);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ote_mem_desc_t d = {.addr = buf, .length = len, .location = bad[i], .access = RW};
+        ote_mem_h mem    = NULL;
+        void *addr       = NULL;
+
+        assert_int_equal(ote_mem_register(e, &d, 1, &mem), OTE_ERR_INVALID_PARAM);
+        assert_null(mem);
+        assert_int_equal(ote_mem_alloc(e, 4096, bad[i], RW, &addr, &mem), OTE_ERR_INVALID_PARAM);
+        assert_null(addr);
+    }
+    /* One bad location fails the whole batch. */
+    {
+        ote_mem_desc_t d[2] = {{.addr = buf, .length = 4096, .location = "cpu:0"},
+                               {.addr = (char *)buf + 4096, .length = 4096, .location = "gpu:1"}};
+        ote_mem_h mems[2];
+
+        assert_int_equal(ote_mem_register(e, d, 2, mems), OTE_ERR_INVALID_PARAM);
+        assert_int_equal(ote_mem_table_count(e->regions), 0);
+    }
+    munmap(buf, len);
+}
+
+static int page_node(void *p)
+{
+    int node = -1;
+
+    if (syscall(SYS_get_mempolicy, &node, NULL, 0UL, p, 3 /* MPOL_F_NODE|MPOL_F_ADDR */) != 0)
+        return -1;
+    return node;
+}
+
+static void test_detect_location(void **state)
+{
+    ote_engine_h e = *state;
+    size_t len     = 1 << 20;
+    char *buf      = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ote_mem_desc_t d[2];
+    ote_mem_h mem[2];
+    char expect[32];
+
+    assert_true(buf != MAP_FAILED);
+    memset(buf, 1, len);
+    d[0] = (ote_mem_desc_t){.addr = buf, .length = len / 2, .location = NULL, .access = RW};
+    d[1] = (ote_mem_desc_t){.addr = buf + len / 2, .length = len / 2, .location = "*"};
+    assert_int_equal(ote_mem_register(e, d, 2, mem), OTE_OK);
+    snprintf(expect, sizeof(expect), "cpu:%d", page_node(buf));
+    assert_string_equal(mem[0]->location, expect);
+    assert_int_equal(mem[0]->mem_type, OTE_MEM_TYPE_HOST);
+    snprintf(expect, sizeof(expect), "cpu:%d", page_node(buf + len / 2));
+    assert_string_equal(mem[1]->location, expect);
+    assert_true(ote_mem_numa_node_online(atoi(mem[0]->location + 4)));
+    /* Given explicitly, the location is kept as given. */
+    {
+        ote_mem_desc_t x = {.addr = buf, .length = 4096, .location = "cpu:0"};
+        ote_mem_h m;
+
+        assert_int_equal(ote_mem_register(e, &x, 1, &m), OTE_OK);
+        assert_string_equal(m->location, "cpu:0");
+        assert_int_equal(ote_mem_deregister(e, m), OTE_OK);
+    }
+    assert_int_equal(ote_mem_deregister(e, mem[0]), OTE_OK);
+    assert_int_equal(ote_mem_deregister(e, mem[1]), OTE_OK);
+    assert_int_equal(ote_mem_deregister(e, mem[1]), OTE_ERR_NOT_REGISTERED);
+    munmap(buf, len);
+}
+
+static void test_alloc_owned(void **state)
+{
+    ote_engine_h e = *state;
+    long page      = sysconf(_SC_PAGESIZE);
+    static const char *locs[] = {NULL, "*", "cpu:0"};
+
+    for (size_t i = 0; i < 3; i++) {
+        size_t len = 3 * (size_t)page + 123; /* not a page multiple */
+        ote_region_t *got;
+        ote_mem_h mem;
+        char *addr;
+
+        assert_int_equal(ote_mem_alloc(e, len, locs[i], RW, (void **)&addr, &mem), OTE_OK);
+        assert_int_equal((uintptr_t)addr % (uintptr_t)page, 0);
+        assert_true(mem->owned);
+        assert_int_equal(mem->length, len);
+        /* Registered in the same call: a lookup finds it. */
+        assert_int_equal(ote_mem_region_acquire(e->regions, (uintptr_t)addr, len,
+                                                OTE_ACCESS_REMOTE_WRITE, &got),
+                         OTE_OK);
+        assert_ptr_equal(got, mem);
+        ote_mem_region_put(got);
+        /* Every byte usable; a bound allocation lands on its node. */
+        ote_test_fill(addr, 0, len, 42 + i);
+        assert_int_equal(ote_test_check(addr, 0, len, 42 + i), -1);
+        if (locs[i] != NULL && strcmp(locs[i], "cpu:0") == 0) {
+            assert_string_equal(mem->location, "cpu:0");
+            for (size_t off = 0; off < len; off += (size_t)page)
+                assert_int_equal(page_node(addr + off), 0);
+        } else {
+            assert_int_equal(strncmp(mem->location, "cpu:", 4), 0);
+        }
+        /* Engine-owned memory goes with ote_mem_free only. */
+        assert_int_equal(ote_mem_deregister(e, mem), OTE_ERR_INVALID_PARAM);
+        assert_int_equal(ote_mem_free(e, mem), OTE_OK);
+        assert_int_equal(ote_mem_region_acquire(e->regions, (uintptr_t)addr, 1, 0, &got),
+                         OTE_ERR_NOT_REGISTERED);
+    }
+    {
+        void *addr;
+        ote_mem_h mem;
+
+        assert_int_equal(ote_mem_alloc(e, 0, NULL, 0, &addr, &mem), OTE_ERR_INVALID_PARAM);
+        assert_int_equal(ote_mem_alloc(e, 4096, NULL, 1u << 9, &addr, &mem),
+                         OTE_ERR_INVALID_PARAM);
+        assert_int_equal(ote_mem_table_count(e->regions), 0);
+    }
+    /* A user registration is not freed with ote_mem_free. */
+    {
+        char buf[128];
+        ote_mem_desc_t d = {.addr = buf, .length = sizeof(buf)};
+        ote_mem_h mem;
+
+        assert_int_equal(ote_mem_register(e, &d, 1, &mem), OTE_OK);
+        assert_int_equal(ote_mem_free(e, mem), OTE_ERR_INVALID_PARAM);
+        assert_int_equal(ote_mem_deregister(e, mem), OTE_OK);
+    }
+}
+
+/* The engine's cache follows OTE_RCACHE_ENABLE and keeps entries when hooked. */
+static void rcache_env(bool enable)
+{
+    ote_mem_rcache_stats_t s;
+    ote_engine_h e;
+    size_t len = 1 << 20;
+    char *buf  = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    assert_true(buf != MAP_FAILED);
+    setenv("OTE_RCACHE_ENABLE", enable ? "y" : "n", 1);
+    e = ote_test_engine(NULL);
+    unsetenv("OTE_RCACHE_ENABLE");
+    for (int i = 0; i < 16; i++) {
+        ote_mem_desc_t d = {.addr = buf + i * 65536, .length = 65536, .access = RW};
+        ote_mem_h m;
+
+        assert_int_equal(ote_mem_register(e, &d, 1, &m), OTE_OK);
+        assert_int_equal(ote_mem_deregister(e, m), OTE_OK);
+        assert_int_equal(ote_mem_register(e, &d, 1, &m), OTE_OK);
+        assert_int_equal(ote_mem_deregister(e, m), OTE_OK);
+    }
+    ote_mem_table_rcache_stats(e->regions, &s);
+    if (!enable) {
+        assert_false(s.retains);
+        assert_int_equal(s.hits, 0);
+        assert_int_equal(s.misses, 32);
+        assert_int_equal(s.entries, 0);
+    } else if (s.retains) {
+        assert_int_equal(s.hits, 16);
+        assert_int_equal(s.misses, 16);
+        assert_int_equal(s.unreferenced, 16);
+        /* Unmapping the memory drops what was kept of it. */
+        munmap(buf, len);
+        buf = NULL;
+        ote_mem_table_rcache_stats(e->regions, &s);
+        assert_int_equal(s.unreferenced, 0);
+    }
+    if (buf != NULL)
+        munmap(buf, len);
+    ote_engine_destroy(e);
+}
+
+static void test_rcache_env_off(void **state)
+{
+    rcache_env(false);
+}
+
+static void test_rcache_env_on(void **state)
+{
+    rcache_env(true);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_invalid_locations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_detect_location, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alloc_owned, setup, teardown),
+        cmocka_unit_test(test_rcache_env_off),
+        cmocka_unit_test(test_rcache_env_on),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
