@@ -39,6 +39,38 @@ ote_itree_node_t *ote_itree_overlap(const ote_itree_t *tree, uint64_t start, uin
 void              ote_itree_visit(const ote_itree_t *tree,
                                   void (*cb)(ote_itree_node_t *node, void *arg), void *arg);
 
+/* ---- sorted interval index (sidx.c) -------------------------------------- */
+
+/*
+ * The region table's index: the same queries as the treap, laid out so that
+ * a lookup among 100,000 ranges touches a handful of cache lines. Nodes use
+ * start, end and tie only. Not thread-safe: callers lock.
+ */
+#define SIDX_LEAF 32
+
+typedef struct {
+    struct ote_sidx_leaf **leaves;
+    uint64_t              *first; /* per leaf: its first start             */
+    uint64_t              *lmax;  /* per leaf: its largest end             */
+    uint64_t              *tpmax; /* per leaf: largest end up to this leaf */
+    size_t                 nleaves, cap;
+    size_t                 count;
+} ote_sidx_t;
+
+void              ote_sidx_init(ote_sidx_t *index);
+void              ote_sidx_fini(ote_sidx_t *index);
+/* Room so that the next extra inserts cannot fail for the top level. */
+ote_status_t      ote_sidx_reserve(ote_sidx_t *index, size_t extra);
+ote_status_t      ote_sidx_insert(ote_sidx_t *index, ote_itree_node_t *node);
+void              ote_sidx_remove(ote_sidx_t *index, ote_itree_node_t *node);
+ote_itree_node_t *ote_sidx_find_range(const ote_sidx_t *index, uint64_t start, uint64_t end,
+                                      ote_itree_pred_t pred, void *arg);
+ote_itree_node_t *ote_sidx_cover(const ote_sidx_t *index, uint64_t start, uint64_t end,
+                                 ote_itree_pred_t pred, void *arg);
+ote_itree_node_t *ote_sidx_first(const ote_sidx_t *index);
+void              ote_sidx_visit(const ote_sidx_t *index,
+                                 void (*cb)(ote_itree_node_t *node, void *arg), void *arg);
+
 /* ---- registration cache (rcache.c) -------------------------------------- */
 
 typedef struct ote_rcache ote_rcache_t;

@@ -1,6 +1,7 @@
 /*
- * Region table: the regions users registered, in an interval treap so that
- * "which region covers [a, a+len)" is O(log n) under a read lock. Handles
+ * Region table: the regions users registered, in a sorted interval index
+ * (sidx.c) so that "which region covers [a, a+len)" is O(log n) and touches
+ * few cache lines, under a read lock. Handles
  * are validated through a pointer set before they are touched, so a stale
  * or foreign handle is an error code, not a use after free.
  * Registration and removal take the write lock; md registration happens
@@ -10,15 +11,29 @@
 
 #include "core/log.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Reader slots of the table lock: a lookup increments the counter of its
+ * thread's slot, on a cache line of its own, so concurrent lookups do not
+ * bounce one shared line the way a pthread rwlock's reader count does.
+ */
+#define TABLE_RD_SLOTS 16
+
+typedef struct {
+    _Alignas(64) atomic_long readers;
+} rd_slot_t;
+
 struct ote_mem_table {
-    pthread_rwlock_t       lock;
-    ote_itree_t            tree;
+    rd_slot_t              rd[TABLE_RD_SLOTS];
+    _Alignas(64) atomic_bool writing;
+    pthread_mutex_t        wlock;
+    ote_sidx_t             index;
     uint64_t               generation;
     uint64_t               seq;
     ote_md_t              *mds[OTE_MEM_MAX_MDS];
@@ -31,6 +46,54 @@ struct ote_mem_table {
     size_t                 handles_cap; /* power of two                     */
     size_t                 handles_count;
 };
+
+/* ---- table lock: many lookups, few writers ------------------------------- */
+
+static unsigned rd_slot(void)
+{
+    static _Thread_local unsigned slot = UINT_MAX;
+    static atomic_uint next;
+
+    if (slot == UINT_MAX)
+        slot = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % TABLE_RD_SLOTS;
+    return slot;
+}
+
+static void table_rdlock(ote_mem_table_t *t)
+{
+    atomic_long *c = &t->rd[rd_slot()].readers;
+
+    for (;;) {
+        /* Pairs with table_wrlock(): seq_cst on both sides, one sees the other. */
+        atomic_fetch_add(c, 1);
+        if (!atomic_load(&t->writing))
+            return;
+        atomic_fetch_sub(c, 1);
+        while (atomic_load_explicit(&t->writing, memory_order_relaxed))
+            sched_yield();
+    }
+}
+
+static void table_rdunlock(ote_mem_table_t *t)
+{
+    atomic_fetch_sub_explicit(&t->rd[rd_slot()].readers, 1, memory_order_release);
+}
+
+static void table_wrlock(ote_mem_table_t *t)
+{
+    pthread_mutex_lock(&t->wlock);
+    atomic_store(&t->writing, true);
+    for (unsigned i = 0; i < TABLE_RD_SLOTS; i++) {
+        while (atomic_load(&t->rd[i].readers) != 0)
+            sched_yield();
+    }
+}
+
+static void table_wrunlock(ote_mem_table_t *t)
+{
+    atomic_store_explicit(&t->writing, false, memory_order_release);
+    pthread_mutex_unlock(&t->wlock);
+}
 
 #define REGION_OF(_node) ((ote_region_t *)((char *)(_node) - offsetof(ote_region_t, node)))
 
@@ -124,8 +187,9 @@ static void table_put(ote_mem_table_t *t)
     if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
     ote_rcache_destroy(t->rcache);
-    pthread_rwlock_destroy(&t->lock);
+    pthread_mutex_destroy(&t->wlock);
     free(t->handles);
+    ote_sidx_fini(&t->index);
     free(t);
 }
 
@@ -137,19 +201,21 @@ ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
 
     if (table_p == NULL)
         return OTE_ERR_INVALID_PARAM;
-    t = calloc(1, sizeof(*t));
+    /* Aligned so that every reader slot has its cache line. */
+    t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);
     if (t == NULL)
         return OTE_ERR_NO_MEMORY;
-    if (pthread_rwlock_init(&t->lock, NULL) != 0) {
+    memset(t, 0, sizeof(*t));
+    if (pthread_mutex_init(&t->wlock, NULL) != 0) {
         free(t);
         return OTE_ERR_NO_MEMORY;
     }
-    ote_itree_init(&t->tree);
+    ote_sidx_init(&t->index);
     if (params != NULL)
         t->params = *params;
     status = ote_rcache_create(&t->params, t->mds, &t->num_mds, &t->rcache);
     if (status != OTE_OK) {
-        pthread_rwlock_destroy(&t->lock);
+        pthread_mutex_destroy(&t->wlock);
         free(t);
         return status;
     }
@@ -294,25 +360,30 @@ err_free:
 }
 
 /* Under the write lock, with a handle slot reserved: r enters the table. */
-static void table_link(ote_mem_table_t *t, ote_region_t *r)
+static ote_status_t table_link(ote_mem_table_t *t, ote_region_t *r)
 {
-    r->seq        = ++t->seq;
-    r->refs       = 1;
+    ote_status_t status;
+
     r->node.start = r->addr;
     r->node.end   = r->addr + r->length;
-    r->node.tie   = r->seq;
+    r->node.tie   = t->seq + 1;
+    status        = ote_sidx_insert(&t->index, &r->node);
+    if (status != OTE_OK)
+        return status;
+    r->seq  = ++t->seq;
+    r->refs = 1;
     atomic_init(&r->life, 1);
     atomic_init(&r->accessors, 0);
     atomic_store(&r->in_table, true);
-    ote_itree_insert(&t->tree, &r->node);
     handle_put(t, r);
     t->generation++;
+    return OTE_OK;
 }
 
 /* Under the write lock: r leaves the table; the caller drops its life ref. */
 static void table_unlink(ote_mem_table_t *t, ote_region_t *r)
 {
-    ote_itree_remove(&t->tree, &r->node);
+    ote_sidx_remove(&t->index, &r->node);
     handle_remove(t, r);
     atomic_store(&r->in_table, false);
     t->generation++;
@@ -341,8 +412,8 @@ static ote_region_t *table_find_dup(ote_mem_table_t *t, const ote_mem_desc_t *d)
     dup_match_t m = {.access = d->access};
     ote_itree_node_t *n;
 
-    n = ote_itree_find_range(&t->tree, (uintptr_t)d->addr, (uintptr_t)d->addr + d->length,
-                             dup_match, &m);
+    n = ote_sidx_find_range(&t->index, (uintptr_t)d->addr, (uintptr_t)d->addr + d->length,
+                            dup_match, &m);
     return n != NULL ? REGION_OF(n) : NULL;
 }
 
@@ -380,9 +451,9 @@ ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *de
     for (i = 0; i < count; i++) {
         ote_region_t *dup;
 
-        pthread_rwlock_rdlock(&t->lock);
+        table_rdlock(t);
         dup = table_find_dup(t, &descs[i]);
-        pthread_rwlock_unlock(&t->lock);
+        table_rdunlock(t);
         if (dup != NULL)
             continue;
         status = region_prepare(t, &descs[i], false, &fresh[i]);
@@ -390,7 +461,7 @@ ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *de
             goto out;
     }
 
-    pthread_rwlock_wrlock(&t->lock);
+    table_wrlock(t);
     status = handles_reserve(t, count);
     if (status != OTE_OK)
         goto err_unwind_locked;
@@ -405,9 +476,9 @@ ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *de
         }
         if (fresh[i] == NULL) {
             /* Was there at the first look and went away since. */
-            pthread_rwlock_unlock(&t->lock);
+            table_wrunlock(t);
             status = region_prepare(t, &descs[i], false, &fresh[i]);
-            pthread_rwlock_wrlock(&t->lock);
+            table_wrlock(t);
             if (status == OTE_OK)
                 status = handles_reserve(t, count - i);
             if (status != OTE_OK)
@@ -415,12 +486,14 @@ ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *de
             i--; /* look again under the lock */
             continue;
         }
-        table_link(t, fresh[i]);
+        status = table_link(t, fresh[i]);
+        if (status != OTE_OK)
+            goto err_unwind_locked;
         regions_p[i]  = fresh[i];
         undo[nundo++] = (undo_t){.region = fresh[i], .linked = true};
         fresh[i]      = NULL;
     }
-    pthread_rwlock_unlock(&t->lock);
+    table_wrunlock(t);
     status = OTE_OK;
     goto out;
 
@@ -437,7 +510,7 @@ err_unwind_locked:
             undo[k].region = NULL;
         }
     }
-    pthread_rwlock_unlock(&t->lock);
+    table_wrunlock(t);
     for (size_t k = 0; k < nundo; k++) {
         if (undo[k].region != NULL)
             region_retire(undo[k].region);
@@ -460,14 +533,14 @@ ote_status_t ote_mem_table_deregister(ote_mem_table_t *t, ote_region_t *r)
 
     if (t == NULL || r == NULL)
         return OTE_ERR_INVALID_PARAM;
-    pthread_rwlock_wrlock(&t->lock);
+    table_wrlock(t);
     if (!handle_find(t, r, NULL)) {
-        pthread_rwlock_unlock(&t->lock);
+        table_wrunlock(t);
         ote_error("deregistering %p: not a registered region", (void *)r);
         return OTE_ERR_NOT_REGISTERED;
     }
     if (r->owned) {
-        pthread_rwlock_unlock(&t->lock);
+        table_wrunlock(t);
         ote_error("deregistering %p: engine-owned memory is released with ote_mem_free",
                   (void *)r);
         return OTE_ERR_INVALID_PARAM;
@@ -476,7 +549,7 @@ ote_status_t ote_mem_table_deregister(ote_mem_table_t *t, ote_region_t *r)
         table_unlink(t, r);
         last = true;
     }
-    pthread_rwlock_unlock(&t->lock);
+    table_wrunlock(t);
     if (last)
         region_retire(r);
     return OTE_OK;
@@ -516,11 +589,11 @@ ote_status_t ote_mem_table_alloc(ote_mem_table_t *t, size_t length, const char *
     }
     r->owned_base   = d.addr;
     r->owned_length = alloc_len;
-    pthread_rwlock_wrlock(&t->lock);
+    table_wrlock(t);
     status = handles_reserve(t, 1);
     if (status == OTE_OK)
-        table_link(t, r);
-    pthread_rwlock_unlock(&t->lock);
+        status = table_link(t, r);
+    table_wrunlock(t);
     if (status != OTE_OK) {
         region_release(r, true); /* also frees the memory */
         return status;
@@ -534,21 +607,21 @@ ote_status_t ote_mem_table_free(ote_mem_table_t *t, ote_region_t *r)
 {
     if (t == NULL || r == NULL)
         return OTE_ERR_INVALID_PARAM;
-    pthread_rwlock_wrlock(&t->lock);
+    table_wrlock(t);
     if (!handle_find(t, r, NULL)) {
-        pthread_rwlock_unlock(&t->lock);
+        table_wrunlock(t);
         ote_error("freeing %p: not engine-owned memory of this engine", (void *)r);
         return OTE_ERR_NOT_REGISTERED;
     }
     if (!r->owned) {
-        pthread_rwlock_unlock(&t->lock);
+        table_wrunlock(t);
         ote_error("freeing %p: memory the user registered is released with "
                   "ote_mem_deregister", (void *)r);
         return OTE_ERR_INVALID_PARAM;
     }
     r->refs = 0;
     table_unlink(t, r);
-    pthread_rwlock_unlock(&t->lock);
+    table_wrunlock(t);
     region_retire(r);
     return OTE_OK;
 }
@@ -560,13 +633,13 @@ void ote_mem_table_destroy(ote_mem_table_t *t)
     for (;;) {
         ote_region_t *r = NULL;
 
-        pthread_rwlock_wrlock(&t->lock);
-        if (t->tree.root != NULL) {
-            r       = REGION_OF(t->tree.root);
+        table_wrlock(t);
+        if (t->index.count != 0) {
+            r       = REGION_OF(ote_sidx_first(&t->index));
             r->refs = 0;
             table_unlink(t, r);
         }
-        pthread_rwlock_unlock(&t->lock);
+        table_wrunlock(t);
         if (r == NULL)
             break;
         region_retire(r);
@@ -586,13 +659,13 @@ ote_status_t ote_mem_table_add_md(ote_mem_table_t *t, ote_md_t *md)
     if (t == NULL || md == NULL || md->ops == NULL || md->ops->mem_reg == NULL ||
         md->ops->mem_dereg == NULL)
         return OTE_ERR_INVALID_PARAM;
-    pthread_rwlock_wrlock(&t->lock);
+    table_wrlock(t);
     /* Entries and regions registered earlier would lack a handle for it. */
     if (t->seq != 0 || atomic_load(&t->refs) != 1 || t->num_mds == OTE_MEM_MAX_MDS)
         status = OTE_ERR_BUSY;
     else
         t->mds[t->num_mds++] = md;
-    pthread_rwlock_unlock(&t->lock);
+    table_wrunlock(t);
     return status;
 }
 
@@ -610,9 +683,9 @@ size_t ote_mem_table_count(ote_mem_table_t *t)
 {
     size_t n;
 
-    pthread_rwlock_rdlock(&t->lock);
-    n = t->tree.count;
-    pthread_rwlock_unlock(&t->lock);
+    table_rdlock(t);
+    n = t->index.count;
+    table_rdunlock(t);
     return n;
 }
 
@@ -620,9 +693,9 @@ uint64_t ote_mem_table_generation(ote_mem_table_t *t)
 {
     uint64_t g;
 
-    pthread_rwlock_rdlock(&t->lock);
+    table_rdlock(t);
     g = t->generation;
-    pthread_rwlock_unlock(&t->lock);
+    table_rdunlock(t);
     return g;
 }
 
@@ -651,8 +724,8 @@ ote_status_t ote_mem_region_acquire(ote_mem_table_t *t, uint64_t addr, size_t le
 
     if (t == NULL || region_p == NULL || length == 0 || addr + length < addr)
         return OTE_ERR_INVALID_PARAM;
-    pthread_rwlock_rdlock(&t->lock);
-    n = ote_itree_cover(&t->tree, addr, addr + length, cover_match, &m);
+    table_rdlock(t);
+    n = ote_sidx_cover(&t->index, addr, addr + length, cover_match, &m);
     if (n != NULL) {
         ote_mem_region_get(REGION_OF(n));
         status = OTE_OK;
@@ -660,11 +733,11 @@ ote_status_t ote_mem_region_acquire(ote_mem_table_t *t, uint64_t addr, size_t le
         status = OTE_ERR_ACCESS;
     } else {
         /* Does any region hold the first byte? Then the range runs past it. */
-        status = ote_itree_cover(&t->tree, addr, addr + 1, NULL, NULL) != NULL
+        status = ote_sidx_cover(&t->index, addr, addr + 1, NULL, NULL) != NULL
                      ? OTE_ERR_OUT_OF_BOUNDS
                      : OTE_ERR_NOT_REGISTERED;
     }
-    pthread_rwlock_unlock(&t->lock);
+    table_rdunlock(t);
     if (status == OTE_OK)
         *region_p = REGION_OF(n);
     return status;
@@ -686,9 +759,9 @@ void ote_mem_table_visit(ote_mem_table_t *t, ote_mem_visit_cb_t cb, void *arg)
 {
     visit_ctx_t ctx = {.cb = cb, .arg = arg};
 
-    pthread_rwlock_rdlock(&t->lock);
-    ote_itree_visit(&t->tree, visit_one, &ctx);
-    pthread_rwlock_unlock(&t->lock);
+    table_rdlock(t);
+    ote_sidx_visit(&t->index, visit_one, &ctx);
+    table_rdunlock(t);
 }
 
 void ote_mem_table_rcache_stats(ote_mem_table_t *t, ote_mem_rcache_stats_t *stats_p)

@@ -312,20 +312,34 @@ static ote_status_t brute(ote_region_t **live, size_t n, uint64_t a, uint64_t le
     return cover ? OTE_ERR_ACCESS : first ? OTE_ERR_OUT_OF_BOUNDS : OTE_ERR_NOT_REGISTERED;
 }
 
-static void test_tree_against_scan(void **state)
+/*
+ * starts: 0 for starts anywhere, else the number of distinct start
+ * addresses (many equal starts spill across leaves of the index).
+ */
+static void tree_against_scan(fixture_t *f, unsigned starts)
 {
-    fixture_t *f = *state;
-    enum { N = 400, SPAN = 1 << 20 };
-    ote_region_t *live[N] = {0};
+    enum { N = 1500, SPAN = 1 << 22 };
+    static ote_region_t *live[N];
 
-    for (int round = 0; round < 6000; round++) {
+    memset(live, 0, sizeof(live));
+    for (int round = 0; round < 20000; round++) {
         size_t i = rnd() % N;
 
         if (live[i] == NULL) {
-            uint64_t a   = FAKE_BASE + rnd() % SPAN;
+            uint64_t a   = FAKE_BASE + (starts ? (rnd() % starts) * 4096 : rnd() % SPAN);
             uint64_t len = 1 + rnd() % (rnd() % 4 == 0 ? 65536 : 2048);
 
-            live[i] = reg1(f, a, len, (unsigned)(rnd() % 4));
+            unsigned acc       = (unsigned)(rnd() % 4);
+            ote_region_t *same = NULL;
+
+            for (size_t k = 0; k < N; k++) {
+                if (live[k] != NULL && live[k]->addr == a && live[k]->length == len &&
+                    live[k]->access == acc)
+                    same = live[k];
+            }
+            live[i] = reg1(f, a, len, acc);
+            /* The same range and access is found again, not registered twice. */
+            assert_true(same == NULL ? live[i]->refs == 1 : live[i] == same);
             /* A duplicate would share the handle: keep one owner per range. */
             if (live[i]->refs > 1) {
                 assert_int_equal(ote_mem_table_deregister(f->table, live[i]), OTE_OK);
@@ -336,7 +350,7 @@ static void test_tree_against_scan(void **state)
             live[i] = NULL;
         }
         for (int q = 0; q < 4; q++) {
-            uint64_t a     = FAKE_BASE + rnd() % SPAN;
+            uint64_t a     = FAKE_BASE + rnd() % (starts ? starts * 4096 + 8192 : SPAN);
             uint64_t len   = 1 + rnd() % 4096;
             unsigned acc   = (unsigned)(rnd() % 4);
             ote_region_t *got = NULL;
@@ -354,6 +368,16 @@ static void test_tree_against_scan(void **state)
             assert_int_equal(ote_mem_table_deregister(f->table, live[i]), OTE_OK);
     }
     assert_int_equal(ote_mem_table_count(f->table), 0);
+}
+
+static void test_tree_against_scan(void **state)
+{
+    tree_against_scan(*state, 0);
+}
+
+static void test_tree_equal_starts(void **state)
+{
+    tree_against_scan(*state, 8);
 }
 
 static void test_destroy_releases_everything(void **state)
@@ -378,6 +402,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_visit_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tree_against_scan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tree_equal_starts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, setup, teardown),
     };
 
