@@ -162,6 +162,7 @@ ote_status_t ote_mem_table_deregister(ote_mem_table_t *table, ote_region_t *regi
  */
 ote_status_t ote_mem_table_alloc(ote_mem_table_t *table, size_t length, const char *location,
                                  unsigned access, void **addr_p, ote_region_t **region_p);
+/* BUSY while other registrations lie inside the memory. */
 ote_status_t ote_mem_table_free(ote_mem_table_t *table, ote_region_t *region);
 
 /*

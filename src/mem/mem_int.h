@@ -67,6 +67,9 @@ ote_itree_node_t *ote_sidx_find_range(const ote_sidx_t *index, uint64_t start, u
                                       ote_itree_pred_t pred, void *arg);
 ote_itree_node_t *ote_sidx_cover(const ote_sidx_t *index, uint64_t start, uint64_t end,
                                  ote_itree_pred_t pred, void *arg);
+/* An entry overlapping [start, end) that pred accepts. */
+ote_itree_node_t *ote_sidx_overlap(const ote_sidx_t *index, uint64_t start, uint64_t end,
+                                   ote_itree_pred_t pred, void *arg);
 ote_itree_node_t *ote_sidx_first(const ote_sidx_t *index);
 void              ote_sidx_visit(const ote_sidx_t *index,
                                  void (*cb)(ote_itree_node_t *node, void *arg), void *arg);

@@ -603,6 +603,11 @@ ote_status_t ote_mem_table_alloc(ote_mem_table_t *t, size_t length, const char *
     return OTE_OK;
 }
 
+static bool not_this(ote_itree_node_t *node, void *arg)
+{
+    return REGION_OF(node) != arg;
+}
+
 ote_status_t ote_mem_table_free(ote_mem_table_t *t, ote_region_t *r)
 {
     if (t == NULL || r == NULL)
@@ -618,6 +623,13 @@ ote_status_t ote_mem_table_free(ote_mem_table_t *t, ote_region_t *r)
         ote_error("freeing %p: memory the user registered is released with "
                   "ote_mem_deregister", (void *)r);
         return OTE_ERR_INVALID_PARAM;
+    }
+    /* Unmapping it under another registration would leave that one dangling. */
+    if (ote_sidx_overlap(&t->index, r->addr, r->addr + r->length, not_this, r) != NULL) {
+        table_wrunlock(t);
+        ote_error("freeing %p: other registrations lie inside it; deregister them first",
+                  (void *)r);
+        return OTE_ERR_BUSY;
     }
     r->refs = 0;
     table_unlink(t, r);

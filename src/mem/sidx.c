@@ -321,6 +321,28 @@ ote_itree_node_t *ote_sidx_cover(const ote_sidx_t *x, uint64_t start, uint64_t e
     return NULL;
 }
 
+ote_itree_node_t *ote_sidx_overlap(const ote_sidx_t *x, uint64_t start, uint64_t end,
+                                   ote_itree_pred_t pred, void *arg)
+{
+    long li;
+
+    if (end <= start)
+        return NULL;
+    /* Entries that start before end, walked left while one may end after start. */
+    for (li = last_le(x->first, x->nleaves, end - 1); li >= 0 && x->tpmax[li] > start; li--) {
+        const struct ote_sidx_leaf *l = x->leaves[li];
+        long i;
+
+        if (x->lmax[li] <= start)
+            continue;
+        for (i = last_le(l->start, l->n, end - 1); i >= 0 && l->ent[i].pmax > start; i--) {
+            if (l->ent[i].end > start && (pred == NULL || pred(l->ent[i].node, arg)))
+                return l->ent[i].node;
+        }
+    }
+    return NULL;
+}
+
 ote_itree_node_t *ote_sidx_find_range(const ote_sidx_t *x, uint64_t start, uint64_t end,
                                       ote_itree_pred_t pred, void *arg)
 {

@@ -343,6 +343,8 @@ static void test_owned_not_cached(void **state)
     /* A user registration inside it does not borrow its registration. */
     sub = reg1(&f, (uintptr_t)addr + 4096, 4096, RW);
     assert_ptr_not_equal(sub->memh[0], own->memh[0]);
+    /* Not freed from under a registration that lies inside it. */
+    assert_int_equal(ote_mem_table_free(f.table, own), OTE_ERR_BUSY);
     dereg(&f, sub);
     assert_int_equal(ote_mem_table_deregister(f.table, own), OTE_ERR_INVALID_PARAM);
     assert_int_equal(ote_mem_table_free(f.table, own), OTE_OK);

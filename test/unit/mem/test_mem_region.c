@@ -380,6 +380,71 @@ static void test_tree_equal_starts(void **state)
     tree_against_scan(*state, 8);
 }
 
+/* The index on its own: every query against a scan, inserts and removals. */
+static void test_sidx_against_scan(void **state)
+{
+    enum { N = 3000 };
+    static ote_itree_node_t nodes[N];
+    static bool in[N];
+    ote_sidx_t x;
+    uint64_t tie = 0;
+
+    ote_sidx_init(&x);
+    memset(in, 0, sizeof(in));
+    for (int round = 0; round < 40000; round++) {
+        size_t i = rnd() % N;
+
+        if (!in[i]) {
+            nodes[i].start = rnd() % (1 << 20);
+            nodes[i].end   = nodes[i].start + 1 + rnd() % (rnd() % 8 == 0 ? 100000 : 3000);
+            nodes[i].tie   = ++tie;
+            assert_int_equal(ote_sidx_insert(&x, &nodes[i]), OTE_OK);
+            in[i] = true;
+        } else if (rnd() % 2 == 0) {
+            ote_sidx_remove(&x, &nodes[i]);
+            in[i] = false;
+        }
+        if (round % 4 != 0)
+            continue;
+        {
+            uint64_t s0 = rnd() % (1 << 20), e0 = s0 + 1 + rnd() % 5000;
+            bool want_cover = false, want_overlap = false;
+            ote_itree_node_t *c = ote_sidx_cover(&x, s0, e0, NULL, NULL);
+            ote_itree_node_t *o = ote_sidx_overlap(&x, s0, e0, NULL, NULL);
+            size_t count = 0;
+
+            for (size_t k = 0; k < N; k++) {
+                if (!in[k])
+                    continue;
+                count++;
+                want_cover |= nodes[k].start <= s0 && nodes[k].end >= e0;
+                want_overlap |= nodes[k].start < e0 && nodes[k].end > s0;
+            }
+            assert_int_equal(x.count, count);
+            assert_int_equal(c != NULL, want_cover);
+            if (c != NULL)
+                assert_true(c->start <= s0 && c->end >= e0);
+            assert_int_equal(o != NULL, want_overlap);
+            if (o != NULL)
+                assert_true(o->start < e0 && o->end > s0);
+            if (in[i]) {
+                ote_itree_node_t *fr = ote_sidx_find_range(&x, nodes[i].start, nodes[i].end,
+                                                           NULL, NULL);
+
+                assert_non_null(fr);
+                assert_true(fr->start == nodes[i].start && fr->end == nodes[i].end);
+            }
+        }
+    }
+    for (size_t k = 0; k < N; k++) {
+        if (in[k])
+            ote_sidx_remove(&x, &nodes[k]);
+    }
+    assert_int_equal(x.count, 0);
+    assert_int_equal(x.nleaves, 0);
+    ote_sidx_fini(&x);
+}
+
 static void test_destroy_releases_everything(void **state)
 {
     fixture_t *f = *state;
@@ -403,6 +468,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_visit_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tree_against_scan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tree_equal_starts, setup, teardown),
+        cmocka_unit_test(test_sidx_against_scan),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, setup, teardown),
     };
 
