@@ -73,7 +73,10 @@ struct ote_md {
     void               *priv;
 };
 
-/* One node of an interval treap (itree.c), embedded in what it indexes. */
+/*
+ * A range in an index (itree.c treap, sidx.c sorted index), embedded in what
+ * it indexes; the sorted index uses start, end and tie only.
+ */
 typedef struct ote_itree_node {
     uint64_t               start, end; /* [start, end)                      */
     uint64_t               tie;        /* orders equal ranges; unique       */

@@ -226,7 +226,7 @@ ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
 
 /* ---- regions ------------------------------------------------------------ */
 
-/* Release what region_prepare() took; the region was never in the table. */
+/* Release what region_prepare() took, once the region is out of the table. */
 static void region_release(ote_region_t *r, bool discard)
 {
     ote_mem_table_t *t = r->table;
