@@ -91,6 +91,7 @@ struct ote_tcp_iface {
     struct sockaddr_storage advertise;
     socklen_t               advertise_len;
     ote_mem_table_t        *regions;
+    pthread_mutex_t        *worker_lock;
     uint64_t                instance_id;
     size_t                  max_msg;
     size_t                  sndbuf, rcvbuf;

@@ -256,6 +256,7 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface->super.md          = NULL;
     iface->super.md_index    = -1;
     iface->regions           = params->regions;
+    iface->worker_lock       = params->worker_lock;
     iface->instance_id       = params->instance_id;
     iface->max_msg           = cfg->tcp_max_msg;
     iface->sndbuf            = cfg->tcp_sndbuf;
