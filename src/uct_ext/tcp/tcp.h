@@ -50,6 +50,7 @@ typedef struct ote_tcp_conn {
     bool                  dead;
     bool                  dirty;    /* on the iface's flush list */
     bool                  want_out; /* EPOLLOUT armed */
+    bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
     struct ote_tcp_conn  *next_dirty;
     struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */
     struct ote_tcp_conn  *next_dead;   /* closed, freed after progress     */

@@ -152,6 +152,13 @@ static unsigned tcp_iface_progress(ote_tl_iface_t *tl_iface)
         if (!c->dead && (ev[i].events & EPOLLOUT))
             ote_tcp_conn_flush(c);
     }
+    /* Connections that stopped on their budget with bytes still buffered. */
+    for (ote_tcp_conn_t *c = iface->conns; c != NULL; c = c->next) {
+        if (c->rx_again && !c->dead) {
+            ote_tcp_conn_rx(c);
+            count++;
+        }
+    }
     flush_dirty(iface);
     free_graveyard(iface);
     return count + (unsigned)(n > 0 ? n : 0);
