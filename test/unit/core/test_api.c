@@ -232,6 +232,39 @@ static void test_engine_errors(void **state)
     unsetenv("OTE_TLS");
 }
 
+/* The whole path over IPv6 loopback: control plane, descriptor, tcp data. */
+static void test_ipv6(void **state)
+{
+    ote_engine_h e = ote_test_engine("[::1]:0");
+    ote_segment_h seg;
+    uint8_t *a, *b;
+    ote_mem_h ma, mb;
+    ote_xfer_req_t r;
+    ote_batch_h batch;
+    ote_task_status_t st;
+    size_t first;
+
+    assert_non_null(strstr(ote_engine_name(e), "[::1]:"));
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&a, &ma), OTE_OK);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&b, &mb),
+                     OTE_OK);
+    assert_int_equal(ote_segment_open(e, ote_engine_name(e), &seg), OTE_OK);
+    ote_test_fill(a, 0, 1 << 20, 6);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = a, .segment = seg,
+                         .remote_addr = (uintptr_t)b, .length = 1 << 20};
+    assert_int_equal(ote_batch_create(e, 1, &batch), OTE_OK);
+    assert_int_equal(ote_batch_submit(batch, &r, 1, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(batch, 10000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(batch, 0, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(b, 0, 1 << 20, 6), -1);
+    ote_batch_release(batch);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, ma), OTE_OK);
+    assert_int_equal(ote_mem_free(e, mb), OTE_OK);
+    ote_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,7 +274,8 @@ int main(void)
         cmocka_unit_test(test_event_fd_and_notify),
         cmocka_unit_test(test_segment_regions),
     };
-    const struct CMUnitTest solo[] = {cmocka_unit_test(test_engine_errors)};
+    const struct CMUnitTest solo[] = {cmocka_unit_test(test_engine_errors),
+                                      cmocka_unit_test(test_ipv6)};
     int rc = cmocka_run_group_tests(tests, setup, teardown);
 
     return rc | cmocka_run_group_tests(solo, NULL, NULL);
