@@ -50,6 +50,7 @@ typedef struct ote_tcp_conn {
     bool                  dead;
     bool                  dirty;    /* on the iface's flush list */
     bool                  want_out; /* EPOLLOUT armed */
+    bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
     struct ote_tcp_conn  *next_dirty;
     struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */
     struct ote_tcp_conn  *next_dead;   /* closed, freed after progress     */
@@ -91,6 +92,7 @@ struct ote_tcp_iface {
     struct sockaddr_storage advertise;
     socklen_t               advertise_len;
     ote_mem_table_t        *regions;
+    pthread_mutex_t        *worker_lock;
     uint64_t                instance_id;
     size_t                  max_msg;
     size_t                  sndbuf, rcvbuf;
