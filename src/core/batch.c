@@ -335,6 +335,10 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
                                         remote_mem, &rails);
         pthread_mutex_unlock(&seg->lock);
         if (status != OTE_OK) {
+            ote_debug("submit: no rail to %s can %s %s memory from %s memory", seg->name,
+                      r->op == OTE_OP_WRITE ? "WRITE" : "READ",
+                      remote_mem == OTE_MEM_TYPE_CUDA ? "cuda" : "host",
+                      t->local_region->mem_type == OTE_MEM_TYPE_CUDA ? "cuda" : "host");
             ote_mem_region_put(t->local_region);
             t->local_region = NULL;
             goto err_unwind;
