@@ -491,9 +491,11 @@ ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     if (iface->caps.conn_model != OTE_TL_CONN_TO_IFACE)
         return OTE_ERR_UNSUPPORTED;
     status = ote_uct_blob_unpack(addr, addr_len, &dev, &dev_len, &ifa, &ifa_len);
-    if (status != OTE_OK || dev_len != iface->attr.device_addr_len ||
-        ifa_len != iface->attr.iface_addr_len)
+    if (status != OTE_OK)
         return OTE_ERR_PROTOCOL;
+    /* Another kind of device (tcp on loopback has longer addresses): not ours. */
+    if (dev_len != iface->attr.device_addr_len || ifa_len != iface->attr.iface_addr_len)
+        return OTE_ERR_UNREACHABLE;
     ep = ep_new(iface, peer);
     if (ep == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -583,8 +585,10 @@ ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
     if (iface->caps.conn_model != OTE_TL_CONN_TO_EP)
         return OTE_ERR_UNSUPPORTED;
     status = ote_uct_blob_unpack(peer_addr, peer_addr_len, &dev, &dev_len, &ifa, &ifa_len);
-    if (status != OTE_OK || dev_len != iface->attr.device_addr_len)
+    if (status != OTE_OK)
         return OTE_ERR_PROTOCOL;
+    if (dev_len != iface->attr.device_addr_len)
+        return OTE_ERR_UNREACHABLE;
     ep = ep_new(iface, peer);
     if (ep == NULL)
         return OTE_ERR_NO_MEMORY;

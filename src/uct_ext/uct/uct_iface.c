@@ -155,9 +155,11 @@ static unsigned iface_handle_errs(ote_uct_iface_t *iface)
             ote_uct_ep_free(ep);
             continue;
         }
-        ote_warn("%s/%s: connection to %s failed: %s", iface->super.resource.tl_name,
-                 iface->super.resource.dev_name, ep->peer_name,
-                 ucs_status_string(errs[i].status));
+        /* A peer that goes away between transfers is news, not trouble. */
+        ote_log(ep->posted.head || ep->pending.head ? OTE_LOG_WARN : OTE_LOG_INFO,
+                "%s/%s: connection to %s failed: %s", iface->super.resource.tl_name,
+                iface->super.resource.dev_name, ep->peer_name,
+                ucs_status_string(errs[i].status));
         ote_uct_ep_fail(ep, ote_uct_status(errs[i].status));
     }
     return (unsigned)n;
