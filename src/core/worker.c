@@ -46,6 +46,20 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
 
 static unsigned worker_drain_queue(ote_worker_t *w);
 static unsigned worker_progress(ote_worker_t *w);
+static bool     worker_arm(ote_worker_t *w, int *cap_ms_p);
+
+/*
+ * After progress from another thread (lock held): work that no event fd
+ * will announce (UCT cma copies still queued) needs the worker awake.
+ */
+static void worker_hand_back(ote_worker_t *w)
+{
+    uint64_t one = 1;
+    int cap_ms   = -1;
+
+    if (worker_arm(w, &cap_ms) || cap_ms >= 0)
+        (void)!write(w->wake_fd, &one, sizeof(one));
+}
 
 void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
@@ -69,6 +83,7 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
     if (direct) {
         worker_drain_queue(w);
         worker_progress(w);
+        worker_hand_back(w);
         pthread_mutex_unlock(&w->lock);
         return;
     }
@@ -82,6 +97,7 @@ bool ote_worker_try_progress(ote_worker_t *w)
         return false;
     worker_drain_queue(w);
     worker_progress(w);
+    worker_hand_back(w);
     pthread_mutex_unlock(&w->lock);
     return true;
 }

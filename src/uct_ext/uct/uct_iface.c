@@ -111,6 +111,13 @@ static ucs_status_t iface_err_handler(void *arg, uct_ep_h ep, ucs_status_t statu
     ote_uct_iface_t *iface = arg;
 
     pthread_mutex_lock(&iface->err_lock);
+    /* cma reports each failed copy: one record per ep is enough. */
+    for (size_t i = 0; i < iface->num_errs; i++) {
+        if (iface->errs[i].ep == ep) {
+            pthread_mutex_unlock(&iface->err_lock);
+            return UCS_OK;
+        }
+    }
     if (iface->num_errs < OTE_UCT_MAX_ERRS) {
         iface->errs[iface->num_errs].ep     = ep;
         iface->errs[iface->num_errs].status = status;
