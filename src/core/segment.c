@@ -370,10 +370,13 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
     ote_engine_h e   = seg->engine;
     bool same_engine = d->instance_id == e->instance_id;
     ote_status_t last = OTE_ERR_UNREACHABLE;
-    rail_cand_t cand[OTE_MAX_WORKERS * 4];
+    rail_cand_t *cand;
     size_t ncand = 0, n = 0;
 
     seg->same_host = strcmp(d->host_id, e->host_id) == 0;
+    cand = calloc(e->num_workers * OTE_MAX_IFACES, sizeof(*cand));
+    if (cand == NULL)
+        return OTE_ERR_NO_MEMORY;
     for (size_t w = 0; w < e->num_workers; w++) {
         ote_worker_t *wk = &e->workers[w];
 
@@ -383,9 +386,7 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
             c->iface  = wk->ifaces[i];
             c->worker = w;
             c->iface->ops->query(c->iface, &c->caps);
-            if (!scope_reaches(&c->caps, seg->same_host, same_engine))
-                continue;
-            if (ncand < sizeof(cand) / sizeof(cand[0]))
+            if (scope_reaches(&c->caps, seg->same_host, same_engine))
                 ncand++;
         }
     }
@@ -449,6 +450,7 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
         n++;
         seg->rail_set.num_rails = n;
     }
+    free(cand);
     seg->rail_set.num_rails = n;
     if (n == 0) {
         ote_error("segment '%s': no transport reaches it", seg->name);
