@@ -11,7 +11,7 @@
 
 #define OTE_UCT_SLICE (1u << 20)
 
-/* ---- small helpers shared with uct_ep.c ---------------------------------- */
+/* ---- small pieces shared with uct_ep.c ----------------------------------- */
 
 ote_uct_op_t *ote_uct_op_get(ote_uct_iface_t *iface)
 {
