@@ -168,6 +168,71 @@ typedef struct {
     ote_slice_t *head, *tail;
 } slice_chain_t;
 
+/*
+ * What the peer's descriptor says of [addr, addr+len) for an access: OK
+ * when a region covers it with the access, else the status a checking
+ * target would answer (NOT_REGISTERED, OUT_OF_BOUNDS, ACCESS).
+ */
+static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t len,
+                                     unsigned access)
+{
+    ote_status_t best = OTE_ERR_NOT_REGISTERED;
+    size_t lo = 0, hi = d->num_regions;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (d->regions[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i-- > 0 && lo - i <= 64;) {
+        const ote_desc_region_t *reg = &d->regions[i];
+
+        if (addr - reg->addr >= reg->length)
+            continue;
+        if (reg->length - (addr - reg->addr) < len) {
+            if (best == OTE_ERR_NOT_REGISTERED)
+                best = OTE_ERR_OUT_OF_BOUNDS;
+            continue;
+        }
+        if ((reg->access & access) == access)
+            return OTE_OK;
+        best = OTE_ERR_ACCESS;
+    }
+    return best;
+}
+
+/*
+ * Transports that do not check accesses at the target (UCT's) may only be
+ * given ranges the peer published with the needed access. An unknown range
+ * gets one descriptor refresh (the peer may have registered it since).
+ */
+static ote_status_t remote_range_check(ote_segment_h seg, const ote_xfer_req_t *r)
+{
+    unsigned access = r->op == OTE_OP_WRITE ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ;
+    ote_status_t status;
+
+    for (int pass = 0;; pass++) {
+        pthread_mutex_lock(&seg->lock);
+        status = seg->desc != NULL
+                     ? desc_range_check(seg->desc, r->remote_addr, r->length, access)
+                     : OTE_ERR_NOT_REGISTERED;
+        pthread_mutex_unlock(&seg->lock);
+        if (status == OTE_OK || pass == 1 ||
+            (status != OTE_ERR_NOT_REGISTERED && status != OTE_ERR_OUT_OF_BOUNDS))
+            break;
+        if (ote_segment_refresh(seg) != OTE_OK)
+            break;
+    }
+    if (status != OTE_OK)
+        ote_debug("submit: %s %#llx+%zu on %s: %s", r->op == OTE_OP_WRITE ? "write" : "read",
+                  (unsigned long long)r->remote_addr, r->length, seg->name,
+                  ote_status_string(status));
+    return status;
+}
+
 static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size_t count,
                                  const void *msg, size_t msg_len, size_t *first_task_p)
 {
@@ -228,6 +293,8 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         ote_rail_set_t rails;
         const ote_desc_region_t *rreg;
         unsigned remote_mem = OTE_MEM_TYPE_HOST;
+        ote_status_t refused;
+        bool unchecked;
         unsigned cursor;
         size_t n;
 
@@ -244,6 +311,23 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
             goto err_unwind;
         }
         pthread_mutex_lock(&seg->lock);
+        unchecked = ote_proto_rails_unchecked(&seg->rail_set);
+        pthread_mutex_unlock(&seg->lock);
+        refused = unchecked ? remote_range_check(seg, r) : OTE_OK;
+        if (refused != OTE_OK) {
+            /* Refused before anything is posted: the task ends FAILED at once. */
+            t->slices     = NULL;
+            t->num_slices = 0;
+            t->length     = r->length;
+            t->segment    = seg;
+            t->batch      = b;
+            t->notify     = group;
+            atomic_init(&t->pending, 0);
+            atomic_init(&t->state, OTE_TASK_PENDING);
+            atomic_init(&t->first_error, refused);
+            continue;
+        }
+        pthread_mutex_lock(&seg->lock);
         rreg = seg->desc ? ote_desc_find_region(seg->desc, r->remote_addr, r->length) : NULL;
         if (rreg != NULL && strncmp(rreg->location, "cuda", 4) == 0)
             remote_mem = OTE_MEM_TYPE_CUDA;
@@ -251,6 +335,10 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
                                         remote_mem, &rails);
         pthread_mutex_unlock(&seg->lock);
         if (status != OTE_OK) {
+            ote_debug("submit: no rail to %s can %s %s memory from %s memory", seg->name,
+                      r->op == OTE_OP_WRITE ? "WRITE" : "READ",
+                      remote_mem == OTE_MEM_TYPE_CUDA ? "cuda" : "host",
+                      t->local_region->mem_type == OTE_MEM_TYPE_CUDA ? "cuda" : "host");
             ote_mem_region_put(t->local_region);
             t->local_region = NULL;
             goto err_unwind;
@@ -331,6 +419,10 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         ote_task_t *t = &b->tasks[first + i];
 
         ote_segment_get(t->segment);
+        if (t->num_slices == 0) {
+            task_finalize(t);
+            continue;
+        }
         for (size_t k = 0; k < t->num_slices; k++) {
             ote_slice_t *s    = &t->slices[k];
             slice_chain_t *ch = &chains[s->rail->worker];
@@ -355,7 +447,7 @@ err_unwind:
         ote_task_t *t = &b->tasks[first + i];
 
         ote_mem_region_put(t->local_region);
-        if (t->slices != &t->inline_slice)
+        if (t->slices != NULL && t->slices != &t->inline_slice)
             free(t->slices);
         memset(t, 0, sizeof(*t));
     }

@@ -65,6 +65,9 @@ const ote_cfg_entry_t ote_config_table[] = {
      "SO_RCVBUF for TCP data connections; 0 = kernel autotuning."},
     {"TCP_NODELAY", "y", OTE_CFG_BOOL, F(tcp_nodelay),
      "Disable Nagle on TCP data connections."},
+    {"UCT_CONNECT", "auto", OTE_CFG_STRING, F(uct_connect),
+     "UCT wire-up: auto (to-iface where the transport can, else to-ep), or ep (to-ep "
+     "wherever the transport supports it)."},
     {"RCACHE_ENABLE", "y", OTE_CFG_BOOL, F(rcache_enable),
      "Serve repeated registration of covered memory from the registration cache."},
     {"RCACHE_MAX_SIZE", "inf", OTE_CFG_SIZE, F(rcache_max_size),

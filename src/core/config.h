@@ -48,6 +48,7 @@ typedef struct ote_config {
     size_t tcp_sndbuf;
     size_t tcp_rcvbuf;
     bool   tcp_nodelay;
+    char  *uct_connect;
     bool   rcache_enable;
     size_t rcache_max_size;
     long   rcache_max_regions;

@@ -1,6 +1,6 @@
 /*
- * Control-plane listener: one thread, one epoll. Serves descriptor fetches
- * and notifications. Each connection reads a header, then at most
+ * Control-plane listener: one thread, one epoll. Serves descriptor fetches,
+ * notifications and to-ep connection requests. Each connection reads a header, then at most
  * OTE_MAX_CTL_MSG payload bytes; anything malformed closes that connection
  * with a log line and the listener carries on.
  */
@@ -83,6 +83,73 @@ static ote_status_t reply_status(ctl_conn_t *c, uint8_t type, uint32_t seq, ote_
     return reply(c, type, seq, b, 4, NULL, 0);
 }
 
+/*
+ * CONNECT (to-ep wire-up): create the target side of an initiator's ep on
+ * the iface it names, or release such eps. The answer carries a status, so
+ * a request that cannot be served keeps the connection.
+ */
+static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    ote_engine_h e = ctl->engine;
+    ote_ctl_connect_t *m = malloc(sizeof(*m));
+    uint8_t addr[OTE_TL_ADDR_MAX];
+    size_t addr_len = 0;
+    ote_buf_t out   = {0};
+    ote_status_t status, st = OTE_OK;
+
+    if (m == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_ctl_connect_decode(c->payload, c->h.length, m);
+    if (status != OTE_OK) {
+        free(m);
+        return status;
+    }
+    if (m->target != e->instance_id) {
+        /* The initiator's descriptor is of an earlier instance of this engine. */
+        st = OTE_ERR_NOT_FOUND;
+    } else if (m->op == OTE_CTL_CONNECT_OP_CONNECT) {
+        ote_tl_peer_t peer = {.instance_id = m->initiator, .name = c->peer,
+                              .local_instance = e->instance_id,
+                              .timeout_ms = e->config.connect_timeout_ms};
+        ote_tl_iface_t *iface = NULL;
+
+        if (m->worker < e->num_workers) {
+            ote_worker_t *w = &e->workers[m->worker];
+
+            for (size_t i = 0; i < w->num_ifaces && iface == NULL; i++) {
+                if (strcmp(w->ifaces[i]->resource.tl_name, m->tl_name) == 0 &&
+                    strcmp(w->ifaces[i]->resource.dev_name, m->dev_name) == 0)
+                    iface = w->ifaces[i];
+            }
+        }
+        if (iface == NULL || iface->ops->ep_accept == NULL)
+            st = OTE_ERR_UNREACHABLE;
+        else
+            st = iface->ops->ep_accept(iface, &peer, m->conn_id, m->addr, m->addr_len, addr,
+                                       sizeof(addr), &addr_len);
+        if (st != OTE_OK) {
+            addr_len = 0;
+            ote_debug("control peer %s: connect on %s/%s refused: %s", c->peer, m->tl_name,
+                      m->dev_name, ote_status_string(st));
+        }
+    } else {
+        for (size_t w = 0; w < e->num_workers; w++) {
+            for (size_t i = 0; i < e->workers[w].num_ifaces; i++) {
+                ote_tl_iface_t *iface = e->workers[w].ifaces[i];
+
+                for (size_t k = 0; iface->ops->ep_release != NULL && k < m->num_ids; k++)
+                    iface->ops->ep_release(iface, m->initiator, m->ids[k]);
+            }
+        }
+    }
+    status = ote_ctl_connect_ack_encode(st, addr, addr_len, &out);
+    if (status == OTE_OK)
+        status = reply(c, OTE_CTL_CONNECT_ACK, c->h.seq, out.data, out.len, NULL, 0);
+    free(out.data);
+    free(m);
+    return status;
+}
+
 /* Handle one complete request; returns non-OK to close the connection. */
 static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
@@ -111,6 +178,8 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
             return status;
         return reply_status(c, OTE_CTL_NOTIFY_ACK, c->h.seq, ote_engine_notif_push(e, &n));
     }
+    case OTE_CTL_CONNECT:
+        return handle_connect(ctl, c);
     default:
         return OTE_ERR_PROTOCOL;
     }

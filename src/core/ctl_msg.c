@@ -68,3 +68,96 @@ ote_status_t ote_ctl_status_decode(const uint8_t *buf, size_t len, ote_status_t 
     *status_p = (ote_status_t)s;
     return OTE_OK;
 }
+
+ote_status_t ote_ctl_connect_encode(const ote_ctl_connect_t *m, ote_buf_t *out)
+{
+    ote_buf_put_u8(out, m->op);
+    ote_buf_put_u64(out, m->initiator);
+    ote_buf_put_u64(out, m->target);
+    if (m->op == OTE_CTL_CONNECT_OP_CONNECT) {
+        if (m->addr_len > OTE_TL_ADDR_MAX)
+            return OTE_ERR_INVALID_PARAM;
+        ote_buf_put_u64(out, m->conn_id);
+        ote_buf_put_u16(out, m->worker);
+        ote_buf_put_str8(out, m->tl_name);
+        ote_buf_put_str8(out, m->dev_name);
+        ote_buf_put_u16(out, (uint16_t)m->addr_len);
+        if (m->addr_len)
+            ote_buf_put(out, m->addr, m->addr_len);
+    } else if (m->op == OTE_CTL_CONNECT_OP_RELEASE) {
+        if (m->num_ids == 0 || m->num_ids > OTE_CTL_CONNECT_MAX_IDS)
+            return OTE_ERR_INVALID_PARAM;
+        ote_buf_put_u16(out, (uint16_t)m->num_ids);
+        for (size_t i = 0; i < m->num_ids; i++)
+            ote_buf_put_u64(out, m->ids[i]);
+    } else {
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return out->failed ? OTE_ERR_NO_MEMORY : OTE_OK;
+}
+
+ote_status_t ote_ctl_connect_decode(const uint8_t *buf, size_t len, ote_ctl_connect_t *m)
+{
+    ote_rd_t r = {.p = buf, .left = len};
+
+    m->op        = ote_rd_u8(&r);
+    m->initiator = ote_rd_u64(&r);
+    m->target    = ote_rd_u64(&r);
+    if (r.failed)
+        return OTE_ERR_PROTOCOL;
+    if (m->op == OTE_CTL_CONNECT_OP_CONNECT) {
+        m->conn_id = ote_rd_u64(&r);
+        m->worker  = ote_rd_u16(&r);
+        ote_rd_str8(&r, m->tl_name, sizeof(m->tl_name));
+        ote_rd_str8(&r, m->dev_name, sizeof(m->dev_name));
+        m->addr_len = ote_rd_u16(&r);
+        if (r.failed || m->addr_len > OTE_TL_ADDR_MAX)
+            return OTE_ERR_PROTOCOL;
+        m->addr    = ote_rd_bytes(&r, m->addr_len);
+        m->num_ids = 0;
+    } else if (m->op == OTE_CTL_CONNECT_OP_RELEASE) {
+        m->num_ids = ote_rd_u16(&r);
+        if (r.failed || m->num_ids == 0 || m->num_ids > OTE_CTL_CONNECT_MAX_IDS)
+            return OTE_ERR_PROTOCOL;
+        for (size_t i = 0; i < m->num_ids; i++)
+            m->ids[i] = ote_rd_u64(&r);
+        m->addr     = NULL;
+        m->addr_len = 0;
+    } else {
+        return OTE_ERR_PROTOCOL;
+    }
+    if (r.failed || r.left != 0)
+        return OTE_ERR_PROTOCOL;
+    return OTE_OK;
+}
+
+ote_status_t ote_ctl_connect_ack_encode(ote_status_t status, const void *addr, size_t addr_len,
+                                        ote_buf_t *out)
+{
+    if (addr_len > OTE_TL_ADDR_MAX)
+        return OTE_ERR_INVALID_PARAM;
+    ote_buf_put_u32(out, (uint32_t)status);
+    ote_buf_put_u16(out, (uint16_t)addr_len);
+    if (addr_len)
+        ote_buf_put(out, addr, addr_len);
+    return out->failed ? OTE_ERR_NO_MEMORY : OTE_OK;
+}
+
+ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_status_t *status_p,
+                                        const uint8_t **addr_p, size_t *addr_len_p)
+{
+    ote_rd_t r = {.p = buf, .left = len};
+    int32_t s  = (int32_t)ote_rd_u32(&r);
+    size_t alen = ote_rd_u16(&r);
+    const uint8_t *a;
+
+    if (r.failed || alen > OTE_TL_ADDR_MAX || !ote_status_is_known(s))
+        return OTE_ERR_PROTOCOL;
+    a = ote_rd_bytes(&r, alen);
+    if (r.failed || r.left != 0)
+        return OTE_ERR_PROTOCOL;
+    *status_p   = (ote_status_t)s;
+    *addr_p     = a;
+    *addr_len_p = alen;
+    return OTE_OK;
+}

@@ -27,7 +27,9 @@ typedef enum {
     OTE_CTL_AUTH_HELLO = 5, /* authentication handshake, see auth.h        */
     OTE_CTL_AUTH_PROOF = 6,
     OTE_CTL_AUTH_DONE  = 7,
-    OTE_CTL_TYPE_MAX   = 7,
+    OTE_CTL_CONNECT    = 8, /* to-ep wire-up, see ote_ctl_connect_t    -> CONNECT_ACK */
+    OTE_CTL_CONNECT_ACK = 9, /* i32 status, u16 length, address blob     */
+    OTE_CTL_TYPE_MAX   = 9,
 } ote_ctl_type_t;
 
 typedef struct {
@@ -43,6 +45,38 @@ typedef struct {
     size_t   length;
     const uint8_t *data; /* points into the payload */
 } ote_ctl_notify_t;
+
+/*
+ * CONNECT: u8 op, u64 initiator instance, u64 target instance, then
+ *   op CONNECT: u64 conn id, u16 target worker, str8 transport, str8 device,
+ *               u16 length, the initiator ep's address blob;
+ *   op RELEASE: u16 count (1..OTE_CTL_CONNECT_MAX_IDS), count x u64 conn id.
+ * The target answers CONNECT_ACK with its own ep's blob (empty for RELEASE).
+ */
+enum { OTE_CTL_CONNECT_OP_CONNECT = 1, OTE_CTL_CONNECT_OP_RELEASE = 2 };
+#define OTE_CTL_CONNECT_MAX_IDS 256
+
+typedef struct {
+    uint8_t        op;
+    uint64_t       initiator;
+    uint64_t       target;
+    uint64_t       conn_id;
+    uint16_t       worker;
+    char           tl_name[OTE_TL_NAME_MAX];
+    char           dev_name[OTE_TL_DEV_MAX];
+    size_t         addr_len;
+    const uint8_t *addr;   /* points into the payload */
+    size_t         num_ids;
+    uint64_t       ids[OTE_CTL_CONNECT_MAX_IDS];
+} ote_ctl_connect_t;
+
+ote_status_t ote_ctl_connect_encode(const ote_ctl_connect_t *m, ote_buf_t *out);
+ote_status_t ote_ctl_connect_decode(const uint8_t *buf, size_t len, ote_ctl_connect_t *m_p);
+ote_status_t ote_ctl_connect_ack_encode(ote_status_t status, const void *addr, size_t addr_len,
+                                        ote_buf_t *out);
+/* addr_p points into buf. */
+ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_status_t *status_p,
+                                        const uint8_t **addr_p, size_t *addr_len_p);
 
 void         ote_ctl_hdr_encode(const ote_ctl_hdr_t *hdr, uint8_t *buf);
 ote_status_t ote_ctl_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,

@@ -9,6 +9,76 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/*
+ * Open one selected resource on every worker. A resource that cannot be
+ * opened, or that carries no one-sided zero-copy operation, is left out
+ * with a log line: the engine runs on the others.
+ */
+static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
+                           ote_tl_iface_params_t *params)
+{
+    ote_engine_tl_t *tl = &e->tls[e->num_tls];
+    ote_tl_iface_t *ifaces[OTE_MAX_WORKERS];
+    ote_md_t *md = NULL;
+    ote_tl_caps_t caps;
+    size_t w, k;
+    ote_status_t status;
+
+    if (comp->ops->md_open != NULL) {
+        status = comp->ops->md_open(comp, res, &md);
+        if (status != OTE_OK) {
+            ote_warn("transport %s/%s: memory domain unavailable: %s", res->tl_name,
+                     res->dev_name, ote_status_string(status));
+            return;
+        }
+    }
+    for (w = 0; w < e->num_workers; w++) {
+        params->worker_index = w;
+        params->worker_lock  = &e->workers[w].lock;
+        status = comp->ops->iface_open(res, md, params, &ifaces[w]);
+        if (status != OTE_OK) {
+            ote_log(status == OTE_ERR_UNSUPPORTED ? OTE_LOG_INFO : OTE_LOG_WARN,
+                    "transport %s/%s: cannot open: %s", res->tl_name, res->dev_name,
+                    ote_status_string(status));
+            goto err_close;
+        }
+    }
+    ifaces[0]->ops->query(ifaces[0], &caps);
+    if (!(caps.ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY))) {
+        ote_info("transport %s/%s: no one-sided zero-copy operation; not used", res->tl_name,
+                 res->dev_name);
+        goto err_close;
+    }
+    for (k = 0; md != NULL && k < e->num_mds && e->mds[k] != md; k++)
+        ;
+    if (md != NULL && k == e->num_mds) {
+        if (e->num_mds == OTE_MEM_MAX_MDS || ote_mem_table_add_md(e->regions, md) != OTE_OK) {
+            ote_warn("transport %s/%s: no room for its memory domain", res->tl_name,
+                     res->dev_name);
+            goto err_close;
+        }
+        e->mds[e->num_mds++] = md;
+    }
+    tl->resource = *res;
+    tl->md       = md;
+    tl->md_index = md != NULL ? (int)k : -1;
+    tl->caps     = caps;
+    for (w = 0; w < e->num_workers; w++) {
+        ote_worker_t *wk = &e->workers[w];
+
+        ifaces[w]->md_index           = tl->md_index;
+        wk->ifaces[wk->num_ifaces++] = ifaces[w];
+    }
+    e->num_tls++;
+    return;
+
+err_close:
+    while (w-- > 0)
+        ifaces[w]->ops->close(ifaces[w]);
+    if (md != NULL && comp->ops->md_close != NULL)
+        comp->ops->md_close(comp, md);
+}
+
 static ote_status_t engine_open_transports(ote_engine_h e)
 {
     ote_tl_iface_params_t params = {
@@ -32,58 +102,17 @@ static ote_status_t engine_open_transports(ote_engine_h e)
         if (comp->ops->query_resources(comp, &params, &res, &nres) != OTE_OK)
             continue;
         for (size_t r = 0; r < nres; r++) {
-            ote_engine_tl_t *tl;
             bool tl_ok  = ote_select_tl(sel, res[r].tl_name);
             bool dev_ok = !res[r].is_network || ote_select_device(sel, res[r].dev_name);
 
-            if (!tl_ok || !dev_ok || e->num_tls == OTE_MAX_IFACES)
+            if (!tl_ok || !dev_ok)
                 continue;
-            tl           = &e->tls[e->num_tls];
-            tl->resource = res[r];
-            tl->md_index = -1;
-            if (comp->ops->md_open != NULL) {
-                status = comp->ops->md_open(comp, &res[r], &tl->md);
-                if (status != OTE_OK) {
-                    ote_warn("transport %s/%s: memory domain unavailable: %s", res[r].tl_name,
-                             res[r].dev_name, ote_status_string(status));
-                    continue;
-                }
-                if (tl->md != NULL) {
-                    size_t k;
-
-                    /* Resources may share one md. */
-                    for (k = 0; k < e->num_mds && e->mds[k] != tl->md; k++)
-                        ;
-                    if (k == e->num_mds) {
-                        if (ote_mem_table_add_md(e->regions, tl->md) != OTE_OK) {
-                            comp->ops->md_close(comp, tl->md);
-                            continue;
-                        }
-                        e->mds[e->num_mds++] = tl->md;
-                    }
-                    tl->md_index = (int)k;
-                }
+            if (e->num_tls == OTE_MAX_IFACES) {
+                ote_warn("transport %s/%s: more than %d transports; left out", res[r].tl_name,
+                         res[r].dev_name, OTE_MAX_IFACES);
+                continue;
             }
-            for (size_t w = 0; w < e->num_workers; w++) {
-                ote_worker_t *wk = &e->workers[w];
-                ote_tl_iface_t *iface;
-
-                params.worker_index = w;
-                params.worker_lock  = &wk->lock;
-                status = comp->ops->iface_open(&res[r], tl->md, &params, &iface);
-                if (status != OTE_OK) {
-                    ote_error("transport %s/%s: cannot open: %s", res[r].tl_name,
-                              res[r].dev_name, ote_status_string(status));
-                    free(res);
-                    ote_select_free(sel);
-                    return status;
-                }
-                iface->md_index             = tl->md_index;
-                wk->ifaces[wk->num_ifaces++] = iface;
-                if (w == 0)
-                    iface->ops->query(iface, &tl->caps);
-            }
-            e->num_tls++;
+            engine_open_tl(e, comp, &res[r], &params);
         }
         free(res);
     }
@@ -92,8 +121,8 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     if (status != OTE_OK)
         return status;
     if (e->num_tls == 0) {
-        ote_error("no transport selected (OTE_TLS='%s', OTE_NET_DEVICES='%s')", e->config.tls,
-                  e->config.net_devices);
+        ote_error("no usable transport selected (OTE_TLS='%s', OTE_NET_DEVICES='%s'; see "
+                  "ote_info -d)", e->config.tls, e->config.net_devices);
         return OTE_ERR_UNREACHABLE;
     }
     return OTE_OK;
@@ -121,13 +150,11 @@ static void engine_free(ote_engine_h e)
         ote_worker_cleanup(&e->workers[w]);
     free(e->workers);
     ote_mem_table_destroy(e->regions);
+    /* One md_close for every md_open (resources may share an md). */
     for (size_t i = 0; i < e->num_tls; i++) {
         ote_engine_tl_t *tl = &e->tls[i];
-        bool shared         = false;
 
-        for (size_t k = 0; k < i; k++)
-            shared |= e->tls[k].md == tl->md;
-        if (tl->md != NULL && !shared && tl->resource.component->ops->md_close)
+        if (tl->md != NULL && tl->resource.component->ops->md_close)
             tl->resource.component->ops->md_close(tl->resource.component, tl->md);
     }
     if (e->event_fd >= 0)
@@ -346,13 +373,67 @@ ote_status_t ote_mem_free(ote_engine_h e, ote_mem_h mem)
 
 /* ---- ote_info -d ------------------------------------------------------------ */
 
+/* Capabilities of a resource the engine did not open: open it briefly. */
+static ote_status_t engine_probe_tl(ote_engine_h e, ote_tl_component_t *comp,
+                                    const ote_tl_resource_t *res, ote_tl_caps_t *caps_p,
+                                    char *md_name, size_t md_name_len)
+{
+    ote_tl_iface_params_t params = {.config = &e->config, .regions = e->regions,
+                                    .instance_id = e->instance_id, .bind_ip = e->bind_ip,
+                                    .advertise_ip = e->advertise_ip,
+                                    .worker_lock = &e->workers[0].lock};
+    ote_tl_iface_t *iface;
+    ote_md_t *md = NULL;
+    ote_status_t status;
+
+    if (comp->ops->md_open != NULL) {
+        status = comp->ops->md_open(comp, res, &md);
+        if (status != OTE_OK)
+            return status;
+    }
+    status = comp->ops->iface_open(res, md, &params, &iface);
+    if (status == OTE_OK) {
+        iface->ops->query(iface, caps_p);
+        iface->ops->close(iface);
+        snprintf(md_name, md_name_len, "%s", md != NULL ? md->name : "none");
+    }
+    if (md != NULL && comp->ops->md_close != NULL)
+        comp->ops->md_close(comp, md);
+    return status;
+}
+
+static void print_caps(FILE *f, const ote_tl_caps_t *c, const char *md_name)
+{
+    fprintf(f, "#     ops:%s%s%s%s%s  memory: local%s%s remote%s%s  scope:%s%s%s\n",
+            c->ops & OTE_TL_CAP_PUT_ZCOPY ? " put_zcopy" : "",
+            c->ops & OTE_TL_CAP_GET_ZCOPY ? " get_zcopy" : "",
+            c->ops & OTE_TL_CAP_AM ? " am" : "",
+            c->ops & OTE_TL_CAP_CHECKED ? " checked" : "",
+            c->ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY) ? "" : " none",
+            c->mem_local & OTE_MEM_TYPE_HOST ? " host" : "",
+            c->mem_local & OTE_MEM_TYPE_CUDA ? " cuda" : "",
+            c->mem_remote & OTE_MEM_TYPE_HOST ? " host" : "",
+            c->mem_remote & OTE_MEM_TYPE_CUDA ? " cuda" : "",
+            c->scope & OTE_TL_SCOPE_PROCESS ? " process" : "",
+            c->scope & OTE_TL_SCOPE_HOST ? " host" : "",
+            c->scope & OTE_TL_SCOPE_NETWORK ? " network" : "");
+    fprintf(f, "#     max_msg %zu, slice %zu, bandwidth %.2f GB/s, latency %.2f us, "
+               "connect %s, md %s\n",
+            c->max_msg, c->slice_size, c->bandwidth / 1e9, c->latency * 1e6,
+            c->conn_model == OTE_TL_CONN_TO_IFACE ? "to-iface" : "to-ep", md_name);
+}
+
 void ote_engine_print_transports(ote_engine_h e, FILE *f);
 void ote_engine_print_transports(ote_engine_h e, FILE *f)
 {
     ote_tl_iface_params_t params = {.config = &e->config, .bind_ip = e->bind_ip,
                                     .advertise_ip = e->advertise_ip};
+    ote_select_t *sel = NULL;
 
     fprintf(f, "# engine %s, host %s\n", e->name, e->host_id);
+    fprintf(f, "# OTE_TLS=%s OTE_NET_DEVICES=%s\n", e->config.tls, e->config.net_devices);
+    if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)
+        sel = NULL;
     for (size_t c = 0; ote_tl_components[c] != NULL; c++) {
         ote_tl_component_t *comp = ote_tl_components[c];
         ote_tl_resource_t *res   = NULL;
@@ -363,35 +444,43 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
             continue;
         for (size_t r = 0; r < nres; r++) {
             const ote_engine_tl_t *tl = NULL;
+            const char *why           = NULL;
+            char md_name[OTE_TL_NAME_MAX * 2] = "none";
+            ote_tl_caps_t caps;
+            ote_status_t status = OTE_OK;
 
             for (size_t k = 0; k < e->num_tls; k++) {
                 if (strcmp(e->tls[k].resource.tl_name, res[r].tl_name) == 0 &&
                     strcmp(e->tls[k].resource.dev_name, res[r].dev_name) == 0)
                     tl = &e->tls[k];
             }
-            fprintf(f, "#   transport %-10s device %-12s selected: %s\n", res[r].tl_name,
-                    res[r].dev_name, tl ? "yes" : "no");
-            if (tl == NULL)
-                continue;
-            fprintf(f, "#     ops:%s%s%s%s  memory: local%s%s remote%s%s  scope:%s%s%s\n",
-                    tl->caps.ops & OTE_TL_CAP_PUT_ZCOPY ? " put_zcopy" : "",
-                    tl->caps.ops & OTE_TL_CAP_GET_ZCOPY ? " get_zcopy" : "",
-                    tl->caps.ops & OTE_TL_CAP_AM ? " am" : "",
-                    tl->caps.ops & OTE_TL_CAP_CHECKED ? " checked" : "",
-                    tl->caps.mem_local & OTE_MEM_TYPE_HOST ? " host" : "",
-                    tl->caps.mem_local & OTE_MEM_TYPE_CUDA ? " cuda" : "",
-                    tl->caps.mem_remote & OTE_MEM_TYPE_HOST ? " host" : "",
-                    tl->caps.mem_remote & OTE_MEM_TYPE_CUDA ? " cuda" : "",
-                    tl->caps.scope & OTE_TL_SCOPE_PROCESS ? " process" : "",
-                    tl->caps.scope & OTE_TL_SCOPE_HOST ? " host" : "",
-                    tl->caps.scope & OTE_TL_SCOPE_NETWORK ? " network" : "");
-            fprintf(f, "#     max_msg %zu, slice %zu, bandwidth %.2f GB/s, latency %.1f us, "
-                       "connect %s, md %s\n",
-                    tl->caps.max_msg, tl->caps.slice_size, tl->caps.bandwidth / 1e9,
-                    tl->caps.latency * 1e6,
-                    tl->caps.conn_model == OTE_TL_CONN_TO_IFACE ? "to-iface" : "to-ep",
-                    tl->md ? tl->md->name : "none");
+            if (tl != NULL) {
+                caps = tl->caps;
+                snprintf(md_name, sizeof(md_name), "%s", tl->md ? tl->md->name : "none");
+            } else {
+                if (sel != NULL && !ote_select_tl(sel, res[r].tl_name))
+                    why = "not in OTE_TLS";
+                else if (sel != NULL && res[r].is_network &&
+                         !ote_select_device(sel, res[r].dev_name))
+                    why = "not in OTE_NET_DEVICES";
+                status = engine_probe_tl(e, comp, &res[r], &caps, md_name, sizeof(md_name));
+                if (why == NULL && status == OTE_ERR_UNSUPPORTED)
+                    why = "cannot serve user memory";
+                else if (why == NULL)
+                    why = status != OTE_OK ? "cannot open" : "no zero-copy put or get";
+            }
+            fprintf(f, "#   transport %-10s device %-12s %-9s selected: %s%s%s%s\n",
+                    res[r].tl_name, res[r].dev_name, res[r].is_network ? "network" : "local",
+                    tl ? "yes" : "no", why ? " (" : "", why ? why : "", why ? ")" : "");
+            if (status == OTE_OK)
+                print_caps(f, &caps, md_name);
+            else if (status == OTE_ERR_UNSUPPORTED)
+                fprintf(f, "#     ops: none (its memory domain cannot register user memory)\n");
+            else
+                fprintf(f, "#     unavailable: %s\n", ote_status_string(status));
         }
         free(res);
     }
+    if (sel != NULL)
+        ote_select_free(sel);
 }

@@ -2,7 +2,8 @@
  * Segments: peers opened by name. With the peer-to-peer metadata the name
  * is the peer's control-plane address; the descriptor is fetched from there
  * and one rail is built per (worker, local iface) whose transport the peer
- * also offers and whose scope reaches it.
+ * also offers, whose scope reaches it, and which is not dominated by a
+ * faster rail (see rails_build).
  */
 #include "ctl_msg.h"
 #include "engine.h"
@@ -162,12 +163,48 @@ static bool scope_reaches(const ote_tl_caps_t *caps, bool same_host, bool same_e
     return (caps->scope & OTE_TL_SCOPE_NETWORK) != 0;
 }
 
-static void rails_destroy(ote_segment_h seg)
+/* Ask the peer to drop the target sides of our to-ep connections (best effort). */
+static void rails_release(ote_segment_h seg, uint64_t peer_instance, const uint64_t *ids,
+                          size_t n)
 {
     ote_engine_h e = seg->engine;
 
+    while (n > 0) {
+        ote_ctl_connect_t *m = calloc(1, sizeof(*m));
+        ote_buf_t out        = {0};
+        uint8_t *resp        = NULL;
+        size_t len, k = n < OTE_CTL_CONNECT_MAX_IDS ? n : OTE_CTL_CONNECT_MAX_IDS;
+
+        if (m == NULL)
+            return;
+        m->op        = OTE_CTL_CONNECT_OP_RELEASE;
+        m->initiator = e->instance_id;
+        m->target    = peer_instance;
+        m->num_ids   = k;
+        memcpy(m->ids, ids, k * sizeof(ids[0]));
+        if (ote_ctl_connect_encode(m, &out) == OTE_OK &&
+            ote_segment_ctl_request(seg, OTE_CTL_CONNECT, out.data, out.len,
+                                    OTE_CTL_CONNECT_ACK, &resp, &len) == OTE_OK)
+            free(resp);
+        free(out.data);
+        free(m);
+        ids += k;
+        n -= k;
+    }
+}
+
+/*
+ * Destroy every rail's ep; with release, the peer (peer_instance) is asked
+ * to drop the target sides of to-ep connections.
+ */
+static void rails_destroy(ote_segment_h seg, bool release, uint64_t peer_instance)
+{
+    ote_engine_h e = seg->engine;
+    uint64_t ids[OTE_PROTO_MAX_RAILS];
+    size_t nids = 0;
+
     for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
-        ote_rail_t *r    = &seg->rails[i];
+        ote_rail_t *r    = seg->rail_set.rails[i];
         ote_worker_t *w  = &e->workers[r->worker];
         ote_tl_ep_t *ep;
 
@@ -177,63 +214,243 @@ static void rails_destroy(ote_segment_h seg)
         if (ep != NULL)
             r->iface->ep_ops->destroy(ep);
         pthread_mutex_unlock(&w->lock);
+        if (r->conn_id != 0)
+            ids[nids++] = r->conn_id;
+        r->conn_id = 0;
     }
+    seg->rail_set.num_rails = 0;
+    if (release && nids > 0)
+        rails_release(seg, peer_instance, ids, nids);
 }
 
+/*
+ * The peer's iface this one connects to. The descriptor lists the peer's
+ * ifaces worker by worker, so the k-th entry of a (transport, device) is
+ * the one of the peer's worker k: worker w takes entry w (modulo their
+ * count). Only where the peer has no iface on a device of that name (other
+ * hosts name their NICs differently) may another device of the transport
+ * do, starting at the skip-th such entry. *peer_worker_p gets the peer's
+ * worker index.
+ */
+static const ote_desc_tl_t *peer_iface(const ote_desc_t *d, const ote_tl_iface_t *iface,
+                                       size_t w, size_t skip, size_t *peer_worker_p)
+{
+    const ote_tl_resource_t *res = &iface->resource;
+    size_t same = 0, other = 0, k, seen;
+
+    for (k = 0; k < d->num_tls; k++) {
+        if (strcmp(d->tls[k].tl_name, res->tl_name) != 0)
+            continue;
+        if (strcmp(d->tls[k].dev_name, res->dev_name) == 0)
+            same++;
+        else
+            other++;
+    }
+    if (same > 0) {
+        if (skip > 0)
+            return NULL;
+        for (k = 0, seen = 0; k < d->num_tls; k++) {
+            if (strcmp(d->tls[k].tl_name, res->tl_name) == 0 &&
+                strcmp(d->tls[k].dev_name, res->dev_name) == 0 && seen++ == w % same) {
+                *peer_worker_p = w % same;
+                return &d->tls[k];
+            }
+        }
+        return NULL;
+    }
+    if (!res->is_network || skip >= other)
+        return NULL;
+    for (k = 0, seen = 0; k < d->num_tls; k++) {
+        if (strcmp(d->tls[k].tl_name, res->tl_name) == 0 && seen++ == (w + skip) % other) {
+            /* The entry's worker: how many entries of its device precede it. */
+            size_t pw = 0;
+
+            for (size_t j = 0; j < k; j++) {
+                pw += strcmp(d->tls[j].tl_name, d->tls[k].tl_name) == 0 &&
+                      strcmp(d->tls[j].dev_name, d->tls[k].dev_name) == 0;
+            }
+            *peer_worker_p = pw;
+            return &d->tls[k];
+        }
+    }
+    return NULL;
+}
+
+/* To-ep wire-up: our ep, its address to the peer in a CONNECT, the answer back. */
+static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r,
+                                       const ote_desc_tl_t *peer_tl, size_t peer_worker,
+                                       const ote_tl_peer_t *peer)
+{
+    ote_engine_h e        = seg->engine;
+    ote_tl_iface_t *iface = r->iface;
+    ote_ctl_connect_t *m  = calloc(1, sizeof(*m));
+    uint8_t mine[OTE_TL_ADDR_MAX];
+    const uint8_t *theirs;
+    size_t mine_len, theirs_len, resp_len;
+    uint8_t *resp = NULL;
+    ote_buf_t out = {0};
+    ote_status_t status, remote;
+
+    if (m == NULL)
+        return OTE_ERR_NO_MEMORY;
+    if (iface->ops->ep_open == NULL || iface->ep_ops->connect_to_ep == NULL) {
+        free(m);
+        return OTE_ERR_UNSUPPORTED;
+    }
+    status = iface->ops->ep_open(iface, peer_tl->addr, peer_tl->addr_len, peer, &r->ep, mine,
+                                 sizeof(mine), &mine_len);
+    if (status != OTE_OK) {
+        free(m);
+        return status;
+    }
+    do {
+        m->conn_id = ote_random_u64();
+    } while (m->conn_id == 0);
+    m->op        = OTE_CTL_CONNECT_OP_CONNECT;
+    m->initiator = e->instance_id;
+    m->target    = d->instance_id;
+    m->worker    = (uint16_t)peer_worker;
+    m->addr      = mine;
+    m->addr_len  = mine_len;
+    snprintf(m->tl_name, sizeof(m->tl_name), "%s", peer_tl->tl_name);
+    snprintf(m->dev_name, sizeof(m->dev_name), "%s", peer_tl->dev_name);
+    status = ote_ctl_connect_encode(m, &out);
+    if (status == OTE_OK)
+        status = ote_segment_ctl_request(seg, OTE_CTL_CONNECT, out.data, out.len,
+                                         OTE_CTL_CONNECT_ACK, &resp, &resp_len);
+    if (status == OTE_OK) {
+        status = ote_ctl_connect_ack_decode(resp, resp_len, &remote, &theirs, &theirs_len);
+        if (status == OTE_OK && remote != OTE_OK)
+            status = remote;
+        else if (status == OTE_OK)
+            r->conn_id = m->conn_id;
+    }
+    if (status == OTE_OK)
+        status = iface->ep_ops->connect_to_ep(r->ep, theirs, theirs_len);
+    free(resp);
+    free(out.data);
+    if (status != OTE_OK) {
+        ote_worker_t *w = &e->workers[r->worker];
+
+        pthread_mutex_lock(&w->lock);
+        iface->ep_ops->destroy(r->ep);
+        pthread_mutex_unlock(&w->lock);
+        r->ep = NULL;
+        if (r->conn_id != 0)
+            rails_release(seg, d->instance_id, &m->conn_id, 1);
+        r->conn_id = 0;
+    }
+    free(m);
+    return status;
+}
+
+typedef struct {
+    ote_tl_iface_t *iface;
+    size_t          worker;
+    ote_tl_caps_t   caps;
+} rail_cand_t;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const rail_cand_t *x = a, *y = b;
+
+    if (x->caps.bandwidth != y->caps.bandwidth)
+        return x->caps.bandwidth > y->caps.bandwidth ? -1 : 1;
+    return x->worker < y->worker ? -1 : x->worker > y->worker;
+}
+
+/*
+ * Build the rails to a peer: one per local worker iface whose transport the
+ * peer offers and whose scope reaches it (same process, same host including
+ * its network namespace, or network). Fastest first; a rail that would
+ * never be chosen next to faster ones built already is not connected.
+ */
 static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
 {
     ote_engine_h e   = seg->engine;
     bool same_engine = d->instance_id == e->instance_id;
     ote_status_t last = OTE_ERR_UNREACHABLE;
-    size_t n = 0;
+    rail_cand_t *cand;
+    size_t ncand = 0, n = 0;
 
     seg->same_host = strcmp(d->host_id, e->host_id) == 0;
+    cand = calloc(e->num_workers * OTE_MAX_IFACES, sizeof(*cand));
+    if (cand == NULL)
+        return OTE_ERR_NO_MEMORY;
     for (size_t w = 0; w < e->num_workers; w++) {
         ote_worker_t *wk = &e->workers[w];
 
-        for (size_t i = 0; i < wk->num_ifaces && n < OTE_PROTO_MAX_RAILS; i++) {
-            ote_tl_iface_t *iface = wk->ifaces[i];
-            ote_rail_t *r         = &seg->rails[n];
-            const ote_desc_tl_t *peer_tl = NULL;
-            ote_tl_peer_t peer = {.instance_id = d->instance_id, .name = seg->name,
-                                  .local_instance = e->instance_id,
-                                  .timeout_ms = e->config.connect_timeout_ms};
-            ote_status_t status;
+        for (size_t i = 0; i < wk->num_ifaces; i++) {
+            rail_cand_t *c = &cand[ncand];
 
-            for (size_t k = 0; k < d->num_tls; k++) {
-                if (strcmp(d->tls[k].tl_name, iface->resource.tl_name) == 0) {
-                    peer_tl = &d->tls[k];
-                    break;
-                }
-            }
-            if (peer_tl == NULL)
-                continue;
-            memset(r, 0, sizeof(*r));
-            iface->ops->query(iface, &r->caps);
-            if (!scope_reaches(&r->caps, seg->same_host, same_engine))
-                continue;
-            r->iface     = iface;
-            r->worker    = w;
-            r->remote_md = -1;
-            r->weight    = r->caps.bandwidth;
-            if (iface->md != NULL) {
-                for (size_t k = 0; k < d->num_mds; k++) {
-                    if (strcmp(d->mds[k], iface->md->name) == 0)
-                        r->remote_md = (int)k;
-                }
-            }
-            status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, &peer,
-                                           &r->ep);
-            if (status != OTE_OK) {
-                ote_warn("segment '%s': transport %s unreachable: %s", seg->name,
-                         iface->resource.tl_name, ote_status_string(status));
-                last = status;
-                continue;
-            }
-            seg->rail_set.rails[n] = r;
-            n++;
+            c->iface  = wk->ifaces[i];
+            c->worker = w;
+            c->iface->ops->query(c->iface, &c->caps);
+            if (scope_reaches(&c->caps, seg->same_host, same_engine))
+                ncand++;
         }
     }
+    qsort(cand, ncand, sizeof(cand[0]), cand_cmp);
+    for (size_t ci = 0; ci < ncand && n < OTE_PROTO_MAX_RAILS; ci++) {
+        rail_cand_t *c        = &cand[ci];
+        ote_tl_iface_t *iface = c->iface;
+        ote_rail_t *r         = &seg->rails[n];
+        ote_tl_peer_t peer = {.instance_id = d->instance_id, .name = seg->name,
+                              .local_instance = e->instance_id,
+                              .timeout_ms = e->config.connect_timeout_ms};
+        ote_status_t status = OTE_ERR_UNREACHABLE;
+
+        if (ote_proto_rail_dominated(&c->caps, seg->rail_set.rails, n)) {
+            ote_debug("segment '%s': %s/%s not needed next to faster transports", seg->name,
+                      iface->resource.tl_name, iface->resource.dev_name);
+            continue;
+        }
+        memset(r, 0, sizeof(*r));
+        r->caps      = c->caps;
+        r->iface     = iface;
+        r->worker    = c->worker;
+        r->remote_md = -1;
+        r->weight    = c->caps.bandwidth;
+        if (iface->md != NULL) {
+            for (size_t k = 0; k < d->num_mds; k++) {
+                if (strcmp(d->mds[k], iface->md->name) == 0)
+                    r->remote_md = (int)k;
+            }
+        }
+        for (size_t skip = 0;; skip++) {
+            size_t peer_worker = 0;
+            const ote_desc_tl_t *peer_tl = peer_iface(d, iface, c->worker, skip, &peer_worker);
+
+            if (peer_tl == NULL)
+                break;
+            if (c->caps.conn_model == OTE_TL_CONN_TO_EP)
+                status = rail_connect_to_ep(seg, d, r, peer_tl, peer_worker, &peer);
+            else
+                status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, &peer,
+                                               &r->ep);
+            /* Another device of the peer may be reachable where this one is not. */
+            if (status != OTE_ERR_UNREACHABLE)
+                break;
+        }
+        if (status != OTE_OK) {
+            if (r->ep == NULL && status == OTE_ERR_UNREACHABLE)
+                ote_debug("segment '%s': %s/%s does not reach it", seg->name,
+                          iface->resource.tl_name, iface->resource.dev_name);
+            else
+                ote_warn("segment '%s': transport %s/%s unreachable: %s", seg->name,
+                         iface->resource.tl_name, iface->resource.dev_name,
+                         ote_status_string(status));
+            r->ep = NULL;
+            last  = status;
+            continue;
+        }
+        ote_debug("segment '%s': rail %zu on %s/%s (worker %zu)", seg->name, n,
+                  iface->resource.tl_name, iface->resource.dev_name, c->worker);
+        seg->rail_set.rails[n] = r;
+        n++;
+        seg->rail_set.num_rails = n;
+    }
+    free(cand);
     seg->rail_set.num_rails = n;
     if (n == 0) {
         ote_error("segment '%s': no transport reaches it", seg->name);
@@ -276,7 +493,7 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     return OTE_OK;
 
 err:
-    rails_destroy(seg);
+    rails_destroy(seg, d != NULL, d != NULL ? d->instance_id : 0);
     ote_desc_free(d);
     segment_free(seg);
     return status;
@@ -300,7 +517,7 @@ ote_status_t ote_segment_close(ote_segment_h seg)
         seg->next->prev = seg->prev;
     pthread_mutex_unlock(&e->seg_lock);
     /* Operations still posted end CANCELED as their eps go. */
-    rails_destroy(seg);
+    rails_destroy(seg, true, seg->desc->instance_id);
     ote_segment_put(seg);
     return OTE_OK;
 }
@@ -339,7 +556,8 @@ ote_status_t ote_segment_refresh(ote_segment_h seg)
         /* The peer restarted: never reuse connections to the old instance. */
         pthread_mutex_unlock(&seg->lock);
         ote_info("segment '%s' restarted; reconnecting", seg->name);
-        rails_destroy(seg);
+        /* The old instance is gone, and with it its side of to-ep connections. */
+        rails_destroy(seg, false, 0);
         status = rails_build(seg, d);
         pthread_mutex_lock(&seg->lock);
     }

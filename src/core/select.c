@@ -1,7 +1,10 @@
 /*
  * Transport and device selection in UCX's syntax.
- *   OTE_TLS=tcp,cma | ^uct_tcp | all ; aliases shm/sm, mm, ib, rc, dc, ud, cuda
- *   OTE_NET_DEVICES=eth0,mlx5_0:1 | mlx5_[0-3]:1 | ^eth1 | all
+ *   OTE_TLS=tcp,cma | ^uct_tcp | all ; aliases shm/sm, mm, ib, rc, dc, ud,
+ *   cuda as in UCX; "\name" names a transport and never an alias. "tcp" is
+ *   the native component, "uct_tcp" UCX's.
+ *   OTE_NET_DEVICES=eth0,mlx5_0:1 | mlx5_[0-3]:1 | ^eth1 | all ; a device
+ *   without ":port" also names each of its ports.
  * A name listed explicitly (not under ^) that matches nothing here is an
  * error at engine start, never a silent fallback.
  */
@@ -31,6 +34,7 @@ struct ote_select {
     sel_list_t devs;
 };
 
+/* UCX's aliases (ucp_context.c), with OrbitTE's names. */
 static const struct {
     const char *alias;
     const char *members;
@@ -40,20 +44,53 @@ static const struct {
     {"mm", "posix,sysv,xpmem"},
     {"ib", "rc_mlx5,rc_verbs,dc_mlx5,ud_mlx5,ud_verbs"},
     {"rc", "rc_mlx5,rc_verbs"},
+    {"rc_v", "rc_verbs"},
     {"rc_x", "rc_mlx5"},
     {"dc", "dc_mlx5"},
     {"dc_x", "dc_mlx5"},
     {"ud", "ud_mlx5,ud_verbs"},
+    {"ud_v", "ud_verbs"},
     {"ud_x", "ud_mlx5"},
     {"cuda", "cuda_copy,cuda_ipc,gdr_copy"},
 };
 
-static ote_status_t list_parse(const char *spec, sel_list_t *l, const char *what)
+/* Device pattern check: literal characters and [a-b] or [a] decimal ranges, a <= b. */
+static bool dev_pattern_valid(const char *pat)
+{
+    while (*pat) {
+        if (*pat == ']')
+            return false;
+        if (*pat == '[') {
+            char *end;
+            long lo, hi;
+
+            if (!isdigit((unsigned char)pat[1]))
+                return false;
+            lo = strtol(pat + 1, &end, 10);
+            hi = lo;
+            if (*end == '-') {
+                if (!isdigit((unsigned char)end[1]))
+                    return false;
+                hi = strtol(end + 1, &end, 10);
+            }
+            if (*end != ']' || hi < lo)
+                return false;
+            pat = end + 1;
+            continue;
+        }
+        pat++;
+    }
+    return true;
+}
+
+static ote_status_t list_parse(const char *spec, sel_list_t *l, const char *what, bool devices)
 {
     char buf[1024];
     char *save = NULL, *tok;
 
     memset(l, 0, sizeof(*l));
+    while (spec != NULL && isspace((unsigned char)*spec))
+        spec++;
     if (spec == NULL || *spec == '\0' || strcmp(spec, "all") == 0) {
         l->all = true;
         return OTE_OK;
@@ -68,15 +105,32 @@ static ote_status_t list_parse(const char *spec, sel_list_t *l, const char *what
     }
     snprintf(buf, sizeof(buf), "%s", spec);
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t len;
+
         while (isspace((unsigned char)*tok))
             tok++;
+        len = strlen(tok);
+        while (len > 0 && isspace((unsigned char)tok[len - 1]))
+            tok[--len] = '\0';
         if (*tok == '\0')
             continue;
-        if (strcmp(tok, "all") == 0 && !l->negate) {
+        if (*tok == '^') {
+            ote_error("%s: '^' only at the start of the list ('%s')", what, tok);
+            return OTE_ERR_INVALID_PARAM;
+        }
+        if (strcmp(tok, "all") == 0) {
+            if (l->negate) {
+                ote_error("%s: '^all' excludes everything", what);
+                return OTE_ERR_INVALID_PARAM;
+            }
             l->all = true;
             continue;
         }
-        if (l->n == SEL_MAX || strlen(tok) >= OTE_TL_DEV_MAX) {
+        if (devices && !dev_pattern_valid(tok)) {
+            ote_error("%s: bad range in '%s' (expected e.g. mlx5_[0-3]:1)", what, tok);
+            return OTE_ERR_INVALID_PARAM;
+        }
+        if (l->n == SEL_MAX || len >= OTE_TL_DEV_MAX) {
             ote_error("%s: too many or too long entries", what);
             return OTE_ERR_INVALID_PARAM;
         }
@@ -104,13 +158,18 @@ static bool in_csv(const char *csv, const char *name)
     return false;
 }
 
+/* A token names a transport directly, through an alias, or strictly ("\rc"). */
 static bool tl_token_matches(const char *tok, const char *tl)
 {
+    if (tok[0] == '\\')
+        return strcmp(tok + 1, tl) == 0;
+    if (strcmp(tok, tl) == 0)
+        return true;
     for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
         if (strcmp(tok, aliases[i].alias) == 0)
             return in_csv(aliases[i].members, tl);
     }
-    return strcmp(tok, tl) == 0;
+    return false;
 }
 
 /* Device pattern: literal characters and [a-b] decimal ranges. */
@@ -154,21 +213,9 @@ ote_status_t ote_select_parse(const char *tls, const char *devices, ote_select_t
 
     if (sel == NULL)
         return OTE_ERR_NO_MEMORY;
-    status = list_parse(tls, &sel->tls, "OTE_TLS");
+    status = list_parse(tls, &sel->tls, "OTE_TLS", false);
     if (status == OTE_OK)
-        status = list_parse(devices, &sel->devs, "OTE_NET_DEVICES");
-    if (status == OTE_OK) {
-        for (size_t i = 0; i < sel->devs.n; i++) {
-            const char *t = sel->devs.tok[i].name;
-            const char *lb = strchr(t, '[');
-
-            /* Validate ranges now so that typos fail at start. */
-            if ((lb && !strchr(lb, ']')) || (!lb && strchr(t, ']'))) {
-                ote_error("OTE_NET_DEVICES: bad range in '%s'", t);
-                status = OTE_ERR_INVALID_PARAM;
-            }
-        }
-    }
+        status = list_parse(devices, &sel->devs, "OTE_NET_DEVICES", true);
     if (status != OTE_OK) {
         free(sel);
         return status;

@@ -2,7 +2,8 @@
  * Worker threads: each owns its ifaces and eps (UCT objects are not
  * thread-safe), posts the slices queued by submitters, progresses the
  * ifaces, busy-polls for OTE_POLL_GRACE_US after the last event and then
- * sleeps on the ifaces' event fds.
+ * sleeps on the ifaces' event fds, unless an iface reports (event_arm) work
+ * it cannot signal through an fd, such as copies UCT cma still holds.
  */
 #include "engine.h"
 #include "log.h"
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #define TIMEOUT_CHECK_NS (100ull * 1000 * 1000)
+#define YIELD_NS         (1000ull * 1000)
 
 static char wake_tag;
 
@@ -44,6 +46,20 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
 
 static unsigned worker_drain_queue(ote_worker_t *w);
 static unsigned worker_progress(ote_worker_t *w);
+static bool     worker_arm(ote_worker_t *w, int *cap_ms_p);
+
+/*
+ * After progress from another thread (lock held): work that no event fd
+ * will announce (UCT cma copies still queued) needs the worker awake.
+ */
+static void worker_hand_back(ote_worker_t *w)
+{
+    uint64_t one = 1;
+    int cap_ms   = -1;
+
+    if (worker_arm(w, &cap_ms) || cap_ms >= 0)
+        (void)!write(w->wake_fd, &one, sizeof(one));
+}
 
 void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
@@ -67,6 +83,7 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
     if (direct) {
         worker_drain_queue(w);
         worker_progress(w);
+        worker_hand_back(w);
         pthread_mutex_unlock(&w->lock);
         return;
     }
@@ -80,6 +97,7 @@ bool ote_worker_try_progress(ote_worker_t *w)
         return false;
     worker_drain_queue(w);
     worker_progress(w);
+    worker_hand_back(w);
     pthread_mutex_unlock(&w->lock);
     return true;
 }
@@ -127,6 +145,28 @@ static unsigned worker_progress(ote_worker_t *w)
     return n;
 }
 
+/*
+ * Before sleeping: every iface is armed; true when one still has work to
+ * progress (then the worker must not sleep). *cap_ms_p bounds the sleep
+ * when an iface can only be polled.
+ */
+static bool worker_arm(ote_worker_t *w, int *cap_ms_p)
+{
+    bool busy = false;
+
+    for (size_t i = 0; i < w->num_ifaces; i++) {
+        ote_tl_iface_t *iface = w->ifaces[i];
+
+        if (iface->ops->event_arm != NULL) {
+            if (iface->ops->event_arm(iface) == OTE_ERR_BUSY)
+                busy = true;
+        } else if (iface->ops->event_fd(iface) < 0) {
+            *cap_ms_p = 1;
+        }
+    }
+    return busy;
+}
+
 static void worker_check_timeouts(ote_worker_t *w)
 {
     uint64_t limit = (uint64_t)w->engine->config.xfer_timeout_ms * 1000000ull;
@@ -146,10 +186,12 @@ static void *worker_main(void *arg)
     uint64_t grace_ns     = (uint64_t)w->engine->config.poll_grace_us * 1000ull;
     uint64_t last_event   = ote_time_ns();
     uint64_t next_timeout = last_event + TIMEOUT_CHECK_NS;
+    uint64_t next_yield   = last_event + YIELD_NS;
 
     pthread_mutex_lock(&w->lock);
     while (!atomic_load(&w->stop)) {
         unsigned events = worker_drain_queue(w);
+        int cap_ms      = -1;
         uint64_t now;
 
         events += worker_progress(w);
@@ -157,6 +199,13 @@ static void *worker_main(void *arg)
         if (now >= next_timeout) {
             worker_check_timeouts(w);
             next_timeout = now + TIMEOUT_CHECK_NS;
+        }
+        if (now >= next_yield) {
+            /* Threads setting up eps wait for the lock: let them in now and then. */
+            pthread_mutex_unlock(&w->lock);
+            sched_yield();
+            pthread_mutex_lock(&w->lock);
+            next_yield = now + YIELD_NS;
         }
         if (events) {
             last_event = now;
@@ -170,10 +219,18 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&w->qlock);
         events = w->qhead != NULL;
         pthread_mutex_unlock(&w->qlock);
+        if (!events && worker_arm(w, &cap_ms)) {
+            /* Work an iface cannot signal: poll on, but stay interruptible. */
+            atomic_store(&w->sleeping, false);
+            continue;
+        }
         if (!events && !atomic_load(&w->stop)) {
             struct epoll_event ev[8];
             int timeout = (int)((next_timeout - now) / 1000000ull) + 1;
             int n;
+
+            if (cap_ms >= 0 && timeout > cap_ms)
+                timeout = cap_ms;
 
             pthread_mutex_unlock(&w->lock);
             n = epoll_wait(w->epfd, ev, 8, timeout);

@@ -1,8 +1,58 @@
+/*
+ * Rails and slices. A rail serves an operation between two memory types if
+ * its transport has the operation and reaches both; among those, rails
+ * slower than a quarter of the best are dropped, so a single-copy intra-host
+ * transport is used alone where it exists, and a transport without an
+ * operation (UCT tcp has no GET) only carries what it can.
+ */
 #include "proto.h"
 
 #include "core/log.h"
 
 #include <string.h>
+
+/* A rail slower than a quarter of the best one that can serve is dropped. */
+#define RAIL_DROP_RATIO 4
+
+static bool rail_serves(const ote_tl_caps_t *c, unsigned op_cap, unsigned local_mem,
+                        unsigned remote_mem)
+{
+    return (c->ops & op_cap) && (c->mem_local & local_mem) && (c->mem_remote & remote_mem);
+}
+
+bool ote_proto_rails_unchecked(const ote_rail_set_t *rails)
+{
+    for (size_t i = 0; i < rails->num_rails; i++) {
+        if (!(rails->rails[i]->caps.ops & OTE_TL_CAP_CHECKED))
+            return true;
+    }
+    return false;
+}
+
+bool ote_proto_rail_dominated(const ote_tl_caps_t *c, ote_rail_t *const *rails, size_t n)
+{
+    static const unsigned ops[]  = {OTE_TL_CAP_PUT_ZCOPY, OTE_TL_CAP_GET_ZCOPY};
+    static const unsigned mems[] = {OTE_MEM_TYPE_HOST, OTE_MEM_TYPE_CUDA};
+
+    for (size_t o = 0; o < 2; o++) {
+        for (size_t l = 0; l < 2; l++) {
+            for (size_t m = 0; m < 2; m++) {
+                bool covered = false;
+
+                if (!rail_serves(c, ops[o], mems[l], mems[m]))
+                    continue;
+                for (size_t i = 0; i < n && !covered; i++) {
+                    covered = rails[i]->ep != NULL &&
+                              rail_serves(&rails[i]->caps, ops[o], mems[l], mems[m]) &&
+                              rails[i]->caps.bandwidth > c->bandwidth * RAIL_DROP_RATIO;
+                }
+                if (!covered)
+                    return false;
+            }
+        }
+    }
+    return true;
+}
 
 ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsigned local_mem,
                                     unsigned remote_mem, ote_rail_set_t *out)
@@ -14,8 +64,7 @@ ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsi
     for (size_t i = 0; i < all->num_rails; i++) {
         const ote_rail_t *r = all->rails[i];
 
-        if (r->ep == NULL || !(r->caps.ops & need) || !(r->caps.mem_local & local_mem) ||
-            !(r->caps.mem_remote & remote_mem))
+        if (r->ep == NULL || !rail_serves(&r->caps, need, local_mem, remote_mem))
             continue;
         if (r->caps.bandwidth > best)
             best = r->caps.bandwidth;
@@ -23,8 +72,8 @@ ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsi
     for (size_t i = 0; i < all->num_rails; i++) {
         ote_rail_t *r = all->rails[i];
 
-        if (r->ep == NULL || !(r->caps.ops & need) || !(r->caps.mem_local & local_mem) ||
-            !(r->caps.mem_remote & remote_mem) || r->caps.bandwidth * 4 < best)
+        if (r->ep == NULL || !rail_serves(&r->caps, need, local_mem, remote_mem) ||
+            r->caps.bandwidth * RAIL_DROP_RATIO < best)
             continue;
         out->rails[out->num_rails++] = r;
     }

@@ -21,6 +21,7 @@ typedef struct ote_rail {
     size_t          worker;      /* index of the worker owning iface and ep */
     int             remote_md;   /* md index in the peer descriptor, -1 none */
     double          weight;
+    uint64_t        conn_id;     /* to-ep: key of the peer's accepted ep, 0 none */
 } ote_rail_t;
 
 /* One piece of a task, posted on one rail. */
@@ -49,6 +50,16 @@ typedef struct {
  */
 ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsigned local_mem,
                                     unsigned remote_mem, ote_rail_set_t *out);
+
+/* True if a rail of the set lets the target go unchecked (UCT transports). */
+bool ote_proto_rails_unchecked(const ote_rail_set_t *rails);
+
+/*
+ * True when a rail with these caps would never be chosen next to the rails
+ * already built: for every operation and memory pair it serves, one of them
+ * is more than 4 times faster. Such a rail is not worth connecting.
+ */
+bool ote_proto_rail_dominated(const ote_tl_caps_t *caps, ote_rail_t *const *rails, size_t n);
 
 /*
  * How many slices a request of length is cut into on these rails, with a

@@ -5,6 +5,7 @@
 
 #include <ote/ote.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -48,6 +49,14 @@ int main(int argc, char **argv)
 
         if (st != OTE_OK) {
             fprintf(stderr, "ote_info: engine: %s\n", ote_status_string(st));
+            /* Still show what exists, so that the selection can be fixed. */
+            fprintf(stderr, "ote_info: listing with OTE_TLS=all OTE_NET_DEVICES=all\n");
+            setenv("OTE_TLS", "all", 1);
+            setenv("OTE_NET_DEVICES", "all", 1);
+            if (ote_engine_create(&p, &e) != OTE_OK)
+                return 1;
+            ote_engine_print_transports(e, stdout);
+            ote_engine_destroy(e);
             return 1;
         }
         ote_engine_print_transports(e, stdout);

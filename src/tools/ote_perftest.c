@@ -325,7 +325,7 @@ static void *worker_main(void *arg)
         }
     }
     w->elapsed = now_s() - t0;
-    w->done    = completed - w->warmup;
+    w->done    = completed > w->warmup ? completed - w->warmup : 0;
     /* On failure, wait for what is still in flight before leaving. */
     while (completed < submitted) {
         ote_batch_wait(ring[completed % depth], 60000);

@@ -101,7 +101,12 @@ typedef struct {
     ote_status_t (*query_resources)(ote_tl_component_t *comp,
                                     const ote_tl_iface_params_t *params,
                                     ote_tl_resource_t **res_p, size_t *count_p);
-    /* Memory domain of a resource, shared by its ifaces; NULL if none needed. */
+    /*
+     * Memory domain of a resource, shared by its ifaces; NULL if none needed.
+     * Resources of one domain may get the same md (the engine registers
+     * memory once per distinct md). Every md_open that succeeds is matched
+     * by one md_close.
+     */
     ote_status_t (*md_open)(ote_tl_component_t *comp, const ote_tl_resource_t *res,
                             ote_md_t **md_p);
     void (*md_close)(ote_tl_component_t *comp, ote_md_t *md);
@@ -133,6 +138,33 @@ typedef struct {
      */
     ote_status_t (*ep_create)(ote_tl_iface_t *iface, const void *addr, size_t addr_len,
                               const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
+    /*
+     * Optional. Called by the worker (with its lock) before it sleeps:
+     * OTE_OK when event_fd will report new work (or nothing is pending),
+     * OTE_ERR_BUSY when progress must run again first. An iface whose
+     * event_fd is -1 must answer BUSY while it has operations in flight.
+     */
+    ote_status_t (*event_arm)(ote_tl_iface_t *iface);
+    /*
+     * To-ep model (caps.conn_model == OTE_TL_CONN_TO_EP); all three are
+     * called without the worker lock, like ep_create.
+     * ep_open, initiator: given the peer iface's published address, an ep
+     * not connected yet, and the address blob the peer connects its side to
+     * (it travels in a CONNECT request).
+     */
+    ote_status_t (*ep_open)(ote_tl_iface_t *iface, const void *peer_addr, size_t peer_addr_len,
+                            const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p, void *addr,
+                            size_t max, size_t *len_p);
+    /*
+     * ep_accept, target: an ep connected to the initiator's blob, owned by
+     * the iface under (peer->instance_id, conn_id) until ep_release or
+     * close; out gets the blob the initiator connects to.
+     */
+    ote_status_t (*ep_accept)(ote_tl_iface_t *iface, const ote_tl_peer_t *peer,
+                              uint64_t conn_id, const void *addr, size_t addr_len, void *out,
+                              size_t max, size_t *out_len_p);
+    /* Destroy an accepted ep; false if there is none by that key. */
+    bool (*ep_release)(ote_tl_iface_t *iface, uint64_t peer_instance, uint64_t conn_id);
 } ote_tl_iface_ops_t;
 
 typedef struct {
@@ -155,6 +187,8 @@ typedef struct {
     bool (*is_alive)(ote_tl_ep_t *ep);
     /* Outstanding operations complete with OTE_ERR_CANCELED. */
     void (*destroy)(ote_tl_ep_t *ep);
+    /* To-ep model, initiator: finish an ep from ep_open with the peer's blob. */
+    ote_status_t (*connect_to_ep)(ote_tl_ep_t *ep, const void *addr, size_t addr_len);
 } ote_tl_ep_ops_t;
 
 struct ote_tl_iface {

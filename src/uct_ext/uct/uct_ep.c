@@ -1,0 +1,697 @@
+/* uct component: endpoints, wire-up (to-iface and to-ep), one-sided operations. */
+#include "uct.h"
+
+#include "core/log.h"
+#include "core/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bound on waiting for UCT to finish or cancel an ep's operations. */
+#define OTE_UCT_QUIESCE_NS (2ull * 1000 * 1000 * 1000)
+/* Unpacked rkeys an idle ep keeps before it starts over. */
+#define OTE_UCT_RKEYS_MAX  65536
+
+static ote_uct_iface_t *ep_iface(ote_uct_ep_t *ep)
+{
+    return (ote_uct_iface_t *)ep->super.iface;
+}
+
+static const char *ep_tl(ote_uct_ep_t *ep)
+{
+    return ep->super.iface->resource.tl_name;
+}
+
+/* ---- rkey cache ------------------------------------------------------------- */
+
+static uint64_t rkey_hash(const uint8_t *p, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ len;
+
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static void rkeys_clear(ote_uct_ep_t *ep)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+
+    for (size_t i = 0; i < ep->rkeys_cap; i++) {
+        ote_uct_rkey_t *k = &ep->rkeys[i];
+
+        if (!k->used)
+            continue;
+        uct_rkey_release(iface->md->component, &k->bundle);
+        free(k->bytes);
+        k->used = false;
+    }
+    ep->rkeys_count = 0;
+}
+
+static ote_uct_rkey_t *rkeys_slot(ote_uct_rkey_t *tab, size_t cap, uint64_t h, const void *b,
+                                  size_t len)
+{
+    for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1)) {
+        ote_uct_rkey_t *k = &tab[i];
+
+        if (!k->used || (k->hash == h && k->len == len && memcmp(k->bytes, b, len) == 0))
+            return k;
+    }
+}
+
+static ote_status_t rkeys_grow(ote_uct_ep_t *ep)
+{
+    size_t ncap         = ep->rkeys_cap ? ep->rkeys_cap * 2 : 16;
+    ote_uct_rkey_t *tab = calloc(ncap, sizeof(*tab));
+
+    if (tab == NULL)
+        return OTE_ERR_NO_MEMORY;
+    for (size_t i = 0; i < ep->rkeys_cap; i++) {
+        ote_uct_rkey_t *k = &ep->rkeys[i];
+
+        if (k->used)
+            *rkeys_slot(tab, ncap, k->hash, k->bytes, k->len) = *k;
+    }
+    free(ep->rkeys);
+    ep->rkeys     = tab;
+    ep->rkeys_cap = ncap;
+    return OTE_OK;
+}
+
+/* The unpacked form of a peer's packed rkey, unpacked once per ep. */
+static ote_status_t ep_rkey(ote_uct_ep_t *ep, const void *rkey, size_t len, uct_rkey_t *out)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+    static const uint8_t empty[1];
+    ote_uct_rkey_t *k;
+    uint64_t h;
+    ucs_status_t s;
+
+    if (rkey == NULL) {
+        /* The peer published no rkey of this md for the range. */
+        if (iface->md->attr.cap.flags & UCT_MD_FLAG_NEED_RKEY)
+            return OTE_ERR_NOT_REGISTERED;
+        *out = UCT_INVALID_RKEY;
+        return OTE_OK;
+    }
+    if (len == 0)
+        rkey = empty;
+    h = rkey_hash(rkey, len);
+    if (ep->rkeys_cap) {
+        k = rkeys_slot(ep->rkeys, ep->rkeys_cap, h, rkey, len);
+        if (k->used) {
+            *out = k->bundle.rkey;
+            return OTE_OK;
+        }
+    }
+    if (ep->rkeys_count >= OTE_UCT_RKEYS_MAX && ep->posted.head == NULL &&
+        ep->pending.head == NULL)
+        rkeys_clear(ep);
+    if ((ep->rkeys_count + 1) * 2 > ep->rkeys_cap && rkeys_grow(ep) != OTE_OK)
+        return OTE_ERR_NO_MEMORY;
+    k = rkeys_slot(ep->rkeys, ep->rkeys_cap, h, rkey, len);
+    k->bytes = malloc(len ? len : 1);
+    if (k->bytes == NULL)
+        return OTE_ERR_NO_MEMORY;
+    s = uct_rkey_unpack(iface->md->component, rkey, &k->bundle);
+    if (s != UCS_OK) {
+        free(k->bytes);
+        ote_warn("%s: the peer's remote key does not unpack: %s", ep_tl(ep),
+                 ucs_status_string(s));
+        return OTE_ERR_PROTOCOL;
+    }
+    memcpy(k->bytes, rkey, len);
+    k->hash = h;
+    k->len  = (uint16_t)len;
+    k->used = true;
+    ep->rkeys_count++;
+    *out = k->bundle.rkey;
+    return OTE_OK;
+}
+
+/* ---- operations ----------------------------------------------------------------- */
+
+/* A UCT error UCT's handler reported for this ep, if any: it names the cause. */
+static ucs_status_t ep_reported_error(ote_uct_ep_t *ep)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+    ucs_status_t s         = UCS_OK;
+
+    if (ep->ep == NULL || !atomic_load(&iface->have_errs))
+        return UCS_OK;
+    pthread_mutex_lock(&iface->err_lock);
+    for (size_t i = 0; i < iface->num_errs; i++) {
+        if (iface->errs[i].ep == ep->ep)
+            s = iface->errs[i].status;
+    }
+    pthread_mutex_unlock(&iface->err_lock);
+    return s;
+}
+
+static void ep_forget_errors(ote_uct_ep_t *ep)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+    size_t j               = 0;
+
+    pthread_mutex_lock(&iface->err_lock);
+    for (size_t i = 0; i < iface->num_errs; i++) {
+        if (iface->errs[i].ep != ep->ep)
+            iface->errs[j++] = iface->errs[i];
+    }
+    iface->num_errs = j;
+    pthread_mutex_unlock(&iface->err_lock);
+}
+
+static ote_status_t op_status(ote_uct_ep_t *ep, ucs_status_t s)
+{
+    ucs_status_t reported;
+
+    if (s == UCS_OK)
+        return OTE_OK;
+    /* cma reports a dead peer as an I/O error after telling the handler. */
+    reported = ep != NULL ? ep_reported_error(ep) : UCS_OK;
+    if (reported != UCS_OK)
+        return ote_uct_status(reported);
+    return ote_uct_status(s);
+}
+
+/* Take an op off its ep's accounting. */
+static void op_detach(ote_uct_ep_t *ep, ote_uct_op_t *op)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+
+    ote_uct_op_list_remove(op->posted ? &ep->posted : &ep->pending, op);
+    ep->inflight_bytes -= op->length;
+    iface->outstanding--;
+}
+
+/* UCT completion of a posted op. */
+static void op_done(uct_completion_t *self)
+{
+    ote_uct_op_t *op          = (ote_uct_op_t *)self;
+    ote_uct_iface_t *iface    = op->iface;
+    ote_uct_ep_t *ep          = op->ep;
+    ote_tl_completion_t *comp = op->comp;
+    ote_status_t status       = OTE_OK;
+
+    if (ep != NULL) {
+        status = op_status(ep, self->status);
+        op_detach(ep, op);
+    } else {
+        ote_uct_op_list_remove(&iface->orphans, op);
+    }
+    ote_uct_op_put(iface, op);
+    if (comp != NULL)
+        comp->func(comp, status);
+}
+
+/* Hand an op to UCT: INPROGRESS (posted or left pending), OK, or an error. */
+static ote_status_t op_issue(ote_uct_ep_t *ep, ote_uct_op_t *op)
+{
+    uct_iov_t iov = {.buffer = op->local, .length = op->length, .memh = op->memh,
+                     .stride = 0, .count = 1};
+    ucs_status_t s;
+
+    op->uct.func   = op_done;
+    op->uct.count  = 1;
+    op->uct.status = UCS_OK;
+    if (op->is_get)
+        s = uct_ep_get_zcopy(ep->ep, &iov, 1, op->remote, op->rkey, &op->uct);
+    else
+        s = uct_ep_put_zcopy(ep->ep, &iov, 1, op->remote, op->rkey, &op->uct);
+    if (s == UCS_INPROGRESS) {
+        op->posted = true;
+        ote_uct_op_list_push(&ep->posted, op);
+        return OTE_INPROGRESS;
+    }
+    if (s == UCS_ERR_NO_RESOURCE) {
+        op->posted = false;
+        ote_uct_op_list_push(&ep->pending, op);
+        return OTE_INPROGRESS;
+    }
+    return op_status(ep, s);
+}
+
+unsigned ote_uct_ep_post_pending(ote_uct_ep_t *ep)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+    unsigned n             = 0;
+
+    while (ep->pending.head != NULL && ep->ep != NULL) {
+        ote_uct_op_t *op = ep->pending.head;
+        ote_tl_completion_t *comp;
+        ote_status_t status;
+
+        ote_uct_op_list_remove(&ep->pending, op);
+        status = op_issue(ep, op);
+        if (status == OTE_INPROGRESS) {
+            if (!op->posted) {
+                /* Still no resources: back to the front, keep the order. */
+                ote_uct_op_list_remove(&ep->pending, op);
+                op->next = ep->pending.head;
+                op->prev = NULL;
+                if (ep->pending.head)
+                    ep->pending.head->prev = op;
+                else
+                    ep->pending.tail = op;
+                ep->pending.head = op;
+                break;
+            }
+            n++;
+            continue;
+        }
+        /* Ended at once: the core was told INPROGRESS, so complete it. */
+        comp = op->comp;
+        ep->inflight_bytes -= op->length;
+        iface->outstanding--;
+        ote_uct_op_put(iface, op);
+        comp->func(comp, status);
+        n++;
+    }
+    return n;
+}
+
+static ote_status_t ep_post(ote_tl_ep_t *tl_ep, bool is_get, void *local, size_t length,
+                            ote_region_t *region, uint64_t remote, const void *rkey,
+                            size_t rkey_len, ote_tl_completion_t *comp)
+{
+    ote_uct_ep_t *ep       = (ote_uct_ep_t *)tl_ep;
+    ote_uct_iface_t *iface = ep_iface(ep);
+    unsigned need          = is_get ? OTE_TL_CAP_GET_ZCOPY : OTE_TL_CAP_PUT_ZCOPY;
+    uct_mem_h memh         = UCT_MEM_HANDLE_NULL;
+    uct_rkey_t urkey;
+    ote_uct_op_t *op;
+    ote_status_t status;
+
+    if (ep->failed != OTE_OK)
+        return ep->failed;
+    if (ep->ep == NULL || ep->accepted)
+        return OTE_ERR_REMOTE_DISCONNECT;
+    if (!(iface->caps.ops & need))
+        return OTE_ERR_UNSUPPORTED;
+    if (length == 0 || length > iface->caps.max_msg)
+        return OTE_ERR_INVALID_PARAM;
+    if (region != NULL && iface->super.md_index >= 0)
+        memh = ote_uct_md_memh(region->memh[iface->super.md_index]);
+    if (memh == UCT_MEM_HANDLE_NULL && (iface->md->attr.cap.flags & UCT_MD_FLAG_NEED_MEMH))
+        return OTE_ERR_UNREACHABLE;
+    status = ep_rkey(ep, rkey, rkey_len, &urkey);
+    if (status != OTE_OK)
+        return status;
+    op = ote_uct_op_get(iface);
+    if (op == NULL)
+        return OTE_ERR_NO_MEMORY;
+    op->comp    = comp;
+    op->ep      = ep;
+    op->iface   = iface;
+    op->is_get  = is_get;
+    op->local   = local;
+    op->length  = length;
+    op->memh    = memh;
+    op->remote  = remote;
+    op->rkey    = urkey;
+    op->post_ns = ote_time_ns();
+    if (ep->pending.head != NULL) {
+        /* Behind operations that wait for resources: keep the order. */
+        op->posted = false;
+        ote_uct_op_list_push(&ep->pending, op);
+        status = OTE_INPROGRESS;
+    } else {
+        status = op_issue(ep, op);
+    }
+    if (status != OTE_INPROGRESS) {
+        ote_uct_op_put(iface, op);
+        return status;
+    }
+    ep->inflight_bytes += length;
+    iface->outstanding++;
+    return OTE_INPROGRESS;
+}
+
+static ote_status_t uct_ep_put(ote_tl_ep_t *ep, void *local, size_t length,
+                               ote_region_t *region, uint64_t remote, const void *rkey,
+                               size_t rkey_len, ote_tl_completion_t *comp)
+{
+    return ep_post(ep, false, local, length, region, remote, rkey, rkey_len, comp);
+}
+
+static ote_status_t uct_ep_get(ote_tl_ep_t *ep, void *local, size_t length,
+                               ote_region_t *region, uint64_t remote, const void *rkey,
+                               size_t rkey_len, ote_tl_completion_t *comp)
+{
+    return ep_post(ep, true, local, length, region, remote, rkey, rkey_len, comp);
+}
+
+static size_t uct_ep_inflight(ote_tl_ep_t *tl_ep)
+{
+    return ((ote_uct_ep_t *)tl_ep)->inflight_bytes;
+}
+
+static bool uct_ep_is_alive(ote_tl_ep_t *tl_ep)
+{
+    return atomic_load(&((ote_uct_ep_t *)tl_ep)->alive);
+}
+
+/* ---- ending eps ---------------------------------------------------------------- */
+
+/* Let UCT finish or cancel what it holds for this ep (cma copies, tcp acks). */
+static void ep_quiesce(ote_uct_ep_t *ep)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+    uint64_t deadline      = ote_time_ns() + OTE_UCT_QUIESCE_NS;
+
+    while (ep->ep != NULL && ep->posted.head != NULL) {
+        ucs_status_t s = uct_ep_flush(ep->ep, UCT_FLUSH_FLAG_CANCEL, NULL);
+
+        if (s != UCS_INPROGRESS && s != UCS_ERR_NO_RESOURCE)
+            break;
+        uct_worker_progress(iface->worker);
+        if (ote_time_ns() > deadline) {
+            ote_warn("%s: operations to %s did not end; abandoning them", ep_tl(ep),
+                     ep->peer_name);
+            break;
+        }
+    }
+}
+
+/* End every operation of the ep with status; UCT may still complete posted ones. */
+static void ep_end_all(ote_uct_ep_t *ep, ote_status_t status)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+
+    while (ep->pending.head != NULL || ep->posted.head != NULL) {
+        ote_uct_op_t *op = ep->pending.head ? ep->pending.head : ep->posted.head;
+        ote_tl_completion_t *comp = op->comp;
+        bool posted               = op->posted;
+
+        op_detach(ep, op);
+        if (posted) {
+            op->ep   = NULL;
+            op->comp = NULL;
+            ote_uct_op_list_push(&iface->orphans, op);
+        } else {
+            ote_uct_op_put(iface, op);
+        }
+        comp->func(comp, status);
+    }
+}
+
+static void ep_unlink(ote_uct_ep_t *ep)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+
+    if (ep->prev)
+        ep->prev->next = ep->next;
+    else if (iface->eps == ep)
+        iface->eps = ep->next;
+    if (ep->next)
+        ep->next->prev = ep->prev;
+    ep->next = ep->prev = NULL;
+}
+
+static void ep_link(ote_uct_ep_t *ep)
+{
+    ote_uct_iface_t *iface = ep_iface(ep);
+
+    ep->prev = NULL;
+    ep->next = iface->eps;
+    if (iface->eps)
+        iface->eps->prev = ep;
+    iface->eps = ep;
+}
+
+static void ep_destroy_uct(ote_uct_ep_t *ep)
+{
+    if (ep->ep == NULL)
+        return;
+    ep_forget_errors(ep);
+    uct_ep_destroy(ep->ep);
+    ep->ep = NULL;
+}
+
+void ote_uct_ep_fail(ote_uct_ep_t *ep, ote_status_t status)
+{
+    if (ep->failed != OTE_OK)
+        return;
+    ep->failed = status;
+    atomic_store(&ep->alive, false);
+    ep_quiesce(ep);
+    ep_end_all(ep, status);
+    ep_destroy_uct(ep);
+}
+
+void ote_uct_ep_free(ote_uct_ep_t *ep)
+{
+    ep_quiesce(ep);
+    ep_end_all(ep, OTE_ERR_CANCELED);
+    ep_destroy_uct(ep);
+    rkeys_clear(ep);
+    free(ep->rkeys);
+    ep_unlink(ep);
+    free(ep);
+}
+
+/* Called with the worker lock by the core (rails_destroy). */
+static void uct_ep_destroy_(ote_tl_ep_t *tl_ep)
+{
+    ote_uct_ep_free((ote_uct_ep_t *)tl_ep);
+}
+
+/* ---- wire-up ------------------------------------------------------------------- */
+
+static ote_uct_ep_t *ep_new(ote_uct_iface_t *iface, const ote_tl_peer_t *peer)
+{
+    ote_uct_ep_t *ep = calloc(1, sizeof(*ep));
+
+    if (ep == NULL)
+        return NULL;
+    ep->super.iface    = &iface->super;
+    ep->failed         = OTE_OK;
+    ep->peer_instance  = peer->instance_id;
+    atomic_init(&ep->alive, true);
+    snprintf(ep->peer_name, sizeof(ep->peer_name), "%s", peer->name ? peer->name : "?");
+    return ep;
+}
+
+ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
+                               const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
+{
+    ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
+    const uint8_t *dev, *ifa;
+    size_t dev_len, ifa_len;
+    uct_ep_params_t p;
+    ote_uct_ep_t *ep;
+    ucs_status_t s;
+    ote_status_t status;
+
+    if (iface->caps.conn_model != OTE_TL_CONN_TO_IFACE)
+        return OTE_ERR_UNSUPPORTED;
+    status = ote_uct_blob_unpack(addr, addr_len, &dev, &dev_len, &ifa, &ifa_len);
+    if (status != OTE_OK)
+        return OTE_ERR_PROTOCOL;
+    /* Another kind of device (tcp on loopback has longer addresses): not ours. */
+    if (dev_len != iface->attr.device_addr_len || ifa_len != iface->attr.iface_addr_len)
+        return OTE_ERR_UNREACHABLE;
+    ep = ep_new(iface, peer);
+    if (ep == NULL)
+        return OTE_ERR_NO_MEMORY;
+    pthread_mutex_lock(iface->worker_lock);
+    if (!uct_iface_is_reachable(iface->iface, (const uct_device_addr_t *)dev,
+                                (const uct_iface_addr_t *)ifa)) {
+        pthread_mutex_unlock(iface->worker_lock);
+        free(ep);
+        return OTE_ERR_UNREACHABLE;
+    }
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                   UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    p.iface      = iface->iface;
+    p.dev_addr   = (const uct_device_addr_t *)dev;
+    p.iface_addr = (const uct_iface_addr_t *)ifa;
+    s = uct_ep_create(&p, &ep->ep);
+    if (s != UCS_OK) {
+        pthread_mutex_unlock(iface->worker_lock);
+        free(ep);
+        ote_debug("%s: connecting to %s: %s", tl_iface->resource.tl_name,
+                  peer->name ? peer->name : "?", ucs_status_string(s));
+        return ote_uct_status(s);
+    }
+    ep->connected = true;
+    ep_link(ep);
+    pthread_mutex_unlock(iface->worker_lock);
+    *ep_p = &ep->super;
+    return OTE_OK;
+}
+
+/* Under the worker lock: a UCT ep not connected yet, and our blob for the peer. */
+static ote_status_t ep_open_locked(ote_uct_iface_t *iface, ote_uct_ep_t *ep, void *out,
+                                   size_t max, size_t *out_len_p)
+{
+    uint8_t dev[OTE_TL_ADDR_MAX], epa[OTE_TL_ADDR_MAX];
+    uct_ep_params_t p;
+    ucs_status_t s;
+
+    if (iface->attr.device_addr_len > sizeof(dev) || iface->attr.ep_addr_len > sizeof(epa))
+        return OTE_ERR_UNSUPPORTED;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCT_EP_PARAM_FIELD_IFACE;
+    p.iface      = iface->iface;
+    s = uct_ep_create(&p, &ep->ep);
+    if (s == UCS_OK)
+        s = uct_iface_get_device_address(iface->iface, (uct_device_addr_t *)dev);
+    if (s == UCS_OK)
+        s = uct_ep_get_address(ep->ep, (uct_ep_addr_t *)epa);
+    if (s != UCS_OK)
+        return ote_uct_status(s);
+    return ote_uct_blob_pack(dev, iface->attr.device_addr_len, epa, iface->attr.ep_addr_len,
+                             out, max, out_len_p);
+}
+
+/* Under the worker lock: connect to the peer's (device, ep) blob. */
+static ote_status_t ep_connect_locked(ote_uct_iface_t *iface, ote_uct_ep_t *ep,
+                                      const void *addr, size_t addr_len)
+{
+    const uint8_t *dev, *epa;
+    size_t dev_len, epa_len;
+    ucs_status_t s;
+
+    if (ote_uct_blob_unpack(addr, addr_len, &dev, &dev_len, &epa, &epa_len) != OTE_OK ||
+        dev_len != iface->attr.device_addr_len || epa_len != iface->attr.ep_addr_len)
+        return OTE_ERR_PROTOCOL;
+    if (!uct_iface_is_reachable(iface->iface, (const uct_device_addr_t *)dev, NULL))
+        return OTE_ERR_UNREACHABLE;
+    s = uct_ep_connect_to_ep(ep->ep, (const uct_device_addr_t *)dev,
+                             (const uct_ep_addr_t *)epa);
+    if (s != UCS_OK)
+        return ote_uct_status(s);
+    ep->connected = true;
+    return OTE_OK;
+}
+
+ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
+                             size_t peer_addr_len, const ote_tl_peer_t *peer,
+                             ote_tl_ep_t **ep_p, void *addr, size_t max, size_t *len_p)
+{
+    ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
+    const uint8_t *dev, *ifa;
+    size_t dev_len, ifa_len;
+    ote_uct_ep_t *ep;
+    ote_status_t status;
+
+    if (iface->caps.conn_model != OTE_TL_CONN_TO_EP)
+        return OTE_ERR_UNSUPPORTED;
+    status = ote_uct_blob_unpack(peer_addr, peer_addr_len, &dev, &dev_len, &ifa, &ifa_len);
+    if (status != OTE_OK)
+        return OTE_ERR_PROTOCOL;
+    if (dev_len != iface->attr.device_addr_len)
+        return OTE_ERR_UNREACHABLE;
+    ep = ep_new(iface, peer);
+    if (ep == NULL)
+        return OTE_ERR_NO_MEMORY;
+    pthread_mutex_lock(iface->worker_lock);
+    if (!uct_iface_is_reachable(iface->iface, (const uct_device_addr_t *)dev, NULL))
+        status = OTE_ERR_UNREACHABLE;
+    else
+        status = ep_open_locked(iface, ep, addr, max, len_p);
+    if (status != OTE_OK) {
+        if (ep->ep != NULL)
+            uct_ep_destroy(ep->ep);
+        pthread_mutex_unlock(iface->worker_lock);
+        free(ep);
+        return status;
+    }
+    ep_link(ep);
+    pthread_mutex_unlock(iface->worker_lock);
+    *ep_p = &ep->super;
+    return OTE_OK;
+}
+
+static ote_status_t uct_ep_connect_to_ep_(ote_tl_ep_t *tl_ep, const void *addr, size_t len)
+{
+    ote_uct_ep_t *ep       = (ote_uct_ep_t *)tl_ep;
+    ote_uct_iface_t *iface = ep_iface(ep);
+    ote_status_t status;
+
+    pthread_mutex_lock(iface->worker_lock);
+    status = ep->ep != NULL ? ep_connect_locked(iface, ep, addr, len) : OTE_ERR_REMOTE_DISCONNECT;
+    pthread_mutex_unlock(iface->worker_lock);
+    return status;
+}
+
+ote_status_t ote_uct_ep_accept(ote_tl_iface_t *tl_iface, const ote_tl_peer_t *peer,
+                               uint64_t conn_id, const void *addr, size_t addr_len, void *out,
+                               size_t max, size_t *out_len_p)
+{
+    ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
+    ote_uct_ep_t *ep;
+    ote_status_t status;
+
+    if (iface->caps.conn_model != OTE_TL_CONN_TO_EP)
+        return OTE_ERR_UNSUPPORTED;
+    ep = ep_new(iface, peer);
+    if (ep == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ep->accepted = true;
+    ep->conn_id  = conn_id;
+    pthread_mutex_lock(iface->worker_lock);
+    for (ote_uct_ep_t *x = iface->eps; x != NULL; x = x->next) {
+        if (x->accepted && x->conn_id == conn_id && x->peer_instance == peer->instance_id) {
+            pthread_mutex_unlock(iface->worker_lock);
+            free(ep);
+            return OTE_ERR_EXISTS;
+        }
+    }
+    if ((long)iface->num_accepted >= iface->max_accepted) {
+        pthread_mutex_unlock(iface->worker_lock);
+        free(ep);
+        ote_warn("%s/%s: connection from %s refused: OTE_MAX_CONNS reached",
+                 tl_iface->resource.tl_name, tl_iface->resource.dev_name,
+                 peer->name ? peer->name : "?");
+        return OTE_ERR_BUSY;
+    }
+    status = ep_open_locked(iface, ep, out, max, out_len_p);
+    if (status == OTE_OK)
+        status = ep_connect_locked(iface, ep, addr, addr_len);
+    if (status != OTE_OK) {
+        if (ep->ep != NULL)
+            uct_ep_destroy(ep->ep);
+        pthread_mutex_unlock(iface->worker_lock);
+        free(ep);
+        return status;
+    }
+    ep_link(ep);
+    iface->num_accepted++;
+    pthread_mutex_unlock(iface->worker_lock);
+    return OTE_OK;
+}
+
+bool ote_uct_ep_release(ote_tl_iface_t *tl_iface, uint64_t peer_instance, uint64_t conn_id)
+{
+    ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
+    ote_uct_ep_t *ep;
+
+    pthread_mutex_lock(iface->worker_lock);
+    for (ep = iface->eps; ep != NULL; ep = ep->next) {
+        if (ep->accepted && ep->conn_id == conn_id && ep->peer_instance == peer_instance)
+            break;
+    }
+    if (ep != NULL) {
+        iface->num_accepted--;
+        ote_uct_ep_free(ep);
+    }
+    pthread_mutex_unlock(iface->worker_lock);
+    return ep != NULL;
+}
+
+const ote_tl_ep_ops_t ote_uct_ep_ops = {
+    .put_zcopy      = uct_ep_put,
+    .get_zcopy      = uct_ep_get,
+    .inflight_bytes = uct_ep_inflight,
+    .is_alive       = uct_ep_is_alive,
+    .destroy        = uct_ep_destroy_,
+    .connect_to_ep  = uct_ep_connect_to_ep_,
+};

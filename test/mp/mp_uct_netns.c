@@ -1,0 +1,328 @@
+/*
+ * Two "hosts" on one machine: network namespaces A and B joined by a veth
+ * pair (10.77.0.1/24 in A, 10.77.0.2/24 in B), made and deleted here. The
+ * host identity includes the network namespace, so a peer in B is another
+ * host to an engine in A: it must not be offered cma (not even when cma is
+ * all both sides have), only network transports, and transfers must still
+ * work across the veth. A peer in A itself gets cma.
+ *
+ * Needs root and `ip netns`; otherwise it says why and exits 77 (skipped).
+ * The parent sets the namespaces up, runs the tests in A through
+ * `ip netns exec` (which also gives UCT A's view of /sys/class/net), and
+ * deletes the namespaces whatever the tests did.
+ */
+#include "core/engine.h"
+#include "testlib.h"
+
+#include <ote/ote.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define ADDR_A "10.77.0.1"
+#define ADDR_B "10.77.0.2"
+#define REGION (16u << 20)
+
+static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
+
+/* ---- parent: namespaces ------------------------------------------------------ */
+
+static int run(const char *const *argv, bool quiet)
+{
+    pid_t pid = fork();
+    int status;
+
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (quiet) {
+            freopen("/dev/null", "w", stdout);
+            freopen("/dev/null", "w", stderr);
+        }
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    if (waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int ip(const char *a, const char *b, const char *c, const char *d, const char *e,
+              const char *f, const char *g, const char *h)
+{
+    const char *argv[] = {"ip", a, b, c, d, e, f, g, h, NULL};
+
+    return run(argv, false);
+}
+
+static void netns_delete(void)
+{
+    const char *da[] = {"ip", "netns", "del", ns_a, NULL};
+    const char *db[] = {"ip", "netns", "del", ns_b, NULL};
+
+    run(da, true);
+    run(db, true);
+}
+
+static int parent(const char *self)
+{
+    const char *add_a[] = {"ip", "netns", "add", ns_a, NULL};
+    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", ns_a, ns_b, NULL};
+    int rc;
+
+    if (geteuid() != 0) {
+        printf("mp_uct_netns: skipped: needs root to create network namespaces\n");
+        return 77;
+    }
+    if (run(add_a, true) != 0) {
+        printf("mp_uct_netns: skipped: `ip netns add` failed (no ip tool or no permission)\n");
+        return 77;
+    }
+    if (ip("netns", "add", ns_b, NULL, NULL, NULL, NULL, NULL) != 0 ||
+        ip("link", "add", veth_a, "type", "veth", "peer", "name", veth_b) != 0 ||
+        ip("link", "set", veth_a, "netns", ns_a, NULL, NULL, NULL) != 0 ||
+        ip("link", "set", veth_b, "netns", ns_b, NULL, NULL, NULL) != 0 ||
+        ip("-n", ns_a, "addr", "add", ADDR_A "/24", "dev", veth_a, NULL) != 0 ||
+        ip("-n", ns_b, "addr", "add", ADDR_B "/24", "dev", veth_b, NULL) != 0 ||
+        ip("-n", ns_a, "link", "set", veth_a, "up", NULL, NULL) != 0 ||
+        ip("-n", ns_b, "link", "set", veth_b, "up", NULL, NULL) != 0 ||
+        ip("-n", ns_a, "link", "set", "lo", "up", NULL, NULL) != 0 ||
+        ip("-n", ns_b, "link", "set", "lo", "up", NULL, NULL) != 0) {
+        printf("mp_uct_netns: skipped: cannot set up the veth pair between namespaces\n");
+        netns_delete();
+        return 77;
+    }
+    rc = run(child, false);
+    netns_delete();
+    return rc;
+}
+
+/* ---- tests, inside namespace A ------------------------------------------------- */
+
+typedef struct {
+    ote_engine_h      e;
+    ote_test_target_t target;
+    ote_segment_h     seg;
+    uint8_t          *local;
+    ote_mem_h         mlocal;
+} fx_t;
+
+static fx_t *fx_start(const char *tls, bool target_in_b)
+{
+    const char *const wrap_b[]  = {"ip", "netns", "exec", ns_b, NULL};
+    const char *const args_b[]  = {"--listen", ADDR_B ":0", "--region", "16m:rw", NULL};
+    const char *const args_a[]  = {"--listen", ADDR_A ":0", "--region", "16m:rw", NULL};
+    fx_t *f = calloc(1, sizeof(*f));
+
+    if (tls)
+        setenv("OTE_TLS", tls, 1);
+    else
+        unsetenv("OTE_TLS");
+    f->e = ote_test_engine(ADDR_A ":0");
+    assert_int_equal(ote_test_target_start(&f->target, target_in_b ? wrap_b : NULL,
+                                           target_in_b ? args_b : args_a),
+                     0);
+    assert_int_equal(ote_mem_alloc(f->e, REGION, NULL, 0, (void **)&f->local, &f->mlocal),
+                     OTE_OK);
+    return f;
+}
+
+static void fx_stop(fx_t *f)
+{
+    ote_test_target_stop(&f->target);
+    if (f->seg)
+        ote_segment_close(f->seg);
+    ote_mem_free(f->e, f->mlocal);
+    ote_engine_destroy(f->e);
+    unsetenv("OTE_TLS");
+    free(f);
+}
+
+static void cmd_expect(fx_t *f, const char *cmd, const char *want)
+{
+    char reply[128];
+
+    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, reply, sizeof(reply), 20000), 0);
+    if (strcmp(reply, want) != 0)
+        fail_msg("'%s' answered '%s', expected '%s'", cmd, reply, want);
+}
+
+/* WRITE then READ of mixed sizes at unaligned offsets, every byte checked. */
+static void transfer_and_check(fx_t *f, bool read_too)
+{
+    static const size_t sizes[] = {1, 4097, 65537, (1u << 20) + 3, (4u << 20) - 1};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    ote_xfer_req_t r[N];
+    size_t off[N], pos = 11, first;
+    ote_batch_h b;
+    char cmd[128];
+
+    for (size_t i = 0; i < N; i++) {
+        off[i] = pos;
+        pos += sizes[i] + 17;
+    }
+    cmd_expect(f, "zero 0 0 16777216", "ok");
+    for (int op = 0; op < (read_too ? 2 : 1); op++) {
+        if (op == 1) {
+            cmd_expect(f, "fill 0 0 16777216 66", "ok");
+            memset(f->local, 0, REGION);
+        }
+        for (size_t i = 0; i < N; i++) {
+            if (op == 0)
+                ote_test_fill(f->local + off[i] + 1, off[i], sizes[i], 65);
+            r[i] = (ote_xfer_req_t){.op = op == 0 ? OTE_OP_WRITE : OTE_OP_READ,
+                                    .local_addr = f->local + off[i] + 1, .segment = f->seg,
+                                    .remote_addr = f->target.addr[0] + off[i],
+                                    .length = sizes[i]};
+        }
+        assert_int_equal(ote_batch_create(f->e, N, &b), OTE_OK);
+        assert_int_equal(ote_batch_submit(b, r, N, &first), OTE_OK);
+        assert_int_equal(ote_batch_wait(b, 60000), OTE_OK);
+        for (size_t i = 0; i < N; i++) {
+            ote_task_status_t st;
+
+            assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
+            if (st.state != OTE_TASK_COMPLETED)
+                fail_msg("%s %zu bytes: %s", op ? "READ" : "WRITE", sizes[i],
+                         ote_status_string(st.error));
+            if (op == 0) {
+                snprintf(cmd, sizeof(cmd), "check 0 %zu %zu 65", off[i], sizes[i]);
+                cmd_expect(f, cmd, "ok");
+            } else {
+                assert_int_equal(ote_test_check(f->local + off[i] + 1, off[i], sizes[i], 66),
+                                 -1);
+                assert_int_equal(f->local[off[i]], 0);
+                assert_int_equal(f->local[off[i] + 1 + sizes[i]], 0);
+            }
+        }
+        ote_batch_release(b);
+    }
+}
+
+/* A peer in B is another host: network transports only, and they work. */
+static void test_other_namespace(void **state)
+{
+    fx_t *f = fx_start(NULL, true);
+
+    assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
+    assert_false(f->seg->same_host);
+    assert_string_not_equal(f->seg->desc->host_id, f->e->host_id);
+    assert_true(f->seg->rail_set.num_rails > 0);
+    for (size_t i = 0; i < f->seg->rail_set.num_rails; i++) {
+        ote_rail_t *r = f->seg->rail_set.rails[i];
+
+        assert_string_not_equal(r->iface->resource.tl_name, "cma");
+        assert_true(r->iface->resource.is_network);
+        assert_true(r->caps.scope & OTE_TL_SCOPE_NETWORK);
+    }
+    /* The peer offers cma in its descriptor; we just cannot use it. */
+#ifdef HAVE_UCX
+    {
+        bool offered = false;
+
+        for (size_t k = 0; k < f->seg->desc->num_tls; k++)
+            offered |= strcmp(f->seg->desc->tls[k].tl_name, "cma") == 0;
+        assert_true(offered);
+    }
+#endif
+    transfer_and_check(f, true);
+    fx_stop(f);
+}
+
+/* cma on both sides and nothing else: no rail at all across namespaces. */
+static void test_cma_never_across(void **state)
+{
+#ifdef HAVE_UCX
+    fx_t *f = fx_start("cma", true);
+
+    assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_ERR_UNREACHABLE);
+    f->seg = NULL;
+    fx_stop(f);
+#else
+    skip();
+#endif
+}
+
+/* UCT's tcp across the veth: the rail runs on A's veth, not on loopback. */
+static void test_uct_tcp_across(void **state)
+{
+#ifdef HAVE_UCX
+    fx_t *f = fx_start("uct_tcp", true);
+
+    assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
+    assert_true(f->seg->rail_set.num_rails > 0);
+    for (size_t i = 0; i < f->seg->rail_set.num_rails; i++) {
+        ote_rail_t *r = f->seg->rail_set.rails[i];
+
+        assert_string_equal(r->iface->resource.tl_name, "uct_tcp");
+        assert_string_equal(r->iface->resource.dev_name, veth_a);
+    }
+    transfer_and_check(f, false);
+    fx_stop(f);
+#else
+    skip();
+#endif
+}
+
+/* The same namespace is the same host: cma alone, both ways. */
+static void test_same_namespace(void **state)
+{
+#ifdef HAVE_UCX
+    fx_t *f = fx_start(NULL, false);
+
+    assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
+    assert_true(f->seg->same_host);
+    for (size_t i = 0; i < f->seg->rail_set.num_rails; i++)
+        assert_string_equal(f->seg->rail_set.rails[i]->iface->resource.tl_name, "cma");
+    transfer_and_check(f, true);
+    fx_stop(f);
+#else
+    skip();
+#endif
+}
+
+int main(int argc, char **argv)
+{
+    unsigned id = (unsigned)getpid() % 1000000u;
+
+    signal(SIGPIPE, SIG_IGN);
+    if (argc == 4 && strcmp(argv[1], "--in-netns") == 0) {
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_other_namespace),
+            cmocka_unit_test(test_cma_never_across),
+            cmocka_unit_test(test_uct_tcp_across),
+            cmocka_unit_test(test_same_namespace),
+        };
+
+        snprintf(ns_a, sizeof(ns_a), "%s", argv[2]);
+        snprintf(ns_b, sizeof(ns_b), "%s", argv[3]);
+        if (sscanf(ns_a, "ote_uct_a%u", &id) != 1)
+            return 1;
+        snprintf(veth_a, sizeof(veth_a), "oteua%u", id);
+        snprintf(veth_b, sizeof(veth_b), "oteub%u", id);
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    }
+    snprintf(ns_a, sizeof(ns_a), "ote_uct_a%u", id);
+    snprintf(ns_b, sizeof(ns_b), "ote_uct_b%u", id);
+    snprintf(veth_a, sizeof(veth_a), "oteua%u", id);
+    snprintf(veth_b, sizeof(veth_b), "oteub%u", id);
+    {
+        /* The child runs under `ip`, where /proc/self/exe would be ip itself. */
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+        if (n <= 0)
+            return 1;
+        self[n] = '\0';
+        return parent(self);
+    }
+}

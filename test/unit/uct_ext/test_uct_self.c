@@ -1,0 +1,257 @@
+/*
+ * The uct component within one process: an engine transferring to itself
+ * over UCT cma and UCT tcp (to-iface and to-ep wire-up), the initiator-side
+ * access checks that stand in for the target's on UCT transports, and the
+ * descriptor refresh for ranges registered after the segment was opened.
+ */
+#include "core/engine.h"
+#include "testlib.h"
+#include "uct_ext/uct/uct.h"
+
+#include <ote/ote.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <cmocka.h>
+
+#define LEN (8u << 20)
+
+typedef struct {
+    ote_engine_h  e;
+    ote_segment_h self;
+    uint8_t      *local, *remote, *ro;
+    ote_mem_h     mlocal, mremote, mro;
+} fx_t;
+
+static fx_t *fx_open(const char *tls, const char *connect)
+{
+    fx_t *f = calloc(1, sizeof(*f));
+    ote_mem_desc_t d[2];
+    ote_mem_h m[2];
+
+    setenv("OTE_TLS", tls, 1);
+    if (connect)
+        setenv("OTE_UCT_CONNECT", connect, 1);
+    f->e = ote_test_engine("127.0.0.1:0");
+    unsetenv("OTE_UCT_CONNECT");
+    unsetenv("OTE_TLS");
+    assert_int_equal(ote_mem_alloc(f->e, LEN, NULL, 0, (void **)&f->local, &f->mlocal), OTE_OK);
+    f->remote = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    f->ro     = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    d[0] = (ote_mem_desc_t){.addr = f->remote, .length = LEN,
+                            .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
+    d[1] = (ote_mem_desc_t){.addr = f->ro, .length = 65536, .access = OTE_ACCESS_REMOTE_READ};
+    assert_int_equal(ote_mem_register(f->e, d, 2, m), OTE_OK);
+    f->mremote = m[0];
+    f->mro     = m[1];
+    assert_int_equal(ote_segment_open(f->e, ote_engine_name(f->e), &f->self), OTE_OK);
+    return f;
+}
+
+static void fx_close(fx_t *f)
+{
+    assert_int_equal(ote_segment_close(f->self), OTE_OK);
+    assert_int_equal(ote_mem_deregister(f->e, f->mremote), OTE_OK);
+    assert_int_equal(ote_mem_deregister(f->e, f->mro), OTE_OK);
+    assert_int_equal(ote_mem_free(f->e, f->mlocal), OTE_OK);
+    ote_engine_destroy(f->e);
+    munmap(f->remote, LEN);
+    munmap(f->ro, 65536);
+    free(f);
+}
+
+/* Every rail of the segment runs on this transport. */
+static void assert_rails(fx_t *f, const char *tl)
+{
+    assert_true(f->self->rail_set.num_rails > 0);
+    for (size_t i = 0; i < f->self->rail_set.num_rails; i++)
+        assert_string_equal(f->self->rail_set.rails[i]->iface->resource.tl_name, tl);
+}
+
+static ote_task_status_t run_one(fx_t *f, ote_op_t op, void *local, uint64_t remote, size_t len)
+{
+    ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = f->self,
+                        .remote_addr = remote, .length = len};
+    ote_batch_h b;
+    size_t first;
+    ote_task_status_t st;
+
+    assert_int_equal(ote_batch_create(f->e, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, 0, &st), OTE_OK);
+    ote_batch_release(b);
+    return st;
+}
+
+/* Mixed sizes at unaligned offsets in one batch; every byte checked. */
+static void xfer_mixed(fx_t *f, ote_op_t op)
+{
+    static const size_t sizes[] = {1, 3, 64, 4095, 4097, 65537, (1u << 20) - 1, (1u << 20) + 3,
+                                   (3u << 20) + 5};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+    ote_xfer_req_t r[N];
+    size_t off[N], pos = 7, first;
+    ote_batch_h b;
+
+    for (size_t i = 0; i < N; i++) {
+        off[i] = pos;
+        pos += sizes[i] + 13;
+    }
+    assert_true(pos < LEN);
+    memset(f->local, 0, LEN);
+    memset(f->remote, 0, LEN);
+    if (op == OTE_OP_WRITE)
+        ote_test_fill(f->local, 0, LEN, 31);
+    else
+        ote_test_fill(f->remote, 0, LEN, 32);
+    for (size_t i = 0; i < N; i++)
+        r[i] = (ote_xfer_req_t){.op = op, .local_addr = f->local + off[i] + 1,
+                                .segment = f->self,
+                                .remote_addr = (uintptr_t)f->remote + off[i],
+                                .length = sizes[i]};
+    assert_int_equal(ote_batch_create(f->e, N, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, N, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    for (size_t i = 0; i < N; i++) {
+        ote_task_status_t st;
+        const uint8_t *dst = op == OTE_OP_WRITE ? f->remote + off[i] : f->local + off[i] + 1;
+        const uint8_t *src = op == OTE_OP_WRITE ? f->local + off[i] + 1 : f->remote + off[i];
+
+        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+        assert_int_equal(st.transferred, sizes[i]);
+        assert_memory_equal(dst, src, sizes[i]);
+        /* Nothing around the destination moved. */
+        assert_int_equal(dst[-1], 0);
+        assert_int_equal(dst[sizes[i]], 0);
+    }
+    ote_batch_release(b);
+}
+
+static void test_cma(void **state)
+{
+    fx_t *f = fx_open("cma", NULL);
+
+    assert_rails(f, "cma");
+    assert_false(f->self->rail_set.rails[0]->caps.ops & OTE_TL_CAP_CHECKED);
+    xfer_mixed(f, OTE_OP_WRITE);
+    xfer_mixed(f, OTE_OP_READ);
+    fx_close(f);
+}
+
+/* cma does not check at the target: the initiator refuses what the peer did not publish. */
+static void test_cma_access_checks(void **state)
+{
+    fx_t *f = fx_open("cma", NULL);
+    ote_task_status_t st;
+    uint8_t *late;
+    ote_mem_h mlate;
+    ote_mem_desc_t d;
+
+    st = run_one(f, OTE_OP_WRITE, f->local, 0x1000, 64);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_NOT_REGISTERED);
+    st = run_one(f, OTE_OP_WRITE, f->local, (uintptr_t)f->remote + LEN - 10, 64);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    memset(f->ro, 0x7e, 65536);
+    st = run_one(f, OTE_OP_WRITE, f->local, (uintptr_t)f->ro, 64);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_ACCESS);
+    for (size_t i = 0; i < 65536; i++)
+        assert_int_equal(f->ro[i], 0x7e);
+    st = run_one(f, OTE_OP_READ, f->local, (uintptr_t)f->ro + 100, 65436);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_memory_equal(f->local, f->ro + 100, 65436);
+
+    /* Registered after the segment was opened: one refresh finds it. */
+    late = mmap(NULL, 1u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    d    = (ote_mem_desc_t){.addr = late, .length = 1u << 20, .access = OTE_ACCESS_REMOTE_WRITE};
+    assert_int_equal(ote_mem_register(f->e, &d, 1, &mlate), OTE_OK);
+    ote_test_fill(f->local, 0, 1u << 20, 5);
+    st = run_one(f, OTE_OP_WRITE, f->local, (uintptr_t)late, 1u << 20);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(late, 0, 1u << 20, 5), -1);
+    /* Write-only: READ is refused without touching anything. */
+    memset(f->local, 0, 4096);
+    st = run_one(f, OTE_OP_READ, f->local, (uintptr_t)late, 4096);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_ACCESS);
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(f->local[i], 0);
+    assert_int_equal(ote_mem_deregister(f->e, mlate), OTE_OK);
+    munmap(late, 1u << 20);
+    fx_close(f);
+}
+
+static void test_uct_tcp(void **state)
+{
+    static const char *const modes[] = {"auto", "ep"};
+
+    for (size_t m = 0; m < 2; m++) {
+        fx_t *f = fx_open("uct_tcp", modes[m]);
+        ote_tl_conn_model_t want = m == 0 ? OTE_TL_CONN_TO_IFACE : OTE_TL_CONN_TO_EP;
+        ote_xfer_req_t r = {.op = OTE_OP_READ, .local_addr = f->local, .segment = f->self,
+                            .remote_addr = (uintptr_t)f->remote, .length = 64};
+        ote_batch_h b;
+        size_t first = 99;
+
+        assert_rails(f, "uct_tcp");
+        for (size_t i = 0; i < f->self->rail_set.num_rails; i++) {
+            ote_rail_t *rail = f->self->rail_set.rails[i];
+
+            assert_int_equal(rail->caps.conn_model, want);
+            assert_true(want == OTE_TL_CONN_TO_IFACE || rail->conn_id != 0);
+        }
+        xfer_mixed(f, OTE_OP_WRITE);
+        /* UCT tcp has no GET: nothing can serve a READ. */
+        assert_int_equal(ote_batch_create(f->e, 1, &b), OTE_OK);
+        assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_ERR_UNREACHABLE);
+        assert_int_equal(first, 99);
+        ote_batch_release(b);
+        if (want == OTE_TL_CONN_TO_EP) {
+            /* Closing the segment releases the target side of each connection. */
+            ote_worker_t *w = &f->e->workers[0];
+            size_t accepted = 0;
+
+            assert_int_equal(ote_segment_close(f->self), OTE_OK);
+            pthread_mutex_lock(&w->lock);
+            for (size_t i = 0; i < w->num_ifaces; i++)
+                accepted += ((ote_uct_iface_t *)w->ifaces[i])->num_accepted;
+            pthread_mutex_unlock(&w->lock);
+            assert_int_equal(accepted, 0);
+            assert_int_equal(ote_segment_open(f->e, ote_engine_name(f->e), &f->self), OTE_OK);
+        }
+        fx_close(f);
+    }
+}
+
+/* With every transport, one host: cma alone carries host memory both ways. */
+static void test_auto_choice(void **state)
+{
+    fx_t *f = fx_open("all", NULL);
+
+    assert_rails(f, "cma");
+    xfer_mixed(f, OTE_OP_WRITE);
+    xfer_mixed(f, OTE_OP_READ);
+    fx_close(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cma),
+        cmocka_unit_test(test_cma_access_checks),
+        cmocka_unit_test(test_uct_tcp),
+        cmocka_unit_test(test_auto_choice),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
