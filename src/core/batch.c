@@ -255,7 +255,31 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
             t->local_region = NULL;
             goto err_unwind;
         }
-        n = ote_proto_slice_count(&rails, r->length, e->config.slice_size);
+        /*
+         * Slices are checked one by one at the target. A request that no
+         * region of the peer's descriptor covers may be meant for a region
+         * published since: send it whole so that the target checks the
+         * whole range, never a piece of it that happens to fall in another
+         * region.
+         */
+        if (rreg == NULL) {
+            n = 1;
+            for (size_t k = 0; k < rails.num_rails; k++) {
+                if (rails.rails[k]->caps.max_msg && r->length > rails.rails[k]->caps.max_msg)
+                    n = 0;
+            }
+            if (n == 0) {
+                ote_debug("submit: %#llx+%zu is in no region %s published and is too large "
+                          "to be checked whole; refresh the segment",
+                          (unsigned long long)r->remote_addr, r->length, seg->name);
+                ote_mem_region_put(t->local_region);
+                t->local_region = NULL;
+                status = OTE_ERR_NOT_REGISTERED;
+                goto err_unwind;
+            }
+        } else {
+            n = ote_proto_slice_count(&rails, r->length, e->config.slice_size);
+        }
         if (n == 1) {
             t->slices = &t->inline_slice;
         } else {

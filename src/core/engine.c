@@ -70,6 +70,7 @@ static ote_status_t engine_open_transports(ote_engine_h e)
                 ote_tl_iface_t *iface;
 
                 params.worker_index = w;
+                params.worker_lock  = &wk->lock;
                 status = comp->ops->iface_open(&res[r], tl->md, &params, &iface);
                 if (status != OTE_OK) {
                     ote_error("transport %s/%s: cannot open: %s", res[r].tl_name,

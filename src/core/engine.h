@@ -149,6 +149,8 @@ void         ote_worker_stop(ote_worker_t *w);
 void         ote_worker_cleanup(ote_worker_t *w);
 /* Queue a chain of slices for posting; wakes the worker if it sleeps. */
 void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
+/* Progress w from the calling thread if its worker is idle; false if busy. */
+bool         ote_worker_try_progress(ote_worker_t *w);
 void         ote_engine_signal_event(ote_engine_h engine);
 
 /* batch.c: a slice ended (worker thread). */

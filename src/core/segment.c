@@ -309,10 +309,8 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
                         r->remote_md = (int)k;
                 }
             }
-            pthread_mutex_lock(&wk->lock);
             status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, &peer,
                                            &r->ep);
-            pthread_mutex_unlock(&wk->lock);
             if (status != OTE_OK) {
                 ote_warn("segment '%s': transport %s unreachable: %s", seg->name,
                          iface->resource.tl_name, ote_status_string(status));

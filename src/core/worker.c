@@ -42,11 +42,21 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
     return OTE_OK;
 }
 
+static unsigned worker_drain_queue(ote_worker_t *w);
+static unsigned worker_progress(ote_worker_t *w);
+
 void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
     uint64_t one = 1;
+    bool direct;
 
     tail->next = NULL;
+    /*
+     * When the worker is idle its lock is free: post and push the bytes out
+     * from this thread, which saves waking the worker up. It still wakes on
+     * its event fds for the answers.
+     */
+    direct = pthread_mutex_trylock(&w->lock) == 0;
     pthread_mutex_lock(&w->qlock);
     if (w->qtail)
         w->qtail->next = head;
@@ -54,8 +64,24 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
         w->qhead = head;
     w->qtail = tail;
     pthread_mutex_unlock(&w->qlock);
+    if (direct) {
+        worker_drain_queue(w);
+        worker_progress(w);
+        pthread_mutex_unlock(&w->lock);
+        return;
+    }
     if (atomic_load(&w->sleeping))
         (void)!write(w->wake_fd, &one, sizeof(one));
+}
+
+bool ote_worker_try_progress(ote_worker_t *w)
+{
+    if (pthread_mutex_trylock(&w->lock) != 0)
+        return false;
+    worker_drain_queue(w);
+    worker_progress(w);
+    pthread_mutex_unlock(&w->lock);
+    return true;
 }
 
 void ote_engine_signal_event(ote_engine_h engine)

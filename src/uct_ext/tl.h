@@ -13,6 +13,7 @@
 #include "mem/mem.h"
 
 #include <ote/ote.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,6 +84,7 @@ typedef struct {
     uint64_t            instance_id; /* this engine's instance            */
     const char         *bind_ip;     /* address the engine listens on     */
     const char         *advertise_ip;/* address peers are told to use     */
+    pthread_mutex_t    *worker_lock; /* see ep_create                     */
     size_t              worker_index;
     /* Key and connection limits shared by all listeners of the engine;
      * NULL: accept any peer, no limits (tools that only list resources). */
@@ -127,7 +129,12 @@ typedef struct {
     unsigned (*progress)(ote_tl_iface_t *iface);
     /* Fail posted operations older than deadline_ns (monotonic) with TIMEOUT. */
     void (*check_timeouts)(ote_tl_iface_t *iface, uint64_t deadline_ns);
-    /* Connect to a peer iface; may block up to peer->timeout_ms. */
+    /*
+     * Connect to a peer iface; may block up to peer->timeout_ms. Called
+     * WITHOUT the worker lock, so that a connection to this very engine can
+     * be answered by its worker: a component takes params->worker_lock
+     * around every touch of iface state.
+     */
     ote_status_t (*ep_create)(ote_tl_iface_t *iface, const void *addr, size_t addr_len,
                               const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
 } ote_tl_iface_ops_t;

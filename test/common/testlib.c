@@ -43,7 +43,7 @@ uint64_t ote_test_hash(const void *p, size_t len)
 const char *ote_test_program(const char *name)
 {
     static char path[4096];
-    const char *dir = getenv("OTE_TEST_BUILDDIR");
+    const char *dir = getenv("ORBITTE_TEST_BUILDDIR");
 
     if (dir == NULL)
         dir = ".";

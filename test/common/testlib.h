@@ -68,7 +68,7 @@ int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char
 /* 64-bit hash of a byte range (same as the target's "sum"). */
 uint64_t ote_test_hash(const void *p, size_t len);
 
-/* Path of a program built in the test tree (uses OTE_TEST_BUILDDIR or argv0's dir). */
+/* Path of a program built in the test tree (uses ORBITTE_TEST_BUILDDIR or argv0's dir). */
 const char *ote_test_program(const char *name);
 
 /* Create an engine on 127.0.0.1 with an optional OTE_TLS; asserts on failure. */

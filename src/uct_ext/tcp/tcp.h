@@ -63,6 +63,7 @@ typedef struct ote_tcp_conn {
     ote_auth_session_t    auth;
     uint8_t               auth_out[OTE_AUTH_TPROOF_LEN]; /* proof being sent */
     char                  ip[64];   /* peer address without port */
+    bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
     struct ote_tcp_conn  *next_dirty;
     struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */
     struct ote_tcp_conn  *next_dead;   /* closed, freed after progress     */
@@ -104,6 +105,7 @@ struct ote_tcp_iface {
     struct sockaddr_storage advertise;
     socklen_t               advertise_len;
     ote_mem_table_t        *regions;
+    pthread_mutex_t        *worker_lock;
     uint64_t                instance_id;
     size_t                  max_msg;
     size_t                  sndbuf, rcvbuf;

@@ -543,7 +543,16 @@ void ote_tcp_conn_rx(ote_tcp_conn_t *c)
     ote_tcp_hdr_t h;
     ssize_t n;
 
-    while (!c->dead && budget > 0) {
+    c->rx_again = false;
+    while (!c->dead) {
+        if (budget == 0) {
+            /*
+             * Give other connections a turn. Bytes already read ahead into
+             * rxbuf will not raise another epoll event: ask for a rerun.
+             */
+            c->rx_again = true;
+            return;
+        }
         size_t avail = c->rx_len - c->rx_off;
 
         if (c->rx_state == OTE_TCP_RX_HDR || c->rx_state == OTE_TCP_RX_HANDSHAKE ||

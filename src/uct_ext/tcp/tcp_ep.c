@@ -177,6 +177,8 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     socklen_t sslen;
     ote_tcp_ep_t *ep;
     ote_status_t status;
+    int *fds    = NULL;
+    size_t nfds = 0;
 
     status = ote_tcp_addr_unpack(addr, addr_len, &ss, &sslen);
     if (status != OTE_OK)
@@ -191,18 +193,27 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
         return OTE_ERR_NO_MEMORY;
     }
     snprintf(ep->peer_name, sizeof(ep->peer_name), "%s", peer->name ? peer->name : "?");
-    for (long i = 0; i < iface->conns_per_ep; i++) {
-        ote_tcp_conn_t *c;
-        int fd;
-
-        status = tcp_connect_one(iface, &ss, sslen, peer, &fd);
+    fds = malloc((size_t)iface->conns_per_ep * sizeof(*fds));
+    if (fds == NULL) {
+        status = OTE_ERR_NO_MEMORY;
+        goto err;
+    }
+    /* Connect and shake hands without the worker lock: the peer may be us. */
+    for (nfds = 0; nfds < (size_t)iface->conns_per_ep; nfds++) {
+        status = tcp_connect_one(iface, &ss, sslen, peer, &fds[nfds]);
         if (status != OTE_OK)
             goto err;
-        status = ote_tcp_conn_new(iface, fd, ep, &c);
+    }
+    pthread_mutex_lock(iface->worker_lock);
+    for (size_t i = 0; i < nfds; i++) {
+        ote_tcp_conn_t *c;
+
+        status = ote_tcp_conn_new(iface, fds[i], ep, &c);
         if (status != OTE_OK) {
-            close(fd);
+            pthread_mutex_unlock(iface->worker_lock);
             goto err;
         }
+        fds[i] = -1;
         ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
         c->prev = NULL;
         c->next = iface->conns;
@@ -211,12 +222,21 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
         iface->conns = c;
         ep->conns[ep->num_conns++] = c;
     }
+    pthread_mutex_unlock(iface->worker_lock);
+    free(fds);
     *ep_p = &ep->super;
     return OTE_OK;
 
 err:
     ote_debug("tcp: connecting to %s failed: %s", ep->peer_name, ote_status_string(status));
+    for (size_t i = 0; fds != NULL && i < nfds; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+    free(fds);
+    pthread_mutex_lock(iface->worker_lock);
     tcp_ep_destroy(&ep->super);
+    pthread_mutex_unlock(iface->worker_lock);
     return status;
 }
 

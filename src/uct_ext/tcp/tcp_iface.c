@@ -177,6 +177,13 @@ static unsigned tcp_iface_progress(ote_tl_iface_t *tl_iface)
         if (!c->dead && (ev[i].events & EPOLLOUT))
             ote_tcp_conn_flush(c);
     }
+    /* Connections that stopped on their budget with bytes still buffered. */
+    for (ote_tcp_conn_t *c = iface->conns; c != NULL; c = c->next) {
+        if (c->rx_again && !c->dead) {
+            ote_tcp_conn_rx(c);
+            count++;
+        }
+    }
     flush_dirty(iface);
     free_graveyard(iface);
     return count + (unsigned)(n > 0 ? n : 0);
@@ -289,6 +296,7 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface->super.md          = NULL;
     iface->super.md_index    = -1;
     iface->regions           = params->regions;
+    iface->worker_lock       = params->worker_lock;
     iface->instance_id       = params->instance_id;
     iface->max_msg           = cfg->tcp_max_msg;
     iface->sndbuf            = cfg->tcp_sndbuf;

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Installs the Debian 12 packages OrbitTE builds, tests and benchmarks with.
+# Safe to run again: installs only what is missing. Needs root (or sudo).
+set -eu
+pkgs="build-essential autoconf automake libtool pkg-config git
+libucx-dev ucx-utils libibverbs-dev librdmacm-dev libhwloc-dev hwloc
+liburing-dev libcmocka-dev libjson-c-dev libssl-dev
+iproute2 iperf3 clang procps"
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "installing:$missing"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
