@@ -28,6 +28,8 @@
 #define CTL_REPLY_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
 /* How often deadlines are checked while connections exist. */
 #define CTL_SWEEP_MS 100
+/* Requests served per connection and wakeup: one busy peer cannot starve the others. */
+#define CTL_READ_BUDGET 16
 
 typedef struct ctl_conn {
     int                fd;
@@ -266,8 +268,15 @@ static ote_status_t conn_header(ote_ctl_t *ctl, ctl_conn_t *c)
 
 static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
 {
-    /* One reply in flight at a time: a peer that does not read stops being read. */
-    while (c->out == NULL && !c->close_after_send) {
+    int budget = CTL_READ_BUDGET;
+
+    /*
+     * One reply in flight at a time: a peer that does not read stops being
+     * read. Bytes beyond the current message stay in the socket, so the
+     * level-triggered epoll reports a connection that used up its budget
+     * again.
+     */
+    while (c->out == NULL && !c->close_after_send && budget > 0) {
         ssize_t n;
 
         if (c->hdr_got < OTE_CTL_HDR_LEN) {
@@ -305,6 +314,7 @@ static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
             free(c->payload);
             c->payload = NULL;
             c->hdr_got = 0;
+            budget--;
             if (status != OTE_OK) {
                 if (status == OTE_ERR_PROTOCOL)
                     ote_warn("control peer %s: malformed %u message; closing", c->peer,
