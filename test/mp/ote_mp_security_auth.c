@@ -358,6 +358,20 @@ static void test_setup_cost(void **state)
     assert_int_equal(start_target(&open, NULL), 0);
     without  = open_close_us(open.name, NULL, bench_iters);
     with_key = open_close_us(keyed.name, KEY, bench_iters);
+    {
+        /* The CPU part alone: both sides of one handshake, no sockets. */
+        ote_auth_t *a = sw_auth_new(KEY), *b = sw_auth_new(KEY);
+        long n        = bench_iters * 10;
+        uint64_t t0   = ote_time_ns();
+        ote_status_t ini;
+
+        for (long i = 0; i < n; i++)
+            assert_int_equal(handshake(a, b, &ini), OTE_OK);
+        printf("# handshake computation (both sides, no I/O): %.1f us\n",
+               (double)(ote_time_ns() - t0) / 1e3 / (double)n);
+        ote_auth_destroy(a);
+        ote_auth_destroy(b);
+    }
     printf("# segment open+close, %ld iterations, control + %ld tcp connections each\n",
            bench_iters, conns);
     printf("#   without key: %8.1f us\n#   with key:    %8.1f us\n#   authentication adds "
