@@ -46,9 +46,11 @@ const ote_cfg_entry_t ote_config_table[] = {
     {"MAX_NOTIF_BACKLOG", "65536", OTE_CFG_INT, F(max_notif_backlog),
      "Received notifications kept until ote_notify_recv; beyond it senders get BUSY."},
     {"MAX_CONNS", "4096", OTE_CFG_INT, F(max_conns),
-     "Accepted connections per engine (control and data)."},
-    {"MAX_CONNS_PER_PEER", "64", OTE_CFG_INT, F(max_conns_per_peer),
-     "Accepted connections from one peer address."},
+     "Accepted connections per engine, control and data listeners together."},
+    {"MAX_CONNS_PER_PEER", "256", OTE_CFG_INT, F(max_conns_per_peer),
+     "Accepted connections from one peer address, all listeners of the engine together."},
+    {"HANDSHAKE_TIMEOUT_MS", "10000", OTE_CFG_INT, F(handshake_timeout_ms),
+     "An accepted connection that has not authenticated and sent its first request by then is closed."},
     {"AUTH_KEY", "", OTE_CFG_STRING, F(auth_key),
      "Shared secret: peers must prove they hold it before anything is exchanged."},
     {"AUTH_KEY_FILE", "", OTE_CFG_STRING, F(auth_key_file),
@@ -261,8 +263,8 @@ static ote_status_t config_validate(const ote_config_t *cfg)
         return OTE_ERR_INVALID_PARAM;
     }
     if (cfg->max_inflight_tasks < 1 || cfg->max_notif_backlog < 1 || cfg->max_conns < 1 ||
-        cfg->max_conns_per_peer < 1 || cfg->stage_slots < 1) {
-        ote_error("OTE_MAX_* limits and OTE_STAGE_SLOTS must be positive");
+        cfg->max_conns_per_peer < 1 || cfg->stage_slots < 1 || cfg->handshake_timeout_ms < 1) {
+        ote_error("OTE_MAX_* limits, OTE_HANDSHAKE_TIMEOUT_MS and OTE_STAGE_SLOTS must be positive");
         return OTE_ERR_INVALID_PARAM;
     }
     return OTE_OK;

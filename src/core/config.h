@@ -40,6 +40,7 @@ typedef struct ote_config {
     long   max_notif_backlog;
     long   max_conns;
     long   max_conns_per_peer;
+    long   handshake_timeout_ms;
     char  *auth_key;
     char  *auth_key_file;
     char  *host_id;

@@ -1,9 +1,17 @@
 /*
  * Control-plane listener: one thread, one epoll. Serves descriptor fetches,
- * notifications and to-ep connection requests. Each connection reads a header, then at most
- * OTE_MAX_CTL_MSG payload bytes; anything malformed closes that connection
- * with a log line and the listener carries on.
+ * notifications and to-ep connection requests. Each connection first proves it holds the key (when
+ * the engine has one, see auth.h), then sends requests: a header, then at
+ * most the payload its type allows. Anything malformed closes that
+ * connection with a log line and the listener carries on.
+ *
+ * The thread never blocks on a peer: a reply that does not fit in the
+ * socket is kept and sent as the socket drains, and the connection is not
+ * read meanwhile. A connection that has not completed its handshake within
+ * OTE_HANDSHAKE_TIMEOUT_MS, or whose reply has not drained within
+ * CTL_REPLY_TIMEOUT_NS, is closed.
  */
+#include "auth.h"
 #include "ctl_msg.h"
 #include "engine.h"
 #include "log.h"
@@ -18,16 +26,28 @@
 #include <unistd.h>
 
 #define CTL_REPLY_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
+/* How often deadlines are checked while connections exist. */
+#define CTL_SWEEP_MS 100
+/* Requests served per connection and wakeup: one busy peer cannot starve the others. */
+#define CTL_READ_BUDGET 16
 
 typedef struct ctl_conn {
-    int              fd;
-    char             peer[64];
-    uint8_t          hdr[OTE_CTL_HDR_LEN];
-    size_t           hdr_got;
-    ote_ctl_hdr_t    h;
-    uint8_t         *payload;
-    size_t           got;
-    struct ctl_conn *next, *prev;
+    int                fd;
+    char               peer[64]; /* ip:port, for logs      */
+    char               ip[64];   /* for per-peer admission */
+    uint64_t           handshake_deadline; /* 0 once the peer proved itself */
+    ote_auth_session_t auth;
+    uint8_t            hdr[OTE_CTL_HDR_LEN];
+    size_t             hdr_got;
+    ote_ctl_hdr_t      h;
+    uint8_t           *payload;
+    size_t             got;
+    /* reply waiting for the socket to drain */
+    uint8_t           *out;
+    size_t             out_len, out_sent;
+    uint64_t           out_deadline;
+    bool               close_after_send;
+    struct ctl_conn   *next, *prev;
 } ctl_conn_t;
 
 struct ote_ctl {
@@ -54,33 +74,131 @@ static void conn_close(ote_ctl_t *ctl, ctl_conn_t *c)
     if (c->next)
         c->next->prev = c->prev;
     ctl->num_conns--;
+    ote_auth_conn_release(ctl->engine->auth, c->ip);
     free(c->payload);
+    free(c->out);
     free(c);
 }
 
-static ote_status_t reply(ctl_conn_t *c, uint8_t type, uint32_t seq, const void *a, size_t alen,
-                          const void *b, size_t blen)
+static void conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events)
 {
-    uint64_t deadline = ote_time_ns() + CTL_REPLY_TIMEOUT_NS;
-    uint8_t hdr[OTE_CTL_HDR_LEN];
-    ote_ctl_hdr_t h = {.type = type, .length = (uint32_t)(alen + blen), .seq = seq};
-    ote_status_t status;
+    struct epoll_event ev = {.events = events, .data.ptr = c};
 
-    ote_ctl_hdr_encode(&h, hdr);
-    status = ote_socket_send_all(c->fd, hdr, sizeof(hdr), deadline);
-    if (status == OTE_OK && alen)
-        status = ote_socket_send_all(c->fd, a, alen, deadline);
-    if (status == OTE_OK && blen)
-        status = ote_socket_send_all(c->fd, b, blen, deadline);
-    return status;
+    epoll_ctl(ctl->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-static ote_status_t reply_status(ctl_conn_t *c, uint8_t type, uint32_t seq, ote_status_t s)
+/* Send what the socket takes of the pending reply. OTE_OK: all sent or waiting. */
+static ote_status_t conn_flush(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    while (c->out_sent < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+
+        if (n > 0) {
+            c->out_sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (c->out_deadline == 0) {
+                c->out_deadline = ote_time_ns() + CTL_REPLY_TIMEOUT_NS;
+                conn_set_events(ctl, c, EPOLLOUT);
+            }
+            return OTE_OK;
+        }
+        return OTE_ERR_REMOTE_DISCONNECT;
+    }
+    if (c->out_deadline != 0)
+        conn_set_events(ctl, c, EPOLLIN);
+    free(c->out);
+    c->out          = NULL;
+    c->out_len      = c->out_sent = 0;
+    c->out_deadline = 0;
+    return OTE_OK;
+}
+
+static ote_status_t reply(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type, const void *a,
+                          size_t alen, const void *b, size_t blen)
+{
+    ote_ctl_hdr_t h = {.type = type, .length = (uint32_t)(alen + blen), .seq = c->h.seq};
+    uint8_t *out    = malloc(OTE_CTL_HDR_LEN + alen + blen);
+
+    if (out == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ote_ctl_hdr_encode(&h, out);
+    if (alen)
+        memcpy(out + OTE_CTL_HDR_LEN, a, alen);
+    if (blen)
+        memcpy(out + OTE_CTL_HDR_LEN + alen, b, blen);
+    c->out      = out;
+    c->out_len  = OTE_CTL_HDR_LEN + alen + blen;
+    c->out_sent = 0;
+    return conn_flush(ctl, c);
+}
+
+static ote_status_t reply_status(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type, ote_status_t s)
 {
     uint8_t b[4];
 
     ote_put_u32(b, (uint32_t)s);
-    return reply(c, type, seq, b, 4, NULL, 0);
+    return reply(ctl, c, type, b, 4, NULL, 0);
+}
+
+/* Tell the peer AUTH in the answer it waits for, then hang up. */
+static ote_status_t refuse(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type)
+{
+    c->close_after_send = true;
+    return reply_status(ctl, c, type, OTE_ERR_AUTH);
+}
+
+static ote_status_t handle_auth(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    ote_auth_t *auth = ctl->engine->auth;
+    uint8_t proof[OTE_AUTH_TPROOF_LEN];
+    ote_status_t status;
+
+    if (!auth->enabled) {
+        /* The peer has a key and we have none: it cannot verify us. */
+        ote_warn("control peer %s wants to authenticate but this engine has no "
+                 "OTE_AUTH_KEY; refused", c->peer);
+        return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+    }
+    switch (c->auth.state) {
+    case OTE_AUTH_STATE_START:
+        if (c->h.type != OTE_CTL_AUTH_HELLO) {
+            ote_warn("control peer %s: request before authentication; refused", c->peer);
+            if (c->h.type == OTE_CTL_GET_DESC)
+                return refuse(ctl, c, OTE_CTL_DESC);
+            if (c->h.type == OTE_CTL_NOTIFY)
+                return refuse(ctl, c, OTE_CTL_NOTIFY_ACK);
+            return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+        }
+        status = ote_auth_target_hello(auth, &c->auth, c->payload, c->h.length, proof);
+        if (status == OTE_ERR_PROTOCOL)
+            return status;
+        if (status != OTE_OK)
+            return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+        return reply(ctl, c, OTE_CTL_AUTH_PROOF, proof, sizeof(proof), NULL, 0);
+    case OTE_AUTH_STATE_HELLO:
+        if (c->h.type != OTE_CTL_AUTH_PROOF) {
+            ote_warn("control peer %s: no proof after hello; refused", c->peer);
+            return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+        }
+        status = ote_auth_target_proof(auth, &c->auth, c->payload, c->h.length);
+        if (status == OTE_ERR_PROTOCOL)
+            return status;
+        if (status != OTE_OK) {
+            ote_warn("control peer %s: authentication failed (wrong key?)", c->peer);
+            return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+        }
+        c->handshake_deadline = 0;
+        ote_debug("control peer %s authenticated", c->peer);
+        return reply_status(ctl, c, OTE_CTL_AUTH_DONE, OTE_OK);
+    default:
+        /* A second handshake on an authenticated connection. */
+        return OTE_ERR_PROTOCOL;
+    }
 }
 
 /*
@@ -144,7 +262,7 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
     }
     status = ote_ctl_connect_ack_encode(st, addr, addr_len, &out);
     if (status == OTE_OK)
-        status = reply(c, OTE_CTL_CONNECT_ACK, c->h.seq, out.data, out.len, NULL, 0);
+        status = reply(ctl, c, OTE_CTL_CONNECT_ACK, out.data, out.len, NULL, 0);
     free(out.data);
     free(m);
     return status;
@@ -154,40 +272,81 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
 static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     ote_engine_h e = ctl->engine;
+    ote_status_t status;
 
+    if (c->h.type == OTE_CTL_AUTH_HELLO || c->h.type == OTE_CTL_AUTH_PROOF ||
+        (e->auth->enabled && c->auth.state != OTE_AUTH_STATE_DONE))
+        return handle_auth(ctl, c);
     switch (c->h.type) {
     case OTE_CTL_GET_DESC: {
         ote_buf_t out = {0};
         uint8_t st[4];
-        ote_status_t status;
 
         if (c->h.length != 0)
             return OTE_ERR_PROTOCOL;
         status = ote_engine_desc_encode(e, &out);
         ote_put_u32(st, (uint32_t)status);
-        status = reply(c, OTE_CTL_DESC, c->h.seq, st, 4, status == OTE_OK ? out.data : NULL,
+        status = reply(ctl, c, OTE_CTL_DESC, st, 4, status == OTE_OK ? out.data : NULL,
                        status == OTE_OK ? out.len : 0);
         free(out.data);
-        return status;
+        break;
     }
     case OTE_CTL_NOTIFY: {
         ote_ctl_notify_t n;
-        ote_status_t status = ote_ctl_notify_decode(c->payload, c->h.length, &n);
 
+        status = ote_ctl_notify_decode(c->payload, c->h.length, &n);
         if (status != OTE_OK)
             return status;
-        return reply_status(c, OTE_CTL_NOTIFY_ACK, c->h.seq, ote_engine_notif_push(e, &n));
+        status = reply_status(ctl, c, OTE_CTL_NOTIFY_ACK, ote_engine_notif_push(e, &n));
+        break;
     }
     case OTE_CTL_CONNECT:
-        return handle_connect(ctl, c);
+        status = handle_connect(ctl, c);
+        break;
     default:
         return OTE_ERR_PROTOCOL;
     }
+    if (status == OTE_OK)
+        c->handshake_deadline = 0; /* without a key: the first good request */
+    return status;
+}
+
+/* A header is complete: check it before anything is allocated for it. */
+static ote_status_t conn_header(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    size_t max;
+
+    if (ote_ctl_hdr_decode(c->hdr, OTE_CTL_HDR_LEN, ctl->engine->config.max_ctl_msg, &c->h) !=
+        OTE_OK) {
+        ote_warn("control peer %s: malformed header; closing", c->peer);
+        return OTE_ERR_PROTOCOL;
+    }
+    if (ote_ctl_request_max_len(c->h.type, ctl->engine->config.max_ctl_msg, &max) != OTE_OK) {
+        ote_warn("control peer %s: message type %u is not a request; closing", c->peer,
+                 c->h.type);
+        return OTE_ERR_PROTOCOL;
+    }
+    if (c->h.length > max) {
+        ote_warn("control peer %s: %u-byte payload for message type %u (at most %zu); closing",
+                 c->peer, c->h.length, c->h.type, max);
+        return OTE_ERR_PROTOCOL;
+    }
+    c->payload = malloc(c->h.length ? c->h.length : 1);
+    c->got     = 0;
+    return c->payload ? OTE_OK : OTE_ERR_NO_MEMORY;
 }
 
 static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
 {
-    for (;;) {
+    int budget = CTL_READ_BUDGET;
+
+    /*
+     * One reply in flight at a time: a peer that does not read stops being
+     * read. Bytes beyond the current message stay in the socket, so the
+     * level-triggered epoll reports a connection that used up its budget
+     * again.
+     */
+    while (c->out == NULL && !c->close_after_send && budget > 0) {
         ssize_t n;
 
         if (c->hdr_got < OTE_CTL_HDR_LEN) {
@@ -196,15 +355,7 @@ static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
                 c->hdr_got += (size_t)n;
                 if (c->hdr_got < OTE_CTL_HDR_LEN)
                     continue;
-                if (ote_ctl_hdr_decode(c->hdr, OTE_CTL_HDR_LEN, ctl->engine->config.max_ctl_msg,
-                                       &c->h) != OTE_OK) {
-                    ote_warn("control peer %s: malformed header; closing", c->peer);
-                    conn_close(ctl, c);
-                    return;
-                }
-                c->payload = malloc(c->h.length ? c->h.length : 1);
-                c->got     = 0;
-                if (c->payload == NULL) {
+                if (conn_header(ctl, c) != OTE_OK) {
                     conn_close(ctl, c);
                     return;
                 }
@@ -233,6 +384,7 @@ static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
             free(c->payload);
             c->payload = NULL;
             c->hdr_got = 0;
+            budget--;
             if (status != OTE_OK) {
                 if (status == OTE_ERR_PROTOCOL)
                     ote_warn("control peer %s: malformed %u message; closing", c->peer,
@@ -242,34 +394,73 @@ static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
             }
         }
     }
+    if (c->out == NULL && c->close_after_send)
+        conn_close(ctl, c);
+}
+
+static void conn_write(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    if (conn_flush(ctl, c) != OTE_OK) {
+        conn_close(ctl, c);
+        return;
+    }
+    if (c->out == NULL)
+        conn_read(ctl, c);
+}
+
+/* Close connections that missed a deadline. */
+static void ctl_sweep(ote_ctl_t *ctl)
+{
+    uint64_t now = ote_time_ns();
+
+    for (ctl_conn_t *c = ctl->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->handshake_deadline && now > c->handshake_deadline) {
+            ote_warn("control peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing", c->peer,
+                     ctl->engine->auth->enabled ? "authentication" : "request");
+            conn_close(ctl, c);
+        } else if (c->out_deadline && now > c->out_deadline) {
+            ote_warn("control peer %s does not read its replies; closing", c->peer);
+            conn_close(ctl, c);
+        }
+    }
 }
 
 static void ctl_accept(ote_ctl_t *ctl)
 {
+    ote_engine_h e = ctl->engine;
+
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
         struct epoll_event ev = {.events = EPOLLIN};
         ctl_conn_t *c;
+        char ip[64];
         int fd = accept4(ctl->listen_fd, (struct sockaddr *)&ss, &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0)
             return;
-        if (ctl->num_conns >= ctl->engine->config.max_conns) {
-            ote_warn("control plane: OTE_MAX_CONNS reached, connection refused");
+        ote_sockaddr_ip((struct sockaddr *)&ss, ip, sizeof(ip));
+        if (ote_auth_conn_admit(e->auth, ip) != OTE_OK) {
             close(fd);
             continue;
         }
         c = calloc(1, sizeof(*c));
         if (c == NULL) {
+            ote_auth_conn_release(e->auth, ip);
             close(fd);
             continue;
         }
         c->fd = fd;
+        snprintf(c->ip, sizeof(c->ip), "%s", ip);
         ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+        ote_auth_session_init(&c->auth, OTE_AUTH_CHANNEL_CTL);
+        c->handshake_deadline =
+            ote_time_ns() + (uint64_t)e->config.handshake_timeout_ms * 1000000ull;
         ev.data.ptr = c;
         if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            ote_auth_conn_release(e->auth, ip);
             close(fd);
             free(c);
             continue;
@@ -282,13 +473,24 @@ static void ctl_accept(ote_ctl_t *ctl)
     }
 }
 
+static bool conn_alive(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    for (ctl_conn_t *x = ctl->conns; x != NULL; x = x->next) {
+        if (x == c)
+            return true;
+    }
+    return false;
+}
+
 static void *ctl_main(void *arg)
 {
-    ote_ctl_t *ctl = arg;
+    ote_ctl_t *ctl     = arg;
+    uint64_t last_sweep = ote_time_ns();
     struct epoll_event ev[32];
 
     for (;;) {
-        int n = epoll_wait(ctl->epfd, ev, 32, -1);
+        int n = epoll_wait(ctl->epfd, ev, 32, ctl->conns ? CTL_SWEEP_MS : -1);
+        uint64_t now;
 
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == &stop_tag)
@@ -303,12 +505,17 @@ static void *ctl_main(void *arg)
             if (ev[i].data.ptr == &listen_tag || ev[i].data.ptr == &stop_tag)
                 continue;
             /* c may have been closed by an earlier event of this round. */
-            for (ctl_conn_t *x = ctl->conns; x != NULL; x = x->next) {
-                if (x == c) {
-                    conn_read(ctl, c);
-                    break;
-                }
-            }
+            if (!conn_alive(ctl, c))
+                continue;
+            if (c->out != NULL)
+                conn_write(ctl, c);
+            else
+                conn_read(ctl, c);
+        }
+        now = ote_time_ns();
+        if (now - last_sweep >= CTL_SWEEP_MS * 1000000ull) {
+            ctl_sweep(ctl);
+            last_sweep = now;
         }
     }
     return NULL;

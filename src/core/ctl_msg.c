@@ -1,5 +1,6 @@
 #include "ctl_msg.h"
 
+#include "auth.h"
 #include "wire_util.h"
 
 #include <string.h>
@@ -159,5 +160,29 @@ ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_stat
     *status_p   = (ote_status_t)s;
     *addr_p     = a;
     *addr_len_p = alen;
+    return OTE_OK;
+}
+
+ote_status_t ote_ctl_request_max_len(uint8_t type, size_t cfg_max, size_t *max_p)
+{
+    size_t max;
+
+    switch (type) {
+    case OTE_CTL_GET_DESC:   max = 0; break;
+    case OTE_CTL_NOTIFY:     max = OTE_CTL_NOTIFY_MAX_LEN; break;
+    case OTE_CTL_AUTH_HELLO: max = OTE_AUTH_HELLO_LEN; break;
+    case OTE_CTL_AUTH_PROOF: max = OTE_AUTH_IPROOF_LEN; break;
+    case OTE_CTL_CONNECT:    max = OTE_CTL_CONNECT_MAX_LEN; break;
+    case OTE_CTL_DESC:
+    case OTE_CTL_NOTIFY_ACK:
+    case OTE_CTL_CONNECT_ACK:
+    case OTE_CTL_AUTH_DONE:  return OTE_ERR_PROTOCOL;
+    default:
+        if (type == 0 || type > OTE_CTL_TYPE_MAX)
+            return OTE_ERR_PROTOCOL;
+        max = cfg_max;
+        break;
+    }
+    *max_p = max < cfg_max ? max : cfg_max;
     return OTE_OK;
 }

@@ -17,6 +17,8 @@
 #define OTE_CTL_MAGIC    0x4354454fu /* "OTEC" */
 #define OTE_CTL_VERSION  1
 #define OTE_CTL_HDR_LEN  16
+/* Largest NOTIFY payload: instance, seq, str8 sender, u32 length, data. */
+#define OTE_CTL_NOTIFY_MAX_LEN (8 + 8 + 1 + 255 + 4 + OTE_NOTIFY_MAX)
 
 typedef enum {
     OTE_CTL_GET_DESC   = 1, /* -> DESC                                     */
@@ -24,9 +26,10 @@ typedef enum {
     OTE_CTL_NOTIFY     = 3, /* u64 sender instance, u64 seq, str8 from,
                                u32 length, data -> NOTIFY_ACK              */
     OTE_CTL_NOTIFY_ACK = 4, /* i32 status                                  */
-    OTE_CTL_AUTH_HELLO = 5, /* authentication handshake, see auth.h        */
-    OTE_CTL_AUTH_PROOF = 6,
-    OTE_CTL_AUTH_DONE  = 7,
+    OTE_CTL_AUTH_HELLO = 5, /* nonce_i -> AUTH_PROOF (or AUTH_DONE AUTH
+                               from a target without a key); see auth.h  */
+    OTE_CTL_AUTH_PROOF = 6, /* target: nonce_t, mac; initiator: mac       */
+    OTE_CTL_AUTH_DONE  = 7, /* i32 status                                  */
     OTE_CTL_CONNECT    = 8, /* to-ep wire-up, see ote_ctl_connect_t    -> CONNECT_ACK */
     OTE_CTL_CONNECT_ACK = 9, /* i32 status, u16 length, address blob     */
     OTE_CTL_TYPE_MAX   = 9,
@@ -55,6 +58,12 @@ typedef struct {
  */
 enum { OTE_CTL_CONNECT_OP_CONNECT = 1, OTE_CTL_CONNECT_OP_RELEASE = 2 };
 #define OTE_CTL_CONNECT_MAX_IDS 256
+/* Largest CONNECT payload: the CONNECT op or the largest RELEASE. */
+#define OTE_CTL_CONNECT_MAX_LEN                                                         \
+    (1 + 8 + 8 +                                                                        \
+     ((8 + 2 + 1 + 255 + 1 + 255 + 2 + OTE_TL_ADDR_MAX) > (2 + 8 * OTE_CTL_CONNECT_MAX_IDS) \
+          ? (8 + 2 + 1 + 255 + 1 + 255 + 2 + OTE_TL_ADDR_MAX)                           \
+          : (2 + 8 * OTE_CTL_CONNECT_MAX_IDS)))
 
 typedef struct {
     uint8_t        op;
@@ -84,6 +93,14 @@ ote_status_t ote_ctl_hdr_decode(const uint8_t *buf, size_t len, size_t max_paylo
 
 ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out);
 ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notify_t *n_p);
+
+/*
+ * Largest payload a listener accepts for a request of this type, checked
+ * before anything is allocated: the fixed sizes of the known requests,
+ * cfg_max for other request types. Types that only travel as responses
+ * are OTE_ERR_PROTOCOL.
+ */
+ote_status_t ote_ctl_request_max_len(uint8_t type, size_t cfg_max, size_t *max_p);
 
 /* A response that is only a status. */
 ote_status_t ote_ctl_status_decode(const uint8_t *buf, size_t len, ote_status_t *status_p);

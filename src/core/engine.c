@@ -87,6 +87,7 @@ static ote_status_t engine_open_transports(ote_engine_h e)
         .instance_id  = e->instance_id,
         .bind_ip      = e->bind_ip,
         .advertise_ip = e->advertise_ip,
+        .auth         = e->auth,
     };
     ote_select_t *sel;
     ote_status_t status;
@@ -162,6 +163,7 @@ static void engine_free(ote_engine_h e)
     free(e->notifs);
     pthread_mutex_destroy(&e->notif_lock);
     pthread_mutex_destroy(&e->seg_lock);
+    ote_auth_destroy(e->auth);
     ote_config_release(&e->config);
     free(e);
 }
@@ -193,6 +195,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         return status;
     }
     ote_log_set_level(e->config.log_level);
+    status = ote_auth_create(&e->config, &e->auth);
+    if (status != OTE_OK)
+        goto err;
 
     metadata = params->metadata ? params->metadata : e->config.metadata;
     if (strcmp(metadata, "p2p") != 0) {

@@ -2,6 +2,7 @@
 #ifndef OTE_CORE_ENGINE_H
 #define OTE_CORE_ENGINE_H
 
+#include "auth.h"
 #include "config.h"
 #include "ctl_msg.h"
 #include "desc.h"
@@ -109,6 +110,7 @@ struct ote_segment {
 
 struct ote_engine {
     ote_config_t     config;
+    ote_auth_t      *auth;          /* key and connection limits */
     char             name[OTE_DESC_NAME_MAX + 1];
     char             host_id[OTE_DESC_NAME_MAX + 1];
     char             bind_ip[64];

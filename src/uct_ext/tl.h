@@ -26,6 +26,7 @@ typedef struct ote_tl_component ote_tl_component_t;
 typedef struct ote_tl_iface     ote_tl_iface_t;
 typedef struct ote_tl_ep        ote_tl_ep_t;
 typedef struct ote_config       ote_config_t;
+typedef struct ote_auth         ote_auth_t;
 
 /* Completion of one posted operation, like uct_completion_t. */
 typedef struct ote_tl_completion {
@@ -85,6 +86,9 @@ typedef struct {
     const char         *advertise_ip;/* address peers are told to use     */
     pthread_mutex_t    *worker_lock; /* see ep_create                     */
     size_t              worker_index;
+    /* Key and connection limits shared by all listeners of the engine;
+     * NULL: accept any peer, no limits (tools that only list resources). */
+    ote_auth_t         *auth;
 } ote_tl_iface_params_t;
 
 /* What an ep needs to know of the peer. */

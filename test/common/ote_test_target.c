@@ -8,6 +8,10 @@
  *
  * Options: --listen ADDR (default 127.0.0.1:0)
  *          --region SIZE:ACCESS   ACCESS is any of r, w, or - (none)
+ *          --guard SIZE           following regions are registered in the middle
+ *                                 of a mapping with SIZE unregistered bytes on each
+ *                                 side, filled with OTE_TEST_GUARD_SEED; the
+ *                                 command "guard R" answers "guard LEADHASH TRAILHASH"
  * A silent peer is made with SIGSTOP by the test.
  */
 #include "testlib.h"
@@ -36,7 +40,7 @@ int main(int argc, char **argv)
     size_t len[OTE_TEST_MAX_REGIONS];
     unsigned acc[OTE_TEST_MAX_REGIONS];
     ote_mem_h mem[OTE_TEST_MAX_REGIONS];
-    size_t n = 0;
+    size_t n = 0, guard = 0, glen[OTE_TEST_MAX_REGIONS];
     ote_segment_h reply = NULL;
     char reply_name[256] = "";
     ote_status_t st;
@@ -46,6 +50,14 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
             listen = argv[++i];
+        } else if (strcmp(argv[i], "--guard") == 0 && i + 1 < argc) {
+            char *end;
+
+            guard = strtoull(argv[++i], &end, 10);
+            if (*end == 'k')
+                guard <<= 10;
+            else if (*end == 'm')
+                guard <<= 20;
         } else if (strcmp(argv[i], "--region") == 0 && i + 1 < argc &&
                    n < OTE_TEST_MAX_REGIONS) {
             char *colon;
@@ -59,10 +71,15 @@ int main(int argc, char **argv)
                 acc[n] |= strchr(colon, 'r') ? OTE_ACCESS_REMOTE_READ : 0;
                 acc[n] |= strchr(colon, 'w') ? OTE_ACCESS_REMOTE_WRITE : 0;
             }
-            buf[n] = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            buf[n] = mmap(NULL, sz + 2 * guard, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (buf[n] == MAP_FAILED)
                 return 1;
-            len[n] = sz;
+            ote_test_fill(buf[n], 0, guard, OTE_TEST_GUARD_SEED);
+            ote_test_fill(buf[n] + guard + sz, 0, guard, OTE_TEST_GUARD_SEED);
+            buf[n] += guard;
+            glen[n] = guard;
+            len[n]  = sz;
             n++;
         }
     }
@@ -131,6 +148,10 @@ int main(int argc, char **argv)
                    off + l <= len[r]) {
             snprintf(ans, sizeof(ans), "sum %016llx",
                      (unsigned long long)ote_test_hash(buf[r] + off, l));
+        } else if (sscanf(cmd, "guard %u", &r) == 1 && r < n) {
+            snprintf(ans, sizeof(ans), "guard %016llx %016llx",
+                     (unsigned long long)ote_test_hash(buf[r] - glen[r], glen[r]),
+                     (unsigned long long)ote_test_hash(buf[r] + len[r], glen[r]));
         } else if (sscanf(cmd, "dereg %u", &r) == 1 && r < n) {
             st = ote_mem_deregister(e, mem[r]);
             snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);

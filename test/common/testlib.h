@@ -13,6 +13,8 @@
 #include <sys/types.h>
 
 #define OTE_TEST_MAX_REGIONS 16
+/* Pattern seed of the target's guard areas (--guard). */
+#define OTE_TEST_GUARD_SEED  0x6761726475ull
 
 /* Byte i of the pattern with this seed. */
 static inline uint8_t ote_test_pattern_byte(uint64_t seed, uint64_t i)
@@ -56,6 +58,8 @@ void ote_test_target_kill(ote_test_target_t *t);
  *   fill R OFF LEN SEED   | check R OFF LEN SEED -> "ok" / "bad OFF"
  *   zero R OFF LEN        | dereg R | crc R OFF LEN -> "crc HEX" | quit
  *   sum R OFF LEN          -> "sum HEX" (64-bit hash of the bytes)
+ *   guard R                -> "guard HEX HEX" (hashes of the areas before and after
+ *                             region R, with --guard)
  * Returns 0 and fills reply on success.
  */
 int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char *reply,

@@ -2,6 +2,7 @@
 #ifndef OTE_TCP_H
 #define OTE_TCP_H
 
+#include "core/auth.h"
 #include "tcp_wire.h"
 #include "uct_ext/tl.h"
 
@@ -11,6 +12,11 @@
 
 #define OTE_TCP_RXBUF    (64 * 1024)
 #define OTE_TCP_IOV_MAX  64
+/*
+ * Target side: replies queued on one connection before it stops reading
+ * requests; a peer that sends and never reads cannot grow our queue.
+ */
+#define OTE_TCP_TX_PAUSE 4096
 
 typedef struct ote_tcp_iface ote_tcp_iface_t;
 typedef struct ote_tcp_ep    ote_tcp_ep_t;
@@ -37,7 +43,8 @@ typedef struct {
 } ote_tcp_tx_t;
 
 typedef enum {
-    OTE_TCP_RX_HANDSHAKE, /* target: the first message must be HELLO */
+    OTE_TCP_RX_AUTH,      /* target with a key: AUTH_HELLO, then AUTH_PROOF */
+    OTE_TCP_RX_HANDSHAKE, /* target: the next message must be HELLO */
     OTE_TCP_RX_HDR,
     OTE_TCP_RX_PAYLOAD,   /* into dst */
     OTE_TCP_RX_DISCARD,   /* refused WRITE payload: read and drop   */
@@ -50,6 +57,12 @@ typedef struct ote_tcp_conn {
     bool                  dead;
     bool                  dirty;    /* on the iface's flush list */
     bool                  want_out; /* EPOLLOUT armed */
+    bool                  rx_paused;/* target: too many replies queued */
+    bool                  admitted; /* counted by ote_auth_conn_admit */
+    uint64_t              handshake_deadline; /* target: 0 once HELLO done */
+    ote_auth_session_t    auth;
+    uint8_t               auth_out[OTE_AUTH_TPROOF_LEN]; /* proof being sent */
+    char                  ip[64];   /* peer address without port */
     bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
     struct ote_tcp_conn  *next_dirty;
     struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */
@@ -101,6 +114,8 @@ struct ote_tcp_iface {
     long                    max_conns;
     long                    max_conns_per_peer;
     long                    num_accepted;
+    ote_auth_t             *auth;       /* NULL: no key, limits per iface */
+    uint64_t                handshake_timeout_ns;
     ote_tcp_conn_t         *conns;      /* live connections, both sides   */
     ote_tcp_conn_t         *dirty;      /* connections with queued tx     */
     ote_tcp_conn_t         *graveyard;  /* closed target-side connections */
@@ -123,6 +138,12 @@ void         ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd);
 
 /* tcp_iface.c */
 void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
+/*
+ * Take an accepted socket as a target-side connection (admission limits,
+ * handshake deadline). On error the socket is closed.
+ */
+ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
+                                       const struct sockaddr_storage *ss);
 void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
 
 /* tcp_ep.c */

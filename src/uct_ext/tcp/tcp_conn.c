@@ -56,7 +56,13 @@ ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
     c->fd       = fd;
     c->iface    = iface;
     c->ep       = ep;
-    c->rx_state = ep ? OTE_TCP_RX_HDR : OTE_TCP_RX_HANDSHAKE;
+    if (ep != NULL)
+        c->rx_state = OTE_TCP_RX_HDR;
+    else if (iface->auth != NULL && iface->auth->enabled)
+        c->rx_state = OTE_TCP_RX_AUTH;
+    else
+        c->rx_state = OTE_TCP_RX_HANDSHAKE;
+    ote_auth_session_init(&c->auth, OTE_AUTH_CHANNEL_TCP);
     ev.data.ptr = c;
     if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
         goto err;
@@ -149,14 +155,31 @@ static ote_tcp_op_t op_pop(ote_tcp_conn_t *c)
     return op;
 }
 
+static void update_events(ote_tcp_conn_t *c)
+{
+    struct epoll_event ev = {.events = (c->rx_paused ? 0 : EPOLLIN) |
+                                       (c->want_out ? EPOLLOUT : 0),
+                             .data.ptr = c};
+
+    if (!c->dead)
+        epoll_ctl(c->iface->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
 static void set_want_out(ote_tcp_conn_t *c, bool on)
 {
-    struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c};
-
     if (c->want_out == on || c->dead)
         return;
     c->want_out = on;
-    epoll_ctl(c->iface->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    update_events(c);
+}
+
+/* Target side: stop reading requests while too many replies wait to be sent. */
+static void set_rx_paused(ote_tcp_conn_t *c, bool on)
+{
+    if (c->rx_paused == on || c->dead)
+        return;
+    c->rx_paused = on;
+    update_events(c);
 }
 
 static void tx_release(ote_tcp_tx_t *e)
@@ -271,8 +294,15 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
             }
         }
     }
-    if (!c->dead)
-        set_want_out(c, false);
+    if (c->dead)
+        return;
+    set_want_out(c, false);
+    if (c->rx_paused && c->tx_count < OTE_TCP_TX_PAUSE / 2) {
+        set_rx_paused(c, false);
+        /* Requests already buffered would get no epoll event. */
+        if (c->rx_len > c->rx_off)
+            ote_tcp_conn_rx(c);
+    }
 }
 
 static void protocol_error(ote_tcp_conn_t *c, const char *what)
@@ -293,14 +323,79 @@ static void push_reply(ote_tcp_conn_t *c, uint8_t type, uint64_t id, ote_status_
     }
 }
 
-/* Target side: a header arrived. */
-static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+/* Target side: answer with AUTH in the message the peer waits for, and close. */
+static void refuse(ote_tcp_conn_t *c, uint8_t type, uint64_t id)
+{
+    push_reply(c, type, id, OTE_ERR_AUTH, 0, NULL, NULL);
+    ote_tcp_conn_flush(c);
+    ote_tcp_conn_fail(c, OTE_ERR_AUTH);
+}
+
+/* Target side with a key: the handshake of core/auth.h before HELLO. */
+static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
+{
+    ote_auth_t *auth = c->iface->auth;
+    ote_status_t status;
+
+    if (c->auth.state == OTE_AUTH_STATE_START) {
+        if (h->type == OTE_TCP_HELLO) {
+            ote_warn("tcp peer %s: HELLO without authentication; refused", c->peer);
+            refuse(c, OTE_TCP_HELLO_ACK, h->id);
+            return;
+        }
+        if (h->type != OTE_TCP_AUTH_HELLO) {
+            protocol_error(c, "first message is not AUTH_HELLO");
+            return;
+        }
+        status = ote_auth_target_hello(auth, &c->auth, payload, h->length, c->auth_out);
+        if (status == OTE_ERR_PROTOCOL) {
+            protocol_error(c, "malformed AUTH_HELLO");
+            return;
+        }
+        if (status != OTE_OK) {
+            refuse(c, OTE_TCP_AUTH_DONE, h->id);
+            return;
+        }
+        push_reply(c, OTE_TCP_AUTH_PROOF, h->id, OTE_OK, OTE_AUTH_TPROOF_LEN, c->auth_out, NULL);
+        return;
+    }
+    if (h->type != OTE_TCP_AUTH_PROOF) {
+        protocol_error(c, "no AUTH_PROOF after AUTH_HELLO");
+        return;
+    }
+    status = ote_auth_target_proof(auth, &c->auth, payload, h->length);
+    if (status == OTE_ERR_PROTOCOL) {
+        protocol_error(c, "malformed AUTH_PROOF");
+        return;
+    }
+    if (status != OTE_OK) {
+        ote_warn("tcp peer %s: authentication failed (wrong key?); closing", c->peer);
+        refuse(c, OTE_TCP_AUTH_DONE, h->id);
+        return;
+    }
+    push_reply(c, OTE_TCP_AUTH_DONE, h->id, OTE_OK, 0, NULL, NULL);
+    c->rx_state = OTE_TCP_RX_HANDSHAKE;
+}
+
+/* Target side: a header arrived (with its payload, for handshake messages). */
+static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
 {
     ote_tcp_iface_t *iface = c->iface;
     ote_region_t *region;
     ote_status_t status;
 
+    if (c->rx_state == OTE_TCP_RX_AUTH) {
+        target_auth(c, h, payload);
+        return;
+    }
     if (c->rx_state == OTE_TCP_RX_HANDSHAKE) {
+        if (h->type == OTE_TCP_AUTH_HELLO) {
+            /* The initiator has a key and we have none: it cannot verify us. */
+            ote_warn("tcp peer %s wants to authenticate but this engine has no OTE_AUTH_KEY; "
+                     "refused", c->peer);
+            refuse(c, OTE_TCP_AUTH_DONE, h->id);
+            return;
+        }
         if (h->type != OTE_TCP_HELLO) {
             protocol_error(c, "first message is not HELLO");
             return;
@@ -313,7 +408,8 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
             return;
         }
         push_reply(c, OTE_TCP_HELLO_ACK, h->id, OTE_OK, 0, NULL, NULL);
-        c->rx_state = OTE_TCP_RX_HDR;
+        c->rx_state           = OTE_TCP_RX_HDR;
+        c->handshake_deadline = 0;
         return;
     }
     switch (h->type) {
@@ -459,19 +555,38 @@ void ote_tcp_conn_rx(ote_tcp_conn_t *c)
         }
         size_t avail = c->rx_len - c->rx_off;
 
-        if (c->rx_state == OTE_TCP_RX_HDR || c->rx_state == OTE_TCP_RX_HANDSHAKE) {
+        if (c->rx_state == OTE_TCP_RX_HDR || c->rx_state == OTE_TCP_RX_HANDSHAKE ||
+            c->rx_state == OTE_TCP_RX_AUTH) {
+            if (c->ep == NULL && c->tx_count >= OTE_TCP_TX_PAUSE) {
+                set_rx_paused(c, true);
+                return;
+            }
             if (avail >= OTE_TCP_HDR_LEN) {
+                size_t inline_len;
+
                 if (ote_tcp_hdr_decode(c->rxbuf + c->rx_off, avail, c->iface->max_msg, &h) !=
                     OTE_OK) {
                     protocol_error(c, "malformed message header");
                     return;
                 }
-                c->rx_off += OTE_TCP_HDR_LEN;
-                if (c->ep == NULL)
-                    target_handle(c, &h);
-                else
-                    initiator_handle(c, &h);
-                continue;
+                /* Handshake payloads are small and handled with their header. */
+                inline_len = h.type == OTE_TCP_AUTH_HELLO || h.type == OTE_TCP_AUTH_PROOF
+                                 ? (size_t)h.length
+                                 : 0;
+                if (inline_len > 0 && (c->ep != NULL || c->rx_state == OTE_TCP_RX_HDR)) {
+                    protocol_error(c, "handshake message on an open connection");
+                    return;
+                }
+                if (avail >= OTE_TCP_HDR_LEN + inline_len) {
+                    const uint8_t *payload = c->rxbuf + c->rx_off + OTE_TCP_HDR_LEN;
+
+                    c->rx_off += OTE_TCP_HDR_LEN + inline_len;
+                    if (c->ep == NULL)
+                        target_handle(c, &h, payload);
+                    else
+                        initiator_handle(c, &h);
+                    continue;
+                }
             }
             if (c->rx_off > 0) {
                 memmove(c->rxbuf, c->rxbuf + c->rx_off, avail);

@@ -65,14 +65,73 @@ ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, struct sockaddr_st
     return OTE_OK;
 }
 
-/* Blocking connect and HELLO exchange, bounded by the peer's timeout. */
+/* Send a header and its payload, then receive the answer's header. */
+static ote_status_t handshake_step(int fd, ote_tcp_hdr_t *h, const void *payload,
+                                   uint64_t deadline)
+{
+    uint8_t buf[OTE_TCP_HDR_LEN + OTE_TCP_AUTH_TPROOF_LEN];
+    ote_status_t status;
+
+    if (h->length > OTE_TCP_AUTH_TPROOF_LEN)
+        return OTE_ERR_INVALID_PARAM;
+    /* Header and payload in one segment: no wait for a delayed ACK. */
+    ote_tcp_hdr_encode(h, buf);
+    if (h->length)
+        memcpy(buf + OTE_TCP_HDR_LEN, payload, h->length);
+    status = ote_socket_send_all(fd, buf, OTE_TCP_HDR_LEN + h->length, deadline);
+    if (status == OTE_OK)
+        status = ote_socket_recv_all(fd, buf, OTE_TCP_HDR_LEN, deadline);
+    if (status == OTE_OK)
+        status = ote_tcp_hdr_decode(buf, OTE_TCP_HDR_LEN, 0, h);
+    return status;
+}
+
+/* Prove we hold the key, and that the target does (core/auth.h). */
+static ote_status_t tcp_authenticate(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *peer,
+                                     uint64_t deadline)
+{
+    uint8_t hello[OTE_AUTH_HELLO_LEN], tproof[OTE_AUTH_TPROOF_LEN];
+    uint8_t iproof[OTE_AUTH_IPROOF_LEN];
+    ote_auth_session_t s;
+    ote_tcp_hdr_t h;
+    ote_status_t status;
+
+    ote_auth_session_init(&s, OTE_AUTH_CHANNEL_TCP);
+    status = ote_auth_initiator_hello(iface->auth, &s, hello);
+    if (status != OTE_OK)
+        return status;
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_AUTH_HELLO, .length = sizeof(hello)};
+    status = handshake_step(fd, &h, hello, deadline);
+    if (status != OTE_OK)
+        return status;
+    if (h.type == OTE_TCP_AUTH_DONE)
+        return h.status == OTE_OK ? OTE_ERR_PROTOCOL : OTE_ERR_AUTH;
+    if (h.type != OTE_TCP_AUTH_PROOF || h.length != sizeof(tproof))
+        return OTE_ERR_PROTOCOL;
+    status = ote_socket_recv_all(fd, tproof, sizeof(tproof), deadline);
+    if (status != OTE_OK)
+        return status;
+    status = ote_auth_initiator_proof(iface->auth, &s, tproof, sizeof(tproof), iproof);
+    if (status == OTE_ERR_AUTH)
+        ote_error("tcp: %s does not hold our OTE_AUTH_KEY", peer->name ? peer->name : "peer");
+    if (status != OTE_OK)
+        return status;
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_AUTH_PROOF, .length = sizeof(iproof)};
+    status = handshake_step(fd, &h, iproof, deadline);
+    if (status != OTE_OK)
+        return status;
+    if (h.type != OTE_TCP_AUTH_DONE)
+        return OTE_ERR_PROTOCOL;
+    return h.status == OTE_OK ? OTE_OK : OTE_ERR_AUTH;
+}
+
+/* Blocking connect, authentication and HELLO exchange, bounded by the peer's timeout. */
 static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockaddr_storage *ss,
                                     socklen_t sslen, const ote_tl_peer_t *peer, int *fd_p)
 {
     uint64_t deadline = ote_time_ns() + (uint64_t)peer->timeout_ms * 1000000ull;
-    uint8_t buf[OTE_TCP_HDR_LEN];
-    ote_tcp_hdr_t h = {.type = OTE_TCP_HELLO, .id = peer->local_instance,
-                       .addr = peer->instance_id};
+    ote_tcp_hdr_t h   = {.type = OTE_TCP_HELLO, .id = peer->local_instance,
+                         .addr = peer->instance_id};
     ote_status_t status;
     int fd;
 
@@ -80,12 +139,11 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
     if (status != OTE_OK)
         return status;
     ote_tcp_conn_set_sockopts(iface, fd);
-    ote_tcp_hdr_encode(&h, buf);
-    status = ote_socket_send_all(fd, buf, sizeof(buf), deadline);
+    status = OTE_OK;
+    if (iface->auth != NULL && iface->auth->enabled)
+        status = tcp_authenticate(iface, fd, peer, deadline);
     if (status == OTE_OK)
-        status = ote_socket_recv_all(fd, buf, sizeof(buf), deadline);
-    if (status == OTE_OK)
-        status = ote_tcp_hdr_decode(buf, sizeof(buf), 0, &h);
+        status = handshake_step(fd, &h, NULL, deadline);
     if (status == OTE_OK && h.type != OTE_TCP_HELLO_ACK)
         status = OTE_ERR_PROTOCOL;
     if (status == OTE_OK && h.status != OTE_OK)

@@ -47,6 +47,9 @@ void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
     c->next = c->prev = NULL;
     if (c->ep == NULL) {
         iface->num_accepted--;
+        if (c->admitted)
+            ote_auth_conn_release(iface->auth, c->ip);
+        c->admitted      = false;
         c->next_dead     = iface->graveyard;
         iface->graveyard = c;
     }
@@ -78,10 +81,49 @@ static unsigned peer_conn_count(ote_tcp_iface_t *iface, const char *ip)
     unsigned n = 0;
 
     for (ote_tcp_conn_t *c = iface->conns; c != NULL; c = c->next) {
-        if (c->ep == NULL && strncmp(c->peer, ip, strlen(ip)) == 0)
+        if (c->ep == NULL && strcmp(c->ip, ip) == 0)
             n++;
     }
     return n;
+}
+
+ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
+                                       const struct sockaddr_storage *ss)
+{
+    ote_tcp_conn_t *c;
+    char ip[64];
+    ote_status_t status;
+
+    ote_sockaddr_ip((const struct sockaddr *)ss, ip, sizeof(ip));
+    if (iface->auth != NULL) {
+        /* Limits count every listener of the engine together. */
+        status = ote_auth_conn_admit(iface->auth, ip);
+        if (status != OTE_OK) {
+            close(fd);
+            return status;
+        }
+    } else if (iface->num_accepted >= iface->max_conns ||
+               peer_conn_count(iface, ip) >= (unsigned)iface->max_conns_per_peer) {
+        ote_warn("tcp: connection from %s refused: OTE_MAX_CONNS or OTE_MAX_CONNS_PER_PEER "
+                 "reached", ip);
+        close(fd);
+        return OTE_ERR_BUSY;
+    }
+    ote_tcp_conn_set_sockopts(iface, fd);
+    status = ote_tcp_conn_new(iface, fd, NULL, &c);
+    if (status != OTE_OK) {
+        if (iface->auth != NULL)
+            ote_auth_conn_release(iface->auth, ip);
+        close(fd);
+        return status;
+    }
+    c->admitted = iface->auth != NULL;
+    snprintf(c->ip, sizeof(c->ip), "%s", ip);
+    ote_sockaddr_format((const struct sockaddr *)ss, c->peer, sizeof(c->peer));
+    c->handshake_deadline = ote_time_ns() + iface->handshake_timeout_ns;
+    iface_link(iface, c);
+    iface->num_accepted++;
+    return OTE_OK;
 }
 
 static void iface_accept(ote_tcp_iface_t *iface)
@@ -89,8 +131,6 @@ static void iface_accept(ote_tcp_iface_t *iface)
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
-        ote_tcp_conn_t *c;
-        char ip[64];
         int fd = accept4(iface->listen_fd, (struct sockaddr *)&ss, &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
 
@@ -99,22 +139,7 @@ static void iface_accept(ote_tcp_iface_t *iface)
                 ote_warn("tcp accept: %s", strerror(errno));
             return;
         }
-        ote_sockaddr_ip((struct sockaddr *)&ss, ip, sizeof(ip));
-        if (iface->num_accepted >= iface->max_conns ||
-            peer_conn_count(iface, ip) >= (unsigned)iface->max_conns_per_peer) {
-            ote_warn("tcp: connection from %s refused: OTE_MAX_CONNS or OTE_MAX_CONNS_PER_PEER "
-                     "reached", ip);
-            close(fd);
-            continue;
-        }
-        ote_tcp_conn_set_sockopts(iface, fd);
-        if (ote_tcp_conn_new(iface, fd, NULL, &c) != OTE_OK) {
-            close(fd);
-            continue;
-        }
-        ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
-        iface_link(iface, c);
-        iface->num_accepted++;
+        ote_tcp_iface_conn_accept(iface, fd, &ss);
     }
 }
 
@@ -167,10 +192,18 @@ static unsigned tcp_iface_progress(ote_tl_iface_t *tl_iface)
 static void tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns)
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+    uint64_t now           = ote_time_ns();
     ote_tcp_conn_t *c, *next;
 
     for (c = iface->conns; c != NULL; c = next) {
         next = c->next;
+        if (c->ep == NULL && c->handshake_deadline && now > c->handshake_deadline) {
+            ote_warn("tcp peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing", c->peer,
+                     c->rx_state == OTE_TCP_RX_AUTH ? "authentication" : "HELLO");
+            ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
+            next = iface->conns;
+            continue;
+        }
         if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
             ote_warn("tcp connection to %s: no answer within OTE_XFER_TIMEOUT_MS", c->peer);
             ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
@@ -272,6 +305,8 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface->conns_per_ep      = cfg->tcp_conns;
     iface->max_conns         = cfg->max_conns;
     iface->max_conns_per_peer = cfg->max_conns_per_peer;
+    iface->auth              = params->auth;
+    iface->handshake_timeout_ns = (uint64_t)cfg->handshake_timeout_ms * 1000000ull;
     iface->discard           = malloc(OTE_TCP_RXBUF);
     status = OTE_ERR_NO_MEMORY;
     if (iface->discard == NULL)

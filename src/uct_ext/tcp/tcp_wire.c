@@ -1,6 +1,12 @@
 #include "tcp_wire.h"
 
+#include "core/auth.h"
 #include "core/wire_util.h"
+
+/* The wire lengths must match the handshake's. */
+_Static_assert(OTE_TCP_AUTH_HELLO_LEN == OTE_AUTH_HELLO_LEN, "hello length");
+_Static_assert(OTE_TCP_AUTH_TPROOF_LEN == OTE_AUTH_TPROOF_LEN, "target proof length");
+_Static_assert(OTE_TCP_AUTH_IPROOF_LEN == OTE_AUTH_IPROOF_LEN, "initiator proof length");
 
 void ote_tcp_hdr_encode(const ote_tcp_hdr_t *h, uint8_t *b)
 {
@@ -16,33 +22,51 @@ void ote_tcp_hdr_encode(const ote_tcp_hdr_t *h, uint8_t *b)
 ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload,
                                 ote_tcp_hdr_t *h)
 {
-    if (len < OTE_TCP_HDR_LEN || ote_get_u16(b) != OTE_TCP_MAGIC || b[2] != OTE_TCP_VERSION)
+    ote_tcp_hdr_t x;
+
+    if (b == NULL || len < OTE_TCP_HDR_LEN || ote_get_u16(b) != OTE_TCP_MAGIC ||
+        b[2] != OTE_TCP_VERSION)
         return OTE_ERR_PROTOCOL;
-    h->version = b[2];
-    h->type    = b[3];
-    h->status  = (int32_t)ote_get_u32(b + 4);
-    h->id      = ote_get_u64(b + 8);
-    h->addr    = ote_get_u64(b + 16);
-    h->length  = ote_get_u64(b + 24);
-    if (h->type < OTE_TCP_HELLO || h->type > OTE_TCP_TYPE_MAX)
+    x.version = b[2];
+    x.type    = b[3];
+    x.status  = (int32_t)ote_get_u32(b + 4);
+    x.id      = ote_get_u64(b + 8);
+    x.addr    = ote_get_u64(b + 16);
+    x.length  = ote_get_u64(b + 24);
+    if (x.type < OTE_TCP_HELLO || x.type > OTE_TCP_TYPE_MAX)
         return OTE_ERR_PROTOCOL;
-    if (!ote_status_is_known(h->status))
+    if (!ote_status_is_known(x.status) || x.status == OTE_INPROGRESS)
         return OTE_ERR_PROTOCOL;
-    switch (h->type) {
+    switch (x.type) {
     case OTE_TCP_WRITE:
     case OTE_TCP_READ_REQ:
-        if (h->length == 0 || h->length > max_payload || h->addr + h->length < h->addr)
+        if (x.status != OTE_OK || x.length == 0 || x.length > max_payload ||
+            x.addr + x.length < x.addr)
             return OTE_ERR_PROTOCOL;
         break;
     case OTE_TCP_READ_RESP:
     case OTE_TCP_WRITE_ACK:
-        if (h->length > max_payload)
+        if (x.length > max_payload || (x.status != OTE_OK && x.length != 0))
             return OTE_ERR_PROTOCOL;
         break;
-    default:
-        if (h->length != 0)
+    case OTE_TCP_AUTH_HELLO:
+        if (x.status != OTE_OK || x.length != OTE_TCP_AUTH_HELLO_LEN)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_AUTH_PROOF:
+        if (x.status != OTE_OK || (x.length != OTE_TCP_AUTH_TPROOF_LEN &&
+                                   x.length != OTE_TCP_AUTH_IPROOF_LEN))
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_HELLO:
+        if (x.status != OTE_OK || x.length != 0)
+            return OTE_ERR_PROTOCOL;
+        break;
+    default: /* HELLO_ACK, AUTH_DONE */
+        if (x.length != 0)
             return OTE_ERR_PROTOCOL;
         break;
     }
+    *h = x;
     return OTE_OK;
 }

@@ -11,6 +11,12 @@
  *  24  u64 length (payload bytes that follow, or bytes asked for)
  * WRITE and READ_RESP carry `length` payload bytes after the header.
  * Responses come back in request order on each connection.
+ *
+ * With a key (OTE_AUTH_KEY) a connection opens with the handshake of
+ * core/auth.h before HELLO: AUTH_HELLO (nonce_i), AUTH_PROOF from the target
+ * (nonce_t, mac), AUTH_PROOF from the initiator (mac), AUTH_DONE (status).
+ * A target without a key answers AUTH_HELLO with AUTH_DONE(AUTH); a target
+ * with a key answers a plain HELLO with HELLO_ACK(AUTH); both then close.
  */
 #ifndef OTE_TCP_WIRE_H
 #define OTE_TCP_WIRE_H
@@ -22,6 +28,9 @@
 #define OTE_TCP_MAGIC     0x544fu
 #define OTE_TCP_VERSION   1
 #define OTE_TCP_HDR_LEN   32
+#define OTE_TCP_AUTH_HELLO_LEN  32
+#define OTE_TCP_AUTH_TPROOF_LEN 64
+#define OTE_TCP_AUTH_IPROOF_LEN 32
 
 typedef enum {
     OTE_TCP_HELLO     = 1, /* initiator -> target: id = initiator instance  */
@@ -30,7 +39,10 @@ typedef enum {
     OTE_TCP_WRITE_ACK = 4, /* status, length = bytes placed                 */
     OTE_TCP_READ_REQ  = 5, /* addr, length                                  */
     OTE_TCP_READ_RESP = 6, /* status; on OK length payload bytes follow     */
-    OTE_TCP_TYPE_MAX  = 6,
+    OTE_TCP_AUTH_HELLO = 7, /* initiator: length = 32, nonce_i             */
+    OTE_TCP_AUTH_PROOF = 8, /* target: 64 (nonce_t, mac); initiator: 32    */
+    OTE_TCP_AUTH_DONE  = 9, /* target: status                              */
+    OTE_TCP_TYPE_MAX   = 9,
 } ote_tcp_msg_type_t;
 
 typedef struct {
@@ -46,8 +58,10 @@ void ote_tcp_hdr_encode(const ote_tcp_hdr_t *hdr, uint8_t *buf);
 
 /*
  * Decode and check magic, version, type, and that length <= max_payload for
- * messages that carry or ask for a payload. A status field is accepted only
- * if it is a known ote_status_t. Returns OTE_ERR_PROTOCOL on any violation.
+ * messages that carry or ask for a payload (authentication messages have
+ * fixed lengths). Requests carry status 0; a response's status is OK or a
+ * known error, and an error response carries no payload. Returns
+ * OTE_ERR_PROTOCOL on any violation.
  */
 ote_status_t ote_tcp_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,
                                 ote_tcp_hdr_t *hdr_p);

@@ -1,0 +1,48 @@
+/*
+ * Segment descriptor decoder: every count and length bounded, strings
+ * terminated, regions well formed and sorted, and region lookups on the
+ * result stay inside what was decoded.
+ */
+#include "fuzz.h"
+
+#include "core/desc.h"
+#include "core/wire_util.h"
+
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    ote_desc_t *d = NULL;
+
+    if (ote_desc_decode(data, size, &d) != OTE_OK)
+        return 0;
+    FUZZ_CHECK(d->num_tls <= OTE_DESC_MAX_TLS && d->num_mds <= OTE_DESC_MAX_MDS);
+    FUZZ_CHECK(strlen(d->name) <= OTE_DESC_NAME_MAX && strlen(d->host_id) <= OTE_DESC_NAME_MAX);
+    for (size_t i = 0; i < d->num_tls; i++) {
+        FUZZ_CHECK(d->tls[i].addr_len <= OTE_TL_ADDR_MAX);
+        FUZZ_CHECK(strlen(d->tls[i].tl_name) < OTE_TL_NAME_MAX);
+    }
+    for (size_t i = 0; i < d->num_regions; i++) {
+        const ote_desc_region_t *r = &d->regions[i];
+        const ote_desc_region_t *f;
+
+        FUZZ_CHECK(r->length > 0 && r->addr + r->length > r->addr);
+        FUZZ_CHECK(i == 0 || d->regions[i - 1].addr <= r->addr);
+        FUZZ_CHECK(r->num_rkeys <= OTE_DESC_MAX_MDS);
+        for (size_t k = 0; k < r->num_rkeys; k++) {
+            FUZZ_CHECK(r->rkeys[k].md_index < d->num_mds);
+            FUZZ_CHECK(r->rkeys[k].data >= d->blob &&
+                       r->rkeys[k].data + r->rkeys[k].length <= d->blob + d->blob_len);
+        }
+        /* Lookups of the region itself and of ranges around it. */
+        f = ote_desc_find_region(d, r->addr, (size_t)r->length);
+        FUZZ_CHECK(f != NULL && f->addr <= r->addr && f->addr + f->length >= r->addr + r->length);
+        f = ote_desc_find_region(d, r->addr + r->length - 1, 2);
+        FUZZ_CHECK(f == NULL || (f->addr <= r->addr + r->length - 1 &&
+                                 f->addr + f->length >= r->addr + r->length + 1));
+    }
+    FUZZ_CHECK(ote_desc_find_region(d, UINT64_MAX - 1, 4) == NULL);
+    FUZZ_CHECK(ote_desc_find_region(d, 0, 0) == NULL);
+    ote_desc_free(d);
+    return 0;
+}

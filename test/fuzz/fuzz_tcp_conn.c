@@ -1,0 +1,157 @@
+/*
+ * The tcp target's receive state machine, end to end: the input is the
+ * byte stream a peer sends on an accepted data connection (through a
+ * socketpair into a real tcp iface), with the iface's replies drained. The
+ * first input byte picks an iface without a key or one with a key. Two
+ * regions are registered at fixed addresses (read-write, then read-only)
+ * so that seeds can address them; the memory around them is checked after
+ * every input: nothing outside the read-write region may change.
+ */
+#include "fuzz.h"
+
+#include "core/auth.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "uct_ext/tcp/tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define FUZZ_BASE    0x600000000000ull /* also the seeds' target addresses */
+#define FUZZ_PAGE    4096
+#define FUZZ_RW_OFF  FUZZ_PAGE             /* read-write region: 16 KiB     */
+#define FUZZ_RW_LEN  (16 * 1024)
+#define FUZZ_RO_OFF  (FUZZ_RW_OFF + FUZZ_RW_LEN + FUZZ_PAGE) /* read-only: 4 KiB */
+#define FUZZ_RO_LEN  FUZZ_PAGE
+#define FUZZ_MAP_LEN (FUZZ_RO_OFF + FUZZ_RO_LEN + FUZZ_PAGE)
+#define FUZZ_INSTANCE 0x1122334455667788ull
+
+extern ote_tl_component_t ote_tcp_component;
+
+static ote_config_t     cfg;
+static ote_mem_table_t *table;
+static ote_auth_t      *auth_off, *auth_on;
+static ote_tl_iface_t  *iface_off, *iface_on;
+static uint8_t         *base;
+static uint8_t         *pristine; /* the mapping as it must stay outside the rw region */
+
+static ote_tl_iface_t *open_iface(ote_auth_t *auth)
+{
+    ote_tl_iface_params_t p = {.config = &cfg, .regions = table, .instance_id = FUZZ_INSTANCE,
+                               .bind_ip = "127.0.0.1", .advertise_ip = "127.0.0.1",
+                               .auth = auth};
+    ote_tl_resource_t *res = NULL;
+    ote_tl_iface_t *iface  = NULL;
+    size_t n               = 0;
+
+    if (ote_tcp_component.ops->query_resources(&ote_tcp_component, &p, &res, &n) != OTE_OK ||
+        n < 1 || ote_tcp_component.ops->iface_open(&res[0], NULL, &p, &iface) != OTE_OK)
+        abort();
+    free(res);
+    return iface;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    static const char key[] = "fuzz-cluster-key-0123456789abcdef";
+    ote_mem_table_params_t mp = {0};
+    ote_mem_desc_t d[2];
+    ote_region_t *r[2];
+
+    (void)argc;
+    (void)argv;
+    setenv("OTE_LOG_LEVEL", "none", 1);
+    if (ote_config_read(&cfg) != OTE_OK)
+        abort();
+    ote_log_set_level(OTE_LOG_NONE);
+    cfg.tcp_max_msg = 1u << 20;
+    base = mmap((void *)(uintptr_t)FUZZ_BASE, FUZZ_MAP_LEN, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (base == MAP_FAILED)
+        base = mmap(NULL, FUZZ_MAP_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                    0);
+    if (base == MAP_FAILED)
+        abort();
+    for (size_t i = 0; i < FUZZ_MAP_LEN; i++)
+        base[i] = (uint8_t)(i * 131 + 7);
+    pristine = malloc(FUZZ_MAP_LEN);
+    if (pristine == NULL)
+        abort();
+    memcpy(pristine, base, FUZZ_MAP_LEN);
+    if (ote_mem_table_create(&mp, &table) != OTE_OK)
+        abort();
+    d[0] = (ote_mem_desc_t){.addr = base + FUZZ_RW_OFF, .length = FUZZ_RW_LEN, .location = "cpu:0",
+                            .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
+    d[1] = (ote_mem_desc_t){.addr = base + FUZZ_RO_OFF, .length = FUZZ_RO_LEN, .location = "cpu:0",
+                            .access = OTE_ACCESS_REMOTE_READ};
+    if (ote_mem_table_register(table, d, 2, r) != OTE_OK)
+        abort();
+    if (ote_auth_create(&cfg, &auth_off) != OTE_OK || ote_auth_create(&cfg, &auth_on) != OTE_OK)
+        abort();
+    if (ote_auth_supported() && ote_auth_set_key(auth_on, key, sizeof(key) - 1) != OTE_OK)
+        abort();
+    iface_off = open_iface(auth_off);
+    iface_on  = open_iface(auth_on);
+    return 0;
+}
+
+static void drain(int fd)
+{
+    uint8_t sink[65536];
+
+    while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+        ;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    ote_tl_iface_t *tl;
+    ote_tcp_iface_t *iface;
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(9)};
+    struct sockaddr_storage ss;
+    size_t off = 0;
+    int sv[2];
+
+    if (size < 1)
+        return 0;
+    tl    = (data[0] & 1) ? iface_on : iface_off;
+    iface = (ote_tcp_iface_t *)tl;
+    data++;
+    size--;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        abort();
+    peer.sin_addr.s_addr = htonl(0x7f000001);
+    memset(&ss, 0, sizeof(ss));
+    memcpy(&ss, &peer, sizeof(peer));
+    FUZZ_CHECK(ote_tcp_iface_conn_accept(iface, sv[0], &ss) == OTE_OK);
+    FUZZ_CHECK(iface->num_accepted == 1);
+    /* Feed the stream, draining replies so neither side stalls. */
+    for (int rounds = 0; rounds < 100000 && iface->num_accepted > 0; rounds++) {
+        if (off < size) {
+            ssize_t n = send(sv[1], data + off, size - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+            if (n > 0)
+                off += (size_t)n;
+            else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+                off = size;
+            if (off == size)
+                shutdown(sv[1], SHUT_WR);
+        }
+        tl->ops->progress(tl);
+        drain(sv[1]);
+        if (off == size && size == 0)
+            shutdown(sv[1], SHUT_WR);
+    }
+    /* Whatever state it is in, the connection must have ended with the stream. */
+    FUZZ_CHECK(iface->num_accepted == 0);
+    close(sv[1]);
+    tl->ops->progress(tl);
+    FUZZ_CHECK(memcmp(base, pristine, FUZZ_RW_OFF) == 0);
+    FUZZ_CHECK(memcmp(base + FUZZ_RW_OFF + FUZZ_RW_LEN, pristine + FUZZ_RW_OFF + FUZZ_RW_LEN,
+                      FUZZ_MAP_LEN - FUZZ_RW_OFF - FUZZ_RW_LEN) == 0);
+    return 0;
+}

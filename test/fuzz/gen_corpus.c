@@ -1,0 +1,282 @@
+/*
+ * Writes the seed corpora under DIR/<target>/ (default test/fuzz/corpus):
+ * valid messages of every kind, built with the library's own encoders, plus
+ * a few sequences for the tcp connection target. Run from the source tree
+ * after a wire format changes:
+ *   build/test/fuzz/fuzz_gen_corpus test/fuzz/corpus
+ */
+#include "core/auth.h"
+#include "core/ctl_msg.h"
+#include "core/desc.h"
+#include "core/wire_util.h"
+#include "uct_ext/tcp/tcp_wire.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define FUZZ_BASE     0x600000000000ull /* as in fuzz_tcp_conn.c */
+#define FUZZ_RW       (FUZZ_BASE + 4096)
+#define FUZZ_RO       (FUZZ_BASE + 4096 + 16384 + 4096)
+#define FUZZ_INSTANCE 0x1122334455667788ull
+
+static const char *root;
+
+static void put(const char *target, const char *name, const void *p, size_t len)
+{
+    char path[4096];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", root, target);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        perror(path);
+        exit(1);
+    }
+    snprintf(path, sizeof(path), "%s/%s/%s", root, target, name);
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite(p, 1, len, f) != len || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+static void tcp_hdr(ote_buf_t *b, uint8_t type, int32_t status, uint64_t id, uint64_t addr,
+                    uint64_t length)
+{
+    uint8_t h[OTE_TCP_HDR_LEN];
+    ote_tcp_hdr_t x = {.type = type, .status = status, .id = id, .addr = addr, .length = length};
+
+    ote_tcp_hdr_encode(&x, h);
+    ote_buf_put(b, h, sizeof(h));
+}
+
+static void ctl_hdr(ote_buf_t *b, uint8_t type, uint32_t length, uint32_t seq)
+{
+    uint8_t h[OTE_CTL_HDR_LEN];
+    ote_ctl_hdr_t x = {.type = type, .length = length, .seq = seq};
+
+    ote_ctl_hdr_encode(&x, h);
+    ote_buf_put(b, h, sizeof(h));
+}
+
+static void flush(const char *target, const char *name, ote_buf_t *b)
+{
+    put(target, name, b->data, b->len);
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+static void gen_tcp_hdr(void)
+{
+    ote_buf_t b = {0};
+
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);      flush("tcp_hdr", "hello", &b);
+    tcp_hdr(&b, OTE_TCP_HELLO_ACK, OTE_ERR_NOT_FOUND, 1, 0, 0); flush("tcp_hdr", "hello_ack", &b);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 4096);         flush("tcp_hdr", "write", &b);
+    tcp_hdr(&b, OTE_TCP_WRITE_ACK, 0, 2, 0, 4096);            flush("tcp_hdr", "write_ack", &b);
+    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 3, FUZZ_RW, 65536);      flush("tcp_hdr", "read_req", &b);
+    tcp_hdr(&b, OTE_TCP_READ_RESP, 0, 3, 0, 65536);           flush("tcp_hdr", "read_resp", &b);
+    tcp_hdr(&b, OTE_TCP_READ_RESP, OTE_ERR_OUT_OF_BOUNDS, 3, 0, 0);
+    flush("tcp_hdr", "read_resp_err", &b);
+    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 4, 0, 32);             flush("tcp_hdr", "auth_hello", &b);
+    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 4, 0, 64);             flush("tcp_hdr", "auth_tproof", &b);
+    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 5, 0, 32);             flush("tcp_hdr", "auth_iproof", &b);
+    tcp_hdr(&b, OTE_TCP_AUTH_DONE, OTE_ERR_AUTH, 5, 0, 0);    flush("tcp_hdr", "auth_done", &b);
+}
+
+static void gen_ctl_hdr(void)
+{
+    ote_buf_t b = {0};
+
+    ctl_hdr(&b, OTE_CTL_GET_DESC, 0, 1);                      flush("ctl_hdr", "get_desc", &b);
+    ctl_hdr(&b, OTE_CTL_DESC, 4, 1);
+    ote_buf_put_u32(&b, (uint32_t)OTE_ERR_AUTH);              flush("ctl_hdr", "desc_auth", &b);
+    ctl_hdr(&b, OTE_CTL_NOTIFY, 30, 2);                       flush("ctl_hdr", "notify", &b);
+    ctl_hdr(&b, OTE_CTL_NOTIFY_ACK, 4, 2);
+    ote_buf_put_u32(&b, (uint32_t)OTE_ERR_BUSY);              flush("ctl_hdr", "notify_ack", &b);
+    ctl_hdr(&b, OTE_CTL_AUTH_HELLO, 32, 3);                   flush("ctl_hdr", "auth_hello", &b);
+    ctl_hdr(&b, OTE_CTL_AUTH_PROOF, 64, 3);                   flush("ctl_hdr", "auth_proof", &b);
+    ctl_hdr(&b, OTE_CTL_AUTH_DONE, 4, 4);
+    ote_buf_put_u32(&b, 0);                                   flush("ctl_hdr", "auth_done", &b);
+}
+
+static void gen_ctl_notify(void)
+{
+    static uint8_t big[OTE_NOTIFY_MAX];
+    const struct { const char *name, *from; size_t len; } n[] = {
+        {"empty", "127.0.0.1:1234", 0},
+        {"small", "10.1.2.3:40000", 17},
+        {"max", "a-very-long-segment-name-that-is-still-fine:65535", OTE_NOTIFY_MAX},
+    };
+
+    memset(big, 'x', sizeof(big));
+    for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
+        ote_ctl_notify_t m = {.sender_instance = 0x1234 + i, .seq = i + 1, .length = n[i].len,
+                              .data = big};
+        ote_buf_t b = {0};
+
+        snprintf(m.from, sizeof(m.from), "%s", n[i].from);
+        if (ote_ctl_notify_encode(&m, &b) != OTE_OK)
+            exit(1);
+        flush("ctl_notify", n[i].name, &b);
+    }
+}
+
+/* A descriptor by hand, with transports, memory domains and rkeys. */
+static void gen_desc(void)
+{
+    ote_buf_t b = {0};
+    uint8_t addr[7] = {4, 0x1f, 0x90, 127, 0, 0, 1};
+
+    for (int variant = 0; variant < 3; variant++) {
+        uint32_t regions = variant == 0 ? 0 : variant == 1 ? 2 : 5;
+
+        ote_buf_put_u32(&b, OTE_DESC_MAGIC);
+        ote_buf_put_u16(&b, OTE_DESC_VERSION);
+        ote_buf_put_u16(&b, 0);
+        ote_buf_put_u64(&b, FUZZ_INSTANCE + (uint64_t)variant);
+        ote_buf_put_str8(&b, "127.0.0.1:4000");
+        ote_buf_put_str8(&b, "host-a");
+        ote_buf_put_u16(&b, variant == 0 ? 1 : 2);
+        ote_buf_put_str8(&b, "tcp");
+        ote_buf_put_str8(&b, "lo");
+        ote_buf_put_u16(&b, sizeof(addr));
+        ote_buf_put(&b, addr, sizeof(addr));
+        if (variant != 0) {
+            ote_buf_put_str8(&b, "uct_rc_mlx5");
+            ote_buf_put_str8(&b, "mlx5_0:1");
+            ote_buf_put_u16(&b, 16);
+            ote_buf_put(&b, "0123456789abcdef", 16);
+        }
+        ote_buf_put_u16(&b, variant == 0 ? 0 : 2);
+        if (variant != 0) {
+            ote_buf_put_str8(&b, "ib/mlx5_0");
+            ote_buf_put_str8(&b, "cuda_ipc");
+        }
+        ote_buf_put_u32(&b, regions);
+        for (uint32_t r = 0; r < regions; r++) {
+            ote_buf_put_u64(&b, FUZZ_RW + r * 0x10000ull);
+            ote_buf_put_u64(&b, r == 3 ? 0x40000 : 0x8000);
+            ote_buf_put_u32(&b, r % 4);
+            ote_buf_put_str8(&b, r % 2 ? "cuda:0" : "cpu:0");
+            ote_buf_put_u8(&b, r % 3);
+            for (uint32_t k = 0; k < r % 3; k++) {
+                ote_buf_put_u8(&b, (uint8_t)k);
+                ote_buf_put_u16(&b, 8);
+                ote_buf_put_u64(&b, 0xabcdef0000ull + k);
+            }
+        }
+        {
+            char name[16];
+
+            snprintf(name, sizeof(name), "desc%d", variant);
+            flush("desc", name, &b);
+        }
+    }
+}
+
+static void gen_auth(void)
+{
+    uint8_t nonce[64];
+    ote_buf_t b = {0};
+
+    memset(nonce, 0x5a, sizeof(nonce));
+    /* target, control framing: AUTH_HELLO | AUTH_PROOF, in two equal halves */
+    ote_buf_put_u8(&b, 0);
+    ctl_hdr(&b, OTE_CTL_AUTH_HELLO, 32, 1);
+    ote_buf_put(&b, nonce, 32);
+    ctl_hdr(&b, OTE_CTL_AUTH_PROOF, 32, 2);
+    ote_buf_put(&b, nonce, 32);
+    flush("auth", "target_ctl", &b);
+    /* target, tcp framing */
+    ote_buf_put_u8(&b, 2);
+    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);
+    ote_buf_put(&b, nonce, 32);
+    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 2, 0, 32);
+    ote_buf_put(&b, nonce, 32);
+    flush("auth", "target_tcp", &b);
+    /* initiator: a target's proof */
+    ote_buf_put_u8(&b, 1);
+    ote_buf_put(&b, nonce, 64);
+    flush("auth", "initiator_raw", &b);
+    ote_buf_put_u8(&b, 3);
+    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 1, 0, 64);
+    ote_buf_put(&b, nonce, 64);
+    flush("auth", "initiator_tcp", &b);
+}
+
+static void gen_tcp_conn(void)
+{
+    static uint8_t payload[4096];
+    ote_buf_t b = {0};
+
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (uint8_t)(i * 7);
+    /* Without a key: HELLO, WRITE, READ, refused accesses, then more traffic. */
+    ote_buf_put_u8(&b, 0);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 256);
+    ote_buf_put(&b, payload, 256);
+    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 3, FUZZ_RW, 512);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RO, 64);               /* read-only      */
+    ote_buf_put(&b, payload, 64);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 5, FUZZ_RW + 16384 - 32, 64);  /* crosses the end */
+    ote_buf_put(&b, payload, 64);
+    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 6, FUZZ_RW - 64, 64);       /* before          */
+    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 7, FUZZ_RO, 4096);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 8, FUZZ_RW + 4096, 4096);
+    ote_buf_put(&b, payload, 4096);
+    flush("tcp_conn", "open_session", &b);
+
+    ote_buf_put_u8(&b, 0);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE ^ 1, 0);      /* stale instance */
+    flush("tcp_conn", "open_wrong_instance", &b);
+
+    ote_buf_put_u8(&b, 0);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    for (int i = 0; i < 64; i++)
+        tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 10 + (uint64_t)i, FUZZ_RW + 64 * (uint64_t)i, 64);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 99, FUZZ_RW, 1000);            /* truncated payload */
+    ote_buf_put(&b, payload, 100);
+    flush("tcp_conn", "open_pipelined", &b);
+
+    ote_buf_put_u8(&b, 0);
+    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);                /* key vs no key */
+    ote_buf_put(&b, payload, 32);
+    flush("tcp_conn", "open_auth_hello", &b);
+
+    /* With a key: the handshake, a bad proof; and a HELLO without it. */
+    ote_buf_put_u8(&b, 1);
+    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);
+    ote_buf_put(&b, payload, 32);
+    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 2, 0, 32);
+    ote_buf_put(&b, payload, 32);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 3, FUZZ_INSTANCE, 0);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RW, 64);
+    ote_buf_put(&b, payload, 64);
+    flush("tcp_conn", "keyed_bad_proof", &b);
+
+    ote_buf_put_u8(&b, 1);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);
+    ote_buf_put(&b, payload, 64);
+    flush("tcp_conn", "keyed_no_auth", &b);
+}
+
+int main(int argc, char **argv)
+{
+    root = argc > 1 ? argv[1] : "test/fuzz/corpus";
+    if (mkdir(root, 0755) != 0 && errno != EEXIST) {
+        perror(root);
+        return 1;
+    }
+    gen_tcp_hdr();
+    gen_ctl_hdr();
+    gen_ctl_notify();
+    gen_desc();
+    gen_auth();
+    gen_tcp_conn();
+    return 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * Raw wire helpers for the security tests: they speak the control and tcp
+ * data protocols byte by byte, as a hostile peer would, using the
+ * library's own codecs only to build valid messages and to decode answers.
+ */
+#ifndef OTE_TEST_SECURITY_WIRE_H
+#define OTE_TEST_SECURITY_WIRE_H
+
+#include "core/auth.h"
+#include "core/ctl_msg.h"
+#include "core/desc.h"
+#include "core/util.h"
+#include "core/wire_util.h"
+#include "uct_ext/tcp/tcp_wire.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* Blocking TCP connection to "host:port"; -1 on failure. */
+int  sw_connect_name(const char *name);
+int  sw_connect_addr(const struct sockaddr_storage *ss, socklen_t len);
+/* Send all of buf; 0 on success. */
+int  sw_send(int fd, const void *buf, size_t len);
+/* Receive exactly len bytes within timeout_ms; 0 on success. */
+int  sw_recv(int fd, void *buf, size_t len, int timeout_ms);
+/*
+ * True if the peer closes the connection within timeout_ms (bytes that
+ * arrive first are counted into *junk_p when not NULL).
+ */
+bool sw_closed(int fd, int timeout_ms, size_t *junk_p);
+
+/* Control plane: one header (+ payload) with any field values. */
+int  sw_ctl_send_raw(int fd, uint32_t magic, uint8_t version, uint8_t type, uint16_t flags,
+                     uint32_t length, uint32_t seq, const void *payload, size_t payload_len);
+int  sw_ctl_send(int fd, uint8_t type, uint32_t seq, const void *payload, size_t len);
+/* Receive one response; payload malloc'ed into *payload_p. 0 on success. */
+int  sw_ctl_recv(int fd, ote_ctl_hdr_t *h, uint8_t **payload_p, int timeout_ms);
+/* A response whose payload is an i32 status: returns the status, or 1 on failure. */
+int  sw_ctl_recv_status(int fd, uint8_t expect_type, int timeout_ms);
+/* Full control handshake with this auth object; returns the status. */
+ote_status_t sw_ctl_authenticate(int fd, const ote_auth_t *auth);
+/* Fetch and decode the descriptor (auth may be NULL). */
+ote_status_t sw_fetch_desc(const char *name, const ote_auth_t *auth, ote_desc_t **desc_p);
+/* The tcp data address of a descriptor (first "tcp" transport). */
+int  sw_desc_tcp_addr(const ote_desc_t *d, struct sockaddr_storage *ss, socklen_t *len_p);
+
+/* tcp data plane */
+int  sw_tcp_send_raw(int fd, uint16_t magic, uint8_t version, uint8_t type, int32_t status,
+                     uint64_t id, uint64_t addr, uint64_t length);
+int  sw_tcp_send(int fd, uint8_t type, uint64_t id, uint64_t addr, uint64_t length);
+int  sw_tcp_recv(int fd, ote_tcp_hdr_t *h, int timeout_ms);
+/* Authenticate (auth may be NULL) and HELLO to the given instance; returns the status. */
+ote_status_t sw_tcp_open(int fd, const ote_auth_t *auth, uint64_t instance);
+
+/* An auth object with this key (NULL or "" = none). */
+ote_auth_t *sw_auth_new(const char *key);
+
+#endif
