@@ -441,7 +441,8 @@ typedef struct {
 static int cand_cmp(const void *a, const void *b)
 {
     const rail_cand_t *x = a, *y = b;
-    int c = ote_proto_caps_cmp(&x->caps, &y->caps);
+    int c = ote_proto_caps_cmp(&x->caps, x->iface->resource.is_network, &y->caps,
+                               y->iface->resource.is_network);
 
     if (c != 0)
         return c;
@@ -490,7 +491,8 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
                               .timeout_ms = e->config.connect_timeout_ms};
         ote_status_t status = OTE_ERR_UNREACHABLE;
 
-        if (ote_proto_rail_dominated(&c->caps, seg->rail_set.rails, n)) {
+        if (ote_proto_rail_dominated(&c->caps, iface->resource.is_network, seg->rail_set.rails,
+                                     n)) {
             ote_debug("segment '%s': %s/%s not needed next to faster transports", seg->name,
                       iface->resource.tl_name, iface->resource.dev_name);
             continue;

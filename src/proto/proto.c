@@ -23,31 +23,29 @@ static bool rail_serves(const ote_tl_caps_t *c, unsigned op_cap, unsigned local_
     return (c->ops & op_cap) && (c->mem_local & local_mem) && (c->mem_remote & remote_mem);
 }
 
-/* Reaches only this host (or process): no network scope. */
-static bool caps_local(const ote_tl_caps_t *c)
-{
-    return !(c->scope & OTE_TL_SCOPE_NETWORK);
-}
-
 static bool caps_checked(const ote_tl_caps_t *c)
 {
     return (c->ops & OTE_TL_CAP_CHECKED) != 0;
 }
 
-/* True when b is never chosen where a serves the same request. */
-static bool rail_beats(const ote_tl_caps_t *a, const ote_tl_caps_t *b)
+/*
+ * True when b is never chosen where a serves the same request. a_net, b_net:
+ * network transports (on a NIC, even when a peer on this host is reached
+ * over loopback) as opposed to intra-host ones (cma, shared memory).
+ */
+static bool rail_beats(const ote_tl_caps_t *a, bool a_net, const ote_tl_caps_t *b, bool b_net)
 {
-    if (caps_local(a) != caps_local(b))
-        return caps_local(a);
+    if (a_net != b_net)
+        return !a_net;
     if (a->bandwidth > b->bandwidth * RAIL_DROP_RATIO)
         return true;
     return caps_checked(a) && !caps_checked(b) && a->bandwidth * RAIL_DROP_RATIO >= b->bandwidth;
 }
 
-int ote_proto_caps_cmp(const ote_tl_caps_t *a, const ote_tl_caps_t *b)
+int ote_proto_caps_cmp(const ote_tl_caps_t *a, bool a_net, const ote_tl_caps_t *b, bool b_net)
 {
-    if (caps_local(a) != caps_local(b))
-        return caps_local(a) ? -1 : 1;
+    if (a_net != b_net)
+        return a_net ? 1 : -1;
     if (caps_checked(a) != caps_checked(b))
         return caps_checked(a) ? -1 : 1;
     if (a->bandwidth != b->bandwidth)
@@ -64,7 +62,13 @@ bool ote_proto_rails_unchecked(const ote_rail_set_t *rails)
     return false;
 }
 
-bool ote_proto_rail_dominated(const ote_tl_caps_t *c, ote_rail_t *const *rails, size_t n)
+static bool rail_net(const ote_rail_t *r)
+{
+    return r->iface->resource.is_network;
+}
+
+bool ote_proto_rail_dominated(const ote_tl_caps_t *c, bool network, ote_rail_t *const *rails,
+                              size_t n)
 {
     static const unsigned ops[]  = {OTE_TL_CAP_PUT_ZCOPY, OTE_TL_CAP_GET_ZCOPY};
     static const unsigned mems[] = {OTE_MEM_TYPE_HOST, OTE_MEM_TYPE_CUDA};
@@ -79,7 +83,7 @@ bool ote_proto_rail_dominated(const ote_tl_caps_t *c, ote_rail_t *const *rails, 
                 for (size_t i = 0; i < n && !covered; i++) {
                     covered = rails[i]->ep != NULL &&
                               rail_serves(&rails[i]->caps, ops[o], mems[l], mems[m]) &&
-                              rail_beats(&rails[i]->caps, c);
+                              rail_beats(&rails[i]->caps, rail_net(rails[i]), c, network);
                 }
                 if (!covered)
                     return false;
@@ -106,7 +110,9 @@ ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsi
         bool beaten = false;
 
         for (size_t k = 0; k < n && serves[i] && !beaten; k++)
-            beaten = k != i && serves[k] && rail_beats(&all->rails[k]->caps, &all->rails[i]->caps);
+            beaten = k != i && serves[k] &&
+                     rail_beats(&all->rails[k]->caps, rail_net(all->rails[k]),
+                                &all->rails[i]->caps, rail_net(all->rails[i]));
         if (serves[i] && !beaten)
             out->rails[out->num_rails++] = all->rails[i];
     }

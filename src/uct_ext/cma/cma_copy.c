@@ -89,15 +89,18 @@ static void handle_probe(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t pee
     uint64_t v = 0, nv;
     ote_status_t status;
 
+    errno  = 0;
     status = ote_cma_copy(c->peer_pid, &v, peer_addr, sizeof(v), false);
     if (status == OTE_OK) {
         nv     = ~v;
         status = ote_cma_copy(c->peer_pid, &nv, peer_addr + sizeof(v), sizeof(nv), true);
     }
     if (status != OTE_OK) {
-        ote_warn("cma: %s cannot be reached with process_vm_readv/writev (%s): ptrace "
-                 "permission (Yama ptrace_scope), another user, or another pid namespace",
-                 c->peer, ote_status_string(status));
+        ote_warn("cma: cannot copy to or from %s: %s (ptrace permission, Yama ptrace_scope, "
+                 "another user, or another pid namespace); cma refused to it",
+                 c->peer,
+                 c->peer_pid <= 0 ? "its process is not visible from this pid namespace"
+                                  : strerror(errno));
         /* Whatever the cause, this connection cannot carry anything. */
         status = OTE_ERR_UNREACHABLE;
     }
@@ -194,9 +197,10 @@ ote_status_t ote_cma_probe(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *
     atomic_thread_fence(memory_order_acquire);
     if (h.status != OTE_OK) {
         status = OTE_ERR_UNREACHABLE;
-        ote_warn("cma: %s cannot reach this process with process_vm_readv/writev (%s); "
-                 "cma not used to it", peer->name ? peer->name : "peer",
-                 ote_status_string((ote_status_t)h.status));
+        ote_warn("cma: %s cannot copy to or from this process with process_vm_readv/writev "
+                 "(ptrace permission, Yama ptrace_scope, another user, or another pid "
+                 "namespace; its log says which); cma not used to it",
+                 peer->name ? peer->name : "peer");
     } else if (h.addr != v || probe[1] != ~v) {
         status = OTE_ERR_UNREACHABLE;
         ote_warn("cma: %s answered the probe with other data; cma not used to it",
