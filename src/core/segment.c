@@ -437,20 +437,24 @@ typedef struct {
     ote_tl_caps_t   caps;
 } rail_cand_t;
 
+/* Preferred first (see ote_proto_caps_cmp), then by worker. */
 static int cand_cmp(const void *a, const void *b)
 {
     const rail_cand_t *x = a, *y = b;
+    int c = ote_proto_caps_cmp(&x->caps, x->iface->resource.is_network, &y->caps,
+                               y->iface->resource.is_network);
 
-    if (x->caps.bandwidth != y->caps.bandwidth)
-        return x->caps.bandwidth > y->caps.bandwidth ? -1 : 1;
+    if (c != 0)
+        return c;
     return x->worker < y->worker ? -1 : x->worker > y->worker;
 }
 
 /*
  * Build the rails to a peer: one per local worker iface whose transport the
  * peer offers and whose scope reaches it (same process, same host including
- * its network namespace, or network). Fastest first; a rail that would
- * never be chosen next to faster ones built already is not connected.
+ * its network namespace, or network). Intra-host first, then checked, then
+ * fastest; a rail that would never be chosen next to ones built already is
+ * not connected.
  */
 static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
 {
@@ -487,7 +491,8 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
                               .timeout_ms = e->config.connect_timeout_ms};
         ote_status_t status = OTE_ERR_UNREACHABLE;
 
-        if (ote_proto_rail_dominated(&c->caps, seg->rail_set.rails, n)) {
+        if (ote_proto_rail_dominated(&c->caps, iface->resource.is_network, seg->rail_set.rails,
+                                     n)) {
             ote_debug("segment '%s': %s/%s not needed next to faster transports", seg->name,
                       iface->resource.tl_name, iface->resource.dev_name);
             continue;

@@ -1,9 +1,12 @@
 /*
  * Rails and slices. A rail serves an operation between two memory types if
- * its transport has the operation and reaches both; among those, rails
- * slower than a quarter of the best are dropped, so a single-copy intra-host
- * transport is used alone where it exists, and a transport without an
- * operation (UCT tcp has no GET) only carries what it can.
+ * its transport has the operation and reaches both; among those, a rail is
+ * dropped when another beats it (rail_beats): an intra-host rail beats any
+ * network rail, so a single-copy intra-host transport is used alone where it
+ * exists; a rail whose target checks every access beats an unchecked one
+ * that is at most 4 times faster; and any rail beats one more than 4 times
+ * slower. A transport without an operation (UCT tcp has no GET) only
+ * carries what it can.
  */
 #include "proto.h"
 
@@ -20,6 +23,36 @@ static bool rail_serves(const ote_tl_caps_t *c, unsigned op_cap, unsigned local_
     return (c->ops & op_cap) && (c->mem_local & local_mem) && (c->mem_remote & remote_mem);
 }
 
+static bool caps_checked(const ote_tl_caps_t *c)
+{
+    return (c->ops & OTE_TL_CAP_CHECKED) != 0;
+}
+
+/*
+ * True when b is never chosen where a serves the same request. a_net, b_net:
+ * network transports (on a NIC, even when a peer on this host is reached
+ * over loopback) as opposed to intra-host ones (cma, shared memory).
+ */
+static bool rail_beats(const ote_tl_caps_t *a, bool a_net, const ote_tl_caps_t *b, bool b_net)
+{
+    if (a_net != b_net)
+        return !a_net;
+    if (a->bandwidth > b->bandwidth * RAIL_DROP_RATIO)
+        return true;
+    return caps_checked(a) && !caps_checked(b) && a->bandwidth * RAIL_DROP_RATIO >= b->bandwidth;
+}
+
+int ote_proto_caps_cmp(const ote_tl_caps_t *a, bool a_net, const ote_tl_caps_t *b, bool b_net)
+{
+    if (a_net != b_net)
+        return a_net ? 1 : -1;
+    if (caps_checked(a) != caps_checked(b))
+        return caps_checked(a) ? -1 : 1;
+    if (a->bandwidth != b->bandwidth)
+        return a->bandwidth > b->bandwidth ? -1 : 1;
+    return 0;
+}
+
 bool ote_proto_rails_unchecked(const ote_rail_set_t *rails)
 {
     for (size_t i = 0; i < rails->num_rails; i++) {
@@ -29,7 +62,13 @@ bool ote_proto_rails_unchecked(const ote_rail_set_t *rails)
     return false;
 }
 
-bool ote_proto_rail_dominated(const ote_tl_caps_t *c, ote_rail_t *const *rails, size_t n)
+static bool rail_net(const ote_rail_t *r)
+{
+    return r->iface->resource.is_network;
+}
+
+bool ote_proto_rail_dominated(const ote_tl_caps_t *c, bool network, ote_rail_t *const *rails,
+                              size_t n)
 {
     static const unsigned ops[]  = {OTE_TL_CAP_PUT_ZCOPY, OTE_TL_CAP_GET_ZCOPY};
     static const unsigned mems[] = {OTE_MEM_TYPE_HOST, OTE_MEM_TYPE_CUDA};
@@ -44,7 +83,7 @@ bool ote_proto_rail_dominated(const ote_tl_caps_t *c, ote_rail_t *const *rails, 
                 for (size_t i = 0; i < n && !covered; i++) {
                     covered = rails[i]->ep != NULL &&
                               rail_serves(&rails[i]->caps, ops[o], mems[l], mems[m]) &&
-                              rails[i]->caps.bandwidth > c->bandwidth * RAIL_DROP_RATIO;
+                              rail_beats(&rails[i]->caps, rail_net(rails[i]), c, network);
                 }
                 if (!covered)
                     return false;
@@ -58,24 +97,24 @@ ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsi
                                     unsigned remote_mem, ote_rail_set_t *out)
 {
     unsigned need = op == OTE_OP_WRITE ? OTE_TL_CAP_PUT_ZCOPY : OTE_TL_CAP_GET_ZCOPY;
-    double best   = 0;
+    bool serves[OTE_PROTO_MAX_RAILS];
+    size_t n = all->num_rails < OTE_PROTO_MAX_RAILS ? all->num_rails : OTE_PROTO_MAX_RAILS;
 
     out->num_rails = 0;
-    for (size_t i = 0; i < all->num_rails; i++) {
+    for (size_t i = 0; i < n; i++) {
         const ote_rail_t *r = all->rails[i];
 
-        if (r->ep == NULL || !rail_serves(&r->caps, need, local_mem, remote_mem))
-            continue;
-        if (r->caps.bandwidth > best)
-            best = r->caps.bandwidth;
+        serves[i] = r->ep != NULL && rail_serves(&r->caps, need, local_mem, remote_mem);
     }
-    for (size_t i = 0; i < all->num_rails; i++) {
-        ote_rail_t *r = all->rails[i];
+    for (size_t i = 0; i < n; i++) {
+        bool beaten = false;
 
-        if (r->ep == NULL || !rail_serves(&r->caps, need, local_mem, remote_mem) ||
-            r->caps.bandwidth * RAIL_DROP_RATIO < best)
-            continue;
-        out->rails[out->num_rails++] = r;
+        for (size_t k = 0; k < n && serves[i] && !beaten; k++)
+            beaten = k != i && serves[k] &&
+                     rail_beats(&all->rails[k]->caps, rail_net(all->rails[k]),
+                                &all->rails[i]->caps, rail_net(all->rails[i]));
+        if (serves[i] && !beaten)
+            out->rails[out->num_rails++] = all->rails[i];
     }
     return out->num_rails ? OTE_OK : OTE_ERR_UNREACHABLE;
 }

@@ -46,10 +46,21 @@ typedef struct {
 
 /*
  * Choose rails that can serve op between local memory of type local_mem and
- * remote memory of type remote_mem; drop rails slower than 1/4 of the best.
+ * remote memory of type remote_mem, and among them drop each rail another
+ * one beats: intra-host rails beat network transports (resource.is_network,
+ * whatever their scope); then a rail whose target
+ * checks accesses beats an unchecked one up to 4 times faster; then any rail
+ * beats one more than 4 times slower.
  */
 ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsigned local_mem,
                                     unsigned remote_mem, ote_rail_set_t *out);
+
+/*
+ * Order of preference when rails are built (qsort style): intra-host before
+ * network transports (a_net, b_net: resource.is_network), checked before
+ * unchecked, then faster first.
+ */
+int ote_proto_caps_cmp(const ote_tl_caps_t *a, bool a_net, const ote_tl_caps_t *b, bool b_net);
 
 /* True if a rail of the set lets the target go unchecked (UCT transports). */
 bool ote_proto_rails_unchecked(const ote_rail_set_t *rails);
@@ -57,9 +68,10 @@ bool ote_proto_rails_unchecked(const ote_rail_set_t *rails);
 /*
  * True when a rail with these caps would never be chosen next to the rails
  * already built: for every operation and memory pair it serves, one of them
- * is more than 4 times faster. Such a rail is not worth connecting.
+ * beats it (see ote_proto_rails_select). Such a rail is not worth connecting.
  */
-bool ote_proto_rail_dominated(const ote_tl_caps_t *caps, ote_rail_t *const *rails, size_t n);
+bool ote_proto_rail_dominated(const ote_tl_caps_t *caps, bool network, ote_rail_t *const *rails,
+                              size_t n);
 
 /*
  * How many slices a request of length is cut into on these rails, with a

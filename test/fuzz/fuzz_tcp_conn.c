@@ -1,11 +1,14 @@
 /*
  * The tcp target's receive state machine, end to end: the input is the
  * byte stream a peer sends on an accepted data connection (through a
- * socketpair into a real tcp iface), with the iface's replies drained. The
- * first input byte picks an iface without a key or one with a key. Two
+ * socketpair into a real iface), with the iface's replies drained. The
+ * first input byte picks an iface: bit 0 with a key or without, bit 1 the
+ * cma component (the same state machine in by-reference mode) or tcp. Two
  * regions are registered at fixed addresses (read-write, then read-only)
  * so that seeds can address them; the memory around them is checked after
- * every input: nothing outside the read-write region may change.
+ * every input: nothing outside the read-write region may change. The cma
+ * iface copies to and from a forked copy of this process (its "initiator"),
+ * so addresses an input names on the initiator's side land there.
  */
 #include "fuzz.h"
 
@@ -17,8 +20,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define FUZZ_BASE    0x600000000000ull /* also the seeds' target addresses */
@@ -31,15 +37,17 @@
 #define FUZZ_INSTANCE 0x1122334455667788ull
 
 extern ote_tl_component_t ote_tcp_component;
+extern ote_tl_component_t ote_cma_component;
 
 static ote_config_t     cfg;
 static ote_mem_table_t *table;
 static ote_auth_t      *auth_off, *auth_on;
-static ote_tl_iface_t  *iface_off, *iface_on;
+static ote_tl_iface_t  *iface_off, *iface_on, *cma_off, *cma_on;
+static pid_t            initiator; /* the cma ifaces' peer process */
 static uint8_t         *base;
 static uint8_t         *pristine; /* the mapping as it must stay outside the rw region */
 
-static ote_tl_iface_t *open_iface(ote_auth_t *auth)
+static ote_tl_iface_t *open_iface(ote_tl_component_t *comp, ote_auth_t *auth)
 {
     ote_tl_iface_params_t p = {.config = &cfg, .regions = table, .instance_id = FUZZ_INSTANCE,
                                .bind_ip = "127.0.0.1", .advertise_ip = "127.0.0.1",
@@ -48,8 +56,8 @@ static ote_tl_iface_t *open_iface(ote_auth_t *auth)
     ote_tl_iface_t *iface  = NULL;
     size_t n               = 0;
 
-    if (ote_tcp_component.ops->query_resources(&ote_tcp_component, &p, &res, &n) != OTE_OK ||
-        n < 1 || ote_tcp_component.ops->iface_open(&res[0], NULL, &p, &iface) != OTE_OK)
+    if (comp->ops->query_resources(comp, &p, &res, &n) != OTE_OK || n < 1 ||
+        comp->ops->iface_open(&res[0], NULL, &p, &iface) != OTE_OK)
         abort();
     free(res);
     return iface;
@@ -94,8 +102,19 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     if (ote_auth_supported() && ote_auth_set_key(auth_on, key, sizeof(key) - 1) != OTE_OK)
         abort();
-    iface_off = open_iface(auth_off);
-    iface_on  = open_iface(auth_on);
+    iface_off = open_iface(&ote_tcp_component, auth_off);
+    iface_on  = open_iface(&ote_tcp_component, auth_on);
+    cma_off   = open_iface(&ote_cma_component, auth_off);
+    cma_on    = open_iface(&ote_cma_component, auth_on);
+    /* A copy of this process whose memory the cma target may read and write. */
+    initiator = fork();
+    if (initiator < 0)
+        abort();
+    if (initiator == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (;;)
+            pause();
+    }
     return 0;
 }
 
@@ -113,22 +132,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ote_tcp_iface_t *iface;
     struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(9)};
     struct sockaddr_storage ss;
+    bool cma;
     size_t off = 0;
     int sv[2];
 
     if (size < 1)
         return 0;
-    tl    = (data[0] & 1) ? iface_on : iface_off;
+    cma   = (data[0] & 2) != 0;
+    tl    = cma ? ((data[0] & 1) ? cma_on : cma_off) : ((data[0] & 1) ? iface_on : iface_off);
     iface = (ote_tcp_iface_t *)tl;
     data++;
     size--;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
         abort();
-    peer.sin_addr.s_addr = htonl(0x7f000001);
     memset(&ss, 0, sizeof(ss));
-    memcpy(&ss, &peer, sizeof(peer));
+    if (cma) {
+        ss.ss_family = AF_UNIX;
+    } else {
+        peer.sin_addr.s_addr = htonl(0x7f000001);
+        memcpy(&ss, &peer, sizeof(peer));
+    }
     FUZZ_CHECK(ote_tcp_iface_conn_accept(iface, sv[0], &ss) == OTE_OK);
     FUZZ_CHECK(iface->num_accepted == 1);
+    if (cma) {
+        /* SO_PEERCRED named this process: the copies go to the forked one. */
+        FUZZ_CHECK(iface->conns != NULL && iface->conns->peer_pid == getpid());
+        iface->conns->peer_pid = initiator;
+    }
     /* Feed the stream, draining replies so neither side stalls. */
     for (int rounds = 0; rounds < 100000 && iface->num_accepted > 0; rounds++) {
         if (off < size) {

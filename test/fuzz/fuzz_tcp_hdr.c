@@ -27,8 +27,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(h.addr + h.length >= h.addr);
             FUZZ_CHECK(h.status == OTE_OK);
         }
-        if (h.type == OTE_TCP_READ_RESP && h.status != OTE_OK)
+        if (h.type == OTE_TCP_PUT_REF || h.type == OTE_TCP_GET_REF) {
+            FUZZ_CHECK(h.length > 0 && h.length <= max);
+            FUZZ_CHECK(h.addr + h.length >= h.addr);
+            FUZZ_CHECK(h.status == OTE_OK);
+            FUZZ_CHECK(ote_tcp_hdr_inline_len(&h) == OTE_TCP_REF_TRAILER_LEN);
+        }
+        if (h.type == OTE_TCP_PROBE)
+            FUZZ_CHECK(h.length == OTE_TCP_PROBE_LEN && h.addr == 0 && h.status == OTE_OK);
+        if ((h.type == OTE_TCP_READ_RESP || h.type == OTE_TCP_REF_ACK) && h.status != OTE_OK)
             FUZZ_CHECK(h.length == 0);
+        if (h.type == OTE_TCP_PROBE_ACK)
+            FUZZ_CHECK(h.length == 0 && (h.status == OTE_OK || h.addr == 0));
+        /* What travels with a header is small and bounded. */
+        FUZZ_CHECK(ote_tcp_hdr_inline_len(&h) <= OTE_TCP_AUTH_TPROOF_LEN);
         ote_tcp_hdr_encode(&h, again);
         FUZZ_CHECK(memcmp(again, copy, OTE_TCP_HDR_LEN) == 0);
         FUZZ_CHECK(ote_tcp_hdr_decode(again, sizeof(again), max, &h2) == OTE_OK);

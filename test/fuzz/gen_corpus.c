@@ -84,6 +84,12 @@ static void gen_tcp_hdr(void)
     tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 4, 0, 64);             flush("tcp_hdr", "auth_tproof", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 5, 0, 32);             flush("tcp_hdr", "auth_iproof", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_DONE, OTE_ERR_AUTH, 5, 0, 0);    flush("tcp_hdr", "auth_done", &b);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 6, FUZZ_RW, 4096);        flush("tcp_hdr", "put_ref", &b);
+    tcp_hdr(&b, OTE_TCP_GET_REF, 0, 7, FUZZ_RW, 65536);       flush("tcp_hdr", "get_ref", &b);
+    tcp_hdr(&b, OTE_TCP_REF_ACK, 0, 7, 0, 65536);             flush("tcp_hdr", "ref_ack", &b);
+    tcp_hdr(&b, OTE_TCP_REF_ACK, OTE_ERR_ACCESS, 8, 0, 0);    flush("tcp_hdr", "ref_ack_err", &b);
+    tcp_hdr(&b, OTE_TCP_PROBE, 0, 9, 0, 16);                  flush("tcp_hdr", "probe", &b);
+    tcp_hdr(&b, OTE_TCP_PROBE_ACK, 0, 9, 0x1234, 0);          flush("tcp_hdr", "probe_ack", &b);
 }
 
 static void gen_ctl_hdr(void)
@@ -263,6 +269,57 @@ static void gen_tcp_conn(void)
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);
     ote_buf_put(&b, payload, 64);
     flush("tcp_conn", "keyed_no_auth", &b);
+
+    /*
+     * The cma iface (first byte bit 1): by-reference requests whose trailer
+     * names the initiator's buffer (the fuzzer's forked copy of itself).
+     */
+    ote_buf_put_u8(&b, 2);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    tcp_hdr(&b, OTE_TCP_PROBE, 0, 2, 0, 16);
+    ote_buf_put_u64(&b, FUZZ_RO);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 3, FUZZ_RW, 256);
+    ote_buf_put_u64(&b, FUZZ_RO);
+    tcp_hdr(&b, OTE_TCP_GET_REF, 0, 4, FUZZ_RW, 512);
+    ote_buf_put_u64(&b, FUZZ_RW);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 5, FUZZ_RO, 64);               /* read-only      */
+    ote_buf_put_u64(&b, FUZZ_RW);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 6, FUZZ_RW + 16384 - 32, 64);  /* crosses the end */
+    ote_buf_put_u64(&b, FUZZ_RW);
+    tcp_hdr(&b, OTE_TCP_GET_REF, 0, 7, FUZZ_RW - 64, 64);          /* before          */
+    ote_buf_put_u64(&b, FUZZ_RW);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 8, FUZZ_RW, 64);               /* unmapped source */
+    ote_buf_put_u64(&b, 0x10);
+    tcp_hdr(&b, OTE_TCP_GET_REF, 0, 9, FUZZ_RO, 4096);
+    ote_buf_put_u64(&b, FUZZ_RW);
+    flush("tcp_conn", "cma_session", &b);
+
+    ote_buf_put_u8(&b, 2);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);                 /* bytes: refused  */
+    ote_buf_put(&b, payload, 64);
+    flush("tcp_conn", "cma_stream_write", &b);
+
+    ote_buf_put_u8(&b, 2);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 1, FUZZ_RW, 64);               /* before HELLO    */
+    ote_buf_put_u64(&b, FUZZ_RW);
+    flush("tcp_conn", "cma_before_hello", &b);
+
+    ote_buf_put_u8(&b, 3);
+    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);
+    ote_buf_put(&b, payload, 32);
+    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 2, 0, 32);
+    ote_buf_put(&b, payload, 32);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 3, FUZZ_INSTANCE, 0);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 4, FUZZ_RW, 64);
+    ote_buf_put_u64(&b, FUZZ_RW);
+    flush("tcp_conn", "cma_keyed_bad_proof", &b);
+
+    ote_buf_put_u8(&b, 0);
+    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 2, FUZZ_RW, 64);               /* tcp: refused    */
+    ote_buf_put_u64(&b, FUZZ_RW);
+    flush("tcp_conn", "open_ref_on_tcp", &b);
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,7 @@
 /*
  * Data test across processes, once per transport available here: native
- * tcp, UCT tcp (to-iface and to-ep wire-up), UCT cma, and all of them
- * (the engines choose). The transport is chosen only by OTE_TLS in the
+ * tcp, UCT tcp (to-iface and to-ep wire-up), native cma, UCT cma, and all
+ * of them (the engines choose: the native cma). The transport is chosen only by OTE_TLS in the
  * environment of both processes. WRITE and
  * READ of mixed block sizes (1 byte to 8 MiB) at unaligned offsets; the
  * target verifies every byte it received, gaps included. Then the access
@@ -257,7 +257,7 @@ static ote_task_status_t run_one(fx_t *f, ote_op_t op, uint64_t remote, size_t l
     return st;
 }
 
-/* The same statuses whether the target checks (tcp) or the initiator does (UCT). */
+/* The same statuses whether the target checks (tcp, cma) or the initiator does (UCT). */
 static void test_access(void **state)
 {
     fx_t *f = *state;
@@ -354,15 +354,19 @@ static tl_case_t uct_tcp    = {.tls = "uct_tcp", .has_get = false};
 static tl_case_t uct_tcp_ep = {.tls = "uct_tcp", .connect = "ep", .has_get = false};
 #define CASES CASE(&uct_tcp), CASE(&uct_tcp_ep)
 #elif MP_UCT_CASE == 3
+static tl_case_t uct_cma    = {.tls = "uct_cma", .has_get = true};
+static tl_case_t uct_cma_2w = {.tls = "uct_cma", .workers = "2", .has_get = true};
+#define CASES CASE(&uct_cma), CASE(&uct_cma_2w)
+#elif MP_UCT_CASE == 4
+/* Every transport allowed: the engines pick the native cma on one host. */
+static tl_case_t all = {.tls = "all", .has_get = true};
+#define CASES CASE(&all)
+#elif MP_UCT_CASE == 5
 static tl_case_t cma    = {.tls = "cma", .has_get = true};
 static tl_case_t cma_2w = {.tls = "cma", .workers = "2", .has_get = true};
 #define CASES CASE(&cma), CASE(&cma_2w)
-#elif MP_UCT_CASE == 4
-/* Every transport allowed: the engines pick cma on one host. */
-static tl_case_t all = {.tls = "all", .has_get = true};
-#define CASES CASE(&all)
 #else
-#error "MP_UCT_CASE must be 1..4"
+#error "MP_UCT_CASE must be 1..5"
 #endif
 
 int main(void)

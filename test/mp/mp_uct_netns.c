@@ -2,9 +2,10 @@
  * Two "hosts" on one machine: network namespaces A and B joined by a veth
  * pair (10.77.0.1/24 in A, 10.77.0.2/24 in B), made and deleted here. The
  * host identity includes the network namespace, so a peer in B is another
- * host to an engine in A: it must not be offered cma (not even when cma is
- * all both sides have), only network transports, and transfers must still
- * work across the veth. A peer in A itself gets cma.
+ * host to an engine in A: it must not be offered cma, native or UCT's (not
+ * even when cma is all both sides have), only network transports, and
+ * transfers must still work across the veth. A peer in A itself gets the
+ * native cma.
  *
  * Needs root and `ip netns`; otherwise it says why and exits 77 (skipped).
  * The parent sets the namespaces up, runs the tests in A through
@@ -221,11 +222,11 @@ static void test_other_namespace(void **state)
         ote_rail_t *r = f->seg->rail_set.rails[i];
 
         assert_string_not_equal(r->iface->resource.tl_name, "cma");
+        assert_string_not_equal(r->iface->resource.tl_name, "uct_cma");
         assert_true(r->iface->resource.is_network);
         assert_true(r->caps.scope & OTE_TL_SCOPE_NETWORK);
     }
     /* The peer offers cma in its descriptor; we just cannot use it. */
-#ifdef HAVE_UCX
     {
         bool offered = false;
 
@@ -233,23 +234,35 @@ static void test_other_namespace(void **state)
             offered |= strcmp(f->seg->desc->tls[k].tl_name, "cma") == 0;
         assert_true(offered);
     }
-#endif
     transfer_and_check(f, true);
     fx_stop(f);
 }
 
-/* cma on both sides and nothing else: no rail at all across namespaces. */
+/*
+ * cma on both sides and nothing else (the native one; with UCX also UCT's,
+ * through the shm alias): no rail at all across namespaces. The native cma
+ * reaches only this host, so it is not even tried: its scope has no
+ * network, and the peer's host id differs.
+ */
 static void test_cma_never_across(void **state)
 {
-#ifdef HAVE_UCX
-    fx_t *f = fx_start("cma", true);
+    static const char *const sels[] = {"cma", "shm"};
 
-    assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_ERR_UNREACHABLE);
-    f->seg = NULL;
-    fx_stop(f);
-#else
-    skip();
-#endif
+    for (size_t i = 0; i < sizeof(sels) / sizeof(sels[0]); i++) {
+        fx_t *f = fx_start(sels[i], true);
+        ote_worker_t *w = &f->e->workers[0];
+        ote_segment_h seg = NULL;
+
+        assert_true(w->num_ifaces > 0);
+        for (size_t k = 0; k < w->num_ifaces; k++) {
+            ote_tl_caps_t caps;
+
+            w->ifaces[k]->ops->query(w->ifaces[k], &caps);
+            assert_false(caps.scope & OTE_TL_SCOPE_NETWORK);
+        }
+        assert_int_equal(ote_segment_open(f->e, f->target.name, &seg), OTE_ERR_UNREACHABLE);
+        fx_stop(f);
+    }
 }
 
 /* UCT's tcp across the veth: the rail runs on A's veth, not on loopback. */
@@ -273,21 +286,20 @@ static void test_uct_tcp_across(void **state)
 #endif
 }
 
-/* The same namespace is the same host: cma alone, both ways. */
+/* The same namespace is the same host: the native cma alone, both ways. */
 static void test_same_namespace(void **state)
 {
-#ifdef HAVE_UCX
     fx_t *f = fx_start(NULL, false);
 
     assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
     assert_true(f->seg->same_host);
-    for (size_t i = 0; i < f->seg->rail_set.num_rails; i++)
+    assert_true(f->seg->rail_set.num_rails > 0);
+    for (size_t i = 0; i < f->seg->rail_set.num_rails; i++) {
         assert_string_equal(f->seg->rail_set.rails[i]->iface->resource.tl_name, "cma");
+        assert_true(f->seg->rail_set.rails[i]->caps.ops & OTE_TL_CAP_CHECKED);
+    }
     transfer_and_check(f, true);
     fx_stop(f);
-#else
-    skip();
-#endif
 }
 
 int main(int argc, char **argv)

@@ -1,4 +1,7 @@
-/* Native tcp component: internal objects. */
+/*
+ * Native tcp component: internal objects. The cma component reuses them in
+ * by-reference mode over a local stream socket (iface->ref_handle set).
+ */
 #ifndef OTE_TCP_H
 #define OTE_TCP_H
 
@@ -9,6 +12,7 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #define OTE_TCP_RXBUF    (64 * 1024)
 #define OTE_TCP_IOV_MAX  64
@@ -20,11 +24,25 @@
 
 typedef struct ote_tcp_iface ote_tcp_iface_t;
 typedef struct ote_tcp_ep    ote_tcp_ep_t;
+typedef struct ote_tcp_conn  ote_tcp_conn_t;
+
+/*
+ * By-reference mode, target side: handle PUT_REF, GET_REF or PROBE (h) whose
+ * trailer names peer_addr in the initiator's memory; answers on c.
+ */
+typedef void (*ote_tcp_ref_handle_t)(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
+                                     uint64_t peer_addr);
+/* Initiator: an extra step after HELLO_ACK on a new blocking connection. */
+typedef ote_status_t (*ote_tcp_connect_hook_t)(ote_tcp_iface_t *iface, int fd,
+                                               const ote_tl_peer_t *peer, uint64_t deadline);
+/* Peer address blob to a socket address. */
+typedef ote_status_t (*ote_tcp_addr_unpack_t)(const void *buf, size_t len,
+                                              struct sockaddr_storage *ss, socklen_t *sslen_p);
 
 /* An operation posted by the initiator and not yet answered. */
 typedef struct {
     ote_tl_completion_t *comp;
-    uint8_t              type; /* OTE_TCP_WRITE or OTE_TCP_READ_REQ */
+    uint8_t              type; /* WRITE, READ_REQ, PUT_REF or GET_REF */
     uint64_t             id;
     void                *local;
     size_t               length;
@@ -34,7 +52,8 @@ typedef struct {
 
 /* A message queued for sending: header, then optional payload. */
 typedef struct {
-    uint8_t       hdr[OTE_TCP_HDR_LEN];
+    uint8_t       hdr[OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN];
+    uint8_t       hdr_len;    /* header, and trailer if any */
     const void   *payload;
     size_t        payload_len;
     size_t        sent;
@@ -50,7 +69,7 @@ typedef enum {
     OTE_TCP_RX_DISCARD,   /* refused WRITE payload: read and drop   */
 } ote_tcp_rx_state_t;
 
-typedef struct ote_tcp_conn {
+struct ote_tcp_conn {
     int                   fd;
     ote_tcp_iface_t      *iface;
     ote_tcp_ep_t         *ep;       /* NULL on the target side */
@@ -62,7 +81,8 @@ typedef struct ote_tcp_conn {
     uint64_t              handshake_deadline; /* target: 0 once HELLO done */
     ote_auth_session_t    auth;
     uint8_t               auth_out[OTE_AUTH_TPROOF_LEN]; /* proof being sent */
-    char                  ip[64];   /* peer address without port */
+    char                  ip[64];   /* peer address without port (admission key) */
+    pid_t                 peer_pid; /* target side of a local socket: SO_PEERCRED */
     bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
     struct ote_tcp_conn  *next_dirty;
     struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */
@@ -88,7 +108,7 @@ typedef struct ote_tcp_conn {
     ote_tcp_hdr_t         rx_hdr;   /* header of the message being received */
     ote_region_t         *rx_region;
     ote_status_t          rx_refusal;
-} ote_tcp_conn_t;
+};
 
 struct ote_tcp_ep {
     ote_tl_ep_t      super;
@@ -120,6 +140,10 @@ struct ote_tcp_iface {
     ote_tcp_conn_t         *dirty;      /* connections with queued tx     */
     ote_tcp_conn_t         *graveyard;  /* closed target-side connections */
     uint8_t                *discard;    /* sink for refused payloads */
+    /* By-reference mode (cma); NULL in the tcp component. */
+    ote_tcp_ref_handle_t    ref_handle;
+    ote_tcp_connect_hook_t  connect_hook;
+    ote_tcp_addr_unpack_t   addr_unpack;
 };
 
 /* tcp_conn.c */
@@ -131,6 +155,11 @@ void         ote_tcp_conn_fail(ote_tcp_conn_t *conn, ote_status_t status);
 ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
                                   const void *payload, size_t payload_len,
                                   ote_region_t *region, bool own_region);
+/* A by-reference request: header and 8-byte trailer, no payload. */
+ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
+                                      uint64_t trailer);
+/* Target side: queue a reply without payload; on failure the connection closes. */
+void         ote_tcp_conn_reply(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr);
 ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *conn, const ote_tcp_op_t *op);
 void         ote_tcp_conn_flush(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_rx(ote_tcp_conn_t *conn);
@@ -145,11 +174,36 @@ void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
 ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
                                        const struct sockaddr_storage *ss);
 void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
+/* Fields from the configuration and params, shared by tcp and cma. */
+void ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
+                        const ote_tl_iface_params_t *params);
+/* epoll set with the listening socket; iface->listen_fd must be open. */
+ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface);
+void     ote_tcp_iface_close(ote_tl_iface_t *iface);
+unsigned ote_tcp_iface_progress(ote_tl_iface_t *iface);
+void     ote_tcp_iface_check_timeouts(ote_tl_iface_t *iface, uint64_t deadline_ns);
+int      ote_tcp_iface_event_fd(ote_tl_iface_t *iface);
 
 /* tcp_ep.c */
 extern const ote_tl_ep_ops_t ote_tcp_ep_ops;
 ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
+/*
+ * Post one request of type on the least loaded connection: WRITE and
+ * READ_REQ stream bytes, PUT_REF and GET_REF carry local as their trailer.
+ */
+ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
+                             ote_region_t *local_region, uint64_t remote_addr,
+                             ote_tl_completion_t *comp);
+void   ote_tcp_ep_destroy(ote_tl_ep_t *ep);
+size_t ote_tcp_ep_inflight_bytes(ote_tl_ep_t *ep);
+bool   ote_tcp_ep_is_alive(ote_tl_ep_t *ep);
+/*
+ * Blocking exchange during connection setup: send h and payload_len bytes
+ * of payload, receive the answer's header into h.
+ */
+ote_status_t ote_tcp_handshake_step(int fd, ote_tcp_hdr_t *h, const void *payload,
+                                    size_t payload_len, uint64_t deadline);
 
 /* Address blob: u8 family (4 or 6), u16 port (network order), 4 or 16 bytes. */
 ote_status_t ote_tcp_addr_pack(const struct sockaddr_storage *ss, void *buf, size_t max,

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "core/wire_util.h"
 
 #include <errno.h>
 #include <netinet/tcp.h>
@@ -102,20 +103,47 @@ static ote_status_t ring_grow(void **ring, size_t *cap, size_t head, size_t coun
     return OTE_OK;
 }
 
+static ote_tcp_tx_t *tx_slot(ote_tcp_conn_t *c)
+{
+    if (c->tx_count == c->tx_cap) {
+        if (ring_grow((void **)&c->tx, &c->tx_cap, c->tx_head, c->tx_count, sizeof(*c->tx)) !=
+            OTE_OK)
+            return NULL;
+        c->tx_head = 0;
+    }
+    return &c->tx[(c->tx_head + c->tx_count) & (c->tx_cap - 1)];
+}
+
+ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
+                                      uint64_t trailer)
+{
+    ote_tcp_tx_t *e = tx_slot(c);
+
+    if (e == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ote_tcp_hdr_encode(hdr, e->hdr);
+    ote_put_u64(e->hdr + OTE_TCP_HDR_LEN, trailer);
+    e->hdr_len     = OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN;
+    e->payload     = NULL;
+    e->payload_len = 0;
+    e->sent        = 0;
+    e->region      = NULL;
+    e->own_region  = false;
+    c->tx_count++;
+    ote_tcp_iface_mark_dirty(c->iface, c);
+    return OTE_OK;
+}
+
 ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
                                   const void *payload, size_t payload_len, ote_region_t *region,
                                   bool own_region)
 {
-    ote_tcp_tx_t *e;
+    ote_tcp_tx_t *e = tx_slot(c);
 
-    if (c->tx_count == c->tx_cap) {
-        if (ring_grow((void **)&c->tx, &c->tx_cap, c->tx_head, c->tx_count, sizeof(*c->tx)) !=
-            OTE_OK)
-            return OTE_ERR_NO_MEMORY;
-        c->tx_head = 0;
-    }
-    e = &c->tx[(c->tx_head + c->tx_count) & (c->tx_cap - 1)];
+    if (e == NULL)
+        return OTE_ERR_NO_MEMORY;
     ote_tcp_hdr_encode(hdr, e->hdr);
+    e->hdr_len     = OTE_TCP_HDR_LEN;
     e->payload     = payload;
     e->payload_len = payload_len;
     e->sent        = 0;
@@ -250,9 +278,9 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
                 }
                 guarded[ng++] = e->region;
             }
-            if (e->sent < OTE_TCP_HDR_LEN) {
+            if (e->sent < e->hdr_len) {
                 iov[n].iov_base = e->hdr + e->sent;
-                iov[n].iov_len  = OTE_TCP_HDR_LEN - e->sent;
+                iov[n].iov_len  = e->hdr_len - e->sent;
                 n++;
                 if (e->payload_len) {
                     iov[n].iov_base = (void *)e->payload;
@@ -260,8 +288,8 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
                     n++;
                 }
             } else {
-                iov[n].iov_base = (uint8_t *)e->payload + (e->sent - OTE_TCP_HDR_LEN);
-                iov[n].iov_len  = e->payload_len - (e->sent - OTE_TCP_HDR_LEN);
+                iov[n].iov_base = (uint8_t *)e->payload + (e->sent - e->hdr_len);
+                iov[n].iov_len  = e->payload_len - (e->sent - e->hdr_len);
                 n++;
             }
         }
@@ -281,7 +309,7 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
         }
         while (w > 0) {
             ote_tcp_tx_t *e = &c->tx[c->tx_head];
-            size_t left     = OTE_TCP_HDR_LEN + e->payload_len - e->sent;
+            size_t left     = e->hdr_len + e->payload_len - e->sent;
 
             if ((size_t)w >= left) {
                 w -= (ssize_t)left;
@@ -321,6 +349,12 @@ static void push_reply(ote_tcp_conn_t *c, uint8_t type, uint64_t id, ote_status_
             ote_mem_region_put(region);
         ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
     }
+}
+
+void ote_tcp_conn_reply(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+{
+    if (ote_tcp_conn_tx_push(c, h, NULL, 0, NULL, false) != OTE_OK)
+        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
 }
 
 /* Target side: answer with AUTH in the message the peer waits for, and close. */
@@ -412,6 +446,16 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
         c->handshake_deadline = 0;
         return;
     }
+    if (iface->ref_handle != NULL) {
+        /* By reference: no bytes travel on this connection. */
+        if (h->type != OTE_TCP_PUT_REF && h->type != OTE_TCP_GET_REF &&
+            h->type != OTE_TCP_PROBE) {
+            protocol_error(c, "unexpected message type on a by-reference connection");
+            return;
+        }
+        iface->ref_handle(c, h, ote_get_u64(payload));
+        return;
+    }
     switch (h->type) {
     case OTE_TCP_WRITE:
         c->rx_hdr       = *h;
@@ -454,14 +498,21 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
 static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
 {
     ote_tcp_op_t *op = op_head(c);
+    bool by_ref      = c->iface->ref_handle != NULL;
     ote_tcp_op_t done;
+    bool match;
 
-    if (h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
+    if (by_ref ? h->type != OTE_TCP_REF_ACK
+               : h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
         protocol_error(c, "unexpected message type from target");
         return;
     }
-    if (op == NULL || op->id != h->id ||
-        op->type != (h->type == OTE_TCP_WRITE_ACK ? OTE_TCP_WRITE : OTE_TCP_READ_REQ)) {
+    if (by_ref)
+        match = op != NULL && (op->type == OTE_TCP_PUT_REF || op->type == OTE_TCP_GET_REF);
+    else
+        match = op != NULL &&
+                op->type == (h->type == OTE_TCP_WRITE_ACK ? OTE_TCP_WRITE : OTE_TCP_READ_REQ);
+    if (!match || op->id != h->id) {
         protocol_error(c, "response does not match the oldest request");
         return;
     }
@@ -569,11 +620,13 @@ void ote_tcp_conn_rx(ote_tcp_conn_t *c)
                     protocol_error(c, "malformed message header");
                     return;
                 }
-                /* Handshake payloads are small and handled with their header. */
-                inline_len = h.type == OTE_TCP_AUTH_HELLO || h.type == OTE_TCP_AUTH_PROOF
-                                 ? (size_t)h.length
-                                 : 0;
-                if (inline_len > 0 && (c->ep != NULL || c->rx_state == OTE_TCP_RX_HDR)) {
+                /*
+                 * Handshake payloads and by-reference trailers are small and
+                 * handled with their header.
+                 */
+                inline_len = ote_tcp_hdr_inline_len(&h);
+                if ((h.type == OTE_TCP_AUTH_HELLO || h.type == OTE_TCP_AUTH_PROOF) &&
+                    (c->ep != NULL || c->rx_state == OTE_TCP_RX_HDR)) {
                     protocol_error(c, "handshake message on an open connection");
                     return;
                 }

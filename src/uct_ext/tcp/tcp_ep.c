@@ -65,20 +65,19 @@ ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, struct sockaddr_st
     return OTE_OK;
 }
 
-/* Send a header and its payload, then receive the answer's header. */
-static ote_status_t handshake_step(int fd, ote_tcp_hdr_t *h, const void *payload,
-                                   uint64_t deadline)
+ote_status_t ote_tcp_handshake_step(int fd, ote_tcp_hdr_t *h, const void *payload,
+                                    size_t payload_len, uint64_t deadline)
 {
     uint8_t buf[OTE_TCP_HDR_LEN + OTE_TCP_AUTH_TPROOF_LEN];
     ote_status_t status;
 
-    if (h->length > OTE_TCP_AUTH_TPROOF_LEN)
+    if (payload_len > OTE_TCP_AUTH_TPROOF_LEN)
         return OTE_ERR_INVALID_PARAM;
     /* Header and payload in one segment: no wait for a delayed ACK. */
     ote_tcp_hdr_encode(h, buf);
-    if (h->length)
-        memcpy(buf + OTE_TCP_HDR_LEN, payload, h->length);
-    status = ote_socket_send_all(fd, buf, OTE_TCP_HDR_LEN + h->length, deadline);
+    if (payload_len)
+        memcpy(buf + OTE_TCP_HDR_LEN, payload, payload_len);
+    status = ote_socket_send_all(fd, buf, OTE_TCP_HDR_LEN + payload_len, deadline);
     if (status == OTE_OK)
         status = ote_socket_recv_all(fd, buf, OTE_TCP_HDR_LEN, deadline);
     if (status == OTE_OK)
@@ -101,7 +100,7 @@ static ote_status_t tcp_authenticate(ote_tcp_iface_t *iface, int fd, const ote_t
     if (status != OTE_OK)
         return status;
     h = (ote_tcp_hdr_t){.type = OTE_TCP_AUTH_HELLO, .length = sizeof(hello)};
-    status = handshake_step(fd, &h, hello, deadline);
+    status = ote_tcp_handshake_step(fd, &h, hello, sizeof(hello), deadline);
     if (status != OTE_OK)
         return status;
     if (h.type == OTE_TCP_AUTH_DONE)
@@ -117,7 +116,7 @@ static ote_status_t tcp_authenticate(ote_tcp_iface_t *iface, int fd, const ote_t
     if (status != OTE_OK)
         return status;
     h = (ote_tcp_hdr_t){.type = OTE_TCP_AUTH_PROOF, .length = sizeof(iproof)};
-    status = handshake_step(fd, &h, iproof, deadline);
+    status = ote_tcp_handshake_step(fd, &h, iproof, sizeof(iproof), deadline);
     if (status != OTE_OK)
         return status;
     if (h.type != OTE_TCP_AUTH_DONE)
@@ -143,11 +142,13 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
     if (iface->auth != NULL && iface->auth->enabled)
         status = tcp_authenticate(iface, fd, peer, deadline);
     if (status == OTE_OK)
-        status = handshake_step(fd, &h, NULL, deadline);
+        status = ote_tcp_handshake_step(fd, &h, NULL, 0, deadline);
     if (status == OTE_OK && h.type != OTE_TCP_HELLO_ACK)
         status = OTE_ERR_PROTOCOL;
     if (status == OTE_OK && h.status != OTE_OK)
         status = (ote_status_t)h.status;
+    if (status == OTE_OK && iface->connect_hook != NULL)
+        status = iface->connect_hook(iface, fd, peer, deadline);
     if (status != OTE_OK) {
         close(fd);
         return status;
@@ -157,7 +158,7 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
     return OTE_OK;
 }
 
-static void tcp_ep_destroy(ote_tl_ep_t *tl_ep)
+void ote_tcp_ep_destroy(ote_tl_ep_t *tl_ep)
 {
     ote_tcp_ep_t *ep = (ote_tcp_ep_t *)tl_ep;
 
@@ -180,7 +181,7 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     int *fds    = NULL;
     size_t nfds = 0;
 
-    status = ote_tcp_addr_unpack(addr, addr_len, &ss, &sslen);
+    status = iface->addr_unpack(addr, addr_len, &ss, &sslen);
     if (status != OTE_OK)
         return status;
     ep = calloc(1, sizeof(*ep));
@@ -214,7 +215,10 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
             goto err;
         }
         fds[i] = -1;
-        ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
+        if (ss.ss_family == AF_UNIX)
+            snprintf(c->peer, sizeof(c->peer), "%.63s", ep->peer_name);
+        else
+            ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
         c->prev = NULL;
         c->next = iface->conns;
         if (iface->conns)
@@ -228,14 +232,15 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     return OTE_OK;
 
 err:
-    ote_debug("tcp: connecting to %s failed: %s", ep->peer_name, ote_status_string(status));
+    ote_debug("%s: connecting to %s failed: %s", tl_iface->resource.tl_name, ep->peer_name,
+              ote_status_string(status));
     for (size_t i = 0; fds != NULL && i < nfds; i++) {
         if (fds[i] >= 0)
             close(fds[i]);
     }
     free(fds);
     pthread_mutex_lock(iface->worker_lock);
-    tcp_ep_destroy(&ep->super);
+    ote_tcp_ep_destroy(&ep->super);
     pthread_mutex_unlock(iface->worker_lock);
     return status;
 }
@@ -253,10 +258,12 @@ static ote_tcp_conn_t *tcp_ep_pick(ote_tcp_ep_t *ep)
     return best;
 }
 
-static ote_status_t tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
-                                ote_region_t *local_region, uint64_t remote_addr,
-                                ote_tl_completion_t *comp)
+ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
+                             ote_region_t *local_region, uint64_t remote_addr,
+                             ote_tl_completion_t *comp)
 {
+    bool by_ref = type == OTE_TCP_PUT_REF || type == OTE_TCP_GET_REF;
+    ote_status_t status;
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)ep->super.iface;
     ote_tcp_conn_t *c      = tcp_ep_pick(ep);
     ote_tcp_op_t op;
@@ -276,9 +283,13 @@ static ote_status_t tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, siz
     h = (ote_tcp_hdr_t){.type = type, .id = op.id, .addr = remote_addr, .length = length};
     if (ote_tcp_conn_op_push(c, &op) != OTE_OK)
         return OTE_ERR_NO_MEMORY;
-    if (ote_tcp_conn_tx_push(c, &h, type == OTE_TCP_WRITE ? local : NULL,
-                             type == OTE_TCP_WRITE ? length : 0,
-                             type == OTE_TCP_WRITE ? local_region : NULL, false) != OTE_OK) {
+    if (by_ref)
+        status = ote_tcp_conn_tx_push_ref(c, &h, (uint64_t)(uintptr_t)local);
+    else
+        status = ote_tcp_conn_tx_push(c, &h, type == OTE_TCP_WRITE ? local : NULL,
+                                      type == OTE_TCP_WRITE ? length : 0,
+                                      type == OTE_TCP_WRITE ? local_region : NULL, false);
+    if (status != OTE_OK) {
         /* Undo the op push: it is the newest entry. */
         c->ops_count--;
         c->inflight_bytes -= length;
@@ -292,7 +303,7 @@ static ote_status_t tcp_ep_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t len
                                      const void *rkey, size_t rkey_len,
                                      ote_tl_completion_t *comp)
 {
-    return tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_WRITE, local, length, local_region,
+    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_WRITE, local, length, local_region,
                        remote_addr, comp);
 }
 
@@ -301,11 +312,11 @@ static ote_status_t tcp_ep_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t len
                                      const void *rkey, size_t rkey_len,
                                      ote_tl_completion_t *comp)
 {
-    return tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_READ_REQ, local, length, local_region,
+    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_READ_REQ, local, length, local_region,
                        remote_addr, comp);
 }
 
-static size_t tcp_ep_inflight_bytes(ote_tl_ep_t *tl_ep)
+size_t ote_tcp_ep_inflight_bytes(ote_tl_ep_t *tl_ep)
 {
     ote_tcp_ep_t *ep = (ote_tcp_ep_t *)tl_ep;
     size_t n = 0;
@@ -315,7 +326,7 @@ static size_t tcp_ep_inflight_bytes(ote_tl_ep_t *tl_ep)
     return n;
 }
 
-static bool tcp_ep_is_alive(ote_tl_ep_t *tl_ep)
+bool ote_tcp_ep_is_alive(ote_tl_ep_t *tl_ep)
 {
     return tcp_ep_pick((ote_tcp_ep_t *)tl_ep) != NULL;
 }
@@ -323,7 +334,7 @@ static bool tcp_ep_is_alive(ote_tl_ep_t *tl_ep)
 const ote_tl_ep_ops_t ote_tcp_ep_ops = {
     .put_zcopy      = tcp_ep_put_zcopy,
     .get_zcopy      = tcp_ep_get_zcopy,
-    .inflight_bytes = tcp_ep_inflight_bytes,
-    .is_alive       = tcp_ep_is_alive,
-    .destroy        = tcp_ep_destroy,
+    .inflight_bytes = ote_tcp_ep_inflight_bytes,
+    .is_alive       = ote_tcp_ep_is_alive,
+    .destroy        = ote_tcp_ep_destroy,
 };

@@ -91,10 +91,23 @@ ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
                                        const struct sockaddr_storage *ss)
 {
     ote_tcp_conn_t *c;
-    char ip[64];
+    char ip[64], label[64];
+    pid_t pid = 0;
     ote_status_t status;
 
-    ote_sockaddr_ip((const struct sockaddr *)ss, ip, sizeof(ip));
+    if (ss->ss_family == AF_UNIX) {
+        /* A local peer: it is known by its process, as the kernel names it. */
+        struct ucred cred;
+        socklen_t clen = sizeof(cred);
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 && clen == sizeof(cred))
+            pid = cred.pid;
+        snprintf(ip, sizeof(ip), "pid:%ld", (long)pid);
+        snprintf(label, sizeof(label), "process %ld", (long)pid);
+    } else {
+        ote_sockaddr_ip((const struct sockaddr *)ss, ip, sizeof(ip));
+        ote_sockaddr_format((const struct sockaddr *)ss, label, sizeof(label));
+    }
     if (iface->auth != NULL) {
         /* Limits count every listener of the engine together. */
         status = ote_auth_conn_admit(iface->auth, ip);
@@ -104,8 +117,8 @@ ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
         }
     } else if (iface->num_accepted >= iface->max_conns ||
                peer_conn_count(iface, ip) >= (unsigned)iface->max_conns_per_peer) {
-        ote_warn("tcp: connection from %s refused: OTE_MAX_CONNS or OTE_MAX_CONNS_PER_PEER "
-                 "reached", ip);
+        ote_warn("%s: connection from %s refused: OTE_MAX_CONNS or OTE_MAX_CONNS_PER_PEER "
+                 "reached", iface->super.resource.tl_name, label);
         close(fd);
         return OTE_ERR_BUSY;
     }
@@ -118,8 +131,9 @@ ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
         return status;
     }
     c->admitted = iface->auth != NULL;
+    c->peer_pid = pid;
     snprintf(c->ip, sizeof(c->ip), "%s", ip);
-    ote_sockaddr_format((const struct sockaddr *)ss, c->peer, sizeof(c->peer));
+    snprintf(c->peer, sizeof(c->peer), "%s", label);
     c->handshake_deadline = ote_time_ns() + iface->handshake_timeout_ns;
     iface_link(iface, c);
     iface->num_accepted++;
@@ -153,7 +167,7 @@ static void free_graveyard(ote_tcp_iface_t *iface)
     }
 }
 
-static unsigned tcp_iface_progress(ote_tl_iface_t *tl_iface)
+unsigned ote_tcp_iface_progress(ote_tl_iface_t *tl_iface)
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
     struct epoll_event ev[64];
@@ -189,7 +203,7 @@ static unsigned tcp_iface_progress(ote_tl_iface_t *tl_iface)
     return count + (unsigned)(n > 0 ? n : 0);
 }
 
-static void tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns)
+void ote_tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns)
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
     uint64_t now           = ote_time_ns();
@@ -232,7 +246,7 @@ static void tcp_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     caps->conn_model = OTE_TL_CONN_TO_IFACE;
 }
 
-static int tcp_iface_event_fd(ote_tl_iface_t *tl_iface)
+int ote_tcp_iface_event_fd(ote_tl_iface_t *tl_iface)
 {
     return ((ote_tcp_iface_t *)tl_iface)->epfd;
 }
@@ -245,7 +259,7 @@ static ote_status_t tcp_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, s
     return ote_tcp_addr_pack(&iface->advertise, buf, max, len_p);
 }
 
-static void tcp_iface_close(ote_tl_iface_t *tl_iface)
+void ote_tcp_iface_close(ote_tl_iface_t *tl_iface)
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
 
@@ -265,33 +279,22 @@ static void tcp_iface_close(ote_tl_iface_t *tl_iface)
 }
 
 static const ote_tl_iface_ops_t tcp_iface_ops = {
-    .close          = tcp_iface_close,
+    .close          = ote_tcp_iface_close,
     .query          = tcp_iface_query,
     .get_address    = tcp_iface_get_address,
-    .event_fd       = tcp_iface_event_fd,
-    .progress       = tcp_iface_progress,
-    .check_timeouts = tcp_iface_check_timeouts,
+    .event_fd       = ote_tcp_iface_event_fd,
+    .progress       = ote_tcp_iface_progress,
+    .check_timeouts = ote_tcp_iface_check_timeouts,
     .ep_create      = ote_tcp_ep_create,
 };
 
-static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
-                                   const ote_tl_iface_params_t *params,
-                                   ote_tl_iface_t **iface_p)
+void ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
+                        const ote_tl_iface_params_t *params)
 {
     const ote_config_t *cfg = params->config;
-    ote_tcp_iface_t *iface;
-    struct sockaddr_storage ss;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
-    socklen_t len;
-    ote_status_t status;
 
-    iface = calloc(1, sizeof(*iface));
-    if (iface == NULL)
-        return OTE_ERR_NO_MEMORY;
     iface->listen_fd         = -1;
     iface->epfd              = -1;
-    iface->super.ops         = &tcp_iface_ops;
-    iface->super.ep_ops      = &ote_tcp_ep_ops;
     iface->super.resource    = *res;
     iface->super.md          = NULL;
     iface->super.md_index    = -1;
@@ -308,6 +311,34 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface->auth              = params->auth;
     iface->handshake_timeout_ns = (uint64_t)cfg->handshake_timeout_ms * 1000000ull;
     iface->discard           = malloc(OTE_TCP_RXBUF);
+}
+
+ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
+
+    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (iface->epfd < 0 || epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->listen_fd, &ev) != 0)
+        return OTE_ERR_IO;
+    return OTE_OK;
+}
+
+static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
+                                   const ote_tl_iface_params_t *params,
+                                   ote_tl_iface_t **iface_p)
+{
+    ote_tcp_iface_t *iface;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    ote_status_t status;
+
+    iface = calloc(1, sizeof(*iface));
+    if (iface == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ote_tcp_iface_init(iface, res, params);
+    iface->super.ops    = &tcp_iface_ops;
+    iface->super.ep_ops = &ote_tcp_ep_ops;
+    iface->addr_unpack  = ote_tcp_addr_unpack;
     status = OTE_ERR_NO_MEMORY;
     if (iface->discard == NULL)
         goto err;
@@ -335,16 +366,14 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
         iface->advertise     = adv;
         iface->advertise_len = alen;
     }
-    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (iface->epfd < 0 || epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->listen_fd, &ev) != 0) {
-        status = OTE_ERR_IO;
+    status = ote_tcp_iface_epoll_init(iface);
+    if (status != OTE_OK)
         goto err;
-    }
     *iface_p = &iface->super;
     return OTE_OK;
 
 err:
-    tcp_iface_close(&iface->super);
+    ote_tcp_iface_close(&iface->super);
     return status;
 }
 

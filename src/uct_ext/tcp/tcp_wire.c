@@ -58,6 +58,24 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
                                    x.length != OTE_TCP_AUTH_IPROOF_LEN))
             return OTE_ERR_PROTOCOL;
         break;
+    case OTE_TCP_PUT_REF:
+    case OTE_TCP_GET_REF:
+        if (x.status != OTE_OK || x.length == 0 || x.length > max_payload ||
+            x.addr + x.length < x.addr)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_REF_ACK:
+        if (x.length > max_payload || (x.status != OTE_OK && x.length != 0))
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_PROBE:
+        if (x.status != OTE_OK || x.length != OTE_TCP_PROBE_LEN || x.addr != 0)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_PROBE_ACK:
+        if (x.length != 0 || (x.status != OTE_OK && x.addr != 0))
+            return OTE_ERR_PROTOCOL;
+        break;
     case OTE_TCP_HELLO:
         if (x.status != OTE_OK || x.length != 0)
             return OTE_ERR_PROTOCOL;
@@ -69,4 +87,19 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
     }
     *h = x;
     return OTE_OK;
+}
+
+size_t ote_tcp_hdr_inline_len(const ote_tcp_hdr_t *h)
+{
+    switch (h->type) {
+    case OTE_TCP_AUTH_HELLO:
+    case OTE_TCP_AUTH_PROOF:
+        return (size_t)h->length;
+    case OTE_TCP_PUT_REF:
+    case OTE_TCP_GET_REF:
+    case OTE_TCP_PROBE:
+        return OTE_TCP_REF_TRAILER_LEN;
+    default:
+        return 0;
+    }
 }

@@ -17,6 +17,17 @@
  * (nonce_t, mac), AUTH_PROOF from the initiator (mac), AUTH_DONE (status).
  * A target without a key answers AUTH_HELLO with AUTH_DONE(AUTH); a target
  * with a key answers a plain HELLO with HELLO_ACK(AUTH); both then close.
+ *
+ * By-reference mode (the cma component, over a local stream socket): no data
+ * travels on the connection. PUT_REF and GET_REF name the target range in
+ * addr/length and are followed by an 8-byte trailer, the initiator's own
+ * address of the data; the target checks the range against its region table
+ * and copies with process_vm_readv/writev, then answers REF_ACK. PROBE
+ * (length 16, trailer: the initiator's address of a 16-byte probe) follows
+ * HELLO once: the target reads the first 8 bytes and writes their
+ * complement into the second 8, and answers PROBE_ACK(status, addr = the
+ * value read), so a peer the kernel does not let us reach is found at
+ * connect time.
  */
 #ifndef OTE_TCP_WIRE_H
 #define OTE_TCP_WIRE_H
@@ -31,6 +42,8 @@
 #define OTE_TCP_AUTH_HELLO_LEN  32
 #define OTE_TCP_AUTH_TPROOF_LEN 64
 #define OTE_TCP_AUTH_IPROOF_LEN 32
+#define OTE_TCP_REF_TRAILER_LEN 8  /* after PUT_REF, GET_REF, PROBE */
+#define OTE_TCP_PROBE_LEN       16
 
 typedef enum {
     OTE_TCP_HELLO     = 1, /* initiator -> target: id = initiator instance  */
@@ -42,7 +55,12 @@ typedef enum {
     OTE_TCP_AUTH_HELLO = 7, /* initiator: length = 32, nonce_i             */
     OTE_TCP_AUTH_PROOF = 8, /* target: 64 (nonce_t, mac); initiator: 32    */
     OTE_TCP_AUTH_DONE  = 9, /* target: status                              */
-    OTE_TCP_TYPE_MAX   = 9,
+    OTE_TCP_PUT_REF    = 10, /* initiator: addr, length; trailer: source   */
+    OTE_TCP_GET_REF    = 11, /* initiator: addr, length; trailer: dest     */
+    OTE_TCP_REF_ACK    = 12, /* target: status, length = bytes copied      */
+    OTE_TCP_PROBE      = 13, /* initiator: length 16; trailer: probe addr  */
+    OTE_TCP_PROBE_ACK  = 14, /* target: status, addr = value read          */
+    OTE_TCP_TYPE_MAX   = 14,
 } ote_tcp_msg_type_t;
 
 typedef struct {
@@ -65,5 +83,12 @@ void ote_tcp_hdr_encode(const ote_tcp_hdr_t *hdr, uint8_t *buf);
  */
 ote_status_t ote_tcp_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,
                                 ote_tcp_hdr_t *hdr_p);
+
+/*
+ * Bytes that follow a decoded header and belong to it, handled together
+ * with it (handshake payloads, by-reference trailers); 0 for messages whose
+ * payload is streamed (WRITE, READ_RESP).
+ */
+size_t ote_tcp_hdr_inline_len(const ote_tcp_hdr_t *hdr);
 
 #endif

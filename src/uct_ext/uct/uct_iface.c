@@ -467,9 +467,12 @@ static ote_status_t uct_query_resources(ote_tl_component_t *comp,
         return OTE_ERR_NO_MEMORY;
     }
     for (size_t i = 0; i < n; i++) {
-        /* "tcp" names the native component; UCT's is uct_tcp. */
+        /* "tcp" and "cma" name the native components; UCT's are uct_tcp, uct_cma. */
         snprintf(res[i].tl_name, sizeof(res[i].tl_name), "%s%s",
-                 strcmp(list[i]->tl_name, "tcp") == 0 ? "uct_" : "", list[i]->tl_name);
+                 strcmp(list[i]->tl_name, "tcp") == 0 || strcmp(list[i]->tl_name, "cma") == 0
+                     ? "uct_"
+                     : "",
+                 list[i]->tl_name);
         snprintf(res[i].dev_name, sizeof(res[i].dev_name), "%s", list[i]->dev_name);
         res[i].is_network = list[i]->dev_type == UCT_DEVICE_TYPE_NET;
         res[i].component  = comp;

@@ -82,10 +82,12 @@ static void test_aliases(void **state)
         const char *in[5];
         const char *out[5];
     } cases[] = {
-        {"shm", {"cma", "posix", "sysv", "knem", "xpmem"}, {"tcp", "uct_tcp", "self", "rc_mlx5"}},
-        {"sm", {"cma", "posix", "sysv"}, {"tcp", "rc_verbs"}},
-        {"mm", {"posix", "sysv", "xpmem"}, {"cma", "knem"}},
-        {"ib", {"rc_mlx5", "rc_verbs", "dc_mlx5", "ud_mlx5", "ud_verbs"}, {"tcp", "cma"}},
+        {"shm", {"cma", "uct_cma", "posix", "sysv", "knem"}, {"tcp", "uct_tcp", "self", "rc_mlx5"}},
+        {"sm", {"cma", "uct_cma", "posix", "sysv", "xpmem"}, {"tcp", "rc_verbs"}},
+        {"mm", {"posix", "sysv", "xpmem"}, {"cma", "uct_cma", "knem"}},
+        {"ib", {"rc_mlx5", "rc_verbs", "dc_mlx5", "ud_mlx5", "ud_verbs"}, {"tcp", "cma", "uct_cma"}},
+        {"cma", {"cma"}, {"uct_cma", "tcp"}},
+        {"uct_cma", {"uct_cma"}, {"cma"}},
         {"rc", {"rc_mlx5", "rc_verbs"}, {"dc_mlx5", "ud_verbs", "tcp"}},
         {"rc_x", {"rc_mlx5"}, {"rc_verbs"}},
         {"rc_v", {"rc_verbs"}, {"rc_mlx5"}},
@@ -135,6 +137,7 @@ static void test_negation(void **state)
     assert_true(ote_select_tl(sel, "tcp"));
     assert_true(ote_select_tl(sel, "uct_tcp"));
     assert_false(ote_select_tl(sel, "cma"));
+    assert_false(ote_select_tl(sel, "uct_cma"));
     assert_false(ote_select_tl(sel, "posix"));
     assert_int_equal(ote_select_check_unmatched(sel), OTE_OK);
     ote_select_free(sel);
@@ -260,13 +263,18 @@ static void test_engine_selection(void **state)
     /* Present, but cannot serve user buffers: nothing usable selected. */
     setenv("OTE_TLS", "posix", 1);
     assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_UNREACHABLE);
-    setenv("OTE_TLS", "cma", 1);
+    setenv("OTE_TLS", "uct_cma", 1);
     assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
     f = open_memstream(&text, &size);
     ote_engine_print_transports(e, f);
     fclose(f);
-    assert_non_null(strstr(text, "transport cma        device memory       local     "
+    /* UCT's cma under its OrbitTE name, apart from the native one. */
+    assert_non_null(strstr(text, "transport uct_cma    device memory       local     "
                                  "selected: yes"));
+    assert_non_null(strstr(text, "transport cma        device memory       local     "
+                                 "selected: no (not in OTE_TLS)"));
+    assert_non_null(strstr(text, "ops: put_zcopy get_zcopy checked  memory: local host remote "
+                                 "host  scope: process host"));
     assert_non_null(strstr(text, "transport tcp        device lo           network   "
                                  "selected: no (not in OTE_TLS)"));
     assert_non_null(strstr(text, "transport uct_tcp    device lo           network   "

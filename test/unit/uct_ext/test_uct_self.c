@@ -1,6 +1,6 @@
 /*
  * The uct component within one process: an engine transferring to itself
- * over UCT cma and UCT tcp (to-iface and to-ep wire-up), the initiator-side
+ * over UCT cma (uct_cma) and UCT tcp (to-iface and to-ep wire-up), the initiator-side
  * access checks that stand in for the target's on UCT transports, and the
  * descriptor refresh for ranges registered after the segment was opened.
  */
@@ -135,21 +135,21 @@ static void xfer_mixed(fx_t *f, ote_op_t op)
     ote_batch_release(b);
 }
 
-static void test_cma(void **state)
+static void test_uct_cma(void **state)
 {
-    fx_t *f = fx_open("cma", NULL);
+    fx_t *f = fx_open("uct_cma", NULL);
 
-    assert_rails(f, "cma");
+    assert_rails(f, "uct_cma");
     assert_false(f->self->rail_set.rails[0]->caps.ops & OTE_TL_CAP_CHECKED);
     xfer_mixed(f, OTE_OP_WRITE);
     xfer_mixed(f, OTE_OP_READ);
     fx_close(f);
 }
 
-/* cma does not check at the target: the initiator refuses what the peer did not publish. */
-static void test_cma_access_checks(void **state)
+/* UCT cma does not check at the target: the initiator refuses what the peer did not publish. */
+static void test_uct_cma_access_checks(void **state)
 {
-    fx_t *f = fx_open("cma", NULL);
+    fx_t *f = fx_open("uct_cma", NULL);
     ote_task_status_t st;
     uint8_t *late;
     ote_mem_h mlate;
@@ -233,12 +233,26 @@ static void test_uct_tcp(void **state)
     }
 }
 
-/* With every transport, one host: cma alone carries host memory both ways. */
+/* The shm alias takes both cmas; the native one is chosen. */
+static void test_shm_alias(void **state)
+{
+    fx_t *f = fx_open("shm", NULL);
+
+    assert_rails(f, "cma");
+    xfer_mixed(f, OTE_OP_WRITE);
+    fx_close(f);
+}
+
+/*
+ * With every transport, one host: the native cma alone carries host memory
+ * both ways (intra-host and checked beat UCT cma and both tcps).
+ */
 static void test_auto_choice(void **state)
 {
     fx_t *f = fx_open("all", NULL);
 
     assert_rails(f, "cma");
+    assert_true(f->self->rail_set.rails[0]->caps.ops & OTE_TL_CAP_CHECKED);
     xfer_mixed(f, OTE_OP_WRITE);
     xfer_mixed(f, OTE_OP_READ);
     fx_close(f);
@@ -247,9 +261,10 @@ static void test_auto_choice(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cma),
-        cmocka_unit_test(test_cma_access_checks),
+        cmocka_unit_test(test_uct_cma),
+        cmocka_unit_test(test_uct_cma_access_checks),
         cmocka_unit_test(test_uct_tcp),
+        cmocka_unit_test(test_shm_alias),
         cmocka_unit_test(test_auto_choice),
     };
 
