@@ -88,6 +88,13 @@ static void task_finalize(ote_task_t *t)
     ote_status_t err     = (ote_status_t)atomic_load(&t->first_error);
     ote_task_state_t state;
 
+    /*
+     * A canceled task that did not complete ends CANCELED, whatever ended
+     * its last posted slices (a timeout, a lost peer): the cancel asked for
+     * exactly that end. One whose slices all landed stays COMPLETED.
+     */
+    if (err != OTE_OK && atomic_load(&t->cancel))
+        err = OTE_ERR_CANCELED;
     if (err == OTE_OK)
         state = OTE_TASK_COMPLETED;
     else if (err == OTE_ERR_CANCELED)
