@@ -39,6 +39,8 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     return OTE_OK;
 }
 
+static void admission_release(ote_engine_h e, size_t tasks, size_t bytes);
+
 static void batch_free(ote_batch_h b)
 {
     for (size_t i = 0; i < b->used; i++) {
@@ -86,6 +88,13 @@ static void task_finalize(ote_task_t *t)
     ote_status_t err     = (ote_status_t)atomic_load(&t->first_error);
     ote_task_state_t state;
 
+    /*
+     * A canceled task that did not complete ends CANCELED, whatever ended
+     * its last posted slices (a timeout, a lost peer): the cancel asked for
+     * exactly that end. One whose slices all landed stays COMPLETED.
+     */
+    if (err != OTE_OK && atomic_load(&t->cancel))
+        err = OTE_ERR_CANCELED;
     if (err == OTE_OK)
         state = OTE_TASK_COMPLETED;
     else if (err == OTE_ERR_CANCELED)
@@ -99,8 +108,7 @@ static void task_finalize(ote_task_t *t)
         ote_mem_region_put(t->local_region);
         t->local_region = NULL;
     }
-    atomic_fetch_sub(&engine->inflight_bytes, t->length);
-    atomic_fetch_sub(&engine->inflight_tasks, 1);
+    admission_release(engine, 1, t->length);
     if (t->notify != NULL)
         notify_group_task_done(engine, t->notify, state == OTE_TASK_COMPLETED);
     ote_segment_put(t->segment);
@@ -136,32 +144,78 @@ static void slice_complete_cb(ote_tl_completion_t *comp, ote_status_t status)
     ote_task_slice_done((ote_slice_t *)comp, status);
 }
 
-/* Admission: reserve room for tasks and bytes, or BUSY with nothing taken. */
+/*
+ * Admission. Tasks and bytes in flight are reserved with compare-and-swap,
+ * so a reservation never overshoots a limit, not even for a moment, and a
+ * refused one leaves the counters as they were. A submission larger than a
+ * limit by itself goes through only when the engine has nothing of that
+ * kind in flight: otherwise it could never be admitted.
+ */
+static bool admission_try(ote_engine_h e, size_t tasks, size_t bytes)
+{
+    long max_tasks   = e->config.max_inflight_tasks;
+    size_t max_bytes = e->config.max_inflight_bytes;
+    long cur_t       = atomic_load(&e->inflight_tasks);
+    size_t cur_b;
+
+    do {
+        if (cur_t > 0 && ((long)tasks > max_tasks || cur_t > max_tasks - (long)tasks))
+            return false;
+    } while (!atomic_compare_exchange_weak(&e->inflight_tasks, &cur_t, cur_t + (long)tasks));
+    cur_b = atomic_load(&e->inflight_bytes);
+    do {
+        if (cur_b > 0 && (bytes > max_bytes || cur_b > max_bytes - bytes)) {
+            atomic_fetch_sub(&e->inflight_tasks, (long)tasks);
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak(&e->inflight_bytes, &cur_b, cur_b + bytes));
+    return true;
+}
+
+/* Give back what admission_try reserved; wakes submitters waiting for room. */
+static void admission_release(ote_engine_h e, size_t tasks, size_t bytes)
+{
+    atomic_fetch_sub(&e->inflight_bytes, bytes);
+    atomic_fetch_sub(&e->inflight_tasks, (long)tasks);
+    if (atomic_load(&e->admit_waiters) > 0) {
+        pthread_mutex_lock(&e->admit_lock);
+        pthread_cond_broadcast(&e->admit_cond);
+        pthread_mutex_unlock(&e->admit_lock);
+    }
+}
+
+/*
+ * Reserve room for tasks and bytes, or BUSY with nothing taken. With
+ * OTE_SUBMIT_TIMEOUT_MS the caller sleeps until a task ends and frees room,
+ * at most that long. Holds no batch lock while waiting.
+ */
 static ote_status_t admission_reserve(ote_engine_h e, size_t tasks, size_t bytes)
 {
-    uint64_t deadline = 0;
+    uint64_t deadline;
+    bool ok;
 
+    if (admission_try(e, tasks, bytes))
+        return OTE_OK;
+    if (e->config.submit_timeout_ms <= 0)
+        return OTE_ERR_BUSY;
+    deadline = ote_time_ns() + (uint64_t)e->config.submit_timeout_ms * 1000000ull;
+    /* Counted before the retry: a task ending after it sees the waiter. */
+    atomic_fetch_add(&e->admit_waiters, 1);
+    pthread_mutex_lock(&e->admit_lock);
     for (;;) {
-        long t   = atomic_fetch_add(&e->inflight_tasks, (long)tasks) + (long)tasks;
-        size_t b = atomic_fetch_add(&e->inflight_bytes, bytes) + bytes;
+        uint64_t now = ote_time_ns();
+        struct timespec ts;
 
-        if (t <= e->config.max_inflight_tasks && b <= e->config.max_inflight_bytes &&
-            b >= bytes)
-            return OTE_OK;
-        atomic_fetch_sub(&e->inflight_tasks, (long)tasks);
-        atomic_fetch_sub(&e->inflight_bytes, bytes);
-        if (e->config.submit_timeout_ms <= 0)
-            return OTE_ERR_BUSY;
-        if (deadline == 0)
-            deadline = ote_time_ns() + (uint64_t)e->config.submit_timeout_ms * 1000000ull;
-        if (ote_time_ns() >= deadline)
-            return OTE_ERR_BUSY;
-        {
-            struct timespec ts = {.tv_nsec = 50 * 1000};
-
-            nanosleep(&ts, NULL);
-        }
+        ok = admission_try(e, tasks, bytes);
+        if (ok || now >= deadline)
+            break;
+        ts.tv_sec  = (time_t)(deadline / 1000000000ull);
+        ts.tv_nsec = (long)(deadline % 1000000000ull);
+        pthread_cond_timedwait(&e->admit_cond, &e->admit_lock, &ts);
     }
+    pthread_mutex_unlock(&e->admit_lock);
+    atomic_fetch_sub(&e->admit_waiters, 1);
+    return ok ? OTE_OK : OTE_ERR_BUSY;
 }
 
 typedef struct {
@@ -271,17 +325,18 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         memcpy(group->data, msg, msg_len);
     }
 
+    /* Admission first (it may wait), then the batch's room under its lock. */
+    status = admission_reserve(e, count, bytes);
+    if (status != OTE_OK) {
+        free(group);
+        return status;
+    }
     pthread_mutex_lock(&b->lock);
     if (b->used + count > b->capacity) {
         pthread_mutex_unlock(&b->lock);
+        admission_release(e, count, bytes);
         free(group);
         return OTE_ERR_BUSY;
-    }
-    status = admission_reserve(e, count, bytes);
-    if (status != OTE_OK) {
-        pthread_mutex_unlock(&b->lock);
-        free(group);
-        return status;
     }
     first = b->used;
 
@@ -451,9 +506,8 @@ err_unwind:
             free(t->slices);
         memset(t, 0, sizeof(*t));
     }
-    atomic_fetch_sub(&e->inflight_tasks, (long)count);
-    atomic_fetch_sub(&e->inflight_bytes, bytes);
     pthread_mutex_unlock(&b->lock);
+    admission_release(e, count, bytes);
     free(group);
     return status;
 }

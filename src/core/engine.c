@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
@@ -163,6 +164,8 @@ static void engine_free(ote_engine_h e)
     free(e->notifs);
     pthread_mutex_destroy(&e->notif_lock);
     pthread_mutex_destroy(&e->seg_lock);
+    pthread_mutex_destroy(&e->admit_lock);
+    pthread_cond_destroy(&e->admit_cond);
     ote_auth_destroy(e->auth);
     ote_config_release(&e->config);
     free(e);
@@ -187,10 +190,21 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     e->event_fd = -1;
     pthread_mutex_init(&e->notif_lock, NULL);
     pthread_mutex_init(&e->seg_lock, NULL);
+    pthread_mutex_init(&e->admit_lock, NULL);
+    {
+        pthread_condattr_t ca;
+
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&e->admit_cond, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     status = ote_config_read(&e->config);
     if (status != OTE_OK) {
         pthread_mutex_destroy(&e->notif_lock);
         pthread_mutex_destroy(&e->seg_lock);
+        pthread_mutex_destroy(&e->admit_lock);
+        pthread_cond_destroy(&e->admit_cond);
         free(e);
         return status;
     }

@@ -44,6 +44,8 @@ struct ote_worker {
     pthread_mutex_t  qlock;
     ote_slice_t     *qhead, *qtail;
     atomic_bool      sleeping;
+    atomic_bool      idle_sleep;  /* asleep with no timer: nothing was in flight */
+    _Atomic uint64_t active_ns;   /* last time progress handled events */
     atomic_bool      stop;
 };
 
@@ -128,9 +130,12 @@ struct ote_engine {
     ote_notifier_t  *notifier;
     int              event_fd;
     atomic_bool      event_fd_used;
-    /* admission */
+    /* admission (batch.c): reserved at submit, given back as tasks end */
     atomic_size_t    inflight_bytes;
     atomic_long      inflight_tasks;
+    atomic_int       admit_waiters; /* submitters sleeping on admit_cond */
+    pthread_mutex_t  admit_lock;
+    pthread_cond_t   admit_cond;    /* CLOCK_MONOTONIC */
     /* received notifications */
     pthread_mutex_t  notif_lock;
     ote_notif_t     *notifs;

@@ -4,13 +4,23 @@
  * ifaces, busy-polls for OTE_POLL_GRACE_US after the last event and then
  * sleeps on the ifaces' event fds, unless an iface reports (event_arm) work
  * it cannot signal through an fd, such as copies UCT cma still holds.
+ * While tasks are in flight the sleep ends every TIMEOUT_CHECK_NS to fail
+ * operations past OTE_XFER_TIMEOUT_MS, and for OTE_HANDSHAKE_TIMEOUT_MS
+ * after the last event (a connection accepted then must be closed if its
+ * handshake never ends). Past that, with nothing in flight, the sleep has
+ * no timer at all, so an idle engine's workers use no CPU.
  */
 #include "engine.h"
 #include "log.h"
 #include "util.h"
 
 #include <errno.h>
+#ifdef HAVE_HWLOC
+#include <hwloc.h>
+#endif
+#include <limits.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -44,7 +54,7 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
     return OTE_OK;
 }
 
-static unsigned worker_drain_queue(ote_worker_t *w);
+static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all);
 static unsigned worker_progress(ote_worker_t *w);
 static bool     worker_arm(ote_worker_t *w, int *cap_ms_p);
 
@@ -57,6 +67,7 @@ static void worker_hand_back(ote_worker_t *w)
     uint64_t one = 1;
     int cap_ms   = -1;
 
+    atomic_store_explicit(&w->active_ns, ote_time_ns(), memory_order_relaxed);
     if (worker_arm(w, &cap_ms) || cap_ms >= 0)
         (void)!write(w->wake_fd, &one, sizeof(one));
 }
@@ -81,10 +92,13 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
     w->qtail = tail;
     pthread_mutex_unlock(&w->qlock);
     if (direct) {
-        worker_drain_queue(w);
+        worker_drain_queue(w, false);
         worker_progress(w);
         worker_hand_back(w);
         pthread_mutex_unlock(&w->lock);
+        /* A worker asleep without a timer must now watch the timeouts. */
+        if (atomic_exchange(&w->idle_sleep, false))
+            (void)!write(w->wake_fd, &one, sizeof(one));
         return;
     }
     if (atomic_load(&w->sleeping))
@@ -95,7 +109,7 @@ bool ote_worker_try_progress(ote_worker_t *w)
 {
     if (pthread_mutex_trylock(&w->lock) != 0)
         return false;
-    worker_drain_queue(w);
+    worker_drain_queue(w, false);
     worker_progress(w);
     worker_hand_back(w);
     pthread_mutex_unlock(&w->lock);
@@ -110,8 +124,12 @@ void ote_engine_signal_event(ote_engine_h engine)
         (void)!write(engine->event_fd, &one, sizeof(one));
 }
 
-/* Post queued slices; a slice that cannot be posted ends at once. */
-static unsigned worker_drain_queue(ote_worker_t *w)
+/*
+ * Post queued slices; a slice that cannot be posted ends at once, and so
+ * does one whose task was canceled (or every one with cancel_all, when the
+ * worker stops).
+ */
+static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all)
 {
     ote_slice_t *s, *next;
     unsigned n = 0;
@@ -125,7 +143,7 @@ static unsigned worker_drain_queue(ote_worker_t *w)
         ote_status_t status;
 
         next = s->next;
-        if (atomic_load_explicit(&task->cancel, memory_order_relaxed)) {
+        if (cancel_all || atomic_load_explicit(&task->cancel, memory_order_relaxed)) {
             ote_task_slice_done(s, OTE_ERR_CANCELED);
             continue;
         }
@@ -187,10 +205,13 @@ static void *worker_main(void *arg)
     uint64_t last_event   = ote_time_ns();
     uint64_t next_timeout = last_event + TIMEOUT_CHECK_NS;
     uint64_t next_yield   = last_event + YIELD_NS;
+    /* After this long without events, nothing of a transport's own can be due. */
+    uint64_t idle_ns = (uint64_t)w->engine->config.handshake_timeout_ms * 1000000ull +
+                       2 * TIMEOUT_CHECK_NS;
 
     pthread_mutex_lock(&w->lock);
     while (!atomic_load(&w->stop)) {
-        unsigned events = worker_drain_queue(w);
+        unsigned events = worker_drain_queue(w, false);
         int cap_ms      = -1;
         uint64_t now;
 
@@ -209,6 +230,7 @@ static void *worker_main(void *arg)
         }
         if (events) {
             last_event = now;
+            atomic_store_explicit(&w->active_ns, now, memory_order_relaxed);
             continue;
         }
         if (now - last_event < grace_ns)
@@ -231,10 +253,22 @@ static void *worker_main(void *arg)
 
             if (cap_ms >= 0 && timeout > cap_ms)
                 timeout = cap_ms;
+            /*
+             * Nothing in flight: no timeout to watch, sleep until an fd
+             * fires. A submitter that posts directly afterwards sees
+             * idle_sleep and wakes us (ote_worker_post); one that queues
+             * sees sleeping. Both are set while we hold the lock.
+             */
+            if (cap_ms < 0 && atomic_load(&w->engine->inflight_tasks) == 0 &&
+                now - atomic_load_explicit(&w->active_ns, memory_order_relaxed) > idle_ns) {
+                atomic_store(&w->idle_sleep, true);
+                timeout = -1;
+            }
 
             pthread_mutex_unlock(&w->lock);
             n = epoll_wait(w->epfd, ev, 8, timeout);
             pthread_mutex_lock(&w->lock);
+            atomic_store(&w->idle_sleep, false);
             for (int i = 0; i < n; i++) {
                 if (ev[i].data.ptr == &wake_tag) {
                     uint64_t v;
@@ -245,46 +279,147 @@ static void *worker_main(void *arg)
         }
         atomic_store(&w->sleeping, false);
         last_event = ote_time_ns();
+        if (last_event >= next_timeout) {
+            worker_check_timeouts(w);
+            next_timeout = last_event + TIMEOUT_CHECK_NS;
+        }
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
 }
 
-static void worker_bind(ote_worker_t *w)
+/*
+ * OTE_WORKER_CPUS: "0,2,4-7". Worker i gets the (i mod n)-th CPU listed.
+ * Returns the number of CPUs, 0 when the list is malformed.
+ */
+static int parse_cpu_list(const char *p, int *cpus, int max)
 {
-    const char *list = w->engine->config.worker_cpus;
-    cpu_set_t set;
-    int cpus[CPU_SETSIZE];
     int n = 0;
-    const char *p = list;
 
-    if (list == NULL || *list == '\0')
-        return;
-    while (*p && n < CPU_SETSIZE) {
+    while (*p != '\0') {
         char *end;
-        long a = strtol(p, &end, 10), b;
+        long a, b;
 
-        if (end == p)
-            break;
+        errno = 0;
+        a = strtol(p, &end, 10);
+        if (end == p || errno != 0 || a < 0 || a >= CPU_SETSIZE)
+            return 0;
         b = a;
         if (*end == '-') {
             p = end + 1;
             b = strtol(p, &end, 10);
+            if (end == p || errno != 0 || b < a || b >= CPU_SETSIZE)
+                return 0;
         }
-        for (long c = a; c <= b && n < CPU_SETSIZE; c++)
+        for (long c = a; c <= b; c++) {
+            if (n == max)
+                return 0;
             cpus[n++] = (int)c;
-        p = *end == ',' ? end + 1 : end;
-        if (*end != ',' )
-            break;
+        }
+        if (*end == ',')
+            end++;
+        else if (*end != '\0')
+            return 0;
+        p = end;
     }
-    if (n == 0) {
-        ote_warn("OTE_WORKER_CPUS '%s' holds no CPU", list);
+    return n;
+}
+
+#ifdef HAVE_HWLOC
+/*
+ * Without OTE_WORKER_CPUS: a worker whose network transports all sit on
+ * devices of one NUMA locality is bound to the CPUs near them. Devices
+ * hwloc does not place (loopback, virtual NICs) leave the worker unbound,
+ * free to run anywhere.
+ */
+static void worker_bind_near_nic(ote_worker_t *w)
+{
+    hwloc_topology_t topo;
+    hwloc_bitmap_t set = NULL;
+    char buf[256];
+
+    for (size_t i = 0; i < w->num_ifaces; i++) {
+        if (w->ifaces[i]->resource.is_network &&
+            strcmp(w->ifaces[i]->resource.dev_name, "lo") != 0)
+            break;
+        if (i + 1 == w->num_ifaces)
+            return;
+    }
+    if (w->num_ifaces == 0 || hwloc_topology_init(&topo) != 0)
+        return;
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(topo) != 0 || !hwloc_topology_is_thissystem(topo))
+        goto out;
+    for (size_t i = 0; i < w->num_ifaces; i++) {
+        const ote_tl_resource_t *res = &w->ifaces[i]->resource;
+        hwloc_obj_t dev = NULL, anc;
+        char name[OTE_TL_DEV_MAX];
+
+        if (!res->is_network)
+            continue;
+        /* UCT names devices "mlx5_0:1": the part before ':' is the OS device. */
+        snprintf(name, sizeof(name), "%s", res->dev_name);
+        name[strcspn(name, ":")] = '\0';
+        while ((dev = hwloc_get_next_osdev(topo, dev)) != NULL) {
+            if (dev->name != NULL && strcmp(dev->name, name) == 0)
+                break;
+        }
+        anc = dev != NULL ? hwloc_get_non_io_ancestor_obj(topo, dev) : NULL;
+        if (anc == NULL || anc->cpuset == NULL) {
+            hwloc_bitmap_free(set);
+            set = NULL;
+            goto out; /* one device not placed: do not guess */
+        }
+        if (set == NULL) {
+            set = hwloc_bitmap_dup(anc->cpuset);
+        } else if (!hwloc_bitmap_isequal(set, anc->cpuset)) {
+            hwloc_bitmap_free(set);
+            set = NULL;
+            goto out; /* devices in different places: no single best */
+        }
+    }
+    if (set != NULL && !hwloc_bitmap_iszero(set)) {
+        hwloc_bitmap_snprintf(buf, sizeof(buf), set);
+        if (hwloc_set_thread_cpubind(topo, w->thread, set, 0) == 0)
+            ote_info("worker %zu bound near its NIC (cpuset %s)", w->index, buf);
+        else
+            ote_warn("worker %zu: cannot bind to cpuset %s", w->index, buf);
+    }
+out:
+    hwloc_bitmap_free(set);
+    hwloc_topology_destroy(topo);
+}
+#endif
+
+static void worker_bind(ote_worker_t *w)
+{
+    const char *list = w->engine->config.worker_cpus;
+    cpu_set_t set;
+    int n, cpu;
+
+    if (list == NULL || *list == '\0') {
+#ifdef HAVE_HWLOC
+        worker_bind_near_nic(w);
+#endif
         return;
     }
+    {
+        int mine[CPU_SETSIZE];
+
+        n = parse_cpu_list(list, mine, CPU_SETSIZE);
+        if (n == 0) {
+            ote_warn("OTE_WORKER_CPUS '%s' is not a CPU list such as 0,2,4-7; workers unbound",
+                     list);
+            return;
+        }
+        cpu = mine[w->index % (size_t)n];
+    }
     CPU_ZERO(&set);
-    CPU_SET(cpus[w->index % (size_t)n], &set);
+    CPU_SET(cpu, &set);
     if (pthread_setaffinity_np(w->thread, sizeof(set), &set) != 0)
-        ote_warn("cannot bind worker %zu to CPU %d", w->index, cpus[w->index % (size_t)n]);
+        ote_warn("cannot bind worker %zu to CPU %d", w->index, cpu);
+    else
+        ote_info("worker %zu bound to CPU %d", w->index, cpu);
 }
 
 ote_status_t ote_worker_start(ote_worker_t *w)
@@ -299,6 +434,13 @@ ote_status_t ote_worker_start(ote_worker_t *w)
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
         return OTE_ERR_NO_MEMORY;
     w->started = true;
+    {
+        char name[16];
+
+        /* Visible in /proc/<pid>/task/<tid>/comm, top -H, gdb. */
+        snprintf(name, sizeof(name), "ote-worker-%zu", w->index);
+        pthread_setname_np(w->thread, name);
+    }
     worker_bind(w);
     return OTE_OK;
 }
@@ -314,7 +456,7 @@ void ote_worker_stop(ote_worker_t *w)
     pthread_join(w->thread, NULL);
     w->started = false;
     /* Slices still queued end CANCELED. */
-    worker_drain_queue(w);
+    worker_drain_queue(w, true);
 }
 
 void ote_worker_cleanup(ote_worker_t *w)

@@ -1,0 +1,513 @@
+/*
+ * Load behaviour against a target process, over tcp (a stopped target is
+ * silent there, which keeps tasks in flight as long as the test wants):
+ * admission limits and OTE_SUBMIT_TIMEOUT_MS, cancellation's final
+ * statuses, batches released with tasks in flight, memory under a flood of
+ * submissions, the event fd, and idle workers that use no CPU.
+ */
+#include "mp_util.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+typedef struct {
+    ote_test_target_t t;
+    ote_engine_h      e;
+    ote_segment_h     seg;
+    ote_mem_h         mem;
+    uint8_t          *local;
+} fx_t;
+
+#define LOCAL (16u << 20)
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void fx_start(fx_t *f)
+{
+    static const char *const args[] = {"--region", "32m:rw", NULL};
+
+    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
+    f->e = ote_test_engine(NULL);
+    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
+    assert_int_equal(ote_mem_alloc(f->e, LOCAL, NULL, 0, (void **)&f->local, &f->mem), OTE_OK);
+}
+
+static void fx_stop(fx_t *f)
+{
+    kill(f->t.pid, SIGCONT);
+    assert_int_equal(ote_segment_close(f->seg), OTE_OK);
+    assert_int_equal(ote_mem_free(f->e, f->mem), OTE_OK);
+    ote_engine_destroy(f->e);
+    ote_test_target_stop(&f->t);
+}
+
+static ote_xfer_req_t req(fx_t *f, ote_op_t op, size_t off, size_t len)
+{
+    return (ote_xfer_req_t){.op = op, .local_addr = f->local + off, .segment = f->seg,
+                            .remote_addr = f->t.addr[0] + off, .length = len};
+}
+
+static void env_tcp(const char *tasks, const char *bytes, const char *submit_ms)
+{
+    setenv("OTE_TLS", "tcp", 1);
+    setenv("OTE_XFER_TIMEOUT_MS", "4000", 1);
+    setenv("OTE_MAX_INFLIGHT_TASKS", tasks, 1);
+    setenv("OTE_MAX_INFLIGHT_BYTES", bytes, 1);
+    setenv("OTE_SUBMIT_TIMEOUT_MS", submit_ms, 1);
+}
+
+static void env_clear(void)
+{
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_XFER_TIMEOUT_MS");
+    unsetenv("OTE_MAX_INFLIGHT_TASKS");
+    unsetenv("OTE_MAX_INFLIGHT_BYTES");
+    unsetenv("OTE_SUBMIT_TIMEOUT_MS");
+    unsetenv("OTE_HANDSHAKE_TIMEOUT_MS");
+}
+
+/* BUSY has no side effect: nothing submitted, ids and counters unchanged. */
+static void expect_busy(ote_batch_h b, const ote_xfer_req_t *r, size_t n, size_t used)
+{
+    ote_task_status_t st;
+    size_t first = 777;
+
+    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_ERR_BUSY);
+    assert_int_equal(first, 777);
+    assert_int_equal(ote_batch_task_status(b, used, &st), OTE_ERR_INVALID_PARAM);
+}
+
+static void test_admission_limits(void **state)
+{
+    fx_t f;
+    ote_batch_h b, b2;
+    ote_xfer_req_t r[8];
+    ote_task_status_t st;
+    size_t first;
+
+    (void)state;
+    env_tcp("8", "64k", "0");
+    fx_start(&f);
+    kill(f.t.pid, SIGSTOP);
+    assert_int_equal(ote_batch_create(f.e, 64, &b), OTE_OK);
+    for (int i = 0; i < 4; i++)
+        r[i] = req(&f, OTE_OP_WRITE, (size_t)i * 8192, 8192);
+    assert_int_equal(ote_batch_submit(b, r, 4, &first), OTE_OK); /* 4 tasks, 32 KiB */
+    assert_int_equal(first, 0);
+    r[0] = req(&f, OTE_OP_WRITE, 65536, 40960);
+    expect_busy(b, r, 1, 4); /* bytes: 32 + 40 KiB > 64 KiB */
+    for (int i = 0; i < 4; i++)
+        r[i] = req(&f, OTE_OP_READ, 1048576 + (size_t)i * 1024, 1024);
+    assert_int_equal(ote_batch_submit(b, r, 4, &first), OTE_OK); /* 8 tasks, 36 KiB */
+    assert_int_equal(first, 4);
+    r[0] = req(&f, OTE_OP_WRITE, 2097152, 1);
+    expect_busy(b, r, 1, 8); /* tasks: 9 > 8 */
+    /* The limits are the engine's, not the batch's. */
+    assert_int_equal(ote_batch_create(f.e, 4, &b2), OTE_OK);
+    expect_busy(b2, r, 1, 0);
+    /* A batch's own capacity refusal gives back what admission took. */
+    assert_int_equal(ote_batch_status(b, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_PENDING);
+    kill(f.t.pid, SIGCONT);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    assert_int_equal(ote_batch_status(b, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(st.transferred, 4 * 8192 + 4 * 1024);
+    for (int i = 0; i < 8; i++)
+        r[i] = req(&f, OTE_OP_WRITE, (size_t)i * 4096, 4096);
+    expect_busy(b2, r, 5, 0); /* capacity 4 */
+    assert_int_equal(ote_batch_submit(b2, r, 4, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b2, 10000), OTE_OK);
+    ote_batch_release(b2);
+    /* Everything drained: a full window is admitted again. */
+    assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    ote_batch_release(b);
+    /* A request larger than the byte limit alone goes when nothing is in flight. */
+    assert_int_equal(ote_batch_create(f.e, 1, &b), OTE_OK);
+    r[0] = req(&f, OTE_OP_WRITE, 0, 1u << 20);
+    assert_int_equal(ote_batch_submit(b, r, 1, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, 0, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    ote_batch_release(b);
+    fx_stop(&f);
+    env_clear();
+}
+
+static void *cont_later(void *arg)
+{
+    pid_t pid = *(pid_t *)arg;
+
+    usleep(300 * 1000);
+    kill(pid, SIGCONT);
+    return NULL;
+}
+
+static void test_submit_timeout(void **state)
+{
+    fx_t f;
+    ote_batch_h b;
+    ote_xfer_req_t r[4];
+    ote_task_status_t st;
+    pthread_t th;
+    size_t first;
+    double t0, dt;
+
+    (void)state;
+    env_tcp("4", "1g", "500");
+    fx_start(&f);
+    kill(f.t.pid, SIGSTOP);
+    assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
+    for (int i = 0; i < 4; i++)
+        r[i] = req(&f, OTE_OP_WRITE, (size_t)i * 4096, 4096);
+    assert_int_equal(ote_batch_submit(b, r, 4, &first), OTE_OK);
+    /* Full: waits OTE_SUBMIT_TIMEOUT_MS, then BUSY with nothing submitted. */
+    t0 = now_s();
+    expect_busy(b, r, 1, 4);
+    dt = now_s() - t0;
+    printf("# BUSY after %.3f s\n", dt);
+    assert_true(dt >= 0.45 && dt < 3.0);
+    /* Room frees while the submitter waits: it goes through. */
+    assert_int_equal(pthread_create(&th, NULL, cont_later, &f.t.pid), 0);
+    t0 = now_s();
+    assert_int_equal(ote_batch_submit(b, r, 1, &first), OTE_OK);
+    dt = now_s() - t0;
+    pthread_join(th, NULL);
+    printf("# admitted after %.3f s of waiting\n", dt);
+    assert_int_equal(first, 4);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    assert_int_equal(ote_batch_status(b, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    ote_batch_release(b);
+    fx_stop(&f);
+    env_clear();
+}
+
+static void test_cancel(void **state)
+{
+    fx_t f;
+    ote_batch_h b;
+    ote_xfer_req_t r[2];
+    ote_task_status_t st;
+    size_t first;
+    double t0;
+
+    (void)state;
+    env_tcp("1024", "1g", "0");
+    fx_start(&f);
+    /* Landed before the cancel: stays COMPLETED with every byte. */
+    assert_int_equal(ote_batch_create(f.e, 2, &b), OTE_OK);
+    r[0] = req(&f, OTE_OP_WRITE, 0, 65536);
+    assert_int_equal(ote_batch_submit(b, r, 1, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    assert_int_equal(ote_batch_cancel(b, 0), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, 0, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(st.error, OTE_OK);
+    assert_int_equal(st.transferred, 65536);
+    assert_int_equal(ote_batch_cancel(b, 1), OTE_ERR_INVALID_PARAM);
+    ote_batch_release(b);
+
+    /* Against a silent peer: final within OTE_XFER_TIMEOUT_MS, truthful. */
+    kill(f.t.pid, SIGSTOP);
+    assert_int_equal(ote_batch_create(f.e, 2, &b), OTE_OK);
+    r[0] = req(&f, OTE_OP_WRITE, 0, 8u << 20);
+    r[1] = req(&f, OTE_OP_READ, 8u << 20, 8u << 20);
+    assert_int_equal(ote_batch_submit(b, r, 2, &first), OTE_OK);
+    t0 = now_s();
+    assert_int_equal(ote_batch_cancel(b, 0), OTE_OK);
+    assert_int_equal(ote_batch_cancel(b, 1), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 15000), OTE_OK);
+    printf("# canceled tasks ended in %.2f s\n", now_s() - t0);
+    assert_true(now_s() - t0 < 4.0 + 2.0);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
+        printf("# task %zu: %s, %zu of %zu bytes\n", i, ote_status_string(st.error),
+               st.transferred, r[i].length);
+        assert_true(st.state == OTE_TASK_CANCELED || st.state == OTE_TASK_TIMEOUT);
+        assert_int_equal(st.error, st.state == OTE_TASK_CANCELED ? OTE_ERR_CANCELED
+                                                                 : OTE_ERR_TIMEOUT);
+        assert_true(st.transferred < r[i].length);
+    }
+    ote_batch_release(b);
+    fx_stop(&f);
+    env_clear();
+}
+
+static void test_detached_release(void **state)
+{
+    fx_t f;
+    ote_batch_h b;
+    ote_xfer_req_t r[8];
+    ote_status_t status = OTE_ERR_BUSY;
+    size_t first;
+    double t0;
+
+    (void)state;
+    env_tcp("8", "1g", "0");
+    fx_start(&f);
+    for (int i = 0; i < 8; i++)
+        r[i] = req(&f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
+    /* Released while in flight against a silent peer: returns at once. */
+    kill(f.t.pid, SIGSTOP);
+    assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
+    t0 = now_s();
+    ote_batch_release(b);
+    assert_true(now_s() - t0 < 0.1);
+    kill(f.t.pid, SIGCONT);
+    /* Its tasks drain and give back their admission: 8 new tasks fit again. */
+    assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
+    t0 = now_s();
+    while (now_s() - t0 < 10.0 && (status = ote_batch_submit(b, r, 8, &first)) == OTE_ERR_BUSY)
+        usleep(1000);
+    assert_int_equal(status, OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    ote_batch_release(b);
+    /* Released after the tasks ended, and released detached at once, many times. */
+    for (int k = 0; k < 200; k++) {
+        assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
+        status = ote_batch_submit(b, r, 1 + k % 8, &first);
+        assert_true(status == OTE_OK || status == OTE_ERR_BUSY);
+        ote_batch_release(b);
+    }
+    /* Engine destroyed with detached batches possibly in flight: they are reclaimed. */
+    fx_stop(&f);
+    env_clear();
+}
+
+static long vm_kib(const char *key)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+
+    assert_non_null(fp);
+    while (fgets(line, sizeof(line), fp)) {
+        if (strncmp(line, key, strlen(key)) == 0)
+            v = atol(line + strlen(key) + 1);
+    }
+    fclose(fp);
+    return v;
+}
+
+/* Submit 4 KiB writes in batches of 64, released at once, for dur seconds. */
+static unsigned long flood(fx_t *f, double dur, unsigned long *busy_p)
+{
+    ote_xfer_req_t r[64];
+    unsigned long tasks = 0;
+    double t0 = now_s();
+
+    for (int i = 0; i < 64; i++)
+        r[i] = req(f, OTE_OP_WRITE, (size_t)i * 4096, 4096);
+    while (now_s() - t0 < dur) {
+        ote_batch_h b;
+        size_t first;
+        ote_status_t st;
+
+        assert_int_equal(ote_batch_create(f->e, 64, &b), OTE_OK);
+        st = ote_batch_submit(b, r, 64, &first);
+        assert_true(st == OTE_OK || st == OTE_ERR_BUSY);
+        if (st == OTE_OK)
+            tasks += 64;
+        else
+            (*busy_p)++;
+        ote_batch_release(b);
+    }
+    return tasks;
+}
+
+static void test_flood_memory(void **state)
+{
+    fx_t f;
+    unsigned long busy = 0, tasks;
+    long rss1, rss2;
+
+    (void)state;
+    env_tcp("4096", "64m", "0");
+    fx_start(&f);
+    tasks = flood(&f, 0.5, &busy);
+    rss1  = vm_kib("VmRSS:");
+    tasks += flood(&f, 2.0, &busy);
+    rss2 = vm_kib("VmRSS:");
+    printf("# flood: %lu tasks submitted, %lu BUSY; VmRSS %ld KiB after 0.5 s, %ld KiB after "
+           "2.5 s, VmHWM %ld KiB\n",
+           tasks, busy, rss1, rss2, vm_kib("VmHWM:"));
+    assert_true(tasks > 0);
+    /* Flat: what is in flight is bounded by admission, not by the flood. */
+    assert_true(rss2 - rss1 < 16 * 1024);
+    fx_stop(&f);
+    env_clear();
+}
+
+/* utime+stime (clock ticks) of this process's threads named ote-worker-*. */
+static long worker_ticks(int *nthreads_p)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    long sum = 0;
+
+    assert_non_null(d);
+    *nthreads_p = 0;
+    while ((de = readdir(d)) != NULL) {
+        char path[300], buf[1024], comm[64] = "";
+        FILE *fp;
+        char *p;
+        unsigned long ut = 0, st = 0;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), fp) == NULL)
+            comm[0] = '\0';
+        fclose(fp);
+        if (strncmp(comm, "ote-worker-", 11) != 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(buf, sizeof(buf), fp) != NULL && (p = strrchr(buf, ')')) != NULL &&
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2) {
+            sum += (long)(ut + st);
+            (*nthreads_p)++;
+        }
+        fclose(fp);
+    }
+    closedir(d);
+    return sum;
+}
+
+static void test_idle_cpu_and_event_fd(void **state)
+{
+    fx_t f;
+    ote_batch_h b;
+    ote_xfer_req_t r[16];
+    struct pollfd pfd;
+    uint64_t v;
+    size_t first;
+    long t1, t2;
+    int n1, n2;
+
+    (void)state;
+    setenv("OTE_NUM_WORKERS", "2", 1);
+    /* Workers keep a timer for this long after the last event (handshakes). */
+    setenv("OTE_HANDSHAKE_TIMEOUT_MS", "300", 1);
+    fx_start(&f);
+    pfd = (struct pollfd){.fd = ote_engine_event_fd(f.e), .events = POLLIN};
+    assert_true(pfd.fd >= 0);
+    /* Work first, so that connections and eps exist while idle. */
+    for (int i = 0; i < 16; i++)
+        r[i] = req(&f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
+    while (read(pfd.fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+        ;
+    assert_int_equal(ote_batch_create(f.e, 16, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, 16, &first), OTE_OK);
+    /* The event fd fires on completion. */
+    assert_int_equal(poll(&pfd, 1, 10000), 1);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    ote_batch_release(b);
+    /* ... and on a notification. */
+    while (read(pfd.fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+        ;
+    {
+        char reply[64];
+
+        assert_int_equal(ote_test_target_cmd(f.e, f.seg, "sum 0 0 4096", reply, sizeof(reply),
+                                             10000), 0);
+        assert_int_equal(poll(&pfd, 1, 0), 1);
+    }
+    usleep(800 * 1000);
+    t1 = worker_ticks(&n1);
+    usleep(1000 * 1000);
+    t2 = worker_ticks(&n2);
+    printf("# %d worker threads used %ld clock ticks (of %ld per second) over one idle second\n",
+           n2, t2 - t1, sysconf(_SC_CLK_TCK));
+    assert_int_equal(n1, 2);
+    assert_int_equal(n2, 2);
+    assert_int_equal(t2 - t1, 0);
+    /* Still working after the idle sleep: the timer comes back with work. */
+    assert_int_equal(ote_batch_create(f.e, 16, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, 16, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_status(b, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    }
+    ote_batch_release(b);
+    fx_stop(&f);
+    unsetenv("OTE_NUM_WORKERS");
+    env_clear();
+}
+
+static void test_timeout_after_idle(void **state)
+{
+    fx_t f;
+    ote_batch_h b;
+    ote_xfer_req_t r;
+    ote_task_status_t st;
+    size_t first;
+    double t0;
+
+    (void)state;
+    /* A worker asleep without a timer must still time out the next task. */
+    env_tcp("1024", "1g", "0");
+    setenv("OTE_XFER_TIMEOUT_MS", "800", 1);
+    setenv("OTE_HANDSHAKE_TIMEOUT_MS", "200", 1);
+    fx_start(&f);
+    r = req(&f, OTE_OP_WRITE, 0, 4096);
+    assert_int_equal(ote_batch_create(f.e, 2, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    usleep(700 * 1000);
+    kill(f.t.pid, SIGSTOP);
+    t0 = now_s();
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    printf("# silent peer: task ended after %.2f s\n", now_s() - t0);
+    assert_true(now_s() - t0 < 0.8 + 1.0);
+    assert_int_equal(ote_batch_task_status(b, 1, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_TIMEOUT);
+    assert_int_equal(st.error, OTE_ERR_TIMEOUT);
+    assert_int_equal(st.transferred, 0);
+    ote_batch_release(b);
+    fx_stop(&f);
+    env_clear();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_admission_limits),
+        cmocka_unit_test(test_submit_timeout),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_detached_release),
+        cmocka_unit_test(test_flood_memory),
+        cmocka_unit_test(test_idle_cpu_and_event_fd),
+        cmocka_unit_test(test_timeout_after_idle),
+    };
+
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
