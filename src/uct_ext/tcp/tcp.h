@@ -83,6 +83,7 @@ struct ote_tcp_conn {
     uint8_t               auth_out[OTE_AUTH_TPROOF_LEN]; /* proof being sent */
     char                  ip[64];   /* peer address without port (admission key) */
     pid_t                 peer_pid; /* target side of a local socket: SO_PEERCRED */
+    int                   peer_pidfd; /* that process, if the kernel has pidfds; else -1 */
     bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
     struct ote_tcp_conn  *next_dirty;
     struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */

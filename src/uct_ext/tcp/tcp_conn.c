@@ -54,8 +54,9 @@ ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
     c->ops    = calloc(c->ops_cap, sizeof(*c->ops));
     if (c->rxbuf == NULL || c->tx == NULL || c->ops == NULL)
         goto err;
-    c->fd       = fd;
-    c->iface    = iface;
+    c->fd         = fd;
+    c->peer_pidfd = -1;
+    c->iface      = iface;
     c->ep       = ep;
     if (ep != NULL)
         c->rx_state = OTE_TCP_RX_HDR;
@@ -82,6 +83,8 @@ void ote_tcp_conn_free(ote_tcp_conn_t *c)
 {
     if (c == NULL)
         return;
+    if (c->peer_pidfd >= 0)
+        close(c->peer_pidfd);
     free(c->rxbuf);
     free(c->tx);
     free(c->ops);

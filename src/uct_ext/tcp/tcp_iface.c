@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* epoll tag of the listening socket. */
@@ -132,6 +133,11 @@ ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
     }
     c->admitted = iface->auth != NULL;
     c->peer_pid = pid;
+#ifdef SYS_pidfd_open
+    /* Pins the process itself: its pid may be reused once it is gone. */
+    if (pid > 0)
+        c->peer_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
     snprintf(c->ip, sizeof(c->ip), "%s", ip);
     snprintf(c->peer, sizeof(c->peer), "%s", label);
     c->handshake_deadline = ote_time_ns() + iface->handshake_timeout_ns;
