@@ -147,6 +147,9 @@ struct ote_tcp_iface {
     ote_tcp_addr_unpack_t   addr_unpack;
 };
 
+/* Transport name of a connection's iface, for logs ("tcp", "cma"). */
+#define OTE_TCP_CONN_TL(c) ((c)->iface->super.resource.tl_name)
+
 /* tcp_conn.c */
 ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
                               ote_tcp_conn_t **conn_p);
