@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 static ote_status_t errno_status(int err)
 {
@@ -58,6 +60,19 @@ ote_status_t ote_cma_copy(pid_t pid, void *local, uint64_t peer_addr, size_t len
 }
 
 /*
+ * The connected process is still the one behind its pid: once it has gone,
+ * another process may get the pid, and nothing must be copied to or from it.
+ */
+static bool peer_alive(const ote_tcp_conn_t *c)
+{
+#ifdef SYS_pidfd_send_signal
+    if (c->peer_pidfd >= 0)
+        return syscall(SYS_pidfd_send_signal, c->peer_pidfd, 0, NULL, 0) == 0;
+#endif
+    return true;
+}
+
+/*
  * Copy between a checked range of region and the peer, a piece at a time
  * under the region's access guard: once the owner's deregistration returns,
  * nothing more lands in (or is read from) the memory.
@@ -71,6 +86,8 @@ static ote_status_t copy_guarded(ote_tcp_conn_t *c, ote_region_t *region, uint64
         size_t n = length - off < OTE_CMA_GUARD_CHUNK ? length - off : OTE_CMA_GUARD_CHUNK;
         ote_status_t status;
 
+        if (!peer_alive(c))
+            return OTE_ERR_REMOTE_DISCONNECT;
         if (!ote_mem_region_access_begin(region))
             return OTE_ERR_NOT_REGISTERED;
         status = ote_cma_copy(c->peer_pid, (void *)(uintptr_t)(addr + off), peer_addr + off, n,
@@ -90,7 +107,8 @@ static void handle_probe(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t pee
     ote_status_t status;
 
     errno  = 0;
-    status = ote_cma_copy(c->peer_pid, &v, peer_addr, sizeof(v), false);
+    status = peer_alive(c) ? ote_cma_copy(c->peer_pid, &v, peer_addr, sizeof(v), false)
+                           : OTE_ERR_REMOTE_DISCONNECT;
     if (status == OTE_OK) {
         nv     = ~v;
         status = ote_cma_copy(c->peer_pid, &nv, peer_addr + sizeof(v), sizeof(nv), true);

@@ -83,6 +83,7 @@ struct ote_tcp_conn {
     uint8_t               auth_out[OTE_AUTH_TPROOF_LEN]; /* proof being sent */
     char                  ip[64];   /* peer address without port (admission key) */
     pid_t                 peer_pid; /* target side of a local socket: SO_PEERCRED */
+    int                   peer_pidfd; /* that process, if the kernel has pidfds; else -1 */
     bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
     struct ote_tcp_conn  *next_dirty;
     struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */
@@ -145,6 +146,9 @@ struct ote_tcp_iface {
     ote_tcp_connect_hook_t  connect_hook;
     ote_tcp_addr_unpack_t   addr_unpack;
 };
+
+/* Transport name of a connection's iface, for logs ("tcp", "cma"). */
+#define OTE_TCP_CONN_TL(c) ((c)->iface->super.resource.tl_name)
 
 /* tcp_conn.c */
 ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,

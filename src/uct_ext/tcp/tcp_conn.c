@@ -54,8 +54,9 @@ ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
     c->ops    = calloc(c->ops_cap, sizeof(*c->ops));
     if (c->rxbuf == NULL || c->tx == NULL || c->ops == NULL)
         goto err;
-    c->fd       = fd;
-    c->iface    = iface;
+    c->fd         = fd;
+    c->peer_pidfd = -1;
+    c->iface      = iface;
     c->ep       = ep;
     if (ep != NULL)
         c->rx_state = OTE_TCP_RX_HDR;
@@ -82,6 +83,8 @@ void ote_tcp_conn_free(ote_tcp_conn_t *c)
 {
     if (c == NULL)
         return;
+    if (c->peer_pidfd >= 0)
+        close(c->peer_pidfd);
     free(c->rxbuf);
     free(c->tx);
     free(c->ops);
@@ -225,7 +228,8 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
     if (c->dead)
         return;
     c->dead = true;
-    ote_debug("tcp connection to %s closed: %s", c->peer, ote_status_string(status));
+    ote_debug("%s connection to %s closed: %s", OTE_TCP_CONN_TL(c), c->peer,
+              ote_status_string(status));
     epoll_ctl(c->iface->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
@@ -335,7 +339,7 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
 
 static void protocol_error(ote_tcp_conn_t *c, const char *what)
 {
-    ote_warn("tcp peer %s: %s; closing the connection", c->peer, what);
+    ote_warn("%s peer %s: %s; closing the connection", OTE_TCP_CONN_TL(c), c->peer, what);
     ote_tcp_conn_fail(c, OTE_ERR_PROTOCOL);
 }
 
@@ -373,7 +377,8 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
 
     if (c->auth.state == OTE_AUTH_STATE_START) {
         if (h->type == OTE_TCP_HELLO) {
-            ote_warn("tcp peer %s: HELLO without authentication; refused", c->peer);
+            ote_warn("%s peer %s: HELLO without authentication; refused", OTE_TCP_CONN_TL(c),
+                     c->peer);
             refuse(c, OTE_TCP_HELLO_ACK, h->id);
             return;
         }
@@ -403,7 +408,8 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
         return;
     }
     if (status != OTE_OK) {
-        ote_warn("tcp peer %s: authentication failed (wrong key?); closing", c->peer);
+        ote_warn("%s peer %s: authentication failed (wrong key?); closing", OTE_TCP_CONN_TL(c),
+                 c->peer);
         refuse(c, OTE_TCP_AUTH_DONE, h->id);
         return;
     }
@@ -425,8 +431,8 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
     if (c->rx_state == OTE_TCP_RX_HANDSHAKE) {
         if (h->type == OTE_TCP_AUTH_HELLO) {
             /* The initiator has a key and we have none: it cannot verify us. */
-            ote_warn("tcp peer %s wants to authenticate but this engine has no OTE_AUTH_KEY; "
-                     "refused", c->peer);
+            ote_warn("%s peer %s wants to authenticate but this engine has no OTE_AUTH_KEY; "
+                     "refused", OTE_TCP_CONN_TL(c), c->peer);
             refuse(c, OTE_TCP_AUTH_DONE, h->id);
             return;
         }

@@ -112,7 +112,8 @@ static ote_status_t tcp_authenticate(ote_tcp_iface_t *iface, int fd, const ote_t
         return status;
     status = ote_auth_initiator_proof(iface->auth, &s, tproof, sizeof(tproof), iproof);
     if (status == OTE_ERR_AUTH)
-        ote_error("tcp: %s does not hold our OTE_AUTH_KEY", peer->name ? peer->name : "peer");
+        ote_error("%s: %s does not hold our OTE_AUTH_KEY", iface->super.resource.tl_name,
+                  peer->name ? peer->name : "peer");
     if (status != OTE_OK)
         return status;
     h = (ote_tcp_hdr_t){.type = OTE_TCP_AUTH_PROOF, .length = sizeof(iproof)};
@@ -262,10 +263,10 @@ ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t
                              ote_region_t *local_region, uint64_t remote_addr,
                              ote_tl_completion_t *comp)
 {
-    bool by_ref = type == OTE_TCP_PUT_REF || type == OTE_TCP_GET_REF;
-    ote_status_t status;
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)ep->super.iface;
     ote_tcp_conn_t *c      = tcp_ep_pick(ep);
+    bool by_ref            = type == OTE_TCP_PUT_REF || type == OTE_TCP_GET_REF;
+    ote_status_t status;
     ote_tcp_op_t op;
     ote_tcp_hdr_t h;
 
@@ -304,7 +305,7 @@ static ote_status_t tcp_ep_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t len
                                      ote_tl_completion_t *comp)
 {
     return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_WRITE, local, length, local_region,
-                       remote_addr, comp);
+                           remote_addr, comp);
 }
 
 static ote_status_t tcp_ep_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
@@ -313,7 +314,7 @@ static ote_status_t tcp_ep_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t len
                                      ote_tl_completion_t *comp)
 {
     return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_READ_REQ, local, length, local_region,
-                       remote_addr, comp);
+                           remote_addr, comp);
 }
 
 size_t ote_tcp_ep_inflight_bytes(ote_tl_ep_t *tl_ep)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* epoll tag of the listening socket. */
@@ -132,6 +133,11 @@ ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
     }
     c->admitted = iface->auth != NULL;
     c->peer_pid = pid;
+#ifdef SYS_pidfd_open
+    /* Pins the process itself: its pid may be reused once it is gone. */
+    if (pid > 0)
+        c->peer_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
     snprintf(c->ip, sizeof(c->ip), "%s", ip);
     snprintf(c->peer, sizeof(c->peer), "%s", label);
     c->handshake_deadline = ote_time_ns() + iface->handshake_timeout_ns;
@@ -212,14 +218,16 @@ void ote_tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns
     for (c = iface->conns; c != NULL; c = next) {
         next = c->next;
         if (c->ep == NULL && c->handshake_deadline && now > c->handshake_deadline) {
-            ote_warn("tcp peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing", c->peer,
+            ote_warn("%s peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing",
+                     OTE_TCP_CONN_TL(c), c->peer,
                      c->rx_state == OTE_TCP_RX_AUTH ? "authentication" : "HELLO");
             ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
             next = iface->conns;
             continue;
         }
         if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
-            ote_warn("tcp connection to %s: no answer within OTE_XFER_TIMEOUT_MS", c->peer);
+            ote_warn("%s connection to %s: no answer within OTE_XFER_TIMEOUT_MS",
+                     OTE_TCP_CONN_TL(c), c->peer);
             ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
             /* The list may have changed under the completions. */
             next = iface->conns;
