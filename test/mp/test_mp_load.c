@@ -39,6 +39,29 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* SIGSTOP, and wait until the target is stopped indeed (delivery is not immediate). */
+static void stop_target(fx_t *f)
+{
+    char path[64], buf[512], *p;
+
+    kill(f->t.pid, SIGSTOP);
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)f->t.pid);
+    for (int i = 0; i < 5000; i++) {
+        FILE *fp = fopen(path, "r");
+        bool stopped = false;
+
+        if (fp != NULL) {
+            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
+                stopped = p[2] == 'T';
+            fclose(fp);
+        }
+        if (stopped)
+            return;
+        usleep(1000);
+    }
+    fail_msg("target %d did not stop", (int)f->t.pid);
+}
+
 static void fx_start(fx_t *f)
 {
     static const char *const args[] = {"--region", "32m:rw", NULL};
@@ -105,7 +128,7 @@ static void test_admission_limits(void **state)
     (void)state;
     env_tcp("8", "64k", "0");
     fx_start(&f);
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     assert_int_equal(ote_batch_create(f.e, 64, &b), OTE_OK);
     for (int i = 0; i < 4; i++)
         r[i] = req(&f, OTE_OP_WRITE, (size_t)i * 8192, 8192);
@@ -174,7 +197,7 @@ static void test_submit_timeout(void **state)
     (void)state;
     env_tcp("4", "1g", "500");
     fx_start(&f);
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
     for (int i = 0; i < 4; i++)
         r[i] = req(&f, OTE_OP_WRITE, (size_t)i * 4096, 4096);
@@ -227,7 +250,7 @@ static void test_cancel(void **state)
     ote_batch_release(b);
 
     /* Against a silent peer: final within OTE_XFER_TIMEOUT_MS, truthful. */
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     assert_int_equal(ote_batch_create(f.e, 2, &b), OTE_OK);
     r[0] = req(&f, OTE_OP_WRITE, 0, 8u << 20);
     r[1] = req(&f, OTE_OP_READ, 8u << 20, 8u << 20);
@@ -267,7 +290,7 @@ static void test_detached_release(void **state)
     for (int i = 0; i < 8; i++)
         r[i] = req(&f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
     /* Released while in flight against a silent peer: returns at once. */
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
     t0 = now_s();
@@ -481,7 +504,7 @@ static void test_timeout_after_idle(void **state)
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
     usleep(700 * 1000);
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     t0 = now_s();
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
