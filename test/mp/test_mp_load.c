@@ -457,7 +457,8 @@ static void test_idle_cpu_and_event_fd(void **state)
 
         assert_int_equal(ote_test_target_cmd(f.e, f.seg, "sum 0 0 4096", reply, sizeof(reply),
                                              10000), 0);
-        assert_int_equal(poll(&pfd, 1, 0), 1);
+        /* Signalled right after the message is queued (so never before it). */
+        assert_int_equal(poll(&pfd, 1, 5000), 1);
     }
     usleep(800 * 1000);
     t1 = worker_ticks(&n1);
