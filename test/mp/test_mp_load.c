@@ -520,6 +520,83 @@ static void test_timeout_after_idle(void **state)
     env_clear();
 }
 
+/* Cpus_allowed_list of every ote-worker-* thread, joined by ';'. */
+static void worker_cpus(char *out, size_t max)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+
+    assert_non_null(d);
+    out[0] = '\0';
+    while ((de = readdir(d)) != NULL) {
+        char path[300], line[512], comm[64] = "";
+        FILE *fp;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), fp) == NULL)
+            comm[0] = '\0';
+        fclose(fp);
+        if (strncmp(comm, "ote-worker-", 11) != 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        while (fgets(line, sizeof(line), fp)) {
+            if (strncmp(line, "Cpus_allowed_list:", 18) == 0) {
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(out + strlen(out), max - strlen(out), "%s;",
+                         line + 18 + strspn(line + 18, " \t"));
+            }
+        }
+        fclose(fp);
+    }
+    closedir(d);
+}
+
+static void test_worker_cpus(void **state)
+{
+    char got[256], all[256];
+    ote_engine_h e;
+    FILE *fp;
+
+    (void)state;
+    setenv("OTE_NUM_WORKERS", "2", 1);
+    /* A malformed list binds nothing: workers keep the process's CPUs. */
+    setenv("OTE_WORKER_CPUS", "0-x", 1);
+    e = ote_test_engine(NULL);
+    worker_cpus(all, sizeof(all));
+    ote_engine_destroy(e);
+    fp = fopen("/proc/self/status", "r");
+    assert_non_null(fp);
+    {
+        char line[512], mine[128] = "";
+
+        while (fgets(line, sizeof(line), fp)) {
+            if (strncmp(line, "Cpus_allowed_list:", 18) == 0) {
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(mine, sizeof(mine), "%s;%s;", line + 18 + strspn(line + 18, " \t"),
+                         line + 18 + strspn(line + 18, " \t"));
+            }
+        }
+        fclose(fp);
+        printf("# malformed list: workers on %s (process: %s)\n", all, mine);
+        assert_string_equal(all, mine);
+    }
+    /* Worker i gets the (i mod n)-th CPU of the list. */
+    setenv("OTE_WORKER_CPUS", "0", 1);
+    e = ote_test_engine(NULL);
+    worker_cpus(got, sizeof(got));
+    ote_engine_destroy(e);
+    printf("# OTE_WORKER_CPUS=0: workers on %s\n", got);
+    assert_string_equal(got, "0;0;");
+    unsetenv("OTE_WORKER_CPUS");
+    unsetenv("OTE_NUM_WORKERS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -530,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_flood_memory),
         cmocka_unit_test(test_idle_cpu_and_event_fd),
         cmocka_unit_test(test_timeout_after_idle),
+        cmocka_unit_test(test_worker_cpus),
     };
 
     signal(SIGPIPE, SIG_IGN);
