@@ -2,7 +2,9 @@
 # Installs what is missing, builds OrbitTE and runs every test:
 #  1. optimised build with warnings as errors: make check (unit, multi-process,
 #     fuzz-target replays, CPU-side CUDA checks through the test double);
-#  2. ASan+UBSan build (contrib/configure-devel): the multi-process tests again.
+#  2. ASan+UBSan build (contrib/configure-devel): the multi-process tests again;
+#  3. ThreadSanitizer build (contrib/check-tsan.sh): core unit, core
+#     multi-process and load tests, the stress test among them.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -27,4 +29,5 @@ mkdir -p build-asan
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         make -j"$jobs" check
 )
+JOBS=$jobs sh "$top/contrib/check-tsan.sh" build-tsan
 echo "check.sh: all test suites passed"

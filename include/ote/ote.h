@@ -193,8 +193,13 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
  * *first_task_p. Requests are checked before anything is posted: a request
  * whose local range is not registered, or whose segment is closed, fails
  * the whole call with nothing submitted. Returns OTE_ERR_BUSY, with nothing
- * submitted, when the batch is full or the engine's admission limits are
- * reached. Never blocks on the network.
+ * submitted, when the batch is full or the engine's admission limits
+ * (OTE_MAX_INFLIGHT_TASKS, OTE_MAX_INFLIGHT_BYTES) are reached; with
+ * OTE_SUBMIT_TIMEOUT_MS set it first waits up to that long for room. Never
+ * waits for transfers to land. Over transports that do not check accesses
+ * at the target (UCT), a remote range outside every region the peer
+ * published makes it fetch the peer's descriptor once (at most
+ * OTE_CONNECT_TIMEOUT_MS). docs/threading.md lists every call's waits.
  */
 ote_status_t ote_batch_submit(ote_batch_h batch, const ote_xfer_req_t *reqs,
                               size_t count, size_t *first_task_p);
@@ -218,11 +223,15 @@ ote_status_t ote_batch_wait(ote_batch_h batch, int timeout_ms);
 
 /*
  * Cancel a task: slices not yet posted are withdrawn; the task ends CANCELED
- * once no posted slice can still land, or stays COMPLETED if it already was.
+ * once no posted slice can still land (transferred: the bytes of the slices
+ * that did), or COMPLETED if every slice landed anyway. Never blocks.
  */
 ote_status_t ote_batch_cancel(ote_batch_h batch, size_t task);
 
-/* Allowed while tasks are in flight: the batch is reclaimed once they drain. */
+/*
+ * Allowed while tasks are in flight: returns at once, and the batch is
+ * reclaimed once they drain. The last call on the batch by any thread.
+ */
 void ote_batch_release(ote_batch_h batch);
 
 /* ------------------------------------------------------------------ */

@@ -14,6 +14,8 @@
 #include <time.h>
 
 #define OTE_BATCH_MAX_CAPACITY (1u << 24)
+/* Requests per submit whose pre-checks fit on the stack. */
+#define OTE_SUBMIT_STACK_REQS  64
 
 ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h *batch_p)
 {
@@ -293,6 +295,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     ote_engine_h e = b->engine;
     slice_chain_t chains[OTE_MAX_WORKERS];
     ote_notify_group_t *group = NULL;
+    ote_status_t refused_stack[OTE_SUBMIT_STACK_REQS], *refused_all;
     size_t bytes = 0, first, i;
     ote_status_t status;
 
@@ -325,10 +328,37 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         memcpy(group->data, msg, msg_len);
     }
 
+    /*
+     * Remote ranges for transports that do not check at the target: this
+     * may ask the peer for its descriptor again, so it runs before any lock
+     * of the batch is taken (other threads keep reading statuses).
+     */
+    refused_all = count <= OTE_SUBMIT_STACK_REQS ? refused_stack
+                                                 : malloc(count * sizeof(*refused_all));
+    if (refused_all == NULL) {
+        free(group);
+        return OTE_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < count; i++) {
+        ote_segment_h seg = reqs[i].segment;
+        bool unchecked;
+
+        refused_all[i] = OTE_OK;
+        if (atomic_load(&seg->closed) || seg->engine != e)
+            continue; /* refused below, with the whole call */
+        pthread_mutex_lock(&seg->lock);
+        unchecked = ote_proto_rails_unchecked(&seg->rail_set);
+        pthread_mutex_unlock(&seg->lock);
+        if (unchecked)
+            refused_all[i] = remote_range_check(seg, &reqs[i]);
+    }
+
     /* Admission first (it may wait), then the batch's room under its lock. */
     status = admission_reserve(e, count, bytes);
     if (status != OTE_OK) {
         free(group);
+        if (refused_all != refused_stack)
+            free(refused_all);
         return status;
     }
     pthread_mutex_lock(&b->lock);
@@ -336,6 +366,8 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         pthread_mutex_unlock(&b->lock);
         admission_release(e, count, bytes);
         free(group);
+        if (refused_all != refused_stack)
+            free(refused_all);
         return OTE_ERR_BUSY;
     }
     first = b->used;
@@ -348,8 +380,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         ote_rail_set_t rails;
         const ote_desc_region_t *rreg;
         unsigned remote_mem = OTE_MEM_TYPE_HOST;
-        ote_status_t refused;
-        bool unchecked;
+        ote_status_t refused = refused_all[i];
         unsigned cursor;
         size_t n;
 
@@ -365,10 +396,6 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
                       ote_status_string(status));
             goto err_unwind;
         }
-        pthread_mutex_lock(&seg->lock);
-        unchecked = ote_proto_rails_unchecked(&seg->rail_set);
-        pthread_mutex_unlock(&seg->lock);
-        refused = unchecked ? remote_range_check(seg, r) : OTE_OK;
         if (refused != OTE_OK) {
             /* Refused before anything is posted: the task ends FAILED at once. */
             t->slices     = NULL;
@@ -465,6 +492,8 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     atomic_fetch_add(&b->pending, (long)count);
     atomic_fetch_add(&b->refs, (long)count);
     pthread_mutex_unlock(&b->lock);
+    if (refused_all != refused_stack)
+        free(refused_all);
     if (group != NULL)
         ote_segment_get(group->segment);
 
@@ -509,6 +538,8 @@ err_unwind:
     pthread_mutex_unlock(&b->lock);
     admission_release(e, count, bytes);
     free(group);
+    if (refused_all != refused_stack)
+        free(refused_all);
     return status;
 }
 

@@ -34,7 +34,7 @@ const ote_cfg_entry_t ote_config_table[] = {
     {"POLL_GRACE_US", "20", OTE_CFG_INT, F(poll_grace_us),
      "Workers busy-poll this long after the last event before they sleep."},
     {"WORKER_CPUS", "", OTE_CFG_STRING, F(worker_cpus),
-     "CPU list for worker threads (e.g. 2,3 or 4-7); empty = no binding."},
+     "CPU list for worker threads (e.g. 2,3 or 4-7); empty = near their NIC where hwloc places it, else unbound."},
     {"MAX_INFLIGHT_BYTES", "4g", OTE_CFG_SIZE, F(max_inflight_bytes),
      "Admission limit: bytes submitted and not yet ended, per engine."},
     {"MAX_INFLIGHT_TASKS", "1048576", OTE_CFG_INT, F(max_inflight_tasks),

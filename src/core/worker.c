@@ -326,30 +326,45 @@ static int parse_cpu_list(const char *p, int *cpus, int max)
 }
 
 #ifdef HAVE_HWLOC
+static pthread_once_t   io_topo_once = PTHREAD_ONCE_INIT;
+static hwloc_topology_t io_topo;
+static bool             io_topo_ok;
+
+/* The topology with its network devices, loaded once per process, kept until exit. */
+static void io_topo_load(void)
+{
+    if (hwloc_topology_init(&io_topo) != 0)
+        return;
+    hwloc_topology_set_io_types_filter(io_topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(io_topo) != 0 || !hwloc_topology_is_thissystem(io_topo)) {
+        hwloc_topology_destroy(io_topo);
+        return;
+    }
+    io_topo_ok = true;
+}
+
 /*
  * Without OTE_WORKER_CPUS: a worker whose network transports all sit on
- * devices of one NUMA locality is bound to the CPUs near them. Devices
- * hwloc does not place (loopback, virtual NICs) leave the worker unbound,
- * free to run anywhere.
+ * devices of one locality is bound to the CPUs near them. Devices hwloc
+ * does not place (loopback, virtual NICs) leave the worker unbound, free to
+ * run anywhere.
  */
 static void worker_bind_near_nic(ote_worker_t *w)
 {
-    hwloc_topology_t topo;
     hwloc_bitmap_t set = NULL;
+    bool any = false;
     char buf[256];
 
     for (size_t i = 0; i < w->num_ifaces; i++) {
         if (w->ifaces[i]->resource.is_network &&
             strcmp(w->ifaces[i]->resource.dev_name, "lo") != 0)
-            break;
-        if (i + 1 == w->num_ifaces)
-            return;
+            any = true;
     }
-    if (w->num_ifaces == 0 || hwloc_topology_init(&topo) != 0)
+    if (!any)
         return;
-    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-    if (hwloc_topology_load(topo) != 0 || !hwloc_topology_is_thissystem(topo))
-        goto out;
+    pthread_once(&io_topo_once, io_topo_load);
+    if (!io_topo_ok)
+        return;
     for (size_t i = 0; i < w->num_ifaces; i++) {
         const ote_tl_resource_t *res = &w->ifaces[i]->resource;
         hwloc_obj_t dev = NULL, anc;
@@ -360,34 +375,29 @@ static void worker_bind_near_nic(ote_worker_t *w)
         /* UCT names devices "mlx5_0:1": the part before ':' is the OS device. */
         snprintf(name, sizeof(name), "%s", res->dev_name);
         name[strcspn(name, ":")] = '\0';
-        while ((dev = hwloc_get_next_osdev(topo, dev)) != NULL) {
+        while ((dev = hwloc_get_next_osdev(io_topo, dev)) != NULL) {
             if (dev->name != NULL && strcmp(dev->name, name) == 0)
                 break;
         }
-        anc = dev != NULL ? hwloc_get_non_io_ancestor_obj(topo, dev) : NULL;
-        if (anc == NULL || anc->cpuset == NULL) {
+        anc = dev != NULL ? hwloc_get_non_io_ancestor_obj(io_topo, dev) : NULL;
+        if (anc == NULL || anc->cpuset == NULL ||
+            (set != NULL && !hwloc_bitmap_isequal(set, anc->cpuset))) {
+            /* A device not placed, or devices in different places: no single best. */
             hwloc_bitmap_free(set);
-            set = NULL;
-            goto out; /* one device not placed: do not guess */
+            return;
         }
-        if (set == NULL) {
-            set = hwloc_bitmap_dup(anc->cpuset);
-        } else if (!hwloc_bitmap_isequal(set, anc->cpuset)) {
-            hwloc_bitmap_free(set);
-            set = NULL;
-            goto out; /* devices in different places: no single best */
-        }
+        if (set == NULL && (set = hwloc_bitmap_dup(anc->cpuset)) == NULL)
+            return;
     }
-    if (set != NULL && !hwloc_bitmap_iszero(set)) {
+    if (set != NULL && !hwloc_bitmap_iszero(set) &&
+        !hwloc_bitmap_isequal(set, hwloc_topology_get_complete_cpuset(io_topo))) {
         hwloc_bitmap_snprintf(buf, sizeof(buf), set);
-        if (hwloc_set_thread_cpubind(topo, w->thread, set, 0) == 0)
+        if (hwloc_set_thread_cpubind(io_topo, w->thread, set, 0) == 0)
             ote_info("worker %zu bound near its NIC (cpuset %s)", w->index, buf);
         else
             ote_warn("worker %zu: cannot bind to cpuset %s", w->index, buf);
     }
-out:
     hwloc_bitmap_free(set);
-    hwloc_topology_destroy(topo);
 }
 #endif
 

@@ -7,6 +7,7 @@
 #include "mp_util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,7 +26,7 @@ typedef struct {
     uint8_t          *local;
     uint8_t          *probe; /* separate from the valid traffic's source */
     ote_mem_h         mem;
-    volatile int      stop;
+    atomic_int        stop;
     int               good_rounds;
     int               good_failures;
 } fx_t;
@@ -72,7 +73,7 @@ static void *good_traffic(void *arg)
                                    .segment = f->seg,
                                    .remote_addr = f->t.addr[0] + i * (1u << 20),
                                    .length = 1u << 20};
-    while (!f->stop || f->good_rounds < 3) {
+    while (!atomic_load(&f->stop) || f->good_rounds < 3) {
         ote_batch_h b;
         ote_task_status_t st;
         size_t first;
@@ -143,7 +144,7 @@ static void test_refusals_beside_valid_traffic(void **state)
         assert_int_equal(ote_test_check(f->probe, 0, 4096, 5), -1);
         assert_int_equal(one(f, OTE_OP_WRITE, f->t.addr[2], 4096).state, OTE_TASK_COMPLETED);
     }
-    f->stop = 1;
+    atomic_store(&f->stop, 1);
     pthread_join(th, NULL);
     assert_int_equal(f->good_failures, 0);
     assert_true(f->good_rounds >= 3);

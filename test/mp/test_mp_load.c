@@ -39,6 +39,29 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* SIGSTOP, and wait until the target is stopped indeed (delivery is not immediate). */
+static void stop_target(fx_t *f)
+{
+    char path[64], buf[512], *p;
+
+    kill(f->t.pid, SIGSTOP);
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)f->t.pid);
+    for (int i = 0; i < 5000; i++) {
+        FILE *fp = fopen(path, "r");
+        bool stopped = false;
+
+        if (fp != NULL) {
+            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
+                stopped = p[2] == 'T';
+            fclose(fp);
+        }
+        if (stopped)
+            return;
+        usleep(1000);
+    }
+    fail_msg("target %d did not stop", (int)f->t.pid);
+}
+
 static void fx_start(fx_t *f)
 {
     static const char *const args[] = {"--region", "32m:rw", NULL};
@@ -105,7 +128,7 @@ static void test_admission_limits(void **state)
     (void)state;
     env_tcp("8", "64k", "0");
     fx_start(&f);
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     assert_int_equal(ote_batch_create(f.e, 64, &b), OTE_OK);
     for (int i = 0; i < 4; i++)
         r[i] = req(&f, OTE_OP_WRITE, (size_t)i * 8192, 8192);
@@ -174,7 +197,7 @@ static void test_submit_timeout(void **state)
     (void)state;
     env_tcp("4", "1g", "500");
     fx_start(&f);
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
     for (int i = 0; i < 4; i++)
         r[i] = req(&f, OTE_OP_WRITE, (size_t)i * 4096, 4096);
@@ -227,7 +250,7 @@ static void test_cancel(void **state)
     ote_batch_release(b);
 
     /* Against a silent peer: final within OTE_XFER_TIMEOUT_MS, truthful. */
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     assert_int_equal(ote_batch_create(f.e, 2, &b), OTE_OK);
     r[0] = req(&f, OTE_OP_WRITE, 0, 8u << 20);
     r[1] = req(&f, OTE_OP_READ, 8u << 20, 8u << 20);
@@ -267,7 +290,7 @@ static void test_detached_release(void **state)
     for (int i = 0; i < 8; i++)
         r[i] = req(&f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
     /* Released while in flight against a silent peer: returns at once. */
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
     t0 = now_s();
@@ -434,7 +457,8 @@ static void test_idle_cpu_and_event_fd(void **state)
 
         assert_int_equal(ote_test_target_cmd(f.e, f.seg, "sum 0 0 4096", reply, sizeof(reply),
                                              10000), 0);
-        assert_int_equal(poll(&pfd, 1, 0), 1);
+        /* Signalled right after the message is queued (so never before it). */
+        assert_int_equal(poll(&pfd, 1, 5000), 1);
     }
     usleep(800 * 1000);
     t1 = worker_ticks(&n1);
@@ -481,7 +505,7 @@ static void test_timeout_after_idle(void **state)
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
     usleep(700 * 1000);
-    kill(f.t.pid, SIGSTOP);
+    stop_target(&f);
     t0 = now_s();
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
@@ -496,6 +520,83 @@ static void test_timeout_after_idle(void **state)
     env_clear();
 }
 
+/* Cpus_allowed_list of every ote-worker-* thread, joined by ';'. */
+static void worker_cpus(char *out, size_t max)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+
+    assert_non_null(d);
+    out[0] = '\0';
+    while ((de = readdir(d)) != NULL) {
+        char path[300], line[512], comm[64] = "";
+        FILE *fp;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), fp) == NULL)
+            comm[0] = '\0';
+        fclose(fp);
+        if (strncmp(comm, "ote-worker-", 11) != 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        while (fgets(line, sizeof(line), fp)) {
+            if (strncmp(line, "Cpus_allowed_list:", 18) == 0) {
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(out + strlen(out), max - strlen(out), "%s;",
+                         line + 18 + strspn(line + 18, " \t"));
+            }
+        }
+        fclose(fp);
+    }
+    closedir(d);
+}
+
+static void test_worker_cpus(void **state)
+{
+    char got[256], all[256];
+    ote_engine_h e;
+    FILE *fp;
+
+    (void)state;
+    setenv("OTE_NUM_WORKERS", "2", 1);
+    /* A malformed list binds nothing: workers keep the process's CPUs. */
+    setenv("OTE_WORKER_CPUS", "0-x", 1);
+    e = ote_test_engine(NULL);
+    worker_cpus(all, sizeof(all));
+    ote_engine_destroy(e);
+    fp = fopen("/proc/self/status", "r");
+    assert_non_null(fp);
+    {
+        char line[512], mine[128] = "";
+
+        while (fgets(line, sizeof(line), fp)) {
+            if (strncmp(line, "Cpus_allowed_list:", 18) == 0) {
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(mine, sizeof(mine), "%s;%s;", line + 18 + strspn(line + 18, " \t"),
+                         line + 18 + strspn(line + 18, " \t"));
+            }
+        }
+        fclose(fp);
+        printf("# malformed list: workers on %s (process: %s)\n", all, mine);
+        assert_string_equal(all, mine);
+    }
+    /* Worker i gets the (i mod n)-th CPU of the list. */
+    setenv("OTE_WORKER_CPUS", "0", 1);
+    e = ote_test_engine(NULL);
+    worker_cpus(got, sizeof(got));
+    ote_engine_destroy(e);
+    printf("# OTE_WORKER_CPUS=0: workers on %s\n", got);
+    assert_string_equal(got, "0;0;");
+    unsetenv("OTE_WORKER_CPUS");
+    unsetenv("OTE_NUM_WORKERS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_flood_memory),
         cmocka_unit_test(test_idle_cpu_and_event_fd),
         cmocka_unit_test(test_timeout_after_idle),
+        cmocka_unit_test(test_worker_cpus),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -12,6 +12,13 @@
  * COMPLETED is found there by the target itself; BUSY and refused
  * submissions leave nothing behind.
  *
+ * Transfers in flight at the same time never share a byte, locally or at a
+ * target (that would be the application's data race, and ThreadSanitizer
+ * would rightly report it): each thread owns slots of memory, a batch gets
+ * a free slot and lays its requests out in it without overlap. A batch
+ * released with tasks in flight keeps its slot for OTE_XFER_TIMEOUT_MS plus
+ * a margin, by which time every one of its tasks has ended.
+ *
  * Runs for OTE_TEST_STRESS_MS of submission (default 2500), over tcp (the
  * one transport where a stopped process is silent).
  */
@@ -31,23 +38,27 @@
 #include <cmocka.h>
 
 #define NTHREADS    4
-#define AREA        (1u << 20)      /* per-thread write area, and the read area */
-#define MAX_REQ     (128u << 10)
-#define MAX_BATCH   32
+#define SLOT        (256u << 10)    /* one batch's memory */
 #define MAX_KEEP    4               /* outstanding batches per thread */
-#define XFER_MS     1000
+#define NDETACH     28              /* slots for released batches */
+#define NSLOTS      (MAX_KEEP + NDETACH)
+#define AREA        (NSLOTS * SLOT) /* per thread: source, destination, remote */
+#define MAX_REQ     (32u << 10)
+#define MAX_BATCH   32
+#define XFER_MS     1500
 #define SEED_READ   0x5eedull
 
 enum { PEER_A, PEER_B, PEER_C, NPEERS };
 
 typedef struct {
-    uint32_t off, len;
+    uint32_t off, len;               /* off: in the thread's area (slot * SLOT + ...) */
     uint8_t  peer, op;
 } req_meta_t;
 
 typedef struct {
     ote_batch_h b;
     size_t      n;
+    int         slot;
     req_meta_t  meta[MAX_BATCH];
 } kept_t;
 
@@ -65,7 +76,10 @@ typedef struct {
 typedef struct {
     int            index;
     uint64_t       rng;
-    uint8_t       *local;            /* [0,AREA) source, [AREA,2A) read dest, [2A,3A) scratch */
+    uint8_t       *local;            /* [0,AREA) source, [AREA,2*AREA) destination */
+    bool           slot_used[MAX_KEEP];
+    double         detach_until[NDETACH]; /* a released batch may still use it */
+    unsigned       next_detach;
     range_t       *written;          /* COMPLETED writes to A */
     size_t         num_written, cap_written;
     kept_t         kept[MAX_KEEP];
@@ -83,6 +97,29 @@ static ote_test_target_t g_t[NPEERS];
 static atomic_bool      g_peer_gone[NPEERS]; /* B stopped, C killed: submits may fail */
 static atomic_bool      g_stop, g_cancel_stop;
 static slot_t           g_slot[NTHREADS];
+
+/* SIGSTOP, and wait until the process is stopped indeed. */
+static void stop_process(pid_t pid)
+{
+    char path[64], buf[512], *p;
+
+    kill(pid, SIGSTOP);
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 5000; i++) {
+        FILE *fp = fopen(path, "r");
+        bool stopped = false;
+
+        if (fp != NULL) {
+            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
+                stopped = p[2] == 'T';
+            fclose(fp);
+        }
+        if (stopped)
+            return;
+        usleep(1000);
+    }
+    fail_msg("process %d did not stop", (int)pid);
+}
 
 static double now_s(void)
 {
@@ -158,7 +195,8 @@ static void check_task(thr_t *t, ote_batch_h b, size_t idx, const req_meta_t *m)
     if (m->peer != PEER_A)
         return;
     if (m->op == OTE_OP_READ) {
-        long bad = ote_test_check(t->local + AREA + m->off, m->off, m->len, SEED_READ);
+        /* Read from A's read area at the same offset within a slot. */
+        long bad = ote_test_check(t->local + AREA + m->off, m->off % SLOT, m->len, SEED_READ);
 
         if (bad >= 0)
             T_FAIL(t, "read %u+%u: byte %ld wrong", m->off, m->len, bad);
@@ -179,6 +217,7 @@ static void finish_kept(thr_t *t, kept_t *k)
         g_slot[t->index].b = NULL;
     pthread_mutex_unlock(&g_slot[t->index].lock);
     st = ote_batch_wait(k->b, XFER_MS + 10000);
+    t->slot_used[k->slot] = false;
     if (st != OTE_OK) {
         T_FAIL(t, "batch did not end within %d ms", XFER_MS + 10000);
     } else {
@@ -192,44 +231,81 @@ static void finish_kept(thr_t *t, kept_t *k)
     ote_batch_release(k->b);
 }
 
+static void pop_kept(thr_t *t)
+{
+    finish_kept(t, &t->kept[0]);
+    memmove(&t->kept[0], &t->kept[1], --t->num_kept * sizeof(t->kept[0]));
+}
+
 static void *submitter(void *arg)
 {
     thr_t *t       = arg;
-    uint32_t wbase = AREA * (uint32_t)(t->index + 1);
+    uint32_t wbase = SLOT + AREA * (uint32_t)t->index; /* this thread's part of A */
+    uint32_t pbase = AREA * (uint32_t)t->index;        /* ... of B and C */
 
     while (!atomic_load(&g_stop) && !t->failed) {
         ote_xfer_req_t reqs[MAX_BATCH];
         kept_t k = {0};
         size_t n = 1 + mp_rand(&t->rng) % MAX_BATCH, first = 0;
         ote_status_t st;
-        bool others = false;
+        bool others = false, detach = false;
+        uint32_t cursor = 0;
+        int slot = -1;
 
         if (mp_rand(&t->rng) % 4 == 0)
             n = 1;
+        /* A slot: one for released batches whose tasks surely ended, or a free one. */
+        if (mp_rand(&t->rng) % 5 == 0 && now_s() > t->detach_until[t->next_detach]) {
+            detach = true;
+            slot   = MAX_KEEP + (int)t->next_detach;
+            t->detach_until[t->next_detach] = now_s() + (XFER_MS + 1000) / 1000.0;
+            t->next_detach = (t->next_detach + 1) % NDETACH;
+        } else {
+            if (t->num_kept == MAX_KEEP)
+                pop_kept(t);
+            for (int s = 0; s < MAX_KEEP; s++) {
+                if (!t->slot_used[s]) {
+                    slot = s;
+                    break;
+                }
+            }
+            if (slot < 0) {
+                T_FAIL(t, "no free slot");
+                break;
+            }
+            t->slot_used[slot] = true;
+        }
+        k.slot = slot;
         for (size_t i = 0; i < n; i++) {
             uint32_t len  = (uint32_t)mp_rand_size(&t->rng, MAX_REQ);
-            uint32_t off  = (uint32_t)(mp_rand(&t->rng) % (AREA - len + 1));
+            uint32_t off, in_slot;
             unsigned r    = (unsigned)(mp_rand(&t->rng) % 10);
             uint8_t peer  = r < 7 ? PEER_A : r < 9 ? PEER_B : PEER_C;
             uint8_t op    = (uint8_t)(mp_rand(&t->rng) % 2);
 
+            cursor += (uint32_t)(mp_rand(&t->rng) % 512);
+            if (cursor + len > SLOT) {
+                n = i;
+                break;
+            }
+            in_slot = cursor;
+            cursor += len;
+            off = (uint32_t)slot * SLOT + in_slot;
             if (peer != PEER_A && atomic_load(&g_peer_gone[peer]) && mp_rand(&t->rng) % 4)
                 peer = PEER_A; /* fewer requests to a lost peer, but still some */
             others |= peer != PEER_A;
             k.meta[i] = (req_meta_t){off, len, peer, op};
-            reqs[i] = (ote_xfer_req_t){.op = op, .segment = g_seg[peer], .length = len};
-            if (peer == PEER_A && op == OTE_OP_WRITE) {
-                reqs[i].local_addr  = t->local + off;
+            reqs[i] = (ote_xfer_req_t){.op = op, .segment = g_seg[peer], .length = len,
+                                       .local_addr = op == OTE_OP_WRITE ? t->local + off
+                                                                         : t->local + AREA + off};
+            if (peer == PEER_A && op == OTE_OP_WRITE)
                 reqs[i].remote_addr = g_t[PEER_A].addr[0] + wbase + off;
-            } else if (peer == PEER_A) {
-                reqs[i].local_addr  = t->local + AREA + off;
-                reqs[i].remote_addr = g_t[PEER_A].addr[0] + off;
-            } else {
-                reqs[i].local_addr  = op == OTE_OP_WRITE ? t->local + off
-                                                         : t->local + 2 * AREA + off;
-                reqs[i].remote_addr = g_t[peer].addr[0] + off;
-            }
+            else if (peer == PEER_A)
+                reqs[i].remote_addr = g_t[PEER_A].addr[0] + in_slot;
+            else
+                reqs[i].remote_addr = g_t[peer].addr[0] + pbase + off;
         }
+        /* n >= 1: the first request always fits (MAX_REQ + 512 < SLOT). */
         if (ote_batch_create(g_e, n, &k.b) != OTE_OK) {
             T_FAIL(t, "batch_create");
             break;
@@ -250,8 +326,7 @@ static void *submitter(void *arg)
             if (st == OTE_ERR_BUSY) {
                 t->busy++;
                 if (t->num_kept > 0) {
-                    finish_kept(t, &t->kept[0]);
-                    memmove(&t->kept[0], &t->kept[1], --t->num_kept * sizeof(t->kept[0]));
+                    pop_kept(t);
                 } else {
                     usleep(200);
                 }
@@ -271,6 +346,8 @@ static void *submitter(void *arg)
         }
         if (st != OTE_OK) {
             ote_batch_release(k.b);
+            if (!detach)
+                t->slot_used[slot] = false;
             continue;
         }
         if (first != 0)
@@ -285,15 +362,11 @@ static void *submitter(void *arg)
                 t->cancels++;
             }
         }
-        if (mp_rand(&t->rng) % 5 == 0) {
+        if (detach) {
             /* Detached: released with tasks in flight, reclaimed when they drain. */
             ote_batch_release(k.b);
             t->detached++;
             continue;
-        }
-        if (t->num_kept == MAX_KEEP) {
-            finish_kept(t, &t->kept[0]);
-            memmove(&t->kept[0], &t->kept[1], --t->num_kept * sizeof(t->kept[0]));
         }
         t->kept[t->num_kept++] = k;
         pthread_mutex_lock(&g_slot[t->index].lock);
@@ -301,10 +374,8 @@ static void *submitter(void *arg)
         g_slot[t->index].n = n;
         pthread_mutex_unlock(&g_slot[t->index].lock);
     }
-    while (t->num_kept > 0) {
-        finish_kept(t, &t->kept[0]);
-        memmove(&t->kept[0], &t->kept[1], --t->num_kept * sizeof(t->kept[0]));
-    }
+    while (t->num_kept > 0)
+        pop_kept(t);
     return NULL;
 }
 
@@ -335,8 +406,9 @@ static void *canceler(void *arg)
 
 static void test_stress(void **state)
 {
-    static const char *const args_a[] = {"--region", "5m:rw", NULL};
-    static const char *const args_bc[] = {"--region", "1m:rw", NULL};
+    /* A: the read area (one slot), then each thread's area; B, C: each thread's area. */
+    static const char *const args_a[] = {"--region", "33m:rw", NULL};
+    static const char *const args_bc[] = {"--region", "32m:rw", NULL};
     const char *ms_env = getenv("OTE_TEST_STRESS_MS");
     double run_s = (ms_env ? atof(ms_env) : 2500.0) / 1000.0;
     thr_t th[NTHREADS];
@@ -349,17 +421,17 @@ static void test_stress(void **state)
 
     (void)state;
     setenv("OTE_TLS", "tcp", 1);
-    setenv("OTE_XFER_TIMEOUT_MS", "1000", 1);
+    setenv("OTE_XFER_TIMEOUT_MS", "1500", 1);
     setenv("OTE_NUM_WORKERS", "2", 1);
     setenv("OTE_MAX_INFLIGHT_TASKS", "256", 1);
-    setenv("OTE_MAX_INFLIGHT_BYTES", "8m", 1);
+    setenv("OTE_MAX_INFLIGHT_BYTES", "4m", 1);
     assert_int_equal(ote_test_target_start(&g_t[PEER_A], NULL, args_a), 0);
     assert_int_equal(ote_test_target_start(&g_t[PEER_B], NULL, args_bc), 0);
     assert_int_equal(ote_test_target_start(&g_t[PEER_C], NULL, args_bc), 0);
     g_e = ote_test_engine(NULL);
     for (int p = 0; p < NPEERS; p++)
         assert_int_equal(ote_segment_open(g_e, g_t[p].name, &g_seg[p]), OTE_OK);
-    snprintf(cmd, sizeof(cmd), "fill 0 0 %u %llu", AREA, SEED_READ);
+    snprintf(cmd, sizeof(cmd), "fill 0 0 %u %llu", SLOT, SEED_READ);
     assert_int_equal(ote_test_target_cmd(g_e, g_seg[PEER_A], cmd, reply, sizeof(reply), 10000), 0);
     assert_string_equal(reply, "ok");
 
@@ -369,9 +441,9 @@ static void test_stress(void **state)
         th[i].rng   = 1000 + (uint64_t)i;
         pthread_mutex_init(&g_slot[i].lock, NULL);
         g_slot[i].b = NULL;
-        assert_int_equal(ote_mem_alloc(g_e, 3 * AREA, NULL, 0, (void **)&th[i].local, &mem[i]),
+        assert_int_equal(ote_mem_alloc(g_e, 2 * AREA, NULL, 0, (void **)&th[i].local, &mem[i]),
                          OTE_OK);
-        ote_test_fill(th[i].local, AREA * (uint64_t)(i + 1), AREA, 0xabc0 + (uint64_t)i);
+        ote_test_fill(th[i].local, SLOT + AREA * (uint64_t)i, AREA, 0xabc0 + (uint64_t)i);
     }
     t0 = now_s();
     for (int i = 0; i < NTHREADS; i++)
@@ -383,7 +455,7 @@ static void test_stress(void **state)
     ote_test_target_kill(&g_t[PEER_C]);
     usleep((useconds_t)(run_s * 0.3 * 1e6));
     atomic_store(&g_peer_gone[PEER_B], true);
-    kill(g_t[PEER_B].pid, SIGSTOP);
+    stop_process(g_t[PEER_B].pid);
     usleep((useconds_t)(run_s * 0.4 * 1e6));
     atomic_store(&g_stop, true);
     for (int i = 0; i < NTHREADS; i++)
@@ -436,7 +508,7 @@ static void test_stress(void **state)
             }
             for (b = a; b < AREA && cover[b]; b++)
                 ;
-            snprintf(cmd, sizeof(cmd), "check 0 %u %u %llu", AREA * (i + 1) + a, b - a,
+            snprintf(cmd, sizeof(cmd), "check 0 %u %u %llu", SLOT + AREA * i + a, b - a,
                      0xabc0ull + (unsigned)i);
             assert_int_equal(
                 ote_test_target_cmd(g_e, g_seg[PEER_A], cmd, reply, sizeof(reply), 10000), 0);
