@@ -2,12 +2,14 @@
 
 
 extern ote_tl_component_t ote_tcp_component;
+extern ote_tl_component_t ote_cuda_copy_component;
 #ifdef HAVE_UCX
 extern ote_tl_component_t ote_uct_component;
 #endif
 
 ote_tl_component_t *const ote_tl_components[] = {
     &ote_tcp_component,
+    &ote_cuda_copy_component,
 #ifdef HAVE_UCX
     &ote_uct_component,
 #endif
