@@ -40,7 +40,7 @@ typedef struct alloc {
     size_t        size;
     int           kind;
     int           phys;     /* physical device (K_DEV, K_IPC) */
-    char          name[48]; /* shm name (K_DEV, K_IPC)        */
+    char          name[40]; /* shm name (K_DEV, K_IPC)        */
     struct alloc *next;
 } alloc_t;
 
@@ -49,8 +49,9 @@ typedef struct {
     uint32_t phys;
     uint32_t pid;
     uint64_t size;
-    char     name[48];
+    char     name[40];
 } dbl_handle_t;
+_Static_assert(sizeof(dbl_handle_t) == 64, "cudaIpcMemHandle_t is 64 bytes");
 
 typedef struct op {
     void       *dst;
