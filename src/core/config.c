@@ -84,6 +84,8 @@ const ote_cfg_entry_t ote_config_table[] = {
      "Staging chunks in flight per request."},
     {"CUDA_IPC_CACHE_ENTRIES", "256", OTE_CFG_INT, F(cuda_ipc_cache_entries),
      "Imported CUDA IPC mappings kept per peer."},
+    {"CUDA_LIB", "", OTE_CFG_STRING, F(cuda_lib),
+     "Test only: a library exporting the CUDA entry points (test double) loaded instead of libcudart/libcuda."},
 };
 
 const size_t ote_config_table_size = sizeof(ote_config_table) / sizeof(ote_config_table[0]);

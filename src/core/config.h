@@ -57,6 +57,7 @@ typedef struct ote_config {
     size_t stage_chunk_size;
     long   stage_slots;
     long   cuda_ipc_cache_entries;
+    char  *cuda_lib;
 } ote_config_t;
 
 typedef struct {

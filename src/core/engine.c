@@ -459,8 +459,11 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
         size_t nres              = 0;
 
         fprintf(f, "#\n# component %s\n", comp->ops->name);
-        if (comp->ops->query_resources(comp, &params, &res, &nres) != OTE_OK)
+        if (comp->ops->query_resources(comp, &params, &res, &nres) != OTE_OK) {
+            if (comp->ops->unavailable != NULL)
+                fprintf(f, "#   unavailable: %s\n", comp->ops->unavailable(comp));
             continue;
+        }
         for (size_t r = 0; r < nres; r++) {
             const ote_engine_tl_t *tl = NULL;
             const char *why           = NULL;

@@ -6,9 +6,11 @@
 #include "mem.h"
 
 #include "core/log.h"
+#include "uct_ext/cuda/cuda_api.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -107,4 +109,65 @@ void ote_mem_host_free(void *addr, size_t alloc_len)
 {
     if (addr != NULL)
         munmap(addr, alloc_len);
+}
+
+ote_status_t ote_mem_owned_alloc(const char *location, size_t length, void **addr_p,
+                                 size_t *alloc_len_p, int *kind_p, unsigned *mem_type_p)
+{
+    unsigned type = OTE_MEM_TYPE_HOST;
+    ote_status_t status;
+    int numa = -1;
+
+    if (location != NULL && strncmp(location, "cuda_host:", 10) == 0) {
+        char dev[OTE_MEM_LOCATION_MAX];
+
+        /* Pinned host memory near GPU N: N must be a device. */
+        snprintf(dev, sizeof(dev), "cuda:%s", location + 10);
+        status = ote_mem_location_parse(dev, &type);
+        if (status != OTE_OK)
+            return status;
+        status = ote_cuda_host_alloc(atoi(location + 10), length, addr_p);
+        if (status != OTE_OK)
+            return status;
+        *alloc_len_p = length;
+        *kind_p      = OTE_MEM_OWNED_CUDA_HOST;
+        *mem_type_p  = OTE_MEM_TYPE_HOST;
+        return OTE_OK;
+    }
+    if (location != NULL && strcmp(location, "*") != 0) {
+        status = ote_mem_location_parse(location, &type);
+        if (status != OTE_OK)
+            return status;
+        if (type == OTE_MEM_TYPE_CUDA) {
+            status = ote_cuda_mem_alloc(atoi(location + 5), length, addr_p);
+            if (status != OTE_OK)
+                return status;
+            *alloc_len_p = length;
+            *kind_p      = OTE_MEM_OWNED_CUDA;
+            *mem_type_p  = OTE_MEM_TYPE_CUDA;
+            return OTE_OK;
+        }
+        numa = atoi(location + 4);
+    }
+    status = ote_mem_host_alloc(length, numa, addr_p, alloc_len_p);
+    if (status != OTE_OK)
+        return status;
+    *kind_p     = OTE_MEM_OWNED_HOST;
+    *mem_type_p = OTE_MEM_TYPE_HOST;
+    return OTE_OK;
+}
+
+void ote_mem_owned_free(int kind, void *addr, size_t alloc_len)
+{
+    switch (kind) {
+    case OTE_MEM_OWNED_CUDA:
+        ote_cuda_mem_free(addr);
+        break;
+    case OTE_MEM_OWNED_CUDA_HOST:
+        ote_cuda_host_free(addr);
+        break;
+    default:
+        ote_mem_host_free(addr, alloc_len);
+        break;
+    }
 }

@@ -5,6 +5,7 @@
 #include "mem.h"
 
 #include "core/log.h"
+#include "uct_ext/cuda/cuda_api.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -115,17 +116,68 @@ static ote_status_t host_detect(const void *addr, char *location, size_t locatio
     return OTE_OK;
 }
 
-ote_status_t ote_mem_detect(const void *addr, size_t length, unsigned *mem_type_p,
-                            char *location, size_t location_len)
+/*
+ * CUDA's view of [addr, addr+length): device memory ("cuda:N", the ordinal
+ * as CUDA numbers visible devices, so CUDA_VISIBLE_DEVICES applies), pinned
+ * host memory, or NOT_FOUND for memory CUDA does not know (or no CUDA). A
+ * device range must lie within one allocation.
+ */
+static ote_status_t cuda_detect(const void *addr, size_t length, unsigned *mem_type_p,
+                                bool *pinned_p, char *location, size_t location_len)
 {
-    if (device_detector != NULL) {
-        ote_status_t status = device_detector(addr, length, mem_type_p, location, location_len);
+    uint64_t base;
+    size_t size;
+    int dev;
 
+    if (ote_cuda_ptr_query(addr, &dev, pinned_p) != OTE_OK)
+        return OTE_ERR_NOT_FOUND;
+    if (dev < 0)
+        return OTE_ERR_NOT_FOUND; /* pinned host memory: the host detector names its node */
+    if (ote_cuda_alloc_range(addr, &base, &size) == OTE_OK &&
+        (uintptr_t)addr - base + (uint64_t)length > size) {
+        ote_error("GPU range %p+%zu crosses the end of its allocation (%#llx+%zu)", addr, length,
+                  (unsigned long long)base, size);
+        return OTE_ERR_OUT_OF_BOUNDS;
+    }
+    *mem_type_p = OTE_MEM_TYPE_CUDA;
+    snprintf(location, location_len, "cuda:%d", dev);
+    return OTE_OK;
+}
+
+static ote_status_t detect(const void *addr, size_t length, unsigned *mem_type_p,
+                           bool *pinned_p, char *location, size_t location_len)
+{
+    ote_status_t status;
+
+    *pinned_p = false;
+    if (device_detector != NULL) {
+        status = device_detector(addr, length, mem_type_p, location, location_len);
         if (status != OTE_ERR_NOT_FOUND)
             return status;
     }
+    status = cuda_detect(addr, length, mem_type_p, pinned_p, location, location_len);
+    if (status != OTE_ERR_NOT_FOUND)
+        return status;
     *mem_type_p = OTE_MEM_TYPE_HOST;
     return host_detect(addr, location, location_len);
+}
+
+ote_status_t ote_mem_detect(const void *addr, size_t length, unsigned *mem_type_p,
+                            char *location, size_t location_len)
+{
+    bool pinned;
+
+    return detect(addr, length, mem_type_p, &pinned, location, location_len);
+}
+
+bool ote_mem_host_pinned(const void *addr, size_t length)
+{
+    char location[OTE_MEM_LOCATION_MAX];
+    unsigned type;
+    bool pinned;
+
+    return detect(addr, length, &type, &pinned, location, sizeof(location)) == OTE_OK &&
+           type == OTE_MEM_TYPE_HOST && pinned;
 }
 
 static int parse_index(const char *s, long *idx_p)
@@ -162,7 +214,7 @@ ote_status_t ote_mem_location_parse(const char *location, unsigned *mem_type_p)
         return OTE_OK;
     }
     if (strncmp(location, "cuda:", 5) == 0) {
-        int n = cuda_device_count_fn ? cuda_device_count_fn() : 0;
+        int n = cuda_device_count_fn ? cuda_device_count_fn() : ote_cuda_device_count();
 
         if (parse_index(location + 5, &idx) != 0 || idx >= n) {
             ote_error("memory location '%s': no such CUDA device (%d visible)", location, n);

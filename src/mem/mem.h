@@ -98,6 +98,7 @@ struct ote_mem {
     unsigned         access;
     bool             owned;       /* engine-owned: freed with the region    */
     void            *owned_base;  /* what to free                           */
+    int              owned_kind;  /* OTE_MEM_OWNED_*                        */
     size_t           owned_length;
     unsigned         refs;        /* user references; under the table lock  */
     atomic_long      life;        /* in-table + data-path users             */
@@ -230,6 +231,8 @@ void         ote_mem_set_device_detector(ote_mem_detect_fn_t fn);
 void         ote_mem_set_cuda_device_count(int (*fn)(void));
 ote_status_t ote_mem_detect(const void *addr, size_t length, unsigned *mem_type_p,
                             char *location, size_t location_len);
+/* Page-locked (CUDA-pinned) host memory: detected by the same path. */
+bool         ote_mem_host_pinned(const void *addr, size_t length);
 /* Check a location string names a device that exists; gives its mem type. */
 ote_status_t ote_mem_location_parse(const char *location, unsigned *mem_type_p);
 /* Number of online NUMA nodes of this host (at least 1). */
@@ -243,5 +246,15 @@ bool         ote_mem_numa_node_online(int node);
  */
 ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *alloc_len_p);
 void         ote_mem_host_free(void *addr, size_t alloc_len);
+
+/*
+ * Engine-owned memory of any kind a location names: "cpu:N" (or NULL/"*"),
+ * "cuda:N" (GPU memory), "cuda_host:N" (pinned host memory near GPU N).
+ * *kind_p says how to free it; *mem_type_p what it is.
+ */
+enum { OTE_MEM_OWNED_HOST = 0, OTE_MEM_OWNED_CUDA = 1, OTE_MEM_OWNED_CUDA_HOST = 2 };
+ote_status_t ote_mem_owned_alloc(const char *location, size_t length, void **addr_p,
+                                 size_t *alloc_len_p, int *kind_p, unsigned *mem_type_p);
+void         ote_mem_owned_free(int kind, void *addr, size_t alloc_len);
 
 #endif

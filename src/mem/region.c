@@ -239,7 +239,7 @@ static void region_release(ote_region_t *r, bool discard)
     if (r->owned) {
         /* The cache must not serve this range's old registrations again. */
         ote_rcache_invalidate(t->rcache, (uintptr_t)r->owned_base, r->owned_length);
-        ote_mem_host_free(r->owned_base, r->owned_length);
+        ote_mem_owned_free(r->owned_kind, r->owned_base, r->owned_length);
     }
     free(r);
     table_put(t);
@@ -560,33 +560,27 @@ ote_status_t ote_mem_table_alloc(ote_mem_table_t *t, size_t length, const char *
 {
     ote_mem_desc_t d = {.length = length, .location = location, .access = access};
     unsigned type    = OTE_MEM_TYPE_HOST;
-    int numa         = -1;
+    int kind         = OTE_MEM_OWNED_HOST;
     size_t alloc_len;
     ote_region_t *r;
     ote_status_t status;
 
     if (t == NULL || length == 0 || addr_p == NULL || region_p == NULL)
         return OTE_ERR_INVALID_PARAM;
-    if (location != NULL && strcmp(location, "*") != 0) {
-        status = ote_mem_location_parse(location, &type);
-        if (status != OTE_OK)
-            return status;
-        if (type != OTE_MEM_TYPE_HOST) {
-            ote_error("ote_mem_alloc: no component allocates %s memory in this engine", location);
-            return OTE_ERR_UNSUPPORTED;
-        }
-        numa = atoi(location + 4);
-    }
-    status = ote_mem_host_alloc(length, numa, &d.addr, &alloc_len);
+    status = ote_mem_owned_alloc(location, length, &d.addr, &alloc_len, &kind, &type);
     if (status != OTE_OK)
         return status;
+    /* Pinned memory near a GPU is host memory: its node is detected. */
+    if (kind == OTE_MEM_OWNED_CUDA_HOST)
+        d.location = NULL;
     status = desc_check(&d);
     if (status == OTE_OK)
         status = region_prepare(t, &d, true, &r);
     if (status != OTE_OK) {
-        ote_mem_host_free(d.addr, alloc_len);
+        ote_mem_owned_free(kind, d.addr, alloc_len);
         return status;
     }
+    r->owned_kind   = kind;
     r->owned_base   = d.addr;
     r->owned_length = alloc_len;
     table_wrlock(t);

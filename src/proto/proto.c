@@ -20,6 +20,9 @@
 static bool rail_serves(const ote_tl_caps_t *c, unsigned op_cap, unsigned local_mem,
                         unsigned remote_mem)
 {
+    if ((c->ops & OTE_TL_CAP_DEVICE_PAIRS) && local_mem == OTE_MEM_TYPE_HOST &&
+        remote_mem == OTE_MEM_TYPE_HOST)
+        return false;
     return (c->ops & op_cap) && (c->mem_local & local_mem) && (c->mem_remote & remote_mem);
 }
 

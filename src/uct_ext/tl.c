@@ -3,6 +3,8 @@
 
 extern ote_tl_component_t ote_tcp_component;
 extern ote_tl_component_t ote_cma_component;
+extern ote_tl_component_t ote_cuda_copy_component;
+extern ote_tl_component_t ote_cuda_ipc_component;
 #ifdef HAVE_UCX
 extern ote_tl_component_t ote_uct_component;
 #endif
@@ -10,6 +12,8 @@ extern ote_tl_component_t ote_uct_component;
 ote_tl_component_t *const ote_tl_components[] = {
     &ote_tcp_component,
     &ote_cma_component,
+    &ote_cuda_copy_component,
+    &ote_cuda_ipc_component,
 #ifdef HAVE_UCX
     &ote_uct_component,
 #endif

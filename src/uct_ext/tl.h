@@ -40,6 +40,11 @@ enum {
     OTE_TL_CAP_FLUSH     = 1u << 3,
     /* The target checks every access against its region table. */
     OTE_TL_CAP_CHECKED   = 1u << 4,
+    /*
+     * Serves only pairs where at least one side is device memory (cuda_copy,
+     * staging): host-to-host traffic is left to the host transports.
+     */
+    OTE_TL_CAP_DEVICE_PAIRS = 1u << 5,
 };
 
 enum {
@@ -116,6 +121,8 @@ typedef struct {
     void (*md_close)(ote_tl_component_t *comp, ote_md_t *md);
     ote_status_t (*iface_open)(const ote_tl_resource_t *res, ote_md_t *md,
                                const ote_tl_iface_params_t *params, ote_tl_iface_t **iface_p);
+    /* Optional: why query_resources offers nothing here (ote_info -d). */
+    const char *(*unavailable)(ote_tl_component_t *comp);
 } ote_tl_component_ops_t;
 
 struct ote_tl_component {

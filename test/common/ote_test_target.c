@@ -7,7 +7,10 @@
  * each with a notification to the sender's segment.
  *
  * Options: --listen ADDR (default 127.0.0.1:0)
- *          --region SIZE:ACCESS   ACCESS is any of r, w, or - (none)
+ *          --region SIZE:ACCESS[@LOCATION]   ACCESS is any of r, w, or - (none);
+ *                                 with @LOCATION (e.g. @cuda:0) the region is engine-owned
+ *                                 memory from ote_mem_alloc there (fill/check touch it
+ *                                 directly: CUDA test double only)
  *          --guard SIZE           following regions are registered in the middle
  *                                 of a mapping with SIZE unregistered bytes on each
  *                                 side, filled with OTE_TEST_GUARD_SEED; the
@@ -41,6 +44,7 @@ int main(int argc, char **argv)
     unsigned acc[OTE_TEST_MAX_REGIONS];
     ote_mem_h mem[OTE_TEST_MAX_REGIONS];
     size_t n = 0, guard = 0, glen[OTE_TEST_MAX_REGIONS];
+    const char *where[OTE_TEST_MAX_REGIONS] = {NULL};
     ote_segment_h reply = NULL;
     char reply_name[256] = "";
     ote_status_t st;
@@ -67,6 +71,16 @@ int main(int argc, char **argv)
             else if (*colon == 'm') { sz <<= 20; colon++; }
             else if (*colon == 'g') { sz <<= 30; colon++; }
             acc[n] = 0;
+            if (strchr(colon, '@') != NULL) {
+                where[n] = strchr(colon, '@') + 1;
+                buf[n]   = NULL;
+                glen[n]  = 0;
+                len[n]   = sz;
+                acc[n] |= strchr(colon, 'r') ? OTE_ACCESS_REMOTE_READ : 0;
+                acc[n] |= strchr(colon, 'w') ? OTE_ACCESS_REMOTE_WRITE : 0;
+                n++;
+                continue;
+            }
             if (*colon == ':') {
                 acc[n] |= strchr(colon, 'r') ? OTE_ACCESS_REMOTE_READ : 0;
                 acc[n] |= strchr(colon, 'w') ? OTE_ACCESS_REMOTE_WRITE : 0;
@@ -93,7 +107,10 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < n; k++) {
         ote_mem_desc_t d = {.addr = buf[k], .length = len[k], .access = acc[k]};
 
-        st = ote_mem_register(e, &d, 1, &mem[k]);
+        if (where[k] != NULL)
+            st = ote_mem_alloc(e, len[k], where[k], acc[k], (void **)&buf[k], &mem[k]);
+        else
+            st = ote_mem_register(e, &d, 1, &mem[k]);
         if (st != OTE_OK) {
             fprintf(stderr, "target: register: %s\n", ote_status_string(st));
             return 1;
@@ -153,7 +170,7 @@ int main(int argc, char **argv)
                      (unsigned long long)ote_test_hash(buf[r] - glen[r], glen[r]),
                      (unsigned long long)ote_test_hash(buf[r] + len[r], glen[r]));
         } else if (sscanf(cmd, "dereg %u", &r) == 1 && r < n) {
-            st = ote_mem_deregister(e, mem[r]);
+            st = where[r] != NULL ? ote_mem_free(e, mem[r]) : ote_mem_deregister(e, mem[r]);
             snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);
         }
         ote_notify_send(e, reply, ans, strlen(ans));

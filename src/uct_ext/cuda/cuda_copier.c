@@ -1,0 +1,245 @@
+/*
+ * Pooled streams and events. A copy takes a stream of its device round
+ * robin and an event from a free list; progress queries the events of the
+ * copies in flight and ends those that completed. Streams are non-blocking
+ * (they do not serialise with the legacy default stream), so copies of
+ * different slices overlap.
+ */
+#include "cuda_int.h"
+
+#include "core/log.h"
+#include "core/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define COPIER_DESTROY_WAIT_NS (10ull * 1000 * 1000 * 1000)
+
+typedef struct copy_op {
+    ote_cuda_event_t    event;
+    ote_cuda_copy_cb_t  cb;
+    void               *arg;
+    bool                failed;
+    struct copy_op     *next;
+} copy_op_t;
+
+struct ote_cuda_copier {
+    unsigned           streams_per_dev;
+    ote_cuda_stream_t *streams[OTE_CUDA_MAX_DEVICES]; /* NULL until first use */
+    unsigned           next[OTE_CUDA_MAX_DEVICES];
+    copy_op_t         *pending, *pending_tail;
+    size_t             num_pending;
+    copy_op_t         *free_ops;
+};
+
+int ote_cuda_location_device(const char *location)
+{
+    char *end;
+    long v;
+
+    if (location == NULL || strncmp(location, "cuda:", 5) != 0)
+        return -1;
+    v = strtol(location + 5, &end, 10);
+    if (end == location + 5 || *end != '\0' || v < 0 || v >= OTE_CUDA_MAX_DEVICES)
+        return -1;
+    return (int)v;
+}
+
+ote_status_t ote_cuda_copier_create(unsigned streams_per_device, ote_cuda_copier_t **c_p)
+{
+    ote_cuda_copier_t *c;
+
+    if (ote_cuda_api() == NULL)
+        return OTE_ERR_UNSUPPORTED;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return OTE_ERR_NO_MEMORY;
+    c->streams_per_dev = streams_per_device ? streams_per_device : 1;
+    *c_p               = c;
+    return OTE_OK;
+}
+
+static ote_status_t streams_get(ote_cuda_copier_t *c, int dev, ote_cuda_stream_t *stream_p)
+{
+    const ote_cuda_api_t *a = ote_cuda_api();
+    ote_cuda_stream_t *s;
+    ote_cuda_err_t err;
+
+    if (dev < 0)
+        dev = 0;
+    if (dev >= ote_cuda_device_count())
+        return OTE_ERR_INVALID_PARAM;
+    if (c->streams[dev] == NULL) {
+        s = calloc(c->streams_per_dev, sizeof(*s));
+        if (s == NULL)
+            return OTE_ERR_NO_MEMORY;
+        err = a->set_device(dev);
+        for (unsigned i = 0; i < c->streams_per_dev && err == OTE_CUDA_SUCCESS; i++)
+            err = a->stream_create(&s[i], OTE_CUDA_STREAM_NON_BLOCKING);
+        if (err != OTE_CUDA_SUCCESS) {
+            ote_error("cuda:%d: creating streams: %s", dev, ote_cuda_strerror(err));
+            for (unsigned i = 0; i < c->streams_per_dev; i++) {
+                if (s[i] != NULL)
+                    a->stream_destroy(s[i]);
+            }
+            free(s);
+            return OTE_ERR_IO;
+        }
+        c->streams[dev] = s;
+    } else if ((err = a->set_device(dev)) != OTE_CUDA_SUCCESS) {
+        return OTE_ERR_IO;
+    }
+    *stream_p = c->streams[dev][c->next[dev]++ % c->streams_per_dev];
+    return OTE_OK;
+}
+
+static copy_op_t *op_get(ote_cuda_copier_t *c)
+{
+    copy_op_t *op = c->free_ops;
+
+    if (op != NULL) {
+        c->free_ops = op->next;
+        return op;
+    }
+    op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return NULL;
+    if (ote_cuda_api()->event_create(&op->event, OTE_CUDA_EVENT_DISABLE_TIMING) !=
+        OTE_CUDA_SUCCESS) {
+        free(op);
+        return NULL;
+    }
+    return op;
+}
+
+static void op_put(ote_cuda_copier_t *c, copy_op_t *op)
+{
+    op->next    = c->free_ops;
+    c->free_ops = op;
+}
+
+ote_status_t ote_cuda_copier_post(ote_cuda_copier_t *c, int dev, void *dst, const void *src,
+                                  size_t n, ote_cuda_copy_cb_t cb, void *arg)
+{
+    const ote_cuda_api_t *a = ote_cuda_api();
+    ote_cuda_stream_t stream;
+    ote_cuda_err_t err;
+    copy_op_t *op;
+    ote_status_t status;
+
+    status = streams_get(c, dev, &stream);
+    if (status != OTE_OK)
+        return status;
+    op = op_get(c);
+    if (op == NULL)
+        return OTE_ERR_NO_MEMORY;
+    err = a->memcpy_async(dst, src, n, OTE_CUDA_MEMCPY_DEFAULT, stream);
+    if (err == OTE_CUDA_SUCCESS)
+        err = a->event_record(op->event, stream);
+    if (err != OTE_CUDA_SUCCESS) {
+        a->get_last_error();
+        ote_error("cuda:%d: copy of %zu bytes %p -> %p: %s", dev < 0 ? 0 : dev, n, src, dst,
+                  ote_cuda_strerror(err));
+        op_put(c, op);
+        return err == OTE_CUDA_ERR_INVALID_VALUE ? OTE_ERR_INVALID_PARAM : OTE_ERR_IO;
+    }
+    op->cb   = cb;
+    op->arg  = arg;
+    op->next = NULL;
+    if (c->pending_tail)
+        c->pending_tail->next = op;
+    else
+        c->pending = op;
+    c->pending_tail = op;
+    c->num_pending++;
+    return OTE_OK;
+}
+
+unsigned ote_cuda_copier_progress(ote_cuda_copier_t *c)
+{
+    const ote_cuda_api_t *a = ote_cuda_api();
+    copy_op_t **pp = &c->pending, *prev = NULL;
+    copy_op_t *done = NULL, **done_tail = &done;
+    unsigned n = 0;
+
+    /* Unlink the completed ones first: callbacks may post new copies. */
+    while (*pp != NULL) {
+        copy_op_t *op      = *pp;
+        ote_cuda_err_t err = a->event_query(op->event);
+
+        if (err == OTE_CUDA_ERR_NOT_READY) {
+            prev = op;
+            pp   = &op->next;
+            continue;
+        }
+        *pp = op->next;
+        if (c->pending_tail == op)
+            c->pending_tail = prev;
+        c->num_pending--;
+        op->failed = err != OTE_CUDA_SUCCESS;
+        if (op->failed) {
+            a->get_last_error();
+            ote_error("cuda copy failed: %s", ote_cuda_strerror(err));
+        }
+        op->next   = NULL;
+        *done_tail = op;
+        done_tail  = &op->next;
+    }
+    while (done != NULL) {
+        copy_op_t *op         = done;
+        ote_cuda_copy_cb_t cb = op->cb;
+        void *arg             = op->arg;
+        bool failed           = op->failed;
+
+        done = op->next;
+        op_put(c, op);
+        cb(arg, failed ? OTE_ERR_IO : OTE_OK);
+        n++;
+    }
+    return n;
+}
+
+size_t ote_cuda_copier_pending(const ote_cuda_copier_t *c)
+{
+    return c->num_pending;
+}
+
+void ote_cuda_copier_destroy(ote_cuda_copier_t *c)
+{
+    const ote_cuda_api_t *a = ote_cuda_api();
+    uint64_t deadline       = ote_time_ns() + COPIER_DESTROY_WAIT_NS;
+
+    if (c == NULL)
+        return;
+    while (c->num_pending > 0 && ote_time_ns() < deadline) {
+        struct timespec ts = {.tv_nsec = 100 * 1000};
+
+        if (ote_cuda_copier_progress(c) == 0)
+            nanosleep(&ts, NULL);
+    }
+    while (c->pending != NULL) {
+        copy_op_t *op = c->pending;
+
+        c->pending = op->next;
+        ote_warn("cuda copy still running after %llu s at close",
+                 (unsigned long long)(COPIER_DESTROY_WAIT_NS / 1000000000ull));
+        op->cb(op->arg, OTE_ERR_TIMEOUT);
+        op_put(c, op);
+    }
+    while (c->free_ops != NULL) {
+        copy_op_t *op = c->free_ops;
+
+        c->free_ops = op->next;
+        a->event_destroy(op->event);
+        free(op);
+    }
+    for (int d = 0; d < OTE_CUDA_MAX_DEVICES; d++) {
+        if (c->streams[d] == NULL)
+            continue;
+        for (unsigned i = 0; i < c->streams_per_dev; i++)
+            a->stream_destroy(c->streams[d][i]);
+        free(c->streams[d]);
+    }
+    free(c);
+}
