@@ -57,7 +57,7 @@ ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
     c->fd         = fd;
     c->peer_pidfd = -1;
     c->iface      = iface;
-    c->ep       = ep;
+    c->ep         = ep;
     if (ep != NULL)
         c->rx_state = OTE_TCP_RX_HDR;
     else if (iface->auth != NULL && iface->auth->enabled)
