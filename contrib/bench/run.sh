@@ -19,12 +19,12 @@ sleep 0.5
 iperf3 -s -p 5299 -D -1 >/dev/null 2>&1; sleep 0.5
 iperf3 -c 127.0.0.1 -p 5299 -P 2 -t 5 -f g 2>/dev/null | awk '/SUM.*receiver/ {print "iperf3 -P 2 (128 KiB writes): " $6 " Gbit/s = " $6/8 " GB/s"}'
 if command -v ucx_perftest >/dev/null; then
-    ucx_perftest -d memory -x cma -p 13337 >/dev/null 2>&1 &
+    ucx_perftest -p 13337 >/dev/null 2>&1 &
     sleep 1
     ucx_perftest 127.0.0.1 -p 13337 -d memory -x cma -t put_bw -D zcopy -s 1048576 -n 4000 2>/dev/null |
         awk '/Final/ {print "ucx_perftest -t put_bw -x cma -D zcopy -s 1m: " $6 " MiB/s = " $6*1.048576/1000 " GB/s"}'
     wait
-    ucx_perftest -d lo -x tcp -p 13338 >/dev/null 2>&1 &
+    ucx_perftest -p 13338 >/dev/null 2>&1 &
     sleep 1
     ucx_perftest 127.0.0.1 -p 13338 -d lo -x tcp -t put_bw -D zcopy -s 1048576 -n 2000 2>/dev/null |
         awk '/Final/ {print "ucx_perftest -t put_bw -x tcp -D zcopy -s 1m: " $6 " MiB/s = " $6*1.048576/1000 " GB/s"}'
@@ -43,3 +43,10 @@ for t in write_bw read_bw; do
 done
 run -x tcp -t write_lat -s 8
 run -x tcp -t read_lat -s 8
+echo "== intra-host (native cma, UCT cma, UCT tcp)"
+for t in write_bw read_bw; do
+    run -x cma -t $t -s 1m -b 8
+    run -x uct_cma -t $t -s 1m -b 8
+done
+run -x uct_tcp -t write_bw -s 1m -b 8
+run -x cma -t write_lat -s 8
