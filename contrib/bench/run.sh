@@ -50,3 +50,8 @@ for t in write_bw read_bw; do
 done
 run -x uct_tcp -t write_bw -s 1m -b 8
 run -x cma -t write_lat -s 8
+echo "== authentication: 1 MiB WRITE without and with OTE_AUTH_KEY, alternated"
+for i in 1 2 3; do
+    OTE_AUTH_KEY= run -x tcp -t write_bw -s 1m -b 8
+    OTE_AUTH_KEY=bench-key-0123456789abcdef0123 run -x tcp -t write_bw -s 1m -b 8
+done
