@@ -7,9 +7,12 @@
 #
 #   contrib/check-tsan.sh [BUILD_DIR]      (default: build-tsan)
 #
-# Environment: JOBS (default 2), CC, CONFIGURE_FLAGS (extra configure
-# options), TSAN_TESTS (a test list to run instead), OTE_TEST_STRESS_MS
-# (submission time of the stress test, default 2500).
+# Environment: JOBS (default 2) for the build, TSAN_TEST_JOBS (default 1)
+# for the tests: instrumented targets are slow, and two multi-process tests
+# at once on a small machine can outlast the tests' command timeouts; CC,
+# CONFIGURE_FLAGS (extra configure options), TSAN_TESTS (a test list to run
+# instead), OTE_TEST_STRESS_MS (submission time of the stress test, default
+# 2500).
 #
 # contrib/tsan.supp names only code outside OrbitTE (uninstrumented
 # libraries); nothing of OrbitTE's own is suppressed.
@@ -54,7 +57,7 @@ if [ -z "${TSAN_TESTS:-}" ]; then
         tr ' ' '\n' | grep -E '^(unit/core/|mp/test_mp_)' | tr '\n' ' ')
 fi
 echo "check-tsan: running $TSAN_TESTS"
-make -C test -j"$jobs" check TESTS="$TSAN_TESTS"
+make -C test -j"${TSAN_TEST_JOBS:-1}" check TESTS="$TSAN_TESTS"
 if grep -l -E 'WARNING: ThreadSanitizer|ERROR: ThreadSanitizer' \
         test/unit/core/*.log test/mp/*.log 2>/dev/null; then
     echo "check-tsan: ThreadSanitizer reports in the logs above" >&2

@@ -167,7 +167,8 @@ static bool admission_try(ote_engine_h e, size_t tasks, size_t bytes)
     cur_b = atomic_load(&e->inflight_bytes);
     do {
         if (cur_b > 0 && (bytes > max_bytes || cur_b > max_bytes - bytes)) {
-            atomic_fetch_sub(&e->inflight_tasks, (long)tasks);
+            /* Through release: a submitter refused meanwhile is woken up. */
+            admission_release(e, tasks, 0);
             return false;
         }
     } while (!atomic_compare_exchange_weak(&e->inflight_bytes, &cur_b, cur_b + bytes));

@@ -18,7 +18,6 @@
 #ifdef HAVE_HWLOC
 #include <hwloc.h>
 #endif
-#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,7 +259,9 @@ static void *worker_main(void *arg)
              * sees sleeping. Both are set while we hold the lock.
              */
             if (cap_ms < 0 && atomic_load(&w->engine->inflight_tasks) == 0 &&
-                now - atomic_load_explicit(&w->active_ns, memory_order_relaxed) > idle_ns) {
+                /* signed: a submitter may have stamped it after our now */
+                (int64_t)(now - atomic_load_explicit(&w->active_ns, memory_order_relaxed)) >
+                    (int64_t)idle_ns) {
                 atomic_store(&w->idle_sleep, true);
                 timeout = -1;
             }

@@ -375,13 +375,24 @@ static void test_flood_memory(void **state)
            "2.5 s, VmHWM %ld KiB\n",
            tasks, busy, rss1, rss2, vm_kib("VmHWM:"));
     assert_true(tasks > 0);
-    /* Flat: what is in flight is bounded by admission, not by the flood. */
+    /*
+     * Flat: what is in flight is bounded by admission, not by the flood.
+     * ASan keeps freed blocks in quarantine (up to 256 MiB), which grows
+     * the resident size by design: there only the leak check at exit holds.
+     */
+#if defined(__SANITIZE_ADDRESS__)
+    (void)rss1;
+#else
     assert_true(rss2 - rss1 < 16 * 1024);
+#endif
     fx_stop(&f);
     env_clear();
 }
 
-/* utime+stime (clock ticks) of this process's threads named ote-worker-*. */
+/*
+ * utime+stime (clock ticks) of this process's threads named ote-worker-*
+ * (and of any thread that inherited the name from a worker that started it).
+ */
 static long worker_ticks(int *nthreads_p)
 {
     DIR *d = opendir("/proc/self/task");
@@ -466,8 +477,9 @@ static void test_idle_cpu_and_event_fd(void **state)
     t2 = worker_ticks(&n2);
     printf("# %d worker threads used %ld clock ticks (of %ld per second) over one idle second\n",
            n2, t2 - t1, sysconf(_SC_CLK_TCK));
-    assert_int_equal(n1, 2);
-    assert_int_equal(n2, 2);
+    /* A thread another library starts from a worker inherits its name: >= 2. */
+    assert_true(n1 >= 2);
+    assert_int_equal(n1, n2);
     assert_int_equal(t2 - t1, 0);
     /* Still working after the idle sleep: the timer comes back with work. */
     assert_int_equal(ote_batch_create(f.e, 16, &b), OTE_OK);
@@ -520,19 +532,26 @@ static void test_timeout_after_idle(void **state)
     env_clear();
 }
 
-/* Cpus_allowed_list of every ote-worker-* thread, joined by ';'. */
-static void worker_cpus(char *out, size_t max)
+/*
+ * Cpus_allowed_list of every ote-worker-* thread whose tid is not listed in
+ * skip (";tid;tid;"), joined by ';'; *tids gets ";tid;..." of those seen.
+ */
+static void worker_cpus(char *out, size_t max, const char *skip, char *tids, size_t tids_max)
 {
     DIR *d = opendir("/proc/self/task");
     struct dirent *de;
 
     assert_non_null(d);
     out[0] = '\0';
+    snprintf(tids, tids_max, ";");
     while ((de = readdir(d)) != NULL) {
-        char path[300], line[512], comm[64] = "";
+        char path[300], line[512], comm[64] = "", key[300];
         FILE *fp;
 
         if (de->d_name[0] == '.')
+            continue;
+        snprintf(key, sizeof(key), ";%s;", de->d_name);
+        if (skip != NULL && strstr(skip, key) != NULL)
             continue;
         snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
         if ((fp = fopen(path, "r")) == NULL)
@@ -542,6 +561,7 @@ static void worker_cpus(char *out, size_t max)
         fclose(fp);
         if (strncmp(comm, "ote-worker-", 11) != 0)
             continue;
+        snprintf(tids + strlen(tids), tids_max - strlen(tids), "%s;", de->d_name);
         snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);
         if ((fp = fopen(path, "r")) == NULL)
             continue;
@@ -559,16 +579,18 @@ static void worker_cpus(char *out, size_t max)
 
 static void test_worker_cpus(void **state)
 {
-    char got[256], all[256];
+    char got[256], all[256], before[512], tids[512];
     ote_engine_h e;
     FILE *fp;
 
     (void)state;
+    /* Threads named ote-worker-* that are not this engine's workers (inherited names). */
+    worker_cpus(got, sizeof(got), NULL, before, sizeof(before));
     setenv("OTE_NUM_WORKERS", "2", 1);
     /* A malformed list binds nothing: workers keep the process's CPUs. */
     setenv("OTE_WORKER_CPUS", "0-x", 1);
     e = ote_test_engine(NULL);
-    worker_cpus(all, sizeof(all));
+    worker_cpus(all, sizeof(all), before, tids, sizeof(tids));
     ote_engine_destroy(e);
     fp = fopen("/proc/self/status", "r");
     assert_non_null(fp);
@@ -587,9 +609,10 @@ static void test_worker_cpus(void **state)
         assert_string_equal(all, mine);
     }
     /* Worker i gets the (i mod n)-th CPU of the list. */
+    worker_cpus(got, sizeof(got), NULL, before, sizeof(before));
     setenv("OTE_WORKER_CPUS", "0", 1);
     e = ote_test_engine(NULL);
-    worker_cpus(got, sizeof(got));
+    worker_cpus(got, sizeof(got), before, tids, sizeof(tids));
     ote_engine_destroy(e);
     printf("# OTE_WORKER_CPUS=0: workers on %s\n", got);
     assert_string_equal(got, "0;0;");
