@@ -76,6 +76,7 @@ static const api_sym_t api_syms[] = {
     S("cudaEventRecord", event_record, false),
     S("cudaEventQuery", event_query, false),
     S("cudaMemcpyAsync", memcpy_async, false),
+    S("cudaStreamSynchronize", stream_synchronize, false),
     S("cudaIpcGetMemHandle", ipc_get_mem_handle, false),
     S("cudaIpcOpenMemHandle", ipc_open_mem_handle, false),
     S("cudaIpcCloseMemHandle", ipc_close_mem_handle, false),

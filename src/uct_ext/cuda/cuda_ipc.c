@@ -368,7 +368,8 @@ typedef struct {
 /* Address: u32 pid, u64 instance; a process cannot open its own handles. */
 #define IPC_ADDR_LEN 12
 
-static ote_md_t ipc_md = {.name = "cuda_ipc", .ops = &ipc_md_ops, .mem_types = OTE_MEM_TYPE_CUDA};
+static ote_md_t ipc_md = {.name = "cuda_ipc", .ops = &ipc_md_ops, .mem_types = OTE_MEM_TYPE_CUDA,
+                          .flags = OTE_MD_FLAG_DEVICE_NATIVE};
 
 static ote_status_t ipc_query_resources(ote_tl_component_t *comp,
                                         const ote_tl_iface_params_t *params,
