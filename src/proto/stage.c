@@ -54,6 +54,7 @@ typedef struct {
 struct stage_op {
     stage_iface_t       *iface;
     ote_rail_t          *host;
+    ote_tl_ep_t         *host_ep;  /* the host rail's ep when the slice began */
     bool                 write;
     uint8_t             *gpu;
     int                  dev;
@@ -161,6 +162,16 @@ static void wake_waiters(stage_iface_t *si)
 
 /* ---- one slice ---------------------------------------------------------------- */
 
+/*
+ * The host rail's ep this slice started on, or NULL once it is gone: a
+ * segment rebuilt for a restarted peer reuses the rail slot, and a chunk
+ * must never go to the new instance.
+ */
+static ote_tl_ep_t *op_host_ep(const stage_op_t *op)
+{
+    return op->host->ep == op->host_ep ? op->host_ep : NULL;
+}
+
 static bool op_canceled(const stage_op_t *op)
 {
     return op->cancel != NULL && atomic_load_explicit(op->cancel, memory_order_relaxed);
@@ -225,12 +236,12 @@ static void chunk_copy_done(void *arg, ote_status_t status)
         chunk_end(c, status);
         return;
     }
-    if (op->error != OTE_OK || host->ep == NULL) {
+    if (op->error != OTE_OK || op_host_ep(op) == NULL) {
         chunk_end(c, op->error != OTE_OK ? op->error : OTE_ERR_CANCELED);
         return;
     }
     op->on_net++;
-    post = host->iface->ep_ops->put_zcopy(host->ep, c->buf, c->len, op->iface->pool_region,
+    post = host->iface->ep_ops->put_zcopy(op->host_ep, c->buf, c->len, op->iface->pool_region,
                                           op->remote + c->off, op->rkey, op->rkey_len, &c->comp);
     if (post != OTE_INPROGRESS)
         chunk_net_done(&c->comp, post);
@@ -306,11 +317,11 @@ static void op_pump(stage_op_t *op)
         c->comp.func = chunk_net_done;
         if (op->write) {
             post = chunk_copy(op, c);
-        } else if (host->ep == NULL) {
+        } else if (op_host_ep(op) == NULL) {
             post = OTE_ERR_CANCELED;
         } else {
             op->on_net++;
-            post = host->iface->ep_ops->get_zcopy(host->ep, c->buf, c->len, si->pool_region,
+            post = host->iface->ep_ops->get_zcopy(op->host_ep, c->buf, c->len, si->pool_region,
                                                   op->remote + c->off, op->rkey, op->rkey_len,
                                                   &c->comp);
             if (post == OTE_INPROGRESS) {
@@ -349,7 +360,8 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
     op = calloc(1, sizeof(*op));
     if (op == NULL)
         return OTE_ERR_NO_MEMORY;
-    *op = (stage_op_t){.iface = si, .host = ep->host, .write = write, .gpu = local,
+    *op = (stage_op_t){.iface = si, .host = ep->host, .host_ep = ep->host->ep,
+                       .write = write, .gpu = local,
                        .dev = ote_cuda_location_device(local_region->location),
                        .remote = remote_addr, .length = length, .rkey = rkey,
                        .rkey_len = rkey_len, .comp = comp,
