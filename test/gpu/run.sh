@@ -13,8 +13,8 @@
 #   test/gpu/run.sh            real GPU
 #   test/gpu/run.sh --double   same programs on the CUDA test double (no GPU;
 #                              small sizes; the numbers mean nothing)
-# Environment: OTE_GPU_BUILD (build dir, default build-gpu), OTE_GPU_SIZE
-# (bytes per transfer, default 256 MiB), OTE_GPU_ITERS (default 10).
+# Environment: ORBITTE_GPU_BUILD (build dir, default build-gpu), ORBITTE_GPU_SIZE
+# (bytes per transfer, default 256 MiB), ORBITTE_GPU_ITERS (default 10).
 set -eu
 
 fail() {
@@ -26,9 +26,9 @@ double=no
 [ "${1:-}" = "--double" ] && double=yes
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cuda=${CUDA_HOME:-/usr/local/cuda}
-build=${OTE_GPU_BUILD:-$top/build-gpu}
-size=${OTE_GPU_SIZE:-268435456}
-iters=${OTE_GPU_ITERS:-10}
+build=${ORBITTE_GPU_BUILD:-$top/build-gpu}
+size=${ORBITTE_GPU_SIZE:-268435456}
+iters=${ORBITTE_GPU_ITERS:-10}
 jobs=$(nproc 2>/dev/null || echo 2)
 start=$(date +%s)
 
@@ -61,8 +61,8 @@ export ORBITTE_TEST_BUILDDIR="$build/test"
 if [ $double = yes ]; then
     export OTE_CUDA_LIB="$build/test/unit/cuda/.libs/libote_cuda_double.so"
     [ -f "$OTE_CUDA_LIB" ] || fail "no test double at $OTE_CUDA_LIB"
-    size=${OTE_GPU_SIZE:-8388608}
-    iters=${OTE_GPU_ITERS:-2}
+    size=${ORBITTE_GPU_SIZE:-8388608}
+    iters=${ORBITTE_GPU_ITERS:-2}
 else
     unset OTE_CUDA_LIB
     # libcudart from the toolkit, libcuda from the driver.
