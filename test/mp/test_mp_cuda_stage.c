@@ -202,8 +202,8 @@ static void test_stage_cancel_and_peer_death(void **state)
     r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = gpu, .segment = seg,
                          .remote_addr = target.addr[0], .length = LEN};
 
-    /* Device copies take 20 ms each: 24 chunks take ~0.5 s. */
-    ((void (*)(long))cuda_test_sym("ote_cuda_double_set_delay"))(20000);
+    /* Device copies take 50 ms each, two streams: 24 chunks take ~0.6 s. */
+    ((void (*)(long))cuda_test_sym("ote_cuda_double_set_delay"))(50000);
     assert_int_equal(ote_batch_create(e, 4, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     usleep(50 * 1000);
