@@ -472,6 +472,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
             s->comp.func     = slice_complete_cb;
             s->task          = t;
             s->local_region  = t->local_region;
+            s->cancel        = &t->cancel;
             if (rreg != NULL && s->rail->remote_md >= 0) {
                 for (uint8_t q = 0; q < rreg->num_rkeys; q++) {
                     if (rreg->rkeys[q].md_index == s->rail->remote_md) {

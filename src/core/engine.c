@@ -232,7 +232,12 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
 
     mp = (ote_mem_table_params_t){.rcache_enable      = e->config.rcache_enable,
                                   .rcache_max_size    = e->config.rcache_max_size,
-                                  .rcache_max_regions = e->config.rcache_max_regions};
+                                  .rcache_max_regions = e->config.rcache_max_regions,
+                                  .gpu_direct = e->config.gpu_direct == OTE_TERNARY_YES
+                                                    ? OTE_MEM_GPU_DIRECT_YES
+                                                : e->config.gpu_direct == OTE_TERNARY_NO
+                                                    ? OTE_MEM_GPU_DIRECT_NO
+                                                    : OTE_MEM_GPU_DIRECT_AUTO};
     status = ote_mem_table_create(&mp, &e->regions);
     if (status != OTE_OK)
         goto err;

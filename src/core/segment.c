@@ -8,6 +8,7 @@
 #include "ctl_msg.h"
 #include "engine.h"
 #include "log.h"
+#include "proto/stage.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -431,6 +432,33 @@ static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, o
     return status;
 }
 
+/*
+ * GPU memory over host-only rails: one staging rail (proto/stage.c) in front
+ * of each host rail, on the same worker. Returns the new rail count.
+ */
+static size_t stage_rails_add(ote_segment_h seg, size_t n)
+{
+    ote_engine_h e = seg->engine;
+
+    for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
+        ote_worker_t *w = &e->workers[seg->rails[i].worker];
+
+        for (size_t k = 0; k < w->num_ifaces; k++) {
+            if (ote_proto_stage_iface(w->ifaces[k]) &&
+                ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], w->ifaces[k]) ==
+                    OTE_OK) {
+                ote_debug("segment '%s': rail %zu stages GPU memory over %s/%s", seg->name, n,
+                          seg->rails[i].iface->resource.tl_name,
+                          seg->rails[i].iface->resource.dev_name);
+                seg->rail_set.rails[n] = &seg->rails[n];
+                n++;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
 typedef struct {
     ote_tl_iface_t *iface;
     size_t          worker;
@@ -543,6 +571,7 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
         seg->rail_set.num_rails = n;
     }
     free(cand);
+    n = stage_rails_add(seg, n);
     seg->rail_set.num_rails = n;
     if (n == 0) {
         ote_error("segment '%s': no transport reaches it", seg->name);

@@ -63,6 +63,11 @@ enum {
      * itself, and the cache may keep and share the handle.
      */
     OTE_MD_FLAG_GRANTS_ACCESS = 1u << 0,
+    /*
+     * The domain belongs to the device itself (cuda_ipc): registering GPU
+     * memory on it is not GPUDirect RDMA, and OTE_GPU_DIRECT leaves it be.
+     */
+    OTE_MD_FLAG_DEVICE_NATIVE = 1u << 1,
 };
 
 struct ote_md {
@@ -124,7 +129,25 @@ typedef struct {
      * ote_mem_table_invalidate() (tests, benchmarks).
      */
     bool   rcache_manual_invalidate;
+    /*
+     * OTE_GPU_DIRECT: register GPU memory on network memory domains that
+     * can (AUTO), never (NO: such traffic is staged), or require one (YES:
+     * registering GPU memory fails when none can).
+     */
+    int    gpu_direct;
 } ote_mem_table_params_t;
+
+enum { OTE_MEM_GPU_DIRECT_AUTO = 0, OTE_MEM_GPU_DIRECT_YES = 1, OTE_MEM_GPU_DIRECT_NO = 2 };
+
+/* Whether md registers memory of mem_type in a table with these params. */
+static inline bool ote_mem_md_reaches(const ote_mem_table_params_t *p, const ote_md_t *md,
+                                      unsigned mem_type)
+{
+    if (!(md->mem_types & mem_type))
+        return false;
+    return !(mem_type == OTE_MEM_TYPE_CUDA && !(md->flags & OTE_MD_FLAG_DEVICE_NATIVE) &&
+             p->gpu_direct == OTE_MEM_GPU_DIRECT_NO);
+}
 
 ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
                                   ote_mem_table_t **table_p);

@@ -42,6 +42,7 @@ struct ote_mem_reg {
 struct ote_rcache {
     pthread_mutex_t       lock;
     ote_itree_t           tree;
+    ote_mem_table_params_t params;
     ote_md_t *const      *mds;
     const size_t         *num_mds;
     bool                  enable;   /* share and index entries           */
@@ -222,6 +223,7 @@ ote_status_t ote_rcache_create(const ote_mem_table_params_t *params, ote_md_t *c
     ote_itree_init(&rc->tree);
     rc->mds     = mds;
     rc->num_mds = num_mds;
+    rc->params  = *params;
     rc->enable  = params->rcache_enable;
     rc->max_size    = params->rcache_max_size;
     rc->max_regions = params->rcache_max_regions > 0 ? (size_t)params->rcache_max_regions : 0;
@@ -311,7 +313,8 @@ static ote_status_t reg_new(ote_rcache_t *rc, uint64_t addr, size_t length, unsi
     for (i = 0; i < *rc->num_mds; i++) {
         ote_md_t *md = rc->mds[i];
 
-        if (!(md->mem_types & mem_type) || (md->flags & OTE_MD_FLAG_GRANTS_ACCESS))
+        if (!ote_mem_md_reaches(&rc->params, md, mem_type) ||
+            (md->flags & OTE_MD_FLAG_GRANTS_ACCESS))
             continue;
         status = md->ops->mem_reg(md, (void *)(uintptr_t)addr, length, access, &g->memh[i]);
         if (status != OTE_OK) {

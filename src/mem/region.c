@@ -324,6 +324,19 @@ static ote_status_t region_prepare(ote_mem_table_t *t, const ote_mem_desc_t *d, 
     }
     if (status != OTE_OK)
         goto err_free;
+    if (r->mem_type == OTE_MEM_TYPE_CUDA && t->params.gpu_direct == OTE_MEM_GPU_DIRECT_YES) {
+        bool direct = false;
+
+        for (i = 0; i < t->num_mds; i++)
+            direct |= (t->mds[i]->mem_types & OTE_MEM_TYPE_CUDA) &&
+                      !(t->mds[i]->flags & OTE_MD_FLAG_DEVICE_NATIVE);
+        if (!direct) {
+            ote_error("registering %p+%zu (%s): OTE_GPU_DIRECT=y but no network memory domain "
+                      "can register GPU memory", d->addr, d->length, r->location);
+            status = OTE_ERR_UNSUPPORTED;
+            goto err_free;
+        }
+    }
     status = ote_rcache_get(t->rcache, r->addr, r->length, r->mem_type, r->access, !owned,
                             &r->reg, &r->reg_fresh);
     if (status != OTE_OK)
@@ -331,7 +344,7 @@ static ote_status_t region_prepare(ote_mem_table_t *t, const ote_mem_desc_t *d, 
     for (i = 0; i < t->num_mds; i++) {
         ote_md_t *md = t->mds[i];
 
-        if (!(md->mem_types & r->mem_type))
+        if (!ote_mem_md_reaches(&t->params, md, r->mem_type))
             continue;
         if (!(md->flags & OTE_MD_FLAG_GRANTS_ACCESS)) {
             r->memh[i] = ote_rcache_memh(r->reg, i);

@@ -37,6 +37,7 @@ typedef struct ote_slice {
     ote_region_t       *local_region;
     const void         *rkey;
     size_t              rkey_len;
+    const atomic_bool  *cancel;  /* the task's cancel flag, NULL if none */
 } ote_slice_t;
 
 typedef struct {

@@ -28,6 +28,11 @@
 
 static volatile sig_atomic_t stop;
 
+static bool gpu_region(const char *where)
+{
+    return where != NULL && strncmp(where, "cuda:", 5) == 0;
+}
+
 static void on_term(int sig)
 {
     (void)sig;
@@ -146,6 +151,29 @@ int main(int argc, char **argv)
         }
         snprintf(ans, sizeof(ans), "error");
         if (sscanf(cmd, "fill %u %llu %llu %llu", &r, &off, &l, &seed) == 4 && r < n &&
+            off + l <= len[r] && gpu_region(where[r])) {
+            /* GPU memory: through a host buffer and CUDA (real devices too). */
+            uint8_t *tmp = malloc(l ? l : 1);
+
+            if (tmp != NULL) {
+                ote_test_fill(tmp, off, l, seed);
+                snprintf(ans, sizeof(ans), "%s",
+                         ote_test_cuda_copy(buf[r] + off, tmp, l) == 0 ? "ok" : "error cuda");
+            }
+            free(tmp);
+        } else if (sscanf(cmd, "check %u %llu %llu %llu", &r, &off, &l, &seed) == 4 && r < n &&
+                   off + l <= len[r] && gpu_region(where[r])) {
+            uint8_t *tmp = malloc(l ? l : 1);
+            long bad     = -2;
+
+            if (tmp != NULL && ote_test_cuda_copy(tmp, buf[r] + off, l) == 0)
+                bad = ote_test_check(tmp, off, l, seed);
+            free(tmp);
+            if (bad == -1)
+                snprintf(ans, sizeof(ans), "ok");
+            else if (bad >= 0)
+                snprintf(ans, sizeof(ans), "bad %llu", off + (unsigned long long)bad);
+        } else if (sscanf(cmd, "fill %u %llu %llu %llu", &r, &off, &l, &seed) == 4 && r < n &&
             off + l <= len[r]) {
             ote_test_fill(buf[r] + off, off, l, seed);
             snprintf(ans, sizeof(ans), "ok");

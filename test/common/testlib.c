@@ -1,4 +1,5 @@
 #include "testlib.h"
+#include "uct_ext/cuda/cuda_api.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -170,4 +171,16 @@ ote_engine_h ote_test_engine(const char *listen)
         abort();
     }
     return e;
+}
+
+int ote_test_cuda_copy(void *dst, const void *src, size_t len)
+{
+    const ote_cuda_api_t *a = ote_cuda_api();
+
+    if (a == NULL)
+        return -1;
+    if (a->memcpy_async(dst, src, len, OTE_CUDA_MEMCPY_DEFAULT, NULL) != OTE_CUDA_SUCCESS ||
+        a->stream_synchronize(NULL) != OTE_CUDA_SUCCESS)
+        return -1;
+    return 0;
 }

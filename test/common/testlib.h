@@ -65,6 +65,12 @@ void ote_test_target_kill(ote_test_target_t *t);
 int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char *reply,
                         size_t reply_len, int timeout_ms);
 
+/*
+ * dst <- src through CUDA (either may be GPU memory), finished on return;
+ * the library's CUDA table must be loaded (an engine exists). 0 on success.
+ */
+int ote_test_cuda_copy(void *dst, const void *src, size_t len);
+
 /* 64-bit hash of a byte range (same as the target's "sum"). */
 uint64_t ote_test_hash(const void *p, size_t len);
 

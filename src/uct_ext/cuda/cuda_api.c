@@ -76,6 +76,7 @@ static const api_sym_t api_syms[] = {
     S("cudaEventRecord", event_record, false),
     S("cudaEventQuery", event_query, false),
     S("cudaMemcpyAsync", memcpy_async, false),
+    S("cudaStreamSynchronize", stream_synchronize, false),
     S("cudaIpcGetMemHandle", ipc_get_mem_handle, false),
     S("cudaIpcOpenMemHandle", ipc_open_mem_handle, false),
     S("cudaIpcCloseMemHandle", ipc_close_mem_handle, false),
@@ -235,9 +236,32 @@ ote_status_t ote_cuda_alloc_range(const void *ptr, uint64_t *base_p, size_t *siz
     uint64_t base;
     size_t size;
 
+    ote_cuda_ptr_attr_t attr;
+    int prev = -1;
+    ote_cuda_err_t err;
+
     if (a == NULL)
         return OTE_ERR_UNSUPPORTED;
-    if (a->mem_get_address_range(&base, &size, (uint64_t)(uintptr_t)ptr) != OTE_CUDA_SUCCESS)
+    /*
+     * The driver call needs a current context: the calling thread may never
+     * have used CUDA (a registration from any thread), so make the owning
+     * device's primary context current for the call.
+     */
+    memset(&attr, 0, sizeof(attr));
+    if (a->pointer_get_attributes(&attr, ptr) != OTE_CUDA_SUCCESS) {
+        a->get_last_error();
+        return OTE_ERR_NOT_FOUND;
+    }
+    if (attr.type != OTE_CUDA_MEMTYPE_DEVICE && attr.type != OTE_CUDA_MEMTYPE_MANAGED)
+        return OTE_ERR_NOT_FOUND;
+    if (a->get_device(&prev) != OTE_CUDA_SUCCESS)
+        prev = -1;
+    if (attr.device >= 0 && attr.device != prev)
+        a->set_device(attr.device);
+    err = a->mem_get_address_range(&base, &size, (uint64_t)(uintptr_t)ptr);
+    if (prev >= 0 && attr.device >= 0 && attr.device != prev)
+        a->set_device(prev);
+    if (err != OTE_CUDA_SUCCESS)
         return OTE_ERR_NOT_FOUND;
     *base_p = base;
     *size_p = size;

@@ -86,6 +86,8 @@ typedef struct {
     ote_cuda_err_t (*event_query)(ote_cuda_event_t event);
     ote_cuda_err_t (*memcpy_async)(void *dst, const void *src, size_t n, int kind,
                                    ote_cuda_stream_t stream);
+    /* Tools and tests only: the library never blocks a worker on a stream. */
+    ote_cuda_err_t (*stream_synchronize)(ote_cuda_stream_t stream);
     ote_cuda_err_t (*ipc_get_mem_handle)(ote_cuda_ipc_handle_t *handle, void *ptr);
     ote_cuda_err_t (*ipc_open_mem_handle)(void **ptr, ote_cuda_ipc_handle_t handle,
                                           unsigned flags);

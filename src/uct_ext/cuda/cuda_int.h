@@ -43,6 +43,23 @@ size_t       ote_cuda_copier_pending(const ote_cuda_copier_t *c);
 /* The device of a location "cuda:N", or -1. */
 int ote_cuda_location_device(const char *location);
 
+/*
+ * cuda_ipc rkey: u32 magic "OTCI", u8 version, u8 device, u16 reserved (0),
+ * u64 allocation base, u64 allocation size, the IPC handle of the allocation.
+ */
+#define OTE_CUDA_IPC_RKEY_LEN (4 + 1 + 1 + 2 + 8 + 8 + OTE_CUDA_IPC_HANDLE_SIZE)
+typedef struct {
+    ote_cuda_ipc_handle_t handle;
+    uint64_t              base;
+    uint64_t              size;
+    uint8_t               device;
+} ote_cuda_ipc_rkey_t;
+
+/* buf holds OTE_CUDA_IPC_RKEY_LEN bytes. */
+void         ote_cuda_ipc_rkey_encode(const ote_cuda_ipc_rkey_t *k, uint8_t *buf);
+/* Bytes from a peer: length, magic, version, reserved, size and overflow checked. */
+ote_status_t ote_cuda_ipc_rkey_decode(const void *rkey, size_t len, ote_cuda_ipc_rkey_t *k);
+
 extern ote_tl_component_t ote_cuda_copy_component;
 extern ote_tl_component_t ote_cuda_ipc_component;
 

@@ -33,17 +33,11 @@
 
 #define CUDA_IPC_RKEY_MAGIC   0x4943544fu /* "OTCI" */
 #define CUDA_IPC_RKEY_VERSION 1
-/* u32 magic, u8 version, u8 device, u16 reserved (0), u64 base, u64 size, handle */
-#define CUDA_IPC_RKEY_LEN (4 + 1 + 1 + 2 + 8 + 8 + OTE_CUDA_IPC_HANDLE_SIZE)
+#define CUDA_IPC_RKEY_LEN     OTE_CUDA_IPC_RKEY_LEN
 
 /* ---- rkey ------------------------------------------------------------------ */
 
-typedef struct {
-    ote_cuda_ipc_handle_t handle;
-    uint64_t              base;
-    uint64_t              size;
-    uint8_t               device;
-} ipc_rkey_t;
+typedef ote_cuda_ipc_rkey_t ipc_rkey_t;
 
 static void put_u64(uint8_t *p, uint64_t v)
 {
@@ -60,7 +54,7 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-static void rkey_encode(const ipc_rkey_t *k, uint8_t *buf)
+void ote_cuda_ipc_rkey_encode(const ote_cuda_ipc_rkey_t *k, uint8_t *buf)
 {
     uint32_t magic = CUDA_IPC_RKEY_MAGIC;
 
@@ -74,9 +68,7 @@ static void rkey_encode(const ipc_rkey_t *k, uint8_t *buf)
     memcpy(buf + 24, k->handle.reserved, OTE_CUDA_IPC_HANDLE_SIZE);
 }
 
-/* Bytes from the peer: every field checked. */
-ote_status_t ote_cuda_ipc_rkey_decode(const void *rkey, size_t len, ipc_rkey_t *k);
-ote_status_t ote_cuda_ipc_rkey_decode(const void *rkey, size_t len, ipc_rkey_t *k)
+ote_status_t ote_cuda_ipc_rkey_decode(const void *rkey, size_t len, ote_cuda_ipc_rkey_t *k)
 {
     const uint8_t *b = rkey;
     uint32_t magic;
@@ -144,7 +136,7 @@ static ote_status_t ipc_rkey_pack(ote_md_t *md, void *memh, void *buf, size_t ma
     (void)md;
     if (max < CUDA_IPC_RKEY_LEN)
         return OTE_ERR_NO_MEMORY;
-    rkey_encode(memh, buf);
+    ote_cuda_ipc_rkey_encode(memh, buf);
     *length_p = CUDA_IPC_RKEY_LEN;
     return OTE_OK;
 }
@@ -368,7 +360,8 @@ typedef struct {
 /* Address: u32 pid, u64 instance; a process cannot open its own handles. */
 #define IPC_ADDR_LEN 12
 
-static ote_md_t ipc_md = {.name = "cuda_ipc", .ops = &ipc_md_ops, .mem_types = OTE_MEM_TYPE_CUDA};
+static ote_md_t ipc_md = {.name = "cuda_ipc", .ops = &ipc_md_ops, .mem_types = OTE_MEM_TYPE_CUDA,
+                          .flags = OTE_MD_FLAG_DEVICE_NATIVE};
 
 static ote_status_t ipc_query_resources(ote_tl_component_t *comp,
                                         const ote_tl_iface_params_t *params,

@@ -334,8 +334,8 @@ static void iface_caps(ote_uct_iface_t *iface, bool force_ep)
     /* Zero-copy needs the md to register user memory. */
     if (iface->md->super.mem_types == 0)
         c->ops = 0;
-    c->mem_local  = iface->md->super.mem_types;
-    c->mem_remote = iface->md->super.mem_types;
+    c->mem_local  = iface->md->super.mem_types & iface->mem_mask;
+    c->mem_remote = iface->md->super.mem_types & iface->mem_mask;
     switch (iface->rsc.dev_type) {
     case UCT_DEVICE_TYPE_SHM:
         c->scope = OTE_TL_SCOPE_HOST;
@@ -390,6 +390,10 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     iface->super.md       = omd;
     iface->super.md_index = -1;
     iface->md             = (ote_uct_md_t *)omd;
+    /* GPUDirect RDMA: GPU memory only where the md registers it and it is allowed. */
+    iface->mem_mask = params->config != NULL && params->config->gpu_direct == OTE_TERNARY_NO
+                          ? ~(unsigned)OTE_MEM_TYPE_CUDA
+                          : ~0u;
     iface->rsc            = *(const ote_uct_rsc_t *)res->priv;
     iface->worker_lock    = params->worker_lock;
     iface->event_fd       = -1;

@@ -78,7 +78,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t  g_once = PTHREAD_ONCE_INIT;
 static alloc_t        *g_allocs;
 static int             g_visible[MAX_DEV], g_nvisible;
-static long            g_delay_us;
+static atomic_long     g_delay_us;
 static atomic_long     g_streams, g_events, g_ipc_open, g_pinned, g_dev_allocs, g_copies;
 static atomic_uint     g_seq;
 static __thread int    t_dev;
@@ -418,8 +418,8 @@ static void *stream_main(void *arg)
             break;
         op = s->head;
         pthread_mutex_unlock(&s->lock);
-        if (g_delay_us > 0)
-            sleep_us(g_delay_us);
+        if (atomic_load(&g_delay_us) > 0)
+            sleep_us(atomic_load(&g_delay_us));
         if (op->n > 0)
             memmove(op->dst, op->src, op->n);
         atomic_fetch_add(&g_copies, 1);
@@ -702,4 +702,11 @@ int ote_cuda_double_phys(const void *p)
         phys = a->phys;
     pthread_mutex_unlock(&g_lock);
     return phys;
+}
+
+/* Change the delay of each stream copy (microseconds) from a test. */
+void ote_cuda_double_set_delay(long us)
+{
+    pthread_once(&g_once, init);
+    atomic_store(&g_delay_us, us);
 }

@@ -5,8 +5,10 @@
  * (host<->GPU, GPU<->GPU, bounds checked at the target), with every byte
  * verified and nothing left behind.
  */
+#include "core/engine.h"
 #include "cuda_test.h"
 #include "mem/mem.h"
+#include "proto/stage.h"
 #include "testlib.h"
 #include "uct_ext/cuda/cuda_api.h"
 
@@ -182,11 +184,69 @@ static void test_copy_in_process(void **state)
     munmap(back, LEN);
 }
 
+/* OTE_GPU_DIRECT: y fails where no network md registers GPU memory; n keeps it off them. */
+static void test_gpu_direct(void **state)
+{
+    ote_mem_table_params_t p = {.gpu_direct = OTE_MEM_GPU_DIRECT_NO};
+    ote_md_t net = {.name = "net", .mem_types = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA};
+    ote_md_t dev = {.name = "dev", .mem_types = OTE_MEM_TYPE_CUDA,
+                    .flags = OTE_MD_FLAG_DEVICE_NATIVE};
+    ote_engine_h e;
+    void *g;
+    ote_mem_h m;
+
+    (void)state;
+    assert_false(ote_mem_md_reaches(&p, &net, OTE_MEM_TYPE_CUDA));
+    assert_true(ote_mem_md_reaches(&p, &net, OTE_MEM_TYPE_HOST));
+    assert_true(ote_mem_md_reaches(&p, &dev, OTE_MEM_TYPE_CUDA));
+    p.gpu_direct = OTE_MEM_GPU_DIRECT_AUTO;
+    assert_true(ote_mem_md_reaches(&p, &net, OTE_MEM_TYPE_CUDA));
+
+    setenv("OTE_GPU_DIRECT", "y", 1);
+    e = ote_test_engine("127.0.0.1:0");
+    unsetenv("OTE_GPU_DIRECT");
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, "cuda:0", 0, &g, &m), OTE_ERR_UNSUPPORTED);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, "cpu:0", 0, &g, &m), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+}
+
+/* A host rail that reaches GPU memory itself (GPUDirect) gets no staging rail. */
+static void test_stage_rail_skipped_for_gpu_direct(void **state)
+{
+    ote_engine_h e = ote_test_engine("127.0.0.1:0");
+    ote_tl_iface_t *stage = NULL;
+    ote_rail_t host = {0}, rail;
+    ote_tl_ep_t dummy = {0};
+
+    (void)state;
+    for (size_t i = 0; i < e->workers[0].num_ifaces; i++) {
+        if (ote_proto_stage_iface(e->workers[0].ifaces[i]))
+            stage = e->workers[0].ifaces[i];
+    }
+    assert_non_null(stage);
+    host.ep              = &dummy;
+    host.caps.ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;
+    host.caps.mem_local  = OTE_MEM_TYPE_HOST;
+    host.caps.mem_remote = OTE_MEM_TYPE_HOST;
+    host.caps.bandwidth  = 1e9;
+    assert_int_equal(ote_proto_stage_rail_init(&rail, &host, stage), OTE_OK);
+    assert_int_equal(rail.caps.mem_local, OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA);
+    assert_true(rail.caps.ops & OTE_TL_CAP_DEVICE_PAIRS);
+    rail.iface->ep_ops->destroy(rail.ep);
+    host.caps.mem_local |= OTE_MEM_TYPE_CUDA;
+    host.caps.mem_remote |= OTE_MEM_TYPE_CUDA;
+    assert_int_equal(ote_proto_stage_rail_init(&rail, &host, stage), OTE_ERR_UNSUPPORTED);
+    ote_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_and_detect),
         cmocka_unit_test(test_copy_in_process),
+        cmocka_unit_test(test_gpu_direct),
+        cmocka_unit_test(test_stage_rail_skipped_for_gpu_direct),
     };
 
     cuda_test_use_double(3);

@@ -1,0 +1,600 @@
+/*
+ * Local staging pipeline (see stage.h).
+ *
+ * One stage iface per worker holds a pool of pinned host chunks (allocated
+ * on first use, registered in the engine's region table so host rails can
+ * send from and receive into it), a copier for the device copies, and the
+ * slices waiting for a free chunk. Everything runs on the worker thread
+ * that owns the iface and the host rail.
+ */
+#include "stage.h"
+
+#include "core/config.h"
+#include "core/log.h"
+#include "uct_ext/cuda/cuda_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGE_STREAMS 2
+
+typedef struct stage_iface stage_iface_t;
+typedef struct stage_op    stage_op_t;
+
+typedef struct stage_chunk {
+    ote_tl_completion_t  comp;   /* first: the host rail's completion */
+    stage_iface_t       *iface;
+    stage_op_t          *op;
+    uint8_t             *buf;
+    size_t               off, len;
+    unsigned long        seq;
+    struct stage_chunk  *next;   /* free list */
+} stage_chunk_t;
+
+struct stage_iface {
+    ote_tl_iface_t      super;
+    ote_cuda_copier_t  *copier;
+    ote_mem_table_t    *regions;
+    size_t              chunk_size;
+    unsigned            slots;
+    unsigned            nchunks;
+    ote_region_t       *pool_region;
+    uint8_t            *pool_base;
+    stage_chunk_t      *chunks;
+    stage_chunk_t      *free_chunks;
+    stage_op_t         *wait_head, *wait_tail; /* slices waiting for a chunk */
+    size_t              active_ops;
+};
+
+typedef struct {
+    ote_tl_ep_t super;
+    ote_rail_t *host;
+} stage_ep_t;
+
+struct stage_op {
+    stage_iface_t       *iface;
+    ote_rail_t          *host;
+    ote_tl_ep_t         *host_ep;  /* the host rail's ep when the slice began */
+    bool                 write;
+    uint8_t             *gpu;
+    int                  dev;
+    uint64_t             remote;
+    size_t               length;
+    const void          *rkey;
+    size_t               rkey_len;
+    ote_tl_completion_t *comp;
+    const atomic_bool   *cancel;
+    size_t               next_off;
+    unsigned             inflight;  /* chunks taken by this slice */
+    unsigned             on_net;    /* of which on the host rail  */
+    unsigned long        next_seq, done_seq;
+    ote_status_t         error;
+    bool                 waiting;
+    stage_op_t          *wnext;
+};
+
+static struct {
+    atomic_ulong chunks, overlapped, pool_waits, max_inflight, out_of_order;
+    atomic_long  in_use;
+} stats;
+
+void ote_proto_stage_stats(ote_proto_stage_stats_t *s)
+{
+    s->chunks        = atomic_load(&stats.chunks);
+    s->overlapped    = atomic_load(&stats.overlapped);
+    s->pool_waits    = atomic_load(&stats.pool_waits);
+    s->max_inflight  = atomic_load(&stats.max_inflight);
+    s->chunks_in_use = atomic_load(&stats.in_use);
+    s->out_of_order  = atomic_load(&stats.out_of_order);
+}
+
+/* ---- pool ------------------------------------------------------------------- */
+
+static ote_status_t pool_ensure(stage_iface_t *si)
+{
+    ote_status_t status;
+
+    if (si->chunks != NULL)
+        return OTE_OK;
+    si->chunks = calloc(si->nchunks, sizeof(*si->chunks));
+    if (si->chunks == NULL)
+        return OTE_ERR_NO_MEMORY;
+    /* Pinned memory near device 0, local use only (never a remote target). */
+    status = ote_mem_table_alloc(si->regions, si->chunk_size * si->nchunks, "cuda_host:0", 0,
+                                 (void **)&si->pool_base, &si->pool_region);
+    if (status != OTE_OK) {
+        ote_error("staging: no pinned pool of %u x %zu bytes: %s", si->nchunks, si->chunk_size,
+                  ote_status_string(status));
+        free(si->chunks);
+        si->chunks = NULL;
+        return status;
+    }
+    for (unsigned i = si->nchunks; i-- > 0;) {
+        stage_chunk_t *c = &si->chunks[i];
+
+        c->iface        = si;
+        c->buf          = si->pool_base + (size_t)i * si->chunk_size;
+        c->next         = si->free_chunks;
+        si->free_chunks = c;
+    }
+    ote_debug("staging: pool of %u pinned chunks of %zu bytes", si->nchunks, si->chunk_size);
+    return OTE_OK;
+}
+
+static stage_chunk_t *chunk_get(stage_iface_t *si)
+{
+    stage_chunk_t *c = si->free_chunks;
+
+    if (c != NULL) {
+        si->free_chunks = c->next;
+        atomic_fetch_add(&stats.in_use, 1);
+    }
+    return c;
+}
+
+static void op_pump(stage_op_t *op);
+static bool op_try_finish(stage_op_t *op);
+
+static void chunk_put(stage_chunk_t *c)
+{
+    stage_iface_t *si = c->iface;
+
+    c->op           = NULL;
+    c->next         = si->free_chunks;
+    si->free_chunks = c;
+    atomic_fetch_sub(&stats.in_use, 1);
+}
+
+/* Slices that waited for a chunk get another go, oldest first. */
+static void wake_waiters(stage_iface_t *si)
+{
+    while (si->free_chunks != NULL && si->wait_head != NULL) {
+        stage_op_t *op = si->wait_head;
+
+        si->wait_head = op->wnext;
+        if (si->wait_head == NULL)
+            si->wait_tail = NULL;
+        op->waiting = false;
+        op_pump(op);
+        op_try_finish(op);
+    }
+}
+
+/* ---- one slice ---------------------------------------------------------------- */
+
+/*
+ * The host rail's ep this slice started on, or NULL once it is gone: a
+ * segment rebuilt for a restarted peer reuses the rail slot, and a chunk
+ * must never go to the new instance.
+ */
+static ote_tl_ep_t *op_host_ep(const stage_op_t *op)
+{
+    return op->host->ep == op->host_ep ? op->host_ep : NULL;
+}
+
+static bool op_canceled(const stage_op_t *op)
+{
+    return op->cancel != NULL && atomic_load_explicit(op->cancel, memory_order_relaxed);
+}
+
+static void op_fail(stage_op_t *op, ote_status_t status)
+{
+    if (op->error == OTE_OK)
+        op->error = status;
+}
+
+/* Ends the slice once nothing of it is in flight and nothing more will be posted. */
+static bool op_try_finish(stage_op_t *op)
+{
+    stage_iface_t *si = op->iface;
+    ote_status_t status;
+
+    if (op->inflight > 0 || op->waiting)
+        return false;
+    if (op->error == OTE_OK && op->next_off < op->length && !op_canceled(op))
+        return false;
+    status = op->error != OTE_OK ? op->error
+             : op->next_off < op->length ? OTE_ERR_CANCELED
+                                         : OTE_OK;
+    si->active_ops--;
+    op->comp->func(op->comp, status);
+    free(op);
+    return true;
+}
+
+static void chunk_end(stage_chunk_t *c, ote_status_t status)
+{
+    stage_op_t *op    = c->op;
+    stage_iface_t *si = c->iface;
+
+    if (status != OTE_OK)
+        op_fail(op, status);
+    else if (c->seq != op->done_seq)
+        atomic_fetch_add(&stats.out_of_order, 1);
+    if (status == OTE_OK)
+        op->done_seq = c->seq + 1 > op->done_seq ? c->seq + 1 : op->done_seq;
+    op->inflight--;
+    chunk_put(c);
+    if (!op_try_finish(op)) {
+        op_pump(op);
+        op_try_finish(op);
+    }
+    wake_waiters(si);
+}
+
+static void chunk_net_done(ote_tl_completion_t *comp, ote_status_t status);
+
+static void chunk_copy_done(void *arg, ote_status_t status)
+{
+    stage_chunk_t *c  = arg;
+    stage_op_t *op    = c->op;
+    ote_rail_t *host  = op->host;
+    ote_status_t post;
+
+    if (status != OTE_OK || !op->write) {
+        /* READ: the chunk reached the GPU, it is done. */
+        chunk_end(c, status);
+        return;
+    }
+    if (op->error != OTE_OK || op_host_ep(op) == NULL) {
+        chunk_end(c, op->error != OTE_OK ? op->error : OTE_ERR_CANCELED);
+        return;
+    }
+    op->on_net++;
+    post = host->iface->ep_ops->put_zcopy(op->host_ep, c->buf, c->len, op->iface->pool_region,
+                                          op->remote + c->off, op->rkey, op->rkey_len, &c->comp);
+    if (post != OTE_INPROGRESS)
+        chunk_net_done(&c->comp, post);
+}
+
+static ote_status_t chunk_copy(stage_op_t *op, stage_chunk_t *c)
+{
+    /* The device copy of this chunk runs while others are on the network. */
+    if (op->on_net > 0)
+        atomic_fetch_add(&stats.overlapped, 1);
+    if (op->write)
+        return ote_cuda_copier_post(op->iface->copier, op->dev, c->buf, op->gpu + c->off, c->len,
+                                    chunk_copy_done, c);
+    return ote_cuda_copier_post(op->iface->copier, op->dev, op->gpu + c->off, c->buf, c->len,
+                                chunk_copy_done, c);
+}
+
+static void chunk_net_done(ote_tl_completion_t *comp, ote_status_t status)
+{
+    stage_chunk_t *c = (stage_chunk_t *)comp;
+    stage_op_t *op   = c->op;
+    ote_status_t post;
+
+    op->on_net--;
+    if (op->write || status != OTE_OK || op->error != OTE_OK) {
+        chunk_end(c, status != OTE_OK ? status : op->error);
+        return;
+    }
+    post = chunk_copy(op, c);
+    if (post != OTE_OK)
+        chunk_end(c, post);
+}
+
+/* Start chunks while the slice has room (OTE_STAGE_SLOTS) and the pool has chunks. */
+static void op_pump(stage_op_t *op)
+{
+    stage_iface_t *si = op->iface;
+
+    while (op->error == OTE_OK && op->next_off < op->length && !op_canceled(op) &&
+           op->inflight < si->slots) {
+        ote_rail_t *host = op->host;
+        stage_chunk_t *c = chunk_get(si);
+        ote_status_t post;
+
+        if (c == NULL) {
+            if (!op->waiting) {
+                op->waiting = true;
+                op->wnext   = NULL;
+                if (si->wait_tail)
+                    si->wait_tail->wnext = op;
+                else
+                    si->wait_head = op;
+                si->wait_tail = op;
+                atomic_fetch_add(&stats.pool_waits, 1);
+            }
+            return;
+        }
+        c->op   = op;
+        c->off  = op->next_off;
+        c->len  = op->length - op->next_off < si->chunk_size ? op->length - op->next_off
+                                                              : si->chunk_size;
+        c->seq  = op->next_seq++;
+        op->next_off += c->len;
+        op->inflight++;
+        atomic_fetch_add(&stats.chunks, 1);
+        {
+            unsigned long m = atomic_load(&stats.max_inflight);
+
+            while (op->inflight > m &&
+                   !atomic_compare_exchange_weak(&stats.max_inflight, &m, op->inflight))
+                ;
+        }
+        c->comp.func = chunk_net_done;
+        if (op->write) {
+            post = chunk_copy(op, c);
+        } else if (op_host_ep(op) == NULL) {
+            post = OTE_ERR_CANCELED;
+        } else {
+            op->on_net++;
+            post = host->iface->ep_ops->get_zcopy(op->host_ep, c->buf, c->len, si->pool_region,
+                                                  op->remote + c->off, op->rkey, op->rkey_len,
+                                                  &c->comp);
+            if (post == OTE_INPROGRESS) {
+                post = OTE_OK;
+            } else {
+                /* Ended at once: no completion will come. */
+                op->on_net--;
+                if (post == OTE_OK)
+                    post = chunk_copy(op, c);
+            }
+        }
+        if (post != OTE_OK) {
+            op_fail(op, post);
+            op->inflight--;
+            chunk_put(c);
+        }
+    }
+}
+
+static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size_t length,
+                               ote_region_t *local_region, uint64_t remote_addr,
+                               const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
+{
+    stage_ep_t *ep    = (stage_ep_t *)tl_ep;
+    stage_iface_t *si = (stage_iface_t *)tl_ep->iface;
+    stage_op_t *op;
+    ote_status_t status;
+
+    if (local_region->mem_type != OTE_MEM_TYPE_CUDA)
+        return OTE_ERR_UNSUPPORTED; /* host<->host is the host rail's own */
+    if (ep->host->ep == NULL)
+        return OTE_ERR_CANCELED;
+    status = pool_ensure(si);
+    if (status != OTE_OK)
+        return status;
+    op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return OTE_ERR_NO_MEMORY;
+    *op = (stage_op_t){.iface = si, .host = ep->host, .host_ep = ep->host->ep,
+                       .write = write, .gpu = local,
+                       .dev = ote_cuda_location_device(local_region->location),
+                       .remote = remote_addr, .length = length, .rkey = rkey,
+                       .rkey_len = rkey_len, .comp = comp,
+                       /* The completion is the slice: its task's cancel flag. */
+                       .cancel = ((ote_slice_t *)comp)->cancel};
+    si->active_ops++;
+    op_pump(op);
+    if (op->inflight == 0 && !op->waiting) {
+        /* Nothing started: the caller gets the error, the completion never runs. */
+        status = op->error != OTE_OK ? op->error : OTE_ERR_CANCELED;
+        si->active_ops--;
+        free(op);
+        return status;
+    }
+    return OTE_INPROGRESS;
+}
+
+static ote_status_t stage_put_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
+                                    ote_region_t *local_region, uint64_t remote_addr,
+                                    const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
+{
+    return stage_post(ep, true, local, length, local_region, remote_addr, rkey, rkey_len, comp);
+}
+
+static ote_status_t stage_get_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
+                                    ote_region_t *local_region, uint64_t remote_addr,
+                                    const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
+{
+    return stage_post(ep, false, local, length, local_region, remote_addr, rkey, rkey_len, comp);
+}
+
+static size_t stage_inflight_bytes(ote_tl_ep_t *tl_ep)
+{
+    ote_rail_t *host = ((stage_ep_t *)tl_ep)->host;
+
+    return host->ep != NULL ? host->iface->ep_ops->inflight_bytes(host->ep) : 0;
+}
+
+static bool stage_is_alive(ote_tl_ep_t *tl_ep)
+{
+    ote_rail_t *host = ((stage_ep_t *)tl_ep)->host;
+
+    return host->ep != NULL && host->iface->ep_ops->is_alive(host->ep);
+}
+
+/* The host rail's own ep is destroyed with its rail; slices in flight end through it. */
+static void stage_ep_destroy(ote_tl_ep_t *tl_ep)
+{
+    free(tl_ep);
+}
+
+/* ---- iface ------------------------------------------------------------------- */
+
+static void stage_iface_close(ote_tl_iface_t *tl_iface)
+{
+    stage_iface_t *si = (stage_iface_t *)tl_iface;
+
+    ote_cuda_copier_destroy(si->copier);
+    if (si->active_ops > 0)
+        ote_warn("staging: %zu slices still active at close", si->active_ops);
+    if (si->pool_region != NULL)
+        ote_mem_table_free(si->regions, si->pool_region);
+    free(si->chunks);
+    free(si);
+}
+
+static void stage_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
+{
+    (void)tl_iface;
+    memset(caps, 0, sizeof(*caps));
+    /*
+     * Alone it reaches no peer (no scope): a stage rail takes its host
+     * rail's caps. What it adds is local device memory.
+     */
+    caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_DEVICE_PAIRS;
+    caps->mem_local  = OTE_MEM_TYPE_CUDA;
+    caps->conn_model = OTE_TL_CONN_TO_IFACE;
+}
+
+static ote_status_t stage_get_address(ote_tl_iface_t *iface, void *buf, size_t max,
+                                      size_t *len_p)
+{
+    return OTE_ERR_UNSUPPORTED; /* not published: peers need nothing from it */
+}
+
+static int stage_event_fd(ote_tl_iface_t *iface)
+{
+    return -1;
+}
+
+static unsigned stage_progress(ote_tl_iface_t *tl_iface)
+{
+    stage_iface_t *si = (stage_iface_t *)tl_iface;
+    unsigned n        = ote_cuda_copier_progress(si->copier);
+
+    wake_waiters(si);
+    return n;
+}
+
+static ote_status_t stage_event_arm(ote_tl_iface_t *tl_iface)
+{
+    stage_iface_t *si = (stage_iface_t *)tl_iface;
+
+    return ote_cuda_copier_pending(si->copier) ? OTE_ERR_BUSY : OTE_OK;
+}
+
+static ote_status_t stage_ep_create(ote_tl_iface_t *iface, const void *addr, size_t addr_len,
+                                    const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
+{
+    return OTE_ERR_UNREACHABLE; /* stage rails are made by ote_proto_stage_rail_init */
+}
+
+static const ote_tl_iface_ops_t stage_iface_ops = {
+    .close       = stage_iface_close,
+    .query       = stage_iface_query,
+    .get_address = stage_get_address,
+    .event_fd    = stage_event_fd,
+    .progress    = stage_progress,
+    .ep_create   = stage_ep_create,
+    .event_arm   = stage_event_arm,
+};
+
+static const ote_tl_ep_ops_t stage_ep_ops = {
+    .put_zcopy      = stage_put_zcopy,
+    .get_zcopy      = stage_get_zcopy,
+    .inflight_bytes = stage_inflight_bytes,
+    .is_alive       = stage_is_alive,
+    .destroy        = stage_ep_destroy,
+};
+
+bool ote_proto_stage_iface(const ote_tl_iface_t *iface)
+{
+    return iface->ops == &stage_iface_ops;
+}
+
+ote_status_t ote_proto_stage_rail_init(ote_rail_t *rail, ote_rail_t *host,
+                                       ote_tl_iface_t *stage_iface)
+{
+    const ote_tl_caps_t *hc = &host->caps;
+    stage_iface_t *si       = (stage_iface_t *)stage_iface;
+    stage_ep_t *ep;
+
+    /* A host rail that reaches device memory itself (GPUDirect) needs no staging. */
+    if (host->ep == NULL || (hc->mem_local & OTE_MEM_TYPE_CUDA) ||
+        (hc->ops & OTE_TL_CAP_DEVICE_PAIRS) || !(hc->mem_local & OTE_MEM_TYPE_HOST) ||
+        !(hc->mem_remote & OTE_MEM_TYPE_HOST) ||
+        !(hc->ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY)))
+        return OTE_ERR_UNSUPPORTED;
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ep->super.iface = stage_iface;
+    ep->host        = host;
+    memset(rail, 0, sizeof(*rail));
+    rail->iface            = stage_iface;
+    rail->ep               = &ep->super;
+    rail->caps             = *hc;
+    rail->caps.ops         = (hc->ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY |
+                                         OTE_TL_CAP_CHECKED)) |
+                             OTE_TL_CAP_DEVICE_PAIRS;
+    rail->caps.mem_local   = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
+    rail->caps.mem_remote  = OTE_MEM_TYPE_HOST;
+    rail->caps.max_msg     = 0;
+    /* One slice holds the chunks of a pipeline: OTE_STAGE_SLOTS in flight. */
+    rail->caps.slice_size  = si->chunk_size * si->slots;
+    rail->worker           = host->worker;
+    rail->remote_md        = host->remote_md; /* the rkey is the host rail's */
+    rail->weight           = hc->bandwidth;
+    return OTE_OK;
+}
+
+/* ---- component ---------------------------------------------------------------- */
+
+static ote_status_t stage_query_resources(ote_tl_component_t *comp,
+                                          const ote_tl_iface_params_t *params,
+                                          ote_tl_resource_t **res_p, size_t *count_p)
+{
+    ote_tl_resource_t *res;
+
+    if (ote_cuda_api_load(params->config ? params->config->cuda_lib : NULL) != OTE_OK)
+        return OTE_ERR_UNSUPPORTED;
+    res = calloc(1, sizeof(*res));
+    if (res == NULL)
+        return OTE_ERR_NO_MEMORY;
+    snprintf(res->tl_name, sizeof(res->tl_name), "cuda_stage");
+    snprintf(res->dev_name, sizeof(res->dev_name), "cuda");
+    res->component = comp;
+    *res_p         = res;
+    *count_p       = 1;
+    return OTE_OK;
+}
+
+static ote_status_t stage_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
+                                     const ote_tl_iface_params_t *params,
+                                     ote_tl_iface_t **iface_p)
+{
+    stage_iface_t *si = calloc(1, sizeof(*si));
+    ote_status_t status;
+
+    if (si == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_cuda_copier_create(STAGE_STREAMS, &si->copier);
+    if (status != OTE_OK) {
+        free(si);
+        return status;
+    }
+    si->super.ops      = &stage_iface_ops;
+    si->super.ep_ops   = &stage_ep_ops;
+    si->super.resource = *res;
+    si->super.md       = md;
+    si->super.md_index = -1;
+    si->regions        = params->regions;
+    si->chunk_size     = params->config ? params->config->stage_chunk_size : 4u << 20;
+    si->slots          = params->config ? (unsigned)params->config->stage_slots : 16;
+    if (si->chunk_size < 4096)
+        si->chunk_size = 4096;
+    if (si->slots == 0)
+        si->slots = 1;
+    si->nchunks = si->slots;
+    *iface_p    = &si->super;
+    return OTE_OK;
+}
+
+static const char *stage_unavailable(ote_tl_component_t *comp)
+{
+    return ote_cuda_api_source();
+}
+
+static const ote_tl_component_ops_t stage_component_ops = {
+    .name            = "cuda_stage",
+    .query_resources = stage_query_resources,
+    .iface_open      = stage_iface_open,
+    .unavailable     = stage_unavailable,
+};
+
+ote_tl_component_t ote_cuda_stage_component = {.ops = &stage_component_ops};
