@@ -416,8 +416,8 @@ static int run_initiator(const char *peer)
     if (!opt.quiet) {
         printf("# ote_perftest %s to %s, %d thread(s), depth %d%s\n", test_names[opt.test],
                peer, opt.threads, opt.depth, opt.check ? ", verifying every byte" : "");
-        printf("# %12s %8s %10s %12s %12s %12s\n", "size", "batch", "GB/s", "lat_avg_us",
-               "lat_p99_us", "msg/s");
+        printf("# %12s %8s %10s %12s %12s %12s %12s\n", "size", "batch", "GB/s", "lat_avg_us",
+               "lat_p50_us", "lat_p99_us", "msg/s");
     }
     for (size_t si = 0; si < opt.num_sizes && rc == 0; si++) {
         size_t size = opt.sizes[si];
@@ -524,19 +524,18 @@ static int run_initiator(const char *peer)
             double bytes = (double)rounds * (double)size * (double)opt.batch;
             double gbps  = bytes / elapsed / 1e9;
             double msgs  = (double)rounds * (double)opt.batch / elapsed;
-            double avg = 0, p99;
+            double avg = 0, p50, p99;
 
             qsort(all_lat, (size_t)rounds, sizeof(double), cmp_double);
             for (long i = 0; i < rounds; i++)
                 avg += all_lat[i];
             avg /= (double)rounds;
+            p50 = all_lat[(size_t)((double)(rounds - 1) * 0.5)];
             p99 = all_lat[(size_t)((double)(rounds - 1) * 0.99)];
-            printf("  %12zu %8zu %10.3f %12.2f %12.2f %12.0f\n", size, opt.batch, gbps,
-                   avg * 1e6, p99 * 1e6, msgs);
+            printf("  %12zu %8zu %10.3f %12.2f %12.2f %12.2f %12.0f\n", size, opt.batch, gbps,
+                   avg * 1e6, p50 * 1e6, p99 * 1e6, msgs);
             fflush(stdout);
             if (json) {
-                double p50 = all_lat[(size_t)((double)(rounds - 1) * 0.5)];
-
                 fprintf(json,
                         "{\"test\":\"%s\",\"size\":%zu,\"batch\":%zu,\"threads\":%d,"
                         "\"depth\":%d,\"bytes\":%.0f,\"seconds\":%.6f,\"gbps\":%.4f,"
