@@ -12,6 +12,7 @@
  */
 #include "engine.h"
 #include "log.h"
+#include "topo.h"
 #include "util.h"
 
 #include <errno.h>
@@ -345,53 +346,62 @@ static void io_topo_load(void)
 }
 
 /*
- * Without OTE_WORKER_CPUS: a worker whose network transports all sit on
- * devices of one locality is bound to the CPUs near them. Devices hwloc
- * does not place (loopback, virtual NICs) leave the worker unbound, free to
- * run anywhere.
+ * The CPUs nearest all the named network devices: the cpuset of the first
+ * non-I/O ancestor they share in topo (UCT names such as "mlx5_0:1" are
+ * looked up by their OS device part, "mlx5_0"). 1: found and written to
+ * out; 0: a device hwloc does not place (loopback, virtual NICs), devices
+ * in different places, or a place that is the whole machine.
  */
-static void worker_bind_near_nic(ote_worker_t *w)
+int ote_topo_nic_cpuset(hwloc_topology_t topo, const char *const *devs, size_t n,
+                        hwloc_bitmap_t out)
 {
-    hwloc_bitmap_t set = NULL;
-    bool any = false;
-    char buf[256];
+    hwloc_const_bitmap_t set = NULL;
 
-    for (size_t i = 0; i < w->num_ifaces; i++) {
-        if (w->ifaces[i]->resource.is_network &&
-            strcmp(w->ifaces[i]->resource.dev_name, "lo") != 0)
-            any = true;
-    }
-    if (!any)
-        return;
-    pthread_once(&io_topo_once, io_topo_load);
-    if (!io_topo_ok)
-        return;
-    for (size_t i = 0; i < w->num_ifaces; i++) {
-        const ote_tl_resource_t *res = &w->ifaces[i]->resource;
+    for (size_t i = 0; i < n; i++) {
         hwloc_obj_t dev = NULL, anc;
         char name[OTE_TL_DEV_MAX];
 
-        if (!res->is_network)
-            continue;
-        /* UCT names devices "mlx5_0:1": the part before ':' is the OS device. */
-        snprintf(name, sizeof(name), "%s", res->dev_name);
+        snprintf(name, sizeof(name), "%s", devs[i]);
         name[strcspn(name, ":")] = '\0';
-        while ((dev = hwloc_get_next_osdev(io_topo, dev)) != NULL) {
+        while ((dev = hwloc_get_next_osdev(topo, dev)) != NULL) {
             if (dev->name != NULL && strcmp(dev->name, name) == 0)
                 break;
         }
-        anc = dev != NULL ? hwloc_get_non_io_ancestor_obj(io_topo, dev) : NULL;
-        if (anc == NULL || anc->cpuset == NULL ||
-            (set != NULL && !hwloc_bitmap_isequal(set, anc->cpuset))) {
-            /* A device not placed, or devices in different places: no single best. */
-            hwloc_bitmap_free(set);
-            return;
-        }
-        if (set == NULL && (set = hwloc_bitmap_dup(anc->cpuset)) == NULL)
-            return;
+        anc = dev != NULL ? hwloc_get_non_io_ancestor_obj(topo, dev) : NULL;
+        if (anc == NULL || anc->cpuset == NULL || (set != NULL && !hwloc_bitmap_isequal(set, anc->cpuset)))
+            return 0;
+        set = anc->cpuset;
     }
-    if (set != NULL && !hwloc_bitmap_iszero(set) &&
-        !hwloc_bitmap_isequal(set, hwloc_topology_get_complete_cpuset(io_topo))) {
+    if (set == NULL || hwloc_bitmap_iszero(set) ||
+        hwloc_bitmap_isequal(set, hwloc_topology_get_complete_cpuset(topo)))
+        return 0;
+    return hwloc_bitmap_copy(out, set) == 0 ? 1 : 0;
+}
+
+/*
+ * Without OTE_WORKER_CPUS: a worker whose network transports all sit on
+ * devices of one locality is bound to the CPUs near them; otherwise it
+ * stays unbound, free to run anywhere.
+ */
+static void worker_bind_near_nic(ote_worker_t *w)
+{
+    const char *devs[OTE_MAX_IFACES];
+    hwloc_bitmap_t set;
+    size_t n = 0;
+    char buf[256];
+
+    for (size_t i = 0; i < w->num_ifaces && n < OTE_MAX_IFACES; i++) {
+        const ote_tl_resource_t *res = &w->ifaces[i]->resource;
+
+        if (res->is_network && strcmp(res->dev_name, "lo") != 0)
+            devs[n++] = res->dev_name;
+    }
+    if (n == 0)
+        return;
+    pthread_once(&io_topo_once, io_topo_load);
+    if (!io_topo_ok || (set = hwloc_bitmap_alloc()) == NULL)
+        return;
+    if (ote_topo_nic_cpuset(io_topo, devs, n, set) == 1) {
         hwloc_bitmap_snprintf(buf, sizeof(buf), set);
         if (hwloc_set_thread_cpubind(io_topo, w->thread, set, 0) == 0)
             ote_info("worker %zu bound near its NIC (cpuset %s)", w->index, buf);
