@@ -14,6 +14,7 @@
 #include "core/util.h"
 #include "uct_ext/cuda/cuda_int.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -562,14 +563,31 @@ ote_status_t ote_proto_stage_rail_init(ote_rail_t *rail, ote_rail_t *host,
  * to the peer's control listener (blocking requests) and posts the chunk
  * transfers on the worker's host (or local staging) rail under the
  * worker's lock; their completions come back through the worker.
+ *
+ * The slice moves in groups of OTE_STAGE_SLOTS / 2 chunks, two groups at a
+ * time: while the peer copies group k between its chunks and its GPU
+ * (Delegate), the chunks of group k+1 are on the network. A group's chunks
+ * are pinned only while nothing waits for a pin: when the peer's pool is
+ * taken the slice finishes the group it holds first, then waits for chunks
+ * holding none (no slice holds chunks while it waits for more).
  */
 typedef struct remote_op remote_op_t;
 
 typedef struct {
     ote_slice_t  s;      /* first: the completion, shaped like a slice */
     remote_op_t *op;
+    unsigned    *pending;
     ote_status_t status;
 } remote_chunk_t;
+
+typedef struct {
+    ote_ctl_stage_t m;       /* the Delegate of this group */
+    remote_chunk_t  rc[OTE_CTL_STAGE_MAX];
+    unsigned        pending; /* transfers posted and not ended */
+    size_t          off, end;
+    bool            held;    /* chunks pinned */
+    ote_status_t    status;  /* of its posts */
+} remote_group_t;
 
 struct remote_op {
     ote_stage_remote_hooks_t hooks;
@@ -586,8 +604,7 @@ struct remote_op {
     const atomic_bool   *cancel;
     pthread_mutex_t      lock;
     pthread_cond_t       cond;
-    unsigned             pending;
-    remote_chunk_t       chunks[OTE_CTL_STAGE_MAX];
+    remote_group_t       g[2];
 };
 
 static void remote_chunk_done(ote_tl_completion_t *comp, ote_status_t status)
@@ -597,7 +614,7 @@ static void remote_chunk_done(ote_tl_completion_t *comp, ote_status_t status)
 
     pthread_mutex_lock(&op->lock);
     rc->status = status;
-    op->pending--;
+    (*rc->pending)--;
     pthread_cond_signal(&op->cond);
     pthread_mutex_unlock(&op->lock);
 }
@@ -631,21 +648,87 @@ static ote_status_t remote_ctl(remote_op_t *op, ote_ctl_stage_t *m, uint64_t *ch
     return status != OTE_OK ? status : remote;
 }
 
-/* Post n chunk transfers between local memory and the pinned chunks; wait for all. */
-static ote_status_t remote_move(remote_op_t *op, const ote_ctl_stage_t *m, size_t off)
+static bool remote_canceled(const remote_op_t *op)
+{
+    return op->cancel != NULL && atomic_load(op->cancel);
+}
+
+/*
+ * Pin chunks for group g starting at off: the Delegate entries for them.
+ * With wait, BUSY is retried (growing pause) within OTE_XFER_TIMEOUT_MS;
+ * without, BUSY is returned at once.
+ */
+static ote_status_t remote_pin(remote_op_t *op, remote_group_t *g, size_t off, bool wait)
+{
+    unsigned per_group = op->slots > 1 ? op->slots / 2 : 1;
+    size_t want = (op->length - off + op->chunk_size - 1) / op->chunk_size, got = 0, tcs = 0, cs;
+    uint64_t deadline = ote_time_ns() + (uint64_t)op->hooks.timeout_ms * 1000000ull;
+    uint64_t chunks[OTE_CTL_STAGE_MAX];
+    useconds_t backoff = 500;
+    ote_status_t status;
+
+    if (want > per_group)
+        want = per_group;
+    if (want > OTE_CTL_STAGE_MAX)
+        want = OTE_CTL_STAGE_MAX;
+    for (;;) {
+        ote_ctl_stage_t m = {.op = OTE_CTL_STAGE_PIN, .count = want};
+
+        status = remote_ctl(op, &m, chunks, &got, &tcs);
+        if (status != OTE_ERR_BUSY)
+            break;
+        atomic_fetch_add(&stats.remote_busy, 1);
+        if (!wait)
+            return status;
+        if (ote_time_ns() > deadline)
+            return OTE_ERR_TIMEOUT;
+        if (remote_canceled(op))
+            return OTE_ERR_CANCELED;
+        usleep(backoff);
+        backoff = backoff < 50000 ? backoff * 2 : backoff;
+    }
+    if (status == OTE_OK && got == 0)
+        status = OTE_ERR_PROTOCOL;
+    if (status != OTE_OK)
+        return status;
+    /* Chunks are as large as the smaller of the two settings. */
+    cs = tcs < op->chunk_size ? tcs : op->chunk_size;
+    memset(&g->m, 0, offsetof(ote_ctl_stage_t, e));
+    g->m.op    = OTE_CTL_STAGE_DELEGATE;
+    g->m.dir   = op->write ? OTE_CTL_STAGE_TO_GPU : OTE_CTL_STAGE_FROM_GPU;
+    g->m.count = got;
+    g->off     = off;
+    for (size_t i = 0; i < got; i++) {
+        size_t len = op->length - off < cs ? op->length - off : cs;
+
+        g->m.e[i].chunk  = chunks[i];
+        g->m.e[i].gpu    = op->remote + off;
+        g->m.e[i].length = (uint32_t)len;
+        off += len;
+    }
+    g->end     = off;
+    g->held    = true;
+    g->pending = 0;
+    g->status  = OTE_OK;
+    atomic_fetch_add(&stats.chunks, got);
+    return OTE_OK;
+}
+
+/* Post the group's chunk transfers (local memory <-> the peer's chunks). */
+static ote_status_t remote_post_group(remote_op_t *op, remote_group_t *g)
 {
     ote_status_t status = OTE_OK;
     uint64_t one        = 1;
-    uint64_t deadline;
-    struct timespec ts;
+    size_t off          = g->off;
 
     pthread_mutex_lock(op->hooks.worker_lock);
-    for (size_t i = 0; i < m->count; i++) {
-        remote_chunk_t *rc = &op->chunks[i];
+    for (size_t i = 0; i < g->m.count; i++) {
+        remote_chunk_t *rc = &g->rc[i];
         ote_tl_ep_t *ep    = op->rail->ep;
         ote_status_t post;
 
         rc->op          = op;
+        rc->pending     = &g->pending;
         rc->status      = OTE_OK;
         rc->s.comp.func = remote_chunk_done;
         rc->s.cancel    = op->cancel;
@@ -654,32 +737,45 @@ static ote_status_t remote_move(remote_op_t *op, const ote_ctl_stage_t *m, size_
             break;
         }
         pthread_mutex_lock(&op->lock);
-        op->pending++;
+        g->pending++;
         pthread_mutex_unlock(&op->lock);
         post = op->write
-                   ? op->rail->iface->ep_ops->put_zcopy(ep, op->local + off, m->e[i].length,
-                                                        op->local_region, m->e[i].chunk, NULL, 0,
-                                                        &rc->s.comp)
-                   : op->rail->iface->ep_ops->get_zcopy(ep, op->local + off, m->e[i].length,
-                                                        op->local_region, m->e[i].chunk, NULL, 0,
-                                                        &rc->s.comp);
+                   ? op->rail->iface->ep_ops->put_zcopy(ep, op->local + off, g->m.e[i].length,
+                                                        op->local_region, g->m.e[i].chunk,
+                                                        NULL, 0, &rc->s.comp)
+                   : op->rail->iface->ep_ops->get_zcopy(ep, op->local + off, g->m.e[i].length,
+                                                        op->local_region, g->m.e[i].chunk,
+                                                        NULL, 0, &rc->s.comp);
         if (post != OTE_INPROGRESS) {
             pthread_mutex_lock(&op->lock);
-            op->pending--;
+            g->pending--;
             pthread_mutex_unlock(&op->lock);
             if (post != OTE_OK) {
                 status = post;
                 break;
             }
         }
-        off += m->e[i].length;
+        off += g->m.e[i].length;
     }
     pthread_mutex_unlock(op->hooks.worker_lock);
     (void)!write(op->hooks.worker_wake_fd, &one, sizeof(one));
-    /* The rails end every transfer within their own timeouts; this bounds a stuck one. */
-    deadline = ote_time_ns() + 2ull * (uint64_t)op->hooks.timeout_ms * 1000000ull;
+    g->status = status;
+    return status;
+}
+
+/*
+ * Wait for the group's transfers. The rails end every transfer within
+ * their own timeouts; TIMEOUT here (twice OTE_XFER_TIMEOUT_MS) means one
+ * never ended, and its completion may still come.
+ */
+static ote_status_t remote_wait_group(remote_op_t *op, remote_group_t *g)
+{
+    uint64_t deadline = ote_time_ns() + 2ull * (uint64_t)op->hooks.timeout_ms * 1000000ull;
+    ote_status_t status = g->status;
+    struct timespec ts;
+
     pthread_mutex_lock(&op->lock);
-    while (op->pending > 0) {
+    while (g->pending > 0) {
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 10 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) {
@@ -687,108 +783,127 @@ static ote_status_t remote_move(remote_op_t *op, const ote_ctl_stage_t *m, size_
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&op->cond, &op->lock, &ts);
-        if (op->pending > 0 && ote_time_ns() > deadline) {
+        if (g->pending > 0 && ote_time_ns() > deadline) {
             pthread_mutex_unlock(&op->lock);
-            return OTE_ERR_TIMEOUT; /* op is leaked: completions may still come */
+            return OTE_ERR_TIMEOUT;
         }
     }
     pthread_mutex_unlock(&op->lock);
-    for (size_t i = 0; i < m->count && status == OTE_OK; i++)
-        status = op->chunks[i].status;
+    for (size_t i = 0; i < g->m.count && status == OTE_OK; i++)
+        status = g->rc[i].status;
+    return status;
+}
+
+static void remote_unpin(remote_op_t *op, remote_group_t *g)
+{
+    ote_ctl_stage_t um = {.op = OTE_CTL_STAGE_UNPIN, .count = g->m.count};
+
+    if (!g->held)
+        return;
+    for (size_t i = 0; i < g->m.count; i++)
+        um.e[i].chunk = g->m.e[i].chunk;
+    /* Best effort: the peer also releases them when our connection goes. */
+    (void)remote_ctl(op, &um, NULL, NULL, NULL);
+    g->held = false;
+}
+
+/*
+ * Start group g: WRITE posts its transfers into the peer's chunks; READ
+ * has the peer copy its GPU memory into them, then posts the reads.
+ */
+static ote_status_t remote_start(remote_op_t *op, remote_group_t *g)
+{
+    ote_status_t status;
+
+    if (op->write)
+        return remote_post_group(op, g);
+    status = remote_ctl(op, &g->m, NULL, NULL, NULL);
+    return status == OTE_OK ? remote_post_group(op, g) : status;
+}
+
+/* Finish group g: its transfers end; WRITE then has the peer copy into its GPU. */
+static ote_status_t remote_finish(remote_op_t *op, remote_group_t *g)
+{
+    ote_status_t status = remote_wait_group(op, g);
+
+    if (status == OTE_OK && op->write)
+        status = remote_ctl(op, &g->m, NULL, NULL, NULL);
     return status;
 }
 
 static void *remote_main(void *arg)
 {
-    remote_op_t *op = arg;
-    ote_status_t status = OTE_OK;
-    size_t off = 0;
-    pthread_mutex_t *wl = op->hooks.worker_lock;
+    remote_op_t *op           = arg;
+    pthread_mutex_t *wl       = op->hooks.worker_lock;
     ote_tl_completion_t *comp = op->comp;
+    remote_group_t *cur = &op->g[0], *next = &op->g[1], *t;
+    ote_status_t status = OTE_OK, st;
+    bool leak = false;
+    size_t off;
 
-    while (off < op->length && status == OTE_OK) {
-        ote_ctl_stage_t m = {0}, um = {0};
-        uint64_t chunks[OTE_CTL_STAGE_MAX];
-        size_t want = (op->length - off + op->chunk_size - 1) / op->chunk_size, got = 0, pos = off;
-        uint64_t deadline = ote_time_ns() + (uint64_t)op->hooks.timeout_ms * 1000000ull;
-        useconds_t backoff = 500;
-        size_t tcs = 0, cs;
-
-        if (op->cancel != NULL && atomic_load(op->cancel)) {
-            status = OTE_ERR_CANCELED;
-            break;
-        }
-        if (want > op->slots)
-            want = op->slots;
-        if (want > OTE_CTL_STAGE_MAX)
-            want = OTE_CTL_STAGE_MAX;
-        /* Pin: BUSY while the peer's pool is taken; back off within OTE_XFER_TIMEOUT_MS. */
-        for (;;) {
-            m.op    = OTE_CTL_STAGE_PIN;
-            m.count = want;
-            status  = remote_ctl(op, &m, chunks, &got, &tcs);
-            if (status != OTE_ERR_BUSY)
-                break;
-            atomic_fetch_add(&stats.remote_busy, 1);
-            if (ote_time_ns() > deadline || (op->cancel != NULL && atomic_load(op->cancel))) {
-                status = ote_time_ns() > deadline ? OTE_ERR_TIMEOUT : OTE_ERR_CANCELED;
-                break;
+    status = remote_canceled(op) ? OTE_ERR_CANCELED : remote_pin(op, cur, 0, true);
+    if (status == OTE_OK)
+        status = remote_start(op, cur);
+    while (status == OTE_OK) {
+        /* The next group goes out while the current one is finished. */
+        off = cur->end;
+        if (off < op->length && !remote_canceled(op)) {
+            st = remote_pin(op, next, off, false);
+            if (st == OTE_OK) {
+                atomic_fetch_add(&stats.overlapped, 1);
+                st = remote_start(op, next);
             }
-            usleep(backoff);
-            backoff = backoff < 50000 ? backoff * 2 : backoff;
+            if (st != OTE_OK && st != OTE_ERR_BUSY)
+                status = st;
         }
-        if (status == OTE_OK && got == 0)
-            status = OTE_ERR_PROTOCOL;
+        st = remote_finish(op, cur);
+        if (st == OTE_ERR_TIMEOUT)
+            leak = true;
+        if (status == OTE_OK)
+            status = st;
+        remote_unpin(op, cur);
         if (status != OTE_OK)
             break;
-        /* Chunks are as large as the smaller of the two settings. */
-        cs = tcs < op->chunk_size ? tcs : op->chunk_size;
-        m.op = OTE_CTL_STAGE_DELEGATE;
-        m.count = got;
-        for (size_t i = 0, o = off; i < got; i++) {
-            size_t len = op->length - o < cs ? op->length - o : cs;
-
-            m.e[i].chunk  = chunks[i];
-            m.e[i].gpu    = op->remote + o;
-            m.e[i].length = (uint32_t)len;
-            o += len;
-            pos = o;
-        }
-        atomic_fetch_add(&stats.chunks, got);
-        if (op->write) {
-            status = remote_move(op, &m, off);
-            m.dir  = OTE_CTL_STAGE_TO_GPU;
+        if (!next->held) {
+            /* Nothing in flight: pin (waiting if need be) and start the next group. */
+            off = cur->end;
+            if (off >= op->length)
+                break;
+            if (remote_canceled(op)) {
+                status = OTE_ERR_CANCELED;
+                break;
+            }
+            status = remote_pin(op, next, off, true);
             if (status == OTE_OK)
-                status = remote_ctl(op, &m, NULL, NULL, NULL);
-        } else {
-            m.dir  = OTE_CTL_STAGE_FROM_GPU;
-            status = remote_ctl(op, &m, NULL, NULL, NULL);
-            if (status == OTE_OK)
-                status = remote_move(op, &m, off);
+                status = remote_start(op, next);
         }
-        if (status == OTE_ERR_TIMEOUT && op->pending > 0)
-            goto leak;
-        um.op    = OTE_CTL_STAGE_UNPIN;
-        um.count = got;
-        for (size_t i = 0; i < got; i++)
-            um.e[i].chunk = chunks[i];
-        /* Best effort: the peer also releases them when our connection goes. */
-        (void)remote_ctl(op, &um, NULL, NULL, NULL);
-        if (status == OTE_OK)
-            off = pos;
+        t    = cur;
+        cur  = next;
+        next = t;
+        if (status != OTE_OK)
+            break;
     }
+    /* On an error, whatever is still out ends before the slice does. */
+    for (int i = 0; i < 2; i++) {
+        if (op->g[i].held) {
+            if (remote_wait_group(op, &op->g[i]) == OTE_ERR_TIMEOUT)
+                leak = true;
+            remote_unpin(op, &op->g[i]);
+        }
+    }
+    if (status == OTE_OK && cur->end < op->length)
+        status = OTE_ERR_CANCELED;
     pthread_mutex_lock(wl);
     comp->func(comp, status);
     pthread_mutex_unlock(wl);
+    if (leak) {
+        /* A completion may still come: op stays allocated. */
+        ote_error("staging: a chunk transfer to the peer never ended");
+        return NULL;
+    }
     pthread_mutex_destroy(&op->lock);
     pthread_cond_destroy(&op->cond);
     free(op);
-    return NULL;
-leak:
-    ote_error("staging: a chunk transfer to the peer never ended");
-    pthread_mutex_lock(wl);
-    comp->func(comp, status);
-    pthread_mutex_unlock(wl);
     return NULL;
 }
 

@@ -93,15 +93,18 @@ static ote_engine_h engine(void)
     return e;
 }
 
-/* Region 0: rw GPU, region 1: read-only GPU, region 2: write-only GPU. */
-static void start_target(const char *delay_us)
+/*
+ * Region 0: rw GPU, region 1: read-only GPU, region 2: write-only GPU. The
+ * target's staging pool has slots chunks of 1 MiB.
+ */
+static void start_target(const char *delay_us, const char *slots)
 {
     const char *const args[] = {"--region", "12m:rw@cuda:0", "--region", "2m:r@cuda:1",
                                 "--region", "2m:w@cuda:0",   NULL};
 
     setenv("OTE_TLS", "tcp,cuda_copy", 1);
     setenv("OTE_STAGE_CHUNK_SIZE", "1m", 1);
-    setenv("OTE_STAGE_SLOTS", "4", 1);
+    setenv("OTE_STAGE_SLOTS", slots, 1);
     setenv("ORBITTE_CUDA_DOUBLE_DELAY_US", delay_us, 1);
     assert_int_equal(ote_test_target_start(&target, NULL, args), 0);
     unsetenv("OTE_TLS");
@@ -148,7 +151,8 @@ static void data_round(const char *location, uint64_t seed)
     void *buf;
     ote_mem_h m;
 
-    start_target("2000");
+    /* Room for the three slices of a request at once: no BUSY. */
+    start_target("2000", "12");
     e = engine();
     assert_int_equal(ote_mem_alloc(e, LEN, location, 0, &buf, &m), OTE_OK);
     assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
@@ -173,6 +177,13 @@ static void data_round(const char *location, uint64_t seed)
     assert_int_equal(target_pinned(e, seg), 0);
     ote_proto_stage_stats(&s1);
     assert_true(s1.chunks - s0.chunks >= 2 * 12);
+    /*
+     * Each slice (4 chunks) moves as two groups of two, the second on the
+     * network while the target copies the first: one overlap per slice and
+     * direction (local staging adds its own in the GPU case).
+     */
+    assert_int_equal(s1.remote_busy, s0.remote_busy);
+    assert_true(s1.overlapped - s0.overlapped >= 2 * 3);
     assert_int_equal(s1.chunks_in_use, 0);
 
     assert_int_equal(ote_segment_close(seg), OTE_OK);
@@ -251,7 +262,7 @@ static void test_rstage_access(void **state)
     ote_mem_h mh;
 
     (void)state;
-    start_target("0");
+    start_target("0", "4");
     e = engine();
     assert_int_equal(ote_mem_alloc(e, LEN, "cpu:0", 0, &buf, &mh), OTE_OK);
     assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
@@ -328,7 +339,7 @@ static void test_rstage_cancel_and_busy(void **state)
 
     (void)state;
     /* Delegated copies take 30 ms per chunk at the target. */
-    start_target("30000");
+    start_target("30000", "4");
     e = engine();
     assert_int_equal(ote_mem_alloc(e, LEN, "cpu:0", 0, &buf, &mh), OTE_OK);
     assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
@@ -410,7 +421,7 @@ static void test_rstage_initiator_killed(void **state)
     FILE *f;
 
     (void)state;
-    start_target("50000");
+    start_target("50000", "4");
     e = engine();
     assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
     assert_int_equal(pipe(fds), 0);
