@@ -381,6 +381,58 @@ static void test_rstage_cancel_and_busy(void **state)
     ote_engine_destroy(e);
 }
 
+/*
+ * A pinned chunk left unused is released after the target's
+ * OTE_XFER_TIMEOUT_MS; a target that dies mid-transfer fails the task.
+ */
+static void test_rstage_pin_timeout_and_target_death(void **state)
+{
+    ote_ctl_stage_t m = {.op = OTE_CTL_STAGE_PIN, .count = 1};
+    uint64_t chunk;
+    ote_task_status_t st;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_batch_h b;
+    size_t n = 0, first;
+    void *buf;
+    ote_mem_h mh;
+
+    (void)state;
+    setenv("OTE_XFER_TIMEOUT_MS", "400", 1);
+    start_target("50000", "4");
+    unsetenv("OTE_XFER_TIMEOUT_MS");
+    e = engine();
+    assert_int_equal(ote_mem_alloc(e, LEN, "cpu:0", 0, &buf, &mh), OTE_OK);
+    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
+    assert_int_equal(stage_req(seg, &m, &chunk, &n), OTE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(target_pinned(e, seg), 1);
+    usleep(700 * 1000);
+    assert_int_equal(target_pinned(e, seg), 0);
+    /* Released: no longer this connection's. */
+    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunk, target.addr[0], 64),
+                     OTE_ERR_INVALID_PARAM);
+
+    /* 12 chunks at 50 ms each: the target is killed well before the end. */
+    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, &(ote_xfer_req_t){.op = OTE_OP_WRITE,
+                                                           .local_addr = buf, .segment = seg,
+                                                           .remote_addr = target.addr[0],
+                                                           .length = LEN},
+                                      1, &first),
+                     OTE_OK);
+    usleep(150 * 1000);
+    ote_test_target_kill(&target);
+    target_up = false;
+    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    ote_batch_release(b);
+    ote_segment_close(seg);
+    assert_int_equal(ote_mem_free(e, mh), OTE_OK);
+    ote_engine_destroy(e);
+}
+
 /* Child: start a slow WRITE to the target's GPU, say so, wait to be killed. */
 static int child_main(const char *name, uint64_t remote)
 {
@@ -466,6 +518,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_rstage_access, teardown),
         cmocka_unit_test_teardown(test_rstage_cancel_and_busy, teardown),
         cmocka_unit_test_teardown(test_rstage_initiator_killed, teardown),
+        cmocka_unit_test_teardown(test_rstage_pin_timeout_and_target_death, teardown),
     };
 
     self_path = argv[0];
