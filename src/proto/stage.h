@@ -12,6 +12,12 @@
  * built by the segment, and serves the memory pairs that involve local GPU
  * memory. Chunks return to the pool when their transfer ends, fails, is
  * canceled, times out or the host rail's peer dies.
+ *
+ * Remote staging serves the peer's GPU memory that no transport reaches:
+ * the peer pins chunks of its own pool for us (STAGE control messages),
+ * we move the data into or out of them with the host rail (through the
+ * local staging rail for our GPU memory), and the peer copies between the
+ * chunks and its GPU (Delegate), checked against its region table.
  */
 #ifndef OTE_PROTO_STAGE_H
 #define OTE_PROTO_STAGE_H
