@@ -473,7 +473,7 @@ static void test_rstage_initiator_killed(void **state)
     FILE *f;
 
     (void)state;
-    start_target("50000", "4");
+    start_target("200000", "4"); /* 12 delegated copies of 200 ms: 2.4 s */
     e = engine();
     assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
     assert_int_equal(pipe(fds), 0);
