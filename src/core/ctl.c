@@ -15,6 +15,7 @@
 #include "ctl_msg.h"
 #include "engine.h"
 #include "log.h"
+#include "proto/stage.h"
 #include "util.h"
 #include "wire_util.h"
 
@@ -59,6 +60,7 @@ struct ote_ctl {
     bool         started;
     ctl_conn_t  *conns;
     long         num_conns;
+    ote_stage_target_t *stage; /* remote staging pool, made on first use */
 };
 
 static char listen_tag, stop_tag;
@@ -74,6 +76,7 @@ static void conn_close(ote_ctl_t *ctl, ctl_conn_t *c)
     if (c->next)
         c->next->prev = c->prev;
     ctl->num_conns--;
+    ote_stage_target_conn_gone(ctl->stage, (uintptr_t)c);
     ote_auth_conn_release(ctl->engine->auth, c->ip);
     free(c->payload);
     free(c->out);
@@ -268,6 +271,45 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
     return status;
 }
 
+/* STAGE: remote staging of this engine's GPU memory (proto/stage_target.c). */
+static ote_status_t handle_stage(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    ote_engine_h e = ctl->engine;
+    ote_ctl_stage_t *m = malloc(sizeof(*m));
+    uint64_t chunks[OTE_CTL_STAGE_MAX];
+    size_t count = 0;
+    uint32_t chunk_size = 0;
+    ote_buf_t out = {0};
+    ote_status_t status, st;
+
+    if (m == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_ctl_stage_decode(c->payload, c->h.length, m);
+    if (status != OTE_OK) {
+        free(m);
+        return status;
+    }
+    if (m->target != e->instance_id)
+        st = OTE_ERR_NOT_FOUND;
+    else if (ctl->stage == NULL &&
+             (st = ote_stage_target_create(e->regions, e->config.stage_chunk_size,
+                                           (unsigned)e->config.stage_slots,
+                                           e->config.xfer_timeout_ms, e->config.cuda_lib,
+                                           &ctl->stage)) != OTE_OK)
+        ;
+    else
+        st = ote_stage_target_request(ctl->stage, (uintptr_t)c, m, chunks, &count,
+                                      &chunk_size);
+    if (st != OTE_OK)
+        count = 0;
+    status = ote_ctl_stage_ack_encode(st, count ? chunk_size : 0, chunks, count, &out);
+    if (status == OTE_OK)
+        status = reply(ctl, c, OTE_CTL_STAGE_ACK, out.data, out.len, NULL, 0);
+    free(out.data);
+    free(m);
+    return status;
+}
+
 /* Handle one complete request; returns non-OK to close the connection. */
 static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
@@ -302,6 +344,9 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
     }
     case OTE_CTL_CONNECT:
         status = handle_connect(ctl, c);
+        break;
+    case OTE_CTL_STAGE:
+        status = handle_stage(ctl, c);
         break;
     default:
         return OTE_ERR_PROTOCOL;
@@ -515,6 +560,7 @@ static void *ctl_main(void *arg)
         now = ote_time_ns();
         if (now - last_sweep >= CTL_SWEEP_MS * 1000000ull) {
             ctl_sweep(ctl);
+            ote_stage_target_sweep(ctl->stage, now);
             last_sweep = now;
         }
     }
@@ -585,6 +631,7 @@ void ote_ctl_stop(ote_ctl_t *ctl)
     }
     while (ctl->conns)
         conn_close(ctl, ctl->conns);
+    ote_stage_target_destroy(ctl->stage);
     if (ctl->listen_fd >= 0)
         close(ctl->listen_fd);
     if (ctl->epfd >= 0)

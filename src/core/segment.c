@@ -432,13 +432,23 @@ static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, o
     return status;
 }
 
+static ote_status_t stage_ctl(void *arg, const void *req, size_t len, uint8_t **resp_p,
+                              size_t *resp_len_p)
+{
+    return ote_segment_ctl_request(arg, OTE_CTL_STAGE, req, len, OTE_CTL_STAGE_ACK, resp_p,
+                                   resp_len_p);
+}
+
 /*
  * GPU memory over host-only rails: one staging rail (proto/stage.c) in front
- * of each host rail, on the same worker. Returns the new rail count.
+ * of each host rail, on the same worker, then one remote staging rail (the
+ * peer's GPU memory through its pinned chunks) in front of each host rail
+ * and its staging rail. Returns the new rail count.
  */
-static size_t stage_rails_add(ote_segment_h seg, size_t n)
+static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
 {
     ote_engine_h e = seg->engine;
+    size_t host_rails = n, local_end;
 
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
         ote_worker_t *w = &e->workers[seg->rails[i].worker];
@@ -449,6 +459,33 @@ static size_t stage_rails_add(ote_segment_h seg, size_t n)
                     OTE_OK) {
                 ote_debug("segment '%s': rail %zu stages GPU memory over %s/%s", seg->name, n,
                           seg->rails[i].iface->resource.tl_name,
+                          seg->rails[i].iface->resource.dev_name);
+                seg->rail_set.rails[n] = &seg->rails[n];
+                n++;
+                break;
+            }
+        }
+    }
+    local_end = n;
+    for (size_t i = 0; i < host_rails && n < OTE_PROTO_MAX_RAILS; i++) {
+        ote_worker_t *w   = &e->workers[seg->rails[i].worker];
+        ote_rail_t *local = NULL;
+
+        for (size_t j = host_rails; j < local_end; j++) {
+            if (ote_proto_stage_rail_host(&seg->rails[j]) == &seg->rails[i])
+                local = &seg->rails[j];
+        }
+        for (size_t k = 0; k < w->num_ifaces; k++) {
+            ote_stage_remote_hooks_t hooks = {
+                .ctl = stage_ctl, .ctl_arg = seg, .worker_lock = &w->lock,
+                .worker_wake_fd = w->wake_fd, .initiator = e->instance_id,
+                .target = d->instance_id, .timeout_ms = e->config.xfer_timeout_ms};
+
+            if (ote_proto_stage_iface(w->ifaces[k]) &&
+                ote_proto_stage_remote_rail_init(&seg->rails[n], &seg->rails[i], local,
+                                                 w->ifaces[k], &hooks) == OTE_OK) {
+                ote_debug("segment '%s': rail %zu stages the peer's GPU memory over %s/%s",
+                          seg->name, n, seg->rails[i].iface->resource.tl_name,
                           seg->rails[i].iface->resource.dev_name);
                 seg->rail_set.rails[n] = &seg->rails[n];
                 n++;
@@ -571,7 +608,7 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
         seg->rail_set.num_rails = n;
     }
     free(cand);
-    n = stage_rails_add(seg, n);
+    n = stage_rails_add(seg, d, n);
     seg->rail_set.num_rails = n;
     if (n == 0) {
         ote_error("segment '%s': no transport reaches it", seg->name);

@@ -12,11 +12,20 @@
  * built by the segment, and serves the memory pairs that involve local GPU
  * memory. Chunks return to the pool when their transfer ends, fails, is
  * canceled, times out or the host rail's peer dies.
+ *
+ * Remote staging serves the peer's GPU memory that no transport reaches:
+ * the peer pins chunks of its own pool for us (STAGE control messages),
+ * we move the data into or out of them with the host rail (through the
+ * local staging rail for our GPU memory), and the peer copies between the
+ * chunks and its GPU (Delegate), checked against its region table.
  */
 #ifndef OTE_PROTO_STAGE_H
 #define OTE_PROTO_STAGE_H
 
 #include "proto.h"
+#include "core/ctl_msg.h"
+
+#include <pthread.h>
 
 extern ote_tl_component_t ote_cuda_stage_component;
 
@@ -32,6 +41,9 @@ bool ote_proto_stage_iface(const ote_tl_iface_t *iface);
 ote_status_t ote_proto_stage_rail_init(ote_rail_t *rail, ote_rail_t *host,
                                        ote_tl_iface_t *stage_iface);
 
+/* The host rail a staging rail sends through, NULL for other rails. */
+ote_rail_t *ote_proto_stage_rail_host(const ote_rail_t *rail);
+
 typedef struct {
     unsigned long chunks;          /* chunks moved                                */
     unsigned long overlapped;      /* chunk copies started while a chunk of the
@@ -40,8 +52,56 @@ typedef struct {
     unsigned long max_inflight;    /* most chunks of one slice in flight at once  */
     long          chunks_in_use;   /* pinned chunks taken now, all pools          */
     unsigned long out_of_order;    /* chunks that completed before an earlier one */
+    unsigned long remote_busy;     /* Pin answered BUSY (peer's pool taken)       */
+    long          target_pinned;   /* this process's target chunks pinned now     */
 } ote_proto_stage_stats_t;
 
 void ote_proto_stage_stats(ote_proto_stage_stats_t *stats_p);
+
+/* ---- remote staging, target side (control listener thread only) ---- */
+typedef struct ote_stage_target ote_stage_target_t;
+
+/* Pool of nchunks pinned chunks of chunk_size, reachable by host transports. */
+ote_status_t ote_stage_target_create(ote_mem_table_t *regions, size_t chunk_size,
+                                     unsigned nchunks, long timeout_ms, const char *cuda_lib,
+                                     ote_stage_target_t **t_p);
+void         ote_stage_target_destroy(ote_stage_target_t *t);
+/*
+ * Serve one STAGE request of control connection conn. PIN: chunks gets the
+ * pinned chunks (BUSY when none is free). DELEGATE: every chunk must be
+ * pinned by conn (else INVALID_PARAM), every GPU range inside a registered
+ * GPU region with remote write (to GPU) or remote read (from GPU) access
+ * (else NOT_REGISTERED, OUT_OF_BOUNDS or ACCESS, nothing copied).
+ */
+ote_status_t ote_stage_target_request(ote_stage_target_t *t, uintptr_t conn,
+                                      const ote_ctl_stage_t *m, uint64_t *chunks,
+                                      size_t *count_p, uint32_t *chunk_size_p);
+/* Release the chunks of a connection that went away. */
+void         ote_stage_target_conn_gone(ote_stage_target_t *t, uintptr_t conn);
+/* Release chunks pinned longer than the timeout. */
+void         ote_stage_target_sweep(ote_stage_target_t *t, uint64_t now_ns);
+/* Target chunks pinned now, all engines of the process. */
+long         ote_stage_target_pinned_now(void);
+
+/*
+ * ---- remote staging, initiator side ----
+ * A rail in front of host rail `host` (and of the local staging rail over
+ * it, local_stage, or NULL) that reaches the peer's GPU memory through the
+ * peer's pinned chunks; ctl sends a control request to the peer.
+ */
+typedef struct {
+    ote_status_t (*ctl)(void *arg, const void *req, size_t len, uint8_t **resp_p,
+                        size_t *resp_len_p);
+    void            *ctl_arg;
+    pthread_mutex_t *worker_lock;   /* held while the worker progresses */
+    int              worker_wake_fd;
+    uint64_t         initiator, target; /* engine instances */
+    long             timeout_ms;
+} ote_stage_remote_hooks_t;
+
+ote_status_t ote_proto_stage_remote_rail_init(ote_rail_t *rail, ote_rail_t *host,
+                                              ote_rail_t *local_stage,
+                                              ote_tl_iface_t *stage_iface,
+                                              const ote_stage_remote_hooks_t *hooks);
 
 #endif

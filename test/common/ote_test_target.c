@@ -15,6 +15,7 @@
  *                                 of a mapping with SIZE unregistered bytes on each
  *                                 side, filled with OTE_TEST_GUARD_SEED; the
  *                                 command "guard R" answers "guard LEADHASH TRAILHASH"
+ * The command "stagepinned" answers "pinned N": remote staging chunks pinned now.
  * A silent peer is made with SIGSTOP by the test.
  */
 #include "testlib.h"
@@ -27,6 +28,9 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
+
+/* Library-internal (proto/stage.h), exported with the ote_ symbols. */
+long ote_stage_target_pinned_now(void);
 
 static bool gpu_region(const char *where)
 {
@@ -197,6 +201,9 @@ int main(int argc, char **argv)
             snprintf(ans, sizeof(ans), "guard %016llx %016llx",
                      (unsigned long long)ote_test_hash(buf[r] - glen[r], glen[r]),
                      (unsigned long long)ote_test_hash(buf[r] + len[r], glen[r]));
+        } else if (strcmp(cmd, "stagepinned") == 0) {
+            /* Chunks of the remote staging pool pinned by initiators now. */
+            snprintf(ans, sizeof(ans), "pinned %ld", ote_stage_target_pinned_now());
         } else if (sscanf(cmd, "dereg %u", &r) == 1 && r < n) {
             st = where[r] != NULL ? ote_mem_free(e, mem[r]) : ote_mem_deregister(e, mem[r]);
             snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);

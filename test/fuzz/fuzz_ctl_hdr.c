@@ -30,9 +30,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(req_max <= max);
             FUZZ_CHECK(h.type != OTE_CTL_GET_DESC || req_max == 0);
             FUZZ_CHECK(h.type != OTE_CTL_NOTIFY || req_max == OTE_CTL_NOTIFY_MAX_LEN);
+            FUZZ_CHECK(h.type != OTE_CTL_STAGE || req_max <= OTE_CTL_STAGE_MAX_LEN);
         } else {
             FUZZ_CHECK(h.type == OTE_CTL_DESC || h.type == OTE_CTL_NOTIFY_ACK ||
-                       h.type == OTE_CTL_AUTH_DONE);
+                       h.type == OTE_CTL_AUTH_DONE || h.type == OTE_CTL_CONNECT_ACK ||
+                       h.type == OTE_CTL_STAGE_ACK);
         }
         /* A status-only response follows some headers. */
         if (ote_ctl_status_decode(copy + OTE_CTL_HDR_LEN, size - OTE_CTL_HDR_LEN, &st) ==

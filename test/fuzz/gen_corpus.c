@@ -106,6 +106,7 @@ static void gen_ctl_hdr(void)
     ctl_hdr(&b, OTE_CTL_AUTH_PROOF, 64, 3);                   flush("ctl_hdr", "auth_proof", &b);
     ctl_hdr(&b, OTE_CTL_AUTH_DONE, 4, 4);
     ote_buf_put_u32(&b, 0);                                   flush("ctl_hdr", "auth_done", &b);
+    ctl_hdr(&b, OTE_CTL_STAGE, 19, 5);                        flush("ctl_hdr", "stage", &b);
 }
 
 static void gen_ctl_notify(void)
@@ -128,6 +129,56 @@ static void gen_ctl_notify(void)
             exit(1);
         flush("ctl_notify", n[i].name, &b);
     }
+}
+
+/* STAGE requests and answers; the first byte picks the decoder (0 request, 1 answer). */
+static void gen_ctl_stage(void)
+{
+    const uint64_t chunks[3] = {FUZZ_RW, FUZZ_RW + 4096, FUZZ_RW + 8192};
+    ote_ctl_stage_t m = {.initiator = 0x1234, .target = FUZZ_INSTANCE};
+    ote_buf_t b = {0};
+
+    m.op    = OTE_CTL_STAGE_PIN;
+    m.count = 3;
+    ote_buf_put_u8(&b, 0);
+    if (ote_ctl_stage_encode(&m, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_stage", "pin", &b);
+    m.op  = OTE_CTL_STAGE_DELEGATE;
+    m.dir = OTE_CTL_STAGE_TO_GPU;
+    for (size_t i = 0; i < 3; i++) {
+        m.e[i].chunk  = chunks[i];
+        m.e[i].gpu    = FUZZ_BASE + 0x100000 + i * 4096;
+        m.e[i].length = 4096;
+    }
+    ote_buf_put_u8(&b, 0);
+    if (ote_ctl_stage_encode(&m, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_stage", "delegate_to_gpu", &b);
+    m.dir   = OTE_CTL_STAGE_FROM_GPU;
+    m.count = 1;
+    ote_buf_put_u8(&b, 0);
+    if (ote_ctl_stage_encode(&m, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_stage", "delegate_from_gpu", &b);
+    m.op    = OTE_CTL_STAGE_UNPIN;
+    m.count = 3;
+    ote_buf_put_u8(&b, 0);
+    if (ote_ctl_stage_encode(&m, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_stage", "unpin", &b);
+    ote_buf_put_u8(&b, 1);
+    if (ote_ctl_stage_ack_encode(OTE_OK, 4096, chunks, 3, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_stage", "ack_pin", &b);
+    ote_buf_put_u8(&b, 1);
+    if (ote_ctl_stage_ack_encode(OTE_ERR_BUSY, 0, NULL, 0, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_stage", "ack_busy", &b);
+    ote_buf_put_u8(&b, 1);
+    if (ote_ctl_stage_ack_encode(OTE_ERR_ACCESS, 0, NULL, 0, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_stage", "ack_access", &b);
 }
 
 /* A descriptor by hand, with transports, memory domains and rkeys. */
@@ -332,6 +383,7 @@ int main(int argc, char **argv)
     gen_tcp_hdr();
     gen_ctl_hdr();
     gen_ctl_notify();
+    gen_ctl_stage();
     gen_desc();
     gen_auth();
     gen_tcp_conn();

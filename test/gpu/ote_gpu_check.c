@@ -4,7 +4,7 @@
  * OTE_CUDA_LIB pointing at the CUDA test double, on any machine (make
  * check runs it that way, with small sizes; the numbers then mean nothing).
  *
- *   ote_gpu_check [-s BYTES] [-n ITERS] copy|ipc|staged|all
+ *   ote_gpu_check [-s BYTES] [-n ITERS] copy|ipc|staged|remote|all
  *
  * copy    cuda_copy in one process: pinned host -> GPU and GPU -> pinned host;
  *         reference: cudaMemcpyAsync of the same buffers on one stream.
@@ -12,6 +12,9 @@
  *         GPU region); reference: device-to-device copy in one process.
  * staged  GPU -> TCP -> host of another process and back (local staging on
  *         this side); reference: host -> TCP -> host on loopback.
+ * remote  GPU -> TCP -> GPU of another process and back: staging on both
+ *         sides (local chunks here, the target's chunks by Pin/Delegate
+ *         there); reference: host -> TCP -> host on loopback.
  * Every transfer is verified byte for byte. One line per check:
  *   RESULT name bytes GB/s ref_name ref_GB/s ratio target ok|FAIL
  * Exit status 0 when every transfer was correct (ratios are reported, not
@@ -266,6 +269,62 @@ static void check_staged(void)
     ote_engine_destroy(e);
 }
 
+static void check_remote(void)
+{
+    char region[64], hregion[64], cmd[128];
+    const char *args[] = {"--region", region, "--region", hregion, NULL};
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    void *gpu, *host;
+    ote_mem_h mg, mh;
+    double w, r, ref;
+    bool ok;
+
+    /* Region 0: the target's GPU memory; region 1: its host memory (reference). */
+    snprintf(region, sizeof(region), "%zu:rw@cuda:0", size);
+    snprintf(hregion, sizeof(hregion), "%zu:rw", size);
+    setenv("OTE_TLS", "tcp,cuda_copy", 1);
+    if (ote_test_target_start(&t, NULL, args) != 0) {
+        fprintf(stderr, "ote_gpu_check remote: target did not start\n");
+        failures++;
+        unsetenv("OTE_TLS");
+        return;
+    }
+    setenv("OTE_TLS", "tcp,cuda_copy,cuda_stage", 1);
+    e = ote_test_engine("127.0.0.1:0");
+    unsetenv("OTE_TLS");
+    if (ote_mem_alloc(e, size, "cuda:0", 0, &gpu, &mg) != OTE_OK ||
+        ote_mem_alloc(e, size, NULL, 0, &host, &mh) != OTE_OK ||
+        ote_segment_open(e, t.name, &seg) != OTE_OK) {
+        fprintf(stderr, "ote_gpu_check remote: setup failed\n");
+        failures++;
+        ote_test_target_stop(&t);
+        ote_engine_destroy(e);
+        return;
+    }
+    ote_test_fill(host, 0, size, 8);
+    ref = timed_xfer(e, seg, OTE_OP_WRITE, host, t.addr[1], size);
+    snprintf(cmd, sizeof(cmd), "check 1 0 %zu 8", size);
+    ok = ref > 0 && remote_cmd(e, seg, cmd);
+    gpu_fill(gpu, size, 9);
+    w = timed_xfer(e, seg, OTE_OP_WRITE, gpu, t.addr[0], size);
+    snprintf(cmd, sizeof(cmd), "check 0 0 %zu 9", size);
+    ok = ok && w > 0 && remote_cmd(e, seg, cmd);
+    result("gpu_tcp_gpu_write", w, "host_tcp_host", ref, 0.85, ok);
+    snprintf(cmd, sizeof(cmd), "fill 0 0 %zu 10", size);
+    ok = remote_cmd(e, seg, cmd);
+    r  = timed_xfer(e, seg, OTE_OP_READ, gpu, t.addr[0], size);
+    ok = ok && r > 0 && gpu_check(gpu, size, 10);
+    ref = timed_xfer(e, seg, OTE_OP_READ, host, t.addr[1], size);
+    result("gpu_tcp_gpu_read", r, "host_tcp_host_read", ref, 0.85, ok);
+    ote_segment_close(seg);
+    ote_test_target_stop(&t);
+    ote_mem_free(e, mg);
+    ote_mem_free(e, mh);
+    ote_engine_destroy(e);
+}
+
 int main(int argc, char **argv)
 {
     const char *what;
@@ -303,6 +362,8 @@ int main(int argc, char **argv)
         check_ipc();
     if (strcmp(what, "staged") == 0 || strcmp(what, "all") == 0)
         check_staged();
+    if (strcmp(what, "remote") == 0 || strcmp(what, "all") == 0)
+        check_remote();
     printf("# %s\n", failures ? "FAILED" : "all transfers correct");
     return failures ? 1 : 0;
 }

@@ -7,6 +7,9 @@
 #   cuda_ipc    GPU <-> GPU across two processes    vs D2D cudaMemcpy   (target >= 0.8x)
 #   staged      GPU <-> TCP <-> host of another process (local staging)
 #                                                   vs host->TCP->host  (target >= 0.85x)
+#   gpu_tcp_gpu GPU <-> TCP <-> GPU of another process (staging on both sides:
+#               local chunks here, the target's pinned chunks there)
+#                                                   vs host->TCP->host  (target >= 0.85x)
 # Needs only this repository, the Debian build dependencies and the CUDA
 # toolkit (CUDA_HOME, default /usr/local/cuda) with a driver.
 #

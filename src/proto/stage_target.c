@@ -1,0 +1,227 @@
+/*
+ * Remote staging, target side (see stage.h): a pool of pinned host chunks
+ * that initiators Pin over the control plane, reach with their host
+ * transport, and have copied to or from this engine's GPU memory
+ * (Delegate), then Unpin. Runs on the control listener thread only.
+ */
+#include "stage.h"
+
+#include "core/log.h"
+#include "core/util.h"
+#include "uct_ext/cuda/cuda_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Bound on one delegated device copy. */
+#define STAGE_TARGET_COPY_TIMEOUT_NS (10ull * 1000 * 1000 * 1000)
+
+typedef struct {
+    uint8_t  *buf;
+    uintptr_t owner;    /* control connection that pinned it, 0 when free */
+    uint64_t  deadline; /* released by the sweep after this */
+} target_chunk_t;
+
+struct ote_stage_target {
+    ote_mem_table_t   *regions;
+    ote_cuda_copier_t *copier;
+    size_t             chunk_size;
+    unsigned           nchunks;
+    uint64_t           timeout_ns;
+    ote_region_t      *pool_region;
+    uint8_t           *pool_base;
+    target_chunk_t    *chunks;
+};
+
+static atomic_long target_pinned;
+
+long ote_stage_target_pinned_now(void)
+{
+    return atomic_load(&target_pinned);
+}
+
+ote_status_t ote_stage_target_create(ote_mem_table_t *regions, size_t chunk_size,
+                                     unsigned nchunks, long timeout_ms, const char *cuda_lib,
+                                     ote_stage_target_t **t_p)
+{
+    ote_stage_target_t *t;
+    ote_status_t status;
+
+    if (ote_cuda_api_load(cuda_lib) != OTE_OK)
+        return OTE_ERR_UNSUPPORTED;
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return OTE_ERR_NO_MEMORY;
+    t->regions    = regions;
+    t->chunk_size = chunk_size < 4096 ? 4096 : chunk_size > (1u << 30) ? (1u << 30) : chunk_size;
+    t->nchunks    = nchunks ? nchunks : 1;
+    t->timeout_ns = (uint64_t)timeout_ms * 1000000ull;
+    t->chunks     = calloc(t->nchunks, sizeof(*t->chunks));
+    status        = t->chunks ? ote_cuda_copier_create(1, &t->copier) : OTE_ERR_NO_MEMORY;
+    if (status == OTE_OK)
+        status = ote_mem_table_alloc(regions, t->chunk_size * t->nchunks, "cuda_host:0",
+                                     OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                                     (void **)&t->pool_base, &t->pool_region);
+    if (status != OTE_OK) {
+        ote_error("staging: no pinned target pool of %u x %zu bytes: %s", t->nchunks,
+                  t->chunk_size, ote_status_string(status));
+        if (t->copier)
+            ote_cuda_copier_destroy(t->copier);
+        free(t->chunks);
+        free(t);
+        return status;
+    }
+    for (unsigned i = 0; i < t->nchunks; i++)
+        t->chunks[i].buf = t->pool_base + (size_t)i * t->chunk_size;
+    *t_p = t;
+    return OTE_OK;
+}
+
+static void chunk_release(target_chunk_t *c)
+{
+    if (c->owner != 0) {
+        c->owner = 0;
+        atomic_fetch_sub(&target_pinned, 1);
+    }
+}
+
+void ote_stage_target_destroy(ote_stage_target_t *t)
+{
+    if (t == NULL)
+        return;
+    for (unsigned i = 0; i < t->nchunks; i++)
+        chunk_release(&t->chunks[i]);
+    ote_cuda_copier_destroy(t->copier);
+    ote_mem_table_free(t->regions, t->pool_region);
+    free(t->chunks);
+    free(t);
+}
+
+void ote_stage_target_conn_gone(ote_stage_target_t *t, uintptr_t conn)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; t != NULL && i < t->nchunks; i++) {
+        if (t->chunks[i].owner == conn) {
+            chunk_release(&t->chunks[i]);
+            n++;
+        }
+    }
+    if (n > 0)
+        ote_debug("staging: %u chunks of a closed control connection released", n);
+}
+
+void ote_stage_target_sweep(ote_stage_target_t *t, uint64_t now)
+{
+    for (unsigned i = 0; t != NULL && i < t->nchunks; i++) {
+        if (t->chunks[i].owner != 0 && now > t->chunks[i].deadline) {
+            ote_warn("staging: chunk %u pinned past OTE_XFER_TIMEOUT_MS; released", i);
+            chunk_release(&t->chunks[i]);
+        }
+    }
+}
+
+/* The chunk at addr pinned by conn whose range holds [addr, addr+len). */
+static target_chunk_t *chunk_find(ote_stage_target_t *t, uintptr_t conn, uint64_t addr,
+                                  uint64_t len)
+{
+    uint64_t base = (uintptr_t)t->pool_base;
+    size_t i;
+
+    if (addr < base || addr - base >= (uint64_t)t->chunk_size * t->nchunks)
+        return NULL;
+    i = (size_t)((addr - base) / t->chunk_size);
+    if (addr != (uintptr_t)t->chunks[i].buf || len > t->chunk_size || t->chunks[i].owner != conn)
+        return NULL;
+    return &t->chunks[i];
+}
+
+static void copy_done(void *arg, ote_status_t status)
+{
+    *(ote_status_t *)arg = status;
+}
+
+static ote_status_t delegate_one(ote_stage_target_t *t, bool to_gpu, uint8_t *chunk,
+                                 uint64_t gpu, size_t len)
+{
+    unsigned access = to_gpu ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ;
+    ote_status_t done = OTE_INPROGRESS, status;
+    ote_region_t *region;
+    uint64_t deadline;
+    int dev;
+
+    status = ote_mem_region_acquire(t->regions, gpu, len, access, &region);
+    if (status != OTE_OK)
+        return status;
+    if (region->mem_type != OTE_MEM_TYPE_CUDA) {
+        ote_mem_region_put(region);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    dev    = ote_cuda_location_device(region->location);
+    status = to_gpu ? ote_cuda_copier_post(t->copier, dev, (void *)(uintptr_t)gpu, chunk, len,
+                                           copy_done, &done)
+                    : ote_cuda_copier_post(t->copier, dev, chunk, (void *)(uintptr_t)gpu, len,
+                                           copy_done, &done);
+    deadline = ote_time_ns() + STAGE_TARGET_COPY_TIMEOUT_NS;
+    while (status == OTE_OK && done == OTE_INPROGRESS) {
+        if (ote_cuda_copier_progress(t->copier) == 0 && ote_time_ns() > deadline) {
+            ote_error("staging: delegated device copy did not end");
+            /* The callback still points at done: wait for it at destroy. */
+            ote_cuda_copier_destroy(t->copier);
+            t->copier = NULL;
+            ote_cuda_copier_create(1, &t->copier);
+            done = OTE_ERR_TIMEOUT;
+        }
+    }
+    ote_mem_region_put(region);
+    return status != OTE_OK ? status : done;
+}
+
+ote_status_t ote_stage_target_request(ote_stage_target_t *t, uintptr_t conn,
+                                      const ote_ctl_stage_t *m, uint64_t *chunks,
+                                      size_t *count_p, uint32_t *chunk_size_p)
+{
+    ote_status_t status = OTE_OK;
+    uint64_t now        = ote_time_ns();
+
+    *count_p      = 0;
+    *chunk_size_p = (uint32_t)t->chunk_size;
+    switch (m->op) {
+    case OTE_CTL_STAGE_PIN:
+        for (unsigned i = 0; i < t->nchunks && *count_p < m->count; i++) {
+            if (t->chunks[i].owner == 0) {
+                t->chunks[i].owner    = conn;
+                t->chunks[i].deadline = now + t->timeout_ns;
+                atomic_fetch_add(&target_pinned, 1);
+                chunks[(*count_p)++] = (uintptr_t)t->chunks[i].buf;
+            }
+        }
+        return *count_p > 0 ? OTE_OK : OTE_ERR_BUSY;
+    case OTE_CTL_STAGE_DELEGATE:
+        /* Every entry is checked before any copy runs. */
+        for (size_t i = 0; i < m->count; i++) {
+            if (chunk_find(t, conn, m->e[i].chunk, m->e[i].length) == NULL)
+                return OTE_ERR_INVALID_PARAM;
+        }
+        for (size_t i = 0; i < m->count && status == OTE_OK; i++) {
+            target_chunk_t *c = chunk_find(t, conn, m->e[i].chunk, m->e[i].length);
+
+            status = delegate_one(t, m->dir == OTE_CTL_STAGE_TO_GPU, c->buf, m->e[i].gpu,
+                                  m->e[i].length);
+            c->deadline = ote_time_ns() + t->timeout_ns;
+        }
+        return status;
+    case OTE_CTL_STAGE_UNPIN:
+        for (size_t i = 0; i < m->count; i++) {
+            target_chunk_t *c = chunk_find(t, conn, m->e[i].chunk, 0);
+
+            if (c == NULL)
+                status = OTE_ERR_INVALID_PARAM;
+            else
+                chunk_release(c);
+        }
+        return status;
+    default:
+        return OTE_ERR_PROTOCOL;
+    }
+}
