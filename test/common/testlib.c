@@ -184,3 +184,19 @@ int ote_test_cuda_copy(void *dst, const void *src, size_t len)
         return -1;
     return 0;
 }
+
+int ote_test_target_expect(ote_engine_h e, ote_segment_h seg, const char *cmd,
+                           const char *want, int timeout_ms)
+{
+    char reply[128];
+
+    if (ote_test_target_cmd(e, seg, cmd, reply, sizeof(reply), timeout_ms) != 0) {
+        fprintf(stderr, "'%s': no answer\n", cmd);
+        return -1;
+    }
+    if (strcmp(reply, want) != 0) {
+        fprintf(stderr, "'%s' answered '%s', expected '%s'\n", cmd, reply, want);
+        return -1;
+    }
+    return 0;
+}

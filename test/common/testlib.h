@@ -67,6 +67,13 @@ int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char
                         size_t reply_len, int timeout_ms);
 
 /*
+ * ote_test_target_cmd, then the reply compared with want: 0 when it is
+ * exactly want; -1 (the command, its reply and want on stderr) otherwise.
+ */
+int ote_test_target_expect(ote_engine_h e, ote_segment_h seg, const char *cmd,
+                           const char *want, int timeout_ms);
+
+/*
  * dst <- src through CUDA (either may be GPU memory), finished on return;
  * the library's CUDA table must be loaded (an engine exists). 0 on success.
  */

@@ -68,11 +68,7 @@ static void fx_stop(fx_t *f)
 
 static void cmd_expect(fx_t *f, const char *cmd, const char *want)
 {
-    char reply[128];
-
-    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, reply, sizeof(reply), 20000), 0);
-    if (strcmp(reply, want) != 0)
-        fail_msg("'%s' answered '%s', expected '%s'", cmd, reply, want);
+    assert_int_equal(ote_test_target_expect(f->e, f->seg, cmd, want, 20000), 0);
 }
 
 static void assert_rails(fx_t *f, const char *tl)

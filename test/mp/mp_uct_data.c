@@ -72,11 +72,7 @@ static void set_env(const tl_case_t *tc)
 
 static void cmd_expect(fx_t *f, const char *cmd, const char *want)
 {
-    char reply[128];
-
-    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, reply, sizeof(reply), CMD_MS), 0);
-    if (strcmp(reply, want) != 0)
-        fail_msg("'%s' answered '%s', expected '%s'", cmd, reply, want);
+    assert_int_equal(ote_test_target_expect(f->e, f->seg, cmd, want, CMD_MS), 0);
 }
 
 static int fx_setup(void **state)
