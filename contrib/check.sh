@@ -12,22 +12,37 @@ sh "$top/contrib/install-deps.sh"
 cd "$top"
 ./autogen.sh > /dev/null 2>&1
 
+# set -e does not reach into a subshell tested with ||: each step is chained.
+# On a failure, the lines that say what failed, last (where a log's tail is read).
+failed() {
+    log=$1/test/test-suite.log
+    if [ -f "$log" ]; then
+        echo "check.sh: failing tests in $1, and what they reported:"
+        grep -E '^(FAIL|ERROR):|ERROR|FAILED|LINE|error:|Assert|timed out|no answer' "$log" | tail -n 40
+    else
+        for f in "$1/configure.log" "$1/make.log"; do
+            [ -f "$f" ] && { echo "check.sh: the end of $f:"; tail -n 30 "$f"; }
+        done
+    fi
+    exit 1
+}
+
 mkdir -p build-check
 (
-    cd build-check
-    ../configure --enable-werror CFLAGS="-O2 -g" > configure.log
-    make -j"$jobs" > make.log
-    make -j"$jobs" check
-)
+    cd build-check &&
+        ../configure --enable-werror CFLAGS="-O2 -g" > configure.log &&
+        make -j"$jobs" > make.log &&
+        make -j"$jobs" check
+) || failed build-check
 
 mkdir -p build-asan
 (
-    cd build-asan
-    ../contrib/configure-devel > configure.log
-    make -j"$jobs" > make.log
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    cd build-asan &&
+        ../contrib/configure-devel > configure.log &&
+        make -j"$jobs" > make.log &&
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         make -j"$jobs" check
-)
+) || failed build-asan
 JOBS=$jobs sh "$top/contrib/check-tsan.sh" build-tsan
 echo "check.sh: all test suites passed"

@@ -65,10 +65,13 @@ struct ote_ctl {
 
 static char listen_tag, stop_tag;
 
-static void conn_close(ote_ctl_t *ctl, ctl_conn_t *c)
+static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
 {
     epoll_ctl(ctl->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
+    if (reset)
+        ote_socket_abort(c->fd);
+    else
+        close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -81,6 +84,11 @@ static void conn_close(ote_ctl_t *ctl, ctl_conn_t *c)
     free(c->payload);
     free(c->out);
     free(c);
+}
+
+static void conn_close(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    conn_drop(ctl, c, false);
 }
 
 static void conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events)
@@ -465,8 +473,9 @@ static void ctl_sweep(ote_ctl_t *ctl)
                      ctl->engine->auth->enabled ? "authentication" : "request");
             conn_close(ctl, c);
         } else if (c->out_deadline && now > c->out_deadline) {
+            /* A reset: the reply it does not read is dropped, not left in the kernel. */
             ote_warn("control peer %s does not read its replies; closing", c->peer);
-            conn_close(ctl, c);
+            conn_drop(ctl, c, true);
         }
     }
 }

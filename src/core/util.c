@@ -120,6 +120,14 @@ ote_status_t ote_socket_set_nonblock(int fd, bool on)
     return fcntl(fd, F_SETFL, fl) == 0 ? OTE_OK : OTE_ERR_IO;
 }
 
+void ote_socket_abort(int fd)
+{
+    struct linger l = {.l_onoff = 1, .l_linger = 0};
+
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    close(fd);
+}
+
 ote_status_t ote_socket_listen(const struct sockaddr_storage *ss, socklen_t len, int *fd_p)
 {
     int one = 1;

@@ -39,6 +39,9 @@ ote_status_t ote_socket_connect(const struct sockaddr_storage *ss, socklen_t len
 ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns);
 ote_status_t ote_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns);
 ote_status_t ote_socket_set_nonblock(int fd, bool on);
+/* Close with a reset: queued output is dropped and the peer learns at once
+ * (a graceful FIN would wait behind data a peer that does not read never takes). */
+void         ote_socket_abort(int fd);
 
 /* First non-loopback IPv4 address of an interface that is up, else 127.0.0.1. */
 void ote_default_ip(char *buf, size_t len);

@@ -229,8 +229,9 @@ static bool reset_within(int fd, int timeout_ms)
  * A peer that sends requests and never reads the replies: the listener
  * stops reading it, serves others meanwhile, and drops it once its reply
  * has not drained for 2 s. The replies to 80000 requests (over 10 MB) do
- * not fit in the sockets, so the listener must stall on this peer; the
- * requests it has not read make the kernel reset the connection at close.
+ * not fit in the sockets, so the listener must stall on this peer; it
+ * resets the connection (a FIN would queue behind the unread reply and
+ * never arrive).
  */
 static void test_ctl_never_reads(void **state)
 {
