@@ -8,8 +8,11 @@
  * The thread never blocks on a peer: a reply that does not fit in the
  * socket is kept and sent as the socket drains, and the connection is not
  * read meanwhile. A connection that has not completed its handshake within
- * OTE_HANDSHAKE_TIMEOUT_MS, or whose reply has not drained within
- * CTL_REPLY_TIMEOUT_NS, is closed.
+ * OTE_HANDSHAKE_TIMEOUT_MS, or whose reply has made no progress for
+ * CTL_REPLY_TIMEOUT_NS (or has not drained within CTL_REPLY_MAX_NS), is
+ * reset. Each connection's kernel send buffer is kept small
+ * (CTL_SNDBUF): a peer that does not read stalls us after that much, not
+ * after the megabytes the kernel would otherwise take on its behalf.
  */
 #include "auth.h"
 #include "ctl_msg.h"
@@ -23,10 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #define CTL_REPLY_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
+#define CTL_REPLY_MAX_NS     (20ull * 1000 * 1000 * 1000)
+#define CTL_SNDBUF           (64 * 1024)
 /* How often deadlines are checked while connections exist. */
 #define CTL_SWEEP_MS 100
 /* Requests served per connection and wakeup: one busy peer cannot starve the others. */
@@ -46,7 +52,8 @@ typedef struct ctl_conn {
     /* reply waiting for the socket to drain */
     uint8_t           *out;
     size_t             out_len, out_sent;
-    uint64_t           out_deadline;
+    uint64_t           out_deadline; /* no progress by then: reset */
+    uint64_t           out_limit;    /* not drained by then: reset  */
     bool               close_after_send;
     struct ctl_conn   *next, *prev;
 } ctl_conn_t;
@@ -107,6 +114,8 @@ static ote_status_t conn_flush(ote_ctl_t *ctl, ctl_conn_t *c)
 
         if (n > 0) {
             c->out_sent += (size_t)n;
+            if (c->out_deadline != 0)
+                c->out_deadline = ote_time_ns() + CTL_REPLY_TIMEOUT_NS;
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -114,6 +123,7 @@ static ote_status_t conn_flush(ote_ctl_t *ctl, ctl_conn_t *c)
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             if (c->out_deadline == 0) {
                 c->out_deadline = ote_time_ns() + CTL_REPLY_TIMEOUT_NS;
+                c->out_limit    = ote_time_ns() + CTL_REPLY_MAX_NS;
                 conn_set_events(ctl, c, EPOLLOUT);
             }
             return OTE_OK;
@@ -472,7 +482,7 @@ static void ctl_sweep(ote_ctl_t *ctl)
             ote_warn("control peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing", c->peer,
                      ctl->engine->auth->enabled ? "authentication" : "request");
             conn_close(ctl, c);
-        } else if (c->out_deadline && now > c->out_deadline) {
+        } else if (c->out_deadline && (now > c->out_deadline || now > c->out_limit)) {
             /* A reset: the reply it does not read is dropped, not left in the kernel. */
             ote_warn("control peer %s does not read its replies; closing", c->peer);
             conn_drop(ctl, c, true);
@@ -495,6 +505,7 @@ static void ctl_accept(ote_ctl_t *ctl)
 
         if (fd < 0)
             return;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){CTL_SNDBUF}, sizeof(int));
         ote_sockaddr_ip((struct sockaddr *)&ss, ip, sizeof(ip));
         if (ote_auth_conn_admit(e->auth, ip) != OTE_OK) {
             close(fd);

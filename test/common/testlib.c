@@ -104,6 +104,19 @@ int ote_test_target_start(ote_test_target_t *t, const char *const *wrapper,
         }
     }
     fclose(f);
+    {
+        int status = 0;
+        pid_t r    = 0;
+
+        for (int i = 0; i < 200 && (r = waitpid(t->pid, &status, WNOHANG)) == 0; i++)
+            usleep(10000);
+        if (r == t->pid) {
+            fprintf(stderr, "test target (%s) ended before READY: %s %d\n", argv[0],
+                    WIFEXITED(status) ? "exit status" : "signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            t->pid = 0;
+        }
+    }
     ote_test_target_kill(t);
     return -1;
 }
