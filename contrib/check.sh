@@ -18,7 +18,8 @@ failed() {
     log=$1/test/test-suite.log
     if [ -f "$log" ]; then
         echo "check.sh: failing tests in $1, and what they reported:"
-        grep -E '^(FAIL|ERROR):|ERROR|FAILED|LINE|error:|Assert|timed out|no answer' "$log" | tail -n 40
+        grep -E '^(FAIL|ERROR):|ERROR|FAILED|LINE|error:|Assert|timed out|no answer|ThreadSanitizer|SUMMARY' \
+            "$log" | tail -n 40
     else
         for f in "$1/configure.log" "$1/make.log"; do
             [ -f "$f" ] && { echo "check.sh: the end of $f:"; tail -n 30 "$f"; }
@@ -44,5 +45,5 @@ mkdir -p build-asan
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         make -j"$jobs" check
 ) || failed build-asan
-JOBS=$jobs sh "$top/contrib/check-tsan.sh" build-tsan
+JOBS=$jobs sh "$top/contrib/check-tsan.sh" build-tsan || failed build-tsan
 echo "check.sh: all test suites passed"

@@ -122,8 +122,10 @@ static ote_status_t conn_flush(ote_ctl_t *ctl, ctl_conn_t *c)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             if (c->out_deadline == 0) {
-                c->out_deadline = ote_time_ns() + CTL_REPLY_TIMEOUT_NS;
-                c->out_limit    = ote_time_ns() + CTL_REPLY_MAX_NS;
+                uint64_t now = ote_time_ns();
+
+                c->out_deadline = now + CTL_REPLY_TIMEOUT_NS;
+                c->out_limit    = now + CTL_REPLY_MAX_NS;
                 conn_set_events(ctl, c, EPOLLOUT);
             }
             return OTE_OK;

@@ -52,6 +52,17 @@ const char *ote_test_program(const char *name)
     return path;
 }
 
+/* Whether pid ended within timeout_ms (polled every 10 ms); reaps it. */
+static bool wait_exit(pid_t pid, int timeout_ms, int *status)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 10) {
+        if (waitpid(pid, status, WNOHANG) == pid)
+            return true;
+        usleep(10000);
+    }
+    return false;
+}
+
 int ote_test_target_start(ote_test_target_t *t, const char *const *wrapper,
                           const char *const *argv_extra)
 {
@@ -106,11 +117,8 @@ int ote_test_target_start(ote_test_target_t *t, const char *const *wrapper,
     fclose(f);
     {
         int status = 0;
-        pid_t r    = 0;
 
-        for (int i = 0; i < 200 && (r = waitpid(t->pid, &status, WNOHANG)) == 0; i++)
-            usleep(10000);
-        if (r == t->pid) {
+        if (wait_exit(t->pid, 2000, &status)) {
             fprintf(stderr, "test target (%s) ended before READY: %s %d\n", argv[0],
                     WIFEXITED(status) ? "exit status" : "signal",
                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
@@ -139,12 +147,9 @@ void ote_test_target_stop(ote_test_target_t *t)
     if (t->pid <= 0)
         return;
     kill(t->pid, SIGTERM);
-    for (int i = 0; i < 500; i++) {
-        if (waitpid(t->pid, &status, WNOHANG) == t->pid) {
-            t->pid = 0;
-            return;
-        }
-        usleep(10000);
+    if (wait_exit(t->pid, 5000, &status)) {
+        t->pid = 0;
+        return;
     }
     ote_test_target_kill(t);
 }
