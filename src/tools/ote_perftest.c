@@ -172,7 +172,7 @@ static int run_target(void)
 
         ote_notify_recv(e, n, 8, &count);
         if (count == 0) {
-            usleep(200);
+            usleep(5000);
             continue;
         }
         for (size_t i = 0; i < count; i++) {

@@ -533,6 +533,57 @@ static void test_timeout_after_idle(void **state)
 }
 
 /*
+ * A same-host (cma) peer's answers are polled for while they keep coming;
+ * a peer that stops answering is waited for asleep, not polled for until
+ * the transfer times out.
+ */
+static void test_stalled_cma_peer_no_polling(void **state)
+{
+    fx_t f;
+    ote_batch_h b;
+    ote_xfer_req_t r[8];
+    size_t first;
+    long t1, t2;
+    int n1, n2;
+
+    (void)state;
+    setenv("OTE_TLS", "cma", 1);
+    setenv("OTE_HANDSHAKE_TIMEOUT_MS", "200", 1);
+    fx_start(&f);
+    for (int i = 0; i < 8; i++)
+        r[i] = req(&f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
+    assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    ote_batch_release(b);
+    usleep(400 * 1000);
+    stop_target(&f);
+    assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
+    usleep(200 * 1000);
+    t1 = worker_ticks(&n1);
+    usleep(1000 * 1000);
+    t2 = worker_ticks(&n2);
+    printf("# stopped cma peer: worker threads used %ld clock ticks (of %ld per second) in one "
+           "second\n", t2 - t1, sysconf(_SC_CLK_TCK));
+    /* Resume the target first, so that a failed check does not leave it stopped. */
+    kill(f.t.pid, SIGCONT);
+    assert_int_equal(n1, n2);
+    /* Polling would take every tick; a woken timer now and then takes none. */
+    assert_true(t2 - t1 <= sysconf(_SC_CLK_TCK) / 10);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_status(b, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    }
+    ote_batch_release(b);
+    fx_stop(&f);
+    env_clear();
+}
+
+/*
  * Cpus_allowed_list of every ote-worker-* thread whose tid is not listed in
  * skip (";tid;tid;"), joined by ';'; *tids gets ";tid;..." of those seen.
  */
@@ -630,6 +681,7 @@ int main(void)
         cmocka_unit_test(test_flood_memory),
         cmocka_unit_test(test_idle_cpu_and_event_fd),
         cmocka_unit_test(test_timeout_after_idle),
+        cmocka_unit_test(test_stalled_cma_peer_no_polling),
         cmocka_unit_test(test_worker_cpus),
     };
 

@@ -22,6 +22,10 @@
 #define OTE_CMA_NAME_PREFIX "orbitte-cma."
 /* Largest piece copied under one region guard: deregistration waits at most this long. */
 #define OTE_CMA_GUARD_CHUNK (4u << 20)
+/* Answers from the peer are polled for while they keep coming this often. */
+#define OTE_CMA_POLL_NS (1000u * 1000u)
+/* A reply to a copy of at least this much is sent at once, not with the next ones. */
+#define OTE_CMA_REPLY_NOW (64u << 10)
 
 /*
  * Copy length bytes between local (this process) and peer_addr in process

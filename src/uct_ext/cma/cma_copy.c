@@ -161,6 +161,13 @@ reply:
     r.status = status;
     r.length = status == OTE_OK ? h->length : 0;
     ote_tcp_conn_reply(c, &r);
+    /*
+     * The initiator posts its next request when this one completes: a reply
+     * held back until the other requests read with it are copied would
+     * leave this side idle while the initiator catches up.
+     */
+    if (h->length >= OTE_CMA_REPLY_NOW)
+        ote_tcp_conn_flush(c);
 }
 
 /*

@@ -21,6 +21,7 @@ typedef struct {
     ote_tcp_iface_t tcp;
     char            name[CMA_NAME_MAX + 1]; /* abstract socket name, without NUL */
     size_t          name_len;
+    uint64_t        last_event_ns; /* last progress call that handled something */
 } cma_iface_t;
 
 ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
@@ -74,12 +75,42 @@ static ote_status_t cma_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, s
     return OTE_OK;
 }
 
+static unsigned cma_iface_progress(ote_tl_iface_t *tl_iface)
+{
+    cma_iface_t *iface = (cma_iface_t *)tl_iface;
+    unsigned count     = ote_tcp_iface_progress(tl_iface);
+
+    if (count)
+        iface->last_event_ns = ote_time_ns();
+    return count;
+}
+
+/*
+ * A peer on this host answers a copy within microseconds: while this
+ * process waits for answers that keep coming, poll for them rather than
+ * sleep, which saves the peer a wake-up per answer. A peer that has not
+ * answered for OTE_CMA_POLL_NS is waited for on the event fd.
+ */
+static ote_status_t cma_iface_event_arm(ote_tl_iface_t *tl_iface)
+{
+    cma_iface_t *iface = (cma_iface_t *)tl_iface;
+
+    if (ote_time_ns() - iface->last_event_ns >= OTE_CMA_POLL_NS)
+        return OTE_OK;
+    for (ote_tcp_conn_t *c = iface->tcp.conns; c != NULL; c = c->next) {
+        if (c->ep != NULL && c->ops_count > 0 && !c->dead)
+            return OTE_ERR_BUSY;
+    }
+    return OTE_OK;
+}
+
 static const ote_tl_iface_ops_t cma_iface_ops = {
     .close          = ote_tcp_iface_close,
     .query          = cma_iface_query,
     .get_address    = cma_iface_get_address,
     .event_fd       = ote_tcp_iface_event_fd,
-    .progress       = ote_tcp_iface_progress,
+    .progress       = cma_iface_progress,
+    .event_arm      = cma_iface_event_arm,
     .check_timeouts = ote_tcp_iface_check_timeouts,
     .ep_create      = ote_tcp_ep_create,
 };
