@@ -37,13 +37,14 @@ while [ "$i" -le "$rounds" ]; do
     printf "%s%s |" "$i" "$raw"
     printf " %s" "$(ucx $((13600 + 2 * i)) "taskset -c 1" "taskset -c 0")"
     taskset -c 1 "$pt" -l 127.0.0.1:0 >"$tmp/srv" 2>&1 &
+    srv=$!
     for _ in $(seq 100); do grep -q serving "$tmp/srv" && break; sleep 0.1; done
     seg=$(awk '/serving segment/ {print $4}' "$tmp/srv")
     for x in cma uct_cma; do
         for t in write_bw read_bw; do printf " %s" "$(ote "taskset -c 0" -x $x -t $t "$seg")"; done
     done
-    kill %1 2>/dev/null
-    wait
+    kill "$srv" 2>/dev/null
+    wait "$srv"
     printf " | %s" "$(ucx $((13601 + 2 * i)) "" "")"
     for t in write_bw read_bw; do printf " %s" "$(ote "" --loopback -x cma -t $t)"; done
     echo
