@@ -431,6 +431,30 @@ static long worker_ticks(int *nthreads_p)
     return sum;
 }
 
+/* Wait for every task of b, check that the batch completed, release it. */
+static void wait_completed(ote_batch_h b)
+{
+    ote_task_status_t st;
+
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    assert_int_equal(ote_batch_status(b, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    ote_batch_release(b);
+}
+
+/* Clock ticks the workers use over the next second; *n_p: their number (the same at both ends). */
+static long worker_ticks_over_second(int *n_p)
+{
+    long t1, t2;
+    int n2;
+
+    t1 = worker_ticks(n_p);
+    usleep(1000 * 1000);
+    t2 = worker_ticks(&n2);
+    assert_int_equal(*n_p, n2);
+    return t2 - t1;
+}
+
 static void test_idle_cpu_and_event_fd(void **state)
 {
     fx_t f;
@@ -439,8 +463,8 @@ static void test_idle_cpu_and_event_fd(void **state)
     struct pollfd pfd;
     uint64_t v;
     size_t first;
-    long t1, t2;
-    int n1, n2;
+    long ticks;
+    int n;
 
     (void)state;
     setenv("OTE_NUM_WORKERS", "2", 1);
@@ -472,26 +496,16 @@ static void test_idle_cpu_and_event_fd(void **state)
         assert_int_equal(poll(&pfd, 1, 5000), 1);
     }
     usleep(800 * 1000);
-    t1 = worker_ticks(&n1);
-    usleep(1000 * 1000);
-    t2 = worker_ticks(&n2);
+    ticks = worker_ticks_over_second(&n);
     printf("# %d worker threads used %ld clock ticks (of %ld per second) over one idle second\n",
-           n2, t2 - t1, sysconf(_SC_CLK_TCK));
+           n, ticks, sysconf(_SC_CLK_TCK));
     /* A thread another library starts from a worker inherits its name: >= 2. */
-    assert_true(n1 >= 2);
-    assert_int_equal(n1, n2);
-    assert_int_equal(t2 - t1, 0);
+    assert_true(n >= 2);
+    assert_int_equal(ticks, 0);
     /* Still working after the idle sleep: the timer comes back with work. */
     assert_int_equal(ote_batch_create(f.e, 16, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, r, 16, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
-    {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_status(b, &st), OTE_OK);
-        assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    }
-    ote_batch_release(b);
+    wait_completed(b);
     fx_stop(&f);
     unsetenv("OTE_NUM_WORKERS");
     env_clear();
@@ -543,8 +557,8 @@ static void test_stalled_cma_peer_no_polling(void **state)
     ote_batch_h b;
     ote_xfer_req_t r[8];
     size_t first;
-    long t1, t2;
-    int n1, n2;
+    long ticks;
+    int n;
 
     (void)state;
     setenv("OTE_TLS", "cma", 1);
@@ -561,24 +575,14 @@ static void test_stalled_cma_peer_no_polling(void **state)
     assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
     usleep(200 * 1000);
-    t1 = worker_ticks(&n1);
-    usleep(1000 * 1000);
-    t2 = worker_ticks(&n2);
-    printf("# stopped cma peer: worker threads used %ld clock ticks (of %ld per second) in one "
-           "second\n", t2 - t1, sysconf(_SC_CLK_TCK));
+    ticks = worker_ticks_over_second(&n);
     /* Resume the target first, so that a failed check does not leave it stopped. */
     kill(f.t.pid, SIGCONT);
-    assert_int_equal(n1, n2);
+    printf("# stopped cma peer: %d worker threads used %ld clock ticks (of %ld per second) in "
+           "one second\n", n, ticks, sysconf(_SC_CLK_TCK));
     /* Polling would take every tick; a woken timer now and then takes none. */
-    assert_true(t2 - t1 <= sysconf(_SC_CLK_TCK) / 10);
-    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
-    {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_status(b, &st), OTE_OK);
-        assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    }
-    ote_batch_release(b);
+    assert_true(ticks <= sysconf(_SC_CLK_TCK) / 10);
+    wait_completed(b);
     fx_stop(&f);
     env_clear();
 }
