@@ -30,7 +30,8 @@ const ote_cfg_entry_t ote_config_table[] = {
     {"CONNECT_TIMEOUT_MS", "5000", OTE_CFG_INT, F(connect_timeout_ms),
      "Bound on connecting to a peer and fetching its descriptor."},
     {"XFER_TIMEOUT_MS", "30000", OTE_CFG_INT, F(xfer_timeout_ms),
-     "A posted slice with no answer for this long fails its connection with TIMEOUT."},
+     "A posted slice with no answer for this long fails its connection with TIMEOUT; a target "
+     "resets a connection whose answers its peer has not read for this long."},
     {"POLL_GRACE_US", "20", OTE_CFG_INT, F(poll_grace_us),
      "Workers busy-poll this long after the last event before they sleep."},
     {"WORKER_CPUS", "", OTE_CFG_STRING, F(worker_cpus),

@@ -120,11 +120,16 @@ ote_status_t ote_socket_set_nonblock(int fd, bool on)
     return fcntl(fd, F_SETFL, fl) == 0 ? OTE_OK : OTE_ERR_IO;
 }
 
-void ote_socket_abort(int fd)
+void ote_socket_set_linger0(int fd)
 {
     struct linger l = {.l_onoff = 1, .l_linger = 0};
 
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+}
+
+void ote_socket_abort(int fd)
+{
+    ote_socket_set_linger0(fd);
     close(fd);
 }
 

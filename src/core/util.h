@@ -42,6 +42,8 @@ ote_status_t ote_socket_set_nonblock(int fd, bool on);
 /* Close with a reset: queued output is dropped and the peer learns at once
  * (a graceful FIN would wait behind data a peer that does not read never takes). */
 void         ote_socket_abort(int fd);
+/* The reset of ote_socket_abort for whoever closes fd later. */
+void         ote_socket_set_linger0(int fd);
 
 /* First non-loopback IPv4 address of an interface that is up, else 127.0.0.1. */
 void ote_default_ip(char *buf, size_t len);

@@ -7,7 +7,8 @@
  * While tasks are in flight the sleep ends every TIMEOUT_CHECK_NS to fail
  * operations past OTE_XFER_TIMEOUT_MS, and for OTE_HANDSHAKE_TIMEOUT_MS
  * after the last event (a connection accepted then must be closed if its
- * handshake never ends). Past that, with nothing in flight, the sleep has
+ * handshake never ends), and while an iface has answers its peer does not
+ * read (has_deadlines). Past that, with nothing in flight, the sleep has
  * no timer at all, so an idle engine's workers use no CPU.
  */
 #include "engine.h"
@@ -185,6 +186,18 @@ static bool worker_arm(ote_worker_t *w, int *cap_ms_p)
     return busy;
 }
 
+/* An iface still has something check_timeouts must watch (a peer not reading answers). */
+static bool worker_has_deadlines(ote_worker_t *w)
+{
+    for (size_t i = 0; i < w->num_ifaces; i++) {
+        ote_tl_iface_t *iface = w->ifaces[i];
+
+        if (iface->ops->has_deadlines != NULL && iface->ops->has_deadlines(iface))
+            return true;
+    }
+    return false;
+}
+
 static void worker_check_timeouts(ote_worker_t *w)
 {
     uint64_t limit = (uint64_t)w->engine->config.xfer_timeout_ms * 1000000ull;
@@ -262,7 +275,8 @@ static void *worker_main(void *arg)
             if (cap_ms < 0 && atomic_load(&w->engine->inflight_tasks) == 0 &&
                 /* signed: a submitter may have stamped it after our now */
                 (int64_t)(now - atomic_load_explicit(&w->active_ns, memory_order_relaxed)) >
-                    (int64_t)idle_ns) {
+                    (int64_t)idle_ns &&
+                !worker_has_deadlines(w)) {
                 atomic_store(&w->idle_sleep, true);
                 timeout = -1;
             }

@@ -142,6 +142,12 @@ typedef struct {
     /* Fail posted operations older than deadline_ns (monotonic) with TIMEOUT. */
     void (*check_timeouts)(ote_tl_iface_t *iface, uint64_t deadline_ns);
     /*
+     * Optional: true while check_timeouts has something to watch that no
+     * task of this engine stands for (a target's answers its peer does not
+     * read); the worker then keeps its timer while idle.
+     */
+    bool (*has_deadlines)(ote_tl_iface_t *iface);
+    /*
      * Connect to a peer iface; may block up to peer->timeout_ms. Called
      * WITHOUT the worker lock, so that a connection to this very engine can
      * be answered by its worker: a component takes params->worker_lock

@@ -28,6 +28,8 @@
 #define GUARD      65536
 #define REGION_LEN (1u << 20)
 #define HS_TIMEOUT_MS 600
+/* The target's OTE_XFER_TIMEOUT_MS: how long its answers may stay unread. */
+#define STALL_MS "2000"
 
 typedef struct {
     ote_test_target_t t;
@@ -56,11 +58,13 @@ static int group_setup(const char *key)
     setenv("OTE_TLS", "tcp", 1);
     setenv("OTE_HANDSHAKE_TIMEOUT_MS", "600", 1);
     setenv("OTE_MAX_CONNS_PER_PEER", "24", 1);
+    setenv("OTE_XFER_TIMEOUT_MS", STALL_MS, 1);
     set_key_env(key);
     if (ote_test_target_start(&fx.t, NULL, args) != 0 || fx.t.num_regions != 2)
         return -1;
     unsetenv("OTE_HANDSHAKE_TIMEOUT_MS");
     unsetenv("OTE_MAX_CONNS_PER_PEER");
+    unsetenv("OTE_XFER_TIMEOUT_MS");
     fx.auth = sw_auth_new(key);
     if (fx.auth == NULL || sw_fetch_desc(fx.t.name, fx.auth, &fx.desc) != OTE_OK ||
         sw_desc_tcp_addr(fx.desc, &fx.data, &fx.data_len) != 0)
@@ -420,6 +424,35 @@ static void test_tcp_out_of_bounds(void **state)
     close(fd);
 }
 
+/*
+ * A peer that asks for answers and never reads them: 64 MiB of READ
+ * answers cannot fit in the sockets, so the target stalls on this peer; it
+ * resets the connection once they have not moved for OTE_XFER_TIMEOUT_MS
+ * (its worker keeps a timer for that even with no task of its own), and
+ * serves others meanwhile.
+ */
+static void test_tcp_never_reads(void **state)
+{
+    int fd = data_open();
+    ote_desc_t *d = NULL;
+    uint64_t t0;
+
+    (void)state;
+    for (uint64_t i = 0; i < 64; i++)
+        assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, 1000 + i, region_addr(0), REGION_LEN),
+                         0);
+    t0 = ote_time_ns();
+    assert_int_equal(sw_fetch_desc(fx.t.name, fx.auth, &d), OTE_OK);
+    ote_desc_free(d);
+    if (!reset_within(fd, 20000))
+        fail_msg("a peer that does not read its answers was not dropped in 20 s");
+    printf("# a peer not reading its answers was reset after %.1f s (OTE_XFER_TIMEOUT_MS %s)\n",
+           (double)(ote_time_ns() - t0) / 1e9, STALL_MS);
+    /* Not before the timeout: the answers stalled at once. */
+    assert_true(ote_time_ns() - t0 >= 1500000000ull);
+    close(fd);
+}
+
 /* Messages no initiator may send once open: the connection is closed. */
 static void test_tcp_bad_after_hello(void **state)
 {
@@ -758,6 +791,7 @@ static void test_well_behaved_peer(void **state)
     cmocka_unit_test(test_tcp_wrong_instance),                         \
     cmocka_unit_test(test_tcp_out_of_bounds),                          \
     cmocka_unit_test(test_tcp_bad_after_hello),                        \
+    cmocka_unit_test(test_tcp_never_reads),                            \
     cmocka_unit_test(test_tcp_unauthenticated),                        \
     cmocka_unit_test(test_conn_limit),                                 \
     cmocka_unit_test(test_well_behaved_peer)

@@ -112,6 +112,7 @@ static const ote_tl_iface_ops_t cma_iface_ops = {
     .progress       = cma_iface_progress,
     .event_arm      = cma_iface_event_arm,
     .check_timeouts = ote_tcp_iface_check_timeouts,
+    .has_deadlines  = ote_tcp_iface_has_deadlines,
     .ep_create      = ote_tcp_ep_create,
 };
 

@@ -93,6 +93,7 @@ struct ote_tcp_conn {
     /* tx ring */
     ote_tcp_tx_t         *tx;
     size_t                tx_cap, tx_head, tx_count;
+    uint64_t              tx_stall_ns; /* target: since when its answers do not leave; 0 while they do */
 
     /* outstanding initiator operations, in request order */
     ote_tcp_op_t         *ops;
@@ -186,6 +187,7 @@ ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface);
 void     ote_tcp_iface_close(ote_tl_iface_t *iface);
 unsigned ote_tcp_iface_progress(ote_tl_iface_t *iface);
 void     ote_tcp_iface_check_timeouts(ote_tl_iface_t *iface, uint64_t deadline_ns);
+bool     ote_tcp_iface_has_deadlines(ote_tl_iface_t *iface);
 int      ote_tcp_iface_event_fd(ote_tl_iface_t *iface);
 
 /* tcp_ep.c */

@@ -305,12 +305,17 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                /* Target: a peer that stops reading its answers is timed out. */
+                if (c->ep == NULL && c->tx_stall_ns == 0)
+                    c->tx_stall_ns = ote_time_ns();
                 set_want_out(c, true);
                 return;
             }
             ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
             return;
         }
+        if (w > 0)
+            c->tx_stall_ns = 0;
         while (w > 0) {
             ote_tcp_tx_t *e = &c->tx[c->tx_head];
             size_t left     = e->hdr_len + e->payload_len - e->sent;

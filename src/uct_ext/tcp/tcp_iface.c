@@ -225,6 +225,15 @@ void ote_tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns
             next = iface->conns;
             continue;
         }
+        if (c->ep == NULL && c->tx_stall_ns && c->tx_stall_ns < deadline_ns) {
+            /* It holds our answers (and their regions) in its socket: reset, not close. */
+            ote_warn("%s peer %s: its answers have not been read for OTE_XFER_TIMEOUT_MS; "
+                     "resetting the connection", OTE_TCP_CONN_TL(c), c->peer);
+            ote_socket_set_linger0(c->fd);
+            ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
+            next = iface->conns;
+            continue;
+        }
         if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
             ote_warn("%s connection to %s: no answer within OTE_XFER_TIMEOUT_MS",
                      OTE_TCP_CONN_TL(c), c->peer);
@@ -234,6 +243,17 @@ void ote_tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns
         }
     }
     free_graveyard(iface);
+}
+
+bool ote_tcp_iface_has_deadlines(ote_tl_iface_t *tl_iface)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+
+    for (ote_tcp_conn_t *c = iface->conns; c != NULL; c = c->next) {
+        if (!c->dead && (c->tx_stall_ns || c->handshake_deadline))
+            return true;
+    }
+    return false;
 }
 
 static void tcp_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
@@ -293,6 +313,7 @@ static const ote_tl_iface_ops_t tcp_iface_ops = {
     .event_fd       = ote_tcp_iface_event_fd,
     .progress       = ote_tcp_iface_progress,
     .check_timeouts = ote_tcp_iface_check_timeouts,
+    .has_deadlines  = ote_tcp_iface_has_deadlines,
     .ep_create      = ote_tcp_ep_create,
 };
 
