@@ -18,25 +18,8 @@
 # libraries); nothing of OrbitTE's own is suppressed.
 set -eu
 
-srcdir=$(cd "$(dirname "$0")/.." && pwd)
-builddir=${1:-build-tsan}
-jobs=${JOBS:-2}
-
-case $builddir in
-/*) ;;
-*) builddir=$srcdir/$builddir ;;
-esac
-
-if [ ! -x "$srcdir/configure" ]; then
-    (cd "$srcdir" && ./autogen.sh)
-fi
-mkdir -p "$builddir"
-cd "$builddir"
-if [ ! -f Makefile ]; then
-    # shellcheck disable=SC2086
-    "$srcdir/configure" --enable-tsan --enable-werror CFLAGS="-O1 -g" ${CONFIGURE_FLAGS:-}
-fi
-make -j"$jobs"
+. "$(dirname "$0")/sanitizer-build.sh"
+sanitizer_build --enable-tsan "${1:-build-tsan}"
 
 # UCX's memory hooks (libucm) patch glibc's mmap/madvise family, and TSan's
 # runtime crashes when a thread exits through them: keep them off. Without
@@ -51,11 +34,7 @@ export UCX_MEM_MMAP_HOOK_MODE UCX_MEM_MALLOC_HOOKS
 TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$srcdir/contrib/tsan.supp}
 export TSAN_OPTIONS
 
-if [ -z "${TSAN_TESTS:-}" ]; then
-    TSAN_TESTS=$(make -s -C test --no-print-directory \
-        --eval 'ote-print-tests: ; @echo $(TESTS)' ote-print-tests |
-        tr ' ' '\n' | grep -E '^(unit/core/|mp/test_mp_)' | tr '\n' ' ')
-fi
+[ -n "${TSAN_TESTS:-}" ] || TSAN_TESTS=$(sanitizer_tests '^(unit/core/|mp/test_mp_)')
 echo "check-tsan: running $TSAN_TESTS"
 make -C test -j"${TSAN_TEST_JOBS:-1}" check TESTS="$TSAN_TESTS"
 if grep -l -E 'WARNING: ThreadSanitizer|ERROR: ThreadSanitizer' \
