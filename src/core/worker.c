@@ -3,7 +3,8 @@
  * thread-safe), posts the slices queued by submitters, progresses the
  * ifaces, busy-polls for OTE_POLL_GRACE_US after the last event and then
  * sleeps on the ifaces' event fds, unless an iface reports (event_arm) work
- * it cannot signal through an fd, such as copies UCT cma still holds.
+ * it cannot signal through an fd, such as copies UCT cma still holds, or
+ * answers worth polling for (a same-host cma peer that keeps answering).
  * While tasks are in flight the sleep ends every TIMEOUT_CHECK_NS to fail
  * operations past OTE_XFER_TIMEOUT_MS, and for OTE_HANDSHAKE_TIMEOUT_MS
  * after the last event (a connection accepted then must be closed if its
