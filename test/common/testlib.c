@@ -191,6 +191,51 @@ ote_engine_h ote_test_engine(const char *listen)
     return e;
 }
 
+ote_test_pair_t *ote_test_pair_start(const char *tls, const char *listen,
+                                     const char *const *wrapper,
+                                     const char *const *argv_extra, size_t local_len)
+{
+    ote_test_pair_t *p = calloc(1, sizeof(*p));
+    ote_status_t st;
+
+    if (p == NULL)
+        return NULL;
+    if (tls)
+        setenv("OTE_TLS", tls, 1);
+    else
+        unsetenv("OTE_TLS");
+    p->e = ote_test_engine(listen);
+    if (ote_test_target_start(&p->target, wrapper, argv_extra) != 0) {
+        fprintf(stderr, "test pair: the target did not start\n");
+        goto err_engine;
+    }
+    st = ote_mem_alloc(p->e, local_len, NULL, 0, (void **)&p->local, &p->mlocal);
+    if (st != OTE_OK) {
+        fprintf(stderr, "test pair: allocating %zu bytes: %s\n", local_len,
+                ote_status_string(st));
+        goto err_target;
+    }
+    return p;
+
+err_target:
+    ote_test_target_stop(&p->target);
+err_engine:
+    ote_engine_destroy(p->e);
+    free(p);
+    return NULL;
+}
+
+void ote_test_pair_stop(ote_test_pair_t *p)
+{
+    ote_test_target_stop(&p->target);
+    if (p->seg)
+        ote_segment_close(p->seg);
+    ote_mem_free(p->e, p->mlocal);
+    ote_engine_destroy(p->e);
+    unsetenv("OTE_TLS");
+    free(p);
+}
+
 int ote_test_cuda_copy(void *dst, const void *src, size_t len)
 {
     const ote_cuda_api_t *a = ote_cuda_api();

@@ -88,4 +88,25 @@ const char *ote_test_program(const char *name);
 /* Create an engine on 127.0.0.1 with an optional OTE_TLS; asserts on failure. */
 ote_engine_h ote_test_engine(const char *listen);
 
+/*
+ * The usual two-process fixture: an engine of this process listening on
+ * listen (NULL: 127.0.0.1:0), a test target started under wrapper with
+ * argv_extra, and local_len bytes of local memory allocated on the engine.
+ * seg is left to the test to open.
+ */
+typedef struct {
+    ote_engine_h      e;
+    ote_test_target_t target;
+    ote_segment_h     seg;
+    uint8_t          *local;
+    ote_mem_h         mlocal;
+} ote_test_pair_t;
+
+/* Sets OTE_TLS to tls first (unsets it when NULL). NULL on failure, having said why. */
+ote_test_pair_t *ote_test_pair_start(const char *tls, const char *listen,
+                                     const char *const *wrapper,
+                                     const char *const *argv_extra, size_t local_len);
+/* Stops the target, closes seg if open, frees the memory and the engine, unsets OTE_TLS. */
+void ote_test_pair_stop(ote_test_pair_t *p);
+
 #endif

@@ -34,36 +34,20 @@
 #define REGION (8u << 20)
 #define KEY    "cma-test-cluster-key-0123456789abcdef"
 
-typedef struct {
-    ote_engine_h      e;
-    ote_test_target_t target;
-    ote_segment_h     seg;
-    uint8_t          *local;
-    ote_mem_h         mlocal;
-} fx_t;
+typedef ote_test_pair_t fx_t;
 
 static fx_t *fx_start(const char *tls, const char *const *wrap)
 {
     const char *const args[] = {"--region", "8m:rw", "--region", "1m:r", NULL};
-    fx_t *f = calloc(1, sizeof(*f));
+    fx_t *f = ote_test_pair_start(tls, "127.0.0.1:0", wrap, args, REGION);
 
-    setenv("OTE_TLS", tls, 1);
-    f->e = ote_test_engine("127.0.0.1:0");
-    assert_int_equal(ote_test_target_start(&f->target, wrap, args), 0);
-    assert_int_equal(ote_mem_alloc(f->e, REGION, NULL, 0, (void **)&f->local, &f->mlocal),
-                     OTE_OK);
+    assert_non_null(f);
     return f;
 }
 
 static void fx_stop(fx_t *f)
 {
-    ote_test_target_stop(&f->target);
-    if (f->seg)
-        ote_segment_close(f->seg);
-    ote_mem_free(f->e, f->mlocal);
-    ote_engine_destroy(f->e);
-    unsetenv("OTE_TLS");
-    free(f);
+    ote_test_pair_stop(f);
 }
 
 static void cmd_expect(fx_t *f, const char *cmd, const char *want)

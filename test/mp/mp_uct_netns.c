@@ -109,43 +109,23 @@ static int parent(const char *self)
 
 /* ---- tests, inside namespace A ------------------------------------------------- */
 
-typedef struct {
-    ote_engine_h      e;
-    ote_test_target_t target;
-    ote_segment_h     seg;
-    uint8_t          *local;
-    ote_mem_h         mlocal;
-} fx_t;
+typedef ote_test_pair_t fx_t;
 
 static fx_t *fx_start(const char *tls, bool target_in_b)
 {
     const char *const wrap_b[]  = {"ip", "netns", "exec", ns_b, NULL};
     const char *const args_b[]  = {"--listen", ADDR_B ":0", "--region", "16m:rw", NULL};
     const char *const args_a[]  = {"--listen", ADDR_A ":0", "--region", "16m:rw", NULL};
-    fx_t *f = calloc(1, sizeof(*f));
+    fx_t *f = ote_test_pair_start(tls, ADDR_A ":0", target_in_b ? wrap_b : NULL,
+                                  target_in_b ? args_b : args_a, REGION);
 
-    if (tls)
-        setenv("OTE_TLS", tls, 1);
-    else
-        unsetenv("OTE_TLS");
-    f->e = ote_test_engine(ADDR_A ":0");
-    assert_int_equal(ote_test_target_start(&f->target, target_in_b ? wrap_b : NULL,
-                                           target_in_b ? args_b : args_a),
-                     0);
-    assert_int_equal(ote_mem_alloc(f->e, REGION, NULL, 0, (void **)&f->local, &f->mlocal),
-                     OTE_OK);
+    assert_non_null(f);
     return f;
 }
 
 static void fx_stop(fx_t *f)
 {
-    ote_test_target_stop(&f->target);
-    if (f->seg)
-        ote_segment_close(f->seg);
-    ote_mem_free(f->e, f->mlocal);
-    ote_engine_destroy(f->e);
-    unsetenv("OTE_TLS");
-    free(f);
+    ote_test_pair_stop(f);
 }
 
 static void cmd_expect(fx_t *f, const char *cmd, const char *want)
