@@ -50,12 +50,14 @@ static void set_key_env(const char *key)
         unsetenv("OTE_AUTH_KEY");
 }
 
+static const char *group_tls = "tcp"; /* the target's OTE_TLS */
+
 static int group_setup(const char *key)
 {
     const char *args[] = {"--guard", "64k", "--region", "1m:rw", "--region", "64k:r", NULL};
 
     memset(&fx, 0, sizeof(fx));
-    setenv("OTE_TLS", "tcp", 1);
+    setenv("OTE_TLS", group_tls, 1);
     setenv("OTE_HANDSHAKE_TIMEOUT_MS", "600", 1);
     setenv("OTE_MAX_CONNS_PER_PEER", "24", 1);
     setenv("OTE_XFER_TIMEOUT_MS", STALL_MS, 1);
@@ -67,7 +69,7 @@ static int group_setup(const char *key)
     unsetenv("OTE_XFER_TIMEOUT_MS");
     fx.auth = sw_auth_new(key);
     if (fx.auth == NULL || sw_fetch_desc(fx.t.name, fx.auth, &fx.desc) != OTE_OK ||
-        sw_desc_tcp_addr(fx.desc, &fx.data, &fx.data_len) != 0)
+        sw_desc_data_addr(fx.desc, group_tls, &fx.data, &fx.data_len) != 0)
         return -1;
     return 0;
 }
@@ -82,6 +84,14 @@ static int group_setup_keyed(void **state)
 {
     (void)state;
     return group_setup(KEY);
+}
+
+/* A target whose data transport is the native cma (its descriptor has no tcp). */
+static int group_setup_cma(void **state)
+{
+    (void)state;
+    group_tls = "cma";
+    return group_setup(NULL);
 }
 
 static int group_teardown(void **state)
@@ -453,6 +463,88 @@ static void test_tcp_never_reads(void **state)
     close(fd);
 }
 
+/*
+ * The native cma target serves the requests it reads together in groups,
+ * one copy per group: a burst mixing WRITEs, READs of what the WRITEs before
+ * them wrote, and refused accesses is answered in order, each with its own
+ * status, and the READs see the WRITEs.
+ */
+static void test_cma_burst(void **state)
+{
+    enum { K = 64 << 10, N = 9 };
+    uint64_t r0 = region_addr(0), r1 = region_addr(1);
+    uint8_t *src = malloc(3 * K), *dst = calloc(1, 3 * K), *dst2 = calloc(1, K);
+    uint8_t *dst3 = calloc(1, 64), *dst4 = calloc(1, 64);
+    struct {
+        uint8_t  type;
+        uint64_t addr, length;
+        void    *local;
+        bool     ok;
+    } q[N] = {
+        {OTE_TCP_PUT_REF, r0, K, NULL, true},
+        {OTE_TCP_PUT_REF, r0 + K, K, NULL, true},
+        {OTE_TCP_PUT_REF, r1, 4096, NULL, false},                 /* read-only region */
+        {OTE_TCP_PUT_REF, r0 + 2 * K, K, NULL, true},
+        {OTE_TCP_GET_REF, r0, 3 * K, NULL, true},
+        {OTE_TCP_GET_REF, r0 + REGION_LEN - 8, 64, NULL, false},  /* crosses the end */
+        {OTE_TCP_GET_REF, r0 + K, K, NULL, true},
+        {OTE_TCP_PUT_REF, r0 + REGION_LEN, 64, NULL, false},      /* guard after it */
+        {OTE_TCP_GET_REF, r1, 64, NULL, true},                    /* read-only: readable */
+    };
+    uint8_t burst[N * (OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN)], *p = burst;
+    int fd = data_open();
+
+    (void)state;
+    assert_non_null(src);
+    for (size_t i = 0; i < 3 * K; i++)
+        src[i] = (uint8_t)(i * 7 + i / 251);
+    q[0].local = src;
+    q[1].local = src + K;
+    q[2].local = src;
+    q[3].local = src + 2 * K;
+    q[4].local = dst;
+    q[5].local = dst4;
+    q[6].local = dst2;
+    q[7].local = src;
+    q[8].local = dst3;
+    /* Every request in one send: the target reads them together. */
+    for (size_t i = 0; i < N; i++) {
+        ote_tcp_hdr_t h = {.type = q[i].type, .id = 500 + i, .addr = q[i].addr,
+                           .length = q[i].length};
+
+        ote_tcp_hdr_encode(&h, p);
+        ote_put_u64(p + OTE_TCP_HDR_LEN, (uint64_t)(uintptr_t)q[i].local);
+        p += OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN;
+    }
+    assert_int_equal(sw_send(fd, burst, sizeof(burst)), 0);
+    for (size_t i = 0; i < N; i++) {
+        ote_tcp_hdr_t h;
+
+        assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+        assert_int_equal(h.type, OTE_TCP_REF_ACK);
+        assert_int_equal(h.id, 500 + i);
+        if (q[i].ok) {
+            assert_int_equal(h.status, OTE_OK);
+            assert_int_equal(h.length, q[i].length);
+        } else {
+            if (h.status >= 0)
+                fail_msg("request %zu was not refused", i);
+            assert_int_equal(h.length, 0);
+        }
+    }
+    /* The READs saw the WRITEs before them; the refused READ left its buffer alone. */
+    assert_memory_equal(dst, src, 3 * K);
+    assert_memory_equal(dst2, src + K, K);
+    for (size_t i = 0; i < 64; i++)
+        assert_int_equal(dst4[i], 0);
+    close(fd);
+    free(src);
+    free(dst);
+    free(dst2);
+    free(dst3);
+    free(dst4);
+}
+
 /* Messages no initiator may send once open: the connection is closed. */
 static void test_tcp_bad_after_hello(void **state)
 {
@@ -800,6 +892,7 @@ int main(void)
 {
     const struct CMUnitTest open_tests[]  = {HOSTILE_TESTS};
     const struct CMUnitTest keyed_tests[] = {HOSTILE_TESTS};
+    const struct CMUnitTest cma_tests[]   = {cmocka_unit_test(test_cma_burst)};
     int rc;
 
     setenv("OTE_LOG_LEVEL", "error", 0);
@@ -808,5 +901,7 @@ int main(void)
     if (ote_auth_supported())
         rc |= cmocka_run_group_tests_name("hostile peer, with a key", keyed_tests,
                                           group_setup_keyed, group_teardown);
+    rc |= cmocka_run_group_tests_name("native cma target", cma_tests, group_setup_cma,
+                                      group_teardown);
     return rc;
 }

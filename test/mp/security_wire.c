@@ -3,6 +3,7 @@
 #include "core/config.h"
 #include "core/util.h"
 #include "core/wire_util.h"
+#include "uct_ext/cma/cma.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <errno.h>
@@ -191,13 +192,18 @@ out:
     return status;
 }
 
-int sw_desc_tcp_addr(const ote_desc_t *d, struct sockaddr_storage *ss, socklen_t *len_p)
+int sw_desc_data_addr(const ote_desc_t *d, const char *tl, struct sockaddr_storage *ss,
+                      socklen_t *len_p)
 {
     for (size_t i = 0; i < d->num_tls; i++) {
-        if (strcmp(d->tls[i].tl_name, "tcp") == 0)
-            return ote_tcp_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p) == OTE_OK
-                       ? 0
-                       : -1;
+        ote_status_t st;
+
+        if (strcmp(d->tls[i].tl_name, tl) != 0)
+            continue;
+        st = strcmp(tl, "cma") == 0
+                 ? ote_cma_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p)
+                 : ote_tcp_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p);
+        return st == OTE_OK ? 0 : -1;
     }
     return -1;
 }

@@ -43,8 +43,9 @@ int  sw_ctl_recv_status(int fd, uint8_t expect_type, int timeout_ms);
 ote_status_t sw_ctl_authenticate(int fd, const ote_auth_t *auth);
 /* Fetch and decode the descriptor (auth may be NULL). */
 ote_status_t sw_fetch_desc(const char *name, const ote_auth_t *auth, ote_desc_t **desc_p);
-/* The tcp data address of a descriptor (first "tcp" transport). */
-int  sw_desc_tcp_addr(const ote_desc_t *d, struct sockaddr_storage *ss, socklen_t *len_p);
+/* The data address of a descriptor's transport tl ("tcp" or "cma"). */
+int  sw_desc_data_addr(const ote_desc_t *d, const char *tl, struct sockaddr_storage *ss,
+                       socklen_t *len_p);
 
 /* tcp data plane */
 int  sw_tcp_send_raw(int fd, uint16_t magic, uint8_t version, uint8_t type, int32_t status,

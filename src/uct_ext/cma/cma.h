@@ -36,8 +36,13 @@
 ote_status_t ote_cma_copy(pid_t pid, void *local, uint64_t peer_addr, size_t length,
                           bool to_peer);
 
-/* Target side: PUT_REF, GET_REF and PROBE (ote_tcp_ref_handle_t). */
+/*
+ * Target side: PUT_REF, GET_REF and PROBE (ote_tcp_ref_handle_t). Copies
+ * are deferred to the end of the receive call (ote_cma_target_flush,
+ * ote_tcp_ref_flush_t), which serves the requests read together in groups.
+ */
 void ote_cma_target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t peer_addr);
+void ote_cma_target_flush(ote_tcp_conn_t *c);
 
 /* Initiator side: the PROBE exchange after HELLO (ote_tcp_connect_hook_t). */
 ote_status_t ote_cma_probe(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *peer,

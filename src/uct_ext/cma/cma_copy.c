@@ -127,47 +127,162 @@ static void handle_probe(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t pee
     ote_tcp_conn_reply(c, &r);
 }
 
-void ote_cma_target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t peer_addr)
+/* A checked request of a group, with the reference on its region. */
+typedef struct {
+    const ote_tcp_ref_req_t *req;
+    ote_region_t            *region;
+    ote_status_t             status;
+} ref_item_t;
+
+/* The checks of one request; on success *region_p holds a reference. */
+static ote_status_t ref_check(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q,
+                              ote_region_t **region_p)
 {
-    bool put = h->type == OTE_TCP_PUT_REF;
-    ote_tcp_hdr_t r = {.type = OTE_TCP_REF_ACK, .id = h->id};
-    ote_region_t *region;
+    const ote_tcp_hdr_t *h = &q->hdr;
+    bool put               = h->type == OTE_TCP_PUT_REF;
     ote_status_t status;
 
+    if (q->peer_addr + h->length < q->peer_addr)
+        return OTE_ERR_INVALID_PARAM; /* no process has such a buffer */
+    status = ote_mem_region_acquire(c->iface->regions, h->addr, h->length,
+                                    put ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ,
+                                    region_p);
+    if (status == OTE_OK && (*region_p)->mem_type != OTE_MEM_TYPE_HOST) {
+        ote_mem_region_put(*region_p);
+        status = OTE_ERR_UNSUPPORTED; /* device memory: not for process_vm_* */
+    }
+    return status;
+}
+
+static void ref_reply(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, ote_status_t status)
+{
+    ote_tcp_hdr_t r = {.type = OTE_TCP_REF_ACK, .id = h->id, .status = status};
+
+    if (status != OTE_OK)
+        ote_debug("cma peer %s: %s %#llx+%llu refused: %s", c->peer,
+                  h->type == OTE_TCP_PUT_REF ? "PUT" : "GET", (unsigned long long)h->addr,
+                  (unsigned long long)h->length, ote_status_string(status));
+    r.length = status == OTE_OK ? h->length : 0;
+    ote_tcp_conn_reply(c, &r);
+}
+
+/*
+ * Copy a group of requests of one direction, OTE_CMA_GUARD_CHUNK bytes at
+ * most, with one system call under every region's guard; whatever that call
+ * leaves undone is copied request by request, which finds each one's own
+ * status.
+ */
+static void copy_group(ote_tcp_conn_t *c, ref_item_t *it, size_t n, bool to_peer)
+{
+    struct iovec l[OTE_TCP_REF_GATHER], r[OTE_TCP_REF_GATHER];
+    bool guarded[OTE_TCP_REF_GATHER] = {false};
+    size_t cnt = 0, first_left = 0;
+    ssize_t done = -1;
+
+    if (n == 1 || !peer_alive(c))
+        goto one_by_one;
+    for (size_t i = 0; i < n; i++) {
+        const ote_tcp_hdr_t *h = &it[i].req->hdr;
+
+        guarded[i] = ote_mem_region_access_begin(it[i].region);
+        if (!guarded[i])
+            continue;
+        l[cnt] = (struct iovec){.iov_base = (void *)(uintptr_t)h->addr, .iov_len = h->length};
+        r[cnt] = (struct iovec){.iov_base = (void *)(uintptr_t)it[i].req->peer_addr,
+                                .iov_len  = h->length};
+        cnt++;
+    }
+    if (cnt > 0)
+        done = to_peer ? process_vm_writev(c->peer_pid, l, cnt, r, cnt, 0)
+                       : process_vm_readv(c->peer_pid, l, cnt, r, cnt, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (guarded[i])
+            ote_mem_region_access_end(it[i].region);
+    }
+    /* Requests copied whole by the call are done; the rest go one by one. */
+    first_left = n;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t len = it[i].req->hdr.length;
+
+        if (!guarded[i] || done < 0 || (uint64_t)done < len) {
+            first_left = i;
+            break;
+        }
+        done -= (ssize_t)len;
+        it[i].status = OTE_OK;
+    }
+one_by_one:
+    for (size_t i = first_left; i < n; i++) {
+        it[i].status = copy_guarded(c, it[i].region, it[i].req->hdr.addr, it[i].req->peer_addr,
+                                    (size_t)it[i].req->hdr.length, to_peer);
+    }
+}
+
+/*
+ * Serve the deferred requests in order: consecutive ones of one direction
+ * that pass their checks are copied together (OTE_CMA_GUARD_CHUNK bytes at
+ * most), each group answered as soon as it is copied.
+ */
+void ote_cma_target_flush(ote_tcp_conn_t *c)
+{
+    ote_tcp_ref_req_t q[OTE_TCP_REF_GATHER];
+    ref_item_t it[OTE_TCP_REF_GATHER];
+    size_t n = c->ref_npending, i = 0;
+
+    memcpy(q, c->ref_pending, n * sizeof(q[0]));
+    c->ref_npending = 0;
+    c->ref_busy     = true;
+    while (i < n && !c->dead) {
+        uint8_t type = q[i].hdr.type;
+        uint64_t total;
+        size_t k = 0;
+        ote_status_t status = ref_check(c, &q[i], &it[0].region);
+
+        if (status != OTE_OK) {
+            ref_reply(c, &q[i].hdr, status);
+            i++;
+            continue;
+        }
+        it[k++].req = &q[i];
+        total       = q[i].hdr.length;
+        /* Gather the next ones that pass their checks; stop at the first that does not. */
+        while (i + k < n && q[i + k].hdr.type == type &&
+               total + q[i + k].hdr.length <= OTE_CMA_GUARD_CHUNK &&
+               ref_check(c, &q[i + k], &it[k].region) == OTE_OK) {
+            it[k].req = &q[i + k];
+            total += q[i + k].hdr.length;
+            k++;
+        }
+        copy_group(c, it, k, type == OTE_TCP_GET_REF);
+        for (size_t m = 0; m < k; m++) {
+            ref_reply(c, &it[m].req->hdr, it[m].status);
+            ote_mem_region_put(it[m].region);
+        }
+        i += k;
+        /*
+         * The initiator posts its next request when one completes: answers
+         * held back until every deferred request is copied would leave
+         * this side idle while it catches up.
+         */
+        if (total >= OTE_CMA_REPLY_NOW)
+            ote_tcp_conn_flush(c);
+    }
+    c->ref_busy = false;
+}
+
+void ote_cma_target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t peer_addr)
+{
     if (h->type == OTE_TCP_PROBE) {
+        /* Its answer comes after those of the requests before it. */
+        if (c->ref_npending)
+            ote_cma_target_flush(c);
         handle_probe(c, h, peer_addr);
         return;
     }
-    if (peer_addr + h->length < peer_addr) {
-        /* No process has such a buffer; the decoder checked our side already. */
-        status = OTE_ERR_INVALID_PARAM;
-        goto reply;
-    }
-    status = ote_mem_region_acquire(c->iface->regions, h->addr, h->length,
-                                    put ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ,
-                                    &region);
-    if (status == OTE_OK) {
-        if (region->mem_type != OTE_MEM_TYPE_HOST)
-            status = OTE_ERR_UNSUPPORTED; /* device memory: not for process_vm_* */
-        else
-            status = copy_guarded(c, region, h->addr, peer_addr, (size_t)h->length, !put);
-        ote_mem_region_put(region);
-    }
-reply:
-    if (status != OTE_OK)
-        ote_debug("cma peer %s: %s %#llx+%llu refused: %s", c->peer, put ? "PUT" : "GET",
-                  (unsigned long long)h->addr, (unsigned long long)h->length,
-                  ote_status_string(status));
-    r.status = status;
-    r.length = status == OTE_OK ? h->length : 0;
-    ote_tcp_conn_reply(c, &r);
-    /*
-     * The initiator posts its next request when this one completes: a reply
-     * held back until the other requests read with it are copied would
-     * leave this side idle while the initiator catches up.
-     */
-    if (h->length >= OTE_CMA_REPLY_NOW)
-        ote_tcp_conn_flush(c);
+    if (c->ref_npending == OTE_TCP_REF_GATHER)
+        ote_cma_target_flush(c);
+    /* Served when the receive call ends, with the requests read along with it. */
+    c->ref_pending[c->ref_npending++] = (ote_tcp_ref_req_t){.hdr = *h, .peer_addr = peer_addr};
 }
 
 /*

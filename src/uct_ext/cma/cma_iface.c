@@ -154,6 +154,7 @@ static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     t->super.ops    = &cma_iface_ops;
     t->super.ep_ops = &ote_cma_ep_ops;
     t->ref_handle   = ote_cma_target_handle;
+    t->ref_flush    = ote_cma_target_flush;
     t->connect_hook = ote_cma_probe;
     t->addr_unpack  = ote_cma_addr_unpack;
     /* Only requests travel: one connection per peer, no socket tuning. */

@@ -32,6 +32,21 @@ typedef struct ote_tcp_conn  ote_tcp_conn_t;
  */
 typedef void (*ote_tcp_ref_handle_t)(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
                                      uint64_t peer_addr);
+/*
+ * By-reference mode, target side: requests a handler deferred (ref_pending)
+ * are carried out at the latest when a receive call ends, so that those
+ * read together can be served together; called with at least one pending.
+ */
+typedef void (*ote_tcp_ref_flush_t)(ote_tcp_conn_t *c);
+/* Requests one by-reference connection may defer. */
+#define OTE_TCP_REF_GATHER 8
+
+/* A by-reference request as read: header and the initiator's address. */
+typedef struct {
+    ote_tcp_hdr_t hdr;
+    uint64_t      peer_addr;
+} ote_tcp_ref_req_t;
+
 /* Initiator: an extra step after HELLO_ACK on a new blocking connection. */
 typedef ote_status_t (*ote_tcp_connect_hook_t)(ote_tcp_iface_t *iface, int fd,
                                                const ote_tl_peer_t *peer, uint64_t deadline);
@@ -90,6 +105,11 @@ struct ote_tcp_conn {
     struct ote_tcp_conn  *next_dead;   /* closed, freed after progress     */
     char                  peer[64];
 
+    /* by-reference target: requests read and not yet served, in order */
+    ote_tcp_ref_req_t     ref_pending[OTE_TCP_REF_GATHER];
+    size_t                ref_npending;
+    bool                  ref_busy; /* ref_flush running: no nested receive */
+
     /* tx ring */
     ote_tcp_tx_t         *tx;
     size_t                tx_cap, tx_head, tx_count;
@@ -144,6 +164,7 @@ struct ote_tcp_iface {
     uint8_t                *discard;    /* sink for refused payloads */
     /* By-reference mode (cma); NULL in the tcp component. */
     ote_tcp_ref_handle_t    ref_handle;
+    ote_tcp_ref_flush_t     ref_flush;
     ote_tcp_connect_hook_t  connect_hook;
     ote_tcp_addr_unpack_t   addr_unpack;
 };

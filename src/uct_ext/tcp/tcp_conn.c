@@ -336,9 +336,17 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
     set_want_out(c, false);
     if (c->rx_paused && c->tx_count < OTE_TCP_TX_PAUSE / 2) {
         set_rx_paused(c, false);
-        /* Requests already buffered would get no epoll event. */
-        if (c->rx_len > c->rx_off)
-            ote_tcp_conn_rx(c);
+        /*
+         * Requests already buffered would get no epoll event. While deferred
+         * requests are being served, newer ones wait for the next progress
+         * call, so that the answers keep the order of the requests.
+         */
+        if (c->rx_len > c->rx_off) {
+            if (c->ref_busy)
+                c->rx_again = true;
+            else
+                ote_tcp_conn_rx(c);
+        }
     }
 }
 
@@ -599,7 +607,21 @@ static void rx_dst_end(ote_tcp_conn_t *c)
         ote_mem_region_access_end(r);
 }
 
+static void conn_rx(ote_tcp_conn_t *c);
+
 void ote_tcp_conn_rx(ote_tcp_conn_t *c)
+{
+    conn_rx(c);
+    /* Requests deferred while reading are served now; a closed connection drops them. */
+    if (c->ref_npending != 0) {
+        if (c->dead)
+            c->ref_npending = 0;
+        else
+            c->iface->ref_flush(c);
+    }
+}
+
+static void conn_rx(ote_tcp_conn_t *c)
 {
     size_t budget = OTE_TCP_RX_BUDGET;
     ote_tcp_hdr_t h;
