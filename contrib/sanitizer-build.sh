@@ -4,8 +4,9 @@
 # sanitizer_build CONFIGURE_OPTION BUILD_DIR: configure (once) and build in
 # BUILD_DIR (relative to the source tree unless absolute) with -O1 -g,
 # warnings as errors and CONFIGURE_OPTION (--enable-asan, --enable-tsan);
-# leaves the shell in BUILD_DIR. Environment: JOBS (default 2),
-# CONFIGURE_FLAGS (extra configure options), CC.
+# leaves the shell in BUILD_DIR and sets srcdir, builddir and jobs for the
+# caller. Environment: JOBS (default 2), CONFIGURE_FLAGS (extra configure
+# options), CC.
 sanitizer_build() {
     srcdir=$(cd "$(dirname "$0")/.." && pwd)
     builddir=$2

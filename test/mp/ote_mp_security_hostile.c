@@ -481,15 +481,15 @@ static void test_cma_burst(void **state)
         void    *local;
         bool     ok;
     } q[N] = {
-        {OTE_TCP_PUT_REF, r0, K, NULL, true},
-        {OTE_TCP_PUT_REF, r0 + K, K, NULL, true},
-        {OTE_TCP_PUT_REF, r1, 4096, NULL, false},                 /* read-only region */
-        {OTE_TCP_PUT_REF, r0 + 2 * K, K, NULL, true},
-        {OTE_TCP_GET_REF, r0, 3 * K, NULL, true},
-        {OTE_TCP_GET_REF, r0 + REGION_LEN - 8, 64, NULL, false},  /* crosses the end */
-        {OTE_TCP_GET_REF, r0 + K, K, NULL, true},
-        {OTE_TCP_PUT_REF, r0 + REGION_LEN, 64, NULL, false},      /* guard after it */
-        {OTE_TCP_GET_REF, r1, 64, NULL, true},                    /* read-only: readable */
+        {OTE_TCP_PUT_REF, r0, K, src, true},
+        {OTE_TCP_PUT_REF, r0 + K, K, src + K, true},
+        {OTE_TCP_PUT_REF, r1, 4096, src, false},                 /* read-only region */
+        {OTE_TCP_PUT_REF, r0 + 2 * K, K, src + 2 * K, true},
+        {OTE_TCP_GET_REF, r0, 3 * K, dst, true},
+        {OTE_TCP_GET_REF, r0 + REGION_LEN - 8, 64, dst4, false}, /* crosses the end */
+        {OTE_TCP_GET_REF, r0 + K, K, dst2, true},
+        {OTE_TCP_PUT_REF, r0 + REGION_LEN, 64, src, false},      /* guard after it */
+        {OTE_TCP_GET_REF, r1, 64, dst3, true},                   /* read-only: readable */
     };
     uint8_t burst[N * (OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN)], *p = burst;
     int fd = data_open();
@@ -498,15 +498,6 @@ static void test_cma_burst(void **state)
     assert_non_null(src);
     for (size_t i = 0; i < 3 * K; i++)
         src[i] = (uint8_t)(i * 7 + i / 251);
-    q[0].local = src;
-    q[1].local = src + K;
-    q[2].local = src;
-    q[3].local = src + 2 * K;
-    q[4].local = dst;
-    q[5].local = dst4;
-    q[6].local = dst2;
-    q[7].local = src;
-    q[8].local = dst3;
     /* Every request in one send: the target reads them together. */
     for (size_t i = 0; i < N; i++) {
         ote_tcp_hdr_t h = {.type = q[i].type, .id = 500 + i, .addr = q[i].addr,

@@ -87,6 +87,24 @@ static ote_xfer_req_t req(fx_t *f, ote_op_t op, size_t off, size_t len)
                             .remote_addr = f->t.addr[0] + off, .length = len};
 }
 
+/* n requests of 1 MiB at i MiB, WRITE and READ in turn. */
+static void mixed_reqs(fx_t *f, ote_xfer_req_t *r, int n)
+{
+    for (int i = 0; i < n; i++)
+        r[i] = req(f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
+}
+
+/* A batch of n tasks with every request of r submitted. */
+static ote_batch_h submit_all(fx_t *f, const ote_xfer_req_t *r, size_t n)
+{
+    ote_batch_h b;
+    size_t first;
+
+    assert_int_equal(ote_batch_create(f->e, n, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
+    return b;
+}
+
 static void env_tcp(const char *tasks, const char *bytes, const char *submit_ms)
 {
     setenv("OTE_TLS", "tcp", 1);
@@ -287,12 +305,10 @@ static void test_detached_release(void **state)
     (void)state;
     env_tcp("8", "1g", "0");
     fx_start(&f);
-    for (int i = 0; i < 8; i++)
-        r[i] = req(&f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
+    mixed_reqs(&f, r, 8);
     /* Released while in flight against a silent peer: returns at once. */
     stop_target(&f);
-    assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
+    b = submit_all(&f, r, 8);
     t0 = now_s();
     ote_batch_release(b);
     assert_true(now_s() - t0 < 0.1);
@@ -462,7 +478,6 @@ static void test_idle_cpu_and_event_fd(void **state)
     ote_xfer_req_t r[16];
     struct pollfd pfd;
     uint64_t v;
-    size_t first;
     long ticks;
     int n;
 
@@ -474,12 +489,10 @@ static void test_idle_cpu_and_event_fd(void **state)
     pfd = (struct pollfd){.fd = ote_engine_event_fd(f.e), .events = POLLIN};
     assert_true(pfd.fd >= 0);
     /* Work first, so that connections and eps exist while idle. */
-    for (int i = 0; i < 16; i++)
-        r[i] = req(&f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
+    mixed_reqs(&f, r, 16);
     while (read(pfd.fd, &v, sizeof(v)) == (ssize_t)sizeof(v))
         ;
-    assert_int_equal(ote_batch_create(f.e, 16, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 16, &first), OTE_OK);
+    b = submit_all(&f, r, 16);
     /* The event fd fires on completion. */
     assert_int_equal(poll(&pfd, 1, 10000), 1);
     assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
@@ -503,8 +516,7 @@ static void test_idle_cpu_and_event_fd(void **state)
     assert_true(n >= 2);
     assert_int_equal(ticks, 0);
     /* Still working after the idle sleep: the timer comes back with work. */
-    assert_int_equal(ote_batch_create(f.e, 16, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 16, &first), OTE_OK);
+    b = submit_all(&f, r, 16);
     wait_completed(b);
     fx_stop(&f);
     unsetenv("OTE_NUM_WORKERS");
@@ -556,7 +568,6 @@ static void test_stalled_cma_peer_no_polling(void **state)
     fx_t f;
     ote_batch_h b;
     ote_xfer_req_t r[8];
-    size_t first;
     long ticks;
     int n;
 
@@ -564,16 +575,11 @@ static void test_stalled_cma_peer_no_polling(void **state)
     setenv("OTE_TLS", "cma", 1);
     setenv("OTE_HANDSHAKE_TIMEOUT_MS", "200", 1);
     fx_start(&f);
-    for (int i = 0; i < 8; i++)
-        r[i] = req(&f, i % 2 ? OTE_OP_READ : OTE_OP_WRITE, (size_t)i << 20, 1u << 20);
-    assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
-    ote_batch_release(b);
+    mixed_reqs(&f, r, 8);
+    wait_completed(submit_all(&f, r, 8));
     usleep(400 * 1000);
     stop_target(&f);
-    assert_int_equal(ote_batch_create(f.e, 8, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
+    b = submit_all(&f, r, 8);
     usleep(200 * 1000);
     ticks = worker_ticks_over_second(&n);
     /* Resume the target first, so that a failed check does not leave it stopped. */
