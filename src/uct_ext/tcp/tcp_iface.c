@@ -237,6 +237,12 @@ void ote_tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns
         if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
             ote_warn("%s connection to %s: no answer within OTE_XFER_TIMEOUT_MS",
                      OTE_TCP_CONN_TL(c), c->peer);
+            /*
+             * Its tasks end now: reset, so that the peer drops the requests
+             * still queued on the connection instead of carrying them out
+             * later in memory the application may use again.
+             */
+            ote_socket_set_linger0(c->fd);
             ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
             /* The list may have changed under the completions. */
             next = iface->conns;
