@@ -40,12 +40,17 @@ typedef enum {
     OTE_ERR_TIMEOUT           =  -8,
     OTE_ERR_CANCELED          =  -9,
     OTE_ERR_REMOTE_DISCONNECT = -10,
-    OTE_ERR_BUSY              = -11,  /* admission limit reached                */
+    OTE_ERR_BUSY              = -11,  /* admission limit or peer's backlog full */
     OTE_ERR_IO                = -12,
     OTE_ERR_UNSUPPORTED       = -13,
     OTE_ERR_PROTOCOL          = -14,  /* malformed or incompatible peer message */
     OTE_ERR_AUTH              = -15,
     OTE_ERR_EXISTS            = -16,
+    OTE_ERR_PEER_RESTARTED    = -17,  /* the peer instance this segment was     */
+                                      /* opened on is gone; see                 */
+                                      /* ote_segment_reopen()                   */
+    OTE_ERR_NO_DEVICE         = -18,  /* OTE_TLS / OTE_NET_DEVICES name a       */
+                                      /* transport or device that is not here   */
 } ote_status_t;
 
 /* A static, human-readable message for every status code. */

@@ -15,12 +15,14 @@ const char *ote_status_string(ote_status_t status)
     case OTE_ERR_TIMEOUT:           return "timed out";
     case OTE_ERR_CANCELED:          return "canceled";
     case OTE_ERR_REMOTE_DISCONNECT: return "remote peer disconnected";
-    case OTE_ERR_BUSY:              return "admission limit reached";
+    case OTE_ERR_BUSY:              return "busy: admission limit or the peer's backlog is full";
     case OTE_ERR_IO:                return "input/output error";
     case OTE_ERR_UNSUPPORTED:       return "operation not supported";
     case OTE_ERR_PROTOCOL:          return "malformed or incompatible peer message";
     case OTE_ERR_AUTH:              return "authentication failed";
     case OTE_ERR_EXISTS:            return "already exists";
+    case OTE_ERR_PEER_RESTARTED:    return "the peer restarted: the instance this segment was opened on is gone";
+    case OTE_ERR_NO_DEVICE:         return "no transport or device of that name";
     }
     return "unknown status";
 }

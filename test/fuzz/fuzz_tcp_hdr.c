@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ote_tcp_hdr_decode(copy, size, max, &h) == OTE_OK) {
         FUZZ_CHECK(size >= OTE_TCP_HDR_LEN);
         FUZZ_CHECK(h.type >= OTE_TCP_HELLO && h.type <= OTE_TCP_TYPE_MAX);
-        FUZZ_CHECK(h.status <= 0 && h.status >= OTE_ERR_EXISTS);
+        FUZZ_CHECK(h.status <= 0 && h.status >= OTE_ERR_NO_DEVICE);
         if (h.type == OTE_TCP_WRITE || h.type == OTE_TCP_READ_REQ) {
             FUZZ_CHECK(h.length > 0 && h.length <= max);
             FUZZ_CHECK(h.addr + h.length >= h.addr);
