@@ -68,8 +68,18 @@ typedef struct ote_engine *ote_engine_h;
 typedef struct {
     const char *name;        /* segment name peers open; default "host:port"  */
     const char *listen_addr; /* control-plane bind, default "0.0.0.0:0"       */
-    const char *metadata;    /* "p2p" (default), "etcd://h:p", "redis://h:p"  */
+    const char *metadata;    /* "p2p" (default and only backend of this       */
+                             /* build; "etcd://" and "redis://" are refused   */
+                             /* with OTE_ERR_UNSUPPORTED)                     */
 } ote_engine_params_t;
+
+/*
+ * Names: with the p2p metadata a peer finds an engine by the host:port of
+ * its control listener, so params.name, when set, must be host:port with a
+ * host that resolves and the listener's port (e.g. "prefill-3.cluster:40123"
+ * with listen_addr "0.0.0.0:40123"); any other name is refused at
+ * ote_engine_create() with OTE_ERR_INVALID_PARAM and a log line saying why.
+ */
 
 /*
  * Create an engine: reads the OTE_* configuration, opens the selected
@@ -153,6 +163,17 @@ typedef struct {
  */
 ote_status_t ote_segment_open(ote_engine_h engine, const char *name, ote_segment_h *seg_p);
 
+/*
+ * A segment is bound to the peer instance it was opened on. If that peer
+ * restarts (a new instance behind the same name), calls on the segment fail
+ * OTE_ERR_PEER_RESTARTED once the engine has seen the new instance (a
+ * refresh, a notification, a transport's handshake), or with the transport's
+ * error (OTE_ERR_REMOTE_DISCONNECT, OTE_ERR_TIMEOUT) while the old instance's
+ * addresses simply stop answering; nothing sent on it ever reaches the new
+ * instance. ote_segment_reopen() binds it to the instance serving the name
+ * now.
+ */
+
 /* Close a segment. Tasks still in flight against it end CANCELED. */
 ote_status_t ote_segment_close(ote_segment_h seg);
 
@@ -160,8 +181,24 @@ ote_status_t ote_segment_close(ote_segment_h seg);
 ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions,
                                  size_t max, size_t *count_p);
 
-/* Fetch the peer's descriptor again (regions added or removed since open). */
+/*
+ * Fetch the peer's descriptor again (regions added or removed since open).
+ * OTE_ERR_PEER_RESTARTED when another instance now serves the name: the
+ * segment stays bound to the old one (see ote_segment_reopen()).
+ */
 ote_status_t ote_segment_refresh(ote_segment_h seg);
+
+/*
+ * Resolve the segment's name again and bind the segment to the instance
+ * that serves it now, rebuilding its connections if that is a new one.
+ * *restarted_p (may be NULL) is set to 1 when the instance changed: every
+ * address and region the old instance published is void (read the new ones
+ * with ote_segment_regions()), tasks still in flight on the old instance end
+ * CANCELED, and notifications go to the new instance from here on. Set to 0
+ * when it is the same instance (then this is ote_segment_refresh()). Blocks
+ * for at most OTE_CONNECT_TIMEOUT_MS per round trip.
+ */
+ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p);
 
 /* ------------------------------------------------------------------ */
 /* Transfers                                                          */
@@ -209,10 +246,28 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
 ote_status_t ote_batch_submit(ote_batch_h batch, const ote_xfer_req_t *reqs,
                               size_t count, size_t *first_task_p);
 
-/* As submit; the peer receives msg after every task of this call completed. */
+/*
+ * As submit; the peer receives msg after every task of this call completed
+ * (every request must name the same segment). The notification is not sent
+ * if a task of the call did not complete. Its fate is reported by
+ * ote_batch_notify_status(), and ote_batch_wait() waits for it as for the
+ * tasks.
+ */
 ote_status_t ote_batch_submit_notify(ote_batch_h batch, const ote_xfer_req_t *reqs,
                                      size_t count, const void *msg, size_t msg_len,
                                      size_t *first_task_p);
+
+/*
+ * The notification of the ote_batch_submit_notify() call that submitted
+ * task (any task of that call): *status_p is OTE_INPROGRESS until it ended,
+ * then OTE_OK once the peer queued it (exactly once), or why it was not
+ * delivered: the error of a task of the call that did not complete,
+ * OTE_ERR_BUSY (the peer's backlog stayed full for OTE_NOTIFY_TIMEOUT_MS),
+ * OTE_ERR_PEER_RESTARTED, OTE_ERR_CANCELED (the segment was closed first),
+ * or a connection error. OTE_ERR_INVALID_PARAM for a task submitted without
+ * a notification.
+ */
+ote_status_t ote_batch_notify_status(ote_batch_h batch, size_t task, ote_status_t *status_p);
 
 ote_status_t ote_batch_task_status(ote_batch_h batch, size_t task, ote_task_status_t *status_p);
 
@@ -220,8 +275,9 @@ ote_status_t ote_batch_task_status(ote_batch_h batch, size_t task, ote_task_stat
 ote_status_t ote_batch_status(ote_batch_h batch, ote_task_status_t *status_p);
 
 /*
- * Block until every task submitted so far ended, or timeout_ms passed
- * (negative: no limit). OTE_OK when every task ended (look at statuses),
+ * Block until every task submitted so far ended, and every notification of
+ * ote_batch_submit_notify() was delivered or failed, or timeout_ms passed
+ * (negative: no limit). OTE_OK when all ended (look at statuses),
  * OTE_ERR_TIMEOUT otherwise.
  */
 ote_status_t ote_batch_wait(ote_batch_h batch, int timeout_ms);
@@ -249,7 +305,21 @@ typedef struct {
     char   data[OTE_NOTIFY_MAX]; /* OTE_NOTIFY_MAX bytes at most */
 } ote_notif_t;
 
-/* Send a message to the peer; returns once the peer has queued it. */
+/*
+ * Delivery: a notification whose ote_notify_send() returned OTE_OK, or whose
+ * ote_batch_notify_status() is OTE_OK, was queued exactly once by the peer
+ * instance the segment is bound to, and a receiver takes the notifications
+ * of one sender in the order they were sent, whatever segment handles or
+ * threads sent them. One that cannot be delivered fails with a status; none
+ * is dropped while a call reports success. A notification never reaches an
+ * instance other than the segment's (OTE_ERR_PEER_RESTARTED).
+ */
+
+/*
+ * Send a message to the peer; returns once the peer has queued it. When
+ * the peer's backlog (OTE_MAX_NOTIF_BACKLOG) is full, sends again for up to
+ * OTE_NOTIFY_TIMEOUT_MS, then fails OTE_ERR_BUSY with nothing queued.
+ */
 ote_status_t ote_notify_send(ote_engine_h engine, ote_segment_h seg,
                              const void *msg, size_t len);
 

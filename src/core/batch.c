@@ -37,6 +37,12 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     atomic_init(&b->refs, 1);
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
+    pthread_mutex_lock(&engine->batch_lock);
+    b->next = engine->batches;
+    if (engine->batches != NULL)
+        engine->batches->prev = b;
+    engine->batches = b;
+    pthread_mutex_unlock(&engine->batch_lock);
     *batch_p = b;
     return OTE_OK;
 }
@@ -48,6 +54,12 @@ static void batch_free(ote_batch_h b)
     for (size_t i = 0; i < b->used; i++) {
         if (b->tasks[i].slices != &b->tasks[i].inline_slice)
             free(b->tasks[i].slices);
+    }
+    while (b->groups != NULL) {
+        ote_notify_group_t *g = b->groups;
+
+        b->groups = g->next;
+        free(g);
     }
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->cond);
@@ -61,23 +73,82 @@ static void batch_put(ote_batch_h b)
         batch_free(b);
 }
 
+/* Take b off the engine's list of batches the user holds; false if already off. */
+static bool batch_unlist(ote_batch_h b)
+{
+    ote_engine_h e = b->engine;
+    bool listed;
+
+    pthread_mutex_lock(&e->batch_lock);
+    listed = !b->released;
+    if (listed) {
+        b->released = true;
+        if (b->prev)
+            b->prev->next = b->next;
+        else
+            e->batches = b->next;
+        if (b->next)
+            b->next->prev = b->prev;
+    }
+    pthread_mutex_unlock(&e->batch_lock);
+    return listed;
+}
+
 void ote_batch_release(ote_batch_h b)
 {
-    if (b != NULL)
+    if (b != NULL && batch_unlist(b))
         batch_put(b);
 }
 
-static void notify_group_task_done(ote_engine_h engine, ote_notify_group_t *g, bool ok)
+void ote_batch_release_all(ote_engine_h e)
 {
-    if (!ok)
-        atomic_store(&g->failed, true);
+    for (;;) {
+        ote_batch_h b;
+
+        pthread_mutex_lock(&e->batch_lock);
+        b = e->batches;
+        pthread_mutex_unlock(&e->batch_lock);
+        if (b == NULL)
+            break;
+        ote_batch_release(b);
+    }
+}
+
+/* Something the batch waits for (a task, a notification) ended. */
+static void batch_pending_done(ote_batch_h b)
+{
+    if (atomic_fetch_sub(&b->pending, 1) == 1) {
+        pthread_mutex_lock(&b->lock);
+        if (b->waiters)
+            pthread_cond_broadcast(&b->cond);
+        pthread_mutex_unlock(&b->lock);
+    }
+}
+
+void ote_batch_notify_end(ote_notify_group_t *g, ote_status_t status)
+{
+    ote_batch_h b = g->batch;
+
+    atomic_store(&g->status, status);
+    ote_segment_put(g->segment);
+    batch_pending_done(b);
+    ote_engine_signal_event(b->engine);
+    batch_put(b);
+}
+
+static void notify_group_task_done(ote_engine_h engine, ote_notify_group_t *g, ote_status_t err)
+{
+    int expected = OTE_OK;
+
+    if (err != OTE_OK)
+        atomic_compare_exchange_strong(&g->task_error, &expected, err);
     if (atomic_fetch_sub(&g->remaining, 1) != 1)
         return;
-    if (atomic_load(&g->failed)) {
-        ote_warn("notification to %s not sent: a task of its batch did not complete",
-                 g->segment->name);
-        ote_segment_put(g->segment);
-        free(g);
+    err = (ote_status_t)atomic_load(&g->task_error);
+    if (err != OTE_OK) {
+        ote_debug("notification to %s not sent: a task of its call did not complete (%s)",
+                  g->segment->name, ote_status_string(err));
+        ote_batch_notify_end(g, err);
         return;
     }
     ote_notifier_queue(engine->notifier, g);
@@ -110,18 +181,18 @@ static void task_finalize(ote_task_t *t)
         ote_mem_region_put(t->local_region);
         t->local_region = NULL;
     }
+    if (t->desc != NULL) {
+        ote_segment_desc_put(t->desc);
+        t->desc = NULL;
+    }
+    if (err == OTE_ERR_PEER_RESTARTED)
+        ote_segment_mark_stale(t->segment);
     admission_release(engine, 1, t->length);
     if (t->notify != NULL)
-        notify_group_task_done(engine, t->notify, state == OTE_TASK_COMPLETED);
+        notify_group_task_done(engine, t->notify, err);
     ote_segment_put(t->segment);
     atomic_store_explicit(&t->state, state, memory_order_release);
-
-    if (atomic_fetch_sub(&b->pending, 1) == 1) {
-        pthread_mutex_lock(&b->lock);
-        if (b->waiters)
-            pthread_cond_broadcast(&b->cond);
-        pthread_mutex_unlock(&b->lock);
-    }
+    batch_pending_done(b);
     ote_engine_signal_event(engine);
     batch_put(b);
 }
@@ -323,8 +394,11 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         if (group == NULL)
             return OTE_ERR_NO_MEMORY;
         atomic_init(&group->remaining, (long)count);
-        atomic_init(&group->failed, false);
+        atomic_init(&group->task_error, OTE_OK);
+        atomic_init(&group->status, OTE_INPROGRESS);
         group->segment = reqs[0].segment;
+        group->batch   = b;
+        group->next    = NULL;
         group->length  = msg_len;
         memcpy(group->data, msg, msg_len);
     }
@@ -386,8 +460,10 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         size_t n;
 
         memset(t, 0, sizeof(*t));
-        if (atomic_load(&seg->closed) || seg->engine != e) {
-            status = seg->engine != e ? OTE_ERR_INVALID_PARAM : OTE_ERR_NOT_FOUND;
+        if (atomic_load(&seg->closed) || seg->engine != e || atomic_load(&seg->stale)) {
+            status = seg->engine != e        ? OTE_ERR_INVALID_PARAM
+                     : atomic_load(&seg->closed) ? OTE_ERR_NOT_FOUND
+                                                 : OTE_ERR_PEER_RESTARTED;
             goto err_unwind;
         }
         status = ote_mem_region_acquire(e->regions, (uintptr_t)r->local_addr, r->length, 0,
@@ -416,15 +492,18 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
             remote_mem = OTE_MEM_TYPE_CUDA;
         status = ote_proto_rails_select(&seg->rail_set, r->op, t->local_region->mem_type,
                                         remote_mem, &rails);
+        if (status == OTE_OK && rreg != NULL) {
+            /* The slices point at its rkeys: a refresh must not free it under them. */
+            t->desc = seg->desc;
+            atomic_fetch_add(&t->desc->refs, 1);
+        }
         pthread_mutex_unlock(&seg->lock);
         if (status != OTE_OK) {
             ote_debug("submit: no rail to %s can %s %s memory from %s memory", seg->name,
                       r->op == OTE_OP_WRITE ? "WRITE" : "READ",
                       remote_mem == OTE_MEM_TYPE_CUDA ? "cuda" : "host",
                       t->local_region->mem_type == OTE_MEM_TYPE_CUDA ? "cuda" : "host");
-            ote_mem_region_put(t->local_region);
-            t->local_region = NULL;
-            goto err_unwind;
+            goto err_task;
         }
         /*
          * Slices are checked one by one at the target. A request that no
@@ -443,10 +522,8 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
                 ote_debug("submit: %#llx+%zu is in no region %s published and is too large "
                           "to be checked whole; refresh the segment",
                           (unsigned long long)r->remote_addr, r->length, seg->name);
-                ote_mem_region_put(t->local_region);
-                t->local_region = NULL;
                 status = OTE_ERR_NOT_REGISTERED;
-                goto err_unwind;
+                goto err_task;
             }
         } else {
             n = ote_proto_slice_count(&rails, r->length, e->config.slice_size);
@@ -456,10 +533,8 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         } else {
             t->slices = calloc(n, sizeof(*t->slices));
             if (t->slices == NULL) {
-                ote_mem_region_put(t->local_region);
-                t->local_region = NULL;
                 status = OTE_ERR_NO_MEMORY;
-                goto err_unwind;
+                goto err_task;
             }
         }
         t->num_slices = n;
@@ -491,8 +566,13 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         atomic_init(&t->first_error, OTE_OK);
     }
     b->used += count;
-    atomic_fetch_add(&b->pending, (long)count);
-    atomic_fetch_add(&b->refs, (long)count);
+    /* The notification is waited for as the tasks are, and holds the batch too. */
+    atomic_fetch_add(&b->pending, (long)count + (group != NULL));
+    atomic_fetch_add(&b->refs, (long)count + (group != NULL));
+    if (group != NULL) {
+        group->next = b->groups;
+        b->groups   = group;
+    }
     pthread_mutex_unlock(&b->lock);
     if (refused_all != refused_stack)
         free(refused_all);
@@ -528,10 +608,19 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     *first_task_p = first;
     return OTE_OK;
 
+err_task:
+    /* The task being prepared: what it took so far. */
+    if (b->tasks[first + i].desc != NULL)
+        ote_segment_desc_put(b->tasks[first + i].desc);
+    if (b->tasks[first + i].local_region != NULL)
+        ote_mem_region_put(b->tasks[first + i].local_region);
+    memset(&b->tasks[first + i], 0, sizeof(b->tasks[first + i]));
 err_unwind:
     while (i-- > 0) {
         ote_task_t *t = &b->tasks[first + i];
 
+        if (t->desc != NULL)
+            ote_segment_desc_put(t->desc);
         ote_mem_region_put(t->local_region);
         if (t->slices != NULL && t->slices != &t->inline_slice)
             free(t->slices);
@@ -577,6 +666,25 @@ ote_status_t ote_batch_task_status(ote_batch_h b, size_t task, ote_task_status_t
     st->state = (ote_task_state_t)atomic_load_explicit(&t->state, memory_order_acquire);
     st->error = st->state == OTE_TASK_PENDING ? OTE_OK : t->error;
     st->transferred = atomic_load_explicit(&t->transferred, memory_order_relaxed);
+    return OTE_OK;
+}
+
+ote_status_t ote_batch_notify_status(ote_batch_h b, size_t task, ote_status_t *status_p)
+{
+    ote_notify_group_t *g;
+    size_t used;
+
+    if (b == NULL || status_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&b->lock);
+    used = b->used;
+    pthread_mutex_unlock(&b->lock);
+    if (task >= used)
+        return OTE_ERR_INVALID_PARAM;
+    g = b->tasks[task].notify;
+    if (g == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    *status_p = (ote_status_t)atomic_load(&g->status);
     return OTE_OK;
 }
 

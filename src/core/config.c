@@ -46,6 +46,8 @@ const ote_cfg_entry_t ote_config_table[] = {
      "Largest control-plane message accepted from a peer."},
     {"MAX_NOTIF_BACKLOG", "65536", OTE_CFG_INT, F(max_notif_backlog),
      "Received notifications kept until ote_notify_recv; beyond it senders get BUSY."},
+    {"NOTIFY_TIMEOUT_MS", "5000", OTE_CFG_INT, F(notify_timeout_ms),
+     "A notification whose receiver's backlog is full is sent again for this long before it fails BUSY; 0 = fail at once."},
     {"MAX_CONNS", "4096", OTE_CFG_INT, F(max_conns),
      "Accepted connections per engine, control and data listeners together."},
     {"MAX_CONNS_PER_PEER", "256", OTE_CFG_INT, F(max_conns_per_peer),
@@ -251,6 +253,10 @@ static ote_status_t config_validate(const ote_config_t *cfg)
     }
     if (cfg->tcp_conns < 1 || cfg->tcp_conns > 64) {
         ote_error("OTE_TCP_CONNS must be 1..64, not %ld", cfg->tcp_conns);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->notify_timeout_ms < 0) {
+        ote_error("OTE_NOTIFY_TIMEOUT_MS must be 0 or more, not %ld", cfg->notify_timeout_ms);
         return OTE_ERR_INVALID_PARAM;
     }
     if (cfg->connect_timeout_ms <= 0 || cfg->xfer_timeout_ms <= 0) {

@@ -38,6 +38,7 @@ typedef struct ote_config {
     long   submit_timeout_ms;
     size_t max_ctl_msg;
     long   max_notif_backlog;
+    long   notify_timeout_ms;
     long   max_conns;
     long   max_conns_per_peer;
     long   handshake_timeout_ms;

@@ -34,6 +34,7 @@ ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out)
     if (n->length > OTE_NOTIFY_MAX)
         return OTE_ERR_INVALID_PARAM;
     ote_buf_put_u64(out, n->sender_instance);
+    ote_buf_put_u64(out, n->target_instance);
     ote_buf_put_u64(out, n->seq);
     ote_buf_put_str8(out, n->from);
     ote_buf_put_u32(out, (uint32_t)n->length);
@@ -46,6 +47,7 @@ ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notif
     ote_rd_t r = {.p = buf, .left = len};
 
     n->sender_instance = ote_rd_u64(&r);
+    n->target_instance = ote_rd_u64(&r);
     n->seq             = ote_rd_u64(&r);
     ote_rd_str8(&r, n->from, sizeof(n->from));
     n->length = ote_rd_u32(&r);

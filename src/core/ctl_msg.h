@@ -17,14 +17,15 @@
 #define OTE_CTL_MAGIC    0x4354454fu /* "OTEC" */
 #define OTE_CTL_VERSION  1
 #define OTE_CTL_HDR_LEN  16
-/* Largest NOTIFY payload: instance, seq, str8 sender, u32 length, data. */
-#define OTE_CTL_NOTIFY_MAX_LEN (8 + 8 + 1 + 255 + 4 + OTE_NOTIFY_MAX)
+/* Largest NOTIFY payload: instances, seq, str8 sender, u32 length, data. */
+#define OTE_CTL_NOTIFY_MAX_LEN (8 + 8 + 8 + 1 + 255 + 4 + OTE_NOTIFY_MAX)
 
 typedef enum {
     OTE_CTL_GET_DESC   = 1, /* -> DESC                                     */
     OTE_CTL_DESC       = 2, /* i32 status, descriptor bytes                */
-    OTE_CTL_NOTIFY     = 3, /* u64 sender instance, u64 seq, str8 from,
-                               u32 length, data -> NOTIFY_ACK              */
+    OTE_CTL_NOTIFY     = 3, /* u64 sender instance, u64 target instance,
+                               u64 seq, str8 from, u32 length, data
+                               -> NOTIFY_ACK                               */
     OTE_CTL_NOTIFY_ACK = 4, /* i32 status                                  */
     OTE_CTL_AUTH_HELLO = 5, /* nonce_i -> AUTH_PROOF (or AUTH_DONE AUTH
                                from a target without a key); see auth.h  */
@@ -45,6 +46,7 @@ typedef struct {
 
 typedef struct {
     uint64_t sender_instance;
+    uint64_t target_instance; /* the receiver it was addressed to */
     uint64_t seq;
     char     from[256];
     size_t   length;

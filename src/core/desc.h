@@ -10,6 +10,7 @@
 #include "uct_ext/tl.h"
 
 #include <ote/ote.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,7 @@ typedef struct {
     ote_desc_region_t *regions; /* sorted by addr */
     uint8_t           *blob;    /* the encoded bytes rkeys point into */
     size_t             blob_len;
+    atomic_long        refs;    /* holders: a segment, and tasks using its rkeys */
 } ote_desc_t;
 
 /* Growable byte buffer for encoders. */

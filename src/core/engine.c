@@ -130,6 +130,42 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     return OTE_OK;
 }
 
+/*
+ * With the peer-to-peer metadata a peer opens this engine by its name, so
+ * the name must lead to this engine's control listener: host:port with a
+ * host that resolves and this listener's port.
+ */
+static ote_status_t engine_name_check(const char *name, unsigned port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    ote_status_t status;
+
+    if (strlen(name) > OTE_DESC_NAME_MAX) {
+        ote_error("engine name '%.40s...' is longer than %d bytes", name, OTE_DESC_NAME_MAX);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    status = strchr(name, ':') != NULL ? ote_sockaddr_parse(name, &ss, &len)
+                                       : OTE_ERR_INVALID_PARAM;
+    if (status == OTE_OK && ote_sockaddr_port((struct sockaddr *)&ss) != port) {
+        ote_error("engine name '%s' names port %u, but the control listener is on port %u: "
+                  "no peer could open it", name, ote_sockaddr_port((struct sockaddr *)&ss), port);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (status == OTE_ERR_NOT_FOUND) {
+        ote_error("engine name '%s': its host does not resolve, so no peer could open it", name);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (status != OTE_OK) {
+        ote_error("engine name '%s': the p2p metadata finds a peer by the host:port of its "
+                  "control listener, here HOST:%u; a name such as this one needs a metadata "
+                  "store (etcd:// or redis://), which this build does not have",
+                  name, port);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return OTE_OK;
+}
+
 static void engine_free(ote_engine_h e)
 {
     if (e->ctl != NULL)
@@ -145,9 +181,12 @@ static void engine_free(ote_engine_h e)
             break;
         ote_segment_close(seg);
     }
-    ote_notifier_stop(e->notifier);
+    /* Workers first: every task ends, and queues its notification, before the notifier goes. */
     for (size_t w = 0; e->workers && w < e->num_workers; w++)
         ote_worker_stop(&e->workers[w]);
+    ote_notifier_stop(e->notifier);
+    e->notifier = NULL;
+    ote_batch_release_all(e);
     for (size_t w = 0; e->workers && w < e->num_workers; w++)
         ote_worker_cleanup(&e->workers[w]);
     free(e->workers);
@@ -162,7 +201,10 @@ static void engine_free(ote_engine_h e)
     if (e->event_fd >= 0)
         close(e->event_fd);
     free(e->notifs);
+    ote_notif_senders_destroy(e->senders);
     pthread_mutex_destroy(&e->notif_lock);
+    pthread_mutex_destroy(&e->lane_lock);
+    pthread_mutex_destroy(&e->batch_lock);
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->admit_lock);
     pthread_cond_destroy(&e->admit_cond);
@@ -189,6 +231,8 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         return OTE_ERR_NO_MEMORY;
     e->event_fd = -1;
     pthread_mutex_init(&e->notif_lock, NULL);
+    pthread_mutex_init(&e->lane_lock, NULL);
+    pthread_mutex_init(&e->batch_lock, NULL);
     pthread_mutex_init(&e->seg_lock, NULL);
     pthread_mutex_init(&e->admit_lock, NULL);
     {
@@ -202,6 +246,8 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     status = ote_config_read(&e->config);
     if (status != OTE_OK) {
         pthread_mutex_destroy(&e->notif_lock);
+        pthread_mutex_destroy(&e->lane_lock);
+        pthread_mutex_destroy(&e->batch_lock);
         pthread_mutex_destroy(&e->seg_lock);
         pthread_mutex_destroy(&e->admit_lock);
         pthread_cond_destroy(&e->admit_cond);
@@ -209,6 +255,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         return status;
     }
     ote_log_set_level(e->config.log_level);
+    status = ote_notif_senders_create(&e->senders);
+    if (status != OTE_OK)
+        goto err;
     status = ote_auth_create(&e->config, &e->auth);
     if (status != OTE_OK)
         goto err;
@@ -262,10 +311,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
             snprintf(e->name, sizeof(e->name), "%s", bound);
         }
         if (params->name != NULL) {
-            if (strlen(params->name) > OTE_DESC_NAME_MAX) {
-                status = OTE_ERR_INVALID_PARAM;
+            status = engine_name_check(params->name, ote_sockaddr_port((struct sockaddr *)&ss));
+            if (status != OTE_OK)
                 goto err;
-            }
             snprintf(e->name, sizeof(e->name), "%s", params->name);
         }
     }

@@ -49,13 +49,20 @@ struct ote_worker {
     atomic_bool      stop;
 };
 
-/* Notification to send once a group of tasks completed. */
+/*
+ * The notification of one ote_batch_submit_notify() call: sent once every
+ * task of the call completed. It counts as pending in its batch (and holds
+ * a reference to it) until it ended; the batch frees it.
+ */
 typedef struct ote_notify_group {
-    atomic_long     remaining;
-    atomic_bool     failed;
-    ote_segment_h   segment;
-    size_t          length;
-    char            data[];
+    atomic_long              remaining;  /* tasks of the call not yet ended */
+    _Atomic int              task_error; /* first error of a task that did not complete */
+    _Atomic int              status;     /* INPROGRESS, then OK or why it was not delivered */
+    ote_segment_h            segment;
+    ote_batch_h              batch;
+    struct ote_notify_group *next;       /* the batch's groups */
+    size_t                   length;
+    char                     data[];
 } ote_notify_group_t;
 
 struct ote_task {
@@ -70,6 +77,7 @@ struct ote_task {
     ote_slice_t         *slices;       /* inline_slice or allocated */
     ote_slice_t          inline_slice;
     ote_region_t        *local_region;
+    ote_desc_t          *desc;         /* peer descriptor whose rkeys the slices use */
     ote_segment_h        segment;
     ote_batch_h          batch;
     ote_notify_group_t  *notify;
@@ -85,26 +93,25 @@ struct ote_batch {
     pthread_mutex_t  lock;
     pthread_cond_t   cond;
     int              waiters;
+    ote_notify_group_t *groups;     /* under lock; freed with the batch */
+    bool             released;      /* the user released it (under engine batch_lock) */
+    struct ote_batch *next, *prev;  /* batches the user still holds (engine batch_lock) */
 };
-
-typedef struct retired_desc {
-    ote_desc_t          *desc;
-    struct retired_desc *next;
-} retired_desc_t;
 
 struct ote_segment {
     ote_engine_h     engine;
-    retired_desc_t  *retired;       /* earlier descriptors, freed at close */
     char             name[OTE_DESC_NAME_MAX + 1];
     pthread_mutex_t  lock;          /* desc, ctl connection */
-    ote_desc_t      *desc;
+    pthread_mutex_t  refresh_lock;  /* one descriptor fetch at a time */
+    atomic_uint      desc_gen;      /* descriptors adopted so far */
+    ote_desc_t      *desc;          /* of the instance the segment is bound to */
     bool             same_host;
     ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
     ote_rail_set_t   rail_set;
     int              ctl_fd;        /* request connection, -1 until needed */
     uint32_t         ctl_seq;
-    uint64_t         notify_seq;
     atomic_bool      closed;
+    atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
     atomic_long      refs;          /* user + one per live task */
     atomic_uint      cursor;        /* rail round-robin */
     struct ote_segment *next, *prev;
@@ -136,12 +143,18 @@ struct ote_engine {
     atomic_int       admit_waiters; /* submitters sleeping on admit_cond */
     pthread_mutex_t  admit_lock;
     pthread_cond_t   admit_cond;    /* CLOCK_MONOTONIC */
+    /* batches the user holds, released at destroy */
+    pthread_mutex_t  batch_lock;
+    struct ote_batch *batches;
+    /* notifications sent: one sequence counter; one lane per receiver instance */
+    _Atomic uint64_t notify_seq;
+    pthread_mutex_t  lane_lock;
+    struct ote_notify_lane *lanes;
     /* received notifications */
     pthread_mutex_t  notif_lock;
     ote_notif_t     *notifs;
     size_t           notif_head, notif_count, notif_cap;
-    /* notification de-duplication: last seq per sender instance */
-    struct { uint64_t sender, seq; } notif_seen[256];
+    struct ote_notif_senders *senders; /* last sequence per sender (under notif_lock) */
     /* open segments */
     pthread_mutex_t  seg_lock;
     struct ote_segment *segments;
@@ -160,6 +173,10 @@ void         ote_engine_signal_event(ote_engine_h engine);
 
 /* batch.c: a slice ended (worker thread). */
 void ote_task_slice_done(ote_slice_t *slice, ote_status_t status);
+/* batch.c: a call's notification ended: OK (the peer queued it) or why not. */
+void ote_batch_notify_end(ote_notify_group_t *group, ote_status_t status);
+/* batch.c: release the batches the user still holds (engine destroy). */
+void ote_batch_release_all(ote_engine_h engine);
 
 /* segment.c */
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
@@ -167,6 +184,11 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
                                      size_t *resp_len_p);
 void         ote_segment_put(ote_segment_h seg);
 void         ote_segment_get(ote_segment_h seg);
+/* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
+void         ote_segment_mark_stale(ote_segment_h seg);
+/* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */
+ote_desc_t  *ote_segment_desc_get(ote_segment_h seg);
+void         ote_segment_desc_put(ote_desc_t *desc);
 
 /* ctl.c: the control-plane listener */
 ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl_t **ctl_p,
@@ -180,10 +202,12 @@ ote_status_t ote_engine_notif_push(ote_engine_h engine, const ote_ctl_notify_t *
 
 /* notify.c: sender thread for notifications after batches */
 ote_status_t ote_notifier_start(ote_engine_h engine, ote_notifier_t **n_p);
+/* Sends what is queued (or ends it CANCELED where its segment closed), then stops. */
 void         ote_notifier_stop(ote_notifier_t *n);
 void         ote_notifier_queue(ote_notifier_t *n, ote_notify_group_t *group);
-ote_status_t ote_notify_send_internal(ote_engine_h engine, ote_segment_h seg, const void *msg,
-                                      size_t len);
+/* notify.c: the receiver's memory of its senders' sequence numbers */
+ote_status_t ote_notif_senders_create(struct ote_notif_senders **s_p);
+void         ote_notif_senders_destroy(struct ote_notif_senders *s);
 
 /* select.c: OTE_TLS / OTE_NET_DEVICES */
 typedef struct ote_select ote_select_t;

@@ -20,19 +20,51 @@ void ote_segment_get(ote_segment_h seg)
     atomic_fetch_add(&seg->refs, 1);
 }
 
+void ote_segment_desc_put(ote_desc_t *d)
+{
+    if (d != NULL && atomic_fetch_sub(&d->refs, 1) == 1)
+        ote_desc_free(d);
+}
+
+ote_desc_t *ote_segment_desc_get(ote_segment_h seg)
+{
+    ote_desc_t *d;
+
+    pthread_mutex_lock(&seg->lock);
+    d = seg->desc;
+    atomic_fetch_add(&d->refs, 1);
+    pthread_mutex_unlock(&seg->lock);
+    return d;
+}
+
+void ote_segment_mark_stale(ote_segment_h seg)
+{
+    if (!atomic_exchange(&seg->stale, true))
+        ote_info("segment '%s': the peer restarted; calls on this segment fail until "
+                 "ote_segment_reopen()", seg->name);
+}
+
+/* The segment's descriptor is d from now on (a reference moves in). */
+static void desc_adopt(ote_segment_h seg, ote_desc_t *d)
+{
+    ote_desc_t *old;
+
+    pthread_mutex_lock(&seg->lock);
+    old       = seg->desc;
+    seg->desc = d;
+    pthread_mutex_unlock(&seg->lock);
+    atomic_fetch_add(&seg->desc_gen, 1);
+    /* Freed here unless tasks still use its rkeys; then by the last of them. */
+    ote_segment_desc_put(old);
+}
+
 static void segment_free(ote_segment_h seg)
 {
-    while (seg->retired != NULL) {
-        retired_desc_t *r = seg->retired;
-
-        seg->retired = r->next;
-        ote_desc_free(r->desc);
-        free(r);
-    }
     if (seg->ctl_fd >= 0)
         close(seg->ctl_fd);
-    ote_desc_free(seg->desc);
+    ote_segment_desc_put(seg->desc);
     pthread_mutex_destroy(&seg->lock);
+    pthread_mutex_destroy(&seg->refresh_lock);
     free(seg);
 }
 
@@ -171,12 +203,19 @@ static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
     if (seg->ctl_fd >= 0)
         return OTE_OK;
     status = ote_sockaddr_parse(seg->name, &ss, &len);
-    if (status != OTE_OK) {
-        ote_error("segment '%s': not a host:port name", seg->name);
-        return status == OTE_ERR_INVALID_PARAM ? status : OTE_ERR_NOT_FOUND;
+    if (status == OTE_OK && ote_sockaddr_port((struct sockaddr *)&ss) == 0)
+        status = OTE_ERR_INVALID_PARAM;
+    if (status == OTE_ERR_NOT_FOUND && strchr(seg->name, ':') == NULL)
+        status = OTE_ERR_INVALID_PARAM;
+    if (status == OTE_ERR_INVALID_PARAM) {
+        ote_error("segment '%s': not a host:port name (the p2p metadata opens peers by the "
+                  "address of their control listener)", seg->name);
+        return status;
     }
-    if (ote_sockaddr_port((struct sockaddr *)&ss) == 0)
-        return OTE_ERR_INVALID_PARAM;
+    if (status != OTE_OK) {
+        ote_error("segment '%s': the host name does not resolve", seg->name);
+        return OTE_ERR_NOT_FOUND;
+    }
     status = ote_socket_connect(&ss, len, (int)e->config.connect_timeout_ms, &fd);
     if (status != OTE_OK) {
         ote_debug("segment '%s': connect: %s", seg->name, ote_status_string(status));
@@ -567,7 +606,6 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
         r->iface     = iface;
         r->worker    = c->worker;
         r->remote_md = -1;
-        r->weight    = c->caps.bandwidth;
         if (iface->md != NULL) {
             for (size_t k = 0; k < d->num_mds; k++) {
                 if (strcmp(d->mds[k], iface->md->name) == 0)
@@ -632,6 +670,7 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     seg->ctl_fd = -1;
     snprintf(seg->name, sizeof(seg->name), "%s", name);
     pthread_mutex_init(&seg->lock, NULL);
+    pthread_mutex_init(&seg->refresh_lock, NULL);
     atomic_init(&seg->refs, 1);
 
     status = fetch_desc(seg, &d);
@@ -640,6 +679,7 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     status = rails_build(seg, d);
     if (status != OTE_OK)
         goto err;
+    atomic_init(&d->refs, 1);
     seg->desc = d;
     pthread_mutex_lock(&e->seg_lock);
     seg->next = e->segments;
@@ -699,40 +739,71 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions, 
     return OTE_OK;
 }
 
-ote_status_t ote_segment_refresh(ote_segment_h seg)
+/*
+ * Fetch the descriptor of whatever instance serves the name now. With
+ * rebind, a new instance replaces the old one (rails rebuilt) and
+ * *restarted_p says so; without, a new instance leaves the segment bound to
+ * the old one, marked stale. Fetches are one at a time: a caller that waited
+ * for another's fetch uses its result.
+ */
+static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restarted_p)
 {
+    unsigned gen = atomic_load(&seg->desc_gen);
     ote_desc_t *d = NULL;
     ote_status_t status;
+    bool restarted;
 
-    if (seg == NULL || atomic_load(&seg->closed))
-        return OTE_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&seg->refresh_lock);
+    if (!rebind && atomic_load(&seg->desc_gen) != gen) {
+        pthread_mutex_unlock(&seg->refresh_lock);
+        return atomic_load(&seg->stale) ? OTE_ERR_PEER_RESTARTED : OTE_OK;
+    }
     status = fetch_desc(seg, &d);
     if (status != OTE_OK)
-        return status;
+        goto out;
+    atomic_init(&d->refs, 1);
     pthread_mutex_lock(&seg->lock);
-    if (d->instance_id != seg->desc->instance_id) {
-        /* The peer restarted: never reuse connections to the old instance. */
-        pthread_mutex_unlock(&seg->lock);
-        ote_info("segment '%s' restarted; reconnecting", seg->name);
-        /* The old instance is gone, and with it its side of to-ep connections. */
+    restarted = d->instance_id != seg->desc->instance_id;
+    pthread_mutex_unlock(&seg->lock);
+    if (restarted && !rebind) {
+        ote_segment_mark_stale(seg);
+        ote_segment_desc_put(d);
+        status = OTE_ERR_PEER_RESTARTED;
+        goto out;
+    }
+    if (restarted) {
+        /* Never reuse connections to the old instance; it took its side of them along. */
+        ote_info("segment '%s': bound to the restarted peer's new instance %016llx", seg->name,
+                 (unsigned long long)d->instance_id);
+        atomic_store(&seg->stale, true);
         rails_destroy(seg, false, 0);
         status = rails_build(seg, d);
-        pthread_mutex_lock(&seg->lock);
-    }
-    /* Slices in flight may point at rkeys in the old copy: keep it until close. */
-    {
-        retired_desc_t *r = malloc(sizeof(*r));
-
-        if (r != NULL) {
-            r->desc      = seg->desc;
-            r->next      = seg->retired;
-            seg->retired = r;
-            seg->desc    = d;
-        } else {
-            ote_desc_free(d);
-            status = OTE_ERR_NO_MEMORY;
+        if (status != OTE_OK) {
+            ote_segment_desc_put(d);
+            goto out;
         }
     }
-    pthread_mutex_unlock(&seg->lock);
+    desc_adopt(seg, d);
+    atomic_store(&seg->stale, false);
+    if (restarted_p != NULL)
+        *restarted_p = restarted;
+out:
+    pthread_mutex_unlock(&seg->refresh_lock);
     return status;
+}
+
+ote_status_t ote_segment_refresh(ote_segment_h seg)
+{
+    if (seg == NULL || atomic_load(&seg->closed))
+        return OTE_ERR_INVALID_PARAM;
+    if (atomic_load(&seg->stale))
+        return OTE_ERR_PEER_RESTARTED;
+    return segment_resolve(seg, false, NULL);
+}
+
+ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p)
+{
+    if (seg == NULL || atomic_load(&seg->closed))
+        return OTE_ERR_INVALID_PARAM;
+    return segment_resolve(seg, true, restarted_p);
 }

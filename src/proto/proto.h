@@ -20,7 +20,6 @@ typedef struct ote_rail {
     ote_tl_caps_t   caps;
     size_t          worker;      /* index of the worker owning iface and ep */
     int             remote_md;   /* md index in the peer descriptor, -1 none */
-    double          weight;
     uint64_t        conn_id;     /* to-ep: key of the peer's accepted ep, 0 none */
 } ote_rail_t;
 
@@ -82,7 +81,8 @@ size_t ote_proto_slice_count(const ote_rail_set_t *rails, size_t length, size_t 
 
 /*
  * Fill slices[0..count) for a request: consecutive pieces, rails chosen
- * round-robin weighted by bandwidth starting at *cursor.
+ * round-robin starting at *cursor (every rail of the set alike: their
+ * bandwidths do not weigh in).
  */
 void ote_proto_slice_plan(const ote_rail_set_t *rails, ote_op_t op, void *local,
                           uint64_t remote, size_t length, size_t count, ote_slice_t *slices,

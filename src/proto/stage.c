@@ -552,7 +552,6 @@ ote_status_t ote_proto_stage_rail_init(ote_rail_t *rail, ote_rail_t *host,
     rail->caps.slice_size  = si->chunk_size * si->slots;
     rail->worker           = host->worker;
     rail->remote_md        = host->remote_md; /* the rkey is the host rail's */
-    rail->weight           = hc->bandwidth;
     return OTE_OK;
 }
 
@@ -988,7 +987,6 @@ ote_status_t ote_proto_stage_remote_rail_init(ote_rail_t *rail, ote_rail_t *host
     rail->caps.slice_size = si->chunk_size * si->slots;
     rail->worker          = host->worker;
     rail->remote_md       = -1;
-    rail->weight          = hc->bandwidth;
     return OTE_OK;
 }
 

@@ -120,8 +120,8 @@ static void gen_ctl_notify(void)
 
     memset(big, 'x', sizeof(big));
     for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
-        ote_ctl_notify_t m = {.sender_instance = 0x1234 + i, .seq = i + 1, .length = n[i].len,
-                              .data = big};
+        ote_ctl_notify_t m = {.sender_instance = 0x1234 + i, .target_instance = 0x5678 + i,
+                              .seq = i + 1, .length = n[i].len, .data = big};
         ote_buf_t b = {0};
 
         snprintf(m.from, sizeof(m.from), "%s", n[i].from);

@@ -84,7 +84,8 @@ static void test_ctl_hdr(void **state)
 static void test_notify(void **state)
 {
     uint8_t data[OTE_NOTIFY_MAX];
-    ote_ctl_notify_t n = {.sender_instance = 9, .seq = 3, .length = sizeof(data), .data = data};
+    ote_ctl_notify_t n = {.sender_instance = 9, .target_instance = 11, .seq = 3,
+                          .length = sizeof(data), .data = data};
     ote_ctl_notify_t d;
     ote_buf_t out = {0};
 
@@ -96,14 +97,14 @@ static void test_notify(void **state)
     assert_string_equal(d.from, n.from);
     assert_int_equal(d.length, sizeof(data));
     assert_memory_equal(d.data, data, sizeof(data));
-    assert_true(d.seq == 3 && d.sender_instance == 9);
+    assert_true(d.seq == 3 && d.sender_instance == 9 && d.target_instance == 11);
     /* Every truncation and one extra byte are rejected. */
     for (size_t l = 0; l < out.len; l++)
         assert_int_equal(ote_ctl_notify_decode(out.data, l, &d), OTE_ERR_PROTOCOL);
     ote_buf_put_u8(&out, 0);
     assert_int_equal(ote_ctl_notify_decode(out.data, out.len, &d), OTE_ERR_PROTOCOL);
     /* Declared length above OTE_NOTIFY_MAX. */
-    ote_put_u32(out.data + 8 + 8 + 1 + strlen(n.from), OTE_NOTIFY_MAX + 1);
+    ote_put_u32(out.data + 8 + 8 + 8 + 1 + strlen(n.from), OTE_NOTIFY_MAX + 1);
     assert_int_equal(ote_ctl_notify_decode(out.data, out.len - 1, &d), OTE_ERR_PROTOCOL);
     free(out.data);
     n.length = OTE_NOTIFY_MAX + 1;

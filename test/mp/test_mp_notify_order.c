@@ -1,0 +1,320 @@
+/*
+ * The notification contract of ote.h: every notification whose send
+ * returned OK is queued exactly once by the receiver, in send order per
+ * sender, whatever segment handles or threads sent it; one that cannot be
+ * delivered is reported. Two engines of this process talk over their
+ * control listeners on loopback.
+ */
+#include "mp_util.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Take every notification queued now, waiting up to quiet_ms for stragglers. */
+static size_t drain(ote_engine_h e, ote_notif_t *out, size_t max, long quiet_ms)
+{
+    size_t n = 0;
+    long idle = 0;
+
+    while (idle < quiet_ms) {
+        size_t got = 0;
+
+        assert_int_equal(ote_notify_recv(e, out + n, max - n, &got), OTE_OK);
+        n += got;
+        if (got == 0) {
+            sleep_ms(10);
+            idle += 10;
+        } else {
+            idle = 0;
+        }
+        if (n == max)
+            break;
+    }
+    return n;
+}
+
+/* Messages "m<i>" for i in [0, count): each once, in order. */
+static void assert_sequence(const ote_notif_t *n, size_t got, size_t count, const char *prefix)
+{
+    assert_int_equal(got, count);
+    for (size_t i = 0; i < count; i++) {
+        char want[64];
+
+        snprintf(want, sizeof(want), "%s%zu", prefix, i);
+        assert_int_equal(n[i].length, strlen(want));
+        assert_memory_equal(n[i].data, want, n[i].length);
+    }
+}
+
+static ote_status_t send_str(ote_engine_h e, ote_segment_h seg, const char *prefix, size_t i)
+{
+    char msg[64];
+
+    snprintf(msg, sizeof(msg), "%s%zu", prefix, i);
+    return ote_notify_send(e, seg, msg, strlen(msg));
+}
+
+static void test_segment_per_message(void **state)
+{
+    ote_engine_h rx = ote_test_engine(NULL), tx = ote_test_engine(NULL);
+    static ote_notif_t got[64];
+    ote_segment_h seg;
+
+    (void)state;
+    /* A new handle for every message: 20 of 20 arrive. */
+    for (size_t i = 0; i < 20; i++) {
+        assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+        assert_int_equal(send_str(tx, seg, "m", i), OTE_OK);
+        assert_int_equal(ote_segment_close(seg), OTE_OK);
+    }
+    assert_sequence(got, drain(rx, got, 64, 200), 20, "m");
+    /* Two handles to one peer, alternating. */
+    {
+        ote_segment_h a, b;
+
+        assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &a), OTE_OK);
+        assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &b), OTE_OK);
+        for (size_t i = 0; i < 10; i++)
+            assert_int_equal(send_str(tx, i % 2 ? b : a, "h", i), OTE_OK);
+        assert_sequence(got, drain(rx, got, 64, 200), 10, "h");
+        ote_segment_close(a);
+        ote_segment_close(b);
+    }
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx);
+}
+
+typedef struct {
+    ote_engine_h  e;
+    ote_segment_h seg;
+    char          prefix[8];
+    size_t        count;
+    int           failures;
+} sender_t;
+
+static void *sender_main(void *arg)
+{
+    sender_t *s = arg;
+
+    for (size_t i = 0; i < s->count; i++)
+        s->failures += send_str(s->e, s->seg, s->prefix, i) != OTE_OK;
+    return NULL;
+}
+
+static void test_threads_one_segment(void **state)
+{
+    enum { PER_THREAD = 200 };
+    ote_engine_h rx = ote_test_engine(NULL), tx = ote_test_engine(NULL);
+    static ote_notif_t got[2 * PER_THREAD + 8];
+    sender_t s[2];
+    pthread_t th[2];
+    size_t next[2] = {0, 0}, n;
+    ote_segment_h seg, other;
+
+    (void)state;
+    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &other), OTE_OK);
+    for (int k = 0; k < 2; k++) {
+        /* One thread on the shared handle, one on a second handle. */
+        s[k] = (sender_t){.e = tx, .seg = k == 0 ? seg : other, .count = PER_THREAD};
+        snprintf(s[k].prefix, sizeof(s[k].prefix), "%c", 'a' + k);
+        assert_int_equal(pthread_create(&th[k], NULL, sender_main, &s[k]), 0);
+    }
+    for (int k = 0; k < 2; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(s[k].failures, 0);
+    }
+    n = drain(rx, got, sizeof(got) / sizeof(got[0]), 300);
+    assert_int_equal(n, 2 * PER_THREAD);
+    /* Each thread's messages once each and in its order. */
+    for (size_t i = 0; i < n; i++) {
+        int k = got[i].data[0] - 'a';
+        char want[64];
+
+        assert_true(k == 0 || k == 1);
+        snprintf(want, sizeof(want), "%c%zu", 'a' + k, next[k]++);
+        assert_int_equal(got[i].length, strlen(want));
+        assert_memory_equal(got[i].data, want, got[i].length);
+    }
+    assert_int_equal(next[0], PER_THREAD);
+    assert_int_equal(next[1], PER_THREAD);
+    ote_segment_close(seg);
+    ote_segment_close(other);
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx);
+}
+
+typedef struct {
+    ote_engine_h e;
+    long         delay_ms;
+    size_t       taken;
+} drainer_t;
+
+static void *drainer_main(void *arg)
+{
+    drainer_t *d = arg;
+    ote_notif_t n[4];
+    size_t got = 0;
+
+    sleep_ms(d->delay_ms);
+    ote_notify_recv(d->e, n, 4, &got);
+    d->taken = got;
+    return NULL;
+}
+
+/* A full backlog is waited for up to OTE_NOTIFY_TIMEOUT_MS, then reported; never lost. */
+static void test_full_backlog(void **state)
+{
+    ote_engine_h rx, tx;
+    static ote_notif_t got[16];
+    ote_segment_h seg;
+    ote_mem_h mem_rx, mem_tx;
+    uint8_t *buf_rx, *buf_tx;
+    ote_batch_h b;
+    ote_status_t nst;
+    ote_task_status_t ts;
+    uint64_t t0;
+    size_t first, n;
+    drainer_t d;
+    pthread_t th;
+
+    (void)state;
+    setenv("OTE_MAX_NOTIF_BACKLOG", "4", 1);
+    rx = ote_test_engine(NULL);
+    unsetenv("OTE_MAX_NOTIF_BACKLOG");
+    setenv("OTE_NOTIFY_TIMEOUT_MS", "300", 1);
+    tx = ote_test_engine(NULL);
+    unsetenv("OTE_NOTIFY_TIMEOUT_MS");
+    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(send_str(tx, seg, "f", i), OTE_OK);
+    /* Full: BUSY after the timeout, nothing queued. */
+    t0 = now_ms();
+    assert_int_equal(send_str(tx, seg, "x", 0), OTE_ERR_BUSY);
+    assert_true(now_ms() - t0 >= 250);
+    /* Room appears while the sender waits: delivered. */
+    d = (drainer_t){.e = rx, .delay_ms = 100};
+    assert_int_equal(pthread_create(&th, NULL, drainer_main, &d), 0);
+    assert_int_equal(send_str(tx, seg, "f", 4), OTE_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(d.taken, 4);
+    n = drain(rx, got, 16, 100);
+    assert_int_equal(n, 1);
+    assert_memory_equal(got[0].data, "f4", 2);
+
+    /* A batch whose notification cannot be queued completes its data and says so. */
+    assert_int_equal(ote_mem_alloc(rx, 4096, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&buf_rx,
+                                   &mem_rx),
+                     OTE_OK);
+    assert_int_equal(ote_mem_alloc(tx, 4096, NULL, 0, (void **)&buf_tx, &mem_tx), OTE_OK);
+    assert_int_equal(ote_segment_refresh(seg), OTE_OK);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(send_str(tx, seg, "g", i), OTE_OK);
+    ote_test_fill(buf_tx, 0, 4096, 7);
+    assert_int_equal(ote_batch_create(tx, 1, &b), OTE_OK);
+    {
+        ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = buf_tx, .segment = seg,
+                            .remote_addr = (uint64_t)(uintptr_t)buf_rx, .length = 4096};
+
+        assert_int_equal(ote_batch_submit_notify(b, &r, 1, "late", 4, &first), OTE_OK);
+    }
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, first, &ts), OTE_OK);
+    assert_int_equal(ts.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(buf_rx, 0, 4096, 7), -1);
+    assert_int_equal(ote_batch_notify_status(b, first, &nst), OTE_OK);
+    assert_int_equal(nst, OTE_ERR_BUSY);
+    ote_batch_release(b);
+    n = drain(rx, got, 16, 100);
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(got[i].data[0], 'g');
+
+    /* With room, the batch's notification is OK once wait returns. */
+    assert_int_equal(ote_batch_create(tx, 1, &b), OTE_OK);
+    {
+        ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = buf_tx, .segment = seg,
+                            .remote_addr = (uint64_t)(uintptr_t)buf_rx, .length = 4096};
+
+        assert_int_equal(ote_batch_submit_notify(b, &r, 1, "done", 4, &first), OTE_OK);
+    }
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    assert_int_equal(ote_batch_notify_status(b, first, &nst), OTE_OK);
+    assert_int_equal(nst, OTE_OK);
+    ote_batch_release(b);
+    n = drain(rx, got, 16, 100);
+    assert_int_equal(n, 1);
+    assert_memory_equal(got[0].data, "done", 4);
+
+    ote_segment_close(seg);
+    ote_mem_free(tx, mem_tx);
+    ote_mem_free(rx, mem_rx);
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx);
+}
+
+/* A batch left open is released by ote_engine_destroy (the leak checker sees it otherwise). */
+static void test_destroy_releases_batches(void **state)
+{
+    ote_engine_h rx = ote_test_engine(NULL), tx = ote_test_engine(NULL);
+    ote_segment_h seg;
+    ote_mem_h mem_rx, mem_tx;
+    uint8_t *buf_rx, *buf_tx;
+    ote_batch_h b1, b2;
+    size_t first;
+
+    (void)state;
+    assert_int_equal(ote_mem_alloc(rx, 1 << 20, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&buf_rx,
+                                   &mem_rx),
+                     OTE_OK);
+    assert_int_equal(ote_mem_alloc(tx, 1 << 20, NULL, 0, (void **)&buf_tx, &mem_tx), OTE_OK);
+    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+    assert_int_equal(ote_batch_create(tx, 8, &b1), OTE_OK);
+    assert_int_equal(ote_batch_create(tx, 8, &b2), OTE_OK);
+    {
+        ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = buf_tx, .segment = seg,
+                            .remote_addr = (uint64_t)(uintptr_t)buf_rx, .length = 1 << 20};
+
+        assert_int_equal(ote_batch_submit_notify(b1, &r, 1, "n", 1, &first), OTE_OK);
+        assert_int_equal(ote_batch_submit(b2, &r, 1, &first), OTE_OK);
+    }
+    ote_batch_wait(b1, 10000);
+    /* b1 done, b2 perhaps still in flight: neither released by the caller. */
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_segment_per_message),
+        cmocka_unit_test(test_threads_one_segment),
+        cmocka_unit_test(test_full_backlog),
+        cmocka_unit_test(test_destroy_releases_batches),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

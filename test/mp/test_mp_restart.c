@@ -1,0 +1,264 @@
+/*
+ * Segments and the peer's lifetime: a segment stays bound to the instance
+ * it was opened on; after a restart under the same name, data and
+ * notifications on it fail with a status and never reach the new
+ * instance, and ote_segment_reopen() binds it to the new one. Also: names
+ * an engine cannot be found by are refused at create, names that do not
+ * resolve say so, and descriptors fetched again do not pile up.
+ */
+#include "mp_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* A loopback port free now. */
+static unsigned free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len         = sizeof(sa);
+    int fd                = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void write_one(ote_engine_h e, ote_segment_h seg, void *local, uint64_t remote, size_t len,
+                      ote_status_t *submit_p, ote_task_status_t *st)
+{
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
+                        .remote_addr = remote, .length = len};
+    ote_batch_h b;
+    size_t first;
+
+    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    *submit_p = ote_batch_submit(b, &r, 1, &first);
+    if (*submit_p == OTE_OK) {
+        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+        assert_int_equal(ote_batch_task_status(b, first, st), OTE_OK);
+    }
+    ote_batch_release(b);
+}
+
+static void restart_case(const char *tls)
+{
+    static const char *const base_args[] = {"--region", "1m:rw", NULL};
+    char listen[64], cmd[128];
+    const char *args[8] = {"--listen", listen, "--region", "1m:rw", NULL};
+    ote_test_target_t t1, t2;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_task_status_t st;
+    ote_status_t sub;
+    int restarted = -1;
+
+    (void)base_args;
+    if (tls != NULL)
+        setenv("OTE_TLS", tls, 1);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", free_port());
+    assert_int_equal(ote_test_target_start(&t1, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t1.name, &seg), OTE_OK);
+    ote_test_fill(local, 0, 4096, 11);
+    write_one(e, seg, local, t1.addr[0], 4096, &sub, &st);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_target_expect(e, seg, "check 0 0 4096 11", "ok", 10000), 0);
+
+    /* The peer restarts under the same name. */
+    ote_test_target_kill(&t1);
+    assert_int_equal(ote_test_target_start(&t2, NULL, args), 0);
+    assert_string_equal(t1.name, t2.name);
+
+    /* The old handle: a notification is refused, not handed to the new instance. */
+    assert_int_equal(ote_notify_send(e, seg, "fill 0 0 4096 99", 16), OTE_ERR_PEER_RESTARTED);
+    /* Data: refused at submit now that the restart is known. */
+    write_one(e, seg, local, t2.addr[0], 4096, &sub, &st);
+    assert_int_equal(sub, OTE_ERR_PEER_RESTARTED);
+    assert_int_equal(ote_segment_refresh(seg), OTE_ERR_PEER_RESTARTED);
+
+    /* Recovery: one call, which says the addresses changed. */
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 1);
+    {
+        ote_region_info_t ri[4];
+        size_t n = 0;
+
+        assert_int_equal(ote_segment_regions(seg, ri, 4, &n), OTE_OK);
+        assert_int_equal(n, 1);
+        assert_true(ri[0].addr == t2.addr[0]);
+    }
+    /* Nothing of the old handle's reached the new instance: its memory is as it started. */
+    snprintf(cmd, sizeof(cmd), "sum 0 0 4096");
+    {
+        char reply[64], want[64];
+        uint8_t zero[4096] = {0};
+
+        assert_int_equal(ote_test_target_cmd(e, seg, cmd, reply, sizeof(reply), 10000), 0);
+        snprintf(want, sizeof(want), "sum %016llx", (unsigned long long)ote_test_hash(zero, 4096));
+        assert_string_equal(reply, want);
+    }
+    ote_test_fill(local, 0, 4096, 12);
+    write_one(e, seg, local, t2.addr[0], 4096, &sub, &st);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_target_expect(e, seg, "check 0 0 4096 12", "ok", 10000), 0);
+    /* Same instance: reopen says so. */
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 0);
+
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&t2);
+    unsetenv("OTE_TLS");
+}
+
+static void test_restart_tcp(void **state)
+{
+    (void)state;
+    restart_case("tcp");
+}
+
+static void test_restart_cma(void **state)
+{
+    (void)state;
+    restart_case("cma");
+}
+
+static void test_restart_auto(void **state)
+{
+    (void)state;
+    restart_case(NULL);
+}
+
+static void test_names(void **state)
+{
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = "decode-0"};
+    char name[64], listen[64];
+    ote_engine_h e = NULL;
+    ote_segment_h seg;
+    unsigned port = free_port();
+
+    (void)state;
+    /* p2p finds an engine by the address of its listener: other names are refused. */
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_INVALID_PARAM);
+    assert_null(e);
+    p.name = "no-such-host.invalid:4000";
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_INVALID_PARAM);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+    snprintf(name, sizeof(name), "127.0.0.1:%u", port + 1 == 65536 ? 1 : port + 1);
+    p.listen_addr = listen;
+    p.name        = name;
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_INVALID_PARAM);
+    /* A host name for this listener is fine, and peers open it by that name. */
+    snprintf(name, sizeof(name), "localhost:%u", port);
+    assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
+    assert_string_equal(ote_engine_name(e), name);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    ote_segment_close(seg);
+    /* Opening: a host that does not resolve, and a name that is not host:port. */
+    assert_int_equal(ote_segment_open(e, "no-such-host.invalid:4000", &seg), OTE_ERR_NOT_FOUND);
+    assert_int_equal(ote_segment_open(e, "decode-0", &seg), OTE_ERR_INVALID_PARAM);
+    ote_engine_destroy(e);
+}
+
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, res = 0;
+
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%ld %ld", &size, &res), 2);
+    fclose(f);
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Refreshes and failed look-ups keep memory flat (2,000 regions, 300 rounds). */
+static void descriptors_flat(const char *tls, bool failed_lookups)
+{
+    enum { REGIONS = 2000, ROUNDS = 300 };
+    ote_engine_h rx, tx;
+    static ote_mem_h mems[REGIONS];
+    static ote_mem_desc_t d[REGIONS];
+    uint8_t *pool, *local;
+    ote_mem_h mlocal;
+    ote_segment_h seg;
+    long before, after;
+
+    if (tls != NULL)
+        setenv("OTE_TLS", tls, 1);
+    rx = ote_test_engine(NULL);
+    tx = ote_test_engine(NULL);
+    pool = aligned_alloc(4096, (size_t)REGIONS * 4096);
+    assert_non_null(pool);
+    for (size_t i = 0; i < REGIONS; i++)
+        d[i] = (ote_mem_desc_t){.addr = pool + i * 4096, .length = 4096,
+                                .access = OTE_ACCESS_REMOTE_WRITE};
+    assert_int_equal(ote_mem_register(rx, d, REGIONS, mems), OTE_OK);
+    assert_int_equal(ote_mem_alloc(tx, 4096, NULL, 0, (void **)&local, &mlocal), OTE_OK);
+    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+    for (int warm = 0; warm < 20; warm++)
+        assert_int_equal(ote_segment_refresh(seg), OTE_OK);
+    before = rss_kib();
+    for (int i = 0; i < ROUNDS; i++) {
+        if (failed_lookups) {
+            ote_task_status_t st;
+            ote_status_t sub;
+
+            /* Outside every published region: refused, whatever the transport. */
+            write_one(tx, seg, local, (uint64_t)(uintptr_t)local, 64, &sub, &st);
+            assert_true(sub != OTE_OK || st.state == OTE_TASK_FAILED);
+        } else {
+            assert_int_equal(ote_segment_refresh(seg), OTE_OK);
+        }
+    }
+    after = rss_kib();
+    /* One descriptor of 2,000 regions is some 200 KiB: 300 kept would be tens of MiB. */
+    assert_true(after - before < 8 * 1024);
+    ote_segment_close(seg);
+    ote_mem_free(tx, mlocal);
+    ote_mem_deregister(rx, mems[0]);
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx);
+    free(pool);
+    unsetenv("OTE_TLS");
+}
+
+static void test_refresh_memory_flat(void **state)
+{
+    (void)state;
+    descriptors_flat(NULL, false);
+}
+
+static void test_uct_failed_lookups_flat(void **state)
+{
+    (void)state;
+    descriptors_flat("uct_tcp", true);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_restart_tcp),       cmocka_unit_test(test_restart_cma),
+        cmocka_unit_test(test_restart_auto),      cmocka_unit_test(test_names),
+        cmocka_unit_test(test_refresh_memory_flat),
+        cmocka_unit_test(test_uct_failed_lookups_flat),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
