@@ -312,7 +312,10 @@ typedef struct {
  * of one sender in the order they were sent, whatever segment handles or
  * threads sent them. One that cannot be delivered fails with a status; none
  * is dropped while a call reports success. A notification never reaches an
- * instance other than the segment's (OTE_ERR_PEER_RESTARTED).
+ * instance other than the segment's (OTE_ERR_PEER_RESTARTED). After
+ * OTE_ERR_BUSY nothing was queued; after OTE_ERR_TIMEOUT or a connection
+ * error the message may have been queued before the answer was lost, but
+ * never twice.
  */
 
 /*
