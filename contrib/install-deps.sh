@@ -5,7 +5,8 @@ set -eu
 pkgs="build-essential autoconf automake libtool pkg-config git
 libucx-dev ucx-utils libibverbs-dev librdmacm-dev libhwloc-dev hwloc
 liburing-dev libcmocka-dev libjson-c-dev libssl-dev
-iproute2 iperf3 clang procps"
+iproute2 iperf3 clang procps
+python3-dev python3-setuptools python3-pytest python3-numpy"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
