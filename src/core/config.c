@@ -18,9 +18,17 @@ const ote_cfg_entry_t ote_config_table[] = {
     {"LOG_LEVEL", "warn", OTE_CFG_LOGLEVEL, F(log_level),
      "Log threshold: none, error, warn, info, debug, trace."},
     {"TLS", "all", OTE_CFG_STRING, F(tls),
-     "Transports to use: comma list, ^ excludes, aliases shm/sm, ib, rc, dc, cuda, tcp, all."},
+     "Transports to use: all, or a comma list of names (tcp and cma are the native ones, "
+     "uct_tcp and uct_cma UCX's) and aliases (shm/sm = cma,uct_cma,posix,sysv,xpmem,knem; "
+     "mm = posix,sysv,xpmem; ib = rc_mlx5,rc_verbs,dc_mlx5,ud_mlx5,ud_verbs; rc, rc_v, rc_x, "
+     "dc, dc_x, ud, ud_v, ud_x; cuda = cuda_copy,cuda_ipc,gdr_copy); \\name never an alias; "
+     "a leading ^ excludes exactly what the list names (^cma leaves uct_cma); a name or alias "
+     "that matches nothing here fails engine creation with OTE_ERR_NO_DEVICE."},
     {"NET_DEVICES", "all", OTE_CFG_STRING, F(net_devices),
-     "Network devices: comma list (eth0, mlx5_0:1, mlx5_[0-3]:1), ^ excludes, all."},
+     "Network devices of network transports: all, or a comma list of interface and port "
+     "names (eth0, lo, mlx5_0:1; mlx5_0 = all its ports; decimal ranges mlx5_[0-3]:1); a "
+     "leading ^ excludes them; a device that is not here fails engine creation with "
+     "OTE_ERR_NO_DEVICE."},
     {"METADATA", "p2p", OTE_CFG_STRING, F(metadata),
      "Metadata backend when the engine params do not name one: p2p."},
     {"NUM_WORKERS", "1", OTE_CFG_INT, F(num_workers),

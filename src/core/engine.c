@@ -80,6 +80,33 @@ err_close:
         comp->ops->md_close(comp, md);
 }
 
+/*
+ * "^cma" (or "^tcp") excludes the native transport only: UCT's of the same
+ * kind, when present, then carries that traffic, unchecked at the target.
+ * Say so, since the user meant to leave the kind out or to pick the other.
+ */
+static void engine_note_exclusions(ote_engine_h e, const ote_select_t *sel)
+{
+    static const char *const natives[] = {"cma", "tcp"};
+
+    for (size_t i = 0; i < sizeof(natives) / sizeof(natives[0]); i++) {
+        char uct_name[OTE_TL_NAME_MAX];
+
+        snprintf(uct_name, sizeof(uct_name), "uct_%s", natives[i]);
+        if (!ote_select_excludes(sel, natives[i]) || ote_select_excludes(sel, uct_name))
+            continue;
+        for (size_t k = 0; k < e->num_tls; k++) {
+            if (strcmp(e->tls[k].resource.tl_name, uct_name) == 0) {
+                ote_info("OTE_TLS='%s' excludes the native %s only: UCT's (%s) is selected "
+                         "and carries its traffic, without checks at the target; exclude "
+                         "both with ^%s,%s", e->config.tls, natives[i], uct_name, natives[i],
+                         uct_name);
+                break;
+            }
+        }
+    }
+}
+
 static ote_status_t engine_open_transports(ote_engine_h e)
 {
     ote_tl_iface_params_t params = {
@@ -109,6 +136,11 @@ static ote_status_t engine_open_transports(ote_engine_h e)
 
             if (!tl_ok || !dev_ok)
                 continue;
+            if (res[r].unusable != NULL) {
+                ote_info("transport %s/%s: not used: %s", res[r].tl_name, res[r].dev_name,
+                         res[r].unusable);
+                continue;
+            }
             if (e->num_tls == OTE_MAX_IFACES) {
                 ote_warn("transport %s/%s: more than %d transports; left out", res[r].tl_name,
                          res[r].dev_name, OTE_MAX_IFACES);
@@ -119,6 +151,8 @@ static ote_status_t engine_open_transports(ote_engine_h e)
         free(res);
     }
     status = ote_select_check_unmatched(sel);
+    if (status == OTE_OK)
+        engine_note_exclusions(e, sel);
     ote_select_free(sel);
     if (status != OTE_OK)
         return status;
@@ -495,6 +529,24 @@ static void print_caps(FILE *f, const ote_tl_caps_t *c, const char *md_name)
             c->conn_model == OTE_TL_CONN_TO_IFACE ? "to-iface" : "to-ep", md_name);
 }
 
+/* What peers are given for a selected resource (worker 0's iface). */
+static void print_addresses(FILE *f, ote_engine_h e, const ote_tl_resource_t *res)
+{
+    ote_worker_t *wk = &e->workers[0];
+
+    for (size_t i = 0; i < wk->num_ifaces; i++) {
+        ote_tl_iface_t *iface = wk->ifaces[i];
+        char buf[1024];
+
+        if (strcmp(iface->resource.tl_name, res->tl_name) != 0 ||
+            strcmp(iface->resource.dev_name, res->dev_name) != 0 ||
+            iface->ops->format_address == NULL)
+            continue;
+        iface->ops->format_address(iface, buf, sizeof(buf));
+        fprintf(f, "#     addresses: %s\n", buf);
+    }
+}
+
 void ote_engine_print_transports(ote_engine_h e, FILE *f);
 void ote_engine_print_transports(ote_engine_h e, FILE *f)
 {
@@ -538,6 +590,8 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
                 else if (sel != NULL && res[r].is_network &&
                          !ote_select_device(sel, res[r].dev_name))
                     why = "not in OTE_NET_DEVICES";
+                else if (res[r].unusable != NULL)
+                    why = res[r].unusable;
                 status = engine_probe_tl(e, comp, &res[r], &caps, md_name, sizeof(md_name));
                 if (why == NULL && status == OTE_ERR_UNSUPPORTED)
                     why = "cannot serve user memory";
@@ -547,8 +601,12 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
             fprintf(f, "#   transport %-10s device %-12s %-9s selected: %s%s%s%s\n",
                     res[r].tl_name, res[r].dev_name, res[r].is_network ? "network" : "local",
                     tl ? "yes" : "no", why ? " (" : "", why ? why : "", why ? ")" : "");
+            if (tl != NULL)
+                print_addresses(f, e, &res[r]);
             if (status == OTE_OK)
                 print_caps(f, &caps, md_name);
+            else if (res[r].unusable != NULL)
+                ; /* the reason is on the line above */
             else if (status == OTE_ERR_UNSUPPORTED)
                 fprintf(f, "#     ops: none (its memory domain cannot register user memory)\n");
             else

@@ -214,8 +214,14 @@ typedef struct ote_select ote_select_t;
 ote_status_t ote_select_parse(const char *tls, const char *devices, ote_select_t **sel_p);
 bool         ote_select_tl(ote_select_t *sel, const char *tl_name);
 bool         ote_select_device(ote_select_t *sel, const char *dev_name);
-/* Names listed explicitly that matched nothing: error at engine start. */
+/*
+ * Names listed explicitly that matched nothing offered here (every resource
+ * passed through ote_select_tl and, if a network one, ote_select_device):
+ * OTE_ERR_NO_DEVICE, with a log line naming them and what is here.
+ */
 ote_status_t ote_select_check_unmatched(ote_select_t *sel);
+/* OTE_TLS is an exclusion list (^...) that names tl_name. */
+bool         ote_select_excludes(const ote_select_t *sel, const char *tl_name);
 void         ote_select_free(ote_select_t *sel);
 
 /* host.c */

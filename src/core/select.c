@@ -7,7 +7,8 @@
  *   OTE_NET_DEVICES=eth0,mlx5_0:1 | mlx5_[0-3]:1 | ^eth1 | all ; a device
  *   without ":port" also names each of its ports.
  * A name listed explicitly (not under ^) that matches nothing here is an
- * error at engine start, never a silent fallback.
+ * error at engine start (OTE_ERR_NO_DEVICE, with the names that are here),
+ * never a silent fallback.
  */
 #include "engine.h"
 #include "log.h"
@@ -28,6 +29,8 @@ typedef struct {
     bool        negate;
     sel_token_t tok[SEL_MAX];
     size_t      n;
+    /* every name offered here, for the error message: "a, b, c" */
+    char        seen[1024];
 } sel_list_t;
 
 struct ote_select {
@@ -225,10 +228,21 @@ ote_status_t ote_select_parse(const char *tls, const char *devices, ote_select_t
     return OTE_OK;
 }
 
+/* Remember a name offered here (once). */
+static void seen_add(sel_list_t *l, const char *name)
+{
+    size_t len = strlen(l->seen);
+
+    if (in_csv(l->seen, name) || len + strlen(name) + 2 >= sizeof(l->seen))
+        return;
+    snprintf(l->seen + len, sizeof(l->seen) - len, "%s%s", len ? "," : "", name);
+}
+
 bool ote_select_tl(ote_select_t *sel, const char *tl)
 {
     bool hit = false;
 
+    seen_add(&sel->tls, tl);
     for (size_t i = 0; i < sel->tls.n; i++) {
         if (tl_token_matches(sel->tls.tok[i].name, tl)) {
             sel->tls.tok[i].matched = true;
@@ -244,6 +258,7 @@ bool ote_select_device(ote_select_t *sel, const char *dev)
 {
     bool hit = false;
 
+    seen_add(&sel->devs, dev);
     for (size_t i = 0; i < sel->devs.n; i++) {
         const char *pat = sel->devs.tok[i].name;
         bool m = dev_pattern_matches(pat, dev);
@@ -269,25 +284,62 @@ bool ote_select_device(ote_select_t *sel, const char *dev)
     return sel->devs.all || hit;
 }
 
+bool ote_select_excludes(const ote_select_t *sel, const char *tl)
+{
+    if (!sel->tls.negate)
+        return false;
+    for (size_t i = 0; i < sel->tls.n; i++) {
+        if (tl_token_matches(sel->tls.tok[i].name, tl))
+            return true;
+    }
+    return false;
+}
+
+static const char *alias_members(const char *tok)
+{
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
+        if (strcmp(tok, aliases[i].alias) == 0)
+            return aliases[i].members;
+    }
+    return NULL;
+}
+
 ote_status_t ote_select_check_unmatched(ote_select_t *sel)
 {
     ote_status_t status = OTE_OK;
 
     if (!sel->tls.negate) {
         for (size_t i = 0; i < sel->tls.n; i++) {
-            if (!sel->tls.tok[i].matched) {
-                ote_error("OTE_TLS names '%s', which is not available here (see ote_info -d)",
-                          sel->tls.tok[i].name);
-                status = OTE_ERR_UNREACHABLE;
+            const char *tok     = sel->tls.tok[i].name;
+            const char *members = tok[0] == '\\' ? NULL : alias_members(tok);
+
+            char names[256] = "";
+
+            if (sel->tls.tok[i].matched)
+                continue;
+            for (size_t k = 0; k < sizeof(aliases) / sizeof(aliases[0]); k++) {
+                size_t len = strlen(names);
+
+                snprintf(names + len, sizeof(names) - len, "%s, ", aliases[k].alias);
             }
+            if (members != NULL)
+                ote_error("OTE_TLS: alias '%s' (%s) matches no transport here; transports "
+                          "here: %s (see ote_info -d)", tok, members,
+                          sel->tls.seen[0] ? sel->tls.seen : "none");
+            else
+                ote_error("OTE_TLS: unknown transport '%s'; transports here: %s; aliases: "
+                          "%sall (see ote_info -d)", tok,
+                          sel->tls.seen[0] ? sel->tls.seen : "none", names);
+            status = OTE_ERR_NO_DEVICE;
         }
     }
     if (!sel->devs.negate) {
         for (size_t i = 0; i < sel->devs.n; i++) {
             if (!sel->devs.tok[i].matched) {
-                ote_error("OTE_NET_DEVICES names '%s', which is not available here "
-                          "(see ote_info -d)", sel->devs.tok[i].name);
-                status = OTE_ERR_UNREACHABLE;
+                ote_error("OTE_NET_DEVICES: no network device '%s' here; devices here: %s "
+                          "(see ote_info -d)", sel->devs.tok[i].name,
+                          sel->devs.seen[0] ? sel->devs.seen : "none");
+                status = OTE_ERR_NO_DEVICE;
             }
         }
     }

@@ -285,27 +285,6 @@ void ote_default_ip(char *buf, size_t len)
     freeifaddrs(ifa);
 }
 
-void ote_ifname_of_ip(const char *ip, char *buf, size_t len)
-{
-    struct ifaddrs *ifa, *i;
-    char a[INET6_ADDRSTRLEN];
-
-    snprintf(buf, len, "%s", strcmp(ip, "0.0.0.0") == 0 || strcmp(ip, "::") == 0 ? "any" : "?");
-    if (getifaddrs(&ifa) != 0)
-        return;
-    for (i = ifa; i != NULL; i = i->ifa_next) {
-        if (i->ifa_addr == NULL ||
-            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
-            continue;
-        ote_sockaddr_ip(i->ifa_addr, a, sizeof(a));
-        if (strcmp(a, ip) == 0) {
-            snprintf(buf, len, "%s", i->ifa_name);
-            break;
-        }
-    }
-    freeifaddrs(ifa);
-}
-
 uint64_t ote_random_u64(void)
 {
     uint64_t v = 0;

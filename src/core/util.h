@@ -47,8 +47,6 @@ void         ote_socket_set_linger0(int fd);
 
 /* First non-loopback IPv4 address of an interface that is up, else 127.0.0.1. */
 void ote_default_ip(char *buf, size_t len);
-/* Name of the interface holding ip, or "any"/"?" */
-void ote_ifname_of_ip(const char *ip, char *buf, size_t len);
 
 /* Random 64-bit value from the kernel. */
 uint64_t ote_random_u64(void);

@@ -16,7 +16,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: ote_info [-v] [-c] [-d] [-h]\n"
                "  -v  version\n"
                "  -c  every configuration variable with its value, default and description\n"
-               "  -d  transports and devices with their capabilities and selection\n");
+               "  -d  transports and devices a default engine would use, with their addresses,\n"
+               "      capabilities and selection\n");
 }
 
 int main(int argc, char **argv)
@@ -43,7 +44,8 @@ int main(int argc, char **argv)
         ote_config_release(&c);
     }
     if (dev) {
-        ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+        /* What a default engine uses: listening on every address, so on every interface. */
+        ote_engine_params_t p = {.listen_addr = NULL};
         ote_engine_h e;
         ote_status_t st = ote_engine_create(&p, &e);
 

@@ -78,6 +78,8 @@ typedef struct {
     char                tl_name[OTE_TL_NAME_MAX];  /* "tcp", "uct_tcp", "cma" */
     char                dev_name[OTE_TL_DEV_MAX];  /* "lo", "mlx5_0:1", "memory" */
     bool                is_network;                /* subject to OTE_NET_DEVICES */
+    /* Why it cannot be opened in this engine (a static string), or NULL. */
+    const char         *unusable;
     ote_tl_component_t *component;
     void               *priv;
 } ote_tl_resource_t;
@@ -135,6 +137,8 @@ typedef struct {
     void (*query)(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);
     /* Address peers use to reach this iface (to-iface model). */
     ote_status_t (*get_address)(ote_tl_iface_t *iface, void *buf, size_t max, size_t *len_p);
+    /* Optional: that address in words, for ote_info -d ("10.0.0.1:4000, ..."). */
+    void (*format_address)(ote_tl_iface_t *iface, char *buf, size_t len);
     /* Readable when progress has work; -1 if the iface must be polled. */
     int (*event_fd)(ote_tl_iface_t *iface);
     /* Make progress; returns the number of events handled. */

@@ -7,6 +7,7 @@
 
 #include "core/desc.h"
 #include "core/wire_util.h"
+#include "uct_ext/tcp/tcp.h"
 
 #include <string.h>
 
@@ -21,6 +22,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < d->num_tls; i++) {
         FUZZ_CHECK(d->tls[i].addr_len <= OTE_TL_ADDR_MAX);
         FUZZ_CHECK(strlen(d->tls[i].tl_name) < OTE_TL_NAME_MAX);
+        /* A native tcp address: its list of addresses, each with a port. */
+        if (strcmp(d->tls[i].tl_name, "tcp") == 0) {
+            ote_tcp_sockaddr_t a[OTE_TCP_MAX_ADDRS];
+            size_t n = 0;
+
+            if (ote_tcp_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, a, OTE_TCP_MAX_ADDRS,
+                                    &n) == OTE_OK) {
+                FUZZ_CHECK(n >= 1 && n <= OTE_TCP_MAX_ADDRS);
+                for (size_t k = 0; k < n; k++)
+                    FUZZ_CHECK((a[k].ss.ss_family == AF_INET &&
+                                a[k].len == sizeof(struct sockaddr_in)) ||
+                               (a[k].ss.ss_family == AF_INET6 &&
+                                a[k].len == sizeof(struct sockaddr_in6)));
+            }
+        }
     }
     for (size_t i = 0; i < d->num_regions; i++) {
         const ote_desc_region_t *r = &d->regions[i];

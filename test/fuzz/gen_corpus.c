@@ -186,6 +186,9 @@ static void gen_desc(void)
 {
     ote_buf_t b = {0};
     uint8_t addr[7] = {4, 0x1f, 0x90, 127, 0, 0, 1};
+    /* A tcp iface on eth0 listening on every address: IPv4 and IPv6 entries. */
+    uint8_t addrs[7 + 19] = {4, 0x1f, 0x91, 192, 0, 2, 2, 6, 0x1f, 0x91, 0xfd, 0, 0, 0, 0, 0,
+                             0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
 
     for (int variant = 0; variant < 3; variant++) {
         uint32_t regions = variant == 0 ? 0 : variant == 1 ? 2 : 5;
@@ -198,9 +201,15 @@ static void gen_desc(void)
         ote_buf_put_str8(&b, "host-a");
         ote_buf_put_u16(&b, variant == 0 ? 1 : 2);
         ote_buf_put_str8(&b, "tcp");
-        ote_buf_put_str8(&b, "lo");
-        ote_buf_put_u16(&b, sizeof(addr));
-        ote_buf_put(&b, addr, sizeof(addr));
+        if (variant == 2) {
+            ote_buf_put_str8(&b, "eth0");
+            ote_buf_put_u16(&b, sizeof(addrs));
+            ote_buf_put(&b, addrs, sizeof(addrs));
+        } else {
+            ote_buf_put_str8(&b, "lo");
+            ote_buf_put_u16(&b, sizeof(addr));
+            ote_buf_put(&b, addr, sizeof(addr));
+        }
         if (variant != 0) {
             ote_buf_put_str8(&b, "uct_rc_mlx5");
             ote_buf_put_str8(&b, "mlx5_0:1");

@@ -13,7 +13,9 @@
  * deletes the namespaces whatever the tests did.
  */
 #include "core/engine.h"
+#include "core/util.h"
 #include "testlib.h"
+#include "uct_ext/tcp/tcp.h"
 
 #include <ote/ote.h>
 #include <setjmp.h>
@@ -262,6 +264,59 @@ static void test_uct_tcp_across(void **state)
 #endif
 }
 
+/*
+ * Devices named as users name them: both engines listen on every address
+ * and select their veth by its interface name with OTE_TLS=tcp. The native
+ * tcp transport runs on that device, the target's descriptor gives the
+ * veth's address for it, and WRITE and READ move verified bytes across.
+ */
+static void test_net_devices_across(void **state)
+{
+    char env_b[48];
+    const char *const wrap_b[] = {"ip", "netns", "exec", ns_b, "env", env_b, NULL};
+    const char *const args_b[] = {"--listen", "0.0.0.0:0", "--region", "16m:rw", NULL};
+    fx_t *f;
+    bool published = false;
+
+    snprintf(env_b, sizeof(env_b), "OTE_NET_DEVICES=%s", veth_b);
+    setenv("OTE_NET_DEVICES", veth_a, 1);
+    f = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
+    assert_non_null(f);
+    assert_int_equal(f->e->num_tls, 1);
+    assert_string_equal(f->e->tls[0].resource.tl_name, "tcp");
+    assert_string_equal(f->e->tls[0].resource.dev_name, veth_a);
+    assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
+    for (size_t k = 0; k < f->seg->desc->num_tls; k++) {
+        const ote_desc_tl_t *t = &f->seg->desc->tls[k];
+        ote_tcp_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
+        size_t n = 0;
+        char ip[64];
+
+        /* The target selected its veth alone, and publishes its address. */
+        if (strcmp(t->tl_name, "tcp") != 0)
+            continue;
+        assert_string_equal(t->dev_name, veth_b);
+        assert_int_equal(ote_tcp_addr_unpack(t->addr, t->addr_len, addrs, OTE_TCP_MAX_ADDRS, &n),
+                         OTE_OK);
+        assert_int_equal(n, 1);
+        ote_sockaddr_ip((struct sockaddr *)&addrs[0].ss, ip, sizeof(ip));
+        assert_string_equal(ip, ADDR_B);
+        published = true;
+    }
+    assert_true(published);
+    assert_true(f->seg->rail_set.num_rails > 0);
+    for (size_t i = 0; i < f->seg->rail_set.num_rails; i++) {
+        ote_rail_t *r = f->seg->rail_set.rails[i];
+
+        assert_string_equal(r->iface->resource.tl_name, "tcp");
+        assert_string_equal(r->iface->resource.dev_name, veth_a);
+        assert_true(r->caps.ops & OTE_TL_CAP_GET_ZCOPY);
+    }
+    transfer_and_check(f, true);
+    fx_stop(f);
+    unsetenv("OTE_NET_DEVICES");
+}
+
 /* The same namespace is the same host: the native cma alone, both ways. */
 static void test_same_namespace(void **state)
 {
@@ -288,6 +343,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_other_namespace),
             cmocka_unit_test(test_cma_never_across),
             cmocka_unit_test(test_uct_tcp_across),
+            cmocka_unit_test(test_net_devices_across),
             cmocka_unit_test(test_same_namespace),
         };
 

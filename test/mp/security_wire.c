@@ -196,14 +196,24 @@ int sw_desc_data_addr(const ote_desc_t *d, const char *tl, struct sockaddr_stora
                       socklen_t *len_p)
 {
     for (size_t i = 0; i < d->num_tls; i++) {
+        ote_tcp_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
+        size_t n = 0;
         ote_status_t st;
 
         if (strcmp(d->tls[i].tl_name, tl) != 0)
             continue;
-        st = strcmp(tl, "cma") == 0
-                 ? ote_cma_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p)
-                 : ote_tcp_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p);
-        return st == OTE_OK ? 0 : -1;
+        if (strcmp(tl, "cma") == 0)
+            return ote_cma_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p) == OTE_OK
+                       ? 0
+                       : -1;
+        /* The first address the tcp iface publishes. */
+        st = ote_tcp_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, addrs, OTE_TCP_MAX_ADDRS,
+                                 &n);
+        if (st != OTE_OK)
+            return -1;
+        *ss    = addrs[0].ss;
+        *len_p = addrs[0].len;
+        return 0;
     }
     return -1;
 }

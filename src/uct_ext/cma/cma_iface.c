@@ -45,6 +45,20 @@ ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_st
     return OTE_OK;
 }
 
+/* The descriptor's cma address names one socket. */
+static ote_status_t cma_addr_unpack_list(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
+                                         size_t max, size_t *count_p)
+{
+    ote_status_t status;
+
+    if (max == 0)
+        return OTE_ERR_INVALID_PARAM;
+    status = ote_cma_addr_unpack(buf, len, &out[0].ss, &out[0].len);
+    if (status == OTE_OK)
+        *count_p = 1;
+    return status;
+}
+
 static void cma_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
@@ -156,7 +170,7 @@ static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     t->ref_handle   = ote_cma_target_handle;
     t->ref_flush    = ote_cma_target_flush;
     t->connect_hook = ote_cma_probe;
-    t->addr_unpack  = ote_cma_addr_unpack;
+    t->addr_unpack  = cma_addr_unpack_list;
     /* Only requests travel: one connection per peer, no socket tuning. */
     t->conns_per_ep = 1;
     t->nodelay      = false;

@@ -21,6 +21,8 @@
  * requests; a peer that sends and never reads cannot grow our queue.
  */
 #define OTE_TCP_TX_PAUSE 4096
+/* Addresses one tcp iface publishes, and one interface holds, at most. */
+#define OTE_TCP_MAX_ADDRS 16
 
 typedef struct ote_tcp_iface ote_tcp_iface_t;
 typedef struct ote_tcp_ep    ote_tcp_ep_t;
@@ -47,12 +49,36 @@ typedef struct {
     uint64_t      peer_addr;
 } ote_tcp_ref_req_t;
 
+/* A socket address and its length (IPv4, IPv6 or an abstract AF_UNIX name). */
+typedef struct {
+    struct sockaddr_storage ss;
+    socklen_t               len;
+} ote_tcp_sockaddr_t;
+
+/* One address of a network interface, with its netmask. */
+typedef struct {
+    struct sockaddr_storage addr;
+    struct sockaddr_storage mask;
+} ote_tcp_ifaddr_t;
+
+/*
+ * A network interface that is up and running, named as the kernel (and
+ * UCX) names it, with its IPv4 and IPv6 addresses; IPv6 link-local ones are
+ * left out (they mean nothing without the interface's index on the peer).
+ */
+typedef struct {
+    char             name[OTE_TL_DEV_MAX];
+    bool             loopback;
+    ote_tcp_ifaddr_t addrs[OTE_TCP_MAX_ADDRS];
+    size_t           num_addrs;
+} ote_tcp_netif_t;
+
 /* Initiator: an extra step after HELLO_ACK on a new blocking connection. */
 typedef ote_status_t (*ote_tcp_connect_hook_t)(ote_tcp_iface_t *iface, int fd,
                                                const ote_tl_peer_t *peer, uint64_t deadline);
-/* Peer address blob to a socket address. */
-typedef ote_status_t (*ote_tcp_addr_unpack_t)(const void *buf, size_t len,
-                                              struct sockaddr_storage *ss, socklen_t *sslen_p);
+/* Peer address blob to the socket addresses it lists (at most max). */
+typedef ote_status_t (*ote_tcp_addr_unpack_t)(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
+                                              size_t max, size_t *count_p);
 
 /* An operation posted by the initiator and not yet answered. */
 typedef struct {
@@ -144,8 +170,10 @@ struct ote_tcp_iface {
     ote_tl_iface_t          super;
     int                     listen_fd;
     int                     epfd;
-    struct sockaddr_storage advertise;
-    socklen_t               advertise_len;
+    /* tcp: the addresses peers are given, and the interface served */
+    ote_tcp_sockaddr_t      advertise[OTE_TCP_MAX_ADDRS];
+    size_t                  num_advertise;
+    ote_tcp_netif_t         netif;
     ote_mem_table_t        *regions;
     pthread_mutex_t        *worker_lock;
     uint64_t                instance_id;
@@ -232,10 +260,25 @@ bool   ote_tcp_ep_is_alive(ote_tl_ep_t *ep);
 ote_status_t ote_tcp_handshake_step(int fd, ote_tcp_hdr_t *h, const void *payload,
                                     size_t payload_len, uint64_t deadline);
 
-/* Address blob: u8 family (4 or 6), u16 port (network order), 4 or 16 bytes. */
-ote_status_t ote_tcp_addr_pack(const struct sockaddr_storage *ss, void *buf, size_t max,
-                               size_t *len_p);
-ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
-                                 socklen_t *sslen_p);
+/*
+ * Address blob: 1 to OTE_TCP_MAX_ADDRS entries back to back, each u8 family
+ * (4 or 6), u16 port (network order), 4 or 16 address bytes.
+ */
+ote_status_t ote_tcp_addr_pack(const ote_tcp_sockaddr_t *addrs, size_t count, void *buf,
+                               size_t max, size_t *len_p);
+ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
+                                 size_t max, size_t *count_p);
+
+/* tcp_netif.c */
+/* Interfaces up and running with at least one address; *list_p is freed by the caller. */
+ote_status_t ote_tcp_netif_query(ote_tcp_netif_t **list_p, size_t *count_p);
+/* The interface called name; OTE_ERR_NO_DEVICE if there is none. */
+ote_status_t ote_tcp_netif_find(const char *name, ote_tcp_netif_t *netif_p);
+/* sa is one of the interface's addresses (for loopback: inside its subnet). */
+bool ote_tcp_netif_holds(const ote_tcp_netif_t *netif, const struct sockaddr *sa);
+/* sa lies in the subnet of one of the interface's addresses. */
+bool ote_tcp_netif_on_link(const ote_tcp_netif_t *netif, const struct sockaddr *sa);
+/* 127.0.0.0/8, ::1 or an IPv4-mapped loopback address. */
+bool ote_tcp_sockaddr_is_loopback(const struct sockaddr *sa);
 
 #endif

@@ -10,58 +10,82 @@
 #include <string.h>
 #include <unistd.h>
 
-ote_status_t ote_tcp_addr_pack(const struct sockaddr_storage *ss, void *buf, size_t max,
-                               size_t *len_p)
+ote_status_t ote_tcp_addr_pack(const ote_tcp_sockaddr_t *addrs, size_t count, void *buf,
+                               size_t max, size_t *len_p)
 {
     uint8_t *b = buf;
+    size_t off = 0;
 
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    if (count == 0 || count > OTE_TCP_MAX_ADDRS)
+        return OTE_ERR_INVALID_PARAM;
+    for (size_t i = 0; i < count; i++) {
+        const struct sockaddr_storage *ss = &addrs[i].ss;
 
-        if (max < 7)
+        if (ss->ss_family == AF_INET) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+
+            if (max - off < 7)
+                return OTE_ERR_INVALID_PARAM;
+            b[off] = 4;
+            memcpy(b + off + 1, &in->sin_port, 2);
+            memcpy(b + off + 3, &in->sin_addr, 4);
+            off += 7;
+        } else if (ss->ss_family == AF_INET6) {
+            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+
+            if (max - off < 19)
+                return OTE_ERR_INVALID_PARAM;
+            b[off] = 6;
+            memcpy(b + off + 1, &in6->sin6_port, 2);
+            memcpy(b + off + 3, &in6->sin6_addr, 16);
+            off += 19;
+        } else {
             return OTE_ERR_INVALID_PARAM;
-        b[0] = 4;
-        memcpy(b + 1, &in->sin_port, 2);
-        memcpy(b + 3, &in->sin_addr, 4);
-        *len_p = 7;
-    } else {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-
-        if (max < 19)
-            return OTE_ERR_INVALID_PARAM;
-        b[0] = 6;
-        memcpy(b + 1, &in6->sin6_port, 2);
-        memcpy(b + 3, &in6->sin6_addr, 16);
-        *len_p = 19;
+        }
     }
+    *len_p = off;
     return OTE_OK;
 }
 
-ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
-                                 socklen_t *sslen_p)
+ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
+                                 size_t max, size_t *count_p)
 {
     const uint8_t *b = buf;
+    size_t off = 0, n = 0;
 
-    memset(ss, 0, sizeof(*ss));
-    if (len == 7 && b[0] == 4) {
-        struct sockaddr_in *in = (struct sockaddr_in *)ss;
-
-        in->sin_family = AF_INET;
-        memcpy(&in->sin_port, b + 1, 2);
-        memcpy(&in->sin_addr, b + 3, 4);
-        *sslen_p = sizeof(*in);
-    } else if (len == 19 && b[0] == 6) {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-
-        in6->sin6_family = AF_INET6;
-        memcpy(&in6->sin6_port, b + 1, 2);
-        memcpy(&in6->sin6_addr, b + 3, 16);
-        *sslen_p = sizeof(*in6);
-    } else {
+    if (buf == NULL || len == 0)
         return OTE_ERR_PROTOCOL;
+    while (off < len) {
+        struct sockaddr_storage *ss;
+
+        if (n == max || n == OTE_TCP_MAX_ADDRS)
+            return OTE_ERR_PROTOCOL;
+        ss = &out[n].ss;
+        memset(ss, 0, sizeof(*ss));
+        if (b[off] == 4 && len - off >= 7) {
+            struct sockaddr_in *in = (struct sockaddr_in *)ss;
+
+            in->sin_family = AF_INET;
+            memcpy(&in->sin_port, b + off + 1, 2);
+            memcpy(&in->sin_addr, b + off + 3, 4);
+            out[n].len = sizeof(*in);
+            off += 7;
+        } else if (b[off] == 6 && len - off >= 19) {
+            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+
+            in6->sin6_family = AF_INET6;
+            memcpy(&in6->sin6_port, b + off + 1, 2);
+            memcpy(&in6->sin6_addr, b + off + 3, 16);
+            out[n].len = sizeof(*in6);
+            off += 19;
+        } else {
+            return OTE_ERR_PROTOCOL;
+        }
+        if (ote_sockaddr_port((struct sockaddr *)ss) == 0)
+            return OTE_ERR_PROTOCOL;
+        n++;
     }
-    if (ote_sockaddr_port((struct sockaddr *)ss) == 0)
-        return OTE_ERR_PROTOCOL;
+    *count_p = n;
     return OTE_OK;
 }
 
@@ -127,15 +151,18 @@ static ote_status_t tcp_authenticate(ote_tcp_iface_t *iface, int fd, const ote_t
 
 /* Blocking connect, authentication and HELLO exchange, bounded by the peer's timeout. */
 static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockaddr_storage *ss,
-                                    socklen_t sslen, const ote_tl_peer_t *peer, int *fd_p)
+                                    socklen_t sslen, const ote_tl_peer_t *peer, uint64_t deadline,
+                                    int *fd_p)
 {
-    uint64_t deadline = ote_time_ns() + (uint64_t)peer->timeout_ms * 1000000ull;
-    ote_tcp_hdr_t h   = {.type = OTE_TCP_HELLO, .id = peer->local_instance,
-                         .addr = peer->instance_id};
+    ote_tcp_hdr_t h = {.type = OTE_TCP_HELLO, .id = peer->local_instance,
+                       .addr = peer->instance_id};
+    uint64_t now    = ote_time_ns();
     ote_status_t status;
     int fd;
 
-    status = ote_socket_connect(ss, sslen, (int)peer->timeout_ms, &fd);
+    if (now >= deadline)
+        return OTE_ERR_TIMEOUT;
+    status = ote_socket_connect(ss, sslen, (int)((deadline - now + 999999) / 1000000), &fd);
     if (status != OTE_OK)
         return status;
     ote_tcp_conn_set_sockopts(iface, fd);
@@ -171,20 +198,57 @@ void ote_tcp_ep_destroy(ote_tl_ep_t *tl_ep)
     free(ep);
 }
 
+/*
+ * The peer's addresses this iface may connect to, best first: a loopback
+ * address names the peer only from a loopback interface (on another host it
+ * would be this host); addresses on the subnet of this iface's interface
+ * come before those that need a router.
+ */
+static size_t tcp_ep_choose(const ote_tcp_iface_t *iface, const ote_tcp_sockaddr_t *in, size_t n,
+                            ote_tcp_sockaddr_t *out)
+{
+    size_t k = 0;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n; i++) {
+            const struct sockaddr *sa = (const struct sockaddr *)&in[i].ss;
+            bool ip = sa->sa_family == AF_INET || sa->sa_family == AF_INET6;
+
+            if (ip && !iface->netif.loopback && ote_tcp_sockaddr_is_loopback(sa))
+                continue;
+            if ((pass == 0) != (!ip || ote_tcp_netif_on_link(&iface->netif, sa)))
+                continue;
+            out[k++] = in[i];
+        }
+    }
+    return k;
+}
+
 ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+    ote_tcp_sockaddr_t all[OTE_TCP_MAX_ADDRS], cand[OTE_TCP_MAX_ADDRS];
     struct sockaddr_storage ss;
     socklen_t sslen;
+    uint64_t deadline = ote_time_ns() + (uint64_t)peer->timeout_ms * 1000000ull;
     ote_tcp_ep_t *ep;
     ote_status_t status;
     int *fds    = NULL;
-    size_t nfds = 0;
+    size_t nfds = 0, nall = 0, ncand;
 
-    status = iface->addr_unpack(addr, addr_len, &ss, &sslen);
+    status = iface->addr_unpack(addr, addr_len, all, OTE_TCP_MAX_ADDRS, &nall);
     if (status != OTE_OK)
         return status;
+    ncand = tcp_ep_choose(iface, all, nall, cand);
+    if (ncand == 0) {
+        ote_debug("%s/%s: no address of %s is reachable from this interface",
+                  tl_iface->resource.tl_name, tl_iface->resource.dev_name,
+                  peer->name ? peer->name : "?");
+        return OTE_ERR_UNREACHABLE;
+    }
+    ss    = cand[0].ss;
+    sslen = cand[0].len;
     ep = calloc(1, sizeof(*ep));
     if (ep == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -202,7 +266,22 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     }
     /* Connect and shake hands without the worker lock: the peer may be us. */
     for (nfds = 0; nfds < (size_t)iface->conns_per_ep; nfds++) {
-        status = tcp_connect_one(iface, &ss, sslen, peer, &fds[nfds]);
+        status = tcp_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds]);
+        /* The first connection finds an address that answers; the others follow it. */
+        for (size_t c = 1; nfds == 0 && c < ncand &&
+                           (status == OTE_ERR_UNREACHABLE || status == OTE_ERR_TIMEOUT ||
+                            status == OTE_ERR_IO || status == OTE_ERR_NOT_FOUND);
+             c++) {
+            char a[80];
+
+            ote_sockaddr_format((struct sockaddr *)&ss, a, sizeof(a));
+            ote_debug("%s/%s: %s does not answer (%s); trying the peer's next address",
+                      tl_iface->resource.tl_name, tl_iface->resource.dev_name, a,
+                      ote_status_string(status));
+            ss     = cand[c].ss;
+            sslen  = cand[c].len;
+            status = tcp_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds]);
+        }
         if (status != OTE_OK)
             goto err;
     }

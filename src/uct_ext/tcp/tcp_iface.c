@@ -270,7 +270,9 @@ static void tcp_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;
     caps->mem_local  = OTE_MEM_TYPE_HOST;
     caps->mem_remote = OTE_MEM_TYPE_HOST;
-    caps->scope      = OTE_TL_SCOPE_HOST | OTE_TL_SCOPE_NETWORK;
+    /* A loopback interface reaches this host only. */
+    caps->scope      = iface->netif.loopback ? OTE_TL_SCOPE_HOST
+                                             : OTE_TL_SCOPE_HOST | OTE_TL_SCOPE_NETWORK;
     caps->max_iov    = 1;
     caps->max_msg    = iface->max_msg;
     caps->align      = 1;
@@ -290,7 +292,21 @@ static ote_status_t tcp_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, s
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
 
-    return ote_tcp_addr_pack(&iface->advertise, buf, max, len_p);
+    return ote_tcp_addr_pack(iface->advertise, iface->num_advertise, buf, max, len_p);
+}
+
+static void tcp_iface_format_address(ote_tl_iface_t *tl_iface, char *buf, size_t len)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+    size_t off             = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < iface->num_advertise && off < len; i++) {
+        char a[80];
+
+        ote_sockaddr_format((struct sockaddr *)&iface->advertise[i].ss, a, sizeof(a));
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", a);
+    }
 }
 
 void ote_tcp_iface_close(ote_tl_iface_t *tl_iface)
@@ -316,6 +332,7 @@ static const ote_tl_iface_ops_t tcp_iface_ops = {
     .close          = ote_tcp_iface_close,
     .query          = tcp_iface_query,
     .get_address    = tcp_iface_get_address,
+    .format_address = tcp_iface_format_address,
     .event_fd       = ote_tcp_iface_event_fd,
     .progress       = ote_tcp_iface_progress,
     .check_timeouts = ote_tcp_iface_check_timeouts,
@@ -367,6 +384,8 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     socklen_t len;
     ote_status_t status;
 
+    if (res->unusable != NULL)
+        return OTE_ERR_UNSUPPORTED;
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -378,6 +397,11 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     if (iface->discard == NULL)
         goto err;
 
+    status = ote_tcp_netif_find(res->dev_name, &iface->netif);
+    if (status != OTE_OK) {
+        ote_warn("tcp: interface %s is gone", res->dev_name);
+        goto err;
+    }
     status = ote_sockaddr_parse(params->bind_ip, &ss, &len);
     if (status != OTE_OK)
         goto err;
@@ -389,17 +413,39 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
         status = OTE_ERR_IO;
         goto err;
     }
-    /* Peers are told the advertised IP with the port the kernel chose. */
-    {
-        struct sockaddr_storage adv;
-        socklen_t alen;
+    /*
+     * Peers are told the interface's addresses with the port the kernel
+     * chose: those the listener accepts on (IPv4 ones for 0.0.0.0, IPv6 ones
+     * too for a dual-stack ::), or only the address it is bound to.
+     */
+    if (!ote_sockaddr_is_any((struct sockaddr *)&ss)) {
+        iface->advertise[0].ss  = ss;
+        iface->advertise[0].len = len;
+        iface->num_advertise    = 1;
+    } else {
+        int v6only     = 0;
+        socklen_t olen = sizeof(v6only);
+        uint16_t port  = ote_sockaddr_port((struct sockaddr *)&ss);
 
-        status = ote_sockaddr_parse(params->advertise_ip, &adv, &alen);
-        if (status != OTE_OK)
-            goto err;
-        ote_sockaddr_set_port((struct sockaddr *)&adv, ote_sockaddr_port((struct sockaddr *)&ss));
-        iface->advertise     = adv;
-        iface->advertise_len = alen;
+        if (ss.ss_family == AF_INET6)
+            getsockopt(iface->listen_fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
+        for (size_t i = 0; i < iface->netif.num_addrs; i++) {
+            ote_tcp_sockaddr_t *a = &iface->advertise[iface->num_advertise];
+            int family            = iface->netif.addrs[i].addr.ss_family;
+
+            if ((ss.ss_family == AF_INET && family != AF_INET) ||
+                (ss.ss_family == AF_INET6 && v6only && family != AF_INET6))
+                continue;
+            a->ss  = iface->netif.addrs[i].addr;
+            a->len = family == AF_INET ? sizeof(struct sockaddr_in)
+                                       : sizeof(struct sockaddr_in6);
+            ote_sockaddr_set_port((struct sockaddr *)&a->ss, port);
+            iface->num_advertise++;
+        }
+    }
+    if (iface->num_advertise == 0) {
+        status = OTE_ERR_UNSUPPORTED;
+        goto err;
     }
     status = ote_tcp_iface_epoll_init(iface);
     if (status != OTE_OK)
@@ -412,21 +458,52 @@ err:
     return status;
 }
 
+/*
+ * One device per network interface that is up and running. An engine
+ * listening on one address can serve only the interface that holds it; one
+ * listening on 0.0.0.0 only interfaces with an IPv4 address.
+ */
 static ote_status_t tcp_query_resources(ote_tl_component_t *comp,
                                         const ote_tl_iface_params_t *params,
                                         ote_tl_resource_t **res_p, size_t *count_p)
 {
-    ote_tl_resource_t *r = calloc(1, sizeof(*r));
+    struct sockaddr_storage bind;
+    socklen_t blen;
+    ote_tcp_netif_t *nifs;
+    ote_tl_resource_t *r;
+    size_t n;
+    bool any;
+    ote_status_t status;
 
-    if (r == NULL)
+    status = ote_sockaddr_parse(params->bind_ip, &bind, &blen);
+    if (status != OTE_OK)
+        return status;
+    any    = ote_sockaddr_is_any((struct sockaddr *)&bind);
+    status = ote_tcp_netif_query(&nifs, &n);
+    if (status != OTE_OK)
+        return status;
+    r = calloc(n ? n : 1, sizeof(*r));
+    if (r == NULL) {
+        free(nifs);
         return OTE_ERR_NO_MEMORY;
-    snprintf(r->tl_name, sizeof(r->tl_name), "tcp");
-    /* The device is the interface that holds the engine's address. */
-    ote_ifname_of_ip(params->bind_ip, r->dev_name, sizeof(r->dev_name));
-    r->is_network = true;
-    r->component  = comp;
-    *res_p        = r;
-    *count_p      = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool has_v4 = false;
+
+        for (size_t k = 0; k < nifs[i].num_addrs; k++)
+            has_v4 |= nifs[i].addrs[k].addr.ss_family == AF_INET;
+        snprintf(r[i].tl_name, sizeof(r[i].tl_name), "tcp");
+        snprintf(r[i].dev_name, sizeof(r[i].dev_name), "%s", nifs[i].name);
+        r[i].is_network = true;
+        r[i].component  = comp;
+        if (!any && !ote_tcp_netif_holds(&nifs[i], (struct sockaddr *)&bind))
+            r[i].unusable = "the engine listens on an address of another interface";
+        else if (any && bind.ss_family == AF_INET && !has_v4)
+            r[i].unusable = "no IPv4 address, and the engine listens on 0.0.0.0";
+    }
+    free(nifs);
+    *res_p   = r;
+    *count_p = n;
     return OTE_OK;
 }
 

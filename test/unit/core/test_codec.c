@@ -3,7 +3,10 @@
 #include "core/desc.h"
 #include "core/wire_util.h"
 #include "mem/mem.h"
+#include "uct_ext/tcp/tcp.h"
 #include "uct_ext/tcp/tcp_wire.h"
+
+#include <arpa/inet.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -255,6 +258,63 @@ static void test_desc_hostile_counts(void **state)
     free(b.data);
 }
 
+/* The native tcp address: a list of IPv4 and IPv6 entries, every byte checked. */
+static void test_tcp_addr(void **state)
+{
+    ote_tcp_sockaddr_t in[3], out[OTE_TCP_MAX_ADDRS];
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&in[0].ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&in[1].ss;
+    struct sockaddr_in *b4 = (struct sockaddr_in *)&in[2].ss;
+    uint8_t buf[OTE_TCP_MAX_ADDRS * 19 + 19], bad[sizeof(buf)];
+    size_t len = 0, n = 0;
+
+    memset(in, 0, sizeof(in));
+    a4->sin_family = AF_INET;
+    a4->sin_port   = htons(4000);
+    inet_pton(AF_INET, "10.1.2.3", &a4->sin_addr);
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port   = htons(4000);
+    inet_pton(AF_INET6, "fd00::2", &a6->sin6_addr);
+    b4->sin_family = AF_INET;
+    b4->sin_port   = htons(4000);
+    inet_pton(AF_INET, "192.0.2.7", &b4->sin_addr);
+    assert_int_equal(ote_tcp_addr_pack(in, 3, buf, sizeof(buf), &len), OTE_OK);
+    assert_int_equal(len, 7 + 19 + 7);
+    assert_memory_equal(buf, "\x04\x0f\xa0\x0a\x01\x02\x03\x06\x0f\xa0\xfd", 11);
+    assert_int_equal(ote_tcp_addr_unpack(buf, len, out, OTE_TCP_MAX_ADDRS, &n), OTE_OK);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(out[i].ss.ss_family, in[i].ss.ss_family);
+        assert_int_equal(out[i].len, in[i].ss.ss_family == AF_INET ? sizeof(*a4) : sizeof(*a6));
+        assert_memory_equal(&out[i].ss, &in[i].ss, out[i].len);
+    }
+    /* One entry is the format of a single address. */
+    assert_int_equal(ote_tcp_addr_unpack(buf, 7, out, OTE_TCP_MAX_ADDRS, &n), OTE_OK);
+    assert_int_equal(n, 1);
+    /* Too small a buffer to pack into, nothing to pack, too many. */
+    assert_int_equal(ote_tcp_addr_pack(in, 3, buf, 7 + 19 + 6, &len), OTE_ERR_INVALID_PARAM);
+    assert_int_equal(ote_tcp_addr_pack(in, 0, buf, sizeof(buf), &len), OTE_ERR_INVALID_PARAM);
+    /* Cut, unknown family, port 0, empty, more entries than room or than allowed. */
+    assert_int_equal(ote_tcp_addr_unpack(buf, 7 + 18, out, OTE_TCP_MAX_ADDRS, &n),
+                     OTE_ERR_PROTOCOL);
+    memcpy(bad, buf, 33);
+    bad[7] = 5;
+    assert_int_equal(ote_tcp_addr_unpack(bad, 33, out, OTE_TCP_MAX_ADDRS, &n), OTE_ERR_PROTOCOL);
+    memcpy(bad, buf, 33);
+    bad[27] = bad[28] = 0;
+    assert_int_equal(ote_tcp_addr_unpack(bad, 33, out, OTE_TCP_MAX_ADDRS, &n), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_tcp_addr_unpack(buf, 0, out, OTE_TCP_MAX_ADDRS, &n), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_tcp_addr_unpack(buf, len, out, 2, &n), OTE_ERR_PROTOCOL);
+    for (size_t i = 0; i <= OTE_TCP_MAX_ADDRS; i++)
+        memcpy(bad + 7 * i, buf, 7);
+    assert_int_equal(ote_tcp_addr_unpack(bad, 7 * OTE_TCP_MAX_ADDRS, out, OTE_TCP_MAX_ADDRS, &n),
+                     OTE_OK);
+    assert_int_equal(n, OTE_TCP_MAX_ADDRS);
+    assert_int_equal(ote_tcp_addr_unpack(bad, 7 * (OTE_TCP_MAX_ADDRS + 1), out,
+                                         OTE_TCP_MAX_ADDRS, &n),
+                     OTE_ERR_PROTOCOL);
+}
+
 static void test_status_strings(void **state)
 {
     for (int s = OTE_ERR_NO_DEVICE; s <= OTE_INPROGRESS; s++) {
@@ -272,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_tcp_hdr),       cmocka_unit_test(test_ctl_hdr),
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),
         cmocka_unit_test(test_desc_hostile_counts), cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_tcp_addr),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,19 @@
-/* OTE_TLS / OTE_NET_DEVICES: UCX's syntax, aliases, negation, ranges, errors. */
+/*
+ * OTE_TLS / OTE_NET_DEVICES: UCX's syntax, aliases, negation, ranges, errors;
+ * the native tcp transport's devices (one per interface) and the addresses
+ * its descriptor entries carry.
+ */
 #include "core/config.h"
 #include "core/engine.h"
+#include "core/util.h"
+#include "uct_ext/tcp/tcp.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <ote/ote.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -58,7 +69,7 @@ static void test_names(void **state)
     assert_false(ote_select_tl(sel, "uct_tcp"));
     assert_false(ote_select_tl(sel, "posix"));
     /* cma listed but not seen yet: an error at engine start. */
-    assert_int_equal(ote_select_check_unmatched(sel), OTE_ERR_UNREACHABLE);
+    assert_int_equal(ote_select_check_unmatched(sel), OTE_ERR_NO_DEVICE);
     assert_true(ote_select_tl(sel, "cma"));
     assert_int_equal(ote_select_check_unmatched(sel), OTE_OK);
     ote_select_free(sel);
@@ -117,7 +128,7 @@ static void test_aliases(void **state)
 
         assert_true(ote_select_tl(sel, "tcp"));
         assert_false(ote_select_tl(sel, "cma"));
-        assert_int_equal(ote_select_check_unmatched(sel), OTE_ERR_UNREACHABLE);
+        assert_int_equal(ote_select_check_unmatched(sel), OTE_ERR_NO_DEVICE);
         ote_select_free(sel);
     }
     /* "\rc" names a transport called rc, never the alias. */
@@ -206,7 +217,7 @@ static void test_devices(void **state)
     sel = parse_ok(NULL, "eth0,ib[0-1]");
     assert_true(ote_select_device(sel, "eth0"));
     assert_false(ote_select_device(sel, "lo"));
-    assert_int_equal(ote_select_check_unmatched(sel), OTE_ERR_UNREACHABLE);
+    assert_int_equal(ote_select_check_unmatched(sel), OTE_ERR_NO_DEVICE);
     ote_select_free(sel);
 }
 
@@ -249,10 +260,10 @@ static void test_engine_selection(void **state)
     FILE *f;
 
     setenv("OTE_TLS", "no_such_tl", 1);
-    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_UNREACHABLE);
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_NO_DEVICE);
     setenv("OTE_TLS", "tcp", 1);
     setenv("OTE_NET_DEVICES", "no_such_dev0", 1);
-    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_UNREACHABLE);
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_NO_DEVICE);
     setenv("OTE_NET_DEVICES", "^no_such_dev0", 1);
     assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
     ote_engine_destroy(e);
@@ -294,6 +305,209 @@ static void test_engine_selection(void **state)
     unsetenv("OTE_TLS");
 }
 
+/* Run create with stderr captured; *log_p gets what the engine logged. */
+static ote_status_t create_logged(const ote_engine_params_t *p, ote_engine_h *e_p, char **log_p)
+{
+    char path[] = "/tmp/ote_test_select.XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    ote_status_t st;
+    FILE *f;
+    long n;
+
+    assert_true(fd >= 0 && saved >= 0);
+    unlink(path);
+    fflush(stderr);
+    dup2(fd, 2);
+    st = ote_engine_create(p, e_p);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    f = fdopen(fd, "r");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    *log_p = calloc(1, (size_t)n + 1);
+    assert_non_null(*log_p);
+    assert_int_equal(fread(*log_p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return st;
+}
+
+/* Interfaces up and running with an IPv4 address: the tcp devices of a 0.0.0.0 engine. */
+static size_t ipv4_interfaces(char names[][IF_NAMESIZE], size_t max)
+{
+    struct ifaddrs *ifa;
+    size_t n = 0;
+
+    assert_int_equal(getifaddrs(&ifa), 0);
+    for (struct ifaddrs *i = ifa; i != NULL; i = i->ifa_next) {
+        bool dup = false;
+
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+            (i->ifa_flags & (IFF_UP | IFF_RUNNING)) != (IFF_UP | IFF_RUNNING))
+            continue;
+        for (size_t k = 0; k < n; k++)
+            dup |= strcmp(names[k], i->ifa_name) == 0;
+        if (!dup && n < max)
+            snprintf(names[n++], IF_NAMESIZE, "%s", i->ifa_name);
+    }
+    freeifaddrs(ifa);
+    return n;
+}
+
+/* The tcp entries of e's descriptor: dev -> the addresses it lists. */
+static size_t desc_tcp_addrs(ote_engine_h e, const char *dev, ote_tcp_sockaddr_t *out)
+{
+    ote_buf_t b = {0};
+    ote_desc_t *d;
+    size_t n = 0;
+
+    assert_int_equal(ote_engine_desc_encode(e, &b), OTE_OK);
+    assert_int_equal(ote_desc_decode(b.data, b.len, &d), OTE_OK);
+    for (size_t k = 0; k < d->num_tls; k++) {
+        if (strcmp(d->tls[k].tl_name, "tcp") == 0 && strcmp(d->tls[k].dev_name, dev) == 0) {
+            assert_int_equal(ote_tcp_addr_unpack(d->tls[k].addr, d->tls[k].addr_len, out,
+                                                 OTE_TCP_MAX_ADDRS, &n),
+                             OTE_OK);
+            break;
+        }
+    }
+    ote_desc_free(d);
+    free(b.data);
+    return n;
+}
+
+/*
+ * An engine listening on every address has one native tcp device per
+ * interface, named as the kernel names it; OTE_NET_DEVICES=lo keeps native
+ * tcp on lo, and lo's descriptor entry carries 127.0.0.1.
+ */
+static void test_tcp_devices(void **state)
+{
+    ote_engine_params_t any = {.listen_addr = "0.0.0.0:0"};
+    char names[32][IF_NAMESIZE];
+    size_t nif = ipv4_interfaces(names, 32);
+    ote_tcp_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
+    ote_engine_h e;
+    size_t n;
+
+    setenv("OTE_TLS", "tcp", 1);
+    unsetenv("OTE_NET_DEVICES");
+    assert_int_equal(ote_engine_create(&any, &e), OTE_OK);
+    assert_int_equal(e->num_tls, nif);
+    for (size_t k = 0; k < nif; k++) {
+        bool found = false;
+
+        for (size_t t = 0; t < e->num_tls; t++)
+            found |= strcmp(e->tls[t].resource.dev_name, names[k]) == 0 &&
+                     strcmp(e->tls[t].resource.tl_name, "tcp") == 0;
+        if (!found)
+            fail_msg("no tcp device for interface %s", names[k]);
+        /* Each publishes its own interface's addresses, with a port. */
+        assert_true(desc_tcp_addrs(e, names[k], addrs) > 0);
+    }
+    ote_engine_destroy(e);
+
+    setenv("OTE_NET_DEVICES", "lo", 1);
+    assert_int_equal(ote_engine_create(&any, &e), OTE_OK);
+    assert_int_equal(e->num_tls, 1);
+    assert_string_equal(e->tls[0].resource.tl_name, "tcp");
+    assert_string_equal(e->tls[0].resource.dev_name, "lo");
+    /* Loopback reaches this host only. */
+    assert_int_equal(e->tls[0].caps.scope, OTE_TL_SCOPE_HOST);
+    n = desc_tcp_addrs(e, "lo", addrs);
+    assert_int_equal(n, 1);
+    assert_int_equal(addrs[0].ss.ss_family, AF_INET);
+    assert_int_equal(ntohl(((struct sockaddr_in *)&addrs[0].ss)->sin_addr.s_addr),
+                     INADDR_LOOPBACK);
+    assert_int_not_equal(ote_sockaddr_port((struct sockaddr *)&addrs[0].ss), 0);
+    ote_engine_destroy(e);
+
+    /* So does an engine bound to 127.0.0.1, which serves lo alone. */
+    {
+        ote_engine_params_t lo = {.listen_addr = "127.0.0.1:0"};
+
+        assert_int_equal(ote_engine_create(&lo, &e), OTE_OK);
+        assert_int_equal(e->num_tls, 1);
+        assert_string_equal(e->tls[0].resource.dev_name, "lo");
+        ote_engine_destroy(e);
+    }
+    unsetenv("OTE_NET_DEVICES");
+    unsetenv("OTE_TLS");
+}
+
+/* Names that are not here: OTE_ERR_NO_DEVICE, its own message, and a log naming them. */
+static void test_unknown_names(void **state)
+{
+    ote_engine_params_t p = {.listen_addr = "0.0.0.0:0"};
+    ote_engine_h e = NULL;
+    char *log;
+
+    assert_string_equal(ote_status_string(OTE_ERR_NO_DEVICE),
+                        "no transport or device of that name");
+    assert_string_not_equal(ote_status_string(OTE_ERR_NO_DEVICE),
+                            ote_status_string(OTE_ERR_UNREACHABLE));
+
+    setenv("OTE_TLS", "tpc", 1);
+    assert_int_equal(create_logged(&p, &e, &log), OTE_ERR_NO_DEVICE);
+    assert_non_null(strstr(log, "OTE_TLS: unknown transport 'tpc'; transports here: tcp,cma"));
+    assert_non_null(strstr(log, "aliases: shm, sm, mm, ib,"));
+    free(log);
+
+    setenv("OTE_TLS", "tcp", 1);
+    setenv("OTE_NET_DEVICES", "lo,no_such_dev0", 1);
+    assert_int_equal(create_logged(&p, &e, &log), OTE_ERR_NO_DEVICE);
+    assert_non_null(strstr(log, "OTE_NET_DEVICES: no network device 'no_such_dev0' here; "
+                                "devices here: lo"));
+    assert_null(strstr(log, "'lo'"));
+    free(log);
+    unsetenv("OTE_NET_DEVICES");
+    unsetenv("OTE_TLS");
+}
+
+/*
+ * ^cma excludes the native cma only: where UCX has a cma, uct_cma stays
+ * selected, and the engine says so at info level; ^cma,uct_cma says nothing.
+ */
+static void test_exclude_cma(void **state)
+{
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+    ote_engine_h e = NULL;
+    bool cma = false, uct_cma = false;
+    char *log;
+
+    setenv("OTE_LOG_LEVEL", "info", 1);
+    setenv("OTE_TLS", "^cma", 1);
+    assert_int_equal(create_logged(&p, &e, &log), OTE_OK);
+    for (size_t t = 0; t < e->num_tls; t++) {
+        cma |= strcmp(e->tls[t].resource.tl_name, "cma") == 0;
+        uct_cma |= strcmp(e->tls[t].resource.tl_name, "uct_cma") == 0;
+    }
+    assert_false(cma);
+#ifdef HAVE_UCX
+    assert_true(uct_cma);
+    assert_non_null(strstr(log, "info  engine.c:"));
+    assert_non_null(strstr(log, "OTE_TLS='^cma' excludes the native cma only: UCT's (uct_cma) "
+                                "is selected"));
+#else
+    assert_false(uct_cma);
+    assert_null(strstr(log, "excludes the native cma only"));
+#endif
+    free(log);
+    ote_engine_destroy(e);
+
+    setenv("OTE_TLS", "^cma,uct_cma", 1);
+    assert_int_equal(create_logged(&p, &e, &log), OTE_OK);
+    for (size_t t = 0; t < e->num_tls; t++)
+        assert_null(strstr(e->tls[t].resource.tl_name, "cma"));
+    assert_null(strstr(log, "excludes the native"));
+    free(log);
+    ote_engine_destroy(e);
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_LOG_LEVEL");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +515,8 @@ int main(void)
         cmocka_unit_test(test_aliases), cmocka_unit_test(test_negation),
         cmocka_unit_test(test_devices), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_engine_selection),
+        cmocka_unit_test(test_tcp_devices), cmocka_unit_test(test_unknown_names),
+        cmocka_unit_test(test_exclude_cma),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
