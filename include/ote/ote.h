@@ -184,7 +184,14 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions,
 /*
  * Fetch the peer's descriptor again (regions added or removed since open).
  * OTE_ERR_PEER_RESTARTED when another instance now serves the name: the
- * segment stays bound to the old one (see ote_segment_reopen()).
+ * segment stays bound to the old one (see ote_segment_reopen()). With the
+ * same instance, connections to it that failed (a timeout, an endpoint UCT
+ * gave up on) are made again; OTE_OK only when every transport the segment
+ * uses can carry requests again, else the error of one that cannot. Blocks
+ * for at most OTE_CONNECT_TIMEOUT_MS for the fetch and as long per
+ * connection made again. (The native tcp and cma transports also reconnect
+ * by themselves at the next ote_batch_submit(); docs/transports.md, "After
+ * a timeout".)
  */
 ote_status_t ote_segment_refresh(ote_segment_h seg);
 
@@ -241,7 +248,11 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
  * waits for transfers to land. Over transports that do not check accesses
  * at the target (UCT), a remote range outside every region the peer
  * published makes it fetch the peer's descriptor once (at most
- * OTE_CONNECT_TIMEOUT_MS). docs/threading.md lists every call's waits.
+ * OTE_CONNECT_TIMEOUT_MS). Native tcp and cma connections to a request's
+ * peer that failed (reset after a timeout) are made again first
+ * (OTE_CONNECT_TIMEOUT_MS per connection, and when the old address refuses
+ * up to two descriptor fetches of as long; a peer found restarted fails the
+ * call with OTE_ERR_PEER_RESTARTED). docs/threading.md lists every call's waits.
  */
 ote_status_t ote_batch_submit(ote_batch_h batch, const ote_xfer_req_t *reqs,
                               size_t count, size_t *first_task_p);

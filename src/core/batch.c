@@ -421,6 +421,12 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         refused_all[i] = OTE_OK;
         if (atomic_load(&seg->closed) || seg->engine != e)
             continue; /* refused below, with the whole call */
+        /*
+         * Connections a timeout reset are made again first; a peer found
+         * restarted marks the segment stale and the call is refused below.
+         */
+        if (i == 0 || seg != reqs[i - 1].segment)
+            (void)ote_segment_repair(seg);
         pthread_mutex_lock(&seg->lock);
         unchecked = ote_proto_rails_unchecked(&seg->rail_set);
         pthread_mutex_unlock(&seg->lock);

@@ -184,6 +184,14 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
                                      size_t *resp_len_p);
 void         ote_segment_put(ote_segment_h seg);
 void         ote_segment_get(ote_segment_h seg);
+/*
+ * Before a submit: connections of native rails that failed (a timeout reset
+ * them) are made again, bounded by OTE_CONNECT_TIMEOUT_MS. OTE_OK when
+ * nothing was needed or all were made; OTE_ERR_PEER_RESTARTED (segment
+ * marked stale) when the peer turned out to be another instance; else why
+ * not (the rail's requests then fail with the transport's error).
+ */
+ote_status_t ote_segment_repair(ote_segment_h seg);
 /* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
 void         ote_segment_mark_stale(ote_segment_h seg);
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */

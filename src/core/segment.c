@@ -535,6 +535,125 @@ static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
     return n;
 }
 
+/* What a rail's ep needs to know of the peer instance d describes. */
+static ote_tl_peer_t rail_peer(ote_segment_h seg, const ote_desc_t *d)
+{
+    ote_engine_h e = seg->engine;
+
+    return (ote_tl_peer_t){.instance_id = d->instance_id, .name = seg->name,
+                           .local_instance = e->instance_id,
+                           .timeout_ms = e->config.connect_timeout_ms};
+}
+
+/*
+ * Connect r (iface, worker and caps set, no ep) to the peer iface d lists
+ * for it; r->ep is set on success.
+ */
+static ote_status_t rail_connect(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r,
+                                 const ote_tl_peer_t *peer)
+{
+    ote_tl_iface_t *iface = r->iface;
+    ote_status_t status   = OTE_ERR_UNREACHABLE;
+
+    for (size_t skip = 0;; skip++) {
+        size_t peer_worker = 0;
+        const ote_desc_tl_t *peer_tl = peer_iface(d, iface, r->worker, skip, &peer_worker);
+
+        if (peer_tl == NULL)
+            break;
+        if (r->caps.conn_model == OTE_TL_CONN_TO_EP)
+            status = rail_connect_to_ep(seg, d, r, peer_tl, peer_worker, peer);
+        else
+            status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, peer,
+                                           &r->ep);
+        /* Another device of the peer may be reachable where this one is not. */
+        if (status != OTE_ERR_UNREACHABLE)
+            break;
+    }
+    return status;
+}
+
+/*
+ * A rail whose ep failed for good (UCT's eps stay failed) gets a new ep to
+ * the same instance d describes. The new ep is made aside and takes the old
+ * one's place under the worker lock, so that slices posted meanwhile see
+ * one or the other.
+ */
+static ote_status_t rail_rebuild(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r)
+{
+    ote_worker_t *w    = &seg->engine->workers[r->worker];
+    ote_tl_peer_t peer = rail_peer(seg, d);
+    ote_rail_t fresh   = *r;
+    ote_tl_ep_t *old;
+    uint64_t old_conn;
+    ote_status_t status;
+
+    fresh.ep      = NULL;
+    fresh.conn_id = 0;
+    status        = rail_connect(seg, d, &fresh, &peer);
+    if (status != OTE_OK) {
+        ote_warn("segment '%s': %s/%s could not be connected again: %s", seg->name,
+                 r->iface->resource.tl_name, r->iface->resource.dev_name,
+                 ote_status_string(status));
+        return status;
+    }
+    pthread_mutex_lock(&w->lock);
+    old        = r->ep;
+    old_conn   = r->conn_id;
+    r->ep      = fresh.ep;
+    r->conn_id = fresh.conn_id;
+    if (old != NULL)
+        r->iface->ep_ops->destroy(old);
+    pthread_mutex_unlock(&w->lock);
+    if (old_conn != 0)
+        rails_release(seg, d->instance_id, &old_conn, 1);
+    ote_info("segment '%s': %s/%s connected again", seg->name, r->iface->resource.tl_name,
+             r->iface->resource.dev_name);
+    return OTE_OK;
+}
+
+/*
+ * Under seg->refresh_lock: rails whose connections failed are connected
+ * again to the instance d describes. Native tcp and cma replace their
+ * failed connections (reconnect); with rebuild, a rail whose ep is dead
+ * for good (UCT) gets a new one. The first error is returned, and
+ * PEER_RESTARTED as soon as a handshake finds another instance.
+ */
+static ote_status_t rails_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild)
+{
+    ote_engine_h e      = seg->engine;
+    ote_status_t result = OTE_OK;
+
+    for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+        ote_rail_t *r             = seg->rail_set.rails[i];
+        const ote_tl_ep_ops_t *ops = r->iface->ep_ops;
+        ote_worker_t *w           = &e->workers[r->worker];
+        ote_status_t status       = OTE_OK;
+        bool alive;
+
+        if (r->ep == NULL)
+            continue;
+        if (ops->reconnect != NULL) {
+            if (ops->needs_reconnect(r->ep)) {
+                ote_tl_peer_t peer = rail_peer(seg, d);
+
+                status = ops->reconnect(r->ep, &peer);
+            }
+        } else if (rebuild) {
+            pthread_mutex_lock(&w->lock);
+            alive = ops->is_alive(r->ep);
+            pthread_mutex_unlock(&w->lock);
+            if (!alive)
+                status = rail_rebuild(seg, d, r);
+        }
+        if (status == OTE_ERR_PEER_RESTARTED)
+            return status;
+        if (result == OTE_OK)
+            result = status;
+    }
+    return result;
+}
+
 typedef struct {
     ote_tl_iface_t *iface;
     size_t          worker;
@@ -590,10 +709,8 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
         rail_cand_t *c        = &cand[ci];
         ote_tl_iface_t *iface = c->iface;
         ote_rail_t *r         = &seg->rails[n];
-        ote_tl_peer_t peer = {.instance_id = d->instance_id, .name = seg->name,
-                              .local_instance = e->instance_id,
-                              .timeout_ms = e->config.connect_timeout_ms};
-        ote_status_t status = OTE_ERR_UNREACHABLE;
+        ote_tl_peer_t peer    = rail_peer(seg, d);
+        ote_status_t status;
 
         if (ote_proto_rail_dominated(&c->caps, iface->resource.is_network, seg->rail_set.rails,
                                      n)) {
@@ -612,21 +729,7 @@ static ote_status_t rails_build(ote_segment_h seg, const ote_desc_t *d)
                     r->remote_md = (int)k;
             }
         }
-        for (size_t skip = 0;; skip++) {
-            size_t peer_worker = 0;
-            const ote_desc_tl_t *peer_tl = peer_iface(d, iface, c->worker, skip, &peer_worker);
-
-            if (peer_tl == NULL)
-                break;
-            if (c->caps.conn_model == OTE_TL_CONN_TO_EP)
-                status = rail_connect_to_ep(seg, d, r, peer_tl, peer_worker, &peer);
-            else
-                status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, &peer,
-                                               &r->ep);
-            /* Another device of the peer may be reachable where this one is not. */
-            if (status != OTE_ERR_UNREACHABLE)
-                break;
-        }
+        status = rail_connect(seg, d, r, &peer);
         if (status != OTE_OK) {
             if (r->ep == NULL && status == OTE_ERR_UNREACHABLE)
                 ote_debug("segment '%s': %s/%s does not reach it", seg->name,
@@ -771,6 +874,16 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         status = OTE_ERR_PEER_RESTARTED;
         goto out;
     }
+    if (!restarted) {
+        /* Same instance: connections a failure took down are made again. */
+        status = rails_repair(seg, d, true);
+        if (status == OTE_ERR_PEER_RESTARTED) {
+            /* Its name answered with this instance, a transport with another one. */
+            ote_segment_mark_stale(seg);
+            ote_segment_desc_put(d);
+            goto out;
+        }
+    }
     if (restarted) {
         /* Never reuse connections to the old instance; it took its side of them along. */
         ote_info("segment '%s': bound to the restarted peer's new instance %016llx", seg->name,
@@ -784,7 +897,8 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         }
     }
     desc_adopt(seg, d);
-    atomic_store(&seg->stale, false);
+    if (restarted || status == OTE_OK)
+        atomic_store(&seg->stale, false);
     if (restarted_p != NULL)
         *restarted_p = restarted;
 out:
@@ -806,4 +920,44 @@ ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p)
     if (seg == NULL || atomic_load(&seg->closed))
         return OTE_ERR_INVALID_PARAM;
     return segment_resolve(seg, true, restarted_p);
+}
+
+ote_status_t ote_segment_repair(ote_segment_h seg)
+{
+    ote_status_t status = OTE_OK;
+    bool needed         = false;
+
+    pthread_mutex_lock(&seg->refresh_lock);
+    if (!atomic_load(&seg->closed) && !atomic_load(&seg->stale)) {
+        for (size_t i = 0; i < seg->rail_set.num_rails && !needed; i++) {
+            ote_rail_t *r = seg->rail_set.rails[i];
+
+            needed = r->ep != NULL && r->iface->ep_ops->needs_reconnect != NULL &&
+                     r->iface->ep_ops->needs_reconnect(r->ep);
+        }
+        if (needed) {
+            ote_desc_t *d = ote_segment_desc_get(seg);
+
+            status = rails_repair(seg, d, false);
+            ote_segment_desc_put(d);
+        }
+    }
+    pthread_mutex_unlock(&seg->refresh_lock);
+    if (status == OTE_ERR_PEER_RESTARTED) {
+        ote_segment_mark_stale(seg);
+    } else if (status != OTE_OK && status != OTE_ERR_TIMEOUT) {
+        /*
+         * The old address refuses: ask the name who serves it now, so that
+         * a restarted peer is told apart from one that is away. (A handshake
+         * that timed out reached a process that does not answer yet.)
+         */
+        ote_status_t found = segment_resolve(seg, false, NULL);
+
+        /* The control connection kept open may be the old instance's: once more, anew. */
+        if (found == OTE_ERR_REMOTE_DISCONNECT)
+            found = segment_resolve(seg, false, NULL);
+        if (found == OTE_ERR_PEER_RESTARTED)
+            status = OTE_ERR_PEER_RESTARTED;
+    }
+    return status;
 }

@@ -210,6 +210,20 @@ typedef struct {
     void (*destroy)(ote_tl_ep_t *ep);
     /* To-ep model, initiator: finish an ep from ep_open with the peer's blob. */
     ote_status_t (*connect_to_ep)(ote_tl_ep_t *ep, const void *addr, size_t addr_len);
+    /*
+     * Optional, both or neither (native tcp and cma): an ep whose
+     * connections fail (reset after OTE_XFER_TIMEOUT_MS, closed by the
+     * peer) gets new ones. needs_reconnect may be called without the
+     * worker lock and without blocking: true while some connection failed
+     * and was not replaced. reconnect is called WITHOUT the worker lock,
+     * like ep_create, one call at a time per ep: it connects again with the
+     * whole handshake, naming peer->instance_id, within peer->timeout_ms;
+     * OTE_OK when every failed connection was replaced,
+     * OTE_ERR_PEER_RESTARTED when another instance of the peer answered
+     * (nothing else is sent to it), or the error of the connect.
+     */
+    bool (*needs_reconnect)(ote_tl_ep_t *ep);
+    ote_status_t (*reconnect)(ote_tl_ep_t *ep, const ote_tl_peer_t *peer);
 } ote_tl_ep_ops_t;
 
 struct ote_tl_iface {

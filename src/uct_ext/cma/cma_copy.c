@@ -374,4 +374,6 @@ const ote_tl_ep_ops_t ote_cma_ep_ops = {
     .inflight_bytes = ote_tcp_ep_inflight_bytes,
     .is_alive       = ote_tcp_ep_is_alive,
     .destroy        = ote_tcp_ep_destroy,
+    .needs_reconnect = ote_tcp_ep_needs_reconnect,
+    .reconnect      = ote_tcp_ep_reconnect,
 };

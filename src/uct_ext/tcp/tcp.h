@@ -10,6 +10,7 @@
 #include "uct_ext/tl.h"
 
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -164,6 +165,11 @@ struct ote_tcp_ep {
     size_t           num_conns;
     uint64_t         next_id;
     char             peer_name[128];
+    /* The peer's iface, where ote_tcp_ep_reconnect connects again. */
+    struct sockaddr_storage addr;
+    socklen_t        addr_len;
+    /* Connections closed and not yet replaced; read without the worker lock. */
+    atomic_size_t    num_failed;
 };
 
 struct ote_tcp_iface {
@@ -253,6 +259,9 @@ ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t
 void   ote_tcp_ep_destroy(ote_tl_ep_t *ep);
 size_t ote_tcp_ep_inflight_bytes(ote_tl_ep_t *ep);
 bool   ote_tcp_ep_is_alive(ote_tl_ep_t *ep);
+/* See ote_tl_ep_ops_t: connections that failed, replaced through the handshake. */
+bool         ote_tcp_ep_needs_reconnect(ote_tl_ep_t *ep);
+ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *ep, const ote_tl_peer_t *peer);
 /*
  * Blocking exchange during connection setup: send h and payload_len bytes
  * of payload, receive the answer's header into h.

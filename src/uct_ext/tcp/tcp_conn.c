@@ -228,6 +228,8 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
     if (c->dead)
         return;
     c->dead = true;
+    if (c->ep != NULL)
+        atomic_fetch_add(&c->ep->num_failed, 1);
     ote_debug("%s connection to %s closed: %s", OTE_TCP_CONN_TL(c), c->peer,
               ote_status_string(status));
     epoll_ctl(c->iface->epfd, EPOLL_CTL_DEL, c->fd, NULL);

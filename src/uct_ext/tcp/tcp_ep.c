@@ -173,6 +173,9 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
         status = ote_tcp_handshake_step(fd, &h, NULL, 0, deadline);
     if (status == OTE_OK && h.type != OTE_TCP_HELLO_ACK)
         status = OTE_ERR_PROTOCOL;
+    /* The target answers NOT_FOUND to a HELLO for an instance it is not. */
+    if (status == OTE_OK && h.status == OTE_ERR_NOT_FOUND)
+        status = OTE_ERR_PEER_RESTARTED;
     if (status == OTE_OK && h.status != OTE_OK)
         status = (ote_status_t)h.status;
     if (status == OTE_OK && iface->connect_hook != NULL)
@@ -183,6 +186,29 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
     }
     ote_socket_set_nonblock(fd, true);
     *fd_p = fd;
+    return OTE_OK;
+}
+
+/* A connected socket as a connection of ep (worker lock held). */
+static ote_status_t tcp_conn_install(ote_tcp_ep_t *ep, int fd, ote_tcp_conn_t **conn_p)
+{
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)ep->super.iface;
+    ote_tcp_conn_t *c;
+    ote_status_t status;
+
+    status = ote_tcp_conn_new(iface, fd, ep, &c);
+    if (status != OTE_OK)
+        return status;
+    if (ep->addr.ss_family == AF_UNIX)
+        snprintf(c->peer, sizeof(c->peer), "%.63s", ep->peer_name);
+    else
+        ote_sockaddr_format((struct sockaddr *)&ep->addr, c->peer, sizeof(c->peer));
+    c->prev = NULL;
+    c->next = iface->conns;
+    if (iface->conns)
+        iface->conns->prev = c;
+    iface->conns = c;
+    *conn_p      = c;
     return OTE_OK;
 }
 
@@ -259,6 +285,9 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
         return OTE_ERR_NO_MEMORY;
     }
     snprintf(ep->peer_name, sizeof(ep->peer_name), "%s", peer->name ? peer->name : "?");
+    ep->addr     = ss;
+    ep->addr_len = sslen;
+    atomic_init(&ep->num_failed, 0);
     fds = malloc((size_t)iface->conns_per_ep * sizeof(*fds));
     if (fds == NULL) {
         status = OTE_ERR_NO_MEMORY;
@@ -289,21 +318,12 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     for (size_t i = 0; i < nfds; i++) {
         ote_tcp_conn_t *c;
 
-        status = ote_tcp_conn_new(iface, fds[i], ep, &c);
+        status = tcp_conn_install(ep, fds[i], &c);
         if (status != OTE_OK) {
             pthread_mutex_unlock(iface->worker_lock);
             goto err;
         }
         fds[i] = -1;
-        if (ss.ss_family == AF_UNIX)
-            snprintf(c->peer, sizeof(c->peer), "%.63s", ep->peer_name);
-        else
-            ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
-        c->prev = NULL;
-        c->next = iface->conns;
-        if (iface->conns)
-            iface->conns->prev = c;
-        iface->conns = c;
         ep->conns[ep->num_conns++] = c;
     }
     pthread_mutex_unlock(iface->worker_lock);
@@ -322,6 +342,68 @@ err:
     pthread_mutex_lock(iface->worker_lock);
     ote_tcp_ep_destroy(&ep->super);
     pthread_mutex_unlock(iface->worker_lock);
+    return status;
+}
+
+bool ote_tcp_ep_needs_reconnect(ote_tl_ep_t *tl_ep)
+{
+    return atomic_load(&((ote_tcp_ep_t *)tl_ep)->num_failed) > 0;
+}
+
+/*
+ * Connect anew, without the worker lock (the peer may be us), as many
+ * connections as have failed, through the whole handshake (authentication,
+ * HELLO naming the peer's instance, cma's PROBE); then, under the lock,
+ * they take the failed ones' places. A connect that fails leaves the ep as
+ * it was (the sockets made before it are closed).
+ */
+ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
+{
+    ote_tcp_ep_t *ep       = (ote_tcp_ep_t *)tl_ep;
+    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_ep->iface;
+    size_t want = atomic_load(&ep->num_failed), nfds = 0, placed = 0;
+    ote_status_t status = OTE_OK;
+    int *fds;
+
+    if (want == 0)
+        return OTE_OK;
+    if (want > ep->num_conns)
+        want = ep->num_conns;
+    fds = malloc(want * sizeof(*fds));
+    if (fds == NULL)
+        return OTE_ERR_NO_MEMORY;
+    for (; nfds < want; nfds++) {
+        status = tcp_connect_one(iface, &ep->addr, ep->addr_len, peer, &fds[nfds]);
+        if (status != OTE_OK)
+            break;
+    }
+    if (status == OTE_OK) {
+        pthread_mutex_lock(iface->worker_lock);
+        for (size_t i = 0; i < ep->num_conns && placed < nfds; i++) {
+            ote_tcp_conn_t *c;
+
+            if (!ep->conns[i]->dead)
+                continue;
+            status = tcp_conn_install(ep, fds[placed], &c);
+            if (status != OTE_OK)
+                break;
+            fds[placed++] = -1;
+            /* Closed already and off every list of the iface. */
+            ote_tcp_conn_free(ep->conns[i]);
+            ep->conns[i] = c;
+            atomic_fetch_sub(&ep->num_failed, 1);
+        }
+        pthread_mutex_unlock(iface->worker_lock);
+    }
+    for (size_t i = placed; i < nfds; i++)
+        close(fds[i]);
+    free(fds);
+    if (status != OTE_OK)
+        ote_debug("%s: reconnecting to %s failed: %s", tl_ep->iface->resource.tl_name,
+                  ep->peer_name, ote_status_string(status));
+    else
+        ote_info("%s: %zu connection(s) to %s made again", tl_ep->iface->resource.tl_name,
+                 placed, ep->peer_name);
     return status;
 }
 
@@ -417,4 +499,6 @@ const ote_tl_ep_ops_t ote_tcp_ep_ops = {
     .inflight_bytes = ote_tcp_ep_inflight_bytes,
     .is_alive       = ote_tcp_ep_is_alive,
     .destroy        = ote_tcp_ep_destroy,
+    .needs_reconnect = ote_tcp_ep_needs_reconnect,
+    .reconnect      = ote_tcp_ep_reconnect,
 };

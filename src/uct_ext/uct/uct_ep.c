@@ -200,6 +200,9 @@ static void op_done(uct_completion_t *self)
 
     if (ep != NULL) {
         status = op_status(ep, self->status);
+        /* Canceled by ote_uct_ep_fail's flush: the ep's failure is the reason. */
+        if (status != OTE_OK && ep->failed != OTE_OK)
+            status = ep->failed;
         op_detach(ep, op);
     } else {
         ote_uct_op_list_remove(&iface->orphans, op);
