@@ -314,6 +314,9 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
         if (status != OTE_OK)
             goto err;
     }
+    /* The address that answered is the one a reconnect uses. */
+    ep->addr     = ss;
+    ep->addr_len = sslen;
     pthread_mutex_lock(iface->worker_lock);
     for (size_t i = 0; i < nfds; i++) {
         ote_tcp_conn_t *c;
@@ -355,13 +358,15 @@ bool ote_tcp_ep_needs_reconnect(ote_tl_ep_t *tl_ep)
  * connections as have failed, through the whole handshake (authentication,
  * HELLO naming the peer's instance, cma's PROBE); then, under the lock,
  * they take the failed ones' places. A connect that fails leaves the ep as
- * it was (the sockets made before it are closed).
+ * it was (the sockets made before it are closed). All of it is bounded by
+ * the peer's connect timeout.
  */
 ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
 {
     ote_tcp_ep_t *ep       = (ote_tcp_ep_t *)tl_ep;
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_ep->iface;
     size_t want = atomic_load(&ep->num_failed), nfds = 0, placed = 0;
+    uint64_t deadline   = ote_time_ns() + (uint64_t)peer->timeout_ms * 1000000ull;
     ote_status_t status = OTE_OK;
     int *fds;
 
@@ -373,7 +378,7 @@ ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
     if (fds == NULL)
         return OTE_ERR_NO_MEMORY;
     for (; nfds < want; nfds++) {
-        status = tcp_connect_one(iface, &ep->addr, ep->addr_len, peer, &fds[nfds]);
+        status = tcp_connect_one(iface, &ep->addr, ep->addr_len, peer, deadline, &fds[nfds]);
         if (status != OTE_OK)
             break;
     }
