@@ -3,8 +3,8 @@
 # Safe to run again: installs only what is missing. Needs root (or sudo).
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config git
-libucx-dev ucx-utils libibverbs-dev librdmacm-dev libhwloc-dev hwloc
-liburing-dev libcmocka-dev libjson-c-dev libssl-dev
+libucx-dev ucx-utils libhwloc-dev hwloc
+libcmocka-dev libjson-c-dev libssl-dev
 iproute2 iperf3 clang procps
 python3-dev python3-setuptools python3-pytest python3-numpy"
 missing=""
