@@ -5,8 +5,8 @@
  * variable, signalled once the batch drains.
  */
 #include "engine.h"
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <stdlib.h>

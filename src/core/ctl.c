@@ -14,13 +14,13 @@
  * (CTL_SNDBUF): a peer that does not read stalls us after that much, not
  * after the megabytes the kernel would otherwise take on its behalf.
  */
-#include "auth.h"
+#include "base/auth.h"
 #include "ctl_msg.h"
 #include "engine.h"
-#include "log.h"
+#include "base/log.h"
 #include "proto/stage.h"
-#include "util.h"
-#include "wire_util.h"
+#include "base/util.h"
+#include "base/wire_util.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -8,6 +8,7 @@
 
 #include "mem/mem.h"
 #include "uct_ext/tl.h"
+#include "base/buf.h"
 
 #include <ote/ote.h>
 #include <stdatomic.h>
@@ -56,37 +57,6 @@ typedef struct {
     size_t             blob_len;
     atomic_long        refs;    /* holders: a segment, and tasks using its rkeys */
 } ote_desc_t;
-
-/* Growable byte buffer for encoders. */
-typedef struct {
-    uint8_t *data;
-    size_t   len, cap;
-    int      failed;
-} ote_buf_t;
-
-void ote_buf_put(ote_buf_t *b, const void *p, size_t len);
-void ote_buf_put_u8(ote_buf_t *b, uint8_t v);
-void ote_buf_put_u16(ote_buf_t *b, uint16_t v);
-void ote_buf_put_u32(ote_buf_t *b, uint32_t v);
-void ote_buf_put_u64(ote_buf_t *b, uint64_t v);
-void ote_buf_put_str8(ote_buf_t *b, const char *s);  /* u8 length + bytes  */
-void ote_buf_put_str16(ote_buf_t *b, const char *s); /* u16 length + bytes */
-
-/* Bounds-checked reader for decoders. */
-typedef struct {
-    const uint8_t *p;
-    size_t         left;
-    int            failed;
-} ote_rd_t;
-
-uint8_t  ote_rd_u8(ote_rd_t *r);
-uint16_t ote_rd_u16(ote_rd_t *r);
-uint32_t ote_rd_u32(ote_rd_t *r);
-uint64_t ote_rd_u64(ote_rd_t *r);
-const uint8_t *ote_rd_bytes(ote_rd_t *r, size_t len);
-/* Length-prefixed string into out (max includes NUL); fails if too long or has NUL. */
-void     ote_rd_str8(ote_rd_t *r, char *out, size_t max);
-void     ote_rd_str16(ote_rd_t *r, char *out, size_t max);
 
 /* Encode an engine's descriptor. desc->regions/blob are ignored; regions from table. */
 ote_status_t ote_desc_encode(const ote_desc_t *desc, ote_mem_table_t *table, ote_buf_t *out);

@@ -1,8 +1,8 @@
 /* Engine lifecycle, memory API, descriptor publication. */
 #include "ctl_msg.h"
 #include "engine.h"
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +15,19 @@
  * opened, or that carries no one-sided zero-copy operation, is left out
  * with a log line: the engine runs on the others.
  */
+/*
+ * The i-th component an engine opens, or NULL past the last: the transports
+ * (uct_ext), then the protocols that open as they do (proto's staging).
+ */
+static ote_tl_component_t *engine_component(size_t i)
+{
+    size_t n = 0;
+
+    while (ote_tl_components[n] != NULL)
+        n++;
+    return i < n ? ote_tl_components[i] : ote_proto_components[i - n];
+}
+
 static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
                            ote_tl_iface_params_t *params)
 {
@@ -123,8 +136,8 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     status = ote_select_parse(e->config.tls, e->config.net_devices, &sel);
     if (status != OTE_OK)
         return status;
-    for (size_t c = 0; ote_tl_components[c] != NULL; c++) {
-        ote_tl_component_t *comp = ote_tl_components[c];
+    for (size_t c = 0; engine_component(c) != NULL; c++) {
+        ote_tl_component_t *comp = engine_component(c);
         ote_tl_resource_t *res   = NULL;
         size_t nres              = 0;
 
@@ -558,8 +571,8 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
     fprintf(f, "# OTE_TLS=%s OTE_NET_DEVICES=%s\n", e->config.tls, e->config.net_devices);
     if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)
         sel = NULL;
-    for (size_t c = 0; ote_tl_components[c] != NULL; c++) {
-        ote_tl_component_t *comp = ote_tl_components[c];
+    for (size_t c = 0; engine_component(c) != NULL; c++) {
+        ote_tl_component_t *comp = engine_component(c);
         ote_tl_resource_t *res   = NULL;
         size_t nres              = 0;
 

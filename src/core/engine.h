@@ -2,8 +2,8 @@
 #ifndef OTE_CORE_ENGINE_H
 #define OTE_CORE_ENGINE_H
 
-#include "auth.h"
-#include "config.h"
+#include "base/auth.h"
+#include "base/config.h"
 #include "ctl_msg.h"
 #include "desc.h"
 #include "mem/mem.h"

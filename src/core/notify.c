@@ -22,8 +22,8 @@
  */
 #include "ctl_msg.h"
 #include "engine.h"
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,9 +7,9 @@
  */
 #include "ctl_msg.h"
 #include "engine.h"
-#include "log.h"
+#include "base/log.h"
 #include "proto/stage.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,7 @@
  * never a silent fallback.
  */
 #include "engine.h"
-#include "log.h"
+#include "base/log.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -13,9 +13,9 @@
  * no timer at all, so an idle engine's workers use no CPU.
  */
 #include "engine.h"
-#include "log.h"
-#include "topo.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/topo.h"
+#include "base/util.h"
 
 #include <errno.h>
 #ifdef HAVE_HWLOC
@@ -358,39 +358,6 @@ static void io_topo_load(void)
         return;
     }
     io_topo_ok = true;
-}
-
-/*
- * The CPUs nearest all the named network devices: the cpuset of the first
- * non-I/O ancestor they share in topo (UCT names such as "mlx5_0:1" are
- * looked up by their OS device part, "mlx5_0"). 1: found and written to
- * out; 0: a device hwloc does not place (loopback, virtual NICs), devices
- * in different places, or a place that is the whole machine.
- */
-int ote_topo_nic_cpuset(hwloc_topology_t topo, const char *const *devs, size_t n,
-                        hwloc_bitmap_t out)
-{
-    hwloc_const_bitmap_t set = NULL;
-
-    for (size_t i = 0; i < n; i++) {
-        hwloc_obj_t dev = NULL, anc;
-        char name[OTE_TL_DEV_MAX];
-
-        snprintf(name, sizeof(name), "%s", devs[i]);
-        name[strcspn(name, ":")] = '\0';
-        while ((dev = hwloc_get_next_osdev(topo, dev)) != NULL) {
-            if (dev->name != NULL && strcmp(dev->name, name) == 0)
-                break;
-        }
-        anc = dev != NULL ? hwloc_get_non_io_ancestor_obj(topo, dev) : NULL;
-        if (anc == NULL || anc->cpuset == NULL || (set != NULL && !hwloc_bitmap_isequal(set, anc->cpuset)))
-            return 0;
-        set = anc->cpuset;
-    }
-    if (set == NULL || hwloc_bitmap_iszero(set) ||
-        hwloc_bitmap_isequal(set, hwloc_topology_get_complete_cpuset(topo)))
-        return 0;
-    return hwloc_bitmap_copy(out, set) == 0 ? 1 : 0;
 }
 
 /*

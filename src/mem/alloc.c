@@ -5,8 +5,8 @@
  */
 #include "mem.h"
 
-#include "core/log.h"
-#include "uct_ext/cuda/cuda_api.h"
+#include "base/log.h"
+#include "base/cuda_api.h"
 
 #include <errno.h>
 #include <pthread.h>

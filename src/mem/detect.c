@@ -4,8 +4,8 @@
  */
 #include "mem.h"
 
-#include "core/log.h"
-#include "uct_ext/cuda/cuda_api.h"
+#include "base/log.h"
+#include "base/cuda_api.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -21,22 +21,10 @@
 
 #define NUMA_MAX 1024
 
-static ote_mem_detect_fn_t device_detector;
-static int (*cuda_device_count_fn)(void);
 
 static pthread_once_t numa_once = PTHREAD_ONCE_INIT;
 static unsigned char  numa_online[NUMA_MAX / 8];
 static int            numa_count;
-
-void ote_mem_set_device_detector(ote_mem_detect_fn_t fn)
-{
-    device_detector = fn;
-}
-
-void ote_mem_set_cuda_device_count(int (*fn)(void))
-{
-    cuda_device_count_fn = fn;
-}
 
 static void numa_mark(long node)
 {
@@ -150,11 +138,6 @@ static ote_status_t detect(const void *addr, size_t length, unsigned *mem_type_p
     ote_status_t status;
 
     *pinned_p = false;
-    if (device_detector != NULL) {
-        status = device_detector(addr, length, mem_type_p, location, location_len);
-        if (status != OTE_ERR_NOT_FOUND)
-            return status;
-    }
     status = cuda_detect(addr, length, mem_type_p, pinned_p, location, location_len);
     if (status != OTE_ERR_NOT_FOUND)
         return status;
@@ -214,7 +197,7 @@ ote_status_t ote_mem_location_parse(const char *location, unsigned *mem_type_p)
         return OTE_OK;
     }
     if (strncmp(location, "cuda:", 5) == 0) {
-        int n = cuda_device_count_fn ? cuda_device_count_fn() : ote_cuda_device_count();
+        int n = ote_cuda_device_count();
 
         if (parse_index(location + 5, &idx) != 0 || idx >= n) {
             ote_error("memory location '%s': no such CUDA device (%d visible)", location, n);

@@ -241,17 +241,7 @@ void ote_mem_table_invalidate(ote_mem_table_t *table, uint64_t addr, size_t leng
 
 /* ---- memory types and locations ----------------------------------------- */
 
-/* Memory-type detection: the one entry point every layer uses. */
-typedef ote_status_t (*ote_mem_detect_fn_t)(const void *addr, size_t length,
-                                            unsigned *mem_type_p, char *location,
-                                            size_t location_len);
-/*
- * A detector for non-host memory (e.g. CUDA) consulted before the host one;
- * it answers NOT_FOUND for memory that is not its own.
- */
-void         ote_mem_set_device_detector(ote_mem_detect_fn_t fn);
-/* Set by the cuda components once they know how many devices exist. */
-void         ote_mem_set_cuda_device_count(int (*fn)(void));
+/* Memory-type detection (CUDA, then host): the one entry point every layer uses. */
 ote_status_t ote_mem_detect(const void *addr, size_t length, unsigned *mem_type_p,
                             char *location, size_t location_len);
 /* Page-locked (CUDA-pinned) host memory: detected by the same path. */

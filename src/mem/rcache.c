@@ -15,7 +15,7 @@
  */
 #include "mem_int.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  */
 #include "mem_int.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <limits.h>
 #include <pthread.h>

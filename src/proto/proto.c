@@ -10,7 +10,7 @@
  */
 #include "proto.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <string.h>
 

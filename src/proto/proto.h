@@ -94,4 +94,10 @@ void ote_proto_slice_plan(const ote_rail_set_t *rails, ote_op_t op, void *local,
  */
 ote_status_t ote_proto_slice_post(ote_slice_t *slice);
 
+/*
+ * Protocols an engine opens as it opens the transports (staging through
+ * pinned host chunks), NULL-terminated.
+ */
+extern ote_tl_component_t *const ote_proto_components[];
+
 #endif

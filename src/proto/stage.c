@@ -9,10 +9,10 @@
  */
 #include "stage.h"
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/util.h"
-#include "uct_ext/cuda/cuda_int.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "uct_ext/cuda/cuda_copier.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -1055,3 +1055,5 @@ static const ote_tl_component_ops_t stage_component_ops = {
 };
 
 ote_tl_component_t ote_cuda_stage_component = {.ops = &stage_component_ops};
+
+ote_tl_component_t *const ote_proto_components[] = {&ote_cuda_stage_component, NULL};

@@ -23,7 +23,7 @@
 #define OTE_PROTO_STAGE_H
 
 #include "proto.h"
-#include "core/ctl_msg.h"
+#include "stage_msg.h"
 
 #include <pthread.h>
 

@@ -6,9 +6,9 @@
  */
 #include "stage.h"
 
-#include "core/log.h"
-#include "core/util.h"
-#include "uct_ext/cuda/cuda_int.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "uct_ext/cuda/cuda_copier.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* ote_info: version, transports and devices, configuration. */
-#include "core/config.h"
+#include "base/config.h"
 #include "core/engine.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #include <ote/ote.h>
 #include <stdio.h>

@@ -5,7 +5,6 @@ extern ote_tl_component_t ote_tcp_component;
 extern ote_tl_component_t ote_cma_component;
 extern ote_tl_component_t ote_cuda_copy_component;
 extern ote_tl_component_t ote_cuda_ipc_component;
-extern ote_tl_component_t ote_cuda_stage_component; /* proto/stage.c */
 #ifdef HAVE_UCX
 extern ote_tl_component_t ote_uct_component;
 #endif
@@ -15,7 +14,6 @@ ote_tl_component_t *const ote_tl_components[] = {
     &ote_cma_component,
     &ote_cuda_copy_component,
     &ote_cuda_ipc_component,
-    &ote_cuda_stage_component,
 #ifdef HAVE_UCX
     &ote_uct_component,
 #endif

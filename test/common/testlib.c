@@ -1,5 +1,5 @@
 #include "testlib.h"
-#include "uct_ext/cuda/cuda_api.h"
+#include "base/cuda_api.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -6,8 +6,8 @@
  */
 #include "fuzz.h"
 
-#include "core/auth.h"
-#include "core/config.h"
+#include "base/auth.h"
+#include "base/config.h"
 #include "core/ctl_msg.h"
 #include "uct_ext/tcp/tcp_wire.h"
 

@@ -6,7 +6,7 @@
 #include "fuzz.h"
 
 #include "core/desc.h"
-#include "core/wire_util.h"
+#include "base/wire_util.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <string.h>

@@ -12,9 +12,9 @@
  */
 #include "fuzz.h"
 
-#include "core/auth.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "base/auth.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <arpa/inet.h>

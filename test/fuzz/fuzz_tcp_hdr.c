@@ -1,7 +1,7 @@
 /* tcp data header decoder: never reads past 32 bytes, and what it accepts re-encodes exactly. */
 #include "fuzz.h"
 
-#include "core/wire_util.h"
+#include "base/wire_util.h"
 #include "uct_ext/tcp/tcp_wire.h"
 
 #include <string.h>

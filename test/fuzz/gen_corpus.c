@@ -5,10 +5,10 @@
  * after a wire format changes:
  *   build/test/fuzz/fuzz_gen_corpus test/fuzz/corpus
  */
-#include "core/auth.h"
+#include "base/auth.h"
 #include "core/ctl_msg.h"
 #include "core/desc.h"
-#include "core/wire_util.h"
+#include "base/wire_util.h"
 #include "uct_ext/tcp/tcp_wire.h"
 
 #include <errno.h>

@@ -21,7 +21,7 @@
  * asserted: tests never assert on time).
  */
 #include "testlib.h"
-#include "uct_ext/cuda/cuda_api.h"
+#include "base/cuda_api.h"
 
 #include <ote/ote.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
  * deletes the namespaces whatever the tests did.
  */
 #include "core/engine.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "testlib.h"
 #include "uct_ext/tcp/tcp.h"
 

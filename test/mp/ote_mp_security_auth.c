@@ -9,8 +9,8 @@
 #include "security_wire.h"
 #include "testlib.h"
 
-#include "core/config.h"
-#include "core/util.h"
+#include "base/config.h"
+#include "base/util.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

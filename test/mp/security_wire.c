@@ -1,8 +1,8 @@
 #include "security_wire.h"
 
-#include "core/config.h"
-#include "core/util.h"
-#include "core/wire_util.h"
+#include "base/config.h"
+#include "base/util.h"
+#include "base/wire_util.h"
 #include "uct_ext/cma/cma.h"
 #include "uct_ext/tcp/tcp.h"
 

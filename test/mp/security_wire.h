@@ -6,11 +6,11 @@
 #ifndef OTE_TEST_SECURITY_WIRE_H
 #define OTE_TEST_SECURITY_WIRE_H
 
-#include "core/auth.h"
+#include "base/auth.h"
 #include "core/ctl_msg.h"
 #include "core/desc.h"
-#include "core/util.h"
-#include "core/wire_util.h"
+#include "base/util.h"
+#include "base/wire_util.h"
 #include "uct_ext/tcp/tcp_wire.h"
 
 #include <stdbool.h>

@@ -4,9 +4,9 @@
  */
 #include "cma.h"
 
-#include "core/log.h"
-#include "core/util.h"
-#include "core/wire_util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "base/wire_util.h"
 
 #include <errno.h>
 #include <stdatomic.h>

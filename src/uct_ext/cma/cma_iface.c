@@ -1,9 +1,9 @@
 /* Native cma component: resource, iface (abstract AF_UNIX listener), address. */
 #include "cma.h"
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/util.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <stdio.h>

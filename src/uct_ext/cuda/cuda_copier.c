@@ -7,8 +7,8 @@
  */
 #include "cuda_int.h"
 
-#include "core/log.h"
-#include "core/util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

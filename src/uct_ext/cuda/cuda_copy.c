@@ -7,8 +7,8 @@
  */
 #include "cuda_int.h"
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 #include <stdlib.h>
 #include <string.h>

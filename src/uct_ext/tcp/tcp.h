@@ -5,7 +5,7 @@
 #ifndef OTE_TCP_H
 #define OTE_TCP_H
 
-#include "core/auth.h"
+#include "base/auth.h"
 #include "tcp_wire.h"
 #include "uct_ext/tl.h"
 

@@ -7,9 +7,9 @@
  */
 #include "tcp.h"
 
-#include "core/log.h"
-#include "core/util.h"
-#include "core/wire_util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "base/wire_util.h"
 
 #include <errno.h>
 #include <netinet/tcp.h>

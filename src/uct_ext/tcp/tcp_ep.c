@@ -1,8 +1,8 @@
 /* Native tcp component: endpoints (several connections per peer) and addresses. */
 #include "tcp.h"
 
-#include "core/log.h"
-#include "core/util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /* Native tcp component: resources, iface (listener + epoll), progress. */
 #include "tcp.h"
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/util.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

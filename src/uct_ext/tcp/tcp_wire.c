@@ -1,7 +1,7 @@
 #include "tcp_wire.h"
 
-#include "core/auth.h"
-#include "core/wire_util.h"
+#include "base/auth.h"
+#include "base/wire_util.h"
 
 /* The wire lengths must match the handshake's. */
 _Static_assert(OTE_TCP_AUTH_HELLO_LEN == OTE_AUTH_HELLO_LEN, "hello length");

@@ -1,8 +1,8 @@
 /* uct component: endpoints, wire-up (to-iface and to-ep), one-sided operations. */
 #include "uct.h"
 
-#include "core/log.h"
-#include "core/util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* uct component: resources, ifaces (one uct_worker each), progress, errors. */
 #include "uct.h"
 
-#include "core/config.h"
-#include "core/log.h"
-#include "core/util.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* uct component: discovery of UCT domains and resources, memory domains. */
 #include "uct.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>

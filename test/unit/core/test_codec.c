@@ -1,7 +1,7 @@
 /* Wire codecs: tcp data header, control header, notification, segment descriptor. */
 #include "core/ctl_msg.h"
 #include "core/desc.h"
-#include "core/wire_util.h"
+#include "base/wire_util.h"
 #include "mem/mem.h"
 #include "uct_ext/tcp/tcp.h"
 #include "uct_ext/tcp/tcp_wire.h"

@@ -1,5 +1,5 @@
 /* Configuration table and parsers. */
-#include "core/config.h"
+#include "base/config.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

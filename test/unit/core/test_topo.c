@@ -1,7 +1,7 @@
 /*
  * Worker placement near a NIC, against hwloc exports of real machines.
  */
-#include "core/topo.h"
+#include "base/topo.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

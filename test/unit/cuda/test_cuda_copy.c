@@ -10,7 +10,7 @@
 #include "mem/mem.h"
 #include "proto/stage.h"
 #include "testlib.h"
-#include "uct_ext/cuda/cuda_api.h"
+#include "base/cuda_api.h"
 
 #include <ote/ote.h>
 #include <setjmp.h>

@@ -3,9 +3,9 @@
  * the native tcp transport's devices (one per interface) and the addresses
  * its descriptor entries carry.
  */
-#include "core/config.h"
+#include "base/config.h"
 #include "core/engine.h"
-#include "core/util.h"
+#include "base/util.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <arpa/inet.h>

@@ -11,8 +11,8 @@
  * The types below mirror the CUDA ABI (checked against the CUDA headers at
  * build time when they are present), so this header builds without them.
  */
-#ifndef OTE_UCT_EXT_CUDA_CUDA_API_H
-#define OTE_UCT_EXT_CUDA_CUDA_API_H
+#ifndef OTE_BASE_CUDA_API_H
+#define OTE_BASE_CUDA_API_H
 
 #include <ote/ote.h>
 #include <stdbool.h>

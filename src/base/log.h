@@ -1,6 +1,6 @@
 /* Leveled logging to stderr, threshold from OTE_LOG_LEVEL. */
-#ifndef OTE_CORE_LOG_H
-#define OTE_CORE_LOG_H
+#ifndef OTE_BASE_LOG_H
+#define OTE_BASE_LOG_H
 
 typedef enum {
     OTE_LOG_NONE = 0,

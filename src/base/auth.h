@@ -23,8 +23,8 @@
  * Framing is the caller's: the control plane carries these payloads in
  * OTE_CTL_AUTH_* messages, the tcp component in OTE_TCP_AUTH_* messages.
  */
-#ifndef OTE_CORE_AUTH_H
-#define OTE_CORE_AUTH_H
+#ifndef OTE_BASE_AUTH_H
+#define OTE_BASE_AUTH_H
 
 #include <ote/ote.h>
 #include <pthread.h>

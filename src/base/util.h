@@ -1,6 +1,6 @@
 /* Small helpers shared by every layer: clocks, socket addresses, blocking I/O with deadlines. */
-#ifndef OTE_CORE_UTIL_H
-#define OTE_CORE_UTIL_H
+#ifndef OTE_BASE_UTIL_H
+#define OTE_BASE_UTIL_H
 
 #include <ote/ote.h>
 #include <stdbool.h>

@@ -1,6 +1,6 @@
 /* Little-endian field access for wire formats, and status checks. */
-#ifndef OTE_CORE_WIRE_UTIL_H
-#define OTE_CORE_WIRE_UTIL_H
+#ifndef OTE_BASE_WIRE_UTIL_H
+#define OTE_BASE_WIRE_UTIL_H
 
 #include <ote/ote.h>
 #include <stdbool.h>

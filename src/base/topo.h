@@ -1,8 +1,8 @@
 /*
  * Topology queries for worker placement (hwloc).
  */
-#ifndef OTE_CORE_TOPO_H
-#define OTE_CORE_TOPO_H
+#ifndef OTE_BASE_TOPO_H
+#define OTE_BASE_TOPO_H
 
 #ifdef HAVE_HWLOC
 #include <hwloc.h>

@@ -3,8 +3,8 @@
  * default, type and description. `ote_info -c` prints it. Nothing else in
  * the library reads getenv() for OTE_ variables.
  */
-#ifndef OTE_CORE_CONFIG_H
-#define OTE_CORE_CONFIG_H
+#ifndef OTE_BASE_CONFIG_H
+#define OTE_BASE_CONFIG_H
 
 #include <ote/ote.h>
 #include <stdbool.h>

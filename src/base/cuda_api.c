@@ -3,7 +3,7 @@
  */
 #include "cuda_api.h"
 
-#include "core/log.h"
+#include "log.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
