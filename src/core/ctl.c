@@ -263,11 +263,13 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
                     iface = w->ifaces[i];
             }
         }
-        if (iface == NULL || iface->ops->ep_accept == NULL)
+        if (iface == NULL)
             st = OTE_ERR_UNREACHABLE;
         else
             st = iface->ops->ep_accept(iface, &peer, m->conn_id, m->addr, m->addr_len, addr,
                                        sizeof(addr), &addr_len);
+        if (st == OTE_ERR_UNSUPPORTED)
+            st = OTE_ERR_UNREACHABLE;
         if (st != OTE_OK) {
             addr_len = 0;
             ote_debug("control peer %s: connect on %s/%s refused: %s", c->peer, m->tl_name,
@@ -278,7 +280,7 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
             for (size_t i = 0; i < e->workers[w].num_ifaces; i++) {
                 ote_tl_iface_t *iface = e->workers[w].ifaces[i];
 
-                for (size_t k = 0; iface->ops->ep_release != NULL && k < m->num_ids; k++)
+                for (size_t k = 0; k < m->num_ids; k++)
                     iface->ops->ep_release(iface, m->initiator, m->ids[k]);
             }
         }

@@ -30,7 +30,7 @@ static void encode_region(ote_region_t *r, void *arg)
     for (size_t i = 0; i < n_mds; i++) {
         ote_md_t *md = ote_mem_table_md(ctx->table, i);
 
-        if (r->memh[i] == NULL || md->ops->rkey_pack == NULL)
+        if (r->memh[i] == NULL)
             continue;
         if (md->ops->rkey_pack(md, r->memh[i], rkey, sizeof(rkey), &rlen) != OTE_OK)
             continue;

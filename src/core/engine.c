@@ -38,13 +38,12 @@ static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_t
     size_t w, k;
     ote_status_t status;
 
-    if (comp->ops->md_open != NULL) {
-        status = comp->ops->md_open(comp, res, &md);
-        if (status != OTE_OK) {
-            ote_warn("transport %s/%s: memory domain unavailable: %s", res->tl_name,
-                     res->dev_name, ote_status_string(status));
-            return;
-        }
+    /* UNSUPPORTED: the component needs no memory domain. */
+    status = comp->ops->md_open(comp, res, &md);
+    if (status != OTE_OK && status != OTE_ERR_UNSUPPORTED) {
+        ote_warn("transport %s/%s: memory domain unavailable: %s", res->tl_name,
+                 res->dev_name, ote_status_string(status));
+        return;
     }
     for (w = 0; w < e->num_workers; w++) {
         params->worker_index = w;
@@ -89,7 +88,7 @@ static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_t
 err_close:
     while (w-- > 0)
         ifaces[w]->ops->close(ifaces[w]);
-    if (md != NULL && comp->ops->md_close != NULL)
+    if (md != NULL)
         comp->ops->md_close(comp, md);
 }
 
@@ -242,7 +241,7 @@ static void engine_free(ote_engine_h e)
     for (size_t i = 0; i < e->num_tls; i++) {
         ote_engine_tl_t *tl = &e->tls[i];
 
-        if (tl->md != NULL && tl->resource.component->ops->md_close)
+        if (tl->md != NULL)
             tl->resource.component->ops->md_close(tl->resource.component, tl->md);
     }
     if (e->event_fd >= 0)
@@ -505,18 +504,16 @@ static ote_status_t engine_probe_tl(ote_engine_h e, ote_tl_component_t *comp,
     ote_md_t *md = NULL;
     ote_status_t status;
 
-    if (comp->ops->md_open != NULL) {
-        status = comp->ops->md_open(comp, res, &md);
-        if (status != OTE_OK)
-            return status;
-    }
+    status = comp->ops->md_open(comp, res, &md);
+    if (status != OTE_OK && status != OTE_ERR_UNSUPPORTED)
+        return status;
     status = comp->ops->iface_open(res, md, &params, &iface);
     if (status == OTE_OK) {
         iface->ops->query(iface, caps_p);
         iface->ops->close(iface);
         snprintf(md_name, md_name_len, "%s", md != NULL ? md->name : "none");
     }
-    if (md != NULL && comp->ops->md_close != NULL)
+    if (md != NULL)
         comp->ops->md_close(comp, md);
     return status;
 }
@@ -552,11 +549,11 @@ static void print_addresses(FILE *f, ote_engine_h e, const ote_tl_resource_t *re
         char buf[1024];
 
         if (strcmp(iface->resource.tl_name, res->tl_name) != 0 ||
-            strcmp(iface->resource.dev_name, res->dev_name) != 0 ||
-            iface->ops->format_address == NULL)
+            strcmp(iface->resource.dev_name, res->dev_name) != 0)
             continue;
         iface->ops->format_address(iface, buf, sizeof(buf));
-        fprintf(f, "#     addresses: %s\n", buf);
+        if (buf[0] != '\0')
+            fprintf(f, "#     addresses: %s\n", buf);
     }
 }
 
@@ -578,8 +575,10 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
 
         fprintf(f, "#\n# component %s\n", comp->ops->name);
         if (comp->ops->query_resources(comp, &params, &res, &nres) != OTE_OK) {
-            if (comp->ops->unavailable != NULL)
-                fprintf(f, "#   unavailable: %s\n", comp->ops->unavailable(comp));
+            const char *why_not = comp->ops->unavailable(comp);
+
+            if (why_not != NULL)
+                fprintf(f, "#   unavailable: %s\n", why_not);
             continue;
         }
         for (size_t r = 0; r < nres; r++) {

@@ -420,10 +420,6 @@ static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, o
 
     if (m == NULL)
         return OTE_ERR_NO_MEMORY;
-    if (iface->ops->ep_open == NULL || iface->ep_ops->connect_to_ep == NULL) {
-        free(m);
-        return OTE_ERR_UNSUPPORTED;
-    }
     status = iface->ops->ep_open(iface, peer_tl->addr, peer_tl->addr_len, peer, &r->ep, mine,
                                  sizeof(mine), &mine_len);
     if (status != OTE_OK) {
@@ -633,12 +629,10 @@ static ote_status_t rails_repair(ote_segment_h seg, const ote_desc_t *d, bool re
 
         if (r->ep == NULL)
             continue;
-        if (ops->reconnect != NULL) {
-            if (ops->needs_reconnect(r->ep)) {
-                ote_tl_peer_t peer = rail_peer(seg, d);
+        if (ops->needs_reconnect(r->ep)) {
+            ote_tl_peer_t peer = rail_peer(seg, d);
 
-                status = ops->reconnect(r->ep, &peer);
-            }
+            status = ops->reconnect(r->ep, &peer);
         } else if (rebuild) {
             pthread_mutex_lock(&w->lock);
             alive = ops->is_alive(r->ep);
@@ -932,8 +926,7 @@ ote_status_t ote_segment_repair(ote_segment_h seg)
         for (size_t i = 0; i < seg->rail_set.num_rails && !needed; i++) {
             ote_rail_t *r = seg->rail_set.rails[i];
 
-            needed = r->ep != NULL && r->iface->ep_ops->needs_reconnect != NULL &&
-                     r->iface->ep_ops->needs_reconnect(r->ep);
+            needed = r->ep != NULL && r->iface->ep_ops->needs_reconnect(r->ep);
         }
         if (needed) {
             ote_desc_t *d = ote_segment_desc_get(seg);

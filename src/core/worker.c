@@ -177,12 +177,12 @@ static bool worker_arm(ote_worker_t *w, int *cap_ms_p)
     for (size_t i = 0; i < w->num_ifaces; i++) {
         ote_tl_iface_t *iface = w->ifaces[i];
 
-        if (iface->ops->event_arm != NULL) {
-            if (iface->ops->event_arm(iface) == OTE_ERR_BUSY)
-                busy = true;
-        } else if (iface->ops->event_fd(iface) < 0) {
+        ote_status_t armed = iface->ops->event_arm(iface);
+
+        if (armed == OTE_ERR_BUSY)
+            busy = true;
+        else if (armed == OTE_ERR_UNSUPPORTED && iface->ops->event_fd(iface) < 0)
             *cap_ms_p = 1;
-        }
     }
     return busy;
 }
@@ -193,7 +193,7 @@ static bool worker_has_deadlines(ote_worker_t *w)
     for (size_t i = 0; i < w->num_ifaces; i++) {
         ote_tl_iface_t *iface = w->ifaces[i];
 
-        if (iface->ops->has_deadlines != NULL && iface->ops->has_deadlines(iface))
+        if (iface->ops->has_deadlines(iface))
             return true;
     }
     return false;
@@ -206,10 +206,8 @@ static void worker_check_timeouts(ote_worker_t *w)
 
     if (now <= limit)
         return;
-    for (size_t i = 0; i < w->num_ifaces; i++) {
-        if (w->ifaces[i]->ops->check_timeouts)
-            w->ifaces[i]->ops->check_timeouts(w->ifaces[i], now - limit);
-    }
+    for (size_t i = 0; i < w->num_ifaces; i++)
+        w->ifaces[i]->ops->check_timeouts(w->ifaces[i], now - limit);
 }
 
 static void *worker_main(void *arg)

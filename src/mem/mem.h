@@ -51,6 +51,10 @@ typedef struct {
                               size_t *length_p);
 } ote_md_ops_t;
 
+/* rkey_pack of a domain whose registrations give peers nothing to publish. */
+ote_status_t ote_md_unsupported_rkey_pack(ote_md_t *md, void *memh, void *buf, size_t max,
+                                          size_t *length_p);
+
 enum {
     /*
      * A registration on this md is itself what lets peers reach the memory
@@ -157,7 +161,10 @@ ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
  */
 void         ote_mem_table_destroy(ote_mem_table_t *table);
 
-/* Add a memory domain; only before the first registration (else BUSY). */
+/*
+ * Add a memory domain; only before the first registration (else BUSY).
+ * Every operation of its table must be set (INVALID_PARAM otherwise).
+ */
 ote_status_t ote_mem_table_add_md(ote_mem_table_t *table, ote_md_t *md);
 size_t       ote_mem_table_num_mds(const ote_mem_table_t *table);
 ote_md_t    *ote_mem_table_md(const ote_mem_table_t *table, size_t index);

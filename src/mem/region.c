@@ -671,12 +671,18 @@ void ote_mem_table_destroy(ote_mem_table_t *t)
     table_put(t);
 }
 
+ote_status_t ote_md_unsupported_rkey_pack(ote_md_t *md, void *memh, void *buf, size_t max,
+                                          size_t *length_p)
+{
+    return OTE_ERR_UNSUPPORTED;
+}
+
 ote_status_t ote_mem_table_add_md(ote_mem_table_t *t, ote_md_t *md)
 {
     ote_status_t status = OTE_OK;
 
     if (t == NULL || md == NULL || md->ops == NULL || md->ops->mem_reg == NULL ||
-        md->ops->mem_dereg == NULL)
+        md->ops->mem_dereg == NULL || md->ops->rkey_pack == NULL)
         return OTE_ERR_INVALID_PARAM;
     table_wrlock(t);
     /* Entries and regions registered earlier would lack a handle for it. */

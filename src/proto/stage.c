@@ -491,21 +491,30 @@ static ote_status_t stage_ep_create(ote_tl_iface_t *iface, const void *addr, siz
 }
 
 static const ote_tl_iface_ops_t stage_iface_ops = {
-    .close       = stage_iface_close,
-    .query       = stage_iface_query,
-    .get_address = stage_get_address,
-    .event_fd    = stage_event_fd,
-    .progress    = stage_progress,
-    .ep_create   = stage_ep_create,
-    .event_arm   = stage_event_arm,
+    .close          = stage_iface_close,
+    .query          = stage_iface_query,
+    .get_address    = stage_get_address,
+    .event_fd       = stage_event_fd,
+    .progress       = stage_progress,
+    .ep_create      = stage_ep_create,
+    .event_arm      = stage_event_arm,
+    .format_address = ote_tl_no_format_address,
+    .check_timeouts = ote_tl_no_check_timeouts,
+    .has_deadlines  = ote_tl_no_deadlines,
+    .ep_open        = ote_tl_unsupported_ep_open,
+    .ep_accept      = ote_tl_unsupported_ep_accept,
+    .ep_release     = ote_tl_no_ep_release,
 };
 
 static const ote_tl_ep_ops_t stage_ep_ops = {
-    .put_zcopy      = stage_put_zcopy,
-    .get_zcopy      = stage_get_zcopy,
-    .inflight_bytes = stage_inflight_bytes,
-    .is_alive       = stage_is_alive,
-    .destroy        = stage_ep_destroy,
+    .put_zcopy       = stage_put_zcopy,
+    .get_zcopy       = stage_get_zcopy,
+    .inflight_bytes  = stage_inflight_bytes,
+    .is_alive        = stage_is_alive,
+    .destroy         = stage_ep_destroy,
+    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
+    .needs_reconnect = ote_tl_no_reconnect_needed,
+    .reconnect       = ote_tl_unsupported_reconnect,
 };
 
 bool ote_proto_stage_iface(const ote_tl_iface_t *iface)
@@ -1052,6 +1061,8 @@ static const ote_tl_component_ops_t stage_component_ops = {
     .query_resources = stage_query_resources,
     .iface_open      = stage_iface_open,
     .unavailable     = stage_unavailable,
+    .md_open         = ote_tl_unsupported_md_open,
+    .md_close        = ote_tl_no_md_close,
 };
 
 ote_tl_component_t ote_cuda_stage_component = {.ops = &stage_component_ops};

@@ -27,3 +27,75 @@ ote_status_t ote_tl_unsupported_zcopy(ote_tl_ep_t *ep, void *local, size_t lengt
 {
     return OTE_ERR_UNSUPPORTED;
 }
+
+ote_status_t ote_tl_unsupported_md_open(ote_tl_component_t *comp, const ote_tl_resource_t *res,
+                                        ote_md_t **md_p)
+{
+    *md_p = NULL;
+    return OTE_ERR_UNSUPPORTED;
+}
+
+void ote_tl_no_md_close(ote_tl_component_t *comp, ote_md_t *md)
+{
+}
+
+const char *ote_tl_no_reason(ote_tl_component_t *comp)
+{
+    return NULL;
+}
+
+void ote_tl_no_format_address(ote_tl_iface_t *iface, char *buf, size_t len)
+{
+    if (len > 0)
+        buf[0] = '\0';
+}
+
+ote_status_t ote_tl_unsupported_event_arm(ote_tl_iface_t *iface)
+{
+    return OTE_ERR_UNSUPPORTED;
+}
+
+void ote_tl_no_check_timeouts(ote_tl_iface_t *iface, uint64_t deadline_ns)
+{
+}
+
+bool ote_tl_no_deadlines(ote_tl_iface_t *iface)
+{
+    return false;
+}
+
+ote_status_t ote_tl_unsupported_ep_open(ote_tl_iface_t *iface, const void *peer_addr,
+                                        size_t peer_addr_len, const ote_tl_peer_t *peer,
+                                        ote_tl_ep_t **ep_p, void *addr, size_t max,
+                                        size_t *len_p)
+{
+    return OTE_ERR_UNSUPPORTED;
+}
+
+ote_status_t ote_tl_unsupported_ep_accept(ote_tl_iface_t *iface, const ote_tl_peer_t *peer,
+                                          uint64_t conn_id, const void *addr, size_t addr_len,
+                                          void *out, size_t max, size_t *out_len_p)
+{
+    return OTE_ERR_UNSUPPORTED;
+}
+
+bool ote_tl_no_ep_release(ote_tl_iface_t *iface, uint64_t peer_instance, uint64_t conn_id)
+{
+    return false;
+}
+
+ote_status_t ote_tl_unsupported_connect_to_ep(ote_tl_ep_t *ep, const void *addr,
+                                              size_t addr_len)
+{
+    return OTE_ERR_UNSUPPORTED;
+}
+
+bool ote_tl_no_reconnect_needed(ote_tl_ep_t *ep)
+{
+    return false;
+}
+
+ote_status_t ote_tl_unsupported_reconnect(ote_tl_ep_t *ep, const ote_tl_peer_t *peer)
+{
+    return OTE_ERR_UNSUPPORTED;
+}

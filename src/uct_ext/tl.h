@@ -5,7 +5,9 @@
  * Each object is a struct whose first member is the base type below, with a
  * table of operations. An iface and its eps belong to one worker thread: all
  * calls on them happen on that thread (or under that worker's lock), as with
- * UCT. Operations a component lacks point at ote_tl_unsupported_*.
+ * UCT. Every slot of every table points at a function: an operation a
+ * component lacks points at the ote_tl_unsupported_* or ote_tl_no_* default
+ * declared at the end of this header.
  */
 #ifndef OTE_UCT_EXT_TL_H
 #define OTE_UCT_EXT_TL_H
@@ -123,7 +125,7 @@ typedef struct {
     void (*md_close)(ote_tl_component_t *comp, ote_md_t *md);
     ote_status_t (*iface_open)(const ote_tl_resource_t *res, ote_md_t *md,
                                const ote_tl_iface_params_t *params, ote_tl_iface_t **iface_p);
-    /* Optional: why query_resources offers nothing here (ote_info -d). */
+    /* Why query_resources offers nothing here (ote_info -d), or NULL. */
     const char *(*unavailable)(ote_tl_component_t *comp);
 } ote_tl_component_ops_t;
 
@@ -137,7 +139,7 @@ typedef struct {
     void (*query)(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);
     /* Address peers use to reach this iface (to-iface model). */
     ote_status_t (*get_address)(ote_tl_iface_t *iface, void *buf, size_t max, size_t *len_p);
-    /* Optional: that address in words, for ote_info -d ("10.0.0.1:4000, ..."). */
+    /* That address in words, for ote_info -d ("10.0.0.1:4000, ..."), or "". */
     void (*format_address)(ote_tl_iface_t *iface, char *buf, size_t len);
     /* Readable when progress has work; -1 if the iface must be polled. */
     int (*event_fd)(ote_tl_iface_t *iface);
@@ -146,7 +148,7 @@ typedef struct {
     /* Fail posted operations older than deadline_ns (monotonic) with TIMEOUT. */
     void (*check_timeouts)(ote_tl_iface_t *iface, uint64_t deadline_ns);
     /*
-     * Optional: true while check_timeouts has something to watch that no
+     * True while check_timeouts has something to watch that no
      * task of this engine stands for (a target's answers its peer does not
      * read); the worker then keeps its timer while idle.
      */
@@ -160,10 +162,12 @@ typedef struct {
     ote_status_t (*ep_create)(ote_tl_iface_t *iface, const void *addr, size_t addr_len,
                               const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
     /*
-     * Optional. Called by the worker (with its lock) before it sleeps:
-     * OTE_OK when event_fd will report new work (or nothing is pending),
-     * OTE_ERR_BUSY when progress must run again first. An iface whose
-     * event_fd is -1 must answer BUSY while it has operations in flight.
+     * Called by the worker (with its lock) before it sleeps: OTE_OK when
+     * event_fd will report new work (or nothing is pending), OTE_ERR_BUSY
+     * when progress must run again first. An iface whose event_fd is -1
+     * must answer BUSY while it has operations in flight. UNSUPPORTED (the
+     * default): the worker trusts event_fd, or polls every millisecond
+     * when there is none.
      */
     ote_status_t (*event_arm)(ote_tl_iface_t *iface);
     /*
@@ -211,7 +215,8 @@ typedef struct {
     /* To-ep model, initiator: finish an ep from ep_open with the peer's blob. */
     ote_status_t (*connect_to_ep)(ote_tl_ep_t *ep, const void *addr, size_t addr_len);
     /*
-     * Optional, both or neither (native tcp and cma): an ep whose
+     * Both or neither (native tcp and cma; the defaults answer false and
+     * UNSUPPORTED): an ep whose
      * connections fail (reset after OTE_XFER_TIMEOUT_MS, closed by the
      * peer) gets new ones. needs_reconnect may be called without the
      * worker lock and without blocking: true while some connection failed
@@ -238,10 +243,39 @@ struct ote_tl_ep {
     ote_tl_iface_t *iface;
 };
 
+/*
+ * What a table points at for an operation its component lacks: every slot
+ * of every table holds a function. Operations that return a status answer
+ * OTE_ERR_UNSUPPORTED; the others do nothing, or answer "no"/NULL.
+ */
 ote_status_t ote_tl_unsupported_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
                                       ote_region_t *local_region, uint64_t remote_addr,
                                       const void *rkey, size_t rkey_len,
                                       ote_tl_completion_t *comp);
+/* No memory domain: *md_p = NULL. */
+ote_status_t ote_tl_unsupported_md_open(ote_tl_component_t *comp, const ote_tl_resource_t *res,
+                                        ote_md_t **md_p);
+void         ote_tl_no_md_close(ote_tl_component_t *comp, ote_md_t *md);
+const char  *ote_tl_no_reason(ote_tl_component_t *comp);
+/* Writes an empty string. */
+void         ote_tl_no_format_address(ote_tl_iface_t *iface, char *buf, size_t len);
+/* The worker relies on event_fd alone (or polls every millisecond without one). */
+ote_status_t ote_tl_unsupported_event_arm(ote_tl_iface_t *iface);
+void         ote_tl_no_check_timeouts(ote_tl_iface_t *iface, uint64_t deadline_ns);
+bool         ote_tl_no_deadlines(ote_tl_iface_t *iface);
+ote_status_t ote_tl_unsupported_ep_open(ote_tl_iface_t *iface, const void *peer_addr,
+                                        size_t peer_addr_len, const ote_tl_peer_t *peer,
+                                        ote_tl_ep_t **ep_p, void *addr, size_t max,
+                                        size_t *len_p);
+ote_status_t ote_tl_unsupported_ep_accept(ote_tl_iface_t *iface, const ote_tl_peer_t *peer,
+                                          uint64_t conn_id, const void *addr, size_t addr_len,
+                                          void *out, size_t max, size_t *out_len_p);
+bool         ote_tl_no_ep_release(ote_tl_iface_t *iface, uint64_t peer_instance,
+                                  uint64_t conn_id);
+ote_status_t ote_tl_unsupported_connect_to_ep(ote_tl_ep_t *ep, const void *addr,
+                                              size_t addr_len);
+bool         ote_tl_no_reconnect_needed(ote_tl_ep_t *ep);
+ote_status_t ote_tl_unsupported_reconnect(ote_tl_ep_t *ep, const ote_tl_peer_t *peer);
 
 /* Components compiled into this library, NULL-terminated. */
 extern ote_tl_component_t *const ote_tl_components[];

@@ -51,7 +51,9 @@ static void spin_mem_dereg(ote_md_t *md, void *memh)
 {
 }
 
-static const ote_md_ops_t spin_ops = {.mem_reg = spin_mem_reg, .mem_dereg = spin_mem_dereg};
+static const ote_md_ops_t spin_ops = {.mem_reg   = spin_mem_reg,
+                                      .mem_dereg = spin_mem_dereg,
+                                      .rkey_pack = ote_md_unsupported_rkey_pack};
 static ote_md_t spin_md = {.name = "spin", .ops = &spin_ops, .mem_types = OTE_MEM_TYPE_HOST};
 
 static void die(const char *what, ote_status_t st)

@@ -369,11 +369,12 @@ static ote_status_t cma_ep_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t len
 }
 
 const ote_tl_ep_ops_t ote_cma_ep_ops = {
-    .put_zcopy      = cma_ep_put_zcopy,
-    .get_zcopy      = cma_ep_get_zcopy,
-    .inflight_bytes = ote_tcp_ep_inflight_bytes,
-    .is_alive       = ote_tcp_ep_is_alive,
-    .destroy        = ote_tcp_ep_destroy,
+    .put_zcopy       = cma_ep_put_zcopy,
+    .get_zcopy       = cma_ep_get_zcopy,
+    .inflight_bytes  = ote_tcp_ep_inflight_bytes,
+    .is_alive        = ote_tcp_ep_is_alive,
+    .destroy         = ote_tcp_ep_destroy,
     .needs_reconnect = ote_tcp_ep_needs_reconnect,
-    .reconnect      = ote_tcp_ep_reconnect,
+    .reconnect       = ote_tcp_ep_reconnect,
+    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
 };

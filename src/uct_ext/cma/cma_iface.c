@@ -128,6 +128,10 @@ static const ote_tl_iface_ops_t cma_iface_ops = {
     .check_timeouts = ote_tcp_iface_check_timeouts,
     .has_deadlines  = ote_tcp_iface_has_deadlines,
     .ep_create      = ote_tcp_ep_create,
+    .format_address = ote_tl_no_format_address,
+    .ep_open        = ote_tl_unsupported_ep_open,
+    .ep_accept      = ote_tl_unsupported_ep_accept,
+    .ep_release     = ote_tl_no_ep_release,
 };
 
 static ote_status_t cma_listen(cma_iface_t *iface)
@@ -232,9 +236,10 @@ static ote_status_t cma_query_resources(ote_tl_component_t *comp,
 static const ote_tl_component_ops_t cma_component_ops = {
     .name            = "cma",
     .query_resources = cma_query_resources,
-    .md_open         = NULL,
-    .md_close        = NULL,
+    .md_open         = ote_tl_unsupported_md_open,
+    .md_close        = ote_tl_no_md_close,
     .iface_open      = cma_iface_open,
+    .unavailable     = ote_tl_no_reason,
 };
 
 ote_tl_component_t ote_cma_component = {.ops = &cma_component_ops};

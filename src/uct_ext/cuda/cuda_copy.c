@@ -219,21 +219,30 @@ static void cuda_copy_ep_destroy(ote_tl_ep_t *ep)
 }
 
 static const ote_tl_iface_ops_t cuda_copy_iface_ops = {
-    .close       = cuda_copy_iface_close,
-    .query       = cuda_copy_iface_query,
-    .get_address = cuda_copy_get_address,
-    .event_fd    = cuda_copy_event_fd,
-    .progress    = cuda_copy_progress,
-    .ep_create   = cuda_copy_ep_create,
-    .event_arm   = cuda_copy_event_arm,
+    .close          = cuda_copy_iface_close,
+    .query          = cuda_copy_iface_query,
+    .get_address    = cuda_copy_get_address,
+    .event_fd       = cuda_copy_event_fd,
+    .progress       = cuda_copy_progress,
+    .ep_create      = cuda_copy_ep_create,
+    .event_arm      = cuda_copy_event_arm,
+    .format_address = ote_tl_no_format_address,
+    .check_timeouts = ote_tl_no_check_timeouts,
+    .has_deadlines  = ote_tl_no_deadlines,
+    .ep_open        = ote_tl_unsupported_ep_open,
+    .ep_accept      = ote_tl_unsupported_ep_accept,
+    .ep_release     = ote_tl_no_ep_release,
 };
 
 static const ote_tl_ep_ops_t cuda_copy_ep_ops = {
-    .put_zcopy      = cuda_copy_put_zcopy,
-    .get_zcopy      = cuda_copy_get_zcopy,
-    .inflight_bytes = cuda_copy_inflight_bytes,
-    .is_alive       = cuda_copy_is_alive,
-    .destroy        = cuda_copy_ep_destroy,
+    .put_zcopy       = cuda_copy_put_zcopy,
+    .get_zcopy       = cuda_copy_get_zcopy,
+    .inflight_bytes  = cuda_copy_inflight_bytes,
+    .is_alive        = cuda_copy_is_alive,
+    .destroy         = cuda_copy_ep_destroy,
+    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
+    .needs_reconnect = ote_tl_no_reconnect_needed,
+    .reconnect       = ote_tl_unsupported_reconnect,
 };
 
 static ote_status_t cuda_copy_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
@@ -272,6 +281,8 @@ static const ote_tl_component_ops_t cuda_copy_component_ops = {
     .query_resources = cuda_copy_query_resources,
     .iface_open      = cuda_copy_iface_open,
     .unavailable     = cuda_copy_unavailable,
+    .md_open         = ote_tl_unsupported_md_open,
+    .md_close        = ote_tl_no_md_close,
 };
 
 ote_tl_component_t ote_cuda_copy_component = {.ops = &cuda_copy_component_ops};

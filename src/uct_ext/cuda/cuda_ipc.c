@@ -568,21 +568,30 @@ static void ipc_ep_destroy(ote_tl_ep_t *tl_ep)
 }
 
 static const ote_tl_iface_ops_t ipc_iface_ops = {
-    .close       = ipc_iface_close,
-    .query       = ipc_iface_query,
-    .get_address = ipc_get_address,
-    .event_fd    = ipc_event_fd,
-    .progress    = ipc_progress,
-    .ep_create   = ipc_ep_create,
-    .event_arm   = ipc_event_arm,
+    .close          = ipc_iface_close,
+    .query          = ipc_iface_query,
+    .get_address    = ipc_get_address,
+    .event_fd       = ipc_event_fd,
+    .progress       = ipc_progress,
+    .ep_create      = ipc_ep_create,
+    .event_arm      = ipc_event_arm,
+    .format_address = ote_tl_no_format_address,
+    .check_timeouts = ote_tl_no_check_timeouts,
+    .has_deadlines  = ote_tl_no_deadlines,
+    .ep_open        = ote_tl_unsupported_ep_open,
+    .ep_accept      = ote_tl_unsupported_ep_accept,
+    .ep_release     = ote_tl_no_ep_release,
 };
 
 static const ote_tl_ep_ops_t ipc_ep_ops = {
-    .put_zcopy      = ipc_put_zcopy,
-    .get_zcopy      = ipc_get_zcopy,
-    .inflight_bytes = ipc_inflight_bytes,
-    .is_alive       = ipc_is_alive,
-    .destroy        = ipc_ep_destroy,
+    .put_zcopy       = ipc_put_zcopy,
+    .get_zcopy       = ipc_get_zcopy,
+    .inflight_bytes  = ipc_inflight_bytes,
+    .is_alive        = ipc_is_alive,
+    .destroy         = ipc_ep_destroy,
+    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
+    .needs_reconnect = ote_tl_no_reconnect_needed,
+    .reconnect       = ote_tl_unsupported_reconnect,
 };
 
 static ote_status_t ipc_iface_open(const ote_tl_resource_t *res, ote_md_t *md,

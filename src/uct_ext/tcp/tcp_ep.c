@@ -499,11 +499,12 @@ bool ote_tcp_ep_is_alive(ote_tl_ep_t *tl_ep)
 }
 
 const ote_tl_ep_ops_t ote_tcp_ep_ops = {
-    .put_zcopy      = tcp_ep_put_zcopy,
-    .get_zcopy      = tcp_ep_get_zcopy,
-    .inflight_bytes = ote_tcp_ep_inflight_bytes,
-    .is_alive       = ote_tcp_ep_is_alive,
-    .destroy        = ote_tcp_ep_destroy,
+    .put_zcopy       = tcp_ep_put_zcopy,
+    .get_zcopy       = tcp_ep_get_zcopy,
+    .inflight_bytes  = ote_tcp_ep_inflight_bytes,
+    .is_alive        = ote_tcp_ep_is_alive,
+    .destroy         = ote_tcp_ep_destroy,
     .needs_reconnect = ote_tcp_ep_needs_reconnect,
-    .reconnect      = ote_tcp_ep_reconnect,
+    .reconnect       = ote_tcp_ep_reconnect,
+    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
 };

@@ -338,6 +338,10 @@ static const ote_tl_iface_ops_t tcp_iface_ops = {
     .check_timeouts = ote_tcp_iface_check_timeouts,
     .has_deadlines  = ote_tcp_iface_has_deadlines,
     .ep_create      = ote_tcp_ep_create,
+    .event_arm      = ote_tl_unsupported_event_arm,
+    .ep_open        = ote_tl_unsupported_ep_open,
+    .ep_accept      = ote_tl_unsupported_ep_accept,
+    .ep_release     = ote_tl_no_ep_release,
 };
 
 void ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
@@ -510,9 +514,10 @@ static ote_status_t tcp_query_resources(ote_tl_component_t *comp,
 static const ote_tl_component_ops_t tcp_component_ops = {
     .name            = "tcp",
     .query_resources = tcp_query_resources,
-    .md_open         = NULL,
-    .md_close        = NULL,
+    .md_open         = ote_tl_unsupported_md_open,
+    .md_close        = ote_tl_no_md_close,
     .iface_open      = tcp_iface_open,
+    .unavailable     = ote_tl_no_reason,
 };
 
 ote_tl_component_t ote_tcp_component = {.ops = &tcp_component_ops};

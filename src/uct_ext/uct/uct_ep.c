@@ -691,10 +691,12 @@ bool ote_uct_ep_release(ote_tl_iface_t *tl_iface, uint64_t peer_instance, uint64
 }
 
 const ote_tl_ep_ops_t ote_uct_ep_ops = {
-    .put_zcopy      = uct_ep_put,
-    .get_zcopy      = uct_ep_get,
-    .inflight_bytes = uct_ep_inflight,
-    .is_alive       = uct_ep_is_alive,
-    .destroy        = uct_ep_destroy_,
-    .connect_to_ep  = uct_ep_connect_to_ep_,
+    .put_zcopy       = uct_ep_put,
+    .get_zcopy       = uct_ep_get,
+    .inflight_bytes  = uct_ep_inflight,
+    .is_alive        = uct_ep_is_alive,
+    .destroy         = uct_ep_destroy_,
+    .connect_to_ep   = uct_ep_connect_to_ep_,
+    .needs_reconnect = ote_tl_no_reconnect_needed,
+    .reconnect       = ote_tl_unsupported_reconnect,
 };

@@ -303,6 +303,8 @@ static const ote_tl_iface_ops_t uct_iface_ops = {
     .ep_open        = ote_uct_ep_open,
     .ep_accept      = ote_uct_ep_accept,
     .ep_release     = ote_uct_ep_release,
+    .format_address = ote_tl_no_format_address,
+    .has_deadlines  = ote_tl_no_deadlines,
 };
 
 /* The capability record from UCT's iface and md attributes. */
@@ -513,6 +515,7 @@ static const ote_tl_component_ops_t uct_component_ops = {
     .md_open         = uct_md_open_,
     .md_close        = uct_md_close_,
     .iface_open      = uct_iface_open_,
+    .unavailable     = ote_tl_no_reason,
 };
 
 ote_tl_component_t ote_uct_component = {.ops = &uct_component_ops};
