@@ -192,6 +192,16 @@ unsigned ote_tcp_iface_progress(ote_tl_iface_t *tl_iface)
         c = ev[i].data.ptr;
         if (c->dead)
             continue;
+        if (c->ep == NULL && (ev[i].events & EPOLLERR)) {
+            /*
+             * The initiator reset the connection, which it does only once it
+             * has ended every request it left unanswered on it (a timeout, a
+             * cancel, a close): what is still queued in the socket must not
+             * land, even when this process ran late (stopped, descheduled).
+             */
+            ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+            continue;
+        }
         if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
             ote_tcp_conn_rx(c);
         if (!c->dead && (ev[i].events & EPOLLOUT))

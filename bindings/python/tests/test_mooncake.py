@@ -1,0 +1,412 @@
+"""orbitte.mooncake.TransferEngine: Mooncake's Python API over OrbitTE, between
+two processes (tests/mc_target.py is the target), with every byte checked on
+the side that did not move it."""
+import ctypes
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from orbitte import mooncake
+from orbitte.mooncake import TransferEngine, TransferNotify, TransferOpcode
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class Target:
+    """tests/mc_target.py in its own process, driven over its stdin."""
+
+    def __init__(self, length=4 * MIB):
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "mc_target.py"),
+                                      str(length)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line, "the target process did not start"
+        info = json.loads(line)
+        self.name, self.addr, self.length = info["name"], info["addr"], info["length"]
+
+    def ask(self, cmd):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def check(self, off, n, seed):
+        return self.ask(f"check {off} {n} {seed}")
+
+    def notifies(self, n, seconds=10):
+        return json.loads(self.ask(f"notifies {n} {seconds}"))
+
+    def close(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            try:
+                self.ask("quit")
+                self.proc.wait(timeout=30)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def target():
+    t = Target()
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+@pytest.fixture
+def te():
+    e = TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    return e
+
+
+def seeded(seed, n):
+    return ((np.arange(n, dtype=np.uint64) + seed) % 256).astype(np.uint8)
+
+
+def view(addr, n):
+    return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(addr))
+
+
+def stop(pid):
+    """SIGSTOP pid and return once the kernel shows it stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        time.sleep(0.001)
+    raise AssertionError("the target did not stop")
+
+
+# ---- setup ---------------------------------------------------------------------
+
+
+def test_names_ports_and_first_buffer(te, target):
+    port = te.get_rpc_port()
+    own = f"127.0.0.1:{port}"
+    assert 0 < port < 65536 and te.get_engine().name == own
+    assert te.get_first_buffer_address(target.name) == target.addr
+    assert te.get_first_buffer_address(own) == 0
+    addr = te.allocate_managed_buffer(64 * KIB)
+    assert addr != 0 and addr % 4096 == 0
+    assert te.get_first_buffer_address(own) == addr
+    assert te.free_managed_buffer(addr, 64 * KIB) == 0
+    assert te.get_first_buffer_address(own) == 0
+    # the port of local_hostname is not used: a free one is taken
+    other = TransferEngine()
+    assert other.initialize(own, "P2PHANDSHAKE", "tcp", "") == 0
+    assert other.get_rpc_port() not in (0, port)
+    topo = json.loads(te.get_local_topology())
+    assert "cpu:0" in topo and all(len(v) == 2 for v in topo.values())
+
+
+def test_install_makes_mooncake_engine_resolve(tmp_path):
+    code = ("import orbitte.mooncake as m; m.install()\n"
+            "from mooncake.engine import TransferEngine, TransferNotify, TransferOpcode\n"
+            "import mooncake.engine\n"
+            "assert TransferEngine is m.TransferEngine and mooncake.engine is m\n"
+            "assert TransferOpcode.Write == 1 and TransferOpcode.Read == 0\n"
+            "assert TransferEngine.TransferOpcode.Write == 1\n"
+            "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+# ---- data between two processes ----------------------------------------------------
+
+
+def test_sync_write_and_read_every_byte(te, target):
+    local = te.allocate_managed_buffer(2 * MIB)
+    lv = view(local, 2 * MIB)
+    off = 0
+    for seed, n in enumerate([1, 7, 255, 4 * KIB, 4 * KIB + 1, 65537, MIB, 2 * MIB - 3]):
+        off = (off + 4099) % (target.length - n)
+        lv[:n] = seeded(seed, n)
+        assert te.transfer_sync_write(target.name, local, target.addr + off, n) == 0
+        assert target.check(off, n, seed) == "ok"
+        lv[:n] = 0
+        assert te.transfer_sync_read(target.name, local, target.addr + off, n) == 0
+        assert np.array_equal(lv[:n], seeded(seed, n))
+        # opcode form, the target's bytes changed by the target itself
+        assert target.ask(f"fill {off} {n} {seed + 50}") == "ok"
+        assert te.transfer_sync(target.name, local, target.addr + off, n,
+                                TransferOpcode.Read) == 0
+        assert np.array_equal(lv[:n], seeded(seed + 50, n))
+
+
+def test_batch_sync_scatter_every_byte(te, target):
+    rng = random.Random(5)
+    blocks = 240
+    lens = [rng.choice([1, 100, 4 * KIB, 9000, 16 * KIB]) for _ in range(blocks)]
+    slot = 16 * KIB
+    local = te.allocate_managed_buffer(blocks * slot)
+    lv = view(local, blocks * slot)
+    order = list(range(blocks))
+    rng.shuffle(order)  # local block i goes to remote slot order[i]
+    srcs = [local + i * slot for i in range(blocks)]
+    dsts = [target.addr + order[i] * slot for i in range(blocks)]
+    for i, n in enumerate(lens):
+        lv[i * slot:i * slot + n] = seeded(i, n)
+    assert te.batch_transfer_sync_write(target.name, srcs, dsts, lens) == 0
+    for i, n in enumerate(lens):
+        assert target.check(order[i] * slot, n, i) == "ok", i
+    lv[:] = 0
+    assert te.batch_transfer_sync_read(target.name, srcs, dsts, lens) == 0
+    for i, n in enumerate(lens):
+        assert np.array_equal(lv[i * slot:i * slot + n], seeded(i, n)), i
+    # batch_transfer_sync with an opcode, numpy memory registered by address
+    arr = np.zeros(blocks * slot, dtype=np.uint8)
+    base = arr.ctypes.data
+    assert te.batch_register_memory([base], [arr.nbytes]) == 0
+    assert te.batch_transfer_sync(target.name, [base + i * slot for i in range(blocks)],
+                                  dsts, lens, TransferOpcode.Read) == 0
+    for i, n in enumerate(lens):
+        assert np.array_equal(arr[i * slot:i * slot + n], seeded(i, n)), i
+    assert te.batch_unregister_memory([base]) == 0
+    assert te.batch_transfer_sync_read(target.name, [base], [target.addr], [16]) == -1
+
+
+def test_notifications_arrive_whole_and_in_order(te, target):
+    local = te.allocate_managed_buffer(64 * KIB)
+    view(local, 64 * KIB)[:] = seeded(3, 64 * KIB)
+    assert te.transfer_sync(target.name, local, target.addr, 64 * KIB, TransferOpcode.Write,
+                            TransferNotify("req-1", "layer 0 done")) == 0
+    n = TransferNotify()
+    n.name, n.msg = "req-1", "kv ready: blocks 0..3, \u00e9t\u00e9"
+    assert te.batch_transfer_sync(target.name, [local, local + 4 * KIB],
+                                  [target.addr + MIB, target.addr + 2 * MIB],
+                                  [4 * KIB, 4 * KIB], TransferOpcode.Write, n) == 0
+    # a notification without data (empty lists) is sent at once
+    assert te.batch_transfer_sync(target.name, [], [], [], TransferOpcode.Write,
+                                  TransferNotify("req-2", "")) == 0
+    got = target.notifies(3)
+    assert got == [["req-1", "layer 0 done"], ["req-1", "kv ready: blocks 0..3, \u00e9t\u00e9"],
+                   ["req-2", ""]]
+    # the data was there before the notification was
+    assert target.check(0, 64 * KIB, 3) == "ok"
+    assert target.check(MIB, 4 * KIB, 3) == "ok"
+    assert target.check(2 * MIB, 4 * KIB, (3 + 4 * KIB) % 256) == "ok"
+    assert te.transfer_sync(target.name, local, target.addr, 16, TransferOpcode.Write,
+                            TransferNotify("x", "y" * 5000)) == -1
+    assert target.notifies(1, 0.2) == []
+
+
+def test_async_batch_ids_and_status_polling(te, target):
+    slot = 64 * KIB
+    local = te.allocate_managed_buffer(8 * slot)
+    lv = view(local, 8 * slot)
+    ids = []
+    for b in range(4):
+        lv[b * 2 * slot:(b + 1) * 2 * slot] = seeded(b, 2 * slot)
+        srcs = [local + b * 2 * slot, local + b * 2 * slot + slot]
+        dsts = [target.addr + b * 2 * slot, target.addr + b * 2 * slot + slot]
+        ids.append(te.batch_transfer_async_write(target.name, srcs, dsts, [slot, slot]))
+    assert 0 not in ids and len(set(ids)) == 4
+    assert te.get_batch_transfer_status(ids) == 0
+    for b in range(4):
+        assert target.check(b * 2 * slot, 2 * slot, b) == "ok"
+    # ids are released: asking again is an error, not a hang
+    assert te.get_batch_transfer_status(ids[:1]) == -1
+    bid = te.transfer_submit_write(target.name, local, target.addr + MIB, slot)
+    assert bid != 0
+    deadline = time.monotonic() + 10
+    while (r := te.transfer_check_status(bid)) == 0:
+        assert time.monotonic() < deadline
+    assert r == 1 and te.transfer_check_status(bid) == -1
+    assert target.check(MIB, slot, 0) == "ok"
+    lv[:] = 0
+    rid = te.batch_transfer_async(target.name, [local], [target.addr], [8 * slot],
+                                  TransferOpcode.Read)
+    assert rid != 0 and te.get_batch_transfer_status([rid]) == 0
+    for b in range(4):
+        assert np.array_equal(lv[b * 2 * slot:(b + 1) * 2 * slot], seeded(b, 2 * slot))
+    # a failed task: the id reports -1
+    bad = te.batch_transfer_async_write(target.name, [local], [target.addr + target.length - 8],
+                                        [16])
+    assert bad != 0
+    while (r := te.transfer_check_status(bad)) == 0:
+        pass
+    assert r == -1
+
+
+# ---- errors ------------------------------------------------------------------------
+
+
+def test_error_returns(te, target, caplog):
+    caplog.set_level(logging.ERROR, logger="orbitte.mooncake")
+    local = te.allocate_managed_buffer(64 * KIB)
+    unregistered = np.zeros(4096, dtype=np.uint8)
+    name = target.name
+    # remote address outside every region, a range crossing the region's end
+    assert te.transfer_sync_write(name, local, 4096, 16) == -1
+    assert te.transfer_sync_write(name, local, target.addr + target.length - 8, 16) == -1
+    assert te.transfer_sync_read(name, local, target.addr + target.length, 1) == -1
+    # local memory that was never registered, or no longer is
+    assert te.transfer_sync_write(name, unregistered.ctypes.data, target.addr, 16) == -1
+    assert te.batch_transfer_sync_write(name, [local, unregistered.ctypes.data],
+                                        [target.addr, target.addr + 64], [16, 16]) == -1
+    assert te.batch_transfer_async_write(name, [unregistered.ctypes.data], [target.addr],
+                                         [16]) == 0
+    assert te.transfer_submit_write(name, unregistered.ctypes.data, target.addr, 16) == 0
+    # an unknown segment: nothing listens on a port just closed
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = f"127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+    assert te.transfer_sync_write(dead, local, target.addr, 16) == -1
+    assert te.batch_transfer_async_read(dead, [local], [target.addr], [16]) == 0
+    assert te.get_first_buffer_address(dead) == 0
+    assert te.send_probe(dead) == -1 and te.send_probe(name) == 0
+    # list lengths that differ
+    assert te.batch_transfer_sync_write(name, [local], [target.addr, target.addr], [1]) == -1
+    # memory bookkeeping
+    assert te.unregister_memory(unregistered.ctypes.data) == -1
+    assert te.free_managed_buffer(unregistered.ctypes.data, 4096) == -1
+    assert te.write_bytes_to_buffer(local, b"abc", 4) == -1
+    assert te.transfer_check_status(987654) == -1
+    # nothing landed: every byte of the target is as it started
+    assert target.ask("pristine") == "ok"
+    # and the engine still works
+    assert te.write_bytes_to_buffer(local, bytes(seeded(9, 100)), 100) == 0
+    assert te.transfer_sync_write(name, local, target.addr, 100) == 0
+    assert target.check(0, 100, 9) == "ok"
+    assert "not inside a registered region" in caplog.text
+
+
+def test_initialize_errors(caplog, monkeypatch):
+    caplog.set_level(logging.ERROR, logger="orbitte.mooncake")
+    monkeypatch.delenv("OTE_TLS", raising=False)
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    te = TransferEngine()
+    assert te.transfer_sync_write("127.0.0.1:1", 0, 0, 1) == -1
+    assert te.allocate_managed_buffer(4096) == 0 and te.get_rpc_port() == -1
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == -1
+    assert "protocol rdma needs an RDMA device" in caplog.text
+    assert te.initialize("127.0.0.1", "http://127.0.0.1:8080/metadata", "tcp", "") == -1
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "nvlink", "") == -1
+    assert te.initialize_ext("127.0.0.1", "127.0.0.1:8080", "tcp", "", "http") == -1
+    assert "not supported" in caplog.text
+    assert "OTE_TLS" not in os.environ  # the engine's settings do not leak
+    # MC_FORCE_TCP turns rdma into tcp; HCA names are ignored over tcp
+    monkeypatch.setenv("MC_FORCE_TCP", "1")
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0,mlx5_1") == 0
+    assert te.get_rpc_port() > 0
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == -1  # only once
+
+
+def test_metadata_servers_reach_the_engine(caplog):
+    """etcd:// and redis:// (and a bare host:port, read as etcd) are handed to the
+    engine's metadata parameter: 0 where the library has the backend, -1 with
+    its reason where it does not."""
+    caplog.set_level(logging.ERROR, logger="orbitte.mooncake")
+    for server in ("etcd://127.0.0.1:2379", "redis://127.0.0.1:6379", "127.0.0.1:2379"):
+        te = TransferEngine()
+        ret = te.initialize("127.0.0.1:17777", server, "tcp", "")
+        if ret != 0:
+            assert "Engine()" in caplog.text
+        caplog.clear()
+
+
+def test_sync_batch_deadline_leaves_no_transfer_behind(target, monkeypatch, caplog):
+    """At its deadline a sync batch cancels its tasks and returns -1 only once
+    none can still land: the stopped target, resumed, finds its buffer
+    untouched; the next call works."""
+    caplog.set_level(logging.ERROR, logger="orbitte.mooncake")
+    monkeypatch.setenv("OTE_XFER_TIMEOUT_MS", "2500")
+    te = TransferEngine()
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    te.transfer_timeout = 0.3
+    n = target.length
+    local = te.allocate_managed_buffer(n)
+    view(local, n)[:] = 0xAB
+    # connect first, so that only the transfer meets the stopped target
+    assert te.get_first_buffer_address(target.name) == target.addr
+    blk = 256 * KIB
+    srcs = [local + o for o in range(0, n, blk)]
+    dsts = [target.addr + o for o in range(0, n, blk)]
+    stop(target.proc.pid)
+    try:
+        t0 = time.monotonic()
+        assert te.batch_transfer_sync_write(target.name, srcs, dsts, [blk] * len(srcs)) == -1
+        took = time.monotonic() - t0
+        assert "deadline" in caplog.text
+        assert took >= 0.3
+        bid = te.batch_transfer_async_write(target.name, srcs, dsts, [blk] * len(srcs))
+        assert bid != 0
+        assert te.get_batch_transfer_status([bid]) == -1
+    finally:
+        os.kill(target.proc.pid, signal.SIGCONT)
+    time.sleep(0.5)
+    assert target.ask("pristine") == "ok"
+    view(local, 4096)[:] = seeded(1, 4096)
+    assert te.transfer_sync_write(target.name, local, target.addr, 4096) == 0
+    assert target.check(0, 4096, 1) == "ok"
+
+
+# ---- a session as Mooncake's own initiator and target tests run one -----------------
+
+
+def test_initiator_target_session(te, target):
+    rng = random.Random(11)
+    own = f"127.0.0.1:{te.get_rpc_port()}"
+    src = te.get_first_buffer_address(own)
+    if src == 0:
+        src = te.allocate_managed_buffer(64 * MIB)
+    assert src != 0
+    dst = te.get_first_buffer_address(target.name)
+    assert dst == target.addr
+    alphabet = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&()*+,-./"
+    sizes = [rng.randint(16, 256) for _ in range(200)] + [KIB, 64 * KIB, MIB, 4 * MIB]
+    for i, n in enumerate(sizes):
+        data = bytes(rng.choice(alphabet) for _ in range(min(n, 4096))) * (n // 4096 or 1)
+        data = data[:n]
+        assert te.write_bytes_to_buffer(src, data, len(data)) == 0
+        assert te.transfer_sync_write(target.name, src, dst, len(data)) == 0, i
+        assert te.write_bytes_to_buffer(src, bytes(len(data)), len(data)) == 0
+        assert te.transfer_sync_read(target.name, src, dst, len(data)) == 0, i
+        assert te.read_bytes_from_buffer(src, len(data)) == data, i
+    for rnd in range(3):
+        srcs = [src + j * KIB for j in range(100)]
+        dsts = [dst + j * KIB for j in range(100)]
+        datas = [bytes(rng.choice(alphabet) for _ in range(rng.randint(32, 128)))
+                 for _ in range(100)]
+        lens = [len(d) for d in datas]
+        for s, d in zip(srcs, datas):
+            assert te.write_bytes_to_buffer(s, d, len(d)) == 0
+        if rnd % 2 == 0:
+            assert te.batch_transfer_sync_write(target.name, srcs, dsts, lens) == 0
+        else:
+            bid = te.batch_transfer_async_write(target.name, srcs, dsts, lens)
+            assert bid != 0 and te.get_batch_transfer_status([bid]) == 0
+        for s, n in zip(srcs, lens):
+            assert te.write_bytes_to_buffer(s, bytes(n), n) == 0
+        if rnd % 2 == 0:
+            assert te.batch_transfer_sync_read(target.name, srcs, dsts, lens) == 0
+        else:
+            bid = te.batch_transfer_async_read(target.name, srcs, dsts, lens)
+            assert bid != 0 and te.get_batch_transfer_status([bid]) == 0
+        for s, d in zip(srcs, datas):
+            assert te.read_bytes_from_buffer(s, len(d)) == d
+
+
+def test_module_names():
+    assert mooncake.Write == TransferOpcode.Write == 1 and mooncake.Read == 0
+    assert TransferNotify("a", "b") == TransferNotify("a", "b")
+    assert mooncake.P2PHANDSHAKE == "P2PHANDSHAKE"
