@@ -361,143 +361,135 @@ static ote_status_t remote_range_check(ote_segment_h seg, const ote_xfer_req_t *
     return status;
 }
 
-static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size_t count,
-                                 const void *msg, size_t msg_len, size_t *first_task_p)
+/* The arguments alone: requests well formed, their bytes counted. */
+static ote_status_t submit_validate(const ote_xfer_req_t *reqs, size_t count, const void *msg,
+                                    size_t msg_len, size_t *bytes_p)
 {
-    ote_engine_h e = b->engine;
-    slice_chain_t chains[OTE_MAX_WORKERS];
-    ote_notify_group_t *group = NULL;
-    ote_status_t refused_stack[OTE_SUBMIT_STACK_REQS], *refused_all;
-    size_t bytes = 0, first, i;
-    ote_status_t status;
+    size_t bytes = 0;
 
-    if (reqs == NULL || count == 0 || first_task_p == NULL)
+    if (reqs == NULL || count == 0)
         return OTE_ERR_INVALID_PARAM;
-    for (i = 0; i < count; i++) {
-        if (reqs[i].segment == NULL || reqs[i].length == 0 || reqs[i].local_addr == NULL ||
-            (reqs[i].op != OTE_OP_READ && reqs[i].op != OTE_OP_WRITE) ||
-            reqs[i].remote_addr + reqs[i].length < reqs[i].remote_addr)
-            return OTE_ERR_INVALID_PARAM;
-        if (bytes + reqs[i].length < bytes)
-            return OTE_ERR_INVALID_PARAM;
-        bytes += reqs[i].length;
-    }
-    if (msg != NULL) {
-        /* A notification goes to one peer: every request must target it. */
-        if (msg_len > OTE_NOTIFY_MAX)
-            return OTE_ERR_INVALID_PARAM;
-        for (i = 1; i < count; i++) {
-            if (reqs[i].segment != reqs[0].segment)
-                return OTE_ERR_INVALID_PARAM;
-        }
-        group = malloc(sizeof(*group) + msg_len);
-        if (group == NULL)
-            return OTE_ERR_NO_MEMORY;
-        atomic_init(&group->remaining, (long)count);
-        atomic_init(&group->task_error, OTE_OK);
-        atomic_init(&group->status, OTE_INPROGRESS);
-        group->segment = reqs[0].segment;
-        group->batch   = b;
-        group->next    = NULL;
-        group->length  = msg_len;
-        memcpy(group->data, msg, msg_len);
-    }
+    for (size_t i = 0; i < count; i++) {
+        const ote_xfer_req_t *r = &reqs[i];
 
-    /*
-     * Remote ranges for transports that do not check at the target: this
-     * may ask the peer for its descriptor again, so it runs before any lock
-     * of the batch is taken (other threads keep reading statuses).
-     */
-    refused_all = count <= OTE_SUBMIT_STACK_REQS ? refused_stack
-                                                 : malloc(count * sizeof(*refused_all));
-    if (refused_all == NULL) {
-        free(group);
-        return OTE_ERR_NO_MEMORY;
+        if (r->segment == NULL || r->length == 0 || r->local_addr == NULL ||
+            (r->op != OTE_OP_READ && r->op != OTE_OP_WRITE) ||
+            r->remote_addr + r->length < r->remote_addr || bytes + r->length < bytes)
+            return OTE_ERR_INVALID_PARAM;
+        bytes += r->length;
+        /* A notification goes to one peer: every request must target it. */
+        if (msg != NULL && r->segment != reqs[0].segment)
+            return OTE_ERR_INVALID_PARAM;
     }
-    for (i = 0; i < count; i++) {
+    if (msg != NULL && msg_len > OTE_NOTIFY_MAX)
+        return OTE_ERR_INVALID_PARAM;
+    *bytes_p = bytes;
+    return OTE_OK;
+}
+
+static ote_notify_group_t *notify_group_new(ote_batch_h b, const ote_xfer_req_t *reqs,
+                                            size_t count, const void *msg, size_t msg_len)
+{
+    ote_notify_group_t *g = malloc(sizeof(*g) + msg_len);
+
+    if (g == NULL)
+        return NULL;
+    atomic_init(&g->remaining, (long)count);
+    atomic_init(&g->task_error, OTE_OK);
+    atomic_init(&g->status, OTE_INPROGRESS);
+    g->segment = reqs[0].segment;
+    g->batch   = b;
+    g->next    = NULL;
+    g->length  = msg_len;
+    memcpy(g->data, msg, msg_len);
+    return g;
+}
+
+/*
+ * What may talk to the peer, before any lock of the batch is taken (other
+ * threads keep reading statuses): connections a timeout reset are made
+ * again (a peer found restarted marks the segment stale, refused at
+ * preparation); over transports that do not check at the target, each
+ * remote range is checked against the peer's descriptor (refused[i]).
+ */
+static void submit_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
+                               ote_status_t *refused)
+{
+    for (size_t i = 0; i < count; i++) {
         ote_segment_h seg = reqs[i].segment;
         bool unchecked;
 
-        refused_all[i] = OTE_OK;
+        refused[i] = OTE_OK;
         if (atomic_load(&seg->closed) || seg->engine != e)
-            continue; /* refused below, with the whole call */
-        /*
-         * Connections a timeout reset are made again first; a peer found
-         * restarted marks the segment stale and the call is refused below.
-         */
+            continue; /* refused at preparation, with the whole call */
         if (i == 0 || seg != reqs[i - 1].segment)
             (void)ote_segment_repair(seg);
         pthread_mutex_lock(&seg->lock);
         unchecked = ote_proto_rails_unchecked(&seg->rail_set);
         pthread_mutex_unlock(&seg->lock);
         if (unchecked)
-            refused_all[i] = remote_range_check(seg, &reqs[i]);
+            refused[i] = remote_range_check(seg, &reqs[i]);
     }
+}
 
-    /* Admission first (it may wait), then the batch's room under its lock. */
-    status = admission_reserve(e, count, bytes);
+/* Drop what task_prepare took. */
+static void task_unprepare(ote_task_t *t)
+{
+    if (t->desc != NULL)
+        ote_segment_desc_put(t->desc);
+    if (t->local_region != NULL)
+        ote_mem_region_put(t->local_region);
+    if (t->slices != NULL)
+        ote_proto_plan_release(t->slices, &t->inline_slice);
+    memset(t, 0, sizeof(*t));
+}
+
+/*
+ * Prepare task t for request r (batch lock held): the local range, and the
+ * protocol's plan of its slices. A request refused by the peer checks ends
+ * FAILED at once with no slice. On an error t is left empty.
+ */
+static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_req_t *r,
+                                 ote_status_t refused, ote_notify_group_t *group)
+{
+    ote_engine_h e    = b->engine;
+    ote_segment_h seg = r->segment;
+    ote_proto_remote_t remote = {.mem_type = OTE_MEM_TYPE_HOST};
+    const ote_desc_region_t *rreg;
+    ote_proto_req_t req;
+    ote_status_t status;
+    size_t n = 0;
+
+    memset(t, 0, sizeof(*t));
+    if (seg->engine != e)
+        return OTE_ERR_INVALID_PARAM;
+    if (atomic_load(&seg->closed))
+        return OTE_ERR_NOT_FOUND;
+    if (atomic_load(&seg->stale))
+        return OTE_ERR_PEER_RESTARTED;
+    status = ote_mem_region_acquire(e->regions, (uintptr_t)r->local_addr, r->length, 0,
+                                    &t->local_region);
     if (status != OTE_OK) {
-        free(group);
-        if (refused_all != refused_stack)
-            free(refused_all);
+        ote_debug("submit: local range %p+%zu: %s", r->local_addr, r->length,
+                  ote_status_string(status));
         return status;
     }
-    pthread_mutex_lock(&b->lock);
-    if (b->used + count > b->capacity) {
-        pthread_mutex_unlock(&b->lock);
-        admission_release(e, count, bytes);
-        free(group);
-        if (refused_all != refused_stack)
-            free(refused_all);
-        return OTE_ERR_BUSY;
-    }
-    first = b->used;
-
-    /* Check and prepare every task before anything is posted. */
-    for (i = 0; i < count; i++) {
-        const ote_xfer_req_t *r = &reqs[i];
-        ote_task_t *t           = &b->tasks[first + i];
-        ote_segment_h seg       = r->segment;
-        ote_rail_set_t rails;
-        const ote_desc_region_t *rreg;
-        unsigned remote_mem = OTE_MEM_TYPE_HOST;
-        ote_status_t refused = refused_all[i];
-        unsigned cursor;
-        size_t n;
-
-        memset(t, 0, sizeof(*t));
-        if (atomic_load(&seg->closed) || seg->engine != e || atomic_load(&seg->stale)) {
-            status = seg->engine != e        ? OTE_ERR_INVALID_PARAM
-                     : atomic_load(&seg->closed) ? OTE_ERR_NOT_FOUND
-                                                 : OTE_ERR_PEER_RESTARTED;
-            goto err_unwind;
-        }
-        status = ote_mem_region_acquire(e->regions, (uintptr_t)r->local_addr, r->length, 0,
-                                        &t->local_region);
-        if (status != OTE_OK) {
-            ote_debug("submit: local range %p+%zu: %s", r->local_addr, r->length,
-                      ote_status_string(status));
-            goto err_unwind;
-        }
-        if (refused != OTE_OK) {
-            /* Refused before anything is posted: the task ends FAILED at once. */
-            t->slices     = NULL;
-            t->num_slices = 0;
-            t->length     = r->length;
-            t->segment    = seg;
-            t->batch      = b;
-            t->notify     = group;
-            atomic_init(&t->pending, 0);
-            atomic_init(&t->state, OTE_TASK_PENDING);
-            atomic_init(&t->first_error, refused);
-            continue;
-        }
+    if (refused == OTE_OK) {
+        req = (ote_proto_req_t){.op = r->op, .local = r->local_addr,
+                                .local_region = t->local_region, .remote = r->remote_addr,
+                                .length = r->length};
         pthread_mutex_lock(&seg->lock);
         rreg = seg->desc ? ote_desc_find_region(seg->desc, r->remote_addr, r->length) : NULL;
-        if (rreg != NULL && strncmp(rreg->location, "cuda", 4) == 0)
-            remote_mem = OTE_MEM_TYPE_CUDA;
-        status = ote_proto_rails_select(&seg->rail_set, r->op, t->local_region->mem_type,
-                                        remote_mem, &rails);
+        if (rreg != NULL) {
+            remote = (ote_proto_remote_t){
+                .published = true,
+                .mem_type  = strncmp(rreg->location, "cuda", 4) == 0 ? OTE_MEM_TYPE_CUDA
+                                                                     : OTE_MEM_TYPE_HOST,
+                .rkeys     = rreg->rkeys,
+                .num_rkeys = rreg->num_rkeys};
+        }
+        status = ote_proto_plan(&seg->rail_set, &req, &remote, e->config.slice_size,
+                                &seg->cursor, &t->inline_slice, &t->slices, &n);
         if (status == OTE_OK && rreg != NULL) {
             /* The slices point at its rkeys: a refresh must not free it under them. */
             t->desc = seg->desc;
@@ -505,89 +497,40 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         }
         pthread_mutex_unlock(&seg->lock);
         if (status != OTE_OK) {
-            ote_debug("submit: no rail to %s can %s %s memory from %s memory", seg->name,
+            ote_debug("submit: %s %#llx+%zu on %s (%s memory from %s memory): %s",
                       r->op == OTE_OP_WRITE ? "WRITE" : "READ",
-                      remote_mem == OTE_MEM_TYPE_CUDA ? "cuda" : "host",
-                      t->local_region->mem_type == OTE_MEM_TYPE_CUDA ? "cuda" : "host");
-            goto err_task;
+                      (unsigned long long)r->remote_addr, r->length, seg->name,
+                      remote.mem_type == OTE_MEM_TYPE_CUDA ? "cuda" : "host",
+                      t->local_region->mem_type == OTE_MEM_TYPE_CUDA ? "cuda" : "host",
+                      ote_status_string(status));
+            task_unprepare(t);
+            return status;
         }
-        /*
-         * Slices are checked one by one at the target. A request that no
-         * region of the peer's descriptor covers may be meant for a region
-         * published since: send it whole so that the target checks the
-         * whole range, never a piece of it that happens to fall in another
-         * region.
-         */
-        if (rreg == NULL) {
-            n = 1;
-            for (size_t k = 0; k < rails.num_rails; k++) {
-                if (rails.rails[k]->caps.max_msg && r->length > rails.rails[k]->caps.max_msg)
-                    n = 0;
-            }
-            if (n == 0) {
-                ote_debug("submit: %#llx+%zu is in no region %s published and is too large "
-                          "to be checked whole; refresh the segment",
-                          (unsigned long long)r->remote_addr, r->length, seg->name);
-                status = OTE_ERR_NOT_REGISTERED;
-                goto err_task;
-            }
-        } else {
-            n = ote_proto_slice_count(&rails, r->length, e->config.slice_size);
-        }
-        if (n == 1) {
-            t->slices = &t->inline_slice;
-        } else {
-            t->slices = calloc(n, sizeof(*t->slices));
-            if (t->slices == NULL) {
-                status = OTE_ERR_NO_MEMORY;
-                goto err_task;
-            }
-        }
-        t->num_slices = n;
-        cursor = atomic_fetch_add(&seg->cursor, (unsigned)n);
-        ote_proto_slice_plan(&rails, r->op, r->local_addr, r->remote_addr, r->length, n,
-                             t->slices, &cursor);
         for (size_t k = 0; k < n; k++) {
-            ote_slice_t *s = &t->slices[k];
-
-            s->comp.func     = slice_complete_cb;
-            s->task          = t;
-            s->local_region  = t->local_region;
-            s->cancel        = &t->cancel;
-            if (rreg != NULL && s->rail->remote_md >= 0) {
-                for (uint8_t q = 0; q < rreg->num_rkeys; q++) {
-                    if (rreg->rkeys[q].md_index == s->rail->remote_md) {
-                        s->rkey     = rreg->rkeys[q].data;
-                        s->rkey_len = rreg->rkeys[q].length;
-                    }
-                }
-            }
+            t->slices[k].comp.func = slice_complete_cb;
+            t->slices[k].task      = t;
+            t->slices[k].cancel    = &t->cancel;
         }
-        t->length  = r->length;
-        t->segment = seg;
-        t->batch   = b;
-        t->notify  = group;
-        atomic_init(&t->pending, (long)n);
-        atomic_init(&t->state, OTE_TASK_PENDING);
-        atomic_init(&t->first_error, OTE_OK);
     }
-    b->used += count;
-    /* The notification is waited for as the tasks are, and holds the batch too. */
-    atomic_fetch_add(&b->pending, (long)count + (group != NULL));
-    atomic_fetch_add(&b->refs, (long)count + (group != NULL));
-    if (group != NULL) {
-        group->next = b->groups;
-        b->groups   = group;
-    }
-    pthread_mutex_unlock(&b->lock);
-    if (refused_all != refused_stack)
-        free(refused_all);
-    if (group != NULL)
-        ote_segment_get(group->segment);
+    t->num_slices = n;
+    t->length     = r->length;
+    t->segment    = seg;
+    t->batch      = b;
+    t->notify     = group;
+    atomic_init(&t->pending, (long)n);
+    atomic_init(&t->state, OTE_TASK_PENDING);
+    atomic_init(&t->first_error, refused);
+    return OTE_OK;
+}
 
-    /* Hand slices to the workers that own their rails, one wake-up each. */
+/* Hand the slices of tasks [first, first+count) to the workers of their rails, one wake-up each. */
+static void submit_post(ote_batch_h b, size_t first, size_t count)
+{
+    ote_engine_h e = b->engine;
+    slice_chain_t chains[OTE_MAX_WORKERS];
+
     memset(chains, 0, sizeof(chains[0]) * e->num_workers);
-    for (i = 0; i < count; i++) {
+    for (size_t i = 0; i < count; i++) {
         ote_task_t *t = &b->tasks[first + i];
 
         ote_segment_get(t->segment);
@@ -611,32 +554,81 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         if (chains[w].head)
             ote_worker_post(&e->workers[w], chains[w].head, chains[w].tail);
     }
-    *first_task_p = first;
-    return OTE_OK;
+}
 
-err_task:
-    /* The task being prepared: what it took so far. */
-    if (b->tasks[first + i].desc != NULL)
-        ote_segment_desc_put(b->tasks[first + i].desc);
-    if (b->tasks[first + i].local_region != NULL)
-        ote_mem_region_put(b->tasks[first + i].local_region);
-    memset(&b->tasks[first + i], 0, sizeof(b->tasks[first + i]));
-err_unwind:
-    while (i-- > 0) {
-        ote_task_t *t = &b->tasks[first + i];
+/*
+ * Validate, check with the peer, admit, prepare every task under the batch
+ * lock (nothing is posted until all are ready), then post. On any error
+ * nothing of the call stays: one unwind path.
+ */
+static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size_t count,
+                                 const void *msg, size_t msg_len, size_t *first_task_p)
+{
+    ote_engine_h e = b->engine;
+    ote_notify_group_t *group = NULL;
+    ote_status_t refused_stack[OTE_SUBMIT_STACK_REQS], *refused = refused_stack;
+    size_t bytes = 0, first = 0, ready = 0;
+    bool admitted = false, locked = false;
+    ote_status_t status;
 
-        if (t->desc != NULL)
-            ote_segment_desc_put(t->desc);
-        ote_mem_region_put(t->local_region);
-        if (t->slices != NULL && t->slices != &t->inline_slice)
-            free(t->slices);
-        memset(t, 0, sizeof(*t));
+    if (first_task_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    status = submit_validate(reqs, count, msg, msg_len, &bytes);
+    if (status != OTE_OK)
+        return status;
+    if (msg != NULL && (group = notify_group_new(b, reqs, count, msg, msg_len)) == NULL)
+        return OTE_ERR_NO_MEMORY;
+    if (count > OTE_SUBMIT_STACK_REQS &&
+        (refused = malloc(count * sizeof(*refused))) == NULL) {
+        status = OTE_ERR_NO_MEMORY;
+        goto out;
+    }
+    submit_peer_checks(e, reqs, count, refused);
+
+    /* Admission first (it may wait), then the batch's room under its lock. */
+    status = admission_reserve(e, count, bytes);
+    if (status != OTE_OK)
+        goto out;
+    admitted = true;
+    pthread_mutex_lock(&b->lock);
+    locked = true;
+    if (b->used + count > b->capacity) {
+        status = OTE_ERR_BUSY;
+        goto out;
+    }
+    first = b->used;
+    for (ready = 0; ready < count; ready++) {
+        status = task_prepare(b, &b->tasks[first + ready], &reqs[ready], refused[ready], group);
+        if (status != OTE_OK)
+            goto out;
+    }
+    b->used += count;
+    /* The notification is waited for as the tasks are, and holds the batch too. */
+    atomic_fetch_add(&b->pending, (long)count + (group != NULL));
+    atomic_fetch_add(&b->refs, (long)count + (group != NULL));
+    if (group != NULL) {
+        group->next = b->groups;
+        b->groups   = group;
+        ote_segment_get(group->segment);
+        group = NULL; /* the batch's now */
     }
     pthread_mutex_unlock(&b->lock);
-    admission_release(e, count, bytes);
+    locked = false;
+    submit_post(b, first, count);
+    *first_task_p = first;
+
+out:
+    if (status != OTE_OK) {
+        while (ready-- > 0)
+            task_unprepare(&b->tasks[first + ready]);
+    }
+    if (locked)
+        pthread_mutex_unlock(&b->lock);
+    if (admitted && status != OTE_OK)
+        admission_release(e, count, bytes);
     free(group);
-    if (refused_all != refused_stack)
-        free(refused_all);
+    if (refused != refused_stack)
+        free(refused);
     return status;
 }
 

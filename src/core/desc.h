@@ -7,6 +7,7 @@
 #define OTE_CORE_DESC_H
 
 #include "mem/mem.h"
+#include "proto/proto.h"
 #include "uct_ext/tl.h"
 #include "base/buf.h"
 
@@ -28,11 +29,8 @@ typedef struct {
     size_t   addr_len;
 } ote_desc_tl_t;
 
-typedef struct {
-    uint8_t        md_index;
-    uint16_t       length;
-    const uint8_t *data; /* points into the descriptor's blob */
-} ote_desc_rkey_t;
+/* A region's remote key; data points into the descriptor's blob. */
+typedef ote_proto_rkey_t ote_desc_rkey_t;
 
 typedef struct {
     uint64_t        addr;

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* A rail slower than a quarter of the best one that can serve is dropped. */
@@ -162,6 +163,69 @@ void ote_proto_slice_plan(const ote_rail_set_t *rails, ote_op_t op, void *local,
         slices[i].length = len;
         off += len;
     }
+}
+
+ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *req,
+                            const ote_proto_remote_t *remote, size_t slice_size,
+                            atomic_uint *cursor, ote_slice_t *inline_slice,
+                            ote_slice_t **slices_p, size_t *count_p)
+{
+    ote_rail_set_t rails;
+    ote_slice_t *slices;
+    ote_status_t status;
+    unsigned first;
+    size_t n;
+
+    status = ote_proto_rails_select(all, req->op, req->local_region->mem_type, remote->mem_type,
+                                    &rails);
+    if (status != OTE_OK)
+        return status;
+    if (!remote->published) {
+        for (size_t k = 0; k < rails.num_rails; k++) {
+            if (rails.rails[k]->caps.max_msg && req->length > rails.rails[k]->caps.max_msg) {
+                ote_debug("plan: %#llx+%zu is in no region the peer published and is too "
+                          "large to be checked whole; refresh the segment",
+                          (unsigned long long)req->remote, req->length);
+                return OTE_ERR_NOT_REGISTERED;
+            }
+        }
+        n = 1;
+    } else {
+        n = ote_proto_slice_count(&rails, req->length, slice_size);
+    }
+    if (n == 1) {
+        slices = inline_slice;
+        memset(slices, 0, sizeof(*slices));
+    } else {
+        slices = calloc(n, sizeof(*slices));
+        if (slices == NULL)
+            return OTE_ERR_NO_MEMORY;
+    }
+    first = atomic_fetch_add(cursor, (unsigned)n);
+    ote_proto_slice_plan(&rails, req->op, req->local, req->remote, req->length, n, slices,
+                         &first);
+    for (size_t k = 0; k < n; k++) {
+        ote_slice_t *s = &slices[k];
+
+        s->local_region = req->local_region;
+        if (s->rail->remote_md < 0)
+            continue;
+        for (size_t q = 0; q < remote->num_rkeys; q++) {
+            if (remote->rkeys[q].md_index == s->rail->remote_md) {
+                s->rkey     = remote->rkeys[q].data;
+                s->rkey_len = remote->rkeys[q].length;
+            }
+        }
+    }
+    *slices_p = slices;
+    *count_p  = n;
+    return OTE_OK;
+}
+
+void ote_proto_plan_release(ote_slice_t *slices, ote_slice_t *inline_slice)
+{
+    if (slices != inline_slice)
+        free(slices);
 }
 
 ote_status_t ote_proto_slice_post(ote_slice_t *s)

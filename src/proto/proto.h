@@ -88,6 +88,47 @@ void ote_proto_slice_plan(const ote_rail_set_t *rails, ote_op_t op, void *local,
                           uint64_t remote, size_t length, size_t count, ote_slice_t *slices,
                           unsigned *cursor);
 
+/* A remote key the peer published for a region, for one of its memory domains. */
+typedef struct {
+    uint8_t        md_index;
+    uint16_t       length;
+    const uint8_t *data;
+} ote_proto_rkey_t;
+
+/* What the peer's descriptor says of a request's remote range. */
+typedef struct {
+    bool                    published; /* a region the peer published covers it */
+    unsigned                mem_type;  /* that region's OTE_MEM_TYPE_* (HOST if none) */
+    const ote_proto_rkey_t *rkeys;     /* that region's keys */
+    size_t                  num_rkeys;
+} ote_proto_remote_t;
+
+/* One request, as the caller hands it to ote_proto_plan(). */
+typedef struct {
+    ote_op_t      op;
+    void         *local;
+    ote_region_t *local_region; /* the registered region local lies in */
+    uint64_t      remote;
+    size_t        length;
+} ote_proto_req_t;
+
+/*
+ * Plan one request on a peer's rails: choose the rails that reach both
+ * memories (ote_proto_rails_select), cut the request into slices over them
+ * from *cursor, and give each slice its rail's remote key. A range no
+ * published region covers may be one the peer registered since: it goes
+ * whole in one slice, so that a checking target checks the whole range
+ * (NOT_REGISTERED when it is too large for one message). One slice uses
+ * *inline_slice; more are allocated. *slices_p and *count_p are set on
+ * success only; release the slices with ote_proto_plan_release().
+ * UNREACHABLE when no rail reaches both memories.
+ */
+ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *req,
+                            const ote_proto_remote_t *remote, size_t slice_size,
+                            atomic_uint *cursor, ote_slice_t *inline_slice,
+                            ote_slice_t **slices_p, size_t *count_p);
+void         ote_proto_plan_release(ote_slice_t *slices, ote_slice_t *inline_slice);
+
 /*
  * Post a slice on its rail (worker thread). Returns OTE_INPROGRESS if the
  * completion will be called, or the final status otherwise.
