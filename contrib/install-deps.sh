@@ -5,6 +5,7 @@ set -eu
 pkgs="build-essential autoconf automake libtool pkg-config git
 libucx-dev ucx-utils libibverbs-dev librdmacm-dev libhwloc-dev hwloc
 liburing-dev libcmocka-dev libjson-c-dev libssl-dev
+libcurl4-openssl-dev libhiredis-dev etcd-server redis-server
 iproute2 iperf3 clang procps
 python3-dev python3-setuptools python3-pytest python3-numpy"
 missing=""
