@@ -1,6 +1,8 @@
 #!/bin/sh
 # Installs the Debian 12 packages OrbitTE builds, tests and benchmarks with.
 # Safe to run again: installs only what is missing. Needs root (or sudo).
+# etcd-server and redis-server are for the metadata tests, which start servers
+# of their own on free loopback ports (never the system services).
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config git
 libucx-dev ucx-utils libibverbs-dev librdmacm-dev libhwloc-dev hwloc
