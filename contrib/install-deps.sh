@@ -1,10 +1,13 @@
 #!/bin/sh
 # Installs the Debian 12 packages OrbitTE builds, tests and benchmarks with.
 # Safe to run again: installs only what is missing. Needs root (or sudo).
+# etcd-server and redis-server are for the metadata tests, which start servers
+# of their own on free loopback ports (never the system services).
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config git
 libucx-dev ucx-utils libhwloc-dev hwloc
 libcmocka-dev libjson-c-dev libssl-dev
+libcurl4-openssl-dev libhiredis-dev etcd-server redis-server
 iproute2 iperf3 clang procps
 python3-dev python3-setuptools python3-pytest python3-numpy"
 missing=""

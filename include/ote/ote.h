@@ -51,6 +51,9 @@ typedef enum {
                                       /* ote_segment_reopen()                   */
     OTE_ERR_NO_DEVICE         = -18,  /* OTE_TLS / OTE_NET_DEVICES name a       */
                                       /* transport or device that is not here   */
+    OTE_ERR_STORE_UNAVAILABLE = -19,  /* the metadata store (etcd, Redis) did   */
+                                      /* not answer within                      */
+                                      /* OTE_METADATA_TIMEOUT_MS                */
 } ote_status_t;
 
 /* A static, human-readable message for every status code. */
@@ -66,19 +69,33 @@ const char *ote_version(void);
 typedef struct ote_engine *ote_engine_h;
 
 typedef struct {
-    const char *name;        /* segment name peers open; default "host:port"  */
+    const char *name;        /* segment name peers open; default OTE_ENGINE_NAME, */
+                             /* else "host:port" of the control listener          */
     const char *listen_addr; /* control-plane bind, default "0.0.0.0:0"       */
-    const char *metadata;    /* "p2p" (default and only backend of this       */
-                             /* build; "etcd://" and "redis://" are refused   */
-                             /* with OTE_ERR_UNSUPPORTED)                     */
+    const char *metadata;    /* where peers find each other's descriptors;     */
+                             /* default OTE_METADATA: "p2p" (no server),       */
+                             /* "etcd://h:p[,h:p...]", "redis://h:p" or        */
+                             /* "redis://:password@h:p/db" (docs/metadata.md)  */
 } ote_engine_params_t;
 
 /*
- * Names: with the p2p metadata a peer finds an engine by the host:port of
+ * Names. With the p2p metadata a peer finds an engine by the host:port of
  * its control listener, so params.name, when set, must be host:port with a
  * host that resolves and the listener's port (e.g. "prefill-3.cluster:40123"
  * with listen_addr "0.0.0.0:40123"); any other name is refused at
  * ote_engine_create() with OTE_ERR_INVALID_PARAM and a log line saying why.
+ *
+ * With a metadata store (etcd:// or redis://) the name is any string of 1 to
+ * 255 printable characters without spaces ("decode-0"): the engine puts its
+ * descriptor under OTE_METADATA_PREFIX + name with a lease (etcd) or a TTL
+ * (Redis) of OTE_METADATA_TTL_S seconds that a thread of the engine keeps
+ * alive, and puts it again when the store lost it. A name another live
+ * engine holds fails ote_engine_create() with OTE_ERR_EXISTS. A store that
+ * does not answer fails it with OTE_ERR_STORE_UNAVAILABLE, a wrong Redis
+ * password with OTE_ERR_AUTH, a malformed URI with OTE_ERR_INVALID_PARAM,
+ * and a scheme this build has no client for with OTE_ERR_UNSUPPORTED.
+ * ote_engine_destroy() deletes the key. With OTE_AUTH_KEY the descriptor in
+ * the store carries an HMAC under the key, checked before use.
  */
 
 /*
@@ -159,7 +176,13 @@ typedef struct {
  * Open a peer by segment name. With the peer-to-peer metadata the name is
  * "host:port" (IPv6: "[addr]:port") of the peer's control plane; the
  * descriptor is fetched from there and connections are set up. Blocks for
- * at most OTE_CONNECT_TIMEOUT_MS.
+ * at most OTE_CONNECT_TIMEOUT_MS. With a metadata store the name is the
+ * peer's engine name and its descriptor is read from the store (at most
+ * OTE_METADATA_TIMEOUT_MS per endpoint): OTE_ERR_NOT_FOUND when no live
+ * engine holds the name, OTE_ERR_STORE_UNAVAILABLE when the store does not
+ * answer, OTE_ERR_AUTH when the descriptor's HMAC is missing or wrong under
+ * OTE_AUTH_KEY. ote_segment_refresh() and ote_segment_reopen() read the
+ * store again the same way.
  */
 ote_status_t ote_segment_open(ote_engine_h engine, const char *name, ote_segment_h *seg_p);
 

@@ -189,6 +189,33 @@ ote_status_t ote_auth_mac(const ote_auth_t *a, ote_auth_channel_t channel, ote_a
 #endif
 }
 
+ote_status_t ote_auth_hmac(const ote_auth_t *a, const void *msg, size_t len, uint8_t *mac)
+{
+#ifdef HAVE_CRYPTO
+    unsigned mac_len = 0;
+
+    if (!a->enabled)
+        return OTE_ERR_INVALID_PARAM;
+    if (HMAC(EVP_sha256(), a->key, (int)a->key_len, msg, len, mac, &mac_len) == NULL ||
+        mac_len != OTE_AUTH_MAC_LEN)
+        return OTE_ERR_IO;
+    return OTE_OK;
+#else
+    (void)a; (void)msg; (void)len; (void)mac;
+    return OTE_ERR_UNSUPPORTED;
+#endif
+}
+
+bool ote_auth_mac_equal(const uint8_t *x, const uint8_t *y)
+{
+#ifdef HAVE_CRYPTO
+    return CRYPTO_memcmp(x, y, OTE_AUTH_MAC_LEN) == 0;
+#else
+    (void)x; (void)y;
+    return false;
+#endif
+}
+
 static ote_status_t random_nonce(uint8_t *nonce)
 {
 #ifdef HAVE_CRYPTO

@@ -121,6 +121,11 @@ ote_status_t ote_auth_mac(const ote_auth_t *auth, ote_auth_channel_t channel,
                           ote_auth_role_t role, const uint8_t *nonce_i, const uint8_t *nonce_t,
                           uint8_t *mac);
 
+/* HMAC-SHA256(key, msg) for other uses of the key (signed metadata records). */
+ote_status_t ote_auth_hmac(const ote_auth_t *auth, const void *msg, size_t len, uint8_t *mac);
+/* Constant-time comparison of two OTE_AUTH_MAC_LEN-byte MACs. */
+bool         ote_auth_mac_equal(const uint8_t *a, const uint8_t *b);
+
 /*
  * Connection admission, shared by the control listener and every tcp
  * listener of the engine: BUSY (and a log line) when OTE_MAX_CONNS or

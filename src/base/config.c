@@ -30,7 +30,21 @@ const ote_cfg_entry_t ote_config_table[] = {
      "leading ^ excludes them; a device that is not here fails engine creation with "
      "OTE_ERR_NO_DEVICE."},
     {"METADATA", "p2p", OTE_CFG_STRING, F(metadata),
-     "Metadata backend when the engine params do not name one: p2p."},
+     "Where engines find each other's descriptors when the engine params do not say: p2p "
+     "(from the peer's control listener, no server), etcd://host:port[,host:port...] (etcd "
+     "v3 JSON gateway, endpoints tried in turn) or redis://[:password@]host:port[/db]."},
+    {"ENGINE_NAME", "", OTE_CFG_STRING, F(engine_name),
+     "The engine's segment name when the engine params do not give one; empty = host:port "
+     "of the control listener. With a metadata store any 1..255 printable characters "
+     "without spaces."},
+    {"METADATA_PREFIX", "orbitte/segments/", OTE_CFG_STRING, F(metadata_prefix),
+     "Prefix of the keys engines put their descriptors under in an etcd or Redis store."},
+    {"METADATA_TTL_S", "10", OTE_CFG_INT, F(metadata_ttl_s),
+     "Lease (etcd) or TTL (Redis) of an engine's key, kept alive every third of it: a "
+     "killed engine's name is free again and its opens fail NOT_FOUND within this time."},
+    {"METADATA_TIMEOUT_MS", "2000", OTE_CFG_INT, F(metadata_timeout_ms),
+     "Bound on one request to an etcd endpoint or to Redis; past it the call fails "
+     "STORE_UNAVAILABLE (etcd: after every endpoint was tried)."},
     {"NUM_WORKERS", "1", OTE_CFG_INT, F(num_workers),
      "Worker threads that progress transports."},
     {"SLICE_SIZE", "0", OTE_CFG_SIZE, F(slice_size),
@@ -277,6 +291,10 @@ static ote_status_t config_validate(const ote_config_t *cfg)
     }
     if (cfg->max_ctl_msg < 4096 || cfg->max_ctl_msg > (1ul << 32)) {
         ote_error("OTE_MAX_CTL_MSG must be 4k..4g");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->metadata_ttl_s < 2 || cfg->metadata_ttl_s > 86400 || cfg->metadata_timeout_ms < 1) {
+        ote_error("OTE_METADATA_TTL_S must be 2..86400 and OTE_METADATA_TIMEOUT_MS positive");
         return OTE_ERR_INVALID_PARAM;
     }
     if (cfg->max_inflight_tasks < 1 || cfg->max_notif_backlog < 1 || cfg->max_conns < 1 ||

@@ -27,6 +27,10 @@ typedef struct ote_config {
     char  *tls;
     char  *net_devices;
     char  *metadata;
+    char  *engine_name;
+    char  *metadata_prefix;
+    long   metadata_ttl_s;
+    long   metadata_timeout_ms;
     long   num_workers;
     size_t slice_size;
     long   connect_timeout_ms;

@@ -55,6 +55,7 @@ ote_status_t ote_desc_encode(const ote_desc_t *d, ote_mem_table_t *table, ote_bu
     ote_buf_put_u64(out, d->instance_id);
     ote_buf_put_str8(out, d->name);
     ote_buf_put_str8(out, d->host_id);
+    ote_buf_put_str8(out, d->ctl_addr);
     ote_buf_put_u16(out, (uint16_t)d->num_tls);
     for (size_t i = 0; i < d->num_tls; i++) {
         ote_buf_put_str8(out, d->tls[i].tl_name);
@@ -101,6 +102,7 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
     ote_desc_t *d;
     ote_rd_t r;
     uint32_t n;
+    uint16_t version;
 
     if (buf == NULL || len < 16)
         return OTE_ERR_PROTOCOL;
@@ -116,12 +118,17 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
     d->blob_len = len;
     r = (ote_rd_t){.p = d->blob, .left = len};
 
-    if (ote_rd_u32(&r) != OTE_DESC_MAGIC || ote_rd_u16(&r) != OTE_DESC_VERSION)
+    if (ote_rd_u32(&r) != OTE_DESC_MAGIC)
+        goto err;
+    version = ote_rd_u16(&r);
+    if (version < 1 || version > OTE_DESC_VERSION)
         goto err;
     ote_rd_u16(&r);
     d->instance_id = ote_rd_u64(&r);
     ote_rd_str8(&r, d->name, sizeof(d->name));
     ote_rd_str8(&r, d->host_id, sizeof(d->host_id));
+    if (version >= 2)
+        ote_rd_str8(&r, d->ctl_addr, sizeof(d->ctl_addr));
     d->num_tls = ote_rd_u16(&r);
     if (r.failed || d->num_tls > OTE_DESC_MAX_TLS)
         goto err;

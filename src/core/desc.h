@@ -1,6 +1,6 @@
 /*
  * Segment descriptor: what a peer publishes about itself (name, instance,
- * host identity, transports with addresses, memory domains, regions with
+ * host identity, control-plane address, transports with addresses, memory domains, regions with
  * rkeys). Binary, versioned, little-endian; the decoder trusts nothing.
  */
 #ifndef OTE_CORE_DESC_H
@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define OTE_DESC_MAGIC      0x4445544fu /* "OTED" */
-#define OTE_DESC_VERSION    1
+#define OTE_DESC_VERSION    2   /* 2 added the control address; 1 is still read */
 #define OTE_DESC_NAME_MAX   255
 #define OTE_DESC_MAX_TLS    64
 #define OTE_DESC_MAX_MDS    OTE_MEM_MAX_MDS
@@ -45,6 +45,8 @@ typedef struct {
     uint64_t           instance_id;
     char               name[OTE_DESC_NAME_MAX + 1];
     char               host_id[OTE_DESC_NAME_MAX + 1];
+    char               ctl_addr[OTE_DESC_NAME_MAX + 1]; /* control listener, host:port; */
+                                                        /* empty in version 1           */
     size_t             num_tls;
     ote_desc_tl_t      tls[OTE_DESC_MAX_TLS];
     size_t             num_mds;

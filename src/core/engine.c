@@ -205,15 +205,41 @@ static ote_status_t engine_name_check(const char *name, unsigned port)
     if (status != OTE_OK) {
         ote_error("engine name '%s': the p2p metadata finds a peer by the host:port of its "
                   "control listener, here HOST:%u; a name such as this one needs a metadata "
-                  "store (etcd:// or redis://), which this build does not have",
+                  "store (OTE_METADATA=etcd://... or redis://...)",
                   name, port);
         return OTE_ERR_INVALID_PARAM;
     }
     return OTE_OK;
 }
 
+/* The descriptor as a metadata store holds it (the keepalive thread calls this too). */
+static ote_status_t engine_desc_cb(void *arg, ote_buf_t *out)
+{
+    return ote_engine_desc_encode(arg, out);
+}
+
+/* Put this engine's descriptor under its name in the store metadata names. */
+static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
+{
+    ote_meta_params_t mp = {
+        .uri        = metadata,
+        .name       = e->name,
+        .prefix     = e->config.metadata_prefix,
+        .ttl_s      = e->config.metadata_ttl_s,
+        .timeout_ms = e->config.metadata_timeout_ms,
+        .auth       = e->auth,
+        .desc_cb    = engine_desc_cb,
+        .desc_arg   = e,
+    };
+
+    return ote_meta_create(&mp, &e->meta);
+}
+
 static void engine_free(ote_engine_h e)
 {
+    /* The key first: peers stop finding an engine that is going away. */
+    ote_meta_destroy(e->meta);
+    e->meta = NULL;
     if (e->ctl != NULL)
         ote_ctl_stop(e->ctl);
     e->ctl = NULL;
@@ -263,7 +289,8 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
 {
     ote_engine_params_t none = {0};
     ote_mem_table_params_t mp;
-    const char *metadata;
+    const char *metadata, *name;
+    bool store = false;
     char bound[96];
     ote_engine_h e;
     ote_status_t status;
@@ -310,11 +337,22 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
 
     metadata = params->metadata ? params->metadata : e->config.metadata;
     if (strcmp(metadata, "p2p") != 0) {
-        ote_error("metadata backend '%s' is not available in this build; use p2p", metadata);
-        status = strncmp(metadata, "etcd://", 7) == 0 || strncmp(metadata, "redis://", 8) == 0
-                     ? OTE_ERR_UNSUPPORTED
-                     : OTE_ERR_INVALID_PARAM;
-        goto err;
+        ote_meta_uri_t uri;
+
+        /* A malformed URI fails before anything is opened. */
+        status = ote_meta_uri_parse(metadata, &uri);
+        memset(&uri, 0, sizeof(uri));
+        if (status != OTE_OK)
+            goto err;
+        store = true;
+    }
+    name = params->name ? params->name
+         : e->config.engine_name[0] ? e->config.engine_name
+                                    : NULL;
+    if (store && name != NULL) {
+        status = ote_meta_name_check(name);
+        if (status != OTE_OK)
+            goto err;
     }
 
     do {
@@ -349,18 +387,21 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         ote_sockaddr_ip((struct sockaddr *)&ss, e->bind_ip, sizeof(e->bind_ip));
         if (ote_sockaddr_is_any((struct sockaddr *)&ss)) {
             ote_default_ip(e->advertise_ip, sizeof(e->advertise_ip));
-            ote_sockaddr_set_port((struct sockaddr *)&ss, ote_sockaddr_port((struct sockaddr *)&ss));
-            snprintf(e->name, sizeof(e->name), "%s:%u", e->advertise_ip,
-                     ote_sockaddr_port((struct sockaddr *)&ss));
+            snprintf(e->name, sizeof(e->name), strchr(e->advertise_ip, ':') ? "[%s]:%u" : "%s:%u",
+                     e->advertise_ip, ote_sockaddr_port((struct sockaddr *)&ss));
         } else {
             snprintf(e->advertise_ip, sizeof(e->advertise_ip), "%s", e->bind_ip);
             snprintf(e->name, sizeof(e->name), "%s", bound);
         }
-        if (params->name != NULL) {
-            status = engine_name_check(params->name, ote_sockaddr_port((struct sockaddr *)&ss));
-            if (status != OTE_OK)
-                goto err;
-            snprintf(e->name, sizeof(e->name), "%s", params->name);
+        /* Peers reach the listener here whatever the name (a store's names are not addresses). */
+        snprintf(e->ctl_addr, sizeof(e->ctl_addr), "%s", e->name);
+        if (name != NULL) {
+            if (!store) {
+                status = engine_name_check(name, ote_sockaddr_port((struct sockaddr *)&ss));
+                if (status != OTE_OK)
+                    goto err;
+            }
+            snprintf(e->name, sizeof(e->name), "%s", name);
         }
     }
 
@@ -396,6 +437,11 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     status = ote_ctl_run(e->ctl);
     if (status != OTE_OK)
         goto err;
+    if (store) {
+        status = engine_meta_start(e, metadata);
+        if (status != OTE_OK)
+            goto err;
+    }
     ote_info("engine %s started (instance %016llx, %zu transports, %zu workers)", e->name,
              (unsigned long long)e->instance_id, e->num_tls, e->num_workers);
     *engine_p = e;
@@ -435,6 +481,7 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
     d->instance_id = e->instance_id;
     snprintf(d->name, sizeof(d->name), "%s", e->name);
     snprintf(d->host_id, sizeof(d->host_id), "%s", e->host_id);
+    snprintf(d->ctl_addr, sizeof(d->ctl_addr), "%s", e->ctl_addr);
     for (size_t w = 0; w < e->num_workers; w++) {
         ote_worker_t *wk = &e->workers[w];
 
@@ -462,31 +509,51 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
 ote_status_t ote_mem_register(ote_engine_h e, const ote_mem_desc_t *descs, size_t count,
                               ote_mem_h *mems_p)
 {
+    ote_status_t status;
+
     if (e == NULL || descs == NULL || count == 0 || mems_p == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return ote_mem_table_register(e->regions, descs, count, mems_p);
+    status = ote_mem_table_register(e->regions, descs, count, mems_p);
+    if (status == OTE_OK)
+        ote_meta_changed(e->meta);
+    return status;
 }
 
 ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
 {
+    ote_status_t status;
+
     if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return ote_mem_table_deregister(e->regions, mem);
+    status = ote_mem_table_deregister(e->regions, mem);
+    if (status == OTE_OK)
+        ote_meta_changed(e->meta);
+    return status;
 }
 
 ote_status_t ote_mem_alloc(ote_engine_h e, size_t length, const char *location, unsigned access,
                            void **addr_p, ote_mem_h *mem_p)
 {
+    ote_status_t status;
+
     if (e == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p);
+    status = ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p);
+    if (status == OTE_OK)
+        ote_meta_changed(e->meta);
+    return status;
 }
 
 ote_status_t ote_mem_free(ote_engine_h e, ote_mem_h mem)
 {
+    ote_status_t status;
+
     if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return ote_mem_table_free(e->regions, mem);
+    status = ote_mem_table_free(e->regions, mem);
+    if (status == OTE_OK)
+        ote_meta_changed(e->meta);
+    return status;
 }
 
 /* ---- ote_info -d ------------------------------------------------------------ */

@@ -6,6 +6,7 @@
 #include "base/config.h"
 #include "ctl_msg.h"
 #include "desc.h"
+#include "meta.h"
 #include "mem/mem.h"
 #include "proto/proto.h"
 #include "uct_ext/tl.h"
@@ -101,6 +102,7 @@ struct ote_batch {
 struct ote_segment {
     ote_engine_h     engine;
     char             name[OTE_DESC_NAME_MAX + 1];
+    char             ctl_addr[OTE_DESC_NAME_MAX + 1]; /* the bound instance's listener (seg->lock) */
     pthread_mutex_t  lock;          /* desc, ctl connection */
     pthread_mutex_t  refresh_lock;  /* one descriptor fetch at a time */
     atomic_uint      desc_gen;      /* descriptors adopted so far */
@@ -122,6 +124,8 @@ struct ote_engine {
     ote_auth_t      *auth;          /* key and connection limits */
     char             name[OTE_DESC_NAME_MAX + 1];
     char             host_id[OTE_DESC_NAME_MAX + 1];
+    char             ctl_addr[OTE_DESC_NAME_MAX + 1]; /* host:port peers reach the listener at */
+    ote_meta_t      *meta;          /* etcd or Redis; NULL with the p2p metadata */
     char             bind_ip[64];
     char             advertise_ip[64];
     uint64_t         instance_id;

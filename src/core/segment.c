@@ -1,7 +1,8 @@
 /*
  * Segments: peers opened by name. With the peer-to-peer metadata the name
- * is the peer's control-plane address; the descriptor is fetched from there
- * and one rail is built per (worker, local iface) whose transport the peer
+ * is the peer's control-plane address and the descriptor is fetched from
+ * there; with a metadata store (meta.h) the descriptor is read from the
+ * store, and the control plane is reached at the address it carries. One rail is built per (worker, local iface) whose transport the peer
  * also offers, whose scope reaches it, and which is not dominated by a
  * faster rail (see rails_build).
  */
@@ -202,18 +203,24 @@ static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
 
     if (seg->ctl_fd >= 0)
         return OTE_OK;
-    status = ote_sockaddr_parse(seg->name, &ss, &len);
+    status = ote_sockaddr_parse(seg->ctl_addr, &ss, &len);
     if (status == OTE_OK && ote_sockaddr_port((struct sockaddr *)&ss) == 0)
         status = OTE_ERR_INVALID_PARAM;
-    if (status == OTE_ERR_NOT_FOUND && strchr(seg->name, ':') == NULL)
+    if (status == OTE_ERR_NOT_FOUND && strchr(seg->ctl_addr, ':') == NULL)
         status = OTE_ERR_INVALID_PARAM;
+    if (status == OTE_ERR_INVALID_PARAM && e->meta != NULL) {
+        ote_error("segment '%s': its descriptor's control address '%s' is not host:port",
+                  seg->name, seg->ctl_addr);
+        return OTE_ERR_PROTOCOL;
+    }
     if (status == OTE_ERR_INVALID_PARAM) {
         ote_error("segment '%s': not a host:port name (the p2p metadata opens peers by the "
                   "address of their control listener)", seg->name);
         return status;
     }
     if (status != OTE_OK) {
-        ote_error("segment '%s': the host name does not resolve", seg->name);
+        ote_error("segment '%s': the host name of '%s' does not resolve", seg->name,
+                  seg->ctl_addr);
         return OTE_ERR_NOT_FOUND;
     }
     status = ote_socket_connect(&ss, len, (int)e->config.connect_timeout_ms, &fd);
@@ -264,6 +271,10 @@ static ote_status_t fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
     uint8_t *resp = NULL;
     size_t len;
     ote_status_t status, remote;
+
+    /* A store: resolved at every open, refresh and reopen (no cache to go stale). */
+    if (seg->engine->meta != NULL)
+        return ote_meta_lookup(seg->engine->meta, seg->name, desc_p);
 
     status = ote_segment_ctl_request(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, &resp, &len);
     if (status != OTE_OK)
@@ -766,6 +777,7 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     seg->engine = e;
     seg->ctl_fd = -1;
     snprintf(seg->name, sizeof(seg->name), "%s", name);
+    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", name);
     pthread_mutex_init(&seg->lock, NULL);
     pthread_mutex_init(&seg->refresh_lock, NULL);
     atomic_init(&seg->refs, 1);
@@ -773,6 +785,8 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     status = fetch_desc(seg, &d);
     if (status != OTE_OK)
         goto err;
+    if (e->meta != NULL)
+        snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", d->ctl_addr);
     status = rails_build(seg, d);
     if (status != OTE_OK)
         goto err;
@@ -884,6 +898,13 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
                  (unsigned long long)d->instance_id);
         atomic_store(&seg->stale, true);
         rails_destroy(seg, false, 0);
+        if (seg->engine->meta != NULL) {
+            /* The new instance's listener; the old one's connection is of no use. */
+            pthread_mutex_lock(&seg->lock);
+            ctl_close(seg);
+            snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", d->ctl_addr);
+            pthread_mutex_unlock(&seg->lock);
+        }
         status = rails_build(seg, d);
         if (status != OTE_OK) {
             ote_segment_desc_put(d);

@@ -7,6 +7,7 @@
  * each with a notification to the sender's segment.
  *
  * Options: --listen ADDR (default 127.0.0.1:0)
+ *          --name NAME, --metadata URI   engine name and metadata (default: OTE_* config)
  *          --region SIZE:ACCESS[@LOCATION]   ACCESS is any of r, w, or - (none);
  *                                 with @LOCATION (e.g. @cuda:0) the region is engine-owned
  *                                 memory from ote_mem_alloc there (fill/check touch it
@@ -45,7 +46,7 @@ static void on_term(int sig)
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:0";
+    const char *listen = "127.0.0.1:0", *name = NULL, *metadata = NULL;
     ote_engine_params_t p;
     ote_engine_h e;
     uint8_t *buf[OTE_TEST_MAX_REGIONS];
@@ -63,6 +64,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
             listen = argv[++i];
+        } else if (strcmp(argv[i], "--name") == 0 && i + 1 < argc) {
+            name = argv[++i];
+        } else if (strcmp(argv[i], "--metadata") == 0 && i + 1 < argc) {
+            metadata = argv[++i];
         } else if (strcmp(argv[i], "--guard") == 0 && i + 1 < argc) {
             char *end;
 
@@ -106,7 +111,7 @@ int main(int argc, char **argv)
             n++;
         }
     }
-    p = (ote_engine_params_t){.listen_addr = listen};
+    p = (ote_engine_params_t){.listen_addr = listen, .name = name, .metadata = metadata};
     st = ote_engine_create(&p, &e);
     if (st != OTE_OK) {
         fprintf(stderr, "target: engine: %s\n", ote_status_string(st));

@@ -7,8 +7,10 @@
  */
 #include "base/auth.h"
 #include "core/ctl_msg.h"
+#include "base/config.h"
 #include "core/desc.h"
 #include "base/wire_util.h"
+#include "core/meta.h"
 #include "uct_ext/tcp/tcp_wire.h"
 
 #include <errno.h>
@@ -382,6 +384,64 @@ static void gen_tcp_conn(void)
     flush("tcp_conn", "open_ref_on_tcp", &b);
 }
 
+/* Store bytes for fuzz_meta: the first byte picks the decoder. */
+static void meta_put(const char *name, uint8_t kind, const void *p, size_t len)
+{
+    ote_buf_t b = {0};
+
+    ote_buf_put_u8(&b, kind);
+    ote_buf_put(&b, p, len);
+    flush("meta", name, &b);
+}
+
+static void gen_meta(void)
+{
+    static const char *const etcd[][3] = {
+        {"\x02", "range", "{\"header\":{\"revision\":\"2\"},\"kvs\":[{\"key\":\"azE=\","
+                          "\"create_revision\":\"2\",\"value\":\"djE=\","
+                          "\"lease\":\"5007618237595673351\"}],\"count\":\"1\"}"},
+        {"\x02", "range_none", "{\"header\":{\"revision\":\"2\"}}"},
+        {"\x03", "grant", "{\"header\":{},\"ID\":\"5007618237595673349\",\"TTL\":\"5\"}"},
+        {"\x03", "keepalive", "{\"result\":{\"header\":{},\"ID\":\"12\",\"TTL\":\"9\"}}"},
+        {"\x03", "keepalive_gone", "{\"result\":{\"header\":{},\"ID\":\"12345\"}}"},
+        {"\x03", "error", "{\"error\":\"etcdserver: requested lease not found\",\"code\":5}"},
+        {"\x04", "txn_ok", "{\"header\":{},\"succeeded\":true,\"responses\":[{\"response_put\":"
+                          "{\"header\":{\"revision\":\"2\"}}}]}"},
+        {"\x04", "txn_held", "{\"header\":{},\"responses\":[{\"response_range\":{\"kvs\":"
+                            "[{\"key\":\"azE=\",\"value\":\"djE=\",\"lease\":\"7\"}],"
+                            "\"count\":\"1\"}}]}"},
+        {"\x05", "base64", "b3JiaXR0ZQ=="},
+    };
+    ote_desc_t *d = calloc(1, sizeof(*d));
+    ote_buf_t desc = {0}, rec = {0};
+    ote_config_t cfg = {0};
+    ote_auth_t *auth;
+
+    for (size_t i = 0; i < sizeof(etcd) / sizeof(etcd[0]); i++)
+        meta_put(etcd[i][1], (uint8_t)etcd[i][0][0], etcd[i][2], strlen(etcd[i][2]));
+    d->instance_id = 0x1122334455667788ull;
+    snprintf(d->name, sizeof(d->name), "decode-0");
+    snprintf(d->host_id, sizeof(d->host_id), "host-a");
+    snprintf(d->ctl_addr, sizeof(d->ctl_addr), "127.0.0.1:40123");
+    ote_desc_encode(d, NULL, &desc);
+    ote_meta_record_encode(NULL, "decode-0", desc.data, desc.len, &rec);
+    meta_put("record", 1, rec.data, rec.len);
+    meta_put("record_unsigned_keyed", 0, rec.data, rec.len);
+    free(rec.data);
+    memset(&rec, 0, sizeof(rec));
+    if (ote_auth_create(&cfg, &auth) == OTE_OK) {
+        if (ote_auth_supported() && ote_auth_set_key(auth, "fuzz-key", 8) == OTE_OK &&
+            ote_meta_record_encode(auth, "decode-0", desc.data, desc.len, &rec) == OTE_OK) {
+            meta_put("record_signed", 0, rec.data, rec.len);
+            meta_put("record_signed_unkeyed", 1, rec.data, rec.len);
+        }
+        ote_auth_destroy(auth);
+    }
+    free(rec.data);
+    free(desc.data);
+    free(d);
+}
+
 int main(int argc, char **argv)
 {
     root = argc > 1 ? argv[1] : "test/fuzz/corpus";
@@ -396,5 +456,6 @@ int main(int argc, char **argv)
     gen_desc();
     gen_auth();
     gen_tcp_conn();
+    gen_meta();
     return 0;
 }

@@ -96,6 +96,7 @@ class Status(_enum.IntEnum):
     EXISTS = -16
     PEER_RESTARTED = -17
     NO_DEVICE = -18
+    STORE_UNAVAILABLE = -19
 
 
 # ---- errors ------------------------------------------------------------------
@@ -195,6 +196,7 @@ _ERRORS = {
     Status.UNREACHABLE: ConnectionError,
     Status.PROTOCOL: ConnectionError,
     Status.AUTH: ConnectionError,
+    Status.STORE_UNAVAILABLE: ConnectionError,
     Status.PEER_RESTARTED: PeerRestartedError,
     Status.BUSY: BusyError,
     Status.IO: IOError,

@@ -246,9 +246,12 @@ def test_open_errors(engine):
 
 
 def test_engine_params_refused():
-    with pytest.raises(orbitte.UnsupportedError) as ei:
-        orbitte.Engine(listen_addr="127.0.0.1:0", metadata="etcd://127.0.0.1:2379")
-    assert ei.value.status == orbitte.Status.UNSUPPORTED
+    # Nobody listens on port 1 of loopback: the store does not answer.
+    with pytest.raises(orbitte.ConnectionError) as ei:
+        orbitte.Engine(listen_addr="127.0.0.1:0", metadata="etcd://127.0.0.1:1")
+    assert ei.value.status == orbitte.Status.STORE_UNAVAILABLE
+    with pytest.raises(orbitte.InvalidParamError):
+        orbitte.Engine(listen_addr="127.0.0.1:0", metadata="etcd:/127.0.0.1:2379")
     with pytest.raises(orbitte.InvalidParamError):
         orbitte.Engine(name="decode-0", listen_addr="127.0.0.1:0")
 

@@ -208,13 +208,16 @@ static void test_segment_regions(void **state)
 
 static void test_engine_errors(void **state)
 {
-    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .metadata = "etcd://127.0.0.1:2379"};
+    /* Nobody listens on port 1 of loopback: the store does not answer. */
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .metadata = "etcd://127.0.0.1:1"};
     ote_engine_h e;
     ote_segment_h s;
     void *addr;
     ote_mem_h m;
 
-    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_UNSUPPORTED);
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_STORE_UNAVAILABLE);
+    p.metadata = "etcd:/127.0.0.1:2379";
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_INVALID_PARAM);
     p.metadata    = NULL;
     p.listen_addr = "not an address:99999";
     assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_INVALID_PARAM);

@@ -317,7 +317,7 @@ static void test_tcp_addr(void **state)
 
 static void test_status_strings(void **state)
 {
-    for (int s = OTE_ERR_NO_DEVICE; s <= OTE_INPROGRESS; s++) {
+    for (int s = OTE_ERR_STORE_UNAVAILABLE; s <= OTE_INPROGRESS; s++) {
         const char *m = ote_status_string((ote_status_t)s);
 
         assert_non_null(m);

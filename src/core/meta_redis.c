@@ -1,0 +1,376 @@
+/*
+ * Redis backend (hiredis). The key holds the record with a TTL:
+ *
+ *   claim     SET key record NX PX ttl (ours already if it holds our record)
+ *   keepalive PEXPIRE, only while the key still holds the record we put
+ *   update    SET with a new record, only while it holds ours
+ *   release   DEL, only while it holds ours
+ *
+ * "Only while" is a short Lua script (EVAL), so that an engine that lost
+ * its key never extends, overwrites or deletes another engine's. A
+ * connection that failed is made again at the next call; every call is
+ * bounded by the timeout.
+ */
+#include "meta.h"
+
+#include "base/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef HAVE_REDIS
+#include <hiredis/hiredis.h>
+
+static const char script_keepalive[] =
+    "if redis.call('GET',KEYS[1])==ARGV[1] then "
+    "return redis.call('PEXPIRE',KEYS[1],ARGV[2]) else return 0 end";
+static const char script_update[] =
+    "if redis.call('GET',KEYS[1])==ARGV[1] then "
+    "redis.call('SET',KEYS[1],ARGV[2],'PX',ARGV[3]) return 1 else return 0 end";
+static const char script_release[] =
+    "if redis.call('GET',KEYS[1])==ARGV[1] then return redis.call('DEL',KEYS[1]) "
+    "else return 0 end";
+
+typedef struct {
+    redisContext *rc;
+    char          host[280];
+    int           port;
+    char          password[256];
+    long          db;
+    long          timeout_ms;
+    uint8_t      *mine;     /* the record we put last */
+    size_t        mine_len;
+} redis_t;
+
+/* A reply's status: transport failures, refusals, wrong types. */
+static ote_status_t reply_error(redis_t *c, redisReply *r)
+{
+    if (r == NULL) {
+        ote_debug("metadata: redis %s:%d: %s", c->host, c->port,
+                  c->rc != NULL && c->rc->err ? c->rc->errstr : "no reply");
+        if (c->rc != NULL)
+            redisFree(c->rc);
+        c->rc = NULL;
+        return OTE_ERR_STORE_UNAVAILABLE;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        ote_status_t status = OTE_ERR_PROTOCOL;
+
+        if (strncmp(r->str, "WRONGPASS", 9) == 0 || strncmp(r->str, "NOAUTH", 6) == 0 ||
+            strncmp(r->str, "NOPERM", 6) == 0)
+            status = OTE_ERR_AUTH;
+        else if (strncmp(r->str, "LOADING", 7) == 0 || strncmp(r->str, "BUSY", 4) == 0)
+            status = OTE_ERR_STORE_UNAVAILABLE;
+        ote_debug("metadata: redis %s:%d: %.200s", c->host, c->port, r->str);
+        return status;
+    }
+    return OTE_OK;
+}
+
+static ote_status_t redis_connect(redis_t *c)
+{
+    struct timeval tv = {.tv_sec = c->timeout_ms / 1000, .tv_usec = (c->timeout_ms % 1000) * 1000};
+    redisReply *r;
+    ote_status_t status;
+
+    if (c->rc != NULL)
+        return OTE_OK;
+    c->rc = redisConnectWithTimeout(c->host, c->port, tv);
+    if (c->rc == NULL || c->rc->err) {
+        ote_debug("metadata: redis %s:%d: %s", c->host, c->port,
+                  c->rc != NULL ? c->rc->errstr : "no memory");
+        if (c->rc != NULL)
+            redisFree(c->rc);
+        c->rc = NULL;
+        return OTE_ERR_STORE_UNAVAILABLE;
+    }
+    redisSetTimeout(c->rc, tv);
+    if (c->password[0] != '\0') {
+        r      = redisCommand(c->rc, "AUTH %s", c->password);
+        status = reply_error(c, r);
+        freeReplyObject(r);
+        if (status != OTE_OK)
+            goto err;
+    }
+    if (c->db != 0) {
+        r      = redisCommand(c->rc, "SELECT %ld", c->db);
+        status = reply_error(c, r);
+        freeReplyObject(r);
+        if (status != OTE_OK)
+            goto err;
+    }
+    /* Proves the password (or that none is needed) before the engine relies on it. */
+    r      = redisCommand(c->rc, "PING");
+    status = reply_error(c, r);
+    if (status == OTE_OK && r->type != REDIS_REPLY_STATUS)
+        status = OTE_ERR_PROTOCOL;
+    freeReplyObject(r);
+    if (status != OTE_OK)
+        goto err;
+    return OTE_OK;
+
+err:
+    if (c->rc != NULL)
+        redisFree(c->rc);
+    c->rc = NULL;
+    return status;
+}
+
+/* One command (argv form, binary safe); a failed connection is made again first. */
+static ote_status_t redis_cmd(redis_t *c, int argc, const char **argv, const size_t *lens,
+                              redisReply **reply_p)
+{
+    redisReply *r;
+    ote_status_t status = redis_connect(c);
+
+    if (status != OTE_OK)
+        return status;
+    r      = redisCommandArgv(c->rc, argc, argv, lens);
+    status = reply_error(c, r);
+    if (status != OTE_OK) {
+        freeReplyObject(r);
+        return status;
+    }
+    *reply_p = r;
+    return OTE_OK;
+}
+
+static void redis_close(void *ctx)
+{
+    redis_t *c = ctx;
+
+    if (c == NULL)
+        return;
+    if (c->rc != NULL)
+        redisFree(c->rc);
+    memset(c->password, 0, sizeof(c->password));
+    free(c->mine);
+    free(c);
+}
+
+static ote_status_t redis_open(const ote_meta_uri_t *uri, long timeout_ms, void **ctx_p)
+{
+    redis_t *c = calloc(1, sizeof(*c));
+    const char *ep = uri->endpoints[0], *colon = strrchr(ep, ':');
+    ote_status_t status;
+
+    if (c == NULL)
+        return OTE_ERR_NO_MEMORY;
+    if (ep[0] == '[')
+        snprintf(c->host, sizeof(c->host), "%.*s", (int)(colon - ep - 2), ep + 1);
+    else
+        snprintf(c->host, sizeof(c->host), "%.*s", (int)(colon - ep), ep);
+    c->port       = atoi(colon + 1);
+    c->db         = uri->db;
+    c->timeout_ms = timeout_ms;
+    snprintf(c->password, sizeof(c->password), "%s", uri->password);
+    status = redis_connect(c);
+    if (status == OTE_ERR_STORE_UNAVAILABLE)
+        ote_error("metadata: redis %s does not answer within %ld ms", ep, timeout_ms);
+    else if (status == OTE_ERR_AUTH)
+        ote_error("metadata: redis %s refused the password%s", ep,
+                  uri->password[0] ? "" : " (none given: redis://:password@host:port)");
+    else if (status != OTE_OK)
+        ote_error("metadata: redis %s: cannot use it (database %ld): %s", ep, uri->db,
+                  ote_status_string(status));
+    if (status != OTE_OK) {
+        redis_close(c);
+        return status;
+    }
+    *ctx_p = c;
+    return OTE_OK;
+}
+
+static ote_status_t remember(redis_t *c, const void *value, size_t len)
+{
+    uint8_t *m = malloc(len ? len : 1);
+
+    if (m == NULL)
+        return OTE_ERR_NO_MEMORY;
+    memcpy(m, value, len);
+    free(c->mine);
+    c->mine     = m;
+    c->mine_len = len;
+    return OTE_OK;
+}
+
+static ote_status_t redis_get_raw(redis_t *c, const char *key, redisReply **reply_p)
+{
+    const char *argv[] = {"GET", key};
+    size_t lens[]      = {3, strlen(key)};
+    redisReply *r;
+    ote_status_t status = redis_cmd(c, 2, argv, lens, &r);
+
+    if (status != OTE_OK)
+        return status;
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return OTE_ERR_NOT_FOUND;
+    }
+    if (r->type != REDIS_REPLY_STRING || r->len > (size_t)OTE_META_RECORD_MAX * 2) {
+        freeReplyObject(r);
+        return OTE_ERR_PROTOCOL;
+    }
+    *reply_p = r;
+    return OTE_OK;
+}
+
+static ote_status_t redis_claim(void *ctx, const char *key, const void *value, size_t len,
+                                long ttl_s)
+{
+    redis_t *c = ctx;
+    char ms[32];
+    const char *argv[] = {"SET", key, value, "NX", "PX", ms};
+    size_t lens[6];
+    redisReply *r;
+    ote_status_t status;
+
+    snprintf(ms, sizeof(ms), "%ld", ttl_s * 1000);
+    lens[0] = 3, lens[1] = strlen(key), lens[2] = len, lens[3] = 2, lens[4] = 2,
+    lens[5] = strlen(ms);
+    status = redis_cmd(c, 6, argv, lens, &r);
+    if (status != OTE_OK)
+        return status;
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        /* Held: by us already (the same record), or by another engine. */
+        status = redis_get_raw(c, key, &r);
+        if (status == OTE_ERR_NOT_FOUND)
+            return OTE_ERR_EXISTS; /* expired meanwhile: the next round claims it */
+        if (status != OTE_OK)
+            return status;
+        status = r->len == len && memcmp(r->str, value, len) == 0 ? OTE_OK : OTE_ERR_EXISTS;
+    } else if (r->type != REDIS_REPLY_STATUS) {
+        status = OTE_ERR_PROTOCOL;
+    }
+    freeReplyObject(r);
+    if (status == OTE_OK)
+        status = remember(c, value, len);
+    return status;
+}
+
+/* EVAL script 1 key args...: the integer it returns. */
+static ote_status_t redis_eval(redis_t *c, const char *script, const char *key, int nargs,
+                               const char **args, const size_t *arg_lens, long long *result_p)
+{
+    const char *argv[8] = {"EVAL", script, "1", key};
+    size_t lens[8]      = {4, strlen(script), 1, strlen(key)};
+    redisReply *r;
+    ote_status_t status;
+
+    for (int i = 0; i < nargs; i++) {
+        argv[4 + i] = args[i];
+        lens[4 + i] = arg_lens[i];
+    }
+    status = redis_cmd(c, 4 + nargs, argv, lens, &r);
+    if (status != OTE_OK)
+        return status;
+    if (r->type != REDIS_REPLY_INTEGER)
+        status = OTE_ERR_PROTOCOL;
+    else
+        *result_p = r->integer;
+    freeReplyObject(r);
+    return status;
+}
+
+static ote_status_t redis_keepalive(void *ctx, const char *key, long ttl_s)
+{
+    redis_t *c = ctx;
+    char ms[32];
+    const char *args[2];
+    size_t lens[2];
+    long long n = 0;
+    ote_status_t status;
+
+    if (c->mine == NULL)
+        return OTE_ERR_NOT_FOUND;
+    snprintf(ms, sizeof(ms), "%ld", ttl_s * 1000);
+    args[0] = (const char *)c->mine, lens[0] = c->mine_len;
+    args[1] = ms, lens[1] = strlen(ms);
+    status = redis_eval(c, script_keepalive, key, 2, args, lens, &n);
+    return status == OTE_OK && n != 1 ? OTE_ERR_NOT_FOUND : status;
+}
+
+static ote_status_t redis_update(void *ctx, const char *key, const void *value, size_t len,
+                                 long ttl_s)
+{
+    redis_t *c = ctx;
+    char ms[32];
+    const char *args[3];
+    size_t lens[3];
+    long long n = 0;
+    ote_status_t status;
+
+    if (c->mine == NULL)
+        return OTE_ERR_NOT_FOUND;
+    snprintf(ms, sizeof(ms), "%ld", ttl_s * 1000);
+    args[0] = (const char *)c->mine, lens[0] = c->mine_len;
+    args[1] = value, lens[1] = len;
+    args[2] = ms, lens[2] = strlen(ms);
+    status = redis_eval(c, script_update, key, 3, args, lens, &n);
+    if (status == OTE_OK && n != 1)
+        return OTE_ERR_NOT_FOUND;
+    if (status == OTE_OK)
+        status = remember(c, value, len);
+    return status;
+}
+
+static ote_status_t redis_get(void *ctx, const char *key, uint8_t **value_p, size_t *len_p)
+{
+    redis_t *c = ctx;
+    redisReply *r;
+    ote_status_t status = redis_get_raw(c, key, &r);
+
+    if (status != OTE_OK)
+        return status;
+    *value_p = malloc(r->len ? r->len : 1);
+    if (*value_p == NULL) {
+        freeReplyObject(r);
+        return OTE_ERR_NO_MEMORY;
+    }
+    memcpy(*value_p, r->str, r->len);
+    *len_p = r->len;
+    freeReplyObject(r);
+    return OTE_OK;
+}
+
+static ote_status_t redis_release(void *ctx, const char *key)
+{
+    redis_t *c = ctx;
+    const char *args[1];
+    size_t lens[1];
+    long long n = 0;
+
+    if (c->mine == NULL)
+        return OTE_OK;
+    args[0] = (const char *)c->mine, lens[0] = c->mine_len;
+    return redis_eval(c, script_release, key, 1, args, lens, &n);
+}
+
+const ote_meta_ops_t ote_meta_redis_ops = {
+    .name      = "redis",
+    .open      = redis_open,
+    .close     = redis_close,
+    .claim     = redis_claim,
+    .keepalive = redis_keepalive,
+    .update    = redis_update,
+    .get       = redis_get,
+    .release   = redis_release,
+};
+
+bool ote_meta_redis_available(void)
+{
+    return true;
+}
+
+#else /* !HAVE_REDIS */
+
+const ote_meta_ops_t ote_meta_redis_ops = {.name = NULL};
+
+bool ote_meta_redis_available(void)
+{
+    return false;
+}
+
+#endif

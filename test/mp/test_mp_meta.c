@@ -1,0 +1,470 @@
+/*
+ * Metadata on a store (built twice: OTE_TEST_STORE "etcd" and "redis"),
+ * against a server of its own (test/common/store_server.h):
+ *  - three engines (two processes and this one) find each other by name
+ *    and move verified bytes both ways, notifications answered by name;
+ *  - a target killed with SIGKILL: its name is gone within the TTL;
+ *  - a restart under the same name: old handle PEER_RESTARTED, reopen
+ *    reaches the new instance;
+ *  - the store killed mid-run: open segments go on, new opens fail
+ *    STORE_UNAVAILABLE; restarted empty, the engines put their keys again;
+ *  - a duplicate live name fails EXISTS, and is free after destroy;
+ *  - with OTE_AUTH_KEY a tampered, unsigned or foreign-key record is
+ *    refused with AUTH;
+ *  - malformed URIs, an unreachable store, a wrong password.
+ * Skipped (77) only when the server binary is not installed.
+ */
+#include "mp_util.h"
+#include "store_server.h"
+
+#include "base/config.h"
+#include "core/meta.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#ifndef OTE_TEST_STORE
+#define OTE_TEST_STORE "etcd"
+#endif
+
+#define TTL_S "2"
+
+static ote_test_store_t store;
+
+static double now_s(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static ote_engine_h engine(const char *name)
+{
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = name, .metadata = store.uri};
+    ote_engine_h e        = NULL;
+
+    assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
+    assert_string_equal(ote_engine_name(e), name);
+    return e;
+}
+
+static void target(ote_test_target_t *t, const char *name)
+{
+    const char *args[] = {"--name", name, "--metadata", store.uri, "--region", "1m:rw", NULL};
+
+    assert_int_equal(ote_test_target_start(t, NULL, args), 0);
+    assert_string_equal(t->name, name);
+}
+
+static void xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local, uint64_t remote,
+                 size_t len, ote_status_t *submit_p, ote_task_state_t *state_p)
+{
+    ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = seg, .remote_addr = remote,
+                        .length = len};
+    ote_task_status_t st = {0};
+    ote_batch_h b;
+    size_t first;
+
+    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    *submit_p = ote_batch_submit(b, &r, 1, &first);
+    if (*submit_p == OTE_OK) {
+        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+        assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+        *state_p = st.state;
+    }
+    ote_batch_release(b);
+}
+
+/* WRITE a pattern, have the target check it; target fills, READ back and check here. */
+static void exchange(ote_engine_h e, ote_segment_h seg, const ote_test_target_t *t,
+                     uint8_t *local, uint64_t seed)
+{
+    char cmd[128];
+    ote_status_t sub;
+    ote_task_state_t state;
+
+    ote_test_fill(local, 0, 256 * 1024, seed);
+    xfer(e, seg, OTE_OP_WRITE, local, t->addr[0], 256 * 1024, &sub, &state);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(state, OTE_TASK_COMPLETED);
+    snprintf(cmd, sizeof(cmd), "check 0 0 %d %llu", 256 * 1024, (unsigned long long)seed);
+    assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 10000), 0);
+    snprintf(cmd, sizeof(cmd), "fill 0 4096 8192 %llu", (unsigned long long)seed + 1);
+    assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 10000), 0);
+    memset(local, 0, 8192);
+    xfer(e, seg, OTE_OP_READ, local, t->addr[0] + 4096, 8192, &sub, &state);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(local, 4096, 8192, seed + 1), -1);
+}
+
+/* Opens of name until one returns want; the seconds it took (fails past limit_s). */
+static double until_open_status(ote_engine_h e, const char *name, ote_status_t want,
+                                double limit_s)
+{
+    double t0 = now_s();
+    ote_status_t st;
+
+    for (;;) {
+        ote_segment_h seg = NULL;
+
+        st = ote_segment_open(e, name, &seg);
+        if (st == OTE_OK)
+            ote_segment_close(seg);
+        if (st == want)
+            return now_s() - t0;
+        if (now_s() - t0 > limit_s) {
+            fprintf(stderr, "open '%s': still %s after %.1f s, want %s\n", name,
+                    ote_status_string(st), limit_s, ote_status_string(want));
+            fail();
+        }
+        usleep(100 * 1000);
+    }
+}
+
+static int group_setup(void **state)
+{
+    int rc = ote_test_store_start(&store, OTE_TEST_STORE, NULL);
+
+    (void)state;
+    if (rc == 77)
+        exit(77);
+    setenv("OTE_METADATA_TTL_S", TTL_S, 1);
+    setenv("OTE_METADATA_TIMEOUT_MS", "1000", 1);
+    return rc;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    ote_test_store_stop(&store);
+    return 0;
+}
+
+static void test_three_engines(void **state)
+{
+    ote_test_target_t a, b;
+    ote_engine_h e;
+    ote_segment_h sa, sb, self;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_region_info_t ri[4];
+    size_t n = 0;
+
+    (void)state;
+    target(&a, "decode-0");
+    target(&b, "decode-1");
+    e = engine("prefill-0");
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, "decode-0", &sa), OTE_OK);
+    assert_int_equal(ote_segment_open(e, "decode-1", &sb), OTE_OK);
+    /* The descriptor came from the store: the target's region, at its address. */
+    assert_int_equal(ote_segment_regions(sa, ri, 4, &n), OTE_OK);
+    assert_int_equal(n, 1);
+    assert_true(ri[0].addr == a.addr[0]);
+    exchange(e, sa, &a, local, 100);
+    exchange(e, sb, &b, local, 200);
+    /* Regions registered after the engine started are in the store too. */
+    assert_int_equal(ote_segment_open(e, "prefill-0", &self), OTE_OK);
+    assert_int_equal(ote_segment_regions(self, ri, 4, &n), OTE_OK);
+    assert_int_equal(n, 1);
+    assert_true(ri[0].addr == (uint64_t)(uintptr_t)local);
+    assert_int_equal(ote_segment_refresh(sa), OTE_OK);
+    assert_int_equal(ote_segment_open(e, "decode-9", &self), OTE_ERR_NOT_FOUND);
+    assert_int_equal(ote_segment_open(e, "bad name", &self), OTE_ERR_INVALID_PARAM);
+    ote_segment_close(sa);
+    ote_segment_close(sb);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&a);
+    ote_test_target_stop(&b);
+}
+
+static void test_kill_expiry(void **state)
+{
+    ote_test_target_t a;
+    ote_engine_h e;
+    ote_segment_h seg;
+    double took;
+
+    (void)state;
+    target(&a, "decode-k");
+    e = engine("prefill-k");
+    assert_int_equal(ote_segment_open(e, "decode-k", &seg), OTE_OK);
+    ote_segment_close(seg);
+    ote_test_target_kill(&a);
+    /* Gone within the TTL (and a keepalive period of slack); bound generous for loaded hosts. */
+    took = until_open_status(e, "decode-k", OTE_ERR_NOT_FOUND, 4 * atoi(TTL_S) + 5);
+    fprintf(stderr, "# killed engine's name gone after %.1f s (TTL %s s)\n", took, TTL_S);
+    ote_engine_destroy(e);
+}
+
+static void test_restart_same_name(void **state)
+{
+    ote_test_target_t a1, a2;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_status_t sub;
+    ote_task_state_t st;
+    int restarted = -1;
+
+    (void)state;
+    target(&a1, "decode-r");
+    e = engine("prefill-r");
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, "decode-r", &seg), OTE_OK);
+    exchange(e, seg, &a1, local, 300);
+    ote_test_target_kill(&a1);
+    /* The new instance may take the name once the old key expired. */
+    until_open_status(e, "decode-r", OTE_ERR_NOT_FOUND, 4 * atoi(TTL_S) + 5);
+    target(&a2, "decode-r");
+    assert_int_equal(ote_segment_refresh(seg), OTE_ERR_PEER_RESTARTED);
+    xfer(e, seg, OTE_OP_WRITE, local, a2.addr[0], 4096, &sub, &st);
+    assert_int_equal(sub, OTE_ERR_PEER_RESTARTED);
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 1);
+    exchange(e, seg, &a2, local, 400);
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 0);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&a2);
+}
+
+static void test_store_loss(void **state)
+{
+    ote_test_target_t a;
+    ote_engine_h e;
+    ote_segment_h seg, other;
+    ote_mem_h mem;
+    uint8_t *local;
+    double t0, took;
+
+    (void)state;
+    target(&a, "decode-s");
+    e = engine("prefill-s");
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, "decode-s", &seg), OTE_OK);
+    exchange(e, seg, &a, local, 500);
+
+    ote_test_store_kill(&store);
+    /* Peers that opened each other go on. */
+    exchange(e, seg, &a, local, 600);
+    /* A new name: a specific status, within the request timeout. */
+    t0 = now_s();
+    assert_int_equal(ote_segment_open(e, "decode-x", &other), OTE_ERR_STORE_UNAVAILABLE);
+    took = now_s() - t0;
+    fprintf(stderr, "# open with the store down failed after %.2f s\n", took);
+    assert_true(took < 10.0);
+    sleep(1);
+    exchange(e, seg, &a, local, 700);
+
+    /* Back, empty: both engines put their keys again. */
+    assert_int_equal(ote_test_store_restart(&store, true), 0);
+    took = until_open_status(e, "decode-s", OTE_OK, 15);
+    fprintf(stderr, "# key back %.1f s after the store restarted empty\n", took);
+    until_open_status(e, "prefill-s", OTE_OK, 15);
+    exchange(e, seg, &a, local, 800);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&a);
+}
+
+static void test_duplicate(void **state)
+{
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = "decode-d",
+                             .metadata = store.uri};
+    ote_test_target_t a;
+    ote_engine_h e = NULL, first;
+
+    (void)state;
+    target(&a, "decode-d");
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_EXISTS);
+    assert_null(e);
+    ote_test_target_stop(&a);
+    /* Destroy deleted the key: the name is free at once. */
+    first = engine("decode-d");
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_EXISTS);
+    ote_engine_destroy(first);
+    e = engine("decode-d");
+    ote_engine_destroy(e);
+}
+
+/* Put a raw record under name (the name must be free). */
+static void raw_put(const char *name, const void *rec, size_t len)
+{
+    const ote_meta_ops_t *ops =
+        strcmp(store.kind, "etcd") == 0 ? &ote_meta_etcd_ops : &ote_meta_redis_ops;
+    char key[512];
+    ote_meta_uri_t uri;
+    void *ctx;
+
+    assert_int_equal(ote_meta_uri_parse(store.uri, &uri), OTE_OK);
+    assert_int_equal(ops->open(&uri, 2000, &ctx), OTE_OK);
+    snprintf(key, sizeof(key), "orbitte/segments/%s", name);
+    assert_int_equal(ops->claim(ctx, key, rec, len, 30), OTE_OK);
+    /* Closed without release: the record stays until its TTL. */
+    ops->close(ctx);
+}
+
+static void raw_get(const char *name, uint8_t **rec_p, size_t *len_p)
+{
+    const ote_meta_ops_t *ops =
+        strcmp(store.kind, "etcd") == 0 ? &ote_meta_etcd_ops : &ote_meta_redis_ops;
+    char key[512];
+    ote_meta_uri_t uri;
+    void *ctx;
+
+    assert_int_equal(ote_meta_uri_parse(store.uri, &uri), OTE_OK);
+    assert_int_equal(ops->open(&uri, 2000, &ctx), OTE_OK);
+    snprintf(key, sizeof(key), "orbitte/segments/%s", name);
+    assert_int_equal(ops->get(ctx, key, rec_p, len_p), OTE_OK);
+    ops->close(ctx);
+}
+
+static void test_signed(void **state)
+{
+    ote_engine_h a, b;
+    ote_segment_h seg;
+    uint8_t *rec;
+    size_t len;
+    ote_buf_t unsigned_rec = {0}, foreign_rec = {0};
+    ote_auth_t *other;
+    ote_config_t cfg = {0};
+
+    (void)state;
+    if (!ote_auth_supported())
+        skip();
+    setenv("OTE_AUTH_KEY", "cluster-key-1", 1);
+    a = engine("signed-0");
+    b = engine("signed-1");
+    /* Signed and checked: opens work. */
+    assert_int_equal(ote_segment_open(b, "signed-0", &seg), OTE_OK);
+    ote_segment_close(seg);
+    raw_get("signed-0", &rec, &len);
+    assert_true(len > 12 + 32);
+    ote_engine_destroy(a);
+    until_open_status(b, "signed-0", OTE_ERR_NOT_FOUND, 10);
+
+    /* One byte of the descriptor changed (inside its host id): refused. */
+    rec[12 + 20] ^= 0x01;
+    raw_put("signed-t", rec, len);
+    /* The genuine bytes under another name: the name is inside the MAC. */
+    rec[12 + 20] ^= 0x01;
+    raw_put("signed-m", rec, len);
+    assert_int_equal(ote_segment_open(b, "signed-t", &seg), OTE_ERR_AUTH);
+    assert_int_equal(ote_segment_open(b, "signed-m", &seg), OTE_ERR_AUTH);
+    /* Unsigned, and signed with another key: refused. */
+    assert_int_equal(ote_meta_record_encode(NULL, "signed-u", rec + 12, len - 12 - 32,
+                                            &unsigned_rec),
+                     OTE_OK);
+    raw_put("signed-u", unsigned_rec.data, unsigned_rec.len);
+    assert_int_equal(ote_segment_open(b, "signed-u", &seg), OTE_ERR_AUTH);
+    assert_int_equal(ote_auth_create(&cfg, &other), OTE_OK);
+    assert_int_equal(ote_auth_set_key(other, "cluster-key-2", 13), OTE_OK);
+    assert_int_equal(ote_meta_record_encode(other, "signed-f", rec + 12, len - 12 - 32,
+                                            &foreign_rec),
+                     OTE_OK);
+    raw_put("signed-f", foreign_rec.data, foreign_rec.len);
+    assert_int_equal(ote_segment_open(b, "signed-f", &seg), OTE_ERR_AUTH);
+    ote_auth_destroy(other);
+    free(unsigned_rec.data);
+    free(foreign_rec.data);
+    free(rec);
+    ote_engine_destroy(b);
+    unsetenv("OTE_AUTH_KEY");
+}
+
+static void test_bad_uris(void **state)
+{
+    static const char *const bad[] = {
+        "etcd://", "etcd://127.0.0.1", "etcd://127.0.0.1:0", "etcd://127.0.0.1:99999",
+        "etcd://:pw@127.0.0.1:2379", "etcd://127.0.0.1:2379/3", "redis://a:1,b:2",
+        "redis://:pw@127.0.0.1:6379/x", "redis://127.0.0.1:6379/-1", "zk://127.0.0.1:2181",
+        "etcd:/127.0.0.1:2379", "redis://127.0.0.1:port",
+    };
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = "bad-0"};
+    ote_engine_h e = NULL;
+    char uri[600];
+    double t0;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p.metadata = bad[i];
+        assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_INVALID_PARAM);
+        assert_null(e);
+    }
+    /* A name the store cannot take. */
+    p.metadata = store.uri;
+    p.name     = "two words";
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_INVALID_PARAM);
+    /* Nobody listens on port 1 of loopback; 192.0.2.1 (TEST-NET) never answers. */
+    p.name = "bad-0";
+    snprintf(uri, sizeof(uri), "%s://127.0.0.1:1", store.kind);
+    p.metadata = uri;
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_STORE_UNAVAILABLE);
+    snprintf(uri, sizeof(uri), "%s://192.0.2.1:%u", store.kind, store.port);
+    t0 = now_s();
+    assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_STORE_UNAVAILABLE);
+    assert_true(now_s() - t0 < 10.0);
+    /* etcd: endpoints in turn, the live one after a dead one. */
+    if (strcmp(store.kind, "etcd") == 0) {
+        snprintf(uri, sizeof(uri), "etcd://127.0.0.1:1,127.0.0.1:%u", store.port);
+        assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
+        ote_engine_destroy(e);
+    }
+}
+
+/* Redis with a password: the right one works, a wrong one or none is AUTH. */
+static void test_redis_password(void **state)
+{
+    ote_test_store_t secured;
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = "pw-0"};
+    ote_engine_h e = NULL, f;
+    ote_segment_h seg;
+    char uri[600];
+
+    (void)state;
+    if (strcmp(OTE_TEST_STORE, "redis") != 0)
+        skip();
+    assert_int_equal(ote_test_store_start(&secured, "redis", "s3cret"), 0);
+    p.metadata = secured.uri; /* redis://:s3cret@127.0.0.1:port */
+    assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
+    snprintf(uri, sizeof(uri), "redis://:wrong@127.0.0.1:%u/2", secured.port);
+    p.metadata = uri;
+    p.name     = "pw-1";
+    assert_int_equal(ote_engine_create(&p, &f), OTE_ERR_AUTH);
+    snprintf(uri, sizeof(uri), "redis://127.0.0.1:%u", secured.port);
+    assert_int_equal(ote_engine_create(&p, &f), OTE_ERR_AUTH);
+    /* Database 3 is another namespace: pw-0 is not there. */
+    snprintf(uri, sizeof(uri), "redis://:s3cret@127.0.0.1:%u/3", secured.port);
+    assert_int_equal(ote_engine_create(&p, &f), OTE_OK);
+    assert_int_equal(ote_segment_open(f, "pw-0", &seg), OTE_ERR_NOT_FOUND);
+    ote_engine_destroy(f);
+    ote_engine_destroy(e);
+    ote_test_store_stop(&secured);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_three_engines), cmocka_unit_test(test_kill_expiry),
+        cmocka_unit_test(test_restart_same_name), cmocka_unit_test(test_duplicate),
+        cmocka_unit_test(test_signed),       cmocka_unit_test(test_bad_uris),
+        cmocka_unit_test(test_redis_password), cmocka_unit_test(test_store_loss),
+    };
+
+    return cmocka_run_group_tests_name(OTE_TEST_STORE, tests, group_setup, group_teardown);
+}
