@@ -182,7 +182,11 @@ void ote_batch_notify_end(ote_notify_group_t *group, ote_status_t status);
 /* batch.c: release the batches the user still holds (engine destroy). */
 void ote_batch_release_all(ote_engine_h engine);
 
-/* segment.c */
+/* segment_ctl.c: the control-plane client of a segment */
+/* Close the segment's control connection (the next request opens another). */
+void         ote_segment_ctl_close(ote_segment_h seg);
+/* The peer's descriptor from its control listener (peer-to-peer metadata). */
+ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p);
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
                                      size_t len, uint8_t expect, uint8_t **resp_p,
                                      size_t *resp_len_p);
@@ -196,6 +200,20 @@ void         ote_segment_get(ote_segment_h seg);
  * not (the rail's requests then fail with the transport's error).
  */
 ote_status_t ote_segment_repair(ote_segment_h seg);
+
+/* wireup.c: a segment's rails */
+/* Build the rails to the peer d describes (segment lock not held). */
+ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d);
+/*
+ * Destroy the rails; with release, ask the peer (peer_instance) to drop
+ * the eps it accepted for them.
+ */
+void         ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_instance);
+/*
+ * Reconnect native rails whose connections failed; with rebuild, also
+ * rebuild the eps of rails that are no longer alive (ote_segment_refresh).
+ */
+ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild);
 /* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
 void         ote_segment_mark_stale(ote_segment_h seg);
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */

@@ -458,7 +458,7 @@ void ote_uct_ep_free(ote_uct_ep_t *ep)
     free(ep);
 }
 
-/* Called with the worker lock by the core (rails_destroy). */
+/* Called with the worker lock by the core (ote_wireup_destroy). */
 static void uct_ep_destroy_(ote_tl_ep_t *tl_ep)
 {
     ote_uct_ep_free((ote_uct_ep_t *)tl_ep);

@@ -1,0 +1,231 @@
+/*
+ * A segment's control-plane client: one connection to the peer's listener
+ * (authenticated with OTE_AUTH_KEY), request/response exchanges on it, and
+ * the descriptor fetch of the peer-to-peer metadata.
+ */
+#include "ctl_msg.h"
+#include "engine.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void ote_segment_ctl_close(ote_segment_h seg)
+{
+    if (seg->ctl_fd >= 0) {
+        close(seg->ctl_fd);
+        seg->ctl_fd = -1;
+    }
+}
+
+/*
+ * One request and its response on fd, before deadline. The response type
+ * must be one of expect[0..nexpect); *type_p says which came.
+ */
+static ote_status_t ctl_exchange(ote_segment_h seg, int fd, uint8_t type, const void *payload,
+                                 size_t len, const uint8_t *expect, size_t nexpect,
+                                 uint64_t deadline, uint8_t *type_p, uint8_t **resp_p,
+                                 size_t *resp_len_p)
+{
+    ote_engine_h e = seg->engine;
+    uint8_t hdr[OTE_CTL_HDR_LEN], small[OTE_CTL_HDR_LEN + OTE_CTL_NOTIFY_MAX_LEN];
+    ote_ctl_hdr_t h = {.type = type, .length = (uint32_t)len};
+    uint8_t *resp   = NULL;
+    uint32_t seq;
+    bool known = false;
+    ote_status_t status;
+
+    h.seq = seq = ++seg->ctl_seq;
+    ote_ctl_hdr_encode(&h, hdr);
+    if (len > 0 && len <= sizeof(small) - OTE_CTL_HDR_LEN) {
+        /* One segment: a payload sent apart would wait for the peer's delayed ACK. */
+        memcpy(small, hdr, OTE_CTL_HDR_LEN);
+        memcpy(small + OTE_CTL_HDR_LEN, payload, len);
+        status = ote_socket_send_all(fd, small, OTE_CTL_HDR_LEN + len, deadline);
+    } else {
+        status = ote_socket_send_all(fd, hdr, sizeof(hdr), deadline);
+        if (status == OTE_OK && len)
+            status = ote_socket_send_all(fd, payload, len, deadline);
+    }
+    if (status == OTE_OK)
+        status = ote_socket_recv_all(fd, hdr, sizeof(hdr), deadline);
+    if (status != OTE_OK)
+        return status;
+    status = ote_ctl_hdr_decode(hdr, sizeof(hdr), e->config.max_ctl_msg, &h);
+    for (size_t i = 0; i < nexpect; i++)
+        known |= h.type == expect[i];
+    if (status != OTE_OK || !known || h.seq != seq) {
+        ote_warn("segment '%s': malformed control response", seg->name);
+        return OTE_ERR_PROTOCOL;
+    }
+    resp = malloc(h.length ? h.length : 1);
+    if (resp == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_socket_recv_all(fd, resp, h.length, deadline);
+    if (status != OTE_OK) {
+        free(resp);
+        return status;
+    }
+    *type_p     = h.type;
+    *resp_p     = resp;
+    *resp_len_p = h.length;
+    return OTE_OK;
+}
+
+/* AUTH_DONE's status, or PROTOCOL. */
+static ote_status_t auth_done_status(const uint8_t *resp, size_t len)
+{
+    ote_status_t remote;
+
+    if (ote_ctl_status_decode(resp, len, &remote) != OTE_OK)
+        return OTE_ERR_PROTOCOL;
+    /* A target refuses with AUTH; anything else it says is still a refusal. */
+    return remote == OTE_OK ? OTE_OK : OTE_ERR_AUTH;
+}
+
+/* Prove we hold the key, and that the target does (see auth.h). */
+static ote_status_t ctl_authenticate(ote_segment_h seg, int fd, uint64_t deadline)
+{
+    static const uint8_t after_hello[] = {OTE_CTL_AUTH_PROOF, OTE_CTL_AUTH_DONE};
+    static const uint8_t after_proof[] = {OTE_CTL_AUTH_DONE};
+    ote_auth_t *auth = seg->engine->auth;
+    uint8_t hello[OTE_AUTH_HELLO_LEN], iproof[OTE_AUTH_IPROOF_LEN];
+    ote_auth_session_t s;
+    uint8_t *resp = NULL;
+    size_t len;
+    uint8_t type;
+    ote_status_t status;
+
+    ote_auth_session_init(&s, OTE_AUTH_CHANNEL_CTL);
+    status = ote_auth_initiator_hello(auth, &s, hello);
+    if (status != OTE_OK)
+        return status;
+    status = ctl_exchange(seg, fd, OTE_CTL_AUTH_HELLO, hello, sizeof(hello), after_hello, 2,
+                          deadline, &type, &resp, &len);
+    if (status != OTE_OK)
+        return status;
+    if (type == OTE_CTL_AUTH_DONE) {
+        /* Refused before any proof: the target has no key, or no room for us. */
+        status = auth_done_status(resp, len);
+        free(resp);
+        return status == OTE_OK ? OTE_ERR_PROTOCOL : status;
+    }
+    status = ote_auth_initiator_proof(auth, &s, resp, len, iproof);
+    free(resp);
+    if (status == OTE_ERR_AUTH)
+        ote_error("segment '%s': the peer does not hold our OTE_AUTH_KEY", seg->name);
+    if (status != OTE_OK)
+        return status;
+    status = ctl_exchange(seg, fd, OTE_CTL_AUTH_PROOF, iproof, sizeof(iproof), after_proof, 1,
+                          deadline, &type, &resp, &len);
+    if (status != OTE_OK)
+        return status;
+    status = auth_done_status(resp, len);
+    free(resp);
+    if (status == OTE_ERR_AUTH)
+        ote_error("segment '%s': the peer refused our OTE_AUTH_KEY", seg->name);
+    return status;
+}
+
+/* Under seg->lock. */
+static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
+{
+    ote_engine_h e = seg->engine;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    ote_status_t status;
+    int fd;
+
+    if (seg->ctl_fd >= 0)
+        return OTE_OK;
+    status = ote_sockaddr_parse(seg->ctl_addr, &ss, &len);
+    if (status == OTE_OK && ote_sockaddr_port((struct sockaddr *)&ss) == 0)
+        status = OTE_ERR_INVALID_PARAM;
+    if (status == OTE_ERR_NOT_FOUND && strchr(seg->ctl_addr, ':') == NULL)
+        status = OTE_ERR_INVALID_PARAM;
+    if (status == OTE_ERR_INVALID_PARAM && e->meta != NULL) {
+        ote_error("segment '%s': its descriptor's control address '%s' is not host:port",
+                  seg->name, seg->ctl_addr);
+        return OTE_ERR_PROTOCOL;
+    }
+    if (status == OTE_ERR_INVALID_PARAM) {
+        ote_error("segment '%s': not a host:port name (the p2p metadata opens peers by the "
+                  "address of their control listener)", seg->name);
+        return status;
+    }
+    if (status != OTE_OK) {
+        ote_error("segment '%s': the host name of '%s' does not resolve", seg->name,
+                  seg->ctl_addr);
+        return OTE_ERR_NOT_FOUND;
+    }
+    status = ote_socket_connect(&ss, len, (int)e->config.connect_timeout_ms, &fd);
+    if (status != OTE_OK) {
+        ote_debug("segment '%s': connect: %s", seg->name, ote_status_string(status));
+        return status;
+    }
+    if (e->auth->enabled) {
+        status = ctl_authenticate(seg, fd, deadline);
+        if (status != OTE_OK) {
+            ote_debug("segment '%s': authentication: %s", seg->name, ote_status_string(status));
+            close(fd);
+            return status;
+        }
+    }
+    seg->ctl_fd = fd;
+    return OTE_OK;
+}
+
+ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
+                                     size_t len, uint8_t expect, uint8_t **resp_p,
+                                     size_t *resp_len_p)
+{
+    ote_engine_h e    = seg->engine;
+    uint64_t deadline = ote_time_ns() + (uint64_t)e->config.connect_timeout_ms * 1000000ull;
+    uint8_t got;
+    ote_status_t status;
+
+    pthread_mutex_lock(&seg->lock);
+    status = ctl_connect(seg, deadline);
+    if (status != OTE_OK)
+        goto out;
+    status = ctl_exchange(seg, seg->ctl_fd, type, payload, len, &expect, 1, deadline, &got,
+                          resp_p, resp_len_p);
+    if (status != OTE_OK) {
+        /* The stream may be mid-message: never reuse it. */
+        ote_segment_ctl_close(seg);
+        if (status == OTE_ERR_REMOTE_DISCONNECT || status == OTE_ERR_IO)
+            status = OTE_ERR_REMOTE_DISCONNECT;
+    }
+out:
+    pthread_mutex_unlock(&seg->lock);
+    return status;
+}
+
+ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
+{
+    uint8_t *resp = NULL;
+    size_t len;
+    ote_status_t status, remote;
+
+    /* A store: resolved at every open, refresh and reopen (no cache to go stale). */
+    if (seg->engine->meta != NULL)
+        return ote_meta_lookup(seg->engine->meta, seg->name, desc_p);
+
+    status = ote_segment_ctl_request(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, &resp, &len);
+    if (status != OTE_OK)
+        return status;
+    if (len < 4 || ote_ctl_status_decode(resp, 4, &remote) != OTE_OK) {
+        status = OTE_ERR_PROTOCOL;
+    } else if (remote != OTE_OK) {
+        status = remote;
+    } else {
+        status = ote_desc_decode(resp + 4, len - 4, desc_p);
+        if (status != OTE_OK)
+            ote_warn("segment '%s': malformed descriptor", seg->name);
+    }
+    free(resp);
+    return status;
+}
+

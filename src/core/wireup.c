@@ -1,0 +1,487 @@
+/*
+ * Wire-up of a segment's rails: one rail per (worker, local iface) whose
+ * transport the peer also offers, whose scope reaches it, and which is not
+ * dominated by a faster rail (see ote_wireup_build); connections of the
+ * to-ep model through CONNECT requests; staging rails over host rails; and
+ * the repair of rails whose connections failed.
+ */
+#include "ctl_msg.h"
+#include "engine.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "proto/stage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool scope_reaches(const ote_tl_caps_t *caps, bool same_host, bool same_engine)
+{
+    if (same_engine && (caps->scope & OTE_TL_SCOPE_PROCESS))
+        return true;
+    if (same_host && (caps->scope & OTE_TL_SCOPE_HOST))
+        return true;
+    return (caps->scope & OTE_TL_SCOPE_NETWORK) != 0;
+}
+
+/* Ask the peer to drop the target sides of our to-ep connections (best effort). */
+static void rails_release(ote_segment_h seg, uint64_t peer_instance, const uint64_t *ids,
+                          size_t n)
+{
+    ote_engine_h e = seg->engine;
+
+    while (n > 0) {
+        ote_ctl_connect_t *m = calloc(1, sizeof(*m));
+        ote_buf_t out        = {0};
+        uint8_t *resp        = NULL;
+        size_t len, k = n < OTE_CTL_CONNECT_MAX_IDS ? n : OTE_CTL_CONNECT_MAX_IDS;
+
+        if (m == NULL)
+            return;
+        m->op        = OTE_CTL_CONNECT_OP_RELEASE;
+        m->initiator = e->instance_id;
+        m->target    = peer_instance;
+        m->num_ids   = k;
+        memcpy(m->ids, ids, k * sizeof(ids[0]));
+        if (ote_ctl_connect_encode(m, &out) == OTE_OK &&
+            ote_segment_ctl_request(seg, OTE_CTL_CONNECT, out.data, out.len,
+                                    OTE_CTL_CONNECT_ACK, &resp, &len) == OTE_OK)
+            free(resp);
+        free(out.data);
+        free(m);
+        ids += k;
+        n -= k;
+    }
+}
+
+/*
+ * Destroy every rail's ep; with release, the peer (peer_instance) is asked
+ * to drop the target sides of to-ep connections.
+ */
+void ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_instance)
+{
+    ote_engine_h e = seg->engine;
+    uint64_t ids[OTE_PROTO_MAX_RAILS];
+    size_t nids = 0;
+
+    for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+        ote_rail_t *r    = seg->rail_set.rails[i];
+        ote_worker_t *w  = &e->workers[r->worker];
+        ote_tl_ep_t *ep;
+
+        pthread_mutex_lock(&w->lock);
+        ep    = r->ep;
+        r->ep = NULL;
+        if (ep != NULL)
+            r->iface->ep_ops->destroy(ep);
+        pthread_mutex_unlock(&w->lock);
+        if (r->conn_id != 0)
+            ids[nids++] = r->conn_id;
+        r->conn_id = 0;
+    }
+    seg->rail_set.num_rails = 0;
+    if (release && nids > 0)
+        rails_release(seg, peer_instance, ids, nids);
+}
+
+/*
+ * The peer's iface this one connects to. The descriptor lists the peer's
+ * ifaces worker by worker, so the k-th entry of a (transport, device) is
+ * the one of the peer's worker k: worker w takes entry w (modulo their
+ * count). Only where the peer has no iface on a device of that name (other
+ * hosts name their NICs differently) may another device of the transport
+ * do, starting at the skip-th such entry. *peer_worker_p gets the peer's
+ * worker index.
+ */
+static const ote_desc_tl_t *peer_iface(const ote_desc_t *d, const ote_tl_iface_t *iface,
+                                       size_t w, size_t skip, size_t *peer_worker_p)
+{
+    const ote_tl_resource_t *res = &iface->resource;
+    size_t same = 0, other = 0, k, seen;
+
+    for (k = 0; k < d->num_tls; k++) {
+        if (strcmp(d->tls[k].tl_name, res->tl_name) != 0)
+            continue;
+        if (strcmp(d->tls[k].dev_name, res->dev_name) == 0)
+            same++;
+        else
+            other++;
+    }
+    if (same > 0) {
+        if (skip > 0)
+            return NULL;
+        for (k = 0, seen = 0; k < d->num_tls; k++) {
+            if (strcmp(d->tls[k].tl_name, res->tl_name) == 0 &&
+                strcmp(d->tls[k].dev_name, res->dev_name) == 0 && seen++ == w % same) {
+                *peer_worker_p = w % same;
+                return &d->tls[k];
+            }
+        }
+        return NULL;
+    }
+    if (!res->is_network || skip >= other)
+        return NULL;
+    for (k = 0, seen = 0; k < d->num_tls; k++) {
+        if (strcmp(d->tls[k].tl_name, res->tl_name) == 0 && seen++ == (w + skip) % other) {
+            /* The entry's worker: how many entries of its device precede it. */
+            size_t pw = 0;
+
+            for (size_t j = 0; j < k; j++) {
+                pw += strcmp(d->tls[j].tl_name, d->tls[k].tl_name) == 0 &&
+                      strcmp(d->tls[j].dev_name, d->tls[k].dev_name) == 0;
+            }
+            *peer_worker_p = pw;
+            return &d->tls[k];
+        }
+    }
+    return NULL;
+}
+
+/* To-ep wire-up: our ep, its address to the peer in a CONNECT, the answer back. */
+static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r,
+                                       const ote_desc_tl_t *peer_tl, size_t peer_worker,
+                                       const ote_tl_peer_t *peer)
+{
+    ote_engine_h e        = seg->engine;
+    ote_tl_iface_t *iface = r->iface;
+    ote_ctl_connect_t *m  = calloc(1, sizeof(*m));
+    uint8_t mine[OTE_TL_ADDR_MAX];
+    const uint8_t *theirs;
+    size_t mine_len, theirs_len, resp_len;
+    uint8_t *resp = NULL;
+    ote_buf_t out = {0};
+    ote_status_t status, remote;
+
+    if (m == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = iface->ops->ep_open(iface, peer_tl->addr, peer_tl->addr_len, peer, &r->ep, mine,
+                                 sizeof(mine), &mine_len);
+    if (status != OTE_OK) {
+        free(m);
+        return status;
+    }
+    do {
+        m->conn_id = ote_random_u64();
+    } while (m->conn_id == 0);
+    m->op        = OTE_CTL_CONNECT_OP_CONNECT;
+    m->initiator = e->instance_id;
+    m->target    = d->instance_id;
+    m->worker    = (uint16_t)peer_worker;
+    m->addr      = mine;
+    m->addr_len  = mine_len;
+    snprintf(m->tl_name, sizeof(m->tl_name), "%s", peer_tl->tl_name);
+    snprintf(m->dev_name, sizeof(m->dev_name), "%s", peer_tl->dev_name);
+    status = ote_ctl_connect_encode(m, &out);
+    if (status == OTE_OK)
+        status = ote_segment_ctl_request(seg, OTE_CTL_CONNECT, out.data, out.len,
+                                         OTE_CTL_CONNECT_ACK, &resp, &resp_len);
+    if (status == OTE_OK) {
+        status = ote_ctl_connect_ack_decode(resp, resp_len, &remote, &theirs, &theirs_len);
+        if (status == OTE_OK && remote != OTE_OK)
+            status = remote;
+        else if (status == OTE_OK)
+            r->conn_id = m->conn_id;
+    }
+    if (status == OTE_OK)
+        status = iface->ep_ops->connect_to_ep(r->ep, theirs, theirs_len);
+    free(resp);
+    free(out.data);
+    if (status != OTE_OK) {
+        ote_worker_t *w = &e->workers[r->worker];
+
+        pthread_mutex_lock(&w->lock);
+        iface->ep_ops->destroy(r->ep);
+        pthread_mutex_unlock(&w->lock);
+        r->ep = NULL;
+        if (r->conn_id != 0)
+            rails_release(seg, d->instance_id, &m->conn_id, 1);
+        r->conn_id = 0;
+    }
+    free(m);
+    return status;
+}
+
+static ote_status_t stage_ctl(void *arg, const void *req, size_t len, uint8_t **resp_p,
+                              size_t *resp_len_p)
+{
+    return ote_segment_ctl_request(arg, OTE_CTL_STAGE, req, len, OTE_CTL_STAGE_ACK, resp_p,
+                                   resp_len_p);
+}
+
+/*
+ * GPU memory over host-only rails: one staging rail (proto/stage.c) in front
+ * of each host rail, on the same worker, then one remote staging rail (the
+ * peer's GPU memory through its pinned chunks) in front of each host rail
+ * and its staging rail. Returns the new rail count.
+ */
+static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
+{
+    ote_engine_h e = seg->engine;
+    size_t host_rails = n, local_end;
+
+    for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
+        ote_worker_t *w = &e->workers[seg->rails[i].worker];
+
+        for (size_t k = 0; k < w->num_ifaces; k++) {
+            if (ote_proto_stage_iface(w->ifaces[k]) &&
+                ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], w->ifaces[k]) ==
+                    OTE_OK) {
+                ote_debug("segment '%s': rail %zu stages GPU memory over %s/%s", seg->name, n,
+                          seg->rails[i].iface->resource.tl_name,
+                          seg->rails[i].iface->resource.dev_name);
+                seg->rail_set.rails[n] = &seg->rails[n];
+                n++;
+                break;
+            }
+        }
+    }
+    local_end = n;
+    for (size_t i = 0; i < host_rails && n < OTE_PROTO_MAX_RAILS; i++) {
+        ote_worker_t *w   = &e->workers[seg->rails[i].worker];
+        ote_rail_t *local = NULL;
+
+        for (size_t j = host_rails; j < local_end; j++) {
+            if (ote_proto_stage_rail_host(&seg->rails[j]) == &seg->rails[i])
+                local = &seg->rails[j];
+        }
+        for (size_t k = 0; k < w->num_ifaces; k++) {
+            ote_stage_remote_hooks_t hooks = {
+                .ctl = stage_ctl, .ctl_arg = seg, .worker_lock = &w->lock,
+                .worker_wake_fd = w->wake_fd, .initiator = e->instance_id,
+                .target = d->instance_id, .timeout_ms = e->config.xfer_timeout_ms};
+
+            if (ote_proto_stage_iface(w->ifaces[k]) &&
+                ote_proto_stage_remote_rail_init(&seg->rails[n], &seg->rails[i], local,
+                                                 w->ifaces[k], &hooks) == OTE_OK) {
+                ote_debug("segment '%s': rail %zu stages the peer's GPU memory over %s/%s",
+                          seg->name, n, seg->rails[i].iface->resource.tl_name,
+                          seg->rails[i].iface->resource.dev_name);
+                seg->rail_set.rails[n] = &seg->rails[n];
+                n++;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+/* What a rail's ep needs to know of the peer instance d describes. */
+static ote_tl_peer_t rail_peer(ote_segment_h seg, const ote_desc_t *d)
+{
+    ote_engine_h e = seg->engine;
+
+    return (ote_tl_peer_t){.instance_id = d->instance_id, .name = seg->name,
+                           .local_instance = e->instance_id,
+                           .timeout_ms = e->config.connect_timeout_ms};
+}
+
+/*
+ * Connect r (iface, worker and caps set, no ep) to the peer iface d lists
+ * for it; r->ep is set on success.
+ */
+static ote_status_t rail_connect(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r,
+                                 const ote_tl_peer_t *peer)
+{
+    ote_tl_iface_t *iface = r->iface;
+    ote_status_t status   = OTE_ERR_UNREACHABLE;
+
+    for (size_t skip = 0;; skip++) {
+        size_t peer_worker = 0;
+        const ote_desc_tl_t *peer_tl = peer_iface(d, iface, r->worker, skip, &peer_worker);
+
+        if (peer_tl == NULL)
+            break;
+        if (r->caps.conn_model == OTE_TL_CONN_TO_EP)
+            status = rail_connect_to_ep(seg, d, r, peer_tl, peer_worker, peer);
+        else
+            status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, peer,
+                                           &r->ep);
+        /* Another device of the peer may be reachable where this one is not. */
+        if (status != OTE_ERR_UNREACHABLE)
+            break;
+    }
+    return status;
+}
+
+/*
+ * A rail whose ep failed for good (UCT's eps stay failed) gets a new ep to
+ * the same instance d describes. The new ep is made aside and takes the old
+ * one's place under the worker lock, so that slices posted meanwhile see
+ * one or the other.
+ */
+static ote_status_t rail_rebuild(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r)
+{
+    ote_worker_t *w    = &seg->engine->workers[r->worker];
+    ote_tl_peer_t peer = rail_peer(seg, d);
+    ote_rail_t fresh   = *r;
+    ote_tl_ep_t *old;
+    uint64_t old_conn;
+    ote_status_t status;
+
+    fresh.ep      = NULL;
+    fresh.conn_id = 0;
+    status        = rail_connect(seg, d, &fresh, &peer);
+    if (status != OTE_OK) {
+        ote_warn("segment '%s': %s/%s could not be connected again: %s", seg->name,
+                 r->iface->resource.tl_name, r->iface->resource.dev_name,
+                 ote_status_string(status));
+        return status;
+    }
+    pthread_mutex_lock(&w->lock);
+    old        = r->ep;
+    old_conn   = r->conn_id;
+    r->ep      = fresh.ep;
+    r->conn_id = fresh.conn_id;
+    if (old != NULL)
+        r->iface->ep_ops->destroy(old);
+    pthread_mutex_unlock(&w->lock);
+    if (old_conn != 0)
+        rails_release(seg, d->instance_id, &old_conn, 1);
+    ote_info("segment '%s': %s/%s connected again", seg->name, r->iface->resource.tl_name,
+             r->iface->resource.dev_name);
+    return OTE_OK;
+}
+
+/*
+ * Under seg->refresh_lock: rails whose connections failed are connected
+ * again to the instance d describes. Native tcp and cma replace their
+ * failed connections (reconnect); with rebuild, a rail whose ep is dead
+ * for good (UCT) gets a new one. The first error is returned, and
+ * PEER_RESTARTED as soon as a handshake finds another instance.
+ */
+ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild)
+{
+    ote_engine_h e      = seg->engine;
+    ote_status_t result = OTE_OK;
+
+    for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+        ote_rail_t *r             = seg->rail_set.rails[i];
+        const ote_tl_ep_ops_t *ops = r->iface->ep_ops;
+        ote_worker_t *w           = &e->workers[r->worker];
+        ote_status_t status       = OTE_OK;
+        bool alive;
+
+        if (r->ep == NULL)
+            continue;
+        if (ops->needs_reconnect(r->ep)) {
+            ote_tl_peer_t peer = rail_peer(seg, d);
+
+            status = ops->reconnect(r->ep, &peer);
+        } else if (rebuild) {
+            pthread_mutex_lock(&w->lock);
+            alive = ops->is_alive(r->ep);
+            pthread_mutex_unlock(&w->lock);
+            if (!alive)
+                status = rail_rebuild(seg, d, r);
+        }
+        if (status == OTE_ERR_PEER_RESTARTED)
+            return status;
+        if (result == OTE_OK)
+            result = status;
+    }
+    return result;
+}
+
+typedef struct {
+    ote_tl_iface_t *iface;
+    size_t          worker;
+    ote_tl_caps_t   caps;
+} rail_cand_t;
+
+/* Preferred first (see ote_proto_caps_cmp), then by worker. */
+static int cand_cmp(const void *a, const void *b)
+{
+    const rail_cand_t *x = a, *y = b;
+    int c = ote_proto_caps_cmp(&x->caps, x->iface->resource.is_network, &y->caps,
+                               y->iface->resource.is_network);
+
+    if (c != 0)
+        return c;
+    return x->worker < y->worker ? -1 : x->worker > y->worker;
+}
+
+/*
+ * Build the rails to a peer: one per local worker iface whose transport the
+ * peer offers and whose scope reaches it (same process, same host including
+ * its network namespace, or network). Intra-host first, then checked, then
+ * fastest; a rail that would never be chosen next to ones built already is
+ * not connected.
+ */
+ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
+{
+    ote_engine_h e   = seg->engine;
+    bool same_engine = d->instance_id == e->instance_id;
+    ote_status_t last = OTE_ERR_UNREACHABLE;
+    rail_cand_t *cand;
+    size_t ncand = 0, n = 0;
+
+    seg->same_host = strcmp(d->host_id, e->host_id) == 0;
+    cand = calloc(e->num_workers * OTE_MAX_IFACES, sizeof(*cand));
+    if (cand == NULL)
+        return OTE_ERR_NO_MEMORY;
+    for (size_t w = 0; w < e->num_workers; w++) {
+        ote_worker_t *wk = &e->workers[w];
+
+        for (size_t i = 0; i < wk->num_ifaces; i++) {
+            rail_cand_t *c = &cand[ncand];
+
+            c->iface  = wk->ifaces[i];
+            c->worker = w;
+            c->iface->ops->query(c->iface, &c->caps);
+            if (scope_reaches(&c->caps, seg->same_host, same_engine))
+                ncand++;
+        }
+    }
+    qsort(cand, ncand, sizeof(cand[0]), cand_cmp);
+    for (size_t ci = 0; ci < ncand && n < OTE_PROTO_MAX_RAILS; ci++) {
+        rail_cand_t *c        = &cand[ci];
+        ote_tl_iface_t *iface = c->iface;
+        ote_rail_t *r         = &seg->rails[n];
+        ote_tl_peer_t peer    = rail_peer(seg, d);
+        ote_status_t status;
+
+        if (ote_proto_rail_dominated(&c->caps, iface->resource.is_network, seg->rail_set.rails,
+                                     n)) {
+            ote_debug("segment '%s': %s/%s not needed next to faster transports", seg->name,
+                      iface->resource.tl_name, iface->resource.dev_name);
+            continue;
+        }
+        memset(r, 0, sizeof(*r));
+        r->caps      = c->caps;
+        r->iface     = iface;
+        r->worker    = c->worker;
+        r->remote_md = -1;
+        if (iface->md != NULL) {
+            for (size_t k = 0; k < d->num_mds; k++) {
+                if (strcmp(d->mds[k], iface->md->name) == 0)
+                    r->remote_md = (int)k;
+            }
+        }
+        status = rail_connect(seg, d, r, &peer);
+        if (status != OTE_OK) {
+            if (r->ep == NULL && status == OTE_ERR_UNREACHABLE)
+                ote_debug("segment '%s': %s/%s does not reach it", seg->name,
+                          iface->resource.tl_name, iface->resource.dev_name);
+            else
+                ote_warn("segment '%s': transport %s/%s unreachable: %s", seg->name,
+                         iface->resource.tl_name, iface->resource.dev_name,
+                         ote_status_string(status));
+            r->ep = NULL;
+            last  = status;
+            continue;
+        }
+        ote_debug("segment '%s': rail %zu on %s/%s (worker %zu)", seg->name, n,
+                  iface->resource.tl_name, iface->resource.dev_name, c->worker);
+        seg->rail_set.rails[n] = r;
+        n++;
+        seg->rail_set.num_rails = n;
+    }
+    free(cand);
+    n = stage_rails_add(seg, d, n);
+    seg->rail_set.num_rails = n;
+    if (n == 0) {
+        ote_error("segment '%s': no transport reaches it", seg->name);
+        return last;
+    }
+    return OTE_OK;
+}
+
