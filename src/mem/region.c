@@ -671,12 +671,6 @@ void ote_mem_table_destroy(ote_mem_table_t *t)
     table_put(t);
 }
 
-ote_status_t ote_md_unsupported_rkey_pack(ote_md_t *md, void *memh, void *buf, size_t max,
-                                          size_t *length_p)
-{
-    return OTE_ERR_UNSUPPORTED;
-}
-
 ote_status_t ote_mem_table_add_md(ote_mem_table_t *t, ote_md_t *md)
 {
     ote_status_t status = OTE_OK;
