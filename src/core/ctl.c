@@ -169,7 +169,7 @@ static ote_status_t reply_status(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type, ot
 }
 
 /* Tell the peer AUTH in the answer it waits for, then hang up. */
-static ote_status_t refuse(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type)
+static ote_status_t ctl_refuse(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type)
 {
     c->close_after_send = true;
     return reply_status(ctl, c, type, OTE_ERR_AUTH);
@@ -185,35 +185,35 @@ static ote_status_t handle_auth(ote_ctl_t *ctl, ctl_conn_t *c)
         /* The peer has a key and we have none: it cannot verify us. */
         ote_warn("control peer %s wants to authenticate but this engine has no "
                  "OTE_AUTH_KEY; refused", c->peer);
-        return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+        return ctl_refuse(ctl, c, OTE_CTL_AUTH_DONE);
     }
     switch (c->auth.state) {
     case OTE_AUTH_STATE_START:
         if (c->h.type != OTE_CTL_AUTH_HELLO) {
             ote_warn("control peer %s: request before authentication; refused", c->peer);
             if (c->h.type == OTE_CTL_GET_DESC)
-                return refuse(ctl, c, OTE_CTL_DESC);
+                return ctl_refuse(ctl, c, OTE_CTL_DESC);
             if (c->h.type == OTE_CTL_NOTIFY)
-                return refuse(ctl, c, OTE_CTL_NOTIFY_ACK);
-            return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+                return ctl_refuse(ctl, c, OTE_CTL_NOTIFY_ACK);
+            return ctl_refuse(ctl, c, OTE_CTL_AUTH_DONE);
         }
         status = ote_auth_target_hello(auth, &c->auth, c->payload, c->h.length, proof);
         if (status == OTE_ERR_PROTOCOL)
             return status;
         if (status != OTE_OK)
-            return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+            return ctl_refuse(ctl, c, OTE_CTL_AUTH_DONE);
         return reply(ctl, c, OTE_CTL_AUTH_PROOF, proof, sizeof(proof), NULL, 0);
     case OTE_AUTH_STATE_HELLO:
         if (c->h.type != OTE_CTL_AUTH_PROOF) {
             ote_warn("control peer %s: no proof after hello; refused", c->peer);
-            return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+            return ctl_refuse(ctl, c, OTE_CTL_AUTH_DONE);
         }
         status = ote_auth_target_proof(auth, &c->auth, c->payload, c->h.length);
         if (status == OTE_ERR_PROTOCOL)
             return status;
         if (status != OTE_OK) {
             ote_warn("control peer %s: authentication failed (wrong key?)", c->peer);
-            return refuse(ctl, c, OTE_CTL_AUTH_DONE);
+            return ctl_refuse(ctl, c, OTE_CTL_AUTH_DONE);
         }
         c->handshake_deadline = 0;
         ote_debug("control peer %s authenticated", c->peer);

@@ -3,7 +3,7 @@
 
 #include <stddef.h>
 
-static int key_cmp(uint64_t start, uint64_t end, uint64_t tie, const ote_itree_node_t *n)
+static int itree_key_cmp(uint64_t start, uint64_t end, uint64_t tie, const ote_itree_node_t *n)
 {
     if (start != n->start)
         return start < n->start ? -1 : 1;
@@ -51,7 +51,7 @@ static ote_itree_node_t *insert(ote_itree_node_t *n, ote_itree_node_t *x)
 {
     if (n == NULL)
         return x;
-    if (key_cmp(x->start, x->end, x->tie, n) < 0) {
+    if (itree_key_cmp(x->start, x->end, x->tie, n) < 0) {
         n->left = insert(n->left, x);
         if (n->left->prio > n->prio)
             n = rotate_right(n);
@@ -71,7 +71,7 @@ static ote_itree_node_t *remove_node(ote_itree_node_t *n, const ote_itree_node_t
 
     if (n == NULL)
         return NULL;
-    c = key_cmp(x->start, x->end, x->tie, n);
+    c = itree_key_cmp(x->start, x->end, x->tie, n);
     if (c < 0) {
         n->left = remove_node(n->left, x, found_p);
     } else if (c > 0) {

@@ -69,7 +69,7 @@ static inline uint64_t reg_bytes(const ote_mem_reg_t *g)
     return g->node.end - g->node.start;
 }
 
-static void lru_unlink(ote_rcache_t *rc, ote_mem_reg_t *g)
+static void rcache_lru_unlink(ote_rcache_t *rc, ote_mem_reg_t *g)
 {
     if (g->lru_prev != NULL)
         g->lru_prev->lru_next = g->lru_next;
@@ -125,7 +125,7 @@ static void reg_retire(ote_rcache_t *rc, ote_mem_reg_t *g, ote_mem_reg_t **chain
         g->indexed = false;
     }
     if (g->users == 0) {
-        lru_unlink(rc, g);
+        rcache_lru_unlink(rc, g);
         rc->entries--;
         g->lru_next = *chain_p;
         *chain_p    = g;
@@ -352,7 +352,7 @@ ote_status_t ote_rcache_get(ote_rcache_t *rc, uint64_t addr, size_t length, unsi
         if (node != NULL) {
             g = (ote_mem_reg_t *)((char *)node - offsetof(ote_mem_reg_t, node));
             if (g->users++ == 0)
-                lru_unlink(rc, g);
+                rcache_lru_unlink(rc, g);
             rc->hits++;
         }
         pthread_mutex_unlock(&rc->lock);

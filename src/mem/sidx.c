@@ -31,7 +31,7 @@ struct ote_sidx_leaf {
     sidx_ent_t ent[SIDX_LEAF];
 };
 
-static int key_cmp(const ote_itree_node_t *a, const ote_itree_node_t *b)
+static int sidx_key_cmp(const ote_itree_node_t *a, const ote_itree_node_t *b)
 {
     if (a->start != b->start)
         return a->start < b->start ? -1 : 1;
@@ -171,11 +171,11 @@ static void upper_bound(const ote_sidx_t *x, const ote_itree_node_t *node, size_
     }
     /* Equal starts may spill into earlier leaves: walk back while needed. */
     while (li > 0 && x->first[li] == node->start &&
-           key_cmp(node, x->leaves[li]->ent[0].node) < 0)
+           sidx_key_cmp(node, x->leaves[li]->ent[0].node) < 0)
         li--;
     l = x->leaves[li];
     i = (unsigned)(last_le(l->start, l->n, node->start) + 1);
-    while (i > 0 && key_cmp(node, l->ent[i - 1].node) < 0)
+    while (i > 0 && sidx_key_cmp(node, l->ent[i - 1].node) < 0)
         i--;
     *li_p = (size_t)li;
     *ei_p = i;

@@ -167,7 +167,7 @@ static struct {
     unsigned long   opens, closes, evictions;
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .max_per_peer = 256};
 
-static void lru_unlink(import_t *im)
+static void ipc_lru_unlink(import_t *im)
 {
     if (im->prev)
         im->prev->next = im->next;
@@ -197,7 +197,7 @@ static void import_close(import_t *im)
     const ote_cuda_api_t *a = ote_cuda_api();
     ote_cuda_err_t err;
 
-    lru_unlink(im);
+    ipc_lru_unlink(im);
     err = a->ipc_close_mem_handle(im->mapped);
     if (err != OTE_CUDA_SUCCESS) {
         a->get_last_error();
@@ -245,7 +245,7 @@ static ote_status_t cache_get(uint64_t peer, const ipc_rkey_t *k, int dev, impor
             pthread_mutex_unlock(&cache.lock);
             return OTE_ERR_PROTOCOL;
         }
-        lru_unlink(im);
+        ipc_lru_unlink(im);
         lru_push_front(im);
         im->refs++;
         *im_p = im;

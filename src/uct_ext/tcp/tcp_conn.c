@@ -377,7 +377,7 @@ void ote_tcp_conn_reply(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
 }
 
 /* Target side: answer with AUTH in the message the peer waits for, and close. */
-static void refuse(ote_tcp_conn_t *c, uint8_t type, uint64_t id)
+static void conn_refuse(ote_tcp_conn_t *c, uint8_t type, uint64_t id)
 {
     push_reply(c, type, id, OTE_ERR_AUTH, 0, NULL, NULL);
     ote_tcp_conn_flush(c);
@@ -394,7 +394,7 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
         if (h->type == OTE_TCP_HELLO) {
             ote_warn("%s peer %s: HELLO without authentication; refused", OTE_TCP_CONN_TL(c),
                      c->peer);
-            refuse(c, OTE_TCP_HELLO_ACK, h->id);
+            conn_refuse(c, OTE_TCP_HELLO_ACK, h->id);
             return;
         }
         if (h->type != OTE_TCP_AUTH_HELLO) {
@@ -407,7 +407,7 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
             return;
         }
         if (status != OTE_OK) {
-            refuse(c, OTE_TCP_AUTH_DONE, h->id);
+            conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
             return;
         }
         push_reply(c, OTE_TCP_AUTH_PROOF, h->id, OTE_OK, OTE_AUTH_TPROOF_LEN, c->auth_out, NULL);
@@ -425,7 +425,7 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
     if (status != OTE_OK) {
         ote_warn("%s peer %s: authentication failed (wrong key?); closing", OTE_TCP_CONN_TL(c),
                  c->peer);
-        refuse(c, OTE_TCP_AUTH_DONE, h->id);
+        conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
         return;
     }
     push_reply(c, OTE_TCP_AUTH_DONE, h->id, OTE_OK, 0, NULL, NULL);
@@ -448,7 +448,7 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
             /* The initiator has a key and we have none: it cannot verify us. */
             ote_warn("%s peer %s wants to authenticate but this engine has no OTE_AUTH_KEY; "
                      "refused", OTE_TCP_CONN_TL(c), c->peer);
-            refuse(c, OTE_TCP_AUTH_DONE, h->id);
+            conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
             return;
         }
         if (h->type != OTE_TCP_HELLO) {
