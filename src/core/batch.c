@@ -648,19 +648,23 @@ ote_status_t ote_batch_submit_notify(ote_batch_h b, const ote_xfer_req_t *reqs, 
     return batch_submit(b, reqs, count, msg ? msg : "", msg_len, first_task_p);
 }
 
-ote_status_t ote_batch_task_status(ote_batch_h b, size_t task, ote_task_status_t *st)
+/* Task task of b once submitted, or NULL. */
+static ote_task_t *batch_task(ote_batch_h b, size_t task)
 {
-    ote_task_t *t;
     size_t used;
 
-    if (b == NULL || st == NULL)
-        return OTE_ERR_INVALID_PARAM;
     pthread_mutex_lock(&b->lock);
     used = b->used;
     pthread_mutex_unlock(&b->lock);
-    if (task >= used)
+    return task < used ? &b->tasks[task] : NULL;
+}
+
+ote_status_t ote_batch_task_status(ote_batch_h b, size_t task, ote_task_status_t *st)
+{
+    ote_task_t *t;
+
+    if (b == NULL || st == NULL || (t = batch_task(b, task)) == NULL)
         return OTE_ERR_INVALID_PARAM;
-    t         = &b->tasks[task];
     st->state = (ote_task_state_t)atomic_load_explicit(&t->state, memory_order_acquire);
     st->error = st->state == OTE_TASK_PENDING ? OTE_OK : t->error;
     st->transferred = atomic_load_explicit(&t->transferred, memory_order_relaxed);
@@ -670,17 +674,10 @@ ote_status_t ote_batch_task_status(ote_batch_h b, size_t task, ote_task_status_t
 ote_status_t ote_batch_notify_status(ote_batch_h b, size_t task, ote_status_t *status_p)
 {
     ote_notify_group_t *g;
-    size_t used;
+    ote_task_t *t;
 
-    if (b == NULL || status_p == NULL)
-        return OTE_ERR_INVALID_PARAM;
-    pthread_mutex_lock(&b->lock);
-    used = b->used;
-    pthread_mutex_unlock(&b->lock);
-    if (task >= used)
-        return OTE_ERR_INVALID_PARAM;
-    g = b->tasks[task].notify;
-    if (g == NULL)
+    if (b == NULL || status_p == NULL || (t = batch_task(b, task)) == NULL ||
+        (g = t->notify) == NULL)
         return OTE_ERR_INVALID_PARAM;
     *status_p = (ote_status_t)atomic_load(&g->status);
     return OTE_OK;
@@ -756,16 +753,11 @@ ote_status_t ote_batch_wait(ote_batch_h b, int timeout_ms)
 
 ote_status_t ote_batch_cancel(ote_batch_h b, size_t task)
 {
-    size_t used;
+    ote_task_t *t;
 
-    if (b == NULL)
-        return OTE_ERR_INVALID_PARAM;
-    pthread_mutex_lock(&b->lock);
-    used = b->used;
-    pthread_mutex_unlock(&b->lock);
-    if (task >= used)
+    if (b == NULL || (t = batch_task(b, task)) == NULL)
         return OTE_ERR_INVALID_PARAM;
     /* Slices still queued are withdrawn when a worker dequeues them. */
-    atomic_store(&b->tasks[task].cancel, true);
+    atomic_store(&t->cancel, true);
     return OTE_OK;
 }
