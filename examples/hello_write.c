@@ -22,8 +22,9 @@ static void check(ote_status_t st, const char *what)
 
 int main(void)
 {
-    /* Both engines listen on loopback; a peer is found by its "host:port". */
-    ote_engine_params_t params = {.listen_addr = "127.0.0.1:0"};
+    /* Both engines listen on loopback; with peer-to-peer metadata (no server)
+     * a peer is found by the "host:port" of its listener. */
+    ote_engine_params_t params = {.listen_addr = "127.0.0.1:0", .metadata = "p2p"};
     ote_engine_h target, initiator;
     char *src = malloc(LEN), *dst = calloc(1, LEN);
 
