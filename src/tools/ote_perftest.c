@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,10 +60,38 @@ static opts_t opt = {
 
 static volatile sig_atomic_t stop_flag;
 
-static void on_signal(int sig)
+/* The --loopback target process while it runs, else 0. */
+static volatile pid_t target_pid;
+
+/* The target stops at its next poll and releases its engine. */
+static void on_target_signal(int sig)
 {
     (void)sig;
     stop_flag = 1;
+}
+
+/* Kill and reap the --loopback target, so that it never outlives us. */
+static void target_reap(void)
+{
+    pid_t pid = target_pid;
+
+    if (pid > 0) {
+        target_pid = 0;
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+}
+
+/* The initiator ends at once on SIGINT/SIGTERM, taking its target along. */
+static void on_initiator_signal(int sig)
+{
+    int saved = errno;
+
+    target_reap();
+    errno = saved;
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 static double now_s(void)
@@ -426,6 +455,7 @@ static int run_initiator(const char *peer)
         long iters = opt.iters;
         worker_t *w = calloc((size_t)opt.threads, sizeof(*w));
         pthread_t *th = calloc((size_t)opt.threads, sizeof(*th));
+        bool *joined = calloc((size_t)opt.threads, sizeof(*joined));
         double elapsed = 0, *all_lat;
         long rounds = 0;
         char answer[128];
@@ -461,7 +491,8 @@ static int run_initiator(const char *peer)
             w[t].iters  = iters;
             w[t].warmup = iters / 10 > 0 ? (iters / 10 < 100 ? iters / 10 : 100) : 1;
             w[t].lat    = calloc((size_t)iters, sizeof(double));
-            pthread_create(&th[t], NULL, worker_main, &w[t]);
+            if (pthread_create(&th[t], NULL, worker_main, &w[t]) != 0)
+                die("cannot start thread %d", t);
         }
         {
             double last = now_s();
@@ -470,11 +501,14 @@ static int run_initiator(const char *peer)
                 bool all_done = true;
 
                 usleep(20000);
+                /* A thread is joined once; threads end in any order. */
                 for (int t = 0; t < opt.threads; t++) {
-                    if (pthread_tryjoin_np(th[t], NULL) == EBUSY)
-                        all_done = false;
+                    if (joined[t])
+                        continue;
+                    if (pthread_tryjoin_np(th[t], NULL) == 0)
+                        joined[t] = true;
                     else
-                        th[t] = 0;
+                        all_done = false;
                 }
                 if (all_done)
                     break;
@@ -552,6 +586,7 @@ static int run_initiator(const char *peer)
         free(all_lat);
         free(w);
         free(th);
+        free(joined);
     }
     if (json)
         fclose(json);
@@ -563,35 +598,44 @@ static int run_initiator(const char *peer)
     return rc;
 }
 
-/* Start a target process on loopback and return its segment name. */
+/*
+ * Start a target process on loopback and return its segment name. It shares
+ * our stderr, so it must not outlive us: the kernel kills it when we die
+ * (PR_SET_PDEATHSIG, tied to this thread, the main one), and every exit of
+ * ours kills and reaps it (atexit, SIGINT/SIGTERM handlers).
+ */
 static pid_t spawn_target(const char *self, char *name, size_t len)
 {
     int pfd[2];
-    pid_t pid;
+    pid_t pid, parent = getpid();
     char line[512], region[32];
     FILE *f;
 
     if (pipe(pfd) != 0)
         die("pipe: %s", strerror(errno));
     snprintf(region, sizeof(region), "%zu", opt.region);
+    if (atexit(target_reap) != 0)
+        die("atexit failed");
     pid = fork();
     if (pid < 0)
         die("fork: %s", strerror(errno));
     if (pid == 0) {
+        /* We may have died before the prctl: then getppid() changed. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
         close(pfd[0]);
         dup2(pfd[1], STDOUT_FILENO);
         close(pfd[1]);
-        execl(self, self, "-l", "127.0.0.1:0", "-M", opt.remote_mem, "--region", region,
+        execl(self, "ote_perftest", "-l", "127.0.0.1:0", "-M", opt.remote_mem, "--region", region,
               (char *)NULL);
         _exit(127);
     }
+    target_pid = pid;
     close(pfd[1]);
     f = fdopen(pfd[0], "r");
     if (f == NULL || fgets(line, sizeof(line), f) == NULL ||
-        sscanf(line, "ote_perftest: serving segment %255s", name) != 1) {
-        kill(pid, SIGTERM);
+        sscanf(line, "ote_perftest: serving segment %255s", name) != 1)
         die("loopback target did not start");
-    }
     (void)len;
     fclose(f);
     return pid;
@@ -685,29 +729,29 @@ int main(int argc, char **argv)
         die("threads must be 1..64");
     if (opt.tls)
         setenv("OTE_TLS", opt.tls, 1);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
-
+    if (opt.peer == NULL && !opt.loopback) {
+        signal(SIGINT, on_target_signal);
+        signal(SIGTERM, on_target_signal);
+        return run_target();
+    }
+    signal(SIGINT, on_initiator_signal);
+    signal(SIGTERM, on_initiator_signal);
     if (opt.loopback) {
         child    = spawn_target("/proc/self/exe", name, sizeof(name));
         opt.peer = name;
     }
-    if (opt.peer == NULL)
-        return run_target();
     rc = run_initiator(opt.peer);
     if (child > 0) {
-        int status;
         int waited = 0;
 
-        while (waitpid(child, &status, WNOHANG) == 0 && waited < 5000) {
+        /* The target exits on "quit"; give it 5 s before target_reap(). */
+        while (waitpid(child, NULL, WNOHANG) == 0 && waited < 5000) {
             usleep(10000);
             waited += 10;
         }
-        if (waited >= 5000) {
-            kill(child, SIGKILL);
-            waitpid(child, &status, 0);
-        }
+        if (waited < 5000)
+            target_pid = 0;
     }
     return rc;
 }
