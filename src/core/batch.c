@@ -206,6 +206,10 @@ void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
     } else {
         int expected = OTE_OK;
 
+        /* What landed before the error (a READ that met the end of a file). */
+        if (s->comp.transferred > 0 && s->comp.transferred < s->length)
+            atomic_fetch_add_explicit(&t->transferred, s->comp.transferred,
+                                      memory_order_relaxed);
         atomic_compare_exchange_strong(&t->first_error, &expected, status);
     }
     if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
@@ -390,6 +394,11 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
             if (reqs[i].segment != reqs[0].segment)
                 return OTE_ERR_INVALID_PARAM;
         }
+        if (reqs[0].segment->file != NULL) {
+            ote_error("segment '%s': a file segment has no peer to notify; nothing submitted",
+                      reqs[0].segment->name);
+            return OTE_ERR_UNSUPPORTED;
+        }
         group = malloc(sizeof(*group) + msg_len);
         if (group == NULL)
             return OTE_ERR_NO_MEMORY;
@@ -551,6 +560,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
             ote_slice_t *s = &t->slices[k];
 
             s->comp.func     = slice_complete_cb;
+            s->comp.cancel   = &t->cancel;
             s->task          = t;
             s->local_region  = t->local_region;
             s->cancel        = &t->cancel;

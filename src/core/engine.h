@@ -114,6 +114,7 @@ struct ote_segment {
     atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
     atomic_long      refs;          /* user + one per live task */
     atomic_uint      cursor;        /* rail round-robin */
+    struct ote_file *file;          /* a file segment's file, else NULL */
     struct ote_segment *next, *prev;
 };
 
@@ -192,6 +193,8 @@ void         ote_segment_get(ote_segment_h seg);
  * not (the rail's requests then fail with the transport's error).
  */
 ote_status_t ote_segment_repair(ote_segment_h seg);
+/* The name opens a file ("file:..."), not a peer. */
+bool         ote_segment_is_file_name(const char *name);
 /* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
 void         ote_segment_mark_stale(ote_segment_h seg);
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */
