@@ -424,24 +424,26 @@ void ote_file_iface_drain(file_iface_t *iface, file_ep_t *ep)
     file_op_t *op, *next;
     bool others = false;
 
-    for (op = iface->ops_head; op != NULL; op = next) {
-        next = op->next;
-        if (ep != NULL && op->ep != ep)
-            continue;
-        op->ep->destroying = true;
-        if (!op->in_ring)
-            op_finish(iface, op, OTE_ERR_CANCELED);
+    for (op = iface->ops_head; op != NULL; op = op->next) {
+        if (ep == NULL || op->ep == ep)
+            op->ep->destroying = true;
     }
     for (;;) {
         struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = OTE_FILE_DRAIN_MS * 1000000L};
         struct io_uring_cqe *cqe;
         bool left = false;
 
-        for (op = iface->ops_head; op != NULL; op = op->next) {
-            if (ep == NULL || op->ep == ep) {
-                left = true;
-                op_cancel(iface, op);
+        /* Out of the ring: ends now; in it: asked to cancel, and waited for. */
+        for (op = iface->ops_head; op != NULL; op = next) {
+            next = op->next;
+            if (ep != NULL && op->ep != ep)
+                continue;
+            if (!op->in_ring) {
+                op_finish(iface, op, OTE_ERR_CANCELED);
+                continue;
             }
+            left = true;
+            op_cancel(iface, op);
         }
         if (!left)
             break;
