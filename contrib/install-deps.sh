@@ -6,9 +6,9 @@
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config git
 libucx-dev ucx-utils libhwloc-dev hwloc
-libcmocka-dev libjson-c-dev libssl-dev
+libcmocka-dev libjson-c-dev libssl-dev liburing-dev
 libcurl4-openssl-dev libhiredis-dev etcd-server redis-server
-iproute2 iperf3 clang procps
+iproute2 iperf3 fio clang procps
 python3-dev python3-setuptools python3-pytest python3-numpy"
 missing=""
 for p in $pkgs; do

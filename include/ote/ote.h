@@ -183,6 +183,19 @@ typedef struct {
  * answer, OTE_ERR_AUTH when the descriptor's HMAC is missing or wrong under
  * OTE_AUTH_KEY. ote_segment_refresh() and ote_segment_reopen() read the
  * store again the same way.
+ *
+ * "file:///abs/path" opens a local file instead (an existing regular file,
+ * absolute path): read-write where permitted, else read-only. Its one
+ * region is [0, file size) (ote_segment_regions), remote_addr is the file
+ * offset, and READ and WRITE go through batches as with memory. A WRITE
+ * past the region, or a READ that meets the end of the file (transferred:
+ * the bytes read), ends OTE_ERR_OUT_OF_BOUNDS; a WRITE to a read-only file
+ * OTE_ERR_ACCESS; I/O errors (ENOSPC, EIO, ...) OTE_ERR_IO; notifications
+ * OTE_ERR_UNSUPPORTED. Open errors: OTE_ERR_INVALID_PARAM (relative path,
+ * not a regular file), OTE_ERR_NOT_FOUND, OTE_ERR_ACCESS, OTE_ERR_UNREACHABLE
+ * (OTE_TLS leaves the file transport out), OTE_ERR_UNSUPPORTED (a build
+ * without liburing; OTE_FILE_DIRECT=y where the file system has no
+ * O_DIRECT). ote_segment_refresh() takes the file's size again.
  */
 ote_status_t ote_segment_open(ote_engine_h engine, const char *name, ote_segment_h *seg_p);
 

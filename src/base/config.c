@@ -111,6 +111,13 @@ const ote_cfg_entry_t ote_config_table[] = {
      "Imported CUDA IPC mappings kept per peer."},
     {"CUDA_LIB", "", OTE_CFG_STRING, F(cuda_lib),
      "Test only: a library exporting the CUDA entry points (test double) loaded instead of libcudart/libcuda."},
+    {"URING_QD", "64", OTE_CFG_INT, F(uring_qd),
+     "File segments: reads and writes in flight per worker's io_uring ring (1..4096)."},
+    {"FILE_DIRECT", "auto", OTE_CFG_TERNARY, F(file_direct),
+     "File segments: O_DIRECT. auto = for aligned requests where the file system offers it, "
+     "unaligned ones through aligned bounce buffers or the page cache; y = always, an "
+     "unaligned request fails OTE_ERR_INVALID_PARAM and a file system without O_DIRECT "
+     "fails the segment open OTE_ERR_UNSUPPORTED; n = never."},
 };
 
 const size_t ote_config_table_size = sizeof(ote_config_table) / sizeof(ote_config_table[0]);
@@ -271,6 +278,10 @@ static ote_status_t config_validate(const ote_config_t *cfg)
 {
     if (cfg->num_workers < 1 || cfg->num_workers > 64) {
         ote_error("OTE_NUM_WORKERS must be 1..64, not %ld", cfg->num_workers);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->uring_qd < 1 || cfg->uring_qd > 4096) {
+        ote_error("OTE_URING_QD must be 1..4096, not %ld", cfg->uring_qd);
         return OTE_ERR_INVALID_PARAM;
     }
     if (cfg->tcp_conns < 1 || cfg->tcp_conns > 64) {

@@ -63,6 +63,8 @@ typedef struct ote_config {
     long   stage_slots;
     long   cuda_ipc_cache_entries;
     char  *cuda_lib;
+    long   uring_qd;
+    int    file_direct;
 } ote_config_t;
 
 typedef struct {

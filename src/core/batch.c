@@ -206,6 +206,10 @@ void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
     } else {
         int expected = OTE_OK;
 
+        /* What landed before the error (a READ that met the end of a file). */
+        if (s->comp.transferred > 0 && s->comp.transferred < s->length)
+            atomic_fetch_add_explicit(&t->transferred, s->comp.transferred,
+                                      memory_order_relaxed);
         atomic_compare_exchange_strong(&t->first_error, &expected, status);
     }
     if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
@@ -383,6 +387,11 @@ static ote_status_t submit_validate(const ote_xfer_req_t *reqs, size_t count, co
     }
     if (msg != NULL && msg_len > OTE_NOTIFY_MAX)
         return OTE_ERR_INVALID_PARAM;
+    if (msg != NULL && reqs[0].segment->file != NULL) {
+        ote_error("segment '%s': a file segment has no peer to notify; nothing submitted",
+                  reqs[0].segment->name);
+        return OTE_ERR_UNSUPPORTED;
+    }
     *bytes_p = bytes;
     return OTE_OK;
 }
@@ -507,9 +516,10 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
             return status;
         }
         for (size_t k = 0; k < n; k++) {
-            t->slices[k].comp.func = slice_complete_cb;
-            t->slices[k].task      = t;
-            t->slices[k].cancel    = &t->cancel;
+            t->slices[k].comp.func   = slice_complete_cb;
+            t->slices[k].comp.cancel = &t->cancel;
+            t->slices[k].task        = t;
+            t->slices[k].cancel      = &t->cancel;
         }
     }
     t->num_slices = n;

@@ -116,6 +116,7 @@ struct ote_segment {
     atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
     atomic_long      refs;          /* user + one per live task */
     atomic_uint      cursor;        /* rail round-robin */
+    struct ote_file *file;          /* a file segment's file, else NULL */
     struct ote_segment *next, *prev;
 };
 
@@ -214,6 +215,8 @@ void         ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_i
  * rebuild the eps of rails that are no longer alive (ote_segment_refresh).
  */
 ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild);
+/* The name opens a file ("file:..."), not a peer. */
+bool         ote_segment_is_file_name(const char *name);
 /* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
 void         ote_segment_mark_stale(ote_segment_h seg);
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */

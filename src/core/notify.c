@@ -185,6 +185,10 @@ ote_status_t ote_notify_send(ote_engine_h e, ote_segment_h seg, const void *msg,
         return OTE_ERR_INVALID_PARAM;
     if (atomic_load(&seg->closed))
         return OTE_ERR_NOT_FOUND;
+    if (seg->file != NULL) {
+        ote_error("segment '%s': a file segment has no peer to notify", seg->name);
+        return OTE_ERR_UNSUPPORTED;
+    }
     return notify_send(e, seg, msg ? msg : "", len);
 }
 

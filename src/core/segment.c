@@ -2,14 +2,20 @@
  * Segments: peers opened by name. With the peer-to-peer metadata the name
  * is the peer's control-plane address and the descriptor is fetched from
  * there; with a metadata store (meta.h) the descriptor is read from the
- * store, and the control plane is reached at the address it carries. One rail is built per (worker, local iface) whose transport the peer
- * also offers, whose scope reaches it, and which is not dominated by a
- * faster rail (see ote_wireup_build).
+ * store, and the control plane is reached at the address it carries.
+ * This file holds the API and the segment's life; segment_ctl.c is its
+ * control-plane client, wireup.c builds and repairs its rails. A name
+ * "file:///abs/path" opens a local file instead: its descriptor is made
+ * here (one region, the file) and its rails are the file transport's
+ * ifaces, one per worker (segment_open_file).
  */
 #include "ctl_msg.h"
 #include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "uct_ext/file/file.h"
+
+#include <limits.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +66,9 @@ static void desc_adopt(ote_segment_h seg, ote_desc_t *d)
 
 static void segment_free(ote_segment_h seg)
 {
+#ifdef HAVE_LIBURING
+    ote_file_put(seg->file);
+#endif
     if (seg->ctl_fd >= 0)
         close(seg->ctl_fd);
     ote_segment_desc_put(seg->desc);
@@ -74,33 +83,170 @@ void ote_segment_put(ote_segment_h seg)
         segment_free(seg);
 }
 
+bool ote_segment_is_file_name(const char *name)
+{
+    return strncmp(name, "file:", 5) == 0;
+}
+
+#ifdef HAVE_LIBURING
+/* A file segment's descriptor: this engine, and one region, [0, file size). */
+static ote_status_t file_desc(ote_segment_h seg, ote_desc_t **desc_p)
+{
+    ote_engine_h e = seg->engine;
+    ote_desc_t *d;
+    uint64_t size;
+    unsigned access;
+    ote_status_t status;
+
+    status = ote_file_refresh(seg->file, &size, &access);
+    if (status != OTE_OK)
+        return status;
+    d = calloc(1, sizeof(*d));
+    if (d == NULL || (d->regions = calloc(1, sizeof(*d->regions))) == NULL) {
+        free(d);
+        return OTE_ERR_NO_MEMORY;
+    }
+    d->instance_id = e->instance_id;
+    snprintf(d->name, sizeof(d->name), "%s", seg->name);
+    snprintf(d->host_id, sizeof(d->host_id), "%s", e->host_id);
+    d->num_regions        = 1;
+    d->regions[0].addr    = 0;
+    d->regions[0].length  = size;
+    d->regions[0].access  = access;
+    snprintf(d->regions[0].location, sizeof(d->regions[0].location), "file");
+    atomic_init(&d->refs, 1);
+    *desc_p = d;
+    return OTE_OK;
+}
+
+/* One rail per worker: an ep of its file iface on the segment's file. */
+static ote_status_t file_rails_build(ote_segment_h seg)
+{
+    ote_engine_h e = seg->engine;
+    uint8_t addr[OTE_TL_ADDR_MAX];
+    ote_tl_peer_t peer = {.instance_id = e->instance_id, .name = seg->name,
+                          .local_instance = e->instance_id,
+                          .timeout_ms = e->config.connect_timeout_ms};
+    size_t addr_len, n = 0;
+    ote_status_t status;
+
+    status = ote_file_address(seg->file, addr, sizeof(addr), &addr_len);
+    if (status != OTE_OK)
+        return status;
+    for (size_t w = 0; w < e->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
+        ote_worker_t *wk = &e->workers[w];
+
+        for (size_t i = 0; i < wk->num_ifaces && n < OTE_PROTO_MAX_RAILS; i++) {
+            ote_tl_iface_t *iface = wk->ifaces[i];
+            ote_rail_t *r         = &seg->rails[n];
+
+            if (strcmp(iface->resource.tl_name, OTE_FILE_TL_NAME) != 0)
+                continue;
+            memset(r, 0, sizeof(*r));
+            iface->ops->query(iface, &r->caps);
+            r->iface     = iface;
+            r->worker    = w;
+            r->remote_md = -1;
+            status = iface->ops->ep_create(iface, addr, addr_len, &peer, &r->ep);
+            if (status != OTE_OK)
+                return status;
+            seg->rail_set.rails[n] = r;
+            seg->rail_set.num_rails = ++n;
+        }
+    }
+    if (n == 0) {
+        ote_error("segment '%s': the file transport is not in use (OTE_TLS='%s'; ote_info -d "
+                  "says why where it is not usable)", seg->name, e->config.tls);
+        return OTE_ERR_UNREACHABLE;
+    }
+    return OTE_OK;
+}
+
+static ote_status_t segment_open_file(ote_segment_h seg, const char *name, ote_desc_t **desc_p)
+{
+    const char *path = name + strlen(OTE_FILE_SCHEME);
+    ote_status_t status;
+
+    if (strncmp(name, OTE_FILE_SCHEME, strlen(OTE_FILE_SCHEME)) != 0 || path[0] != '/') {
+        ote_error("segment '%s': a file segment is named file:///abs/path (an absolute path)",
+                  seg->name);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    status = ote_file_open(path, seg->engine->config.file_direct, &seg->file);
+    if (status == OTE_OK)
+        status = file_desc(seg, desc_p);
+    if (status == OTE_OK)
+        status = file_rails_build(seg);
+    return status;
+}
+
+/* A file segment's refresh: the file's size now bounds the region. */
+static ote_status_t segment_resolve_file(ote_segment_h seg, int *restarted_p)
+{
+    ote_desc_t *d = NULL;
+    ote_status_t status;
+
+    pthread_mutex_lock(&seg->refresh_lock);
+    status = file_desc(seg, &d);
+    if (status == OTE_OK)
+        desc_adopt(seg, d);
+    pthread_mutex_unlock(&seg->refresh_lock);
+    if (status == OTE_OK && restarted_p != NULL)
+        *restarted_p = 0;
+    return status;
+}
+#else
+static ote_status_t segment_open_file(ote_segment_h seg, const char *name, ote_desc_t **desc_p)
+{
+    ote_error("segment '%s': file segments need liburing, which this build lacks", name);
+    return OTE_ERR_UNSUPPORTED;
+}
+
+static ote_status_t segment_resolve_file(ote_segment_h seg, int *restarted_p)
+{
+    return OTE_ERR_UNSUPPORTED;
+}
+#endif
+
 ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *seg_p)
 {
     ote_segment_h seg;
     ote_desc_t *d = NULL;
+    bool file;
     ote_status_t status;
 
-    if (e == NULL || name == NULL || seg_p == NULL || strlen(name) > OTE_DESC_NAME_MAX)
+    if (e == NULL || name == NULL || seg_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    /* A file's name is a path (PATH_MAX); a peer's fits a descriptor. */
+    file = ote_segment_is_file_name(name);
+    if (strlen(name) > (file ? strlen(OTE_FILE_SCHEME) + PATH_MAX : OTE_DESC_NAME_MAX))
         return OTE_ERR_INVALID_PARAM;
     seg = calloc(1, sizeof(*seg));
     if (seg == NULL)
         return OTE_ERR_NO_MEMORY;
     seg->engine = e;
     seg->ctl_fd = -1;
-    snprintf(seg->name, sizeof(seg->name), "%s", name);
-    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", name);
+    /* A long file path is cut in the name logs show; the file keeps it whole. */
+    snprintf(seg->name, sizeof(seg->name), "%.*s", (int)sizeof(seg->name) - 1, name);
+    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%.*s", (int)sizeof(seg->ctl_addr) - 1, name);
     pthread_mutex_init(&seg->lock, NULL);
     pthread_mutex_init(&seg->refresh_lock, NULL);
     atomic_init(&seg->refs, 1);
 
-    status = ote_segment_fetch_desc(seg, &d);
-    if (status != OTE_OK)
-        goto err;
-    if (e->meta != NULL)
-        snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", d->ctl_addr);
-    status = ote_wireup_build(seg, d);
-    if (status != OTE_OK)
-        goto err;
+    if (file) {
+        status = segment_open_file(seg, name, &d);
+        if (status != OTE_OK)
+            goto err;
+    } else {
+        status = ote_segment_fetch_desc(seg, &d);
+        if (status != OTE_OK)
+            goto err;
+        if (e->meta != NULL)
+            snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", d->ctl_addr);
+        status = ote_wireup_build(seg, d);
+        if (status != OTE_OK)
+            goto err;
+    }
     atomic_init(&d->refs, 1);
     seg->desc = d;
     pthread_mutex_lock(&e->seg_lock);
@@ -175,6 +321,8 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
     ote_status_t status;
     bool restarted;
 
+    if (seg->file != NULL)
+        return segment_resolve_file(seg, restarted_p);
     pthread_mutex_lock(&seg->refresh_lock);
     if (!rebind && atomic_load(&seg->desc_gen) != gen) {
         pthread_mutex_unlock(&seg->refresh_lock);

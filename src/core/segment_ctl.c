@@ -186,6 +186,10 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
     uint8_t got;
     ote_status_t status;
 
+    if (seg->file != NULL) {
+        ote_error("segment '%s': a file has no peer to send control messages to", seg->name);
+        return OTE_ERR_UNSUPPORTED;
+    }
     pthread_mutex_lock(&seg->lock);
     status = ctl_connect(seg, deadline);
     if (status != OTE_OK)

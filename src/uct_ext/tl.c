@@ -5,6 +5,9 @@ extern ote_tl_component_t ote_tcp_component;
 extern ote_tl_component_t ote_cma_component;
 extern ote_tl_component_t ote_cuda_copy_component;
 extern ote_tl_component_t ote_cuda_ipc_component;
+#ifdef HAVE_LIBURING
+extern ote_tl_component_t ote_file_component;
+#endif
 #ifdef HAVE_UCX
 extern ote_tl_component_t ote_uct_component;
 #endif
@@ -14,6 +17,9 @@ ote_tl_component_t *const ote_tl_components[] = {
     &ote_cma_component,
     &ote_cuda_copy_component,
     &ote_cuda_ipc_component,
+#ifdef HAVE_LIBURING
+    &ote_file_component,
+#endif
 #ifdef HAVE_UCX
     &ote_uct_component,
 #endif

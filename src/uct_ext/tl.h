@@ -16,6 +16,7 @@
 
 #include <ote/ote.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,17 @@ typedef struct ote_auth         ote_auth_t;
 /* Completion of one posted operation, like uct_completion_t. */
 typedef struct ote_tl_completion {
     void (*func)(struct ote_tl_completion *self, ote_status_t status);
+    /*
+     * With an error status: the bytes that did land (a READ of a file that
+     * ended early). Components that cannot tell leave it 0.
+     */
+    size_t transferred;
+    /*
+     * Optional (NULL): true once the owner no longer wants the operation;
+     * a component that queues operations ends those not started yet
+     * CANCELED.
+     */
+    const atomic_bool *cancel;
 } ote_tl_completion_t;
 
 enum {

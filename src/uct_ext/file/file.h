@@ -1,0 +1,43 @@
+/*
+ * File component: local files as segments, moved with io_uring.
+ *
+ * What core uses to open a segment named "file:///abs/path": the file is
+ * opened once (ote_file_open), and the rails of the segment are eps of the
+ * "file" ifaces (one ring per worker) created from the file's address blob
+ * (ote_file_address). The blob is a token valid in this process only: the
+ * file ifaces never publish an address, so no peer can name a file.
+ */
+#ifndef OTE_UCT_EXT_FILE_H
+#define OTE_UCT_EXT_FILE_H
+
+#include <ote/ote.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The component's transport name, as OTE_TLS names it. */
+#define OTE_FILE_TL_NAME "file"
+/* Segment names of files start with this, followed by an absolute path. */
+#define OTE_FILE_SCHEME  "file://"
+
+typedef struct ote_file ote_file_t;
+
+/*
+ * Open the file at path (absolute, a regular file): read-write where the
+ * caller may write it, else read-only. direct: OTE_FILE_DIRECT
+ * (OTE_TERNARY_*); with yes, a file system without O_DIRECT fails the open.
+ * INVALID_PARAM: a relative path, not a regular file; NOT_FOUND: no such
+ * file; ACCESS: not even readable; UNSUPPORTED: O_DIRECT asked for and not
+ * offered; IO: anything else. One reference goes to the caller.
+ */
+ote_status_t ote_file_open(const char *path, int direct, ote_file_t **file_p);
+/* Drop a reference; the file is closed with the last one. */
+void         ote_file_put(ote_file_t *file);
+/*
+ * Size now (fstat) and the access the open allowed (OTE_ACCESS_*). The size
+ * becomes the bound of WRITEs from here on.
+ */
+ote_status_t ote_file_refresh(ote_file_t *file, uint64_t *size_p, unsigned *access_p);
+/* The address blob an ep of a file iface is created from. */
+ote_status_t ote_file_address(ote_file_t *file, void *buf, size_t max, size_t *len_p);
+
+#endif

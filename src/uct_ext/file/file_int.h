@@ -1,0 +1,119 @@
+/*
+ * File component internals: the open files (file_obj.c), the iface with its
+ * io_uring ring (file_iface.c), and operations on the ring (file_io.c).
+ *
+ * One iface per worker, each with its own ring of 2 * OTE_URING_QD entries:
+ * at most OTE_URING_QD reads and writes in flight, the rest of the ring for
+ * cancellations. An operation (one slice) has one request in the ring at a
+ * time and is continued chunk by chunk: short reads and writes, bounce
+ * chunks. Its completion is called exactly once, from progress.
+ */
+#ifndef OTE_UCT_EXT_FILE_INT_H
+#define OTE_UCT_EXT_FILE_INT_H
+
+#include "file.h"
+#include "uct_ext/tl.h"
+
+#include <liburing.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Bounce buffers per iface, each OTE_FILE_BOUNCE_SIZE (allocated on first use). */
+#define OTE_FILE_BOUNCE_COUNT 8
+#define OTE_FILE_BOUNCE_SIZE  (1u << 20)
+/* Largest single read or write handed to the kernel (the length is 32 bits). */
+#define OTE_FILE_MAX_IO       (1u << 30)
+/* user_data of cancellation requests: their completions carry nothing. */
+#define OTE_FILE_CANCEL_TAG   1ull
+/* How long ep destroy waits for one completion before asking again. */
+#define OTE_FILE_DRAIN_MS     100
+
+struct ote_file {
+    uint64_t          token;     /* the address blob names the file by it */
+    atomic_long       refs;
+    int               fd;        /* buffered I/O                           */
+    int               direct_fd; /* O_DIRECT, -1 where not used            */
+    size_t            mem_align; /* O_DIRECT alignment of memory           */
+    size_t            off_align; /* ... of file offsets and lengths        */
+    int               direct;    /* OTE_FILE_DIRECT: OTE_TERNARY_*         */
+    bool              writable;
+    _Atomic uint64_t  size;      /* the region's end: bound of WRITEs      */
+    struct ote_file  *next;      /* open files of this process             */
+    char              path[];
+};
+
+/* The file of a token, with a reference, or NULL. */
+ote_file_t *ote_file_lookup(uint64_t token);
+/* The file an address blob names, with a reference; NULL for anything else. */
+ote_file_t *ote_file_from_address(const void *buf, size_t len);
+
+typedef enum {
+    FILE_MODE_BUFFERED, /* the buffered fd, the caller's memory          */
+    FILE_MODE_DIRECT,   /* the O_DIRECT fd, the caller's memory          */
+    FILE_MODE_BOUNCE,   /* the O_DIRECT fd through an aligned bounce buffer */
+} file_mode_t;
+
+typedef struct file_iface file_iface_t;
+typedef struct file_ep    file_ep_t;
+
+typedef struct file_op {
+    ote_tl_completion_t *comp;
+    file_ep_t           *ep;
+    bool                 write;
+    uint8_t             *local;
+    uint64_t             offset;    /* in the file */
+    size_t               length;
+    size_t               done;      /* bytes moved so far */
+    uint64_t             start_ns;
+    bool                 in_ring;   /* a request of it is in the ring */
+    bool                 timed_out; /* past OTE_XFER_TIMEOUT_MS: ends TIMEOUT */
+    bool                 cancel_sent;
+    /* the request in the ring */
+    file_mode_t          mode;
+    int                  bounce;    /* bounce buffer index, -1 none */
+    size_t               skip;      /* bounce READ: bytes before offset+done */
+    size_t               want;      /* bytes of the op this request moves */
+    struct file_op      *prev, *next; /* iface->ops, oldest first */
+    bool                 queued;    /* waits for room in the ring */
+} file_op_t;
+
+struct file_ep {
+    ote_tl_ep_t  super;
+    ote_file_t  *file;
+    size_t       ops;         /* operations not yet completed */
+    size_t       bytes;       /* their bytes */
+    bool         destroying;
+};
+
+struct file_iface {
+    ote_tl_iface_t   super;
+    struct io_uring  ring;
+    bool             ring_ok;
+    int              efd;          /* eventfd the ring signals completions on */
+    unsigned         qd;           /* reads and writes in flight, at most */
+    unsigned         in_ring;      /* ... now */
+    file_op_t       *ops_head, *ops_tail; /* every operation not completed */
+    size_t           queued;       /* of them, waiting for room */
+    /* bounce buffers */
+    uint8_t         *bounce_mem;
+    size_t           bounce_size;
+    bool             bounce_fixed; /* registered with the ring */
+    unsigned         bounce_free;  /* bit i: buffer i free */
+};
+
+/* file_io.c */
+ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t length,
+                              uint64_t offset, ote_tl_completion_t *comp);
+/* Start what waits for room, submit, handle completions; events handled. */
+unsigned     ote_file_iface_progress(ote_tl_iface_t *iface);
+ote_status_t ote_file_iface_event_arm(ote_tl_iface_t *iface);
+void         ote_file_iface_check_timeouts(ote_tl_iface_t *iface, uint64_t deadline_ns);
+/*
+ * Every operation of ep (every one with ep NULL) ends: those not in the
+ * ring at once CANCELED, those in it once the kernel returned them (asked
+ * to cancel them), so that no memory is touched after this returns.
+ */
+void         ote_file_iface_drain(file_iface_t *iface, file_ep_t *ep);
+
+#endif

@@ -1,0 +1,786 @@
+/*
+ * File segments: an engine reads and writes local files through io_uring.
+ * Every transfer is checked byte for byte against the file (pread) or
+ * against a pattern; errors end tasks with their documented statuses.
+ */
+#include "testlib.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ote/ote.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define WAIT_MS 20000
+
+static char dir[4096];
+
+/* A file of len bytes with the pattern of seed; its segment name in name. */
+static void make_file(const char *leaf, size_t len, uint64_t seed, char *path, size_t plen,
+                      char *name, size_t nlen)
+{
+    uint8_t *buf = malloc(len ? len : 1);
+    int fd;
+
+    assert_non_null(buf);
+    snprintf(path, plen, "%s/%s", dir, leaf);
+    ote_test_fill(buf, 0, len, seed);
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, len), (ssize_t)len);
+    close(fd);
+    free(buf);
+    snprintf(name, nlen, "file://%s", path);
+}
+
+static ote_engine_h engine(const char *direct, const char *workers)
+{
+    ote_engine_h e;
+
+    if (direct)
+        setenv("OTE_FILE_DIRECT", direct, 1);
+    else
+        unsetenv("OTE_FILE_DIRECT");
+    setenv("OTE_NUM_WORKERS", workers ? workers : "2", 1);
+    e = ote_test_engine("127.0.0.1:0");
+    unsetenv("OTE_FILE_DIRECT");
+    unsetenv("OTE_NUM_WORKERS");
+    return e;
+}
+
+/* Submit one request and wait for it; its final status. */
+static ote_task_status_t xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
+                              uint64_t off, size_t len)
+{
+    ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = seg, .remote_addr = off,
+                        .length = len};
+    ote_task_status_t st;
+    ote_batch_h b;
+    size_t id;
+
+    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, &r, 1, &id), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, id, &st), OTE_OK);
+    ote_batch_release(b);
+    return st;
+}
+
+static void expect_ok(ote_task_status_t st, size_t len)
+{
+    if (st.state != OTE_TASK_COMPLETED)
+        fprintf(stderr, "task ended %d: %s\n", st.state, ote_status_string(st.error));
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(st.transferred, len);
+}
+
+static void file_read(const char *path, void *buf, size_t len, off_t off)
+{
+    int fd = open(path, O_RDONLY);
+
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, buf, len, off), (ssize_t)len);
+    close(fd);
+}
+
+/* Whether this directory's file system takes O_DIRECT. */
+static bool direct_supported(void)
+{
+    char path[4200];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/direct-probe", dir);
+    fd = open(path, O_RDWR | O_CREAT | O_DIRECT, 0644);
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
+    return fd >= 0;
+}
+
+/* How many fds of this process open path with O_DIRECT, and in all. */
+static void count_fds(const char *path, int *direct_p, int *all_p)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+
+    *direct_p = *all_p = 0;
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        char link[300], target[4200], info[300], line[128];
+        ssize_t n;
+        FILE *fi;
+
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", de->d_name);
+        n = readlink(link, target, sizeof(target) - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (strcmp(target, path) != 0)
+            continue;
+        (*all_p)++;
+        snprintf(info, sizeof(info), "/proc/self/fdinfo/%s", de->d_name);
+        fi = fopen(info, "r");
+        while (fi != NULL && fgets(line, sizeof(line), fi) != NULL) {
+            unsigned long flags;
+
+            if (sscanf(line, "flags: %lo", &flags) == 1 && (flags & O_DIRECT))
+                (*direct_p)++;
+        }
+        if (fi)
+            fclose(fi);
+    }
+    closedir(d);
+}
+
+/*
+ * Aligned and unaligned READs and WRITEs with one O_DIRECT policy; the
+ * file is compared with a model after each write.
+ */
+static void rw_pattern(const char *direct)
+{
+    const size_t flen = 4u << 20;
+    char path[4200], name[4300];
+    uint8_t *model = malloc(flen), *check = malloc(flen), *buf;
+    ote_engine_h e = engine(direct, NULL);
+    ote_segment_h seg;
+    ote_mem_h m;
+    static const struct {
+        uint64_t off;
+        size_t   len;
+        size_t   boff; /* offset in the buffer: alignment of memory */
+    } cases[] = {
+        {0, 1u << 20, 0},           /* aligned */
+        {8192, 65536, 4096},        /* aligned, smaller */
+        {4096, 12288, 1},           /* aligned file range, unaligned memory */
+        {100, 5000, 0},             /* unaligned offset and length */
+        {1u << 20, 1, 7},           /* one byte */
+        {(4u << 20) - 777, 777, 3}, /* up to the end of the file */
+        {12345, (1u << 20) + 3, 4095},
+    };
+    int ndirect, nall;
+
+    make_file("rw.dat", flen, 11, path, sizeof(path), name, sizeof(name));
+    ote_test_fill(model, 0, flen, 11);
+    assert_int_equal(ote_mem_alloc(e, 4u << 20, NULL, 0, (void **)&buf, &m), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    count_fds(path, &ndirect, &nall);
+    if (direct != NULL && strcmp(direct, "n") == 0)
+        assert_int_equal(ndirect, 0);
+    else
+        assert_int_equal(ndirect, 1);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t off = cases[i].off;
+        size_t len   = cases[i].len;
+        uint8_t *loc = buf + cases[i].boff;
+
+        /* READ: the file's bytes land in memory. */
+        memset(buf, 0xee, 4u << 20);
+        expect_ok(xfer(e, seg, OTE_OP_READ, loc, off, len), len);
+        assert_memory_equal(loc, model + off, len);
+        assert_int_equal(buf[cases[i].boff + len], 0xee);
+        /* WRITE: a new pattern lands in the file, nothing around it changes. */
+        ote_test_fill(loc, off, len, 1000 + i);
+        memcpy(model + off, loc, len);
+        expect_ok(xfer(e, seg, OTE_OP_WRITE, loc, off, len), len);
+        file_read(path, check, flen, 0);
+        assert_memory_equal(check, model, flen);
+    }
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+    free(model);
+    free(check);
+}
+
+static void test_rw_auto(void **state)
+{
+    if (!direct_supported())
+        printf("O_DIRECT not offered in %s: the auto case runs buffered\n", dir);
+    rw_pattern(direct_supported() ? NULL : "n");
+}
+
+static void test_rw_buffered(void **state)
+{
+    rw_pattern("n");
+}
+
+/* OTE_FILE_DIRECT=y: aligned requests work with O_DIRECT, unaligned ones fail INVALID_PARAM. */
+static void test_direct_on(void **state)
+{
+    char path[4200], name[4300];
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_task_status_t st;
+    uint8_t *buf;
+    ote_mem_h m;
+
+    if (!direct_supported()) {
+        printf("skipped: O_DIRECT not offered in %s\n", dir);
+        skip();
+    }
+    make_file("direct.dat", 1u << 20, 5, path, sizeof(path), name, sizeof(name));
+    e = engine("y", NULL);
+    assert_int_equal(ote_mem_alloc(e, 1u << 20, NULL, 0, (void **)&buf, &m), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    expect_ok(xfer(e, seg, OTE_OP_READ, buf, 65536, 65536), 65536);
+    assert_int_equal(ote_test_check(buf, 65536, 65536, 5), -1);
+    st = xfer(e, seg, OTE_OP_READ, buf + 1, 65536, 4096);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_INVALID_PARAM);
+    st = xfer(e, seg, OTE_OP_WRITE, buf, 100, 4096);
+    assert_int_equal(st.error, OTE_ERR_INVALID_PARAM);
+    st = xfer(e, seg, OTE_OP_WRITE, buf, 4096, 100);
+    assert_int_equal(st.error, OTE_ERR_INVALID_PARAM);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+}
+
+/* A 64 MiB file through a 1 MiB buffer: many requests, written then read back. */
+static void test_large_file(void **state)
+{
+    const size_t flen = 64u << 20, blen = 1u << 20, req = 64u << 10;
+    char path[4200], name[4300];
+    ote_engine_h e = engine(NULL, NULL);
+    ote_segment_h seg;
+    uint8_t *buf, *check = malloc(blen);
+    ote_mem_h m;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/large.dat", dir);
+    snprintf(name, sizeof(name), "file://%s", path);
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)flen), 0);
+    assert_int_equal(ote_mem_alloc(e, blen, NULL, 0, (void **)&buf, &m), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint64_t off = 0; off < flen; off += blen) {
+            ote_xfer_req_t r[16];
+            ote_batch_h b;
+            size_t first;
+
+            if (pass == 0)
+                ote_test_fill(buf, off, blen, 77);
+            else
+                memset(buf, 0, blen);
+            for (size_t k = 0; k < blen / req; k++)
+                r[k] = (ote_xfer_req_t){.op = pass == 0 ? OTE_OP_WRITE : OTE_OP_READ,
+                                        .local_addr = buf + k * req, .segment = seg,
+                                        .remote_addr = off + k * req, .length = req};
+            assert_int_equal(ote_batch_create(e, 16, &b), OTE_OK);
+            assert_int_equal(ote_batch_submit(b, r, 16, &first), OTE_OK);
+            assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
+            for (size_t k = 0; k < 16; k++) {
+                ote_task_status_t st;
+
+                assert_int_equal(ote_batch_task_status(b, first + k, &st), OTE_OK);
+                expect_ok(st, req);
+            }
+            ote_batch_release(b);
+            if (pass == 0) {
+                assert_int_equal(pread(fd, check, blen, (off_t)off), (ssize_t)blen);
+                assert_int_equal(ote_test_check(check, off, blen, 77), -1);
+            } else {
+                assert_int_equal(ote_test_check(buf, off, blen, 77), -1);
+            }
+        }
+    }
+    close(fd);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+    free(check);
+}
+
+typedef struct {
+    ote_engine_h  e;
+    ote_segment_h seg;
+    uint8_t      *buf;
+    uint64_t      base;
+    size_t        len;
+    uint64_t      seed;
+    int           failures;
+} thr_t;
+
+/* One thread: write its half in 32 KiB requests, read it back, check. */
+static void *thread_rw(void *arg)
+{
+    thr_t *t = arg;
+    const size_t req = 32u << 10;
+    size_t n = t->len / req;
+
+    for (int pass = 0; pass < 2; pass++) {
+        ote_xfer_req_t *r = calloc(n, sizeof(*r));
+        ote_batch_h b;
+        size_t first;
+
+        if (pass == 0)
+            ote_test_fill(t->buf, t->base, t->len, t->seed);
+        else
+            memset(t->buf, 0, t->len);
+        for (size_t k = 0; k < n; k++)
+            r[k] = (ote_xfer_req_t){.op = pass == 0 ? OTE_OP_WRITE : OTE_OP_READ,
+                                    .local_addr = t->buf + k * req, .segment = t->seg,
+                                    .remote_addr = t->base + k * req, .length = req};
+        if (ote_batch_create(t->e, n, &b) != OTE_OK ||
+            ote_batch_submit(b, r, n, &first) != OTE_OK || ote_batch_wait(b, WAIT_MS) != OTE_OK)
+            t->failures++;
+        for (size_t k = 0; k < n; k++) {
+            ote_task_status_t st;
+
+            if (ote_batch_task_status(b, first + k, &st) != OTE_OK ||
+                st.state != OTE_TASK_COMPLETED)
+                t->failures++;
+        }
+        ote_batch_release(b);
+        free(r);
+    }
+    if (ote_test_check(t->buf, t->base, t->len, t->seed) != -1)
+        t->failures++;
+    return NULL;
+}
+
+static void test_two_threads(void **state)
+{
+    const size_t half = 8u << 20;
+    char path[4200], name[4300];
+    ote_engine_h e = engine(NULL, NULL);
+    ote_segment_h seg;
+    thr_t t[2];
+    pthread_t th[2];
+    uint8_t *check = malloc(2 * half);
+    ote_mem_h m[2];
+
+    make_file("threads.dat", 2 * half, 3, path, sizeof(path), name, sizeof(name));
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    for (int i = 0; i < 2; i++) {
+        t[i] = (thr_t){.e = e, .seg = seg, .base = i * half, .len = half, .seed = 40 + i};
+        assert_int_equal(ote_mem_alloc(e, half, NULL, 0, (void **)&t[i].buf, &m[i]), OTE_OK);
+        assert_int_equal(pthread_create(&th[i], NULL, thread_rw, &t[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(t[i].failures, 0);
+    }
+    file_read(path, check, 2 * half, 0);
+    assert_int_equal(ote_test_check(check, 0, half, 40), -1);
+    assert_int_equal(ote_test_check(check + half, half, half, 41), -1);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ote_mem_free(e, m[i]), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+    free(check);
+}
+
+/*
+ * Cancel everything right after submitting: each task ends CANCELED or
+ * COMPLETED (with its data), and none hangs.
+ */
+static void test_cancel(void **state)
+{
+    const size_t n = 256, req = 256u << 10, flen = n * req;
+    char path[4200], name[4300];
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_xfer_req_t *r = calloc(n, sizeof(*r));
+    ote_batch_h b;
+    uint8_t *buf;
+    ote_mem_h m;
+    size_t first, canceled = 0, completed = 0;
+
+    /* One request in the ring at a time: the others wait where a cancel reaches them. */
+    setenv("OTE_URING_QD", "1", 1);
+    e = engine(NULL, "1");
+    unsetenv("OTE_URING_QD");
+
+    make_file("cancel.dat", flen, 9, path, sizeof(path), name, sizeof(name));
+    assert_int_equal(ote_mem_alloc(e, flen, NULL, 0, (void **)&buf, &m), OTE_OK);
+    memset(buf, 0, flen);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    for (size_t k = 0; k < n; k++)
+        r[k] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf + k * req, .segment = seg,
+                                .remote_addr = k * req, .length = req};
+    assert_int_equal(ote_batch_create(e, n, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(ote_batch_cancel(b, first + k), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
+    for (size_t k = 0; k < n; k++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_task_status(b, first + k, &st), OTE_OK);
+        assert_true(st.state == OTE_TASK_COMPLETED || st.state == OTE_TASK_CANCELED);
+        if (st.state == OTE_TASK_COMPLETED) {
+            completed++;
+            assert_int_equal(ote_test_check(buf + k * req, k * req, req, 9), -1);
+        } else {
+            canceled++;
+            assert_int_equal(st.error, OTE_ERR_CANCELED);
+            assert_true(st.transferred < req);
+        }
+    }
+    printf("cancel: %zu completed, %zu canceled\n", completed, canceled);
+    ote_batch_release(b);
+    /* Closing the segment with tasks in flight: they end, nothing hangs. */
+    assert_int_equal(ote_batch_create(e, n, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
+    for (size_t k = 0; k < n; k++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_task_status(b, first + k, &st), OTE_OK);
+        assert_true(st.state == OTE_TASK_COMPLETED || st.state == OTE_TASK_CANCELED);
+    }
+    ote_batch_release(b);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+    free(r);
+}
+
+/* The checks of a read-only file, in a process that may not write it. */
+static int read_only_child(const char *path, const char *name)
+{
+    ote_engine_h e = engine(NULL, "1");
+    ote_segment_h seg;
+    ote_region_info_t ri;
+    ote_task_status_t st;
+    size_t count;
+    uint8_t *buf;
+    ote_mem_h m;
+
+    if (ote_mem_alloc(e, 65536, NULL, 0, (void **)&buf, &m) != OTE_OK ||
+        ote_segment_open(e, name, &seg) != OTE_OK)
+        return 2;
+    if (ote_segment_regions(seg, &ri, 1, &count) != OTE_OK || count != 1 || ri.addr != 0 ||
+        ri.length != 65536 || ri.access != OTE_ACCESS_REMOTE_READ)
+        return 3;
+    st = xfer(e, seg, OTE_OP_WRITE, buf, 0, 4096);
+    if (st.state != OTE_TASK_FAILED || st.error != OTE_ERR_ACCESS)
+        return 4;
+    st = xfer(e, seg, OTE_OP_READ, buf, 100, 60000);
+    if (st.state != OTE_TASK_COMPLETED || ote_test_check(buf, 100, 60000, 21) != -1)
+        return 5;
+    ote_segment_close(seg);
+    ote_mem_free(e, m);
+    ote_engine_destroy(e);
+    return 0;
+}
+
+static void test_read_only(void **state)
+{
+    char path[4200], name[4300];
+    pid_t pid;
+    int ws;
+
+    make_file("ro.dat", 65536, 21, path, sizeof(path), name, sizeof(name));
+    assert_int_equal(chmod(path, 0444), 0);
+    /* root writes any file: the child gives that up first. */
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(10);
+        _exit(read_only_child(path, name));
+    }
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws));
+    assert_int_equal(WEXITSTATUS(ws), 0);
+    unlink(path);
+}
+
+/* WRITEs past RLIMIT_FSIZE fail EFBIG, as on a full file system: IO. */
+static void test_file_size_limit(void **state)
+{
+    char path[4200], name[4300];
+    ote_engine_h e = engine(NULL, "1");
+    ote_segment_h seg;
+    ote_task_status_t st;
+    struct rlimit old, lim = {.rlim_cur = 1u << 20};
+    uint8_t *buf;
+    ote_mem_h m;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/fsize.dat", dir);
+    snprintf(name, sizeof(name), "file://%s", path);
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 4u << 20), 0);
+    close(fd);
+    assert_int_equal(ote_mem_alloc(e, 1u << 20, NULL, 0, (void **)&buf, &m), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    ote_test_fill(buf, 0, 1u << 20, 2);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim.rlim_max = old.rlim_max;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    st = xfer(e, seg, OTE_OP_WRITE, buf, 2u << 20, 1u << 20);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_DFL);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_IO);
+    assert_int_equal(st.transferred, 0);
+    /* Under the limit again: the same WRITE lands. */
+    expect_ok(xfer(e, seg, OTE_OP_WRITE, buf, 2u << 20, 1u << 20), 1u << 20);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+}
+
+/* A file unlinked after the open stays usable: the segment holds the inode. */
+static void test_deleted_while_open(void **state)
+{
+    char path[4200], name[4300];
+    ote_engine_h e = engine(NULL, NULL);
+    ote_segment_h seg;
+    uint8_t *buf;
+    ote_mem_h m;
+
+    make_file("deleted.dat", 1u << 20, 31, path, sizeof(path), name, sizeof(name));
+    assert_int_equal(ote_mem_alloc(e, 1u << 20, NULL, 0, (void **)&buf, &m), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    assert_int_equal(unlink(path), 0);
+    expect_ok(xfer(e, seg, OTE_OP_READ, buf, 0, 1u << 20), 1u << 20);
+    assert_int_equal(ote_test_check(buf, 0, 1u << 20, 31), -1);
+    ote_test_fill(buf, 0, 1u << 20, 32);
+    expect_ok(xfer(e, seg, OTE_OP_WRITE, buf, 0, 1u << 20), 1u << 20);
+    memset(buf, 0, 1u << 20);
+    expect_ok(xfer(e, seg, OTE_OP_READ, buf + 5, 3, 500000), 500000);
+    assert_int_equal(ote_test_check(buf + 5, 3, 500000, 32), -1);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+}
+
+/* READ past the end: OUT_OF_BOUNDS, transferred = the bytes the file had. */
+static void eof_case(const char *direct)
+{
+    char path[4200], name[4300];
+    ote_engine_h e = engine(direct, NULL);
+    ote_segment_h seg;
+    ote_task_status_t st;
+    uint8_t *buf;
+    ote_mem_h m;
+
+    make_file("eof.dat", 10000, 17, path, sizeof(path), name, sizeof(name));
+    assert_int_equal(ote_mem_alloc(e, 65536, NULL, 0, (void **)&buf, &m), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    memset(buf, 0, 65536);
+    st = xfer(e, seg, OTE_OP_READ, buf, 0, 16384);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st.transferred, 10000);
+    assert_int_equal(ote_test_check(buf, 0, 10000, 17), -1);
+    st = xfer(e, seg, OTE_OP_READ, buf + 1, 9000, 2000);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st.transferred, 1000);
+    assert_int_equal(ote_test_check(buf + 1, 9000, 1000, 17), -1);
+    st = xfer(e, seg, OTE_OP_READ, buf, 20000, 4096);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st.transferred, 0);
+    /* WRITEs stay inside the region: the file's size at open (or refresh). */
+    st = xfer(e, seg, OTE_OP_WRITE, buf, 8192, 4096);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+}
+
+static void test_read_past_eof(void **state)
+{
+    eof_case(NULL);
+    eof_case("n");
+}
+
+typedef struct {
+    const char *path;
+    int         delay_us;
+} trunc_arg_t;
+
+static void *truncate_later(void *arg)
+{
+    trunc_arg_t *a = arg;
+
+    usleep((useconds_t)a->delay_us);
+    if (truncate(a->path, 0) != 0)
+        abort();
+    return NULL;
+}
+
+/* A file truncated under many READs: every task ends, none crashes. */
+static void test_truncated_under_transfer(void **state)
+{
+    const size_t n = 128, req = 128u << 10;
+    char path[4200], name[4300];
+    ote_engine_h e = engine(NULL, NULL);
+    ote_segment_h seg;
+    ote_xfer_req_t *r = calloc(n, sizeof(*r));
+    trunc_arg_t a = {.path = path, .delay_us = 200};
+    pthread_t th;
+    ote_batch_h b;
+    uint8_t *buf;
+    ote_mem_h m;
+    size_t first, short_reads = 0;
+
+    make_file("trunc.dat", n * req, 13, path, sizeof(path), name, sizeof(name));
+    assert_int_equal(ote_mem_alloc(e, n * req, NULL, 0, (void **)&buf, &m), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    for (size_t k = 0; k < n; k++)
+        r[k] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf + k * req, .segment = seg,
+                                .remote_addr = k * req, .length = req};
+    assert_int_equal(ote_batch_create(e, n, &b), OTE_OK);
+    assert_int_equal(pthread_create(&th, NULL, truncate_later, &a), 0);
+    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
+    pthread_join(th, NULL);
+    assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
+    for (size_t k = 0; k < n; k++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_task_status(b, first + k, &st), OTE_OK);
+        if (st.state == OTE_TASK_COMPLETED) {
+            assert_int_equal(ote_test_check(buf + k * req, k * req, req, 13), -1);
+        } else {
+            assert_int_equal(st.state, OTE_TASK_FAILED);
+            assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+            assert_true(st.transferred < req);
+            short_reads++;
+        }
+    }
+    ote_batch_release(b);
+    /* After the truncate every READ meets the end at once. */
+    {
+        ote_task_status_t st = xfer(e, seg, OTE_OP_READ, buf, 0, 4096);
+
+        assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+        assert_int_equal(st.transferred, 0);
+    }
+    printf("truncate: %zu of %zu READs met the end\n", short_reads, n);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+    free(r);
+}
+
+/* Names: what does not exist, relative paths, directories; notifications. */
+static void test_names_and_unsupported(void **state)
+{
+    char path[4200], name[4300], dname[4300];
+    ote_engine_h e = engine(NULL, "1");
+    ote_segment_h seg;
+    ote_region_info_t ri;
+    ote_xfer_req_t r;
+    size_t count, first;
+    ote_batch_h b;
+    uint8_t *buf;
+    ote_mem_h m;
+
+    snprintf(name, sizeof(name), "file://%s/no-such-file", dir);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_ERR_NOT_FOUND);
+    assert_int_equal(ote_segment_open(e, "file://relative/path", &seg), OTE_ERR_INVALID_PARAM);
+    assert_int_equal(ote_segment_open(e, "file:relative", &seg), OTE_ERR_INVALID_PARAM);
+    snprintf(dname, sizeof(dname), "file://%s", dir);
+    assert_int_equal(ote_segment_open(e, dname, &seg), OTE_ERR_INVALID_PARAM);
+
+    make_file("names.dat", 12345, 1, path, sizeof(path), name, sizeof(name));
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    assert_int_equal(ote_segment_regions(seg, &ri, 1, &count), OTE_OK);
+    assert_int_equal(count, 1);
+    assert_int_equal(ri.addr, 0);
+    assert_int_equal(ri.length, 12345);
+    assert_int_equal(ri.access, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE);
+    assert_string_equal(ri.location, "file");
+    /* A refresh takes the file's size now. */
+    assert_int_equal(truncate(path, 20000), 0);
+    assert_int_equal(ote_segment_refresh(seg), OTE_OK);
+    assert_int_equal(ote_segment_regions(seg, &ri, 1, &count), OTE_OK);
+    assert_int_equal(ri.length, 20000);
+    assert_int_equal(ote_mem_alloc(e, 8192, NULL, 0, (void **)&buf, &m), OTE_OK);
+    ote_test_fill(buf, 0, 8192, 4);
+    expect_ok(xfer(e, seg, OTE_OP_WRITE, buf, 20000 - 8192, 8192), 8192);
+    /* Notifications need a peer. */
+    assert_int_equal(ote_notify_send(e, seg, "x", 1), OTE_ERR_UNSUPPORTED);
+    r = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf, .segment = seg,
+                         .remote_addr = 0, .length = 100};
+    assert_int_equal(ote_batch_create(e, 4, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit_notify(b, &r, 1, "x", 1, &first), OTE_ERR_UNSUPPORTED);
+    ote_batch_release(b);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    unlink(path);
+}
+
+/* OTE_TLS: "file" alone carries file segments; a list without it leaves them out. */
+static void test_tls_selection(void **state)
+{
+    char path[4200], name[4300];
+    ote_engine_h e;
+    ote_segment_h seg;
+
+    make_file("tls.dat", 4096, 1, path, sizeof(path), name, sizeof(name));
+    setenv("OTE_TLS", "file", 1);
+    e = engine(NULL, "1");
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    ote_engine_destroy(e);
+    setenv("OTE_TLS", "^file", 1);
+    e = engine(NULL, "1");
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_ERR_UNREACHABLE);
+    ote_engine_destroy(e);
+    unsetenv("OTE_TLS");
+    unlink(path);
+}
+
+int main(void)
+{
+    const char *base = getenv("ORBITTE_TEST_BUILDDIR");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rw_auto),
+        cmocka_unit_test(test_rw_buffered),
+        cmocka_unit_test(test_direct_on),
+        cmocka_unit_test(test_large_file),
+        cmocka_unit_test(test_two_threads),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_read_only),
+        cmocka_unit_test(test_file_size_limit),
+        cmocka_unit_test(test_deleted_while_open),
+        cmocka_unit_test(test_read_past_eof),
+        cmocka_unit_test(test_truncated_under_transfer),
+        cmocka_unit_test(test_names_and_unsupported),
+        cmocka_unit_test(test_tls_selection),
+    };
+    int rc;
+
+    /* On the build's disk (which usually takes O_DIRECT), not on a tmpfs. */
+    snprintf(dir, sizeof(dir), "%s/file-test.XXXXXX", base ? base : ".");
+    if (mkdtemp(dir) == NULL || chmod(dir, 0755) != 0) {
+        perror("mkdtemp");
+        return 1;
+    }
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rmdir(dir);
+    return rc;
+}
