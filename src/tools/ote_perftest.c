@@ -9,6 +9,10 @@
  *   "check OFF LEN SEED"   target verifies the write pattern, answers "ok" or "bad ..."
  *   "quit"                 target exits
  */
+#include "perftest.h"
+
+#include "base/pattern.h"
+
 #include <ote/ote.h>
 
 #include <errno.h>
@@ -27,35 +31,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_SIZES 32
+const char *const test_names[NUM_TESTS] = {"write_bw", "read_bw",  "write_lat",
+                                           "read_lat", "kv_write", "kv_read"};
 
-typedef enum { T_WRITE_BW, T_READ_BW, T_WRITE_LAT, T_READ_LAT } test_t;
-
-static const char *const test_names[] = {"write_bw", "read_bw", "write_lat", "read_lat"};
-
-typedef struct {
-    test_t      test;
-    size_t      sizes[MAX_SIZES];
-    size_t      num_sizes;
-    size_t      batch;
-    long        iters;
-    int         threads;
-    int         depth;
-    const char *local_mem;
-    const char *remote_mem;
-    const char *tls;
-    const char *listen;
-    const char *json;
-    const char *peer;
-    size_t      region;
-    bool        check;
-    bool        loopback;
-    bool        quiet;
-} opts_t;
-
-static opts_t opt = {
+opts_t opt = {
     .test = T_WRITE_BW, .batch = 0, .iters = 0, .threads = 1, .depth = 0,
     .local_mem = "host", .remote_mem = "host", .region = 512ul << 20,
+    .kv_layers = 32, .kv_blocks = 64,
 };
 
 static volatile sig_atomic_t stop_flag;
@@ -94,7 +76,7 @@ static void on_initiator_signal(int sig)
     raise(sig);
 }
 
-static double now_s(void)
+double now_s(void)
 {
     struct timespec ts;
 
@@ -102,7 +84,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
     va_list ap;
 
@@ -136,31 +118,6 @@ static size_t parse_size(const char *s)
     return (size_t)(v * (double)mult);
 }
 
-/* The byte at offset i of a pattern: cheap, position- and seed-dependent. */
-static inline uint8_t pattern_byte(uint64_t seed, size_t i)
-{
-    uint64_t x = (i >> 3) * 0x9e3779b97f4a7c15ull + seed;
-
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    return (uint8_t)(x >> (8 * (i & 7)));
-}
-
-static void pattern_fill(uint8_t *p, size_t off, size_t len, uint64_t seed)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = pattern_byte(seed, off + i);
-}
-
-static long pattern_check(const uint8_t *p, size_t off, size_t len, uint64_t seed)
-{
-    for (size_t i = 0; i < len; i++) {
-        if (p[i] != pattern_byte(seed, off + i))
-            return (long)i;
-    }
-    return -1;
-}
-
 static void mem_check_location(const char *m)
 {
     if (strcmp(m, "host") != 0)
@@ -190,7 +147,7 @@ static int run_target(void)
     if (st != OTE_OK)
         die("allocating %zu bytes: %s", opt.region, ote_status_string(st));
     /* Readers verify this pattern. */
-    pattern_fill(buf, 0, opt.region, 0x5eed);
+    ote_pattern_fill(buf, 0, opt.region, TARGET_SEED);
     printf("ote_perftest: serving segment %s region %#llx %zu\n", ote_engine_name(e),
            (unsigned long long)(uintptr_t)buf, opt.region);
     fflush(stdout);
@@ -231,7 +188,7 @@ static int run_target(void)
                 snprintf(answer, sizeof(answer), "cleared");
             } else if (sscanf(msg, "check %llu %llu %llu", &off, &len, &seed) == 3 &&
                        off + len <= opt.region) {
-                long bad = pattern_check((uint8_t *)buf + off, off, len, seed);
+                long bad = ote_pattern_check((uint8_t *)buf + off, off, len, seed);
 
                 if (bad < 0)
                     snprintf(answer, sizeof(answer), "ok");
@@ -413,6 +370,7 @@ static int run_initiator(const char *peer)
     FILE *json = NULL;
     int rc = 0;
     bool lat_test = opt.test == T_WRITE_LAT || opt.test == T_READ_LAT;
+    bool kv_test  = opt.test == T_KV_WRITE || opt.test == T_KV_READ;
 
     mem_check_location(opt.local_mem);
     mem_check_location(opt.remote_mem);
@@ -430,8 +388,8 @@ static int run_initiator(const char *peer)
         die("peer %s publishes no region", peer);
     for (size_t i = 0; i < opt.num_sizes; i++)
         max_size = opt.sizes[i] > max_size ? opt.sizes[i] : max_size;
-    local_len = max_size * opt.batch * (size_t)opt.threads;
-    if (local_len > regions[0].length)
+    local_len = kv_test ? perftest_kv_local_len() : max_size * opt.batch * (size_t)opt.threads;
+    if (!kv_test && local_len > regions[0].length)
         die("size x batch x threads = %zu exceeds the peer's region (%zu)", local_len,
             (size_t)regions[0].length);
     st = ote_mem_alloc(e, local_len, NULL, 0, (void **)&local, &mem);
@@ -442,7 +400,10 @@ static int run_initiator(const char *peer)
         if (json == NULL)
             die("cannot write %s: %s", opt.json, strerror(errno));
     }
-    if (!opt.quiet) {
+    if (kv_test) {
+        rc = perftest_kv_run(e, seg, &regions[0], local, local_len, json);
+        opt.num_sizes = 0; /* the rows below are the other tests' */
+    } else if (!opt.quiet) {
         printf("# ote_perftest %s to %s, %d thread(s), depth %d%s\n", test_names[opt.test],
                peer, opt.threads, opt.depth, opt.check ? ", verifying every byte" : "");
         printf("# %12s %8s %10s %12s %12s %12s %12s\n", "size", "batch", "GB/s", "lat_avg_us",
@@ -467,7 +428,7 @@ static int run_initiator(const char *peer)
             iters = (long)fmin(fmax(target / opt.threads, 50), 200000);
         }
         if (test_op() == OTE_OP_WRITE) {
-            pattern_fill(local, 0, used, seed);
+            ote_pattern_fill(local, 0, used, seed);
             if (opt.check) {
                 snprintf(answer, sizeof(answer), "clear %llu %zu",
                          (unsigned long long)0, used);
@@ -544,7 +505,7 @@ static int run_initiator(const char *peer)
             } else {
                 for (int t = 0; t < opt.threads && rc == 0; t++) {
                     size_t off = (size_t)t * size * opt.batch;
-                    long bad = pattern_check(local + off, off, size * opt.batch, 0x5eed);
+                    long bad = ote_pattern_check(local + off, off, size * opt.batch, TARGET_SEED);
 
                     if (bad >= 0) {
                         fprintf(stderr, "ote_perftest: verification FAILED at byte %zu\n",
@@ -648,7 +609,8 @@ static void usage(FILE *f)
             "  without PEER: serve as the target and print the segment name\n"
             "  PEER: segment name (host:port) of a serving ote_perftest\n"
             "  --loopback          start a target process on this host and run against it\n"
-            "  -t TEST             write_bw (default), read_bw, write_lat, read_lat\n"
+            "  -t TEST             write_bw (default), read_bw, write_lat, read_lat,\n"
+            "                      kv_write, kv_read (the KV-cache pattern, see --kv)\n"
             "  -s SIZE[,SIZE...]   block sizes, k/m/g suffixes (default 1m; 8 for *_lat)\n"
             "  -b BATCH            requests per batch (default 8; 1 for *_lat)\n"
             "  -n ITERS            batches per size (default: about 2 GiB, or 20000 rounds)\n"
@@ -661,6 +623,9 @@ static void usage(FILE *f)
             "  --region SIZE       target region size (default 512m)\n"
             "  --check             verify every byte\n"
             "  --json FILE         one JSON object per row\n"
+            "  --kv L:B            kv_*: L layers of B blocks of the -s size (default\n"
+            "                      32:64 of 16k) scattered over both sides, one batch\n"
+            "                      per layer; -n requests (default 20)\n"
             "  -q                  table only\n");
 }
 
@@ -669,7 +634,8 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {
         {"loopback", no_argument, NULL, 'L'}, {"check", no_argument, NULL, 'C'},
         {"json", required_argument, NULL, 'J'}, {"region", required_argument, NULL, 'R'},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"kv", required_argument, NULL, 'K'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *sizes = NULL;
     char name[256];
@@ -681,9 +647,9 @@ int main(int argc, char **argv)
         case 't': {
             int i;
 
-            for (i = 0; i < 4 && strcmp(optarg, test_names[i]) != 0; i++)
+            for (i = 0; i < NUM_TESTS && strcmp(optarg, test_names[i]) != 0; i++)
                 ;
-            if (i == 4)
+            if (i == NUM_TESTS)
                 die("unknown test '%s'", optarg);
             opt.test = (test_t)i;
             break;
@@ -702,6 +668,12 @@ int main(int argc, char **argv)
         case 'C': opt.check = true; break;
         case 'J': opt.json = optarg; break;
         case 'R': opt.region = parse_size(optarg); break;
+        case 'K':
+            if (sscanf(optarg, "%zu:%zu", &opt.kv_layers, &opt.kv_blocks) != 2 ||
+                opt.kv_layers == 0 || opt.kv_blocks == 0 || opt.kv_layers > 4096 ||
+                opt.kv_blocks > 65536)
+                die("--kv wants LAYERS:BLOCKS (1..4096 layers, 1..65536 blocks)");
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -710,9 +682,10 @@ int main(int argc, char **argv)
         opt.peer = argv[optind];
     {
         bool lat = opt.test == T_WRITE_LAT || opt.test == T_READ_LAT;
+        bool kv  = opt.test == T_KV_WRITE || opt.test == T_KV_READ;
         char buf[512], *save = NULL;
 
-        snprintf(buf, sizeof(buf), "%s", sizes ? sizes : (lat ? "8" : "1m"));
+        snprintf(buf, sizeof(buf), "%s", sizes ? sizes : (lat ? "8" : kv ? "16k" : "1m"));
         for (char *t = strtok_r(buf, ",", &save); t && opt.num_sizes < MAX_SIZES;
              t = strtok_r(NULL, ",", &save))
             opt.sizes[opt.num_sizes++] = parse_size(t);

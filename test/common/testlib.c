@@ -12,21 +12,12 @@
 
 void ote_test_fill(void *p, uint64_t off, size_t len, uint64_t seed)
 {
-    uint8_t *b = p;
-
-    for (size_t i = 0; i < len; i++)
-        b[i] = ote_test_pattern_byte(seed, off + i);
+    ote_pattern_fill(p, off, len, seed);
 }
 
 long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed)
 {
-    const uint8_t *b = p;
-
-    for (size_t i = 0; i < len; i++) {
-        if (b[i] != ote_test_pattern_byte(seed, off + i))
-            return (long)i;
-    }
-    return -1;
+    return ote_pattern_check(p, off, len, seed);
 }
 
 uint64_t ote_test_hash(const void *p, size_t len)

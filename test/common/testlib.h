@@ -6,6 +6,8 @@
 #ifndef OTE_TESTLIB_H
 #define OTE_TESTLIB_H
 
+#include "base/pattern.h"
+
 #include <ote/ote.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,17 +18,7 @@
 /* Pattern seed of the target's guard areas (--guard). */
 #define OTE_TEST_GUARD_SEED  0x6761726475ull
 
-/* Byte i of the pattern with this seed. */
-static inline uint8_t ote_test_pattern_byte(uint64_t seed, uint64_t i)
-{
-    uint64_t x = (i >> 3) * 0x9e3779b97f4a7c15ull + seed;
-
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 32;
-    return (uint8_t)(x >> (8 * (i & 7)));
-}
-
+/* The pattern of src/base/pattern.h (ote_perftest writes and checks it too). */
 void ote_test_fill(void *p, uint64_t off, size_t len, uint64_t seed);
 /* Offset of the first wrong byte, or -1. */
 long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed);

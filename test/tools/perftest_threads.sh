@@ -1,5 +1,6 @@
 #!/bin/sh
-# ote_perftest --loopback with several submitting threads: every run ends 0,
+# ote_perftest --loopback with several submitting threads, and its KV-cache
+# pattern: every run ends 0,
 # verifies every byte (--check) and reports a row of measured numbers per
 # size; piped into tail it returns (its target does not hold the pipe); a
 # SIGTERM or SIGKILL of the initiator takes its target along; no target is
@@ -75,6 +76,25 @@ for test in write_bw read_bw; do
         ok
     fi
     no_targets_left "$test piped into tail"
+done
+
+# The KV-cache pattern: scattered blocks, a batch per layer, every byte
+# checked (WRITE read back, READ against the target's pattern); one row of
+# block size, blocks per layer, then positive GB/s and latencies.
+for test in kv_write kv_read; do
+    timeout -k 5 30 "$perftest" --loopback --check -q -t $test --kv 4:16 -s 4k -n 5 \
+        --region $region >"$out_file" 2>&1
+    rc=$?
+    out=$(cat "$out_file")
+    if [ $rc -ne 0 ]; then
+        bad "$test: exit status $rc"; echo "$out" | tail -n 20
+    elif ! echo "$out" | awk '$1 == 4096 && $2 == 16 && NF == 8 && $3 > 0 && $4 > 0 && $5 > 0 { n++ }
+                              END { exit n == 1 ? 0 : 1 }'; then
+        bad "$test: no row of measured numbers"; echo "$out"
+    else
+        ok
+    fi
+    no_targets_left "$test"
 done
 
 # The initiator killed mid-run: its target goes with it.

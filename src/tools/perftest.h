@@ -1,0 +1,64 @@
+/*
+ * ote_perftest's parts: the options every part reads, and what they share
+ * (ote_perftest.c: options, target, bandwidth and latency tests;
+ * perftest_kv.c: the KV-cache pattern).
+ */
+#ifndef OTE_TOOLS_PERFTEST_H
+#define OTE_TOOLS_PERFTEST_H
+
+#include <ote/ote.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MAX_SIZES 32
+
+typedef enum { T_WRITE_BW, T_READ_BW, T_WRITE_LAT, T_READ_LAT, T_KV_WRITE, T_KV_READ } test_t;
+#define NUM_TESTS 6
+
+extern const char *const test_names[NUM_TESTS];
+
+typedef struct {
+    test_t      test;
+    size_t      sizes[MAX_SIZES];
+    size_t      num_sizes;
+    size_t      batch;
+    long        iters;
+    int         threads;
+    int         depth;
+    const char *local_mem;
+    const char *remote_mem;
+    const char *tls;
+    const char *listen;
+    const char *json;
+    const char *peer;
+    size_t      region;
+    bool        check;
+    bool        loopback;
+    bool        quiet;
+    size_t      kv_layers; /* kv_*: layers per request     */
+    size_t      kv_blocks; /* kv_*: blocks per layer       */
+} opts_t;
+
+extern opts_t opt;
+
+/* Seed of the pattern the target fills its region with, which READs check. */
+#define TARGET_SEED 0x5eed
+
+double now_s(void);
+void   die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/*
+ * The KV-cache pattern (kv_write, kv_read): a request's cache is
+ * opt.kv_layers layers of opt.kv_blocks blocks of opt.sizes[0] bytes,
+ * scattered over the peer's region (remote) and over local; one batch per
+ * layer, submitted as the layers come, the request done when the last
+ * layer landed. Prints one row; returns 0, or 1 on a failure.
+ */
+int perftest_kv_run(ote_engine_h e, ote_segment_h seg, const ote_region_info_t *region,
+                    uint8_t *local, size_t local_len, FILE *json);
+/* Local bytes the KV pattern needs. */
+size_t perftest_kv_local_len(void);
+
+#endif
