@@ -111,6 +111,9 @@ const ote_cfg_entry_t ote_config_table[] = {
      "Imported CUDA IPC mappings kept per peer."},
     {"CUDA_LIB", "", OTE_CFG_STRING, F(cuda_lib),
      "Test only: a library exporting the CUDA entry points (test double) loaded instead of libcudart/libcuda."},
+    {"SYSFS_ROOT", "/sys", OTE_CFG_STRING, F(sysfs_root),
+     "Test and diagnostics only: the sysfs tree RDMA devices, ports and GIDs are read from "
+     "(ROOT/class/infiniband/...), e.g. a fixture tree; libibverbs is asked only with /sys."},
 };
 
 const size_t ote_config_table_size = sizeof(ote_config_table) / sizeof(ote_config_table[0]);

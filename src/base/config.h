@@ -63,6 +63,7 @@ typedef struct ote_config {
     long   stage_slots;
     long   cuda_ipc_cache_entries;
     char  *cuda_lib;
+    char  *sysfs_root;
 } ote_config_t;
 
 typedef struct {
