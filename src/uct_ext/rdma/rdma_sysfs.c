@@ -118,7 +118,21 @@ static bool name_valid(const char *s, size_t max)
     return true;
 }
 
-/* Copy a name whose length name_valid() bounded. */
+/* Netdev names: the kernel refuses '/', ':' and white space in them. */
+static bool ndev_valid(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n >= OTE_RDMA_NDEV_MAX)
+        return false;
+    for (; *s; s++) {
+        if (!isgraph((unsigned char)*s) || *s == '/' || *s == ':')
+            return false;
+    }
+    return true;
+}
+
+/* Copy a name whose length name_valid() or ndev_valid() bounded. */
 static void name_copy(char *dst, size_t max, const char *src)
 {
     size_t n = strnlen(src, max - 1);
@@ -231,7 +245,7 @@ static void gid_classify(const char *port_dir, ote_rdma_link_t link, ote_rdma_gi
         return;
     }
     if (path_fmt(path, sizeof(path), "%s/gid_attrs/ndevs/%u", port_dir, gid->index) &&
-        sysfs_read(path, val, sizeof(val)) == 0 && name_valid(val, sizeof(gid->ndev)))
+        sysfs_read(path, val, sizeof(val)) == 0 && ndev_valid(val))
         name_copy(gid->ndev, sizeof(gid->ndev), val);
     if (link == OTE_RDMA_LINK_IB) {
         if (gid->type != OTE_RDMA_GID_IB) {

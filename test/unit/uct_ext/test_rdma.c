@@ -241,6 +241,9 @@ static void test_malformed(void **state)
     mkdirs(root, "class/infiniband/bad_0/ports/1/gid_attrs/types");
     mkdirs(root, "class/infiniband/bad_0/ports/1/gid_attrs/ndevs");
     mkdirs(root, "class/infiniband/bad_0/ports/2/gids");
+    mkdirs(root, "class/infiniband/bad_0/ports/3/gids");
+    mkdirs(root, "class/infiniband/bad_0/ports/3/gid_attrs/types");
+    mkdirs(root, "class/infiniband/bad_0/ports/3/gid_attrs/ndevs");
     mkdirs(root, "class/infiniband/bad_0/ports/0");
     mkdirs(root, "class/infiniband/bad_0/ports/x1");
     snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/1", root);
@@ -260,10 +263,23 @@ static void test_malformed(void **state)
     write_file(port_dir, "state", "ACTIVE\n");
     write_file(port_dir, "link_layer", "Omni-Path\n");
 
+    /* Port 3: a netdev name longer than the kernel allows is no netdev. */
+    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/3", root);
+    write_file(port_dir, "state", "4: ACTIVE\n");
+    write_file(port_dir, "link_layer", "Ethernet\n");
+    write_file(port_dir, "gids/0", "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
+    write_file(port_dir, "gid_attrs/types/0", "RoCE v2\n");
+    write_file(port_dir, "gid_attrs/ndevs/0", "a_netdev_name_that_is_too_long\n");
+    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/2", root);
+
     assert_int_equal(ote_rdma_discover(root, &rdma), OTE_OK);
     /* Ports 0 and x1 are not port numbers. */
     assert_int_equal(rdma->num_devs, 1);
-    assert_int_equal(rdma->devs[0].num_ports, 2);
+    assert_int_equal(rdma->devs[0].num_ports, 3);
+    assert_int_equal(rdma->devs[0].ports[2].num, 3);
+    assert_string_equal(rdma->devs[0].ports[2].gids[0].why,
+                        "no netdev behind it (gid_attrs/ndevs/0)");
+    assert_string_equal(rdma->devs[0].ports[2].unusable, "no usable GID (1 listed)");
     port = port_of(rdma, "bad_0:1");
     assert_int_equal(port->state, -1);
     assert_string_equal(port->unusable, "its state cannot be read");
