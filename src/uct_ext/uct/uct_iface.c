@@ -364,10 +364,10 @@ static void iface_caps(ote_uct_iface_t *iface, bool force_ep)
  * (rc, dc and ud read it from their iface configuration). A port it cannot
  * be handed to fails the open: never UCT's own choice in its place.
  */
-static ote_status_t iface_config_rdma(ote_uct_iface_t *iface, const ote_rdma_t *rdma,
-                                      uct_iface_config_t *cfg)
+ote_status_t ote_uct_iface_config_gid(const char *tl_name, const char *dev_name,
+                                      const ote_rdma_t *rdma, uct_iface_config_t *cfg)
 {
-    const ote_rdma_port_t *port = ote_rdma_port_find(rdma, iface->rsc.dev_name);
+    const ote_rdma_port_t *port = ote_rdma_port_find(rdma, dev_name);
     const ote_rdma_gid_t *gid   = ote_rdma_port_gid(port);
     char index[16];
     ucs_status_t s;
@@ -375,18 +375,18 @@ static ote_status_t iface_config_rdma(ote_uct_iface_t *iface, const ote_rdma_t *
     if (port == NULL)
         return OTE_OK; /* not an RDMA port (tcp, shared memory, ...) */
     if (port->unusable[0] != '\0' || gid == NULL) {
-        ote_error("uct %s/%s: port not usable: %s", iface->rsc.tl_name, iface->rsc.dev_name,
+        ote_error("uct %s/%s: port not usable: %s", tl_name, dev_name,
                   port->unusable[0] ? port->unusable : "no GID");
         return OTE_ERR_NO_DEVICE;
     }
     snprintf(index, sizeof(index), "%u", gid->index);
     s = uct_config_modify(cfg, "GID_INDEX", index);
     if (s != UCS_OK) {
-        ote_error("uct %s/%s: cannot set GID_INDEX=%s in its configuration: %s",
-                  iface->rsc.tl_name, iface->rsc.dev_name, index, ucs_status_string(s));
+        ote_error("uct %s/%s: cannot set GID_INDEX=%s in its configuration: %s", tl_name,
+                  dev_name, index, ucs_status_string(s));
         return OTE_ERR_UNSUPPORTED;
     }
-    ote_debug("uct %s/%s: GID index %s (%s)", iface->rsc.tl_name, iface->rsc.dev_name, index,
+    ote_debug("uct %s/%s: GID index %s (%s)", tl_name, dev_name, index,
               ote_rdma_gid_class(gid));
     return OTE_OK;
 }
@@ -444,7 +444,8 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     s = uct_md_iface_config_read(iface->md->md, iface->rsc.tl_name, NULL, NULL, &cfg);
     if (s != UCS_OK)
         goto err;
-    status = iface_config_rdma(iface, params->rdma, cfg);
+    status = ote_uct_iface_config_gid(iface->rsc.tl_name, iface->rsc.dev_name, params->rdma,
+                                      cfg);
     if (status != OTE_OK) {
         uct_config_release(cfg);
         goto err;
