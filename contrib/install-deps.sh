@@ -5,7 +5,7 @@
 # of their own on free loopback ports (never the system services).
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config git
-libucx-dev ucx-utils libhwloc-dev hwloc
+libucx-dev ucx-utils libibverbs-dev libhwloc-dev hwloc
 libcmocka-dev libjson-c-dev libssl-dev liburing-dev
 libcurl4-openssl-dev libhiredis-dev etcd-server redis-server
 iproute2 iperf3 fio clang procps

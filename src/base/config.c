@@ -27,8 +27,8 @@ const ote_cfg_entry_t ote_config_table[] = {
     {"NET_DEVICES", "all", OTE_CFG_STRING, F(net_devices),
      "Network devices of network transports: all, or a comma list of interface and port "
      "names (eth0, lo, mlx5_0:1; mlx5_0 = all its ports; decimal ranges mlx5_[0-3]:1); a "
-     "leading ^ excludes them; a device that is not here fails engine creation with "
-     "OTE_ERR_NO_DEVICE."},
+     "leading ^ excludes them; a device that is not here, or an RDMA port listed that is "
+     "unusable or carries no transport, fails engine creation with OTE_ERR_NO_DEVICE."},
     {"METADATA", "p2p", OTE_CFG_STRING, F(metadata),
      "Where engines find each other's descriptors when the engine params do not say: p2p "
      "(from the peer's control listener, no server), etcd://host:port[,host:port...] (etcd "
@@ -118,6 +118,9 @@ const ote_cfg_entry_t ote_config_table[] = {
      "unaligned ones through aligned bounce buffers or the page cache; y = always, an "
      "unaligned request fails OTE_ERR_INVALID_PARAM and a file system without O_DIRECT "
      "fails the segment open OTE_ERR_UNSUPPORTED; n = never."},
+    {"SYSFS_ROOT", "/sys", OTE_CFG_STRING, F(sysfs_root),
+     "Test and diagnostics only: the sysfs tree RDMA devices, ports and GIDs are read from "
+     "(ROOT/class/infiniband/...), e.g. a fixture tree; libibverbs is asked only with /sys."},
 };
 
 const size_t ote_config_table_size = sizeof(ote_config_table) / sizeof(ote_config_table[0]);

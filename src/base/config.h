@@ -65,6 +65,7 @@ typedef struct ote_config {
     char  *cuda_lib;
     long   uring_qd;
     int    file_direct;
+    char  *sysfs_root;
 } ote_config_t;
 
 typedef struct {

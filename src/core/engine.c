@@ -132,6 +132,10 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     ote_select_t *sel;
     ote_status_t status;
 
+    status = ote_rdma_discover(e->config.sysfs_root, &e->rdma);
+    if (status != OTE_OK)
+        return status;
+    params.rdma = e->rdma;
     status = ote_select_parse(e->config.tls, e->config.net_devices, &sel);
     if (status != OTE_OK)
         return status;
@@ -162,6 +166,7 @@ static ote_status_t engine_open_transports(ote_engine_h e)
         }
         free(res);
     }
+    ote_engine_rdma_select(e, sel);
     status = ote_select_check_unmatched(sel);
     if (status == OTE_OK)
         engine_note_exclusions(e, sel);
@@ -272,6 +277,7 @@ static void engine_free(ote_engine_h e)
     }
     if (e->event_fd >= 0)
         close(e->event_fd);
+    ote_rdma_free(e->rdma);
     free(e->notifs);
     ote_notif_senders_destroy(e->senders);
     pthread_mutex_destroy(&e->notif_lock);
@@ -628,7 +634,7 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f);
 void ote_engine_print_transports(ote_engine_h e, FILE *f)
 {
     ote_tl_iface_params_t params = {.config = &e->config, .bind_ip = e->bind_ip,
-                                    .advertise_ip = e->advertise_ip};
+                                    .advertise_ip = e->advertise_ip, .rdma = e->rdma};
     ote_select_t *sel = NULL;
 
     fprintf(f, "# engine %s, host %s\n", e->name, e->host_id);
@@ -693,6 +699,7 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
         }
         free(res);
     }
+    ote_engine_rdma_print(e, sel, f);
     if (sel != NULL)
         ote_select_free(sel);
 }

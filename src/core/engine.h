@@ -9,12 +9,14 @@
 #include "meta.h"
 #include "mem/mem.h"
 #include "proto/proto.h"
+#include "uct_ext/rdma/rdma.h"
 #include "uct_ext/tl.h"
 
 #include <ote/ote.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #define OTE_MAX_WORKERS      64
 #define OTE_MAX_IFACES       32
@@ -133,6 +135,7 @@ struct ote_engine {
     ote_mem_table_t *regions;
     ote_engine_tl_t  tls[OTE_MAX_IFACES];
     size_t           num_tls;
+    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_SYSFS_ROOT) */
     ote_md_t        *mds[OTE_MEM_MAX_MDS];
     size_t           num_mds;
     ote_worker_t    *workers;
@@ -248,14 +251,32 @@ ote_status_t ote_select_parse(const char *tls, const char *devices, ote_select_t
 bool         ote_select_tl(ote_select_t *sel, const char *tl_name);
 bool         ote_select_device(ote_select_t *sel, const char *dev_name);
 /*
+ * A device that passed ote_select_device was used (why NULL), or why it
+ * could not be. A name listed without ^ whose devices all came back with a
+ * reason fails ote_select_check_unmatched, with those reasons: a device
+ * named explicitly is used or the engine does not start.
+ */
+void         ote_select_device_result(ote_select_t *sel, const char *dev_name,
+                                      const char *why);
+/*
  * Names listed explicitly that matched nothing offered here (every resource
- * passed through ote_select_tl and, if a network one, ote_select_device):
- * OTE_ERR_NO_DEVICE, with a log line naming them and what is here.
+ * passed through ote_select_tl and, if a network one, ote_select_device),
+ * or only devices reported unusable: OTE_ERR_NO_DEVICE, with a log line
+ * naming them and what is here.
  */
 ote_status_t ote_select_check_unmatched(ote_select_t *sel);
 /* OTE_TLS is an exclusion list (^...) that names tl_name. */
 bool         ote_select_excludes(const ote_select_t *sel, const char *tl_name);
 void         ote_select_free(ote_select_t *sel);
+
+/*
+ * engine_rdma.c: the RDMA ports against OTE_NET_DEVICES once the transports
+ * are open. A selected port that is unusable, or that no transport runs on,
+ * is reported to the selection (see ote_select_device_result).
+ */
+void ote_engine_rdma_select(ote_engine_h e, ote_select_t *sel);
+/* ote_info -d: each RDMA port, its GIDs, the one chosen and why not the others. */
+void ote_engine_rdma_print(ote_engine_h e, ote_select_t *sel, FILE *f);
 
 /* host.c */
 void ote_host_id(char *buf, size_t len);

@@ -8,7 +8,9 @@
  *   without ":port" also names each of its ports.
  * A name listed explicitly (not under ^) that matches nothing here is an
  * error at engine start (OTE_ERR_NO_DEVICE, with the names that are here),
- * never a silent fallback.
+ * never a silent fallback; so is a name whose every device was reported
+ * unusable (ote_select_device_result: an RDMA port that is down, or that no
+ * transport runs on).
  */
 #include "engine.h"
 #include "base/log.h"
@@ -22,6 +24,9 @@
 typedef struct {
     char name[OTE_TL_DEV_MAX];
     bool matched;
+    /* Devices only: a device it names was used, or why those it names were not. */
+    bool used;
+    char why[256];
 } sel_token_t;
 
 typedef struct {
@@ -254,27 +259,29 @@ bool ote_select_tl(ote_select_t *sel, const char *tl)
     return sel->tls.all || hit;
 }
 
+/* A device token names dev: directly, by a range, or as the device of a port. */
+static bool dev_token_matches(const char *pat, const char *dev)
+{
+    const char *colon;
+    char base[OTE_TL_DEV_MAX];
+
+    if (dev_pattern_matches(pat, dev))
+        return true;
+    /* "mlx5_0" also names every port of mlx5_0 ("mlx5_0:1"). */
+    colon = strchr(dev, ':');
+    if (strchr(pat, ':') || colon == NULL)
+        return false;
+    snprintf(base, sizeof(base), "%.*s", (int)(colon - dev), dev);
+    return dev_pattern_matches(pat, base);
+}
+
 bool ote_select_device(ote_select_t *sel, const char *dev)
 {
     bool hit = false;
 
     seen_add(&sel->devs, dev);
     for (size_t i = 0; i < sel->devs.n; i++) {
-        const char *pat = sel->devs.tok[i].name;
-        bool m = dev_pattern_matches(pat, dev);
-
-        /* "mlx5_0" also names every port of mlx5_0 ("mlx5_0:1"). */
-        if (!m && !strchr(pat, ':')) {
-            const char *colon = strchr(dev, ':');
-
-            if (colon) {
-                char base[OTE_TL_DEV_MAX];
-
-                snprintf(base, sizeof(base), "%.*s", (int)(colon - dev), dev);
-                m = dev_pattern_matches(pat, base);
-            }
-        }
-        if (m) {
+        if (dev_token_matches(sel->devs.tok[i].name, dev)) {
             sel->devs.tok[i].matched = true;
             hit = true;
         }
@@ -282,6 +289,23 @@ bool ote_select_device(ote_select_t *sel, const char *dev)
     if (sel->devs.negate)
         return !hit;
     return sel->devs.all || hit;
+}
+
+void ote_select_device_result(ote_select_t *sel, const char *dev, const char *why)
+{
+    if (sel->devs.negate)
+        return;
+    for (size_t i = 0; i < sel->devs.n; i++) {
+        sel_token_t *t = &sel->devs.tok[i];
+        size_t len     = strlen(t->why);
+
+        if (!dev_token_matches(t->name, dev))
+            continue;
+        if (why == NULL)
+            t->used = true;
+        else if (len + strlen(dev) + strlen(why) + 5 < sizeof(t->why))
+            snprintf(t->why + len, sizeof(t->why) - len, "%s%s: %s", len ? "; " : "", dev, why);
+    }
 }
 
 bool ote_select_excludes(const ote_select_t *sel, const char *tl)
@@ -335,10 +359,16 @@ ote_status_t ote_select_check_unmatched(ote_select_t *sel)
     }
     if (!sel->devs.negate) {
         for (size_t i = 0; i < sel->devs.n; i++) {
-            if (!sel->devs.tok[i].matched) {
+            const sel_token_t *t = &sel->devs.tok[i];
+
+            if (!t->matched) {
                 ote_error("OTE_NET_DEVICES: no network device '%s' here; devices here: %s "
-                          "(see ote_info -d)", sel->devs.tok[i].name,
+                          "(see ote_info -d)", t->name,
                           sel->devs.seen[0] ? sel->devs.seen : "none");
+                status = OTE_ERR_NO_DEVICE;
+            } else if (t->why[0] != '\0' && !t->used) {
+                ote_error("OTE_NET_DEVICES: '%s' names no usable device: %s (see ote_info -d)",
+                          t->name, t->why);
                 status = OTE_ERR_NO_DEVICE;
             }
         }

@@ -30,6 +30,7 @@ typedef struct ote_tl_iface     ote_tl_iface_t;
 typedef struct ote_tl_ep        ote_tl_ep_t;
 typedef struct ote_config       ote_config_t;
 typedef struct ote_auth         ote_auth_t;
+struct ote_rdma;
 
 /* Completion of one posted operation, like uct_completion_t. */
 typedef struct ote_tl_completion {
@@ -92,7 +93,10 @@ typedef struct {
     char                tl_name[OTE_TL_NAME_MAX];  /* "tcp", "uct_tcp", "cma" */
     char                dev_name[OTE_TL_DEV_MAX];  /* "lo", "mlx5_0:1", "memory" */
     bool                is_network;                /* subject to OTE_NET_DEVICES */
-    /* Why it cannot be opened in this engine (a static string), or NULL. */
+    /*
+     * Why it cannot be opened in this engine, or NULL: a static string, or
+     * one of params->rdma (which outlives the resource list).
+     */
     const char         *unusable;
     ote_tl_component_t *component;
     void               *priv;
@@ -110,6 +114,8 @@ typedef struct {
     /* Key and connection limits shared by all listeners of the engine;
      * NULL: accept any peer, no limits (tools that only list resources). */
     ote_auth_t         *auth;
+    /* RDMA ports with their GID choice (uct_ext/rdma/rdma.h); NULL: none known. */
+    const struct ote_rdma *rdma;
 } ote_tl_iface_params_t;
 
 /* What an ep needs to know of the peer. */

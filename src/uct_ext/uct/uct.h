@@ -152,6 +152,16 @@ ote_uct_op_t *ote_uct_op_get(ote_uct_iface_t *iface);
 void          ote_uct_op_put(ote_uct_iface_t *iface, ote_uct_op_t *op);
 void          ote_uct_op_list_push(ote_uct_op_list_t *l, ote_uct_op_t *op);
 void          ote_uct_op_list_remove(ote_uct_op_list_t *l, ote_uct_op_t *op);
+/*
+ * On an RDMA port (dev_name as rdma names it, "mlx5_0:1"), the GID the
+ * discovery chose goes into cfg as GID_INDEX (rc, dc and ud read it).
+ * OTE_OK without change for other devices; OTE_ERR_NO_DEVICE for an
+ * unusable port; OTE_ERR_UNSUPPORTED when the transport's configuration
+ * has no GID_INDEX: never UCT's own choice in place of ours.
+ */
+struct ote_rdma;
+ote_status_t  ote_uct_iface_config_gid(const char *tl_name, const char *dev_name,
+                                       const struct ote_rdma *rdma, uct_iface_config_t *cfg);
 /* Address blob codec. */
 ote_status_t  ote_uct_blob_pack(const void *a, size_t alen, const void *b, size_t blen,
                                 void *buf, size_t max, size_t *len_p);

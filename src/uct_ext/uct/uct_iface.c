@@ -4,6 +4,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "uct_ext/rdma/rdma.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,6 +359,38 @@ static void iface_caps(ote_uct_iface_t *iface, bool force_ep)
     c->latency    = a->latency.c;
 }
 
+/*
+ * On an RDMA port, the GID the discovery chose goes to UCT as GID_INDEX
+ * (rc, dc and ud read it from their iface configuration). A port it cannot
+ * be handed to fails the open: never UCT's own choice in its place.
+ */
+ote_status_t ote_uct_iface_config_gid(const char *tl_name, const char *dev_name,
+                                      const ote_rdma_t *rdma, uct_iface_config_t *cfg)
+{
+    const ote_rdma_port_t *port = ote_rdma_port_find(rdma, dev_name);
+    const ote_rdma_gid_t *gid   = ote_rdma_port_gid(port);
+    char index[16];
+    ucs_status_t s;
+
+    if (port == NULL)
+        return OTE_OK; /* not an RDMA port (tcp, shared memory, ...) */
+    if (port->unusable[0] != '\0' || gid == NULL) {
+        ote_error("uct %s/%s: port not usable: %s", tl_name, dev_name,
+                  port->unusable[0] ? port->unusable : "no GID");
+        return OTE_ERR_NO_DEVICE;
+    }
+    snprintf(index, sizeof(index), "%u", gid->index);
+    s = uct_config_modify(cfg, "GID_INDEX", index);
+    if (s != UCS_OK) {
+        ote_error("uct %s/%s: cannot set GID_INDEX=%s in its configuration: %s", tl_name,
+                  dev_name, index, ucs_status_string(s));
+        return OTE_ERR_UNSUPPORTED;
+    }
+    ote_debug("uct %s/%s: GID index %s (%s)", tl_name, dev_name, index,
+              ote_rdma_gid_class(gid));
+    return OTE_OK;
+}
+
 static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
                                     const ote_tl_iface_params_t *params,
                                     ote_tl_iface_t **iface_p)
@@ -411,6 +444,13 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     s = uct_md_iface_config_read(iface->md->md, iface->rsc.tl_name, NULL, NULL, &cfg);
     if (s != UCS_OK)
         goto err;
+    status = ote_uct_iface_config_gid(iface->rsc.tl_name, iface->rsc.dev_name, params->rdma,
+                                      cfg);
+    if (status != OTE_OK) {
+        uct_config_release(cfg);
+        goto err;
+    }
+    status = OTE_ERR_IO;
     memset(&ip, 0, sizeof(ip));
     ip.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
                     UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
@@ -460,6 +500,7 @@ static ote_status_t uct_query_resources(ote_tl_component_t *comp,
                                         ote_tl_resource_t **res_p, size_t *count_p)
 {
     ote_uct_rsc_t **list = NULL;
+    const ote_rdma_port_t *port;
     ote_tl_resource_t *res;
     size_t n = 0;
     ote_status_t status;
@@ -483,6 +524,9 @@ static ote_status_t uct_query_resources(ote_tl_component_t *comp,
         res[i].is_network = list[i]->dev_type == UCT_DEVICE_TYPE_NET;
         res[i].component  = comp;
         res[i].priv       = list[i];
+        port = ote_rdma_port_find(params->rdma, list[i]->dev_name);
+        if (port != NULL && port->unusable[0] != '\0')
+            res[i].unusable = port->unusable;
     }
     free(list);
     *res_p   = res;

@@ -1,0 +1,615 @@
+/* RDMA devices, ports and GIDs from sysfs; the GID choice per port. */
+#include "rdma.h"
+
+#include "base/log.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Bounds on what a sysfs tree may hold before we call it malformed. */
+#define RDMA_MAX_DEVS   256
+#define RDMA_MAX_PORTS  255   /* port numbers are u8 in verbs            */
+#define RDMA_MAX_GIDS   4096  /* table entries listed per port            */
+#define RDMA_VALUE_MAX  128   /* longest attribute value read (plus NUL)  */
+
+/* Ranks of usable GIDs, higher first. */
+enum {
+    RANK_NONE        = 0,
+    RANK_ROCE_V2_LL  = 1,
+    RANK_ROCE_V1     = 2,
+    RANK_ROCE_V2_IP6 = 3,
+    RANK_ROCE_V2_IP4 = 4,
+    RANK_IB          = 4,
+};
+
+/*
+ * One sysfs attribute into buf (NUL-terminated, trailing whitespace cut).
+ * -1 with errno: unreadable, or longer than buf can hold (EOVERFLOW).
+ */
+static int sysfs_read(const char *path, char *buf, size_t len)
+{
+    size_t n = 0;
+    ssize_t r;
+    char extra;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return -1;
+    while (n < len - 1) {
+        r = read(fd, buf + n, len - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+
+            close(fd);
+            errno = e;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n == len - 1 && read(fd, &extra, 1) > 0) {
+        close(fd);
+        errno = EOVERFLOW;
+        return -1;
+    }
+    close(fd);
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        n--;
+    buf[n] = '\0';
+    return 0;
+}
+
+/* snprintf into a path buffer; false if it did not fit. */
+static bool path_fmt(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool path_fmt(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    return n >= 0 && (size_t)n < len;
+}
+
+/* A decimal directory entry name ("1", "17") within [lo, hi]. */
+static bool parse_index(const char *s, unsigned lo, unsigned hi, unsigned *v_p)
+{
+    unsigned long v = 0;
+
+    if (*s == '\0' || strlen(s) > 6)
+        return false;
+    for (const char *p = s; *p; p++) {
+        if (!isdigit((unsigned char)*p))
+            return false;
+        v = v * 10 + (unsigned long)(*p - '0');
+    }
+    if ((s[0] == '0' && s[1] != '\0') || v < lo || v > hi)
+        return false;
+    *v_p = (unsigned)v;
+    return true;
+}
+
+/* Device and netdev names: what the kernel allows, bounded. */
+static bool name_valid(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n >= max || s[0] == '.')
+        return false;
+    for (; *s; s++) {
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.')
+            return false;
+    }
+    return true;
+}
+
+/* Netdev names: the kernel refuses '/', ':' and white space in them. */
+static bool ndev_valid(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n >= OTE_RDMA_NDEV_MAX)
+        return false;
+    for (; *s; s++) {
+        if (!isgraph((unsigned char)*s) || *s == '/' || *s == ':')
+            return false;
+    }
+    return true;
+}
+
+/* Copy a name whose length name_valid() or ndev_valid() bounded. */
+static void name_copy(char *dst, size_t max, const char *src)
+{
+    size_t n = strnlen(src, max - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* "xxxx:xxxx:xxxx:xxxx:xxxx:xxxx:xxxx:xxxx", as the kernel prints a GID. */
+static bool gid_parse(const char *s, uint8_t raw[16])
+{
+    if (strlen(s) != 39)
+        return false;
+    for (int g = 0; g < 8; g++) {
+        unsigned v = 0;
+
+        for (int k = 0; k < 4; k++) {
+            char c = s[g * 5 + k];
+
+            if (!isxdigit((unsigned char)c))
+                return false;
+            v = v * 16 + (unsigned)(isdigit((unsigned char)c) ? c - '0'
+                                                                : tolower((unsigned char)c) - 'a' + 10);
+        }
+        if (g < 7 && s[g * 5 + 4] != ':')
+            return false;
+        raw[2 * g]     = (uint8_t)(v >> 8);
+        raw[2 * g + 1] = (uint8_t)v;
+    }
+    return true;
+}
+
+static bool gid_is_zero(const uint8_t raw[16])
+{
+    for (int i = 0; i < 16; i++) {
+        if (raw[i] != 0)
+            return false;
+    }
+    return true;
+}
+
+static bool gid_is_ipv4(const uint8_t raw[16])
+{
+    static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+    return memcmp(raw, prefix, sizeof(prefix)) == 0;
+}
+
+static bool gid_is_link_local(const uint8_t raw[16])
+{
+    return raw[0] == 0xfe && (raw[1] & 0xc0) == 0x80;
+}
+
+const char *ote_rdma_link_name(ote_rdma_link_t link)
+{
+    switch (link) {
+    case OTE_RDMA_LINK_IB: return "InfiniBand";
+    case OTE_RDMA_LINK_ETHERNET: return "Ethernet";
+    default: return "unknown";
+    }
+}
+
+const char *ote_rdma_gid_type_name(ote_rdma_gid_type_t type)
+{
+    switch (type) {
+    case OTE_RDMA_GID_IB: return "IB";
+    case OTE_RDMA_GID_ROCE_V1: return "RoCE v1";
+    case OTE_RDMA_GID_ROCE_V2: return "RoCE v2";
+    default: return "unknown";
+    }
+}
+
+const char *ote_rdma_gid_class(const ote_rdma_gid_t *gid)
+{
+    if (gid->type != OTE_RDMA_GID_ROCE_V2)
+        return ote_rdma_gid_type_name(gid->type);
+    if (gid_is_ipv4(gid->raw))
+        return "RoCE v2 IPv4";
+    return gid_is_link_local(gid->raw) ? "RoCE v2 link-local" : "RoCE v2 IPv6";
+}
+
+void ote_rdma_gid_format(const ote_rdma_gid_t *gid, char *buf, size_t len)
+{
+    char text[INET6_ADDRSTRLEN];
+
+    if (inet_ntop(AF_INET6, gid->raw, text, sizeof(text)) == NULL)
+        snprintf(text, sizeof(text), "?");
+    snprintf(buf, len, "%s", text);
+}
+
+/* Type, netdev and rank of one GID; why set when it cannot be used. */
+static void gid_classify(const char *port_dir, ote_rdma_link_t link, ote_rdma_gid_t *gid)
+{
+    char path[512], val[RDMA_VALUE_MAX];
+
+    gid->type = OTE_RDMA_GID_UNKNOWN;
+    gid->rank = RANK_NONE;
+    if (!path_fmt(path, sizeof(path), "%s/gid_attrs/types/%u", port_dir, gid->index) ||
+        sysfs_read(path, val, sizeof(val)) != 0) {
+        snprintf(gid->why, sizeof(gid->why), "its type cannot be read (gid_attrs/types/%u)",
+                 gid->index);
+        return;
+    }
+    if (strcmp(val, "IB/RoCE v1") == 0) {
+        gid->type = link == OTE_RDMA_LINK_IB ? OTE_RDMA_GID_IB : OTE_RDMA_GID_ROCE_V1;
+    } else if (strcmp(val, "RoCE v2") == 0) {
+        gid->type = OTE_RDMA_GID_ROCE_V2;
+    } else {
+        snprintf(gid->why, sizeof(gid->why), "unknown type '%.40s'", val);
+        return;
+    }
+    if (path_fmt(path, sizeof(path), "%s/gid_attrs/ndevs/%u", port_dir, gid->index) &&
+        sysfs_read(path, val, sizeof(val)) == 0 && ndev_valid(val))
+        name_copy(gid->ndev, sizeof(gid->ndev), val);
+    if (link == OTE_RDMA_LINK_IB) {
+        if (gid->type != OTE_RDMA_GID_IB) {
+            snprintf(gid->why, sizeof(gid->why), "a RoCE GID on an InfiniBand port");
+            return;
+        }
+        gid->rank = RANK_IB;
+        return;
+    }
+    /* RoCE: the GID is an address of a netdev; without one it carries nothing. */
+    if (gid->ndev[0] == '\0') {
+        snprintf(gid->why, sizeof(gid->why), "no netdev behind it (gid_attrs/ndevs/%u)",
+                 gid->index);
+        return;
+    }
+    if (gid->type == OTE_RDMA_GID_ROCE_V1)
+        gid->rank = RANK_ROCE_V1;
+    else if (gid_is_ipv4(gid->raw))
+        gid->rank = RANK_ROCE_V2_IP4;
+    else if (gid_is_link_local(gid->raw))
+        gid->rank = RANK_ROCE_V2_LL;
+    else
+        gid->rank = RANK_ROCE_V2_IP6;
+}
+
+static int gid_cmp(const void *a, const void *b)
+{
+    const ote_rdma_gid_t *x = a, *y = b;
+
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* The GID table of a port: every non-zero entry, by index. */
+static ote_status_t port_read_gids(const char *port_dir, ote_rdma_port_t *port)
+{
+    char path[512], val[RDMA_VALUE_MAX];
+    struct dirent *d;
+    DIR *dir;
+    size_t cap = 0;
+
+    if (!path_fmt(path, sizeof(path), "%s/gids", port_dir))
+        return OTE_ERR_INVALID_PARAM;
+    dir = opendir(path);
+    if (dir == NULL)
+        return OTE_OK; /* no table: the port ends up without a usable GID */
+    while ((d = readdir(dir)) != NULL) {
+        ote_rdma_gid_t gid;
+        unsigned index;
+
+        if (d->d_name[0] == '.')
+            continue;
+        memset(&gid, 0, sizeof(gid));
+        if (!parse_index(d->d_name, 0, 65535, &index)) {
+            ote_debug("rdma %s: gids/%.32s is not a GID index; ignored", port->name, d->d_name);
+            continue;
+        }
+        gid.index = index;
+        if (!path_fmt(path, sizeof(path), "%s/gids/%u", port_dir, index) ||
+            sysfs_read(path, val, sizeof(val)) != 0)
+            continue; /* an entry the kernel does not fill reads as an error */
+        if (!gid_parse(val, gid.raw)) {
+            snprintf(gid.why, sizeof(gid.why), "cannot parse '%.40s'", val);
+        } else if (gid_is_zero(gid.raw)) {
+            continue; /* an empty slot of the table */
+        } else {
+            gid_classify(port_dir, port->link, &gid);
+        }
+        if (port->num_gids == RDMA_MAX_GIDS) {
+            ote_warn("rdma %s: more than %d GIDs; the rest ignored", port->name, RDMA_MAX_GIDS);
+            break;
+        }
+        if (port->num_gids == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            ote_rdma_gid_t *g = realloc(port->gids, ncap * sizeof(*g));
+
+            if (g == NULL) {
+                closedir(dir);
+                return OTE_ERR_NO_MEMORY;
+            }
+            port->gids = g;
+            cap        = ncap;
+        }
+        port->gids[port->num_gids++] = gid;
+    }
+    closedir(dir);
+    if (port->num_gids > 1)
+        qsort(port->gids, port->num_gids, sizeof(port->gids[0]), gid_cmp);
+    return OTE_OK;
+}
+
+/* The best-ranked GID, lowest index first; the others say why not. */
+static void port_choose_gid(ote_rdma_port_t *port)
+{
+    ote_rdma_gid_t *best = NULL;
+
+    port->gid = -1;
+    for (size_t i = 0; i < port->num_gids; i++) {
+        ote_rdma_gid_t *g = &port->gids[i];
+
+        if (g->rank > RANK_NONE && (best == NULL || g->rank > best->rank)) {
+            best      = g;
+            port->gid = (int)i;
+        }
+    }
+    for (size_t i = 0; i < port->num_gids; i++) {
+        ote_rdma_gid_t *g = &port->gids[i];
+
+        if (g == best || g->rank == RANK_NONE)
+            continue;
+        if (g->rank < best->rank)
+            snprintf(g->why, sizeof(g->why), "%s ranks below %s (index %u)",
+                     ote_rdma_gid_class(g), ote_rdma_gid_class(best), best->index);
+        else
+            snprintf(g->why, sizeof(g->why), "index %u has the same rank and comes first",
+                     best->index);
+    }
+    if (best != NULL)
+        best->why[0] = '\0';
+}
+
+/* "4: ACTIVE" */
+static bool state_parse(const char *s, int *num_p, char *name, size_t len)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+
+    if (end == s || v < 0 || v > 15 || end[0] != ':' || end[1] != ' ' || end[2] == '\0' ||
+        strlen(end + 2) >= len)
+        return false;
+    for (const char *p = end + 2; *p; p++) {
+        if (!isupper((unsigned char)*p) && *p != '_')
+            return false;
+    }
+    *num_p = (int)v;
+    snprintf(name, len, "%s", end + 2);
+    return true;
+}
+
+/* "0x1a" */
+static bool lid_parse(const char *s, uint16_t *lid_p)
+{
+    char *end;
+    unsigned long v;
+
+    if (strncmp(s, "0x", 2) != 0 || !isxdigit((unsigned char)s[2]))
+        return false;
+    errno = 0;
+    v     = strtoul(s + 2, &end, 16);
+    if (errno || *end != '\0' || v > 0xffff)
+        return false;
+    *lid_p = (uint16_t)v;
+    return true;
+}
+
+static ote_status_t port_read(const char *dev_dir, const char *dev, unsigned num,
+                              ote_rdma_port_t *port)
+{
+    char dir[512], path[600], val[RDMA_VALUE_MAX];
+    ote_status_t status;
+
+    memset(port, 0, sizeof(*port));
+    port->num   = num;
+    port->state = -1;
+    port->gid   = -1;
+    port->link  = OTE_RDMA_LINK_UNKNOWN;
+    snprintf(port->name, sizeof(port->name), "%.*s:%u", OTE_RDMA_DEV_MAX - 1, dev, num);
+    if (!path_fmt(dir, sizeof(dir), "%s/ports/%u", dev_dir, num))
+        return OTE_ERR_INVALID_PARAM;
+
+    if (path_fmt(path, sizeof(path), "%s/link_layer", dir) &&
+        sysfs_read(path, val, sizeof(val)) == 0) {
+        if (strcmp(val, "InfiniBand") == 0)
+            port->link = OTE_RDMA_LINK_IB;
+        else if (strcmp(val, "Ethernet") == 0)
+            port->link = OTE_RDMA_LINK_ETHERNET;
+    }
+    status = port_read_gids(dir, port);
+    if (status != OTE_OK)
+        return status;
+    port_choose_gid(port);
+
+    if (!path_fmt(path, sizeof(path), "%s/state", dir) ||
+        sysfs_read(path, val, sizeof(val)) != 0 ||
+        !state_parse(val, &port->state, port->state_name, sizeof(port->state_name))) {
+        port->state = -1;
+        snprintf(port->state_name, sizeof(port->state_name), "unknown");
+    }
+    if (port->link == OTE_RDMA_LINK_IB &&
+        (!path_fmt(path, sizeof(path), "%s/lid", dir) ||
+         sysfs_read(path, val, sizeof(val)) != 0 || !lid_parse(val, &port->lid)))
+        port->lid = 0;
+
+    /* One reason, the first to act on: state, link layer, LID, GIDs. */
+    if (port->state < 0)
+        snprintf(port->unusable, sizeof(port->unusable), "its state cannot be read");
+    else if (port->state != OTE_RDMA_PORT_ACTIVE)
+        snprintf(port->unusable, sizeof(port->unusable), "port state %d: %s", port->state,
+                 port->state_name);
+    else if (port->link == OTE_RDMA_LINK_UNKNOWN)
+        snprintf(port->unusable, sizeof(port->unusable), "link layer unknown or unreadable");
+    else if (port->link == OTE_RDMA_LINK_IB && port->lid == 0)
+        snprintf(port->unusable, sizeof(port->unusable),
+                 "no LID assigned (is a subnet manager running?)");
+    else if (port->gid < 0)
+        snprintf(port->unusable, sizeof(port->unusable), "no usable GID (%zu listed)",
+                 port->num_gids);
+    return OTE_OK;
+}
+
+static int port_cmp(const void *a, const void *b)
+{
+    const ote_rdma_port_t *x = a, *y = b;
+
+    return x->num < y->num ? -1 : x->num > y->num;
+}
+
+static void dev_release(ote_rdma_dev_t *dev)
+{
+    for (size_t p = 0; p < dev->num_ports; p++)
+        free(dev->ports[p].gids);
+    free(dev->ports);
+}
+
+static ote_status_t dev_read(const char *class_dir, const char *name, ote_rdma_dev_t *dev)
+{
+    char dir[512], path[600];
+    struct dirent *d;
+    DIR *ports;
+    ote_status_t status = OTE_OK;
+
+    memset(dev, 0, sizeof(*dev));
+    name_copy(dev->name, sizeof(dev->name), name);
+    if (!path_fmt(dir, sizeof(dir), "%s/%s", class_dir, name) ||
+        !path_fmt(path, sizeof(path), "%s/ports", dir))
+        return OTE_ERR_INVALID_PARAM;
+    ports = opendir(path);
+    if (ports == NULL)
+        return OTE_OK; /* a device without ports offers nothing */
+    while ((d = readdir(ports)) != NULL) {
+        ote_rdma_port_t *p;
+        unsigned num;
+
+        if (d->d_name[0] == '.')
+            continue;
+        if (!parse_index(d->d_name, 1, RDMA_MAX_PORTS, &num)) {
+            ote_debug("rdma %s: ports/%.32s is not a port number; ignored", name, d->d_name);
+            continue;
+        }
+        p = realloc(dev->ports, (dev->num_ports + 1) * sizeof(*p));
+        if (p == NULL) {
+            status = OTE_ERR_NO_MEMORY;
+            break;
+        }
+        dev->ports = p;
+        status     = port_read(dir, name, num, &dev->ports[dev->num_ports]);
+        if (status != OTE_OK) {
+            free(dev->ports[dev->num_ports].gids);
+            break;
+        }
+        dev->num_ports++;
+    }
+    closedir(ports);
+    if (status != OTE_OK) {
+        dev_release(dev);
+        return status;
+    }
+    if (dev->num_ports > 1)
+        qsort(dev->ports, dev->num_ports, sizeof(dev->ports[0]), port_cmp);
+    return OTE_OK;
+}
+
+static int dev_cmp(const void *a, const void *b)
+{
+    return strcmp(((const ote_rdma_dev_t *)a)->name, ((const ote_rdma_dev_t *)b)->name);
+}
+
+ote_status_t ote_rdma_discover(const char *sysfs_root, ote_rdma_t **rdma_p)
+{
+    char class_dir[512];
+    struct stat st;
+    struct dirent *d;
+    ote_rdma_t *rdma;
+    DIR *dir;
+    ote_status_t status = OTE_OK;
+
+    if (sysfs_root == NULL || sysfs_root[0] == '\0')
+        sysfs_root = "/sys";
+    if (strlen(sysfs_root) >= sizeof(rdma->root) ||
+        !path_fmt(class_dir, sizeof(class_dir), "%s/class/infiniband", sysfs_root)) {
+        ote_error("OTE_SYSFS_ROOT: path too long");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (stat(sysfs_root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        ote_error("OTE_SYSFS_ROOT: '%s' is not a directory", sysfs_root);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    rdma = calloc(1, sizeof(*rdma));
+    if (rdma == NULL)
+        return OTE_ERR_NO_MEMORY;
+    snprintf(rdma->root, sizeof(rdma->root), "%s", sysfs_root);
+    dir = opendir(class_dir);
+    if (dir == NULL) {
+        *rdma_p = rdma; /* no RDMA devices here */
+        return OTE_OK;
+    }
+    while ((d = readdir(dir)) != NULL) {
+        ote_rdma_dev_t *devs;
+
+        if (d->d_name[0] == '.')
+            continue;
+        if (!name_valid(d->d_name, OTE_RDMA_DEV_MAX)) {
+            ote_warn("rdma: device name '%.64s' in %s not valid; ignored", d->d_name, class_dir);
+            continue;
+        }
+        if (rdma->num_devs == RDMA_MAX_DEVS) {
+            ote_warn("rdma: more than %d devices in %s; the rest ignored", RDMA_MAX_DEVS,
+                     class_dir);
+            break;
+        }
+        devs = realloc(rdma->devs, (rdma->num_devs + 1) * sizeof(*devs));
+        if (devs == NULL) {
+            status = OTE_ERR_NO_MEMORY;
+            break;
+        }
+        rdma->devs = devs;
+        status     = dev_read(class_dir, d->d_name, &rdma->devs[rdma->num_devs]);
+        if (status != OTE_OK)
+            break;
+        rdma->num_devs++;
+    }
+    closedir(dir);
+    if (status != OTE_OK) {
+        ote_rdma_free(rdma);
+        return status;
+    }
+    if (rdma->num_devs > 1)
+        qsort(rdma->devs, rdma->num_devs, sizeof(rdma->devs[0]), dev_cmp);
+    ote_rdma_verbs_query(rdma);
+    *rdma_p = rdma;
+    return OTE_OK;
+}
+
+void ote_rdma_free(ote_rdma_t *rdma)
+{
+    if (rdma == NULL)
+        return;
+    for (size_t i = 0; i < rdma->num_devs; i++)
+        dev_release(&rdma->devs[i]);
+    free(rdma->devs);
+    free(rdma);
+}
+
+const ote_rdma_port_t *ote_rdma_port_find(const ote_rdma_t *rdma, const char *name)
+{
+    for (size_t i = 0; rdma != NULL && i < rdma->num_devs; i++) {
+        for (size_t p = 0; p < rdma->devs[i].num_ports; p++) {
+            if (strcmp(rdma->devs[i].ports[p].name, name) == 0)
+                return &rdma->devs[i].ports[p];
+        }
+    }
+    return NULL;
+}
+
+const ote_rdma_gid_t *ote_rdma_port_gid(const ote_rdma_port_t *port)
+{
+    return port != NULL && port->gid >= 0 ? &port->gids[port->gid] : NULL;
+}

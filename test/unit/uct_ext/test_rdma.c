@@ -1,0 +1,330 @@
+/*
+ * RDMA discovery from sysfs fixture trees (test/unit/uct_ext/sysfs/<case>):
+ * ports, link layers, states, LIDs, GIDs with their types and netdevs, the
+ * GID chosen per port and the reason given for every other one.
+ */
+#include "uct_ext/rdma/rdma.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static ote_rdma_t *discover(const char *fixture)
+{
+    char root[512];
+    ote_rdma_t *rdma = NULL;
+
+    snprintf(root, sizeof(root), "%s/%s", OTE_SYSFS_DIR, fixture);
+    assert_int_equal(ote_rdma_discover(root, &rdma), OTE_OK);
+    assert_non_null(rdma);
+    return rdma;
+}
+
+static const ote_rdma_port_t *port_of(const ote_rdma_t *rdma, const char *name)
+{
+    const ote_rdma_port_t *port = ote_rdma_port_find(rdma, name);
+
+    assert_non_null(port);
+    assert_string_equal(port->name, name);
+    return port;
+}
+
+static const ote_rdma_gid_t *gid_at(const ote_rdma_port_t *port, unsigned index)
+{
+    for (size_t i = 0; i < port->num_gids; i++) {
+        if (port->gids[i].index == index)
+            return &port->gids[i];
+    }
+    fail_msg("%s: no GID at index %u", port->name, index);
+    return NULL;
+}
+
+static void assert_gid_text(const ote_rdma_gid_t *gid, const char *text)
+{
+    char buf[64];
+
+    ote_rdma_gid_format(gid, buf, sizeof(buf));
+    assert_string_equal(buf, text);
+}
+
+/* RoCE v2 with an IPv4 address wins over v2 IPv6, v2 link-local and v1. */
+static void test_roce_v2_ipv4(void **state)
+{
+    ote_rdma_t *rdma = discover("roce_v2_ipv4");
+    const ote_rdma_port_t *port;
+    const ote_rdma_gid_t *gid;
+
+    assert_int_equal(rdma->num_devs, 1);
+    assert_string_equal(rdma->devs[0].name, "mlx5_0");
+    port = port_of(rdma, "mlx5_0:1");
+    assert_int_equal(port->link, OTE_RDMA_LINK_ETHERNET);
+    assert_int_equal(port->state, OTE_RDMA_PORT_ACTIVE);
+    assert_string_equal(port->state_name, "ACTIVE");
+    assert_string_equal(port->unusable, "");
+    /* Index 6 is an empty (zero) slot of the table: not listed. */
+    assert_int_equal(port->num_gids, 7);
+    gid = ote_rdma_port_gid(port);
+    assert_non_null(gid);
+    assert_int_equal(gid->index, 3);
+    assert_int_equal(gid->type, OTE_RDMA_GID_ROCE_V2);
+    assert_string_equal(ote_rdma_gid_class(gid), "RoCE v2 IPv4");
+    assert_string_equal(gid->ndev, "eth0");
+    assert_string_equal(gid->why, "");
+    assert_gid_text(gid, "::ffff:10.0.0.1");
+
+    assert_int_equal(gid_at(port, 0)->type, OTE_RDMA_GID_ROCE_V1);
+    assert_string_equal(gid_at(port, 0)->why, "RoCE v1 ranks below RoCE v2 IPv4 (index 3)");
+    assert_string_equal(gid_at(port, 1)->why,
+                        "RoCE v2 link-local ranks below RoCE v2 IPv4 (index 3)");
+    assert_string_equal(gid_at(port, 2)->why, "RoCE v1 ranks below RoCE v2 IPv4 (index 3)");
+    assert_string_equal(gid_at(port, 4)->why, "RoCE v1 ranks below RoCE v2 IPv4 (index 3)");
+    assert_string_equal(gid_at(port, 5)->why, "RoCE v2 IPv6 ranks below RoCE v2 IPv4 (index 3)");
+    assert_gid_text(gid_at(port, 5), "2001:db8::1");
+    assert_string_equal(gid_at(port, 7)->ndev, "eth0.100");
+    assert_string_equal(gid_at(port, 7)->why, "index 3 has the same rank and comes first");
+    /* A fixture tree is never handed to libibverbs. */
+    assert_non_null(strstr(rdma->verbs, "not asked"));
+    assert_int_equal(port->active_mtu, 0);
+    ote_rdma_free(rdma);
+}
+
+/* Without an IPv4 GID: RoCE v2 with a routable IPv6 address. */
+static void test_roce_v2_ipv6(void **state)
+{
+    ote_rdma_t *rdma             = discover("roce_v2_ipv6");
+    const ote_rdma_port_t *port  = port_of(rdma, "mlx5_0:1");
+    const ote_rdma_gid_t *gid    = ote_rdma_port_gid(port);
+
+    assert_non_null(gid);
+    assert_int_equal(gid->index, 3);
+    assert_string_equal(ote_rdma_gid_class(gid), "RoCE v2 IPv6");
+    assert_string_equal(gid->ndev, "eth1");
+    assert_gid_text(gid, "2001:db8:1::5");
+    assert_string_equal(gid_at(port, 1)->why,
+                        "RoCE v2 link-local ranks below RoCE v2 IPv6 (index 3)");
+    assert_string_equal(gid_at(port, 2)->why, "RoCE v1 ranks below RoCE v2 IPv6 (index 3)");
+    ote_rdma_free(rdma);
+}
+
+/* Only RoCE v1: the lowest index; unknown types and malformed GIDs say why. */
+static void test_roce_v1(void **state)
+{
+    ote_rdma_t *rdma            = discover("roce_v1");
+    const ote_rdma_port_t *port = port_of(rdma, "mlx5_0:1");
+    const ote_rdma_gid_t *gid   = ote_rdma_port_gid(port);
+
+    assert_non_null(gid);
+    assert_int_equal(gid->index, 0);
+    assert_int_equal(gid->type, OTE_RDMA_GID_ROCE_V1);
+    assert_string_equal(gid->ndev, "eth2");
+    assert_string_equal(gid_at(port, 1)->why, "index 0 has the same rank and comes first");
+    assert_gid_text(gid_at(port, 1), "::ffff:192.168.1.7");
+    assert_int_equal(gid_at(port, 2)->type, OTE_RDMA_GID_UNKNOWN);
+    assert_string_equal(gid_at(port, 2)->why, "unknown type 'RoCE v3'");
+    assert_string_equal(gid_at(port, 3)->why,
+                        "cannot parse 'zzzz:0000:0000:0000:0000:0000:0000:0001'");
+    ote_rdma_free(rdma);
+}
+
+/* A port that is not ACTIVE cannot be used, and says so. */
+static void test_port_down(void **state)
+{
+    ote_rdma_t *rdma            = discover("port_down");
+    const ote_rdma_port_t *port = port_of(rdma, "mlx5_0:1");
+
+    assert_int_equal(port->state, 1);
+    assert_string_equal(port->state_name, "DOWN");
+    assert_string_equal(port->unusable, "port state 1: DOWN");
+    ote_rdma_free(rdma);
+}
+
+/* A RoCE GID with no netdev behind it is never chosen. */
+static void test_ndev_missing(void **state)
+{
+    ote_rdma_t *rdma            = discover("ndev_missing");
+    const ote_rdma_port_t *port = port_of(rdma, "mlx5_0:1");
+    const ote_rdma_gid_t *gid   = ote_rdma_port_gid(port);
+
+    assert_non_null(gid);
+    assert_int_equal(gid->index, 0);
+    assert_string_equal(ote_rdma_gid_class(gid), "RoCE v1");
+    assert_string_equal(gid_at(port, 1)->ndev, "");
+    assert_string_equal(gid_at(port, 1)->why, "no netdev behind it (gid_attrs/ndevs/1)");
+    assert_string_equal(port->unusable, "");
+
+    port = port_of(rdma, "mlx5_1:1");
+    assert_null(ote_rdma_port_gid(port));
+    assert_string_equal(gid_at(port, 0)->why, "no netdev behind it (gid_attrs/ndevs/0)");
+    assert_string_equal(port->unusable, "no usable GID (1 listed)");
+    ote_rdma_free(rdma);
+}
+
+/* InfiniBand: the LID, the port GID (index 0); no LID or not ACTIVE: unusable. */
+static void test_ib(void **state)
+{
+    ote_rdma_t *rdma = discover("ib");
+    const ote_rdma_port_t *port;
+    const ote_rdma_gid_t *gid;
+
+    assert_int_equal(rdma->num_devs, 2);
+    assert_string_equal(rdma->devs[0].name, "mlx5_0");
+    assert_string_equal(rdma->devs[1].name, "mlx5_1");
+    assert_int_equal(rdma->devs[0].num_ports, 2);
+    port = port_of(rdma, "mlx5_0:1");
+    assert_int_equal(port->link, OTE_RDMA_LINK_IB);
+    assert_int_equal(port->lid, 0x1a);
+    assert_string_equal(port->unusable, "");
+    gid = ote_rdma_port_gid(port);
+    assert_non_null(gid);
+    assert_int_equal(gid->index, 0);
+    assert_int_equal(gid->type, OTE_RDMA_GID_IB);
+    assert_string_equal(gid->ndev, "");
+    assert_gid_text(gid, "fe80::2:c903:a1:b2c3");
+    assert_string_equal(gid_at(port, 1)->why, "index 0 has the same rank and comes first");
+
+    port = port_of(rdma, "mlx5_0:2");
+    assert_int_equal(port->state, 2);
+    assert_string_equal(port->unusable, "port state 2: INIT");
+    port = port_of(rdma, "mlx5_1:1");
+    assert_int_equal(port->lid, 0);
+    assert_string_equal(port->unusable, "no LID assigned (is a subnet manager running?)");
+    assert_null(ote_rdma_port_find(rdma, "mlx5_1:2"));
+    assert_null(ote_rdma_port_find(rdma, "mlx5_1"));
+    ote_rdma_free(rdma);
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[600];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void mkdirs(const char *root, const char *rel)
+{
+    char path[600];
+
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    }
+    mkdir(path, 0755);
+}
+
+/* Values that do not parse, or are longer than any real one, are refused. */
+static void test_malformed(void **state)
+{
+    char root[] = "/tmp/ote_test_rdma.XXXXXX";
+    char port_dir[300], cmd[400], big[300];
+    ote_rdma_t *rdma = NULL;
+    const ote_rdma_port_t *port;
+
+    assert_non_null(mkdtemp(root));
+    mkdirs(root, "class/infiniband/bad_0/ports/1/gids");
+    mkdirs(root, "class/infiniband/bad_0/ports/1/gid_attrs/types");
+    mkdirs(root, "class/infiniband/bad_0/ports/1/gid_attrs/ndevs");
+    mkdirs(root, "class/infiniband/bad_0/ports/2/gids");
+    mkdirs(root, "class/infiniband/bad_0/ports/3/gids");
+    mkdirs(root, "class/infiniband/bad_0/ports/3/gid_attrs/types");
+    mkdirs(root, "class/infiniband/bad_0/ports/3/gid_attrs/ndevs");
+    mkdirs(root, "class/infiniband/bad_0/ports/0");
+    mkdirs(root, "class/infiniband/bad_0/ports/x1");
+    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/1", root);
+    memset(big, 'A', sizeof(big) - 2);
+    big[sizeof(big) - 2] = '\n';
+    big[sizeof(big) - 1] = '\0';
+    /* Port 1: an overlong state, an InfiniBand LID that does not fit 16 bits. */
+    write_file(port_dir, "state", big);
+    write_file(port_dir, "link_layer", "InfiniBand\n");
+    write_file(port_dir, "lid", "0x10000\n");
+    write_file(port_dir, "gids/0", "fe80:0000:0000:0000:0002:c903:00a1:b2c3\n");
+    write_file(port_dir, "gid_attrs/types/0", "IB/RoCE v1\n");
+    write_file(port_dir, "gids/1", "fe80:0000:0000:0000:0002:c903:00a1:b2c3:0000\n");
+    write_file(port_dir, "gids/99999999", "fe80:0000:0000:0000:0002:c903:00a1:b2c3\n");
+    /* Port 2: an unknown link layer and a state without its number. */
+    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/2", root);
+    write_file(port_dir, "state", "ACTIVE\n");
+    write_file(port_dir, "link_layer", "Omni-Path\n");
+
+    /* Port 3: a netdev name longer than the kernel allows is no netdev. */
+    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/3", root);
+    write_file(port_dir, "state", "4: ACTIVE\n");
+    write_file(port_dir, "link_layer", "Ethernet\n");
+    write_file(port_dir, "gids/0", "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
+    write_file(port_dir, "gid_attrs/types/0", "RoCE v2\n");
+    write_file(port_dir, "gid_attrs/ndevs/0", "a_netdev_name_that_is_too_long\n");
+    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/2", root);
+
+    assert_int_equal(ote_rdma_discover(root, &rdma), OTE_OK);
+    /* Ports 0 and x1 are not port numbers. */
+    assert_int_equal(rdma->num_devs, 1);
+    assert_int_equal(rdma->devs[0].num_ports, 3);
+    assert_int_equal(rdma->devs[0].ports[2].num, 3);
+    assert_string_equal(rdma->devs[0].ports[2].gids[0].why,
+                        "no netdev behind it (gid_attrs/ndevs/0)");
+    assert_string_equal(rdma->devs[0].ports[2].unusable, "no usable GID (1 listed)");
+    port = port_of(rdma, "bad_0:1");
+    assert_int_equal(port->state, -1);
+    assert_string_equal(port->unusable, "its state cannot be read");
+    assert_int_equal(port->lid, 0);
+    assert_int_equal(port->num_gids, 2);
+    /* The value is quoted, cut at 40 characters. */
+    assert_string_equal(gid_at(port, 1)->why,
+                        "cannot parse 'fe80:0000:0000:0000:0002:c903:00a1:b2c3:'");
+    port = port_of(rdma, "bad_0:2");
+    assert_string_equal(port->unusable, "its state cannot be read");
+    ote_rdma_free(rdma);
+
+    /* A state that reads well, on an unknown link layer. */
+    write_file(port_dir, "state", "4: ACTIVE\n");
+    assert_int_equal(ote_rdma_discover(root, &rdma), OTE_OK);
+    assert_string_equal(port_of(rdma, "bad_0:2")->unusable, "link layer unknown or unreadable");
+    ote_rdma_free(rdma);
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A root without class/infiniband has no devices; a root that is not there is an error. */
+static void test_roots(void **state)
+{
+    ote_rdma_t *rdma = NULL;
+
+    assert_int_equal(ote_rdma_discover(OTE_SYSFS_DIR, &rdma), OTE_OK);
+    assert_int_equal(rdma->num_devs, 0);
+    assert_null(ote_rdma_port_find(rdma, "mlx5_0:1"));
+    ote_rdma_free(rdma);
+    rdma = NULL;
+    assert_int_equal(ote_rdma_discover("/nonexistent/ote_sysfs", &rdma), OTE_ERR_INVALID_PARAM);
+    assert_null(rdma);
+    assert_null(ote_rdma_port_find(NULL, "mlx5_0:1"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roce_v2_ipv4), cmocka_unit_test(test_roce_v2_ipv6),
+        cmocka_unit_test(test_roce_v1),      cmocka_unit_test(test_port_down),
+        cmocka_unit_test(test_ndev_missing), cmocka_unit_test(test_ib),
+        cmocka_unit_test(test_malformed),    cmocka_unit_test(test_roots),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
