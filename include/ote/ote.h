@@ -243,6 +243,42 @@ ote_status_t ote_segment_refresh(ote_segment_h seg);
  */
 ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p);
 
+/* State of a rail (ote_rail_info_t.state). */
+typedef enum {
+    OTE_RAIL_ACTIVE   = 0, /* carries slices                                  */
+    OTE_RAIL_COOLING  = 1, /* paused after an error until its cool-down ends  */
+    OTE_RAIL_PROBING  = 2, /* cool-down over: one slice tests it before it    */
+                           /* carries again                                   */
+    OTE_RAIL_CLOSED   = 3, /* no connection (segment closed or rebuilt)       */
+} ote_rail_state_t;
+
+/* One rail of a segment: a local device that reaches the peer, with its counters. */
+typedef struct {
+    char             transport[32];  /* "tcp", "uct_tcp", "rc_mlx5", ...         */
+    char             device[64];     /* "eth0", "mlx5_0:1", ...                   */
+    ote_rail_state_t state;
+    uint64_t         bytes;          /* delivered on this rail                    */
+    uint64_t         slices;         /* delivered on this rail                    */
+    uint64_t         retries;        /* slices that failed here and were posted   */
+                                     /* again on another rail                     */
+    uint64_t         errors;         /* slices that failed on this rail           */
+    size_t           inflight_bytes; /* bound to this rail and not ended          */
+    double           bandwidth;      /* bytes/s: what it delivered lately (EWMA,  */
+                                     /* seeded from the transport's estimate)     */
+    uint64_t         cooldown_ms;    /* COOLING: time left in the pause           */
+} ote_rail_info_t;
+
+/*
+ * The rails of a segment and their counters since it was opened (or
+ * reopened on a new instance): out[0..max) gets the first max rails,
+ * *count_p the number of rails. Slices are sprayed over the rails, each to
+ * the one with the earliest predicted completion; a slice that fails on a
+ * rail goes to another one (OTE_RETRY_COUNT), and the rail pauses
+ * (docs/transports.md, "Rails").
+ */
+ote_status_t ote_segment_rails(ote_segment_h seg, ote_rail_info_t *out, size_t max,
+                               size_t *count_p);
+
 /* ------------------------------------------------------------------ */
 /* Transfers                                                          */
 /* ------------------------------------------------------------------ */

@@ -49,6 +49,19 @@ const ote_cfg_entry_t ote_config_table[] = {
      "Worker threads that progress transports."},
     {"SLICE_SIZE", "0", OTE_CFG_SIZE, F(slice_size),
      "Largest slice a request is cut into; 0 = each transport's own default."},
+    {"RETRY_COUNT", "3", OTE_CFG_INT, F(retry_count),
+     "Times a slice that failed on a rail (connection reset, timeout, unreachable) is posted "
+     "again on another rail of the same peer instance before its task fails."},
+    {"RAIL_MAX_BYTES", "16m", OTE_CFG_SIZE, F(rail_max_bytes),
+     "Bytes in flight per rail, all batches and threads together; a slice whose best rail "
+     "is full waits for one to end (0 = no limit)."},
+    {"RAIL_MAX_SLICES", "16", OTE_CFG_INT, F(rail_max_slices),
+     "Slices in flight per rail, all batches and threads together (0 = no limit)."},
+    {"RAIL_COOLDOWN_MS", "200", OTE_CFG_INT, F(rail_cooldown_ms),
+     "Pause of a rail after a slice failed on it; then it is probed (connections made again, "
+     "one slice) before it carries again."},
+    {"RAIL_COOLDOWN_MAX_MS", "10000", OTE_CFG_INT, F(rail_cooldown_max_ms),
+     "Each pause after a failed probe is twice the one before, up to this."},
     {"CONNECT_TIMEOUT_MS", "5000", OTE_CFG_INT, F(connect_timeout_ms),
      "Bound on connecting to a peer and fetching its descriptor."},
     {"XFER_TIMEOUT_MS", "30000", OTE_CFG_INT, F(xfer_timeout_ms),
@@ -293,6 +306,12 @@ static ote_status_t config_validate(const ote_config_t *cfg)
     }
     if (cfg->notify_timeout_ms < 0) {
         ote_error("OTE_NOTIFY_TIMEOUT_MS must be 0 or more, not %ld", cfg->notify_timeout_ms);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->retry_count < 0 || cfg->rail_max_slices < 0 || cfg->rail_cooldown_ms < 1 ||
+        cfg->rail_cooldown_max_ms < cfg->rail_cooldown_ms) {
+        ote_error("OTE_RETRY_COUNT and OTE_RAIL_MAX_SLICES must be 0 or more, "
+                  "OTE_RAIL_COOLDOWN_MS 1 or more and OTE_RAIL_COOLDOWN_MAX_MS at least as much");
         return OTE_ERR_INVALID_PARAM;
     }
     if (cfg->connect_timeout_ms <= 0 || cfg->xfer_timeout_ms <= 0) {

@@ -33,6 +33,11 @@ typedef struct ote_config {
     long   metadata_timeout_ms;
     long   num_workers;
     size_t slice_size;
+    long   retry_count;
+    size_t rail_max_bytes;
+    long   rail_max_slices;
+    long   rail_cooldown_ms;
+    long   rail_cooldown_max_ms;
     long   connect_timeout_ms;
     long   xfer_timeout_ms;
     long   poll_grace_us;

@@ -197,7 +197,8 @@ static void task_finalize(ote_task_t *t)
     batch_put(b);
 }
 
-void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
+/* The slice counts for its task; the last one finalizes it. */
+static void task_slice_count(ote_slice_t *s, ote_status_t status)
 {
     ote_task_t *t = s->task;
 
@@ -214,6 +215,44 @@ void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
     }
     if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1)
         task_finalize(t);
+}
+
+void ote_task_slice_end(ote_slice_t *s, ote_status_t status)
+{
+    ote_task_t *t = s->task;
+    bool bound    = s->rail != NULL;
+
+    (void)ote_proto_slice_end(s, status, ote_time_ns());
+    /* Its room on the rail is free: slices waiting may go (the task holds the segment). */
+    if (bound)
+        ote_segment_spray(t->segment, NULL, NULL, false);
+    task_slice_count(s, status);
+}
+
+void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
+{
+    ote_task_t *t   = s->task;
+    ote_rail_t *from = s->rail;
+
+    /*
+     * A rail failure: another rail of the same instance may carry it (the
+     * route's rails all lead to it; a WRITE may land twice, which one-sided
+     * semantics allow). Never after a cancel or once the segment closed.
+     */
+    if (ote_proto_slice_end(s, status, ote_time_ns()) &&
+        s->retries < (unsigned)t->batch->engine->config.retry_count &&
+        !atomic_load(&t->cancel) && !atomic_load(&t->segment->closed)) {
+        s->retries++;
+        ote_proto_slice_retried(from);
+        ote_debug("slice %#llx+%zu failed on %s/%s (%s): posted again (%u)",
+                  (unsigned long long)s->remote, s->length, from->iface->resource.tl_name,
+                  from->iface->resource.dev_name, ote_status_string(status), s->retries);
+        ote_segment_spray(t->segment, s, s, false);
+        return;
+    }
+    if (from != NULL)
+        ote_segment_spray(t->segment, NULL, NULL, false);
+    task_slice_count(s, status);
 }
 
 static void slice_complete_cb(ote_tl_completion_t *comp, ote_status_t status)
@@ -498,7 +537,8 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
                 .num_rkeys = rreg->num_rkeys};
         }
         status = ote_proto_plan(&seg->rail_set, &req, &remote, e->config.slice_size,
-                                &seg->cursor, &t->inline_slice, &t->slices, &n);
+                                &t->route, &t->inline_slice, &t->slices, &n);
+        t->route.gen = atomic_load(&seg->rails_gen);
         if (status == OTE_OK && rreg != NULL) {
             /* The slices point at its rkeys: a refresh must not free it under them. */
             t->desc = seg->desc;
@@ -533,13 +573,15 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
     return OTE_OK;
 }
 
-/* Hand the slices of tasks [first, first+count) to the workers of their rails, one wake-up each. */
+/*
+ * Hand the slices of tasks [first, first+count) to their segments, which
+ * spray them over their rails: one hand-over per run of tasks to one segment.
+ */
 static void submit_post(ote_batch_h b, size_t first, size_t count)
 {
-    ote_engine_h e = b->engine;
-    slice_chain_t chains[OTE_MAX_WORKERS];
+    slice_chain_t ch = {0};
+    ote_segment_h seg = NULL;
 
-    memset(chains, 0, sizeof(chains[0]) * e->num_workers);
     for (size_t i = 0; i < count; i++) {
         ote_task_t *t = &b->tasks[first + i];
 
@@ -548,22 +590,24 @@ static void submit_post(ote_batch_h b, size_t first, size_t count)
             task_finalize(t);
             continue;
         }
+        if (seg != t->segment && ch.head != NULL) {
+            ote_segment_spray(seg, ch.head, ch.tail, true);
+            ch.head = ch.tail = NULL;
+        }
+        seg = t->segment;
         for (size_t k = 0; k < t->num_slices; k++) {
-            ote_slice_t *s    = &t->slices[k];
-            slice_chain_t *ch = &chains[s->rail->worker];
+            ote_slice_t *s = &t->slices[k];
 
             s->next = NULL;
-            if (ch->tail)
-                ch->tail->next = s;
+            if (ch.tail)
+                ch.tail->next = s;
             else
-                ch->head = s;
-            ch->tail = s;
+                ch.head = s;
+            ch.tail = s;
         }
     }
-    for (size_t w = 0; w < e->num_workers; w++) {
-        if (chains[w].head)
-            ote_worker_post(&e->workers[w], chains[w].head, chains[w].tail);
-    }
+    if (ch.head != NULL)
+        ote_segment_spray(seg, ch.head, ch.tail, true);
 }
 
 /*

@@ -81,6 +81,7 @@ struct ote_task {
     ote_slice_t          inline_slice;
     ote_region_t        *local_region;
     ote_desc_t          *desc;         /* peer descriptor whose rkeys the slices use */
+    ote_proto_route_t    route;        /* the rails its slices may take */
     ote_segment_h        segment;
     ote_batch_h          batch;
     ote_notify_group_t  *notify;
@@ -117,8 +118,10 @@ struct ote_segment {
     atomic_bool      closed;
     atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
     atomic_long      refs;          /* user + one per live task */
-    atomic_uint      cursor;        /* rail round-robin */
     struct ote_file *file;          /* a file segment's file, else NULL */
+    _Atomic uint32_t rails_gen;     /* builds of the rails so far */
+    pthread_mutex_t  spray_lock;    /* slices waiting for a rail; picking rails */
+    ote_slice_t     *backlog_head, *backlog_tail;
     struct ote_segment *next, *prev;
 };
 
@@ -175,12 +178,29 @@ void         ote_worker_stop(ote_worker_t *w);
 void         ote_worker_cleanup(ote_worker_t *w);
 /* Queue a chain of slices for posting; wakes the worker if it sleeps. */
 void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
+/* Queue a chain of slices for posting by the worker only (callable from any worker). */
+void         ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
 /* Progress w from the calling thread if its worker is idle; false if busy. */
 bool         ote_worker_try_progress(ote_worker_t *w);
 void         ote_engine_signal_event(ote_engine_h engine);
 
-/* batch.c: a slice ended (worker thread). */
+/*
+ * batch.c: a slice ended (worker thread, or a submitter posting directly):
+ * a failure of its rail sends it to another rail of the same peer instance
+ * (OTE_RETRY_COUNT), else it counts for its task.
+ */
 void ote_task_slice_done(ote_slice_t *slice, ote_status_t status);
+/* batch.c: a slice ends for its task as it is, never posted again. */
+void ote_task_slice_end(ote_slice_t *slice, ote_status_t status);
+
+/*
+ * spray.c: slices of seg's tasks wait in the segment's backlog and go to
+ * rails as rails have room (ote_proto_rail_pick); with direct, the posting
+ * thread may push them out itself (ote_worker_post), else the workers do.
+ * A slice no rail may carry ends with its last error (CANCELED once the
+ * segment closed or its rails were built again for another instance).
+ */
+void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, bool direct);
 /* batch.c: a call's notification ended: OK (the peer queued it) or why not. */
 void ote_batch_notify_end(ote_notify_group_t *group, ote_status_t status);
 /* batch.c: release the batches the user still holds (engine destroy). */
@@ -205,7 +225,7 @@ void         ote_segment_get(ote_segment_h seg);
  */
 ote_status_t ote_segment_repair(ote_segment_h seg);
 
-/* wireup.c: a segment's rails */
+/* wireup.c: a segment's rails (their spraying state from the engine's configuration) */
 /* Build the rails to the peer d describes (segment lock not held). */
 ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d);
 /*
@@ -220,6 +240,11 @@ void         ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_i
 ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild);
 /* The name opens a file ("file:..."), not a peer. */
 bool         ote_segment_is_file_name(const char *name);
+/*
+ * Native rails whose connections failed and whose cool-down ended (all of
+ * them with force) are connected again: the probe before they carry again.
+ */
+ote_status_t ote_wireup_probe(ote_segment_h seg, const ote_desc_t *d, bool force);
 /* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
 void         ote_segment_mark_stale(ote_segment_h seg);
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */

@@ -74,6 +74,7 @@ static void segment_free(ote_segment_h seg)
     ote_segment_desc_put(seg->desc);
     pthread_mutex_destroy(&seg->lock);
     pthread_mutex_destroy(&seg->refresh_lock);
+    pthread_mutex_destroy(&seg->spray_lock);
     free(seg);
 }
 
@@ -231,6 +232,7 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%.*s", (int)sizeof(seg->ctl_addr) - 1, name);
     pthread_mutex_init(&seg->lock, NULL);
     pthread_mutex_init(&seg->refresh_lock, NULL);
+    pthread_mutex_init(&seg->spray_lock, NULL);
     atomic_init(&seg->refs, 1);
 
     if (file) {
@@ -284,6 +286,8 @@ ote_status_t ote_segment_close(ote_segment_h seg)
     pthread_mutex_unlock(&e->seg_lock);
     /* Operations still posted end CANCELED as their eps go. */
     ote_wireup_destroy(seg, true, seg->desc->instance_id);
+    /* Slices still waiting for a rail end CANCELED too. */
+    ote_segment_spray(seg, NULL, NULL, false);
     ote_segment_put(seg);
     return OTE_OK;
 }
@@ -365,6 +369,8 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
             pthread_mutex_unlock(&seg->lock);
         }
         status = ote_wireup_build(seg, d);
+        /* Slices of the old instance still waiting for a rail end CANCELED. */
+        ote_segment_spray(seg, NULL, NULL, false);
         if (status != OTE_OK) {
             ote_segment_desc_put(d);
             goto out;
@@ -399,19 +405,27 @@ ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p)
 ote_status_t ote_segment_repair(ote_segment_h seg)
 {
     ote_status_t status = OTE_OK;
-    bool needed         = false;
+    uint64_t now        = ote_time_ns();
+    bool needed         = false, force;
 
     pthread_mutex_lock(&seg->refresh_lock);
     if (!atomic_load(&seg->closed) && !atomic_load(&seg->stale)) {
+        /*
+         * A rail cooling down after errors is probed once its cool-down
+         * ended, so that a link that stays down costs one connect per
+         * cool-down, not one per submit; with no rail left, at once.
+         */
+        force = !ote_proto_rails_usable(&seg->rail_set, now);
         for (size_t i = 0; i < seg->rail_set.num_rails && !needed; i++) {
             ote_rail_t *r = seg->rail_set.rails[i];
 
-            needed = r->ep != NULL && r->iface->ep_ops->needs_reconnect(r->ep);
+            needed = r->ep != NULL && r->iface->ep_ops->needs_reconnect(r->ep) &&
+                     (force || ote_proto_rail_probe_due(r, now));
         }
         if (needed) {
             ote_desc_t *d = ote_segment_desc_get(seg);
 
-            status = ote_wireup_repair(seg, d, false);
+            status = ote_wireup_probe(seg, d, force);
             ote_segment_desc_put(d);
         }
     }

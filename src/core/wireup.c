@@ -79,6 +79,8 @@ void ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_instance)
         r->conn_id = 0;
     }
     seg->rail_set.num_rails = 0;
+    /* Slices planned on these rails are not to be bound to the next ones. */
+    atomic_fetch_add(&seg->rails_gen, 1);
     if (release && nids > 0)
         rails_release(seg, peer_instance, ids, nids);
 }
@@ -375,7 +377,32 @@ ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebu
         }
         if (status == OTE_ERR_PEER_RESTARTED)
             return status;
+        if (status == OTE_OK)
+            ote_proto_rail_probed(r, OTE_OK, ote_time_ns()); /* made again: probe it */
         if (result == OTE_OK)
+            result = status;
+    }
+    return result;
+}
+
+ote_status_t ote_wireup_probe(ote_segment_h seg, const ote_desc_t *d, bool force)
+{
+    ote_status_t result = OTE_OK;
+
+    for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+        ote_rail_t *r       = seg->rail_set.rails[i];
+        ote_tl_peer_t peer  = rail_peer(seg, d);
+        ote_status_t status;
+
+        if (r->ep == NULL || !r->iface->ep_ops->needs_reconnect(r->ep) ||
+            (!force && !ote_proto_rail_probe_due(r, ote_time_ns())))
+            continue;
+        status = r->iface->ep_ops->reconnect(r->ep, &peer);
+        ote_proto_rail_probed(r, status, ote_time_ns());
+        if (status == OTE_ERR_PEER_RESTARTED)
+            return status;
+        /* One rail that stays down while others carry is the cool-down's business. */
+        if (force && result == OTE_OK)
             result = status;
     }
     return result;
@@ -477,6 +504,17 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
     }
     free(cand);
     n = stage_rails_add(seg, d, n);
+    {
+        ote_rail_params_t params = {
+            .max_bytes       = e->config.rail_max_bytes,
+            .max_slices      = (unsigned)e->config.rail_max_slices,
+            .cooldown_ns     = (uint64_t)e->config.rail_cooldown_ms * 1000000ull,
+            .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull};
+        uint32_t gen = atomic_fetch_add(&seg->rails_gen, 1) + 1;
+
+        for (size_t i = 0; i < n; i++)
+            ote_proto_rail_init(seg->rail_set.rails[i], &params, gen);
+    }
     seg->rail_set.num_rails = n;
     if (n == 0) {
         ote_error("segment '%s': no transport reaches it", seg->name);

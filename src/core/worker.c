@@ -107,6 +107,22 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
         (void)!write(w->wake_fd, &one, sizeof(one));
 }
 
+void ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
+{
+    uint64_t one = 1;
+
+    tail->next = NULL;
+    pthread_mutex_lock(&w->qlock);
+    if (w->qtail)
+        w->qtail->next = head;
+    else
+        w->qhead = head;
+    w->qtail = tail;
+    pthread_mutex_unlock(&w->qlock);
+    if (atomic_load(&w->sleeping))
+        (void)!write(w->wake_fd, &one, sizeof(one));
+}
+
 bool ote_worker_try_progress(ote_worker_t *w)
 {
     if (pthread_mutex_trylock(&w->lock) != 0)
@@ -146,7 +162,7 @@ static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all)
 
         next = s->next;
         if (cancel_all || atomic_load_explicit(&task->cancel, memory_order_relaxed)) {
-            ote_task_slice_done(s, OTE_ERR_CANCELED);
+            ote_task_slice_end(s, OTE_ERR_CANCELED);
             continue;
         }
         status = ote_proto_slice_post(s);

@@ -123,13 +123,22 @@ ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsi
     return out->num_rails ? OTE_OK : OTE_ERR_UNREACHABLE;
 }
 
+/*
+ * A slice may be sprayed to any rail of the set: it takes the smallest size
+ * a rail of the set prefers (OTE_SLICE_SIZE overrides), and never more than
+ * a rail's largest message.
+ */
 static size_t rails_slice_size(const ote_rail_set_t *rails, size_t slice_size)
 {
     size_t s = slice_size;
 
     if (s == 0) {
-        for (size_t i = 0; i < rails->num_rails; i++)
-            s = s > rails->rails[i]->caps.slice_size ? s : rails->rails[i]->caps.slice_size;
+        for (size_t i = 0; i < rails->num_rails; i++) {
+            size_t pref = rails->rails[i]->caps.slice_size;
+
+            if (pref != 0 && (s == 0 || pref < s))
+                s = pref;
+        }
         if (s == 0)
             s = 1u << 20;
     }
@@ -147,16 +156,15 @@ size_t ote_proto_slice_count(const ote_rail_set_t *rails, size_t length, size_t 
     return (length + s - 1) / s;
 }
 
-void ote_proto_slice_plan(const ote_rail_set_t *rails, ote_op_t op, void *local,
-                          uint64_t remote, size_t length, size_t count, ote_slice_t *slices,
-                          unsigned *cursor)
+void ote_proto_slice_plan(ote_op_t op, void *local, uint64_t remote, size_t length,
+                          size_t count, ote_slice_t *slices)
 {
     size_t base = length / count, extra = length % count, off = 0;
 
     for (size_t i = 0; i < count; i++) {
         size_t len = base + (i < extra);
 
-        slices[i].rail   = rails->rails[(*cursor)++ % rails->num_rails];
+        slices[i].rail   = NULL;
         slices[i].op     = op;
         slices[i].local  = (uint8_t *)local + off;
         slices[i].remote = remote + off;
@@ -167,13 +175,12 @@ void ote_proto_slice_plan(const ote_rail_set_t *rails, ote_op_t op, void *local,
 
 ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *req,
                             const ote_proto_remote_t *remote, size_t slice_size,
-                            atomic_uint *cursor, ote_slice_t *inline_slice,
+                            ote_proto_route_t *route, ote_slice_t *inline_slice,
                             ote_slice_t **slices_p, size_t *count_p)
 {
     ote_rail_set_t rails;
     ote_slice_t *slices;
     ote_status_t status;
-    unsigned first;
     size_t n;
 
     status = ote_proto_rails_select(all, req->op, req->local_region->mem_type, remote->mem_type,
@@ -201,21 +208,13 @@ ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *re
         if (slices == NULL)
             return OTE_ERR_NO_MEMORY;
     }
-    first = atomic_fetch_add(cursor, (unsigned)n);
-    ote_proto_slice_plan(&rails, req->op, req->local, req->remote, req->length, n, slices,
-                         &first);
+    route->rails     = rails;
+    route->rkeys     = remote->rkeys;
+    route->num_rkeys = remote->num_rkeys;
+    ote_proto_slice_plan(req->op, req->local, req->remote, req->length, n, slices);
     for (size_t k = 0; k < n; k++) {
-        ote_slice_t *s = &slices[k];
-
-        s->local_region = req->local_region;
-        if (s->rail->remote_md < 0)
-            continue;
-        for (size_t q = 0; q < remote->num_rkeys; q++) {
-            if (remote->rkeys[q].md_index == s->rail->remote_md) {
-                s->rkey     = remote->rkeys[q].data;
-                s->rkey_len = remote->rkeys[q].length;
-            }
-        }
+        slices[k].local_region = req->local_region;
+        slices[k].route        = route;
     }
     *slices_p = slices;
     *count_p  = n;
@@ -231,9 +230,9 @@ void ote_proto_plan_release(ote_slice_t *slices, ote_slice_t *inline_slice)
 ote_status_t ote_proto_slice_post(ote_slice_t *s)
 {
     ote_rail_t *rail = s->rail;
-    ote_tl_ep_t *ep  = rail->ep;
+    ote_tl_ep_t *ep;
 
-    if (ep == NULL)
+    if (rail == NULL || (ep = rail->ep) == NULL)
         return OTE_ERR_CANCELED;
     if (s->op == OTE_OP_WRITE)
         return rail->iface->ep_ops->put_zcopy(ep, s->local, s->length, s->local_region,

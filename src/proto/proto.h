@@ -9,26 +9,75 @@
 #include "uct_ext/tl.h"
 
 #include <ote/ote.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 #define OTE_PROTO_MAX_RAILS 16
 
+/* Limits and timers of a rail (from the engine's configuration). */
+typedef struct {
+    size_t   max_bytes;   /* bytes in flight on the rail (0: no limit)        */
+    unsigned max_slices;  /* slices in flight on the rail (0: no limit)       */
+    uint64_t cooldown_ns; /* first pause after an error                       */
+    uint64_t cooldown_max_ns; /* the pause doubles up to this                 */
+} ote_rail_params_t;
+
+/*
+ * What the spraying knows of a rail (src/proto/rail.c): bytes and slices in
+ * flight (bound to the rail and not ended), the bandwidth it delivered (an
+ * EWMA seeded from its capabilities), its counters and its state. Shared by
+ * every batch and thread that uses the segment; the counters are atomic,
+ * the rest is under lock.
+ */
+typedef struct {
+    atomic_size_t     inflight_bytes;
+    atomic_uint       inflight_slices;
+    _Atomic uint64_t  bytes;      /* delivered */
+    _Atomic uint64_t  slices;     /* delivered */
+    _Atomic uint64_t  retries;    /* slices that failed here and went to another rail */
+    _Atomic uint64_t  errors;     /* slices that failed here */
+    pthread_mutex_t   lock;
+    int               state;      /* ote_rail_state_t */
+    double            bandwidth;  /* bytes per second */
+    uint64_t          win_start_ns, win_bytes; /* the current measuring window */
+    uint64_t          resume_ns;  /* end of the cool-down */
+    uint64_t          cooldown_ns;/* the next cool-down */
+    ote_status_t      last_error; /* of the last failure of the rail */
+    bool              probe_busy; /* PROBING: the probe slice is in flight */
+    uint32_t          gen;        /* slices bound before a rebuild are not counted */
+    ote_rail_params_t params;
+} ote_rail_spray_t;
+
 typedef struct ote_rail {
-    ote_tl_iface_t *iface;
-    ote_tl_ep_t    *ep;          /* NULL once the segment closed */
-    ote_tl_caps_t   caps;
-    size_t          worker;      /* index of the worker owning iface and ep */
-    int             remote_md;   /* md index in the peer descriptor, -1 none */
-    uint64_t        conn_id;     /* to-ep: key of the peer's accepted ep, 0 none */
+    ote_tl_iface_t  *iface;
+    ote_tl_ep_t     *ep;          /* NULL once the segment closed */
+    ote_tl_caps_t    caps;
+    size_t           worker;      /* index of the worker owning iface and ep */
+    int              remote_md;   /* md index in the peer descriptor, -1 none */
+    uint64_t         conn_id;     /* to-ep: key of the peer's accepted ep, 0 none */
+    ote_rail_spray_t spray;
 } ote_rail_t;
+
+/* A remote key the peer published for a region, for one of its memory domains. */
+typedef struct {
+    uint8_t        md_index;
+    uint16_t       length;
+    const uint8_t *data;
+} ote_proto_rkey_t;
+
+typedef struct ote_proto_route ote_proto_route_t;
 
 /* One piece of a task, posted on one rail. */
 typedef struct ote_slice {
     ote_tl_completion_t comp;    /* first member: the completion is the slice */
     struct ote_slice   *next;    /* worker queue link */
     void               *task;    /* owner (core task) */
-    ote_rail_t         *rail;
+    ote_rail_t         *rail;    /* NULL until bound (ote_proto_slice_bind) */
+    const ote_proto_route_t *route; /* the rails it may take, the peer's keys */
+    uint32_t            rail_gen;
+    unsigned            retries; /* times posted again after a rail failed */
+    ote_status_t        last_error;
     ote_op_t            op;
     void               *local;
     uint64_t            remote;
@@ -74,26 +123,29 @@ bool ote_proto_rail_dominated(const ote_tl_caps_t *caps, bool network, ote_rail_
                               size_t n);
 
 /*
+ * The rails a request may take and the remote keys of its region: a slice
+ * that fails on one rail is bound again to another of these.
+ */
+struct ote_proto_route {
+    ote_rail_set_t          rails;
+    uint32_t                gen;       /* the rails' build, for the caller */
+    const ote_proto_rkey_t *rkeys;
+    size_t                  num_rkeys;
+};
+
+/*
  * How many slices a request of length is cut into on these rails, with a
- * slice size limit (0 = the rails' own preference).
+ * slice size limit (0 = the smallest size a rail of the set prefers: a
+ * slice may be sprayed to any of them).
  */
 size_t ote_proto_slice_count(const ote_rail_set_t *rails, size_t length, size_t slice_size);
 
 /*
- * Fill slices[0..count) for a request: consecutive pieces, rails chosen
- * round-robin starting at *cursor (every rail of the set alike: their
- * bandwidths do not weigh in).
+ * Fill slices[0..count) for a request: consecutive pieces of nearly equal
+ * length, not bound to a rail yet (ote_proto_rail_pick chooses as they go).
  */
-void ote_proto_slice_plan(const ote_rail_set_t *rails, ote_op_t op, void *local,
-                          uint64_t remote, size_t length, size_t count, ote_slice_t *slices,
-                          unsigned *cursor);
-
-/* A remote key the peer published for a region, for one of its memory domains. */
-typedef struct {
-    uint8_t        md_index;
-    uint16_t       length;
-    const uint8_t *data;
-} ote_proto_rkey_t;
+void ote_proto_slice_plan(ote_op_t op, void *local, uint64_t remote, size_t length,
+                          size_t count, ote_slice_t *slices);
 
 /* What the peer's descriptor says of a request's remote range. */
 typedef struct {
@@ -114,8 +166,9 @@ typedef struct {
 
 /*
  * Plan one request on a peer's rails: choose the rails that reach both
- * memories (ote_proto_rails_select), cut the request into slices over them
- * from *cursor, and give each slice its rail's remote key. A range no
+ * memories (ote_proto_rails_select) into *route with the region's remote
+ * keys, and cut the request into slices that point at route (bound to
+ * rails later, ote_proto_rail_pick and ote_proto_slice_bind). A range no
  * published region covers may be one the peer registered since: it goes
  * whole in one slice, so that a checking target checks the whole range
  * (NOT_REGISTERED when it is too large for one message). One slice uses
@@ -125,9 +178,55 @@ typedef struct {
  */
 ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *req,
                             const ote_proto_remote_t *remote, size_t slice_size,
-                            atomic_uint *cursor, ote_slice_t *inline_slice,
+                            ote_proto_route_t *route, ote_slice_t *inline_slice,
                             ote_slice_t **slices_p, size_t *count_p);
 void         ote_proto_plan_release(ote_slice_t *slices, ote_slice_t *inline_slice);
+
+/* ---- spraying and failover (rail.c) ---------------------------------------- */
+
+/* Set up r's spraying state (rail just built); gen tells its slices from older ones. */
+void ote_proto_rail_init(ote_rail_t *r, const ote_rail_params_t *params, uint32_t gen);
+
+/*
+ * The rail of set a slice of length should go to: the one with the earliest
+ * predicted completion, (bytes in flight + length) / bandwidth, among those
+ * that may carry (active, or due for their probe after a cool-down; the
+ * rail's ep connected). Its room is taken (ote_proto_slice_bind). NULL with
+ * *why_p = OTE_ERR_BUSY when that rail is at its quota (try again when a
+ * slice ends), OTE_ERR_UNREACHABLE when no rail may carry. Callers pick for
+ * one segment one at a time (its lock).
+ */
+ote_rail_t  *ote_proto_rail_pick(const ote_rail_set_t *set, size_t length, uint64_t now_ns,
+                                 ote_status_t *why_p);
+
+/* Bind s to r (from ote_proto_rail_pick): the rail, its remote key, its accounting. */
+void         ote_proto_slice_bind(ote_slice_t *s, ote_rail_t *r, uint64_t now_ns);
+
+/*
+ * A slice ended with status: its rail's accounting and bandwidth estimate,
+ * its error counter and cool-down. True when status is a failure of the
+ * rail (connection reset, timeout, peer unreachable) that another rail of
+ * the same peer instance may not have: the slice is unbound, ready to be
+ * picked again (ote_proto_slice_retried counts it).
+ */
+bool         ote_proto_slice_end(ote_slice_t *s, ote_status_t status, uint64_t now_ns);
+/* The slice s, which failed on rail from, goes to another rail. */
+void         ote_proto_slice_retried(ote_rail_t *from);
+
+/*
+ * True when r's connections may be made again now: it is not cooling down,
+ * or its cool-down ended. ote_proto_rail_probed then says how that went: a
+ * success lets one probe slice through before the rail carries again, a
+ * failure starts a longer cool-down.
+ */
+bool         ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now_ns);
+void         ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now_ns);
+/* True when some rail of set may carry now or after its cool-down (not closed). */
+bool         ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now_ns);
+/* The error of the rail of set that failed last (OTE_OK: none failed). */
+ote_status_t ote_proto_rails_last_error(const ote_rail_set_t *set);
+/* The public view of a rail (ote_segment_rails). */
+void         ote_proto_rail_info(ote_rail_t *r, uint64_t now_ns, ote_rail_info_t *info);
 
 /*
  * Post a slice on its rail (worker thread). Returns OTE_INPROGRESS if the

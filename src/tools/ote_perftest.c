@@ -551,6 +551,27 @@ static int run_initiator(const char *peer)
     }
     if (json)
         fclose(json);
+    {
+        /* Bytes per rail over the whole run (ote_segment_rails). */
+        ote_rail_info_t rails[16];
+        size_t nrails = 0;
+
+        if (ote_segment_rails(seg, rails, 16, &nrails) == OTE_OK) {
+            static const char *const states[] = {"active", "cooling", "probing", "closed"};
+
+            printf("# rail transport/device        bytes     slices  retries   errors  state    "
+                   "est. MB/s\n");
+            for (size_t i = 0; i < nrails && i < 16; i++) {
+                char name[100];
+
+                snprintf(name, sizeof(name), "%.31s/%.63s", rails[i].transport, rails[i].device);
+                printf("# %4zu %-20s %12llu %9llu %8llu %8llu  %-8s %9.1f\n", i, name,
+                       (unsigned long long)rails[i].bytes, (unsigned long long)rails[i].slices,
+                       (unsigned long long)rails[i].retries, (unsigned long long)rails[i].errors,
+                       states[rails[i].state & 3], rails[i].bandwidth / 1e6);
+            }
+        }
+    }
     if (opt.loopback)
         ote_notify_send(e, seg, "quit", 4);
     ote_segment_close(seg);

@@ -63,7 +63,7 @@ done
 # Piped: tail sees end of file once the initiator is done.
 for test in write_bw read_bw; do
     timeout -k 5 20 sh -c "{ '$perftest' --loopback -t $test -T 2 -s 64k -b 4 -n 200 \
-        --region $region 2>&1; echo \"rc=\$?\"; } | tail -n 3" >"$out_file" 2>&1
+        --region $region 2>&1; echo \"rc=\$?\"; } | tail -n 30" >"$out_file" 2>&1
     rc=$?
     out=$(cat "$out_file")
     if [ $rc -ne 0 ]; then

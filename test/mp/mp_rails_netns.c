@@ -1,0 +1,478 @@
+/*
+ * Two rails between two "hosts": network namespaces A and B joined by two
+ * veth pairs, rail0 (10.81.0.0/24) and rail1 (10.81.1.0/24), named alike on
+ * both sides, made and deleted here. The engine in A and the target in B
+ * use the native tcp on both interfaces (OTE_NET_DEVICES=rail0,rail1); the
+ * target's control plane listens on rail0. In order:
+ *
+ *   - both rails carry data: the interfaces' byte counters and the
+ *     segment's rail counters grow on both, and every byte lands;
+ *   - rail1 shaped (tc tbf) to a third of rail0: the bytes split 3:1
+ *     within 20%;
+ *   - rail1 set down in the middle of a long transfer: every task
+ *     completes on rail0, every byte is verified, rail1 counts errors;
+ *   - rail1 up again: it is probed after its cool-down and carries again;
+ *   - the target restarted on the same address: the old segment fails
+ *     with OTE_ERR_PEER_RESTARTED, a segment opened anew works.
+ *
+ * Needs root, `ip netns` and `tc`; otherwise it says why and exits 77. The
+ * parent sets the namespaces up, runs the tests in A through `ip netns
+ * exec` and deletes the namespaces however the tests end (a signal too).
+ */
+#include "core/engine.h"
+#include "base/util.h"
+#include "testlib.h"
+
+#include <ote/ote.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define REGION  (96u << 20)
+#define TASK    (4u << 20)
+
+static char ns_a[32], ns_b[32];
+
+/* ---- parent: namespaces -------------------------------------------------------- */
+
+static int run(const char *const *argv, bool quiet)
+{
+    pid_t pid = fork();
+    int status;
+
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (quiet) {
+            (void)!freopen("/dev/null", "w", stdout);
+            (void)!freopen("/dev/null", "w", stderr);
+        }
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    while (waitpid(pid, &status, 0) != pid) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Run a shell-free command line of up to 15 words; 0 on success. */
+static int cmd(bool quiet, const char *fmt, ...)
+{
+    char line[512], *argv[16], *save = NULL;
+    int n = 0;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    for (char *w = strtok_r(line, " ", &save); w != NULL && n < 15;
+         w = strtok_r(NULL, " ", &save))
+        argv[n++] = w;
+    argv[n] = NULL;
+    return run((const char *const *)argv, quiet);
+}
+
+static void netns_delete(void)
+{
+    cmd(true, "ip netns del %s", ns_a);
+    cmd(true, "ip netns del %s", ns_b);
+}
+
+static void on_signal(int sig)
+{
+    netns_delete();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int parent(const char *self, unsigned id)
+{
+    char child_ns[2][32];
+    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", child_ns[0],
+                           child_ns[1], NULL};
+    int rc;
+
+    if (geteuid() != 0) {
+        printf("mp_rails_netns: skipped: needs root to create network namespaces\n");
+        return 77;
+    }
+    if (cmd(true, "ip netns add %s", ns_a) != 0) {
+        printf("mp_rails_netns: skipped: `ip netns add` failed (no ip tool or no permission)\n");
+        return 77;
+    }
+    atexit(netns_delete);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    if (cmd(true, "tc -V") != 0) {
+        printf("mp_rails_netns: skipped: no tc\n");
+        return 77;
+    }
+    if (cmd(false, "ip netns add %s", ns_b) != 0) {
+        printf("mp_rails_netns: skipped: cannot add a second namespace\n");
+        return 77;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (cmd(false, "ip link add otr%ua%d type veth peer name otr%ub%d", id, k, id, k) != 0 ||
+            cmd(false, "ip link set otr%ua%d netns %s", id, k, ns_a) != 0 ||
+            cmd(false, "ip link set otr%ub%d netns %s", id, k, ns_b) != 0 ||
+            cmd(false, "ip -n %s link set otr%ua%d name rail%d", ns_a, id, k, k) != 0 ||
+            cmd(false, "ip -n %s link set otr%ub%d name rail%d", ns_b, id, k, k) != 0 ||
+            cmd(false, "ip -n %s addr add 10.81.%d.1/24 dev rail%d", ns_a, k, k) != 0 ||
+            cmd(false, "ip -n %s addr add 10.81.%d.2/24 dev rail%d", ns_b, k, k) != 0 ||
+            cmd(false, "ip -n %s link set rail%d up", ns_a, k) != 0 ||
+            cmd(false, "ip -n %s link set rail%d up", ns_b, k) != 0) {
+            printf("mp_rails_netns: skipped: cannot set up the veth pairs\n");
+            return 77;
+        }
+    }
+    if (cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
+        cmd(false, "ip -n %s link set lo up", ns_b) != 0)
+        return 77;
+    snprintf(child_ns[0], sizeof(child_ns[0]), "%s", ns_a);
+    snprintf(child_ns[1], sizeof(child_ns[1]), "%s", ns_b);
+    rc = run(child, false);
+    return rc;
+}
+
+/* ---- tests, inside namespace A --------------------------------------------------- */
+
+static ote_test_pair_t *fx;
+static char target_listen[256];
+
+static uint64_t if_tx_bytes(const char *dev)
+{
+    char path[128];
+    unsigned long long v = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/tx_bytes", dev);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%llu", &v), 1);
+    fclose(f);
+    return v;
+}
+
+/* rails[0..2) by device name. */
+static void rails_get(ote_segment_h seg, ote_rail_info_t out[2])
+{
+    ote_rail_info_t all[OTE_PROTO_MAX_RAILS];
+    size_t n = 0;
+    bool seen[2] = {false, false};
+
+    assert_int_equal(ote_segment_rails(seg, all, OTE_PROTO_MAX_RAILS, &n), OTE_OK);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        int k = strcmp(all[i].device, "rail0") == 0 ? 0 : strcmp(all[i].device, "rail1") == 0 ? 1 : -1;
+
+        assert_true(k >= 0);
+        assert_string_equal(all[i].transport, "tcp");
+        out[k]  = all[i];
+        seen[k] = true;
+    }
+    assert_true(seen[0] && seen[1]);
+}
+
+static void expect(const char *c, const char *want)
+{
+    assert_int_equal(ote_test_target_expect(fx->e, fx->seg, c, want, 30000), 0);
+}
+
+/* WRITE [0, len) of the region as TASK-sized tasks with pattern seed; all must complete. */
+static void write_all(size_t len, uint64_t seed)
+{
+    enum { MAXT = REGION / TASK };
+    ote_xfer_req_t r[MAXT];
+    size_t n = len / TASK, first;
+    ote_batch_h b;
+
+    ote_test_fill(fx->local, 0, len, seed);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = fx->local + i * TASK,
+                                .segment = fx->seg,
+                                .remote_addr = fx->target.addr[0] + i * TASK, .length = TASK};
+    assert_int_equal(ote_batch_create(fx->e, n, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 50000), OTE_OK);
+    for (size_t i = 0; i < n; i++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
+        if (st.state != OTE_TASK_COMPLETED)
+            fail_msg("task %zu: %s", i, ote_status_string(st.error));
+        assert_int_equal(st.transferred, TASK);
+    }
+    ote_batch_release(b);
+}
+
+static void verify_all(size_t len, uint64_t seed)
+{
+    char c[128];
+
+    snprintf(c, sizeof(c), "check 0 0 %zu %llu", len, (unsigned long long)seed);
+    expect(c, "ok");
+}
+
+static double now_s(void)
+{
+    return (double)ote_time_ns() / 1e9;
+}
+
+static int setup(void **state)
+{
+    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
+    const char *args_b[] = {"--listen", "0.0.0.0:0", "--region", "96m:rw", NULL};
+    const char *port;
+
+    (void)state;
+    setenv("OTE_NET_DEVICES", "rail0,rail1", 1);
+    setenv("OTE_XFER_TIMEOUT_MS", "1500", 1);
+    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    setenv("OTE_RAIL_COOLDOWN_MS", "300", 1);
+    setenv("OTE_RAIL_COOLDOWN_MAX_MS", "1200", 1);
+    setenv("OTE_RAIL_MAX_BYTES", "4m", 1);
+    /* Listening on every address: an engine bound to one uses that interface alone. */
+    fx = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
+    if (fx == NULL)
+        return -1;
+    port = strrchr(fx->target.name, ':');
+    if (port == NULL)
+        return -1;
+    snprintf(target_listen, sizeof(target_listen), "0.0.0.0%s", port);
+    printf("target %s\n", fx->target.name);
+    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cmd(true, "tc qdisc del dev rail0 root");
+    cmd(true, "tc qdisc del dev rail1 root");
+    if (fx != NULL)
+        ote_test_pair_stop(fx);
+    return 0;
+}
+
+/* Both interfaces carry the bytes, the rail counters say so too, and every byte lands. */
+static void test_both_rails_carry(void **state)
+{
+    ote_rail_info_t before[2], after[2];
+    uint64_t tx0 = if_tx_bytes("rail0"), tx1 = if_tx_bytes("rail1");
+    uint64_t d0, d1;
+
+    rails_get(fx->seg, before);
+    write_all(REGION, 101);
+    verify_all(REGION, 101);
+    rails_get(fx->seg, after);
+    d0 = if_tx_bytes("rail0") - tx0;
+    d1 = if_tx_bytes("rail1") - tx1;
+    printf("both rails: rail0 %llu B (iface %llu), rail1 %llu B (iface %llu)\n",
+           (unsigned long long)(after[0].bytes - before[0].bytes), (unsigned long long)d0,
+           (unsigned long long)(after[1].bytes - before[1].bytes), (unsigned long long)d1);
+    assert_int_equal(after[0].bytes - before[0].bytes + after[1].bytes - before[1].bytes, REGION);
+    /* Each rail took a real share, and its interface sent at least that much. */
+    assert_true(after[0].bytes - before[0].bytes >= REGION / 8);
+    assert_true(after[1].bytes - before[1].bytes >= REGION / 8);
+    assert_true(d0 >= after[0].bytes - before[0].bytes);
+    assert_true(d1 >= after[1].bytes - before[1].bytes);
+    assert_int_equal(after[0].state, OTE_RAIL_ACTIVE);
+    assert_int_equal(after[1].state, OTE_RAIL_ACTIVE);
+}
+
+static void shape(const char *dev, const char *rate)
+{
+    cmd(true, "tc qdisc del dev %s root", dev);
+    assert_int_equal(cmd(false, "tc qdisc add dev %s root tbf rate %s burst 512k latency 200ms",
+                         dev, rate),
+                     0);
+}
+
+/* rail1 at a third of rail0: the bytes split 3:1, within 20%. */
+static void test_shaped_split(void **state)
+{
+    ote_rail_info_t before[2], after[2];
+    double share1, t0;
+
+    shape("rail0", "480mbit");
+    shape("rail1", "160mbit");
+    write_all(32u << 20, 7); /* the estimates learn the rates */
+    rails_get(fx->seg, before);
+    t0 = now_s();
+    write_all(REGION, 202);
+    rails_get(fx->seg, after);
+    share1 = (double)(after[1].bytes - before[1].bytes) / REGION;
+    printf("shaped 3:1: rail1 share %.3f (bandwidth estimates %.0f / %.0f MB/s), %.1f MB/s\n",
+           share1, after[0].bandwidth / 1e6, after[1].bandwidth / 1e6,
+           REGION / (now_s() - t0) / 1e6);
+    verify_all(REGION, 202);
+    assert_true(share1 >= 0.25 * 0.8 && share1 <= 0.25 * 1.2);
+}
+
+static ote_rail_info_t rail1_now(void)
+{
+    ote_rail_info_t r[2];
+
+    rails_get(fx->seg, r);
+    return r[1];
+}
+
+typedef struct {
+    double down_at, detected_at;
+} down_t;
+
+/* Sets rail1 down 0.6 s in, then watches for the rail to be paused. */
+static void *link_down_thread(void *arg)
+{
+    down_t *d = arg;
+
+    usleep(600 * 1000);
+    d->down_at = now_s();
+    cmd(false, "ip link set rail1 down");
+    while (now_s() - d->down_at < 20) {
+        if (rail1_now().state == OTE_RAIL_COOLING) {
+            d->detected_at = now_s();
+            break;
+        }
+        usleep(5000);
+    }
+    return NULL;
+}
+
+/* rail1 down in the middle of a long transfer: every task completes on rail0, every byte lands. */
+static void test_link_down(void **state)
+{
+    ote_rail_info_t before[2], after[2];
+    down_t d = {0};
+    pthread_t th;
+    double t0, t1;
+
+    shape("rail0", "240mbit");
+    shape("rail1", "240mbit");
+    rails_get(fx->seg, before);
+    t0 = now_s();
+    assert_int_equal(pthread_create(&th, NULL, link_down_thread, &d), 0);
+    write_all(REGION, 303);
+    t1 = now_s();
+    pthread_join(th, NULL);
+    rails_get(fx->seg, after);
+    printf("link down after %.2f s of a %.2f s transfer: rail1 paused %.0f ms after; "
+           "rail1 errors %llu, retries %llu; rail0 %llu B, rail1 %llu B\n",
+           d.down_at - t0, t1 - t0, (d.detected_at - d.down_at) * 1e3,
+           (unsigned long long)(after[1].errors - before[1].errors),
+           (unsigned long long)(after[1].retries - before[1].retries),
+           (unsigned long long)(after[0].bytes - before[0].bytes),
+           (unsigned long long)(after[1].bytes - before[1].bytes));
+    assert_true(d.down_at > 0 && d.down_at < t1);
+    assert_true(d.detected_at > 0);
+    assert_true(after[1].errors > before[1].errors);
+    assert_true(after[1].retries > before[1].retries);
+    assert_int_equal(after[0].bytes - before[0].bytes + after[1].bytes - before[1].bytes, REGION);
+    verify_all(REGION, 303);
+    /* Still down: later transfers go on rail0 alone, whole. */
+    write_all(16u << 20, 304);
+    verify_all(16u << 20, 304);
+}
+
+/* rail1 up again: after its cool-down it is probed and carries again. */
+static void test_link_up(void **state)
+{
+    ote_rail_info_t r;
+    double up_at, back_at = 0;
+    uint64_t bytes0 = rail1_now().bytes;
+
+    cmd(false, "ip link set rail1 up");
+    up_at = now_s();
+    while (now_s() - up_at < 15) {
+        write_all(8u << 20, 405);
+        r = rail1_now();
+        if (r.state == OTE_RAIL_ACTIVE && r.bytes > bytes0) {
+            back_at = now_s();
+            break;
+        }
+        usleep(20000);
+    }
+    printf("link up: rail1 carries again %.0f ms later\n", (back_at - up_at) * 1e3);
+    assert_true(back_at > 0);
+    verify_all(8u << 20, 405);
+}
+
+/* The target restarted on the same address: PEER_RESTARTED on the old segment, a new one works. */
+static void test_restart(void **state)
+{
+    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
+    const char *args_b[] = {"--listen", target_listen, "--region", "96m:rw", NULL};
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = fx->local, .segment = fx->seg,
+                        .remote_addr = fx->target.addr[0], .length = TASK};
+    ote_status_t last = OTE_OK;
+    ote_segment_h old = fx->seg;
+    ote_batch_h b;
+    size_t first;
+
+    ote_test_target_kill(&fx->target);
+    assert_int_equal(ote_test_target_start(&fx->target, wrap_b, args_b), 0);
+    /* The transports may fail first; the handshake with the new instance tells it. */
+    for (int i = 0; i < 10 && last != OTE_ERR_PEER_RESTARTED; i++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_create(fx->e, 1, &b), OTE_OK);
+        last = ote_batch_submit(b, &r, 1, &first);
+        if (last == OTE_OK) {
+            assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+            assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+            assert_int_not_equal(st.state, OTE_TASK_COMPLETED);
+            last = st.error;
+        }
+        ote_batch_release(b);
+    }
+    assert_int_equal(last, OTE_ERR_PEER_RESTARTED);
+    ote_segment_close(old);
+    fx->seg = NULL;
+    assert_int_equal(ote_segment_open(fx->e, fx->target.name, &fx->seg), OTE_OK);
+    write_all(16u << 20, 506);
+    verify_all(16u << 20, 506);
+}
+
+int main(int argc, char **argv)
+{
+    unsigned id = (unsigned)getpid() % 100000u;
+
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 4 && strcmp(argv[1], "--in-netns") == 0) {
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_both_rails_carry),
+            cmocka_unit_test(test_shaped_split),
+            cmocka_unit_test(test_link_down),
+            cmocka_unit_test(test_link_up),
+            cmocka_unit_test(test_restart),
+        };
+
+        snprintf(ns_a, sizeof(ns_a), "%s", argv[2]);
+        snprintf(ns_b, sizeof(ns_b), "%s", argv[3]);
+        return cmocka_run_group_tests(tests, setup, teardown);
+    }
+    snprintf(ns_a, sizeof(ns_a), "ote_rails_a%u", id);
+    snprintf(ns_b, sizeof(ns_b), "ote_rails_b%u", id);
+    {
+        /* The child runs under `ip`, where /proc/self/exe would be ip itself. */
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+        if (n <= 0)
+            return 1;
+        self[n] = '\0';
+        return parent(self, id);
+    }
+}
