@@ -20,6 +20,26 @@ long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed)
     return ote_pattern_check(p, off, len, seed);
 }
 
+ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
+                           uint64_t remote, size_t len, int timeout_ms, ote_task_status_t *st)
+{
+    ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = seg, .remote_addr = remote,
+                        .length = len};
+    ote_batch_h b;
+    size_t first;
+    ote_status_t status = ote_batch_create(e, 1, &b);
+
+    if (status != OTE_OK)
+        return status;
+    status = ote_batch_submit(b, &r, 1, &first);
+    if (status == OTE_OK)
+        status = ote_batch_wait(b, timeout_ms);
+    if (status == OTE_OK)
+        status = ote_batch_task_status(b, first, st);
+    ote_batch_release(b);
+    return status;
+}
+
 uint64_t ote_test_hash(const void *p, size_t len)
 {
     const uint8_t *b = p;

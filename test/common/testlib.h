@@ -23,6 +23,14 @@ void ote_test_fill(void *p, uint64_t off, size_t len, uint64_t seed);
 /* Offset of the first wrong byte, or -1. */
 long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed);
 
+/*
+ * One request in a batch of its own, waited for up to timeout_ms. Returns
+ * the submit's status, or OTE_ERR_TIMEOUT when the wait ran out; when OK,
+ * *st holds the task's status.
+ */
+ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
+                           uint64_t remote, size_t len, int timeout_ms, ote_task_status_t *st);
+
 typedef struct {
     pid_t    pid;
     char     name[256];

@@ -239,17 +239,9 @@ static void test_read(void **state)
 
 static ote_task_status_t run_one(fx_t *f, ote_op_t op, uint64_t remote, size_t len)
 {
-    ote_xfer_req_t r = {.op = op, .local_addr = f->local, .segment = f->seg,
-                        .remote_addr = remote, .length = len};
     ote_task_status_t st;
-    ote_batch_h b;
-    size_t first;
 
-    assert_int_equal(ote_batch_create(f->e, 1, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-    assert_int_equal(ote_batch_task_status(b, 0, &st), OTE_OK);
-    ote_batch_release(b);
+    assert_int_equal(ote_test_xfer(f->e, f->seg, op, f->local, remote, len, 20000, &st), OTE_OK);
     return st;
 }
 

@@ -26,17 +26,9 @@ void ote_cuda_ipc_cache_stats(size_t *open_p, unsigned long *opens_p, unsigned l
 static ote_task_status_t xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
                               uint64_t remote, size_t len)
 {
-    ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = seg, .remote_addr = remote,
-                        .length = len};
     ote_task_status_t st = {0};
-    ote_batch_h b;
-    size_t first;
 
-    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-    ote_batch_release(b);
+    assert_int_equal(ote_test_xfer(e, seg, op, local, remote, len, 20000, &st), OTE_OK);
     return st;
 }
 

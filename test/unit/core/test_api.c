@@ -63,18 +63,9 @@ static int teardown(void **state)
 
 static ote_task_status_t run_one(fx_t *f, ote_op_t op, void *local, uint64_t remote, size_t len)
 {
-    ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = f->self,
-                        .remote_addr = remote, .length = len};
-    ote_batch_h b;
-    size_t first;
     ote_task_status_t st;
 
-    assert_int_equal(ote_batch_create(f->e, 1, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
-    assert_int_equal(first, 0);
-    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
-    assert_int_equal(ote_batch_task_status(b, 0, &st), OTE_OK);
-    ote_batch_release(b);
+    assert_int_equal(ote_test_xfer(f->e, f->self, op, local, remote, len, 10000, &st), OTE_OK);
     return st;
 }
 

@@ -66,17 +66,9 @@ static ote_engine_h engine(const char *direct, const char *workers)
 static ote_task_status_t xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
                               uint64_t off, size_t len)
 {
-    ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = seg, .remote_addr = off,
-                        .length = len};
     ote_task_status_t st;
-    ote_batch_h b;
-    size_t id;
 
-    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, &r, 1, &id), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
-    assert_int_equal(ote_batch_task_status(b, id, &st), OTE_OK);
-    ote_batch_release(b);
+    assert_int_equal(ote_test_xfer(e, seg, op, local, off, len, WAIT_MS, &st), OTE_OK);
     return st;
 }
 
