@@ -3,7 +3,7 @@
 # on this host move data with the embedded peer-to-peer metadata (no server:
 # the peer's descriptor comes from its control port on loopback), verifying
 # every byte: first over the transport chosen automatically for a peer on
-# this host (the native cma), then over the native tcp on loopback.
+# this host (the native shm), then over the native tcp on loopback.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 sh "$top/contrib/install-deps.sh"

@@ -19,7 +19,8 @@ const ote_cfg_entry_t ote_config_table[] = {
      "Log threshold: none, error, warn, info, debug, trace."},
     {"TLS", "all", OTE_CFG_STRING, F(tls),
      "Transports to use: all, or a comma list of names (tcp and cma are the native ones, "
-     "uct_tcp and uct_cma UCX's) and aliases (shm/sm = cma,uct_cma,posix,sysv,xpmem,knem; "
+     "uct_tcp and uct_cma UCX's, shm the native shared mappings) and aliases (shm/sm = "
+     "shm,cma,uct_cma,posix,sysv,xpmem,knem; "
      "mm = posix,sysv,xpmem; ib = rc_mlx5,rc_verbs,dc_mlx5,ud_mlx5,ud_verbs; rc, rc_v, rc_x, "
      "dc, dc_x, ud, ud_v, ud_x; cuda = cuda_copy,cuda_ipc,gdr_copy); \\name never an alias; "
      "a leading ^ excludes exactly what the list names (^cma leaves uct_cma); a name or alias "
@@ -105,6 +106,9 @@ const ote_cfg_entry_t ote_config_table[] = {
      "SO_RCVBUF for TCP data connections; 0 = kernel autotuning."},
     {"TCP_NODELAY", "y", OTE_CFG_BOOL, F(tcp_nodelay),
      "Disable Nagle on TCP data connections."},
+    {"SHM_UNMAP_TIMEOUT_MS", "1000", OTE_CFG_INT, F(shm_unmap_timeout_ms),
+     "Deregistering memory a same-host peer mapped (shm) waits this long for the peer to "
+     "unmap it; then its connection is closed and the call returns."},
     {"UCT_CONNECT", "auto", OTE_CFG_STRING, F(uct_connect),
      "UCT wire-up: auto (to-iface where the transport can, else to-ep), or ep (to-ep "
      "wherever the transport supports it)."},
@@ -298,6 +302,11 @@ static ote_status_t config_validate(const ote_config_t *cfg)
     }
     if (cfg->uring_qd < 1 || cfg->uring_qd > 4096) {
         ote_error("OTE_URING_QD must be 1..4096, not %ld", cfg->uring_qd);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->shm_unmap_timeout_ms < 1) {
+        ote_error("OTE_SHM_UNMAP_TIMEOUT_MS must be at least 1, not %ld",
+                  cfg->shm_unmap_timeout_ms);
         return OTE_ERR_INVALID_PARAM;
     }
     if (cfg->tcp_conns < 1 || cfg->tcp_conns > 64) {

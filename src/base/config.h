@@ -55,6 +55,7 @@ typedef struct ote_config {
     char  *auth_key_file;
     char  *host_id;
     long   tcp_conns;
+    long   shm_unmap_timeout_ms;
     size_t tcp_max_msg;
     size_t tcp_sndbuf;
     size_t tcp_rcvbuf;

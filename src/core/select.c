@@ -1,9 +1,9 @@
 /*
  * Transport and device selection in UCX's syntax.
  *   OTE_TLS=tcp,cma | ^uct_tcp | all ; aliases shm/sm, mm, ib, rc, dc, ud,
- *   cuda as in UCX; "\name" names a transport and never an alias. "tcp" and
- *   "cma" are the native components, "uct_tcp" and "uct_cma" UCX's; shm/sm
- *   take both cmas.
+ *   cuda as in UCX; "\name" names a transport and never an alias. "tcp",
+ *   "cma" and "shm" are the native components, "uct_tcp" and "uct_cma" UCX's;
+ *   shm/sm take the native shm and both cmas.
  *   OTE_NET_DEVICES=eth0,mlx5_0:1 | mlx5_[0-3]:1 | ^eth1 | all ; a device
  *   without ":port" also names each of its ports.
  * A name listed explicitly (not under ^) that matches nothing here is an
@@ -48,8 +48,8 @@ static const struct {
     const char *alias;
     const char *members;
 } aliases[] = {
-    {"shm", "cma,uct_cma,posix,sysv,xpmem,knem"},
-    {"sm", "cma,uct_cma,posix,sysv,xpmem,knem"},
+    {"shm", "shm,cma,uct_cma,posix,sysv,xpmem,knem"},
+    {"sm", "shm,cma,uct_cma,posix,sysv,xpmem,knem"},
     {"mm", "posix,sysv,xpmem"},
     {"ib", "rc_mlx5,rc_verbs,dc_mlx5,ud_mlx5,ud_verbs"},
     {"rc", "rc_mlx5,rc_verbs"},

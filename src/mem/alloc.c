@@ -1,7 +1,10 @@
 /*
- * Engine-owned host memory: whole pages from mmap, bound to a NUMA node
- * before the first touch so that every page lands there. Binding goes
- * through hwloc where the build has it, else straight to mbind(2).
+ * Engine-owned host memory: whole pages of a memfd mapped shared, bound to
+ * a NUMA node before the first touch so that every page lands there.
+ * Binding goes through hwloc where the build has it, else straight to
+ * mbind(2). The memfd is sealed against shrinking and growing once sized,
+ * so a peer that maps it (shm component) can never fault on a page that
+ * went away; the fds are kept in a small list by address.
  */
 #include "mem.h"
 
@@ -9,6 +12,7 @@
 #include "base/cuda_api.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,8 +72,68 @@ static int bind_mbind(void *p, size_t len, int numa)
     return (int)syscall(SYS_mbind, p, len, MPOL_BIND_, mask, sizeof(mask) * 8, 0);
 }
 
+/* The memfds behind engine-owned host memory, by base address. */
+typedef struct memfd_ent {
+    void             *base;
+    size_t            length;
+    int               fd;
+    struct memfd_ent *next;
+} memfd_ent_t;
+
+static pthread_mutex_t memfd_lock = PTHREAD_MUTEX_INITIALIZER;
+static memfd_ent_t    *memfd_list;
+
+/* A sealed memfd of len bytes mapped shared, or MAP_FAILED (*fd_p = -1: plain memory). */
+static void *memfd_map(size_t len, int *fd_p)
+{
+    int fd = (int)syscall(SYS_memfd_create, "orbitte", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    void *p;
+
+    *fd_p = -1;
+    if (fd < 0)
+        return MAP_FAILED;
+    if (ftruncate(fd, (off_t)len) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        close(fd);
+        return MAP_FAILED;
+    }
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return MAP_FAILED;
+    }
+    *fd_p = fd;
+    return p;
+}
+
+int ote_mem_host_memfd(const void *base)
+{
+    int fd = -1;
+
+    pthread_mutex_lock(&memfd_lock);
+    for (memfd_ent_t *m = memfd_list; m != NULL; m = m->next) {
+        if (m->base == base) {
+            fd = m->fd;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&memfd_lock);
+    return fd;
+}
+
+void ote_mem_host_detach(void *base, size_t alloc_len)
+{
+    /* Fresh private pages in place of the shared ones: nothing a peer still writes lands here. */
+    if (mmap(base, alloc_len, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
+             -1, 0) == MAP_FAILED)
+        ote_error("detaching %zu bytes at %p from their memfd: %s", alloc_len, base,
+                  strerror(errno));
+}
+
 ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *alloc_len_p)
 {
+    memfd_ent_t *ent;
+    int fd;
     long page = sysconf(_SC_PAGESIZE);
     size_t len;
     void *p;
@@ -82,9 +146,18 @@ ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *
         return OTE_ERR_INVALID_PARAM;
     }
     len = (length + (size_t)page - 1) & ~((size_t)page - 1);
-    p   = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ent = calloc(1, sizeof(*ent));
+    if (ent == NULL)
+        return OTE_ERR_NO_MEMORY;
+    p = memfd_map(len, &fd);
+    if (p == MAP_FAILED) {
+        ote_debug("no memfd for %zu bytes (%s): private memory, not shared with peers", len,
+                  strerror(errno));
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
     if (p == MAP_FAILED) {
         ote_error("allocating %zu bytes: %s", len, strerror(errno));
+        free(ent);
         return OTE_ERR_NO_MEMORY;
     }
     if (numa >= 0) {
@@ -97,8 +170,20 @@ ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *
         if (rc != 0 && ote_mem_numa_nodes() > 1) {
             ote_error("binding %zu bytes to NUMA node %d: %s", len, numa, strerror(errno));
             munmap(p, len);
+            if (fd >= 0)
+                close(fd);
+            free(ent);
             return OTE_ERR_NO_MEMORY;
         }
+    }
+    if (fd >= 0) {
+        *ent = (memfd_ent_t){.base = p, .length = len, .fd = fd};
+        pthread_mutex_lock(&memfd_lock);
+        ent->next  = memfd_list;
+        memfd_list = ent;
+        pthread_mutex_unlock(&memfd_lock);
+    } else {
+        free(ent);
     }
     *addr_p      = p;
     *alloc_len_p = len;
@@ -107,8 +192,24 @@ ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *
 
 void ote_mem_host_free(void *addr, size_t alloc_len)
 {
-    if (addr != NULL)
-        munmap(addr, alloc_len);
+    memfd_ent_t **pp, *m = NULL;
+
+    if (addr == NULL)
+        return;
+    munmap(addr, alloc_len);
+    pthread_mutex_lock(&memfd_lock);
+    for (pp = &memfd_list; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->base == addr) {
+            m   = *pp;
+            *pp = m->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&memfd_lock);
+    if (m != NULL) {
+        close(m->fd);
+        free(m);
+    }
 }
 
 ote_status_t ote_mem_owned_alloc(const char *location, size_t length, void **addr_p,

@@ -95,6 +95,25 @@ typedef struct ote_itree_node {
 } ote_itree_node_t;
 
 typedef struct ote_mem_reg   ote_mem_reg_t; /* registration entry (rcache.c) */
+typedef struct ote_mem_export ote_mem_export_t;
+
+/*
+ * A region's memory mapped by a peer (the shm component gives it the
+ * memfd). Deregistration takes every export of the region: it calls
+ * revoke on each (ask the peer to unmap; must not block), then wait on
+ * each, which returns once the peer has unmapped or lost its connection,
+ * within a bound of its own; after wait the export belongs to its owner
+ * again, which frees it.
+ */
+typedef struct {
+    void (*revoke)(ote_mem_export_t *x);
+    void (*wait)(ote_mem_export_t *x);
+} ote_mem_export_ops_t;
+
+struct ote_mem_export {
+    const ote_mem_export_ops_t *ops;
+    ote_mem_export_t           *next;
+};
 typedef struct ote_mem_table ote_mem_table_t;
 typedef struct ote_mem       ote_region_t;
 
@@ -121,6 +140,15 @@ struct ote_mem {
      * OTE_MD_FLAG_GRANTS_ACCESS mds); NULL where the md does not reach it. */
     void            *memh[OTE_MEM_MAX_MDS];
     uint64_t         seq;         /* registration order; unique             */
+    /*
+     * Engine-owned host memory: its memfd (owned by the allocation, -1 if
+     * none), which peers on this host may map. Exports: under a lock of
+     * region.c; closed once deregistration took them.
+     */
+    int              memfd;
+    ote_mem_export_t *exports;
+    bool             exports_closed;
+    bool             exported;    /* ever mapped by a peer                  */
 };
 
 typedef struct {
@@ -220,6 +248,19 @@ void         ote_mem_region_put(ote_region_t *region);
 bool         ote_mem_region_access_begin(ote_region_t *region);
 void         ote_mem_region_access_end(ote_region_t *region);
 
+/*
+ * Exports (see ote_mem_export_t). add: false once the region's
+ * deregistration began (the peer must not map it). remove: the owner takes
+ * an export back (the peer unmapped by itself or its connection closed);
+ * false when deregistration has taken it already, and will call wait.
+ * Once deregistration of an exported region returns, every peer that
+ * mapped it has unmapped it or lost its connection, and the owner's range
+ * no longer maps the shared pages (engine-owned memory is detached from
+ * its memfd): nothing a peer writes later lands in it.
+ */
+bool ote_mem_region_export_add(ote_region_t *region, ote_mem_export_t *x);
+bool ote_mem_region_export_remove(ote_region_t *region, ote_mem_export_t *x);
+
 /* Visit the table's regions in address order under the read lock. */
 typedef void (*ote_mem_visit_cb_t)(ote_region_t *region, void *arg);
 void ote_mem_table_visit(ote_mem_table_t *table, ote_mem_visit_cb_t cb, void *arg);
@@ -266,6 +307,13 @@ bool         ote_mem_numa_node_online(int node);
  */
 ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *alloc_len_p);
 void         ote_mem_host_free(void *addr, size_t alloc_len);
+/*
+ * The memfd behind memory from ote_mem_host_alloc at base (sealed against
+ * shrinking and growing; owned by the allocation), or -1.
+ */
+int          ote_mem_host_memfd(const void *base);
+/* Replace the shared pages at base with private ones (contents lost). */
+void         ote_mem_host_detach(void *base, size_t alloc_len);
 
 /*
  * Engine-owned memory of any kind a location names: "cpu:N" (or NULL/"*"),

@@ -3,7 +3,8 @@
  * its transport has the operation and reaches both; among those, a rail is
  * dropped when another beats it (rail_beats): an intra-host rail beats any
  * network rail, so a single-copy intra-host transport is used alone where it
- * exists; a rail whose target checks every access beats an unchecked one
+ * exists, and one that maps the peer's memory (shm) beats the other
+ * intra-host ones; a rail whose target checks every access beats an unchecked one
  * that is at most 4 times faster; and any rail beats one more than 4 times
  * slower. A transport without an operation (UCT tcp has no GET) only
  * carries what it can.
@@ -41,6 +42,8 @@ static bool rail_beats(const ote_tl_caps_t *a, bool a_net, const ote_tl_caps_t *
 {
     if (a_net != b_net)
         return !a_net;
+    if (!a_net && (a->ops & OTE_TL_CAP_MAPPED) != (b->ops & OTE_TL_CAP_MAPPED))
+        return (a->ops & OTE_TL_CAP_MAPPED) != 0;
     if (a->bandwidth > b->bandwidth * RAIL_DROP_RATIO)
         return true;
     return caps_checked(a) && !caps_checked(b) && a->bandwidth * RAIL_DROP_RATIO >= b->bandwidth;

@@ -3,6 +3,7 @@
 
 extern ote_tl_component_t ote_tcp_component;
 extern ote_tl_component_t ote_cma_component;
+extern ote_tl_component_t ote_shm_component;
 extern ote_tl_component_t ote_cuda_copy_component;
 extern ote_tl_component_t ote_cuda_ipc_component;
 #ifdef HAVE_LIBURING
@@ -15,6 +16,7 @@ extern ote_tl_component_t ote_uct_component;
 ote_tl_component_t *const ote_tl_components[] = {
     &ote_tcp_component,
     &ote_cma_component,
+    &ote_shm_component,
     &ote_cuda_copy_component,
     &ote_cuda_ipc_component,
 #ifdef HAVE_LIBURING

@@ -60,6 +60,12 @@ enum {
      * staging): host-to-host traffic is left to the host transports.
      */
     OTE_TL_CAP_DEVICE_PAIRS = 1u << 5,
+    /*
+     * The initiator copies through mappings of the peer's memory where the
+     * peer grants them, and by reference elsewhere (shm): it beats every
+     * other intra-host transport.
+     */
+    OTE_TL_CAP_MAPPED = 1u << 6,
 };
 
 enum {

@@ -17,6 +17,9 @@
  *                                 side, filled with OTE_TEST_GUARD_SEED; the
  *                                 command "guard R" answers "guard LEADHASH TRAILHASH"
  * The command "stagepinned" answers "pinned N": remote staging chunks pinned now.
+ * The command "push R HEXADDR LEN SEED" fills the first LEN bytes of region R
+ * with the pattern (offset 0, SEED) and WRITEs them to HEXADDR of the sender's
+ * segment; it answers "ok" or "error N" (the task's status).
  * A silent peer is made with SIGSTOP by the test.
  */
 #include "testlib.h"
@@ -206,6 +209,28 @@ int main(int argc, char **argv)
             snprintf(ans, sizeof(ans), "guard %016llx %016llx",
                      (unsigned long long)ote_test_hash(buf[r] - glen[r], glen[r]),
                      (unsigned long long)ote_test_hash(buf[r] + len[r], glen[r]));
+        } else if (sscanf(cmd, "push %u %llx %llu %llu", &r, &off, &l, &seed) == 4 && r < n &&
+                   l <= len[r] && l > 0 && !gpu_region(where[r])) {
+            /* off: the address in the sender's memory */
+            ote_xfer_req_t q = {.op = OTE_OP_WRITE, .local_addr = buf[r], .segment = reply,
+                                .remote_addr = off, .length = l};
+            ote_task_status_t ts = {0};
+            ote_batch_h b;
+            size_t first;
+
+            ote_test_fill(buf[r], 0, l, seed);
+            st = ote_batch_create(e, 1, &b);
+            if (st == OTE_OK) {
+                st = ote_batch_submit(b, &q, 1, &first);
+                if (st == OTE_OK)
+                    st = ote_batch_wait(b, 20000);
+                if (st == OTE_OK)
+                    st = ote_batch_task_status(b, 0, &ts);
+                if (st == OTE_OK && ts.state != OTE_TASK_COMPLETED)
+                    st = ts.error != OTE_OK ? ts.error : OTE_ERR_IO;
+                ote_batch_release(b);
+            }
+            snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);
         } else if (strcmp(cmd, "stagepinned") == 0) {
             /* Chunks of the remote staging pool pinned by initiators now. */
             snprintf(ans, sizeof(ans), "pinned %ld", ote_stage_target_pinned_now());

@@ -385,6 +385,43 @@ static void gen_tcp_conn(void)
 }
 
 /* Store bytes for fuzz_meta: the first byte picks the decoder. */
+/* shm_map: u8 fd kind, u64 want, u64 want_len, MAP_ACK header, trailer. */
+static void shm_map_seed(const char *name, uint8_t kind, uint64_t want, uint64_t want_len,
+                         int32_t status, uint64_t addr, uint64_t length, uint64_t grant,
+                         uint64_t flags, size_t trailer_len)
+{
+    ote_buf_t b = {0};
+    uint8_t w[17], t[16];
+
+    w[0] = kind;
+    ote_put_u64(w + 1, want);
+    ote_put_u64(w + 9, want_len);
+    ote_buf_put(&b, w, sizeof(w));
+    tcp_hdr(&b, OTE_TCP_MAP_ACK, status, 1, addr, length);
+    ote_put_u64(t, grant);
+    ote_put_u64(t + 8, flags);
+    ote_buf_put(&b, t, trailer_len);
+    flush("shm_map", name, &b);
+}
+
+static void gen_shm_map(void)
+{
+    const uint64_t base = 0x7f0000000000ull;
+
+    shm_map_seed("rw_whole", 0, base, 65536, OTE_OK, base, 65536, 1, 1, 16);
+    shm_map_seed("rw_inside", 0, base + 100, 50, OTE_OK, base, 4096, 7, 1, 16);
+    shm_map_seed("ro_grant", 1, base, 4096, OTE_OK, base, 65536, 2, 0, 16);
+    shm_map_seed("ro_fd_claims_writable", 1, base, 4096, OTE_OK, base, 65536, 2, 1, 16);
+    shm_map_seed("unsealed", 2, base, 4096, OTE_OK, base, 65536, 3, 0, 16);
+    shm_map_seed("longer_than_file", 3, base, 4096, OTE_OK, base, 65536, 4, 0, 16);
+    shm_map_seed("pipe", 4, base, 8, OTE_OK, base, 4096, 5, 0, 16);
+    shm_map_seed("outside_region", 0, base + 65536, 8, OTE_OK, base, 65536, 6, 1, 16);
+    shm_map_seed("wrapping_want", 0, UINT64_MAX - 4, 8, OTE_OK, base, 65536, 6, 1, 16);
+    shm_map_seed("grant_zero", 0, base, 8, OTE_OK, base, 65536, 0, 1, 16);
+    shm_map_seed("unknown_flags", 0, base, 8, OTE_OK, base, 65536, 9, 3, 16);
+    shm_map_seed("short_trailer", 0, base, 8, OTE_OK, base, 65536, 9, 1, 8);
+}
+
 static void meta_put(const char *name, uint8_t kind, const void *p, size_t len)
 {
     ote_buf_t b = {0};
@@ -457,5 +494,6 @@ int main(int argc, char **argv)
     gen_auth();
     gen_tcp_conn();
     gen_meta();
+    gen_shm_map();
     return 0;
 }

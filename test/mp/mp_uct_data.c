@@ -111,7 +111,7 @@ static void test_rails(void **state)
 {
     fx_t *f       = *state;
     bool worker1  = false;
-    const char *want = strcmp(f->tc->tls, "all") == 0 ? "cma" : f->tc->tls;
+    const char *want = strcmp(f->tc->tls, "all") == 0 ? "shm" : f->tc->tls;
 
     assert_true(f->seg->rail_set.num_rails > 0);
     for (size_t i = 0; i < f->seg->rail_set.num_rails; i++) {

@@ -317,7 +317,7 @@ static void test_net_devices_across(void **state)
     unsetenv("OTE_NET_DEVICES");
 }
 
-/* The same namespace is the same host: the native cma alone, both ways. */
+/* The same namespace is the same host: the native shm alone, both ways. */
 static void test_same_namespace(void **state)
 {
     fx_t *f = fx_start(NULL, false);
@@ -326,7 +326,7 @@ static void test_same_namespace(void **state)
     assert_true(f->seg->same_host);
     assert_true(f->seg->rail_set.num_rails > 0);
     for (size_t i = 0; i < f->seg->rail_set.num_rails; i++) {
-        assert_string_equal(f->seg->rail_set.rails[i]->iface->resource.tl_name, "cma");
+        assert_string_equal(f->seg->rail_set.rails[i]->iface->resource.tl_name, "shm");
         assert_true(f->seg->rail_set.rails[i]->caps.ops & OTE_TL_CAP_CHECKED);
     }
     transfer_and_check(f, true);

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 /* Abstract socket names start with this; peers' addresses are checked for it. */
 #define OTE_CMA_NAME_PREFIX "orbitte-cma."
@@ -53,5 +54,31 @@ ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_st
                                  socklen_t *sslen_p);
 
 extern const ote_tl_ep_ops_t ote_cma_ep_ops;
+
+/* Largest name: sun_path less the leading NUL of the abstract namespace. */
+#define OTE_CMA_NAME_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+/* The cma iface; the shm component builds on it. */
+typedef struct {
+    ote_tcp_iface_t tcp;
+    char            name[OTE_CMA_NAME_MAX + 1]; /* abstract socket name, without NUL */
+    size_t          name_len;
+    uint64_t        last_event_ns; /* last progress call that handled something */
+} ote_cma_iface_t;
+
+/*
+ * Fill a zeroed iface as cma's (hooks, listener, epoll) but for its ops
+ * tables, which the caller sets; on error the caller closes it with
+ * ote_tcp_iface_close.
+ */
+ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t *res,
+                                 const ote_tl_iface_params_t *params);
+void         ote_cma_iface_query(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);
+ote_status_t ote_cma_iface_get_address(ote_tl_iface_t *iface, void *buf, size_t max,
+                                       size_t *len_p);
+unsigned     ote_cma_iface_progress(ote_tl_iface_t *iface);
+ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *iface);
+/* process_vm_readv works in this process (the kernel has it, seccomp allows it). */
+bool         ote_cma_available(void);
 
 #endif

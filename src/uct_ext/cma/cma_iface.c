@@ -14,15 +14,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* Largest name: sun_path less the leading NUL of the abstract namespace. */
-#define CMA_NAME_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+#define CMA_NAME_MAX OTE_CMA_NAME_MAX
 
-typedef struct {
-    ote_tcp_iface_t tcp;
-    char            name[CMA_NAME_MAX + 1]; /* abstract socket name, without NUL */
-    size_t          name_len;
-    uint64_t        last_event_ns; /* last progress call that handled something */
-} cma_iface_t;
+typedef ote_cma_iface_t cma_iface_t;
 
 ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
                                  socklen_t *sslen_p)
@@ -59,7 +53,7 @@ static ote_status_t cma_addr_unpack_list(const void *buf, size_t len, ote_tcp_so
     return status;
 }
 
-static void cma_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
+void ote_cma_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
 
@@ -77,7 +71,7 @@ static void cma_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     caps->conn_model = OTE_TL_CONN_TO_IFACE;
 }
 
-static ote_status_t cma_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t max,
+ote_status_t ote_cma_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t max,
                                           size_t *len_p)
 {
     cma_iface_t *iface = (cma_iface_t *)tl_iface;
@@ -89,7 +83,7 @@ static ote_status_t cma_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, s
     return OTE_OK;
 }
 
-static unsigned cma_iface_progress(ote_tl_iface_t *tl_iface)
+unsigned ote_cma_iface_progress(ote_tl_iface_t *tl_iface)
 {
     cma_iface_t *iface = (cma_iface_t *)tl_iface;
     unsigned count     = ote_tcp_iface_progress(tl_iface);
@@ -105,7 +99,7 @@ static unsigned cma_iface_progress(ote_tl_iface_t *tl_iface)
  * sleep, which saves the peer a wake-up per answer. A peer that has not
  * answered for OTE_CMA_POLL_NS is waited for on the event fd.
  */
-static ote_status_t cma_iface_event_arm(ote_tl_iface_t *tl_iface)
+ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *tl_iface)
 {
     cma_iface_t *iface = (cma_iface_t *)tl_iface;
 
@@ -120,11 +114,11 @@ static ote_status_t cma_iface_event_arm(ote_tl_iface_t *tl_iface)
 
 static const ote_tl_iface_ops_t cma_iface_ops = {
     .close          = ote_tcp_iface_close,
-    .query          = cma_iface_query,
-    .get_address    = cma_iface_get_address,
+    .query          = ote_cma_iface_query,
+    .get_address    = ote_cma_iface_get_address,
     .event_fd       = ote_tcp_iface_event_fd,
-    .progress       = cma_iface_progress,
-    .event_arm      = cma_iface_event_arm,
+    .progress       = ote_cma_iface_progress,
+    .event_arm      = ote_cma_iface_event_arm,
     .check_timeouts = ote_tcp_iface_check_timeouts,
     .has_deadlines  = ote_tcp_iface_has_deadlines,
     .ep_create      = ote_tcp_ep_create,
@@ -157,17 +151,12 @@ static ote_status_t cma_listen(cma_iface_t *iface)
     return OTE_OK;
 }
 
-static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
-                                   const ote_tl_iface_params_t *params,
-                                   ote_tl_iface_t **iface_p)
+ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t *res,
+                                 const ote_tl_iface_params_t *params)
 {
-    cma_iface_t *iface = calloc(1, sizeof(*iface));
-    ote_tcp_iface_t *t;
+    ote_tcp_iface_t *t = &iface->tcp;
     ote_status_t status;
 
-    if (iface == NULL)
-        return OTE_ERR_NO_MEMORY;
-    t = &iface->tcp;
     ote_tcp_iface_init(t, res, params);
     t->super.ops    = &cma_iface_ops;
     t->super.ep_ops = &ote_cma_ep_ops;
@@ -180,24 +169,34 @@ static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     t->nodelay      = false;
     t->sndbuf       = 0;
     t->rcvbuf       = 0;
-    status = OTE_ERR_NO_MEMORY;
     if (t->discard == NULL)
-        goto err;
+        return OTE_ERR_NO_MEMORY;
     status = cma_listen(iface);
     if (status == OTE_OK)
         status = ote_tcp_iface_epoll_init(t);
-    if (status != OTE_OK)
-        goto err;
-    *iface_p = &t->super;
-    return OTE_OK;
-
-err:
-    ote_tcp_iface_close(&t->super);
     return status;
 }
 
+static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
+                                   const ote_tl_iface_params_t *params,
+                                   ote_tl_iface_t **iface_p)
+{
+    cma_iface_t *iface = calloc(1, sizeof(*iface));
+    ote_status_t status;
+
+    if (iface == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_cma_iface_setup(iface, res, params);
+    if (status != OTE_OK) {
+        ote_tcp_iface_close(&iface->tcp.super);
+        return status;
+    }
+    *iface_p = &iface->tcp.super;
+    return OTE_OK;
+}
+
 /* The kernel must let a process read its own memory this way, or cma is not offered. */
-static bool cma_available(void)
+bool ote_cma_available(void)
 {
     uint64_t src = 0x636d61, dst = 0;
     struct iovec l = {.iov_base = &dst, .iov_len = sizeof(dst)};
@@ -216,7 +215,7 @@ static ote_status_t cma_query_resources(ote_tl_component_t *comp,
 {
     ote_tl_resource_t *r;
 
-    if (!cma_available()) {
+    if (!ote_cma_available()) {
         *res_p   = NULL;
         *count_p = 0;
         return OTE_OK;

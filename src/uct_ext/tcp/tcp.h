@@ -29,6 +29,9 @@ typedef struct ote_tcp_iface ote_tcp_iface_t;
 typedef struct ote_tcp_ep    ote_tcp_ep_t;
 typedef struct ote_tcp_conn  ote_tcp_conn_t;
 
+/* Descriptors one connection holds received and not yet claimed. */
+#define OTE_TCP_RX_FDS 8
+
 /*
  * By-reference mode, target side: handle PUT_REF, GET_REF or PROBE (h) whose
  * trailer names peer_addr in the initiator's memory; answers on c.
@@ -90,12 +93,16 @@ typedef struct {
     size_t               length;
     ote_region_t        *local_region; /* guards receives into local */
     uint64_t             post_ns;
+    /* MAP: the copy (PUT_REF or GET_REF) that waits for the mapping */
+    uint8_t              then;
+    uint64_t             remote_addr;
 } ote_tcp_op_t;
 
 /* A message queued for sending: header, then optional payload. */
 typedef struct {
-    uint8_t       hdr[OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN];
+    uint8_t       hdr[OTE_TCP_HDR_LEN + OTE_TCP_TRAILER_MAX];
     uint8_t       hdr_len;    /* header, and trailer if any */
+    int           fd;         /* passed with the message's first byte; -1: none */
     const void   *payload;
     size_t        payload_len;
     size_t        sent;
@@ -127,6 +134,10 @@ struct ote_tcp_conn {
     pid_t                 peer_pid; /* target side of a local socket: SO_PEERCRED */
     int                   peer_pidfd; /* that process, if the kernel has pidfds; else -1 */
     bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
+    /* descriptor passing (iface->fd_passing): received, in order */
+    int                   rx_fds[OTE_TCP_RX_FDS];
+    size_t                rx_nfds;
+    void                 *ext;      /* the component's state of this connection */
     struct ote_tcp_conn  *next_dirty;
     struct ote_tcp_conn  *next, *prev; /* iface's list of live connections */
     struct ote_tcp_conn  *next_dead;   /* closed, freed after progress     */
@@ -201,6 +212,16 @@ struct ote_tcp_iface {
     ote_tcp_ref_flush_t     ref_flush;
     ote_tcp_connect_hook_t  connect_hook;
     ote_tcp_addr_unpack_t   addr_unpack;
+    /*
+     * Shared mappings (shm): connections pass descriptors; MAP and
+     * UNMAP_ACK go to ref_handle on the target, MAP_ACK and UNMAP to
+     * initiator_hook (op: the oldest operation, NULL for UNMAP); conn_closed
+     * runs once as a connection closes, before its operations fail.
+     */
+    bool                    fd_passing;
+    void                  (*initiator_hook)(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
+                                            const uint8_t *trailer);
+    void                  (*conn_closed)(ote_tcp_conn_t *c);
 };
 
 /* Transport name of a connection's iface, for logs ("tcp", "cma"). */
@@ -218,6 +239,18 @@ ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr
 /* A by-reference request: header and 8-byte trailer, no payload. */
 ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
                                       uint64_t trailer);
+/*
+ * A message with a trailer (at most OTE_TCP_TRAILER_MAX bytes) and, with fd
+ * >= 0, a descriptor: the connection owns fd from then on, also on error.
+ */
+ote_status_t ote_tcp_conn_tx_push_fd(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
+                                     const void *trailer, size_t trailer_len, int fd);
+/* The oldest descriptor received and not claimed, or -1. */
+int          ote_tcp_conn_rx_fd_pop(ote_tcp_conn_t *conn);
+/* Log what the peer did wrong and close the connection with PROTOCOL. */
+void         ote_tcp_conn_protocol_error(ote_tcp_conn_t *conn, const char *what);
+/* Pop the oldest outstanding operation (initiator side). */
+ote_tcp_op_t ote_tcp_conn_op_pop(ote_tcp_conn_t *conn);
 /* Target side: queue a reply without payload; on failure the connection closes. */
 void         ote_tcp_conn_reply(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr);
 ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *conn, const ote_tcp_op_t *op);
@@ -256,6 +289,12 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
 ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
                              ote_region_t *local_region, uint64_t remote_addr,
                              ote_tl_completion_t *comp);
+/* ote_tcp_ep_post of a MAP whose copy (then: PUT_REF or GET_REF) waits for it. */
+ote_status_t ote_tcp_ep_post_map(ote_tcp_ep_t *ep, uint8_t then, void *local, size_t length,
+                                 ote_region_t *local_region, uint64_t remote_addr,
+                                 ote_tl_completion_t *comp);
+/* The connection an ep posts on now, or NULL while none is up. */
+ote_tcp_conn_t *ote_tcp_ep_conn(ote_tcp_ep_t *ep);
 void   ote_tcp_ep_destroy(ote_tl_ep_t *ep);
 size_t ote_tcp_ep_inflight_bytes(ote_tl_ep_t *ep);
 bool   ote_tcp_ep_is_alive(ote_tl_ep_t *ep);

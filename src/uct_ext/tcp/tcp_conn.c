@@ -83,6 +83,8 @@ void ote_tcp_conn_free(ote_tcp_conn_t *c)
 {
     if (c == NULL)
         return;
+    for (size_t i = 0; i < c->rx_nfds; i++)
+        close(c->rx_fds[i]);
     if (c->peer_pidfd >= 0)
         close(c->peer_pidfd);
     free(c->rxbuf);
@@ -127,6 +129,7 @@ ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hd
     ote_tcp_hdr_encode(hdr, e->hdr);
     ote_put_u64(e->hdr + OTE_TCP_HDR_LEN, trailer);
     e->hdr_len     = OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN;
+    e->fd          = -1;
     e->payload     = NULL;
     e->payload_len = 0;
     e->sent        = 0;
@@ -147,6 +150,7 @@ ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
         return OTE_ERR_NO_MEMORY;
     ote_tcp_hdr_encode(hdr, e->hdr);
     e->hdr_len     = OTE_TCP_HDR_LEN;
+    e->fd          = -1;
     e->payload     = payload;
     e->payload_len = payload_len;
     e->sent        = 0;
@@ -155,6 +159,43 @@ ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
     c->tx_count++;
     ote_tcp_iface_mark_dirty(c->iface, c);
     return OTE_OK;
+}
+
+ote_status_t ote_tcp_conn_tx_push_fd(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
+                                     const void *trailer, size_t trailer_len, int fd)
+{
+    ote_tcp_tx_t *e = trailer_len <= OTE_TCP_TRAILER_MAX ? tx_slot(c) : NULL;
+
+    if (e == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return OTE_ERR_NO_MEMORY;
+    }
+    ote_tcp_hdr_encode(hdr, e->hdr);
+    if (trailer_len)
+        memcpy(e->hdr + OTE_TCP_HDR_LEN, trailer, trailer_len);
+    e->hdr_len     = (uint8_t)(OTE_TCP_HDR_LEN + trailer_len);
+    e->fd          = fd;
+    e->payload     = NULL;
+    e->payload_len = 0;
+    e->sent        = 0;
+    e->region      = NULL;
+    e->own_region  = false;
+    c->tx_count++;
+    ote_tcp_iface_mark_dirty(c->iface, c);
+    return OTE_OK;
+}
+
+int ote_tcp_conn_rx_fd_pop(ote_tcp_conn_t *c)
+{
+    int fd;
+
+    if (c->rx_nfds == 0)
+        return -1;
+    fd = c->rx_fds[0];
+    memmove(c->rx_fds, c->rx_fds + 1, (c->rx_nfds - 1) * sizeof(c->rx_fds[0]));
+    c->rx_nfds--;
+    return fd;
 }
 
 ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *c, const ote_tcp_op_t *op)
@@ -184,6 +225,11 @@ static ote_tcp_op_t op_pop(ote_tcp_conn_t *c)
     c->ops_count--;
     c->inflight_bytes -= op.length;
     return op;
+}
+
+ote_tcp_op_t ote_tcp_conn_op_pop(ote_tcp_conn_t *c)
+{
+    return op_pop(c);
 }
 
 static void update_events(ote_tcp_conn_t *c)
@@ -218,6 +264,9 @@ static void tx_release(ote_tcp_tx_t *e)
     if (e->region != NULL && e->own_region)
         ote_mem_region_put(e->region);
     e->region = NULL;
+    if (e->fd >= 0)
+        close(e->fd);
+    e->fd = -1;
 }
 
 void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
@@ -230,6 +279,8 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
     c->dead = true;
     if (c->ep != NULL)
         atomic_fetch_add(&c->ep->num_failed, 1);
+    if (c->iface->conn_closed != NULL)
+        c->iface->conn_closed(c);
     ote_debug("%s connection to %s closed: %s", OTE_TCP_CONN_TL(c), c->peer,
               ote_status_string(status));
     epoll_ctl(c->iface->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -259,15 +310,28 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
 {
     struct iovec iov[2 * OTE_TCP_IOV_MAX];
     ote_region_t *guarded[OTE_TCP_IOV_MAX];
+    union {
+        struct cmsghdr hdr;
+        char           buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
     struct msghdr msg = {.msg_iov = iov};
     ssize_t w;
 
     while (c->tx_count > 0 && !c->dead) {
         size_t n = 0, ng = 0;
+        int pass_fd = -1;
 
+        msg.msg_control    = NULL;
+        msg.msg_controllen = 0;
         for (size_t i = 0; i < c->tx_count && i < OTE_TCP_IOV_MAX; i++) {
             ote_tcp_tx_t *e = &c->tx[(c->tx_head + i) & (c->tx_cap - 1)];
 
+            /* A descriptor travels with the first byte of a sendmsg: its message goes first. */
+            if (e->fd >= 0) {
+                if (i > 0)
+                    break;
+                pass_fd = e->fd;
+            }
             /*
              * Sending from a region its owner has just deregistered would
              * read memory that may be freed: hold off the deregistration
@@ -300,7 +364,24 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
             }
         }
         msg.msg_iovlen = n;
+        if (pass_fd >= 0) {
+            struct cmsghdr *cm;
+
+            memset(&ctl, 0, sizeof(ctl));
+            msg.msg_control    = ctl.buf;
+            msg.msg_controllen = sizeof(ctl.buf);
+            cm                 = CMSG_FIRSTHDR(&msg);
+            cm->cmsg_level     = SOL_SOCKET;
+            cm->cmsg_type      = SCM_RIGHTS;
+            cm->cmsg_len       = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+        }
         w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0 && pass_fd >= 0) {
+            /* Sent: the peer holds its own copy now. */
+            close(c->tx[c->tx_head].fd);
+            c->tx[c->tx_head].fd = -1;
+        }
         for (size_t i = 0; i < ng; i++)
             ote_mem_region_access_end(guarded[i]);
         if (w < 0) {
@@ -356,6 +437,11 @@ static void protocol_error(ote_tcp_conn_t *c, const char *what)
 {
     ote_warn("%s peer %s: %s; closing the connection", OTE_TCP_CONN_TL(c), c->peer, what);
     ote_tcp_conn_fail(c, OTE_ERR_PROTOCOL);
+}
+
+void ote_tcp_conn_protocol_error(ote_tcp_conn_t *c, const char *what)
+{
+    protocol_error(c, what);
 }
 
 static void push_reply(ote_tcp_conn_t *c, uint8_t type, uint64_t id, ote_status_t status,
@@ -470,11 +556,15 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
     if (iface->ref_handle != NULL) {
         /* By reference: no bytes travel on this connection. */
         if (h->type != OTE_TCP_PUT_REF && h->type != OTE_TCP_GET_REF &&
-            h->type != OTE_TCP_PROBE) {
+            h->type != OTE_TCP_PROBE &&
+            !(iface->fd_passing && (h->type == OTE_TCP_MAP || h->type == OTE_TCP_UNMAP_ACK))) {
             protocol_error(c, "unexpected message type on a by-reference connection");
             return;
         }
-        iface->ref_handle(c, h, ote_get_u64(payload));
+        iface->ref_handle(c, h,
+                          ote_tcp_hdr_inline_len(h) >= OTE_TCP_REF_TRAILER_LEN
+                              ? ote_get_u64(payload)
+                              : 0);
         return;
     }
     switch (h->type) {
@@ -516,13 +606,25 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
 }
 
 /* Initiator side: a header arrived. */
-static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer)
 {
     ote_tcp_op_t *op = op_head(c);
     bool by_ref      = c->iface->ref_handle != NULL;
     ote_tcp_op_t done;
     bool match;
 
+    if (c->iface->fd_passing && h->type == OTE_TCP_UNMAP) {
+        c->iface->initiator_hook(c, h, trailer);
+        return;
+    }
+    if (c->iface->fd_passing && h->type == OTE_TCP_MAP_ACK) {
+        if (op == NULL || op->type != OTE_TCP_MAP || op->id != h->id) {
+            protocol_error(c, "MAP_ACK does not match the oldest request");
+            return;
+        }
+        c->iface->initiator_hook(c, h, trailer);
+        return;
+    }
     if (by_ref ? h->type != OTE_TCP_REF_ACK
                : h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
         protocol_error(c, "unexpected message type from target");
@@ -609,6 +711,54 @@ static void rx_dst_end(ote_tcp_conn_t *c)
         ote_mem_region_access_end(r);
 }
 
+/*
+ * recv() that keeps the descriptors passed along (SCM_RIGHTS), in order.
+ * Only a target answering MAP sends any: descriptors from an initiator, more
+ * than OTE_TCP_RX_FDS unclaimed, or a truncated control message close the
+ * connection (-1, errno EPROTO).
+ */
+static ssize_t recv_fds(ote_tcp_conn_t *c, void *buf, size_t len)
+{
+    union {
+        struct cmsghdr hdr;
+        char           buf[CMSG_SPACE(OTE_TCP_RX_FDS * sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf)};
+    bool bad = false;
+    ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+    if (n < 0)
+        return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
+        size_t k;
+
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+            bad = true;
+            continue;
+        }
+        k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (c->ep == NULL || c->rx_nfds == OTE_TCP_RX_FDS) {
+                close(fd);
+                bad = true;
+            } else {
+                c->rx_fds[c->rx_nfds++] = fd;
+            }
+        }
+    }
+    if (bad || (msg.msg_flags & MSG_CTRUNC)) {
+        protocol_error(c, "unexpected file descriptors");
+        errno = EPROTO;
+        return -1;
+    }
+    return n;
+}
+
 static void conn_rx(ote_tcp_conn_t *c);
 
 void ote_tcp_conn_rx(ote_tcp_conn_t *c)
@@ -672,7 +822,7 @@ static void conn_rx(ote_tcp_conn_t *c)
                     if (c->ep == NULL)
                         target_handle(c, &h, payload);
                     else
-                        initiator_handle(c, &h);
+                        initiator_handle(c, &h, payload);
                     continue;
                 }
             }
@@ -681,7 +831,10 @@ static void conn_rx(ote_tcp_conn_t *c)
                 c->rx_off = 0;
                 c->rx_len = avail;
             }
-            n = recv(c->fd, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
+            if (c->iface->fd_passing)
+                n = recv_fds(c, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len);
+            else
+                n = recv(c->fd, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
         } else {
             bool discard = c->rx_state == OTE_TCP_RX_DISCARD;
             size_t take;

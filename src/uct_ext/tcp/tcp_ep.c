@@ -425,9 +425,14 @@ static ote_tcp_conn_t *tcp_ep_pick(ote_tcp_ep_t *ep)
     return best;
 }
 
-ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
-                             ote_region_t *local_region, uint64_t remote_addr,
-                             ote_tl_completion_t *comp)
+ote_tcp_conn_t *ote_tcp_ep_conn(ote_tcp_ep_t *ep)
+{
+    return tcp_ep_pick(ep);
+}
+
+static ote_status_t ep_post(ote_tcp_ep_t *ep, uint8_t type, uint8_t then, void *local,
+                            size_t length, ote_region_t *local_region, uint64_t remote_addr,
+                            ote_tl_completion_t *comp)
 {
     ote_tcp_iface_t *iface = (ote_tcp_iface_t *)ep->super.iface;
     ote_tcp_conn_t *c      = tcp_ep_pick(ep);
@@ -447,10 +452,14 @@ ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t
     op.length       = length;
     op.local_region = local_region;
     op.post_ns      = ote_time_ns();
+    op.then         = then;
+    op.remote_addr  = remote_addr;
     h = (ote_tcp_hdr_t){.type = type, .id = op.id, .addr = remote_addr, .length = length};
     if (ote_tcp_conn_op_push(c, &op) != OTE_OK)
         return OTE_ERR_NO_MEMORY;
-    if (by_ref)
+    if (type == OTE_TCP_MAP)
+        status = ote_tcp_conn_tx_push_ref(c, &h, then);
+    else if (by_ref)
         status = ote_tcp_conn_tx_push_ref(c, &h, (uint64_t)(uintptr_t)local);
     else
         status = ote_tcp_conn_tx_push(c, &h, type == OTE_TCP_WRITE ? local : NULL,
@@ -463,6 +472,20 @@ ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t
         return OTE_ERR_NO_MEMORY;
     }
     return OTE_INPROGRESS;
+}
+
+ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
+                             ote_region_t *local_region, uint64_t remote_addr,
+                             ote_tl_completion_t *comp)
+{
+    return ep_post(ep, type, 0, local, length, local_region, remote_addr, comp);
+}
+
+ote_status_t ote_tcp_ep_post_map(ote_tcp_ep_t *ep, uint8_t then, void *local, size_t length,
+                                 ote_region_t *local_region, uint64_t remote_addr,
+                                 ote_tl_completion_t *comp)
+{
+    return ep_post(ep, OTE_TCP_MAP, then, local, length, local_region, remote_addr, comp);
 }
 
 static ote_status_t tcp_ep_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,

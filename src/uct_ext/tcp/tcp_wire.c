@@ -76,6 +76,24 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
         if (x.length != 0 || (x.status != OTE_OK && x.addr != 0))
             return OTE_ERR_PROTOCOL;
         break;
+    case OTE_TCP_MAP:
+        if (x.status != OTE_OK || x.length == 0 || x.length > max_payload ||
+            x.addr + x.length < x.addr)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_MAP_ACK:
+        /* An error may name the region (UNSUPPORTED): never wrapping. */
+        if ((x.status == OTE_OK && x.length == 0) || x.addr + x.length < x.addr)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_UNMAP:
+        if (x.status != OTE_OK || x.length == 0 || x.addr + x.length < x.addr)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_UNMAP_ACK:
+        if (x.status != OTE_OK || x.length != 0 || x.addr != 0)
+            return OTE_ERR_PROTOCOL;
+        break;
     case OTE_TCP_HELLO:
         if (x.status != OTE_OK || x.length != 0)
             return OTE_ERR_PROTOCOL;
@@ -98,7 +116,10 @@ size_t ote_tcp_hdr_inline_len(const ote_tcp_hdr_t *h)
     case OTE_TCP_PUT_REF:
     case OTE_TCP_GET_REF:
     case OTE_TCP_PROBE:
+    case OTE_TCP_MAP:
         return OTE_TCP_REF_TRAILER_LEN;
+    case OTE_TCP_MAP_ACK:
+        return h->status == OTE_OK ? OTE_TCP_MAP_ACK_TRAILER_LEN : 0;
     default:
         return 0;
     }

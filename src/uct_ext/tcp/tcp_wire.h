@@ -28,6 +28,17 @@
  * complement into the second 8, and answers PROBE_ACK(status, addr = the
  * value read), so a peer the kernel does not let us reach is found at
  * connect time.
+ *
+ * Shared mappings (the shm component, by-reference mode with descriptor
+ * passing): MAP (addr, length: the range the next copy needs; trailer: the
+ * copy, PUT_REF or GET_REF) asks for the memfd of the region that covers
+ * it. MAP_ACK answers: on OK addr/length = the whole region, a 16-byte
+ * trailer (u64 grant id, u64 flags: bit 0 writable) and exactly one file
+ * descriptor (SCM_RIGHTS) on the bytes of the message; on error no
+ * descriptor, and UNSUPPORTED when the region cannot be mapped (the copy
+ * goes by reference). UNMAP (target -> initiator: id = grant id, addr/length
+ * = the region) asks the peer to unmap; UNMAP_ACK (id = grant id) says it
+ * did, or never held it.
  */
 #ifndef OTE_TCP_WIRE_H
 #define OTE_TCP_WIRE_H
@@ -44,6 +55,8 @@
 #define OTE_TCP_AUTH_IPROOF_LEN 32
 #define OTE_TCP_REF_TRAILER_LEN 8  /* after PUT_REF, GET_REF, PROBE */
 #define OTE_TCP_PROBE_LEN       16
+#define OTE_TCP_MAP_ACK_TRAILER_LEN 16 /* after MAP_ACK: grant id, flags */
+#define OTE_TCP_TRAILER_MAX     16
 
 typedef enum {
     OTE_TCP_HELLO     = 1, /* initiator -> target: id = initiator instance  */
@@ -60,7 +73,11 @@ typedef enum {
     OTE_TCP_REF_ACK    = 12, /* target: status, length = bytes copied      */
     OTE_TCP_PROBE      = 13, /* initiator: length 16; trailer: probe addr  */
     OTE_TCP_PROBE_ACK  = 14, /* target: status, addr = value read          */
-    OTE_TCP_TYPE_MAX   = 14,
+    OTE_TCP_MAP        = 15, /* initiator: addr, length; trailer: the copy */
+    OTE_TCP_MAP_ACK    = 16, /* target: status, region; trailer + an fd    */
+    OTE_TCP_UNMAP      = 17, /* target: id = grant, addr, length           */
+    OTE_TCP_UNMAP_ACK  = 18, /* initiator: id = grant                      */
+    OTE_TCP_TYPE_MAX   = 18,
 } ote_tcp_msg_type_t;
 
 typedef struct {

@@ -225,25 +225,28 @@ static void test_uct_tcp(void **state)
     }
 }
 
-/* The shm alias takes both cmas; the native one is chosen. */
+/*
+ * The shm alias takes the native shm and both cmas; the native shm is
+ * chosen (it maps engine memory and carries the rest as cma does).
+ */
 static void test_shm_alias(void **state)
 {
     fx_t *f = fx_open("shm", NULL);
 
-    assert_rails(f, "cma");
+    assert_rails(f, "shm");
     xfer_mixed(f, OTE_OP_WRITE);
     fx_close(f);
 }
 
 /*
- * With every transport, one host: the native cma alone carries host memory
- * both ways (intra-host and checked beat UCT cma and both tcps).
+ * With every transport, one host: the native shm alone carries host memory
+ * both ways (intra-host, mapped and checked beat cma, UCT cma and both tcps).
  */
 static void test_auto_choice(void **state)
 {
     fx_t *f = fx_open("all", NULL);
 
-    assert_rails(f, "cma");
+    assert_rails(f, "shm");
     assert_true(f->self->rail_set.rails[0]->caps.ops & OTE_TL_CAP_CHECKED);
     xfer_mixed(f, OTE_OP_WRITE);
     xfer_mixed(f, OTE_OP_READ);

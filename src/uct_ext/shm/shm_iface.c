@@ -1,0 +1,132 @@
+/* Native shm component: resource and iface (cma's, with descriptor passing). */
+#include "shm_int.h"
+
+#include "base/config.h"
+#include "base/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+shm_conn_t *ote_shm_conn(ote_tcp_conn_t *c)
+{
+    if (c->ext == NULL && !c->dead)
+        c->ext = calloc(1, sizeof(shm_conn_t));
+    return c->ext;
+}
+
+static void shm_conn_closed(ote_tcp_conn_t *c)
+{
+    shm_conn_t *sc = c->ext;
+
+    if (sc == NULL)
+        return;
+    if (c->ep != NULL)
+        ote_shm_initiator_closed(c, sc);
+    else
+        ote_shm_target_closed(c, sc);
+    free(sc);
+    c->ext = NULL;
+}
+
+static void shm_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
+{
+    ote_cma_iface_query(tl_iface, caps);
+    caps->ops |= OTE_TL_CAP_MAPPED;
+    caps->bandwidth = 12e9; /* one memcpy */
+    caps->latency   = 1e-6;
+}
+
+static void shm_iface_close(ote_tl_iface_t *tl_iface)
+{
+    /*
+     * Its connections close first, which ends their grants and wakes
+     * deregistrations waiting for them (the condition needs no destroy on
+     * Linux, and a waiter may still be leaving it).
+     */
+    ote_tcp_iface_close(tl_iface);
+}
+
+static const ote_tl_iface_ops_t shm_iface_ops = {
+    .close          = shm_iface_close,
+    .query          = shm_iface_query,
+    .get_address    = ote_cma_iface_get_address,
+    .event_fd       = ote_tcp_iface_event_fd,
+    .progress       = ote_cma_iface_progress,
+    .event_arm      = ote_cma_iface_event_arm,
+    .check_timeouts = ote_tcp_iface_check_timeouts,
+    .has_deadlines  = ote_tcp_iface_has_deadlines,
+    .ep_create      = ote_tcp_ep_create,
+    .format_address = ote_tl_no_format_address,
+    .ep_open        = ote_tl_unsupported_ep_open,
+    .ep_accept      = ote_tl_unsupported_ep_accept,
+    .ep_release     = ote_tl_no_ep_release,
+};
+
+static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
+                                   const ote_tl_iface_params_t *params,
+                                   ote_tl_iface_t **iface_p)
+{
+    shm_iface_t *iface = calloc(1, sizeof(*iface));
+    pthread_condattr_t attr;
+    ote_tcp_iface_t *t;
+    ote_status_t status;
+
+    if (iface == NULL)
+        return OTE_ERR_NO_MEMORY;
+    t = &iface->cma.tcp;
+    /* Deadlines are on the monotonic clock (ote_time_ns). */
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&iface->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    iface->unmap_timeout_ns = (uint64_t)params->config->shm_unmap_timeout_ms * 1000000ull;
+    status = ote_cma_iface_setup(&iface->cma, res, params);
+    t->super.ops      = &shm_iface_ops;
+    t->super.ep_ops   = &ote_shm_ep_ops;
+    t->ref_handle     = ote_shm_target_handle;
+    t->fd_passing     = true;
+    t->initiator_hook = ote_shm_initiator_hook;
+    t->conn_closed    = shm_conn_closed;
+    if (status != OTE_OK) {
+        shm_iface_close(&t->super);
+        return status;
+    }
+    *iface_p = &t->super;
+    return OTE_OK;
+}
+
+static ote_status_t shm_query_resources(ote_tl_component_t *comp,
+                                        const ote_tl_iface_params_t *params,
+                                        ote_tl_resource_t **res_p, size_t *count_p)
+{
+    ote_tl_resource_t *r;
+
+    /* Ranges outside mapped memory go by reference: it needs what cma needs. */
+    if (!ote_cma_available()) {
+        *res_p   = NULL;
+        *count_p = 0;
+        return OTE_OK;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return OTE_ERR_NO_MEMORY;
+    snprintf(r->tl_name, sizeof(r->tl_name), "shm");
+    snprintf(r->dev_name, sizeof(r->dev_name), "memory");
+    r->is_network = false;
+    r->component  = comp;
+    *res_p        = r;
+    *count_p      = 1;
+    return OTE_OK;
+}
+
+static const ote_tl_component_ops_t shm_component_ops = {
+    .name            = "shm",
+    .query_resources = shm_query_resources,
+    .md_open         = ote_tl_unsupported_md_open,
+    .md_close        = ote_tl_no_md_close,
+    .iface_open      = shm_iface_open,
+    .unavailable     = ote_tl_no_reason,
+};
+
+ote_tl_component_t ote_shm_component = {.ops = &shm_component_ops};

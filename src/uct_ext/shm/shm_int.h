@@ -1,0 +1,63 @@
+/* Native shm component: what its files share. */
+#ifndef OTE_SHM_INT_H
+#define OTE_SHM_INT_H
+
+#include "shm.h"
+
+#include <stdatomic.h>
+
+typedef struct shm_grant shm_grant_t;
+
+/* A mapping of a target's region, initiator side. */
+typedef struct {
+    uint64_t base, length; /* in the target's address space */
+    uint8_t *map;
+    uint64_t grant;
+    bool     writable;
+} shm_map_t;
+
+/* Per connection (conn->ext): mappings on the initiator, grants on the target. */
+typedef struct {
+    shm_map_t   *maps;
+    size_t       num_maps, cap_maps;
+    uint64_t     refused_base[OTE_SHM_REFUSED], refused_len[OTE_SHM_REFUSED];
+    size_t       refused_next;
+    uint64_t     checked_ns; /* last look at the socket before a copy */
+    shm_grant_t *grants;
+} shm_conn_t;
+
+typedef struct {
+    ote_cma_iface_t cma;
+    pthread_cond_t  cond;      /* a grant ended; with the worker lock */
+    uint64_t        unmap_timeout_ns;
+    uint64_t        next_grant;
+} shm_iface_t;
+
+/* A mapping granted to one connection: an export of the region (mem.h). */
+struct shm_grant {
+    ote_mem_export_t x;
+    shm_iface_t     *iface;
+    ote_tcp_conn_t  *conn;      /* NULL once the connection closed */
+    ote_region_t    *region;    /* a life reference                */
+    uint64_t         id;
+    uint64_t         deadline_ns;
+    bool             done;      /* unmapped, or the connection is gone */
+    bool             taken;     /* deregistration revokes it          */
+    shm_grant_t     *next;      /* the connection's grants            */
+};
+
+extern atomic_uint_least64_t ote_shm_bytes_mapped, ote_shm_bytes_by_ref;
+
+/* conn->ext, made on first use; NULL on a closed connection or without memory. */
+shm_conn_t *ote_shm_conn(ote_tcp_conn_t *c);
+
+/* shm_grant.c, target side */
+void ote_shm_target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t trailer);
+void ote_shm_target_closed(ote_tcp_conn_t *c, shm_conn_t *sc);
+
+/* shm_map.c, initiator side */
+void ote_shm_initiator_hook(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer);
+void ote_shm_initiator_closed(ote_tcp_conn_t *c, shm_conn_t *sc);
+extern const ote_tl_ep_ops_t ote_shm_ep_ops;
+
+#endif

@@ -1,0 +1,301 @@
+/*
+ * The native shm component between two processes (OTE_TLS=shm): bytes
+ * written and read through mappings of the target's memfd-backed regions
+ * and verified; a read-only region refuses WRITE; ranges that cross a
+ * region's end are refused; memory that is not engine-owned (and
+ * write-only memory) goes by reference, as over cma; deregistration returns
+ * once the peer unmapped, and within OTE_SHM_UNMAP_TIMEOUT_MS of a peer that
+ * is stopped, whose later writes then fail.
+ */
+#include "mp_util.h"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+/* Library-internal (uct_ext/shm/shm.h), exported with the ote_ symbols. */
+void ote_shm_stats(uint64_t *mapped_p, uint64_t *by_ref_p);
+
+#define BIG        (16ul << 20)
+#define SMALL      (1ul << 20)
+#define UNMAP_MS   500
+
+enum { R_RW = 0, R_RO = 1, R_PRIVATE = 2, R_WO = 3 };
+
+typedef struct {
+    ote_test_target_t t;
+    ote_engine_h      e;
+    ote_segment_h     seg;
+    uint8_t          *local;
+    ote_mem_h         mem;
+} fx_t;
+
+static int setup(void **state)
+{
+    static const char *const args[] = {"--region", "16m:rw@*", "--region", "1m:r@*",
+                                       "--region", "1m:rw",    "--region", "1m:w@*", NULL};
+    fx_t *f = calloc(1, sizeof(*f));
+
+    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
+    f->e = ote_test_engine(NULL);
+    assert_non_null(f->e);
+    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
+    assert_int_equal(ote_mem_alloc(f->e, BIG, NULL, 0, (void **)&f->local, &f->mem), OTE_OK);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *f = *state;
+    char reply[64];
+
+    ote_test_target_cmd(f->e, f->seg, "quit", reply, sizeof(reply), 100);
+    ote_segment_close(f->seg);
+    ote_mem_free(f->e, f->mem);
+    ote_engine_destroy(f->e);
+    ote_test_target_stop(&f->t);
+    free(f);
+    return 0;
+}
+
+/* n requests of len bytes each, back to back from local and remote; the first task's status. */
+static ote_task_status_t run(fx_t *f, ote_op_t op, uint8_t *local, uint64_t remote, size_t len,
+                             size_t n)
+{
+    ote_xfer_req_t r[16];
+    ote_task_status_t st, first_st = {0};
+    ote_batch_h b;
+    size_t first;
+
+    assert_true(n <= 16);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (ote_xfer_req_t){.op = op, .local_addr = local + i * len, .segment = f->seg,
+                                .remote_addr = remote + i * len, .length = len};
+    assert_int_equal(ote_batch_create(f->e, n, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
+        if (i == 0)
+            first_st = st;
+        else
+            assert_int_equal(st.state, first_st.state);
+    }
+    ote_batch_release(b);
+    return first_st;
+}
+
+static void cmd_ok(fx_t *f, const char *fmt, ...)
+{
+    char cmd[160], reply[64];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, reply, sizeof(reply), 20000), 0);
+    if (strcmp(reply, "ok") != 0)
+        fprintf(stderr, "%s -> %s\n", cmd, reply);
+    assert_string_equal(reply, "ok");
+}
+
+static void test_write_read_mapped(void **state)
+{
+    fx_t *f = *state;
+    uint64_t m0, r0, m1, r1;
+    ote_task_status_t st;
+
+    ote_shm_stats(&m0, &r0);
+    ote_test_fill(f->local, 0, BIG, 7);
+    cmd_ok(f, "zero %d 0 %lu", R_RW, BIG);
+    st = run(f, OTE_OP_WRITE, f->local, f->t.addr[R_RW], BIG / 16, 16);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    cmd_ok(f, "check %d 0 %lu 7", R_RW, BIG);
+
+    cmd_ok(f, "fill %d 0 %lu 8", R_RW, BIG);
+    memset(f->local, 0, BIG);
+    st = run(f, OTE_OP_READ, f->local, f->t.addr[R_RW], BIG / 16, 16);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(f->local, 0, BIG, 8), -1);
+
+    /* Unaligned, small, at an offset: still through the mapping. */
+    ote_test_fill(f->local + 3, 12345, 777, 9);
+    st = run(f, OTE_OP_WRITE, f->local + 3, f->t.addr[R_RW] + 12345, 777, 1);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    cmd_ok(f, "check %d 12345 777 9", R_RW);
+
+    ote_shm_stats(&m1, &r1);
+    assert_int_equal(m1 - m0, 2 * BIG + 777);
+    assert_int_equal(r1 - r0, 0);
+}
+
+static void test_read_only_region(void **state)
+{
+    fx_t *f = *state;
+    uint64_t m0, r0, m1, r1;
+    ote_task_status_t st;
+
+    cmd_ok(f, "fill %d 0 %lu 21", R_RO, SMALL);
+    ote_shm_stats(&m0, &r0);
+    memset(f->local, 0, SMALL);
+    st = run(f, OTE_OP_READ, f->local, f->t.addr[R_RO], SMALL / 4, 4);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(f->local, 0, SMALL, 21), -1);
+    ote_shm_stats(&m1, &r1);
+    assert_int_equal(m1 - m0, SMALL);
+
+    ote_test_fill(f->local, 0, 4096, 22);
+    st = run(f, OTE_OP_WRITE, f->local, f->t.addr[R_RO], 4096, 1);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_ACCESS);
+    assert_int_equal(st.transferred, 0);
+    cmd_ok(f, "check %d 0 %lu 21", R_RO, SMALL);
+}
+
+static void test_out_of_bounds(void **state)
+{
+    fx_t *f = *state;
+    ote_task_status_t st;
+
+    cmd_ok(f, "fill %d 0 %lu 31", R_RW, BIG);
+    /* Crosses the end of the region. */
+    st = run(f, OTE_OP_WRITE, f->local, f->t.addr[R_RW] + BIG - 4096, 8192, 1);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    st = run(f, OTE_OP_READ, f->local, f->t.addr[R_RW] + BIG - 4096, 8192, 1);
+    assert_int_equal(st.state, OTE_TASK_FAILED);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    cmd_ok(f, "check %d 0 %lu 31", R_RW, BIG);
+}
+
+static void test_private_memory_by_reference(void **state)
+{
+    fx_t *f = *state;
+    uint64_t m0, r0, m1, r1;
+    ote_task_status_t st;
+
+    ote_shm_stats(&m0, &r0);
+    ote_test_fill(f->local, 0, SMALL, 41);
+    st = run(f, OTE_OP_WRITE, f->local, f->t.addr[R_PRIVATE], SMALL / 4, 4);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    cmd_ok(f, "check %d 0 %lu 41", R_PRIVATE, SMALL);
+    cmd_ok(f, "fill %d 0 %lu 42", R_PRIVATE, SMALL);
+    st = run(f, OTE_OP_READ, f->local, f->t.addr[R_PRIVATE], SMALL / 4, 4);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(f->local, 0, SMALL, 42), -1);
+    /* Engine-owned but write-only: a mapping would let us read it. */
+    ote_test_fill(f->local, 0, SMALL, 43);
+    st = run(f, OTE_OP_WRITE, f->local, f->t.addr[R_WO], SMALL, 1);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    cmd_ok(f, "check %d 0 %lu 43", R_WO, SMALL);
+    ote_shm_stats(&m1, &r1);
+    assert_int_equal(m1 - m0, 0);
+    assert_int_equal(r1 - r0, 3 * SMALL);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The target writes len bytes (seed) into our address; its reply. */
+static void push(fx_t *f, void *addr, size_t len, unsigned seed, char *reply, size_t rlen)
+{
+    char cmd[128];
+
+    snprintf(cmd, sizeof(cmd), "push %d %llx %zu %u", R_RW,
+             (unsigned long long)(uintptr_t)addr, len, seed);
+    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, reply, rlen, 30000), 0);
+}
+
+static void test_dereg_live_peer(void **state)
+{
+    fx_t *f = *state;
+    char reply[64];
+    uint8_t *p;
+    ote_mem_h m;
+    double t0, dt;
+
+    assert_int_equal(ote_mem_alloc(f->e, SMALL, NULL,
+                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                                   (void **)&p, &m),
+                     OTE_OK);
+    push(f, p, SMALL, 51, reply, sizeof(reply));
+    assert_string_equal(reply, "ok");
+    assert_int_equal(ote_test_check(p, 0, SMALL, 51), -1);
+    t0 = now_ms();
+    assert_int_equal(ote_mem_free(f->e, m), OTE_OK);
+    dt = now_ms() - t0;
+    /* The peer answered UNMAP: no wait for the timeout. */
+    assert_true(dt < UNMAP_MS);
+    push(f, p, SMALL, 52, reply, sizeof(reply));
+    assert_int_equal(strncmp(reply, "error", 5), 0);
+}
+
+static void test_dereg_stopped_peer(void **state)
+{
+    fx_t *f = *state;
+    char reply[64];
+    uint8_t *p, *q;
+    ote_mem_h m, mq;
+    double t0, dt;
+
+    assert_int_equal(ote_mem_alloc(f->e, SMALL, NULL,
+                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                                   (void **)&p, &m),
+                     OTE_OK);
+    push(f, p, SMALL, 61, reply, sizeof(reply));
+    assert_string_equal(reply, "ok");
+    assert_int_equal(ote_test_check(p, 0, SMALL, 61), -1);
+
+    assert_int_equal(kill(f->t.pid, SIGSTOP), 0);
+    t0 = now_ms();
+    assert_int_equal(ote_mem_free(f->e, m), OTE_OK);
+    dt = now_ms() - t0;
+    assert_int_equal(kill(f->t.pid, SIGCONT), 0);
+    /* It waited for the mapping it knew of, and no longer than the bound. */
+    assert_true(dt >= UNMAP_MS * 0.9);
+    assert_true(dt < UNMAP_MS + 4000);
+
+    /* Resumed, the peer finds its connection closed: its write to that memory fails. */
+    push(f, p, SMALL, 62, reply, sizeof(reply));
+    assert_int_equal(strncmp(reply, "error", 5), 0);
+
+    /* And it still reaches memory that is registered. */
+    assert_int_equal(ote_mem_alloc(f->e, SMALL, NULL,
+                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                                   (void **)&q, &mq),
+                     OTE_OK);
+    push(f, q, SMALL, 63, reply, sizeof(reply));
+    assert_string_equal(reply, "ok");
+    assert_int_equal(ote_test_check(q, 0, SMALL, 63), -1);
+    assert_int_equal(ote_mem_free(f->e, mq), OTE_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_write_read_mapped),
+        cmocka_unit_test(test_read_only_region),
+        cmocka_unit_test(test_out_of_bounds),
+        cmocka_unit_test(test_private_memory_by_reference),
+        cmocka_unit_test(test_dereg_live_peer),
+        cmocka_unit_test(test_dereg_stopped_peer),
+    };
+    char ms[16];
+
+    snprintf(ms, sizeof(ms), "%d", UNMAP_MS);
+    setenv("OTE_TLS", "shm", 1);
+    setenv("OTE_SHM_UNMAP_TIMEOUT_MS", ms, 1);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
