@@ -282,6 +282,11 @@ int cudaMalloc(void **ptr, size_t size)
     snprintf(a->name, sizeof(a->name), "/ote_cudadbl_%d_%u", (int)getpid(),
              atomic_fetch_add(&g_seq, 1));
     fd = shm_open(a->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        /* Left by a killed process that had our pid: ours are numbered apart. */
+        shm_unlink(a->name);
+        fd = shm_open(a->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    }
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
         if (fd >= 0) {
             close(fd);
