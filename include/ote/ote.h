@@ -121,6 +121,22 @@ const char *ote_engine_name(ote_engine_h engine);
  */
 int ote_engine_event_fd(ote_engine_h engine);
 
+/*
+ * Progress the engine from the calling thread, once, without blocking (as
+ * UCX's ucp_worker_progress): post queued transfers, send and receive what
+ * the sockets allow, complete the tasks whose answers arrived, serve
+ * peers' requests. A worker that another thread progresses at this moment
+ * is skipped (that thread does it). OTE_OK when at least one worker was
+ * progressed, OTE_ERR_BUSY when every one was busy elsewhere.
+ *
+ * Callers that poll (ote_batch_task_status() in a loop) call it between
+ * polls to get their answers without a thread hand-off. With
+ * OTE_PROGRESS_THREAD=n no worker thread runs, and only this call and
+ * ote_batch_wait() move transfers: an engine that serves peers must then
+ * call one of them regularly. docs/threading.md compares the modes.
+ */
+ote_status_t ote_engine_progress(ote_engine_h engine);
+
 /* ------------------------------------------------------------------ */
 /* Memory                                                             */
 /* ------------------------------------------------------------------ */
@@ -361,7 +377,11 @@ ote_status_t ote_batch_status(ote_batch_h batch, ote_task_status_t *status_p);
  * Block until every task submitted so far ended, and every notification of
  * ote_batch_submit_notify() was delivered or failed, or timeout_ms passed
  * (negative: no limit). OTE_OK when all ended (look at statuses),
- * OTE_ERR_TIMEOUT otherwise.
+ * OTE_ERR_TIMEOUT otherwise. The calling thread progresses the engine
+ * itself while answers come fast (it polls for up to twice the recent
+ * waits, at most OTE_POLL_SPIN_MAX_US), then sleeps until the worker
+ * threads complete the batch; with OTE_PROGRESS_THREAD=n it sleeps on the
+ * engine's sockets and progresses on every wake-up.
  */
 ote_status_t ote_batch_wait(ote_batch_h batch, int timeout_ms);
 

@@ -70,6 +70,14 @@ const ote_cfg_entry_t ote_config_table[] = {
      "resets a connection whose answers its peer has not read for this long."},
     {"POLL_GRACE_US", "20", OTE_CFG_INT, F(poll_grace_us),
      "Workers busy-poll this long after the last event before they sleep."},
+    {"POLL_SPIN_MAX_US", "200", OTE_CFG_INT, F(poll_spin_max_us),
+     "While events come faster than this, a worker polls for up to twice their interval "
+     "after the last one, and ote_batch_wait() polls for up to twice the recent waits, "
+     "capped at this; past it they sleep. 0 = workers use OTE_POLL_GRACE_US only."},
+    {"PROGRESS_THREAD", "y", OTE_CFG_BOOL, F(progress_thread),
+     "Worker threads progress transfers in the background; n = none is started and only "
+     "threads in ote_batch_wait() or ote_engine_progress() progress (an engine that serves "
+     "peers must then call them)."},
     {"WORKER_CPUS", "", OTE_CFG_STRING, F(worker_cpus),
      "CPU list for worker threads (e.g. 2,3 or 4-7); empty = near their NIC where hwloc places it, else unbound."},
     {"MAX_INFLIGHT_BYTES", "4g", OTE_CFG_SIZE, F(max_inflight_bytes),

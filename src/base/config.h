@@ -41,6 +41,8 @@ typedef struct ote_config {
     long   connect_timeout_ms;
     long   xfer_timeout_ms;
     long   poll_grace_us;
+    long   poll_spin_max_us;
+    bool   progress_thread;
     char  *worker_cpus;
     size_t max_inflight_bytes;
     long   max_inflight_tasks;

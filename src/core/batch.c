@@ -1,8 +1,9 @@
 /*
  * Batches and tasks. A task is cut into slices that workers post; the last
  * slice to end decides the task's final state. Counters are atomic so that
- * status queries never take a lock; waiters sleep on the batch's condition
- * variable, signalled once the batch drains.
+ * status queries never take a lock; waiters progress the engine while
+ * answers come fast, then sleep on the batch's condition variable,
+ * signalled once the batch drains.
  */
 #include "engine.h"
 #include "base/log.h"
@@ -774,8 +775,15 @@ ote_status_t ote_batch_status(ote_batch_h b, ote_task_status_t *st)
     return OTE_OK;
 }
 
+/*
+ * The waiting thread progresses the engine itself while answers come fast
+ * (ote_engine_poll_wait), which saves a wake-up of a worker thread and one
+ * of this thread per answer; once they do not, it sleeps on the batch's
+ * condition variable and the worker threads progress.
+ */
 ote_status_t ote_batch_wait(ote_batch_h b, int timeout_ms)
 {
+    uint64_t start, deadline = 0;
     struct timespec ts;
     int rc = 0;
 
@@ -783,26 +791,37 @@ ote_status_t ote_batch_wait(ote_batch_h b, int timeout_ms)
         return OTE_ERR_INVALID_PARAM;
     if (atomic_load(&b->pending) == 0)
         return OTE_OK;
-    if (timeout_ms >= 0) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
+    start = ote_time_ns();
+    if (timeout_ms >= 0)
+        deadline = start + (uint64_t)timeout_ms * 1000000ull;
+    if (!ote_engine_poll_wait(b->engine, &b->pending, deadline) &&
+        (deadline == 0 || ote_time_ns() < deadline)) {
+        if (timeout_ms >= 0) {
+            uint64_t left = deadline - ote_time_ns();
+
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += (time_t)(left / 1000000000ull);
+            ts.tv_nsec += (long)(left % 1000000000ull);
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
         }
+        pthread_mutex_lock(&b->lock);
+        while (atomic_load(&b->pending) != 0 && rc != ETIMEDOUT) {
+            b->waiters++;
+            if (timeout_ms >= 0)
+                rc = pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+            else
+                pthread_cond_wait(&b->cond, &b->lock);
+            b->waiters--;
+        }
+        pthread_mutex_unlock(&b->lock);
     }
-    pthread_mutex_lock(&b->lock);
-    while (atomic_load(&b->pending) != 0 && rc != ETIMEDOUT) {
-        b->waiters++;
-        if (timeout_ms >= 0)
-            rc = pthread_cond_timedwait(&b->cond, &b->lock, &ts);
-        else
-            pthread_cond_wait(&b->cond, &b->lock);
-        b->waiters--;
-    }
-    pthread_mutex_unlock(&b->lock);
-    return atomic_load(&b->pending) == 0 ? OTE_OK : OTE_ERR_TIMEOUT;
+    if (atomic_load(&b->pending) != 0)
+        return OTE_ERR_TIMEOUT;
+    ote_engine_wait_note(b->engine, ote_time_ns() - start);
+    return OTE_OK;
 }
 
 ote_status_t ote_batch_cancel(ote_batch_h b, size_t task)

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -277,6 +278,8 @@ static void engine_free(ote_engine_h e)
     }
     if (e->event_fd >= 0)
         close(e->event_fd);
+    if (e->poll_epfd >= 0)
+        close(e->poll_epfd);
     ote_rdma_free(e->rdma);
     free(e->notifs);
     ote_notif_senders_destroy(e->senders);
@@ -308,7 +311,8 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     e = calloc(1, sizeof(*e));
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
-    e->event_fd = -1;
+    e->event_fd  = -1;
+    e->poll_epfd = -1;
     pthread_mutex_init(&e->notif_lock, NULL);
     pthread_mutex_init(&e->lane_lock, NULL);
     pthread_mutex_init(&e->batch_lock, NULL);
@@ -427,8 +431,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     status = engine_open_transports(e);
     if (status != OTE_OK)
         goto err;
-    e->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (e->event_fd < 0) {
+    e->event_fd  = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    e->poll_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (e->event_fd < 0 || e->poll_epfd < 0) {
         status = OTE_ERR_IO;
         goto err;
     }

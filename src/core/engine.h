@@ -50,6 +50,16 @@ struct ote_worker {
     atomic_bool      idle_sleep;  /* asleep with no timer: nothing was in flight */
     _Atomic uint64_t active_ns;   /* last time progress handled events */
     atomic_bool      stop;
+    /*
+     * Threads in ote_batch_wait() that progress this worker themselves. While
+     * there are some, the worker thread leaves the events that wake it to
+     * them (it counts each time in missed), so that an answer wakes one
+     * thread, not two.
+     */
+    atomic_int       callers;
+    _Atomic uint64_t missed;
+    uint64_t         next_timeout;  /* next check of OTE_XFER_TIMEOUT_MS (under lock) */
+    uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
 };
 
 /*
@@ -148,6 +158,8 @@ struct ote_engine {
     ote_notifier_t  *notifier;
     int              event_fd;
     atomic_bool      event_fd_used;
+    int              poll_epfd;     /* every worker's epoll fd: waits without worker threads */
+    _Atomic uint64_t wait_ns;       /* recent time ote_batch_wait() took (its polling budget) */
     /* admission (batch.c): reserved at submit, given back as tasks end */
     atomic_size_t    inflight_bytes;
     atomic_long      inflight_tasks;
@@ -182,6 +194,17 @@ void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *ta
 void         ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
 /* Progress w from the calling thread if its worker is idle; false if busy. */
 bool         ote_worker_try_progress(ote_worker_t *w);
+/*
+ * Progress the engine's workers from the calling thread until *pending is
+ * 0 (true) or deadline_ns (CLOCK_MONOTONIC ns, 0: none) passes or, with
+ * worker threads, the polling budget runs out (false: sleep, the worker
+ * threads progress). Without worker threads it sleeps on the workers'
+ * event fds between rounds instead of giving up.
+ */
+bool         ote_engine_poll_wait(ote_engine_h engine, atomic_long *pending,
+                                  uint64_t deadline_ns);
+/* A wait took ns: the budget of the next ones follows it. */
+void         ote_engine_wait_note(ote_engine_h engine, uint64_t ns);
 void         ote_engine_signal_event(ote_engine_h engine);
 
 /*

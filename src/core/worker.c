@@ -11,6 +11,17 @@
  * handshake never ends), and while an iface has answers its peer does not
  * read (has_deadlines). Past that, with nothing in flight, the sleep has
  * no timer at all, so an idle engine's workers use no CPU.
+ *
+ * Threads that wait (ote_batch_wait) progress the workers themselves, as
+ * UCX's callers do with ucp_worker_progress: they take a worker's lock when
+ * it is free and run its rounds, polling while answers come fast. A worker
+ * thread woken by events while such a caller is registered leaves them to
+ * it (its iface fds are edge-triggered, so it sleeps on until something
+ * new arrives); the caller, when it leaves, progresses what the worker
+ * left behind or wakes it. The post-event polling of worker threads
+ * adapts too: after an event it polls for twice the recent interval
+ * between events when that is below OTE_POLL_SPIN_MAX_US, else for
+ * OTE_POLL_GRACE_US.
  */
 #include "engine.h"
 #include "base/log.h"
@@ -31,6 +42,7 @@
 
 #define TIMEOUT_CHECK_NS (100ull * 1000 * 1000)
 #define YIELD_NS         (1000ull * 1000)
+
 
 static char wake_tag;
 
@@ -53,12 +65,47 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
     }
     pthread_mutex_init(&w->lock, NULL);
     pthread_mutex_init(&w->qlock, NULL);
+    w->next_timeout = ote_time_ns() + TIMEOUT_CHECK_NS;
     return OTE_OK;
 }
 
 static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all);
 static unsigned worker_progress(ote_worker_t *w);
 static bool     worker_arm(ote_worker_t *w, int *cap_ms_p);
+static void     worker_check_timeouts(ote_worker_t *w);
+
+/* One round (lock held): post what is queued, progress the ifaces, check timeouts when due. */
+static unsigned worker_round(ote_worker_t *w)
+{
+    unsigned n = worker_drain_queue(w, false);
+    uint64_t now;
+
+    n += worker_progress(w);
+    now = ote_time_ns();
+    if (now >= w->next_timeout) {
+        worker_check_timeouts(w);
+        w->next_timeout = now + TIMEOUT_CHECK_NS;
+    }
+    return n;
+}
+
+/*
+ * Between polling rounds that found nothing: the CPU goes to whatever else
+ * is runnable here (on a loaded host, often the peer's thread that will
+ * answer), and comes back when that is done; with nothing else runnable
+ * this returns at once.
+ */
+static void worker_pause(void)
+{
+    sched_yield();
+}
+
+static void worker_wake(ote_worker_t *w)
+{
+    uint64_t one = 1;
+
+    (void)!write(w->wake_fd, &one, sizeof(one));
+}
 
 /*
  * After progress from another thread (lock held): work that no event fd
@@ -103,7 +150,8 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
             (void)!write(w->wake_fd, &one, sizeof(one));
         return;
     }
-    if (atomic_load(&w->sleeping))
+    /* Without worker threads a caller may sleep on the workers' fds. */
+    if (atomic_load(&w->sleeping) || !w->engine->config.progress_thread)
         (void)!write(w->wake_fd, &one, sizeof(one));
 }
 
@@ -127,11 +175,143 @@ bool ote_worker_try_progress(ote_worker_t *w)
 {
     if (pthread_mutex_trylock(&w->lock) != 0)
         return false;
-    worker_drain_queue(w, false);
-    worker_progress(w);
+    worker_round(w);
     worker_hand_back(w);
     pthread_mutex_unlock(&w->lock);
     return true;
+}
+
+ote_status_t ote_engine_progress(ote_engine_h engine)
+{
+    bool any = false;
+
+    if (engine == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    for (size_t i = 0; i < engine->num_workers; i++)
+        any |= ote_worker_try_progress(&engine->workers[i]);
+    return any ? OTE_OK : OTE_ERR_BUSY;
+}
+
+/* How long a waiter polls before it sleeps: twice the recent waits, when they are short. */
+static uint64_t wait_budget_ns(ote_engine_h e)
+{
+    uint64_t grace = (uint64_t)e->config.poll_grace_us * 1000ull;
+    uint64_t max   = (uint64_t)e->config.poll_spin_max_us * 1000ull;
+    uint64_t recent = atomic_load_explicit(&e->wait_ns, memory_order_relaxed);
+    uint64_t b      = 2 * recent;
+
+    if (recent > max)
+        return grace;
+    if (b > max)
+        b = max;
+    return b > grace ? b : grace;
+}
+
+void ote_engine_wait_note(ote_engine_h e, uint64_t ns)
+{
+    uint64_t cap    = 4 * (uint64_t)e->config.poll_spin_max_us * 1000ull;
+    uint64_t recent = atomic_load_explicit(&e->wait_ns, memory_order_relaxed);
+
+    if (ns > cap)
+        ns = cap;
+    atomic_store_explicit(&e->wait_ns, (3 * recent + ns) / 4, memory_order_relaxed);
+}
+
+/*
+ * A caller stops progressing w. Events the worker thread left to callers
+ * since the caller's last round began (missed moved past gen) are
+ * progressed here, or handed to the worker thread when another thread
+ * holds the lock or something is left.
+ */
+static void worker_leave(ote_worker_t *w, uint64_t gen, bool progressed)
+{
+    atomic_fetch_sub(&w->callers, 1);
+    if (atomic_load(&w->missed) == gen) {
+        if (progressed && pthread_mutex_trylock(&w->lock) == 0) {
+            worker_hand_back(w);
+            pthread_mutex_unlock(&w->lock);
+        }
+        return;
+    }
+    if (pthread_mutex_trylock(&w->lock) != 0) {
+        worker_wake(w);
+        return;
+    }
+    if (worker_round(w) != 0)
+        worker_wake(w);
+    else
+        worker_hand_back(w);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Without worker threads: sleep until a worker's fd fires, at most until deadline_ns. */
+static void engine_poll_sleep(ote_engine_h e, uint64_t now, uint64_t deadline_ns)
+{
+    struct epoll_event ev[8];
+    uint64_t wait_ns = TIMEOUT_CHECK_NS;
+
+    if (deadline_ns != 0 && deadline_ns - now < wait_ns)
+        wait_ns = deadline_ns - now;
+    (void)epoll_wait(e->poll_epfd, ev, 8, (int)((wait_ns + 999999) / 1000000));
+    for (size_t i = 0; i < e->num_workers; i++) {
+        uint64_t v;
+
+        (void)!read(e->workers[i].wake_fd, &v, sizeof(v));
+    }
+}
+
+bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadline_ns)
+{
+    size_t nw = e->num_workers;
+    uint64_t gen[OTE_MAX_WORKERS];
+    bool progressed[OTE_MAX_WORKERS];
+    uint64_t budget = wait_budget_ns(e);
+    uint64_t last   = ote_time_ns();
+    bool done       = false;
+
+    for (size_t i = 0; i < nw; i++) {
+        atomic_fetch_add(&e->workers[i].callers, 1);
+        gen[i]        = atomic_load(&e->workers[i].missed);
+        progressed[i] = false;
+    }
+    for (;;) {
+        unsigned n = 0;
+        uint64_t now;
+
+        for (size_t i = 0; i < nw; i++) {
+            ote_worker_t *w = &e->workers[i];
+
+            if (pthread_mutex_trylock(&w->lock) != 0)
+                continue;
+            gen[i] = atomic_load(&w->missed);
+            n += worker_round(w);
+            progressed[i] = true;
+            pthread_mutex_unlock(&w->lock);
+        }
+        if (atomic_load(pending) == 0) {
+            done = true;
+            break;
+        }
+        now = ote_time_ns();
+        if (deadline_ns != 0 && now >= deadline_ns)
+            break;
+        if (n != 0) {
+            last = now;
+            continue;
+        }
+        if (now - last < budget) {
+            worker_pause();
+            continue;
+        }
+        /* Answers do not come fast: sleep, while the worker threads progress. */
+        if (e->config.progress_thread)
+            break;
+        engine_poll_sleep(e, now, deadline_ns);
+        last = ote_time_ns();
+    }
+    for (size_t i = 0; i < nw; i++)
+        worker_leave(&e->workers[i], gen[i], progressed[i]);
+    return done;
 }
 
 void ote_engine_signal_event(ote_engine_h engine)
@@ -226,29 +406,81 @@ static void worker_check_timeouts(ote_worker_t *w)
         w->ifaces[i]->ops->check_timeouts(w->ifaces[i], now - limit);
 }
 
+/*
+ * Sleep on the worker's fds (lock not held) for at most timeout_ms (-1:
+ * no limit). Events that wake it while a caller progresses this worker
+ * are left to that caller: the fds are edge-triggered, so the next
+ * epoll_wait sleeps until something new arrives.
+ */
+static void worker_sleep(ote_worker_t *w, int timeout_ms)
+{
+    uint64_t end = timeout_ms < 0 ? 0 : ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+
+    for (;;) {
+        struct epoll_event ev[8];
+        bool woken = false;
+        uint64_t now;
+        int n = epoll_wait(w->epfd, ev, 8, timeout_ms);
+
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr == &wake_tag) {
+                uint64_t v;
+
+                (void)!read(w->wake_fd, &v, sizeof(v));
+                woken = true;
+            }
+        }
+        if (n <= 0 || woken || atomic_load(&w->stop) || atomic_load(&w->callers) == 0)
+            return;
+        /* Seen by a leaving caller (worker_leave), or we see it gone. */
+        atomic_fetch_add(&w->missed, 1);
+        if (atomic_load(&w->callers) == 0)
+            return;
+        if (end != 0) {
+            now = ote_time_ns();
+            if (now >= end)
+                return;
+            timeout_ms = (int)((end - now) / 1000000ull) + 1;
+        }
+    }
+}
+
+/*
+ * How long to poll after the last event: twice the recent interval between
+ * a quiet moment and the next event when that is short, else the grace.
+ */
+static uint64_t worker_spin_ns(const ote_worker_t *w, uint64_t grace_ns, uint64_t max_ns)
+{
+    uint64_t b = 2 * w->event_gap_ns;
+
+    if (w->event_gap_ns > max_ns)
+        return grace_ns;
+    if (b > max_ns)
+        b = max_ns;
+    return b > grace_ns ? b : grace_ns;
+}
+
 static void *worker_main(void *arg)
 {
     ote_worker_t *w       = arg;
     uint64_t grace_ns     = (uint64_t)w->engine->config.poll_grace_us * 1000ull;
+    uint64_t max_ns       = (uint64_t)w->engine->config.poll_spin_max_us * 1000ull;
     uint64_t last_event   = ote_time_ns();
-    uint64_t next_timeout = last_event + TIMEOUT_CHECK_NS;
     uint64_t next_yield   = last_event + YIELD_NS;
+    uint64_t quiet_since  = 0; /* first round without events after some, 0 while busy */
+    bool woke             = false;
     /* After this long without events, nothing of a transport's own can be due. */
     uint64_t idle_ns = (uint64_t)w->engine->config.handshake_timeout_ms * 1000000ull +
                        2 * TIMEOUT_CHECK_NS;
 
     pthread_mutex_lock(&w->lock);
+    w->event_gap_ns = max_ns + 1;
     while (!atomic_load(&w->stop)) {
-        unsigned events = worker_drain_queue(w, false);
+        unsigned events = worker_round(w);
         int cap_ms      = -1;
         uint64_t now;
 
-        events += worker_progress(w);
         now = ote_time_ns();
-        if (now >= next_timeout) {
-            worker_check_timeouts(w);
-            next_timeout = now + TIMEOUT_CHECK_NS;
-        }
         if (now >= next_yield) {
             /* Threads setting up eps wait for the lock: let them in now and then. */
             pthread_mutex_unlock(&w->lock);
@@ -257,12 +489,26 @@ static void *worker_main(void *arg)
             next_yield = now + YIELD_NS;
         }
         if (events) {
+            if (quiet_since != 0) {
+                uint64_t gap = now - quiet_since;
+
+                if (gap > 2 * max_ns)
+                    gap = 2 * max_ns;
+                w->event_gap_ns = (3 * w->event_gap_ns + gap) / 4;
+                quiet_since     = 0;
+            }
             last_event = now;
+            woke       = false;
             atomic_store_explicit(&w->active_ns, now, memory_order_relaxed);
             continue;
         }
-        if (now - last_event < grace_ns)
+        if (quiet_since == 0)
+            quiet_since = now;
+        /* A wake-up that found nothing (a caller took the events): sleep again at once. */
+        if (!woke && now - last_event < worker_spin_ns(w, grace_ns, max_ns)) {
+            worker_pause();
             continue;
+        }
 
         /* Sleep until an iface has work, a submitter wakes us, or a timer is due. */
         atomic_store(&w->sleeping, true);
@@ -275,10 +521,10 @@ static void *worker_main(void *arg)
             continue;
         }
         if (!events && !atomic_load(&w->stop)) {
-            struct epoll_event ev[8];
-            int timeout = (int)((next_timeout - now) / 1000000ull) + 1;
-            int n;
+            int timeout = (int)((w->next_timeout - now) / 1000000ull) + 1;
 
+            if (w->next_timeout <= now)
+                timeout = 0;
             if (cap_ms >= 0 && timeout > cap_ms)
                 timeout = cap_ms;
             /*
@@ -297,23 +543,13 @@ static void *worker_main(void *arg)
             }
 
             pthread_mutex_unlock(&w->lock);
-            n = epoll_wait(w->epfd, ev, 8, timeout);
+            worker_sleep(w, timeout);
             pthread_mutex_lock(&w->lock);
             atomic_store(&w->idle_sleep, false);
-            for (int i = 0; i < n; i++) {
-                if (ev[i].data.ptr == &wake_tag) {
-                    uint64_t v;
-
-                    (void)!read(w->wake_fd, &v, sizeof(v));
-                }
-            }
+            woke = true;
         }
         atomic_store(&w->sleeping, false);
         last_event = ote_time_ns();
-        if (last_event >= next_timeout) {
-            worker_check_timeouts(w);
-            next_timeout = last_event + TIMEOUT_CHECK_NS;
-        }
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -443,10 +679,18 @@ ote_status_t ote_worker_start(ote_worker_t *w)
 {
     for (size_t i = 0; i < w->num_ifaces; i++) {
         int fd = w->ifaces[i]->ops->event_fd(w->ifaces[i]);
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w->ifaces[i]};
+        /* Edge-triggered: a thread that leaves events to a caller sleeps on (worker_sleep). */
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = w->ifaces[i]};
 
         if (fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
             return OTE_ERR_IO;
+    }
+    if (!w->engine->config.progress_thread) {
+        /* Callers progress; waiting ones sleep on every worker's fds at once. */
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
+
+        return epoll_ctl(w->engine->poll_epfd, EPOLL_CTL_ADD, w->epfd, &ev) == 0 ? OTE_OK
+                                                                                  : OTE_ERR_IO;
     }
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
         return OTE_ERR_NO_MEMORY;
@@ -466,12 +710,12 @@ void ote_worker_stop(ote_worker_t *w)
 {
     uint64_t one = 1;
 
-    if (!w->started)
-        return;
-    atomic_store(&w->stop, true);
-    (void)!write(w->wake_fd, &one, sizeof(one));
-    pthread_join(w->thread, NULL);
-    w->started = false;
+    if (w->started) {
+        atomic_store(&w->stop, true);
+        (void)!write(w->wake_fd, &one, sizeof(one));
+        pthread_join(w->thread, NULL);
+        w->started = false;
+    }
     /* Slices still queued end CANCELED. */
     worker_drain_queue(w, true);
 }

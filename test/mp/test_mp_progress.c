@@ -1,0 +1,331 @@
+/*
+ * Progress from the calling thread against a target process: many threads
+ * waiting on their own batches of one engine while its worker threads also
+ * progress (every task ends once, every byte verified); ote_engine_progress()
+ * alone moving transfers, with the worker threads asleep and with none at
+ * all (OTE_PROGRESS_THREAD=n); an idle engine using no CPU afterwards.
+ * Runs over the transport OTE_TLS names (tcp_mp_progress.sh,
+ * cma_mp_progress.sh), or whatever the engine selects.
+ */
+#include "mp_util.h"
+#include "core/engine.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define THREADS   6
+#define ROUNDS    200
+#define PER_ROUND 4      /* tasks per batch: WRITEs, then as many READs */
+#define BLOCK     4096
+#define REGION    (THREADS * PER_ROUND * BLOCK)
+
+typedef struct {
+    ote_test_target_t t;
+    ote_engine_h      e;
+    ote_segment_h     seg;
+    ote_mem_h         mem;
+    uint8_t          *local; /* per thread: PER_ROUND blocks out, PER_ROUND blocks back */
+} fx_t;
+
+/* The target serves with its worker threads; progress_thread: this engine's setting. */
+static void fx_start(fx_t *f, const char *progress_thread)
+{
+    static const char *const args[] = {"--region", "1m:rw", NULL};
+
+    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
+    setenv("OTE_PROGRESS_THREAD", progress_thread, 1);
+    f->e = ote_test_engine(NULL);
+    unsetenv("OTE_PROGRESS_THREAD");
+    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
+    assert_int_equal(ote_mem_alloc(f->e, 2 * REGION, NULL, 0, (void **)&f->local, &f->mem),
+                     OTE_OK);
+}
+
+static void fx_stop(fx_t *f)
+{
+    /* Nothing in flight, nothing counted twice: admission is back to zero. */
+    assert_int_equal(atomic_load(&f->e->inflight_tasks), 0);
+    assert_int_equal(atomic_load(&f->e->inflight_bytes), 0);
+    assert_int_equal(ote_segment_close(f->seg), OTE_OK);
+    assert_int_equal(ote_mem_free(f->e, f->mem), OTE_OK);
+    ote_engine_destroy(f->e);
+    ote_test_target_stop(&f->t);
+}
+
+/* Thread id's blocks: local out, local back, remote. */
+static uint8_t *out_block(fx_t *f, int id, int k)
+{
+    return f->local + ((size_t)id * PER_ROUND + (size_t)k) * BLOCK;
+}
+
+static uint8_t *back_block(fx_t *f, int id, int k)
+{
+    return f->local + REGION + ((size_t)id * PER_ROUND + (size_t)k) * BLOCK;
+}
+
+static uint64_t remote_block(fx_t *f, int id, int k)
+{
+    return f->t.addr[0] + ((uint64_t)id * PER_ROUND + (uint64_t)k) * BLOCK;
+}
+
+/* Every task of b COMPLETED with all its bytes. */
+static int batch_all_completed(ote_batch_h b, size_t n, size_t len)
+{
+    for (size_t i = 0; i < n; i++) {
+        ote_task_status_t st;
+
+        if (ote_batch_task_status(b, i, &st) != OTE_OK || st.state != OTE_TASK_COMPLETED ||
+            st.transferred != len)
+            return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    fx_t    *f;
+    int      id;
+    int      errors;
+    long     completed;
+} waiter_t;
+
+/*
+ * Round after round: WRITE PER_ROUND blocks of a fresh pattern, wait, READ
+ * them back into other memory, wait, compare every byte.
+ */
+static void *waiter_main(void *arg)
+{
+    waiter_t *w = arg;
+    fx_t *f     = w->f;
+
+    for (int r = 0; r < ROUNDS && w->errors == 0; r++) {
+        uint64_t seed = ((uint64_t)w->id << 32) | (uint64_t)r;
+        ote_xfer_req_t req[PER_ROUND];
+        ote_batch_h b;
+        size_t first;
+
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < PER_ROUND; i++) {
+                if (k == 0) {
+                    ote_test_fill(out_block(f, w->id, i), 0, BLOCK, seed + (uint64_t)i);
+                    memset(back_block(f, w->id, i), 0, BLOCK);
+                }
+                req[i] = (ote_xfer_req_t){
+                    .op = k == 0 ? OTE_OP_WRITE : OTE_OP_READ,
+                    .local_addr = k == 0 ? out_block(f, w->id, i) : back_block(f, w->id, i),
+                    .segment = f->seg, .remote_addr = remote_block(f, w->id, i),
+                    .length = BLOCK};
+            }
+            if (ote_batch_create(f->e, PER_ROUND, &b) != OTE_OK ||
+                ote_batch_submit(b, req, PER_ROUND, &first) != OTE_OK) {
+                w->errors++;
+                return NULL;
+            }
+            if (ote_batch_wait(b, 20000) != OTE_OK ||
+                batch_all_completed(b, PER_ROUND, BLOCK) != 0 || atomic_load(&b->pending) != 0)
+                w->errors++;
+            else
+                w->completed += PER_ROUND;
+            ote_batch_release(b);
+        }
+        for (int i = 0; i < PER_ROUND; i++) {
+            if (ote_test_check(back_block(f, w->id, i), 0, BLOCK, seed + (uint64_t)i) != -1)
+                w->errors++;
+        }
+    }
+    return NULL;
+}
+
+/* utime+stime of this whole process, in clock ticks. */
+static long process_ticks(void)
+{
+    char buf[1024], *p;
+    unsigned long ut = 0, st = 0;
+    FILE *fp = fopen("/proc/self/stat", "r");
+
+    assert_non_null(fp);
+    assert_non_null(fgets(buf, sizeof(buf), fp));
+    fclose(fp);
+    p = strrchr(buf, ')');
+    assert_non_null(p);
+    assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                            &st), 2);
+    return (long)(ut + st);
+}
+
+static void test_many_waiters(void **state)
+{
+    pthread_t th[THREADS];
+    waiter_t w[THREADS];
+    fx_t f;
+    long total = 0, ticks;
+
+    (void)state;
+    setenv("OTE_NUM_WORKERS", "2", 1);
+    /* Workers keep a timer this long after the last event (handshakes). */
+    setenv("OTE_HANDSHAKE_TIMEOUT_MS", "300", 1);
+    fx_start(&f, "y");
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (waiter_t){.f = &f, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].errors, 0);
+        total += w[i].completed;
+    }
+    assert_int_equal(total, (long)THREADS * ROUNDS * 2 * PER_ROUND);
+    /* Idle: after the workers' timers ran out, the process uses no CPU. */
+    usleep(800 * 1000);
+    ticks = process_ticks();
+    usleep(1000 * 1000);
+    ticks = process_ticks() - ticks;
+    printf("# %ld tasks by %d waiting threads; then %ld clock ticks (of %ld) in an idle second\n",
+           total, THREADS, ticks, sysconf(_SC_CLK_TCK));
+    assert_true(ticks <= 1);
+    fx_stop(&f);
+    unsetenv("OTE_HANDSHAKE_TIMEOUT_MS");
+    unsetenv("OTE_NUM_WORKERS");
+}
+
+/* Threads of this process named ote-worker-*. */
+static int worker_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    int n = 0;
+
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        FILE *fp;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "ote-worker-", 11) == 0)
+            n++;
+        fclose(fp);
+    }
+    closedir(d);
+    return n;
+}
+
+/*
+ * WRITE a pattern, then READ it back, moved only by ote_engine_progress()
+ * calls of this thread (ote_batch_task_status between them); the bytes
+ * read back are compared. Bounded: the test fails rather than hangs.
+ */
+static void progress_round_trip(fx_t *f, uint64_t seed)
+{
+    for (int k = 0; k < 2; k++) {
+        ote_xfer_req_t req[PER_ROUND];
+        ote_batch_h b;
+        size_t first;
+        long calls = 0;
+
+        for (int i = 0; i < PER_ROUND; i++) {
+            if (k == 0) {
+                ote_test_fill(out_block(f, 0, i), 0, BLOCK, seed + (uint64_t)i);
+                memset(back_block(f, 0, i), 0, BLOCK);
+            }
+            req[i] = (ote_xfer_req_t){.op = k == 0 ? OTE_OP_WRITE : OTE_OP_READ,
+                                      .local_addr = k == 0 ? out_block(f, 0, i)
+                                                           : back_block(f, 0, i),
+                                      .segment = f->seg, .remote_addr = remote_block(f, 0, i),
+                                      .length = BLOCK};
+        }
+        assert_int_equal(ote_batch_create(f->e, PER_ROUND, &b), OTE_OK);
+        assert_int_equal(ote_batch_submit(b, req, PER_ROUND, &first), OTE_OK);
+        for (;;) {
+            ote_task_status_t st;
+
+            assert_int_equal(ote_batch_status(b, &st), OTE_OK);
+            if (st.state != OTE_TASK_PENDING)
+                break;
+            /* About 10 s of calls at most, asleep in between. */
+            assert_true(calls < 100000);
+            if (ote_engine_progress(f->e) == OTE_ERR_BUSY || calls % 64 == 63)
+                usleep(100);
+            calls++;
+        }
+        assert_int_equal(batch_all_completed(b, PER_ROUND, BLOCK), 0);
+        ote_batch_release(b);
+    }
+    for (int i = 0; i < PER_ROUND; i++)
+        assert_int_equal(ote_test_check(back_block(f, 0, i), 0, BLOCK, seed + (uint64_t)i), -1);
+}
+
+/* The worker threads asleep without a timer: the caller's progress moves the transfers. */
+static void test_progress_workers_asleep(void **state)
+{
+    fx_t f;
+
+    (void)state;
+    setenv("OTE_NUM_WORKERS", "2", 1);
+    setenv("OTE_HANDSHAKE_TIMEOUT_MS", "200", 1);
+    fx_start(&f, "y");
+    progress_round_trip(&f, 11);
+    /* Past the handshake timer: the workers sleep with no timer at all. */
+    usleep(700 * 1000);
+    for (size_t i = 0; i < f.e->num_workers; i++)
+        assert_true(atomic_load(&f.e->workers[i].idle_sleep));
+    assert_int_equal(ote_engine_progress(f.e), OTE_OK);
+    progress_round_trip(&f, 12);
+    fx_stop(&f);
+    unsetenv("OTE_HANDSHAKE_TIMEOUT_MS");
+    unsetenv("OTE_NUM_WORKERS");
+}
+
+/*
+ * No worker thread at all: only ote_engine_progress() and ote_batch_wait()
+ * of the caller move transfers (without them nothing would ever complete).
+ */
+static void test_progress_no_thread(void **state)
+{
+    pthread_t th[2];
+    waiter_t w[2];
+    fx_t f;
+    int before = worker_threads();
+
+    (void)state;
+    setenv("OTE_NUM_WORKERS", "2", 1);
+    fx_start(&f, "n");
+    assert_int_equal(worker_threads(), before);
+    assert_int_equal(ote_engine_progress(NULL), OTE_ERR_INVALID_PARAM);
+    progress_round_trip(&f, 21);
+    /* ote_batch_wait() progresses too, from several threads at once. */
+    for (int i = 0; i < 2; i++) {
+        w[i] = (waiter_t){.f = &f, .id = i + 1};
+        assert_int_equal(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].errors, 0);
+        assert_int_equal(w[i].completed, ROUNDS * 2 * PER_ROUND);
+    }
+    fx_stop(&f);
+    unsetenv("OTE_NUM_WORKERS");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_many_waiters),
+        cmocka_unit_test(test_progress_workers_asleep),
+        cmocka_unit_test(test_progress_no_thread),
+    };
+
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
