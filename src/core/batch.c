@@ -381,9 +381,13 @@ static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t 
  * given ranges the peer published with the needed access. An unknown range
  * gets one descriptor refresh (the peer may have registered it since).
  */
-static ote_status_t remote_range_check(ote_segment_h seg, const ote_xfer_req_t *r)
+static ote_status_t remote_range_check(ote_segment_h seg, const ote_xfer_req_t *r,
+                                       bool putback)
 {
-    unsigned access = r->op == OTE_OP_WRITE ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ;
+    /* A PUTBACK's destination: the peer named it in its request; registered is enough. */
+    unsigned access = putback                ? 0
+                      : r->op == OTE_OP_WRITE ? OTE_ACCESS_REMOTE_WRITE
+                                              : OTE_ACCESS_REMOTE_READ;
     ote_status_t status;
 
     for (int pass = 0;; pass++) {
@@ -462,7 +466,7 @@ static ote_notify_group_t *notify_group_new(ote_batch_h b, const ote_xfer_req_t 
  * remote range is checked against the peer's descriptor (refused[i]).
  */
 static void submit_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
-                               ote_status_t *refused)
+                               bool putback, ote_status_t *refused)
 {
     for (size_t i = 0; i < count; i++) {
         ote_segment_h seg = reqs[i].segment;
@@ -477,7 +481,7 @@ static void submit_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_
         unchecked = ote_proto_rails_unchecked(&seg->rail_set);
         pthread_mutex_unlock(&seg->lock);
         if (unchecked)
-            refused[i] = remote_range_check(seg, &reqs[i]);
+            refused[i] = remote_range_check(seg, &reqs[i], putback);
     }
 }
 
@@ -617,7 +621,8 @@ static void submit_post(ote_batch_h b, size_t first, size_t count)
  * nothing of the call stays: one unwind path.
  */
 static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size_t count,
-                                 const void *msg, size_t msg_len, size_t *first_task_p)
+                                 const void *msg, size_t msg_len, bool putback,
+                                 size_t *first_task_p)
 {
     ote_engine_h e = b->engine;
     ote_notify_group_t *group = NULL;
@@ -638,7 +643,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         status = OTE_ERR_NO_MEMORY;
         goto out;
     }
-    submit_peer_checks(e, reqs, count, refused);
+    submit_peer_checks(e, reqs, count, putback, refused);
 
     /* Admission first (it may wait), then the batch's room under its lock. */
     status = admission_reserve(e, count, bytes);
@@ -692,7 +697,15 @@ ote_status_t ote_batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size_t 
 {
     if (b == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return batch_submit(b, reqs, count, NULL, 0, first_task_p);
+    return batch_submit(b, reqs, count, NULL, 0, false, first_task_p);
+}
+
+ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
+                                      size_t *first_task_p)
+{
+    if (b == NULL || req == NULL || req->op != OTE_OP_WRITE)
+        return OTE_ERR_INVALID_PARAM;
+    return batch_submit(b, req, 1, NULL, 0, true, first_task_p);
 }
 
 ote_status_t ote_batch_submit_notify(ote_batch_h b, const ote_xfer_req_t *reqs, size_t count,
@@ -700,7 +713,7 @@ ote_status_t ote_batch_submit_notify(ote_batch_h b, const ote_xfer_req_t *reqs, 
 {
     if (b == NULL || (msg == NULL && msg_len != 0))
         return OTE_ERR_INVALID_PARAM;
-    return batch_submit(b, reqs, count, msg ? msg : "", msg_len, first_task_p);
+    return batch_submit(b, reqs, count, msg ? msg : "", msg_len, false, first_task_p);
 }
 
 /* Task task of b once submitted, or NULL. */

@@ -55,8 +55,24 @@ typedef struct ctl_conn {
     uint64_t           out_deadline; /* no progress by then: reset */
     uint64_t           out_limit;    /* not drained by then: reset  */
     bool               close_after_send;
+    uint64_t           id;       /* unique in this listener: answers find it by it */
+    bool               waiting;  /* a PUTBACK is served: not read until it answered */
     struct ctl_conn   *next, *prev;
 } ctl_conn_t;
+
+/* A PUTBACK served on a thread of its own, and its answer. */
+typedef struct putback_job {
+    ote_ctl_t          *ctl;
+    uint64_t            conn_id;
+    uint32_t            seq;
+    ote_ctl_putback_t   m;
+    ote_region_t       *region; /* the checked range's, held until answered */
+    ote_status_t        status;
+    struct putback_job *next;
+} putback_job_t;
+
+/* PUTBACKs served at once per engine; more are answered BUSY. */
+#define CTL_PUTBACK_MAX 64
 
 struct ote_ctl {
     ote_engine_h engine;
@@ -68,9 +84,15 @@ struct ote_ctl {
     ctl_conn_t  *conns;
     long         num_conns;
     ote_stage_target_t *stage; /* remote staging pool, made on first use */
+    uint64_t     next_conn_id;
+    int          done_fd;      /* eventfd: a PUTBACK ended */
+    pthread_mutex_t done_lock; /* done, jobs */
+    pthread_cond_t  done_cond;
+    putback_job_t  *done;      /* ended, not answered yet */
+    unsigned        jobs;      /* running */
 };
 
-static char listen_tag, stop_tag;
+static char listen_tag, stop_tag, done_tag;
 
 static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
 {
@@ -332,6 +354,126 @@ static ote_status_t handle_stage(ote_ctl_t *ctl, ctl_conn_t *c)
     return status;
 }
 
+static void *putback_main(void *arg)
+{
+    putback_job_t *job = arg;
+    ote_ctl_t *ctl     = job->ctl;
+    uint64_t one       = 1;
+
+    job->status = ote_putback_serve(ctl->engine, &job->m);
+    ote_mem_region_put(job->region);
+    job->region = NULL;
+    pthread_mutex_lock(&ctl->done_lock);
+    job->next = ctl->done;
+    ctl->done = job;
+    pthread_cond_broadcast(&ctl->done_cond);
+    pthread_mutex_unlock(&ctl->done_lock);
+    (void)!write(ctl->done_fd, &one, sizeof(one));
+    return NULL;
+}
+
+/*
+ * PUTBACK (proto/putback.h): the range is checked here, as a checking
+ * transport's target does, and answered at once when refused; else a
+ * thread PUTs it back and the answer waits for it (the connection is not
+ * read meanwhile).
+ */
+static ote_status_t handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    ote_engine_h e = ctl->engine;
+    putback_job_t *job = calloc(1, sizeof(*job));
+    ote_buf_t out = {0};
+    pthread_attr_t attr;
+    pthread_t th;
+    ote_status_t status, st;
+
+    if (job == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_ctl_putback_decode(c->payload, c->h.length, &job->m);
+    if (status != OTE_OK) {
+        free(job);
+        return status;
+    }
+    if (job->m.target != e->instance_id)
+        st = OTE_ERR_NOT_FOUND;
+    else
+        st = ote_mem_region_acquire(e->regions, job->m.remote, job->m.length,
+                                    OTE_ACCESS_REMOTE_READ, &job->region);
+    if (st == OTE_OK) {
+        pthread_mutex_lock(&ctl->done_lock);
+        if (ctl->jobs >= CTL_PUTBACK_MAX)
+            st = OTE_ERR_BUSY;
+        else
+            ctl->jobs++;
+        pthread_mutex_unlock(&ctl->done_lock);
+        if (st != OTE_OK)
+            ote_mem_region_put(job->region);
+    }
+    if (st == OTE_OK) {
+        job->ctl     = ctl;
+        job->conn_id = c->id;
+        job->seq     = c->h.seq;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &attr, putback_main, job) != 0) {
+            ote_mem_region_put(job->region);
+            pthread_mutex_lock(&ctl->done_lock);
+            ctl->jobs--;
+            pthread_mutex_unlock(&ctl->done_lock);
+            st = OTE_ERR_NO_MEMORY;
+        }
+        pthread_attr_destroy(&attr);
+        if (st == OTE_OK) {
+            c->waiting = true;
+            conn_set_events(ctl, c, EPOLLRDHUP);
+            return OTE_OK;
+        }
+    }
+    ote_debug("control peer %s: putback %#llx+%u refused: %s", c->peer,
+              (unsigned long long)job->m.remote, job->m.length, ote_status_string(st));
+    status = ote_ctl_putback_ack_encode(st, job->m.id, &out);
+    if (status == OTE_OK)
+        status = reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0);
+    free(out.data);
+    free(job);
+    return status;
+}
+
+/* Answer the PUTBACKs that ended, on the connections still there. */
+static void putback_answer(ote_ctl_t *ctl)
+{
+    putback_job_t *job, *next;
+    uint64_t v;
+
+    (void)!read(ctl->done_fd, &v, sizeof(v));
+    pthread_mutex_lock(&ctl->done_lock);
+    job       = ctl->done;
+    ctl->done = NULL;
+    pthread_mutex_unlock(&ctl->done_lock);
+    for (; job != NULL; job = next) {
+        ctl_conn_t *c;
+        ote_buf_t out = {0};
+
+        next = job->next;
+        for (c = ctl->conns; c != NULL && c->id != job->conn_id; c = c->next)
+            ;
+        if (c != NULL && c->waiting) {
+            c->waiting = false;
+            c->h.seq   = job->seq;
+            conn_set_events(ctl, c, EPOLLIN);
+            if (ote_ctl_putback_ack_encode(job->status, job->m.id, &out) != OTE_OK ||
+                reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0) != OTE_OK)
+                conn_close(ctl, c);
+            free(out.data);
+        }
+        pthread_mutex_lock(&ctl->done_lock);
+        ctl->jobs--;
+        pthread_cond_broadcast(&ctl->done_cond);
+        pthread_mutex_unlock(&ctl->done_lock);
+        free(job);
+    }
+}
+
 /* Handle one complete request; returns non-OK to close the connection. */
 static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
@@ -369,6 +511,9 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
         break;
     case OTE_CTL_STAGE:
         status = handle_stage(ctl, c);
+        break;
+    case OTE_CTL_PUTBACK:
+        status = handle_putback(ctl, c);
         break;
     default:
         return OTE_ERR_PROTOCOL;
@@ -413,7 +558,7 @@ static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
      * level-triggered epoll reports a connection that used up its budget
      * again.
      */
-    while (c->out == NULL && !c->close_after_send && budget > 0) {
+    while (c->out == NULL && !c->close_after_send && !c->waiting && budget > 0) {
         ssize_t n;
 
         if (c->hdr_got < OTE_CTL_HDR_LEN) {
@@ -522,6 +667,7 @@ static void ctl_accept(ote_ctl_t *ctl)
             continue;
         }
         c->fd = fd;
+        c->id = ++ctl->next_conn_id;
         snprintf(c->ip, sizeof(c->ip), "%s", ip);
         ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
         ote_auth_session_init(&c->auth, OTE_AUTH_CHANNEL_CTL);
@@ -566,17 +712,22 @@ static void *ctl_main(void *arg)
                 return NULL;
             if (ev[i].data.ptr == &listen_tag)
                 ctl_accept(ctl);
+            if (ev[i].data.ptr == &done_tag)
+                putback_answer(ctl);
         }
         /* Connections second: an accept above must not free one we hold. */
         for (int i = 0; i < n; i++) {
             ctl_conn_t *c = ev[i].data.ptr;
 
-            if (ev[i].data.ptr == &listen_tag || ev[i].data.ptr == &stop_tag)
+            if (ev[i].data.ptr == &listen_tag || ev[i].data.ptr == &stop_tag ||
+                ev[i].data.ptr == &done_tag)
                 continue;
             /* c may have been closed by an earlier event of this round. */
             if (!conn_alive(ctl, c))
                 continue;
-            if (c->out != NULL)
+            if (c->waiting) /* the peer hung up or failed before its answer */
+                conn_close(ctl, c);
+            else if (c->out != NULL)
                 conn_write(ctl, c);
             else
                 conn_read(ctl, c);
@@ -603,7 +754,9 @@ ote_status_t ote_ctl_start(ote_engine_h e, const char *listen_addr, ote_ctl_t **
     if (ctl == NULL)
         return OTE_ERR_NO_MEMORY;
     ctl->engine    = e;
-    ctl->listen_fd = ctl->epfd = ctl->stop_fd = -1;
+    ctl->listen_fd = ctl->epfd = ctl->stop_fd = ctl->done_fd = -1;
+    pthread_mutex_init(&ctl->done_lock, NULL);
+    pthread_cond_init(&ctl->done_cond, NULL);
     status = ote_sockaddr_parse(listen_addr, &ss, &len);
     if (status != OTE_OK) {
         ote_error("listen address '%s' is not host:port", listen_addr);
@@ -618,14 +771,18 @@ ote_status_t ote_ctl_start(ote_engine_h e, const char *listen_addr, ote_ctl_t **
     ote_sockaddr_format((struct sockaddr *)&ss, bound, bound_len);
     ctl->epfd    = epoll_create1(EPOLL_CLOEXEC);
     ctl->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ctl->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     status       = OTE_ERR_IO;
-    if (ctl->epfd < 0 || ctl->stop_fd < 0)
+    if (ctl->epfd < 0 || ctl->stop_fd < 0 || ctl->done_fd < 0)
         goto err;
     ev.data.ptr = &listen_tag;
     if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, ctl->listen_fd, &ev) != 0)
         goto err;
     ev.data.ptr = &stop_tag;
     if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, ctl->stop_fd, &ev) != 0)
+        goto err;
+    ev.data.ptr = &done_tag;
+    if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, ctl->done_fd, &ev) != 0)
         goto err;
     *ctl_p = ctl;
     return OTE_OK;
@@ -653,6 +810,22 @@ void ote_ctl_stop(ote_ctl_t *ctl)
         (void)!write(ctl->stop_fd, &one, sizeof(one));
         pthread_join(ctl->thread, NULL);
     }
+    /* PUTBACKs still running use the engine: they end within the transfer timeout. */
+    pthread_mutex_lock(&ctl->done_lock);
+    for (;;) {
+        putback_job_t *job = ctl->done;
+
+        if (job != NULL) {
+            ctl->done = job->next;
+            ctl->jobs--;
+            free(job);
+            continue;
+        }
+        if (ctl->jobs == 0)
+            break;
+        pthread_cond_wait(&ctl->done_cond, &ctl->done_lock);
+    }
+    pthread_mutex_unlock(&ctl->done_lock);
     while (ctl->conns)
         conn_close(ctl, ctl->conns);
     ote_stage_target_destroy(ctl->stage);
@@ -662,5 +835,9 @@ void ote_ctl_stop(ote_ctl_t *ctl)
         close(ctl->epfd);
     if (ctl->stop_fd >= 0)
         close(ctl->stop_fd);
+    if (ctl->done_fd >= 0)
+        close(ctl->done_fd);
+    pthread_mutex_destroy(&ctl->done_lock);
+    pthread_cond_destroy(&ctl->done_cond);
     free(ctl);
 }

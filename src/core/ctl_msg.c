@@ -176,6 +176,8 @@ ote_status_t ote_ctl_request_max_len(uint8_t type, size_t cfg_max, size_t *max_p
     case OTE_CTL_AUTH_PROOF: max = OTE_AUTH_IPROOF_LEN; break;
     case OTE_CTL_CONNECT:    max = OTE_CTL_CONNECT_MAX_LEN; break;
     case OTE_CTL_STAGE:      max = OTE_CTL_STAGE_MAX_LEN; break;
+    case OTE_CTL_PUTBACK:    max = OTE_CTL_PUTBACK_MAX_LEN; break;
+    case OTE_CTL_PUTBACK_ACK:
     case OTE_CTL_STAGE_ACK:
     case OTE_CTL_DESC:
     case OTE_CTL_NOTIFY_ACK:

@@ -9,6 +9,7 @@
 #define OTE_CORE_CTL_MSG_H
 
 #include "desc.h"
+#include "proto/putback_msg.h"
 #include "proto/stage_msg.h"
 
 #include <ote/ote.h>
@@ -36,7 +37,10 @@ typedef enum {
     OTE_CTL_CONNECT_ACK = 9, /* i32 status, u16 length, address blob     */
     OTE_CTL_STAGE      = 10, /* remote staging, see ote_ctl_stage_t  -> STAGE_ACK */
     OTE_CTL_STAGE_ACK  = 11, /* i32 status, u32 chunk size, u16 count, chunks */
-    OTE_CTL_TYPE_MAX   = 11,
+    OTE_CTL_PUTBACK    = 12, /* READ over put-only rails, see ote_ctl_putback_t
+                                -> PUTBACK_ACK once the PUT ended         */
+    OTE_CTL_PUTBACK_ACK = 13, /* i32 status, u64 id                        */
+    OTE_CTL_TYPE_MAX   = 13,
 } ote_ctl_type_t;
 
 typedef struct {

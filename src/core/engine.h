@@ -124,7 +124,7 @@ struct ote_segment {
     ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
     ote_rail_set_t   rail_set;
     int              ctl_fd;        /* request connection, -1 until needed */
-    uint32_t         ctl_seq;
+    atomic_uint      ctl_seq;
     atomic_bool      closed;
     atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
     atomic_long      refs;          /* user + one per live task */
@@ -237,6 +237,13 @@ ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p);
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
                                      size_t len, uint8_t expect, uint8_t **resp_p,
                                      size_t *resp_len_p);
+/*
+ * One request on a control connection of its own (seg->lock is not held
+ * while it waits): for answers that take as long as a transfer (PUTBACK).
+ */
+ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
+                                           size_t len, uint8_t expect, long timeout_ms,
+                                           uint8_t **resp_p, size_t *resp_len_p);
 void         ote_segment_put(ote_segment_h seg);
 void         ote_segment_get(ote_segment_h seg);
 /*
@@ -278,6 +285,17 @@ void         ote_segment_desc_put(ote_desc_t *desc);
 ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl_t **ctl_p,
                            char *bound, size_t bound_len);
 ote_status_t ote_ctl_run(ote_ctl_t *ctl);
+/*
+ * Serve a PUTBACK whose remote range the caller found readable in this
+ * engine's region table (it holds a reference on that region): open a
+ * segment to the initiator by the name m carries (it must be the instance
+ * m names), WRITE the range into m->local over it and wait for the end.
+ * The status of that WRITE. Blocking: runs on a thread of its own.
+ */
+ote_status_t ote_putback_serve(ote_engine_h engine, const ote_ctl_putback_t *m);
+/* The same WRITE with only the initiator's registration required (batch.c). */
+ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
+                                      size_t *first_task_p);
 void         ote_ctl_stop(ote_ctl_t *ctl);
 /* Encode this engine's descriptor. */
 ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);

@@ -37,7 +37,7 @@ static ote_status_t ctl_exchange(ote_segment_h seg, int fd, uint8_t type, const 
     bool known = false;
     ote_status_t status;
 
-    h.seq = seq = ++seg->ctl_seq;
+    h.seq = seq = atomic_fetch_add(&seg->ctl_seq, 1) + 1;
     ote_ctl_hdr_encode(&h, hdr);
     if (len > 0 && len <= sizeof(small) - OTE_CTL_HDR_LEN) {
         /* One segment: a payload sent apart would wait for the peer's delayed ACK. */
@@ -129,8 +129,9 @@ static ote_status_t ctl_authenticate(ote_segment_h seg, int fd, uint64_t deadlin
     return status;
 }
 
-/* Under seg->lock. */
-static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
+/* A new control connection to addr (seg->ctl_addr or a copy), authenticated. */
+static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t deadline,
+                             int *fd_p)
 {
     ote_engine_h e = seg->engine;
     struct sockaddr_storage ss;
@@ -138,16 +139,14 @@ static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
     ote_status_t status;
     int fd;
 
-    if (seg->ctl_fd >= 0)
-        return OTE_OK;
-    status = ote_sockaddr_parse(seg->ctl_addr, &ss, &len);
+    status = ote_sockaddr_parse(ctl_addr, &ss, &len);
     if (status == OTE_OK && ote_sockaddr_port((struct sockaddr *)&ss) == 0)
         status = OTE_ERR_INVALID_PARAM;
-    if (status == OTE_ERR_NOT_FOUND && strchr(seg->ctl_addr, ':') == NULL)
+    if (status == OTE_ERR_NOT_FOUND && strchr(ctl_addr, ':') == NULL)
         status = OTE_ERR_INVALID_PARAM;
     if (status == OTE_ERR_INVALID_PARAM && e->meta != NULL) {
         ote_error("segment '%s': its descriptor's control address '%s' is not host:port",
-                  seg->name, seg->ctl_addr);
+                  seg->name, ctl_addr);
         return OTE_ERR_PROTOCOL;
     }
     if (status == OTE_ERR_INVALID_PARAM) {
@@ -157,7 +156,7 @@ static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
     }
     if (status != OTE_OK) {
         ote_error("segment '%s': the host name of '%s' does not resolve", seg->name,
-                  seg->ctl_addr);
+                  ctl_addr);
         return OTE_ERR_NOT_FOUND;
     }
     status = ote_socket_connect(&ss, len, (int)e->config.connect_timeout_ms, &fd);
@@ -173,8 +172,16 @@ static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
             return status;
         }
     }
-    seg->ctl_fd = fd;
+    *fd_p = fd;
     return OTE_OK;
+}
+
+/* Under seg->lock. */
+static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
+{
+    if (seg->ctl_fd >= 0)
+        return OTE_OK;
+    return ctl_open(seg, seg->ctl_addr, deadline, &seg->ctl_fd);
 }
 
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
@@ -204,6 +211,32 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
     }
 out:
     pthread_mutex_unlock(&seg->lock);
+    return status;
+}
+
+ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
+                                           size_t len, uint8_t expect, long timeout_ms,
+                                           uint8_t **resp_p, size_t *resp_len_p)
+{
+    uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    char addr[sizeof(seg->ctl_addr)];
+    uint8_t got;
+    ote_status_t status;
+    int fd;
+
+    if (seg->file != NULL)
+        return OTE_ERR_UNSUPPORTED;
+    pthread_mutex_lock(&seg->lock);
+    memcpy(addr, seg->ctl_addr, sizeof(addr));
+    pthread_mutex_unlock(&seg->lock);
+    status = ctl_open(seg, addr, deadline, &fd);
+    if (status != OTE_OK)
+        return status;
+    status = ctl_exchange(seg, fd, type, payload, len, &expect, 1, deadline, &got, resp_p,
+                          resp_len_p);
+    close(fd);
+    if (status == OTE_ERR_IO)
+        status = OTE_ERR_REMOTE_DISCONNECT;
     return status;
 }
 

@@ -9,6 +9,7 @@
 #include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "proto/putback.h"
 #include "proto/stage.h"
 
 #include <stdlib.h>
@@ -266,6 +267,46 @@ static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
     return n;
 }
 
+static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t **resp_p,
+                                size_t *resp_len_p)
+{
+    ote_segment_h seg = arg;
+
+    /* The answer comes once the target's PUT ended: bounded by the transfer timeout. */
+    return ote_segment_ctl_request_alone(seg, OTE_CTL_PUTBACK, req, len, OTE_CTL_PUTBACK_ACK,
+                                         seg->engine->config.connect_timeout_ms +
+                                             seg->engine->config.xfer_timeout_ms,
+                                         resp_p, resp_len_p);
+}
+
+/*
+ * READs over put-only host rails (UCT's tcp): one putback rail in front of
+ * each, on the same worker (proto/putback.c). Returns the new rail count.
+ */
+static size_t putback_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
+{
+    ote_engine_h e = seg->engine;
+
+    for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
+        ote_worker_t *w           = &e->workers[seg->rails[i].worker];
+        ote_putback_hooks_t hooks = {.ctl = putback_ctl, .ctl_arg = seg,
+                                     .worker_lock = &w->lock, .initiator = e->instance_id,
+                                     .target = d->instance_id};
+
+        if (seg->rail_set.rails[i] != &seg->rails[i])
+            continue;
+        snprintf(hooks.name, sizeof(hooks.name), "%s", e->name);
+        if (ote_proto_putback_rail_init(&seg->rails[n], &seg->rails[i], &hooks) == OTE_OK) {
+            ote_debug("segment '%s': rail %zu reads by PUTBACK over %s/%s", seg->name, n,
+                      seg->rails[i].iface->resource.tl_name,
+                      seg->rails[i].iface->resource.dev_name);
+            seg->rail_set.rails[n] = &seg->rails[n];
+            n++;
+        }
+    }
+    return n;
+}
+
 /* What a rail's ep needs to know of the peer instance d describes. */
 static ote_tl_peer_t rail_peer(ote_segment_h seg, const ote_desc_t *d)
 {
@@ -504,6 +545,7 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
     }
     free(cand);
     n = stage_rails_add(seg, d, n);
+    n = putback_rails_add(seg, d, n);
     {
         ote_rail_params_t params = {
             .max_bytes       = e->config.rail_max_bytes,

@@ -7,9 +7,11 @@
  * intra-host ones; a rail whose target checks every access beats an unchecked one
  * that is at most 4 times faster; and any rail beats one more than 4 times
  * slower. A transport without an operation (UCT tcp has no GET) only
- * carries what it can.
+ * carries what it can; its READs go by PUTBACK (putback.c) where no other
+ * rail can READ.
  */
 #include "proto.h"
+#include "putback.h"
 
 #include "base/log.h"
 
@@ -112,6 +114,14 @@ ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsi
         const ote_rail_t *r = all->rails[i];
 
         serves[i] = r->ep != NULL && rail_serves(&r->caps, need, local_mem, remote_mem);
+    }
+    /* A READ goes by PUTBACK only where no rail can READ itself. */
+    for (size_t i = 0; i < n; i++) {
+        if (serves[i] && !ote_proto_putback_rail(all->rails[i])) {
+            for (size_t k = 0; k < n; k++)
+                serves[k] = serves[k] && !ote_proto_putback_rail(all->rails[k]);
+            break;
+        }
     }
     for (size_t i = 0; i < n; i++) {
         bool beaten = false;

@@ -3,11 +3,13 @@
  * tcp, UCT tcp (to-iface and to-ep wire-up), native cma, UCT cma, and all
  * of them (the engines choose: the native cma). The transport is chosen only by OTE_TLS in the
  * environment of both processes. WRITE and
- * READ of mixed block sizes (1 byte to 8 MiB) at unaligned offsets; the
+ * READ of mixed block sizes (1 byte to 8 MiB) at unaligned offsets (over
+ * uct_tcp, which has no GET, READs go by PUTBACK); the
  * target verifies every byte it received, gaps included. Then the access
  * statuses, and a peer that dies under load: every task ends, none hangs.
  */
 #include "core/engine.h"
+#include "proto/putback.h"
 #include "testlib.h"
 
 #include <ote/ote.h>
@@ -31,6 +33,7 @@ typedef struct {
     const char *connect; /* OTE_UCT_CONNECT, or NULL */
     const char *workers; /* OTE_NUM_WORKERS, or NULL */
     bool        has_get;
+    bool        putback; /* READs go by PUTBACK (put-only transport) */
 } tl_case_t;
 
 typedef struct {
@@ -78,14 +81,15 @@ static void cmd_expect(fx_t *f, const char *cmd, const char *want)
 static int fx_setup(void **state)
 {
     const tl_case_t *tc = *state;
-    const char *const args[] = {"--region", "16m:rw", "--region", "1m:r", NULL};
+    const char *const args[] = {"--region", "16m:rw", "--region", "1m:r", "--region", "1m:w",
+                                NULL};
     fx_t *f = calloc(1, sizeof(*f));
 
     f->tc = tc;
     set_env(tc);
     f->e = ote_test_engine("127.0.0.1:0");
     assert_int_equal(ote_test_target_start(&f->target, NULL, args), 0);
-    assert_int_equal(f->target.num_regions, 2);
+    assert_int_equal(f->target.num_regions, 3);
     assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
     assert_int_equal(ote_mem_alloc(f->e, REGION + 64, NULL, 0, (void **)&f->local, &f->mlocal),
                      OTE_OK);
@@ -110,7 +114,7 @@ static int fx_teardown(void **state)
 static void test_rails(void **state)
 {
     fx_t *f       = *state;
-    bool worker1  = false;
+    bool worker1  = false, putback = false;
     const char *want = strcmp(f->tc->tls, "all") == 0 ? "shm" : f->tc->tls;
 
     assert_true(f->seg->rail_set.num_rails > 0);
@@ -118,14 +122,19 @@ static void test_rails(void **state)
         ote_rail_t *r = f->seg->rail_set.rails[i];
 
         assert_string_equal(r->iface->resource.tl_name, want);
+        if (ote_proto_putback_rail(r)) {
+            assert_true(f->tc->putback);
+            putback = true;
+        }
         worker1 |= r->worker == 1;
-        if (f->tc->connect && strcmp(f->tc->connect, "ep") == 0) {
+        if (f->tc->connect && strcmp(f->tc->connect, "ep") == 0 && !ote_proto_putback_rail(r)) {
             assert_int_equal(r->caps.conn_model, OTE_TL_CONN_TO_EP);
             assert_true(r->conn_id != 0);
         }
     }
     if (f->tc->workers)
         assert_true(worker1);
+    assert_int_equal(putback, f->tc->putback);
 }
 
 static void test_write(void **state)
@@ -271,6 +280,19 @@ static void test_access(void **state)
         st = run_one(f, OTE_OP_READ, f->target.addr[1] + 1, (1u << 20) - 1);
         assert_int_equal(st.state, OTE_TASK_COMPLETED);
         assert_int_equal(ote_test_check(f->local, 1, (1u << 20) - 1, 12), -1);
+        /* Refused READs leave the destination as it was. */
+        memset(f->local, 0x5a, 4096);
+        st = run_one(f, OTE_OP_READ, 0x1000, 64);
+        assert_int_equal(st.state, OTE_TASK_FAILED);
+        assert_int_equal(st.error, OTE_ERR_NOT_REGISTERED);
+        st = run_one(f, OTE_OP_READ, f->target.addr[2] + 100, 4096);
+        assert_int_equal(st.state, OTE_TASK_FAILED);
+        assert_int_equal(st.error, OTE_ERR_ACCESS);
+        st = run_one(f, OTE_OP_READ, f->target.addr[1] + (1u << 20) - 10, 64);
+        assert_int_equal(st.state, OTE_TASK_FAILED);
+        assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+        for (size_t k = 0; k < 4096; k++)
+            assert_int_equal(f->local[k], 0x5a);
     }
     free(zeros);
 }
@@ -338,8 +360,10 @@ static void test_peer_death(void **state)
 static tl_case_t tcp = {.tls = "tcp", .has_get = true};
 #define CASES CASE(&tcp)
 #elif MP_UCT_CASE == 2
-static tl_case_t uct_tcp    = {.tls = "uct_tcp", .has_get = false};
-static tl_case_t uct_tcp_ep = {.tls = "uct_tcp", .connect = "ep", .has_get = false};
+/* READs by PUTBACK: the target PUTs the range back over its own uct_tcp rail. */
+static tl_case_t uct_tcp    = {.tls = "uct_tcp", .has_get = true, .putback = true};
+static tl_case_t uct_tcp_ep = {.tls = "uct_tcp", .connect = "ep", .has_get = true,
+                               .putback = true};
 #define CASES CASE(&uct_tcp), CASE(&uct_tcp_ep)
 #elif MP_UCT_CASE == 3
 static tl_case_t uct_cma    = {.tls = "uct_cma", .has_get = true};

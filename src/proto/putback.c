@@ -1,0 +1,166 @@
+/*
+ * READ over put-only transports, initiator side (see putback.h). Each slice
+ * runs on its own thread: the control request blocks until the target's
+ * PUT completed, and the worker must stay free to receive that PUT.
+ */
+#include "putback.h"
+
+#include "base/log.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ote_tl_ep_t         super;
+    ote_tl_iface_t      iface; /* the rail's iface: the host's resource, these ops */
+    ote_rail_t         *host;
+    ote_putback_hooks_t hooks;
+    _Atomic uint64_t    next_id;
+} putback_ep_t;
+
+/* Holds nothing of the ep, which the segment may destroy meanwhile. */
+typedef struct {
+    ote_ctl_putback_t    m;
+    ote_tl_completion_t *comp;
+    ote_putback_hooks_t  hooks;
+} putback_op_t;
+
+static void *putback_main(void *arg)
+{
+    putback_op_t *op = arg;
+    ote_buf_t out    = {0};
+    uint8_t *resp    = NULL;
+    size_t len       = 0;
+    uint64_t id      = 0;
+    ote_status_t status, remote = OTE_OK;
+
+    status = ote_ctl_putback_encode(&op->m, &out);
+    if (status == OTE_OK)
+        status = op->hooks.ctl(op->hooks.ctl_arg, out.data, out.len, &resp, &len);
+    if (status == OTE_OK)
+        status = ote_ctl_putback_ack_decode(resp, len, &remote, &id);
+    if (status == OTE_OK && id != op->m.id)
+        status = OTE_ERR_PROTOCOL;
+    if (status == OTE_OK)
+        status = remote;
+    if (status != OTE_OK)
+        ote_debug("putback: read %#llx+%u: %s", (unsigned long long)op->m.remote, op->m.length,
+                  ote_status_string(status));
+    free(resp);
+    free(out.data);
+    pthread_mutex_lock(op->hooks.worker_lock);
+    op->comp->func(op->comp, status);
+    pthread_mutex_unlock(op->hooks.worker_lock);
+    free(op);
+    return NULL;
+}
+
+static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
+                                      ote_region_t *local_region, uint64_t remote_addr,
+                                      const void *rkey, size_t rkey_len,
+                                      ote_tl_completion_t *comp)
+{
+    putback_ep_t *ep = (putback_ep_t *)tl_ep;
+    putback_op_t *op;
+    pthread_attr_t attr;
+    pthread_t th;
+    int rc;
+
+    (void)local_region;
+    (void)rkey;
+    (void)rkey_len;
+    if (length == 0 || length > OTE_CTL_PUTBACK_MAX_BYTES)
+        return OTE_ERR_INVALID_PARAM;
+    op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return OTE_ERR_NO_MEMORY;
+    op->comp        = comp;
+    op->hooks       = ep->hooks;
+    op->m.initiator = ep->hooks.initiator;
+    op->m.target    = ep->hooks.target;
+    op->m.id        = atomic_fetch_add(&ep->next_id, 1) + 1;
+    op->m.remote    = remote_addr;
+    op->m.local     = (uint64_t)(uintptr_t)local;
+    op->m.length    = (uint32_t)length;
+    memcpy(op->m.name, ep->hooks.name, sizeof(op->m.name));
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&th, &attr, putback_main, op);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        free(op);
+        return OTE_ERR_NO_MEMORY;
+    }
+    return OTE_INPROGRESS;
+}
+
+/* The rail's own accounting (rail.c) counts what is in flight. */
+static size_t putback_inflight_bytes(ote_tl_ep_t *tl_ep)
+{
+    (void)tl_ep;
+    return 0;
+}
+
+/* Each request is its own control exchange: nothing to rebuild. */
+static bool putback_is_alive(ote_tl_ep_t *tl_ep)
+{
+    (void)tl_ep;
+    return true;
+}
+
+/* A slice in flight holds its own copy of the hooks (the segment outlives its tasks). */
+static void putback_ep_destroy(ote_tl_ep_t *tl_ep)
+{
+    free(tl_ep);
+}
+
+static const ote_tl_ep_ops_t putback_ep_ops = {
+    .put_zcopy       = ote_tl_unsupported_zcopy,
+    .get_zcopy       = putback_get_zcopy,
+    .inflight_bytes  = putback_inflight_bytes,
+    .is_alive        = putback_is_alive,
+    .destroy         = putback_ep_destroy,
+    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
+    .needs_reconnect = ote_tl_no_reconnect_needed,
+    .reconnect       = ote_tl_unsupported_reconnect,
+};
+
+bool ote_proto_putback_rail(const ote_rail_t *rail)
+{
+    return rail->iface != NULL && rail->iface->ep_ops == &putback_ep_ops;
+}
+
+ote_status_t ote_proto_putback_rail_init(ote_rail_t *rail, ote_rail_t *host,
+                                         const ote_putback_hooks_t *hooks)
+{
+    const ote_tl_caps_t *hc = &host->caps;
+    putback_ep_t *ep;
+
+    if (host->ep == NULL || !(hc->ops & OTE_TL_CAP_PUT_ZCOPY) ||
+        (hc->ops & (OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_DEVICE_PAIRS)) ||
+        !(hc->mem_local & OTE_MEM_TYPE_HOST) || !(hc->mem_remote & OTE_MEM_TYPE_HOST))
+        return OTE_ERR_UNSUPPORTED;
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ep->iface        = *host->iface;
+    ep->iface.ep_ops = &putback_ep_ops;
+    ep->super.iface  = &ep->iface;
+    ep->host         = host;
+    ep->hooks        = *hooks;
+    atomic_init(&ep->next_id, 0);
+    memset(rail, 0, sizeof(*rail));
+    rail->iface          = &ep->iface;
+    rail->ep             = &ep->super;
+    rail->caps           = *hc;
+    /* The target checks every range against its region table. */
+    rail->caps.ops        = OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;
+    rail->caps.mem_local  = OTE_MEM_TYPE_HOST;
+    rail->caps.mem_remote = OTE_MEM_TYPE_HOST;
+    if (rail->caps.max_msg == 0 || rail->caps.max_msg > OTE_CTL_PUTBACK_MAX_BYTES)
+        rail->caps.max_msg = OTE_CTL_PUTBACK_MAX_BYTES;
+    rail->worker    = host->worker;
+    rail->remote_md = -1;
+    return OTE_OK;
+}

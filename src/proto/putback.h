@@ -1,0 +1,39 @@
+/*
+ * READ over put-only transports (UCT's tcp has PUT and no GET): the
+ * initiator sends PUTBACK over the control plane naming the remote range,
+ * its own destination and its name; the target checks the range against
+ * its region table for OTE_ACCESS_REMOTE_READ (as a checking transport
+ * does), PUTs the bytes into exactly that destination over its own rail to
+ * the initiator, and answers PUTBACK_ACK with the status once the PUT
+ * completed. A putback rail stands in front of a put-only host rail and
+ * serves READs of host memory only; ote_proto_rails_select takes it only
+ * where no other rail serves the READ.
+ */
+#ifndef OTE_PROTO_PUTBACK_H
+#define OTE_PROTO_PUTBACK_H
+
+#include "proto.h"
+#include "putback_msg.h"
+
+typedef struct {
+    /* Send PUTBACK (req, len) to the peer and wait for its PUTBACK_ACK. */
+    ote_status_t (*ctl)(void *arg, const void *req, size_t len, uint8_t **resp_p,
+                        size_t *resp_len_p);
+    void            *ctl_arg;
+    pthread_mutex_t *worker_lock; /* held around the slice's completion */
+    uint64_t         initiator, target; /* engine instances */
+    char             name[256];   /* this engine's name: the target opens it */
+} ote_putback_hooks_t;
+
+/*
+ * Fill rail (a free slot of the segment's rails) as the putback rail over
+ * host. UNSUPPORTED unless host has PUT, no GET, and reaches host memory
+ * on both ends.
+ */
+ote_status_t ote_proto_putback_rail_init(ote_rail_t *rail, ote_rail_t *host,
+                                         const ote_putback_hooks_t *hooks);
+
+/* True for a putback rail. */
+bool ote_proto_putback_rail(const ote_rail_t *rail);
+
+#endif
