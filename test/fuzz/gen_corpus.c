@@ -133,6 +133,33 @@ static void gen_ctl_notify(void)
     }
 }
 
+/* PUTBACK requests and answers; the first byte picks the decoder (0 request, 1 answer). */
+static void gen_ctl_putback(void)
+{
+    ote_ctl_putback_t m = {.initiator = 0x1234, .target = FUZZ_INSTANCE, .id = 7,
+                           .remote = FUZZ_RW + 100, .local = 0x7f0000001000ull,
+                           .length = 4096, .name = "127.0.0.1:40000"};
+    ote_buf_t b = {0};
+
+    ote_buf_put_u8(&b, 0);
+    if (ote_ctl_putback_encode(&m, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_putback", "read", &b);
+    m.length = OTE_CTL_PUTBACK_MAX_BYTES;
+    ote_buf_put_u8(&b, 0);
+    if (ote_ctl_putback_encode(&m, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_putback", "read_max", &b);
+    ote_buf_put_u8(&b, 1);
+    if (ote_ctl_putback_ack_encode(OTE_OK, 7, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_putback", "ack_ok", &b);
+    ote_buf_put_u8(&b, 1);
+    if (ote_ctl_putback_ack_encode(OTE_ERR_OUT_OF_BOUNDS, 7, &b) != OTE_OK)
+        exit(1);
+    flush("ctl_putback", "ack_bounds", &b);
+}
+
 /* STAGE requests and answers; the first byte picks the decoder (0 request, 1 answer). */
 static void gen_ctl_stage(void)
 {
@@ -490,6 +517,7 @@ int main(int argc, char **argv)
     gen_ctl_hdr();
     gen_ctl_notify();
     gen_ctl_stage();
+    gen_ctl_putback();
     gen_desc();
     gen_auth();
     gen_tcp_conn();
