@@ -1,5 +1,5 @@
 #!/bin/sh
-# Writes docs/env-vars.md from the configuration table (ote_info -c).
+# Writes docs/env-vars.md from the configuration tables (ote_info -c).
 # Usage: contrib/gen-env-doc.sh BUILD_DIR
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -7,7 +7,7 @@ info="${1:-build}/src/tools/ote_info"
 {
     echo "# Environment variables"
     echo
-    echo "Generated from the configuration table by \`contrib/gen-env-doc.sh\`;"
+    echo "Generated from the configuration tables by \`contrib/gen-env-doc.sh\`;"
     echo "\`ote_info -c\` prints the same list with the values in effect."
     echo "Sizes take k, m, g, t suffixes (binary) or \`inf\`; booleans take y/n,"
     echo "yes/no, on/off, 1/0."

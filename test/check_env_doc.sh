@@ -1,5 +1,5 @@
 #!/bin/sh
-# docs/env-vars.md lists every variable of the configuration table.
+# docs/env-vars.md lists every variable of the configuration tables.
 set -eu
 info="$ORBITTE_TEST_BUILDDIR/../src/tools/ote_info"
 doc="$(dirname "$0")/../docs/env-vars.md"

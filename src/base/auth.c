@@ -1,6 +1,5 @@
 #include "auth.h"
 
-#include "config.h"
 #include "log.h"
 
 #include <errno.h>
@@ -93,11 +92,11 @@ static ote_status_t read_key_file(const char *path, uint8_t *key, size_t *len_p)
     return OTE_OK;
 }
 
-ote_status_t ote_auth_create(const ote_config_t *cfg, ote_auth_t **auth_p)
+ote_status_t ote_auth_create(const ote_auth_params_t *params, ote_auth_t **auth_p)
 {
     static atomic_bool warned;
-    const char *key  = cfg->auth_key && cfg->auth_key[0] ? cfg->auth_key : NULL;
-    const char *file = cfg->auth_key_file && cfg->auth_key_file[0] ? cfg->auth_key_file : NULL;
+    const char *key  = params->key && params->key[0] ? params->key : NULL;
+    const char *file = params->key_file && params->key_file[0] ? params->key_file : NULL;
     uint8_t buf[OTE_AUTH_KEY_MAX];
     size_t len = 0;
     ote_status_t status;
@@ -130,9 +129,9 @@ ote_status_t ote_auth_create(const ote_config_t *cfg, ote_auth_t **auth_p)
         return OTE_ERR_NO_MEMORY;
     }
     pthread_mutex_init(&a->lock, NULL);
-    a->max_conns            = cfg->max_conns;
-    a->max_conns_per_peer   = cfg->max_conns_per_peer;
-    a->handshake_timeout_ms = cfg->handshake_timeout_ms;
+    a->max_conns            = params->max_conns;
+    a->max_conns_per_peer   = params->max_conns_per_peer;
+    a->handshake_timeout_ms = params->handshake_timeout_ms;
     status = ote_auth_set_key(a, buf, len);
     wipe(buf, sizeof(buf));
     if (status != OTE_OK) {

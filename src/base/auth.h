@@ -39,7 +39,14 @@
 #define OTE_AUTH_IPROOF_LEN OTE_AUTH_MAC_LEN                     /* initiator's proof */
 #define OTE_AUTH_KEY_MAX   4096
 
-typedef struct ote_config ote_config_t;
+/* What an engine's admission state is made of (engine-wide settings). */
+typedef struct {
+    const char *key;                  /* OTE_AUTH_KEY; NULL or "": none      */
+    const char *key_file;             /* OTE_AUTH_KEY_FILE; NULL or "": none */
+    long        max_conns;            /* OTE_MAX_CONNS                       */
+    long        max_conns_per_peer;   /* OTE_MAX_CONNS_PER_PEER              */
+    long        handshake_timeout_ms; /* OTE_HANDSHAKE_TIMEOUT_MS            */
+} ote_auth_params_t;
 
 typedef enum {
     OTE_AUTH_CHANNEL_CTL = 1, /* control plane          */
@@ -83,12 +90,12 @@ typedef struct ote_auth {
 } ote_auth_t;
 
 /*
- * Read the key from the configuration (OTE_AUTH_KEY, or the first line of
- * OTE_AUTH_KEY_FILE; not both) and the connection limits. A key without
+ * Take the key (OTE_AUTH_KEY, or the first line of OTE_AUTH_KEY_FILE; not
+ * both) and the connection limits. A key without
  * libcrypto in this build is OTE_ERR_UNSUPPORTED. Without a key, logs once
  * per process that any peer is accepted.
  */
-ote_status_t ote_auth_create(const ote_config_t *cfg, ote_auth_t **auth_p);
+ote_status_t ote_auth_create(const ote_auth_params_t *params, ote_auth_t **auth_p);
 /* The key is wiped. */
 void         ote_auth_destroy(ote_auth_t *auth);
 /* Whether this build can authenticate (libcrypto present). */

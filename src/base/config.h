@@ -1,7 +1,9 @@
 /*
- * The one configuration table: every OTE_* environment variable with its
- * default, type and description. `ote_info -c` prints it. Nothing else in
- * the library reads getenv() for OTE_ variables.
+ * Configuration tables: each component describes its OTE_* environment
+ * variables (name, default, type, description) in a table with a prefix and
+ * reads them into its own options struct with the functions below.
+ * `ote_info -c` prints every table. Nothing else in the library reads
+ * getenv() for OTE_ variables.
  */
 #ifndef OTE_BASE_CONFIG_H
 #define OTE_BASE_CONFIG_H
@@ -22,82 +24,58 @@ typedef enum {
 
 enum { OTE_TERNARY_NO = 0, OTE_TERNARY_YES = 1, OTE_TERNARY_AUTO = 2 };
 
-typedef struct ote_config {
-    int    log_level;
-    char  *tls;
-    char  *net_devices;
-    char  *metadata;
-    char  *engine_name;
-    char  *metadata_prefix;
-    long   metadata_ttl_s;
-    long   metadata_timeout_ms;
-    long   num_workers;
-    size_t slice_size;
-    long   retry_count;
-    size_t rail_max_bytes;
-    long   rail_max_slices;
-    long   rail_cooldown_ms;
-    long   rail_cooldown_max_ms;
-    long   connect_timeout_ms;
-    long   xfer_timeout_ms;
-    long   poll_grace_us;
-    long   poll_spin_max_us;
-    bool   progress_thread;
-    char  *worker_cpus;
-    size_t max_inflight_bytes;
-    long   max_inflight_tasks;
-    long   submit_timeout_ms;
-    size_t max_ctl_msg;
-    long   max_notif_backlog;
-    long   notify_timeout_ms;
-    long   max_conns;
-    long   max_conns_per_peer;
-    long   handshake_timeout_ms;
-    char  *auth_key;
-    char  *auth_key_file;
-    char  *host_id;
-    long   tcp_conns;
-    long   shm_unmap_timeout_ms;
-    size_t tcp_max_msg;
-    size_t tcp_sndbuf;
-    size_t tcp_rcvbuf;
-    bool   tcp_nodelay;
-    char  *uct_connect;
-    bool   rcache_enable;
-    size_t rcache_max_size;
-    long   rcache_max_regions;
-    int    gpu_direct;
-    size_t stage_chunk_size;
-    long   stage_slots;
-    long   cuda_ipc_cache_entries;
-    char  *cuda_lib;
-    long   uring_qd;
-    int    file_direct;
-    char  *sysfs_root;
-} ote_config_t;
-
 typedef struct {
-    const char    *name;    /* without the OTE_ prefix */
+    const char    *name;    /* without OTE_ and without the table's prefix */
     const char    *dflt;
     ote_cfg_type_t type;
-    size_t         offset;
+    size_t         offset;  /* of the field in the table's options struct */
     const char    *desc;
 } ote_cfg_entry_t;
 
-extern const ote_cfg_entry_t ote_config_table[];
-extern const size_t          ote_config_table_size;
+/*
+ * A table describes one options struct: the variables OTE_<prefix><name> of
+ * one component, as UCX's ucs_config_field_t tables. The struct holds a
+ * field per entry: char * (string), long (int), size_t (size), bool, int
+ * (ternary, log level).
+ */
+typedef struct ote_config_table {
+    const char            *prefix;      /* after OTE_: "TCP_"; "" for none     */
+    const char            *component;   /* who reads it: "engine", "tcp", ...  */
+    const ote_cfg_entry_t *fields;
+    size_t                 num_fields;
+    size_t                 struct_size;
+    /* Optional (NULL): checks across fields; logs why it fails. */
+    ote_status_t (*validate)(const void *opts);
+} ote_config_table_t;
+
+#define OTE_CONFIG_NUM_FIELDS(_fields) (sizeof(_fields) / sizeof((_fields)[0]))
 
 /*
- * Fill cfg from defaults then from the environment. Unknown OTE_ variables
- * are warned about; a value that does not parse is OTE_ERR_INVALID_PARAM
- * with a log line naming the variable.
+ * Fill opts (table->struct_size bytes) from the defaults, then from the
+ * environment, then validate. A value that does not parse is
+ * OTE_ERR_INVALID_PARAM with a log line naming the variable; on any error
+ * nothing is left allocated in opts.
  */
-ote_status_t ote_config_read(ote_config_t *cfg);
-/* Apply one setting by name (no prefix): used by read() and by tests. */
-ote_status_t ote_config_set(ote_config_t *cfg, const char *name, const char *value);
-void         ote_config_release(ote_config_t *cfg);
-/* Print every variable with its current value, default and description. */
-void         ote_config_print(const ote_config_t *cfg, FILE *stream);
+ote_status_t ote_config_fill(const ote_config_table_t *table, void *opts);
+/*
+ * Apply one setting by its variable name without OTE_ ("TCP_CONNS"):
+ * OTE_ERR_NOT_FOUND if the table has no such variable. Does not validate.
+ */
+ote_status_t ote_config_set(const ote_config_table_t *table, void *opts, const char *name,
+                            const char *value);
+/* The table's validation, if any (after ote_config_set). */
+ote_status_t ote_config_validate(const ote_config_table_t *table, const void *opts);
+/* Free the strings of opts. */
+void         ote_config_release(const ote_config_table_t *table, void *opts);
+/* Print every variable of the table with its value in opts, default and description. */
+void         ote_config_print(const ote_config_table_t *table, const void *opts, FILE *stream);
+/* The entry of a variable named without OTE_, or NULL. */
+const ote_cfg_entry_t *ote_config_find(const ote_config_table_t *table, const char *name);
+/*
+ * Warn about every OTE_ variable of the environment that none of the
+ * tables knows (ote_info -c lists them).
+ */
+void         ote_config_warn_unknown(const ote_config_table_t *const *tables, size_t count);
 
 /* Parsers, exposed for the unit tests. */
 ote_status_t ote_cfg_parse_size(const char *s, size_t *out_p);

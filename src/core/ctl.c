@@ -336,10 +336,8 @@ static ote_status_t handle_stage(ote_ctl_t *ctl, ctl_conn_t *c)
     if (m->target != e->instance_id)
         st = OTE_ERR_NOT_FOUND;
     else if (ctl->stage == NULL &&
-             (st = ote_stage_target_create(e->regions, e->config.stage_chunk_size,
-                                           (unsigned)e->config.stage_slots,
-                                           e->config.xfer_timeout_ms, e->config.cuda_lib,
-                                           &ctl->stage)) != OTE_OK)
+             (st = ote_stage_target_create(e->regions, &e->stage_config,
+                                           e->config.xfer_timeout_ms, &ctl->stage)) != OTE_OK)
         ;
     else
         st = ote_stage_target_request(ctl->stage, (uintptr_t)c, m, chunks, &count,

@@ -120,20 +120,33 @@ static void engine_note_exclusions(ote_engine_h e, const ote_select_t *sel)
     }
 }
 
+/* The engine-wide limits every iface applies to the connections it accepts. */
+static void engine_iface_limits(ote_engine_h e, ote_tl_iface_params_t *params)
+{
+    params->max_conns            = e->config.max_conns;
+    params->max_conns_per_peer   = e->config.max_conns_per_peer;
+    params->handshake_timeout_ms = e->config.handshake_timeout_ms;
+}
+
 static ote_status_t engine_open_transports(ote_engine_h e)
 {
     ote_tl_iface_params_t params = {
-        .config       = &e->config,
         .regions      = e->regions,
         .instance_id  = e->instance_id,
         .bind_ip      = e->bind_ip,
         .advertise_ip = e->advertise_ip,
         .auth         = e->auth,
     };
+    ote_rdma_config_t rdma_cfg;
     ote_select_t *sel;
     ote_status_t status;
 
-    status = ote_rdma_discover(e->config.sysfs_root, &e->rdma);
+    engine_iface_limits(e, &params);
+    status = ote_config_fill(&ote_rdma_config_table, &rdma_cfg);
+    if (status != OTE_OK)
+        return status;
+    status = ote_rdma_discover(rdma_cfg.sysfs_root, &e->rdma);
+    ote_config_release(&ote_rdma_config_table, &rdma_cfg);
     if (status != OTE_OK)
         return status;
     params.rdma = e->rdma;
@@ -227,18 +240,26 @@ static ote_status_t engine_desc_cb(void *arg, ote_buf_t *out)
 /* Put this engine's descriptor under its name in the store metadata names. */
 static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
 {
-    ote_meta_params_t mp = {
+    ote_meta_config_t cfg;
+    ote_meta_params_t mp;
+    ote_status_t status;
+
+    status = ote_config_fill(&ote_meta_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
+    mp = (ote_meta_params_t){
         .uri        = metadata,
         .name       = e->name,
-        .prefix     = e->config.metadata_prefix,
-        .ttl_s      = e->config.metadata_ttl_s,
-        .timeout_ms = e->config.metadata_timeout_ms,
+        .prefix     = cfg.prefix,
+        .ttl_s      = cfg.ttl_s,
+        .timeout_ms = cfg.timeout_ms,
         .auth       = e->auth,
         .desc_cb    = engine_desc_cb,
         .desc_arg   = e,
     };
-
-    return ote_meta_create(&mp, &e->meta);
+    status = ote_meta_create(&mp, &e->meta);
+    ote_config_release(&ote_meta_config_table, &cfg);
+    return status;
 }
 
 static void engine_free(ote_engine_h e)
@@ -290,7 +311,9 @@ static void engine_free(ote_engine_h e)
     pthread_mutex_destroy(&e->admit_lock);
     pthread_cond_destroy(&e->admit_cond);
     ote_auth_destroy(e->auth);
-    ote_config_release(&e->config);
+    ote_config_release(&ote_file_config_table, &e->file_config);
+    ote_config_release(&ote_stage_config_table, &e->stage_config);
+    ote_engine_config_release(&e->config);
     free(e);
 }
 
@@ -326,7 +349,7 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         pthread_cond_init(&e->admit_cond, &ca);
         pthread_condattr_destroy(&ca);
     }
-    status = ote_config_read(&e->config);
+    status = ote_engine_config_read(&e->config);
     if (status != OTE_OK) {
         pthread_mutex_destroy(&e->notif_lock);
         pthread_mutex_destroy(&e->lane_lock);
@@ -338,10 +361,22 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         return status;
     }
     ote_log_set_level(e->config.log_level);
+    status = ote_config_fill(&ote_stage_config_table, &e->stage_config);
+    if (status == OTE_OK)
+        status = ote_config_fill(&ote_file_config_table, &e->file_config);
+    if (status != OTE_OK)
+        goto err;
     status = ote_notif_senders_create(&e->senders);
     if (status != OTE_OK)
         goto err;
-    status = ote_auth_create(&e->config, &e->auth);
+    status = ote_auth_create(&(ote_auth_params_t){.key      = e->config.auth_key,
+                                                  .key_file = e->config.auth_key_file,
+                                                  .max_conns = e->config.max_conns,
+                                                  .max_conns_per_peer =
+                                                      e->config.max_conns_per_peer,
+                                                  .handshake_timeout_ms =
+                                                      e->config.handshake_timeout_ms},
+                             &e->auth);
     if (status != OTE_OK)
         goto err;
 
@@ -373,14 +408,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     else
         ote_host_id(e->host_id, sizeof(e->host_id));
 
-    mp = (ote_mem_table_params_t){.rcache_enable      = e->config.rcache_enable,
-                                  .rcache_max_size    = e->config.rcache_max_size,
-                                  .rcache_max_regions = e->config.rcache_max_regions,
-                                  .gpu_direct = e->config.gpu_direct == OTE_TERNARY_YES
-                                                    ? OTE_MEM_GPU_DIRECT_YES
-                                                : e->config.gpu_direct == OTE_TERNARY_NO
-                                                    ? OTE_MEM_GPU_DIRECT_NO
-                                                    : OTE_MEM_GPU_DIRECT_AUTO};
+    status = ote_mem_table_params_read(&mp);
+    if (status != OTE_OK)
+        goto err;
     status = ote_mem_table_create(&mp, &e->regions);
     if (status != OTE_OK)
         goto err;
@@ -574,7 +604,7 @@ static ote_status_t engine_probe_tl(ote_engine_h e, ote_tl_component_t *comp,
                                     const ote_tl_resource_t *res, ote_tl_caps_t *caps_p,
                                     char *md_name, size_t md_name_len)
 {
-    ote_tl_iface_params_t params = {.config = &e->config, .regions = e->regions,
+    ote_tl_iface_params_t params = {.regions = e->regions,
                                     .instance_id = e->instance_id, .bind_ip = e->bind_ip,
                                     .advertise_ip = e->advertise_ip,
                                     .worker_lock = &e->workers[0].lock};
@@ -582,6 +612,7 @@ static ote_status_t engine_probe_tl(ote_engine_h e, ote_tl_component_t *comp,
     ote_md_t *md = NULL;
     ote_status_t status;
 
+    engine_iface_limits(e, &params);
     status = comp->ops->md_open(comp, res, &md);
     if (status != OTE_OK && status != OTE_ERR_UNSUPPORTED)
         return status;
@@ -638,10 +669,11 @@ static void print_addresses(FILE *f, ote_engine_h e, const ote_tl_resource_t *re
 void ote_engine_print_transports(ote_engine_h e, FILE *f);
 void ote_engine_print_transports(ote_engine_h e, FILE *f)
 {
-    ote_tl_iface_params_t params = {.config = &e->config, .bind_ip = e->bind_ip,
+    ote_tl_iface_params_t params = {.bind_ip = e->bind_ip,
                                     .advertise_ip = e->advertise_ip, .rdma = e->rdma};
     ote_select_t *sel = NULL;
 
+    engine_iface_limits(e, &params);
     fprintf(f, "# engine %s, host %s\n", e->name, e->host_id);
     fprintf(f, "# OTE_TLS=%s OTE_NET_DEVICES=%s\n", e->config.tls, e->config.net_devices);
     if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)

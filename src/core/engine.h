@@ -9,6 +9,8 @@
 #include "meta.h"
 #include "mem/mem.h"
 #include "proto/proto.h"
+#include "proto/stage.h"
+#include "uct_ext/file/file.h"
 #include "uct_ext/rdma/rdma.h"
 #include "uct_ext/tl.h"
 
@@ -20,6 +22,61 @@
 
 #define OTE_MAX_WORKERS      64
 #define OTE_MAX_IFACES       32
+
+/* Engine-wide settings (variables without a component prefix). */
+typedef struct {
+    int    log_level;
+    char  *tls;
+    char  *net_devices;
+    char  *metadata;
+    char  *engine_name;
+    long   num_workers;
+    size_t slice_size;
+    long   retry_count;
+    size_t rail_max_bytes;
+    long   rail_max_slices;
+    long   rail_cooldown_ms;
+    long   rail_cooldown_max_ms;
+    long   connect_timeout_ms;
+    long   xfer_timeout_ms;
+    long   poll_grace_us;
+    long   poll_spin_max_us;
+    bool   progress_thread;
+    char  *worker_cpus;
+    size_t max_inflight_bytes;
+    long   max_inflight_tasks;
+    long   submit_timeout_ms;
+    size_t max_ctl_msg;
+    long   max_notif_backlog;
+    long   notify_timeout_ms;
+    long   max_conns;
+    long   max_conns_per_peer;
+    long   handshake_timeout_ms;
+    char  *auth_key;
+    char  *auth_key_file;
+    char  *host_id;
+} ote_engine_config_t;
+
+extern const ote_config_table_t ote_engine_config_table;
+
+/* Upper bound on the tables ote_engine_config_tables() lists. */
+#define OTE_CONFIG_MAX_TABLES 32
+
+/*
+ * Every configuration table an engine reads, each once: the engine's, the
+ * metadata store's, proto's, mem's, then the transport components'.
+ * Returns how many were written to tables (at most max).
+ */
+size_t       ote_engine_config_tables(const ote_config_table_t **tables, size_t max);
+/*
+ * Warn about OTE_ variables no table knows, fill cfg from the engine-wide
+ * table, and check every other table (a value that does not parse or is
+ * out of range fails here with OTE_ERR_INVALID_PARAM).
+ */
+ote_status_t ote_engine_config_read(ote_engine_config_t *cfg);
+void         ote_engine_config_release(ote_engine_config_t *cfg);
+/* Every table with the values in effect (ote_info -c). */
+ote_status_t ote_engine_config_print(FILE *stream);
 
 typedef struct ote_worker   ote_worker_t;
 typedef struct ote_task     ote_task_t;
@@ -136,7 +193,14 @@ struct ote_segment {
 };
 
 struct ote_engine {
-    ote_config_t     config;
+    ote_engine_config_t config;
+    /*
+     * Tables of the code core drives itself, read with the engine's own so
+     * that the settings at creation hold for the engine's life: staging
+     * (the target pool is made on the first request) and file segments.
+     */
+    ote_stage_config_t  stage_config;
+    ote_file_config_t   file_config;
     ote_auth_t      *auth;          /* key and connection limits */
     char             name[OTE_DESC_NAME_MAX + 1];
     char             host_id[OTE_DESC_NAME_MAX + 1];

@@ -13,6 +13,7 @@
 #define OTE_CORE_META_H
 
 #include "base/auth.h"
+#include "base/config.h"
 #include "desc.h"
 
 #include <ote/ote.h>
@@ -124,6 +125,15 @@ typedef struct {
     ote_meta_desc_cb_t  desc_cb;     /* NULL: a client that only reads */
     void               *desc_arg;
 } ote_meta_params_t;
+
+/* The store's settings (OTE_METADATA_*): the key prefix, the lease, the bound on a request. */
+typedef struct {
+    char *prefix;
+    long  ttl_s;
+    long  timeout_ms;
+} ote_meta_config_t;
+
+extern const ote_config_table_t ote_meta_config_table;
 
 /*
  * Connect to the store; with desc_cb, claim the name (EXISTS when a live

@@ -173,7 +173,7 @@ static ote_status_t segment_open_file(ote_segment_h seg, const char *name, ote_d
                   seg->name);
         return OTE_ERR_INVALID_PARAM;
     }
-    status = ote_file_open(path, seg->engine->config.file_direct, &seg->file);
+    status = ote_file_open(path, seg->engine->file_config.direct, &seg->file);
     if (status == OTE_OK)
         status = file_desc(seg, desc_p);
     if (status == OTE_OK)

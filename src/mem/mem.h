@@ -24,6 +24,8 @@
 #ifndef OTE_MEM_MEM_H
 #define OTE_MEM_MEM_H
 
+#include "base/config.h"
+
 #include <ote/ote.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -180,6 +182,26 @@ static inline bool ote_mem_md_reaches(const ote_mem_table_params_t *p, const ote
     return !(mem_type == OTE_MEM_TYPE_CUDA && !(md->flags & OTE_MD_FLAG_DEVICE_NATIVE) &&
              p->gpu_direct == OTE_MEM_GPU_DIRECT_NO);
 }
+
+/* OTE_GPU_DIRECT: mem's own setting (an OTE_TERNARY_* value). */
+typedef struct {
+    int gpu_direct;
+} ote_mem_config_t;
+
+/* OTE_RCACHE_*: the registration cache. */
+typedef struct {
+    bool   enable;
+    size_t max_size;
+    long   max_regions;
+} ote_rcache_config_t;
+
+extern const ote_config_table_t ote_mem_config_table;
+extern const ote_config_table_t ote_rcache_config_table;
+/* Both, NULL-terminated. */
+extern const ote_config_table_t *const ote_mem_config_tables[];
+
+/* Table params from mem's tables (OTE_GPU_DIRECT, OTE_RCACHE_*); others zero. */
+ote_status_t ote_mem_table_params_read(ote_mem_table_params_t *params_p);
 
 ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
                                   ote_mem_table_t **table_p);

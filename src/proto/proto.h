@@ -239,5 +239,7 @@ ote_status_t ote_proto_slice_post(ote_slice_t *slice);
  * pinned host chunks), NULL-terminated.
  */
 extern ote_tl_component_t *const ote_proto_components[];
+/* proto's configuration tables (staging: OTE_STAGE_*), NULL-terminated. */
+extern const ote_config_table_t *const ote_proto_config_tables[];
 
 #endif

@@ -518,6 +518,39 @@ ote_status_t ote_proto_stage_rail_init(ote_rail_t *rail, ote_rail_t *host,
     return OTE_OK;
 }
 
+/* ---- configuration ------------------------------------------------------------ */
+
+#define STAGE_F(_f) offsetof(ote_stage_config_t, _f)
+
+static const ote_cfg_entry_t stage_config_fields[] = {
+    {"CHUNK_SIZE", "4m", OTE_CFG_SIZE, STAGE_F(chunk_size),
+     "Pinned host chunk size for GPU staging pipelines."},
+    {"SLOTS", "16", OTE_CFG_INT, STAGE_F(slots),
+     "Staging chunks in flight per request."},
+};
+
+static ote_status_t stage_config_validate(const void *opts)
+{
+    const ote_stage_config_t *cfg = opts;
+
+    if (cfg->slots < 1) {
+        ote_error("OTE_MAX_* limits, OTE_HANDSHAKE_TIMEOUT_MS and OTE_STAGE_SLOTS must be positive");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return OTE_OK;
+}
+
+const ote_config_table_t ote_stage_config_table = {
+    .prefix      = "STAGE_",
+    .component   = "stage",
+    .fields      = stage_config_fields,
+    .num_fields  = OTE_CONFIG_NUM_FIELDS(stage_config_fields),
+    .struct_size = sizeof(ote_stage_config_t),
+    .validate    = stage_config_validate,
+};
+
+const ote_config_table_t *const ote_proto_config_tables[] = {&ote_stage_config_table, NULL};
+
 /* ---- component ---------------------------------------------------------------- */
 
 static ote_status_t stage_query_resources(ote_tl_component_t *comp,
@@ -526,7 +559,7 @@ static ote_status_t stage_query_resources(ote_tl_component_t *comp,
 {
     ote_tl_resource_t *res;
 
-    if (ote_cuda_api_load(params->config ? params->config->cuda_lib : NULL) != OTE_OK)
+    if (ote_cuda_load() != OTE_OK)
         return OTE_ERR_UNSUPPORTED;
     res = calloc(1, sizeof(*res));
     if (res == NULL)
@@ -543,9 +576,14 @@ static ote_status_t stage_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                      const ote_tl_iface_params_t *params,
                                      ote_tl_iface_t **iface_p)
 {
-    stage_iface_t *si = calloc(1, sizeof(*si));
+    stage_iface_t *si;
+    ote_stage_config_t cfg;
     ote_status_t status;
 
+    status = ote_config_fill(&ote_stage_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
+    si = calloc(1, sizeof(*si));
     if (si == NULL)
         return OTE_ERR_NO_MEMORY;
     status = ote_cuda_copier_create(STAGE_STREAMS, &si->copier);
@@ -559,8 +597,8 @@ static ote_status_t stage_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     si->super.md       = md;
     si->super.md_index = -1;
     si->regions        = params->regions;
-    si->chunk_size     = params->config ? params->config->stage_chunk_size : 4u << 20;
-    si->slots          = params->config ? (unsigned)params->config->stage_slots : 16;
+    si->chunk_size     = cfg.chunk_size;
+    si->slots          = (unsigned)cfg.slots;
     if (si->chunk_size < 4096)
         si->chunk_size = 4096;
     if (si->slots == 0)
@@ -577,6 +615,7 @@ static const char *stage_unavailable(ote_tl_component_t *comp)
 
 static const ote_tl_component_ops_t stage_component_ops = {
     .name            = "cuda_stage",
+    .config_table    = &ote_stage_config_table,
     .query_resources = stage_query_resources,
     .iface_open      = stage_iface_open,
     .unavailable     = stage_unavailable,

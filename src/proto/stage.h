@@ -61,10 +61,21 @@ void ote_proto_stage_stats(ote_proto_stage_stats_t *stats_p);
 /* ---- remote staging, target side (control listener thread only) ---- */
 typedef struct ote_stage_target ote_stage_target_t;
 
-/* Pool of nchunks pinned chunks of chunk_size, reachable by host transports. */
-ote_status_t ote_stage_target_create(ote_mem_table_t *regions, size_t chunk_size,
-                                     unsigned nchunks, long timeout_ms, const char *cuda_lib,
-                                     ote_stage_target_t **t_p);
+/* OTE_STAGE_*: the staging pipelines' chunks. */
+typedef struct {
+    size_t chunk_size; /* pinned host chunk */
+    long   slots;      /* chunks in flight per request */
+} ote_stage_config_t;
+
+extern const ote_config_table_t ote_stage_config_table;
+
+/*
+ * Pool of cfg->slots pinned chunks of cfg->chunk_size (ote_stage_config_table),
+ * reachable by host transports; timeout_ms bounds how long a chunk stays
+ * pinned for a peer.
+ */
+ote_status_t ote_stage_target_create(ote_mem_table_t *regions, const ote_stage_config_t *cfg,
+                                     long timeout_ms, ote_stage_target_t **t_p);
 void         ote_stage_target_destroy(ote_stage_target_t *t);
 /*
  * Serve one STAGE request of control connection conn. PIN: chunks gets the

@@ -40,21 +40,22 @@ long ote_stage_target_pinned_now(void)
     return atomic_load(&target_pinned);
 }
 
-ote_status_t ote_stage_target_create(ote_mem_table_t *regions, size_t chunk_size,
-                                     unsigned nchunks, long timeout_ms, const char *cuda_lib,
-                                     ote_stage_target_t **t_p)
+ote_status_t ote_stage_target_create(ote_mem_table_t *regions, const ote_stage_config_t *cfg,
+                                     long timeout_ms, ote_stage_target_t **t_p)
 {
+    size_t chunk_size = cfg->chunk_size;
     ote_stage_target_t *t;
     ote_status_t status;
 
-    if (ote_cuda_api_load(cuda_lib) != OTE_OK)
+    /* Loaded once per process: the engine's components did already. */
+    if (ote_cuda_load() != OTE_OK)
         return OTE_ERR_UNSUPPORTED;
     t = calloc(1, sizeof(*t));
     if (t == NULL)
         return OTE_ERR_NO_MEMORY;
     t->regions    = regions;
     t->chunk_size = chunk_size < 4096 ? 4096 : chunk_size > (1u << 30) ? (1u << 30) : chunk_size;
-    t->nchunks    = nchunks ? nchunks : 1;
+    t->nchunks    = cfg->slots > 0 ? (unsigned)cfg->slots : 1;
     t->timeout_ns = (uint64_t)timeout_ms * 1000000ull;
     t->chunks     = calloc(t->nchunks, sizeof(*t->chunks));
     status        = t->chunks ? ote_cuda_copier_create(1, &t->copier) : OTE_ERR_NO_MEMORY;

@@ -1,5 +1,4 @@
 /* ote_info: version, transports and devices, configuration. */
-#include "base/config.h"
 #include "core/engine.h"
 #include "base/log.h"
 
@@ -36,12 +35,9 @@ int main(int argc, char **argv)
     }
     printf("# OrbitTE version %s\n", ote_version());
     if (cfg) {
-        ote_config_t c;
-
-        if (ote_config_read(&c) != OTE_OK)
+        /* Every table: the engine's, then those of proto, mem and the components. */
+        if (ote_engine_config_print(stdout) != OTE_OK)
             return 1;
-        ote_config_print(&c, stdout);
-        ote_config_release(&c);
     }
     if (dev) {
         /* What a default engine uses: listening on every address, so on every interface. */

@@ -13,6 +13,13 @@ extern ote_tl_component_t ote_file_component;
 extern ote_tl_component_t ote_uct_component;
 #endif
 
+extern const ote_config_table_t ote_tcp_config_table;
+extern const ote_config_table_t ote_shm_config_table;
+extern const ote_config_table_t ote_cuda_config_table;
+extern const ote_config_table_t ote_file_config_table;
+extern const ote_config_table_t ote_uct_config_table;
+extern const ote_config_table_t ote_rdma_config_table;
+
 ote_tl_component_t *const ote_tl_components[] = {
     &ote_tcp_component,
     &ote_cma_component,
@@ -25,6 +32,12 @@ ote_tl_component_t *const ote_tl_components[] = {
 #ifdef HAVE_UCX
     &ote_uct_component,
 #endif
+    NULL,
+};
+
+const ote_config_table_t *const ote_tl_config_tables[] = {
+    &ote_tcp_config_table,  &ote_shm_config_table, &ote_cuda_config_table,
+    &ote_file_config_table, &ote_uct_config_table, &ote_rdma_config_table,
     NULL,
 };
 

@@ -12,6 +12,7 @@
 #ifndef OTE_UCT_EXT_TL_H
 #define OTE_UCT_EXT_TL_H
 
+#include "base/config.h"
 #include "mem/mem.h"
 
 #include <ote/ote.h>
@@ -28,7 +29,6 @@
 typedef struct ote_tl_component ote_tl_component_t;
 typedef struct ote_tl_iface     ote_tl_iface_t;
 typedef struct ote_tl_ep        ote_tl_ep_t;
-typedef struct ote_config       ote_config_t;
 typedef struct ote_auth         ote_auth_t;
 struct ote_rdma;
 
@@ -108,9 +108,12 @@ typedef struct {
     void               *priv;
 } ote_tl_resource_t;
 
-/* What a component needs from the engine to open an iface. */
+/*
+ * What a component needs from the engine to open an iface: engine-wide
+ * settings and objects. Its own settings it reads from its own
+ * configuration table (ote_tl_component_ops_t.config_table).
+ */
 typedef struct {
-    const ote_config_t *config;
     ote_mem_table_t    *regions;     /* target-side checks                */
     uint64_t            instance_id; /* this engine's instance            */
     const char         *bind_ip;     /* address the engine listens on     */
@@ -120,6 +123,10 @@ typedef struct {
     /* Key and connection limits shared by all listeners of the engine;
      * NULL: accept any peer, no limits (tools that only list resources). */
     ote_auth_t         *auth;
+    /* OTE_MAX_CONNS, OTE_MAX_CONNS_PER_PEER, OTE_HANDSHAKE_TIMEOUT_MS. */
+    long                max_conns;
+    long                max_conns_per_peer;
+    long                handshake_timeout_ms;
     /* RDMA ports with their GID choice (uct_ext/rdma/rdma.h); NULL: none known. */
     const struct ote_rdma *rdma;
 } ote_tl_iface_params_t;
@@ -134,6 +141,12 @@ typedef struct {
 
 typedef struct {
     const char *name;
+    /*
+     * The component's configuration (OTE_<prefix>...): it reads it itself
+     * when it opens; the engine checks it and ote_info -c prints it.
+     * Components sharing code may share a table.
+     */
+    const ote_config_table_t *config_table;
     /* Resources this component offers here; *res_p is freed by the caller. */
     ote_status_t (*query_resources)(ote_tl_component_t *comp,
                                     const ote_tl_iface_params_t *params,
@@ -303,5 +316,11 @@ ote_status_t ote_tl_unsupported_reconnect(ote_tl_ep_t *ep, const ote_tl_peer_t *
 
 /* Components compiled into this library, NULL-terminated. */
 extern ote_tl_component_t *const ote_tl_components[];
+/*
+ * Every configuration table of this layer, NULL-terminated: those of the
+ * components, including the ones this build leaves out (their variables
+ * are known everywhere), and rdma's (device discovery).
+ */
+extern const ote_config_table_t *const ote_tl_config_tables[];
 
 #endif

@@ -18,7 +18,7 @@ static ote_auth_t *auth;
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     static const char key[] = "fuzz-cluster-key-0123456789abcdef";
-    ote_config_t cfg;
+    ote_auth_params_t cfg;
 
     (void)argc;
     (void)argv;

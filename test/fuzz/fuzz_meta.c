@@ -22,7 +22,7 @@ static ote_auth_t *fuzz_auth(void)
     static ote_auth_t *auth;
 
     if (auth == NULL) {
-        ote_config_t cfg = {0};
+        ote_auth_params_t cfg = {0};
 
         if (ote_auth_create(&cfg, &auth) != OTE_OK)
             abort();

@@ -39,7 +39,6 @@
 extern ote_tl_component_t ote_tcp_component;
 extern ote_tl_component_t ote_cma_component;
 
-static ote_config_t     cfg;
 static ote_mem_table_t *table;
 static ote_auth_t      *auth_off, *auth_on;
 static ote_tl_iface_t  *iface_off, *iface_on, *cma_off, *cma_on;
@@ -49,9 +48,11 @@ static uint8_t         *pristine; /* the mapping as it must stay outside the rw 
 
 static ote_tl_iface_t *open_iface(ote_tl_component_t *comp, ote_auth_t *auth)
 {
-    ote_tl_iface_params_t p = {.config = &cfg, .regions = table, .instance_id = FUZZ_INSTANCE,
+    /* The engine's default limits (OTE_MAX_CONNS, ...). */
+    ote_tl_iface_params_t p = {.regions = table, .instance_id = FUZZ_INSTANCE,
                                .bind_ip = "127.0.0.1", .advertise_ip = "127.0.0.1",
-                               .auth = auth};
+                               .auth = auth, .max_conns = 4096, .max_conns_per_peer = 256,
+                               .handshake_timeout_ms = 10000};
     ote_tl_resource_t *res = NULL;
     ote_tl_iface_t *iface  = NULL;
     size_t n               = 0;
@@ -66,6 +67,9 @@ static ote_tl_iface_t *open_iface(ote_tl_component_t *comp, ote_auth_t *auth)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     static const char key[] = "fuzz-cluster-key-0123456789abcdef";
+    /* The engine's default limits (OTE_MAX_CONNS, ...), no key. */
+    static const ote_auth_params_t limits = {
+        .max_conns = 4096, .max_conns_per_peer = 256, .handshake_timeout_ms = 10000};
     ote_mem_table_params_t mp = {0};
     ote_mem_desc_t d[2];
     ote_region_t *r[2];
@@ -73,10 +77,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     setenv("OTE_LOG_LEVEL", "none", 1);
-    if (ote_config_read(&cfg) != OTE_OK)
-        abort();
+    /* Read by the tcp and cma ifaces from tcp's table when they open. */
+    setenv("OTE_TCP_MAX_MSG", "1m", 1);
     ote_log_set_level(OTE_LOG_NONE);
-    cfg.tcp_max_msg = 1u << 20;
     base = mmap((void *)(uintptr_t)FUZZ_BASE, FUZZ_MAP_LEN, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     if (base == MAP_FAILED)
@@ -98,7 +101,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                             .access = OTE_ACCESS_REMOTE_READ};
     if (ote_mem_table_register(table, d, 2, r) != OTE_OK)
         abort();
-    if (ote_auth_create(&cfg, &auth_off) != OTE_OK || ote_auth_create(&cfg, &auth_on) != OTE_OK)
+    if (ote_auth_create(&limits, &auth_off) != OTE_OK ||
+        ote_auth_create(&limits, &auth_on) != OTE_OK)
         abort();
     if (ote_auth_supported() && ote_auth_set_key(auth_on, key, sizeof(key) - 1) != OTE_OK)
         abort();

@@ -478,7 +478,7 @@ static void gen_meta(void)
     };
     ote_desc_t *d = calloc(1, sizeof(*d));
     ote_buf_t desc = {0}, rec = {0};
-    ote_config_t cfg = {0};
+    ote_auth_params_t cfg = {0};
     ote_auth_t *auth;
 
     for (size_t i = 0; i < sizeof(etcd) / sizeof(etcd[0]); i++)

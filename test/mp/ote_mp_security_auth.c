@@ -152,7 +152,7 @@ static void test_malformed_and_order(void **state)
 
 static void test_admission_limits(void **state)
 {
-    ote_config_t cfg;
+    ote_auth_params_t cfg;
     ote_auth_t *a;
 
     (void)state;

@@ -293,7 +293,7 @@ ote_status_t sw_tcp_open(int fd, const ote_auth_t *auth, uint64_t instance)
 
 ote_auth_t *sw_auth_new(const char *key)
 {
-    ote_config_t cfg;
+    ote_auth_params_t cfg;
     ote_auth_t *a = NULL;
 
     memset(&cfg, 0, sizeof(cfg));

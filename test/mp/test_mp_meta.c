@@ -342,7 +342,7 @@ static void test_signed(void **state)
     size_t len;
     ote_buf_t unsigned_rec = {0}, foreign_rec = {0};
     ote_auth_t *other;
-    ote_config_t cfg = {0};
+    ote_auth_params_t cfg = {0};
 
     (void)state;
     if (!ote_auth_supported())

@@ -157,7 +157,7 @@ ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t
     ote_tcp_iface_t *t = &iface->tcp;
     ote_status_t status;
 
-    ote_tcp_iface_init(t, res, params);
+    status          = ote_tcp_iface_init(t, res, params);
     t->super.ops    = &cma_iface_ops;
     t->super.ep_ops = &ote_cma_ep_ops;
     t->ref_handle   = ote_cma_target_handle;
@@ -169,8 +169,8 @@ ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t
     t->nodelay      = false;
     t->sndbuf       = 0;
     t->rcvbuf       = 0;
-    if (t->discard == NULL)
-        return OTE_ERR_NO_MEMORY;
+    if (status != OTE_OK)
+        return status;
     status = cma_listen(iface);
     if (status == OTE_OK)
         status = ote_tcp_iface_epoll_init(t);
@@ -234,6 +234,8 @@ static ote_status_t cma_query_resources(ote_tl_component_t *comp,
 
 static const ote_tl_component_ops_t cma_component_ops = {
     .name            = "cma",
+    /* cma runs on tcp's connection code and reads its table (OTE_TCP_MAX_MSG). */
+    .config_table    = &ote_tcp_config_table,
     .query_resources = cma_query_resources,
     .md_open         = ote_tl_unsupported_md_open,
     .md_close        = ote_tl_no_md_close,

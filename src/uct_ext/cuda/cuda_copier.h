@@ -7,6 +7,7 @@
 #ifndef OTE_UCT_EXT_CUDA_CUDA_COPIER_H
 #define OTE_UCT_EXT_CUDA_CUDA_COPIER_H
 
+#include "base/config.h"
 #include "base/cuda_api.h"
 
 #include <ote/ote.h>
@@ -16,6 +17,20 @@
 #define OTE_CUDA_MAX_DEVICES 64
 
 typedef struct ote_cuda_copier ote_cuda_copier_t;
+
+/* OTE_CUDA_*: settings of cuda_copy, cuda_ipc and of the staging protocol's copies. */
+typedef struct {
+    long  ipc_cache_entries; /* imported IPC mappings kept per peer */
+    char *lib;               /* library loaded instead of CUDA's; "" = CUDA's */
+} ote_cuda_config_t;
+
+extern const ote_config_table_t ote_cuda_config_table;
+
+/*
+ * Load the CUDA entry points (base/cuda_api.h) from the library OTE_CUDA_LIB
+ * names, or from libcudart/libcuda; OTE_ERR_UNSUPPORTED when there is none.
+ */
+ote_status_t ote_cuda_load(void);
 
 /* Called from ote_cuda_copier_progress() when a copy ended. */
 typedef void (*ote_cuda_copy_cb_t)(void *arg, ote_status_t status);

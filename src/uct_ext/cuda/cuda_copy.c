@@ -43,7 +43,7 @@ static ote_status_t cuda_copy_query_resources(ote_tl_component_t *comp,
 {
     ote_tl_resource_t *res;
 
-    if (ote_cuda_api_load(params->config ? params->config->cuda_lib : NULL) != OTE_OK)
+    if (ote_cuda_load() != OTE_OK)
         return OTE_ERR_UNSUPPORTED;
     res = calloc(1, sizeof(*res));
     if (res == NULL)
@@ -278,6 +278,7 @@ static const char *cuda_copy_unavailable(ote_tl_component_t *comp)
 
 static const ote_tl_component_ops_t cuda_copy_component_ops = {
     .name            = "cuda_copy",
+    .config_table    = &ote_cuda_config_table,
     .query_resources = cuda_copy_query_resources,
     .iface_open      = cuda_copy_iface_open,
     .unavailable     = cuda_copy_unavailable,

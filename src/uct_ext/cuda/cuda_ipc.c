@@ -369,7 +369,7 @@ static ote_status_t ipc_query_resources(ote_tl_component_t *comp,
 {
     ote_tl_resource_t *res;
 
-    if (ote_cuda_api_load(params->config ? params->config->cuda_lib : NULL) != OTE_OK)
+    if (ote_cuda_load() != OTE_OK)
         return OTE_ERR_UNSUPPORTED;
     res = calloc(1, sizeof(*res));
     if (res == NULL)
@@ -597,9 +597,15 @@ static const ote_tl_ep_ops_t ipc_ep_ops = {
 static ote_status_t ipc_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params, ote_tl_iface_t **iface_p)
 {
-    ipc_iface_t *iface = calloc(1, sizeof(*iface));
+    ipc_iface_t *iface;
+    ote_cuda_config_t cfg;
     ote_status_t status;
 
+    status = ote_config_fill(&ote_cuda_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
+    ote_config_release(&ote_cuda_config_table, &cfg);
+    iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
     status = ote_cuda_copier_create(CUDA_IPC_STREAMS, &iface->copier);
@@ -607,9 +613,9 @@ static ote_status_t ipc_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
         free(iface);
         return status;
     }
-    if (params->config != NULL && params->config->cuda_ipc_cache_entries > 0) {
+    if (cfg.ipc_cache_entries > 0) {
         pthread_mutex_lock(&cache.lock);
-        cache.max_per_peer = params->config->cuda_ipc_cache_entries;
+        cache.max_per_peer = cfg.ipc_cache_entries;
         pthread_mutex_unlock(&cache.lock);
     }
     iface->super.ops      = &ipc_iface_ops;
@@ -630,6 +636,7 @@ static const char *ipc_unavailable(ote_tl_component_t *comp)
 
 static const ote_tl_component_ops_t ipc_component_ops = {
     .name            = "cuda_ipc",
+    .config_table    = &ote_cuda_config_table,
     .query_resources = ipc_query_resources,
     .md_open         = ipc_md_open,
     .md_close        = ipc_md_close,

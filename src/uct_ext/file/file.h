@@ -10,6 +10,8 @@
 #ifndef OTE_UCT_EXT_FILE_H
 #define OTE_UCT_EXT_FILE_H
 
+#include "base/config.h"
+
 #include <ote/ote.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,6 +22,15 @@
 #define OTE_FILE_SCHEME  "file://"
 
 typedef struct ote_file ote_file_t;
+
+/* OTE_URING_QD and OTE_FILE_DIRECT: the file transport's settings. */
+typedef struct {
+    long uring_qd; /* io_uring depth per worker, 1..4096             */
+    int  direct;   /* OTE_TERNARY_*: O_DIRECT for file segments       */
+} ote_file_config_t;
+
+/* Compiled in every build, so that the variables are known without io_uring too. */
+extern const ote_config_table_t ote_file_config_table;
 
 /*
  * Open the file at path (absolute, a regular file): read-write where the

@@ -147,10 +147,15 @@ static ote_status_t file_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                     const ote_tl_iface_params_t *params,
                                     ote_tl_iface_t **iface_p)
 {
-    file_iface_t *iface = calloc(1, sizeof(*iface));
-    unsigned qd         = (unsigned)params->config->uring_qd;
+    file_iface_t *iface;
+    ote_file_config_t cfg;
+    unsigned qd;
     int rc;
 
+    if (ote_config_fill(&ote_file_config_table, &cfg) != OTE_OK)
+        return OTE_ERR_INVALID_PARAM;
+    qd    = (unsigned)cfg.uring_qd;
+    iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
     iface->super.ops      = &file_iface_ops;
@@ -224,6 +229,7 @@ static ote_status_t file_query_resources(ote_tl_component_t *comp,
 
 static const ote_tl_component_ops_t file_component_ops = {
     .name            = OTE_FILE_TL_NAME,
+    .config_table    = &ote_file_config_table,
     .query_resources = file_query_resources,
     .md_open         = ote_tl_unsupported_md_open,
     .md_close        = ote_tl_no_md_close,

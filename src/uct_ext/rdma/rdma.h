@@ -19,6 +19,8 @@
 #ifndef OTE_UCT_EXT_RDMA_H
 #define OTE_UCT_EXT_RDMA_H
 
+#include "base/config.h"
+
 #include <ote/ote.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -84,6 +86,13 @@ typedef struct ote_rdma {
     /* What libibverbs added, or why it was not asked (for ote_info). */
     char            verbs[OTE_RDMA_WHY_MAX];
 } ote_rdma_t;
+
+/* OTE_SYSFS_ROOT: where discovery reads devices from. */
+typedef struct {
+    char *sysfs_root;
+} ote_rdma_config_t;
+
+extern const ote_config_table_t ote_rdma_config_table;
 
 /*
  * Read every RDMA device, port and GID under sysfs_root and choose a GID per

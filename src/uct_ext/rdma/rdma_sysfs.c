@@ -15,6 +15,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define RDMA_F(_f) offsetof(ote_rdma_config_t, _f)
+
+static const ote_cfg_entry_t rdma_config_fields[] = {
+    {"SYSFS_ROOT", "/sys", OTE_CFG_STRING, RDMA_F(sysfs_root),
+     "Test and diagnostics only: the sysfs tree RDMA devices, ports and GIDs are read from "
+     "(ROOT/class/infiniband/...), e.g. a fixture tree; libibverbs is asked only with /sys."},
+};
+
+const ote_config_table_t ote_rdma_config_table = {
+    .prefix      = "",
+    .component   = "rdma",
+    .fields      = rdma_config_fields,
+    .num_fields  = OTE_CONFIG_NUM_FIELDS(rdma_config_fields),
+    .struct_size = sizeof(ote_rdma_config_t),
+};
+
 /* Bounds on what a sysfs tree may hold before we call it malformed. */
 #define RDMA_MAX_DEVS   256
 #define RDMA_MAX_PORTS  255   /* port numbers are u8 in verbs            */

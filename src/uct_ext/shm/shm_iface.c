@@ -63,15 +63,53 @@ static const ote_tl_iface_ops_t shm_iface_ops = {
     .ep_release     = ote_tl_no_ep_release,
 };
 
+/* OTE_SHM_*. */
+typedef struct {
+    long unmap_timeout_ms;
+} shm_config_t;
+
+#define SHM_F(_f) offsetof(shm_config_t, _f)
+
+static const ote_cfg_entry_t shm_config_fields[] = {
+    {"UNMAP_TIMEOUT_MS", "1000", OTE_CFG_INT, SHM_F(unmap_timeout_ms),
+     "Deregistering memory a same-host peer mapped (shm) waits this long for the peer to "
+     "unmap it; then its connection is closed and the call returns."},
+};
+
+static ote_status_t shm_config_validate(const void *opts)
+{
+    const shm_config_t *cfg = opts;
+
+    if (cfg->unmap_timeout_ms < 1) {
+        ote_error("OTE_SHM_UNMAP_TIMEOUT_MS must be at least 1, not %ld", cfg->unmap_timeout_ms);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return OTE_OK;
+}
+
+const ote_config_table_t ote_shm_config_table = {
+    .prefix      = "SHM_",
+    .component   = "shm",
+    .fields      = shm_config_fields,
+    .num_fields  = OTE_CONFIG_NUM_FIELDS(shm_config_fields),
+    .struct_size = sizeof(shm_config_t),
+    .validate    = shm_config_validate,
+};
+
 static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
                                    ote_tl_iface_t **iface_p)
 {
-    shm_iface_t *iface = calloc(1, sizeof(*iface));
+    shm_iface_t *iface;
     pthread_condattr_t attr;
+    shm_config_t cfg;
     ote_tcp_iface_t *t;
     ote_status_t status;
 
+    status = ote_config_fill(&ote_shm_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
+    iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
     t = &iface->cma.tcp;
@@ -80,7 +118,8 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&iface->cond, &attr);
     pthread_condattr_destroy(&attr);
-    iface->unmap_timeout_ns = (uint64_t)params->config->shm_unmap_timeout_ms * 1000000ull;
+    iface->unmap_timeout_ns = (uint64_t)cfg.unmap_timeout_ms * 1000000ull;
+    ote_config_release(&ote_shm_config_table, &cfg);
     status = ote_cma_iface_setup(&iface->cma, res, params);
     t->super.ops      = &shm_iface_ops;
     t->super.ep_ops   = &ote_shm_ep_ops;
@@ -122,6 +161,7 @@ static ote_status_t shm_query_resources(ote_tl_component_t *comp,
 
 static const ote_tl_component_ops_t shm_component_ops = {
     .name            = "shm",
+    .config_table    = &ote_shm_config_table,
     .query_resources = shm_query_resources,
     .md_open         = ote_tl_unsupported_md_open,
     .md_close        = ote_tl_no_md_close,

@@ -258,6 +258,17 @@ void         ote_tcp_conn_flush(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_rx(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd);
 
+/* OTE_TCP_*: tcp's settings, read by tcp, cma and shm ifaces. */
+typedef struct {
+    long   conns;   /* connections per peer         */
+    size_t max_msg; /* largest data message         */
+    size_t sndbuf;  /* SO_SNDBUF; 0 = autotuning    */
+    size_t rcvbuf;  /* SO_RCVBUF; 0 = autotuning    */
+    bool   nodelay;
+} ote_tcp_config_t;
+
+extern const ote_config_table_t ote_tcp_config_table;
+
 /* tcp_iface.c */
 void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
 /*
@@ -267,9 +278,13 @@ void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
 ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
                                        const struct sockaddr_storage *ss);
 void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
-/* Fields from the configuration and params, shared by tcp and cma. */
-void ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
-                        const ote_tl_iface_params_t *params);
+/*
+ * Fields from tcp's configuration table and params, shared by tcp, cma and
+ * shm. The descriptors are set to -1 first, so that ote_tcp_iface_close
+ * can undo a failed init.
+ */
+ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
+                                const ote_tl_iface_params_t *params);
 /* epoll set with the listening socket; iface->listen_fd must be open. */
 ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface);
 void     ote_tcp_iface_close(ote_tl_iface_t *iface);

@@ -354,10 +354,50 @@ static const ote_tl_iface_ops_t tcp_iface_ops = {
     .ep_release     = ote_tl_no_ep_release,
 };
 
-void ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
-                        const ote_tl_iface_params_t *params)
+#define TCP_F(_f) offsetof(ote_tcp_config_t, _f)
+
+static const ote_cfg_entry_t tcp_config_fields[] = {
+    {"CONNS", "2", OTE_CFG_INT, TCP_F(conns),
+     "TCP connections per peer; slices are striped over them."},
+    {"MAX_MSG", "64m", OTE_CFG_SIZE, TCP_F(max_msg),
+     "Largest TCP data message; a peer announcing more is disconnected."},
+    {"SNDBUF", "0", OTE_CFG_SIZE, TCP_F(sndbuf),
+     "SO_SNDBUF for TCP data connections; 0 = kernel autotuning."},
+    {"RCVBUF", "0", OTE_CFG_SIZE, TCP_F(rcvbuf),
+     "SO_RCVBUF for TCP data connections; 0 = kernel autotuning."},
+    {"NODELAY", "y", OTE_CFG_BOOL, TCP_F(nodelay),
+     "Disable Nagle on TCP data connections."},
+};
+
+static ote_status_t tcp_config_validate(const void *opts)
 {
-    const ote_config_t *cfg = params->config;
+    const ote_tcp_config_t *cfg = opts;
+
+    if (cfg->conns < 1 || cfg->conns > 64) {
+        ote_error("OTE_TCP_CONNS must be 1..64, not %ld", cfg->conns);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->max_msg < 4096 || cfg->max_msg > (1ul << 32)) {
+        ote_error("OTE_TCP_MAX_MSG must be 4k..4g");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return OTE_OK;
+}
+
+const ote_config_table_t ote_tcp_config_table = {
+    .prefix      = "TCP_",
+    .component   = "tcp",
+    .fields      = tcp_config_fields,
+    .num_fields  = OTE_CONFIG_NUM_FIELDS(tcp_config_fields),
+    .struct_size = sizeof(ote_tcp_config_t),
+    .validate    = tcp_config_validate,
+};
+
+ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
+                                const ote_tl_iface_params_t *params)
+{
+    ote_tcp_config_t cfg;
+    ote_status_t status;
 
     iface->listen_fd         = -1;
     iface->epfd              = -1;
@@ -367,16 +407,21 @@ void ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
     iface->regions           = params->regions;
     iface->worker_lock       = params->worker_lock;
     iface->instance_id       = params->instance_id;
-    iface->max_msg           = cfg->tcp_max_msg;
-    iface->sndbuf            = cfg->tcp_sndbuf;
-    iface->rcvbuf            = cfg->tcp_rcvbuf;
-    iface->nodelay           = cfg->tcp_nodelay;
-    iface->conns_per_ep      = cfg->tcp_conns;
-    iface->max_conns         = cfg->max_conns;
-    iface->max_conns_per_peer = cfg->max_conns_per_peer;
+    iface->max_conns         = params->max_conns;
+    iface->max_conns_per_peer = params->max_conns_per_peer;
     iface->auth              = params->auth;
-    iface->handshake_timeout_ns = (uint64_t)cfg->handshake_timeout_ms * 1000000ull;
-    iface->discard           = malloc(OTE_TCP_RXBUF);
+    iface->handshake_timeout_ns = (uint64_t)params->handshake_timeout_ms * 1000000ull;
+    status = ote_config_fill(&ote_tcp_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
+    iface->max_msg      = cfg.max_msg;
+    iface->sndbuf       = cfg.sndbuf;
+    iface->rcvbuf       = cfg.rcvbuf;
+    iface->nodelay      = cfg.nodelay;
+    iface->conns_per_ep = cfg.conns;
+    ote_config_release(&ote_tcp_config_table, &cfg);
+    iface->discard = malloc(OTE_TCP_RXBUF);
+    return iface->discard != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
 }
 
 ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface)
@@ -403,12 +448,11 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
-    ote_tcp_iface_init(iface, res, params);
+    status              = ote_tcp_iface_init(iface, res, params);
     iface->super.ops    = &tcp_iface_ops;
     iface->super.ep_ops = &ote_tcp_ep_ops;
     iface->addr_unpack  = ote_tcp_addr_unpack;
-    status = OTE_ERR_NO_MEMORY;
-    if (iface->discard == NULL)
+    if (status != OTE_OK)
         goto err;
 
     status = ote_tcp_netif_find(res->dev_name, &iface->netif);
@@ -523,6 +567,7 @@ static ote_status_t tcp_query_resources(ote_tl_component_t *comp,
 
 static const ote_tl_component_ops_t tcp_component_ops = {
     .name            = "tcp",
+    .config_table    = &ote_tcp_config_table,
     .query_resources = tcp_query_resources,
     .md_open         = ote_tl_unsupported_md_open,
     .md_close        = ote_tl_no_md_close,

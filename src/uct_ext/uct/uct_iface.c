@@ -4,6 +4,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "uct_config.h"
 #include "uct_ext/rdma/rdma.h"
 
 #include <stdio.h>
@@ -395,10 +396,12 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
                                     const ote_tl_iface_params_t *params,
                                     ote_tl_iface_t **iface_p)
 {
-    const char *mode   = params->config->uct_connect ? params->config->uct_connect : "auto";
     ote_uct_iface_t *iface;
     uct_iface_config_t *cfg;
     uct_iface_params_t ip;
+    ote_uct_config_t ucfg;
+    ote_mem_config_t mcfg;
+    bool ep_mode;
     ucs_status_t s;
     ote_status_t status;
 
@@ -411,10 +414,19 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
                   res->dev_name, omd->name);
         return OTE_ERR_UNSUPPORTED;
     }
-    if (strcmp(mode, "auto") != 0 && strcmp(mode, "ep") != 0) {
-        ote_error("OTE_UCT_CONNECT='%s': expected auto or ep", mode);
+    status = ote_config_fill(&ote_mem_config_table, &mcfg);
+    if (status != OTE_OK)
+        return status;
+    status = ote_config_fill(&ote_uct_config_table, &ucfg);
+    if (status != OTE_OK)
+        return status;
+    ep_mode = strcmp(ucfg.connect, "ep") == 0;
+    if (strcmp(ucfg.connect, "auto") != 0 && !ep_mode) {
+        ote_error("OTE_UCT_CONNECT='%s': expected auto or ep", ucfg.connect);
+        ote_config_release(&ote_uct_config_table, &ucfg);
         return OTE_ERR_INVALID_PARAM;
     }
+    ote_config_release(&ote_uct_config_table, &ucfg);
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -426,13 +438,11 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     iface->super.md_index = -1;
     iface->md             = (ote_uct_md_t *)omd;
     /* GPUDirect RDMA: GPU memory only where the md registers it and it is allowed. */
-    iface->mem_mask = params->config != NULL && params->config->gpu_direct == OTE_TERNARY_NO
-                          ? ~(unsigned)OTE_MEM_TYPE_CUDA
-                          : ~0u;
+    iface->mem_mask = mcfg.gpu_direct == OTE_TERNARY_NO ? ~(unsigned)OTE_MEM_TYPE_CUDA : ~0u;
     iface->rsc            = *(const ote_uct_rsc_t *)res->priv;
     iface->worker_lock    = params->worker_lock;
     iface->event_fd       = -1;
-    iface->max_accepted   = params->config->max_conns;
+    iface->max_accepted   = params->max_conns;
 
     status = OTE_ERR_IO;
     s = ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &iface->async);
@@ -471,7 +481,7 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     s = uct_iface_query(iface->iface, &iface->attr);
     if (s != UCS_OK)
         goto err;
-    iface_caps(iface, strcmp(mode, "ep") == 0);
+    iface_caps(iface, ep_mode);
     if (iface->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_FD) {
         if (uct_iface_event_fd_get(iface->iface, &iface->event_fd) != UCS_OK)
             iface->event_fd = -1;
@@ -555,6 +565,7 @@ static void uct_md_close_(ote_tl_component_t *comp, ote_md_t *md)
 
 static const ote_tl_component_ops_t uct_component_ops = {
     .name            = "uct",
+    .config_table    = &ote_uct_config_table,
     .query_resources = uct_query_resources,
     .md_open         = uct_md_open_,
     .md_close        = uct_md_close_,

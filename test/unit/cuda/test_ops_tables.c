@@ -33,6 +33,11 @@ static void check_component(ote_tl_component_t *comp)
     const ote_tl_component_ops_t *o = comp->ops;
 
     assert_non_null(o->name);
+    /* Its settings: a table with a description for every variable. */
+    assert_non_null(o->config_table);
+    assert_non_null(o->config_table->component);
+    for (size_t i = 0; i < o->config_table->num_fields; i++)
+        assert_non_null(o->config_table->fields[i].desc);
     assert_non_null(o->query_resources);
     assert_non_null(o->md_open);
     assert_non_null(o->md_close);

@@ -1,0 +1,234 @@
+/*
+ * The engine-wide configuration (variables without a component prefix) and
+ * the list of every table an engine reads: its own, the metadata store's,
+ * proto's, mem's and those of the transport components.
+ */
+#include "engine.h"
+
+#include "base/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define F(_f) offsetof(ote_engine_config_t, _f)
+
+static const ote_cfg_entry_t engine_config_fields[] = {
+    {"LOG_LEVEL", "warn", OTE_CFG_LOGLEVEL, F(log_level),
+     "Log threshold: none, error, warn, info, debug, trace."},
+    {"TLS", "all", OTE_CFG_STRING, F(tls),
+     "Transports to use: all, or a comma list of names (tcp and cma are the native ones, "
+     "uct_tcp and uct_cma UCX's, shm the native shared mappings) and aliases (shm/sm = "
+     "shm,cma,uct_cma,posix,sysv,xpmem,knem; "
+     "mm = posix,sysv,xpmem; ib = rc_mlx5,rc_verbs,dc_mlx5,ud_mlx5,ud_verbs; rc, rc_v, rc_x, "
+     "dc, dc_x, ud, ud_v, ud_x; cuda = cuda_copy,cuda_ipc,gdr_copy); \\name never an alias; "
+     "a leading ^ excludes exactly what the list names (^cma leaves uct_cma); a name or alias "
+     "that matches nothing here fails engine creation with OTE_ERR_NO_DEVICE."},
+    {"NET_DEVICES", "all", OTE_CFG_STRING, F(net_devices),
+     "Network devices of network transports: all, or a comma list of interface and port "
+     "names (eth0, lo, mlx5_0:1; mlx5_0 = all its ports; decimal ranges mlx5_[0-3]:1); a "
+     "leading ^ excludes them; a device that is not here, or an RDMA port listed that is "
+     "unusable or carries no transport, fails engine creation with OTE_ERR_NO_DEVICE."},
+    {"METADATA", "p2p", OTE_CFG_STRING, F(metadata),
+     "Where engines find each other's descriptors when the engine params do not say: p2p "
+     "(from the peer's control listener, no server), etcd://host:port[,host:port...] (etcd "
+     "v3 JSON gateway, endpoints tried in turn) or redis://[:password@]host:port[/db]."},
+    {"ENGINE_NAME", "", OTE_CFG_STRING, F(engine_name),
+     "The engine's segment name when the engine params do not give one; empty = host:port "
+     "of the control listener. With a metadata store any 1..255 printable characters "
+     "without spaces."},
+    {"NUM_WORKERS", "1", OTE_CFG_INT, F(num_workers),
+     "Worker threads that progress transports."},
+    {"SLICE_SIZE", "0", OTE_CFG_SIZE, F(slice_size),
+     "Largest slice a request is cut into; 0 = each transport's own default."},
+    {"RETRY_COUNT", "3", OTE_CFG_INT, F(retry_count),
+     "Times a slice that failed on a rail (connection reset, timeout, unreachable) is posted "
+     "again on another rail of the same peer instance before its task fails."},
+    {"RAIL_MAX_BYTES", "16m", OTE_CFG_SIZE, F(rail_max_bytes),
+     "Bytes in flight per rail, all batches and threads together; a slice whose best rail "
+     "is full waits for one to end (0 = no limit)."},
+    {"RAIL_MAX_SLICES", "16", OTE_CFG_INT, F(rail_max_slices),
+     "Slices in flight per rail, all batches and threads together (0 = no limit)."},
+    {"RAIL_COOLDOWN_MS", "200", OTE_CFG_INT, F(rail_cooldown_ms),
+     "Pause of a rail after a slice failed on it; then it is probed (connections made again, "
+     "one slice) before it carries again."},
+    {"RAIL_COOLDOWN_MAX_MS", "10000", OTE_CFG_INT, F(rail_cooldown_max_ms),
+     "Each pause after a failed probe is twice the one before, up to this."},
+    {"CONNECT_TIMEOUT_MS", "5000", OTE_CFG_INT, F(connect_timeout_ms),
+     "Bound on connecting to a peer and fetching its descriptor."},
+    {"XFER_TIMEOUT_MS", "30000", OTE_CFG_INT, F(xfer_timeout_ms),
+     "A posted slice with no answer for this long fails its connection with TIMEOUT; a target "
+     "resets a connection whose answers its peer has not read for this long."},
+    {"POLL_GRACE_US", "20", OTE_CFG_INT, F(poll_grace_us),
+     "Workers busy-poll this long after the last event before they sleep."},
+    {"POLL_SPIN_MAX_US", "200", OTE_CFG_INT, F(poll_spin_max_us),
+     "While events come faster than this, a worker polls for up to twice their interval "
+     "after the last one, and ote_batch_wait() polls for up to twice the recent waits, "
+     "capped at this; past it they sleep. 0 = workers use OTE_POLL_GRACE_US only."},
+    {"PROGRESS_THREAD", "y", OTE_CFG_BOOL, F(progress_thread),
+     "Worker threads progress transfers in the background; n = none is started and only "
+     "threads in ote_batch_wait() or ote_engine_progress() progress (an engine that serves "
+     "peers must then call them)."},
+    {"WORKER_CPUS", "", OTE_CFG_STRING, F(worker_cpus),
+     "CPU list for worker threads (e.g. 2,3 or 4-7); empty = near their NIC where hwloc places it, else unbound."},
+    {"MAX_INFLIGHT_BYTES", "4g", OTE_CFG_SIZE, F(max_inflight_bytes),
+     "Admission limit: bytes submitted and not yet ended, per engine."},
+    {"MAX_INFLIGHT_TASKS", "1048576", OTE_CFG_INT, F(max_inflight_tasks),
+     "Admission limit: tasks submitted and not yet ended, per engine."},
+    {"SUBMIT_TIMEOUT_MS", "0", OTE_CFG_INT, F(submit_timeout_ms),
+     "When admission is full, submit waits this long before BUSY; 0 = return BUSY at once."},
+    {"MAX_CTL_MSG", "64m", OTE_CFG_SIZE, F(max_ctl_msg),
+     "Largest control-plane message accepted from a peer."},
+    {"MAX_NOTIF_BACKLOG", "65536", OTE_CFG_INT, F(max_notif_backlog),
+     "Received notifications kept until ote_notify_recv; beyond it senders get BUSY."},
+    {"NOTIFY_TIMEOUT_MS", "5000", OTE_CFG_INT, F(notify_timeout_ms),
+     "A notification whose receiver's backlog is full is sent again for this long before it fails BUSY; 0 = fail at once."},
+    {"MAX_CONNS", "4096", OTE_CFG_INT, F(max_conns),
+     "Accepted connections per engine, control and data listeners together."},
+    {"MAX_CONNS_PER_PEER", "256", OTE_CFG_INT, F(max_conns_per_peer),
+     "Accepted connections from one peer address, all listeners of the engine together."},
+    {"HANDSHAKE_TIMEOUT_MS", "10000", OTE_CFG_INT, F(handshake_timeout_ms),
+     "An accepted connection that has not authenticated and sent its first request by then is closed."},
+    {"AUTH_KEY", "", OTE_CFG_STRING, F(auth_key),
+     "Shared secret: peers must prove they hold it before anything is exchanged."},
+    {"AUTH_KEY_FILE", "", OTE_CFG_STRING, F(auth_key_file),
+     "File holding the shared secret (first line)."},
+    {"HOST_ID", "", OTE_CFG_STRING, F(host_id),
+     "Override of the host identity; peers with the same one use intra-host transports."},
+};
+
+static ote_status_t engine_config_validate(const void *opts)
+{
+    const ote_engine_config_t *cfg = opts;
+
+    if (cfg->num_workers < 1 || cfg->num_workers > 64) {
+        ote_error("OTE_NUM_WORKERS must be 1..64, not %ld", cfg->num_workers);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->notify_timeout_ms < 0) {
+        ote_error("OTE_NOTIFY_TIMEOUT_MS must be 0 or more, not %ld", cfg->notify_timeout_ms);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->retry_count < 0 || cfg->rail_max_slices < 0 || cfg->rail_cooldown_ms < 1 ||
+        cfg->rail_cooldown_max_ms < cfg->rail_cooldown_ms) {
+        ote_error("OTE_RETRY_COUNT and OTE_RAIL_MAX_SLICES must be 0 or more, "
+                  "OTE_RAIL_COOLDOWN_MS 1 or more and OTE_RAIL_COOLDOWN_MAX_MS at least as much");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->connect_timeout_ms <= 0 || cfg->xfer_timeout_ms <= 0) {
+        ote_error("OTE_CONNECT_TIMEOUT_MS and OTE_XFER_TIMEOUT_MS must be positive");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->max_ctl_msg < 4096 || cfg->max_ctl_msg > (1ul << 32)) {
+        ote_error("OTE_MAX_CTL_MSG must be 4k..4g");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (cfg->max_inflight_tasks < 1 || cfg->max_notif_backlog < 1 || cfg->max_conns < 1 ||
+        cfg->max_conns_per_peer < 1 || cfg->handshake_timeout_ms < 1) {
+        ote_error("OTE_MAX_* limits, OTE_HANDSHAKE_TIMEOUT_MS and OTE_STAGE_SLOTS must be positive");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return OTE_OK;
+}
+
+const ote_config_table_t ote_engine_config_table = {
+    .prefix      = "",
+    .component   = "engine",
+    .fields      = engine_config_fields,
+    .num_fields  = OTE_CONFIG_NUM_FIELDS(engine_config_fields),
+    .struct_size = sizeof(ote_engine_config_t),
+    .validate    = engine_config_validate,
+};
+
+static size_t tables_add(const ote_config_table_t **tables, size_t n, size_t max,
+                         const ote_config_table_t *t)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (tables[i] == t)
+            return n;
+    }
+    if (n < max)
+        tables[n++] = t;
+    return n;
+}
+
+size_t ote_engine_config_tables(const ote_config_table_t **tables, size_t max)
+{
+    size_t n = 0;
+
+    n = tables_add(tables, n, max, &ote_engine_config_table);
+    n = tables_add(tables, n, max, &ote_meta_config_table);
+    for (size_t i = 0; ote_proto_config_tables[i] != NULL; i++)
+        n = tables_add(tables, n, max, ote_proto_config_tables[i]);
+    for (size_t i = 0; ote_mem_config_tables[i] != NULL; i++)
+        n = tables_add(tables, n, max, ote_mem_config_tables[i]);
+    /* The components an engine opens, then those this build lacks (same variables everywhere). */
+    for (size_t i = 0; ote_tl_components[i] != NULL; i++)
+        n = tables_add(tables, n, max, ote_tl_components[i]->ops->config_table);
+    for (size_t i = 0; ote_proto_components[i] != NULL; i++)
+        n = tables_add(tables, n, max, ote_proto_components[i]->ops->config_table);
+    for (size_t i = 0; ote_tl_config_tables[i] != NULL; i++)
+        n = tables_add(tables, n, max, ote_tl_config_tables[i]);
+    return n;
+}
+
+ote_status_t ote_engine_config_read(ote_engine_config_t *cfg)
+{
+    const ote_config_table_t *tables[OTE_CONFIG_MAX_TABLES];
+    size_t n = ote_engine_config_tables(tables, OTE_CONFIG_MAX_TABLES);
+    ote_status_t status;
+
+    ote_config_warn_unknown(tables, n);
+    status = ote_config_fill(&ote_engine_config_table, cfg);
+    if (status != OTE_OK)
+        return status;
+    /*
+     * Each component reads its own table when it opens; a value that does
+     * not parse or is out of range fails the engine here, before anything
+     * is opened.
+     */
+    for (size_t i = 0; i < n; i++) {
+        void *opts;
+
+        if (tables[i] == &ote_engine_config_table)
+            continue;
+        opts   = calloc(1, tables[i]->struct_size);
+        status = opts != NULL ? ote_config_fill(tables[i], opts) : OTE_ERR_NO_MEMORY;
+        if (status == OTE_OK)
+            ote_config_release(tables[i], opts);
+        free(opts);
+        if (status != OTE_OK) {
+            ote_config_release(&ote_engine_config_table, cfg);
+            return status;
+        }
+    }
+    return OTE_OK;
+}
+
+void ote_engine_config_release(ote_engine_config_t *cfg)
+{
+    ote_config_release(&ote_engine_config_table, cfg);
+}
+
+ote_status_t ote_engine_config_print(FILE *stream)
+{
+    const ote_config_table_t *tables[OTE_CONFIG_MAX_TABLES];
+    size_t n = ote_engine_config_tables(tables, OTE_CONFIG_MAX_TABLES);
+
+    ote_config_warn_unknown(tables, n);
+    for (size_t i = 0; i < n; i++) {
+        void *opts = calloc(1, tables[i]->struct_size);
+        ote_status_t status;
+
+        if (opts == NULL)
+            return OTE_ERR_NO_MEMORY;
+        status = ote_config_fill(tables[i], opts);
+        if (status != OTE_OK) {
+            free(opts);
+            return status;
+        }
+        ote_config_print(tables[i], opts, stream);
+        ote_config_release(tables[i], opts);
+        free(opts);
+    }
+    return OTE_OK;
+}

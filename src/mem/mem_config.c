@@ -1,0 +1,66 @@
+/* mem's configuration tables: GPUDirect registration and the registration cache. */
+#include "mem.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define MEM_F(_f)    offsetof(ote_mem_config_t, _f)
+#define RCACHE_F(_f) offsetof(ote_rcache_config_t, _f)
+
+static const ote_cfg_entry_t mem_config_fields[] = {
+    {"GPU_DIRECT", "auto", OTE_CFG_TERNARY, MEM_F(gpu_direct),
+     "Register GPU memory on network memory domains directly: auto, y, n."},
+};
+
+static const ote_cfg_entry_t rcache_config_fields[] = {
+    {"ENABLE", "y", OTE_CFG_BOOL, RCACHE_F(enable),
+     "Serve repeated registration of covered memory from the registration cache."},
+    {"MAX_SIZE", "inf", OTE_CFG_SIZE, RCACHE_F(max_size),
+     "Bytes of unreferenced registrations the cache keeps before LRU eviction."},
+    {"MAX_REGIONS", "65536", OTE_CFG_INT, RCACHE_F(max_regions),
+     "Unreferenced registrations the cache keeps before LRU eviction."},
+};
+
+const ote_config_table_t ote_mem_config_table = {
+    .prefix      = "",
+    .component   = "mem",
+    .fields      = mem_config_fields,
+    .num_fields  = OTE_CONFIG_NUM_FIELDS(mem_config_fields),
+    .struct_size = sizeof(ote_mem_config_t),
+};
+
+const ote_config_table_t ote_rcache_config_table = {
+    .prefix      = "RCACHE_",
+    .component   = "rcache",
+    .fields      = rcache_config_fields,
+    .num_fields  = OTE_CONFIG_NUM_FIELDS(rcache_config_fields),
+    .struct_size = sizeof(ote_rcache_config_t),
+};
+
+const ote_config_table_t *const ote_mem_config_tables[] = {
+    &ote_mem_config_table,
+    &ote_rcache_config_table,
+    NULL,
+};
+
+ote_status_t ote_mem_table_params_read(ote_mem_table_params_t *params_p)
+{
+    ote_rcache_config_t rc;
+    ote_mem_config_t mc;
+    ote_status_t status;
+
+    status = ote_config_fill(&ote_mem_config_table, &mc);
+    if (status != OTE_OK)
+        return status;
+    status = ote_config_fill(&ote_rcache_config_table, &rc);
+    if (status != OTE_OK)
+        return status;
+    memset(params_p, 0, sizeof(*params_p));
+    params_p->rcache_enable      = rc.enable;
+    params_p->rcache_max_size    = rc.max_size;
+    params_p->rcache_max_regions = rc.max_regions;
+    params_p->gpu_direct         = mc.gpu_direct == OTE_TERNARY_YES  ? OTE_MEM_GPU_DIRECT_YES
+                                 : mc.gpu_direct == OTE_TERNARY_NO ? OTE_MEM_GPU_DIRECT_NO
+                                                                   : OTE_MEM_GPU_DIRECT_AUTO;
+    return OTE_OK;
+}
