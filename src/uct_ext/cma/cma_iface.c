@@ -209,9 +209,8 @@ bool ote_cma_available(void)
     return true;
 }
 
-static ote_status_t cma_query_resources(ote_tl_component_t *comp,
-                                        const ote_tl_iface_params_t *params,
-                                        ote_tl_resource_t **res_p, size_t *count_p)
+ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
+                              ote_tl_resource_t **res_p, size_t *count_p)
 {
     ote_tl_resource_t *r;
 
@@ -223,13 +222,20 @@ static ote_status_t cma_query_resources(ote_tl_component_t *comp,
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return OTE_ERR_NO_MEMORY;
-    snprintf(r->tl_name, sizeof(r->tl_name), "cma");
+    snprintf(r->tl_name, sizeof(r->tl_name), "%s", tl_name);
     snprintf(r->dev_name, sizeof(r->dev_name), "memory");
     r->is_network = false;
     r->component  = comp;
     *res_p        = r;
     *count_p      = 1;
     return OTE_OK;
+}
+
+static ote_status_t cma_query_resources(ote_tl_component_t *comp,
+                                        const ote_tl_iface_params_t *params,
+                                        ote_tl_resource_t **res_p, size_t *count_p)
+{
+    return ote_cma_resource(comp, "cma", res_p, count_p);
 }
 
 static const ote_tl_component_ops_t cma_component_ops = {

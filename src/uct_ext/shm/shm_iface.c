@@ -139,24 +139,8 @@ static ote_status_t shm_query_resources(ote_tl_component_t *comp,
                                         const ote_tl_iface_params_t *params,
                                         ote_tl_resource_t **res_p, size_t *count_p)
 {
-    ote_tl_resource_t *r;
-
     /* Ranges outside mapped memory go by reference: it needs what cma needs. */
-    if (!ote_cma_available()) {
-        *res_p   = NULL;
-        *count_p = 0;
-        return OTE_OK;
-    }
-    r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return OTE_ERR_NO_MEMORY;
-    snprintf(r->tl_name, sizeof(r->tl_name), "shm");
-    snprintf(r->dev_name, sizeof(r->dev_name), "memory");
-    r->is_network = false;
-    r->component  = comp;
-    *res_p        = r;
-    *count_p      = 1;
-    return OTE_OK;
+    return ote_cma_resource(comp, "shm", res_p, count_p);
 }
 
 static const ote_tl_component_ops_t shm_component_ops = {
