@@ -48,7 +48,6 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     return OTE_OK;
 }
 
-static void admission_release(ote_engine_h e, size_t tasks, size_t bytes);
 
 static void batch_free(ote_batch_h b)
 {
@@ -188,7 +187,7 @@ static void task_finalize(ote_task_t *t)
     }
     if (err == OTE_ERR_PEER_RESTARTED)
         ote_segment_mark_stale(t->segment);
-    admission_release(engine, 1, t->length);
+    ote_admission_release(engine, 1, t->length);
     if (t->notify != NULL)
         notify_group_task_done(engine, t->notify, err);
     ote_segment_put(t->segment);
@@ -259,81 +258,6 @@ void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
 static void slice_complete_cb(ote_tl_completion_t *comp, ote_status_t status)
 {
     ote_task_slice_done((ote_slice_t *)comp, status);
-}
-
-/*
- * Admission. Tasks and bytes in flight are reserved with compare-and-swap,
- * so a reservation never overshoots a limit, not even for a moment, and a
- * refused one leaves the counters as they were. A submission larger than a
- * limit by itself goes through only when the engine has nothing of that
- * kind in flight: otherwise it could never be admitted.
- */
-static bool admission_try(ote_engine_h e, size_t tasks, size_t bytes)
-{
-    long max_tasks   = e->config.max_inflight_tasks;
-    size_t max_bytes = e->config.max_inflight_bytes;
-    long cur_t       = atomic_load(&e->inflight_tasks);
-    size_t cur_b;
-
-    do {
-        if (cur_t > 0 && ((long)tasks > max_tasks || cur_t > max_tasks - (long)tasks))
-            return false;
-    } while (!atomic_compare_exchange_weak(&e->inflight_tasks, &cur_t, cur_t + (long)tasks));
-    cur_b = atomic_load(&e->inflight_bytes);
-    do {
-        if (cur_b > 0 && (bytes > max_bytes || cur_b > max_bytes - bytes)) {
-            /* Through release: a submitter refused meanwhile is woken up. */
-            admission_release(e, tasks, 0);
-            return false;
-        }
-    } while (!atomic_compare_exchange_weak(&e->inflight_bytes, &cur_b, cur_b + bytes));
-    return true;
-}
-
-/* Give back what admission_try reserved; wakes submitters waiting for room. */
-static void admission_release(ote_engine_h e, size_t tasks, size_t bytes)
-{
-    atomic_fetch_sub(&e->inflight_bytes, bytes);
-    atomic_fetch_sub(&e->inflight_tasks, (long)tasks);
-    if (atomic_load(&e->admit_waiters) > 0) {
-        pthread_mutex_lock(&e->admit_lock);
-        pthread_cond_broadcast(&e->admit_cond);
-        pthread_mutex_unlock(&e->admit_lock);
-    }
-}
-
-/*
- * Reserve room for tasks and bytes, or BUSY with nothing taken. With
- * OTE_SUBMIT_TIMEOUT_MS the caller sleeps until a task ends and frees room,
- * at most that long. Holds no batch lock while waiting.
- */
-static ote_status_t admission_reserve(ote_engine_h e, size_t tasks, size_t bytes)
-{
-    uint64_t deadline;
-    bool ok;
-
-    if (admission_try(e, tasks, bytes))
-        return OTE_OK;
-    if (e->config.submit_timeout_ms <= 0)
-        return OTE_ERR_BUSY;
-    deadline = ote_time_ns() + (uint64_t)e->config.submit_timeout_ms * 1000000ull;
-    /* Counted before the retry: a task ending after it sees the waiter. */
-    atomic_fetch_add(&e->admit_waiters, 1);
-    pthread_mutex_lock(&e->admit_lock);
-    for (;;) {
-        uint64_t now = ote_time_ns();
-        struct timespec ts;
-
-        ok = admission_try(e, tasks, bytes);
-        if (ok || now >= deadline)
-            break;
-        ts.tv_sec  = (time_t)(deadline / 1000000000ull);
-        ts.tv_nsec = (long)(deadline % 1000000000ull);
-        pthread_cond_timedwait(&e->admit_cond, &e->admit_lock, &ts);
-    }
-    pthread_mutex_unlock(&e->admit_lock);
-    atomic_fetch_sub(&e->admit_waiters, 1);
-    return ok ? OTE_OK : OTE_ERR_BUSY;
 }
 
 typedef struct {
@@ -646,7 +570,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     submit_peer_checks(e, reqs, count, putback, refused);
 
     /* Admission first (it may wait), then the batch's room under its lock. */
-    status = admission_reserve(e, count, bytes);
+    status = ote_admission_reserve(e, count, bytes);
     if (status != OTE_OK)
         goto out;
     admitted = true;
@@ -685,7 +609,7 @@ out:
     if (locked)
         pthread_mutex_unlock(&b->lock);
     if (admitted && status != OTE_OK)
-        admission_release(e, count, bytes);
+        ote_admission_release(e, count, bytes);
     free(group);
     if (refused != refused_stack)
         free(refused);

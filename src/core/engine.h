@@ -293,6 +293,14 @@ void ote_batch_notify_end(ote_notify_group_t *group, ote_status_t status);
 /* batch.c: release the batches the user still holds (engine destroy). */
 void ote_batch_release_all(ote_engine_h engine);
 
+/* admission.c */
+/*
+ * Reserve room for tasks and bytes in flight, or BUSY with nothing taken
+ * (waiting up to OTE_SUBMIT_TIMEOUT_MS for room); release gives it back.
+ */
+ote_status_t ote_admission_reserve(ote_engine_h e, size_t tasks, size_t bytes);
+void         ote_admission_release(ote_engine_h e, size_t tasks, size_t bytes);
+
 /* segment_ctl.c: the control-plane client of a segment */
 /* Close the segment's control connection (the next request opens another). */
 void         ote_segment_ctl_close(ote_segment_h seg);
