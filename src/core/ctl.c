@@ -1,7 +1,9 @@
 /*
  * Control-plane listener: one thread, one epoll. Serves descriptor fetches,
- * notifications and to-ep connection requests. Each connection first proves it holds the key (when
- * the engine has one, see auth.h), then sends requests: a header, then at
+ * notifications and to-ep connection requests, and the protocols' STAGE
+ * and PUTBACK requests (ctl_proto.c). Each connection first proves it
+ * holds the key (when the engine has one, see auth.h), then sends
+ * requests: a header, then at
  * most the payload its type allows. Anything malformed closes that
  * connection with a log line and the listener carries on.
  *
@@ -15,6 +17,7 @@
  * after the megabytes the kernel would otherwise take on its behalf.
  */
 #include "base/auth.h"
+#include "ctl_int.h"
 #include "ctl_msg.h"
 #include "engine.h"
 #include "base/log.h"
@@ -29,68 +32,6 @@
 #include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-#define CTL_REPLY_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
-#define CTL_REPLY_MAX_NS     (20ull * 1000 * 1000 * 1000)
-#define CTL_SNDBUF           (64 * 1024)
-/* How often deadlines are checked while connections exist. */
-#define CTL_SWEEP_MS 100
-/* Requests served per connection and wakeup: one busy peer cannot starve the others. */
-#define CTL_READ_BUDGET 16
-
-typedef struct ctl_conn {
-    int                fd;
-    char               peer[64]; /* ip:port, for logs      */
-    char               ip[64];   /* for per-peer admission */
-    uint64_t           handshake_deadline; /* 0 once the peer proved itself */
-    ote_auth_session_t auth;
-    uint8_t            hdr[OTE_CTL_HDR_LEN];
-    size_t             hdr_got;
-    ote_ctl_hdr_t      h;
-    uint8_t           *payload;
-    size_t             got;
-    /* reply waiting for the socket to drain */
-    uint8_t           *out;
-    size_t             out_len, out_sent;
-    uint64_t           out_deadline; /* no progress by then: reset */
-    uint64_t           out_limit;    /* not drained by then: reset  */
-    bool               close_after_send;
-    uint64_t           id;       /* unique in this listener: answers find it by it */
-    bool               waiting;  /* a PUTBACK is served: not read until it answered */
-    struct ctl_conn   *next, *prev;
-} ctl_conn_t;
-
-/* A PUTBACK served on a thread of its own, and its answer. */
-typedef struct putback_job {
-    ote_ctl_t          *ctl;
-    uint64_t            conn_id;
-    uint32_t            seq;
-    ote_ctl_putback_t   m;
-    ote_region_t       *region; /* the checked range's, held until answered */
-    ote_status_t        status;
-    struct putback_job *next;
-} putback_job_t;
-
-/* PUTBACKs served at once per engine; more are answered BUSY. */
-#define CTL_PUTBACK_MAX 64
-
-struct ote_ctl {
-    ote_engine_h engine;
-    int          listen_fd;
-    int          epfd;
-    int          stop_fd;
-    pthread_t    thread;
-    bool         started;
-    ctl_conn_t  *conns;
-    long         num_conns;
-    ote_stage_target_t *stage; /* remote staging pool, made on first use */
-    uint64_t     next_conn_id;
-    int          done_fd;      /* eventfd: a PUTBACK ended */
-    pthread_mutex_t done_lock; /* done, jobs */
-    pthread_cond_t  done_cond;
-    putback_job_t  *done;      /* ended, not answered yet */
-    unsigned        jobs;      /* running */
-};
 
 static char listen_tag, stop_tag, done_tag;
 
@@ -115,12 +56,12 @@ static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
     free(c);
 }
 
-static void conn_close(ote_ctl_t *ctl, ctl_conn_t *c)
+void ote_ctl_conn_close(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     conn_drop(ctl, c, false);
 }
 
-static void conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events)
+void ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events)
 {
     struct epoll_event ev = {.events = events, .data.ptr = c};
 
@@ -148,14 +89,14 @@ static ote_status_t conn_flush(ote_ctl_t *ctl, ctl_conn_t *c)
 
                 c->out_deadline = now + CTL_REPLY_TIMEOUT_NS;
                 c->out_limit    = now + CTL_REPLY_MAX_NS;
-                conn_set_events(ctl, c, EPOLLOUT);
+                ote_ctl_conn_set_events(ctl, c, EPOLLOUT);
             }
             return OTE_OK;
         }
         return OTE_ERR_REMOTE_DISCONNECT;
     }
     if (c->out_deadline != 0)
-        conn_set_events(ctl, c, EPOLLIN);
+        ote_ctl_conn_set_events(ctl, c, EPOLLIN);
     free(c->out);
     c->out          = NULL;
     c->out_len      = c->out_sent = 0;
@@ -163,8 +104,8 @@ static ote_status_t conn_flush(ote_ctl_t *ctl, ctl_conn_t *c)
     return OTE_OK;
 }
 
-static ote_status_t reply(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type, const void *a,
-                          size_t alen, const void *b, size_t blen)
+ote_status_t ote_ctl_reply(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type, const void *a,
+                           size_t alen, const void *b, size_t blen)
 {
     ote_ctl_hdr_t h = {.type = type, .length = (uint32_t)(alen + blen), .seq = c->h.seq};
     uint8_t *out    = malloc(OTE_CTL_HDR_LEN + alen + blen);
@@ -187,7 +128,7 @@ static ote_status_t reply_status(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type, ot
     uint8_t b[4];
 
     ote_put_u32(b, (uint32_t)s);
-    return reply(ctl, c, type, b, 4, NULL, 0);
+    return ote_ctl_reply(ctl, c, type, b, 4, NULL, 0);
 }
 
 /* Tell the peer AUTH in the answer it waits for, then hang up. */
@@ -224,7 +165,7 @@ static ote_status_t handle_auth(ote_ctl_t *ctl, ctl_conn_t *c)
             return status;
         if (status != OTE_OK)
             return ctl_refuse(ctl, c, OTE_CTL_AUTH_DONE);
-        return reply(ctl, c, OTE_CTL_AUTH_PROOF, proof, sizeof(proof), NULL, 0);
+        return ote_ctl_reply(ctl, c, OTE_CTL_AUTH_PROOF, proof, sizeof(proof), NULL, 0);
     case OTE_AUTH_STATE_HELLO:
         if (c->h.type != OTE_CTL_AUTH_PROOF) {
             ote_warn("control peer %s: no proof after hello; refused", c->peer);
@@ -309,167 +250,10 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
     }
     status = ote_ctl_connect_ack_encode(st, addr, addr_len, &out);
     if (status == OTE_OK)
-        status = reply(ctl, c, OTE_CTL_CONNECT_ACK, out.data, out.len, NULL, 0);
+        status = ote_ctl_reply(ctl, c, OTE_CTL_CONNECT_ACK, out.data, out.len, NULL, 0);
     free(out.data);
     free(m);
     return status;
-}
-
-/* STAGE: remote staging of this engine's GPU memory (proto/stage_target.c). */
-static ote_status_t handle_stage(ote_ctl_t *ctl, ctl_conn_t *c)
-{
-    ote_engine_h e = ctl->engine;
-    ote_ctl_stage_t *m = malloc(sizeof(*m));
-    uint64_t chunks[OTE_CTL_STAGE_MAX];
-    size_t count = 0;
-    uint32_t chunk_size = 0;
-    ote_buf_t out = {0};
-    ote_status_t status, st;
-
-    if (m == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = ote_ctl_stage_decode(c->payload, c->h.length, m);
-    if (status != OTE_OK) {
-        free(m);
-        return status;
-    }
-    if (m->target != e->instance_id)
-        st = OTE_ERR_NOT_FOUND;
-    else if (ctl->stage == NULL &&
-             (st = ote_stage_target_create(e->regions, &e->stage_config,
-                                           e->config.xfer_timeout_ms, &ctl->stage)) != OTE_OK)
-        ;
-    else
-        st = ote_stage_target_request(ctl->stage, (uintptr_t)c, m, chunks, &count,
-                                      &chunk_size);
-    if (st != OTE_OK)
-        count = 0;
-    status = ote_ctl_stage_ack_encode(st, count ? chunk_size : 0, chunks, count, &out);
-    if (status == OTE_OK)
-        status = reply(ctl, c, OTE_CTL_STAGE_ACK, out.data, out.len, NULL, 0);
-    free(out.data);
-    free(m);
-    return status;
-}
-
-static void *putback_main(void *arg)
-{
-    putback_job_t *job = arg;
-    ote_ctl_t *ctl     = job->ctl;
-    uint64_t one       = 1;
-
-    job->status = ote_putback_serve(ctl->engine, &job->m);
-    ote_mem_region_put(job->region);
-    job->region = NULL;
-    pthread_mutex_lock(&ctl->done_lock);
-    job->next = ctl->done;
-    ctl->done = job;
-    pthread_cond_broadcast(&ctl->done_cond);
-    pthread_mutex_unlock(&ctl->done_lock);
-    (void)!write(ctl->done_fd, &one, sizeof(one));
-    return NULL;
-}
-
-/*
- * PUTBACK (proto/putback.h): the range is checked here, as a checking
- * transport's target does, and answered at once when refused; else a
- * thread PUTs it back and the answer waits for it (the connection is not
- * read meanwhile).
- */
-static ote_status_t handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
-{
-    ote_engine_h e = ctl->engine;
-    putback_job_t *job = calloc(1, sizeof(*job));
-    ote_buf_t out = {0};
-    pthread_attr_t attr;
-    pthread_t th;
-    ote_status_t status, st;
-
-    if (job == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = ote_ctl_putback_decode(c->payload, c->h.length, &job->m);
-    if (status != OTE_OK) {
-        free(job);
-        return status;
-    }
-    if (job->m.target != e->instance_id)
-        st = OTE_ERR_NOT_FOUND;
-    else
-        st = ote_mem_region_acquire(e->regions, job->m.remote, job->m.length,
-                                    OTE_ACCESS_REMOTE_READ, &job->region);
-    if (st == OTE_OK) {
-        pthread_mutex_lock(&ctl->done_lock);
-        if (ctl->jobs >= CTL_PUTBACK_MAX)
-            st = OTE_ERR_BUSY;
-        else
-            ctl->jobs++;
-        pthread_mutex_unlock(&ctl->done_lock);
-        if (st != OTE_OK)
-            ote_mem_region_put(job->region);
-    }
-    if (st == OTE_OK) {
-        job->ctl     = ctl;
-        job->conn_id = c->id;
-        job->seq     = c->h.seq;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&th, &attr, putback_main, job) != 0) {
-            ote_mem_region_put(job->region);
-            pthread_mutex_lock(&ctl->done_lock);
-            ctl->jobs--;
-            pthread_mutex_unlock(&ctl->done_lock);
-            st = OTE_ERR_NO_MEMORY;
-        }
-        pthread_attr_destroy(&attr);
-        if (st == OTE_OK) {
-            c->waiting = true;
-            conn_set_events(ctl, c, EPOLLRDHUP);
-            return OTE_OK;
-        }
-    }
-    ote_debug("control peer %s: putback %#llx+%u refused: %s", c->peer,
-              (unsigned long long)job->m.remote, job->m.length, ote_status_string(st));
-    status = ote_ctl_putback_ack_encode(st, job->m.id, &out);
-    if (status == OTE_OK)
-        status = reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0);
-    free(out.data);
-    free(job);
-    return status;
-}
-
-/* Answer the PUTBACKs that ended, on the connections still there. */
-static void putback_answer(ote_ctl_t *ctl)
-{
-    putback_job_t *job, *next;
-    uint64_t v;
-
-    (void)!read(ctl->done_fd, &v, sizeof(v));
-    pthread_mutex_lock(&ctl->done_lock);
-    job       = ctl->done;
-    ctl->done = NULL;
-    pthread_mutex_unlock(&ctl->done_lock);
-    for (; job != NULL; job = next) {
-        ctl_conn_t *c;
-        ote_buf_t out = {0};
-
-        next = job->next;
-        for (c = ctl->conns; c != NULL && c->id != job->conn_id; c = c->next)
-            ;
-        if (c != NULL && c->waiting) {
-            c->waiting = false;
-            c->h.seq   = job->seq;
-            conn_set_events(ctl, c, EPOLLIN);
-            if (ote_ctl_putback_ack_encode(job->status, job->m.id, &out) != OTE_OK ||
-                reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0) != OTE_OK)
-                conn_close(ctl, c);
-            free(out.data);
-        }
-        pthread_mutex_lock(&ctl->done_lock);
-        ctl->jobs--;
-        pthread_cond_broadcast(&ctl->done_cond);
-        pthread_mutex_unlock(&ctl->done_lock);
-        free(job);
-    }
 }
 
 /* Handle one complete request; returns non-OK to close the connection. */
@@ -490,7 +274,7 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
             return OTE_ERR_PROTOCOL;
         status = ote_engine_desc_encode(e, &out);
         ote_put_u32(st, (uint32_t)status);
-        status = reply(ctl, c, OTE_CTL_DESC, st, 4, status == OTE_OK ? out.data : NULL,
+        status = ote_ctl_reply(ctl, c, OTE_CTL_DESC, st, 4, status == OTE_OK ? out.data : NULL,
                        status == OTE_OK ? out.len : 0);
         free(out.data);
         break;
@@ -508,10 +292,10 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
         status = handle_connect(ctl, c);
         break;
     case OTE_CTL_STAGE:
-        status = handle_stage(ctl, c);
+        status = ote_ctl_handle_stage(ctl, c);
         break;
     case OTE_CTL_PUTBACK:
-        status = handle_putback(ctl, c);
+        status = ote_ctl_handle_putback(ctl, c);
         break;
     default:
         return OTE_ERR_PROTOCOL;
@@ -566,7 +350,7 @@ static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
                 if (c->hdr_got < OTE_CTL_HDR_LEN)
                     continue;
                 if (conn_header(ctl, c) != OTE_OK) {
-                    conn_close(ctl, c);
+                    ote_ctl_conn_close(ctl, c);
                     return;
                 }
             }
@@ -578,14 +362,14 @@ static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
             n = 1;
         }
         if (n == 0) {
-            conn_close(ctl, c);
+            ote_ctl_conn_close(ctl, c);
             return;
         }
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                conn_close(ctl, c);
+                ote_ctl_conn_close(ctl, c);
             return;
         }
         if (c->hdr_got == OTE_CTL_HDR_LEN && c->got == c->h.length) {
@@ -599,19 +383,19 @@ static void conn_read(ote_ctl_t *ctl, ctl_conn_t *c)
                 if (status == OTE_ERR_PROTOCOL)
                     ote_warn("control peer %s: malformed %u message; closing", c->peer,
                              c->h.type);
-                conn_close(ctl, c);
+                ote_ctl_conn_close(ctl, c);
                 return;
             }
         }
     }
     if (c->out == NULL && c->close_after_send)
-        conn_close(ctl, c);
+        ote_ctl_conn_close(ctl, c);
 }
 
 static void conn_write(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     if (conn_flush(ctl, c) != OTE_OK) {
-        conn_close(ctl, c);
+        ote_ctl_conn_close(ctl, c);
         return;
     }
     if (c->out == NULL)
@@ -628,7 +412,7 @@ static void ctl_sweep(ote_ctl_t *ctl)
         if (c->handshake_deadline && now > c->handshake_deadline) {
             ote_warn("control peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing", c->peer,
                      ctl->engine->auth->enabled ? "authentication" : "request");
-            conn_close(ctl, c);
+            ote_ctl_conn_close(ctl, c);
         } else if (c->out_deadline && (now > c->out_deadline || now > c->out_limit)) {
             /* A reset: the reply it does not read is dropped, not left in the kernel. */
             ote_warn("control peer %s does not read its replies; closing", c->peer);
@@ -711,7 +495,7 @@ static void *ctl_main(void *arg)
             if (ev[i].data.ptr == &listen_tag)
                 ctl_accept(ctl);
             if (ev[i].data.ptr == &done_tag)
-                putback_answer(ctl);
+                ote_ctl_putback_answer(ctl);
         }
         /* Connections second: an accept above must not free one we hold. */
         for (int i = 0; i < n; i++) {
@@ -724,7 +508,7 @@ static void *ctl_main(void *arg)
             if (!conn_alive(ctl, c))
                 continue;
             if (c->waiting) /* the peer hung up or failed before its answer */
-                conn_close(ctl, c);
+                ote_ctl_conn_close(ctl, c);
             else if (c->out != NULL)
                 conn_write(ctl, c);
             else
@@ -825,7 +609,7 @@ void ote_ctl_stop(ote_ctl_t *ctl)
     }
     pthread_mutex_unlock(&ctl->done_lock);
     while (ctl->conns)
-        conn_close(ctl, ctl->conns);
+        ote_ctl_conn_close(ctl, ctl->conns);
     ote_stage_target_destroy(ctl->stage);
     if (ctl->listen_fd >= 0)
         close(ctl->listen_fd);

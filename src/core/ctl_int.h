@@ -1,0 +1,92 @@
+/*
+ * Private to the control-plane listener: its connections and state, shared
+ * by ctl.c (listener, connections, engine requests) and ctl_proto.c (the
+ * requests protocols serve: STAGE and PUTBACK).
+ */
+#ifndef OTE_CORE_CTL_INT_H
+#define OTE_CORE_CTL_INT_H
+
+#include "base/auth.h"
+#include "ctl_msg.h"
+#include "engine.h"
+#include "proto/stage.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CTL_REPLY_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
+#define CTL_REPLY_MAX_NS     (20ull * 1000 * 1000 * 1000)
+#define CTL_SNDBUF           (64 * 1024)
+/* How often deadlines are checked while connections exist. */
+#define CTL_SWEEP_MS 100
+/* Requests served per connection and wakeup: one busy peer cannot starve the others. */
+#define CTL_READ_BUDGET 16
+
+typedef struct ctl_conn {
+    int                fd;
+    char               peer[64]; /* ip:port, for logs      */
+    char               ip[64];   /* for per-peer admission */
+    uint64_t           handshake_deadline; /* 0 once the peer proved itself */
+    ote_auth_session_t auth;
+    uint8_t            hdr[OTE_CTL_HDR_LEN];
+    size_t             hdr_got;
+    ote_ctl_hdr_t      h;
+    uint8_t           *payload;
+    size_t             got;
+    /* reply waiting for the socket to drain */
+    uint8_t           *out;
+    size_t             out_len, out_sent;
+    uint64_t           out_deadline; /* no progress by then: reset */
+    uint64_t           out_limit;    /* not drained by then: reset  */
+    bool               close_after_send;
+    uint64_t           id;       /* unique in this listener: answers find it by it */
+    bool               waiting;  /* a PUTBACK is served: not read until it answered */
+    struct ctl_conn   *next, *prev;
+} ctl_conn_t;
+
+/* A PUTBACK served on a thread of its own, and its answer. */
+typedef struct putback_job {
+    ote_ctl_t          *ctl;
+    uint64_t            conn_id;
+    uint32_t            seq;
+    ote_ctl_putback_t   m;
+    ote_region_t       *region; /* the checked range's, held until answered */
+    ote_status_t        status;
+    struct putback_job *next;
+} putback_job_t;
+
+/* PUTBACKs served at once per engine; more are answered BUSY. */
+#define CTL_PUTBACK_MAX 64
+
+struct ote_ctl {
+    ote_engine_h engine;
+    int          listen_fd;
+    int          epfd;
+    int          stop_fd;
+    pthread_t    thread;
+    bool         started;
+    ctl_conn_t  *conns;
+    long         num_conns;
+    ote_stage_target_t *stage; /* remote staging pool, made on first use */
+    uint64_t     next_conn_id;
+    int          done_fd;      /* eventfd: a PUTBACK ended */
+    pthread_mutex_t done_lock; /* done, jobs */
+    pthread_cond_t  done_cond;
+    putback_job_t  *done;      /* ended, not answered yet */
+    unsigned        jobs;      /* running */
+};
+
+/* Send a reply (a and b concatenated), or keep what the socket does not take. */
+ote_status_t ote_ctl_reply(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type, const void *a,
+                           size_t alen, const void *b, size_t blen);
+void         ote_ctl_conn_close(ote_ctl_t *ctl, ctl_conn_t *c);
+void         ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events);
+
+/* ctl_proto.c */
+ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c);
+ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c);
+/* Answer the PUTBACKs that ended (the listener thread, on done_fd). */
+void         ote_ctl_putback_answer(ote_ctl_t *ctl);
+
+#endif
