@@ -3,9 +3,9 @@
  * notifications and to-ep connection requests, and the protocols' STAGE
  * and PUTBACK requests (ctl_proto.c). Each connection first proves it
  * holds the key (when the engine has one, see auth.h), then sends
- * requests: a header, then at
- * most the payload its type allows. Anything malformed closes that
- * connection with a log line and the listener carries on.
+ * requests: a header, then at most the payload its type allows. Anything
+ * malformed closes that connection with a log line and the listener
+ * carries on.
  *
  * The thread never blocks on a peer: a reply that does not fit in the
  * socket is kept and sent as the socket drains, and the connection is not
