@@ -253,6 +253,10 @@ void         ote_tcp_conn_protocol_error(ote_tcp_conn_t *conn, const char *what)
 ote_tcp_op_t ote_tcp_conn_op_pop(ote_tcp_conn_t *conn);
 /* Target side: queue a reply without payload; on failure the connection closes. */
 void         ote_tcp_conn_reply(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr);
+/* The oldest operation waiting for its answer, or NULL. */
+ote_tcp_op_t *ote_tcp_conn_op_head(ote_tcp_conn_t *c);
+/* Stop (true) or resume reading the connection. */
+void          ote_tcp_conn_set_rx_paused(ote_tcp_conn_t *c, bool on);
 ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *conn, const ote_tcp_op_t *op);
 void         ote_tcp_conn_flush(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_rx(ote_tcp_conn_t *conn);

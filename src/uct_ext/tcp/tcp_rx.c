@@ -1,0 +1,495 @@
+/*
+ * A TCP data connection's receive path: the state machine that reads
+ * headers and payloads, the target's checks and answers, the initiator's
+ * completions. Payloads are received straight into their destination with
+ * readv(destination, rx buffer), so the bytes of the current message never
+ * pass through an intermediate buffer, and headers that follow arrive in
+ * the same call.
+ */
+#include "tcp.h"
+
+#include "base/log.h"
+#include "base/util.h"
+#include "base/wire_util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Bytes one connection may consume per progress call before others get a turn. */
+#define OTE_TCP_RX_BUDGET (8u * 1024 * 1024)
+
+static void protocol_error(ote_tcp_conn_t *c, const char *what)
+{
+    ote_warn("%s peer %s: %s; closing the connection", OTE_TCP_CONN_TL(c), c->peer, what);
+    ote_tcp_conn_fail(c, OTE_ERR_PROTOCOL);
+}
+
+void ote_tcp_conn_protocol_error(ote_tcp_conn_t *c, const char *what)
+{
+    protocol_error(c, what);
+}
+
+static void push_reply(ote_tcp_conn_t *c, uint8_t type, uint64_t id, ote_status_t status,
+                       uint64_t length, const void *payload, ote_region_t *region)
+{
+    ote_tcp_hdr_t h = {.type = type, .status = status, .id = id, .length = length};
+
+    if (ote_tcp_conn_tx_push(c, &h, payload, payload ? length : 0, region, true) != OTE_OK) {
+        if (region != NULL)
+            ote_mem_region_put(region);
+        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+    }
+}
+
+void ote_tcp_conn_reply(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+{
+    if (ote_tcp_conn_tx_push(c, h, NULL, 0, NULL, false) != OTE_OK)
+        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+}
+
+/* Target side: answer with AUTH in the message the peer waits for, and close. */
+static void conn_refuse(ote_tcp_conn_t *c, uint8_t type, uint64_t id)
+{
+    push_reply(c, type, id, OTE_ERR_AUTH, 0, NULL, NULL);
+    ote_tcp_conn_flush(c);
+    ote_tcp_conn_fail(c, OTE_ERR_AUTH);
+}
+
+/* Target side with a key: the handshake of core/auth.h before HELLO. */
+static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
+{
+    ote_auth_t *auth = c->iface->auth;
+    ote_status_t status;
+
+    if (c->auth.state == OTE_AUTH_STATE_START) {
+        if (h->type == OTE_TCP_HELLO) {
+            ote_warn("%s peer %s: HELLO without authentication; refused", OTE_TCP_CONN_TL(c),
+                     c->peer);
+            conn_refuse(c, OTE_TCP_HELLO_ACK, h->id);
+            return;
+        }
+        if (h->type != OTE_TCP_AUTH_HELLO) {
+            protocol_error(c, "first message is not AUTH_HELLO");
+            return;
+        }
+        status = ote_auth_target_hello(auth, &c->auth, payload, h->length, c->auth_out);
+        if (status == OTE_ERR_PROTOCOL) {
+            protocol_error(c, "malformed AUTH_HELLO");
+            return;
+        }
+        if (status != OTE_OK) {
+            conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
+            return;
+        }
+        push_reply(c, OTE_TCP_AUTH_PROOF, h->id, OTE_OK, OTE_AUTH_TPROOF_LEN, c->auth_out, NULL);
+        return;
+    }
+    if (h->type != OTE_TCP_AUTH_PROOF) {
+        protocol_error(c, "no AUTH_PROOF after AUTH_HELLO");
+        return;
+    }
+    status = ote_auth_target_proof(auth, &c->auth, payload, h->length);
+    if (status == OTE_ERR_PROTOCOL) {
+        protocol_error(c, "malformed AUTH_PROOF");
+        return;
+    }
+    if (status != OTE_OK) {
+        ote_warn("%s peer %s: authentication failed (wrong key?); closing", OTE_TCP_CONN_TL(c),
+                 c->peer);
+        conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
+        return;
+    }
+    push_reply(c, OTE_TCP_AUTH_DONE, h->id, OTE_OK, 0, NULL, NULL);
+    c->rx_state = OTE_TCP_RX_HANDSHAKE;
+}
+
+/* Target side: a header arrived (with its payload, for handshake messages). */
+static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
+{
+    ote_tcp_iface_t *iface = c->iface;
+    ote_region_t *region;
+    ote_status_t status;
+
+    if (c->rx_state == OTE_TCP_RX_AUTH) {
+        target_auth(c, h, payload);
+        return;
+    }
+    if (c->rx_state == OTE_TCP_RX_HANDSHAKE) {
+        if (h->type == OTE_TCP_AUTH_HELLO) {
+            /* The initiator has a key and we have none: it cannot verify us. */
+            ote_warn("%s peer %s wants to authenticate but this engine has no OTE_AUTH_KEY; "
+                     "refused", OTE_TCP_CONN_TL(c), c->peer);
+            conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
+            return;
+        }
+        if (h->type != OTE_TCP_HELLO) {
+            protocol_error(c, "first message is not HELLO");
+            return;
+        }
+        if (h->addr != iface->instance_id) {
+            /* The initiator holds a descriptor of an earlier instance. */
+            push_reply(c, OTE_TCP_HELLO_ACK, h->id, OTE_ERR_NOT_FOUND, 0, NULL, NULL);
+            ote_tcp_conn_flush(c);
+            ote_tcp_conn_fail(c, OTE_ERR_NOT_FOUND);
+            return;
+        }
+        push_reply(c, OTE_TCP_HELLO_ACK, h->id, OTE_OK, 0, NULL, NULL);
+        c->rx_state           = OTE_TCP_RX_HDR;
+        c->handshake_deadline = 0;
+        return;
+    }
+    if (iface->ref_handle != NULL) {
+        /* By reference: no bytes travel on this connection. */
+        if (h->type != OTE_TCP_PUT_REF && h->type != OTE_TCP_GET_REF &&
+            h->type != OTE_TCP_PROBE &&
+            !(iface->fd_passing && (h->type == OTE_TCP_MAP || h->type == OTE_TCP_UNMAP_ACK))) {
+            protocol_error(c, "unexpected message type on a by-reference connection");
+            return;
+        }
+        iface->ref_handle(c, h,
+                          ote_tcp_hdr_inline_len(h) >= OTE_TCP_REF_TRAILER_LEN
+                              ? ote_get_u64(payload)
+                              : 0);
+        return;
+    }
+    switch (h->type) {
+    case OTE_TCP_WRITE:
+        c->rx_hdr       = *h;
+        c->rx_remaining = h->length;
+        c->rx_total     = h->length;
+        status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
+                                        OTE_ACCESS_REMOTE_WRITE, &region);
+        if (status == OTE_OK) {
+            c->rx_region = region;
+            c->rx_dst    = (uint8_t *)(uintptr_t)h->addr;
+            c->rx_state  = OTE_TCP_RX_PAYLOAD;
+        } else {
+            ote_debug("tcp peer %s: WRITE %#llx+%llu refused: %s", c->peer,
+                      (unsigned long long)h->addr, (unsigned long long)h->length,
+                      ote_status_string(status));
+            c->rx_refusal = status;
+            c->rx_state   = OTE_TCP_RX_DISCARD;
+        }
+        break;
+    case OTE_TCP_READ_REQ:
+        status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
+                                        OTE_ACCESS_REMOTE_READ, &region);
+        if (status == OTE_OK) {
+            push_reply(c, OTE_TCP_READ_RESP, h->id, OTE_OK, h->length,
+                       (const void *)(uintptr_t)h->addr, region);
+        } else {
+            ote_debug("tcp peer %s: READ %#llx+%llu refused: %s", c->peer,
+                      (unsigned long long)h->addr, (unsigned long long)h->length,
+                      ote_status_string(status));
+            push_reply(c, OTE_TCP_READ_RESP, h->id, status, 0, NULL, NULL);
+        }
+        break;
+    default:
+        protocol_error(c, "unexpected message type from initiator");
+        break;
+    }
+}
+
+/* Initiator side: a header arrived. */
+static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer)
+{
+    ote_tcp_op_t *op = ote_tcp_conn_op_head(c);
+    bool by_ref      = c->iface->ref_handle != NULL;
+    ote_tcp_op_t done;
+    bool match;
+
+    if (c->iface->fd_passing && h->type == OTE_TCP_UNMAP) {
+        c->iface->initiator_hook(c, h, trailer);
+        return;
+    }
+    if (c->iface->fd_passing && h->type == OTE_TCP_MAP_ACK) {
+        if (op == NULL || op->type != OTE_TCP_MAP || op->id != h->id) {
+            protocol_error(c, "MAP_ACK does not match the oldest request");
+            return;
+        }
+        c->iface->initiator_hook(c, h, trailer);
+        return;
+    }
+    if (by_ref ? h->type != OTE_TCP_REF_ACK
+               : h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
+        protocol_error(c, "unexpected message type from target");
+        return;
+    }
+    if (by_ref)
+        match = op != NULL && (op->type == OTE_TCP_PUT_REF || op->type == OTE_TCP_GET_REF);
+    else
+        match = op != NULL &&
+                op->type == (h->type == OTE_TCP_WRITE_ACK ? OTE_TCP_WRITE : OTE_TCP_READ_REQ);
+    if (!match || op->id != h->id) {
+        protocol_error(c, "response does not match the oldest request");
+        return;
+    }
+    if (h->status == OTE_OK && h->length != op->length) {
+        protocol_error(c, "response length differs from the request");
+        return;
+    }
+    if (h->type == OTE_TCP_READ_RESP && h->status == OTE_OK) {
+        c->rx_hdr       = *h;
+        c->rx_dst       = op->local;
+        c->rx_remaining = op->length;
+        c->rx_total     = op->length;
+        c->rx_state     = OTE_TCP_RX_PAYLOAD;
+        c->rx_refusal   = OTE_OK;
+        return;
+    }
+    done = ote_tcp_conn_op_pop(c);
+    done.comp->func(done.comp, h->status == OTE_OK ? OTE_OK : (ote_status_t)h->status);
+}
+
+static void payload_done(ote_tcp_conn_t *c)
+{
+    ote_tcp_op_t done;
+    bool refused = c->rx_state == OTE_TCP_RX_DISCARD;
+
+    c->rx_state = OTE_TCP_RX_HDR;
+    if (c->ep == NULL) {
+        if (c->rx_region != NULL) {
+            ote_mem_region_put(c->rx_region);
+            c->rx_region = NULL;
+            push_reply(c, OTE_TCP_WRITE_ACK, c->rx_hdr.id, OTE_OK, c->rx_total, NULL, NULL);
+        } else {
+            push_reply(c, OTE_TCP_WRITE_ACK, c->rx_hdr.id, c->rx_refusal, 0, NULL, NULL);
+        }
+        return;
+    }
+    done = ote_tcp_conn_op_pop(c);
+    done.comp->func(done.comp, refused ? c->rx_refusal : OTE_OK);
+}
+
+/*
+ * Target side: the region we are receiving into may be deregistered between
+ * two reads; then the rest of the payload is dropped and the initiator gets
+ * NOT_REGISTERED, so nothing lands after deregistration.
+ */
+static ote_region_t *rx_dst_region(ote_tcp_conn_t *c)
+{
+    if (c->ep == NULL)
+        return c->rx_region;
+    return c->ops_count ? c->ops[c->ops_head].local_region : NULL;
+}
+
+static bool rx_dst_begin(ote_tcp_conn_t *c)
+{
+    ote_region_t *r = rx_dst_region(c);
+
+    if (r == NULL || ote_mem_region_access_begin(r))
+        return true;
+    if (c->ep == NULL) {
+        ote_mem_region_put(c->rx_region);
+        c->rx_region = NULL;
+    }
+    c->rx_refusal = OTE_ERR_NOT_REGISTERED;
+    c->rx_state   = OTE_TCP_RX_DISCARD;
+    return false;
+}
+
+static void rx_dst_end(ote_tcp_conn_t *c)
+{
+    ote_region_t *r = rx_dst_region(c);
+
+    if (r != NULL)
+        ote_mem_region_access_end(r);
+}
+
+/*
+ * recv() that keeps the descriptors passed along (SCM_RIGHTS), in order.
+ * Only a target answering MAP sends any: descriptors from an initiator, more
+ * than OTE_TCP_RX_FDS unclaimed, or a truncated control message close the
+ * connection (-1, errno EPROTO).
+ */
+static ssize_t recv_fds(ote_tcp_conn_t *c, void *buf, size_t len)
+{
+    union {
+        struct cmsghdr hdr;
+        char           buf[CMSG_SPACE(OTE_TCP_RX_FDS * sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf)};
+    bool bad = false;
+    ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+    if (n < 0)
+        return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm != NULL; cm = CMSG_NXTHDR(&msg, cm)) {
+        size_t k;
+
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+            bad = true;
+            continue;
+        }
+        k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (c->ep == NULL || c->rx_nfds == OTE_TCP_RX_FDS) {
+                close(fd);
+                bad = true;
+            } else {
+                c->rx_fds[c->rx_nfds++] = fd;
+            }
+        }
+    }
+    if (bad || (msg.msg_flags & MSG_CTRUNC)) {
+        protocol_error(c, "unexpected file descriptors");
+        errno = EPROTO;
+        return -1;
+    }
+    return n;
+}
+
+static void conn_rx(ote_tcp_conn_t *c);
+
+void ote_tcp_conn_rx(ote_tcp_conn_t *c)
+{
+    conn_rx(c);
+    /* Requests deferred while reading are served now; a closed connection drops them. */
+    if (c->ref_npending != 0) {
+        if (c->dead)
+            c->ref_npending = 0;
+        else
+            c->iface->ref_flush(c);
+    }
+}
+
+static void conn_rx(ote_tcp_conn_t *c)
+{
+    size_t budget = OTE_TCP_RX_BUDGET;
+    ote_tcp_hdr_t h;
+    ssize_t n;
+
+    c->rx_again = false;
+    while (!c->dead) {
+        if (budget == 0) {
+            /*
+             * Give other connections a turn. Bytes already read ahead into
+             * rxbuf will not raise another epoll event: ask for a rerun.
+             */
+            c->rx_again = true;
+            return;
+        }
+        size_t avail = c->rx_len - c->rx_off;
+
+        if (c->rx_state == OTE_TCP_RX_HDR || c->rx_state == OTE_TCP_RX_HANDSHAKE ||
+            c->rx_state == OTE_TCP_RX_AUTH) {
+            if (c->ep == NULL && c->tx_count >= OTE_TCP_TX_PAUSE) {
+                ote_tcp_conn_set_rx_paused(c, true);
+                return;
+            }
+            if (avail >= OTE_TCP_HDR_LEN) {
+                size_t inline_len;
+
+                if (ote_tcp_hdr_decode(c->rxbuf + c->rx_off, avail, c->iface->max_msg, &h) !=
+                    OTE_OK) {
+                    protocol_error(c, "malformed message header");
+                    return;
+                }
+                /*
+                 * Handshake payloads and by-reference trailers are small and
+                 * handled with their header.
+                 */
+                inline_len = ote_tcp_hdr_inline_len(&h);
+                if ((h.type == OTE_TCP_AUTH_HELLO || h.type == OTE_TCP_AUTH_PROOF) &&
+                    (c->ep != NULL || c->rx_state == OTE_TCP_RX_HDR)) {
+                    protocol_error(c, "handshake message on an open connection");
+                    return;
+                }
+                if (avail >= OTE_TCP_HDR_LEN + inline_len) {
+                    const uint8_t *payload = c->rxbuf + c->rx_off + OTE_TCP_HDR_LEN;
+
+                    c->rx_off += OTE_TCP_HDR_LEN + inline_len;
+                    if (c->ep == NULL)
+                        target_handle(c, &h, payload);
+                    else
+                        initiator_handle(c, &h, payload);
+                    continue;
+                }
+            }
+            if (c->rx_off > 0) {
+                memmove(c->rxbuf, c->rxbuf + c->rx_off, avail);
+                c->rx_off = 0;
+                c->rx_len = avail;
+            }
+            if (c->iface->fd_passing)
+                n = recv_fds(c, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len);
+            else
+                n = recv(c->fd, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
+        } else {
+            bool discard = c->rx_state == OTE_TCP_RX_DISCARD;
+            size_t take;
+
+            if (avail > 0) {
+                take = avail < c->rx_remaining ? avail : c->rx_remaining;
+                if (!discard) {
+                    if (!rx_dst_begin(c))
+                        continue;
+                    memcpy(c->rx_dst, c->rxbuf + c->rx_off, take);
+                    rx_dst_end(c);
+                    c->rx_dst += take;
+                }
+                c->rx_off += take;
+                c->rx_remaining -= take;
+                if (c->rx_remaining == 0)
+                    payload_done(c);
+                continue;
+            }
+            {
+                struct iovec iov[2];
+
+                c->rx_off = c->rx_len = 0;
+                if (discard) {
+                    iov[0].iov_base = c->iface->discard;
+                    iov[0].iov_len  = c->rx_remaining < OTE_TCP_RXBUF ? c->rx_remaining
+                                                                       : OTE_TCP_RXBUF;
+                } else {
+                    if (!rx_dst_begin(c))
+                        continue;
+                    iov[0].iov_base = c->rx_dst;
+                    iov[0].iov_len  = c->rx_remaining;
+                }
+                iov[1].iov_base = c->rxbuf;
+                iov[1].iov_len  = OTE_TCP_RXBUF;
+                n = readv(c->fd, iov, 2);
+                if (!discard)
+                    rx_dst_end(c);
+                if (n > 0) {
+                    take = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
+                    if (!discard)
+                        c->rx_dst += take;
+                    c->rx_remaining -= take;
+                    c->rx_len = (size_t)n - take;
+                    budget    = budget > (size_t)n ? budget - (size_t)n : 0;
+                    if (c->rx_remaining == 0)
+                        payload_done(c);
+                    continue;
+                }
+            }
+        }
+        if (n > 0) {
+            c->rx_len += (size_t)n;
+            budget = budget > (size_t)n ? budget - (size_t)n : 0;
+            continue;
+        }
+        if (n == 0) {
+            ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+            return;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return;
+        ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+        return;
+    }
+}
