@@ -211,12 +211,12 @@ memcpy_all() {
 }
 
 # --- Python peers: Mooncake's wheel, orbitte.mooncake, NIXL's wheel ----------
-mc_all() { # PEER IMPL PYTHONPATH
-    peer=$1 impl=$2 pp=$3
+mc_all() { # PEER IMPL PYTHONPATH LABEL (the PYTHONPATH as the commands show it)
+    peer=$1 impl=$2 pp=$3 ppl=$4
     mc=bindings/python/bench/mc_batch_write.py
     for op in write read; do
         a="--impl $impl --op $op --count 1 --size 8 --iters $((lat_n / 4)) --warmup 20"
-        cmd "lat $op" "$peer" "python3 $mc $a"
+        cmd "lat $op" "$peer" "PYTHONPATH=$ppl python3 $mc $a"
         set -- $(PYTHONPATH=$pp tmo python3 $mc $a 2>"$tmp/err" |
             python3 -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["p50_us"], r["p99_us"])' 2>/dev/null)
         rec "lat $op" "$peer" "${1:-}" "${2:-}"
@@ -226,7 +226,7 @@ mc_all() { # PEER IMPL PYTHONPATH
             for T in 1 2; do
                 it=$((budget / (size * batch) / T / 2 + 2))
                 a="--impl $impl --op $op --count $batch --size $size --threads $T --iters $it$sc"
-                cmd "$name $op T$T" "$peer" "python3 $mc $a"
+                cmd "$name $op T$T" "$peer" "PYTHONPATH=$ppl python3 $mc $a"
                 PYTHONPATH=$pp tmo python3 $mc $a >"$tmp/mc.out" 2>"$tmp/err"
                 rc=$?
                 v=$(python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["aggregate_GBps"])' \
@@ -246,7 +246,7 @@ nixl_all() {
             specs="$specs $op:$size:$batch$([ "$name" = kv ] && echo :scatter)"
         done
     done
-    cmd "all" "$peer" "UCX_TLS=tcp python3 contrib/bench/nixl_xfer.py $specs --seconds $secs"
+    cmd "all" "$peer" "UCX_TLS=tcp PYTHONPATH=WHEELS python3 contrib/bench/nixl_xfer.py $specs --seconds $secs"
     UCX_TLS=tcp PYTHONPATH=$wheels tmo python3 contrib/bench/nixl_xfer.py $specs --seconds $secs \
         >"$tmp/nixl.out" 2>"$tmp/err"
     rc=$?
@@ -299,8 +299,8 @@ for round in $(seq "$rounds"); do
     [ $have_iperf = 1 ] && iperf_all
     memcpy_all
     ote_all "ote_perftest cma" cma
-    [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py"
-    [ $have_mc = 1 ] && mc_all "Mooncake wheel tcp" mooncake "$wheels"
+    [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py" ORBITTE
+    [ $have_mc = 1 ] && mc_all "Mooncake wheel tcp" mooncake "$wheels" WHEELS
     [ $have_nixl = 1 ] && nixl_all
 done
 

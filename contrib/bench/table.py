@@ -129,8 +129,10 @@ def main():
     for peer, text in why.items():
         if peer in PEERS and peer in shown:
             print(f"- {peer}: {text}")
-    print("\n<details><summary>Commands (those of the first round; PORT is a fresh "
-          "port per measurement)</summary>\n")
+    print("\n<details><summary>Commands (those of the first round; ote_perftest is "
+          "BUILD/src/tools/ote_perftest, PORT a fresh port per measurement, WHEELS the "
+          "--wheels directory, ORBITTE the orbitte package with its extension built "
+          "against BUILD)</summary>\n")
     print("```")
     for line in open(commands):
         key, peer, cmd = line.rstrip("\n").split("\t", 2)
