@@ -1,57 +1,311 @@
-#!/bin/sh
-# Runs the measurements recorded in docs/performance.md, each beside its
-# reference taken in the same run. Usage: contrib/bench/run.sh BUILD_DIR
-# Prints one line per measurement; nothing here is a test.
+#!/bin/bash
+# Every peer on this host, the same workloads, in interleaved rounds: each
+# round runs every workload of every peer once, so that the ratios compare
+# figures taken under the same conditions. Writes one Markdown table of the
+# medians over the rounds, each with its ratio to ote_perftest's median of
+# the same run, and the exact commands (docs/performance.md, "All peers,
+# one command"). Nothing here is a test.
+#
+# Usage: contrib/bench/run.sh [--rounds N] [--quick] [--out FILE]
+#                             [--build DIR] [--wheels DIR]
+#   --rounds N    rounds (default 3)
+#   --quick       short measurements (a smoke run; figures are rough)
+#   --out FILE    also write the table to FILE
+#   --build DIR   the configured and built tree (default build)
+#   --wheels DIR  where pip installs Mooncake's and NIXL's wheels (default
+#                 ${XDG_CACHE_HOME:-~/.cache}/orbitte-bench/wheels); a peer
+#                 that cannot be installed or run gets a row that says why
+# Run from anywhere; paths are taken from the repository root.
 set -u
-build=${1:-build-release}
-here=$(cd "$(dirname "$0")" && pwd)
-pt="$build/src/tools/ote_perftest"
-[ -x "$pt" ] || { echo "build $build first (contrib/configure-release)"; exit 1; }
+
+rounds=3 quick=0 out= build=build
+wheels=${XDG_CACHE_HOME:-$HOME/.cache}/orbitte-bench/wheels
+while [ $# -gt 0 ]; do
+    case $1 in
+    --rounds) rounds=$2; shift ;;
+    --quick) quick=1 ;;
+    --out) out=$2; shift ;;
+    --build) build=$2; shift ;;
+    --wheels) wheels=$2; shift ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+    *) build=$1 ;; # the build directory, as a plain argument
+    esac
+    shift
+done
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top" || exit 1
+case $build in /*) ;; *) build=$top/$build ;; esac
+case $out in '' | /*) ;; *) out=$OLDPWD/$out ;; esac
+pt=$build/src/tools/ote_perftest
+[ -x "$pt" ] || { echo "run.sh: no $pt: configure and make first (README.md)" >&2; exit 1; }
+export OTE_LOG_LEVEL=error
+
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"; pkill -f "iperf3 -s -p 5299" 2>/dev/null; pkill -f "ucx_perftest -d" 2>/dev/null' EXIT
-
-cc -O2 -o "$tmp/memcpy_bw" "$here/memcpy_bw.c"
-echo "== references"
-"$tmp/memcpy_bw" 256 10
-iperf3 -s -p 5299 -D -1 >/dev/null 2>&1; sleep 0.5
-iperf3 -c 127.0.0.1 -p 5299 -l 1M -P 2 -t 5 -f g 2>/dev/null | awk '/SUM.*receiver/ {print "iperf3 -l 1M -P 2: " $6 " Gbit/s = " $6/8 " GB/s"}'
-sleep 0.5
-iperf3 -s -p 5299 -D -1 >/dev/null 2>&1; sleep 0.5
-iperf3 -c 127.0.0.1 -p 5299 -P 2 -t 5 -f g 2>/dev/null | awk '/SUM.*receiver/ {print "iperf3 -P 2 (128 KiB writes): " $6 " Gbit/s = " $6/8 " GB/s"}'
-if command -v ucx_perftest >/dev/null; then
-    ucx_perftest -p 13337 >/dev/null 2>&1 &
-    sleep 1
-    ucx_perftest 127.0.0.1 -p 13337 -d memory -x cma -t put_bw -D zcopy -s 1048576 -n 4000 2>/dev/null |
-        awk '/Final/ {print "ucx_perftest -t put_bw -x cma -D zcopy -s 1m: " $6 " MiB/s = " $6*1.048576/1000 " GB/s"}'
-    wait
-    ucx_perftest -p 13338 >/dev/null 2>&1 &
-    sleep 1
-    ucx_perftest 127.0.0.1 -p 13338 -d lo -x tcp -t put_bw -D zcopy -s 1048576 -n 2000 2>/dev/null |
-        awk '/Final/ {print "ucx_perftest -t put_bw -x tcp -D zcopy -s 1m: " $6 " MiB/s = " $6*1.048576/1000 " GB/s"}'
-    wait
-fi
-
-run() {
-    echo "ote_perftest --loopback $*"
-    "$pt" --loopback -q "$@" 2>/dev/null | grep -v '^#'
+servers=
+killtree() { # PID: its descendants, then itself
+    for c in $(pgrep -P "$1"); do killtree "$c"; done
+    kill "$1" 2>/dev/null
 }
-echo "== native tcp"
-for t in write_bw read_bw; do
-    run -x tcp -t $t -s 1m -b 8
-    run -x tcp -t $t -s 64k -b 32
-    run -x tcp -t $t -s 4k -b 128
+cleanup() {
+    trap - EXIT INT TERM HUP
+    for p in $servers; do kill "$p" 2>/dev/null; done
+    for c in $(pgrep -P $$); do killtree "$c"; done # what is left of this script's work
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# Budgets: bytes moved per bandwidth measurement, iterations per latency one
+if [ $quick = 1 ]; then
+    budget=$((16 << 20)) lat_n=200 secs=0.2 tlim=30
+else
+    budget=$((128 << 20)) lat_n=1000 secs=0.5 tlim=60
+fi
+results=$tmp/results.tsv cmds=$tmp/commands.tsv notes=$tmp/notes.tsv
+: >"$results"; : >"$cmds"; : >"$notes"
+round=0
+
+# rec KEY PEER VALUE [P99]: one figure of this round ("-" when it failed)
+rec() { printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$1" "$2" "${3:--}" "${4:--}" >>"$results"; }
+# cmd KEY PEER COMMAND...: the command, kept from the first round
+cmd() {
+    [ "$round" = 1 ] || return 0
+    k=$1 p=$2
+    shift 2
+    printf '%s\t%s\t%s\n' "$k" "$p" "$*" >>"$cmds"
+}
+# note PEER TEXT: why a peer has no figures, or what its figures are
+note() { grep -q "^$1	" "$notes" 2>/dev/null || printf '%s\t%s\n' "$1" "$2" >>"$notes"; }
+tmo() { timeout -k 5 "$tlim" "$@"; }
+lastline() { grep -v '^\s*$' "$1" 2>/dev/null | tail -n 1 | cut -c1-160 | tr '\t|' '  '; }
+why() { # RC ERRFILE: why a command gave no figure
+    case $1 in
+    124 | 137) echo "timed out after $tlim s" ;;
+    *) grep -E 'rror|ERROR|failed|ault|assert' "$2" | tail -n 1 | cut -c1-160 | tr '\t|' '  ' ;;
+    esac
+}
+
+# The workloads: KEY SIZE BATCH (KEY: shape, then op and threads added)
+shapes="4k:4096:128 64k:65536:32 1m:1048576:8 kv:16384:2048"
+
+# --- ote_perftest ------------------------------------------------------------
+ote_run() { # PEER TLS KEY args...: one ote_perftest --loopback, its JSON read
+    peer=$1 tls=$2 key=$3
+    shift 3
+    cmd "$key" "$peer" "ote_perftest --loopback -q -x $tls $*"
+    rm -f "$tmp/ote.json"
+    if tmo "$pt" --loopback -q -x "$tls" "$@" --json "$tmp/ote.json" >/dev/null 2>"$tmp/err"; then
+        python3 -c 'import json,sys
+r=json.loads(open(sys.argv[1]).readline())
+print(r["lat_p50_us"], r["lat_p99_us"]) if sys.argv[2]=="lat" else print(r["gbps"])' \
+            "$tmp/ote.json" "${key%% *}"
+    else
+        echo "- -"
+    fi
+}
+ote_all() { # PEER TLS
+    peer=$1 tls=$2
+    for op in write read; do
+        set -- $(ote_run "$peer" "$tls" "lat $op" -t ${op}_lat -s 8 -n $lat_n)
+        rec "lat $op" "$peer" "${1:-}" "${2:-}"
+        for sh in $shapes; do
+            IFS=: read -r name size batch <<<"$sh"
+            for T in 1 2; do
+                key="$name $op T$T"
+                if [ "$name" = kv ]; then
+                    n=$((budget / (size * batch) / 2 + 1))
+                    v=$(ote_run "$peer" "$tls" "$key" -t kv_$op --kv 32:64 -s 16k -T $T -n $n)
+                else
+                    n=$((budget / (size * batch) / T + 1))
+                    v=$(ote_run "$peer" "$tls" "$key" -t ${op}_bw -s $size -b $batch -T $T -n $n)
+                fi
+                rec "$key" "$peer" "${v%% *}"
+            done
+        done
+    done
+}
+
+# --- ucx_perftest ------------------------------------------------------------
+ucx_port=14100
+ucx_one() { # ENV ARGS N PORT: one client against a fresh server, "Final" fields to ucx.N
+    env $1 ucx_perftest -p $4 >/dev/null 2>&1 &
+    s=$!
+    servers="$servers $s"
+    sleep 0.5
+    tmo env $1 ucx_perftest 127.0.0.1 -p $4 $2 2>"$tmp/err.$3" | awk '/^Final/ {print $3, $6, $7}' >"$tmp/ucx.$3"
+    kill $s 2>/dev/null
+    wait $s 2>/dev/null
+}
+ucx_bw() { # KEY PEER ENV ARGS THREADS: MB/s summed over THREADS client/server pairs
+    key=$1 peer=$2 e=$3 a=$4 T=$5
+    cmd "$key" "$peer" "${e:+$e }ucx_perftest -p PORT & ${e:+$e }ucx_perftest 127.0.0.1 -p PORT $a$([ "$T" = 2 ] && echo ' (two pairs at once, summed)')"
+    ucx_port=$((ucx_port + 2))
+    for i in $(seq "$T"); do ucx_one "$e" "$a" "$i" $((ucx_port + i)) & done
+    wait
+    v=$(cat "$tmp"/ucx.[0-9] 2>/dev/null | awk 'NF {n++; s += $2 * 1.048576 / 1000} END {if (n == '"$T"') printf "%.3f", s}')
+    rm -f "$tmp"/ucx.[0-9]
+    rec "$key" "$peer" "$v"
+}
+ucx_lat() { # KEY PEER ENV ARGS FACTOR: p50 and p99 (-R 99), times FACTOR
+    key=$1 peer=$2 e=$3 a=$4 f=$5
+    cmd "$key" "$peer" "${e:+$e }ucx_perftest 127.0.0.1 -p PORT $a [-R 99]"
+    ucx_port=$((ucx_port + 2))
+    ucx_one "$e" "$a" 1 $ucx_port; p50=$(awk '{printf "%.2f", $1 * '"$f"'}' "$tmp/ucx.1")
+    ucx_one "$e" "$a -R 99" 1 $((ucx_port + 1)); p99=$(awk '{printf "%.2f", $1 * '"$f"'}' "$tmp/ucx.1")
+    rm -f "$tmp"/ucx.[0-9]
+    rec "$key" "$peer" "$p50" "$p99"
+}
+ucx_all() {
+    tcp="-d lo -x tcp" cma="-d memory -x cma" ucp="UCX_TLS=tcp,self"
+    ucx_lat "lat write" "ucx_perftest tcp" "" "-t am_lat $tcp -s 8 -n $lat_n" 2
+    ucx_lat "lat read" "ucx_perftest tcp" "$ucp" "-t ucp_get -s 8 -n $((lat_n / 8))" 1
+    ucx_lat "lat write" "ucx_perftest cma" "" "-t put_lat $cma -D zcopy -s 8 -n $lat_n" 2
+    ucx_lat "lat read" "ucx_perftest cma" "" "-t get $cma -D zcopy -s 8 -n $lat_n" 1
+    for sh in $shapes; do
+        IFS=: read -r name size batch <<<"$sh"
+        for T in 1 2; do
+            n=$((budget / size / T + 1)) slow=$((budget / 16 / size / T + 1))
+            ucx_bw "$name write T$T" "ucx_perftest tcp" "" "-t put_bw $tcp -D zcopy -s $size -n $n" $T
+            ucx_bw "$name read T$T" "ucx_perftest tcp" "$ucp" "-t ucp_get -s $size -n $slow" $T
+            ucx_bw "$name write T$T" "ucx_perftest cma" "" "-t put_bw $cma -D zcopy -s $size -n $n" $T
+            ucx_bw "$name read T$T" "ucx_perftest cma" "" "-t get $cma -D zcopy -s $size -n $n" $T
+        done
+    done
+}
+
+# --- iperf3 and memcpy -------------------------------------------------------
+iperf_all() {
+    port=5301
+    for sh in $shapes; do
+        IFS=: read -r name size batch <<<"$sh"
+        for T in 1 2; do
+            t=$([ $quick = 1 ] && echo 1 || echo 2)
+            cmd "$name write T$T" iperf3 "iperf3 -s -p PORT -1 & iperf3 -c 127.0.0.1 -p PORT -l $size -P $T -t $t"
+            port=$((port + 1))
+            iperf3 -s -p $port -1 >/dev/null 2>&1 &
+            s=$!
+            servers="$servers $s"
+            sleep 0.5
+            v=$(tmo iperf3 -c 127.0.0.1 -p $port -l "$size" -P $T -t "$t" -f g 2>"$tmp/err" |
+                awk '/receiver/ && ($0 ~ /SUM/ || '"$T"' == 1) {printf "%.3f", $(NF - 2) / 8}')
+            kill $s 2>/dev/null
+            wait $s 2>/dev/null
+            rec "$name write T$T" iperf3 "$v"
+        done
+    done
+}
+memcpy_all() {
+    for sh in $shapes; do
+        IFS=: read -r name size batch <<<"$sh"
+        sc=$([ "$name" = kv ] && echo 1 || echo 0)
+        for T in 1 2; do
+            for op in write read; do
+                cmd "$name $op T$T" memcpy "memcpy_blocks $size $batch $T $sc $secs"
+                rec "$name $op T$T" memcpy "$(tmo "$tmp/memcpy_blocks" $size $batch $T $sc $secs 2>"$tmp/err")"
+            done
+        done
+    done
+}
+
+# --- Python peers: Mooncake's wheel, orbitte.mooncake, NIXL's wheel ----------
+mc_all() { # PEER IMPL PYTHONPATH LABEL (the PYTHONPATH as the commands show it)
+    peer=$1 impl=$2 pp=$3 ppl=$4
+    mc=bindings/python/bench/mc_batch_write.py
+    for op in write read; do
+        a="--impl $impl --op $op --count 1 --size 8 --iters $((lat_n / 4)) --warmup 20"
+        cmd "lat $op" "$peer" "PYTHONPATH=$ppl python3 $mc $a"
+        set -- $(PYTHONPATH=$pp tmo python3 $mc $a 2>"$tmp/err" |
+            python3 -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["p50_us"], r["p99_us"])' 2>/dev/null)
+        rec "lat $op" "$peer" "${1:-}" "${2:-}"
+        for sh in $shapes; do
+            IFS=: read -r name size batch <<<"$sh"
+            sc=$([ "$name" = kv ] && echo " --scatter")
+            for T in 1 2; do
+                it=$((budget / (size * batch) / T / 2 + 2))
+                a="--impl $impl --op $op --count $batch --size $size --threads $T --iters $it$sc"
+                cmd "$name $op T$T" "$peer" "PYTHONPATH=$ppl python3 $mc $a"
+                PYTHONPATH=$pp tmo python3 $mc $a >"$tmp/mc.out" 2>"$tmp/err"
+                rc=$?
+                v=$(python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["aggregate_GBps"])' \
+                    <"$tmp/mc.out" 2>/dev/null)
+                [ -n "$v" ] || note "$peer $name $op T$T" "$(why $rc "$tmp/err")"
+                rec "$name $op T$T" "$peer" "$v"
+            done
+        done
+    done
+}
+nixl_all() {
+    peer="NIXL wheel, UCX tcp"
+    specs="write:8:1 read:8:1"
+    for sh in $shapes; do
+        IFS=: read -r name size batch <<<"$sh"
+        for op in write read; do
+            specs="$specs $op:$size:$batch$([ "$name" = kv ] && echo :scatter)"
+        done
+    done
+    cmd "all" "$peer" "UCX_TLS=tcp PYTHONPATH=WHEELS python3 contrib/bench/nixl_xfer.py $specs --seconds $secs"
+    UCX_TLS=tcp PYTHONPATH=$wheels tmo python3 contrib/bench/nixl_xfer.py $specs --seconds $secs \
+        >"$tmp/nixl.out" 2>"$tmp/err"
+    rc=$?
+    [ $rc = 0 ] || note "$peer" "round $round: exit status $rc after $(grep -c '^{' "$tmp/nixl.out") of its $(echo $specs | wc -w) figures: $(why $rc "$tmp/err")"
+    python3 - "$tmp/nixl.out" "$round" "$peer" >>"$results" <<'EOF'
+import json, sys
+names = {4096: "4k", 65536: "64k", 1048576: "1m", 16384: "kv"}
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    op, size, count = r["spec"].split(":")[:3]
+    key = f"lat {op}" if size == "8" else f"{names[int(size)]} {op} T1"
+    val = (r["p50_us"], r["p99_us"]) if size == "8" else (r["gbps"], "-")
+    print(sys.argv[2], key, sys.argv[3], *val, sep="\t")
+EOF
+}
+
+# --- set-up ------------------------------------------------------------------
+cc -O2 -pthread -o "$tmp/memcpy_blocks" contrib/bench/memcpy_blocks.c || exit 1
+have_ucx=1 have_iperf=1 have_mc=1 have_nixl=1 have_omc=1
+command -v ucx_perftest >/dev/null || { have_ucx=0; note "ucx_perftest tcp" "ucx_perftest not installed"; note "ucx_perftest cma" "ucx_perftest not installed"; }
+command -v iperf3 >/dev/null || { have_iperf=0; note iperf3 "iperf3 not installed"; }
+
+mkdir -p "$tmp/py"
+cp -r bindings/python/orbitte "$tmp/py/"
+(cd bindings/python && OTE_BUILD_DIR=$build python3 setup.py -q build_ext \
+    --build-lib "$tmp/py" --build-temp "$tmp/pybuild") >"$tmp/err" 2>&1 ||
+    { have_omc=0; note "orbitte.mooncake tcp" "the extension did not build: $(lastline "$tmp/err")"; }
+
+if ! PYTHONPATH=$wheels python3 -c 'import mooncake.engine, nixl._api' 2>/dev/null; then
+    mkdir -p "$wheels"
+    echo "run.sh: pip install --target $wheels mooncake-transfer-engine-non-cuda nixl" >&2
+    python3 -m pip install -q --target "$wheels" mooncake-transfer-engine-non-cuda nixl >"$tmp/pip" 2>&1 ||
+        echo "run.sh: pip: $(lastline "$tmp/pip")" >&2
+fi
+PYTHONPATH=$wheels python3 -c 'import mooncake.engine' 2>"$tmp/err" ||
+    { have_mc=0; note "Mooncake wheel tcp" "cannot import mooncake.engine from $wheels: $(lastline "$tmp/err")"; }
+PYTHONPATH=$wheels python3 -c 'from nixl._api import nixl_agent' 2>"$tmp/err" ||
+    { have_nixl=0; note "NIXL wheel, UCX tcp" "cannot import nixl._api from $wheels: $(lastline "$tmp/err")"; }
+
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+start=$(date -u '+%Y-%m-%d %H:%M UTC')
+
+# --- rounds ------------------------------------------------------------------
+for round in $(seq "$rounds"); do
+    echo "run.sh: round $round of $rounds" >&2
+    ote_all "ote_perftest tcp" tcp
+    [ $have_ucx = 1 ] && ucx_all
+    [ $have_iperf = 1 ] && iperf_all
+    memcpy_all
+    ote_all "ote_perftest cma" cma
+    [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py" ORBITTE
+    [ $have_mc = 1 ] && mc_all "Mooncake wheel tcp" mooncake "$wheels" WHEELS
+    [ $have_nixl = 1 ] && nixl_all
 done
-run -x tcp -t write_lat -s 8
-run -x tcp -t read_lat -s 8
-echo "== intra-host (native cma, UCT cma, UCT tcp)"
-for t in write_bw read_bw; do
-    run -x cma -t $t -s 1m -b 8
-    run -x uct_cma -t $t -s 1m -b 8
-done
-run -x uct_tcp -t write_bw -s 1m -b 8
-run -x cma -t write_lat -s 8
-echo "== authentication: 1 MiB WRITE without and with OTE_AUTH_KEY, alternated"
-for i in 1 2 3; do
-    OTE_AUTH_KEY= run -x tcp -t write_bw -s 1m -b 8
-    OTE_AUTH_KEY=bench-key-0123456789abcdef0123 run -x tcp -t write_bw -s 1m -b 8
-done
+
+python3 contrib/bench/table.py "$results" "$cmds" "$notes" \
+    "$start" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(nproc)" \
+    "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$rounds" "$quick" >"$tmp/table.md" || exit 1
+cat "$tmp/table.md"
+[ -z "$out" ] || cp "$tmp/table.md" "$out"

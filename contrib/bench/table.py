@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The Markdown table of contrib/bench/run.sh, from the figures it recorded.
+
+    table.py RESULTS COMMANDS NOTES START COMMIT CPUS LOAD0 LOAD1 ROUNDS QUICK
+
+RESULTS: round, workload, peer, value, p99 (tab-separated, "-" when the
+measurement failed); COMMANDS: workload, peer, command; NOTES: peer (or
+"peer workload"), text. Prints the table, the notes and the commands.
+"""
+import statistics
+import sys
+
+# peer: the ote_perftest row its ratio is taken against
+PEERS = {
+    "ote_perftest tcp": "ote_perftest tcp",
+    "ucx_perftest tcp": "ote_perftest tcp",
+    "iperf3": "ote_perftest tcp",
+    "orbitte.mooncake tcp": "ote_perftest tcp",
+    "Mooncake wheel tcp": "ote_perftest tcp",
+    "NIXL wheel, UCX tcp": "ote_perftest tcp",
+    "ote_perftest cma": "ote_perftest cma",
+    "ucx_perftest cma": "ote_perftest cma",
+    "memcpy": "ote_perftest cma",
+}
+SHAPES = {"4k": "4 KiB x 128", "64k": "64 KiB x 32", "1m": "1 MiB x 8",
+          "kv": "KV 2,048 x 16 KiB"}
+
+# What each peer runs for a workload, where it is not ote_perftest's own
+EQUIVALENTS = """\
+- ote_perftest: `-t write_lat|read_lat -s 8` (p50/p99 of one request,
+  request to completion); `-t write_bw|read_bw -s SIZE -b BATCH -T THREADS`;
+  KV: `-t kv_write|kv_read --kv 32:64 -s 16k` (2,048 blocks of 16 KiB
+  scattered over pools on both sides, one batch per layer).
+- ucx_perftest (UCT unless said): WRITE latency is `am_lat` over tcp and
+  `put_lat -D zcopy` over cma, ping-pong, shown as the round trip (twice the
+  one-way figure it prints); READ latency is `ucp_get -s 8` with
+  `UCX_TLS=tcp,self` (UCT tcp has no get) and `get -D zcopy` over cma, the
+  time of one get in a stream. Bandwidth is a stream of single SIZE messages
+  (`put_bw -D zcopy`, READ: `ucp_get` over tcp, `get -D zcopy` over cma); it
+  has no batches, and KV is a stream of 16 KiB messages, not scattered.
+  2 threads: two client/server pairs at once, their figures summed.
+- iperf3: WRITE only (a stream has no read), `-l SIZE -P THREADS`; KV is
+  `-l 16k`.
+- memcpy: `contrib/bench/memcpy_blocks.c`, the same blocks copied from one
+  pool to another in one process (KV: shuffled slots of pools twice the
+  footprint), one pool pair per thread; WRITE and READ are the same copy,
+  measured twice.
+- orbitte.mooncake and Mooncake's wheel: `bindings/python/bench/mc_batch_write.py`,
+  one `batch_transfer_sync_write|read` call of BATCH blocks at a time, target
+  in a second process, tcp, P2PHANDSHAKE; latency is one call of one 8-byte
+  block; KV is one call of 2,048 scattered 16 KiB blocks (a whole request);
+  2 threads make their calls at the same time on their own blocks.
+- NIXL's wheel: `contrib/bench/nixl_xfer.py`, two `nixl_agent`s with the UCX
+  backend in two processes, `UCX_TLS=tcp`, DRAM; one transfer of BATCH
+  descriptors posted and polled to completion at a time, KV as one transfer
+  of 2,048 scattered 16 KiB descriptors; 1 thread only."""
+
+
+def fnum(v):
+    return float(v) if v not in ("", "-") else None
+
+
+def fmt(x, lat):
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if lat and x >= 10 else f"{x:.2f}" if lat else f"{x:.3f}" if x < 1 else f"{x:.2f}"
+
+
+def main():
+    (results, commands, notes, start, commit, cpus, load0, load1, rounds,
+     quick) = sys.argv[1:11]
+    data = {}  # (workload, peer) -> [(value, p99)] in round order
+    for line in open(results):
+        f = line.rstrip("\n").split("\t")
+        if len(f) >= 5:
+            data.setdefault((f[1], f[2]), []).append((fnum(f[3]), fnum(f[4])))
+    why = dict(line.rstrip("\n").split("\t", 1) for line in open(notes) if "\t" in line)
+
+    keys = ["lat write", "lat read"] + [f"{s} {op} T{t}" for s in SHAPES
+                                        for op in ("write", "read") for t in (1, 2)]
+
+    def label(key):
+        if key.startswith("lat"):
+            return f"8 B latency, {key.split()[1].upper()}, p50 / p99 µs"
+        shape, op, t = key.split()
+        return f"{SHAPES[shape]}, {op.upper()}, {t[1:]} thr., GB/s"
+
+    def median(key, peer):
+        vals = data.get((key, peer), [])
+        v = [x for x, _ in vals if x is not None]
+        p = [y for _, y in vals if y is not None]
+        return (statistics.median(v) if v else None, statistics.median(p) if p else None,
+                vals)
+
+    print(f"Taken {start}, commit {commit}, {cpus} CPUs, load average {load0} at the "
+          f"start and {load1} at the end; {rounds} interleaved round(s)"
+          f"{' (--quick: short measurements)' if quick == '1' else ''}. Median over the "
+          "rounds; ratio = the peer's median / the median of the ote_perftest row named "
+          "in the \"against\" column (above 1: more GB/s, or a longer latency).\n")
+    print("| workload | peer | median | ratio | against | rounds |")
+    print("|---|---|---|---|---|---|")
+    shown = set()
+    for key in keys:
+        lat = key.startswith("lat")
+        for peer, ref in PEERS.items():
+            if (key, peer) not in data:
+                continue
+            shown.add(peer)
+            v, p99, vals = median(key, peer)
+            rv = median(key, ref)[0]
+            ratio = f"{v / rv:.2f}" if v is not None and rv else "-"
+            if lat:
+                med = f"{fmt(v, True)} / {fmt(p99, True)}"
+                per = ", ".join(fmt(x, True) for x, _ in vals)
+            else:
+                med = fmt(v, False)
+                per = ", ".join(fmt(x, False) for x, _ in vals)
+            note = why.get(f"{peer} {key}")
+            if v is None and note:
+                per += f" ({note})"
+            print(f"| {label(key)} | {peer} | {med} | {ratio} | {ref} | {per} |")
+    for peer in PEERS:
+        if peer not in shown:
+            print(f"| all | {peer} | - | - | - | not run: {why.get(peer, 'no figures')} |")
+    print()
+    print("Latency ratios compare the p50s; rounds lists the p50 of each round "
+          "(latency) or its GB/s. What each peer runs:\n")
+    print(EQUIVALENTS)
+    for peer, text in why.items():
+        if peer in PEERS and peer in shown:
+            print(f"- {peer}: {text}")
+    print("\n<details><summary>Commands (those of the first round; ote_perftest is "
+          "BUILD/src/tools/ote_perftest, PORT a fresh port per measurement, WHEELS the "
+          "--wheels directory, ORBITTE the orbitte package with its extension built "
+          "against BUILD)</summary>\n")
+    print("```")
+    for line in open(commands):
+        key, peer, cmd = line.rstrip("\n").split("\t", 2)
+        print(f"# {key} ({peer})\n{cmd}")
+    print("```\n\n</details>")
+
+
+if __name__ == "__main__":
+    main()
