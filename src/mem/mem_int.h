@@ -109,4 +109,10 @@ void        *ote_rcache_memh(const ote_mem_reg_t *reg, size_t i);
 void         ote_rcache_invalidate(ote_rcache_t *rc, uint64_t addr, size_t length);
 void         ote_rcache_stats(ote_rcache_t *rc, ote_mem_rcache_stats_t *stats_p);
 
+/*
+ * export.c: every peer that mapped r unmaps it (or loses its connection)
+ * before this returns; engine memory that was exported is detached.
+ */
+void ote_mem_region_revoke_exports(ote_region_t *r);
+
 #endif
