@@ -6,8 +6,10 @@
  *  - a target killed with SIGKILL: its name is gone within the TTL;
  *  - a restart under the same name: old handle PEER_RESTARTED, reopen
  *    reaches the new instance;
- *  - the store killed mid-run: open segments go on, new opens fail
- *    STORE_UNAVAILABLE; restarted empty, the engines put their keys again;
+ *  - the store stopped (SIGSTOP), then killed mid-run: open segments go
+ *    on, new opens fail STORE_UNAVAILABLE (the stopped store after
+ *    OTE_METADATA_TIMEOUT_MS); restarted empty, the engines put their keys
+ *    again;
  *  - a duplicate live name fails EXISTS, and is free after destroy;
  *  - with OTE_AUTH_KEY a tampered, unsigned or foreign-key record is
  *    refused with AUTH;
@@ -21,6 +23,7 @@
 #include "core/meta.h"
 
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -257,6 +260,16 @@ static void test_store_loss(void **state)
     assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
     assert_int_equal(ote_segment_open(e, "decode-s", &seg), OTE_OK);
     exchange(e, seg, &a, local, 500);
+
+    /* A store that does not answer (stopped): the same, within OTE_METADATA_TIMEOUT_MS. */
+    assert_int_equal(kill(store.pid, SIGSTOP), 0);
+    exchange(e, seg, &a, local, 550);
+    t0 = now_s();
+    assert_int_equal(ote_segment_open(e, "decode-y", &other), OTE_ERR_STORE_UNAVAILABLE);
+    took = now_s() - t0;
+    fprintf(stderr, "# open with the store stopped failed after %.2f s\n", took);
+    assert_true(took >= 0.5 && took < 10.0);
+    assert_int_equal(kill(store.pid, SIGCONT), 0);
 
     ote_test_store_kill(&store);
     /* Peers that opened each other go on. */
