@@ -224,7 +224,7 @@ struct ote_engine {
     atomic_bool      event_fd_used;
     int              poll_epfd;     /* every worker's epoll fd: waits without worker threads */
     _Atomic uint64_t wait_ns;       /* recent time ote_batch_wait() took (its polling budget) */
-    /* admission (batch.c): reserved at submit, given back as tasks end */
+    /* admission (admission.c): reserved at submit, given back as tasks end */
     atomic_size_t    inflight_bytes;
     atomic_long      inflight_tasks;
     atomic_int       admit_waiters; /* submitters sleeping on admit_cond */
