@@ -1,0 +1,92 @@
+/*
+ * Batches, their tasks and the notifications that follow them; admission.
+ * Part of engine.h, which includes it where the core's types are known:
+ * include engine.h, not this file.
+ */
+#ifndef OTE_CORE_BATCH_H
+#define OTE_CORE_BATCH_H
+
+struct ote_notif_senders;
+
+/*
+ * The notification of one ote_batch_submit_notify() call: sent once every
+ * task of the call completed. It counts as pending in its batch (and holds
+ * a reference to it) until it ended; the batch frees it.
+ */
+typedef struct ote_notify_group {
+    atomic_long              remaining;  /* tasks of the call not yet ended */
+    _Atomic int              task_error; /* first error of a task that did not complete */
+    _Atomic int              status;     /* INPROGRESS, then OK or why it was not delivered */
+    ote_segment_h            segment;
+    ote_batch_h              batch;
+    struct ote_notify_group *next;       /* the batch's groups */
+    size_t                   length;
+    char                     data[];
+} ote_notify_group_t;
+
+struct ote_task {
+    _Atomic int          state;        /* ote_task_state_t */
+    ote_status_t         error;
+    atomic_size_t        transferred;
+    atomic_long          pending;      /* slices not yet ended */
+    atomic_bool          cancel;
+    _Atomic int          first_error;  /* ote_status_t of the first failed slice */
+    size_t               length;
+    size_t               num_slices;
+    ote_slice_t         *slices;       /* inline_slice or allocated */
+    ote_slice_t          inline_slice;
+    ote_region_t        *local_region;
+    ote_desc_t          *desc;         /* peer descriptor whose rkeys the slices use */
+    ote_proto_route_t    route;        /* the rails its slices may take */
+    ote_segment_h        segment;
+    ote_batch_h          batch;
+    ote_notify_group_t  *notify;
+};
+
+struct ote_batch {
+    ote_engine_h     engine;
+    size_t           capacity;
+    size_t           used;          /* under lock */
+    ote_task_t      *tasks;
+    atomic_long      pending;       /* tasks not yet ended */
+    atomic_long      refs;          /* user + one per pending task */
+    pthread_mutex_t  lock;
+    pthread_cond_t   cond;
+    int              waiters;
+    ote_notify_group_t *groups;     /* under lock; freed with the batch */
+    bool             released;      /* the user released it (under engine batch_lock) */
+    struct ote_batch *next, *prev;  /* batches the user still holds (engine batch_lock) */
+};
+
+/*
+ * batch.c: a slice ended (worker thread, or a submitter posting directly):
+ * a failure of its rail sends it to another rail of the same peer instance
+ * (OTE_RETRY_COUNT), else it counts for its task.
+ */
+void ote_task_slice_done(ote_slice_t *slice, ote_status_t status);
+/* batch.c: a slice ends for its task as it is, never posted again. */
+void ote_task_slice_end(ote_slice_t *slice, ote_status_t status);
+
+/* batch.c: a call's notification ended: OK (the peer queued it) or why not. */
+void ote_batch_notify_end(ote_notify_group_t *group, ote_status_t status);
+/* batch.c: release the batches the user still holds (engine destroy). */
+void ote_batch_release_all(ote_engine_h engine);
+
+/* admission.c */
+/*
+ * Reserve room for tasks and bytes in flight, or BUSY with nothing taken
+ * (waiting up to OTE_SUBMIT_TIMEOUT_MS for room); release gives it back.
+ */
+ote_status_t ote_admission_reserve(ote_engine_h e, size_t tasks, size_t bytes);
+void         ote_admission_release(ote_engine_h e, size_t tasks, size_t bytes);
+
+/* notify.c: sender thread for notifications after batches */
+ote_status_t ote_notifier_start(ote_engine_h engine, ote_notifier_t **n_p);
+/* Sends what is queued (or ends it CANCELED where its segment closed), then stops. */
+void         ote_notifier_stop(ote_notifier_t *n);
+void         ote_notifier_queue(ote_notifier_t *n, ote_notify_group_t *group);
+/* notify.c: the receiver's memory of its senders' sequence numbers */
+ote_status_t ote_notif_senders_create(struct ote_notif_senders **s_p);
+void         ote_notif_senders_destroy(struct ote_notif_senders *s);
+
+#endif

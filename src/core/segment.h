@@ -1,0 +1,93 @@
+/*
+ * Segments: peers (or files) opened by name, their control client and rails.
+ * Part of engine.h, which includes it where the core's types are known:
+ * include engine.h, not this file.
+ */
+#ifndef OTE_CORE_SEGMENT_H
+#define OTE_CORE_SEGMENT_H
+
+struct ote_segment {
+    ote_engine_h     engine;
+    char             name[OTE_DESC_NAME_MAX + 1];
+    char             ctl_addr[OTE_DESC_NAME_MAX + 1]; /* the bound instance's listener (seg->lock) */
+    pthread_mutex_t  lock;          /* desc, ctl connection */
+    pthread_mutex_t  refresh_lock;  /* one descriptor fetch at a time */
+    atomic_uint      desc_gen;      /* descriptors adopted so far */
+    ote_desc_t      *desc;          /* of the instance the segment is bound to */
+    bool             same_host;
+    ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
+    ote_rail_set_t   rail_set;
+    int              ctl_fd;        /* request connection, -1 until needed */
+    atomic_uint      ctl_seq;
+    atomic_bool      closed;
+    atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
+    atomic_long      refs;          /* user + one per live task */
+    struct ote_file *file;          /* a file segment's file, else NULL */
+    _Atomic uint32_t rails_gen;     /* builds of the rails so far */
+    pthread_mutex_t  spray_lock;    /* slices waiting for a rail; picking rails */
+    ote_slice_t     *backlog_head, *backlog_tail;
+    struct ote_segment *next, *prev;
+};
+
+/* segment_ctl.c: the control-plane client of a segment */
+/* Close the segment's control connection (the next request opens another). */
+void         ote_segment_ctl_close(ote_segment_h seg);
+/* The peer's descriptor from its control listener (peer-to-peer metadata). */
+ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p);
+ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
+                                     size_t len, uint8_t expect, uint8_t **resp_p,
+                                     size_t *resp_len_p);
+/*
+ * One request on a control connection of its own (seg->lock is not held
+ * while it waits): for answers that take as long as a transfer (PUTBACK).
+ */
+ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
+                                           size_t len, uint8_t expect, long timeout_ms,
+                                           uint8_t **resp_p, size_t *resp_len_p);
+void         ote_segment_put(ote_segment_h seg);
+void         ote_segment_get(ote_segment_h seg);
+/*
+ * Before a submit: connections of native rails that failed (a timeout reset
+ * them) are made again, bounded by OTE_CONNECT_TIMEOUT_MS. OTE_OK when
+ * nothing was needed or all were made; OTE_ERR_PEER_RESTARTED (segment
+ * marked stale) when the peer turned out to be another instance; else why
+ * not (the rail's requests then fail with the transport's error).
+ */
+ote_status_t ote_segment_repair(ote_segment_h seg);
+
+/* wireup.c: a segment's rails (their spraying state from the engine's configuration) */
+/* Build the rails to the peer d describes (segment lock not held). */
+ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d);
+/*
+ * Destroy the rails; with release, ask the peer (peer_instance) to drop
+ * the eps it accepted for them.
+ */
+void         ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_instance);
+/*
+ * Reconnect native rails whose connections failed; with rebuild, also
+ * rebuild the eps of rails that are no longer alive (ote_segment_refresh).
+ */
+ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild);
+/* The name opens a file ("file:..."), not a peer. */
+bool         ote_segment_is_file_name(const char *name);
+/*
+ * Native rails whose connections failed and whose cool-down ended (all of
+ * them with force) are connected again: the probe before they carry again.
+ */
+ote_status_t ote_wireup_probe(ote_segment_h seg, const ote_desc_t *d, bool force);
+/* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
+void         ote_segment_mark_stale(ote_segment_h seg);
+/* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */
+ote_desc_t  *ote_segment_desc_get(ote_segment_h seg);
+void         ote_segment_desc_put(ote_desc_t *desc);
+
+/*
+ * spray.c: slices of seg's tasks wait in the segment's backlog and go to
+ * rails as rails have room (ote_proto_rail_pick); with direct, the posting
+ * thread may push them out itself (ote_worker_post), else the workers do.
+ * A slice no rail may carry ends with its last error (CANCELED once the
+ * segment closed or its rails were built again for another instance).
+ */
+void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, bool direct);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * Workers: the threads (or callers) that progress transports.
+ * Part of engine.h, which includes it where the core's types are known:
+ * include engine.h, not this file.
+ */
+#ifndef OTE_CORE_WORKER_H
+#define OTE_CORE_WORKER_H
+
+struct ote_worker {
+    ote_engine_h     engine;
+    size_t           index;
+    pthread_t        thread;
+    bool             started;
+    pthread_mutex_t  lock;        /* held while progressing; ep setup takes it */
+    int              epfd;
+    int              wake_fd;
+    ote_tl_iface_t  *ifaces[OTE_MAX_IFACES];
+    size_t           num_ifaces;
+    pthread_mutex_t  qlock;
+    ote_slice_t     *qhead, *qtail;
+    atomic_bool      sleeping;
+    atomic_bool      idle_sleep;  /* asleep with no timer: nothing was in flight */
+    _Atomic uint64_t active_ns;   /* last time progress handled events */
+    atomic_bool      stop;
+    /*
+     * Threads in ote_batch_wait() that progress this worker themselves. While
+     * there are some, the worker thread leaves the events that wake it to
+     * them (it counts each time in missed), so that an answer wakes one
+     * thread, not two.
+     */
+    atomic_int       callers;
+    _Atomic uint64_t missed;
+    uint64_t         next_timeout;  /* next check of OTE_XFER_TIMEOUT_MS (under lock) */
+    uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
+};
+
+/* worker.c */
+ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index);
+ote_status_t ote_worker_start(ote_worker_t *w);
+void         ote_worker_stop(ote_worker_t *w);
+void         ote_worker_cleanup(ote_worker_t *w);
+/* Queue a chain of slices for posting; wakes the worker if it sleeps. */
+void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
+/* Queue a chain of slices for posting by the worker only (callable from any worker). */
+void         ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
+/* Progress w from the calling thread if its worker is idle; false if busy. */
+bool         ote_worker_try_progress(ote_worker_t *w);
+/*
+ * Progress the engine's workers from the calling thread until *pending is
+ * 0 (true) or deadline_ns (CLOCK_MONOTONIC ns, 0: none) passes or, with
+ * worker threads, the polling budget runs out (false: sleep, the worker
+ * threads progress). Without worker threads it sleeps on the workers'
+ * event fds between rounds instead of giving up.
+ */
+bool         ote_engine_poll_wait(ote_engine_h engine, atomic_long *pending,
+                                  uint64_t deadline_ns);
+/* A wait took ns: the budget of the next ones follows it. */
+void         ote_engine_wait_note(ote_engine_h engine, uint64_t ns);
+void         ote_engine_signal_event(ote_engine_h engine);
+
+#endif
