@@ -338,8 +338,12 @@ static void test_rstage_cancel_and_busy(void **state)
     ote_mem_h mh;
 
     (void)state;
-    /* Delegated copies take 30 ms per chunk at the target. */
-    start_target("30000", "4");
+    /*
+     * Delegated copies take 100 ms per chunk at the target: the request
+     * cannot have landed whole when it is canceled 50 ms in, however many
+     * chunks the pool moves at once.
+     */
+    start_target("100000", "4");
     e = engine();
     assert_int_equal(ote_mem_alloc(e, LEN, "cpu:0", 0, &buf, &mh), OTE_OK);
     assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
@@ -348,7 +352,7 @@ static void test_rstage_cancel_and_busy(void **state)
                             .remote_addr = target.addr[0], .length = LEN};
     assert_int_equal(ote_batch_create(e, 4, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, r, 1, &first), OTE_OK);
-    usleep(150 * 1000);
+    usleep(50 * 1000);
     assert_int_equal(ote_batch_cancel(b, first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
     assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
