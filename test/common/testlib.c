@@ -20,6 +20,47 @@ long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed)
     return ote_pattern_check(p, off, len, seed);
 }
 
+ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *e_p,
+                                    char **log_p)
+{
+    char path[] = "/tmp/ote_test_log.XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    ote_status_t st;
+    FILE *f = NULL;
+    long n  = -1;
+
+    *log_p = NULL;
+    if (fd < 0 || saved < 0) {
+        if (fd >= 0)
+            close(fd);
+        if (saved >= 0)
+            close(saved);
+        return OTE_ERR_IO;
+    }
+    unlink(path);
+    fflush(stderr);
+    dup2(fd, 2);
+    st = ote_engine_create(p, e_p);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    f = fdopen(fd, "r");
+    if (f != NULL && fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (n >= 0 && (*log_p = calloc(1, (size_t)n + 1)) != NULL) {
+        rewind(f);
+        if (fread(*log_p, 1, (size_t)n, f) != (size_t)n) {
+            free(*log_p);
+            *log_p = NULL;
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+    else
+        close(fd);
+    return *log_p != NULL ? st : OTE_ERR_IO;
+}
+
 ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
                            uint64_t remote, size_t len, int timeout_ms, ote_task_status_t *st)
 {

@@ -24,6 +24,14 @@ void ote_test_fill(void *p, uint64_t off, size_t len, uint64_t seed);
 long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed);
 
 /*
+ * ote_engine_create() with stderr captured: *log_p (malloc'd, NUL-ended)
+ * gets what the engine logged. Returns create's status, or OTE_ERR_IO when
+ * stderr could not be captured (*log_p NULL then).
+ */
+ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *e_p,
+                                    char **log_p);
+
+/*
  * One request in a batch of its own, waited for up to timeout_ms. Returns
  * the submit's status, or OTE_ERR_TIMEOUT when the wait ran out; when OK,
  * *st holds the task's status.

@@ -6,6 +6,7 @@
 #include "base/config.h"
 #include "core/engine.h"
 #include "base/util.h"
+#include "testlib.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <arpa/inet.h>
@@ -308,29 +309,9 @@ static void test_engine_selection(void **state)
 /* Run create with stderr captured; *log_p gets what the engine logged. */
 static ote_status_t create_logged(const ote_engine_params_t *p, ote_engine_h *e_p, char **log_p)
 {
-    char path[] = "/tmp/ote_test_select.XXXXXX";
-    int fd = mkstemp(path), saved = dup(2);
-    ote_status_t st;
-    FILE *f;
-    long n;
+    ote_status_t st = ote_test_engine_logged(p, e_p, log_p);
 
-    assert_true(fd >= 0 && saved >= 0);
-    unlink(path);
-    fflush(stderr);
-    dup2(fd, 2);
-    st = ote_engine_create(p, e_p);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    f = fdopen(fd, "r");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    *log_p = calloc(1, (size_t)n + 1);
     assert_non_null(*log_p);
-    assert_int_equal(fread(*log_p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
     return st;
 }
 

@@ -7,6 +7,7 @@
  * fails too: the engine never falls back to the others.
  */
 #include "core/engine.h"
+#include "testlib.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,30 +26,11 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f);
 static ote_status_t create_logged(const char *devices, ote_engine_h *e_p, char **log_p)
 {
     ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
-    char path[]           = "/tmp/ote_test_rdma_select.XXXXXX";
-    int fd = mkstemp(path), saved = dup(2);
     ote_status_t st;
-    FILE *f;
-    long n;
 
-    assert_true(fd >= 0 && saved >= 0);
-    unlink(path);
     setenv("OTE_NET_DEVICES", devices, 1);
-    fflush(stderr);
-    dup2(fd, 2);
-    st = ote_engine_create(&p, e_p);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    f = fdopen(fd, "r");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    *log_p = calloc(1, (size_t)n + 1);
+    st = ote_test_engine_logged(&p, e_p, log_p);
     assert_non_null(*log_p);
-    assert_int_equal(fread(*log_p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
     return st;
 }
 
