@@ -551,7 +551,8 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
             .max_bytes       = e->config.rail_max_bytes,
             .max_slices      = (unsigned)e->config.rail_max_slices,
             .cooldown_ns     = (uint64_t)e->config.rail_cooldown_ms * 1000000ull,
-            .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull};
+            .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull,
+            .topo            = e->topo_table};
         uint32_t gen = atomic_fetch_add(&seg->rails_gen, 1) + 1;
 
         for (size_t i = 0; i < n; i++)
