@@ -3,11 +3,14 @@
  * exports of real machines.
  */
 #include "base/topo.h"
+#include "core/engine.h"
+#include "testlib.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -137,16 +140,18 @@ static void test_scores_one_socket_of_nics(void **state)
 
 /*
  * Ranked for one memory: the nearest NICs first, those under a quarter of
- * the best left out, NICs hwloc does not place kept as they are.
+ * the best left out, NICs hwloc does not place kept as they are. The
+ * machine: the export above with mlx5_0 moved to socket 0, below the root
+ * port of the GPU 03:00.0 (README).
  */
 static void test_rank_drops_far_nics(void **state)
 {
-    /* The same machine with its Ethernet ports moved to socket 0 (README). */
-    ote_topo_t *topo = open_xml("32em64t-2n8c2t-pci-nics2sockets.xml");
-    const char *nics[] = {"eth0", "mlx5_0:1", "eth1", "lo"};
+    ote_topo_t *topo = open_xml("32em64t-2n8c2t-pci-mlx5socket0.xml");
+    const char *nics[] = {"eth0", "mlx5_0:1", "eth1", "lo", "eth0"};
     ote_topo_table_t *t = NULL;
     double score[4], weight[4];
     char places[8][OTE_TOPO_PLACE_MAX];
+    char why[OTE_TOPO_WHY_MAX];
     int p;
     (void)state;
 
@@ -154,51 +159,92 @@ static void test_rank_drops_far_nics(void **state)
     assert_string_equal(places[0], "cpu:0");
     assert_string_equal(places[1], "cpu:1");
     assert_string_equal(places[2], "cuda:0");
-    assert_int_equal(ote_topo_table_build(topo, nics, 4, &t), OTE_OK);
+    assert_int_equal(ote_topo_table_build(topo, nics, 5, &t), OTE_OK);
     assert_int_equal(t->num_places, 3);
-    assert_int_equal(t->num_nics, 4);
+    assert_int_equal(t->num_nics, 4); /* eth0 once */
     assert_int_equal(ote_topo_table_nic(t, "mlx5_0:1"), 1);
     assert_int_equal(ote_topo_table_nic(t, "mlx5_1:1"), -1);
     assert_int_equal(ote_topo_table_place(t, "cpu:7"), -1);
 
-    /* GPU cuda0 (socket 1): mlx5_0 shares its PCIe switch; the Ethernet ports are across. */
+    /* GPU cuda0 (socket 1): the Ethernet ports share its host bridge; mlx5_0 is across. */
     p = ote_topo_table_place(t, "cuda:0");
     assert_int_equal(p, 2);
     for (size_t k = 0; k < 4; k++)
         score[k] = t->score[p][k];
-    assert_true(ote_topo_rank(score, 4, weight) == 1.0);
-    assert_true(weight[0] == 0); /* eth0: 1/16 of the best, left out */
-    assert_true(weight[1] == 1); /* mlx5_0 */
-    assert_true(weight[2] == 0); /* eth1 */
+    assert_true(ote_topo_rank(score, 4, weight) == 0.5);
+    assert_true(weight[0] == 1); /* eth0 */
+    assert_true(weight[1] == 0); /* mlx5_0: 1/16 against 1/2, left out */
+    assert_true(weight[2] == 1); /* eth1 */
     assert_true(weight[3] == 1); /* lo: not placed, kept */
 
-    /* Host memory on node 0: the Ethernet ports first, mlx5_0 at half weight. */
+    /* Host memory on node 0: mlx5_0 first, the Ethernet ports at half weight. */
     p = ote_topo_table_place(t, "cpu:0");
     for (size_t k = 0; k < 4; k++)
         score[k] = t->score[p][k];
     assert_true(ote_topo_rank(score, 4, weight) == 1.0);
-    assert_true(weight[0] == 1 && weight[2] == 1);
-    assert_true(weight[1] == 0.5);
+    assert_true(weight[1] == 1);
+    assert_true(weight[0] == 0.5 && weight[2] == 0.5);
     assert_true(weight[3] == 1);
 
-    /* Host memory on node 1: mlx5_0 first, the Ethernet ports at half weight. */
+    /* Host memory on node 1: the Ethernet ports first, mlx5_0 at half weight. */
     p = ote_topo_table_place(t, "cpu:1");
     for (size_t k = 0; k < 4; k++)
         score[k] = t->score[p][k];
     ote_topo_rank(score, 4, weight);
-    assert_true(weight[1] == 1 && weight[0] == 0.5 && weight[2] == 0.5);
+    assert_true(weight[0] == 1 && weight[2] == 1 && weight[1] == 0.5);
     ote_topo_table_free(t);
 
-    /* The socket-0 GPU by PCI address: eth0 on its host bridge, mlx5_0 across, left out. */
-    {
-        char why[OTE_TOPO_WHY_MAX];
-
-        score[0] = score_of(topo, "pci:0000:03:00.0", "eth0", why, sizeof(why));
-        score[1] = score_of(topo, "pci:0000:03:00.0", "mlx5_0", why, sizeof(why));
-        assert_true(ote_topo_rank(score, 2, weight) == 0.5);
-        assert_true(weight[0] == 1 && weight[1] == 0);
-    }
+    /* The socket-0 GPU by PCI address: mlx5_0 below its root port, eth0 across, left out. */
+    score[0] = score_of(topo, "pci:0000:03:00.0", "mlx5_0", why, sizeof(why));
+    assert_string_equal(why, "same PCIe switch");
+    score[1] = score_of(topo, "pci:0000:03:00.0", "eth0", why, sizeof(why));
+    assert_string_equal(why, "across sockets: on NUMA node 1, distance 20 (10 local)");
+    assert_true(ote_topo_rank(score, 2, weight) == 1.0);
+    assert_true(weight[0] == 1 && weight[1] == 0);
     ote_topo_close(topo);
+}
+
+void ote_engine_print_transports(ote_engine_h e, FILE *f);
+
+/*
+ * What ote_info -d prints of the ranking (ote_engine_topo_print), with
+ * OTE_HWLOC_XML and a fixed list of NICs in place of this machine's.
+ */
+static void test_info_print(void **state)
+{
+    const char *nics[] = {"eth0", "mlx5_0:1", "veth3"};
+    char path[4096], *text = NULL;
+    size_t size = 0;
+    ote_engine_h e;
+    FILE *f;
+    (void)state;
+
+    snprintf(path, sizeof(path), "%s/32em64t-2n8c2t-pci-mlx5socket0.xml", OTE_TOPO_DIR);
+    setenv("OTE_HWLOC_XML", path, 1);
+    setenv("OTE_AUTH_KEY", "test-topo-print-shared-key", 1);
+    e = ote_test_engine("127.0.0.1:0");
+    unsetenv("OTE_HWLOC_XML");
+    assert_non_null(e->topo);
+    assert_non_null(e->topo_table);
+    ote_topo_table_free(e->topo_table);
+    assert_int_equal(ote_topo_table_build(e->topo, nics, 3, &e->topo_table), OTE_OK);
+    f = open_memstream(&text, &size);
+    assert_non_null(f);
+    ote_engine_topo_print(e, f);
+    fclose(f);
+    assert_non_null(strstr(text, "# Rails by topology (hwloc: "));
+    assert_non_null(strstr(
+        text, "#   memory cpu:0\n"
+              "#     mlx5_0:1     score 1.000 weight 1.00 (on NUMA node 0)\n"
+              "#     eth0         score 0.500 weight 0.50 (on NUMA node 1, distance 20 (10 local))\n"
+              "#     veth3        not ranked (veth3 not in the topology): kept, weight 1\n"));
+    assert_non_null(strstr(
+        text, "#   memory cuda:0\n"
+              "#     eth0         score 0.500 weight 1.00 (same PCIe host bridge)\n"
+              "#     mlx5_0:1     score 0.062 left out: under a quarter of the best (0.500) "
+              "(across sockets: on NUMA node 0, distance 20 (10 local))\n"));
+    free(text);
+    ote_engine_destroy(e);
 }
 #endif
 
@@ -225,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_two_socket_ib_box),
         cmocka_unit_test(test_scores_one_socket_of_nics),
         cmocka_unit_test(test_rank_drops_far_nics),
+        cmocka_unit_test(test_info_print),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
