@@ -108,7 +108,8 @@ void ote_engine_topo_print(ote_engine_h e, FILE *f)
                 fprintf(f, "#     %-12s not ranked (%s): kept, weight 1\n", t->nic[k], why);
             } else if (weight[k] == 0) {
                 fprintf(f, "#     %-12s score %.3f left out: under a quarter of the best "
-                           "(%.3f) (%s)\n", t->nic[k], s, best, why);
+                           "(%.3f), carries only when no other rail can (%s)\n", t->nic[k], s,
+                        best, why);
             } else {
                 fprintf(f, "#     %-12s score %.3f weight %.2f (%s)\n", t->nic[k], s, weight[k],
                         why);

@@ -158,19 +158,21 @@ void ote_proto_rails_rank(ote_rail_set_t *set, const char *location)
         score[i] = nic >= 0 ? table->score[place][nic] : -1;
     }
     ote_topo_rank(score, set->num_rails, weight);
-    /* Nearest first (insertion keeps the order among equals); the far ones out. */
+    /*
+     * Nearest first (insertion keeps the order among equals); the far ones
+     * last, weight -1: they carry only when no other rail may.
+     */
     for (size_t i = 0; i < set->num_rails; i++) {
+        float w  = weight[i] > 0 ? (float)weight[i] : -1.0f;
         size_t k = n;
 
-        if (weight[i] == 0)
-            continue;
-        while (k > 0 && kept_w[k - 1] < (float)weight[i]) {
+        while (k > 0 && kept_w[k - 1] < w) {
             kept[k]   = kept[k - 1];
             kept_w[k] = kept_w[k - 1];
             k--;
         }
         kept[k]   = set->rails[i];
-        kept_w[k] = (float)weight[i];
+        kept_w[k] = w;
         n++;
     }
     for (size_t i = 0; i < n; i++) {

@@ -100,7 +100,8 @@ typedef struct {
     /*
      * Topology weight of each rail for the request's memory, (0, 1]: its
      * share of what its bandwidth promises (ote_proto_rails_rank); 0 counts
-     * as 1 (a set nobody ranked).
+     * as 1 (a set nobody ranked); -1: left out, carries only when no other
+     * rail of the set may (failover).
      */
     float       weight[OTE_PROTO_MAX_RAILS];
 } ote_rail_set_t;
@@ -119,10 +120,12 @@ ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsi
 /*
  * Rank the network rails of set for memory at location ("cpu:N", "cuda:N")
  * by how near their NICs are to it (the rails' topology table, see
- * base/topo.h): a rail under a quarter of the best is left out, the others
- * get their weight (score / best) and go nearest first; rails the topology
- * does not place (intra-host transports, virtual NICs) keep weight 1.
- * Nothing changes without a table or a placed location.
+ * base/topo.h): a rail under a quarter of the best is left out (moved
+ * last with weight -1: it carries only when no other rail may, so that
+ * failover still has it), the others get their weight (score / best) and
+ * go nearest first; rails the topology does not place (intra-host
+ * transports, virtual NICs) keep weight 1. Nothing changes without a table
+ * or a placed location.
  */
 void ote_proto_rails_rank(ote_rail_set_t *set, const char *location);
 
@@ -215,7 +218,8 @@ void ote_proto_rail_init(ote_rail_t *r, const ote_rail_params_t *params, uint32_
  * predicted completion, (bytes in flight + length) / (bandwidth * its
  * topology weight in set), among those
  * that may carry (active, or due for their probe after a cool-down; the
- * rail's ep connected). Its room is taken (ote_proto_slice_bind). NULL with
+ * rail's ep connected); a rail the topology left out (weight -1) only when
+ * no other may. Its room is taken (ote_proto_slice_bind). NULL with
  * *why_p = OTE_ERR_BUSY when that rail is at its quota (try again when a
  * slice ends), OTE_ERR_UNREACHABLE when no rail may carry. Callers pick for
  * one segment one at a time (its lock).

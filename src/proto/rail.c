@@ -80,21 +80,26 @@ ote_rail_t *ote_proto_rail_pick(const ote_rail_set_t *set, size_t length, uint64
     double best_t    = 0;
     bool probing     = false;
 
-    for (size_t i = 0; i < set->num_rails; i++) {
-        ote_rail_t *r        = set->rails[i];
-        ote_rail_spray_t *sp = &r->spray;
-        double w             = set->weight[i] > 0 ? set->weight[i] : 1;
-        double t;
-        bool ok;
+    /* The rails the topology kept; those it left out only when none of these may carry. */
+    for (int fallback = 0; fallback < 2 && best == NULL && !probing; fallback++) {
+        for (size_t i = 0; i < set->num_rails; i++) {
+            ote_rail_t *r        = set->rails[i];
+            ote_rail_spray_t *sp = &r->spray;
+            double w             = set->weight[i] == 0 ? 1 : set->weight[i];
+            double t;
+            bool ok;
 
-        pthread_mutex_lock(&sp->lock);
-        ok = rail_may_carry(r, now);
-        probing |= !ok && sp->state == OTE_RAIL_PROBING && sp->probe_busy;
-        t  = (double)(atomic_load(&sp->inflight_bytes) + length) / (sp->bandwidth * w);
-        pthread_mutex_unlock(&sp->lock);
-        if (ok && (best == NULL || t < best_t)) {
-            best   = r;
-            best_t = t;
+            if ((w < 0) != (fallback == 1))
+                continue;
+            pthread_mutex_lock(&sp->lock);
+            ok = rail_may_carry(r, now);
+            probing |= !ok && sp->state == OTE_RAIL_PROBING && sp->probe_busy;
+            t  = (double)(atomic_load(&sp->inflight_bytes) + length) / (sp->bandwidth * (w < 0 ? -w : w));
+            pthread_mutex_unlock(&sp->lock);
+            if (ok && (best == NULL || t < best_t)) {
+                best   = r;
+                best_t = t;
+            }
         }
     }
     if (best == NULL) {

@@ -241,8 +241,9 @@ static void test_info_print(void **state)
     assert_non_null(strstr(
         text, "#   memory cuda:0\n"
               "#     eth0         score 0.500 weight 1.00 (same PCIe host bridge)\n"
-              "#     mlx5_0:1     score 0.062 left out: under a quarter of the best (0.500) "
-              "(across sockets: on NUMA node 0, distance 20 (10 local))\n"));
+              "#     mlx5_0:1     score 0.062 left out: under a quarter of the best (0.500), "
+              "carries only when no other rail can (across sockets: on NUMA node 0, distance 20 "
+              "(10 local))\n"));
     free(text);
     ote_engine_destroy(e);
 }

@@ -319,12 +319,38 @@ static void test_topology_rank(void **state)
     for (int i = 0; i < 25; i++)
         ote_proto_slice_end(&s[i], OTE_OK, 1000 * MS + 1);
 
-    /* GPU memory: eth0 is left out, eth1 first, eth2 kept. */
+    /* GPU memory: eth0 is left out (last, -1), eth1 first, eth2 kept. */
     set = r.set;
     ote_proto_rails_rank(&set, "cuda:0");
-    assert_int_equal(set.num_rails, 2);
+    assert_int_equal(set.num_rails, 3);
     assert_ptr_equal(set.rails[0], &r.rail[1]);
     assert_ptr_equal(set.rails[1], &r.rail[2]);
+    assert_ptr_equal(set.rails[2], &r.rail[0]);
+    assert_true(set.weight[2] < 0);
+    /* It carries nothing while another rail may, however loaded they are... */
+    for (int i = 0; i < 30; i++) {
+        ote_status_t why;
+        ote_rail_t *rail;
+
+        memset(&s[i], 0, sizeof(s[i]));
+        s[i].length = MIB;
+        rail        = ote_proto_rail_pick(&set, MIB, 1000 * MS, &why);
+        assert_non_null(rail);
+        assert_ptr_not_equal(rail, &r.rail[0]);
+        ote_proto_slice_bind(&s[i], rail, 1000 * MS);
+    }
+    for (int i = 0; i < 30; i++)
+        ote_proto_slice_end(&s[i], OTE_OK, 1000 * MS + 1);
+    /* ...and takes the slices once none may (their ports down): failover keeps it. */
+    ote_proto_rail_link(&r.rail[1], false, 1000 * MS);
+    ote_proto_rail_link(&r.rail[2], false, 1000 * MS);
+    {
+        ote_status_t why;
+
+        assert_ptr_equal(ote_proto_rail_pick(&set, MIB, 1000 * MS, &why), &r.rail[0]);
+    }
+    ote_proto_rail_link(&r.rail[1], true, 1000 * MS);
+    ote_proto_rail_link(&r.rail[2], true, 1000 * MS);
 
     /* A memory the table does not know, or no table: nothing changes. */
     set = r.set;
