@@ -215,7 +215,8 @@ static hwloc_obj_t place_find(hwloc_topology_t hw, const char *location)
 /* The NUMA nodes nearest obj (those of its first non-I/O ancestor). */
 static hwloc_const_nodeset_t nodes_of(hwloc_topology_t hw, hwloc_obj_t obj)
 {
-    hwloc_obj_t anc = obj->type == HWLOC_OBJ_NUMANODE ? obj : hwloc_get_non_io_ancestor_obj(hw, obj);
+    hwloc_obj_t anc =
+        obj->type == HWLOC_OBJ_NUMANODE ? obj : hwloc_get_non_io_ancestor_obj(hw, obj);
 
     return anc != NULL ? anc->nodeset : NULL;
 }

@@ -94,7 +94,8 @@ ote_rail_t *ote_proto_rail_pick(const ote_rail_set_t *set, size_t length, uint64
             pthread_mutex_lock(&sp->lock);
             ok = rail_may_carry(r, now);
             probing |= !ok && sp->state == OTE_RAIL_PROBING && sp->probe_busy;
-            t  = (double)(atomic_load(&sp->inflight_bytes) + length) / (sp->bandwidth * (w < 0 ? -w : w));
+            t  = (double)(atomic_load(&sp->inflight_bytes) + length) /
+                 (sp->bandwidth * (w < 0 ? -w : w));
             pthread_mutex_unlock(&sp->lock);
             if (ok && (best == NULL || t < best_t)) {
                 best   = r;

@@ -236,7 +236,8 @@ static void test_info_print(void **state)
     assert_non_null(strstr(
         text, "#   memory cpu:0\n"
               "#     mlx5_0:1     score 1.000 weight 1.00 (on NUMA node 0)\n"
-              "#     eth0         score 0.500 weight 0.50 (on NUMA node 1, distance 20 (10 local))\n"
+              "#     eth0         score 0.500 weight 0.50 (on NUMA node 1, distance 20 (10 "
+              "local))\n"
               "#     veth3        not ranked (veth3 not in the topology): kept, weight 1\n"));
     assert_non_null(strstr(
         text, "#   memory cuda:0\n"
