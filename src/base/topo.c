@@ -62,13 +62,38 @@ int ote_topo_table_nic(const ote_topo_table_t *table, const char *nic)
 }
 
 ote_status_t ote_topo_table_build(const ote_topo_t *topo, const char *const *nics, size_t n,
+                                  const char *const *gpus, size_t ngpus,
                                   ote_topo_table_t **table_p)
 {
     ote_topo_table_t *t = calloc(1, sizeof(*t));
+    char found[OTE_TOPO_MAX_PLACES][OTE_TOPO_PLACE_MAX];
+    size_t nfound;
 
     if (t == NULL)
         return OTE_ERR_NO_MEMORY;
-    t->num_places = ote_topo_places(topo, t->place, OTE_TOPO_MAX_PLACES);
+    /* NUMA nodes, GPUs at the PCI addresses given, then hwloc's other cudaN. */
+    nfound = ote_topo_places(topo, found, OTE_TOPO_MAX_PLACES);
+    for (size_t i = 0; i < nfound && strncmp(found[i], "cpu:", 4) == 0; i++) {
+        snprintf(t->place[t->num_places], OTE_TOPO_PLACE_MAX, "%s", found[i]);
+        snprintf(t->where[t->num_places++], OTE_TOPO_PLACE_MAX, "%s", found[i]);
+    }
+    for (size_t g = 0; g < ngpus && t->num_places < OTE_TOPO_MAX_PLACES; g++) {
+        char where[OTE_TOPO_PLACE_MAX];
+
+        if (gpus[g] == NULL || gpus[g][0] == '\0' || strlen(gpus[g]) + 5 > sizeof(where))
+            continue;
+        snprintf(where, sizeof(where), "pci:%s", gpus[g]);
+        if (!ote_topo_has(topo, where))
+            continue;
+        snprintf(t->place[t->num_places], OTE_TOPO_PLACE_MAX, "cuda:%zu", g);
+        snprintf(t->where[t->num_places++], OTE_TOPO_PLACE_MAX, "%s", where);
+    }
+    for (size_t i = 0; i < nfound && t->num_places < OTE_TOPO_MAX_PLACES; i++) {
+        if (ote_topo_table_place(t, found[i]) >= 0)
+            continue;
+        snprintf(t->place[t->num_places], OTE_TOPO_PLACE_MAX, "%s", found[i]);
+        snprintf(t->where[t->num_places++], OTE_TOPO_PLACE_MAX, "%s", found[i]);
+    }
     for (size_t k = 0; k < n && t->num_nics < OTE_TOPO_MAX_NICS; k++) {
         if (strlen(nics[k]) >= OTE_TOPO_NIC_MAX || ote_topo_table_nic(t, nics[k]) >= 0)
             continue;
@@ -79,7 +104,7 @@ ote_status_t ote_topo_table_build(const ote_topo_t *topo, const char *const *nic
             double s;
             char why[OTE_TOPO_WHY_MAX];
 
-            t->score[p][k] = ote_topo_score(topo, t->place[p], t->nic[k], &s, why,
+            t->score[p][k] = ote_topo_score(topo, t->where[p], t->nic[k], &s, why,
                                             sizeof(why)) == OTE_OK ? (float)s : -1.0f;
         }
     }
@@ -274,6 +299,11 @@ static void numa_why(char *why, size_t len, const char *what, hwloc_const_nodese
         snprintf(why, len, "%s NUMA node %s (no distance matrix: 1/2)", what, set);
 }
 
+bool ote_topo_has(const ote_topo_t *topo, const char *location)
+{
+    return place_find(topo->hw, location) != NULL;
+}
+
 ote_status_t ote_topo_score(const ote_topo_t *topo, const char *location, const char *nic,
                             double *score_p, char *why, size_t why_len)
 {
@@ -370,6 +400,13 @@ ote_status_t ote_topo_score(const ote_topo_t *topo, const char *location, const 
     (void)score_p;
     snprintf(why, why_len, "built without hwloc");
     return OTE_ERR_NOT_FOUND;
+}
+
+bool ote_topo_has(const ote_topo_t *topo, const char *location)
+{
+    (void)topo;
+    (void)location;
+    return false;
 }
 
 size_t ote_topo_places(const ote_topo_t *topo, char (*names)[OTE_TOPO_PLACE_MAX], size_t max)

@@ -32,9 +32,10 @@ int ote_topo_nic_cpuset(hwloc_topology_t topo, const char *const *devs, size_t n
  *                other NUMA nodes (through the inter-socket link): r/8
  * A rail scoring under a quarter of the best is left out for that memory
  * (ote_topo_rank). Memories are named as regions are: "cpu:N" (NUMA node
- * N), "cuda:N" (hwloc's CUDA device cudaN), or "pci:DDDD:BB:DD.F" (the GPU
- * at that PCI address); NICs by their OS name ("eth0", "mlx5_0", and
- * "mlx5_0:1" for port 1 of mlx5_0).
+ * N), "cuda:N" (hwloc's CUDA device cudaN; the engine's table places CUDA
+ * devices by the PCI address CUDA gives, see ote_topo_table_build), or
+ * "pci:DDDD:BB:DD.F" (the GPU at that PCI address); NICs by their OS name
+ * ("eth0", "mlx5_0", and "mlx5_0:1" for port 1 of mlx5_0).
  */
 #define OTE_TOPO_DROP_RATIO 0.25
 #define OTE_TOPO_WHY_MAX    128
@@ -60,6 +61,9 @@ const char  *ote_topo_source(const ote_topo_t *topo);
 ote_status_t ote_topo_score(const ote_topo_t *topo, const char *location, const char *nic,
                             double *score_p, char *why, size_t why_len);
 
+/* True when hwloc places the memory at location. */
+bool         ote_topo_has(const ote_topo_t *topo, const char *location);
+
 /*
  * The memories of topo by their location names: "cpu:N" for each NUMA
  * node, then "cuda:N" for each CUDA device hwloc shows. Returns how many
@@ -78,13 +82,21 @@ size_t ote_topo_places(const ote_topo_t *topo, char (*names)[OTE_TOPO_PLACE_MAX]
 
 typedef struct {
     size_t num_places, num_nics;
-    char   place[OTE_TOPO_MAX_PLACES][OTE_TOPO_PLACE_MAX];
+    char   place[OTE_TOPO_MAX_PLACES][OTE_TOPO_PLACE_MAX]; /* as regions name it */
+    char   where[OTE_TOPO_MAX_PLACES][OTE_TOPO_PLACE_MAX]; /* as scored: "pci:..." for a GPU
+                                                             placed by its PCI address */
     char   nic[OTE_TOPO_MAX_NICS][OTE_TOPO_NIC_MAX];
     float  score[OTE_TOPO_MAX_PLACES][OTE_TOPO_MAX_NICS];
 } ote_topo_table_t;
 
-/* The table of topo's places against nics[0..n) (duplicates counted once). */
+/*
+ * The table of topo's places against nics[0..n) (duplicates counted once).
+ * gpus[0..ngpus): the PCI address of each CUDA device by ordinal ("cuda:i"
+ * is placed there), NULL or "" where unknown; hwloc's own CUDA devices
+ * (cudaN) place the others.
+ */
 ote_status_t ote_topo_table_build(const ote_topo_t *topo, const char *const *nics, size_t n,
+                                  const char *const *gpus, size_t ngpus,
                                   ote_topo_table_t **table_p);
 void         ote_topo_table_free(ote_topo_table_t *table);
 /* Index of a memory location ("cpu:N", "cuda:N") or a NIC in table, -1 if absent. */

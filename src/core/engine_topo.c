@@ -4,6 +4,7 @@
  * (ote_proto_rails_rank), and what ote_info -d says of it.
  */
 #include "engine.h"
+#include "base/cuda_api.h"
 #include "base/log.h"
 
 #include <pthread.h>
@@ -36,11 +37,30 @@ static size_t engine_nics(ote_engine_h e, const char **nics, size_t max)
     return n;
 }
 
+/* The PCI address of each CUDA device by ordinal, where CUDA is loaded and tells it. */
+static size_t engine_gpus(char (*ids)[OTE_TOPO_PLACE_MAX], const char **gpus, size_t max)
+{
+    const ote_cuda_api_t *api = ote_cuda_api();
+    int n = api != NULL && api->device_get_pci_bus_id != NULL ? ote_cuda_device_count() : 0;
+    size_t k;
+
+    for (k = 0; k < (size_t)(n > 0 ? n : 0) && k < max; k++) {
+        if (api->device_get_pci_bus_id(ids[k], OTE_TOPO_PLACE_MAX, (int)k) != OTE_CUDA_SUCCESS)
+            ids[k][0] = '\0';
+        ids[k][OTE_TOPO_PLACE_MAX - 1] = '\0';
+        gpus[k] = ids[k];
+    }
+    return k;
+}
+
 void ote_engine_topo_open(ote_engine_h e)
 {
+    char ids[OTE_TOPO_MAX_PLACES][OTE_TOPO_PLACE_MAX];
+    const char *gpus[OTE_TOPO_MAX_PLACES];
     const char *nics[OTE_TOPO_MAX_NICS];
     const char *xml = e->config.hwloc_xml;
     ote_topo_t *topo;
+    size_t ngpus;
 
     if (xml != NULL && xml[0] != '\0') {
         if (ote_topo_open(xml, &e->topo) != OTE_OK) {
@@ -56,7 +76,8 @@ void ote_engine_topo_open(ote_engine_h e)
         ote_debug("no topology (hwloc): rails are not ranked by topology");
         return;
     }
-    if (ote_topo_table_build(topo, nics, engine_nics(e, nics, OTE_TOPO_MAX_NICS),
+    ngpus = engine_gpus(ids, gpus, OTE_TOPO_MAX_PLACES);
+    if (ote_topo_table_build(topo, nics, engine_nics(e, nics, OTE_TOPO_MAX_NICS), gpus, ngpus,
                              &e->topo_table) != OTE_OK)
         e->topo_table = NULL;
 }
@@ -98,13 +119,16 @@ void ote_engine_topo_print(ote_engine_h e, FILE *f)
                 order[j - 1] = tmp;
             }
         }
-        fprintf(f, "#   memory %s\n", t->place[p]);
+        if (strncmp(t->where[p], "pci:", 4) == 0)
+            fprintf(f, "#   memory %s (GPU at PCI %s)\n", t->place[p], t->where[p] + 4);
+        else
+            fprintf(f, "#   memory %s\n", t->place[p]);
         for (size_t i = 0; i < t->num_nics; i++) {
             size_t k = order[i];
             char why[OTE_TOPO_WHY_MAX];
             double s;
 
-            if (ote_topo_score(topo, t->place[p], t->nic[k], &s, why, sizeof(why)) != OTE_OK) {
+            if (ote_topo_score(topo, t->where[p], t->nic[k], &s, why, sizeof(why)) != OTE_OK) {
                 fprintf(f, "#     %-12s not ranked (%s): kept, weight 1\n", t->nic[k], why);
             } else if (weight[k] == 0) {
                 fprintf(f, "#     %-12s score %.3f left out: under a quarter of the best "

@@ -159,7 +159,7 @@ static void test_rank_drops_far_nics(void **state)
     assert_string_equal(places[0], "cpu:0");
     assert_string_equal(places[1], "cpu:1");
     assert_string_equal(places[2], "cuda:0");
-    assert_int_equal(ote_topo_table_build(topo, nics, 5, &t), OTE_OK);
+    assert_int_equal(ote_topo_table_build(topo, nics, 5, NULL, 0, &t), OTE_OK);
     assert_int_equal(t->num_places, 3);
     assert_int_equal(t->num_nics, 4); /* eth0 once */
     assert_int_equal(ote_topo_table_nic(t, "mlx5_0:1"), 1);
@@ -227,7 +227,7 @@ static void test_info_print(void **state)
     assert_non_null(e->topo);
     assert_non_null(e->topo_table);
     ote_topo_table_free(e->topo_table);
-    assert_int_equal(ote_topo_table_build(e->topo, nics, 3, &e->topo_table), OTE_OK);
+    assert_int_equal(ote_topo_table_build(e->topo, nics, 3, NULL, 0, &e->topo_table), OTE_OK);
     f = open_memstream(&text, &size);
     assert_non_null(f);
     ote_engine_topo_print(e, f);
