@@ -218,6 +218,8 @@ ote_status_t ote_engine_rdma_monitor_start(ote_engine_h e);
 void         ote_engine_rdma_monitor_stop(ote_engine_h e);
 /* One round of the monitor, from the calling thread. */
 void         ote_engine_rdma_poll(ote_engine_h e);
+/* True when dev names an RDMA port the engine last read as not ACTIVE. */
+bool         ote_engine_rdma_port_down(ote_engine_h e, const char *dev);
 /* The port (device) dev went down or came up: pause or resume every rail on it. */
 void         ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up);
 

@@ -131,6 +131,21 @@ void ote_engine_rdma_print(ote_engine_h e, ote_select_t *sel, FILE *f)
         pthread_mutex_unlock(&m->lock);
 }
 
+bool ote_engine_rdma_port_down(ote_engine_h e, const char *dev)
+{
+    struct ote_engine_rdma_mon *m = e->rdma_mon;
+    const ote_rdma_port_t *port;
+    bool down;
+
+    if (m == NULL)
+        return false;
+    pthread_mutex_lock(&m->lock);
+    port = ote_rdma_port_find(m->now != NULL ? m->now : e->rdma, dev);
+    down = port != NULL && port->state != OTE_RDMA_PORT_ACTIVE;
+    pthread_mutex_unlock(&m->lock);
+    return down;
+}
+
 void ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up)
 {
     uint64_t now = ote_time_ns();

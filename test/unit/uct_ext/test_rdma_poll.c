@@ -131,9 +131,15 @@ static void test_engine_poll(void **state)
     state_write("mlx5_0", "1: DOWN");
     state_write("mlx5_3", "4: ACTIVE");
     assert_true(text_has(e, MLX5_0_UP)); /* not read again yet */
+    assert_false(ote_engine_rdma_port_down(e, "mlx5_0:1"));
+    assert_true(ote_engine_rdma_port_down(e, "mlx5_3:1"));
     ote_engine_rdma_poll(e);
     assert_true(text_has(e, MLX5_0_DOWN));
     assert_true(text_has(e, MLX5_3_UP));
+    /* What rails built from now on are told (wireup pauses them on a port down). */
+    assert_true(ote_engine_rdma_port_down(e, "mlx5_0:1"));
+    assert_false(ote_engine_rdma_port_down(e, "mlx5_3:1"));
+    assert_false(ote_engine_rdma_port_down(e, "eth0"));
     state_write("mlx5_0", "4: ACTIVE");
     state_write("mlx5_3", "1: DOWN");
     ote_engine_rdma_poll(e);
