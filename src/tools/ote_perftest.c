@@ -192,7 +192,7 @@ static int round_check(ote_batch_h b, size_t n, worker_t *w)
     return 0;
 }
 
-static void *worker_main(void *arg)
+static void *submitter_main(void *arg)
 {
     worker_t *w = arg;
     ote_xfer_req_t *reqs = calloc(w->batch, sizeof(*reqs));
@@ -385,7 +385,7 @@ static int run_initiator(const char *peer)
             w[t].iters  = iters;
             w[t].warmup = iters / 10 > 0 ? (iters / 10 < 100 ? iters / 10 : 100) : 1;
             w[t].lat    = calloc((size_t)iters, sizeof(double));
-            if (pthread_create(&th[t], NULL, worker_main, &w[t]) != 0)
+            if (pthread_create(&th[t], NULL, submitter_main, &w[t]) != 0)
                 die("cannot start thread %d", t);
         }
         {
