@@ -46,7 +46,7 @@ static const ote_cfg_entry_t engine_config_fields[] = {
     {"RAIL_MAX_BYTES", "16m", OTE_CFG_SIZE, F(rail_max_bytes),
      "Bytes in flight per rail, all batches and threads together; a slice whose best rail "
      "is full waits for one to end (0 = no limit)."},
-    {"RAIL_MAX_SLICES", "16", OTE_CFG_INT, F(rail_max_slices),
+    {"RAIL_MAX_SLICES", "256", OTE_CFG_INT, F(rail_max_slices),
      "Slices in flight per rail, all batches and threads together (0 = no limit)."},
     {"RAIL_COOLDOWN_MS", "200", OTE_CFG_INT, F(rail_cooldown_ms),
      "Pause of a rail after a slice failed on it; then it is probed (connections made again, "
