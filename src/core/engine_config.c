@@ -94,6 +94,10 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "File holding the shared secret (first line)."},
     {"HOST_ID", "", OTE_CFG_STRING, F(host_id),
      "Override of the host identity; peers with the same one use intra-host transports."},
+    {"HWLOC_XML", "", OTE_CFG_STRING, F(hwloc_xml),
+     "Tests and diagnostics: rank rails on the topology of this hwloc XML export instead of "
+     "this machine's (hwloc's HWLOC_XMLFILE also applies); workers are still bound on this "
+     "machine's."},
 };
 
 static ote_status_t engine_config_validate(const void *opts)
