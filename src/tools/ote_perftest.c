@@ -457,9 +457,9 @@ static int run_initiator(const char *peer)
         free(th);
         free(joined);
     }
+    perftest_report_rails(seg, json);
     if (json)
         fclose(json);
-    perftest_report_rails(seg);
     if (opt.loopback)
         ote_notify_send(e, seg, "quit", 4);
     ote_segment_close(seg);

@@ -60,8 +60,8 @@ double perftest_mean(const double *v, size_t n);
 /* The bandwidth and latency table: its header, one row per size, JSON too. */
 void perftest_report_header(const char *peer);
 void perftest_report_row(size_t size, long rounds, double elapsed, double *lat, FILE *json);
-/* Bytes, slices, retries and errors per rail of seg over the run. */
-void perftest_report_rails(ote_segment_h seg);
+/* Bytes, slices, retries and errors per rail of seg over the run; in JSON too. */
+void perftest_report_rails(ote_segment_h seg, FILE *json);
 
 /*
  * The KV-cache pattern (kv_write, kv_read): a request's cache is

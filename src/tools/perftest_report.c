@@ -61,7 +61,7 @@ void perftest_report_row(size_t size, long rounds, double elapsed, double *lat, 
     }
 }
 
-void perftest_report_rails(ote_segment_h seg)
+void perftest_report_rails(ote_segment_h seg, FILE *json)
 {
     static const char *const states[] = {"active", "cooling", "probing", "closed"};
     ote_rail_info_t rails[16];
@@ -69,9 +69,11 @@ void perftest_report_rails(ote_segment_h seg)
 
     if (ote_segment_rails(seg, rails, 16, &nrails) != OTE_OK)
         return;
+    if (nrails > 16)
+        nrails = 16;
     printf("# rail transport/device        bytes     slices  retries   errors  state    "
            "est. MB/s\n");
-    for (size_t i = 0; i < nrails && i < 16; i++) {
+    for (size_t i = 0; i < nrails; i++) {
         char name[100];
 
         snprintf(name, sizeof(name), "%.31s/%.63s", rails[i].transport, rails[i].device);
@@ -80,4 +82,18 @@ void perftest_report_rails(ote_segment_h seg)
                (unsigned long long)rails[i].retries, (unsigned long long)rails[i].errors,
                states[rails[i].state & 3], rails[i].bandwidth / 1e6);
     }
+    if (json == NULL)
+        return;
+    /* One last object: the same counters (names come from the engine, not the peer's bytes). */
+    fprintf(json, "{\"rails\":[");
+    for (size_t i = 0; i < nrails; i++)
+        fprintf(json,
+                "%s{\"rail\":%zu,\"transport\":\"%.31s\",\"device\":\"%.63s\","
+                "\"bytes\":%llu,\"slices\":%llu,\"retries\":%llu,\"errors\":%llu,"
+                "\"state\":\"%s\",\"bandwidth_mbps\":%.1f}",
+                i ? "," : "", i, rails[i].transport, rails[i].device,
+                (unsigned long long)rails[i].bytes, (unsigned long long)rails[i].slices,
+                (unsigned long long)rails[i].retries, (unsigned long long)rails[i].errors,
+                states[rails[i].state & 3], rails[i].bandwidth / 1e6);
+    fprintf(json, "]}\n");
 }
