@@ -78,6 +78,7 @@ static void file_ep_destroy(ote_tl_ep_t *tl_ep)
     file_ep_t *ep = (file_ep_t *)tl_ep;
 
     ote_file_iface_drain((file_iface_t *)tl_ep->iface, ep);
+    ote_file_ep_unfix(ep);
     ote_file_put(ep->file);
     free(ep);
 }
@@ -107,8 +108,10 @@ static ote_status_t file_ep_create(ote_tl_iface_t *iface, const void *addr, size
         ote_file_put(f);
         return OTE_ERR_NO_MEMORY;
     }
-    ep->super.iface = iface;
-    ep->file        = f;
+    ep->super.iface  = iface;
+    ep->file         = f;
+    ep->fixed_fd     = -1;
+    ep->fixed_direct = -1;
     *ep_p           = &ep->super;
     return OTE_OK;
 }
@@ -123,6 +126,12 @@ static void file_iface_close(ote_tl_iface_t *tl_iface)
     }
     if (iface->efd >= 0)
         close(iface->efd);
+    while (iface->free_ops != NULL) {
+        file_op_t *op = iface->free_ops;
+
+        iface->free_ops = op->next;
+        free(op);
+    }
     free(iface->bounce_mem);
     free(iface);
 }
@@ -178,6 +187,8 @@ static ote_status_t file_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
         ote_warn("file: io_uring_register_eventfd: %s", strerror(-rc));
         goto err_io;
     }
+    /* Without a file table (old kernels) requests name plain fds. */
+    iface->fixed_ok = io_uring_register_files_sparse(&iface->ring, OTE_FILE_FIXED_SLOTS) == 0;
     *iface_p = &iface->super;
     return OTE_OK;
 

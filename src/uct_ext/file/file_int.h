@@ -26,6 +26,8 @@
 #define OTE_FILE_MAX_IO       (1u << 30)
 /* user_data of cancellation requests: their completions carry nothing. */
 #define OTE_FILE_CANCEL_TAG   1ull
+/* Fixed-file slots per ring: two per file segment (buffered and O_DIRECT fds). */
+#define OTE_FILE_FIXED_SLOTS  64
 /* How long ep destroy waits for one completion before asking again. */
 #define OTE_FILE_DRAIN_MS     100
 
@@ -84,6 +86,9 @@ struct file_ep {
     size_t       ops;         /* operations not yet completed */
     size_t       bytes;       /* their bytes */
     bool         destroying;
+    bool         fixed_tried; /* fixed-file slots asked for (first operation) */
+    int          fixed_fd;    /* slot of file->fd in the ring, -1 none      */
+    int          fixed_direct; /* slot of file->direct_fd, -1 none          */
 };
 
 struct file_iface {
@@ -94,12 +99,16 @@ struct file_iface {
     unsigned         qd;           /* reads and writes in flight, at most */
     unsigned         in_ring;      /* ... now */
     file_op_t       *ops_head, *ops_tail; /* every operation not completed */
+    file_op_t       *free_ops;     /* ended operations, reused (next links them) */
     size_t           queued;       /* of them, waiting for room */
     /* bounce buffers */
     uint8_t         *bounce_mem;
     size_t           bounce_size;
     bool             bounce_fixed; /* registered with the ring */
     unsigned         bounce_free;  /* bit i: buffer i free */
+    /* fixed files: the ring's sparse file table, slots taken by eps */
+    bool             fixed_ok;
+    uint64_t         fixed_used;   /* bit i: slot i taken */
 };
 
 /* file_io.c */
@@ -115,5 +124,7 @@ void         ote_file_iface_check_timeouts(ote_tl_iface_t *iface, uint64_t deadl
  * to cancel them), so that no memory is touched after this returns.
  */
 void         ote_file_iface_drain(file_iface_t *iface, file_ep_t *ep);
+/* Give back ep's fixed-file slots (after its operations drained). */
+void         ote_file_ep_unfix(file_ep_t *ep);
 
 #endif
