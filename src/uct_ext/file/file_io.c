@@ -95,6 +95,11 @@ static void op_finish(file_iface_t *iface, file_op_t *op, ote_status_t status)
     comp->func(comp, status);
 }
 
+void ote_file_op_finish(file_iface_t *iface, file_op_t *op, ote_status_t status)
+{
+    op_finish(iface, op, status);
+}
+
 /* Bounce buffers, allocated and registered with the ring when first needed. */
 static bool bounce_get(file_iface_t *iface, file_op_t *op, size_t align)
 {
@@ -362,7 +367,8 @@ static unsigned iface_reap(file_iface_t *iface)
 }
 
 ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t length,
-                              uint64_t offset, ote_tl_completion_t *comp)
+                              uint64_t offset, bool gpu, void *gds_memh,
+                              ote_tl_completion_t *comp)
 {
     file_iface_t *iface = (file_iface_t *)ep->super.iface;
     ote_file_t *f       = ep->file;
@@ -386,7 +392,12 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
             return OTE_ERR_OUT_OF_BOUNDS;
         }
     }
-    if (f->direct == OTE_TERNARY_YES &&
+    if (gpu && !f->gds) {
+        /* Its rails stage GPU memory: a direct request here is a planning error. */
+        ote_debug("file segment '%s': GPU memory, and cuFile does not serve this file", f->path);
+        return OTE_ERR_UNSUPPORTED;
+    }
+    if (!gpu && f->direct == OTE_TERNARY_YES &&
         !(aligned(offset, f->off_align) && aligned(length, f->off_align) &&
           aligned((uintptr_t)local, f->mem_align))) {
         ote_debug("file segment '%s': OTE_FILE_DIRECT=y and %s of %zu bytes at %llu from %p "
@@ -418,6 +429,20 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
     ep->ops++;
     ep->bytes += length;
     comp->transferred = 0;
+    if (gpu) {
+        ote_status_t status;
+
+        op->gds_buf = gds_memh;
+        status      = ote_file_gds_start(iface, op);
+        if (status != OTE_INPROGRESS) {
+            op_unlink(iface, op);
+            ep->ops--;
+            ep->bytes -= length;
+            op->next        = iface->free_ops;
+            iface->free_ops = op;
+        }
+        return status;
+    }
     op_queue(iface, op);
     iface_start_queued(iface);
     return OTE_INPROGRESS;
@@ -439,6 +464,7 @@ unsigned ote_file_iface_progress(ote_tl_iface_t *tl_iface)
         (void)!read(iface->efd, &v, sizeof(v));
         n = iface_reap(iface);
     }
+    n += ote_file_gds_reap(iface);
     if (iface->queued > 0 || io_uring_sq_ready(&iface->ring) > 0)
         iface_start_queued(iface);
     return n;
@@ -456,6 +482,8 @@ ote_status_t ote_file_iface_event_arm(ote_tl_iface_t *tl_iface)
     (void)!read(iface->efd, &v, sizeof(v));
     /* Requests not submitted, or one that could start now: no event would come. */
     if (io_uring_sq_ready(&iface->ring) > 0 || io_uring_cq_ready(&iface->ring) > 0)
+        return OTE_ERR_BUSY;
+    if (iface->gds.started && atomic_load(&iface->gds.ndone) > 0)
         return OTE_ERR_BUSY;
     if (iface->queued > 0 && iface->in_ring == 0)
         return OTE_ERR_BUSY;
@@ -486,6 +514,8 @@ void ote_file_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_n
         op->timed_out = true;
         if (op->in_ring)
             op_cancel(iface, op);
+        else if (op->in_gds)
+            ote_file_gds_skip(iface, op); /* a cuFile call running cannot be stopped */
         else
             op_finish(iface, op, OTE_ERR_TIMEOUT);
     }
@@ -505,13 +535,21 @@ void ote_file_iface_drain(file_iface_t *iface, file_ep_t *ep)
     for (;;) {
         struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = OTE_FILE_DRAIN_MS * 1000000L};
         struct io_uring_cqe *cqe;
-        bool left = false;
+        bool left = false, gds_left = false;
 
-        /* Out of the ring: ends now; in it: asked to cancel, and waited for. */
+        /*
+         * Out of the ring: ends now; in it: asked to cancel, and waited for;
+         * on the cuFile thread: returned unstarted, or waited for.
+         */
         for (op = iface->ops_head; op != NULL; op = next) {
             next = op->next;
             if (ep != NULL && op->ep != ep)
                 continue;
+            if (op->in_gds) {
+                gds_left = true;
+                ote_file_gds_skip(iface, op);
+                continue;
+            }
             if (!op->in_ring) {
                 op_finish(iface, op, OTE_ERR_CANCELED);
                 continue;
@@ -519,12 +557,16 @@ void ote_file_iface_drain(file_iface_t *iface, file_ep_t *ep)
             left = true;
             op_cancel(iface, op);
         }
-        if (!left)
+        if (!left && !gds_left)
             break;
         if (io_uring_sq_ready(&iface->ring) > 0)
             (void)io_uring_submit(&iface->ring);
-        (void)io_uring_wait_cqe_timeout(&iface->ring, &cqe, &ts);
+        if (left)
+            (void)io_uring_wait_cqe_timeout(&iface->ring, &cqe, &ts);
+        else
+            usleep(1000);
         iface_reap(iface);
+        ote_file_gds_reap(iface);
     }
     /* Other eps' operations continued meanwhile wait for the next progress. */
     for (op = iface->ops_head; op != NULL; op = op->next)
