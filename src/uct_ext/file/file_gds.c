@@ -291,9 +291,8 @@ unsigned ote_file_gds_reap(file_iface_t *iface)
         next       = op->gds_next;
         op->in_gds = false;
         g->held--;
+        /* Returned unstarted or failed past its deadline: the deadline is what ended it. */
         if (status != OTE_OK && op->timed_out)
-            status = OTE_ERR_TIMEOUT;
-        else if (status == OTE_ERR_CANCELED && op->timed_out)
             status = OTE_ERR_TIMEOUT;
         ote_file_op_finish(iface, op, status);
         n++;

@@ -9,6 +9,8 @@
  *   requests of any alignment go through.
  * - cuFileRead/cuFileWrite on a registered buffer must stay inside it.
  * - ORBITTE_CUFILE_DOUBLE_OPEN_FAIL=1: cuFileDriverOpen fails.
+ * - ORBITTE_CUFILE_DOUBLE_DELAY_MS=N: each cuFileRead/cuFileWrite first
+ *   sleeps N ms (a slow or hung device).
  * - ote_cufile_double_stats() counts calls and live objects, so tests can
  *   tell which path moved the bytes and that nothing leaks.
  */
@@ -189,9 +191,12 @@ static int range_ok(const void *base, size_t size, off_t off)
 
 static ssize_t io(void *fh, void *base, size_t size, off_t foff, off_t boff, int write_)
 {
-    dbl_handle_t *h = fh;
+    dbl_handle_t *h    = fh;
+    const char *delay = getenv("ORBITTE_CUFILE_DOUBLE_DELAY_MS");
     ssize_t n;
 
+    if (delay != NULL)
+        usleep((useconds_t)atoi(delay) * 1000u);
     if (h == NULL || !range_ok(base, size, boff)) {
         errno = EINVAL;
         return -1;

@@ -193,6 +193,65 @@ static void run_refused(const char *leaf)
     unlink(path);
 }
 
+/*
+ * cuFile calls that outlive OTE_XFER_TIMEOUT_MS: the one running ends when
+ * its call returns (whole here, so COMPLETED: a call is never abandoned
+ * while it may still write the memory), the one waiting behind it ends
+ * OTE_ERR_TIMEOUT without reaching cuFile (OTE_RETRY_COUNT=0: not sent
+ * again); the segment then closes cleanly.
+ */
+static void case_timeout(void)
+{
+    char path[4200], name[4300];
+    ote_xfer_req_t r[2];
+    cufile_stats_t c0, c1;
+    ote_segment_h seg;
+    ote_engine_h e;
+    ote_batch_h b;
+    ote_mem_h m;
+    uint8_t *gpu;
+    size_t first;
+
+    cuda_test_use_double(1);
+    setenv("OTE_NUM_WORKERS", "1", 1);
+    e = ote_test_engine("127.0.0.1:0");
+    CHECK(e != NULL);
+    make_file("timeout.dat", path, sizeof(path), name, sizeof(name));
+    CHECK(ote_mem_alloc(e, 8192, "cuda:0", 0, (void **)&gpu, &m) == OTE_OK);
+    CHECK(ote_segment_open(e, name, &seg) == OTE_OK);
+    cufile_stats(&c0);
+    r[0] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = gpu, .segment = seg,
+                            .remote_addr = 0, .length = 4096};
+    r[1] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = gpu + 4096, .segment = seg,
+                            .remote_addr = 4096, .length = 4096};
+    CHECK(ote_batch_create(e, 2, &b) == OTE_OK);
+    CHECK(ote_batch_submit(b, r, 2, &first) == OTE_OK);
+    CHECK(ote_batch_wait(b, WAIT_MS) == OTE_OK);
+    for (size_t k = 0; k < 2; k++) {
+        ote_task_status_t st;
+
+        CHECK(ote_batch_task_status(b, first + k, &st) == OTE_OK);
+        printf("timeout: task %zu ended %s\n", k, ote_status_string(st.error));
+        if (k == 0 && st.state == OTE_TASK_COMPLETED) {
+            /* A running call is not stopped: it ended whole, after the deadline. */
+            CHECK(ote_test_check(gpu, 0, 4096, 1) == -1);
+            continue;
+        }
+        CHECK(st.state == OTE_TASK_TIMEOUT);
+        CHECK(st.error == OTE_ERR_TIMEOUT);
+    }
+    ote_batch_release(b);
+    cufile_stats(&c1);
+    /* Only the first reached cuFile. */
+    CHECK(c1.reads - c0.reads == 1);
+    CHECK(ote_segment_close(seg) == OTE_OK);
+    CHECK(ote_mem_free(e, m) == OTE_OK);
+    ote_engine_destroy(e);
+    cufile_stats(&c1);
+    CHECK(c1.handles == 0 && c1.bufs == 0);
+    unlink(path);
+}
+
 static int child(const char *what, const char *const *env, void (*body)(void))
 {
     pid_t pid;
@@ -273,6 +332,11 @@ int main(void)
         close(fd);
         bad += child("GPU memory direct through cuFile",
                      (const char *const[]){"OTE_CUFILE_LIB", lib, NULL}, case_direct);
+        bad += child("cuFile calls past OTE_XFER_TIMEOUT_MS: OTE_ERR_TIMEOUT",
+                     (const char *const[]){"OTE_CUFILE_LIB", lib, "OTE_XFER_TIMEOUT_MS", "200",
+                                           "OTE_RETRY_COUNT", "0",
+                                           "ORBITTE_CUFILE_DOUBLE_DELAY_MS", "700", NULL},
+                     case_timeout);
         bad += child("cuFile loaded, file without O_DIRECT: staged",
                      (const char *const[]){"OTE_CUFILE_LIB", lib, "OTE_FILE_DIRECT", "n", NULL},
                      case_no_direct);
