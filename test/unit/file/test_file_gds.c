@@ -263,8 +263,7 @@ static int child(const char *what, const char *const *env, void (*body)(void))
         for (size_t i = 0; env[i] != NULL; i += 2)
             setenv(env[i], env[i + 1], 1);
         body();
-        fflush(stdout);
-        _exit(0);
+        exit(0); /* the child made the engines: leak checkers look at its end */
     }
     if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         printf("not ok - %s\n", what);
