@@ -40,7 +40,10 @@ ote_status_t ote_file_gds_load(const ote_file_config_t *cfg, const char **why_p)
         return OTE_ERR_UNSUPPORTED;
     }
     if (ote_cufile_api_load(cfg->cufile_lib) != OTE_OK) {
-        snprintf(why, sizeof(why), "staged through pinned host chunks: %s",
+        snprintf(why, sizeof(why), "%s: %s",
+                 cfg->gds == OTE_TERNARY_YES ? "refused (OTE_FILE_GDS=y: file segments do not "
+                                               "open)"
+                                             : "staged through pinned host chunks",
                  ote_cufile_api_source());
         *why_p = why;
         return OTE_ERR_UNSUPPORTED;
@@ -61,8 +64,9 @@ ote_status_t ote_file_gds_attach(ote_file_t *f, const ote_file_config_t *cfg, bo
 
     if (ote_file_gds_load(cfg, &why) != OTE_OK) {
         if (cfg->gds == OTE_TERNARY_YES) {
-            ote_error("file segment '%s': OTE_FILE_GDS=y, but GPU memory would be %s", f->path,
-                      why);
+            ote_error("file segment '%s': OTE_FILE_GDS=y, but cuFile cannot move GPU memory "
+                      "here: %s", f->path,
+                      ote_cuda_api() == NULL ? "CUDA unavailable" : ote_cufile_api_source());
             return OTE_ERR_UNSUPPORTED;
         }
         *direct_p = false;
