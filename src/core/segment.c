@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "proto/stage.h"
 #include "uct_ext/file/file.h"
 
 #include <limits.h>
@@ -120,7 +121,35 @@ static ote_status_t file_desc(ote_segment_h seg, ote_desc_t **desc_p)
     return OTE_OK;
 }
 
-/* One rail per worker: an ep of its file iface on the segment's file. */
+/*
+ * GPU memory the file rails do not reach (no cuFile for this file): one
+ * staging rail (proto/stage.c, pinned host chunks) in front of each, on its
+ * worker. Returns the rail count.
+ */
+static size_t file_stage_rails_add(ote_segment_h seg, size_t n)
+{
+    ote_engine_h e = seg->engine;
+
+    for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
+        ote_worker_t *w = &e->workers[seg->rails[i].worker];
+
+        for (size_t k = 0; k < w->num_ifaces; k++) {
+            if (ote_proto_stage_iface(w->ifaces[k]) &&
+                ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], w->ifaces[k]) ==
+                    OTE_OK) {
+                seg->rail_set.rails[n] = &seg->rails[n];
+                n++;
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+/*
+ * One rail per worker: an ep of its file iface on the segment's file; GPU
+ * memory direct through them (cuFile) or staged in front of them.
+ */
 static ote_status_t file_rails_build(ote_segment_h seg)
 {
     ote_engine_h e = seg->engine;
@@ -129,8 +158,12 @@ static ote_status_t file_rails_build(ote_segment_h seg)
                           .local_instance = e->instance_id,
                           .timeout_ms = e->config.connect_timeout_ms};
     size_t addr_len, n = 0;
+    bool gds_direct = false;
     ote_status_t status;
 
+    status = ote_file_gds_attach(seg->file, &e->file_config, &gds_direct);
+    if (status != OTE_OK)
+        return status;
     status = ote_file_address(seg->file, addr, sizeof(addr), &addr_len);
     if (status != OTE_OK)
         return status;
@@ -145,6 +178,8 @@ static ote_status_t file_rails_build(ote_segment_h seg)
                 continue;
             memset(r, 0, sizeof(*r));
             iface->ops->query(iface, &r->caps);
+            if (!gds_direct)
+                r->caps.mem_local &= ~OTE_MEM_TYPE_CUDA;
             r->iface     = iface;
             r->worker    = w;
             r->remote_md = -1;
@@ -160,6 +195,8 @@ static ote_status_t file_rails_build(ote_segment_h seg)
                   "says why where it is not usable)", seg->name, e->config.tls);
         return OTE_ERR_UNREACHABLE;
     }
+    if (!gds_direct)
+        seg->rail_set.num_rails = file_stage_rails_add(seg, n);
     return OTE_OK;
 }
 

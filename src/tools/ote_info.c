@@ -1,6 +1,9 @@
 /* ote_info: version, transports and devices, configuration. */
 #include "core/engine.h"
 #include "base/log.h"
+#ifdef HAVE_LIBURING
+#include "uct_ext/file/file.h"
+#endif
 
 #include <ote/ote.h>
 #include <stdio.h>
@@ -59,6 +62,14 @@ int main(int argc, char **argv)
             return 1;
         }
         ote_engine_print_transports(e, stdout);
+#ifdef HAVE_LIBURING
+        {
+            const char *why;
+
+            (void)ote_file_gds_load(&e->file_config, &why);
+            printf("#\n# GPU memory to and from file segments: %s\n", why);
+        }
+#endif
         ote_engine_destroy(e);
     }
     return 0;

@@ -4,7 +4,7 @@
  * OTE_CUDA_LIB pointing at the CUDA test double, on any machine (make
  * check runs it that way, with small sizes; the numbers then mean nothing).
  *
- *   ote_gpu_check [-s BYTES] [-n ITERS] copy|ipc|staged|remote|all
+ *   ote_gpu_check [-s BYTES] [-n ITERS] copy|ipc|staged|remote|file|all
  *
  * copy    cuda_copy in one process: pinned host -> GPU and GPU -> pinned host;
  *         reference: cudaMemcpyAsync of the same buffers on one stream.
@@ -15,6 +15,9 @@
  * remote  GPU -> TCP -> GPU of another process and back: staging on both
  *         sides (local chunks here, the target's chunks by Pin/Delegate
  *         there); reference: host -> TCP -> host on loopback.
+ * file    GPU -> file segment -> GPU (cuFile where it loads, else staged; the
+ *         path is printed); reference: host -> the same file -> host. The
+ *         file is made in ORBITTE_TEST_BUILDDIR (or the current directory).
  * Every transfer is verified byte for byte. One line per check:
  *   RESULT name bytes GB/s ref_name ref_GB/s ratio target ok|FAIL
  * Exit status 0 when every transfer was correct (ratios are reported, not
@@ -22,7 +25,11 @@
  */
 #include "testlib.h"
 #include "base/cuda_api.h"
+#ifdef HAVE_LIBURING
+#include "uct_ext/file/file.h"
+#endif
 
+#include <fcntl.h>
 #include <ote/ote.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,6 +332,69 @@ static void check_remote(void)
     ote_engine_destroy(e);
 }
 
+#ifdef HAVE_LIBURING
+static void check_file(void)
+{
+    const char *dir = getenv("ORBITTE_TEST_BUILDDIR");
+    char path[4096], name[4200];
+    ote_file_config_t cfg;
+    const char *why = "";
+    ote_engine_h e;
+    ote_segment_h seg;
+    void *gpu, *host;
+    ote_mem_h mg, mh;
+    double w, r, ref;
+    bool ok;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/gpu-check-file.dat", dir ? dir : ".");
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        fprintf(stderr, "ote_gpu_check file: cannot make %s\n", path);
+        failures++;
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    close(fd);
+    snprintf(name, sizeof(name), "file://%s", path);
+    e = ote_test_engine("127.0.0.1:0");
+    if (ote_config_fill(&ote_file_config_table, &cfg) == OTE_OK) {
+        (void)ote_file_gds_load(&cfg, &why);
+        ote_config_release(&ote_file_config_table, &cfg);
+    }
+    printf("# file: GPU memory to and from file segments: %s\n", why);
+    if (ote_mem_alloc(e, size, "cuda:0", 0, &gpu, &mg) != OTE_OK ||
+        ote_mem_alloc(e, size, NULL, 0, &host, &mh) != OTE_OK ||
+        ote_segment_open(e, name, &seg) != OTE_OK) {
+        fprintf(stderr, "ote_gpu_check file: setup failed\n");
+        failures++;
+        ote_engine_destroy(e);
+        unlink(path);
+        return;
+    }
+    ote_test_fill(host, 0, size, 11);
+    ref = timed_xfer(e, seg, OTE_OP_WRITE, host, 0, size);
+    gpu_fill(gpu, size, 12);
+    w  = timed_xfer(e, seg, OTE_OP_WRITE, gpu, 0, size);
+    memset(host, 0, size);
+    ok = w > 0 && timed_xfer(e, seg, OTE_OP_READ, host, 0, size) > 0 &&
+         ote_test_check(host, 0, size, 12) == -1;
+    result("gpu_file_write", w, "host_file_write", ref, 0.85, ok);
+    ote_test_fill(host, 0, size, 13);
+    ok = timed_xfer(e, seg, OTE_OP_WRITE, host, 0, size) > 0;
+    r  = timed_xfer(e, seg, OTE_OP_READ, gpu, 0, size);
+    ok = ok && r > 0 && gpu_check(gpu, size, 13);
+    ref = timed_xfer(e, seg, OTE_OP_READ, host, 0, size);
+    result("gpu_file_read", r, "host_file_read", ref, 0.85, ok);
+    ote_segment_close(seg);
+    ote_mem_free(e, mg);
+    ote_mem_free(e, mh);
+    ote_engine_destroy(e);
+    unlink(path);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     const char *what;
@@ -364,6 +434,10 @@ int main(int argc, char **argv)
         check_staged();
     if (strcmp(what, "remote") == 0 || strcmp(what, "all") == 0)
         check_remote();
+#ifdef HAVE_LIBURING
+    if (strcmp(what, "file") == 0 || strcmp(what, "all") == 0)
+        check_file();
+#endif
     printf("# %s\n", failures ? "FAILED" : "all transfers correct");
     return failures ? 1 : 0;
 }

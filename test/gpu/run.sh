@@ -10,6 +10,9 @@
 #   gpu_tcp_gpu GPU <-> TCP <-> GPU of another process (staging on both sides:
 #               local chunks here, the target's pinned chunks there)
 #                                                   vs host->TCP->host  (target >= 0.85x)
+#   gpu_file    GPU <-> a file segment in the build directory: cuFile where
+#               libcufile loads and the file system takes O_DIRECT, else staged
+#               (the path is printed)               vs host<->file      (target >= 0.85x)
 # Needs only this repository, the Debian build dependencies and the CUDA
 # toolkit (CUDA_HOME, default /usr/local/cuda) with a driver.
 #
@@ -57,13 +60,14 @@ fi
 grep -q '^#define HAVE_CUDA 1' config.h || fail "configure did not find CUDA at $cuda"
 make -j"$jobs" >make.log 2>&1 || fail "make (see $build/make.log)"
 make -j"$jobs" -C test common/ote_test_target gpu/ote_gpu_check unit/cuda/libote_cuda_double.la \
-    >>make.log 2>&1 || fail "building the check programs (see $build/make.log)"
+    unit/cuda/libote_cufile_double.la >>make.log 2>&1 || fail "building the check programs (see $build/make.log)"
 echo "run.sh: built in $(($(date +%s) - start)) s"
 
 export ORBITTE_TEST_BUILDDIR="$build/test"
 if [ $double = yes ]; then
     export OTE_CUDA_LIB="$build/test/unit/cuda/.libs/libote_cuda_double.so"
     [ -f "$OTE_CUDA_LIB" ] || fail "no test double at $OTE_CUDA_LIB"
+    export OTE_CUFILE_LIB="$build/test/unit/cuda/.libs/libote_cufile_double.so"
     size=${ORBITTE_GPU_SIZE:-8388608}
     iters=${ORBITTE_GPU_ITERS:-2}
 else

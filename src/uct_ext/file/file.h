@@ -13,6 +13,7 @@
 #include "base/config.h"
 
 #include <ote/ote.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,10 +24,12 @@
 
 typedef struct ote_file ote_file_t;
 
-/* OTE_URING_QD and OTE_FILE_DIRECT: the file transport's settings. */
+/* OTE_URING_QD, OTE_FILE_DIRECT, OTE_FILE_GDS: the file transport's settings. */
 typedef struct {
-    long uring_qd; /* io_uring depth per worker, 1..4096             */
-    int  direct;   /* OTE_TERNARY_*: O_DIRECT for file segments       */
+    long  uring_qd;   /* io_uring depth per worker, 1..4096             */
+    int   direct;     /* OTE_TERNARY_*: O_DIRECT for file segments       */
+    int   gds;        /* OTE_TERNARY_*: GPU memory through cuFile        */
+    char *cufile_lib; /* test only: a library standing in for libcufile  */
 } ote_file_config_t;
 
 /* Compiled in every build, so that the variables are known without io_uring too. */
@@ -48,6 +51,25 @@ void         ote_file_put(ote_file_t *file);
  * becomes the bound of WRITEs from here on.
  */
 ote_status_t ote_file_refresh(ote_file_t *file, uint64_t *size_p, unsigned *access_p);
+/*
+ * GPUDirect Storage, process-wide: whether cuFile moves GPU memory to and
+ * from files here (OTE_OK), loading it on the first call (OTE_FILE_GDS,
+ * OTE_CUFILE_LIB of cfg; later calls get the first outcome). *why_p says
+ * which path a GPU<->file transfer takes and why ("cuFile from
+ * libcufile.so.0", "cuFile not found ...", "cuFile driver open failed
+ * ...", "OTE_FILE_GDS=n", "no CUDA").
+ */
+ote_status_t ote_file_gds_load(const ote_file_config_t *cfg, const char **why_p);
+/*
+ * How GPU memory moves to and from this file: directly with cuFile (a
+ * handle registered on its O_DIRECT fd) where cuFile is loaded and the file
+ * allows it, else staged through pinned host chunks (*direct_p false).
+ * gds: OTE_FILE_GDS; with yes, a file cuFile cannot serve fails
+ * UNSUPPORTED, with the reason logged.
+ */
+ote_status_t ote_file_gds_attach(ote_file_t *file, const ote_file_config_t *cfg,
+                                 bool *direct_p);
+
 /* The address blob an ep of a file iface is created from. */
 ote_status_t ote_file_address(ote_file_t *file, void *buf, size_t max, size_t *len_p);
 

@@ -15,6 +15,14 @@ static const ote_cfg_entry_t file_config_fields[] = {
      "unaligned ones through aligned bounce buffers or the page cache; y = always, an "
      "unaligned request fails OTE_ERR_INVALID_PARAM and a file system without O_DIRECT "
      "fails the segment open OTE_ERR_UNSUPPORTED; n = never."},
+    {"FILE_GDS", "auto", OTE_CFG_TERNARY, FILE_F(gds),
+     "File segments: GPU memory to and from files through cuFile (GPUDirect Storage). auto = "
+     "where libcufile loads, its driver opens and the file takes O_DIRECT, else staged through "
+     "pinned host chunks; y = always, a segment open fails OTE_ERR_UNSUPPORTED where cuFile "
+     "cannot serve the file (never staged); n = always staged."},
+    {"CUFILE_LIB", "", OTE_CFG_STRING, FILE_F(cufile_lib),
+     "Test only: a library exporting the cuFile entry points (test double) loaded instead of "
+     "libcufile."},
 };
 
 static ote_status_t file_config_validate(const void *opts)

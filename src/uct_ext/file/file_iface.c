@@ -21,7 +21,8 @@ static void file_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     memset(caps, 0, sizeof(*caps));
     /* Checked: every access is bounded by the file and the access it was opened with. */
     caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;
-    caps->mem_local  = OTE_MEM_TYPE_HOST;
+    /* GPU memory where the md registers it with cuFile (file_gds.c). */
+    caps->mem_local  = OTE_MEM_TYPE_HOST | (tl_iface->md != NULL ? OTE_MEM_TYPE_CUDA : 0);
     caps->mem_remote = OTE_MEM_TYPE_HOST;
     caps->scope      = OTE_TL_SCOPE_PROCESS;
     caps->max_iov    = 1;
@@ -49,18 +50,33 @@ static int file_iface_event_fd(ote_tl_iface_t *tl_iface)
     return ((file_iface_t *)tl_iface)->efd;
 }
 
+static bool ep_gpu(const ote_tl_ep_t *tl_ep, const ote_region_t *region)
+{
+    return region != NULL && region->mem_type == OTE_MEM_TYPE_CUDA;
+}
+
+/* The region's cuFile registration (file_gds_buf_t), or NULL. */
+static void *ep_gds_memh(const ote_tl_ep_t *tl_ep, const ote_region_t *region)
+{
+    int i = tl_ep->iface->md_index;
+
+    return region != NULL && i >= 0 ? region->memh[i] : NULL;
+}
+
 static ote_status_t file_ep_put(ote_tl_ep_t *tl_ep, void *local, size_t length,
                                 ote_region_t *local_region, uint64_t remote_addr,
                                 const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
 {
-    return ote_file_op_post((file_ep_t *)tl_ep, true, local, length, remote_addr, comp);
+    return ote_file_op_post((file_ep_t *)tl_ep, true, local, length, remote_addr,
+                            ep_gpu(tl_ep, local_region), ep_gds_memh(tl_ep, local_region), comp);
 }
 
 static ote_status_t file_ep_get(ote_tl_ep_t *tl_ep, void *local, size_t length,
                                 ote_region_t *local_region, uint64_t remote_addr,
                                 const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
 {
-    return ote_file_op_post((file_ep_t *)tl_ep, false, local, length, remote_addr, comp);
+    return ote_file_op_post((file_ep_t *)tl_ep, false, local, length, remote_addr,
+                            ep_gpu(tl_ep, local_region), ep_gds_memh(tl_ep, local_region), comp);
 }
 
 static size_t file_ep_inflight_bytes(ote_tl_ep_t *tl_ep)
@@ -78,6 +94,7 @@ static void file_ep_destroy(ote_tl_ep_t *tl_ep)
     file_ep_t *ep = (file_ep_t *)tl_ep;
 
     ote_file_iface_drain((file_iface_t *)tl_ep->iface, ep);
+    ote_file_ep_unfix(ep);
     ote_file_put(ep->file);
     free(ep);
 }
@@ -107,8 +124,10 @@ static ote_status_t file_ep_create(ote_tl_iface_t *iface, const void *addr, size
         ote_file_put(f);
         return OTE_ERR_NO_MEMORY;
     }
-    ep->super.iface = iface;
-    ep->file        = f;
+    ep->super.iface  = iface;
+    ep->file         = f;
+    ep->fixed_fd     = -1;
+    ep->fixed_direct = -1;
     *ep_p           = &ep->super;
     return OTE_OK;
 }
@@ -121,8 +140,15 @@ static void file_iface_close(ote_tl_iface_t *tl_iface)
         ote_file_iface_drain(iface, NULL);
         io_uring_queue_exit(&iface->ring);
     }
+    ote_file_gds_stop(iface);
     if (iface->efd >= 0)
         close(iface->efd);
+    while (iface->free_ops != NULL) {
+        file_op_t *op = iface->free_ops;
+
+        iface->free_ops = op->next;
+        free(op);
+    }
     free(iface->bounce_mem);
     free(iface);
 }
@@ -155,13 +181,14 @@ static ote_status_t file_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     if (ote_config_fill(&ote_file_config_table, &cfg) != OTE_OK)
         return OTE_ERR_INVALID_PARAM;
     qd    = (unsigned)cfg.uring_qd;
+    ote_config_release(&ote_file_config_table, &cfg);
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
     iface->super.ops      = &file_iface_ops;
     iface->super.ep_ops   = &file_ep_ops;
     iface->super.resource = *res;
-    iface->super.md       = NULL;
+    iface->super.md       = md;
     iface->qd             = qd;
     iface->efd            = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (iface->efd < 0)
@@ -178,6 +205,8 @@ static ote_status_t file_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
         ote_warn("file: io_uring_register_eventfd: %s", strerror(-rc));
         goto err_io;
     }
+    /* Without a file table (old kernels) requests name plain fds. */
+    iface->fixed_ok = io_uring_register_files_sparse(&iface->ring, OTE_FILE_FIXED_SLOTS) == 0;
     *iface_p = &iface->super;
     return OTE_OK;
 
@@ -227,12 +256,36 @@ static ote_status_t file_query_resources(ote_tl_component_t *comp,
     return OTE_OK;
 }
 
+/* The md that registers GPU memory with cuFile, where GPU memory goes direct; else none. */
+static ote_status_t file_md_open(ote_tl_component_t *comp, const ote_tl_resource_t *res,
+                                 ote_md_t **md_p)
+{
+    ote_file_config_t cfg;
+    const char *why;
+    ote_status_t status;
+
+    if (ote_config_fill(&ote_file_config_table, &cfg) != OTE_OK)
+        return OTE_ERR_INVALID_PARAM;
+    status = ote_file_gds_load(&cfg, &why);
+    ote_config_release(&ote_file_config_table, &cfg);
+    if (status != OTE_OK) {
+        ote_debug("file: GPU memory to and from files: %s", why);
+        return OTE_ERR_UNSUPPORTED; /* no md: the component needs none */
+    }
+    return ote_file_gds_md_open(md_p);
+}
+
+static void file_md_close(ote_tl_component_t *comp, ote_md_t *md)
+{
+    ote_file_gds_md_close(md);
+}
+
 static const ote_tl_component_ops_t file_component_ops = {
     .name            = OTE_FILE_TL_NAME,
     .config_table    = &ote_file_config_table,
     .query_resources = file_query_resources,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
+    .md_open         = file_md_open,
+    .md_close        = file_md_close,
     .iface_open      = file_iface_open,
     .unavailable     = ote_tl_no_reason,
 };

@@ -89,8 +89,15 @@ static void op_finish(file_iface_t *iface, file_op_t *op, ote_status_t status)
                   ep->file->path, op->write ? "WRITE" : "READ", op->length,
                   (unsigned long long)op->offset, op->done, ote_status_string(status));
     comp->transferred = op->done;
-    free(op);
+    /* Kept for the next operation: no allocation per request. */
+    op->next        = iface->free_ops;
+    iface->free_ops = op;
     comp->func(comp, status);
+}
+
+void ote_file_op_finish(file_iface_t *iface, file_op_t *op, ote_status_t status)
+{
+    op_finish(iface, op, status);
 }
 
 /* Bounce buffers, allocated and registered with the ring when first needed. */
@@ -140,6 +147,58 @@ static file_mode_t op_mode(const file_op_t *op)
     if (!op->write)
         return FILE_MODE_BOUNCE;
     return off_ok ? FILE_MODE_BOUNCE : FILE_MODE_BUFFERED;
+}
+
+/* One slot of the ring's file table for fd, or -1. */
+static int fixed_take(file_iface_t *iface, int fd)
+{
+    int slot;
+
+    if (!iface->fixed_ok || fd < 0 || iface->fixed_used == UINT64_MAX)
+        return -1;
+    slot = __builtin_ctzll(~iface->fixed_used);
+    if (io_uring_register_files_update(&iface->ring, (unsigned)slot, &fd, 1) != 1)
+        return -1;
+    iface->fixed_used |= 1ull << slot;
+    return slot;
+}
+
+static void fixed_give(file_iface_t *iface, int *slot)
+{
+    int none = -1;
+
+    if (*slot < 0)
+        return;
+    (void)io_uring_register_files_update(&iface->ring, (unsigned)*slot, &none, 1);
+    iface->fixed_used &= ~(1ull << *slot);
+    *slot = -1;
+}
+
+/* The ep's fds in the ring's file table, on its first operation: no file lookup per request. */
+static void ep_fix(file_iface_t *iface, file_ep_t *ep)
+{
+    ep->fixed_tried  = true;
+    ep->fixed_fd     = fixed_take(iface, ep->file->fd);
+    ep->fixed_direct = fixed_take(iface, ep->file->direct_fd);
+}
+
+void ote_file_ep_unfix(file_ep_t *ep)
+{
+    file_iface_t *iface = (file_iface_t *)ep->super.iface;
+
+    fixed_give(iface, &ep->fixed_fd);
+    fixed_give(iface, &ep->fixed_direct);
+}
+
+/* Point sqe at fd, through its fixed slot where it has one. */
+static void sqe_fd(struct io_uring_sqe *sqe, const file_ep_t *ep, int fd)
+{
+    int slot = fd == ep->file->fd ? ep->fixed_fd : ep->fixed_direct;
+
+    if (slot >= 0) {
+        sqe->fd = slot;
+        io_uring_sqe_set_flags(sqe, IOSQE_FIXED_FILE);
+    }
 }
 
 /*
@@ -194,6 +253,7 @@ static bool op_start(file_iface_t *iface, file_op_t *op)
         else
             io_uring_prep_read(sqe, fd, op->local + op->done, (unsigned)op->want, pos);
     }
+    sqe_fd(sqe, op->ep, sqe->fd);
     io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)op);
     op->in_ring = true;
     iface->in_ring++;
@@ -307,7 +367,8 @@ static unsigned iface_reap(file_iface_t *iface)
 }
 
 ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t length,
-                              uint64_t offset, ote_tl_completion_t *comp)
+                              uint64_t offset, bool gpu, void *gds_memh,
+                              ote_tl_completion_t *comp)
 {
     file_iface_t *iface = (file_iface_t *)ep->super.iface;
     ote_file_t *f       = ep->file;
@@ -315,6 +376,8 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
 
     if (length == 0)
         return OTE_OK;
+    if (!ep->fixed_tried)
+        ep_fix(iface, ep);
     if (write && !f->writable) {
         ote_debug("file segment '%s': WRITE refused: opened read-only", f->path);
         return OTE_ERR_ACCESS;
@@ -329,7 +392,12 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
             return OTE_ERR_OUT_OF_BOUNDS;
         }
     }
-    if (f->direct == OTE_TERNARY_YES &&
+    if (gpu && !f->gds) {
+        /* Its rails stage GPU memory: a direct request here is a planning error. */
+        ote_debug("file segment '%s': GPU memory, and cuFile does not serve this file", f->path);
+        return OTE_ERR_UNSUPPORTED;
+    }
+    if (!gpu && f->direct == OTE_TERNARY_YES &&
         !(aligned(offset, f->off_align) && aligned(length, f->off_align) &&
           aligned((uintptr_t)local, f->mem_align))) {
         ote_debug("file segment '%s': OTE_FILE_DIRECT=y and %s of %zu bytes at %llu from %p "
@@ -338,9 +406,12 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
                   f->off_align, f->mem_align);
         return OTE_ERR_INVALID_PARAM;
     }
-    op = calloc(1, sizeof(*op));
-    if (op == NULL)
+    op = iface->free_ops;
+    if (op != NULL)
+        iface->free_ops = op->next;
+    else if ((op = malloc(sizeof(*op))) == NULL)
         return OTE_ERR_NO_MEMORY;
+    memset(op, 0, sizeof(*op));
     op->comp     = comp;
     op->ep       = ep;
     op->write    = write;
@@ -358,6 +429,20 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
     ep->ops++;
     ep->bytes += length;
     comp->transferred = 0;
+    if (gpu) {
+        ote_status_t status;
+
+        op->gds_buf = gds_memh;
+        status      = ote_file_gds_start(iface, op);
+        if (status != OTE_INPROGRESS) {
+            op_unlink(iface, op);
+            ep->ops--;
+            ep->bytes -= length;
+            op->next        = iface->free_ops;
+            iface->free_ops = op;
+        }
+        return status;
+    }
     op_queue(iface, op);
     iface_start_queued(iface);
     return OTE_INPROGRESS;
@@ -366,11 +451,20 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
 unsigned ote_file_iface_progress(ote_tl_iface_t *tl_iface)
 {
     file_iface_t *iface = (file_iface_t *)tl_iface;
-    uint64_t v;
-    unsigned n;
+    unsigned n = 0;
 
-    (void)!read(iface->efd, &v, sizeof(v));
-    n = iface_reap(iface);
+    /*
+     * The ring's memory says whether completions wait: a poll that finds
+     * none makes no system call. The event fd is cleared before they are
+     * handled, so that one arriving after that raises it again.
+     */
+    if (io_uring_cq_ready(&iface->ring) > 0) {
+        uint64_t v;
+
+        (void)!read(iface->efd, &v, sizeof(v));
+        n = iface_reap(iface);
+    }
+    n += ote_file_gds_reap(iface);
     if (iface->queued > 0 || io_uring_sq_ready(&iface->ring) > 0)
         iface_start_queued(iface);
     return n;
@@ -379,9 +473,17 @@ unsigned ote_file_iface_progress(ote_tl_iface_t *tl_iface)
 ote_status_t ote_file_iface_event_arm(ote_tl_iface_t *tl_iface)
 {
     file_iface_t *iface = (file_iface_t *)tl_iface;
+    uint64_t v;
 
+    /*
+     * The event fd is cleared only before a sleep, then the ring looked at
+     * again: a completion after this read raises the fd again.
+     */
+    (void)!read(iface->efd, &v, sizeof(v));
     /* Requests not submitted, or one that could start now: no event would come. */
     if (io_uring_sq_ready(&iface->ring) > 0 || io_uring_cq_ready(&iface->ring) > 0)
+        return OTE_ERR_BUSY;
+    if (iface->gds.started && atomic_load(&iface->gds.ndone) > 0)
         return OTE_ERR_BUSY;
     if (iface->queued > 0 && iface->in_ring == 0)
         return OTE_ERR_BUSY;
@@ -412,6 +514,8 @@ void ote_file_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_n
         op->timed_out = true;
         if (op->in_ring)
             op_cancel(iface, op);
+        else if (op->in_gds)
+            ote_file_gds_skip(iface, op); /* a cuFile call running cannot be stopped */
         else
             op_finish(iface, op, OTE_ERR_TIMEOUT);
     }
@@ -431,13 +535,21 @@ void ote_file_iface_drain(file_iface_t *iface, file_ep_t *ep)
     for (;;) {
         struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = OTE_FILE_DRAIN_MS * 1000000L};
         struct io_uring_cqe *cqe;
-        bool left = false;
+        bool left = false, gds_left = false;
 
-        /* Out of the ring: ends now; in it: asked to cancel, and waited for. */
+        /*
+         * Out of the ring: ends now; in it: asked to cancel, and waited for;
+         * on the cuFile thread: returned unstarted, or waited for.
+         */
         for (op = iface->ops_head; op != NULL; op = next) {
             next = op->next;
             if (ep != NULL && op->ep != ep)
                 continue;
+            if (op->in_gds) {
+                gds_left = true;
+                ote_file_gds_skip(iface, op);
+                continue;
+            }
             if (!op->in_ring) {
                 op_finish(iface, op, OTE_ERR_CANCELED);
                 continue;
@@ -445,12 +557,16 @@ void ote_file_iface_drain(file_iface_t *iface, file_ep_t *ep)
             left = true;
             op_cancel(iface, op);
         }
-        if (!left)
+        if (!left && !gds_left)
             break;
         if (io_uring_sq_ready(&iface->ring) > 0)
             (void)io_uring_submit(&iface->ring);
-        (void)io_uring_wait_cqe_timeout(&iface->ring, &cqe, &ts);
+        if (left)
+            (void)io_uring_wait_cqe_timeout(&iface->ring, &cqe, &ts);
+        else
+            usleep(1000);
         iface_reap(iface);
+        ote_file_gds_reap(iface);
     }
     /* Other eps' operations continued meanwhile wait for the next progress. */
     for (op = iface->ops_head; op != NULL; op = op->next)

@@ -2,7 +2,8 @@
  * Every slot of every operations table points at a function: the tables of
  * every component, and those of the ifaces and eps an engine opens on the
  * CUDA test double with every transport selected (tcp, cma, cuda_copy,
- * cuda_ipc, cuda_stage, and UCT's where built).
+ * cuda_ipc, cuda_stage, file, and UCT's where built), and those of the
+ * memory domains it opens (with the cuFile double, the file component's).
  */
 #include "cuda_test.h"
 #include "testlib.h"
@@ -61,7 +62,7 @@ static void test_iface_and_ep_tables(void **state)
     ote_engine_h e;
     ote_segment_h self;
     size_t seen = 0;
-    bool cuda = false, tcp = false, stage = false;
+    bool cuda = false, tcp = false, stage = false, cufile_md = false;
 
     setenv("OTE_TLS", "all", 1);
     e = ote_test_engine("127.0.0.1:0");
@@ -80,11 +81,20 @@ static void test_iface_and_ep_tables(void **state)
             seen++;
         }
     }
+    for (size_t k = 0; k < e->num_mds; k++) {
+        ASSERT_ALL_SET(e->mds[k]->ops, "md ops", e->mds[k]->name);
+        cufile_md |= strcmp(e->mds[k]->name, "file:cufile") == 0;
+    }
     assert_int_equal(ote_segment_close(self), OTE_OK);
     ote_engine_destroy(e);
     unsetenv("OTE_TLS");
     assert_true(seen >= 3);
     assert_true(tcp && cuda && stage);
+#ifdef HAVE_LIBURING
+    assert_true(cufile_md);
+#else
+    (void)cufile_md;
+#endif
 }
 
 int main(void)
@@ -92,6 +102,11 @@ int main(void)
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_component_tables),
                                        cmocka_unit_test(test_iface_and_ep_tables)};
 
+    char cufile[4200];
+
     cuda_test_use_double(1);
+    snprintf(cufile, sizeof(cufile), "%s/unit/cuda/.libs/libote_cufile_double.so",
+             getenv("ORBITTE_TEST_BUILDDIR") ? getenv("ORBITTE_TEST_BUILDDIR") : ".");
+    setenv("OTE_CUFILE_LIB", cufile, 1);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

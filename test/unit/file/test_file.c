@@ -725,6 +725,90 @@ static void test_names_and_unsupported(void **state)
     unlink(path);
 }
 
+/*
+ * A task whose I/O never completes ends OTE_ERR_TIMEOUT after
+ * OTE_XFER_TIMEOUT_MS: the segment's fd is replaced by an empty FIFO (a
+ * device that never answers), so the READ waits in the ring until the
+ * timeout cancels it; one queued behind it (OTE_URING_QD=1) ends too, and
+ * the ring serves other files afterwards.
+ */
+static void test_timeout(void **state)
+{
+    char path[4200], name[4300], path2[4200], name2[4300], fifo[4200];
+    ote_xfer_req_t r[2];
+    ote_engine_h e;
+    ote_segment_h seg, seg2;
+    ote_batch_h b;
+    ote_mem_h m;
+    uint8_t *buf;
+    size_t first, swapped = 0;
+    int pfd;
+    DIR *d;
+    struct dirent *de;
+
+    make_file("timeout.dat", 65536, 3, path, sizeof(path), name, sizeof(name));
+    make_file("timeout2.dat", 65536, 4, path2, sizeof(path2), name2, sizeof(name2));
+    snprintf(fifo, sizeof(fifo), "%s/timeout.fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    /* Read-write and non-blocking: the open does not wait, and reads never see an end. */
+    pfd = open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    assert_true(pfd >= 0);
+    setenv("OTE_XFER_TIMEOUT_MS", "300", 1);
+    setenv("OTE_URING_QD", "1", 1);
+    e = engine("n", "1");
+    unsetenv("OTE_XFER_TIMEOUT_MS");
+    unsetenv("OTE_URING_QD");
+    assert_int_equal(ote_mem_alloc(e, 65536, NULL, 0, (void **)&buf, &m), OTE_OK);
+    memset(buf, 0, 65536);
+    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        char link[300], target[4200];
+        ssize_t n;
+
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", de->d_name);
+        n = readlink(link, target, sizeof(target) - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (strcmp(target, path) == 0) {
+            assert_true(dup2(pfd, atoi(de->d_name)) >= 0);
+            swapped++;
+        }
+    }
+    closedir(d);
+    assert_int_equal(swapped, 1); /* OTE_FILE_DIRECT=n: one fd */
+    r[0] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf, .segment = seg,
+                            .remote_addr = 0, .length = 4096};
+    r[1] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf + 4096, .segment = seg,
+                            .remote_addr = 4096, .length = 4096};
+    assert_int_equal(ote_batch_create(e, 2, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, 2, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
+    for (size_t k = 0; k < 2; k++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_task_status(b, first + k, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_TIMEOUT);
+        assert_int_equal(st.error, OTE_ERR_TIMEOUT);
+        assert_int_equal(st.transferred, 0);
+    }
+    ote_batch_release(b);
+    /* The ring goes on serving: another file on the same worker. */
+    assert_int_equal(ote_segment_open(e, name2, &seg2), OTE_OK);
+    expect_ok(xfer(e, seg2, OTE_OP_READ, buf, 0, 65536), 65536);
+    assert_int_equal(ote_test_check(buf, 0, 65536, 4), -1);
+    assert_int_equal(ote_segment_close(seg2), OTE_OK);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_mem_free(e, m), OTE_OK);
+    ote_engine_destroy(e);
+    close(pfd);
+    unlink(fifo);
+    unlink(path);
+    unlink(path2);
+}
+
 /* OTE_TLS: "file" alone carries file segments; a list without it leaves them out. */
 static void test_tls_selection(void **state)
 {
@@ -763,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_truncated_under_transfer),
         cmocka_unit_test(test_names_and_unsupported),
         cmocka_unit_test(test_tls_selection),
+        cmocka_unit_test(test_timeout),
     };
     int rc;
 
