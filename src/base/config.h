@@ -51,6 +51,20 @@ typedef struct ote_config_table {
 #define OTE_CONFIG_NUM_FIELDS(_fields) (sizeof(_fields) / sizeof((_fields)[0]))
 
 /*
+ * Define the table _var of options struct _type from the entries _fields,
+ * as UCX's UCS_CONFIG_DECLARE_TABLE: _validate may be NULL.
+ */
+#define OTE_CONFIG_TABLE_DEFINE(_var, _prefix, _component, _fields, _type, _validate)          \
+    const ote_config_table_t _var = {                                                          \
+        .prefix      = (_prefix),                                                              \
+        .component   = (_component),                                                           \
+        .fields      = (_fields),                                                              \
+        .num_fields  = OTE_CONFIG_NUM_FIELDS(_fields),                                         \
+        .struct_size = sizeof(_type),                                                          \
+        .validate    = (_validate),                                                            \
+    }
+
+/*
  * Fill opts (table->struct_size bytes) from the defaults, then from the
  * environment, then validate. A value that does not parse is
  * OTE_ERR_INVALID_PARAM with a log line naming the variable; on any error

@@ -130,14 +130,8 @@ static ote_status_t engine_config_validate(const void *opts)
     return OTE_OK;
 }
 
-const ote_config_table_t ote_engine_config_table = {
-    .prefix      = "",
-    .component   = "engine",
-    .fields      = engine_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(engine_config_fields),
-    .struct_size = sizeof(ote_engine_config_t),
-    .validate    = engine_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_engine_config_table, "", "engine", engine_config_fields,
+                        ote_engine_config_t, engine_config_validate);
 
 static size_t tables_add(const ote_config_table_t **tables, size_t n, size_t max,
                          const ote_config_table_t *t)

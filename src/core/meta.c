@@ -264,14 +264,8 @@ static ote_status_t meta_config_validate(const void *opts)
     return OTE_OK;
 }
 
-const ote_config_table_t ote_meta_config_table = {
-    .prefix      = "METADATA_",
-    .component   = "metadata",
-    .fields      = meta_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(meta_config_fields),
-    .struct_size = sizeof(ote_meta_config_t),
-    .validate    = meta_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_meta_config_table, "METADATA_", "metadata", meta_config_fields,
+                        ote_meta_config_t, meta_config_validate);
 
 ote_status_t ote_meta_create(const ote_meta_params_t *p, ote_meta_t **meta_p)
 {

@@ -53,8 +53,6 @@ ote_status_t ote_cma_probe(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *
 ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
                                  socklen_t *sslen_p);
 
-extern const ote_tl_ep_ops_t ote_cma_ep_ops;
-
 /* Largest name: sun_path less the leading NUL of the abstract namespace. */
 #define OTE_CMA_NAME_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 

@@ -159,7 +159,7 @@ ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t
 
     status          = ote_tcp_iface_init(t, res, params);
     t->super.ops    = &cma_iface_ops;
-    t->super.ep_ops = &ote_cma_ep_ops;
+    t->super.ep_ops = &ote_tcp_ep_ops; /* by reference: ref_handle is set */
     t->ref_handle   = ote_cma_target_handle;
     t->ref_flush    = ote_cma_target_flush;
     t->connect_hook = ote_cma_probe;
@@ -238,15 +238,7 @@ static ote_status_t cma_query_resources(ote_tl_component_t *comp,
     return ote_cma_resource(comp, "cma", res_p, count_p);
 }
 
-static const ote_tl_component_ops_t cma_component_ops = {
-    .name            = "cma",
-    /* cma runs on tcp's connection code and reads its table (OTE_TCP_MAX_MSG). */
-    .config_table    = &ote_tcp_config_table,
-    .query_resources = cma_query_resources,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
-    .iface_open      = cma_iface_open,
-    .unavailable     = ote_tl_no_reason,
-};
-
-ote_tl_component_t ote_cma_component = {.ops = &cma_component_ops};
+/* cma runs on tcp's connection code and reads its table (OTE_TCP_MAX_MSG). */
+OTE_TL_COMPONENT_DEFINE(ote_cma_component, "cma", &ote_tcp_config_table, cma_query_resources,
+                        ote_tl_unsupported_md_open, ote_tl_no_md_close, cma_iface_open,
+                        ote_tl_no_reason);

@@ -87,14 +87,8 @@ static ote_status_t shm_config_validate(const void *opts)
     return OTE_OK;
 }
 
-const ote_config_table_t ote_shm_config_table = {
-    .prefix      = "SHM_",
-    .component   = "shm",
-    .fields      = shm_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(shm_config_fields),
-    .struct_size = sizeof(shm_config_t),
-    .validate    = shm_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, shm_config_t,
+                        shm_config_validate);
 
 static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
@@ -143,14 +137,6 @@ static ote_status_t shm_query_resources(ote_tl_component_t *comp,
     return ote_cma_resource(comp, "shm", res_p, count_p);
 }
 
-static const ote_tl_component_ops_t shm_component_ops = {
-    .name            = "shm",
-    .config_table    = &ote_shm_config_table,
-    .query_resources = shm_query_resources,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
-    .iface_open      = shm_iface_open,
-    .unavailable     = ote_tl_no_reason,
-};
-
-ote_tl_component_t ote_shm_component = {.ops = &shm_component_ops};
+OTE_TL_COMPONENT_DEFINE(ote_shm_component, "shm", &ote_shm_config_table, shm_query_resources,
+                        ote_tl_unsupported_md_open, ote_tl_no_md_close, shm_iface_open,
+                        ote_tl_no_reason);

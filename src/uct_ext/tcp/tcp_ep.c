@@ -488,21 +488,22 @@ ote_status_t ote_tcp_ep_post_map(ote_tcp_ep_t *ep, uint8_t then, void *local, si
     return ep_post(ep, OTE_TCP_MAP, then, local, length, local_region, remote_addr, comp);
 }
 
-static ote_status_t tcp_ep_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
-                                     ote_region_t *local_region, uint64_t remote_addr,
-                                     const void *rkey, size_t rkey_len,
-                                     ote_tl_completion_t *comp)
+/*
+ * The bytes travel in the messages; in by-reference mode (cma) the target
+ * copies them from or to the initiator's memory.
+ */
+static ote_status_t tcp_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
+                                   ote_region_t *local_region, uint64_t remote_addr,
+                                   ote_tl_completion_t *comp)
 {
-    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_WRITE, local, length, local_region,
-                           remote_addr, comp);
-}
+    const ote_tcp_iface_t *iface = (const ote_tcp_iface_t *)tl_ep->iface;
+    uint8_t type;
 
-static ote_status_t tcp_ep_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
-                                     ote_region_t *local_region, uint64_t remote_addr,
-                                     const void *rkey, size_t rkey_len,
-                                     ote_tl_completion_t *comp)
-{
-    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_READ_REQ, local, length, local_region,
+    if (iface->ref_handle != NULL)
+        type = put ? OTE_TCP_PUT_REF : OTE_TCP_GET_REF;
+    else
+        type = put ? OTE_TCP_WRITE : OTE_TCP_READ_REQ;
+    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, type, local, length, local_region,
                            remote_addr, comp);
 }
 
@@ -521,13 +522,4 @@ bool ote_tcp_ep_is_alive(ote_tl_ep_t *tl_ep)
     return tcp_ep_pick((ote_tcp_ep_t *)tl_ep) != NULL;
 }
 
-const ote_tl_ep_ops_t ote_tcp_ep_ops = {
-    .put_zcopy       = tcp_ep_put_zcopy,
-    .get_zcopy       = tcp_ep_get_zcopy,
-    .inflight_bytes  = ote_tcp_ep_inflight_bytes,
-    .is_alive        = ote_tcp_ep_is_alive,
-    .destroy         = ote_tcp_ep_destroy,
-    .needs_reconnect = ote_tcp_ep_needs_reconnect,
-    .reconnect       = ote_tcp_ep_reconnect,
-    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
-};
+OTE_TCP_EP_OPS_DEFINE(ote_tcp_ep_ops, tcp_ep_post_op);

@@ -384,14 +384,8 @@ static ote_status_t tcp_config_validate(const void *opts)
     return OTE_OK;
 }
 
-const ote_config_table_t ote_tcp_config_table = {
-    .prefix      = "TCP_",
-    .component   = "tcp",
-    .fields      = tcp_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(tcp_config_fields),
-    .struct_size = sizeof(ote_tcp_config_t),
-    .validate    = tcp_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_tcp_config_table, "TCP_", "tcp", tcp_config_fields, ote_tcp_config_t,
+                        tcp_config_validate);
 
 ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
                                 const ote_tl_iface_params_t *params)
@@ -565,14 +559,6 @@ static ote_status_t tcp_query_resources(ote_tl_component_t *comp,
     return OTE_OK;
 }
 
-static const ote_tl_component_ops_t tcp_component_ops = {
-    .name            = "tcp",
-    .config_table    = &ote_tcp_config_table,
-    .query_resources = tcp_query_resources,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
-    .iface_open      = tcp_iface_open,
-    .unavailable     = ote_tl_no_reason,
-};
-
-ote_tl_component_t ote_tcp_component = {.ops = &tcp_component_ops};
+OTE_TL_COMPONENT_DEFINE(ote_tcp_component, "tcp", &ote_tcp_config_table, tcp_query_resources,
+                        ote_tl_unsupported_md_open, ote_tl_no_md_close, tcp_iface_open,
+                        ote_tl_no_reason);

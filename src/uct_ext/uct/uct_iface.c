@@ -563,14 +563,5 @@ static void uct_md_close_(ote_tl_component_t *comp, ote_md_t *md)
     ote_uct_md_put((ote_uct_md_t *)md);
 }
 
-static const ote_tl_component_ops_t uct_component_ops = {
-    .name            = "uct",
-    .config_table    = &ote_uct_config_table,
-    .query_resources = uct_query_resources,
-    .md_open         = uct_md_open_,
-    .md_close        = uct_md_close_,
-    .iface_open      = uct_iface_open_,
-    .unavailable     = ote_tl_no_reason,
-};
-
-ote_tl_component_t ote_uct_component = {.ops = &uct_component_ops};
+OTE_TL_COMPONENT_DEFINE(ote_uct_component, "uct", &ote_uct_config_table, uct_query_resources,
+                        uct_md_open_, uct_md_close_, uct_iface_open_, ote_tl_no_reason);
