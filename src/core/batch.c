@@ -6,6 +6,7 @@
  * signalled once the batch drains.
  */
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -39,10 +40,7 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
     pthread_mutex_lock(&engine->batch_lock);
-    b->next = engine->batches;
-    if (engine->batches != NULL)
-        engine->batches->prev = b;
-    engine->batches = b;
+    OTE_DLIST_PUSH_FRONT(engine->batches, b);
     pthread_mutex_unlock(&engine->batch_lock);
     *batch_p = b;
     return OTE_OK;
@@ -83,12 +81,7 @@ static bool batch_unlist(ote_batch_h b)
     listed = !b->released;
     if (listed) {
         b->released = true;
-        if (b->prev)
-            b->prev->next = b->next;
-        else
-            e->batches = b->next;
-        if (b->next)
-            b->next->prev = b->prev;
+        OTE_DLIST_REMOVE(e->batches, b);
     }
     pthread_mutex_unlock(&e->batch_lock);
     return listed;

@@ -22,6 +22,7 @@
  */
 #include "ctl_msg.h"
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -229,25 +230,12 @@ static notif_sender_t *sender_find(struct ote_notif_senders *s, uint64_t sender)
 
 static void sender_unlink_age(struct ote_notif_senders *s, notif_sender_t *x)
 {
-    if (x->newer)
-        x->newer->older = x->older;
-    else
-        s->newest = x->older;
-    if (x->older)
-        x->older->newer = x->newer;
-    else
-        s->oldest = x->newer;
+    OTE_DLIST2_REMOVE(s->newest, s->oldest, x, newer, older);
 }
 
 static void sender_make_newest(struct ote_notif_senders *s, notif_sender_t *x)
 {
-    x->newer = NULL;
-    x->older = s->newest;
-    if (s->newest)
-        s->newest->newer = x;
-    s->newest = x;
-    if (s->oldest == NULL)
-        s->oldest = x;
+    OTE_DLIST2_PUSH_FRONT(s->newest, s->oldest, x, newer, older);
 }
 
 /* Forget the sender heard from longest ago. */

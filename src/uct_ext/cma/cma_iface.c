@@ -112,21 +112,7 @@ ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *tl_iface)
     return OTE_OK;
 }
 
-static const ote_tl_iface_ops_t cma_iface_ops = {
-    .close          = ote_tcp_iface_close,
-    .query          = ote_cma_iface_query,
-    .get_address    = ote_cma_iface_get_address,
-    .event_fd       = ote_tcp_iface_event_fd,
-    .progress       = ote_cma_iface_progress,
-    .event_arm      = ote_cma_iface_event_arm,
-    .check_timeouts = ote_tcp_iface_check_timeouts,
-    .has_deadlines  = ote_tcp_iface_has_deadlines,
-    .ep_create      = ote_tcp_ep_create,
-    .format_address = ote_tl_no_format_address,
-    .ep_open        = ote_tl_unsupported_ep_open,
-    .ep_accept      = ote_tl_unsupported_ep_accept,
-    .ep_release     = ote_tl_no_ep_release,
-};
+static const ote_tl_iface_ops_t cma_iface_ops = OTE_CMA_IFACE_OPS_INIT(ote_cma_iface_query);
 
 static ote_status_t cma_listen(cma_iface_t *iface)
 {

@@ -37,31 +37,12 @@ static void shm_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     caps->latency   = 1e-6;
 }
 
-static void shm_iface_close(ote_tl_iface_t *tl_iface)
-{
-    /*
-     * Its connections close first, which ends their grants and wakes
-     * deregistrations waiting for them (the condition needs no destroy on
-     * Linux, and a waiter may still be leaving it).
-     */
-    ote_tcp_iface_close(tl_iface);
-}
-
-static const ote_tl_iface_ops_t shm_iface_ops = {
-    .close          = shm_iface_close,
-    .query          = shm_iface_query,
-    .get_address    = ote_cma_iface_get_address,
-    .event_fd       = ote_tcp_iface_event_fd,
-    .progress       = ote_cma_iface_progress,
-    .event_arm      = ote_cma_iface_event_arm,
-    .check_timeouts = ote_tcp_iface_check_timeouts,
-    .has_deadlines  = ote_tcp_iface_has_deadlines,
-    .ep_create      = ote_tcp_ep_create,
-    .format_address = ote_tl_no_format_address,
-    .ep_open        = ote_tl_unsupported_ep_open,
-    .ep_accept      = ote_tl_unsupported_ep_accept,
-    .ep_release     = ote_tl_no_ep_release,
-};
+/*
+ * Closing closes its connections first, which ends their grants and wakes
+ * deregistrations waiting for them (the condition needs no destroy on
+ * Linux, and a waiter may still be leaving it).
+ */
+static const ote_tl_iface_ops_t shm_iface_ops = OTE_CMA_IFACE_OPS_INIT(shm_iface_query);
 
 /* OTE_SHM_*. */
 typedef struct {
@@ -122,7 +103,7 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     t->initiator_hook = ote_shm_initiator_hook;
     t->conn_closed    = shm_conn_closed;
     if (status != OTE_OK) {
-        shm_iface_close(&t->super);
+        ote_tcp_iface_close(&t->super);
         return status;
     }
     *iface_p = &t->super;

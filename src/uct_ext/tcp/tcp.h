@@ -303,21 +303,16 @@ int      ote_tcp_iface_event_fd(ote_tl_iface_t *iface);
  * in how an operation is posted:
  * _post(tl_ep, put, local, length, local_region, remote_addr, comp).
  */
+#define OTE_TCP_EP_ZCOPY_DEFINE(_fn, _post, _put)                                              \
+    static ote_status_t _fn(ote_tl_ep_t *tl_ep, void *local, size_t length,                    \
+                            ote_region_t *local_region, uint64_t remote_addr, const void *rkey, \
+                            size_t rkey_len, ote_tl_completion_t *comp)                        \
+    {                                                                                          \
+        return _post(tl_ep, _put, local, length, local_region, remote_addr, comp);             \
+    }
 #define OTE_TCP_EP_OPS_DEFINE(_var, _post)                                                     \
-    static ote_status_t _var##_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,      \
-                                         ote_region_t *local_region, uint64_t remote_addr,     \
-                                         const void *rkey, size_t rkey_len,                    \
-                                         ote_tl_completion_t *comp)                            \
-    {                                                                                          \
-        return _post(tl_ep, true, local, length, local_region, remote_addr, comp);             \
-    }                                                                                          \
-    static ote_status_t _var##_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,      \
-                                         ote_region_t *local_region, uint64_t remote_addr,     \
-                                         const void *rkey, size_t rkey_len,                    \
-                                         ote_tl_completion_t *comp)                            \
-    {                                                                                          \
-        return _post(tl_ep, false, local, length, local_region, remote_addr, comp);            \
-    }                                                                                          \
+    OTE_TCP_EP_ZCOPY_DEFINE(_var##_put_zcopy, _post, true)                                     \
+    OTE_TCP_EP_ZCOPY_DEFINE(_var##_get_zcopy, _post, false)                                    \
     const ote_tl_ep_ops_t _var = {                                                             \
         .put_zcopy       = _var##_put_zcopy,                                                   \
         .get_zcopy       = _var##_get_zcopy,                                                   \

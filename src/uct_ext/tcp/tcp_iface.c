@@ -1,6 +1,7 @@
 /* Native tcp component: resources, iface (listener + epoll), progress. */
 #include "tcp.h"
 
+#include "base/dlist.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -39,12 +40,7 @@ void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
         }
         c->dirty = false;
     }
-    if (c->prev)
-        c->prev->next = c->next;
-    else if (iface->conns == c)
-        iface->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    OTE_DLIST_REMOVE(iface->conns, c);
     c->next = c->prev = NULL;
     if (c->ep == NULL) {
         iface->num_accepted--;
@@ -58,11 +54,7 @@ void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
 
 static void iface_link(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
 {
-    c->prev = NULL;
-    c->next = iface->conns;
-    if (iface->conns)
-        iface->conns->prev = c;
-    iface->conns = c;
+    OTE_DLIST_PUSH_FRONT(iface->conns, c);
 }
 
 static void flush_dirty(ote_tcp_iface_t *iface)

@@ -1,6 +1,7 @@
 /* uct component: endpoints, wire-up (to-iface and to-ep), one-sided operations. */
 #include "uct.h"
 
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -255,13 +256,7 @@ unsigned ote_uct_ep_post_pending(ote_uct_ep_t *ep)
             if (!op->posted) {
                 /* Still no resources: back to the front, keep the order. */
                 ote_uct_op_list_remove(&ep->pending, op);
-                op->next = ep->pending.head;
-                op->prev = NULL;
-                if (ep->pending.head)
-                    ep->pending.head->prev = op;
-                else
-                    ep->pending.tail = op;
-                ep->pending.head = op;
+                OTE_DLIST2_PUSH_FRONT(ep->pending.head, ep->pending.tail, op, prev, next);
                 break;
             }
             n++;
@@ -407,12 +402,7 @@ static void ep_unlink(ote_uct_ep_t *ep)
 {
     ote_uct_iface_t *iface = ep_iface(ep);
 
-    if (ep->prev)
-        ep->prev->next = ep->next;
-    else if (iface->eps == ep)
-        iface->eps = ep->next;
-    if (ep->next)
-        ep->next->prev = ep->prev;
+    OTE_DLIST_REMOVE(iface->eps, ep);
     ep->next = ep->prev = NULL;
 }
 
@@ -420,11 +410,7 @@ static void ep_link(ote_uct_ep_t *ep)
 {
     ote_uct_iface_t *iface = ep_iface(ep);
 
-    ep->prev = NULL;
-    ep->next = iface->eps;
-    if (iface->eps)
-        iface->eps->prev = ep;
-    iface->eps = ep;
+    OTE_DLIST_PUSH_FRONT(iface->eps, ep);
 }
 
 static void ep_destroy_uct(ote_uct_ep_t *ep)

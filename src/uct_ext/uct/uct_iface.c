@@ -1,6 +1,7 @@
 /* uct component: resources, ifaces (one uct_worker each), progress, errors. */
 #include "uct.h"
 
+#include "base/dlist.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -36,25 +37,12 @@ void ote_uct_op_put(ote_uct_iface_t *iface, ote_uct_op_t *op)
 
 void ote_uct_op_list_push(ote_uct_op_list_t *l, ote_uct_op_t *op)
 {
-    op->next = NULL;
-    op->prev = l->tail;
-    if (l->tail)
-        l->tail->next = op;
-    else
-        l->head = op;
-    l->tail = op;
+    OTE_DLIST2_PUSH_BACK(l->head, l->tail, op, prev, next);
 }
 
 void ote_uct_op_list_remove(ote_uct_op_list_t *l, ote_uct_op_t *op)
 {
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        l->head = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    else
-        l->tail = op->prev;
+    OTE_DLIST2_REMOVE(l->head, l->tail, op, prev, next);
     op->next = op->prev = NULL;
 }
 
