@@ -293,3 +293,20 @@ uint64_t ote_random_u64(void)
         v = ote_time_ns() ^ ((uint64_t)getpid() << 32);
     return v;
 }
+
+ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t count, size_t elem,
+                           size_t first_cap)
+{
+    size_t ncap = *cap_p != 0 ? *cap_p * 2 : first_cap;
+    uint8_t *n  = malloc(ncap * elem);
+
+    if (n == NULL)
+        return OTE_ERR_NO_MEMORY;
+    for (size_t i = 0; i < count; i++)
+        memcpy(n + i * elem, (uint8_t *)*ring + ((*head_p + i) % *cap_p) * elem, elem);
+    free(*ring);
+    *ring   = n;
+    *cap_p  = ncap;
+    *head_p = 0;
+    return OTE_OK;
+}

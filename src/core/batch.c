@@ -266,16 +266,8 @@ static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t 
                                      unsigned access)
 {
     ote_status_t best = OTE_ERR_NOT_REGISTERED;
-    size_t lo = 0, hi = d->num_regions;
+    size_t lo = ote_desc_regions_upto(d, addr);
 
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-
-        if (d->regions[mid].addr <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
     for (size_t i = lo; i-- > 0 && lo - i <= 64;) {
         const ote_desc_region_t *reg = &d->regions[i];
 

@@ -97,9 +97,10 @@ ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *iface);
 bool         ote_cma_available(void);
 /*
  * The one resource ("memory") of a component on cma's connection code, named
- * tl_name; none where process_vm_readv is not allowed.
+ * as the component; none where process_vm_readv is not allowed.
  */
-ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
-                              ote_tl_resource_t **res_p, size_t *count_p);
+ote_status_t ote_cma_query_resources(ote_tl_component_t *comp,
+                                     const ote_tl_iface_params_t *params,
+                                     ote_tl_resource_t **res_p, size_t *count_p);
 
 #endif

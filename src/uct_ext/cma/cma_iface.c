@@ -195,8 +195,9 @@ bool ote_cma_available(void)
     return true;
 }
 
-ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
-                              ote_tl_resource_t **res_p, size_t *count_p)
+ote_status_t ote_cma_query_resources(ote_tl_component_t *comp,
+                                     const ote_tl_iface_params_t *params,
+                                     ote_tl_resource_t **res_p, size_t *count_p)
 {
     ote_tl_resource_t *r;
 
@@ -208,7 +209,7 @@ ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return OTE_ERR_NO_MEMORY;
-    snprintf(r->tl_name, sizeof(r->tl_name), "%s", tl_name);
+    snprintf(r->tl_name, sizeof(r->tl_name), "%s", comp->ops->name);
     snprintf(r->dev_name, sizeof(r->dev_name), "memory");
     r->is_network = false;
     r->component  = comp;
@@ -217,14 +218,7 @@ ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
     return OTE_OK;
 }
 
-static ote_status_t cma_query_resources(ote_tl_component_t *comp,
-                                        const ote_tl_iface_params_t *params,
-                                        ote_tl_resource_t **res_p, size_t *count_p)
-{
-    return ote_cma_resource(comp, "cma", res_p, count_p);
-}
-
 /* cma runs on tcp's connection code and reads its table (OTE_TCP_MAX_MSG). */
-OTE_TL_COMPONENT_DEFINE(ote_cma_component, "cma", &ote_tcp_config_table, cma_query_resources,
+OTE_TL_COMPONENT_DEFINE(ote_cma_component, "cma", &ote_tcp_config_table, ote_cma_query_resources,
                         ote_tl_unsupported_md_open, ote_tl_no_md_close, cma_iface_open,
                         ote_tl_no_reason);

@@ -110,14 +110,7 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     return OTE_OK;
 }
 
-static ote_status_t shm_query_resources(ote_tl_component_t *comp,
-                                        const ote_tl_iface_params_t *params,
-                                        ote_tl_resource_t **res_p, size_t *count_p)
-{
-    /* Ranges outside mapped memory go by reference: it needs what cma needs. */
-    return ote_cma_resource(comp, "shm", res_p, count_p);
-}
-
-OTE_TL_COMPONENT_DEFINE(ote_shm_component, "shm", &ote_shm_config_table, shm_query_resources,
+/* Ranges outside mapped memory go by reference: it needs what cma needs. */
+OTE_TL_COMPONENT_DEFINE(ote_shm_component, "shm", &ote_shm_config_table, ote_cma_query_resources,
                         ote_tl_unsupported_md_open, ote_tl_no_md_close, shm_iface_open,
                         ote_tl_no_reason);

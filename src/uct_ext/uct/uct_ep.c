@@ -561,6 +561,19 @@ static ote_status_t ep_connect_locked(ote_uct_iface_t *iface, ote_uct_ep_t *ep,
     return OTE_OK;
 }
 
+/* Under the worker lock: list an ep that opened (status OK), or undo one that failed. */
+static ote_status_t ep_settle_locked(ote_uct_ep_t *ep, ote_status_t status)
+{
+    if (status != OTE_OK) {
+        if (ep->ep != NULL)
+            uct_ep_destroy(ep->ep);
+        free(ep);
+        return status;
+    }
+    ep_link(ep);
+    return OTE_OK;
+}
+
 ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
                              size_t peer_addr_len, const ote_tl_peer_t *peer,
                              ote_tl_ep_t **ep_p, void *addr, size_t max, size_t *len_p)
@@ -586,17 +599,11 @@ ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
         status = OTE_ERR_UNREACHABLE;
     else
         status = ep_open_locked(iface, ep, addr, max, len_p);
-    if (status != OTE_OK) {
-        if (ep->ep != NULL)
-            uct_ep_destroy(ep->ep);
-        pthread_mutex_unlock(iface->worker_lock);
-        free(ep);
-        return status;
-    }
-    ep_link(ep);
+    status = ep_settle_locked(ep, status);
     pthread_mutex_unlock(iface->worker_lock);
-    *ep_p = &ep->super;
-    return OTE_OK;
+    if (status == OTE_OK)
+        *ep_p = &ep->super;
+    return status;
 }
 
 static ote_status_t uct_ep_connect_to_ep_(ote_tl_ep_t *tl_ep, const void *addr, size_t len)
@@ -645,17 +652,11 @@ ote_status_t ote_uct_ep_accept(ote_tl_iface_t *tl_iface, const ote_tl_peer_t *pe
     status = ep_open_locked(iface, ep, out, max, out_len_p);
     if (status == OTE_OK)
         status = ep_connect_locked(iface, ep, addr, addr_len);
-    if (status != OTE_OK) {
-        if (ep->ep != NULL)
-            uct_ep_destroy(ep->ep);
-        pthread_mutex_unlock(iface->worker_lock);
-        free(ep);
-        return status;
-    }
-    ep_link(ep);
-    iface->num_accepted++;
+    status = ep_settle_locked(ep, status);
+    if (status == OTE_OK)
+        iface->num_accepted++;
     pthread_mutex_unlock(iface->worker_lock);
-    return OTE_OK;
+    return status;
 }
 
 bool ote_uct_ep_release(ote_tl_iface_t *tl_iface, uint64_t peer_instance, uint64_t conn_id)
