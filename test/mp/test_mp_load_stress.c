@@ -98,29 +98,6 @@ static atomic_bool      g_peer_gone[NPEERS]; /* B stopped, C killed: submits may
 static atomic_bool      g_stop, g_cancel_stop;
 static slot_t           g_slot[NTHREADS];
 
-/* SIGSTOP, and wait until the process is stopped indeed. */
-static void stop_process(pid_t pid)
-{
-    char path[64], buf[512], *p;
-
-    kill(pid, SIGSTOP);
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 5000; i++) {
-        FILE *fp = fopen(path, "r");
-        bool stopped = false;
-
-        if (fp != NULL) {
-            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
-                stopped = p[2] == 'T';
-            fclose(fp);
-        }
-        if (stopped)
-            return;
-        usleep(1000);
-    }
-    fail_msg("process %d did not stop", (int)pid);
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -455,7 +432,7 @@ static void test_stress(void **state)
     ote_test_target_kill(&g_t[PEER_C]);
     usleep((useconds_t)(run_s * 0.3 * 1e6));
     atomic_store(&g_peer_gone[PEER_B], true);
-    stop_process(g_t[PEER_B].pid);
+    mp_stop_process(g_t[PEER_B].pid);
     usleep((useconds_t)(run_s * 0.4 * 1e6));
     atomic_store(&g_stop, true);
     for (int i = 0; i < NTHREADS; i++)

@@ -315,18 +315,26 @@ static void test_duplicate(void **state)
     ote_engine_destroy(e);
 }
 
-/* Put a raw record under name (the name must be free). */
-static void raw_put(const char *name, const void *rec, size_t len)
+/* The store's own client, open, and the key of name. */
+static const ote_meta_ops_t *raw_open(const char *name, void **ctx_p, char *key, size_t key_len)
 {
     const ote_meta_ops_t *ops =
         strcmp(store.kind, "etcd") == 0 ? &ote_meta_etcd_ops : &ote_meta_redis_ops;
-    char key[512];
     ote_meta_uri_t uri;
-    void *ctx;
 
     assert_int_equal(ote_meta_uri_parse(store.uri, &uri), OTE_OK);
-    assert_int_equal(ops->open(&uri, 2000, &ctx), OTE_OK);
-    snprintf(key, sizeof(key), "orbitte/segments/%s", name);
+    assert_int_equal(ops->open(&uri, 2000, ctx_p), OTE_OK);
+    snprintf(key, key_len, "orbitte/segments/%s", name);
+    return ops;
+}
+
+/* Put a raw record under name (the name must be free). */
+static void raw_put(const char *name, const void *rec, size_t len)
+{
+    char key[512];
+    void *ctx;
+    const ote_meta_ops_t *ops = raw_open(name, &ctx, key, sizeof(key));
+
     assert_int_equal(ops->claim(ctx, key, rec, len, 30), OTE_OK);
     /* Closed without release: the record stays until its TTL. */
     ops->close(ctx);
@@ -334,15 +342,10 @@ static void raw_put(const char *name, const void *rec, size_t len)
 
 static void raw_get(const char *name, uint8_t **rec_p, size_t *len_p)
 {
-    const ote_meta_ops_t *ops =
-        strcmp(store.kind, "etcd") == 0 ? &ote_meta_etcd_ops : &ote_meta_redis_ops;
     char key[512];
-    ote_meta_uri_t uri;
     void *ctx;
+    const ote_meta_ops_t *ops = raw_open(name, &ctx, key, sizeof(key));
 
-    assert_int_equal(ote_meta_uri_parse(store.uri, &uri), OTE_OK);
-    assert_int_equal(ops->open(&uri, 2000, &ctx), OTE_OK);
-    snprintf(key, sizeof(key), "orbitte/segments/%s", name);
     assert_int_equal(ops->get(ctx, key, rec_p, len_p), OTE_OK);
     ops->close(ctx);
 }

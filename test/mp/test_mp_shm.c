@@ -28,13 +28,7 @@ void ote_shm_stats(uint64_t *mapped_p, uint64_t *by_ref_p);
 
 enum { R_RW = 0, R_RO = 1, R_PRIVATE = 2, R_WO = 3 };
 
-typedef struct {
-    ote_test_target_t t;
-    ote_engine_h      e;
-    ote_segment_h     seg;
-    uint8_t          *local;
-    ote_mem_h         mem;
-} fx_t;
+typedef mp_fx_t fx_t;
 
 static int setup(void **state)
 {
@@ -42,26 +36,15 @@ static int setup(void **state)
                                        "--region", "1m:rw",    "--region", "1m:w@*", NULL};
     fx_t *f = calloc(1, sizeof(*f));
 
-    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
-    f->e = ote_test_engine(NULL);
-    assert_non_null(f->e);
-    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
-    assert_int_equal(ote_mem_alloc(f->e, BIG, NULL, 0, (void **)&f->local, &f->mem), OTE_OK);
+    mp_fx_start(f, args, BIG);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fx_t *f = *state;
-    char reply[64];
-
-    ote_test_target_cmd(f->e, f->seg, "quit", reply, sizeof(reply), 100);
-    ote_segment_close(f->seg);
-    ote_mem_free(f->e, f->mem);
-    ote_engine_destroy(f->e);
-    ote_test_target_stop(&f->t);
-    free(f);
+    mp_fx_stop(*state, true);
+    free(*state);
     return 0;
 }
 
