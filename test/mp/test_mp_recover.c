@@ -170,6 +170,14 @@ static void stall(fixture_t *f, const tl_traits_t *tr)
     assert_int_equal(kill(f->t.pid, SIGCONT), 0);
 }
 
+/* A fixture whose peer answered once and then stopped until its requests timed out. */
+static void fixture_start_stalled(fixture_t *f, const tl_traits_t *tr)
+{
+    fixture_start(f);
+    write_read_verify(f->e, f->seg, f->local, &f->t, 0, 1, tr);
+    stall(f, tr);
+}
+
 /* No call in between: the next requests find the peer again. */
 static void test_resume_no_refresh(void **state)
 {
@@ -177,9 +185,7 @@ static void test_resume_no_refresh(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_start(&f);
-    write_read_verify(f.e, f.seg, f.local, &f.t, 0, 1, &tr);
-    stall(&f, &tr);
+    fixture_start_stalled(&f, &tr);
     if (!tr.native && tr.stop_blocks) {
         ote_task_status_t st[1];
 
@@ -202,9 +208,7 @@ static void test_resume_refresh(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_start(&f);
-    write_read_verify(f.e, f.seg, f.local, &f.t, 0, 1, &tr);
-    stall(&f, &tr);
+    fixture_start_stalled(&f, &tr);
     assert_int_equal(ote_segment_refresh(f.seg), OTE_OK);
     for (uint64_t round = 0; round < 3; round++)
         write_read_verify(f.e, f.seg, f.local, &f.t, round * REQ, 20 + round, &tr);
@@ -228,9 +232,7 @@ static void test_restarted_peer(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_start(&f);
-    write_read_verify(f.e, f.seg, f.local, &f.t, 0, 1, &tr);
-    stall(&f, &tr);
+    fixture_start_stalled(&f, &tr);
     ote_test_target_kill(&f.t);
     args[0] = "--listen";
     args[1] = f.listen;
