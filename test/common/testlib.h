@@ -38,6 +38,12 @@ ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *
  */
 ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
                            uint64_t remote, size_t len, int timeout_ms, ote_task_status_t *st);
+/*
+ * n requests in one batch, waited for as ote_test_xfer does; when OK, st[i]
+ * holds the status of request i.
+ */
+ote_status_t ote_test_batch_run(ote_engine_h e, const ote_xfer_req_t *reqs, size_t n,
+                                int timeout_ms, ote_task_status_t *st);
 
 typedef struct {
     pid_t    pid;

@@ -95,8 +95,8 @@ static void transfer_and_check(fx_t *f, bool read_too)
     static const size_t sizes[] = {1, 4097, 65537, (1u << 20) + 3, (4u << 20) - 1};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     ote_xfer_req_t r[N];
-    size_t off[N], pos = 11, first;
-    ote_batch_h b;
+    ote_task_status_t st[N];
+    size_t off[N], pos = 11;
     char cmd[128];
 
     for (size_t i = 0; i < N; i++) {
@@ -117,16 +117,11 @@ static void transfer_and_check(fx_t *f, bool read_too)
                                     .remote_addr = f->target.addr[0] + off[i],
                                     .length = sizes[i]};
         }
-        assert_int_equal(ote_batch_create(f->e, N, &b), OTE_OK);
-        assert_int_equal(ote_batch_submit(b, r, N, &first), OTE_OK);
-        assert_int_equal(ote_batch_wait(b, 60000), OTE_OK);
+        assert_int_equal(ote_test_batch_run(f->e, r, N, 60000, st), OTE_OK);
         for (size_t i = 0; i < N; i++) {
-            ote_task_status_t st;
-
-            assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-            if (st.state != OTE_TASK_COMPLETED)
+            if (st[i].state != OTE_TASK_COMPLETED)
                 fail_msg("%s %zu bytes: %s", op ? "READ" : "WRITE", sizes[i],
-                         ote_status_string(st.error));
+                         ote_status_string(st[i].error));
             if (op == 0) {
                 snprintf(cmd, sizeof(cmd), "check 0 %zu %zu 65", off[i], sizes[i]);
                 mp_pair_expect(f, cmd, "ok");
@@ -137,7 +132,6 @@ static void transfer_and_check(fx_t *f, bool read_too)
                 assert_int_equal(f->local[off[i] + 1 + sizes[i]], 0);
             }
         }
-        ote_batch_release(b);
     }
 }
 

@@ -210,6 +210,24 @@ static void test_kill_expiry(void **state)
     ote_engine_destroy(e);
 }
 
+/*
+ * A target named name, and an engine named engine_name with 1 MiB of its
+ * own memory that opened the target's segment and exchanged data (seed).
+ */
+static ote_engine_h opened_peer(ote_test_target_t *t, const char *name, const char *engine_name,
+                                unsigned seed, ote_segment_h *seg_p, ote_mem_h *mem_p,
+                                uint8_t **local_p)
+{
+    ote_engine_h e;
+
+    target(t, name);
+    e = engine(engine_name);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)local_p, mem_p), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, seg_p), OTE_OK);
+    exchange(e, *seg_p, t, *local_p, seed);
+    return e;
+}
+
 static void test_restart_same_name(void **state)
 {
     ote_test_target_t a1, a2;
@@ -222,11 +240,7 @@ static void test_restart_same_name(void **state)
     int restarted = -1;
 
     (void)state;
-    target(&a1, "decode-r");
-    e = engine("prefill-r");
-    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
-    assert_int_equal(ote_segment_open(e, "decode-r", &seg), OTE_OK);
-    exchange(e, seg, &a1, local, 300);
+    e = opened_peer(&a1, "decode-r", "prefill-r", 300, &seg, &mem, &local);
     ote_test_target_kill(&a1);
     /* The new instance may take the name once the old key expired. */
     until_open_status(e, "decode-r", OTE_ERR_NOT_FOUND, 4 * atoi(TTL_S) + 5);
@@ -255,11 +269,7 @@ static void test_store_loss(void **state)
     double t0, took;
 
     (void)state;
-    target(&a, "decode-s");
-    e = engine("prefill-s");
-    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
-    assert_int_equal(ote_segment_open(e, "decode-s", &seg), OTE_OK);
-    exchange(e, seg, &a, local, 500);
+    e = opened_peer(&a, "decode-s", "prefill-s", 500, &seg, &mem, &local);
 
     /* A store that does not answer (stopped): the same, within OTE_METADATA_TIMEOUT_MS. */
     assert_int_equal(kill(store.pid, SIGSTOP), 0);

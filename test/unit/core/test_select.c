@@ -211,6 +211,15 @@ static void test_errors(void **state)
     parse_bad(many, NULL);
 }
 
+/* After a test that creates engines: none of the variables it set stays. */
+static int env_clear(void **state)
+{
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_NET_DEVICES");
+    unsetenv("OTE_LOG_LEVEL");
+    return 0;
+}
+
 /* The engine applies the selection: missing names fail at start. */
 static void test_engine_selection(void **state)
 {
@@ -263,7 +272,6 @@ static void test_engine_selection(void **state)
     (void)text;
     (void)size;
 #endif
-    unsetenv("OTE_TLS");
 }
 
 /* Run create with stderr captured; *log_p gets what the engine logged. */
@@ -374,8 +382,6 @@ static void test_tcp_devices(void **state)
         assert_string_equal(e->tls[0].resource.dev_name, "lo");
         ote_engine_destroy(e);
     }
-    unsetenv("OTE_NET_DEVICES");
-    unsetenv("OTE_TLS");
 }
 
 /* Names that are not here: OTE_ERR_NO_DEVICE, its own message, and a log naming them. */
@@ -403,8 +409,6 @@ static void test_unknown_names(void **state)
                                 "devices here: lo"));
     assert_null(strstr(log, "'lo'"));
     free(log);
-    unsetenv("OTE_NET_DEVICES");
-    unsetenv("OTE_TLS");
 }
 
 /*
@@ -445,8 +449,6 @@ static void test_exclude_cma(void **state)
     assert_null(strstr(log, "excludes the native"));
     free(log);
     ote_engine_destroy(e);
-    unsetenv("OTE_TLS");
-    unsetenv("OTE_LOG_LEVEL");
 }
 
 int main(void)
@@ -455,9 +457,10 @@ int main(void)
         cmocka_unit_test(test_all),     cmocka_unit_test(test_names),
         cmocka_unit_test(test_aliases), cmocka_unit_test(test_negation),
         cmocka_unit_test(test_devices), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_engine_selection),
-        cmocka_unit_test(test_tcp_devices), cmocka_unit_test(test_unknown_names),
-        cmocka_unit_test(test_exclude_cma),
+        cmocka_unit_test_teardown(test_engine_selection, env_clear),
+        cmocka_unit_test_teardown(test_tcp_devices, env_clear),
+        cmocka_unit_test_teardown(test_unknown_names, env_clear),
+        cmocka_unit_test_teardown(test_exclude_cma, env_clear),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

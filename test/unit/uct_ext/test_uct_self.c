@@ -58,8 +58,8 @@ static void xfer_mixed(fx_t *f, ote_op_t op)
                                    (3u << 20) + 5};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     ote_xfer_req_t r[N];
-    size_t off[N], pos = 7, first;
-    ote_batch_h b;
+    ote_task_status_t st[N];
+    size_t off[N], pos = 7;
 
     for (size_t i = 0; i < N; i++) {
         off[i] = pos;
@@ -77,34 +77,39 @@ static void xfer_mixed(fx_t *f, ote_op_t op)
                                 .segment = f->self,
                                 .remote_addr = (uintptr_t)f->remote + off[i],
                                 .length = sizes[i]};
-    assert_int_equal(ote_batch_create(f->e, N, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, N, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    assert_int_equal(ote_test_batch_run(f->e, r, N, 30000, st), OTE_OK);
     for (size_t i = 0; i < N; i++) {
-        ote_task_status_t st;
         const uint8_t *dst = op == OTE_OP_WRITE ? f->remote + off[i] : f->local + off[i] + 1;
         const uint8_t *src = op == OTE_OP_WRITE ? f->local + off[i] + 1 : f->remote + off[i];
 
-        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-        assert_int_equal(st.state, OTE_TASK_COMPLETED);
-        assert_int_equal(st.transferred, sizes[i]);
+        assert_int_equal(st[i].state, OTE_TASK_COMPLETED);
+        assert_int_equal(st[i].transferred, sizes[i]);
         assert_memory_equal(dst, src, sizes[i]);
         /* Nothing around the destination moved. */
         assert_int_equal(dst[-1], 0);
         assert_int_equal(dst[sizes[i]], 0);
     }
-    ote_batch_release(b);
+}
+
+/*
+ * With OTE_TLS=tls every rail is on tl, checked at the target or not, and
+ * carries mixed sizes both ways.
+ */
+static void carries_both_ways(const char *tls, const char *tl, bool checked)
+{
+    fx_t *f = fx_open(tls, NULL);
+
+    assert_rails(f, tl);
+    for (size_t i = 0; i < f->self->rail_set.num_rails; i++)
+        assert_int_equal(!!(f->self->rail_set.rails[i]->caps.ops & OTE_TL_CAP_CHECKED), checked);
+    xfer_mixed(f, OTE_OP_WRITE);
+    xfer_mixed(f, OTE_OP_READ);
+    ote_test_self_close(f);
 }
 
 static void test_uct_cma(void **state)
 {
-    fx_t *f = fx_open("uct_cma", NULL);
-
-    assert_rails(f, "uct_cma");
-    assert_false(f->self->rail_set.rails[0]->caps.ops & OTE_TL_CAP_CHECKED);
-    xfer_mixed(f, OTE_OP_WRITE);
-    xfer_mixed(f, OTE_OP_READ);
-    ote_test_self_close(f);
+    carries_both_ways("uct_cma", "uct_cma", false);
 }
 
 /* UCT cma does not check at the target: the initiator refuses what the peer did not publish. */
@@ -193,11 +198,7 @@ static void test_uct_tcp(void **state)
  */
 static void test_shm_alias(void **state)
 {
-    fx_t *f = fx_open("shm", NULL);
-
-    assert_rails(f, "shm");
-    xfer_mixed(f, OTE_OP_WRITE);
-    ote_test_self_close(f);
+    carries_both_ways("shm", "shm", true);
 }
 
 /*
@@ -206,13 +207,7 @@ static void test_shm_alias(void **state)
  */
 static void test_auto_choice(void **state)
 {
-    fx_t *f = fx_open("all", NULL);
-
-    assert_rails(f, "shm");
-    assert_true(f->self->rail_set.rails[0]->caps.ops & OTE_TL_CAP_CHECKED);
-    xfer_mixed(f, OTE_OP_WRITE);
-    xfer_mixed(f, OTE_OP_READ);
-    ote_test_self_close(f);
+    carries_both_ways("all", "shm", true);
 }
 
 int main(void)
