@@ -179,7 +179,7 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
                 goto err;
         }
     }
-    if (r.failed || r.left != 0)
+    if (ote_rd_end(&r) != OTE_OK)
         goto err;
     qsort(d->regions, d->num_regions, sizeof(*d->regions), region_cmp);
     *desc_p = d;

@@ -357,18 +357,8 @@ const ote_meta_ops_t ote_meta_redis_ops = {
     .release   = redis_release,
 };
 
-bool ote_meta_redis_available(void)
-{
-    return true;
-}
-
 #else /* !HAVE_REDIS */
 
 const ote_meta_ops_t ote_meta_redis_ops = {.name = NULL};
-
-bool ote_meta_redis_available(void)
-{
-    return false;
-}
 
 #endif

@@ -466,6 +466,18 @@ static ote_uct_ep_t *ep_new(ote_uct_iface_t *iface, const ote_tl_peer_t *peer)
     return ep;
 }
 
+/* The device and iface parts of a peer's address, for an iface of conn_model. */
+static ote_status_t peer_addr_parts(const ote_uct_iface_t *iface, ote_tl_conn_model_t conn_model,
+                                    const void *addr, size_t len, const uint8_t **dev_p,
+                                    size_t *dev_len_p, const uint8_t **ifa_p, size_t *ifa_len_p)
+{
+    if (iface->caps.conn_model != conn_model)
+        return OTE_ERR_UNSUPPORTED;
+    if (ote_uct_blob_unpack(addr, len, dev_p, dev_len_p, ifa_p, ifa_len_p) != OTE_OK)
+        return OTE_ERR_PROTOCOL;
+    return OTE_OK;
+}
+
 ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
 {
@@ -477,11 +489,10 @@ ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     ucs_status_t s;
     ote_status_t status;
 
-    if (iface->caps.conn_model != OTE_TL_CONN_TO_IFACE)
-        return OTE_ERR_UNSUPPORTED;
-    status = ote_uct_blob_unpack(addr, addr_len, &dev, &dev_len, &ifa, &ifa_len);
+    status = peer_addr_parts(iface, OTE_TL_CONN_TO_IFACE, addr, addr_len, &dev, &dev_len, &ifa,
+                             &ifa_len);
     if (status != OTE_OK)
-        return OTE_ERR_PROTOCOL;
+        return status;
     /* Another kind of device (tcp on loopback has longer addresses): not ours. */
     if (dev_len != iface->attr.device_addr_len || ifa_len != iface->attr.iface_addr_len)
         return OTE_ERR_UNREACHABLE;
@@ -584,11 +595,10 @@ ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
     ote_uct_ep_t *ep;
     ote_status_t status;
 
-    if (iface->caps.conn_model != OTE_TL_CONN_TO_EP)
-        return OTE_ERR_UNSUPPORTED;
-    status = ote_uct_blob_unpack(peer_addr, peer_addr_len, &dev, &dev_len, &ifa, &ifa_len);
+    status = peer_addr_parts(iface, OTE_TL_CONN_TO_EP, peer_addr, peer_addr_len, &dev, &dev_len,
+                             &ifa, &ifa_len);
     if (status != OTE_OK)
-        return OTE_ERR_PROTOCOL;
+        return status;
     if (dev_len != iface->attr.device_addr_len)
         return OTE_ERR_UNREACHABLE;
     ep = ep_new(iface, peer);
