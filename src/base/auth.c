@@ -291,6 +291,40 @@ ote_status_t ote_auth_initiator_proof(const ote_auth_t *a, ote_auth_session_t *s
     return OTE_OK;
 }
 
+ote_status_t ote_auth_initiator_run(const ote_auth_t *a, ote_auth_channel_t channel,
+                                    ote_auth_exchange_t exchange, void *arg, const char *who)
+{
+    uint8_t hello[OTE_AUTH_HELLO_LEN], tproof[OTE_AUTH_TPROOF_LEN];
+    uint8_t iproof[OTE_AUTH_IPROOF_LEN];
+    ote_auth_session_t s;
+    ote_status_t status, remote = OTE_OK;
+    bool done = false;
+
+    ote_auth_session_init(&s, channel);
+    status = ote_auth_initiator_hello(a, &s, hello);
+    if (status == OTE_OK)
+        status = exchange(arg, false, hello, sizeof(hello), tproof, &done, &remote);
+    if (status != OTE_OK)
+        return status;
+    /* Refused before any proof: the target has no key, or no room for us. */
+    if (done)
+        return remote == OTE_OK ? OTE_ERR_PROTOCOL : OTE_ERR_AUTH;
+    status = ote_auth_initiator_proof(a, &s, tproof, sizeof(tproof), iproof);
+    if (status == OTE_ERR_AUTH)
+        ote_error("%s does not hold our OTE_AUTH_KEY", who);
+    if (status == OTE_OK)
+        status = exchange(arg, true, iproof, sizeof(iproof), NULL, &done, &remote);
+    if (status != OTE_OK)
+        return status;
+    if (!done)
+        return OTE_ERR_PROTOCOL;
+    if (remote != OTE_OK) {
+        ote_error("%s refused our OTE_AUTH_KEY", who);
+        return OTE_ERR_AUTH;
+    }
+    return OTE_OK;
+}
+
 ote_status_t ote_auth_target_hello(const ote_auth_t *a, ote_auth_session_t *s,
                                    const uint8_t *hello, size_t len, uint8_t *tproof)
 {

@@ -97,7 +97,7 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     ote_config_release(&ote_shm_config_table, &cfg);
     status = ote_cma_iface_setup(&iface->cma, res, params);
     t->super.ops      = &shm_iface_ops;
-    t->super.ep_ops   = &ote_shm_ep_ops;
+    t->post           = ote_shm_post;
     t->ref_handle     = ote_shm_target_handle;
     t->fd_passing     = true;
     t->initiator_hook = ote_shm_initiator_hook;

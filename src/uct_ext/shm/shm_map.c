@@ -143,7 +143,7 @@ static ote_status_t post_ref(ote_tcp_ep_t *ep, bool put, void *local, size_t len
     return status;
 }
 
-static ote_status_t shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
+ote_status_t ote_shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
                              ote_region_t *local_region, uint64_t remote,
                              ote_tl_completion_t *comp)
 {
@@ -169,7 +169,6 @@ static ote_status_t shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t l
                                local_region, remote, comp);
 }
 
-OTE_TCP_EP_OPS_DEFINE(ote_shm_ep_ops, shm_post);
 
 /* A checked grant mapped (or the mapping of that grant already held); NULL on failure. */
 static shm_map_t *map_add(shm_conn_t *sc, const ote_shm_grant_info_t *g, int fd)

@@ -222,6 +222,10 @@ struct ote_tcp_iface {
     void                  (*initiator_hook)(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
                                             const uint8_t *trailer);
     void                  (*conn_closed)(ote_tcp_conn_t *c);
+    /* How the ep ops post an operation (shm: through its mappings); NULL: tcp's way. */
+    ote_status_t          (*post)(ote_tl_ep_t *ep, bool put, void *local, size_t length,
+                                  ote_region_t *local_region, uint64_t remote_addr,
+                                  ote_tl_completion_t *comp);
 };
 
 /* Transport name of a connection's iface, for logs ("tcp", "cma"). */
@@ -299,30 +303,9 @@ int      ote_tcp_iface_event_fd(ote_tl_iface_t *iface);
 
 /* tcp_ep.c */
 /*
- * The ep ops of tcp (cma: in by-reference mode) and of shm, which differ only
- * in how an operation is posted:
- * _post(tl_ep, put, local, length, local_region, remote_addr, comp).
+ * The ep ops of tcp, cma (by reference: ref_handle set) and shm (its
+ * mappings first: post set).
  */
-#define OTE_TCP_EP_ZCOPY_DEFINE(_fn, _post, _put)                                              \
-    static ote_status_t _fn(ote_tl_ep_t *tl_ep, void *local, size_t length,                    \
-                            ote_region_t *local_region, uint64_t remote_addr, const void *rkey, \
-                            size_t rkey_len, ote_tl_completion_t *comp)                        \
-    {                                                                                          \
-        return _post(tl_ep, _put, local, length, local_region, remote_addr, comp);             \
-    }
-#define OTE_TCP_EP_OPS_DEFINE(_var, _post)                                                     \
-    OTE_TCP_EP_ZCOPY_DEFINE(_var##_put_zcopy, _post, true)                                     \
-    OTE_TCP_EP_ZCOPY_DEFINE(_var##_get_zcopy, _post, false)                                    \
-    const ote_tl_ep_ops_t _var = {                                                             \
-        .put_zcopy       = _var##_put_zcopy,                                                   \
-        .get_zcopy       = _var##_get_zcopy,                                                   \
-        .inflight_bytes  = ote_tcp_ep_inflight_bytes,                                          \
-        .is_alive        = ote_tcp_ep_is_alive,                                                \
-        .destroy         = ote_tcp_ep_destroy,                                                 \
-        .needs_reconnect = ote_tcp_ep_needs_reconnect,                                         \
-        .reconnect       = ote_tcp_ep_reconnect,                                               \
-        .connect_to_ep   = ote_tl_unsupported_connect_to_ep,                                   \
-    }
 extern const ote_tl_ep_ops_t ote_tcp_ep_ops;
 ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
