@@ -10,6 +10,7 @@
 
 #include <ote/ote.h>
 #include <stdbool.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -30,7 +31,12 @@ typedef struct {
     ote_cfg_type_t type;
     size_t         offset;  /* of the field in the table's options struct */
     const char    *desc;
+    /* OTE_CFG_INT and OTE_CFG_SIZE: the values allowed (both 0: any). */
+    long long      min, max;
 } ote_cfg_entry_t;
+
+/* The max of an entry bounded only below. */
+#define OTE_CFG_NO_MAX LLONG_MAX
 
 /*
  * A table describes one options struct: the variables OTE_<prefix><name> of
@@ -77,7 +83,7 @@ ote_status_t ote_config_fill(const ote_config_table_t *table, void *opts);
  */
 ote_status_t ote_config_set(const ote_config_table_t *table, void *opts, const char *name,
                             const char *value);
-/* The table's validation, if any (after ote_config_set). */
+/* Each entry within its bounds, then the table's validation if any (after ote_config_set). */
 ote_status_t ote_config_validate(const ote_config_table_t *table, const void *opts);
 /* Free the strings of opts. */
 void         ote_config_release(const ote_config_table_t *table, void *opts);

@@ -54,22 +54,12 @@ typedef struct {
 static const ote_cfg_entry_t shm_config_fields[] = {
     {"UNMAP_TIMEOUT_MS", "1000", OTE_CFG_INT, SHM_F(unmap_timeout_ms),
      "Deregistering memory a same-host peer mapped (shm) waits this long for the peer to "
-     "unmap it; then its connection is closed and the call returns."},
+     "unmap it; then its connection is closed and the call returns.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
 };
 
-static ote_status_t shm_config_validate(const void *opts)
-{
-    const shm_config_t *cfg = opts;
-
-    if (cfg->unmap_timeout_ms < 1) {
-        ote_error("OTE_SHM_UNMAP_TIMEOUT_MS must be at least 1, not %ld", cfg->unmap_timeout_ms);
-        return OTE_ERR_INVALID_PARAM;
-    }
-    return OTE_OK;
-}
-
 OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, shm_config_t,
-                        shm_config_validate);
+                        NULL);
 
 static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,

@@ -350,9 +350,11 @@ static const ote_tl_iface_ops_t tcp_iface_ops = {
 
 static const ote_cfg_entry_t tcp_config_fields[] = {
     {"CONNS", "2", OTE_CFG_INT, TCP_F(conns),
-     "TCP connections per peer; slices are striped over them."},
+     "TCP connections per peer; slices are striped over them.",
+     .min = 1, .max = 64},
     {"MAX_MSG", "64m", OTE_CFG_SIZE, TCP_F(max_msg),
-     "Largest TCP data message; a peer announcing more is disconnected."},
+     "Largest TCP data message; a peer announcing more is disconnected.",
+     .min = 4096, .max = 1ll << 32},
     {"SNDBUF", "0", OTE_CFG_SIZE, TCP_F(sndbuf),
      "SO_SNDBUF for TCP data connections; 0 = kernel autotuning."},
     {"RCVBUF", "0", OTE_CFG_SIZE, TCP_F(rcvbuf),
@@ -361,23 +363,8 @@ static const ote_cfg_entry_t tcp_config_fields[] = {
      "Disable Nagle on TCP data connections."},
 };
 
-static ote_status_t tcp_config_validate(const void *opts)
-{
-    const ote_tcp_config_t *cfg = opts;
-
-    if (cfg->conns < 1 || cfg->conns > 64) {
-        ote_error("OTE_TCP_CONNS must be 1..64, not %ld", cfg->conns);
-        return OTE_ERR_INVALID_PARAM;
-    }
-    if (cfg->max_msg < 4096 || cfg->max_msg > (1ul << 32)) {
-        ote_error("OTE_TCP_MAX_MSG must be 4k..4g");
-        return OTE_ERR_INVALID_PARAM;
-    }
-    return OTE_OK;
-}
-
 OTE_CONFIG_TABLE_DEFINE(ote_tcp_config_table, "TCP_", "tcp", tcp_config_fields, ote_tcp_config_t,
-                        tcp_config_validate);
+                        NULL);
 
 ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
                                 const ote_tl_iface_params_t *params)

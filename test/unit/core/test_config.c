@@ -303,6 +303,11 @@ static void test_tcp_table(void **state)
     assert_int_equal(ote_config_validate(&ote_tcp_config_table, &t), OTE_OK);
     assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "TCP_CONNS", "65"), OTE_OK);
     assert_int_equal(ote_config_validate(&ote_tcp_config_table, &t), OTE_ERR_INVALID_PARAM);
+    /* The table's bounds (1..64) include both ends. */
+    assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "TCP_CONNS", "64"), OTE_OK);
+    assert_int_equal(ote_config_validate(&ote_tcp_config_table, &t), OTE_OK);
+    assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "TCP_CONNS", "0"), OTE_OK);
+    assert_int_equal(ote_config_validate(&ote_tcp_config_table, &t), OTE_ERR_INVALID_PARAM);
     assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "CONNS", "4"), OTE_ERR_NOT_FOUND);
     assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "SLICE_SIZE", "4"),
                      OTE_ERR_NOT_FOUND);
