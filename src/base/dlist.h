@@ -7,6 +7,7 @@
 #ifndef OTE_BASE_DLIST_H
 #define OTE_BASE_DLIST_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 #define OTE_DLIST_PUSH_FRONT(_head, _elem)                                                     \
@@ -56,5 +57,22 @@
         else                                                                                   \
             (_tail) = (_elem)->_prev;                                                          \
     } while (0)
+
+/*
+ * Release every element of a list that other threads change under lock:
+ * take the head under the lock, release it without (release unlinks it),
+ * until the list is empty.
+ */
+#define OTE_DLIST_DRAIN(_lock, _head, _type, _release)                                         \
+    for (;;) {                                                                                 \
+        _type _x;                                                                              \
+                                                                                               \
+        pthread_mutex_lock(_lock);                                                             \
+        _x = (_head);                                                                          \
+        pthread_mutex_unlock(_lock);                                                           \
+        if (_x == NULL)                                                                        \
+            break;                                                                             \
+        _release(_x);                                                                          \
+    }
 
 #endif

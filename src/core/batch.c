@@ -95,16 +95,7 @@ void ote_batch_release(ote_batch_h b)
 
 void ote_batch_release_all(ote_engine_h e)
 {
-    for (;;) {
-        ote_batch_h b;
-
-        pthread_mutex_lock(&e->batch_lock);
-        b = e->batches;
-        pthread_mutex_unlock(&e->batch_lock);
-        if (b == NULL)
-            break;
-        ote_batch_release(b);
-    }
+    OTE_DLIST_DRAIN(&e->batch_lock, e->batches, ote_batch_h, ote_batch_release);
 }
 
 /* Something the batch waits for (a task, a notification) ended. */

@@ -1,6 +1,7 @@
 /* Engine lifecycle, memory API, descriptor publication. */
 #include "ctl_msg.h"
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -296,16 +297,7 @@ static void engine_free(ote_engine_h e)
     if (e->ctl != NULL)
         ote_ctl_stop(e->ctl);
     e->ctl = NULL;
-    for (;;) {
-        ote_segment_h seg;
-
-        pthread_mutex_lock(&e->seg_lock);
-        seg = e->segments;
-        pthread_mutex_unlock(&e->seg_lock);
-        if (seg == NULL)
-            break;
-        ote_segment_close(seg);
-    }
+    OTE_DLIST_DRAIN(&e->seg_lock, e->segments, ote_segment_h, ote_segment_close);
     /* Workers first: every task ends, and queues its notification, before the notifier goes. */
     for (size_t w = 0; e->workers && w < e->num_workers; w++)
         ote_worker_stop(&e->workers[w]);
