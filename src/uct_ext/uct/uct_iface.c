@@ -388,7 +388,7 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     uct_iface_config_t *cfg;
     uct_iface_params_t ip;
     ote_uct_config_t ucfg;
-    ote_mem_config_t mcfg;
+    ote_mem_table_params_t mp;
     bool ep_mode;
     ucs_status_t s;
     ote_status_t status;
@@ -402,9 +402,6 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
                   res->dev_name, omd->name);
         return OTE_ERR_UNSUPPORTED;
     }
-    status = ote_config_fill(&ote_mem_config_table, &mcfg);
-    if (status != OTE_OK)
-        return status;
     status = ote_config_fill(&ote_uct_config_table, &ucfg);
     if (status != OTE_OK)
         return status;
@@ -415,6 +412,10 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
         return OTE_ERR_INVALID_PARAM;
     }
     ote_config_release(&ote_uct_config_table, &ucfg);
+    /* OTE_GPU_DIRECT as mem reads it. */
+    status = ote_mem_table_params_read(&mp);
+    if (status != OTE_OK)
+        return status;
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -426,7 +427,7 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     iface->super.md_index = -1;
     iface->md             = (ote_uct_md_t *)omd;
     /* GPUDirect RDMA: GPU memory only where the md registers it and it is allowed. */
-    iface->mem_mask = mcfg.gpu_direct == OTE_TERNARY_NO ? ~(unsigned)OTE_MEM_TYPE_CUDA : ~0u;
+    iface->mem_mask = mp.gpu_direct == OTE_MEM_GPU_DIRECT_NO ? ~(unsigned)OTE_MEM_TYPE_CUDA : ~0u;
     iface->rsc            = *(const ote_uct_rsc_t *)res->priv;
     iface->worker_lock    = params->worker_lock;
     iface->event_fd       = -1;
