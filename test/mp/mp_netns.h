@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 /* Run argv (quiet: without its output) and wait for it: its exit status. */
-static inline int mp_netns_run(const char *const *argv, bool quiet)
+static inline int mp_run(const char *const *argv, bool quiet)
 {
     pid_t pid = fork();
     int status;
@@ -36,7 +36,7 @@ static inline int mp_netns_run(const char *const *argv, bool quiet)
 }
 
 /* Run a shell-free command line of up to 15 words; 0 on success. */
-static inline int mp_netns_cmd(bool quiet, const char *fmt, ...)
+static inline int mp_cmd(bool quiet, const char *fmt, ...)
 {
     char line[512], *argv[16], *save = NULL;
     int n = 0;
@@ -49,7 +49,7 @@ static inline int mp_netns_cmd(bool quiet, const char *fmt, ...)
          w = strtok_r(NULL, " ", &save))
         argv[n++] = w;
     argv[n] = NULL;
-    return mp_netns_run((const char *const *)argv, quiet);
+    return mp_run((const char *const *)argv, quiet);
 }
 
 /*
@@ -88,7 +88,7 @@ static inline int mp_netns_add_first(const char *prog, const char *ns)
         printf("%s: skipped: needs root to create network namespaces\n", prog);
         return 77;
     }
-    if (mp_netns_cmd(true, "ip netns add %s", ns) != 0) {
+    if (mp_cmd(true, "ip netns add %s", ns) != 0) {
         printf("%s: skipped: `ip netns add` failed (no ip tool or no permission)\n", prog);
         return 77;
     }

@@ -49,8 +49,8 @@ static char ns_a[32], ns_b[32];
 
 static void netns_delete(void)
 {
-    mp_netns_cmd(true, "ip netns del %s", ns_a);
-    mp_netns_cmd(true, "ip netns del %s", ns_b);
+    mp_cmd(true, "ip netns del %s", ns_a);
+    mp_cmd(true, "ip netns del %s", ns_b);
 }
 
 static void on_signal(int sig)
@@ -74,34 +74,34 @@ static int parent(const char *self, unsigned id)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
-    if (mp_netns_cmd(true, "tc -V") != 0) {
+    if (mp_cmd(true, "tc -V") != 0) {
         printf("mp_rails_netns: skipped: no tc\n");
         return 77;
     }
-    if (mp_netns_cmd(false, "ip netns add %s", ns_b) != 0) {
+    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
         printf("mp_rails_netns: skipped: cannot add a second namespace\n");
         return 77;
     }
     for (int k = 0; k < 2; k++) {
-        if (mp_netns_cmd(false, "ip link add otr%ua%d type veth peer name otr%ub%d", id, k, id, k) != 0 ||
-            mp_netns_cmd(false, "ip link set otr%ua%d netns %s", id, k, ns_a) != 0 ||
-            mp_netns_cmd(false, "ip link set otr%ub%d netns %s", id, k, ns_b) != 0 ||
-            mp_netns_cmd(false, "ip -n %s link set otr%ua%d name rail%d", ns_a, id, k, k) != 0 ||
-            mp_netns_cmd(false, "ip -n %s link set otr%ub%d name rail%d", ns_b, id, k, k) != 0 ||
-            mp_netns_cmd(false, "ip -n %s addr add 10.81.%d.1/24 dev rail%d", ns_a, k, k) != 0 ||
-            mp_netns_cmd(false, "ip -n %s addr add 10.81.%d.2/24 dev rail%d", ns_b, k, k) != 0 ||
-            mp_netns_cmd(false, "ip -n %s link set rail%d up", ns_a, k) != 0 ||
-            mp_netns_cmd(false, "ip -n %s link set rail%d up", ns_b, k) != 0) {
+        if (mp_cmd(false, "ip link add otr%ua%d type veth peer name otr%ub%d", id, k, id, k) != 0 ||
+            mp_cmd(false, "ip link set otr%ua%d netns %s", id, k, ns_a) != 0 ||
+            mp_cmd(false, "ip link set otr%ub%d netns %s", id, k, ns_b) != 0 ||
+            mp_cmd(false, "ip -n %s link set otr%ua%d name rail%d", ns_a, id, k, k) != 0 ||
+            mp_cmd(false, "ip -n %s link set otr%ub%d name rail%d", ns_b, id, k, k) != 0 ||
+            mp_cmd(false, "ip -n %s addr add 10.81.%d.1/24 dev rail%d", ns_a, k, k) != 0 ||
+            mp_cmd(false, "ip -n %s addr add 10.81.%d.2/24 dev rail%d", ns_b, k, k) != 0 ||
+            mp_cmd(false, "ip -n %s link set rail%d up", ns_a, k) != 0 ||
+            mp_cmd(false, "ip -n %s link set rail%d up", ns_b, k) != 0) {
             printf("mp_rails_netns: skipped: cannot set up the veth pairs\n");
             return 77;
         }
     }
-    if (mp_netns_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
-        mp_netns_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
+    if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
         return 77;
     snprintf(child_ns[0], sizeof(child_ns[0]), "%s", ns_a);
     snprintf(child_ns[1], sizeof(child_ns[1]), "%s", ns_b);
-    rc = mp_netns_run(child, false);
+    rc = mp_run(child, false);
     return rc;
 }
 
@@ -217,8 +217,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    mp_netns_cmd(true, "tc qdisc del dev rail0 root");
-    mp_netns_cmd(true, "tc qdisc del dev rail1 root");
+    mp_cmd(true, "tc qdisc del dev rail0 root");
+    mp_cmd(true, "tc qdisc del dev rail1 root");
     if (fx != NULL)
         ote_test_pair_stop(fx);
     return 0;
@@ -252,10 +252,10 @@ static void test_both_rails_carry(void **state)
 
 static void shape(const char *dev, const char *rate)
 {
-    mp_netns_cmd(true, "tc qdisc del dev %s root", dev);
-    assert_int_equal(mp_netns_cmd(false, "tc qdisc add dev %s root tbf rate %s burst 512k latency 200ms",
-                         dev, rate),
-                     0);
+    mp_cmd(true, "tc qdisc del dev %s root", dev);
+    assert_int_equal(
+        mp_cmd(false, "tc qdisc add dev %s root tbf rate %s burst 512k latency 200ms", dev, rate),
+        0);
 }
 
 /* rail1 at a third of rail0: the bytes split 3:1, within 20%. */
@@ -298,7 +298,7 @@ static void *link_down_thread(void *arg)
 
     usleep(600 * 1000);
     d->down_at = now_s();
-    mp_netns_cmd(false, "ip link set rail1 down");
+    mp_cmd(false, "ip link set rail1 down");
     while (now_s() - d->down_at < 20) {
         if (rail1_now().state == OTE_RAIL_COOLING) {
             d->detected_at = now_s();
@@ -351,7 +351,7 @@ static void test_link_up(void **state)
     double up_at, back_at = 0;
     uint64_t bytes0 = rail1_now().bytes;
 
-    mp_netns_cmd(false, "ip link set rail1 up");
+    mp_cmd(false, "ip link set rail1 up");
     up_at = now_s();
     while (now_s() - up_at < 15) {
         write_all(8u << 20, 405);

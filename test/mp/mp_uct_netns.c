@@ -42,8 +42,8 @@ static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
 
 static void netns_delete(void)
 {
-    mp_netns_cmd(true, "ip netns del %s", ns_a);
-    mp_netns_cmd(true, "ip netns del %s", ns_b);
+    mp_cmd(true, "ip netns del %s", ns_a);
+    mp_cmd(true, "ip netns del %s", ns_b);
 }
 
 static int parent(const char *self)
@@ -54,21 +54,21 @@ static int parent(const char *self)
     rc = mp_netns_add_first("mp_uct_netns", ns_a);
     if (rc != 0)
         return rc;
-    if (mp_netns_cmd(false, "ip netns add %s", ns_b) != 0 ||
-        mp_netns_cmd(false, "ip link add %s type veth peer name %s", veth_a, veth_b) != 0 ||
-        mp_netns_cmd(false, "ip link set %s netns %s", veth_a, ns_a) != 0 ||
-        mp_netns_cmd(false, "ip link set %s netns %s", veth_b, ns_b) != 0 ||
-        mp_netns_cmd(false, "ip -n %s addr add " ADDR_A "/24 dev %s", ns_a, veth_a) != 0 ||
-        mp_netns_cmd(false, "ip -n %s addr add " ADDR_B "/24 dev %s", ns_b, veth_b) != 0 ||
-        mp_netns_cmd(false, "ip -n %s link set %s up", ns_a, veth_a) != 0 ||
-        mp_netns_cmd(false, "ip -n %s link set %s up", ns_b, veth_b) != 0 ||
-        mp_netns_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
-        mp_netns_cmd(false, "ip -n %s link set lo up", ns_b) != 0) {
+    if (mp_cmd(false, "ip netns add %s", ns_b) != 0 ||
+        mp_cmd(false, "ip link add %s type veth peer name %s", veth_a, veth_b) != 0 ||
+        mp_cmd(false, "ip link set %s netns %s", veth_a, ns_a) != 0 ||
+        mp_cmd(false, "ip link set %s netns %s", veth_b, ns_b) != 0 ||
+        mp_cmd(false, "ip -n %s addr add " ADDR_A "/24 dev %s", ns_a, veth_a) != 0 ||
+        mp_cmd(false, "ip -n %s addr add " ADDR_B "/24 dev %s", ns_b, veth_b) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s up", ns_a, veth_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s up", ns_b, veth_b) != 0 ||
+        mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0) {
         printf("mp_uct_netns: skipped: cannot set up the veth pair between namespaces\n");
         netns_delete();
         return 77;
     }
-    rc = mp_netns_run(child, false);
+    rc = mp_run(child, false);
     netns_delete();
     return rc;
 }

@@ -110,9 +110,11 @@ static void test_refusals_beside_valid_traffic(void **state)
     char cmd[128], before1[64], after1[64];
 
     snprintf(cmd, sizeof(cmd), "fill 1 0 %lu 5", R1);
-    assert_int_equal(ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, before1, sizeof(before1), 10000), 0);
+    assert_int_equal(
+        ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, before1, sizeof(before1), 10000), 0);
     snprintf(cmd, sizeof(cmd), "sum 1 0 %lu", R1);
-    assert_int_equal(ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, before1, sizeof(before1), 10000), 0);
+    assert_int_equal(
+        ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, before1, sizeof(before1), 10000), 0);
 
     pthread_create(&th, NULL, good_traffic, f);
     for (int rep = 0; rep < 20; rep++) {
@@ -143,7 +145,8 @@ static void test_refusals_beside_valid_traffic(void **state)
     assert_string_equal(cmd, "ok");
     /* The read-only region never changed. */
     snprintf(cmd, sizeof(cmd), "sum 1 0 %lu", R1);
-    assert_int_equal(ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, after1, sizeof(after1), 10000), 0);
+    assert_int_equal(
+        ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, after1, sizeof(after1), 10000), 0);
     assert_string_equal(before1, after1);
 }
 
