@@ -237,6 +237,20 @@ int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char
     return -1;
 }
 
+void ote_test_setenv_all(const char *const *settings)
+{
+    for (; *settings != NULL; settings++) {
+        const char *eq = strchr(*settings, '=');
+        char name[128];
+
+        if (eq == NULL || (size_t)(eq - *settings) >= sizeof(name))
+            abort();
+        memcpy(name, *settings, (size_t)(eq - *settings));
+        name[eq - *settings] = '\0';
+        setenv(name, eq + 1, 1);
+    }
+}
+
 ote_engine_h ote_test_engine(const char *listen)
 {
     ote_engine_params_t p = {.listen_addr = listen ? listen : "127.0.0.1:0"};

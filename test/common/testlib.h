@@ -102,6 +102,9 @@ const char *ote_test_program(const char *name);
 /* Create an engine on 127.0.0.1 with an optional OTE_TLS; asserts on failure. */
 ote_engine_h ote_test_engine(const char *listen);
 
+/* Set every "NAME=VALUE" of a NULL-terminated list in the environment. */
+void ote_test_setenv_all(const char *const *settings);
+
 /*
  * The usual two-process fixture: an engine of this process listening on
  * listen (NULL: 127.0.0.1:0), a test target started under wrapper with

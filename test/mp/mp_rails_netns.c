@@ -196,12 +196,9 @@ static int setup(void **state)
     const char *port;
 
     (void)state;
-    setenv("OTE_NET_DEVICES", "rail0,rail1", 1);
-    setenv("OTE_XFER_TIMEOUT_MS", "1500", 1);
-    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
-    setenv("OTE_RAIL_COOLDOWN_MS", "300", 1);
-    setenv("OTE_RAIL_COOLDOWN_MAX_MS", "1200", 1);
-    setenv("OTE_RAIL_MAX_BYTES", "4m", 1);
+    ote_test_setenv_all((const char *const[]){
+        "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=1000",
+        "OTE_RAIL_COOLDOWN_MS=300", "OTE_RAIL_COOLDOWN_MAX_MS=1200", "OTE_RAIL_MAX_BYTES=4m", NULL});
     /* Listening on every address: an engine bound to one uses that interface alone. */
     fx = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
     if (fx == NULL)

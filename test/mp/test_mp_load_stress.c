@@ -397,11 +397,9 @@ static void test_stress(void **state)
     double t0;
 
     (void)state;
-    setenv("OTE_TLS", "tcp", 1);
-    setenv("OTE_XFER_TIMEOUT_MS", "1500", 1);
-    setenv("OTE_NUM_WORKERS", "2", 1);
-    setenv("OTE_MAX_INFLIGHT_TASKS", "256", 1);
-    setenv("OTE_MAX_INFLIGHT_BYTES", "4m", 1);
+    ote_test_setenv_all((const char *const[]){"OTE_TLS=tcp", "OTE_XFER_TIMEOUT_MS=1500",
+                                               "OTE_NUM_WORKERS=2", "OTE_MAX_INFLIGHT_TASKS=256",
+                                               "OTE_MAX_INFLIGHT_BYTES=4m", NULL});
     assert_int_equal(ote_test_target_start(&g_t[PEER_A], NULL, args_a), 0);
     assert_int_equal(ote_test_target_start(&g_t[PEER_B], NULL, args_bc), 0);
     assert_int_equal(ote_test_target_start(&g_t[PEER_C], NULL, args_bc), 0);

@@ -6,6 +6,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "core/engine.h"
+#include "testlib.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <setjmp.h>
@@ -158,12 +159,9 @@ static void test_table_env(void **state)
     demo_opts_t o;
 
     demo_unset();
-    setenv("OTE_CFGDEMO_NAME", "from-env", 1);
-    setenv("OTE_CFGDEMO_COUNT", "7", 1);
-    setenv("OTE_CFGDEMO_SIZE", "2m", 1);
-    setenv("OTE_CFGDEMO_FLAG", "yes", 1);
-    setenv("OTE_CFGDEMO_MODE", "n", 1);
-    setenv("OTE_CFGDEMO_LEVEL", "debug", 1);
+    ote_test_setenv_all((const char *const[]){
+        "OTE_CFGDEMO_NAME=from-env", "OTE_CFGDEMO_COUNT=7", "OTE_CFGDEMO_SIZE=2m",
+        "OTE_CFGDEMO_FLAG=yes", "OTE_CFGDEMO_MODE=n", "OTE_CFGDEMO_LEVEL=debug", NULL});
     /* Without the prefix it is not this table's variable. */
     setenv("OTE_COUNT", "9", 1);
     assert_int_equal(ote_config_fill(&demo_table, &o), OTE_OK);
