@@ -262,7 +262,8 @@ ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p);
 /* State of a rail (ote_rail_info_t.state). */
 typedef enum {
     OTE_RAIL_ACTIVE   = 0, /* carries slices                                  */
-    OTE_RAIL_COOLING  = 1, /* paused after an error until its cool-down ends  */
+    OTE_RAIL_COOLING  = 1, /* paused after an error until its cool-down ends, */
+                           /* or while its port is down                       */
     OTE_RAIL_PROBING  = 2, /* cool-down over: one slice tests it before it    */
                            /* carries again                                   */
     OTE_RAIL_CLOSED   = 3, /* no connection (segment closed or rebuilt)       */
@@ -281,7 +282,8 @@ typedef struct {
     size_t           inflight_bytes; /* bound to this rail and not ended          */
     double           bandwidth;      /* bytes/s: what it delivered lately (EWMA,  */
                                      /* seeded from the transport's estimate)     */
-    uint64_t         cooldown_ms;    /* COOLING: time left in the pause           */
+    uint64_t         cooldown_ms;    /* COOLING: time left in the pause;          */
+                                     /* UINT64_MAX while its port is down         */
 } ote_rail_info_t;
 
 /*

@@ -52,10 +52,11 @@ static char            api_src[256] = "not loaded";
 typedef struct {
     const char *sym;
     size_t      offset;
-    bool        driver; /* from libcuda rather than libcudart */
+    bool        driver;   /* from libcuda rather than libcudart */
+    bool        optional; /* NULL in the table when missing */
 } api_sym_t;
 
-#define S(_sym, _field, _drv) {_sym, offsetof(ote_cuda_api_t, _field), _drv}
+#define S(_sym, _field, _drv) {_sym, offsetof(ote_cuda_api_t, _field), _drv, false}
 static const api_sym_t api_syms[] = {
     S("cudaGetDeviceCount", get_device_count, false),
     S("cudaSetDevice", set_device, false),
@@ -81,6 +82,7 @@ static const api_sym_t api_syms[] = {
     S("cudaIpcOpenMemHandle", ipc_open_mem_handle, false),
     S("cudaIpcCloseMemHandle", ipc_close_mem_handle, false),
     S("cuMemGetAddressRange_v2", mem_get_address_range, true),
+    {"cudaDeviceGetPCIBusId", offsetof(ote_cuda_api_t, device_get_pci_bus_id), false, true},
 };
 #undef S
 
@@ -102,6 +104,8 @@ static ote_status_t api_resolve(void *rt, void *drv)
     for (size_t i = 0; i < sizeof(api_syms) / sizeof(api_syms[0]); i++) {
         void *f = dlsym(api_syms[i].driver ? drv : rt, api_syms[i].sym);
 
+        if (f == NULL && api_syms[i].optional)
+            continue;
         if (f == NULL) {
             snprintf(api_src, sizeof(api_src), "symbol %s missing", api_syms[i].sym);
             return OTE_ERR_UNSUPPORTED;

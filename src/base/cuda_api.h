@@ -92,6 +92,8 @@ typedef struct {
     ote_cuda_err_t (*ipc_open_mem_handle)(void **ptr, ote_cuda_ipc_handle_t handle,
                                           unsigned flags);
     ote_cuda_err_t (*ipc_close_mem_handle)(void *ptr);
+    /* Optional (NULL when the library lacks it): "DDDD:BB:DD.F" of a device. */
+    ote_cuda_err_t (*device_get_pci_bus_id)(char *bus_id, int len, int device);
     /* driver API (libcuda): the allocation a device pointer lies in */
     ote_cuda_err_t (*mem_get_address_range)(uint64_t *base, size_t *size, uint64_t ptr);
 } ote_cuda_api_t;

@@ -291,6 +291,7 @@ static void engine_locks_destroy(ote_engine_h e)
 
 static void engine_free(ote_engine_h e)
 {
+    ote_engine_rdma_monitor_stop(e);
     /* The key first: peers stop finding an engine that is going away. */
     ote_meta_destroy(e->meta);
     e->meta = NULL;
@@ -319,6 +320,7 @@ static void engine_free(ote_engine_h e)
         close(e->event_fd);
     if (e->poll_epfd >= 0)
         close(e->poll_epfd);
+    ote_engine_topo_close(e);
     ote_rdma_free(e->rdma);
     free(e->notifs);
     ote_notif_senders_destroy(e->senders);
@@ -457,6 +459,7 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     status = engine_open_transports(e);
     if (status != OTE_OK)
         goto err;
+    ote_engine_topo_open(e);
     e->event_fd  = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     e->poll_epfd = epoll_create1(EPOLL_CLOEXEC);
     if (e->event_fd < 0 || e->poll_epfd < 0) {
@@ -472,6 +475,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
             goto err;
     }
     status = ote_ctl_run(e->ctl);
+    if (status != OTE_OK)
+        goto err;
+    status = ote_engine_rdma_monitor_start(e);
     if (status != OTE_OK)
         goto err;
     if (store) {
@@ -722,6 +728,7 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
         free(res);
     }
     ote_engine_rdma_print(e, sel, f);
+    ote_engine_topo_print(e, f);
     if (sel != NULL)
         ote_select_free(sel);
 }

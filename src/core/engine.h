@@ -55,6 +55,7 @@ typedef struct {
     char  *auth_key;
     char  *auth_key_file;
     char  *host_id;
+    char  *hwloc_xml;
 } ote_engine_config_t;
 
 extern const ote_config_table_t ote_engine_config_table;
@@ -116,7 +117,10 @@ struct ote_engine {
     ote_mem_table_t *regions;
     ote_engine_tl_t  tls[OTE_MAX_IFACES];
     size_t           num_tls;
-    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_SYSFS_ROOT) */
+    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_SYSFS_ROOT) at creation */
+    struct ote_engine_rdma_mon *rdma_mon; /* their ports re-read (OTE_RDMA_POLL_MS) */
+    ote_topo_t      *topo;        /* this machine's or OTE_HWLOC_XML's; NULL: none */
+    ote_topo_table_t *topo_table; /* its NICs against its memories (rails' ranking) */
     ote_md_t        *mds[OTE_MEM_MAX_MDS];
     size_t           num_mds;
     ote_worker_t    *workers;
@@ -204,6 +208,30 @@ void         ote_select_free(ote_select_t *sel);
 void ote_engine_rdma_select(ote_engine_h e, ote_select_t *sel);
 /* ote_info -d: each RDMA port, its GIDs, the one chosen and why not the others. */
 void ote_engine_rdma_print(ote_engine_h e, ote_select_t *sel, FILE *f);
+/*
+ * Re-read the RDMA ports every OTE_RDMA_POLL_MS (a thread of the engine; 0:
+ * none): a port that goes down pauses the rails on it, one that comes up
+ * resumes them (ote_engine_rdma_port_event); devices and ports that appear
+ * or go are logged and shown by ote_info -d.
+ */
+ote_status_t ote_engine_rdma_monitor_start(ote_engine_h e);
+void         ote_engine_rdma_monitor_stop(ote_engine_h e);
+/* One round of the monitor, from the calling thread. */
+void         ote_engine_rdma_poll(ote_engine_h e);
+/* True when dev names an RDMA port the engine last read as not ACTIVE. */
+bool         ote_engine_rdma_port_down(ote_engine_h e, const char *dev);
+/* The port (device) dev went down or came up: pause or resume every rail on it. */
+void         ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up);
+
+/*
+ * engine_topo.c: the topology (OTE_HWLOC_XML, else this machine) and how
+ * near each of the engine's NICs is to each memory; without hwloc, or when
+ * it does not load, rails are not ranked.
+ */
+void ote_engine_topo_open(ote_engine_h e);
+void ote_engine_topo_close(ote_engine_h e);
+/* ote_info -d: for each memory, the NICs ranked, and why one is left out. */
+void ote_engine_topo_print(ote_engine_h e, FILE *f);
 
 /* host.c */
 void ote_host_id(char *buf, size_t len);

@@ -48,7 +48,7 @@ static const ote_cfg_entry_t engine_config_fields[] = {
     {"RAIL_MAX_BYTES", "16m", OTE_CFG_SIZE, F(rail_max_bytes),
      "Bytes in flight per rail, all batches and threads together; a slice whose best rail "
      "is full waits for one to end (0 = no limit)."},
-    {"RAIL_MAX_SLICES", "16", OTE_CFG_INT, F(rail_max_slices),
+    {"RAIL_MAX_SLICES", "256", OTE_CFG_INT, F(rail_max_slices),
      "Slices in flight per rail, all batches and threads together (0 = no limit).",
      .min = 0, .max = OTE_CFG_NO_MAX},
     {"RAIL_COOLDOWN_MS", "200", OTE_CFG_INT, F(rail_cooldown_ms),
@@ -107,6 +107,10 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "File holding the shared secret (first line)."},
     {"HOST_ID", "", OTE_CFG_STRING, F(host_id),
      "Override of the host identity; peers with the same one use intra-host transports."},
+    {"HWLOC_XML", "", OTE_CFG_STRING, F(hwloc_xml),
+     "Tests and diagnostics: rank rails on the topology of this hwloc XML export instead of "
+     "this machine's (hwloc's HWLOC_XMLFILE also applies); workers are still bound on this "
+     "machine's."},
 };
 
 /* Bounds across entries; each entry's own are in the table. */

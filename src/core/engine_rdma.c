@@ -1,12 +1,28 @@
 /*
  * RDMA ports and the engine: OTE_NET_DEVICES against each port the
- * discovery found (uct_ext/rdma), and what ote_info -d says of them.
+ * discovery found (uct_ext/rdma), their state read again while the engine
+ * runs (a port down pauses its rails), and what ote_info -d says of them.
  */
 #include "engine.h"
 #include "base/log.h"
+#include "base/util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* The ports' monitor: what sysfs showed last, and its thread. */
+struct ote_engine_rdma_mon {
+    pthread_mutex_t lock;      /* now, stop */
+    pthread_cond_t  cond;      /* CLOCK_MONOTONIC: stop */
+    pthread_mutex_t poll_lock; /* one round at a time */
+    ote_rdma_t     *now;       /* the last discovery after e->rdma; NULL: none since */
+    long            poll_ms;
+    bool            stop;
+    bool            started;
+    pthread_t       thread;
+};
 
 #define NO_TRANSPORT "no transport here runs on it (UCX offers no rc, dc or ud transport on it)"
 
@@ -91,10 +107,17 @@ static void print_port(FILE *f, ote_engine_h e, ote_select_t *sel, const ote_rdm
 
 void ote_engine_rdma_print(ote_engine_h e, ote_select_t *sel, FILE *f)
 {
-    const ote_rdma_t *rdma = e->rdma;
+    struct ote_engine_rdma_mon *m = e->rdma_mon;
+    const ote_rdma_t *rdma;
 
-    if (rdma == NULL)
+    if (m != NULL)
+        pthread_mutex_lock(&m->lock);
+    rdma = m != NULL && m->now != NULL ? m->now : e->rdma;
+    if (rdma == NULL) {
+        if (m != NULL)
+            pthread_mutex_unlock(&m->lock);
         return;
+    }
     fprintf(f, "#\n# RDMA devices (sysfs %s/class/infiniband%s%s)\n", rdma->root,
             rdma->verbs[0] ? "; " : "", rdma->verbs);
     if (rdma->num_devs == 0)
@@ -104,4 +127,194 @@ void ote_engine_rdma_print(ote_engine_h e, ote_select_t *sel, FILE *f)
         for (size_t p = 0; p < rdma->devs[d].num_ports; p++)
             print_port(f, e, sel, &rdma->devs[d].ports[p]);
     }
+    if (m != NULL)
+        pthread_mutex_unlock(&m->lock);
+}
+
+bool ote_engine_rdma_port_down(ote_engine_h e, const char *dev)
+{
+    struct ote_engine_rdma_mon *m = e->rdma_mon;
+    const ote_rdma_port_t *port;
+    bool down;
+
+    if (m == NULL)
+        return false;
+    pthread_mutex_lock(&m->lock);
+    port = ote_rdma_port_find(m->now != NULL ? m->now : e->rdma, dev);
+    down = port != NULL && port->state != OTE_RDMA_PORT_ACTIVE;
+    pthread_mutex_unlock(&m->lock);
+    return down;
+}
+
+void ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up)
+{
+    uint64_t now = ote_time_ns();
+    size_t n     = 0;
+
+    pthread_mutex_lock(&e->seg_lock);
+    for (ote_segment_h seg = e->segments; seg != NULL; seg = seg->next) {
+        pthread_mutex_lock(&seg->lock);
+        for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+            ote_rail_t *r = seg->rail_set.rails[i];
+
+            if (r->iface != NULL && strcmp(r->iface->resource.dev_name, dev) == 0) {
+                ote_proto_rail_link(r, up, now);
+                n++;
+            }
+        }
+        pthread_mutex_unlock(&seg->lock);
+    }
+    pthread_mutex_unlock(&e->seg_lock);
+    ote_debug("rdma %s: %s: %zu rail(s) %s", dev, up ? "up" : "down", n,
+              up ? "resumed" : "paused");
+}
+
+/* A port's change between two discoveries: log it, and act on its rails. */
+static void port_changed(ote_engine_h e, const ote_rdma_port_t *was, const ote_rdma_port_t *is)
+{
+    bool was_up = was != NULL && was->state == OTE_RDMA_PORT_ACTIVE;
+    bool is_up  = is != NULL && is->state == OTE_RDMA_PORT_ACTIVE;
+    char tls[256];
+
+    if (is == NULL && was != NULL) {
+        ote_info("rdma %s: gone", was->name);
+    } else if (is == NULL) {
+        return;
+    } else if (was == NULL) {
+        port_transports(e, is, tls, sizeof(tls));
+        ote_info("rdma %s: new port, %s%s%s%s", is->name, is->state_name,
+                 is->unusable[0] ? " (" : "", is->unusable, is->unusable[0] ? ")" : "");
+    } else if (was_up != is_up) {
+        ote_info("rdma %s: port %s", is->name, is->state_name);
+    }
+    if (was_up == is_up)
+        return;
+    port_transports(e, is != NULL ? is : was, tls, sizeof(tls));
+    if (tls[0] != '\0')
+        ote_engine_rdma_port_event(e, is != NULL ? is->name : was->name, is_up);
+    else if (is_up)
+        ote_info("rdma %s: usable now; no transport of this engine runs on it (transports "
+                 "open when an engine is created)", is->name);
+}
+
+void ote_engine_rdma_poll(ote_engine_h e)
+{
+    struct ote_engine_rdma_mon *m = e->rdma_mon;
+    const ote_rdma_t *prev;
+    ote_rdma_t *now = NULL, *old;
+
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->poll_lock);
+    prev = m->now != NULL ? m->now : e->rdma; /* only this function writes m->now */
+    if (!ote_rdma_changed(prev) || ote_rdma_discover(prev->root, &now) != OTE_OK) {
+        pthread_mutex_unlock(&m->poll_lock);
+        return;
+    }
+    for (size_t d = 0; d < now->num_devs; d++) {
+        for (size_t p = 0; p < now->devs[d].num_ports; p++) {
+            const ote_rdma_port_t *is  = &now->devs[d].ports[p];
+            const ote_rdma_port_t *was = ote_rdma_port_find(prev, is->name);
+
+            if (was == NULL || (was->state == OTE_RDMA_PORT_ACTIVE) !=
+                                   (is->state == OTE_RDMA_PORT_ACTIVE))
+                port_changed(e, was, is);
+        }
+    }
+    for (size_t d = 0; d < prev->num_devs; d++) {
+        for (size_t p = 0; p < prev->devs[d].num_ports; p++) {
+            if (ote_rdma_port_find(now, prev->devs[d].ports[p].name) == NULL)
+                port_changed(e, &prev->devs[d].ports[p], NULL);
+        }
+    }
+    pthread_mutex_lock(&m->lock);
+    old    = m->now;
+    m->now = now;
+    pthread_mutex_unlock(&m->lock);
+    ote_rdma_free(old);
+    pthread_mutex_unlock(&m->poll_lock);
+}
+
+static void *monitor_main(void *arg)
+{
+    ote_engine_h e                = arg;
+    struct ote_engine_rdma_mon *m = e->rdma_mon;
+
+    pthread_mutex_lock(&m->lock);
+    while (!m->stop) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += m->poll_ms / 1000;
+        ts.tv_nsec += (m->poll_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!m->stop && pthread_cond_timedwait(&m->cond, &m->lock, &ts) == 0)
+            ;
+        if (m->stop)
+            break;
+        pthread_mutex_unlock(&m->lock);
+        ote_engine_rdma_poll(e);
+        pthread_mutex_lock(&m->lock);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+ote_status_t ote_engine_rdma_monitor_start(ote_engine_h e)
+{
+    struct ote_engine_rdma_mon *m;
+    ote_rdma_config_t cfg;
+    pthread_condattr_t attr;
+    ote_status_t status;
+
+    if (e->rdma == NULL)
+        return OTE_OK;
+    status = ote_config_fill(&ote_rdma_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        ote_config_release(&ote_rdma_config_table, &cfg);
+        return OTE_ERR_NO_MEMORY;
+    }
+    m->poll_ms = cfg.poll_ms;
+    ote_config_release(&ote_rdma_config_table, &cfg);
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->poll_lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    e->rdma_mon = m;
+    if (m->poll_ms > 0) {
+        if (pthread_create(&m->thread, NULL, monitor_main, e) != 0) {
+            ote_warn("rdma: no thread to read the ports again; their state is the one at start");
+            return OTE_OK;
+        }
+        m->started = true;
+    }
+    return OTE_OK;
+}
+
+void ote_engine_rdma_monitor_stop(ote_engine_h e)
+{
+    struct ote_engine_rdma_mon *m = e->rdma_mon;
+
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->stop = true;
+    pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->lock);
+    if (m->started)
+        pthread_join(m->thread, NULL);
+    e->rdma_mon = NULL;
+    ote_rdma_free(m->now);
+    pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->poll_lock);
+    pthread_cond_destroy(&m->cond);
+    free(m);
 }

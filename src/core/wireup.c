@@ -551,11 +551,18 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
             .max_bytes       = e->config.rail_max_bytes,
             .max_slices      = (unsigned)e->config.rail_max_slices,
             .cooldown_ns     = (uint64_t)e->config.rail_cooldown_ms * 1000000ull,
-            .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull};
+            .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull,
+            .topo            = e->topo_table};
         uint32_t gen = atomic_fetch_add(&seg->rails_gen, 1) + 1;
 
-        for (size_t i = 0; i < n; i++)
-            ote_proto_rail_init(seg->rail_set.rails[i], &params, gen);
+        for (size_t i = 0; i < n; i++) {
+            ote_rail_t *r = seg->rail_set.rails[i];
+
+            ote_proto_rail_init(r, &params, gen);
+            /* Built on an RDMA port that is down now: paused until it is up. */
+            if (r->iface != NULL && ote_engine_rdma_port_down(e, r->iface->resource.dev_name))
+                ote_proto_rail_link(r, false, ote_time_ns());
+        }
     }
     seg->rail_set.num_rails = n;
     if (n == 0) {

@@ -163,7 +163,7 @@ bool ote_mem_host_pinned(const void *addr, size_t length)
            type == OTE_MEM_TYPE_HOST && pinned;
 }
 
-static int parse_index(const char *s, long *idx_p)
+static int location_index(const char *s, long *idx_p)
 {
     char *end;
     long v;
@@ -188,7 +188,7 @@ ote_status_t ote_mem_location_parse(const char *location, unsigned *mem_type_p)
         return OTE_ERR_INVALID_PARAM;
     }
     if (strncmp(location, "cpu:", 4) == 0) {
-        if (parse_index(location + 4, &idx) != 0 || !ote_mem_numa_node_online((int)idx)) {
+        if (location_index(location + 4, &idx) != 0 || !ote_mem_numa_node_online((int)idx)) {
             ote_error("memory location '%s': no such NUMA node (this host has %d online)",
                       location, ote_mem_numa_nodes());
             return OTE_ERR_INVALID_PARAM;
@@ -199,7 +199,7 @@ ote_status_t ote_mem_location_parse(const char *location, unsigned *mem_type_p)
     if (strncmp(location, "cuda:", 5) == 0) {
         int n = ote_cuda_device_count();
 
-        if (parse_index(location + 5, &idx) != 0 || idx >= n) {
+        if (location_index(location + 5, &idx) != 0 || idx >= n) {
             ote_error("memory location '%s': no such CUDA device (%d visible)", location, n);
             return OTE_ERR_INVALID_PARAM;
         }

@@ -130,10 +130,56 @@ ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsi
             beaten = k != i && serves[k] &&
                      rail_beats(&all->rails[k]->caps, rail_net(all->rails[k]),
                                 &all->rails[i]->caps, rail_net(all->rails[i]));
-        if (serves[i] && !beaten)
+        if (serves[i] && !beaten) {
+            out->weight[out->num_rails]  = 1;
             out->rails[out->num_rails++] = all->rails[i];
+        }
     }
     return out->num_rails ? OTE_OK : OTE_ERR_UNREACHABLE;
+}
+
+void ote_proto_rails_rank(ote_rail_set_t *set, const char *location)
+{
+    const ote_topo_table_t *table = NULL;
+    double score[OTE_PROTO_MAX_RAILS], weight[OTE_PROTO_MAX_RAILS];
+    ote_rail_t *kept[OTE_PROTO_MAX_RAILS];
+    float kept_w[OTE_PROTO_MAX_RAILS];
+    size_t n = 0;
+    int place;
+
+    for (size_t i = 0; i < set->num_rails && table == NULL; i++)
+        table = set->rails[i]->topo;
+    place = ote_topo_table_place(table, location);
+    if (place < 0)
+        return;
+    for (size_t i = 0; i < set->num_rails; i++) {
+        int nic = set->rails[i]->topo == table ? set->rails[i]->topo_nic : -1;
+
+        score[i] = nic >= 0 ? table->score[place][nic] : -1;
+    }
+    ote_topo_rank(score, set->num_rails, weight);
+    /*
+     * Nearest first (insertion keeps the order among equals); the far ones
+     * last, weight -1: they carry only when no other rail may.
+     */
+    for (size_t i = 0; i < set->num_rails; i++) {
+        float w  = weight[i] > 0 ? (float)weight[i] : -1.0f;
+        size_t k = n;
+
+        while (k > 0 && kept_w[k - 1] < w) {
+            kept[k]   = kept[k - 1];
+            kept_w[k] = kept_w[k - 1];
+            k--;
+        }
+        kept[k]   = set->rails[i];
+        kept_w[k] = w;
+        n++;
+    }
+    for (size_t i = 0; i < n; i++) {
+        set->rails[i]  = kept[i];
+        set->weight[i] = kept_w[i];
+    }
+    set->num_rails = n;
 }
 
 /*
@@ -200,6 +246,7 @@ ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *re
                                     &rails);
     if (status != OTE_OK)
         return status;
+    ote_proto_rails_rank(&rails, req->local_region->location);
     if (!remote->published) {
         for (size_t k = 0; k < rails.num_rails; k++) {
             if (rails.rails[k]->caps.max_msg && req->length > rails.rails[k]->caps.max_msg) {

@@ -5,6 +5,7 @@
 #ifndef OTE_PROTO_PROTO_H
 #define OTE_PROTO_PROTO_H
 
+#include "base/topo.h"
 #include "mem/mem.h"
 #include "uct_ext/tl.h"
 
@@ -21,6 +22,8 @@ typedef struct {
     unsigned max_slices;  /* slices in flight on the rail (0: no limit)       */
     uint64_t cooldown_ns; /* first pause after an error                       */
     uint64_t cooldown_max_ns; /* the pause doubles up to this                 */
+    /* How near each NIC is to each memory (the engine's; NULL: not ranked). */
+    const ote_topo_table_t *topo;
 } ote_rail_params_t;
 
 /*
@@ -45,6 +48,7 @@ typedef struct {
     uint64_t          cooldown_ns;/* the next cool-down */
     ote_status_t      last_error; /* of the last failure of the rail */
     bool              probe_busy; /* PROBING: the probe slice is in flight */
+    bool              link_down;  /* its port is down: paused until it is up */
     uint32_t          gen;        /* slices bound before a rebuild are not counted */
     ote_rail_params_t params;
 } ote_rail_spray_t;
@@ -56,6 +60,8 @@ typedef struct ote_rail {
     size_t           worker;      /* index of the worker owning iface and ep */
     int              remote_md;   /* md index in the peer descriptor, -1 none */
     uint64_t         conn_id;     /* to-ep: key of the peer's accepted ep, 0 none */
+    const ote_topo_table_t *topo; /* from its params */
+    int              topo_nic;    /* its NIC in topo, -1: not ranked (local, unplaced) */
     ote_rail_spray_t spray;
 } ote_rail_t;
 
@@ -91,6 +97,13 @@ typedef struct ote_slice {
 typedef struct {
     ote_rail_t *rails[OTE_PROTO_MAX_RAILS];
     size_t      num_rails;
+    /*
+     * Topology weight of each rail for the request's memory, (0, 1]: its
+     * share of what its bandwidth promises (ote_proto_rails_rank); 0 counts
+     * as 1 (a set nobody ranked); -1: left out, carries only when no other
+     * rail of the set may (failover).
+     */
+    float       weight[OTE_PROTO_MAX_RAILS];
 } ote_rail_set_t;
 
 /*
@@ -103,6 +116,18 @@ typedef struct {
  */
 ote_status_t ote_proto_rails_select(const ote_rail_set_t *all, ote_op_t op, unsigned local_mem,
                                     unsigned remote_mem, ote_rail_set_t *out);
+
+/*
+ * Rank the network rails of set for memory at location ("cpu:N", "cuda:N")
+ * by how near their NICs are to it (the rails' topology table, see
+ * base/topo.h): a rail under a quarter of the best is left out (moved
+ * last with weight -1: it carries only when no other rail may, so that
+ * failover still has it), the others get their weight (score / best) and
+ * go nearest first; rails the topology does not place (intra-host
+ * transports, virtual NICs) keep weight 1. Nothing changes without a table
+ * or a placed location.
+ */
+void ote_proto_rails_rank(ote_rail_set_t *set, const char *location);
 
 /*
  * Order of preference when rails are built (qsort style): intra-host before
@@ -166,7 +191,8 @@ typedef struct {
 
 /*
  * Plan one request on a peer's rails: choose the rails that reach both
- * memories (ote_proto_rails_select) into *route with the region's remote
+ * memories (ote_proto_rails_select), ranked for the local memory's location
+ * (ote_proto_rails_rank), into *route with the region's remote
  * keys, and cut the request into slices that point at route (bound to
  * rails later, ote_proto_rail_pick and ote_proto_slice_bind). A range no
  * published region covers may be one the peer registered since: it goes
@@ -189,9 +215,11 @@ void ote_proto_rail_init(ote_rail_t *r, const ote_rail_params_t *params, uint32_
 
 /*
  * The rail of set a slice of length should go to: the one with the earliest
- * predicted completion, (bytes in flight + length) / bandwidth, among those
+ * predicted completion, (bytes in flight + length) / (bandwidth * its
+ * topology weight in set), among those
  * that may carry (active, or due for their probe after a cool-down; the
- * rail's ep connected). Its room is taken (ote_proto_slice_bind). NULL with
+ * rail's ep connected); a rail the topology left out (weight -1) only when
+ * no other may. Its room is taken (ote_proto_slice_bind). NULL with
  * *why_p = OTE_ERR_BUSY when that rail is at its quota (try again when a
  * slice ends), OTE_ERR_UNREACHABLE when no rail may carry. Callers pick for
  * one segment one at a time (its lock).
@@ -225,6 +253,12 @@ void         ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t 
 bool         ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now_ns);
 /* The error of the rail of set that failed last (OTE_OK: none failed). */
 ote_status_t ote_proto_rails_last_error(const ote_rail_set_t *set);
+/*
+ * The rail's port went down (up false): it is paused, as in a cool-down,
+ * until the port comes up again (up true), when it is probed (one slice)
+ * before it carries again.
+ */
+void         ote_proto_rail_link(ote_rail_t *r, bool up, uint64_t now_ns);
 /* The public view of a rail (ote_segment_rails). */
 void         ote_proto_rail_info(ote_rail_t *r, uint64_t now_ns, ote_rail_info_t *info);
 

@@ -35,6 +35,10 @@ void ote_proto_rail_init(ote_rail_t *r, const ote_rail_params_t *params, uint32_
     sp->bandwidth   = r->caps.bandwidth > 0 ? r->caps.bandwidth : 1e9;
     sp->cooldown_ns = params->cooldown_ns;
     sp->gen         = gen;
+    r->topo         = params->topo;
+    r->topo_nic     = r->iface != NULL && r->iface->resource.is_network
+                          ? ote_topo_table_nic(params->topo, r->iface->resource.dev_name)
+                          : -1;
 }
 
 /* The rail may take a slice now (lock held); a rail whose cool-down ended turns PROBING. */
@@ -42,7 +46,7 @@ static bool rail_may_carry(ote_rail_t *r, uint64_t now)
 {
     ote_rail_spray_t *sp = &r->spray;
 
-    if (r->ep == NULL)
+    if (r->ep == NULL || sp->link_down)
         return false;
     if (sp->state == OTE_RAIL_COOLING) {
         /* Its connections failed: the probe is to make them again first. */
@@ -76,20 +80,27 @@ ote_rail_t *ote_proto_rail_pick(const ote_rail_set_t *set, size_t length, uint64
     double best_t    = 0;
     bool probing     = false;
 
-    for (size_t i = 0; i < set->num_rails; i++) {
-        ote_rail_t *r        = set->rails[i];
-        ote_rail_spray_t *sp = &r->spray;
-        double t;
-        bool ok;
+    /* The rails the topology kept; those it left out only when none of these may carry. */
+    for (int fallback = 0; fallback < 2 && best == NULL && !probing; fallback++) {
+        for (size_t i = 0; i < set->num_rails; i++) {
+            ote_rail_t *r        = set->rails[i];
+            ote_rail_spray_t *sp = &r->spray;
+            double w             = set->weight[i] == 0 ? 1 : set->weight[i];
+            double t;
+            bool ok;
 
-        pthread_mutex_lock(&sp->lock);
-        ok = rail_may_carry(r, now);
-        probing |= !ok && sp->state == OTE_RAIL_PROBING && sp->probe_busy;
-        t  = (double)(atomic_load(&sp->inflight_bytes) + length) / sp->bandwidth;
-        pthread_mutex_unlock(&sp->lock);
-        if (ok && (best == NULL || t < best_t)) {
-            best   = r;
-            best_t = t;
+            if ((w < 0) != (fallback == 1))
+                continue;
+            pthread_mutex_lock(&sp->lock);
+            ok = rail_may_carry(r, now);
+            probing |= !ok && sp->state == OTE_RAIL_PROBING && sp->probe_busy;
+            t  = (double)(atomic_load(&sp->inflight_bytes) + length) /
+                 (sp->bandwidth * (w < 0 ? -w : w));
+            pthread_mutex_unlock(&sp->lock);
+            if (ok && (best == NULL || t < best_t)) {
+                best   = r;
+                best_t = t;
+            }
         }
     }
     if (best == NULL) {
@@ -213,7 +224,8 @@ bool ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now)
     bool due;
 
     pthread_mutex_lock(&r->spray.lock);
-    due = r->spray.state != OTE_RAIL_COOLING || now >= r->spray.resume_ns;
+    due = !r->spray.link_down &&
+          (r->spray.state != OTE_RAIL_COOLING || now >= r->spray.resume_ns);
     pthread_mutex_unlock(&r->spray.lock);
     return due;
 }
@@ -264,13 +276,37 @@ bool ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now)
         if (r->ep == NULL)
             continue;
         pthread_mutex_lock(&r->spray.lock);
-        ok = r->spray.state != OTE_RAIL_COOLING ||
+        /* A port that is down may come up: its rail is usable later. */
+        ok = r->spray.link_down || r->spray.state != OTE_RAIL_COOLING ||
              (now >= r->spray.resume_ns && !r->iface->ep_ops->needs_reconnect(r->ep));
         pthread_mutex_unlock(&r->spray.lock);
         if (ok)
             return true;
     }
     return false;
+}
+
+void ote_proto_rail_link(ote_rail_t *r, bool up, uint64_t now)
+{
+    ote_rail_spray_t *sp = &r->spray;
+
+    pthread_mutex_lock(&sp->lock);
+    if (!up && !sp->link_down) {
+        sp->link_down = true;
+        sp->state     = OTE_RAIL_COOLING;
+        sp->resume_ns = UINT64_MAX;
+        ote_info("rail %s/%s paused: its port is down", r->iface->resource.tl_name,
+                 r->iface->resource.dev_name);
+    } else if (up && sp->link_down) {
+        /* Probed first, as after a cool-down; the next pause starts short. */
+        sp->link_down   = false;
+        sp->state       = OTE_RAIL_COOLING;
+        sp->resume_ns   = now;
+        sp->cooldown_ns = sp->params.cooldown_ns;
+        ote_info("rail %s/%s: its port is up again; probing it", r->iface->resource.tl_name,
+                 r->iface->resource.dev_name);
+    }
+    pthread_mutex_unlock(&sp->lock);
 }
 
 void ote_proto_rail_info(ote_rail_t *r, uint64_t now, ote_rail_info_t *info)
@@ -288,7 +324,9 @@ void ote_proto_rail_info(ote_rail_t *r, uint64_t now, ote_rail_info_t *info)
     pthread_mutex_lock(&sp->lock);
     info->state     = r->ep == NULL ? OTE_RAIL_CLOSED : (ote_rail_state_t)sp->state;
     info->bandwidth = sp->bandwidth;
-    if (sp->state == OTE_RAIL_COOLING && sp->resume_ns > now)
+    if (sp->link_down)
+        info->cooldown_ms = UINT64_MAX;
+    else if (sp->state == OTE_RAIL_COOLING && sp->resume_ns > now)
         info->cooldown_ms = (sp->resume_ns - now + 999999) / 1000000;
     pthread_mutex_unlock(&sp->lock);
 }

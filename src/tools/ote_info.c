@@ -16,7 +16,8 @@ static void usage(FILE *f)
                "  -v  version\n"
                "  -c  every configuration variable with its value, default and description\n"
                "  -d  transports and devices a default engine would use, with their addresses,\n"
-               "      capabilities and selection\n");
+               "      capabilities and selection; RDMA ports and GIDs; for each memory (NUMA\n"
+               "      node, GPU), its NICs ranked by topology and those left out\n");
 }
 
 int main(int argc, char **argv)

@@ -16,11 +16,9 @@
 #include <ote/ote.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,15 +28,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-const char *const test_names[NUM_TESTS] = {"write_bw", "read_bw",  "write_lat",
-                                           "read_lat", "kv_write", "kv_read"};
-
-opts_t opt = {
-    .test = T_WRITE_BW, .batch = 0, .iters = 0, .threads = 1, .depth = 0,
-    .local_mem = "host", .remote_mem = "host", .region = 512ul << 20,
-    .kv_layers = 32, .kv_blocks = 64,
-};
 
 static volatile sig_atomic_t stop_flag;
 
@@ -74,54 +63,6 @@ static void on_initiator_signal(int sig)
     errno = saved;
     signal(sig, SIG_DFL);
     raise(sig);
-}
-
-double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void die(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    fprintf(stderr, "ote_perftest: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
-
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    size_t mult = 1;
-
-    if (end == s || v < 0)
-        die("bad size '%s'", s);
-    switch (*end) {
-    case 'k': case 'K': mult = 1ul << 10; end++; break;
-    case 'm': case 'M': mult = 1ul << 20; end++; break;
-    case 'g': case 'G': mult = 1ul << 30; end++; break;
-    case '\0': break;
-    default: die("bad size '%s'", s);
-    }
-    if (*end == 'b' || *end == 'B')
-        end++;
-    if (*end != '\0')
-        die("bad size '%s'", s);
-    return (size_t)(v * (double)mult);
-}
-
-static void mem_check_location(const char *m)
-{
-    if (strcmp(m, "host") != 0)
-        die("memory type '%s' is not available in this build (host only)", m);
 }
 
 /* ------------------------------------------------------------------ */
@@ -251,7 +192,7 @@ static int round_check(ote_batch_h b, size_t n, worker_t *w)
     return 0;
 }
 
-static void *worker_main(void *arg)
+static void *submitter_main(void *arg)
 {
     worker_t *w = arg;
     ote_xfer_req_t *reqs = calloc(w->batch, sizeof(*reqs));
@@ -324,13 +265,6 @@ static void *worker_main(void *arg)
     free(ring);
     free(start);
     return NULL;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
 }
 
 /* Send a command to the target and wait for its answer. */
@@ -406,10 +340,7 @@ static int run_initiator(const char *peer)
         rc = perftest_kv_run(e, seg, &regions[0], local, local_len, json);
         opt.num_sizes = 0; /* the rows below are the other tests' */
     } else if (!opt.quiet) {
-        printf("# ote_perftest %s to %s, %d thread(s), depth %d%s\n", test_names[opt.test],
-               peer, opt.threads, opt.depth, opt.check ? ", verifying every byte" : "");
-        printf("# %12s %8s %10s %12s %12s %12s %12s\n", "size", "batch", "GB/s", "lat_avg_us",
-               "lat_p50_us", "lat_p99_us", "msg/s");
+        perftest_report_header(peer);
     }
     for (size_t si = 0; si < opt.num_sizes && rc == 0; si++) {
         size_t size = opt.sizes[si];
@@ -454,7 +385,7 @@ static int run_initiator(const char *peer)
             w[t].iters  = iters;
             w[t].warmup = iters / 10 > 0 ? (iters / 10 < 100 ? iters / 10 : 100) : 1;
             w[t].lat    = calloc((size_t)iters, sizeof(double));
-            if (pthread_create(&th[t], NULL, worker_main, &w[t]) != 0)
+            if (pthread_create(&th[t], NULL, submitter_main, &w[t]) != 0)
                 die("cannot start thread %d", t);
         }
         {
@@ -517,33 +448,8 @@ static int run_initiator(const char *peer)
                 }
             }
         }
-        if (rc == 0 && rounds > 0) {
-            double bytes = (double)rounds * (double)size * (double)opt.batch;
-            double gbps  = bytes / elapsed / 1e9;
-            double msgs  = (double)rounds * (double)opt.batch / elapsed;
-            double avg = 0, p50, p99;
-
-            qsort(all_lat, (size_t)rounds, sizeof(double), cmp_double);
-            for (long i = 0; i < rounds; i++)
-                avg += all_lat[i];
-            avg /= (double)rounds;
-            p50 = all_lat[(size_t)((double)(rounds - 1) * 0.5)];
-            p99 = all_lat[(size_t)((double)(rounds - 1) * 0.99)];
-            printf("  %12zu %8zu %10.3f %12.2f %12.2f %12.2f %12.0f\n", size, opt.batch, gbps,
-                   avg * 1e6, p50 * 1e6, p99 * 1e6, msgs);
-            fflush(stdout);
-            if (json) {
-                fprintf(json,
-                        "{\"test\":\"%s\",\"size\":%zu,\"batch\":%zu,\"threads\":%d,"
-                        "\"depth\":%d,\"bytes\":%.0f,\"seconds\":%.6f,\"gbps\":%.4f,"
-                        "\"lat_avg_us\":%.3f,\"lat_p50_us\":%.3f,\"lat_p99_us\":%.3f,"
-                        "\"msg_per_s\":%.0f,\"checked\":%s}\n",
-                        test_names[opt.test], size, opt.batch, opt.threads, opt.depth, bytes,
-                        elapsed, gbps, avg * 1e6, p50 * 1e6, p99 * 1e6, msgs,
-                        opt.check ? "true" : "false");
-                fflush(json);
-            }
-        }
+        if (rc == 0 && rounds > 0)
+            perftest_report_row(size, rounds, elapsed, all_lat, json);
         for (int t = 0; t < opt.threads; t++)
             free(w[t].lat);
         free(all_lat);
@@ -551,29 +457,9 @@ static int run_initiator(const char *peer)
         free(th);
         free(joined);
     }
+    perftest_report_rails(seg, json);
     if (json)
         fclose(json);
-    {
-        /* Bytes per rail over the whole run (ote_segment_rails). */
-        ote_rail_info_t rails[16];
-        size_t nrails = 0;
-
-        if (ote_segment_rails(seg, rails, 16, &nrails) == OTE_OK) {
-            static const char *const states[] = {"active", "cooling", "probing", "closed"};
-
-            printf("# rail transport/device        bytes     slices  retries   errors  state    "
-                   "est. MB/s\n");
-            for (size_t i = 0; i < nrails && i < 16; i++) {
-                char name[100];
-
-                snprintf(name, sizeof(name), "%.31s/%.63s", rails[i].transport, rails[i].device);
-                printf("# %4zu %-20s %12llu %9llu %8llu %8llu  %-8s %9.1f\n", i, name,
-                       (unsigned long long)rails[i].bytes, (unsigned long long)rails[i].slices,
-                       (unsigned long long)rails[i].retries, (unsigned long long)rails[i].errors,
-                       states[rails[i].state & 3], rails[i].bandwidth / 1e6);
-            }
-        }
-    }
     if (opt.loopback)
         ote_notify_send(e, seg, "quit", 4);
     ote_segment_close(seg);
@@ -625,104 +511,15 @@ static pid_t spawn_target(const char *self, char *name, size_t len)
     return pid;
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: ote_perftest [options] [PEER]\n"
-            "  without PEER: serve as the target and print the segment name\n"
-            "  PEER: segment name (host:port) of a serving ote_perftest\n"
-            "  --loopback          start a target process on this host and run against it\n"
-            "  -t TEST             write_bw (default), read_bw, write_lat, read_lat,\n"
-            "                      kv_write, kv_read (the KV-cache pattern, see --kv)\n"
-            "  -s SIZE[,SIZE...]   block sizes, k/m/g suffixes (default 1m; 8 for *_lat)\n"
-            "  -b BATCH            requests per batch (default 8; 1 for *_lat)\n"
-            "  -n ITERS            batches per size (default: about 2 GiB, or 20000 rounds)\n"
-            "  -T THREADS          submitting threads (default 1)\n"
-            "  -D DEPTH            batches in flight per thread (default 2; 1 for *_lat)\n"
-            "  -m host             local memory type\n"
-            "  -M host             remote memory type\n"
-            "  -x TLS              transports (sets OTE_TLS)\n"
-            "  -l ADDR             control-plane listen address (host:port)\n"
-            "  --region SIZE       target region size (default 512m)\n"
-            "  --check             verify every byte\n"
-            "  --json FILE         one JSON object per row\n"
-            "  --kv L:B            kv_*: L layers of B blocks of the -s size (default\n"
-            "                      32:64 of 16k) scattered over both sides, one batch\n"
-            "                      per layer; -n requests (default 20)\n"
-            "  -q                  table only\n");
-}
-
 int main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"loopback", no_argument, NULL, 'L'}, {"check", no_argument, NULL, 'C'},
-        {"json", required_argument, NULL, 'J'}, {"region", required_argument, NULL, 'R'},
-        {"kv", required_argument, NULL, 'K'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *sizes = NULL;
     char name[256];
     pid_t child = 0;
-    int c, rc;
+    int rc;
 
-    while ((c = getopt_long(argc, argv, "t:s:b:n:T:D:m:M:x:l:qh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 't': {
-            int i;
-
-            for (i = 0; i < NUM_TESTS && strcmp(optarg, test_names[i]) != 0; i++)
-                ;
-            if (i == NUM_TESTS)
-                die("unknown test '%s'", optarg);
-            opt.test = (test_t)i;
-            break;
-        }
-        case 's': sizes = optarg; break;
-        case 'b': opt.batch = parse_size(optarg); break;
-        case 'n': opt.iters = atol(optarg); break;
-        case 'T': opt.threads = atoi(optarg); break;
-        case 'D': opt.depth = atoi(optarg); break;
-        case 'm': opt.local_mem = optarg; break;
-        case 'M': opt.remote_mem = optarg; break;
-        case 'x': opt.tls = optarg; break;
-        case 'l': opt.listen = optarg; break;
-        case 'q': opt.quiet = true; break;
-        case 'L': opt.loopback = true; break;
-        case 'C': opt.check = true; break;
-        case 'J': opt.json = optarg; break;
-        case 'R': opt.region = parse_size(optarg); break;
-        case 'K':
-            if (sscanf(optarg, "%zu:%zu", &opt.kv_layers, &opt.kv_blocks) != 2 ||
-                opt.kv_layers == 0 || opt.kv_blocks == 0 || opt.kv_layers > 4096 ||
-                opt.kv_blocks > 65536)
-                die("--kv wants LAYERS:BLOCKS (1..4096 layers, 1..65536 blocks)");
-            break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (optind < argc)
-        opt.peer = argv[optind];
-    {
-        bool lat = opt.test == T_WRITE_LAT || opt.test == T_READ_LAT;
-        bool kv  = opt.test == T_KV_WRITE || opt.test == T_KV_READ;
-        char buf[512], *save = NULL;
-
-        snprintf(buf, sizeof(buf), "%s", sizes ? sizes : (lat ? "8" : kv ? "16k" : "1m"));
-        for (char *t = strtok_r(buf, ",", &save); t && opt.num_sizes < MAX_SIZES;
-             t = strtok_r(NULL, ",", &save))
-            opt.sizes[opt.num_sizes++] = parse_size(t);
-        if (opt.batch == 0)
-            opt.batch = lat ? 1 : 8;
-        if (opt.depth <= 0)
-            opt.depth = lat ? 1 : 2;
-    }
-    for (size_t i = 0; i < opt.num_sizes; i++) {
-        if (opt.sizes[i] == 0)
-            die("block size must be positive");
-    }
-    if (opt.threads < 1 || opt.threads > 64)
-        die("threads must be 1..64");
+    rc = perftest_parse(argc, argv);
+    if (rc >= 0)
+        return rc;
     if (opt.tls)
         setenv("OTE_TLS", opt.tls, 1);
     signal(SIGPIPE, SIG_IGN);

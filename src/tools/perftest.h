@@ -1,7 +1,8 @@
 /*
  * ote_perftest's parts: the options every part reads, and what they share
- * (ote_perftest.c: options, target, bandwidth and latency tests;
- * perftest_kv.c: the KV-cache pattern).
+ * (perftest_params.c: options, defaults, usage; ote_perftest.c: the
+ * target and the bandwidth and latency tests; perftest_kv.c: the KV-cache
+ * pattern; perftest_report.c: the table, JSON rows and bytes per rail).
  */
 #ifndef OTE_TOOLS_PERFTEST_H
 #define OTE_TOOLS_PERFTEST_H
@@ -48,6 +49,19 @@ extern opts_t opt;
 
 double now_s(void);
 void   die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* Parse argv into opt: -1 to go on, else the exit code (--help, bad usage). */
+int  perftest_parse(int argc, char **argv);
+/* Dies unless memory type m is one this build has. */
+void mem_check_location(const char *m);
+
+/* Statistics over n samples (perftest_percentile sorts v). */
+double perftest_percentile(double *v, size_t n, double p);
+double perftest_mean(const double *v, size_t n);
+/* The bandwidth and latency table: its header, one row per size, JSON too. */
+void perftest_report_header(const char *peer);
+void perftest_report_row(size_t size, long rounds, double elapsed, double *lat, FILE *json);
+/* Bytes, slices, retries and errors per rail of seg over the run; in JSON too. */
+void perftest_report_rails(ote_segment_h seg, FILE *json);
 
 /*
  * The KV-cache pattern (kv_write, kv_read): a request's cache is

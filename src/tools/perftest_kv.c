@@ -50,28 +50,6 @@ static void kv_scatter(size_t *slots, size_t n, size_t pool_slots, uint64_t seed
     free(all);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-static double percentile(double *v, size_t n, double p)
-{
-    qsort(v, n, sizeof(*v), cmp_double);
-    return v[(size_t)((double)(n - 1) * p)];
-}
-
-static double mean(const double *v, size_t n)
-{
-    double sum = 0;
-
-    for (size_t i = 0; i < n; i++)
-        sum += v[i];
-    return sum / (double)n;
-}
-
 /* Read the request's blocks back into scratch and compare with what was written. */
 static int kv_verify_write(ote_engine_h e, ote_segment_h seg, const ote_xfer_req_t *reqs,
                            size_t n, uint8_t *scratch)
@@ -203,10 +181,10 @@ int perftest_kv_run(ote_engine_h e, ote_segment_h seg, const ote_region_info_t *
     }
     if (rc == 0) {
         double gbps = (double)(n * S) * (double)requests / total / 1e9;
-        double avg_lat = mean(lat, (size_t)requests), avg_prep = mean(prep, (size_t)requests * L);
-        double avg_post = mean(post, (size_t)requests * L);
-        double p99_lat  = percentile(lat, (size_t)requests, 0.99);
-        double p99_post = percentile(post, (size_t)requests * L, 0.99);
+        double avg_lat = perftest_mean(lat, (size_t)requests), avg_prep = perftest_mean(prep, (size_t)requests * L);
+        double avg_post = perftest_mean(post, (size_t)requests * L);
+        double p99_lat  = perftest_percentile(lat, (size_t)requests, 0.99);
+        double p99_post = perftest_percentile(post, (size_t)requests * L, 0.99);
 
         printf("  %10zu %8zu %10.3f %12.1f %12.1f %12.2f %12.2f %12.2f\n", S, B, gbps,
                avg_lat * 1e6, p99_lat * 1e6, avg_prep * 1e6, avg_post * 1e6, p99_post * 1e6);

@@ -87,9 +87,13 @@ typedef struct ote_rdma {
     char            verbs[OTE_RDMA_WHY_MAX];
 } ote_rdma_t;
 
-/* OTE_SYSFS_ROOT: where discovery reads devices from. */
+/*
+ * OTE_SYSFS_ROOT: where discovery reads devices from; OTE_RDMA_POLL_MS: how
+ * often the engine reads them again.
+ */
 typedef struct {
     char *sysfs_root;
+    long  poll_ms;
 } ote_rdma_config_t;
 
 extern const ote_config_table_t ote_rdma_config_table;
@@ -102,6 +106,13 @@ extern const ote_config_table_t ote_rdma_config_table;
  */
 ote_status_t ote_rdma_discover(const char *sysfs_root, ote_rdma_t **rdma_p);
 void         ote_rdma_free(ote_rdma_t *rdma);
+
+/*
+ * True when sysfs no longer shows what rdma holds: a device appeared or
+ * went, or a port's state changed (only the state files are read; discover
+ * again to know the rest).
+ */
+bool ote_rdma_changed(const ote_rdma_t *rdma);
 
 /* The port named "<dev>:<n>", or NULL (also when rdma is NULL). */
 const ote_rdma_port_t *ote_rdma_port_find(const ote_rdma_t *rdma, const char *name);

@@ -21,6 +21,9 @@ static const ote_cfg_entry_t rdma_config_fields[] = {
     {"SYSFS_ROOT", "/sys", OTE_CFG_STRING, RDMA_F(sysfs_root),
      "Test and diagnostics only: the sysfs tree RDMA devices, ports and GIDs are read from "
      "(ROOT/class/infiniband/...), e.g. a fixture tree; libibverbs is asked only with /sys."},
+    {"RDMA_POLL_MS", "1000", OTE_CFG_INT, RDMA_F(poll_ms),
+     "The state of every RDMA port, and the devices there are, are read again this often: a "
+     "port that goes down pauses its rails, one that comes up resumes them. 0 = never."},
 };
 
 const ote_config_table_t ote_rdma_config_table = {
@@ -623,6 +626,49 @@ const ote_rdma_port_t *ote_rdma_port_find(const ote_rdma_t *rdma, const char *na
         }
     }
     return NULL;
+}
+
+bool ote_rdma_changed(const ote_rdma_t *rdma)
+{
+    char class_dir[512], path[700], val[RDMA_VALUE_MAX];
+    struct dirent *d;
+    size_t n     = 0;
+    bool changed = false;
+    DIR *dir;
+
+    if (!path_fmt(class_dir, sizeof(class_dir), "%s/class/infiniband", rdma->root))
+        return false;
+    dir = opendir(class_dir);
+    while (dir != NULL && !changed && (d = readdir(dir)) != NULL) {
+        bool known = false;
+
+        if (d->d_name[0] == '.' || !name_valid(d->d_name, OTE_RDMA_DEV_MAX))
+            continue;
+        for (size_t i = 0; i < rdma->num_devs && !known; i++)
+            known = strcmp(rdma->devs[i].name, d->d_name) == 0;
+        changed = !known;
+        n++;
+    }
+    if (dir != NULL)
+        closedir(dir);
+    if (changed || n != rdma->num_devs)
+        return true;
+    for (size_t i = 0; i < rdma->num_devs; i++) {
+        for (size_t p = 0; p < rdma->devs[i].num_ports; p++) {
+            const ote_rdma_port_t *port = &rdma->devs[i].ports[p];
+            char name[24];
+            int state = -1;
+
+            if (!path_fmt(path, sizeof(path), "%s/%s/ports/%u/state", class_dir,
+                          rdma->devs[i].name, port->num) ||
+                sysfs_read(path, val, sizeof(val)) != 0 ||
+                !state_parse(val, &state, name, sizeof(name)))
+                state = -1;
+            if (state != port->state)
+                return true;
+        }
+    }
+    return false;
 }
 
 const ote_rdma_gid_t *ote_rdma_port_gid(const ote_rdma_port_t *port)

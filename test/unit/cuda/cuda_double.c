@@ -13,6 +13,8 @@
  *   the stream has run everything queued before them.
  * - Every pointer range a copy touches that starts in simulated device or
  *   pinned memory must lie inside that allocation (cudaErrorInvalidValue).
+ * - PCI addresses: ORBITTE_CUDA_DOUBLE_PCI, one per physical device
+ *   ("0000:84:00.0,0000:03:00.0"); without it device N is at 0000:N+0x10:00.0.
  * - ote_cuda_double_stats() reports live objects, so tests can check that
  *   nothing leaks (IPC mappings, pinned ranges, streams, events).
  */
@@ -187,6 +189,28 @@ int cudaGetDeviceCount(int *count)
     pthread_once(&g_once, init);
     *count = g_nvisible;
     return g_nvisible ? 0 : set_err(100);
+}
+
+int cudaDeviceGetPCIBusId(char *bus_id, int len, int dev)
+{
+    const char *list = getenv("ORBITTE_CUDA_DOUBLE_PCI");
+    int phys;
+
+    pthread_once(&g_once, init);
+    if (dev < 0 || dev >= g_nvisible)
+        return set_err(101);
+    if (bus_id == NULL || len <= 0)
+        return set_err(1);
+    phys = g_visible[dev];
+    for (int i = 0; list != NULL && i < phys; i++) {
+        list = strchr(list, ',');
+        list = list != NULL ? list + 1 : NULL;
+    }
+    if (list != NULL && *list != '\0')
+        snprintf(bus_id, (size_t)len, "%.*s", (int)strcspn(list, ","), list);
+    else
+        snprintf(bus_id, (size_t)len, "0000:%02x:00.0", 0x10 + phys);
+    return 0;
 }
 
 int cudaSetDevice(int dev)

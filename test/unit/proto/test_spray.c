@@ -256,6 +256,155 @@ static void test_no_rail_left(void **state)
     assert_int_equal(info(&r, 0, t).state, OTE_RAIL_CLOSED);
 }
 
+/*
+ * Ranked by topology for a memory: a table with NUMA node 0 near eth0 and
+ * eth1 at half its score, and a GPU near eth1 with eth0 far (1/16); eth2 not
+ * placed. For cpu:0 the weights split slices 2:1 at equal bandwidth; for
+ * cuda:0 eth0 is left out and eth1 comes first.
+ */
+static void test_topology_rank(void **state)
+{
+    static rails_t r;
+    static ote_topo_table_t table;
+    static ote_slice_t s[30];
+    ote_rail_params_t p = no_limits;
+    ote_rail_set_t set;
+    unsigned count[3] = {0, 0, 0};
+
+    memset(&r, 0, sizeof(r));
+    memset(&table, 0, sizeof(table));
+    table.num_places = 2;
+    table.num_nics   = 2;
+    snprintf(table.place[0], OTE_TOPO_PLACE_MAX, "cpu:0");
+    snprintf(table.place[1], OTE_TOPO_PLACE_MAX, "cuda:0");
+    snprintf(table.nic[0], OTE_TOPO_NIC_MAX, "eth0");
+    snprintf(table.nic[1], OTE_TOPO_NIC_MAX, "eth1");
+    table.score[0][0] = 1;
+    table.score[0][1] = 0.5f;
+    table.score[1][0] = 0.0625f;
+    table.score[1][1] = 1;
+    p.topo = &table;
+    for (int i = 0; i < 3; i++) {
+        r.iface[i].resource.is_network = true;
+        add(&r, 1e9, &p);
+    }
+    assert_int_equal(r.rail[0].topo_nic, 0);
+    assert_int_equal(r.rail[1].topo_nic, 1);
+    assert_int_equal(r.rail[2].topo_nic, -1);
+
+    /* Host memory on node 0: all kept, eth0 and eth2 (not placed) at 1, eth1 at 1/2. */
+    set = r.set;
+    for (int i = 0; i < 3; i++)
+        set.weight[i] = 1;
+    ote_proto_rails_rank(&set, "cpu:0");
+    assert_int_equal(set.num_rails, 3);
+    assert_ptr_equal(set.rails[0], &r.rail[0]);
+    assert_ptr_equal(set.rails[1], &r.rail[2]);
+    assert_ptr_equal(set.rails[2], &r.rail[1]);
+    assert_true(set.weight[2] == 0.5f);
+    for (int i = 0; i < 25; i++) {
+        ote_status_t why;
+        ote_rail_t *rail;
+
+        memset(&s[i], 0, sizeof(s[i]));
+        s[i].length = MIB;
+        rail        = ote_proto_rail_pick(&set, MIB, 1000 * MS, &why);
+        assert_non_null(rail);
+        ote_proto_slice_bind(&s[i], rail, 1000 * MS);
+        count[rail - r.rail]++;
+    }
+    assert_int_equal(count[0], 10);
+    assert_int_equal(count[2], 10);
+    assert_int_equal(count[1], 5);
+    for (int i = 0; i < 25; i++)
+        ote_proto_slice_end(&s[i], OTE_OK, 1000 * MS + 1);
+
+    /* GPU memory: eth0 is left out (last, -1), eth1 first, eth2 kept. */
+    set = r.set;
+    ote_proto_rails_rank(&set, "cuda:0");
+    assert_int_equal(set.num_rails, 3);
+    assert_ptr_equal(set.rails[0], &r.rail[1]);
+    assert_ptr_equal(set.rails[1], &r.rail[2]);
+    assert_ptr_equal(set.rails[2], &r.rail[0]);
+    assert_true(set.weight[2] < 0);
+    /* It carries nothing while another rail may, however loaded they are... */
+    for (int i = 0; i < 30; i++) {
+        ote_status_t why;
+        ote_rail_t *rail;
+
+        memset(&s[i], 0, sizeof(s[i]));
+        s[i].length = MIB;
+        rail        = ote_proto_rail_pick(&set, MIB, 1000 * MS, &why);
+        assert_non_null(rail);
+        assert_ptr_not_equal(rail, &r.rail[0]);
+        ote_proto_slice_bind(&s[i], rail, 1000 * MS);
+    }
+    for (int i = 0; i < 30; i++)
+        ote_proto_slice_end(&s[i], OTE_OK, 1000 * MS + 1);
+    /* ...and takes the slices once none may (their ports down): failover keeps it. */
+    ote_proto_rail_link(&r.rail[1], false, 1000 * MS);
+    ote_proto_rail_link(&r.rail[2], false, 1000 * MS);
+    {
+        ote_status_t why;
+
+        assert_ptr_equal(ote_proto_rail_pick(&set, MIB, 1000 * MS, &why), &r.rail[0]);
+    }
+    ote_proto_rail_link(&r.rail[1], true, 1000 * MS);
+    ote_proto_rail_link(&r.rail[2], true, 1000 * MS);
+
+    /* A memory the table does not know, or no table: nothing changes. */
+    set = r.set;
+    ote_proto_rails_rank(&set, "cpu:5");
+    assert_int_equal(set.num_rails, 3);
+    assert_ptr_equal(set.rails[0], &r.rail[0]);
+    for (int i = 0; i < 3; i++)
+        r.rail[i].topo = NULL;
+    ote_proto_rails_rank(&set, "cuda:0");
+    assert_int_equal(set.num_rails, 3);
+}
+
+/*
+ * A port down pauses its rail until the port is up (whatever the time),
+ * a failure meanwhile changes nothing; up, the rail is probed with one
+ * slice and then carries.
+ */
+static void test_link_down_up(void **state)
+{
+    static rails_t r;
+    ote_slice_t s[4];
+    ote_status_t why;
+    uint64_t t = 1000 * MS;
+
+    memset(&r, 0, sizeof(r));
+    add(&r, 4e9, &no_limits);
+    add(&r, 1e9, &no_limits);
+    assert_int_equal(pick_bind(&r, &s[0], MIB, t, NULL), 0);
+    ote_proto_rail_link(&r.rail[0], false, t);
+    assert_int_equal(info(&r, 0, t).state, OTE_RAIL_COOLING);
+    assert_true(info(&r, 0, t).cooldown_ms == UINT64_MAX);
+    /* The slice in flight fails there: no longer pause than "until up". */
+    assert_true(ote_proto_slice_end(&s[0], OTE_ERR_IO, t));
+    assert_true(info(&r, 0, t).cooldown_ms == UINT64_MAX);
+    t += 3600 * 1000 * MS;
+    assert_false(ote_proto_rail_probe_due(&r.rail[0], t));
+    assert_int_equal(pick_bind(&r, &s[0], MIB, t, NULL), 1);
+    assert_true(ote_proto_rails_usable(&r.set, t));
+    /* Only that rail, down: nothing carries now. */
+    ote_proto_rail_link(&r.rail[1], false, t);
+    assert_int_equal(pick_bind(&r, &s[1], MIB, t, &why), -1);
+    assert_int_equal(why, OTE_ERR_UNREACHABLE);
+    ote_proto_rail_link(&r.rail[1], true, t);
+    /* Up: one probe slice, then it carries. */
+    ote_proto_rail_link(&r.rail[0], true, t);
+    assert_true(ote_proto_rail_probe_due(&r.rail[0], t));
+    assert_int_equal(pick_bind(&r, &s[1], MIB, t, NULL), 0);
+    assert_int_equal(info(&r, 0, t).state, OTE_RAIL_PROBING);
+    assert_int_equal(pick_bind(&r, &s[2], MIB, t, NULL), 1);
+    assert_false(ote_proto_slice_end(&s[1], OTE_OK, t + MS));
+    assert_int_equal(info(&r, 0, t).state, OTE_RAIL_ACTIVE);
+    assert_int_equal(info(&r, 0, t).cooldown_ms, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -264,6 +413,8 @@ int main(void)
         cmocka_unit_test(test_bandwidth_estimate),
         cmocka_unit_test(test_cooldown_and_probe),
         cmocka_unit_test(test_no_rail_left),
+        cmocka_unit_test(test_topology_rank),
+        cmocka_unit_test(test_link_down_up),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,168 @@
+/*
+ * ote_perftest's parameters: the options, their defaults and checks, the
+ * usage text, and the helpers every part uses (clock, fatal errors).
+ */
+#include "perftest.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *const test_names[NUM_TESTS] = {"write_bw", "read_bw",  "write_lat",
+                                           "read_lat", "kv_write", "kv_read"};
+
+opts_t opt = {
+    .test = T_WRITE_BW, .batch = 0, .iters = 0, .threads = 1, .depth = 0,
+    .local_mem = "host", .remote_mem = "host", .region = 512ul << 20,
+    .kv_layers = 32, .kv_blocks = 64,
+};
+
+double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fprintf(stderr, "ote_perftest: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    size_t mult = 1;
+
+    if (end == s || v < 0)
+        die("bad size '%s'", s);
+    switch (*end) {
+    case 'k': case 'K': mult = 1ul << 10; end++; break;
+    case 'm': case 'M': mult = 1ul << 20; end++; break;
+    case 'g': case 'G': mult = 1ul << 30; end++; break;
+    case '\0': break;
+    default: die("bad size '%s'", s);
+    }
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end != '\0')
+        die("bad size '%s'", s);
+    return (size_t)(v * (double)mult);
+}
+
+void mem_check_location(const char *m)
+{
+    if (strcmp(m, "host") != 0)
+        die("memory type '%s' is not available in this build (host only)", m);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ote_perftest [options] [PEER]\n"
+            "  without PEER: serve as the target and print the segment name\n"
+            "  PEER: segment name (host:port) of a serving ote_perftest\n"
+            "  --loopback          start a target process on this host and run against it\n"
+            "  -t TEST             write_bw (default), read_bw, write_lat, read_lat,\n"
+            "                      kv_write, kv_read (the KV-cache pattern, see --kv)\n"
+            "  -s SIZE[,SIZE...]   block sizes, k/m/g suffixes (default 1m; 8 for *_lat)\n"
+            "  -b BATCH            requests per batch (default 8; 1 for *_lat)\n"
+            "  -n ITERS            batches per size (default: about 2 GiB, or 20000 rounds)\n"
+            "  -T THREADS          submitting threads (default 1)\n"
+            "  -D DEPTH            batches in flight per thread (default 2; 1 for *_lat)\n"
+            "  -m host             local memory type\n"
+            "  -M host             remote memory type\n"
+            "  -x TLS              transports (sets OTE_TLS)\n"
+            "  -l ADDR             control-plane listen address (host:port)\n"
+            "  --region SIZE       target region size (default 512m)\n"
+            "  --check             verify every byte\n"
+            "  --json FILE         one JSON object per row\n"
+            "  --kv L:B            kv_*: L layers of B blocks of the -s size (default\n"
+            "                      32:64 of 16k) scattered over both sides, one batch\n"
+            "                      per layer; -n requests (default 20)\n"
+            "  -q                  table only\n");
+}
+
+/* Parse argv into opt: -1 to go on, else the exit code (help, bad usage). */
+int perftest_parse(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"loopback", no_argument, NULL, 'L'}, {"check", no_argument, NULL, 'C'},
+        {"json", required_argument, NULL, 'J'}, {"region", required_argument, NULL, 'R'},
+        {"kv", required_argument, NULL, 'K'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *sizes = NULL;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "t:s:b:n:T:D:m:M:x:l:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 't': {
+            int i;
+
+            for (i = 0; i < NUM_TESTS && strcmp(optarg, test_names[i]) != 0; i++)
+                ;
+            if (i == NUM_TESTS)
+                die("unknown test '%s'", optarg);
+            opt.test = (test_t)i;
+            break;
+        }
+        case 's': sizes = optarg; break;
+        case 'b': opt.batch = parse_size(optarg); break;
+        case 'n': opt.iters = atol(optarg); break;
+        case 'T': opt.threads = atoi(optarg); break;
+        case 'D': opt.depth = atoi(optarg); break;
+        case 'm': opt.local_mem = optarg; break;
+        case 'M': opt.remote_mem = optarg; break;
+        case 'x': opt.tls = optarg; break;
+        case 'l': opt.listen = optarg; break;
+        case 'q': opt.quiet = true; break;
+        case 'L': opt.loopback = true; break;
+        case 'C': opt.check = true; break;
+        case 'J': opt.json = optarg; break;
+        case 'R': opt.region = parse_size(optarg); break;
+        case 'K':
+            if (sscanf(optarg, "%zu:%zu", &opt.kv_layers, &opt.kv_blocks) != 2 ||
+                opt.kv_layers == 0 || opt.kv_blocks == 0 || opt.kv_layers > 4096 ||
+                opt.kv_blocks > 65536)
+                die("--kv wants LAYERS:BLOCKS (1..4096 layers, 1..65536 blocks)");
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc)
+        opt.peer = argv[optind];
+    {
+        bool lat = opt.test == T_WRITE_LAT || opt.test == T_READ_LAT;
+        bool kv  = opt.test == T_KV_WRITE || opt.test == T_KV_READ;
+        char buf[512], *save = NULL;
+
+        snprintf(buf, sizeof(buf), "%s", sizes ? sizes : (lat ? "8" : kv ? "16k" : "1m"));
+        for (char *t = strtok_r(buf, ",", &save); t && opt.num_sizes < MAX_SIZES;
+             t = strtok_r(NULL, ",", &save))
+            opt.sizes[opt.num_sizes++] = parse_size(t);
+        if (opt.batch == 0)
+            opt.batch = lat ? 1 : 8;
+        if (opt.depth <= 0)
+            opt.depth = lat ? 1 : 2;
+    }
+    for (size_t i = 0; i < opt.num_sizes; i++) {
+        if (opt.sizes[i] == 0)
+            die("block size must be positive");
+    }
+    if (opt.threads < 1 || opt.threads > 64)
+        die("threads must be 1..64");
+    return -1;
+}
