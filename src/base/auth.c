@@ -229,16 +229,6 @@ static ote_status_t random_nonce(uint8_t *nonce)
 #endif
 }
 
-static bool mac_equal(const uint8_t *a, const uint8_t *b)
-{
-#ifdef HAVE_CRYPTO
-    return CRYPTO_memcmp(a, b, OTE_AUTH_MAC_LEN) == 0;
-#else
-    (void)a; (void)b;
-    return false;
-#endif
-}
-
 ote_status_t ote_auth_initiator_hello(const ote_auth_t *a, ote_auth_session_t *s, uint8_t *hello)
 {
     ote_status_t status;
@@ -253,23 +243,47 @@ ote_status_t ote_auth_initiator_hello(const ote_auth_t *a, ote_auth_session_t *s
     return OTE_OK;
 }
 
+/*
+ * A message of the handshake, expected in state want: out of turn is
+ * INVALID_PARAM; from here the session has failed until the step ends
+ * well, and a message that is not msg_len bytes is PROTOCOL.
+ */
+static ote_status_t step_begin(const ote_auth_t *a, ote_auth_session_t *s,
+                               ote_auth_state_t want, const uint8_t *msg, size_t len,
+                               size_t msg_len)
+{
+    if (!a->enabled || s->state != want)
+        return OTE_ERR_INVALID_PARAM;
+    s->state = OTE_AUTH_STATE_FAILED;
+    if (msg == NULL || len != msg_len)
+        return OTE_ERR_PROTOCOL;
+    return OTE_OK;
+}
+
+/* The peer's MAC (as role) over the session's nonces is mac: else AUTH. */
+static ote_status_t mac_check(const ote_auth_t *a, const ote_auth_session_t *s,
+                              ote_auth_role_t role, const uint8_t *mac)
+{
+    uint8_t expect[OTE_AUTH_MAC_LEN];
+    ote_status_t status = ote_auth_mac(a, s->channel, role, s->nonce_i, s->nonce_t, expect);
+
+    if (status != OTE_OK)
+        return status;
+    return ote_auth_mac_equal(expect, mac) ? OTE_OK : OTE_ERR_AUTH;
+}
+
 ote_status_t ote_auth_initiator_proof(const ote_auth_t *a, ote_auth_session_t *s,
                                       const uint8_t *tproof, size_t len, uint8_t *iproof)
 {
-    uint8_t expect[OTE_AUTH_MAC_LEN];
-    ote_status_t status;
+    ote_status_t status = step_begin(a, s, OTE_AUTH_STATE_HELLO, tproof, len,
+                                     OTE_AUTH_TPROOF_LEN);
 
-    if (!a->enabled || s->state != OTE_AUTH_STATE_HELLO)
-        return OTE_ERR_INVALID_PARAM;
-    s->state = OTE_AUTH_STATE_FAILED;
-    if (tproof == NULL || len != OTE_AUTH_TPROOF_LEN)
-        return OTE_ERR_PROTOCOL;
-    memcpy(s->nonce_t, tproof, OTE_AUTH_NONCE_LEN);
-    status = ote_auth_mac(a, s->channel, OTE_AUTH_ROLE_TARGET, s->nonce_i, s->nonce_t, expect);
     if (status != OTE_OK)
         return status;
-    if (!mac_equal(expect, tproof + OTE_AUTH_NONCE_LEN))
-        return OTE_ERR_AUTH;
+    memcpy(s->nonce_t, tproof, OTE_AUTH_NONCE_LEN);
+    status = mac_check(a, s, OTE_AUTH_ROLE_TARGET, tproof + OTE_AUTH_NONCE_LEN);
+    if (status != OTE_OK)
+        return status;
     status = ote_auth_mac(a, s->channel, OTE_AUTH_ROLE_INITIATOR, s->nonce_i, s->nonce_t, iproof);
     if (status != OTE_OK)
         return status;
@@ -277,16 +291,47 @@ ote_status_t ote_auth_initiator_proof(const ote_auth_t *a, ote_auth_session_t *s
     return OTE_OK;
 }
 
+ote_status_t ote_auth_initiator_run(const ote_auth_t *a, ote_auth_channel_t channel,
+                                    ote_auth_exchange_t exchange, void *arg, const char *who)
+{
+    uint8_t hello[OTE_AUTH_HELLO_LEN], tproof[OTE_AUTH_TPROOF_LEN];
+    uint8_t iproof[OTE_AUTH_IPROOF_LEN];
+    ote_auth_session_t s;
+    ote_status_t status, remote = OTE_OK;
+    bool done = false;
+
+    ote_auth_session_init(&s, channel);
+    status = ote_auth_initiator_hello(a, &s, hello);
+    if (status == OTE_OK)
+        status = exchange(arg, false, hello, sizeof(hello), tproof, &done, &remote);
+    if (status != OTE_OK)
+        return status;
+    /* Refused before any proof: the target has no key, or no room for us. */
+    if (done)
+        return remote == OTE_OK ? OTE_ERR_PROTOCOL : OTE_ERR_AUTH;
+    status = ote_auth_initiator_proof(a, &s, tproof, sizeof(tproof), iproof);
+    if (status == OTE_ERR_AUTH)
+        ote_error("%s does not hold our OTE_AUTH_KEY", who);
+    if (status == OTE_OK)
+        status = exchange(arg, true, iproof, sizeof(iproof), NULL, &done, &remote);
+    if (status != OTE_OK)
+        return status;
+    if (!done)
+        return OTE_ERR_PROTOCOL;
+    if (remote != OTE_OK) {
+        ote_error("%s refused our OTE_AUTH_KEY", who);
+        return OTE_ERR_AUTH;
+    }
+    return OTE_OK;
+}
+
 ote_status_t ote_auth_target_hello(const ote_auth_t *a, ote_auth_session_t *s,
                                    const uint8_t *hello, size_t len, uint8_t *tproof)
 {
-    ote_status_t status;
+    ote_status_t status = step_begin(a, s, OTE_AUTH_STATE_START, hello, len, OTE_AUTH_HELLO_LEN);
 
-    if (!a->enabled || s->state != OTE_AUTH_STATE_START)
-        return OTE_ERR_INVALID_PARAM;
-    s->state = OTE_AUTH_STATE_FAILED;
-    if (hello == NULL || len != OTE_AUTH_HELLO_LEN)
-        return OTE_ERR_PROTOCOL;
+    if (status != OTE_OK)
+        return status;
     memcpy(s->nonce_i, hello, OTE_AUTH_NONCE_LEN);
     status = random_nonce(s->nonce_t);
     if (status != OTE_OK)
@@ -309,19 +354,13 @@ ote_status_t ote_auth_target_hello(const ote_auth_t *a, ote_auth_session_t *s,
 ote_status_t ote_auth_target_proof(const ote_auth_t *a, ote_auth_session_t *s,
                                    const uint8_t *iproof, size_t len)
 {
-    uint8_t expect[OTE_AUTH_MAC_LEN];
-    ote_status_t status;
+    ote_status_t status = step_begin(a, s, OTE_AUTH_STATE_HELLO, iproof, len,
+                                     OTE_AUTH_IPROOF_LEN);
 
-    if (!a->enabled || s->state != OTE_AUTH_STATE_HELLO)
-        return OTE_ERR_INVALID_PARAM;
-    s->state = OTE_AUTH_STATE_FAILED;
-    if (iproof == NULL || len != OTE_AUTH_IPROOF_LEN)
-        return OTE_ERR_PROTOCOL;
-    status = ote_auth_mac(a, s->channel, OTE_AUTH_ROLE_INITIATOR, s->nonce_i, s->nonce_t, expect);
+    if (status == OTE_OK)
+        status = mac_check(a, s, OTE_AUTH_ROLE_INITIATOR, iproof);
     if (status != OTE_OK)
         return status;
-    if (!mac_equal(expect, iproof))
-        return OTE_ERR_AUTH;
     s->state = OTE_AUTH_STATE_DONE;
     return OTE_OK;
 }

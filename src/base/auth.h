@@ -116,6 +116,22 @@ ote_status_t ote_auth_initiator_hello(const ote_auth_t *auth, ote_auth_session_t
  */
 ote_status_t ote_auth_initiator_proof(const ote_auth_t *auth, ote_auth_session_t *s,
                                       const uint8_t *tproof, size_t len, uint8_t *iproof);
+/*
+ * One round trip of an initiator's handshake on its channel: send msg (the
+ * HELLO, or our PROOF when proof), then take the target's answer: its PROOF
+ * (OTE_AUTH_TPROOF_LEN bytes into tproof; only after a HELLO) or its DONE,
+ * *done_p set and *remote_p the status it sent. Anything else: an error.
+ */
+typedef ote_status_t (*ote_auth_exchange_t)(void *arg, bool proof, const uint8_t *msg,
+                                            size_t len, uint8_t *tproof, bool *done_p,
+                                            ote_status_t *remote_p);
+/*
+ * Initiator: the whole handshake through exchange. OTE_ERR_AUTH when the
+ * target does not hold our key or refuses ours (logged, as "who does not
+ * hold our ..."), OTE_ERR_PROTOCOL when it answers out of turn.
+ */
+ote_status_t ote_auth_initiator_run(const ote_auth_t *auth, ote_auth_channel_t channel,
+                                    ote_auth_exchange_t exchange, void *arg, const char *who);
 /* Target: take the HELLO, answer with our proof (OTE_AUTH_TPROOF_LEN bytes). */
 ote_status_t ote_auth_target_hello(const ote_auth_t *auth, ote_auth_session_t *s,
                                    const uint8_t *hello, size_t len, uint8_t *tproof);

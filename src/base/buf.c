@@ -58,28 +58,30 @@ void ote_buf_put_u64(ote_buf_t *b, uint64_t v)
     ote_buf_put(b, x, 8);
 }
 
-void ote_buf_put_str8(ote_buf_t *b, const char *s)
+/* s after its length in len_bytes (1 or 2); failed if it does not fit. */
+static void put_str(ote_buf_t *b, const char *s, size_t len_bytes)
 {
     size_t l = strlen(s);
 
-    if (l > 255) {
+    if (l >= (size_t)1 << (8 * len_bytes)) {
         b->failed = 1;
         return;
     }
-    ote_buf_put_u8(b, (uint8_t)l);
+    if (len_bytes == 1)
+        ote_buf_put_u8(b, (uint8_t)l);
+    else
+        ote_buf_put_u16(b, (uint16_t)l);
     ote_buf_put(b, s, l);
+}
+
+void ote_buf_put_str8(ote_buf_t *b, const char *s)
+{
+    put_str(b, s, 1);
 }
 
 void ote_buf_put_str16(ote_buf_t *b, const char *s)
 {
-    size_t l = strlen(s);
-
-    if (l > 65535) {
-        b->failed = 1;
-        return;
-    }
-    ote_buf_put_u16(b, (uint16_t)l);
-    ote_buf_put(b, s, l);
+    put_str(b, s, 2);
 }
 
 /* ---- bounds-checked reader -------------------------------------------- */

@@ -5,6 +5,7 @@
 #ifndef OTE_BASE_BUF_H
 #define OTE_BASE_BUF_H
 
+#include <ote/ote.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,12 @@ void ote_buf_put_u64(ote_buf_t *b, uint64_t v);
 void ote_buf_put_str8(ote_buf_t *b, const char *s);  /* u8 length + bytes  */
 void ote_buf_put_str16(ote_buf_t *b, const char *s); /* u16 length + bytes */
 
+/* How an encoding into b went: OTE_ERR_NO_MEMORY when the buffer could not grow. */
+static inline ote_status_t ote_buf_status(const ote_buf_t *b)
+{
+    return b->failed ? OTE_ERR_NO_MEMORY : OTE_OK;
+}
+
 /* Bounds-checked reader for decoders. */
 typedef struct {
     const uint8_t *p;
@@ -38,5 +45,11 @@ const uint8_t *ote_rd_bytes(ote_rd_t *r, size_t len);
 /* Length-prefixed string into out (max includes NUL); fails if too long or has NUL. */
 void     ote_rd_str8(ote_rd_t *r, char *out, size_t max);
 void     ote_rd_str16(ote_rd_t *r, char *out, size_t max);
+
+/* How a decoding by r went: OTE_ERR_PROTOCOL unless it read the whole message, all valid. */
+static inline ote_status_t ote_rd_end(const ote_rd_t *r)
+{
+    return r->failed || r->left != 0 ? OTE_ERR_PROTOCOL : OTE_OK;
+}
 
 #endif

@@ -106,15 +106,12 @@ const ote_cfg_entry_t *ote_config_find(const ote_config_table_t *table, const ch
     return NULL;
 }
 
+/* The parsers write the field only when the value parses. */
 static ote_status_t config_apply(void *opts, const ote_cfg_entry_t *e, const char *value)
 {
     void *field = (char *)opts + e->offset;
-    ote_status_t status = OTE_OK;
-    size_t sz;
-    long l;
-    bool b;
-    int t;
     char *copy;
+    int level;
 
     switch (e->type) {
     case OTE_CFG_STRING:
@@ -123,36 +120,23 @@ static ote_status_t config_apply(void *opts, const ote_cfg_entry_t *e, const cha
             return OTE_ERR_NO_MEMORY;
         free(*(char **)field);
         *(char **)field = copy;
-        break;
+        return OTE_OK;
     case OTE_CFG_INT:
-        status = ote_cfg_parse_int(value, &l);
-        if (status == OTE_OK)
-            *(long *)field = l;
-        break;
+        return ote_cfg_parse_int(value, (long *)field);
     case OTE_CFG_SIZE:
-        status = ote_cfg_parse_size(value, &sz);
-        if (status == OTE_OK)
-            *(size_t *)field = sz;
-        break;
+        return ote_cfg_parse_size(value, (size_t *)field);
     case OTE_CFG_BOOL:
-        status = ote_cfg_parse_bool(value, &b);
-        if (status == OTE_OK)
-            *(bool *)field = b;
-        break;
+        return ote_cfg_parse_bool(value, (bool *)field);
     case OTE_CFG_TERNARY:
-        status = ote_cfg_parse_ternary(value, &t);
-        if (status == OTE_OK)
-            *(int *)field = t;
-        break;
+        return ote_cfg_parse_ternary(value, (int *)field);
     case OTE_CFG_LOGLEVEL:
-        t = ote_log_level_parse(value);
-        if (t < 0)
-            status = OTE_ERR_INVALID_PARAM;
-        else
-            *(int *)field = t;
-        break;
+        level = ote_log_level_parse(value);
+        if (level < 0)
+            return OTE_ERR_INVALID_PARAM;
+        *(int *)field = level;
+        return OTE_OK;
     }
-    return status;
+    return OTE_OK;
 }
 
 ote_status_t ote_config_set(const ote_config_table_t *table, void *opts, const char *name,
@@ -169,9 +153,48 @@ ote_status_t ote_config_set(const ote_config_table_t *table, void *opts, const c
     return status;
 }
 
+/* A value outside its entry's bounds is logged and INVALID_PARAM. */
+static ote_status_t config_check_bounds(const ote_config_table_t *table, const void *opts)
+{
+    for (size_t i = 0; i < table->num_fields; i++) {
+        const ote_cfg_entry_t *e = &table->fields[i];
+        const void *field        = (const char *)opts + e->offset;
+        char value[32], range[64];
+
+        if (e->min == 0 && e->max == 0)
+            continue;
+        if (e->type == OTE_CFG_INT) {
+            long v = *(const long *)field;
+
+            if (v >= e->min && v <= e->max)
+                continue;
+            snprintf(value, sizeof(value), "%ld", v);
+        } else if (e->type == OTE_CFG_SIZE) {
+            size_t v = *(const size_t *)field;
+
+            if (v >= (unsigned long long)e->min && v <= (unsigned long long)e->max)
+                continue;
+            snprintf(value, sizeof(value), "%zu", v);
+        } else {
+            continue;
+        }
+        if (e->max == OTE_CFG_NO_MAX)
+            snprintf(range, sizeof(range), "%lld or more", e->min);
+        else
+            snprintf(range, sizeof(range), "%lld..%lld", e->min, e->max);
+        ote_error("OTE_%s%s must be %s, not %s", table->prefix, e->name, range, value);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return OTE_OK;
+}
+
 ote_status_t ote_config_validate(const ote_config_table_t *table, const void *opts)
 {
-    return table->validate != NULL ? table->validate(opts) : OTE_OK;
+    ote_status_t status = config_check_bounds(table, opts);
+
+    if (status == OTE_OK && table->validate != NULL)
+        status = table->validate(opts);
+    return status;
 }
 
 ote_status_t ote_config_fill(const ote_config_table_t *table, void *opts)

@@ -10,6 +10,7 @@
 
 #include <ote/ote.h>
 #include <stdbool.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -30,7 +31,12 @@ typedef struct {
     ote_cfg_type_t type;
     size_t         offset;  /* of the field in the table's options struct */
     const char    *desc;
+    /* OTE_CFG_INT and OTE_CFG_SIZE: the values allowed (both 0: any). */
+    long long      min, max;
 } ote_cfg_entry_t;
+
+/* The max of an entry bounded only below. */
+#define OTE_CFG_NO_MAX LLONG_MAX
 
 /*
  * A table describes one options struct: the variables OTE_<prefix><name> of
@@ -51,6 +57,20 @@ typedef struct ote_config_table {
 #define OTE_CONFIG_NUM_FIELDS(_fields) (sizeof(_fields) / sizeof((_fields)[0]))
 
 /*
+ * Define the table _var of options struct _type from the entries _fields,
+ * as UCX's UCS_CONFIG_DECLARE_TABLE: _validate may be NULL.
+ */
+#define OTE_CONFIG_TABLE_DEFINE(_var, _prefix, _component, _fields, _type, _validate)          \
+    const ote_config_table_t _var = {                                                          \
+        .prefix      = (_prefix),                                                              \
+        .component   = (_component),                                                           \
+        .fields      = (_fields),                                                              \
+        .num_fields  = OTE_CONFIG_NUM_FIELDS(_fields),                                         \
+        .struct_size = sizeof(_type),                                                          \
+        .validate    = (_validate),                                                            \
+    }
+
+/*
  * Fill opts (table->struct_size bytes) from the defaults, then from the
  * environment, then validate. A value that does not parse is
  * OTE_ERR_INVALID_PARAM with a log line naming the variable; on any error
@@ -63,7 +83,7 @@ ote_status_t ote_config_fill(const ote_config_table_t *table, void *opts);
  */
 ote_status_t ote_config_set(const ote_config_table_t *table, void *opts, const char *name,
                             const char *value);
-/* The table's validation, if any (after ote_config_set). */
+/* Each entry within its bounds, then the table's validation if any (after ote_config_set). */
 ote_status_t ote_config_validate(const ote_config_table_t *table, const void *opts);
 /* Free the strings of opts. */
 void         ote_config_release(const ote_config_table_t *table, void *opts);

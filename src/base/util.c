@@ -218,12 +218,12 @@ static ote_status_t wait_fd(int fd, short events, uint64_t deadline_ns)
     return rc < 0 ? OTE_ERR_IO : OTE_OK;
 }
 
-ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns)
+/* Send (out) or receive exactly len bytes at p before deadline_ns. */
+static ote_status_t socket_io_all(int fd, uint8_t *p, size_t len, bool out, uint64_t deadline_ns)
 {
-    const uint8_t *p = buf;
-
     while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(fd, p, len, MSG_DONTWAIT);
 
         if (n > 0) {
             p += n;
@@ -231,41 +231,27 @@ ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t d
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            ote_status_t st = wait_fd(fd, POLLOUT, deadline_ns);
+            ote_status_t st = wait_fd(fd, out ? POLLOUT : POLLIN, deadline_ns);
 
             if (st != OTE_OK)
                 return st;
             continue;
         }
+        /* Reset, or (receiving) the peer's orderly shutdown. */
         return OTE_ERR_REMOTE_DISCONNECT;
     }
     return OTE_OK;
 }
 
+ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns)
+{
+    /* Only read through p when sending. */
+    return socket_io_all(fd, (uint8_t *)buf, len, true, deadline_ns);
+}
+
 ote_status_t ote_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns)
 {
-    uint8_t *p = buf;
-
-    while (len > 0) {
-        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
-
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n == 0)
-            return OTE_ERR_REMOTE_DISCONNECT;
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-            ote_status_t st = wait_fd(fd, POLLIN, deadline_ns);
-
-            if (st != OTE_OK)
-                return st;
-            continue;
-        }
-        return OTE_ERR_REMOTE_DISCONNECT;
-    }
-    return OTE_OK;
+    return socket_io_all(fd, buf, len, false, deadline_ns);
 }
 
 void ote_default_ip(char *buf, size_t len)
@@ -292,4 +278,21 @@ uint64_t ote_random_u64(void)
     if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
         v = ote_time_ns() ^ ((uint64_t)getpid() << 32);
     return v;
+}
+
+ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t count, size_t elem,
+                           size_t first_cap)
+{
+    size_t ncap = *cap_p != 0 ? *cap_p * 2 : first_cap;
+    uint8_t *n  = malloc(ncap * elem);
+
+    if (n == NULL)
+        return OTE_ERR_NO_MEMORY;
+    for (size_t i = 0; i < count; i++)
+        memcpy(n + i * elem, (uint8_t *)*ring + ((*head_p + i) % *cap_p) * elem, elem);
+    free(*ring);
+    *ring   = n;
+    *cap_p  = ncap;
+    *head_p = 0;
+    return OTE_OK;
 }

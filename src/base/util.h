@@ -51,4 +51,13 @@ void ote_default_ip(char *buf, size_t len);
 /* Random 64-bit value from the kernel. */
 uint64_t ote_random_u64(void);
 
+/*
+ * Grow a ring of count elements of elem bytes from *head_p (index modulo
+ * *cap_p) to twice its capacity, or first_cap if it has none: the elements
+ * move to the front, in order, and *head_p becomes 0. On failure
+ * (OTE_ERR_NO_MEMORY) nothing changes.
+ */
+ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t count, size_t elem,
+                           size_t first_cap);
+
 #endif

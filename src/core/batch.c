@@ -6,6 +6,7 @@
  * signalled once the batch drains.
  */
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -39,10 +40,7 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
     pthread_mutex_lock(&engine->batch_lock);
-    b->next = engine->batches;
-    if (engine->batches != NULL)
-        engine->batches->prev = b;
-    engine->batches = b;
+    OTE_DLIST_PUSH_FRONT(engine->batches, b);
     pthread_mutex_unlock(&engine->batch_lock);
     *batch_p = b;
     return OTE_OK;
@@ -83,12 +81,7 @@ static bool batch_unlist(ote_batch_h b)
     listed = !b->released;
     if (listed) {
         b->released = true;
-        if (b->prev)
-            b->prev->next = b->next;
-        else
-            e->batches = b->next;
-        if (b->next)
-            b->next->prev = b->prev;
+        OTE_DLIST_REMOVE(e->batches, b);
     }
     pthread_mutex_unlock(&e->batch_lock);
     return listed;
@@ -102,16 +95,7 @@ void ote_batch_release(ote_batch_h b)
 
 void ote_batch_release_all(ote_engine_h e)
 {
-    for (;;) {
-        ote_batch_h b;
-
-        pthread_mutex_lock(&e->batch_lock);
-        b = e->batches;
-        pthread_mutex_unlock(&e->batch_lock);
-        if (b == NULL)
-            break;
-        ote_batch_release(b);
-    }
+    OTE_DLIST_DRAIN(&e->batch_lock, e->batches, ote_batch_h, ote_batch_release);
 }
 
 /* Something the batch waits for (a task, a notification) ended. */
@@ -273,16 +257,8 @@ static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t 
                                      unsigned access)
 {
     ote_status_t best = OTE_ERR_NOT_REGISTERED;
-    size_t lo = 0, hi = d->num_regions;
+    size_t lo = ote_desc_regions_upto(d, addr);
 
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-
-        if (d->regions[mid].addr <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
     for (size_t i = lo; i-- > 0 && lo - i <= 64;) {
         const ote_desc_region_t *reg = &d->regions[i];
 

@@ -17,6 +17,7 @@
  * after the megabytes the kernel would otherwise take on its behalf.
  */
 #include "base/auth.h"
+#include "base/dlist.h"
 #include "ctl_int.h"
 #include "ctl_msg.h"
 #include "engine.h"
@@ -42,12 +43,7 @@ static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
         ote_socket_abort(c->fd);
     else
         close(c->fd);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        ctl->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    OTE_DLIST_REMOVE(ctl->conns, c);
     ctl->num_conns--;
     ote_stage_target_conn_gone(ctl->stage, (uintptr_t)c);
     ote_auth_conn_release(ctl->engine->auth, c->ip);
@@ -462,10 +458,7 @@ static void ctl_accept(ote_ctl_t *ctl)
             free(c);
             continue;
         }
-        c->next = ctl->conns;
-        if (ctl->conns)
-            ctl->conns->prev = c;
-        ctl->conns = c;
+        OTE_DLIST_PUSH_FRONT(ctl->conns, c);
         ctl->num_conns++;
     }
 }

@@ -39,7 +39,7 @@ ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out)
     ote_buf_put_str8(out, n->from);
     ote_buf_put_u32(out, (uint32_t)n->length);
     ote_buf_put(out, n->data, n->length);
-    return out->failed ? OTE_ERR_NO_MEMORY : OTE_OK;
+    return ote_buf_status(out);
 }
 
 ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notify_t *n)
@@ -54,9 +54,7 @@ ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notif
     if (r.failed || n->length > OTE_NOTIFY_MAX)
         return OTE_ERR_PROTOCOL;
     n->data = ote_rd_bytes(&r, n->length);
-    if (r.failed || r.left != 0)
-        return OTE_ERR_PROTOCOL;
-    return OTE_OK;
+    return ote_rd_end(&r);
 }
 
 ote_status_t ote_ctl_status_decode(const uint8_t *buf, size_t len, ote_status_t *status_p)
@@ -96,7 +94,7 @@ ote_status_t ote_ctl_connect_encode(const ote_ctl_connect_t *m, ote_buf_t *out)
     } else {
         return OTE_ERR_INVALID_PARAM;
     }
-    return out->failed ? OTE_ERR_NO_MEMORY : OTE_OK;
+    return ote_buf_status(out);
 }
 
 ote_status_t ote_ctl_connect_decode(const uint8_t *buf, size_t len, ote_ctl_connect_t *m)
@@ -129,9 +127,7 @@ ote_status_t ote_ctl_connect_decode(const uint8_t *buf, size_t len, ote_ctl_conn
     } else {
         return OTE_ERR_PROTOCOL;
     }
-    if (r.failed || r.left != 0)
-        return OTE_ERR_PROTOCOL;
-    return OTE_OK;
+    return ote_rd_end(&r);
 }
 
 ote_status_t ote_ctl_connect_ack_encode(ote_status_t status, const void *addr, size_t addr_len,
@@ -143,7 +139,7 @@ ote_status_t ote_ctl_connect_ack_encode(ote_status_t status, const void *addr, s
     ote_buf_put_u16(out, (uint16_t)addr_len);
     if (addr_len)
         ote_buf_put(out, addr, addr_len);
-    return out->failed ? OTE_ERR_NO_MEMORY : OTE_OK;
+    return ote_buf_status(out);
 }
 
 ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_status_t *status_p,
@@ -157,7 +153,7 @@ ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_stat
     if (r.failed || alen > OTE_TL_ADDR_MAX || !ote_status_is_known(s))
         return OTE_ERR_PROTOCOL;
     a = ote_rd_bytes(&r, alen);
-    if (r.failed || r.left != 0)
+    if (ote_rd_end(&r) != OTE_OK)
         return OTE_ERR_PROTOCOL;
     *status_p   = (ote_status_t)s;
     *addr_p     = a;

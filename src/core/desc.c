@@ -179,7 +179,7 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
                 goto err;
         }
     }
-    if (r.failed || r.left != 0)
+    if (ote_rd_end(&r) != OTE_OK)
         goto err;
     qsort(d->regions, d->num_regions, sizeof(*d->regions), region_cmp);
     *desc_p = d;
@@ -190,13 +190,10 @@ err:
     return OTE_ERR_PROTOCOL;
 }
 
-const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr, size_t len)
+size_t ote_desc_regions_upto(const ote_desc_t *d, uint64_t addr)
 {
     size_t lo = 0, hi = d->num_regions;
 
-    if (len == 0 || addr + len < addr)
-        return NULL;
-    /* Last region with start <= addr, then look back for one that covers. */
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
 
@@ -205,6 +202,17 @@ const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr
         else
             hi = mid;
     }
+    return lo;
+}
+
+const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr, size_t len)
+{
+    size_t lo;
+
+    if (len == 0 || addr + len < addr)
+        return NULL;
+    /* Last region with start <= addr, then look back for one that covers. */
+    lo = ote_desc_regions_upto(d, addr);
     for (size_t i = lo; i-- > 0;) {
         const ote_desc_region_t *reg = &d->regions[i];
 

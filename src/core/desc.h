@@ -63,6 +63,8 @@ ote_status_t ote_desc_encode(const ote_desc_t *desc, ote_mem_table_t *table, ote
 /* Decode; on success *desc_p is owned by the caller (ote_desc_free). */
 ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p);
 void         ote_desc_free(ote_desc_t *desc);
+/* How many regions (sorted by addr) start at or below addr. */
+size_t ote_desc_regions_upto(const ote_desc_t *desc, uint64_t addr);
 /* Region covering [addr, addr+len) in a decoded descriptor, or NULL. */
 const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *desc, uint64_t addr, size_t len);
 

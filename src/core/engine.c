@@ -1,6 +1,7 @@
 /* Engine lifecycle, memory API, descriptor publication. */
 #include "ctl_msg.h"
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -262,6 +263,32 @@ static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
     return status;
 }
 
+static void engine_locks_init(ote_engine_h e)
+{
+    pthread_condattr_t ca;
+
+    pthread_mutex_init(&e->notif_lock, NULL);
+    pthread_mutex_init(&e->lane_lock, NULL);
+    pthread_mutex_init(&e->batch_lock, NULL);
+    pthread_mutex_init(&e->seg_lock, NULL);
+    pthread_mutex_init(&e->admit_lock, NULL);
+    /* Admission deadlines are on the monotonic clock. */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->admit_cond, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+static void engine_locks_destroy(ote_engine_h e)
+{
+    pthread_mutex_destroy(&e->notif_lock);
+    pthread_mutex_destroy(&e->lane_lock);
+    pthread_mutex_destroy(&e->batch_lock);
+    pthread_mutex_destroy(&e->seg_lock);
+    pthread_mutex_destroy(&e->admit_lock);
+    pthread_cond_destroy(&e->admit_cond);
+}
+
 static void engine_free(ote_engine_h e)
 {
     ote_engine_rdma_monitor_stop(e);
@@ -271,16 +298,7 @@ static void engine_free(ote_engine_h e)
     if (e->ctl != NULL)
         ote_ctl_stop(e->ctl);
     e->ctl = NULL;
-    for (;;) {
-        ote_segment_h seg;
-
-        pthread_mutex_lock(&e->seg_lock);
-        seg = e->segments;
-        pthread_mutex_unlock(&e->seg_lock);
-        if (seg == NULL)
-            break;
-        ote_segment_close(seg);
-    }
+    OTE_DLIST_DRAIN(&e->seg_lock, e->segments, ote_segment_h, ote_segment_close);
     /* Workers first: every task ends, and queues its notification, before the notifier goes. */
     for (size_t w = 0; e->workers && w < e->num_workers; w++)
         ote_worker_stop(&e->workers[w]);
@@ -306,12 +324,7 @@ static void engine_free(ote_engine_h e)
     ote_rdma_free(e->rdma);
     free(e->notifs);
     ote_notif_senders_destroy(e->senders);
-    pthread_mutex_destroy(&e->notif_lock);
-    pthread_mutex_destroy(&e->lane_lock);
-    pthread_mutex_destroy(&e->batch_lock);
-    pthread_mutex_destroy(&e->seg_lock);
-    pthread_mutex_destroy(&e->admit_lock);
-    pthread_cond_destroy(&e->admit_cond);
+    engine_locks_destroy(e);
     ote_auth_destroy(e->auth);
     ote_config_release(&ote_file_config_table, &e->file_config);
     ote_config_release(&ote_stage_config_table, &e->stage_config);
@@ -338,27 +351,10 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         return OTE_ERR_NO_MEMORY;
     e->event_fd  = -1;
     e->poll_epfd = -1;
-    pthread_mutex_init(&e->notif_lock, NULL);
-    pthread_mutex_init(&e->lane_lock, NULL);
-    pthread_mutex_init(&e->batch_lock, NULL);
-    pthread_mutex_init(&e->seg_lock, NULL);
-    pthread_mutex_init(&e->admit_lock, NULL);
-    {
-        pthread_condattr_t ca;
-
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&e->admit_cond, &ca);
-        pthread_condattr_destroy(&ca);
-    }
+    engine_locks_init(e);
     status = ote_engine_config_read(&e->config);
     if (status != OTE_OK) {
-        pthread_mutex_destroy(&e->notif_lock);
-        pthread_mutex_destroy(&e->lane_lock);
-        pthread_mutex_destroy(&e->batch_lock);
-        pthread_mutex_destroy(&e->seg_lock);
-        pthread_mutex_destroy(&e->admit_lock);
-        pthread_cond_destroy(&e->admit_cond);
+        engine_locks_destroy(e);
         free(e);
         return status;
     }
@@ -553,54 +549,43 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
 
 /* ---- memory API ------------------------------------------------------------ */
 
-ote_status_t ote_mem_register(ote_engine_h e, const ote_mem_desc_t *descs, size_t count,
-                              ote_mem_h *mems_p)
+/* What the engine publishes lists its regions: a change is announced to the metadata store. */
+static ote_status_t mem_changed(ote_engine_h e, ote_status_t status)
 {
-    ote_status_t status;
-
-    if (e == NULL || descs == NULL || count == 0 || mems_p == NULL)
-        return OTE_ERR_INVALID_PARAM;
-    status = ote_mem_table_register(e->regions, descs, count, mems_p);
     if (status == OTE_OK)
         ote_meta_changed(e->meta);
     return status;
 }
 
+ote_status_t ote_mem_register(ote_engine_h e, const ote_mem_desc_t *descs, size_t count,
+                              ote_mem_h *mems_p)
+{
+    if (e == NULL || descs == NULL || count == 0 || mems_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    return mem_changed(e, ote_mem_table_register(e->regions, descs, count, mems_p));
+}
+
 ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
 {
-    ote_status_t status;
-
     if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
-    status = ote_mem_table_deregister(e->regions, mem);
-    if (status == OTE_OK)
-        ote_meta_changed(e->meta);
-    return status;
+    return mem_changed(e, ote_mem_table_deregister(e->regions, mem));
 }
 
 ote_status_t ote_mem_alloc(ote_engine_h e, size_t length, const char *location, unsigned access,
                            void **addr_p, ote_mem_h *mem_p)
 {
-    ote_status_t status;
-
     if (e == NULL)
         return OTE_ERR_INVALID_PARAM;
-    status = ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p);
-    if (status == OTE_OK)
-        ote_meta_changed(e->meta);
-    return status;
+    return mem_changed(e,
+                       ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p));
 }
 
 ote_status_t ote_mem_free(ote_engine_h e, ote_mem_h mem)
 {
-    ote_status_t status;
-
     if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
-    status = ote_mem_table_free(e->regions, mem);
-    if (status == OTE_OK)
-        ote_meta_changed(e->meta);
-    return status;
+    return mem_changed(e, ote_mem_table_free(e->regions, mem));
 }
 
 /* ---- ote_info -d ------------------------------------------------------------ */

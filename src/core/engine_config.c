@@ -37,27 +37,33 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "of the control listener. With a metadata store any 1..255 printable characters "
      "without spaces."},
     {"NUM_WORKERS", "1", OTE_CFG_INT, F(num_workers),
-     "Worker threads that progress transports."},
+     "Worker threads that progress transports.",
+     .min = 1, .max = 64},
     {"SLICE_SIZE", "0", OTE_CFG_SIZE, F(slice_size),
      "Largest slice a request is cut into; 0 = each transport's own default."},
     {"RETRY_COUNT", "3", OTE_CFG_INT, F(retry_count),
      "Times a slice that failed on a rail (connection reset, timeout, unreachable) is posted "
-     "again on another rail of the same peer instance before its task fails."},
+     "again on another rail of the same peer instance before its task fails.",
+     .min = 0, .max = OTE_CFG_NO_MAX},
     {"RAIL_MAX_BYTES", "16m", OTE_CFG_SIZE, F(rail_max_bytes),
      "Bytes in flight per rail, all batches and threads together; a slice whose best rail "
      "is full waits for one to end (0 = no limit)."},
     {"RAIL_MAX_SLICES", "256", OTE_CFG_INT, F(rail_max_slices),
-     "Slices in flight per rail, all batches and threads together (0 = no limit)."},
+     "Slices in flight per rail, all batches and threads together (0 = no limit).",
+     .min = 0, .max = OTE_CFG_NO_MAX},
     {"RAIL_COOLDOWN_MS", "200", OTE_CFG_INT, F(rail_cooldown_ms),
      "Pause of a rail after a slice failed on it; then it is probed (connections made again, "
-     "one slice) before it carries again."},
+     "one slice) before it carries again.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
     {"RAIL_COOLDOWN_MAX_MS", "10000", OTE_CFG_INT, F(rail_cooldown_max_ms),
      "Each pause after a failed probe is twice the one before, up to this."},
     {"CONNECT_TIMEOUT_MS", "5000", OTE_CFG_INT, F(connect_timeout_ms),
-     "Bound on connecting to a peer and fetching its descriptor."},
+     "Bound on connecting to a peer and fetching its descriptor.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
     {"XFER_TIMEOUT_MS", "30000", OTE_CFG_INT, F(xfer_timeout_ms),
      "A posted slice with no answer for this long fails its connection with TIMEOUT; a target "
-     "resets a connection whose answers its peer has not read for this long."},
+     "resets a connection whose answers its peer has not read for this long.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
     {"POLL_GRACE_US", "20", OTE_CFG_INT, F(poll_grace_us),
      "Workers busy-poll this long after the last event before they sleep."},
     {"POLL_SPIN_MAX_US", "200", OTE_CFG_INT, F(poll_spin_max_us),
@@ -73,21 +79,28 @@ static const ote_cfg_entry_t engine_config_fields[] = {
     {"MAX_INFLIGHT_BYTES", "4g", OTE_CFG_SIZE, F(max_inflight_bytes),
      "Admission limit: bytes submitted and not yet ended, per engine."},
     {"MAX_INFLIGHT_TASKS", "1048576", OTE_CFG_INT, F(max_inflight_tasks),
-     "Admission limit: tasks submitted and not yet ended, per engine."},
+     "Admission limit: tasks submitted and not yet ended, per engine.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
     {"SUBMIT_TIMEOUT_MS", "0", OTE_CFG_INT, F(submit_timeout_ms),
      "When admission is full, submit waits this long before BUSY; 0 = return BUSY at once."},
     {"MAX_CTL_MSG", "64m", OTE_CFG_SIZE, F(max_ctl_msg),
-     "Largest control-plane message accepted from a peer."},
+     "Largest control-plane message accepted from a peer.",
+     .min = 4096, .max = 1ll << 32},
     {"MAX_NOTIF_BACKLOG", "65536", OTE_CFG_INT, F(max_notif_backlog),
-     "Received notifications kept until ote_notify_recv; beyond it senders get BUSY."},
+     "Received notifications kept until ote_notify_recv; beyond it senders get BUSY.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
     {"NOTIFY_TIMEOUT_MS", "5000", OTE_CFG_INT, F(notify_timeout_ms),
-     "A notification whose receiver's backlog is full is sent again for this long before it fails BUSY; 0 = fail at once."},
+     "A notification whose receiver's backlog is full is sent again for this long before it fails BUSY; 0 = fail at once.",
+     .min = 0, .max = OTE_CFG_NO_MAX},
     {"MAX_CONNS", "4096", OTE_CFG_INT, F(max_conns),
-     "Accepted connections per engine, control and data listeners together."},
+     "Accepted connections per engine, control and data listeners together.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
     {"MAX_CONNS_PER_PEER", "256", OTE_CFG_INT, F(max_conns_per_peer),
-     "Accepted connections from one peer address, all listeners of the engine together."},
+     "Accepted connections from one peer address, all listeners of the engine together.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
     {"HANDSHAKE_TIMEOUT_MS", "10000", OTE_CFG_INT, F(handshake_timeout_ms),
-     "An accepted connection that has not authenticated and sent its first request by then is closed."},
+     "An accepted connection that has not authenticated and sent its first request by then is closed.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
     {"AUTH_KEY", "", OTE_CFG_STRING, F(auth_key),
      "Shared secret: peers must prove they hold it before anything is exchanged."},
     {"AUTH_KEY_FILE", "", OTE_CFG_STRING, F(auth_key_file),
@@ -100,48 +113,20 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "machine's."},
 };
 
+/* Bounds across entries; each entry's own are in the table. */
 static ote_status_t engine_config_validate(const void *opts)
 {
     const ote_engine_config_t *cfg = opts;
 
-    if (cfg->num_workers < 1 || cfg->num_workers > 64) {
-        ote_error("OTE_NUM_WORKERS must be 1..64, not %ld", cfg->num_workers);
-        return OTE_ERR_INVALID_PARAM;
-    }
-    if (cfg->notify_timeout_ms < 0) {
-        ote_error("OTE_NOTIFY_TIMEOUT_MS must be 0 or more, not %ld", cfg->notify_timeout_ms);
-        return OTE_ERR_INVALID_PARAM;
-    }
-    if (cfg->retry_count < 0 || cfg->rail_max_slices < 0 || cfg->rail_cooldown_ms < 1 ||
-        cfg->rail_cooldown_max_ms < cfg->rail_cooldown_ms) {
-        ote_error("OTE_RETRY_COUNT and OTE_RAIL_MAX_SLICES must be 0 or more, "
-                  "OTE_RAIL_COOLDOWN_MS 1 or more and OTE_RAIL_COOLDOWN_MAX_MS at least as much");
-        return OTE_ERR_INVALID_PARAM;
-    }
-    if (cfg->connect_timeout_ms <= 0 || cfg->xfer_timeout_ms <= 0) {
-        ote_error("OTE_CONNECT_TIMEOUT_MS and OTE_XFER_TIMEOUT_MS must be positive");
-        return OTE_ERR_INVALID_PARAM;
-    }
-    if (cfg->max_ctl_msg < 4096 || cfg->max_ctl_msg > (1ul << 32)) {
-        ote_error("OTE_MAX_CTL_MSG must be 4k..4g");
-        return OTE_ERR_INVALID_PARAM;
-    }
-    if (cfg->max_inflight_tasks < 1 || cfg->max_notif_backlog < 1 || cfg->max_conns < 1 ||
-        cfg->max_conns_per_peer < 1 || cfg->handshake_timeout_ms < 1) {
-        ote_error("OTE_MAX_* limits, OTE_HANDSHAKE_TIMEOUT_MS and OTE_STAGE_SLOTS must be positive");
+    if (cfg->rail_cooldown_max_ms < cfg->rail_cooldown_ms) {
+        ote_error("OTE_RAIL_COOLDOWN_MAX_MS must be at least OTE_RAIL_COOLDOWN_MS");
         return OTE_ERR_INVALID_PARAM;
     }
     return OTE_OK;
 }
 
-const ote_config_table_t ote_engine_config_table = {
-    .prefix      = "",
-    .component   = "engine",
-    .fields      = engine_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(engine_config_fields),
-    .struct_size = sizeof(ote_engine_config_t),
-    .validate    = engine_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_engine_config_table, "", "engine", engine_config_fields,
+                        ote_engine_config_t, engine_config_validate);
 
 static size_t tables_add(const ote_config_table_t **tables, size_t n, size_t max,
                          const ote_config_table_t *t)

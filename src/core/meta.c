@@ -247,31 +247,16 @@ static const ote_cfg_entry_t meta_config_fields[] = {
      "Prefix of the keys engines put their descriptors under in an etcd or Redis store."},
     {"TTL_S", "10", OTE_CFG_INT, META_F(ttl_s),
      "Lease (etcd) or TTL (Redis) of an engine's key, kept alive every third of it: a "
-     "killed engine's name is free again and its opens fail NOT_FOUND within this time."},
+     "killed engine's name is free again and its opens fail NOT_FOUND within this time.",
+     .min = 2, .max = 86400},
     {"TIMEOUT_MS", "2000", OTE_CFG_INT, META_F(timeout_ms),
      "Bound on one request to an etcd endpoint or to Redis; past it the call fails "
-     "STORE_UNAVAILABLE (etcd: after every endpoint was tried)."},
+     "STORE_UNAVAILABLE (etcd: after every endpoint was tried).",
+     .min = 1, .max = OTE_CFG_NO_MAX},
 };
 
-static ote_status_t meta_config_validate(const void *opts)
-{
-    const ote_meta_config_t *cfg = opts;
-
-    if (cfg->ttl_s < 2 || cfg->ttl_s > 86400 || cfg->timeout_ms < 1) {
-        ote_error("OTE_METADATA_TTL_S must be 2..86400 and OTE_METADATA_TIMEOUT_MS positive");
-        return OTE_ERR_INVALID_PARAM;
-    }
-    return OTE_OK;
-}
-
-const ote_config_table_t ote_meta_config_table = {
-    .prefix      = "METADATA_",
-    .component   = "metadata",
-    .fields      = meta_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(meta_config_fields),
-    .struct_size = sizeof(ote_meta_config_t),
-    .validate    = meta_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_meta_config_table, "METADATA_", "metadata", meta_config_fields,
+                        ote_meta_config_t, NULL);
 
 ote_status_t ote_meta_create(const ote_meta_params_t *p, ote_meta_t **meta_p)
 {

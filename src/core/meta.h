@@ -69,8 +69,6 @@ typedef struct {
 
 extern const ote_meta_ops_t ote_meta_etcd_ops;  /* NULL name where not built */
 extern const ote_meta_ops_t ote_meta_redis_ops;
-bool ote_meta_etcd_available(void);
-bool ote_meta_redis_available(void);
 
 /* ---- etcd gateway responses and base64 (meta_etcd.c; fuzzed) ------------ */
 

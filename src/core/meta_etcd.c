@@ -602,19 +602,9 @@ const ote_meta_ops_t ote_meta_etcd_ops = {
     .release   = etcd_release,
 };
 
-bool ote_meta_etcd_available(void)
-{
-    return true;
-}
-
 #else /* !HAVE_ETCD */
 
 const ote_meta_ops_t ote_meta_etcd_ops = {.name = NULL};
-
-bool ote_meta_etcd_available(void)
-{
-    return false;
-}
 
 ote_status_t ote_meta_etcd_decode_range(const char *body, size_t len, uint8_t **val_p,
                                         size_t *vlen_p, int64_t *lease_p)

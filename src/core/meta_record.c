@@ -51,7 +51,7 @@ ote_status_t ote_meta_record_encode(const ote_auth_t *auth, const char *name, co
             return status;
         ote_buf_put(out, mac, sizeof(mac));
     }
-    return out->failed ? OTE_ERR_NO_MEMORY : OTE_OK;
+    return ote_buf_status(out);
 }
 
 ote_status_t ote_meta_record_check(const ote_auth_t *auth, const char *name, const uint8_t *buf,

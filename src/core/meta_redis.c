@@ -274,45 +274,43 @@ static ote_status_t redis_eval(redis_t *c, const char *script, const char *key, 
     return status;
 }
 
-static ote_status_t redis_keepalive(void *ctx, const char *key, long ttl_s)
+/*
+ * Run a script on our own key: its arguments are our claim, value if not
+ * NULL, then the TTL in milliseconds. NOT_FOUND when the key is no longer ours.
+ */
+static ote_status_t redis_eval_mine(redis_t *c, const char *script, const char *key,
+                                    const void *value, size_t len, long ttl_s)
 {
-    redis_t *c = ctx;
     char ms[32];
-    const char *args[2];
-    size_t lens[2];
+    const char *args[3];
+    size_t lens[3];
+    int nargs = 0;
     long long n = 0;
     ote_status_t status;
 
     if (c->mine == NULL)
         return OTE_ERR_NOT_FOUND;
     snprintf(ms, sizeof(ms), "%ld", ttl_s * 1000);
-    args[0] = (const char *)c->mine, lens[0] = c->mine_len;
-    args[1] = ms, lens[1] = strlen(ms);
-    status = redis_eval(c, script_keepalive, key, 2, args, lens, &n);
+    args[nargs] = (const char *)c->mine, lens[nargs++] = c->mine_len;
+    if (value != NULL)
+        args[nargs] = value, lens[nargs++] = len;
+    args[nargs] = ms, lens[nargs++] = strlen(ms);
+    status = redis_eval(c, script, key, nargs, args, lens, &n);
     return status == OTE_OK && n != 1 ? OTE_ERR_NOT_FOUND : status;
+}
+
+static ote_status_t redis_keepalive(void *ctx, const char *key, long ttl_s)
+{
+    return redis_eval_mine(ctx, script_keepalive, key, NULL, 0, ttl_s);
 }
 
 static ote_status_t redis_update(void *ctx, const char *key, const void *value, size_t len,
                                  long ttl_s)
 {
-    redis_t *c = ctx;
-    char ms[32];
-    const char *args[3];
-    size_t lens[3];
-    long long n = 0;
-    ote_status_t status;
+    ote_status_t status = redis_eval_mine(ctx, script_update, key, value, len, ttl_s);
 
-    if (c->mine == NULL)
-        return OTE_ERR_NOT_FOUND;
-    snprintf(ms, sizeof(ms), "%ld", ttl_s * 1000);
-    args[0] = (const char *)c->mine, lens[0] = c->mine_len;
-    args[1] = value, lens[1] = len;
-    args[2] = ms, lens[2] = strlen(ms);
-    status = redis_eval(c, script_update, key, 3, args, lens, &n);
-    if (status == OTE_OK && n != 1)
-        return OTE_ERR_NOT_FOUND;
     if (status == OTE_OK)
-        status = remember(c, value, len);
+        status = remember(ctx, value, len);
     return status;
 }
 
@@ -359,18 +357,8 @@ const ote_meta_ops_t ote_meta_redis_ops = {
     .release   = redis_release,
 };
 
-bool ote_meta_redis_available(void)
-{
-    return true;
-}
-
 #else /* !HAVE_REDIS */
 
 const ote_meta_ops_t ote_meta_redis_ops = {.name = NULL};
-
-bool ote_meta_redis_available(void)
-{
-    return false;
-}
 
 #endif

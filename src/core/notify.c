@@ -22,6 +22,7 @@
  */
 #include "ctl_msg.h"
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -229,25 +230,12 @@ static notif_sender_t *sender_find(struct ote_notif_senders *s, uint64_t sender)
 
 static void sender_unlink_age(struct ote_notif_senders *s, notif_sender_t *x)
 {
-    if (x->newer)
-        x->newer->older = x->older;
-    else
-        s->newest = x->older;
-    if (x->older)
-        x->older->newer = x->newer;
-    else
-        s->oldest = x->newer;
+    OTE_DLIST2_REMOVE(s->newest, s->oldest, x, newer, older);
 }
 
 static void sender_make_newest(struct ote_notif_senders *s, notif_sender_t *x)
 {
-    x->newer = NULL;
-    x->older = s->newest;
-    if (s->newest)
-        s->newest->newer = x;
-    s->newest = x;
-    if (s->oldest == NULL)
-        s->oldest = x;
+    OTE_DLIST2_PUSH_FRONT(s->newest, s->oldest, x, newer, older);
 }
 
 /* Forget the sender heard from longest ago. */
@@ -310,19 +298,10 @@ ote_status_t ote_engine_notif_push(ote_engine_h e, const ote_ctl_notify_t *n)
         goto out;
     }
     if (e->notif_count == e->notif_cap) {
-        size_t ncap = e->notif_cap ? e->notif_cap * 2 : 64;
-        ote_notif_t *nn = malloc(ncap * sizeof(*nn));
-
-        if (nn == NULL) {
-            status = OTE_ERR_NO_MEMORY;
+        status = ote_ring_grow((void **)&e->notifs, &e->notif_cap, &e->notif_head,
+                               e->notif_count, sizeof(*e->notifs), 64);
+        if (status != OTE_OK)
             goto out;
-        }
-        for (size_t i = 0; i < e->notif_count; i++)
-            nn[i] = e->notifs[(e->notif_head + i) % e->notif_cap];
-        free(e->notifs);
-        e->notifs     = nn;
-        e->notif_cap  = ncap;
-        e->notif_head = 0;
     }
     status = sender_record(e->senders, known, n->sender_instance, n->seq);
     if (status != OTE_OK)
@@ -416,22 +395,13 @@ void ote_notifier_queue(ote_notifier_t *nt, ote_notify_group_t *g)
         return;
     }
     pthread_mutex_lock(&nt->lock);
-    if (nt->count == nt->cap) {
-        size_t ncap = nt->cap ? nt->cap * 2 : 16;
-        ote_notify_group_t **q = malloc(ncap * sizeof(*q));
-
-        if (q == NULL) {
-            pthread_mutex_unlock(&nt->lock);
-            ote_error("notification to %s not sent: out of memory", g->segment->name);
-            ote_batch_notify_end(g, OTE_ERR_NO_MEMORY);
-            return;
-        }
-        for (size_t i = 0; i < nt->count; i++)
-            q[i] = nt->q[(nt->head + i) % nt->cap];
-        free(nt->q);
-        nt->q    = q;
-        nt->cap  = ncap;
-        nt->head = 0;
+    if (nt->count == nt->cap &&
+        ote_ring_grow((void **)&nt->q, &nt->cap, &nt->head, nt->count, sizeof(*nt->q), 16) !=
+            OTE_OK) {
+        pthread_mutex_unlock(&nt->lock);
+        ote_error("notification to %s not sent: out of memory", g->segment->name);
+        ote_batch_notify_end(g, OTE_ERR_NO_MEMORY);
+        return;
     }
     nt->q[(nt->head + nt->count) % nt->cap] = g;
     nt->count++;

@@ -11,6 +11,7 @@
  */
 #include "ctl_msg.h"
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "proto/stage.h"
@@ -289,10 +290,7 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     atomic_init(&d->refs, 1);
     seg->desc = d;
     pthread_mutex_lock(&e->seg_lock);
-    seg->next = e->segments;
-    if (e->segments)
-        e->segments->prev = seg;
-    e->segments = seg;
+    OTE_DLIST_PUSH_FRONT(e->segments, seg);
     pthread_mutex_unlock(&e->seg_lock);
     *seg_p = seg;
     return OTE_OK;
@@ -314,12 +312,7 @@ ote_status_t ote_segment_close(ote_segment_h seg)
     if (atomic_exchange(&seg->closed, true))
         return OTE_ERR_INVALID_PARAM;
     pthread_mutex_lock(&e->seg_lock);
-    if (seg->prev)
-        seg->prev->next = seg->next;
-    else
-        e->segments = seg->next;
-    if (seg->next)
-        seg->next->prev = seg->prev;
+    OTE_DLIST_REMOVE(e->segments, seg);
     pthread_mutex_unlock(&e->seg_lock);
     /* Operations still posted end CANCELED as their eps go. */
     ote_wireup_destroy(seg, true, seg->desc->instance_id);

@@ -74,59 +74,51 @@ static ote_status_t ctl_exchange(ote_segment_h seg, int fd, uint8_t type, const 
     return OTE_OK;
 }
 
-/* AUTH_DONE's status, or PROTOCOL. */
-static ote_status_t auth_done_status(const uint8_t *resp, size_t len)
-{
-    ote_status_t remote;
+/* The control connection a handshake runs on. */
+typedef struct {
+    ote_segment_h seg;
+    int           fd;
+    uint64_t      deadline;
+} ctl_auth_io_t;
 
-    if (ote_ctl_status_decode(resp, len, &remote) != OTE_OK)
-        return OTE_ERR_PROTOCOL;
-    /* A target refuses with AUTH; anything else it says is still a refusal. */
-    return remote == OTE_OK ? OTE_OK : OTE_ERR_AUTH;
+/* ote_auth_exchange_t on a new control connection. */
+static ote_status_t ctl_auth_exchange(void *arg, bool proof, const uint8_t *msg, size_t len,
+                                      uint8_t *tproof, bool *done_p, ote_status_t *remote_p)
+{
+    static const uint8_t after_hello[] = {OTE_CTL_AUTH_PROOF, OTE_CTL_AUTH_DONE};
+    static const uint8_t after_proof[] = {OTE_CTL_AUTH_DONE};
+    const ctl_auth_io_t *io = arg;
+    uint8_t *resp = NULL;
+    size_t resp_len;
+    uint8_t type;
+    ote_status_t status;
+
+    status = ctl_exchange(io->seg, io->fd, proof ? OTE_CTL_AUTH_PROOF : OTE_CTL_AUTH_HELLO, msg,
+                          len, proof ? after_proof : after_hello, proof ? 1 : 2, io->deadline,
+                          &type, &resp, &resp_len);
+    if (status != OTE_OK)
+        return status;
+    if (type == OTE_CTL_AUTH_DONE) {
+        *done_p = true;
+        status  = ote_ctl_status_decode(resp, resp_len, remote_p);
+    } else if (resp_len == OTE_AUTH_TPROOF_LEN) {
+        memcpy(tproof, resp, OTE_AUTH_TPROOF_LEN);
+    } else {
+        status = OTE_ERR_PROTOCOL;
+    }
+    free(resp);
+    return status == OTE_OK ? OTE_OK : OTE_ERR_PROTOCOL;
 }
 
 /* Prove we hold the key, and that the target does (see auth.h). */
 static ote_status_t ctl_authenticate(ote_segment_h seg, int fd, uint64_t deadline)
 {
-    static const uint8_t after_hello[] = {OTE_CTL_AUTH_PROOF, OTE_CTL_AUTH_DONE};
-    static const uint8_t after_proof[] = {OTE_CTL_AUTH_DONE};
-    ote_auth_t *auth = seg->engine->auth;
-    uint8_t hello[OTE_AUTH_HELLO_LEN], iproof[OTE_AUTH_IPROOF_LEN];
-    ote_auth_session_t s;
-    uint8_t *resp = NULL;
-    size_t len;
-    uint8_t type;
-    ote_status_t status;
+    ctl_auth_io_t io = {.seg = seg, .fd = fd, .deadline = deadline};
+    char who[300];
 
-    ote_auth_session_init(&s, OTE_AUTH_CHANNEL_CTL);
-    status = ote_auth_initiator_hello(auth, &s, hello);
-    if (status != OTE_OK)
-        return status;
-    status = ctl_exchange(seg, fd, OTE_CTL_AUTH_HELLO, hello, sizeof(hello), after_hello, 2,
-                          deadline, &type, &resp, &len);
-    if (status != OTE_OK)
-        return status;
-    if (type == OTE_CTL_AUTH_DONE) {
-        /* Refused before any proof: the target has no key, or no room for us. */
-        status = auth_done_status(resp, len);
-        free(resp);
-        return status == OTE_OK ? OTE_ERR_PROTOCOL : status;
-    }
-    status = ote_auth_initiator_proof(auth, &s, resp, len, iproof);
-    free(resp);
-    if (status == OTE_ERR_AUTH)
-        ote_error("segment '%s': the peer does not hold our OTE_AUTH_KEY", seg->name);
-    if (status != OTE_OK)
-        return status;
-    status = ctl_exchange(seg, fd, OTE_CTL_AUTH_PROOF, iproof, sizeof(iproof), after_proof, 1,
-                          deadline, &type, &resp, &len);
-    if (status != OTE_OK)
-        return status;
-    status = auth_done_status(resp, len);
-    free(resp);
-    if (status == OTE_ERR_AUTH)
-        ote_error("segment '%s': the peer refused our OTE_AUTH_KEY", seg->name);
-    return status;
+    snprintf(who, sizeof(who), "segment '%s': the peer", seg->name);
+    return ote_auth_initiator_run(seg->engine->auth, OTE_AUTH_CHANNEL_CTL, ctl_auth_exchange, &io,
+                                  who);
 }
 
 /* A new control connection to addr (seg->ctl_addr or a copy), authenticated. */

@@ -25,26 +25,18 @@ static void node_update(ote_itree_node_t *n)
     n->max_end = m;
 }
 
-static ote_itree_node_t *rotate_right(ote_itree_node_t *n)
+/* n's left or right child rotated up into its place (a right or left rotation); the new root. */
+static ote_itree_node_t *rotate_up(ote_itree_node_t *n, bool right_child)
 {
-    ote_itree_node_t *l = n->left;
+    ote_itree_node_t **up_p = right_child ? &n->right : &n->left;
+    ote_itree_node_t *up    = *up_p;
+    ote_itree_node_t **in_p = right_child ? &up->left : &up->right;
 
-    n->left  = l->right;
-    l->right = n;
+    *up_p = *in_p;
+    *in_p = n;
     node_update(n);
-    node_update(l);
-    return l;
-}
-
-static ote_itree_node_t *rotate_left(ote_itree_node_t *n)
-{
-    ote_itree_node_t *r = n->right;
-
-    n->right = r->left;
-    r->left  = n;
-    node_update(n);
-    node_update(r);
-    return r;
+    node_update(up);
+    return up;
 }
 
 static ote_itree_node_t *insert(ote_itree_node_t *n, ote_itree_node_t *x)
@@ -54,11 +46,11 @@ static ote_itree_node_t *insert(ote_itree_node_t *n, ote_itree_node_t *x)
     if (itree_key_cmp(x->start, x->end, x->tie, n) < 0) {
         n->left = insert(n->left, x);
         if (n->left->prio > n->prio)
-            n = rotate_right(n);
+            n = rotate_up(n, false);
     } else {
         n->right = insert(n->right, x);
         if (n->right->prio > n->prio)
-            n = rotate_left(n);
+            n = rotate_up(n, true);
     }
     node_update(n);
     return n;
@@ -80,10 +72,10 @@ static ote_itree_node_t *remove_node(ote_itree_node_t *n, const ote_itree_node_t
         *found_p = true;
         return n->left != NULL ? n->left : n->right;
     } else if (n->left->prio > n->right->prio) {
-        n        = rotate_right(n);
+        n        = rotate_up(n, false);
         n->right = remove_node(n->right, x, found_p);
     } else {
-        n       = rotate_left(n);
+        n       = rotate_up(n, true);
         n->left = remove_node(n->left, x, found_p);
     }
     node_update(n);

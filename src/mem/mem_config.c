@@ -21,21 +21,11 @@ static const ote_cfg_entry_t rcache_config_fields[] = {
      "Unreferenced registrations the cache keeps before LRU eviction."},
 };
 
-const ote_config_table_t ote_mem_config_table = {
-    .prefix      = "",
-    .component   = "mem",
-    .fields      = mem_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(mem_config_fields),
-    .struct_size = sizeof(ote_mem_config_t),
-};
+OTE_CONFIG_TABLE_DEFINE(ote_mem_config_table, "", "mem", mem_config_fields, ote_mem_config_t,
+                        NULL);
 
-const ote_config_table_t ote_rcache_config_table = {
-    .prefix      = "RCACHE_",
-    .component   = "rcache",
-    .fields      = rcache_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(rcache_config_fields),
-    .struct_size = sizeof(ote_rcache_config_t),
-};
+OTE_CONFIG_TABLE_DEFINE(ote_rcache_config_table, "RCACHE_", "rcache", rcache_config_fields,
+                        ote_rcache_config_t, NULL);
 
 const ote_config_table_t *const ote_mem_config_tables[] = {
     &ote_mem_config_table,

@@ -53,8 +53,8 @@ struct ote_rcache {
     uint64_t              seq;
     /* LRU of unreferenced entries: head is the least recently used. */
     ote_mem_reg_t        *lru_head, *lru_tail;
-    size_t                entries, unref, unref_bytes;
-    uint64_t              hits, misses, evictions, invalidations;
+    /* Counters as ote_rcache_stats reports them (but retains, above). */
+    ote_mem_rcache_stats_t stats;
     /* Unmapped ranges reported, not yet applied. */
     pthread_spinlock_t    inv_lock;
     atomic_bool           inv_pending;
@@ -80,8 +80,8 @@ static void rcache_lru_unlink(ote_rcache_t *rc, ote_mem_reg_t *g)
     else
         rc->lru_tail = g->lru_prev;
     g->lru_prev = g->lru_next = NULL;
-    rc->unref--;
-    rc->unref_bytes -= reg_bytes(g);
+    rc->stats.unreferenced--;
+    rc->stats.unreferenced_bytes -= reg_bytes(g);
 }
 
 static void lru_push_tail(ote_rcache_t *rc, ote_mem_reg_t *g)
@@ -93,8 +93,8 @@ static void lru_push_tail(ote_rcache_t *rc, ote_mem_reg_t *g)
     else
         rc->lru_head = g;
     rc->lru_tail = g;
-    rc->unref++;
-    rc->unref_bytes += reg_bytes(g);
+    rc->stats.unreferenced++;
+    rc->stats.unreferenced_bytes += reg_bytes(g);
 }
 
 static void reg_dereg(ote_rcache_t *rc, ote_mem_reg_t *g)
@@ -126,7 +126,7 @@ static void reg_retire(ote_rcache_t *rc, ote_mem_reg_t *g, ote_mem_reg_t **chain
     }
     if (g->users == 0) {
         rcache_lru_unlink(rc, g);
-        rc->entries--;
+        rc->stats.entries--;
         g->lru_next = *chain_p;
         *chain_p    = g;
     } else {
@@ -168,7 +168,7 @@ static void rcache_apply_invalidations(ote_rcache_t *rc, ote_mem_reg_t **chain_p
             ote_mem_reg_t *g = (ote_mem_reg_t *)((char *)node - offsetof(ote_mem_reg_t, node));
 
             reg_retire(rc, g, chain_p);
-            rc->invalidations++;
+            rc->stats.invalidations++;
         }
     }
 }
@@ -177,9 +177,10 @@ static void rcache_apply_invalidations(ote_rcache_t *rc, ote_mem_reg_t **chain_p
 static void rcache_evict(ote_rcache_t *rc, ote_mem_reg_t **chain_p)
 {
     while (rc->lru_head != NULL &&
-           (rc->unref > rc->max_regions || rc->unref_bytes > rc->max_size)) {
+           (rc->stats.unreferenced > rc->max_regions ||
+            rc->stats.unreferenced_bytes > rc->max_size)) {
         reg_retire(rc, rc->lru_head, chain_p);
-        rc->evictions++;
+        rc->stats.evictions++;
     }
 }
 
@@ -276,8 +277,9 @@ void ote_rcache_destroy(ote_rcache_t *rc)
         ucm_unset_event_handler(UCM_EVENT_VM_UNMAPPED, rcache_vm_unmapped, rc);
 #endif
     ote_rcache_flush(rc);
-    if (rc->entries != 0)
-        ote_warn("registration cache: %zu registrations still in use at destroy", rc->entries);
+    if (rc->stats.entries != 0)
+        ote_warn("registration cache: %zu registrations still in use at destroy",
+                 rc->stats.entries);
     pthread_spin_destroy(&rc->inv_lock);
     pthread_mutex_destroy(&rc->lock);
     free(rc);
@@ -353,7 +355,7 @@ ote_status_t ote_rcache_get(ote_rcache_t *rc, uint64_t addr, size_t length, unsi
             g = (ote_mem_reg_t *)((char *)node - offsetof(ote_mem_reg_t, node));
             if (g->users++ == 0)
                 rcache_lru_unlink(rc, g);
-            rc->hits++;
+            rc->stats.hits++;
         }
         pthread_mutex_unlock(&rc->lock);
         reg_destroy_chain(rc, chain);
@@ -370,8 +372,8 @@ ote_status_t ote_rcache_get(ote_rcache_t *rc, uint64_t addr, size_t length, unsi
         return status;
     pthread_mutex_lock(&rc->lock);
     g->users = 1;
-    rc->entries++;
-    rc->misses++;
+    rc->stats.entries++;
+    rc->stats.misses++;
     if (shared) {
         g->node.tie = ++rc->seq;
         ote_itree_insert(&rc->tree, &g->node);
@@ -397,7 +399,7 @@ void ote_rcache_put(ote_rcache_t *rc, ote_mem_reg_t *g, bool discard)
                 ote_itree_remove(&rc->tree, &g->node);
                 g->indexed = false;
             }
-            rc->entries--;
+            rc->stats.entries--;
             g->lru_next = chain;
             chain       = g;
         }
@@ -417,14 +419,8 @@ void ote_rcache_stats(ote_rcache_t *rc, ote_mem_rcache_stats_t *s)
 
     pthread_mutex_lock(&rc->lock);
     rcache_apply_invalidations(rc, &chain);
-    s->hits               = rc->hits;
-    s->misses             = rc->misses;
-    s->evictions          = rc->evictions;
-    s->invalidations      = rc->invalidations;
-    s->entries            = rc->entries;
-    s->unreferenced       = rc->unref;
-    s->unreferenced_bytes = rc->unref_bytes;
-    s->retains            = rc->retains;
+    *s         = rc->stats;
+    s->retains = rc->retains;
     pthread_mutex_unlock(&rc->lock);
     reg_destroy_chain(rc, chain);
 }

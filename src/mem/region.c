@@ -1,11 +1,10 @@
 /*
  * Region table: the regions users registered, in a sorted interval index
  * (sidx.c) so that "which region covers [a, a+len)" is O(log n) and touches
- * few cache lines, under a read lock. Handles
- * are validated through a pointer set before they are touched, so a stale
- * or foreign handle is an error code, not a use after free.
- * Registration and removal take the write lock; md registration happens
- * outside it, in the registration cache.
+ * few cache lines, under a read lock. Handles are validated through a
+ * pointer set before they are touched, so a stale or foreign handle is an
+ * error code, not a use after free. Registration and removal take the write
+ * lock; md registration happens outside it, in the registration cache.
  */
 #include "mem_int.h"
 
@@ -542,24 +541,37 @@ out:
     return status;
 }
 
-ote_status_t ote_mem_table_deregister(ote_mem_table_t *t, ote_region_t *r)
+/* Write-lock t to release r: its region, engine-owned (owned) or the user's; else why not. */
+static ote_status_t table_wrlock_release(ote_mem_table_t *t, ote_region_t *r, bool owned)
 {
-    bool last = false;
+    const char *what = owned ? "freeing" : "deregistering";
+    bool found;
 
     if (t == NULL || r == NULL)
         return OTE_ERR_INVALID_PARAM;
     table_wrlock(t);
-    if (!handle_find(t, r, NULL)) {
-        table_wrunlock(t);
-        ote_error("deregistering %p: not a registered region", (void *)r);
+    found = handle_find(t, r, NULL);
+    if (found && r->owned == owned)
+        return OTE_OK;
+    table_wrunlock(t);
+    if (!found) {
+        ote_error("%s %p: not %s", what, (void *)r,
+                  owned ? "engine-owned memory of this engine" : "a registered region");
         return OTE_ERR_NOT_REGISTERED;
     }
-    if (r->owned) {
-        table_wrunlock(t);
-        ote_error("deregistering %p: engine-owned memory is released with ote_mem_free",
-                  (void *)r);
-        return OTE_ERR_INVALID_PARAM;
-    }
+    ote_error("%s %p: %s is released with %s", what, (void *)r,
+              owned ? "memory the user registered" : "engine-owned memory",
+              owned ? "ote_mem_deregister" : "ote_mem_free");
+    return OTE_ERR_INVALID_PARAM;
+}
+
+ote_status_t ote_mem_table_deregister(ote_mem_table_t *t, ote_region_t *r)
+{
+    ote_status_t status = table_wrlock_release(t, r, false);
+    bool last = false;
+
+    if (status != OTE_OK)
+        return status;
     if (--r->refs == 0) {
         table_unlink(t, r);
         last = true;
@@ -620,20 +632,10 @@ static bool not_this(ote_itree_node_t *node, void *arg)
 
 ote_status_t ote_mem_table_free(ote_mem_table_t *t, ote_region_t *r)
 {
-    if (t == NULL || r == NULL)
-        return OTE_ERR_INVALID_PARAM;
-    table_wrlock(t);
-    if (!handle_find(t, r, NULL)) {
-        table_wrunlock(t);
-        ote_error("freeing %p: not engine-owned memory of this engine", (void *)r);
-        return OTE_ERR_NOT_REGISTERED;
-    }
-    if (!r->owned) {
-        table_wrunlock(t);
-        ote_error("freeing %p: memory the user registered is released with "
-                  "ote_mem_deregister", (void *)r);
-        return OTE_ERR_INVALID_PARAM;
-    }
+    ote_status_t status = table_wrlock_release(t, r, true);
+
+    if (status != OTE_OK)
+        return status;
     /* Unmapping it under another registration would leave that one dangling. */
     if (ote_sidx_overlap(&t->index, r->addr, r->addr + r->length, not_this, r) != NULL) {
         table_wrunlock(t);

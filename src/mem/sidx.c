@@ -103,31 +103,30 @@ static void top_update(ote_sidx_t *x, size_t li)
     }
 }
 
+/* *array_p reallocated to cap elements of elem bytes; unchanged on failure. */
+static ote_status_t grow(void *array_p, size_t cap, size_t elem)
+{
+    void *p = realloc(*(void **)array_p, cap * elem);
+
+    if (p == NULL)
+        return OTE_ERR_NO_MEMORY;
+    *(void **)array_p = p;
+    return OTE_OK;
+}
+
 static ote_status_t top_reserve(ote_sidx_t *x, size_t n)
 {
     size_t cap = x->cap ? x->cap : 16;
-    void *p;
 
     if (n <= x->cap)
         return OTE_OK;
     while (cap < n)
         cap *= 2;
-    p = realloc(x->leaves, cap * sizeof(*x->leaves));
-    if (p == NULL)
+    if (grow(&x->leaves, cap, sizeof(*x->leaves)) != OTE_OK ||
+        grow(&x->first, cap, sizeof(*x->first)) != OTE_OK ||
+        grow(&x->lmax, cap, sizeof(*x->lmax)) != OTE_OK ||
+        grow(&x->tpmax, cap, sizeof(*x->tpmax)) != OTE_OK)
         return OTE_ERR_NO_MEMORY;
-    x->leaves = p;
-    p         = realloc(x->first, cap * sizeof(*x->first));
-    if (p == NULL)
-        return OTE_ERR_NO_MEMORY;
-    x->first = p;
-    p        = realloc(x->lmax, cap * sizeof(*x->lmax));
-    if (p == NULL)
-        return OTE_ERR_NO_MEMORY;
-    x->lmax = p;
-    p       = realloc(x->tpmax, cap * sizeof(*x->tpmax));
-    if (p == NULL)
-        return OTE_ERR_NO_MEMORY;
-    x->tpmax = p;
     x->cap   = cap;
     return OTE_OK;
 }

@@ -171,6 +171,24 @@ struct ote_tl_component {
     void                         *priv;
 };
 
+/*
+ * Define the component _var and its ops, as UCX's UCT_COMPONENT_DEFINE. A
+ * component without a memory domain passes ote_tl_unsupported_md_open and
+ * ote_tl_no_md_close, one that is always available ote_tl_no_reason.
+ */
+#define OTE_TL_COMPONENT_DEFINE(_var, _name, _config_table, _query_resources, _md_open,       \
+                                _md_close, _iface_open, _unavailable)                          \
+    static const ote_tl_component_ops_t _var##_ops = {                                         \
+        .name            = (_name),                                                            \
+        .config_table    = (_config_table),                                                    \
+        .query_resources = (_query_resources),                                                 \
+        .md_open         = (_md_open),                                                         \
+        .md_close        = (_md_close),                                                        \
+        .iface_open      = (_iface_open),                                                      \
+        .unavailable     = (_unavailable),                                                     \
+    };                                                                                         \
+    ote_tl_component_t _var = {.ops = &_var##_ops}
+
 typedef struct {
     void (*close)(ote_tl_iface_t *iface);
     void (*query)(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);

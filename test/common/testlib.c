@@ -61,24 +61,31 @@ ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *
     return *log_p != NULL ? st : OTE_ERR_IO;
 }
 
+ote_status_t ote_test_batch_run(ote_engine_h e, const ote_xfer_req_t *reqs, size_t n,
+                                int timeout_ms, ote_task_status_t *st)
+{
+    ote_batch_h b;
+    size_t first;
+    ote_status_t status = ote_batch_create(e, n, &b);
+
+    if (status != OTE_OK)
+        return status;
+    status = ote_batch_submit(b, reqs, n, &first);
+    if (status == OTE_OK)
+        status = ote_batch_wait(b, timeout_ms);
+    for (size_t i = 0; status == OTE_OK && i < n; i++)
+        status = ote_batch_task_status(b, first + i, &st[i]);
+    ote_batch_release(b);
+    return status;
+}
+
 ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
                            uint64_t remote, size_t len, int timeout_ms, ote_task_status_t *st)
 {
     ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = seg, .remote_addr = remote,
                         .length = len};
-    ote_batch_h b;
-    size_t first;
-    ote_status_t status = ote_batch_create(e, 1, &b);
 
-    if (status != OTE_OK)
-        return status;
-    status = ote_batch_submit(b, &r, 1, &first);
-    if (status == OTE_OK)
-        status = ote_batch_wait(b, timeout_ms);
-    if (status == OTE_OK)
-        status = ote_batch_task_status(b, first, st);
-    ote_batch_release(b);
-    return status;
+    return ote_test_batch_run(e, &r, 1, timeout_ms, st);
 }
 
 uint64_t ote_test_hash(const void *p, size_t len)
@@ -228,6 +235,20 @@ int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char
         waited += 200;
     }
     return -1;
+}
+
+void ote_test_setenv_all(const char *const *settings)
+{
+    for (; *settings != NULL; settings++) {
+        const char *eq = strchr(*settings, '=');
+        char name[128];
+
+        if (eq == NULL || (size_t)(eq - *settings) >= sizeof(name))
+            abort();
+        memcpy(name, *settings, (size_t)(eq - *settings));
+        name[eq - *settings] = '\0';
+        setenv(name, eq + 1, 1);
+    }
 }
 
 ote_engine_h ote_test_engine(const char *listen)

@@ -38,6 +38,12 @@ ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *
  */
 ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
                            uint64_t remote, size_t len, int timeout_ms, ote_task_status_t *st);
+/*
+ * n requests in one batch, waited for as ote_test_xfer does; when OK, st[i]
+ * holds the status of request i.
+ */
+ote_status_t ote_test_batch_run(ote_engine_h e, const ote_xfer_req_t *reqs, size_t n,
+                                int timeout_ms, ote_task_status_t *st);
 
 typedef struct {
     pid_t    pid;
@@ -95,6 +101,9 @@ const char *ote_test_program(const char *name);
 
 /* Create an engine on 127.0.0.1 with an optional OTE_TLS; asserts on failure. */
 ote_engine_h ote_test_engine(const char *listen);
+
+/* Set every "NAME=VALUE" of a NULL-terminated list in the environment. */
+void ote_test_setenv_all(const char *const *settings);
 
 /*
  * The usual two-process fixture: an engine of this process listening on

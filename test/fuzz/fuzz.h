@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -18,5 +19,29 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
             abort();                                                                \
         }                                                                           \
     } while (0)
+
+/*
+ * A target of a request decoder and its answer's: the first input byte
+ * picks one (even: request, odd: answer), which gets the rest in a buffer
+ * of its own, so that a read past it is caught.
+ */
+static inline int fuzz_request_or_answer(const uint8_t *data, size_t size,
+                                         void (*request)(const uint8_t *p, size_t len),
+                                         void (*answer)(const uint8_t *p, size_t len))
+{
+    uint8_t *copy;
+    size_t len;
+
+    if (size == 0)
+        return 0;
+    len  = size - 1;
+    copy = malloc(len ? len : 1);
+    if (copy == NULL)
+        return 0;
+    memcpy(copy, data + 1, len);
+    ((data[0] & 1) == 0 ? request : answer)(copy, len);
+    free(copy);
+    return 0;
+}
 
 #endif

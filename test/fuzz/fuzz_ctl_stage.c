@@ -10,56 +10,50 @@
 
 #include <string.h>
 
+static void request(const uint8_t *p, size_t len)
+{
+    ote_ctl_stage_t *m = malloc(sizeof(*m));
+
+    if (m != NULL && ote_ctl_stage_decode(p, len, m) == OTE_OK) {
+        ote_buf_t out = {0};
+
+        FUZZ_CHECK(len <= OTE_CTL_STAGE_MAX_LEN);
+        FUZZ_CHECK(m->count >= 1 && m->count <= OTE_CTL_STAGE_MAX);
+        FUZZ_CHECK(m->op == OTE_CTL_STAGE_PIN || m->op == OTE_CTL_STAGE_DELEGATE ||
+                   m->op == OTE_CTL_STAGE_UNPIN);
+        for (size_t i = 0; m->op == OTE_CTL_STAGE_DELEGATE && i < m->count; i++) {
+            FUZZ_CHECK(m->dir == OTE_CTL_STAGE_TO_GPU || m->dir == OTE_CTL_STAGE_FROM_GPU);
+            FUZZ_CHECK(m->e[i].length > 0);
+            FUZZ_CHECK(m->e[i].gpu + m->e[i].length > m->e[i].gpu);
+            FUZZ_CHECK(m->e[i].chunk + m->e[i].length > m->e[i].chunk);
+        }
+        FUZZ_CHECK(ote_ctl_stage_encode(m, &out) == OTE_OK);
+        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
+        free(out.data);
+    }
+    free(m);
+}
+
+static void answer(const uint8_t *p, size_t len)
+{
+    uint64_t chunks[OTE_CTL_STAGE_MAX];
+    ote_status_t status;
+    uint32_t cs;
+    size_t n;
+
+    if (ote_ctl_stage_ack_decode(p, len, &status, &cs, chunks, &n) == OTE_OK) {
+        ote_buf_t out = {0};
+
+        FUZZ_CHECK(n <= OTE_CTL_STAGE_MAX);
+        FUZZ_CHECK(status == OTE_OK || n == 0);
+        FUZZ_CHECK(n == 0 || cs > 0);
+        FUZZ_CHECK(ote_ctl_stage_ack_encode(status, cs, chunks, n, &out) == OTE_OK);
+        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
+        free(out.data);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint8_t *copy;
-    size_t len;
-
-    if (size == 0)
-        return 0;
-    len  = size - 1;
-    copy = malloc(len ? len : 1);
-    if (copy == NULL)
-        return 0;
-    memcpy(copy, data + 1, len);
-    if ((data[0] & 1) == 0) {
-        ote_ctl_stage_t *m = malloc(sizeof(*m));
-
-        if (m != NULL && ote_ctl_stage_decode(copy, len, m) == OTE_OK) {
-            ote_buf_t out = {0};
-
-            FUZZ_CHECK(len <= OTE_CTL_STAGE_MAX_LEN);
-            FUZZ_CHECK(m->count >= 1 && m->count <= OTE_CTL_STAGE_MAX);
-            FUZZ_CHECK(m->op == OTE_CTL_STAGE_PIN || m->op == OTE_CTL_STAGE_DELEGATE ||
-                       m->op == OTE_CTL_STAGE_UNPIN);
-            for (size_t i = 0; m->op == OTE_CTL_STAGE_DELEGATE && i < m->count; i++) {
-                FUZZ_CHECK(m->dir == OTE_CTL_STAGE_TO_GPU || m->dir == OTE_CTL_STAGE_FROM_GPU);
-                FUZZ_CHECK(m->e[i].length > 0);
-                FUZZ_CHECK(m->e[i].gpu + m->e[i].length > m->e[i].gpu);
-                FUZZ_CHECK(m->e[i].chunk + m->e[i].length > m->e[i].chunk);
-            }
-            FUZZ_CHECK(ote_ctl_stage_encode(m, &out) == OTE_OK);
-            FUZZ_CHECK(out.len == len && memcmp(out.data, copy, len) == 0);
-            free(out.data);
-        }
-        free(m);
-    } else {
-        uint64_t chunks[OTE_CTL_STAGE_MAX];
-        ote_status_t status;
-        uint32_t cs;
-        size_t n;
-
-        if (ote_ctl_stage_ack_decode(copy, len, &status, &cs, chunks, &n) == OTE_OK) {
-            ote_buf_t out = {0};
-
-            FUZZ_CHECK(n <= OTE_CTL_STAGE_MAX);
-            FUZZ_CHECK(status == OTE_OK || n == 0);
-            FUZZ_CHECK(n == 0 || cs > 0);
-            FUZZ_CHECK(ote_ctl_stage_ack_encode(status, cs, chunks, n, &out) == OTE_OK);
-            FUZZ_CHECK(out.len == len && memcmp(out.data, copy, len) == 0);
-            free(out.data);
-        }
-    }
-    free(copy);
-    return 0;
+    return fuzz_request_or_answer(data, size, request, answer);
 }

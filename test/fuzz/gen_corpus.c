@@ -70,6 +70,21 @@ static void flush(const char *target, const char *name, ote_buf_t *b)
     memset(b, 0, sizeof(*b));
 }
 
+/* The first byte of the input of a target with two decoders: 0 request, 1 answer. */
+static ote_buf_t *pick(ote_buf_t *b, uint8_t decoder)
+{
+    ote_buf_put_u8(b, decoder);
+    return b;
+}
+
+/* flush() what an encoder wrote, which must have succeeded. */
+static void flush_encoded(const char *target, const char *name, ote_buf_t *b, ote_status_t encoded)
+{
+    if (encoded != OTE_OK)
+        exit(1);
+    flush(target, name, b);
+}
+
 static void gen_tcp_hdr(void)
 {
     ote_buf_t b = {0};
@@ -127,9 +142,7 @@ static void gen_ctl_notify(void)
         ote_buf_t b = {0};
 
         snprintf(m.from, sizeof(m.from), "%s", n[i].from);
-        if (ote_ctl_notify_encode(&m, &b) != OTE_OK)
-            exit(1);
-        flush("ctl_notify", n[i].name, &b);
+        flush_encoded("ctl_notify", n[i].name, &b, ote_ctl_notify_encode(&m, &b));
     }
 }
 
@@ -141,23 +154,12 @@ static void gen_ctl_putback(void)
                            .length = 4096, .name = "127.0.0.1:40000"};
     ote_buf_t b = {0};
 
-    ote_buf_put_u8(&b, 0);
-    if (ote_ctl_putback_encode(&m, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_putback", "read", &b);
+    flush_encoded("ctl_putback", "read", &b, ote_ctl_putback_encode(&m, pick(&b, 0)));
     m.length = OTE_CTL_PUTBACK_MAX_BYTES;
-    ote_buf_put_u8(&b, 0);
-    if (ote_ctl_putback_encode(&m, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_putback", "read_max", &b);
-    ote_buf_put_u8(&b, 1);
-    if (ote_ctl_putback_ack_encode(OTE_OK, 7, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_putback", "ack_ok", &b);
-    ote_buf_put_u8(&b, 1);
-    if (ote_ctl_putback_ack_encode(OTE_ERR_OUT_OF_BOUNDS, 7, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_putback", "ack_bounds", &b);
+    flush_encoded("ctl_putback", "read_max", &b, ote_ctl_putback_encode(&m, pick(&b, 0)));
+    flush_encoded("ctl_putback", "ack_ok", &b, ote_ctl_putback_ack_encode(OTE_OK, 7, pick(&b, 1)));
+    flush_encoded("ctl_putback", "ack_bounds", &b,
+                  ote_ctl_putback_ack_encode(OTE_ERR_OUT_OF_BOUNDS, 7, pick(&b, 1)));
 }
 
 /* STAGE requests and answers; the first byte picks the decoder (0 request, 1 answer). */
@@ -169,10 +171,7 @@ static void gen_ctl_stage(void)
 
     m.op    = OTE_CTL_STAGE_PIN;
     m.count = 3;
-    ote_buf_put_u8(&b, 0);
-    if (ote_ctl_stage_encode(&m, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_stage", "pin", &b);
+    flush_encoded("ctl_stage", "pin", &b, ote_ctl_stage_encode(&m, pick(&b, 0)));
     m.op  = OTE_CTL_STAGE_DELEGATE;
     m.dir = OTE_CTL_STAGE_TO_GPU;
     for (size_t i = 0; i < 3; i++) {
@@ -180,34 +179,19 @@ static void gen_ctl_stage(void)
         m.e[i].gpu    = FUZZ_BASE + 0x100000 + i * 4096;
         m.e[i].length = 4096;
     }
-    ote_buf_put_u8(&b, 0);
-    if (ote_ctl_stage_encode(&m, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_stage", "delegate_to_gpu", &b);
+    flush_encoded("ctl_stage", "delegate_to_gpu", &b, ote_ctl_stage_encode(&m, pick(&b, 0)));
     m.dir   = OTE_CTL_STAGE_FROM_GPU;
     m.count = 1;
-    ote_buf_put_u8(&b, 0);
-    if (ote_ctl_stage_encode(&m, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_stage", "delegate_from_gpu", &b);
+    flush_encoded("ctl_stage", "delegate_from_gpu", &b, ote_ctl_stage_encode(&m, pick(&b, 0)));
     m.op    = OTE_CTL_STAGE_UNPIN;
     m.count = 3;
-    ote_buf_put_u8(&b, 0);
-    if (ote_ctl_stage_encode(&m, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_stage", "unpin", &b);
-    ote_buf_put_u8(&b, 1);
-    if (ote_ctl_stage_ack_encode(OTE_OK, 4096, chunks, 3, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_stage", "ack_pin", &b);
-    ote_buf_put_u8(&b, 1);
-    if (ote_ctl_stage_ack_encode(OTE_ERR_BUSY, 0, NULL, 0, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_stage", "ack_busy", &b);
-    ote_buf_put_u8(&b, 1);
-    if (ote_ctl_stage_ack_encode(OTE_ERR_ACCESS, 0, NULL, 0, &b) != OTE_OK)
-        exit(1);
-    flush("ctl_stage", "ack_access", &b);
+    flush_encoded("ctl_stage", "unpin", &b, ote_ctl_stage_encode(&m, pick(&b, 0)));
+    flush_encoded("ctl_stage", "ack_pin", &b,
+                  ote_ctl_stage_ack_encode(OTE_OK, 4096, chunks, 3, pick(&b, 1)));
+    flush_encoded("ctl_stage", "ack_busy", &b,
+                  ote_ctl_stage_ack_encode(OTE_ERR_BUSY, 0, NULL, 0, pick(&b, 1)));
+    flush_encoded("ctl_stage", "ack_access", &b,
+                  ote_ctl_stage_ack_encode(OTE_ERR_ACCESS, 0, NULL, 0, pick(&b, 1)));
 }
 
 /* A descriptor by hand, with transports, memory domains and rkeys. */
@@ -302,6 +286,23 @@ static void gen_auth(void)
     flush("auth", "initiator_tcp", &b);
 }
 
+/* A tcp_conn input: the iface (bit 0: keyed, bit 1: cma), then HELLO as request 1. */
+static void open_hello(ote_buf_t *b, uint8_t iface)
+{
+    ote_buf_put_u8(b, iface);
+    tcp_hdr(b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+}
+
+/* A keyed handshake with a proof that is not the key's, then HELLO (requests 1 to 3). */
+static void keyed_hello(ote_buf_t *b, const uint8_t *payload)
+{
+    tcp_hdr(b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);
+    ote_buf_put(b, payload, 32);
+    tcp_hdr(b, OTE_TCP_AUTH_PROOF, 0, 2, 0, 32);
+    ote_buf_put(b, payload, 32);
+    tcp_hdr(b, OTE_TCP_HELLO, 0, 3, FUZZ_INSTANCE, 0);
+}
+
 static void gen_tcp_conn(void)
 {
     static uint8_t payload[4096];
@@ -310,8 +311,7 @@ static void gen_tcp_conn(void)
     for (size_t i = 0; i < sizeof(payload); i++)
         payload[i] = (uint8_t)(i * 7);
     /* Without a key: HELLO, WRITE, READ, refused accesses, then more traffic. */
-    ote_buf_put_u8(&b, 0);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    open_hello(&b, 0);
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 256);
     ote_buf_put(&b, payload, 256);
     tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 3, FUZZ_RW, 512);
@@ -329,8 +329,7 @@ static void gen_tcp_conn(void)
     tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE ^ 1, 0);      /* stale instance */
     flush("tcp_conn", "open_wrong_instance", &b);
 
-    ote_buf_put_u8(&b, 0);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    open_hello(&b, 0);
     for (int i = 0; i < 64; i++)
         tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 10 + (uint64_t)i, FUZZ_RW + 64 * (uint64_t)i, 64);
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 99, FUZZ_RW, 1000);            /* truncated payload */
@@ -344,17 +343,12 @@ static void gen_tcp_conn(void)
 
     /* With a key: the handshake, a bad proof; and a HELLO without it. */
     ote_buf_put_u8(&b, 1);
-    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);
-    ote_buf_put(&b, payload, 32);
-    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 2, 0, 32);
-    ote_buf_put(&b, payload, 32);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 3, FUZZ_INSTANCE, 0);
+    keyed_hello(&b, payload);
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RW, 64);
     ote_buf_put(&b, payload, 64);
     flush("tcp_conn", "keyed_bad_proof", &b);
 
-    ote_buf_put_u8(&b, 1);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    open_hello(&b, 1);
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);
     ote_buf_put(&b, payload, 64);
     flush("tcp_conn", "keyed_no_auth", &b);
@@ -363,8 +357,7 @@ static void gen_tcp_conn(void)
      * The cma iface (first byte bit 1): by-reference requests whose trailer
      * names the initiator's buffer (the fuzzer's forked copy of itself).
      */
-    ote_buf_put_u8(&b, 2);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    open_hello(&b, 2);
     tcp_hdr(&b, OTE_TCP_PROBE, 0, 2, 0, 16);
     ote_buf_put_u64(&b, FUZZ_RO);
     tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 3, FUZZ_RW, 256);
@@ -383,8 +376,7 @@ static void gen_tcp_conn(void)
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "cma_session", &b);
 
-    ote_buf_put_u8(&b, 2);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    open_hello(&b, 2);
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);                 /* bytes: refused  */
     ote_buf_put(&b, payload, 64);
     flush("tcp_conn", "cma_stream_write", &b);
@@ -395,17 +387,12 @@ static void gen_tcp_conn(void)
     flush("tcp_conn", "cma_before_hello", &b);
 
     ote_buf_put_u8(&b, 3);
-    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);
-    ote_buf_put(&b, payload, 32);
-    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 2, 0, 32);
-    ote_buf_put(&b, payload, 32);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 3, FUZZ_INSTANCE, 0);
+    keyed_hello(&b, payload);
     tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 4, FUZZ_RW, 64);
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "cma_keyed_bad_proof", &b);
 
-    ote_buf_put_u8(&b, 0);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    open_hello(&b, 0);
     tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 2, FUZZ_RW, 64);               /* tcp: refused    */
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "open_ref_on_tcp", &b);

@@ -224,112 +224,118 @@ static void check_ipc(void)
     ote_engine_destroy(e);
 }
 
+/*
+ * A target started with OTE_TLS=target_tls and args, and an engine (tcp,
+ * cuda_copy, cuda_stage) with size bytes of GPU and of host memory and the
+ * target's segment open; false, counted as a failure, if not.
+ */
+typedef struct {
+    ote_test_target_t t;
+    ote_engine_h      e;
+    ote_segment_h     seg;
+    void             *gpu, *host;
+    ote_mem_h         mg, mh;
+} gpu_pair_t;
+
+static bool gpu_pair_start(gpu_pair_t *p, const char *check, const char *target_tls,
+                           const char *const *args)
+{
+    setenv("OTE_TLS", target_tls, 1);
+    if (ote_test_target_start(&p->t, NULL, args) != 0) {
+        fprintf(stderr, "ote_gpu_check %s: target did not start\n", check);
+        failures++;
+        unsetenv("OTE_TLS");
+        return false;
+    }
+    setenv("OTE_TLS", "tcp,cuda_copy,cuda_stage", 1);
+    p->e = ote_test_engine("127.0.0.1:0");
+    unsetenv("OTE_TLS");
+    if (ote_mem_alloc(p->e, size, "cuda:0", 0, &p->gpu, &p->mg) != OTE_OK ||
+        ote_mem_alloc(p->e, size, NULL, 0, &p->host, &p->mh) != OTE_OK ||
+        ote_segment_open(p->e, p->t.name, &p->seg) != OTE_OK) {
+        fprintf(stderr, "ote_gpu_check %s: setup failed\n", check);
+        failures++;
+        ote_test_target_stop(&p->t);
+        ote_engine_destroy(p->e);
+        return false;
+    }
+    return true;
+}
+
+static void gpu_pair_stop(gpu_pair_t *p)
+{
+    ote_segment_close(p->seg);
+    ote_test_target_stop(&p->t);
+    ote_mem_free(p->e, p->mg);
+    ote_mem_free(p->e, p->mh);
+    ote_engine_destroy(p->e);
+}
+
+/*
+ * The target fills its region 0 with seed, READ into GPU memory and
+ * checked; against a READ of its region ref_region into host memory.
+ */
+static void read_to_gpu(gpu_pair_t *p, const char *name, unsigned seed, int ref_region)
+{
+    char cmd[128];
+    double r, ref;
+    bool ok;
+
+    snprintf(cmd, sizeof(cmd), "fill 0 0 %zu %u", size, seed);
+    ok  = remote_cmd(p->e, p->seg, cmd);
+    r   = timed_xfer(p->e, p->seg, OTE_OP_READ, p->gpu, p->t.addr[0], size);
+    ok  = ok && r > 0 && gpu_check(p->gpu, size, seed);
+    ref = timed_xfer(p->e, p->seg, OTE_OP_READ, p->host, p->t.addr[ref_region], size);
+    result(name, r, "host_tcp_host_read", ref, 0.85, ok);
+}
+
 static void check_staged(void)
 {
     char region[64], cmd[128];
     const char *args[] = {"--region", region, NULL};
-    ote_test_target_t t;
-    ote_engine_h e;
-    ote_segment_h seg;
-    void *gpu, *host;
-    ote_mem_h mg, mh;
-    double w, r, ref;
+    gpu_pair_t p;
+    double w, ref;
     bool ok;
 
     snprintf(region, sizeof(region), "%zu:rw", size);
-    setenv("OTE_TLS", "tcp", 1);
-    if (ote_test_target_start(&t, NULL, args) != 0) {
-        fprintf(stderr, "ote_gpu_check staged: target did not start\n");
-        failures++;
+    if (!gpu_pair_start(&p, "staged", "tcp", args))
         return;
-    }
-    setenv("OTE_TLS", "tcp,cuda_copy,cuda_stage", 1);
-    e = ote_test_engine("127.0.0.1:0");
-    unsetenv("OTE_TLS");
-    if (ote_mem_alloc(e, size, "cuda:0", 0, &gpu, &mg) != OTE_OK ||
-        ote_mem_alloc(e, size, NULL, 0, &host, &mh) != OTE_OK ||
-        ote_segment_open(e, t.name, &seg) != OTE_OK) {
-        fprintf(stderr, "ote_gpu_check staged: setup failed\n");
-        failures++;
-        ote_test_target_stop(&t);
-        ote_engine_destroy(e);
-        return;
-    }
     /* Reference first: host -> TCP -> host, same sizes, same connection. */
-    ote_test_fill(host, 0, size, 5);
-    ref = timed_xfer(e, seg, OTE_OP_WRITE, host, t.addr[0], size);
-    gpu_fill(gpu, size, 6);
-    w = timed_xfer(e, seg, OTE_OP_WRITE, gpu, t.addr[0], size);
+    ote_test_fill(p.host, 0, size, 5);
+    ref = timed_xfer(p.e, p.seg, OTE_OP_WRITE, p.host, p.t.addr[0], size);
+    gpu_fill(p.gpu, size, 6);
+    w = timed_xfer(p.e, p.seg, OTE_OP_WRITE, p.gpu, p.t.addr[0], size);
     snprintf(cmd, sizeof(cmd), "check 0 0 %zu 6", size);
-    ok = w > 0 && remote_cmd(e, seg, cmd);
+    ok = w > 0 && remote_cmd(p.e, p.seg, cmd);
     result("staged_gpu_tcp_host", w, "host_tcp_host", ref, 0.85, ok);
-    snprintf(cmd, sizeof(cmd), "fill 0 0 %zu 7", size);
-    ok = remote_cmd(e, seg, cmd);
-    r  = timed_xfer(e, seg, OTE_OP_READ, gpu, t.addr[0], size);
-    ok = ok && r > 0 && gpu_check(gpu, size, 7);
-    ref = timed_xfer(e, seg, OTE_OP_READ, host, t.addr[0], size);
-    result("staged_host_tcp_gpu", r, "host_tcp_host_read", ref, 0.85, ok);
-    ote_segment_close(seg);
-    ote_test_target_stop(&t);
-    ote_mem_free(e, mg);
-    ote_mem_free(e, mh);
-    ote_engine_destroy(e);
+    read_to_gpu(&p, "staged_host_tcp_gpu", 7, 0);
+    gpu_pair_stop(&p);
 }
 
 static void check_remote(void)
 {
     char region[64], hregion[64], cmd[128];
     const char *args[] = {"--region", region, "--region", hregion, NULL};
-    ote_test_target_t t;
-    ote_engine_h e;
-    ote_segment_h seg;
-    void *gpu, *host;
-    ote_mem_h mg, mh;
-    double w, r, ref;
+    gpu_pair_t p;
+    double w, ref;
     bool ok;
 
     /* Region 0: the target's GPU memory; region 1: its host memory (reference). */
     snprintf(region, sizeof(region), "%zu:rw@cuda:0", size);
     snprintf(hregion, sizeof(hregion), "%zu:rw", size);
-    setenv("OTE_TLS", "tcp,cuda_copy", 1);
-    if (ote_test_target_start(&t, NULL, args) != 0) {
-        fprintf(stderr, "ote_gpu_check remote: target did not start\n");
-        failures++;
-        unsetenv("OTE_TLS");
+    if (!gpu_pair_start(&p, "remote", "tcp,cuda_copy", args))
         return;
-    }
-    setenv("OTE_TLS", "tcp,cuda_copy,cuda_stage", 1);
-    e = ote_test_engine("127.0.0.1:0");
-    unsetenv("OTE_TLS");
-    if (ote_mem_alloc(e, size, "cuda:0", 0, &gpu, &mg) != OTE_OK ||
-        ote_mem_alloc(e, size, NULL, 0, &host, &mh) != OTE_OK ||
-        ote_segment_open(e, t.name, &seg) != OTE_OK) {
-        fprintf(stderr, "ote_gpu_check remote: setup failed\n");
-        failures++;
-        ote_test_target_stop(&t);
-        ote_engine_destroy(e);
-        return;
-    }
-    ote_test_fill(host, 0, size, 8);
-    ref = timed_xfer(e, seg, OTE_OP_WRITE, host, t.addr[1], size);
+    ote_test_fill(p.host, 0, size, 8);
+    ref = timed_xfer(p.e, p.seg, OTE_OP_WRITE, p.host, p.t.addr[1], size);
     snprintf(cmd, sizeof(cmd), "check 1 0 %zu 8", size);
-    ok = ref > 0 && remote_cmd(e, seg, cmd);
-    gpu_fill(gpu, size, 9);
-    w = timed_xfer(e, seg, OTE_OP_WRITE, gpu, t.addr[0], size);
+    ok = ref > 0 && remote_cmd(p.e, p.seg, cmd);
+    gpu_fill(p.gpu, size, 9);
+    w = timed_xfer(p.e, p.seg, OTE_OP_WRITE, p.gpu, p.t.addr[0], size);
     snprintf(cmd, sizeof(cmd), "check 0 0 %zu 9", size);
-    ok = ok && w > 0 && remote_cmd(e, seg, cmd);
+    ok = ok && w > 0 && remote_cmd(p.e, p.seg, cmd);
     result("gpu_tcp_gpu_write", w, "host_tcp_host", ref, 0.85, ok);
-    snprintf(cmd, sizeof(cmd), "fill 0 0 %zu 10", size);
-    ok = remote_cmd(e, seg, cmd);
-    r  = timed_xfer(e, seg, OTE_OP_READ, gpu, t.addr[0], size);
-    ok = ok && r > 0 && gpu_check(gpu, size, 10);
-    ref = timed_xfer(e, seg, OTE_OP_READ, host, t.addr[1], size);
-    result("gpu_tcp_gpu_read", r, "host_tcp_host_read", ref, 0.85, ok);
-    ote_segment_close(seg);
-    ote_test_target_stop(&t);
-    ote_mem_free(e, mg);
-    ote_mem_free(e, mh);
-    ote_engine_destroy(e);
+    read_to_gpu(&p, "gpu_tcp_gpu_read", 10, 1);
+    gpu_pair_stop(&p);
 }
 
 #ifdef HAVE_LIBURING

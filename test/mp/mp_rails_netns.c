@@ -21,6 +21,7 @@
  */
 #include "core/engine.h"
 #include "base/util.h"
+#include "mp_netns.h"
 #include "testlib.h"
 
 #include <ote/ote.h>
@@ -46,47 +47,10 @@ static char ns_a[32], ns_b[32];
 
 /* ---- parent: namespaces -------------------------------------------------------- */
 
-static int run(const char *const *argv, bool quiet)
-{
-    pid_t pid = fork();
-    int status;
-
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        if (quiet) {
-            (void)!freopen("/dev/null", "w", stdout);
-            (void)!freopen("/dev/null", "w", stderr);
-        }
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    while (waitpid(pid, &status, 0) != pid) {
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* Run a shell-free command line of up to 15 words; 0 on success. */
-static int cmd(bool quiet, const char *fmt, ...)
-{
-    char line[512], *argv[16], *save = NULL;
-    int n = 0;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    for (char *w = strtok_r(line, " ", &save); w != NULL && n < 15;
-         w = strtok_r(NULL, " ", &save))
-        argv[n++] = w;
-    argv[n] = NULL;
-    return run((const char *const *)argv, quiet);
-}
-
 static void netns_delete(void)
 {
-    cmd(true, "ip netns del %s", ns_a);
-    cmd(true, "ip netns del %s", ns_b);
+    mp_cmd(true, "ip netns del %s", ns_a);
+    mp_cmd(true, "ip netns del %s", ns_b);
 }
 
 static void on_signal(int sig)
@@ -103,46 +67,41 @@ static int parent(const char *self, unsigned id)
                            child_ns[1], NULL};
     int rc;
 
-    if (geteuid() != 0) {
-        printf("mp_rails_netns: skipped: needs root to create network namespaces\n");
-        return 77;
-    }
-    if (cmd(true, "ip netns add %s", ns_a) != 0) {
-        printf("mp_rails_netns: skipped: `ip netns add` failed (no ip tool or no permission)\n");
-        return 77;
-    }
+    rc = mp_netns_add_first("mp_rails_netns", ns_a);
+    if (rc != 0)
+        return rc;
     atexit(netns_delete);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGHUP, on_signal);
-    if (cmd(true, "tc -V") != 0) {
+    if (mp_cmd(true, "tc -V") != 0) {
         printf("mp_rails_netns: skipped: no tc\n");
         return 77;
     }
-    if (cmd(false, "ip netns add %s", ns_b) != 0) {
+    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
         printf("mp_rails_netns: skipped: cannot add a second namespace\n");
         return 77;
     }
     for (int k = 0; k < 2; k++) {
-        if (cmd(false, "ip link add otr%ua%d type veth peer name otr%ub%d", id, k, id, k) != 0 ||
-            cmd(false, "ip link set otr%ua%d netns %s", id, k, ns_a) != 0 ||
-            cmd(false, "ip link set otr%ub%d netns %s", id, k, ns_b) != 0 ||
-            cmd(false, "ip -n %s link set otr%ua%d name rail%d", ns_a, id, k, k) != 0 ||
-            cmd(false, "ip -n %s link set otr%ub%d name rail%d", ns_b, id, k, k) != 0 ||
-            cmd(false, "ip -n %s addr add 10.81.%d.1/24 dev rail%d", ns_a, k, k) != 0 ||
-            cmd(false, "ip -n %s addr add 10.81.%d.2/24 dev rail%d", ns_b, k, k) != 0 ||
-            cmd(false, "ip -n %s link set rail%d up", ns_a, k) != 0 ||
-            cmd(false, "ip -n %s link set rail%d up", ns_b, k) != 0) {
+        if (mp_cmd(false, "ip link add otr%ua%d type veth peer name otr%ub%d", id, k, id, k) != 0 ||
+            mp_cmd(false, "ip link set otr%ua%d netns %s", id, k, ns_a) != 0 ||
+            mp_cmd(false, "ip link set otr%ub%d netns %s", id, k, ns_b) != 0 ||
+            mp_cmd(false, "ip -n %s link set otr%ua%d name rail%d", ns_a, id, k, k) != 0 ||
+            mp_cmd(false, "ip -n %s link set otr%ub%d name rail%d", ns_b, id, k, k) != 0 ||
+            mp_cmd(false, "ip -n %s addr add 10.81.%d.1/24 dev rail%d", ns_a, k, k) != 0 ||
+            mp_cmd(false, "ip -n %s addr add 10.81.%d.2/24 dev rail%d", ns_b, k, k) != 0 ||
+            mp_cmd(false, "ip -n %s link set rail%d up", ns_a, k) != 0 ||
+            mp_cmd(false, "ip -n %s link set rail%d up", ns_b, k) != 0) {
             printf("mp_rails_netns: skipped: cannot set up the veth pairs\n");
             return 77;
         }
     }
-    if (cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
-        cmd(false, "ip -n %s link set lo up", ns_b) != 0)
+    if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
         return 77;
     snprintf(child_ns[0], sizeof(child_ns[0]), "%s", ns_a);
     snprintf(child_ns[1], sizeof(child_ns[1]), "%s", ns_b);
-    rc = run(child, false);
+    rc = mp_run(child, false);
     return rc;
 }
 
@@ -237,12 +196,9 @@ static int setup(void **state)
     const char *port;
 
     (void)state;
-    setenv("OTE_NET_DEVICES", "rail0,rail1", 1);
-    setenv("OTE_XFER_TIMEOUT_MS", "1500", 1);
-    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
-    setenv("OTE_RAIL_COOLDOWN_MS", "300", 1);
-    setenv("OTE_RAIL_COOLDOWN_MAX_MS", "1200", 1);
-    setenv("OTE_RAIL_MAX_BYTES", "4m", 1);
+    ote_test_setenv_all((const char *const[]){
+        "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=1000",
+        "OTE_RAIL_COOLDOWN_MS=300", "OTE_RAIL_COOLDOWN_MAX_MS=1200", "OTE_RAIL_MAX_BYTES=4m", NULL});
     /* Listening on every address: an engine bound to one uses that interface alone. */
     fx = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
     if (fx == NULL)
@@ -258,8 +214,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    cmd(true, "tc qdisc del dev rail0 root");
-    cmd(true, "tc qdisc del dev rail1 root");
+    mp_cmd(true, "tc qdisc del dev rail0 root");
+    mp_cmd(true, "tc qdisc del dev rail1 root");
     if (fx != NULL)
         ote_test_pair_stop(fx);
     return 0;
@@ -293,10 +249,10 @@ static void test_both_rails_carry(void **state)
 
 static void shape(const char *dev, const char *rate)
 {
-    cmd(true, "tc qdisc del dev %s root", dev);
-    assert_int_equal(cmd(false, "tc qdisc add dev %s root tbf rate %s burst 512k latency 200ms",
-                         dev, rate),
-                     0);
+    mp_cmd(true, "tc qdisc del dev %s root", dev);
+    assert_int_equal(
+        mp_cmd(false, "tc qdisc add dev %s root tbf rate %s burst 512k latency 200ms", dev, rate),
+        0);
 }
 
 /* rail1 at a third of rail0: the bytes split 3:1, within 20%. */
@@ -339,7 +295,7 @@ static void *link_down_thread(void *arg)
 
     usleep(600 * 1000);
     d->down_at = now_s();
-    cmd(false, "ip link set rail1 down");
+    mp_cmd(false, "ip link set rail1 down");
     while (now_s() - d->down_at < 20) {
         if (rail1_now().state == OTE_RAIL_COOLING) {
             d->detected_at = now_s();
@@ -392,7 +348,7 @@ static void test_link_up(void **state)
     double up_at, back_at = 0;
     uint64_t bytes0 = rail1_now().bytes;
 
-    cmd(false, "ip link set rail1 up");
+    mp_cmd(false, "ip link set rail1 up");
     up_at = now_s();
     while (now_s() - up_at < 15) {
         write_all(8u << 20, 405);
@@ -447,10 +403,12 @@ static void test_restart(void **state)
 int main(int argc, char **argv)
 {
     unsigned id = (unsigned)getpid() % 100000u;
+    char path[4096];
+    const char *self;
 
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc == 4 && strcmp(argv[1], "--in-netns") == 0) {
+    if (mp_netns_child(argc, argv, ns_a, sizeof(ns_a), ns_b, sizeof(ns_b))) {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(test_both_rails_carry),
             cmocka_unit_test(test_shaped_split),
@@ -459,20 +417,10 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_restart),
         };
 
-        snprintf(ns_a, sizeof(ns_a), "%s", argv[2]);
-        snprintf(ns_b, sizeof(ns_b), "%s", argv[3]);
         return cmocka_run_group_tests(tests, setup, teardown);
     }
     snprintf(ns_a, sizeof(ns_a), "ote_rails_a%u", id);
     snprintf(ns_b, sizeof(ns_b), "ote_rails_b%u", id);
-    {
-        /* The child runs under `ip`, where /proc/self/exe would be ip itself. */
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-
-        if (n <= 0)
-            return 1;
-        self[n] = '\0';
-        return parent(self, id);
-    }
+    self = mp_netns_self(path, sizeof(path));
+    return self != NULL ? parent(self, id) : 1;
 }

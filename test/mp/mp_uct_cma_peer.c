@@ -15,7 +15,7 @@
 #include "core/engine.h"
 #include "security_wire.h"
 #include "uct_ext/cma/cma.h"
-#include "testlib.h"
+#include "mp_util.h"
 
 #include <ote/ote.h>
 #include <setjmp.h>
@@ -45,16 +45,6 @@ static fx_t *fx_start(const char *tls, const char *const *wrap)
     return f;
 }
 
-static void fx_stop(fx_t *f)
-{
-    ote_test_pair_stop(f);
-}
-
-static void cmd_expect(fx_t *f, const char *cmd, const char *want)
-{
-    assert_int_equal(ote_test_target_expect(f->e, f->seg, cmd, want, 20000), 0);
-}
-
 static void assert_rails(fx_t *f, const char *tl)
 {
     assert_true(f->seg->rail_set.num_rails > 0);
@@ -79,7 +69,7 @@ static void write_read_check(fx_t *f)
             ote_test_fill(f->local + 1, off, len, 41);
         } else {
             snprintf(cmd, sizeof(cmd), "fill 0 %zu %zu 42", off, len);
-            cmd_expect(f, cmd, "ok");
+            mp_pair_expect(f, cmd, "ok");
             memset(f->local, 0, REGION);
         }
         assert_int_equal(ote_batch_create(f->e, 1, &b), OTE_OK);
@@ -91,7 +81,7 @@ static void write_read_check(fx_t *f)
         ote_batch_release(b);
         if (op == 0) {
             snprintf(cmd, sizeof(cmd), "check 0 %zu %zu 41", off, len);
-            cmd_expect(f, cmd, "ok");
+            mp_pair_expect(f, cmd, "ok");
         } else {
             assert_int_equal(ote_test_check(f->local + 1, off, len, 42), -1);
             assert_int_equal(f->local[0], 0);
@@ -149,7 +139,7 @@ static void test_auth_key(void **state)
     assert_int_equal(sw_fetch_desc(f->target.name, auth, &d), OTE_OK);
     desc_cma_addr(d, &ss, &sslen);
 
-    cmd_expect(f, "fill 1 0 1048576 7", "ok");
+    mp_pair_expect(f, "fill 1 0 1048576 7", "ok");
 
     /* No handshake: HELLO is answered AUTH and the connection closes. */
     fd = sw_connect_addr(&ss, sslen);
@@ -200,12 +190,12 @@ static void test_auth_key(void **state)
     }
     close(fd);
     /* The refused write left the read-only region alone; the engine still serves us. */
-    cmd_expect(f, "check 1 0 1048576 7", "ok");
+    mp_pair_expect(f, "check 1 0 1048576 7", "ok");
     write_read_check(f);
     ote_desc_free(d);
     ote_auth_destroy(auth);
     ote_auth_destroy(other);
-    fx_stop(f);
+    ote_test_pair_stop(f);
     unsetenv("OTE_AUTH_KEY");
 }
 
@@ -229,14 +219,14 @@ static void probe_refused(const char *const *wrap)
     ote_segment_h seg = NULL;
 
     assert_int_equal(ote_segment_open(f->e, f->target.name, &seg), OTE_ERR_UNREACHABLE);
-    fx_stop(f);
+    ote_test_pair_stop(f);
 
     f = fx_start("cma,tcp", wrap);
     assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
     assert_true(f->seg->same_host);
     assert_rails(f, "tcp");
     write_read_check(f);
-    fx_stop(f);
+    ote_test_pair_stop(f);
 }
 
 static void test_other_pid_namespace(void **state)

@@ -141,9 +141,9 @@ static void test_write(void **state)
 {
     fx_t *f = *state;
     ote_xfer_req_t r[NBLOCKS];
+    ote_task_status_t st[NBLOCKS];
     char cmd[128], want[64];
-    size_t first, end;
-    ote_batch_h b;
+    size_t end;
 
     snprintf(cmd, sizeof(cmd), "zero 0 0 %u", REGION);
     cmd_expect(f, cmd, "ok");
@@ -158,18 +158,12 @@ static void test_write(void **state)
     }
     end = block_off(NBLOCKS);
     assert_true(end < REGION);
-    assert_int_equal(ote_batch_create(f->e, NBLOCKS, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, NBLOCKS, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 60000), OTE_OK);
+    assert_int_equal(ote_test_batch_run(f->e, r, NBLOCKS, 60000, st), OTE_OK);
     for (size_t i = 0; i < NBLOCKS; i++) {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-        if (st.state != OTE_TASK_COMPLETED)
-            fail_msg("block %zu (%zu bytes): %s", i, sizes[i], ote_status_string(st.error));
-        assert_int_equal(st.transferred, sizes[i]);
+        if (st[i].state != OTE_TASK_COMPLETED)
+            fail_msg("block %zu (%zu bytes): %s", i, sizes[i], ote_status_string(st[i].error));
+        assert_int_equal(st[i].transferred, sizes[i]);
     }
-    ote_batch_release(b);
     /* Every byte: the blocks, the gaps between them, what lies after. */
     {
         uint8_t *zeros = calloc(1, REGION);
@@ -198,9 +192,8 @@ static void test_read(void **state)
 {
     fx_t *f = *state;
     ote_xfer_req_t r[NBLOCKS];
+    ote_task_status_t st[NBLOCKS];
     char cmd[128];
-    size_t first;
-    ote_batch_h b;
 
     snprintf(cmd, sizeof(cmd), "fill 0 0 %u 91", REGION);
     cmd_expect(f, cmd, "ok");
@@ -212,28 +205,26 @@ static void test_read(void **state)
                                 .segment = f->seg,
                                 .remote_addr = f->target.addr[0] + off, .length = sizes[i]};
     }
-    assert_int_equal(ote_batch_create(f->e, NBLOCKS, &b), OTE_OK);
     if (!f->tc->has_get) {
         /* No selected transport has GET: refused at submit, nothing posted. */
-        first = 1234;
+        ote_batch_h b;
+        size_t first = 1234;
+
+        assert_int_equal(ote_batch_create(f->e, NBLOCKS, &b), OTE_OK);
         assert_int_equal(ote_batch_submit(b, r, NBLOCKS, &first), OTE_ERR_UNREACHABLE);
         assert_int_equal(first, 1234);
         ote_batch_release(b);
         return;
     }
-    assert_int_equal(ote_batch_submit(b, r, NBLOCKS, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 60000), OTE_OK);
+    assert_int_equal(ote_test_batch_run(f->e, r, NBLOCKS, 60000, st), OTE_OK);
     for (size_t i = 0; i < NBLOCKS; i++) {
-        ote_task_status_t st;
         size_t off = block_off(i);
 
-        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-        if (st.state != OTE_TASK_COMPLETED)
-            fail_msg("block %zu (%zu bytes): %s", i, sizes[i], ote_status_string(st.error));
-        assert_int_equal(st.transferred, sizes[i]);
+        if (st[i].state != OTE_TASK_COMPLETED)
+            fail_msg("block %zu (%zu bytes): %s", i, sizes[i], ote_status_string(st[i].error));
+        assert_int_equal(st[i].transferred, sizes[i]);
         assert_int_equal(ote_test_check(f->local + off + 3, off, sizes[i], 91), -1);
     }
-    ote_batch_release(b);
     /* Nothing landed between the blocks. */
     for (size_t i = 0, prev = 0; i <= NBLOCKS; i++) {
         size_t off = i < NBLOCKS ? block_off(i) + 3 : REGION + 64;

@@ -14,7 +14,8 @@
  */
 #include "core/engine.h"
 #include "base/util.h"
-#include "testlib.h"
+#include "mp_netns.h"
+#include "mp_util.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <ote/ote.h>
@@ -39,72 +40,35 @@ static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
 
 /* ---- parent: namespaces ------------------------------------------------------ */
 
-static int run(const char *const *argv, bool quiet)
-{
-    pid_t pid = fork();
-    int status;
-
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        if (quiet) {
-            freopen("/dev/null", "w", stdout);
-            freopen("/dev/null", "w", stderr);
-        }
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    if (waitpid(pid, &status, 0) != pid)
-        return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static int ip(const char *a, const char *b, const char *c, const char *d, const char *e,
-              const char *f, const char *g, const char *h)
-{
-    const char *argv[] = {"ip", a, b, c, d, e, f, g, h, NULL};
-
-    return run(argv, false);
-}
-
 static void netns_delete(void)
 {
-    const char *da[] = {"ip", "netns", "del", ns_a, NULL};
-    const char *db[] = {"ip", "netns", "del", ns_b, NULL};
-
-    run(da, true);
-    run(db, true);
+    mp_cmd(true, "ip netns del %s", ns_a);
+    mp_cmd(true, "ip netns del %s", ns_b);
 }
 
 static int parent(const char *self)
 {
-    const char *add_a[] = {"ip", "netns", "add", ns_a, NULL};
     const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", ns_a, ns_b, NULL};
     int rc;
 
-    if (geteuid() != 0) {
-        printf("mp_uct_netns: skipped: needs root to create network namespaces\n");
-        return 77;
-    }
-    if (run(add_a, true) != 0) {
-        printf("mp_uct_netns: skipped: `ip netns add` failed (no ip tool or no permission)\n");
-        return 77;
-    }
-    if (ip("netns", "add", ns_b, NULL, NULL, NULL, NULL, NULL) != 0 ||
-        ip("link", "add", veth_a, "type", "veth", "peer", "name", veth_b) != 0 ||
-        ip("link", "set", veth_a, "netns", ns_a, NULL, NULL, NULL) != 0 ||
-        ip("link", "set", veth_b, "netns", ns_b, NULL, NULL, NULL) != 0 ||
-        ip("-n", ns_a, "addr", "add", ADDR_A "/24", "dev", veth_a, NULL) != 0 ||
-        ip("-n", ns_b, "addr", "add", ADDR_B "/24", "dev", veth_b, NULL) != 0 ||
-        ip("-n", ns_a, "link", "set", veth_a, "up", NULL, NULL) != 0 ||
-        ip("-n", ns_b, "link", "set", veth_b, "up", NULL, NULL) != 0 ||
-        ip("-n", ns_a, "link", "set", "lo", "up", NULL, NULL) != 0 ||
-        ip("-n", ns_b, "link", "set", "lo", "up", NULL, NULL) != 0) {
+    rc = mp_netns_add_first("mp_uct_netns", ns_a);
+    if (rc != 0)
+        return rc;
+    if (mp_cmd(false, "ip netns add %s", ns_b) != 0 ||
+        mp_cmd(false, "ip link add %s type veth peer name %s", veth_a, veth_b) != 0 ||
+        mp_cmd(false, "ip link set %s netns %s", veth_a, ns_a) != 0 ||
+        mp_cmd(false, "ip link set %s netns %s", veth_b, ns_b) != 0 ||
+        mp_cmd(false, "ip -n %s addr add " ADDR_A "/24 dev %s", ns_a, veth_a) != 0 ||
+        mp_cmd(false, "ip -n %s addr add " ADDR_B "/24 dev %s", ns_b, veth_b) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s up", ns_a, veth_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s up", ns_b, veth_b) != 0 ||
+        mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0) {
         printf("mp_uct_netns: skipped: cannot set up the veth pair between namespaces\n");
         netns_delete();
         return 77;
     }
-    rc = run(child, false);
+    rc = mp_run(child, false);
     netns_delete();
     return rc;
 }
@@ -125,34 +89,24 @@ static fx_t *fx_start(const char *tls, bool target_in_b)
     return f;
 }
 
-static void fx_stop(fx_t *f)
-{
-    ote_test_pair_stop(f);
-}
-
-static void cmd_expect(fx_t *f, const char *cmd, const char *want)
-{
-    assert_int_equal(ote_test_target_expect(f->e, f->seg, cmd, want, 20000), 0);
-}
-
 /* WRITE then READ of mixed sizes at unaligned offsets, every byte checked. */
 static void transfer_and_check(fx_t *f, bool read_too)
 {
     static const size_t sizes[] = {1, 4097, 65537, (1u << 20) + 3, (4u << 20) - 1};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     ote_xfer_req_t r[N];
-    size_t off[N], pos = 11, first;
-    ote_batch_h b;
+    ote_task_status_t st[N];
+    size_t off[N], pos = 11;
     char cmd[128];
 
     for (size_t i = 0; i < N; i++) {
         off[i] = pos;
         pos += sizes[i] + 17;
     }
-    cmd_expect(f, "zero 0 0 16777216", "ok");
+    mp_pair_expect(f, "zero 0 0 16777216", "ok");
     for (int op = 0; op < (read_too ? 2 : 1); op++) {
         if (op == 1) {
-            cmd_expect(f, "fill 0 0 16777216 66", "ok");
+            mp_pair_expect(f, "fill 0 0 16777216 66", "ok");
             memset(f->local, 0, REGION);
         }
         for (size_t i = 0; i < N; i++) {
@@ -163,19 +117,14 @@ static void transfer_and_check(fx_t *f, bool read_too)
                                     .remote_addr = f->target.addr[0] + off[i],
                                     .length = sizes[i]};
         }
-        assert_int_equal(ote_batch_create(f->e, N, &b), OTE_OK);
-        assert_int_equal(ote_batch_submit(b, r, N, &first), OTE_OK);
-        assert_int_equal(ote_batch_wait(b, 60000), OTE_OK);
+        assert_int_equal(ote_test_batch_run(f->e, r, N, 60000, st), OTE_OK);
         for (size_t i = 0; i < N; i++) {
-            ote_task_status_t st;
-
-            assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-            if (st.state != OTE_TASK_COMPLETED)
+            if (st[i].state != OTE_TASK_COMPLETED)
                 fail_msg("%s %zu bytes: %s", op ? "READ" : "WRITE", sizes[i],
-                         ote_status_string(st.error));
+                         ote_status_string(st[i].error));
             if (op == 0) {
                 snprintf(cmd, sizeof(cmd), "check 0 %zu %zu 65", off[i], sizes[i]);
-                cmd_expect(f, cmd, "ok");
+                mp_pair_expect(f, cmd, "ok");
             } else {
                 assert_int_equal(ote_test_check(f->local + off[i] + 1, off[i], sizes[i], 66),
                                  -1);
@@ -183,7 +132,6 @@ static void transfer_and_check(fx_t *f, bool read_too)
                 assert_int_equal(f->local[off[i] + 1 + sizes[i]], 0);
             }
         }
-        ote_batch_release(b);
     }
 }
 
@@ -213,7 +161,7 @@ static void test_other_namespace(void **state)
         assert_true(offered);
     }
     transfer_and_check(f, true);
-    fx_stop(f);
+    ote_test_pair_stop(f);
 }
 
 /*
@@ -239,7 +187,7 @@ static void test_cma_never_across(void **state)
             assert_false(caps.scope & OTE_TL_SCOPE_NETWORK);
         }
         assert_int_equal(ote_segment_open(f->e, f->target.name, &seg), OTE_ERR_UNREACHABLE);
-        fx_stop(f);
+        ote_test_pair_stop(f);
     }
 }
 
@@ -258,7 +206,7 @@ static void test_uct_tcp_across(void **state)
         assert_string_equal(r->iface->resource.dev_name, veth_a);
     }
     transfer_and_check(f, false);
-    fx_stop(f);
+    ote_test_pair_stop(f);
 #else
     skip();
 #endif
@@ -313,7 +261,7 @@ static void test_net_devices_across(void **state)
         assert_true(r->caps.ops & OTE_TL_CAP_GET_ZCOPY);
     }
     transfer_and_check(f, true);
-    fx_stop(f);
+    ote_test_pair_stop(f);
     unsetenv("OTE_NET_DEVICES");
 }
 
@@ -330,43 +278,34 @@ static void test_same_namespace(void **state)
         assert_true(f->seg->rail_set.rails[i]->caps.ops & OTE_TL_CAP_CHECKED);
     }
     transfer_and_check(f, true);
-    fx_stop(f);
+    ote_test_pair_stop(f);
 }
 
 int main(int argc, char **argv)
 {
     unsigned id = (unsigned)getpid() % 1000000u;
+    char path[4096];
+    const char *self;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_other_namespace),
+        cmocka_unit_test(test_cma_never_across),
+        cmocka_unit_test(test_uct_tcp_across),
+        cmocka_unit_test(test_net_devices_across),
+        cmocka_unit_test(test_same_namespace),
+    };
+    bool child = mp_netns_child(argc, argv, ns_a, sizeof(ns_a), ns_b, sizeof(ns_b));
 
     signal(SIGPIPE, SIG_IGN);
-    if (argc == 4 && strcmp(argv[1], "--in-netns") == 0) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_other_namespace),
-            cmocka_unit_test(test_cma_never_across),
-            cmocka_unit_test(test_uct_tcp_across),
-            cmocka_unit_test(test_net_devices_across),
-            cmocka_unit_test(test_same_namespace),
-        };
-
-        snprintf(ns_a, sizeof(ns_a), "%s", argv[2]);
-        snprintf(ns_b, sizeof(ns_b), "%s", argv[3]);
-        if (sscanf(ns_a, "ote_uct_a%u", &id) != 1)
-            return 1;
-        snprintf(veth_a, sizeof(veth_a), "oteua%u", id);
-        snprintf(veth_b, sizeof(veth_b), "oteub%u", id);
-        return cmocka_run_group_tests(tests, NULL, NULL);
+    if (!child) {
+        snprintf(ns_a, sizeof(ns_a), "ote_uct_a%u", id);
+        snprintf(ns_b, sizeof(ns_b), "ote_uct_b%u", id);
+    } else if (sscanf(ns_a, "ote_uct_a%u", &id) != 1) {
+        return 1;
     }
-    snprintf(ns_a, sizeof(ns_a), "ote_uct_a%u", id);
-    snprintf(ns_b, sizeof(ns_b), "ote_uct_b%u", id);
     snprintf(veth_a, sizeof(veth_a), "oteua%u", id);
     snprintf(veth_b, sizeof(veth_b), "oteub%u", id);
-    {
-        /* The child runs under `ip`, where /proc/self/exe would be ip itself. */
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-
-        if (n <= 0)
-            return 1;
-        self[n] = '\0';
-        return parent(self);
-    }
+    if (child)
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    self = mp_netns_self(path, sizeof(path));
+    return self != NULL ? parent(self) : 1;
 }

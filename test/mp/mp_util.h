@@ -4,8 +4,21 @@
 
 #include "testlib.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
 
 /* Deterministic random numbers for tests (splitmix64). */
 static inline uint64_t mp_rand(uint64_t *s)
@@ -27,6 +40,85 @@ static inline size_t mp_rand_size(uint64_t *s, size_t max)
         bits++;
     v = (size_t)(mp_rand(s) & (((size_t)1 << (mp_rand(s) % (unsigned)(bits + 1))) - 1)) + 1;
     return v > max ? max : v;
+}
+
+/*
+ * The usual fixture of these tests: a test target with the regions of args,
+ * an engine of this process with the target's segment open, and local_len
+ * bytes of local memory; asserts on failure.
+ */
+typedef struct {
+    ote_test_target_t t;
+    ote_engine_h      e;
+    ote_segment_h     seg;
+    uint8_t          *local;
+    ote_mem_h         mem;
+} mp_fx_t;
+
+static inline void mp_fx_start(mp_fx_t *f, const char *const *args, size_t local_len)
+{
+    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
+    f->e = ote_test_engine(NULL);
+    assert_non_null(f->e);
+    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
+    assert_int_equal(ote_mem_alloc(f->e, local_len, NULL, 0, (void **)&f->local, &f->mem),
+                     OTE_OK);
+}
+
+/* Ends the fixture; quit: the target is asked to exit first. */
+static inline void mp_fx_stop(mp_fx_t *f, bool quit)
+{
+    char reply[64];
+
+    if (quit)
+        ote_test_target_cmd(f->e, f->seg, "quit", reply, sizeof(reply), 100);
+    ote_segment_close(f->seg);
+    ote_mem_free(f->e, f->mem);
+    ote_engine_destroy(f->e);
+    ote_test_target_stop(&f->t);
+}
+
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+static inline unsigned mp_free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len         = sizeof(sa);
+    int fd                = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* SIGSTOP, and wait until the process is stopped indeed (delivery is not immediate). */
+static inline void mp_stop_process(pid_t pid)
+{
+    char path[64], buf[512], *p;
+
+    kill(pid, SIGSTOP);
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 5000; i++) {
+        FILE *fp = fopen(path, "r");
+        bool stopped = false;
+
+        if (fp != NULL) {
+            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
+                stopped = p[2] == 'T';
+            fclose(fp);
+        }
+        if (stopped)
+            return;
+        usleep(1000);
+    }
+    fail_msg("process %d did not stop", (int)pid);
+}
+
+/* Send cmd to the pair's target and assert that it answers want. */
+static inline void mp_pair_expect(ote_test_pair_t *p, const char *cmd, const char *want)
+{
+    assert_int_equal(ote_test_target_expect(p->e, p->seg, cmd, want, 20000), 0);
 }
 
 #endif

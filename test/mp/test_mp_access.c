@@ -20,12 +20,8 @@
 #define R1 (8ul << 20)
 
 typedef struct {
-    ote_test_target_t t;
-    ote_engine_h      e;
-    ote_segment_h     seg;
-    uint8_t          *local;
+    mp_fx_t           fx;
     uint8_t          *probe; /* separate from the valid traffic's source */
-    ote_mem_h         mem;
     atomic_int        stop;
     int               good_rounds;
     int               good_failures;
@@ -37,15 +33,10 @@ static int setup(void **state)
                                        "--region", "1m:w", NULL};
     fx_t *f = calloc(1, sizeof(*f));
 
-    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
-    assert_int_equal(f->t.num_regions, 3);
-    f->e = ote_test_engine(NULL);
-    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
-    assert_int_equal(ote_mem_alloc(f->e, R0 + (16ul << 20), NULL, 0, (void **)&f->local,
-                                   &f->mem),
-                     OTE_OK);
-    f->probe = f->local + R0;
-    ote_test_fill(f->local, 0, R0, 77);
+    mp_fx_start(&f->fx, args, R0 + (16ul << 20));
+    assert_int_equal(f->fx.t.num_regions, 3);
+    f->probe = f->fx.local + R0;
+    ote_test_fill(f->fx.local, 0, R0, 77);
     *state = f;
     return 0;
 }
@@ -54,10 +45,7 @@ static int teardown(void **state)
 {
     fx_t *f = *state;
 
-    ote_segment_close(f->seg);
-    ote_mem_free(f->e, f->mem);
-    ote_engine_destroy(f->e);
-    ote_test_target_stop(&f->t);
+    mp_fx_stop(&f->fx, false);
     free(f);
     return 0;
 }
@@ -69,16 +57,16 @@ static void *good_traffic(void *arg)
     ote_xfer_req_t reqs[64];
 
     for (size_t i = 0; i < 64; i++)
-        reqs[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f->local + i * (1u << 20),
-                                   .segment = f->seg,
-                                   .remote_addr = f->t.addr[0] + i * (1u << 20),
+        reqs[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f->fx.local + i * (1u << 20),
+                                   .segment = f->fx.seg,
+                                   .remote_addr = f->fx.t.addr[0] + i * (1u << 20),
                                    .length = 1u << 20};
     while (!atomic_load(&f->stop) || f->good_rounds < 3) {
         ote_batch_h b;
         ote_task_status_t st;
         size_t first;
 
-        if (ote_batch_create(f->e, 64, &b) != OTE_OK ||
+        if (ote_batch_create(f->fx.e, 64, &b) != OTE_OK ||
             ote_batch_submit(b, reqs, 64, &first) != OTE_OK) {
             f->good_failures++;
             break;
@@ -94,13 +82,13 @@ static void *good_traffic(void *arg)
 
 static ote_task_status_t one(fx_t *f, ote_op_t op, uint64_t remote, size_t len)
 {
-    ote_xfer_req_t r = {.op = op, .local_addr = f->probe, .segment = f->seg,
+    ote_xfer_req_t r = {.op = op, .local_addr = f->probe, .segment = f->fx.seg,
                         .remote_addr = remote, .length = len};
     ote_batch_h b;
     ote_task_status_t st;
     size_t first;
 
-    assert_int_equal(ote_batch_create(f->e, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_create(f->fx.e, 1, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
     assert_int_equal(ote_batch_task_status(b, 0, &st), OTE_OK);
@@ -122,9 +110,11 @@ static void test_refusals_beside_valid_traffic(void **state)
     char cmd[128], before1[64], after1[64];
 
     snprintf(cmd, sizeof(cmd), "fill 1 0 %lu 5", R1);
-    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, before1, sizeof(before1), 10000), 0);
+    assert_int_equal(
+        ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, before1, sizeof(before1), 10000), 0);
     snprintf(cmd, sizeof(cmd), "sum 1 0 %lu", R1);
-    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, before1, sizeof(before1), 10000), 0);
+    assert_int_equal(
+        ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, before1, sizeof(before1), 10000), 0);
 
     pthread_create(&th, NULL, good_traffic, f);
     for (int rep = 0; rep < 20; rep++) {
@@ -132,17 +122,17 @@ static void test_refusals_beside_valid_traffic(void **state)
         expect_fail(one(f, OTE_OP_WRITE, 0x1000, 4096), OTE_ERR_NOT_REGISTERED);
         expect_fail(one(f, OTE_OP_READ, 0x1000, 4096), OTE_ERR_NOT_REGISTERED);
         /* Starts inside region 0, runs past its end. */
-        expect_fail(one(f, OTE_OP_WRITE, f->t.addr[0] + R0 - 100, 4096), OTE_ERR_OUT_OF_BOUNDS);
-        expect_fail(one(f, OTE_OP_READ, f->t.addr[0] + R0 - 1, 2), OTE_ERR_OUT_OF_BOUNDS);
+        expect_fail(one(f, OTE_OP_WRITE, f->fx.t.addr[0] + R0 - 100, 4096), OTE_ERR_OUT_OF_BOUNDS);
+        expect_fail(one(f, OTE_OP_READ, f->fx.t.addr[0] + R0 - 1, 2), OTE_ERR_OUT_OF_BOUNDS);
         /* Region 1 is read-only, region 2 write-only. */
-        expect_fail(one(f, OTE_OP_WRITE, f->t.addr[1], 4096), OTE_ERR_ACCESS);
-        expect_fail(one(f, OTE_OP_READ, f->t.addr[2], 4096), OTE_ERR_ACCESS);
+        expect_fail(one(f, OTE_OP_WRITE, f->fx.t.addr[1], 4096), OTE_ERR_ACCESS);
+        expect_fail(one(f, OTE_OP_READ, f->fx.t.addr[2], 4096), OTE_ERR_ACCESS);
         /* Large refused WRITE: its payload is drained, the stream stays in step. */
-        expect_fail(one(f, OTE_OP_WRITE, f->t.addr[1], 8u << 20), OTE_ERR_ACCESS);
+        expect_fail(one(f, OTE_OP_WRITE, f->fx.t.addr[1], 8u << 20), OTE_ERR_ACCESS);
         /* The allowed direction works. */
-        assert_int_equal(one(f, OTE_OP_READ, f->t.addr[1], 4096).state, OTE_TASK_COMPLETED);
+        assert_int_equal(one(f, OTE_OP_READ, f->fx.t.addr[1], 4096).state, OTE_TASK_COMPLETED);
         assert_int_equal(ote_test_check(f->probe, 0, 4096, 5), -1);
-        assert_int_equal(one(f, OTE_OP_WRITE, f->t.addr[2], 4096).state, OTE_TASK_COMPLETED);
+        assert_int_equal(one(f, OTE_OP_WRITE, f->fx.t.addr[2], 4096).state, OTE_TASK_COMPLETED);
     }
     atomic_store(&f->stop, 1);
     pthread_join(th, NULL);
@@ -151,11 +141,12 @@ static void test_refusals_beside_valid_traffic(void **state)
 
     /* Every byte of the valid traffic arrived. */
     snprintf(cmd, sizeof(cmd), "check 0 0 %lu 77", R0);
-    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, cmd, sizeof(cmd), 30000), 0);
+    assert_int_equal(ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, cmd, sizeof(cmd), 30000), 0);
     assert_string_equal(cmd, "ok");
     /* The read-only region never changed. */
     snprintf(cmd, sizeof(cmd), "sum 1 0 %lu", R1);
-    assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, after1, sizeof(after1), 10000), 0);
+    assert_int_equal(
+        ote_test_target_cmd(f->fx.e, f->fx.seg, cmd, after1, sizeof(after1), 10000), 0);
     assert_string_equal(before1, after1);
 }
 
@@ -163,14 +154,14 @@ static void test_mixed_batch(void **state)
 {
     fx_t *f = *state;
     ote_xfer_req_t r[4] = {
-        {.op = OTE_OP_WRITE, .local_addr = f->probe, .segment = f->seg,
-         .remote_addr = f->t.addr[0], .length = 65536},
-        {.op = OTE_OP_WRITE, .local_addr = f->probe, .segment = f->seg,
-         .remote_addr = f->t.addr[1], .length = 65536},
-        {.op = OTE_OP_READ, .local_addr = f->probe + 65536, .segment = f->seg,
-         .remote_addr = f->t.addr[0] + R0 - 10, .length = 11},
-        {.op = OTE_OP_READ, .local_addr = f->probe + 131072, .segment = f->seg,
-         .remote_addr = f->t.addr[0], .length = 65536},
+        {.op = OTE_OP_WRITE, .local_addr = f->probe, .segment = f->fx.seg,
+         .remote_addr = f->fx.t.addr[0], .length = 65536},
+        {.op = OTE_OP_WRITE, .local_addr = f->probe, .segment = f->fx.seg,
+         .remote_addr = f->fx.t.addr[1], .length = 65536},
+        {.op = OTE_OP_READ, .local_addr = f->probe + 65536, .segment = f->fx.seg,
+         .remote_addr = f->fx.t.addr[0] + R0 - 10, .length = 11},
+        {.op = OTE_OP_READ, .local_addr = f->probe + 131072, .segment = f->fx.seg,
+         .remote_addr = f->fx.t.addr[0], .length = 65536},
     };
     ote_status_t expect[4] = {OTE_OK, OTE_ERR_ACCESS, OTE_ERR_OUT_OF_BOUNDS, OTE_OK};
     ote_batch_h b;
@@ -178,7 +169,7 @@ static void test_mixed_batch(void **state)
     size_t first;
 
     ote_test_fill(f->probe, 0, 65536, 9);
-    assert_int_equal(ote_batch_create(f->e, 4, &b), OTE_OK);
+    assert_int_equal(ote_batch_create(f->fx.e, 4, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, r, 4, &first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
     for (size_t i = 0; i < 4; i++) {

@@ -18,40 +18,23 @@
 #define MAX_REQ  (8ul << 20)
 #define MAX_REQS 4096
 
-typedef struct {
-    ote_test_target_t t;
-    ote_engine_h      e;
-    ote_segment_h     seg;
-    uint8_t          *local;
-    ote_mem_h         mem;
-} fx_t;
+typedef mp_fx_t fx_t;
 
 static int setup(void **state)
 {
     static const char *const args[] = {"--region", "256m:rw", NULL};
     fx_t *f = calloc(1, sizeof(*f));
 
-    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
-    f->e = ote_test_engine(NULL);
-    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
     /* One spare byte at each end so that local addresses can be shifted. */
-    assert_int_equal(ote_mem_alloc(f->e, REGION + 64, NULL, 0, (void **)&f->local, &f->mem),
-                     OTE_OK);
+    mp_fx_start(f, args, REGION + 64);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fx_t *f = *state;
-    char reply[64];
-
-    ote_test_target_cmd(f->e, f->seg, "quit", reply, sizeof(reply), 100);
-    ote_segment_close(f->seg);
-    ote_mem_free(f->e, f->mem);
-    ote_engine_destroy(f->e);
-    ote_test_target_stop(&f->t);
-    free(f);
+    mp_fx_stop(*state, true);
+    free(*state);
     return 0;
 }
 

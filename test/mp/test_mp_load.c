@@ -39,27 +39,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* SIGSTOP, and wait until the target is stopped indeed (delivery is not immediate). */
 static void stop_target(fx_t *f)
 {
-    char path[64], buf[512], *p;
-
-    kill(f->t.pid, SIGSTOP);
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)f->t.pid);
-    for (int i = 0; i < 5000; i++) {
-        FILE *fp = fopen(path, "r");
-        bool stopped = false;
-
-        if (fp != NULL) {
-            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
-                stopped = p[2] == 'T';
-            fclose(fp);
-        }
-        if (stopped)
-            return;
-        usleep(1000);
-    }
-    fail_msg("target %d did not stop", (int)f->t.pid);
+    mp_stop_process(f->t.pid);
 }
 
 static void fx_start(fx_t *f)
@@ -405,6 +387,21 @@ static void test_flood_memory(void **state)
     env_clear();
 }
 
+/* Whether thread tid of this process is a worker (by its name). */
+static bool is_worker(const char *tid)
+{
+    char path[300], comm[64] = "";
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "/proc/self/task/%s/comm", tid);
+    if ((fp = fopen(path, "r")) == NULL)
+        return false;
+    if (fgets(comm, sizeof(comm), fp) == NULL)
+        comm[0] = '\0';
+    fclose(fp);
+    return strncmp(comm, "ote-worker-", 11) == 0;
+}
+
 /*
  * utime+stime (clock ticks) of this process's threads named ote-worker-*
  * (and of any thread that inherited the name from a worker that started it).
@@ -418,20 +415,14 @@ static long worker_ticks(int *nthreads_p)
     assert_non_null(d);
     *nthreads_p = 0;
     while ((de = readdir(d)) != NULL) {
-        char path[300], buf[1024], comm[64] = "";
+        char path[300], buf[1024];
         FILE *fp;
         char *p;
         unsigned long ut = 0, st = 0;
 
         if (de->d_name[0] == '.')
             continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
-        if ((fp = fopen(path, "r")) == NULL)
-            continue;
-        if (fgets(comm, sizeof(comm), fp) == NULL)
-            comm[0] = '\0';
-        fclose(fp);
-        if (strncmp(comm, "ote-worker-", 11) != 0)
+        if (!is_worker(de->d_name))
             continue;
         snprintf(path, sizeof(path), "/proc/self/task/%s/stat", de->d_name);
         if ((fp = fopen(path, "r")) == NULL)
@@ -606,7 +597,7 @@ static void worker_cpus(char *out, size_t max, const char *skip, char *tids, siz
     out[0] = '\0';
     snprintf(tids, tids_max, ";");
     while ((de = readdir(d)) != NULL) {
-        char path[300], line[512], comm[64] = "", key[300];
+        char path[300], line[512], key[300];
         FILE *fp;
 
         if (de->d_name[0] == '.')
@@ -614,13 +605,7 @@ static void worker_cpus(char *out, size_t max, const char *skip, char *tids, siz
         snprintf(key, sizeof(key), ";%s;", de->d_name);
         if (skip != NULL && strstr(skip, key) != NULL)
             continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
-        if ((fp = fopen(path, "r")) == NULL)
-            continue;
-        if (fgets(comm, sizeof(comm), fp) == NULL)
-            comm[0] = '\0';
-        fclose(fp);
-        if (strncmp(comm, "ote-worker-", 11) != 0)
+        if (!is_worker(de->d_name))
             continue;
         snprintf(tids + strlen(tids), tids_max - strlen(tids), "%s;", de->d_name);
         snprintf(path, sizeof(path), "/proc/self/task/%s/status", de->d_name);

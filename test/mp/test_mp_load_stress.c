@@ -98,29 +98,6 @@ static atomic_bool      g_peer_gone[NPEERS]; /* B stopped, C killed: submits may
 static atomic_bool      g_stop, g_cancel_stop;
 static slot_t           g_slot[NTHREADS];
 
-/* SIGSTOP, and wait until the process is stopped indeed. */
-static void stop_process(pid_t pid)
-{
-    char path[64], buf[512], *p;
-
-    kill(pid, SIGSTOP);
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 5000; i++) {
-        FILE *fp = fopen(path, "r");
-        bool stopped = false;
-
-        if (fp != NULL) {
-            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
-                stopped = p[2] == 'T';
-            fclose(fp);
-        }
-        if (stopped)
-            return;
-        usleep(1000);
-    }
-    fail_msg("process %d did not stop", (int)pid);
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -420,11 +397,9 @@ static void test_stress(void **state)
     double t0;
 
     (void)state;
-    setenv("OTE_TLS", "tcp", 1);
-    setenv("OTE_XFER_TIMEOUT_MS", "1500", 1);
-    setenv("OTE_NUM_WORKERS", "2", 1);
-    setenv("OTE_MAX_INFLIGHT_TASKS", "256", 1);
-    setenv("OTE_MAX_INFLIGHT_BYTES", "4m", 1);
+    ote_test_setenv_all((const char *const[]){"OTE_TLS=tcp", "OTE_XFER_TIMEOUT_MS=1500",
+                                               "OTE_NUM_WORKERS=2", "OTE_MAX_INFLIGHT_TASKS=256",
+                                               "OTE_MAX_INFLIGHT_BYTES=4m", NULL});
     assert_int_equal(ote_test_target_start(&g_t[PEER_A], NULL, args_a), 0);
     assert_int_equal(ote_test_target_start(&g_t[PEER_B], NULL, args_bc), 0);
     assert_int_equal(ote_test_target_start(&g_t[PEER_C], NULL, args_bc), 0);
@@ -455,7 +430,7 @@ static void test_stress(void **state)
     ote_test_target_kill(&g_t[PEER_C]);
     usleep((useconds_t)(run_s * 0.3 * 1e6));
     atomic_store(&g_peer_gone[PEER_B], true);
-    stop_process(g_t[PEER_B].pid);
+    mp_stop_process(g_t[PEER_B].pid);
     usleep((useconds_t)(run_s * 0.4 * 1e6));
     atomic_store(&g_stop, true);
     for (int i = 0; i < NTHREADS; i++)

@@ -210,6 +210,24 @@ static void test_kill_expiry(void **state)
     ote_engine_destroy(e);
 }
 
+/*
+ * A target named name, and an engine named engine_name with 1 MiB of its
+ * own memory that opened the target's segment and exchanged data (seed).
+ */
+static ote_engine_h opened_peer(ote_test_target_t *t, const char *name, const char *engine_name,
+                                unsigned seed, ote_segment_h *seg_p, ote_mem_h *mem_p,
+                                uint8_t **local_p)
+{
+    ote_engine_h e;
+
+    target(t, name);
+    e = engine(engine_name);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)local_p, mem_p), OTE_OK);
+    assert_int_equal(ote_segment_open(e, name, seg_p), OTE_OK);
+    exchange(e, *seg_p, t, *local_p, seed);
+    return e;
+}
+
 static void test_restart_same_name(void **state)
 {
     ote_test_target_t a1, a2;
@@ -222,11 +240,7 @@ static void test_restart_same_name(void **state)
     int restarted = -1;
 
     (void)state;
-    target(&a1, "decode-r");
-    e = engine("prefill-r");
-    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
-    assert_int_equal(ote_segment_open(e, "decode-r", &seg), OTE_OK);
-    exchange(e, seg, &a1, local, 300);
+    e = opened_peer(&a1, "decode-r", "prefill-r", 300, &seg, &mem, &local);
     ote_test_target_kill(&a1);
     /* The new instance may take the name once the old key expired. */
     until_open_status(e, "decode-r", OTE_ERR_NOT_FOUND, 4 * atoi(TTL_S) + 5);
@@ -255,11 +269,7 @@ static void test_store_loss(void **state)
     double t0, took;
 
     (void)state;
-    target(&a, "decode-s");
-    e = engine("prefill-s");
-    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
-    assert_int_equal(ote_segment_open(e, "decode-s", &seg), OTE_OK);
-    exchange(e, seg, &a, local, 500);
+    e = opened_peer(&a, "decode-s", "prefill-s", 500, &seg, &mem, &local);
 
     /* A store that does not answer (stopped): the same, within OTE_METADATA_TIMEOUT_MS. */
     assert_int_equal(kill(store.pid, SIGSTOP), 0);
@@ -315,18 +325,26 @@ static void test_duplicate(void **state)
     ote_engine_destroy(e);
 }
 
-/* Put a raw record under name (the name must be free). */
-static void raw_put(const char *name, const void *rec, size_t len)
+/* The store's own client, open, and the key of name. */
+static const ote_meta_ops_t *raw_open(const char *name, void **ctx_p, char *key, size_t key_len)
 {
     const ote_meta_ops_t *ops =
         strcmp(store.kind, "etcd") == 0 ? &ote_meta_etcd_ops : &ote_meta_redis_ops;
-    char key[512];
     ote_meta_uri_t uri;
-    void *ctx;
 
     assert_int_equal(ote_meta_uri_parse(store.uri, &uri), OTE_OK);
-    assert_int_equal(ops->open(&uri, 2000, &ctx), OTE_OK);
-    snprintf(key, sizeof(key), "orbitte/segments/%s", name);
+    assert_int_equal(ops->open(&uri, 2000, ctx_p), OTE_OK);
+    snprintf(key, key_len, "orbitte/segments/%s", name);
+    return ops;
+}
+
+/* Put a raw record under name (the name must be free). */
+static void raw_put(const char *name, const void *rec, size_t len)
+{
+    char key[512];
+    void *ctx;
+    const ote_meta_ops_t *ops = raw_open(name, &ctx, key, sizeof(key));
+
     assert_int_equal(ops->claim(ctx, key, rec, len, 30), OTE_OK);
     /* Closed without release: the record stays until its TTL. */
     ops->close(ctx);
@@ -334,15 +352,10 @@ static void raw_put(const char *name, const void *rec, size_t len)
 
 static void raw_get(const char *name, uint8_t **rec_p, size_t *len_p)
 {
-    const ote_meta_ops_t *ops =
-        strcmp(store.kind, "etcd") == 0 ? &ote_meta_etcd_ops : &ote_meta_redis_ops;
     char key[512];
-    ote_meta_uri_t uri;
     void *ctx;
+    const ote_meta_ops_t *ops = raw_open(name, &ctx, key, sizeof(key));
 
-    assert_int_equal(ote_meta_uri_parse(store.uri, &uri), OTE_OK);
-    assert_int_equal(ops->open(&uri, 2000, &ctx), OTE_OK);
-    snprintf(key, sizeof(key), "orbitte/segments/%s", name);
     assert_int_equal(ops->get(ctx, key, rec_p, len_p), OTE_OK);
     ops->close(ctx);
 }

@@ -22,17 +22,10 @@
 static void test_notify_after_data_exactly_once(void **state)
 {
     static const char *const args[] = {"--region", "64m:rw", NULL};
-    ote_test_target_t t;
-    ote_engine_h e;
-    ote_segment_h seg;
-    ote_mem_h mem;
-    uint8_t *local;
+    mp_fx_t f;
     int oks = 0, others = 0;
 
-    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
-    e = ote_test_engine(NULL);
-    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
-    assert_int_equal(ote_mem_alloc(e, CHUNK * PIECES, NULL, 0, (void **)&local, &mem), OTE_OK);
+    mp_fx_start(&f, args, CHUNK * PIECES);
 
     for (int r = 0; r < ROUNDS; r++) {
         ote_xfer_req_t reqs[PIECES];
@@ -41,15 +34,15 @@ static void test_notify_after_data_exactly_once(void **state)
         size_t first;
         char msg[128];
 
-        ote_test_fill(local, base, CHUNK * PIECES, 1000 + (uint64_t)r);
+        ote_test_fill(f.local, base, CHUNK * PIECES, 1000 + (uint64_t)r);
         for (size_t i = 0; i < PIECES; i++)
-            reqs[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local + i * CHUNK,
-                                       .segment = seg,
-                                       .remote_addr = t.addr[0] + base + i * CHUNK,
+            reqs[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f.local + i * CHUNK,
+                                       .segment = f.seg,
+                                       .remote_addr = f.t.addr[0] + base + i * CHUNK,
                                        .length = CHUNK};
         snprintf(msg, sizeof(msg), "check 0 %llu %lu %llu", (unsigned long long)base,
                  CHUNK * PIECES, (unsigned long long)(1000 + r));
-        assert_int_equal(ote_batch_create(e, PIECES, &b), OTE_OK);
+        assert_int_equal(ote_batch_create(f.e, PIECES, &b), OTE_OK);
         assert_int_equal(ote_batch_submit_notify(b, reqs, PIECES, msg, strlen(msg), &first),
                          OTE_OK);
         assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
@@ -59,7 +52,7 @@ static void test_notify_after_data_exactly_once(void **state)
             ote_notif_t n;
             size_t count = 0;
 
-            ote_notify_recv(e, &n, 1, &count);
+            ote_notify_recv(f.e, &n, 1, &count);
             if (count) {
                 if (n.length == 2 && memcmp(n.data, "ok", 2) == 0)
                     oks++;
@@ -76,56 +69,41 @@ static void test_notify_after_data_exactly_once(void **state)
         ote_notif_t n;
         size_t count = 0;
 
-        ote_notify_recv(e, &n, 1, &count);
+        ote_notify_recv(f.e, &n, 1, &count);
         assert_int_equal(count, 0);
     }
     assert_int_equal(others, 0);
     assert_int_equal(oks, ROUNDS);
 
-    ote_notify_send(e, seg, "quit", 4);
-    ote_segment_close(seg);
-    ote_mem_free(e, mem);
-    ote_engine_destroy(e);
-    ote_test_target_stop(&t);
+    mp_fx_stop(&f, true);
 }
 
 static void test_notify_not_sent_on_failure(void **state)
 {
     static const char *const args[] = {"--region", "1m:r", NULL};
-    ote_test_target_t t;
-    ote_engine_h e;
-    ote_segment_h seg;
-    ote_mem_h mem;
-    uint8_t *local;
+    mp_fx_t f;
     ote_xfer_req_t r;
     ote_batch_h b;
     size_t first, count = 0;
     ote_notif_t n;
     char reply[64];
 
-    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
-    e = ote_test_engine(NULL);
-    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
-    assert_int_equal(ote_mem_alloc(e, 4096, NULL, 0, (void **)&local, &mem), OTE_OK);
+    mp_fx_start(&f, args, 4096);
     /* A WRITE into a read-only region fails: its notification must not go out. */
-    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
-                         .remote_addr = t.addr[0], .length = 4096};
-    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f.local, .segment = f.seg,
+                         .remote_addr = f.t.addr[0], .length = 4096};
+    assert_int_equal(ote_batch_create(f.e, 1, &b), OTE_OK);
     assert_int_equal(ote_batch_submit_notify(b, &r, 1, "sum 0 0 16", 10, &first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
     ote_batch_release(b);
     usleep(300000);
-    ote_notify_recv(e, &n, 1, &count);
+    ote_notify_recv(f.e, &n, 1, &count);
     assert_int_equal(count, 0);
     /* The peer is fine and answers a direct message. */
-    assert_int_equal(ote_test_target_cmd(e, seg, "sum 0 0 16", reply, sizeof(reply), 10000), 0);
+    assert_int_equal(ote_test_target_cmd(f.e, f.seg, "sum 0 0 16", reply, sizeof(reply), 10000), 0);
     assert_int_equal(strncmp(reply, "sum ", 4), 0);
 
-    ote_notify_send(e, seg, "quit", 4);
-    ote_segment_close(seg);
-    ote_mem_free(e, mem);
-    ote_engine_destroy(e);
-    ote_test_target_stop(&t);
+    mp_fx_stop(&f, true);
 }
 
 int main(void)

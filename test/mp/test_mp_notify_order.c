@@ -69,6 +69,20 @@ static void assert_sequence(const ote_notif_t *n, size_t got, size_t count, cons
     }
 }
 
+/* One batch: 4 KiB from buf_tx WRITTEN to buf_rx with notification msg, waited for. */
+static ote_batch_h write_notified(ote_engine_h tx, ote_segment_h seg, uint8_t *buf_tx,
+                                  uint8_t *buf_rx, const char *msg, size_t *first_p)
+{
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = buf_tx, .segment = seg,
+                        .remote_addr = (uint64_t)(uintptr_t)buf_rx, .length = 4096};
+    ote_batch_h b;
+
+    assert_int_equal(ote_batch_create(tx, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit_notify(b, &r, 1, msg, strlen(msg), first_p), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    return b;
+}
+
 static ote_status_t send_str(ote_engine_h e, ote_segment_h seg, const char *prefix, size_t i)
 {
     char msg[64];
@@ -234,14 +248,7 @@ static void test_full_backlog(void **state)
     for (size_t i = 0; i < 4; i++)
         assert_int_equal(send_str(tx, seg, "g", i), OTE_OK);
     ote_test_fill(buf_tx, 0, 4096, 7);
-    assert_int_equal(ote_batch_create(tx, 1, &b), OTE_OK);
-    {
-        ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = buf_tx, .segment = seg,
-                            .remote_addr = (uint64_t)(uintptr_t)buf_rx, .length = 4096};
-
-        assert_int_equal(ote_batch_submit_notify(b, &r, 1, "late", 4, &first), OTE_OK);
-    }
-    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    b = write_notified(tx, seg, buf_tx, buf_rx, "late", &first);
     assert_int_equal(ote_batch_task_status(b, first, &ts), OTE_OK);
     assert_int_equal(ts.state, OTE_TASK_COMPLETED);
     assert_int_equal(ote_test_check(buf_rx, 0, 4096, 7), -1);
@@ -254,14 +261,7 @@ static void test_full_backlog(void **state)
         assert_int_equal(got[i].data[0], 'g');
 
     /* With room, the batch's notification is OK once wait returns. */
-    assert_int_equal(ote_batch_create(tx, 1, &b), OTE_OK);
-    {
-        ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = buf_tx, .segment = seg,
-                            .remote_addr = (uint64_t)(uintptr_t)buf_rx, .length = 4096};
-
-        assert_int_equal(ote_batch_submit_notify(b, &r, 1, "done", 4, &first), OTE_OK);
-    }
-    assert_int_equal(ote_batch_wait(b, 10000), OTE_OK);
+    b = write_notified(tx, seg, buf_tx, buf_rx, "done", &first);
     assert_int_equal(ote_batch_notify_status(b, first, &nst), OTE_OK);
     assert_int_equal(nst, OTE_OK);
     ote_batch_release(b);

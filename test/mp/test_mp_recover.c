@@ -56,20 +56,6 @@ static tl_traits_t traits(void)
     return t;
 }
 
-/* A loopback port free now. */
-static unsigned free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len         = sizeof(sa);
-    int fd                = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* n requests of REQ bytes, local + i*REQ <-> remote + i*REQ; waits for them. */
 static ote_status_t xfer(ote_engine_h e, ote_op_t op, ote_segment_h seg, uint8_t *local,
                          uint64_t remote, size_t n, ote_task_status_t *st)
@@ -132,7 +118,7 @@ static void fixture_start(fixture_t *f)
     const char *args[] = {"--listen", f->listen, "--region", REGION, NULL};
 
     setenv("OTE_XFER_TIMEOUT_MS", TIMEOUT_MS, 1);
-    snprintf(f->listen, sizeof(f->listen), "127.0.0.1:%u", free_port());
+    snprintf(f->listen, sizeof(f->listen), "127.0.0.1:%u", mp_free_port());
     assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
     f->e = ote_test_engine(NULL);
     assert_int_equal(ote_mem_alloc(f->e, 2 * NSTOPPED * REQ, NULL, 0, (void **)&f->local,
@@ -184,6 +170,14 @@ static void stall(fixture_t *f, const tl_traits_t *tr)
     assert_int_equal(kill(f->t.pid, SIGCONT), 0);
 }
 
+/* A fixture whose peer answered once and then stopped until its requests timed out. */
+static void fixture_start_stalled(fixture_t *f, const tl_traits_t *tr)
+{
+    fixture_start(f);
+    write_read_verify(f->e, f->seg, f->local, &f->t, 0, 1, tr);
+    stall(f, tr);
+}
+
 /* No call in between: the next requests find the peer again. */
 static void test_resume_no_refresh(void **state)
 {
@@ -191,9 +185,7 @@ static void test_resume_no_refresh(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_start(&f);
-    write_read_verify(f.e, f.seg, f.local, &f.t, 0, 1, &tr);
-    stall(&f, &tr);
+    fixture_start_stalled(&f, &tr);
     if (!tr.native && tr.stop_blocks) {
         ote_task_status_t st[1];
 
@@ -216,9 +208,7 @@ static void test_resume_refresh(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_start(&f);
-    write_read_verify(f.e, f.seg, f.local, &f.t, 0, 1, &tr);
-    stall(&f, &tr);
+    fixture_start_stalled(&f, &tr);
     assert_int_equal(ote_segment_refresh(f.seg), OTE_OK);
     for (uint64_t round = 0; round < 3; round++)
         write_read_verify(f.e, f.seg, f.local, &f.t, round * REQ, 20 + round, &tr);
@@ -242,9 +232,7 @@ static void test_restarted_peer(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_start(&f);
-    write_read_verify(f.e, f.seg, f.local, &f.t, 0, 1, &tr);
-    stall(&f, &tr);
+    fixture_start_stalled(&f, &tr);
     ote_test_target_kill(&f.t);
     args[0] = "--listen";
     args[1] = f.listen;

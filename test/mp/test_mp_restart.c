@@ -20,20 +20,6 @@
 
 #include <cmocka.h>
 
-/* A loopback port free now. */
-static unsigned free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len         = sizeof(sa);
-    int fd                = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static void write_one(ote_engine_h e, ote_segment_h seg, void *local, uint64_t remote, size_t len,
                       ote_status_t *submit_p, ote_task_status_t *st)
 {
@@ -68,7 +54,7 @@ static void restart_case(const char *tls)
     (void)base_args;
     if (tls != NULL)
         setenv("OTE_TLS", tls, 1);
-    snprintf(listen, sizeof(listen), "127.0.0.1:%u", free_port());
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", mp_free_port());
     assert_int_equal(ote_test_target_start(&t1, NULL, args), 0);
     e = ote_test_engine(NULL);
     assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
@@ -152,7 +138,7 @@ static void test_names(void **state)
     char name[64], listen[64];
     ote_engine_h e = NULL;
     ote_segment_h seg;
-    unsigned port = free_port();
+    unsigned port = mp_free_port();
 
     (void)state;
     /* p2p finds an engine by the address of its listener: other names are refused. */

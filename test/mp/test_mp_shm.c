@@ -28,13 +28,7 @@ void ote_shm_stats(uint64_t *mapped_p, uint64_t *by_ref_p);
 
 enum { R_RW = 0, R_RO = 1, R_PRIVATE = 2, R_WO = 3 };
 
-typedef struct {
-    ote_test_target_t t;
-    ote_engine_h      e;
-    ote_segment_h     seg;
-    uint8_t          *local;
-    ote_mem_h         mem;
-} fx_t;
+typedef mp_fx_t fx_t;
 
 static int setup(void **state)
 {
@@ -42,26 +36,15 @@ static int setup(void **state)
                                        "--region", "1m:rw",    "--region", "1m:w@*", NULL};
     fx_t *f = calloc(1, sizeof(*f));
 
-    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
-    f->e = ote_test_engine(NULL);
-    assert_non_null(f->e);
-    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
-    assert_int_equal(ote_mem_alloc(f->e, BIG, NULL, 0, (void **)&f->local, &f->mem), OTE_OK);
+    mp_fx_start(f, args, BIG);
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fx_t *f = *state;
-    char reply[64];
-
-    ote_test_target_cmd(f->e, f->seg, "quit", reply, sizeof(reply), 100);
-    ote_segment_close(f->seg);
-    ote_mem_free(f->e, f->mem);
-    ote_engine_destroy(f->e);
-    ote_test_target_stop(&f->t);
-    free(f);
+    mp_fx_stop(*state, true);
+    free(*state);
     return 0;
 }
 
@@ -106,6 +89,27 @@ static void cmd_ok(fx_t *f, const char *fmt, ...)
     assert_string_equal(reply, "ok");
 }
 
+/*
+ * len bytes of local memory (seed) WRITTEN to region in n requests and
+ * checked by the target; the target's fill (seed + 1) READ back and checked.
+ */
+static void write_read(fx_t *f, int region, size_t len, size_t n, unsigned seed)
+{
+    ote_task_status_t st;
+
+    ote_test_fill(f->local, 0, len, seed);
+    cmd_ok(f, "zero %d 0 %lu", region, len);
+    st = run(f, OTE_OP_WRITE, f->local, f->t.addr[region], len / n, n);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    cmd_ok(f, "check %d 0 %lu %u", region, len, seed);
+
+    cmd_ok(f, "fill %d 0 %lu %u", region, len, seed + 1);
+    memset(f->local, 0, len);
+    st = run(f, OTE_OP_READ, f->local, f->t.addr[region], len / n, n);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(f->local, 0, len, seed + 1), -1);
+}
+
 static void test_write_read_mapped(void **state)
 {
     fx_t *f = *state;
@@ -113,17 +117,7 @@ static void test_write_read_mapped(void **state)
     ote_task_status_t st;
 
     ote_shm_stats(&m0, &r0);
-    ote_test_fill(f->local, 0, BIG, 7);
-    cmd_ok(f, "zero %d 0 %lu", R_RW, BIG);
-    st = run(f, OTE_OP_WRITE, f->local, f->t.addr[R_RW], BIG / 16, 16);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    cmd_ok(f, "check %d 0 %lu 7", R_RW, BIG);
-
-    cmd_ok(f, "fill %d 0 %lu 8", R_RW, BIG);
-    memset(f->local, 0, BIG);
-    st = run(f, OTE_OP_READ, f->local, f->t.addr[R_RW], BIG / 16, 16);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    assert_int_equal(ote_test_check(f->local, 0, BIG, 8), -1);
+    write_read(f, R_RW, BIG, 16, 7);
 
     /* Unaligned, small, at an offset: still through the mapping. */
     ote_test_fill(f->local + 3, 12345, 777, 9);
@@ -182,14 +176,7 @@ static void test_private_memory_by_reference(void **state)
     ote_task_status_t st;
 
     ote_shm_stats(&m0, &r0);
-    ote_test_fill(f->local, 0, SMALL, 41);
-    st = run(f, OTE_OP_WRITE, f->local, f->t.addr[R_PRIVATE], SMALL / 4, 4);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    cmd_ok(f, "check %d 0 %lu 41", R_PRIVATE, SMALL);
-    cmd_ok(f, "fill %d 0 %lu 42", R_PRIVATE, SMALL);
-    st = run(f, OTE_OP_READ, f->local, f->t.addr[R_PRIVATE], SMALL / 4, 4);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    assert_int_equal(ote_test_check(f->local, 0, SMALL, 42), -1);
+    write_read(f, R_PRIVATE, SMALL, 4, 41);
     /* Engine-owned but write-only: a mapping would let us read it. */
     ote_test_fill(f->local, 0, SMALL, 43);
     st = run(f, OTE_OP_WRITE, f->local, f->t.addr[R_WO], SMALL, 1);
@@ -218,45 +205,55 @@ static void push(fx_t *f, void *addr, size_t len, unsigned seed, char *reply, si
     assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, reply, rlen, 30000), 0);
 }
 
+/* SMALL bytes of engine memory the target has written (seed) through its mapping. */
+static ote_mem_h pushed_memory(fx_t *f, uint8_t **p_p, unsigned seed)
+{
+    char reply[64];
+    ote_mem_h m;
+
+    assert_int_equal(ote_mem_alloc(f->e, SMALL, NULL,
+                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                                   (void **)p_p, &m),
+                     OTE_OK);
+    push(f, *p_p, SMALL, seed, reply, sizeof(reply));
+    assert_string_equal(reply, "ok");
+    assert_int_equal(ote_test_check(*p_p, 0, SMALL, seed), -1);
+    return m;
+}
+
+/* The target's write of SMALL bytes (seed) to addr fails. */
+static void push_refused(fx_t *f, void *addr, unsigned seed)
+{
+    char reply[64];
+
+    push(f, addr, SMALL, seed, reply, sizeof(reply));
+    assert_int_equal(strncmp(reply, "error", 5), 0);
+}
+
 static void test_dereg_live_peer(void **state)
 {
     fx_t *f = *state;
-    char reply[64];
     uint8_t *p;
     ote_mem_h m;
     double t0, dt;
 
-    assert_int_equal(ote_mem_alloc(f->e, SMALL, NULL,
-                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
-                                   (void **)&p, &m),
-                     OTE_OK);
-    push(f, p, SMALL, 51, reply, sizeof(reply));
-    assert_string_equal(reply, "ok");
-    assert_int_equal(ote_test_check(p, 0, SMALL, 51), -1);
+    m = pushed_memory(f, &p, 51);
     t0 = now_ms();
     assert_int_equal(ote_mem_free(f->e, m), OTE_OK);
     dt = now_ms() - t0;
     /* The peer answered UNMAP: no wait for the timeout. */
     assert_true(dt < UNMAP_MS);
-    push(f, p, SMALL, 52, reply, sizeof(reply));
-    assert_int_equal(strncmp(reply, "error", 5), 0);
+    push_refused(f, p, 52);
 }
 
 static void test_dereg_stopped_peer(void **state)
 {
     fx_t *f = *state;
-    char reply[64];
     uint8_t *p, *q;
     ote_mem_h m, mq;
     double t0, dt;
 
-    assert_int_equal(ote_mem_alloc(f->e, SMALL, NULL,
-                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
-                                   (void **)&p, &m),
-                     OTE_OK);
-    push(f, p, SMALL, 61, reply, sizeof(reply));
-    assert_string_equal(reply, "ok");
-    assert_int_equal(ote_test_check(p, 0, SMALL, 61), -1);
+    m = pushed_memory(f, &p, 61);
 
     assert_int_equal(kill(f->t.pid, SIGSTOP), 0);
     t0 = now_ms();
@@ -268,17 +265,10 @@ static void test_dereg_stopped_peer(void **state)
     assert_true(dt < UNMAP_MS + 4000);
 
     /* Resumed, the peer finds its connection closed: its write to that memory fails. */
-    push(f, p, SMALL, 62, reply, sizeof(reply));
-    assert_int_equal(strncmp(reply, "error", 5), 0);
+    push_refused(f, p, 62);
 
     /* And it still reaches memory that is registered. */
-    assert_int_equal(ote_mem_alloc(f->e, SMALL, NULL,
-                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
-                                   (void **)&q, &mq),
-                     OTE_OK);
-    push(f, q, SMALL, 63, reply, sizeof(reply));
-    assert_string_equal(reply, "ok");
-    assert_int_equal(ote_test_check(q, 0, SMALL, 63), -1);
+    mq = pushed_memory(f, &q, 63);
     assert_int_equal(ote_mem_free(f->e, mq), OTE_OK);
 }
 

@@ -53,8 +53,6 @@ ote_status_t ote_cma_probe(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *
 ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
                                  socklen_t *sslen_p);
 
-extern const ote_tl_ep_ops_t ote_cma_ep_ops;
-
 /* Largest name: sun_path less the leading NUL of the abstract namespace. */
 #define OTE_CMA_NAME_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
@@ -78,13 +76,31 @@ ote_status_t ote_cma_iface_get_address(ote_tl_iface_t *iface, void *buf, size_t 
                                        size_t *len_p);
 unsigned     ote_cma_iface_progress(ote_tl_iface_t *iface);
 ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *iface);
+/* The iface ops of cma and of shm, which answers query itself. */
+#define OTE_CMA_IFACE_OPS_INIT(_query)                                                         \
+    {                                                                                          \
+        .close          = ote_tcp_iface_close,                                                 \
+        .query          = (_query),                                                            \
+        .get_address    = ote_cma_iface_get_address,                                           \
+        .event_fd       = ote_tcp_iface_event_fd,                                              \
+        .progress       = ote_cma_iface_progress,                                              \
+        .event_arm      = ote_cma_iface_event_arm,                                             \
+        .check_timeouts = ote_tcp_iface_check_timeouts,                                        \
+        .has_deadlines  = ote_tcp_iface_has_deadlines,                                         \
+        .ep_create      = ote_tcp_ep_create,                                                   \
+        .format_address = ote_tl_no_format_address,                                            \
+        .ep_open        = ote_tl_unsupported_ep_open,                                          \
+        .ep_accept      = ote_tl_unsupported_ep_accept,                                        \
+        .ep_release     = ote_tl_no_ep_release,                                                \
+    }
 /* process_vm_readv works in this process (the kernel has it, seccomp allows it). */
 bool         ote_cma_available(void);
 /*
  * The one resource ("memory") of a component on cma's connection code, named
- * tl_name; none where process_vm_readv is not allowed.
+ * as the component; none where process_vm_readv is not allowed.
  */
-ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
-                              ote_tl_resource_t **res_p, size_t *count_p);
+ote_status_t ote_cma_query_resources(ote_tl_component_t *comp,
+                                     const ote_tl_iface_params_t *params,
+                                     ote_tl_resource_t **res_p, size_t *count_p);
 
 #endif

@@ -349,32 +349,3 @@ ote_status_t ote_cma_probe(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *
     free((void *)probe);
     return status;
 }
-
-static ote_status_t cma_ep_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
-                                     ote_region_t *local_region, uint64_t remote_addr,
-                                     const void *rkey, size_t rkey_len,
-                                     ote_tl_completion_t *comp)
-{
-    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_PUT_REF, local, length, local_region,
-                           remote_addr, comp);
-}
-
-static ote_status_t cma_ep_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
-                                     ote_region_t *local_region, uint64_t remote_addr,
-                                     const void *rkey, size_t rkey_len,
-                                     ote_tl_completion_t *comp)
-{
-    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_GET_REF, local, length, local_region,
-                           remote_addr, comp);
-}
-
-const ote_tl_ep_ops_t ote_cma_ep_ops = {
-    .put_zcopy       = cma_ep_put_zcopy,
-    .get_zcopy       = cma_ep_get_zcopy,
-    .inflight_bytes  = ote_tcp_ep_inflight_bytes,
-    .is_alive        = ote_tcp_ep_is_alive,
-    .destroy         = ote_tcp_ep_destroy,
-    .needs_reconnect = ote_tcp_ep_needs_reconnect,
-    .reconnect       = ote_tcp_ep_reconnect,
-    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
-};

@@ -112,21 +112,7 @@ ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *tl_iface)
     return OTE_OK;
 }
 
-static const ote_tl_iface_ops_t cma_iface_ops = {
-    .close          = ote_tcp_iface_close,
-    .query          = ote_cma_iface_query,
-    .get_address    = ote_cma_iface_get_address,
-    .event_fd       = ote_tcp_iface_event_fd,
-    .progress       = ote_cma_iface_progress,
-    .event_arm      = ote_cma_iface_event_arm,
-    .check_timeouts = ote_tcp_iface_check_timeouts,
-    .has_deadlines  = ote_tcp_iface_has_deadlines,
-    .ep_create      = ote_tcp_ep_create,
-    .format_address = ote_tl_no_format_address,
-    .ep_open        = ote_tl_unsupported_ep_open,
-    .ep_accept      = ote_tl_unsupported_ep_accept,
-    .ep_release     = ote_tl_no_ep_release,
-};
+static const ote_tl_iface_ops_t cma_iface_ops = OTE_CMA_IFACE_OPS_INIT(ote_cma_iface_query);
 
 static ote_status_t cma_listen(cma_iface_t *iface)
 {
@@ -159,7 +145,7 @@ ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t
 
     status          = ote_tcp_iface_init(t, res, params);
     t->super.ops    = &cma_iface_ops;
-    t->super.ep_ops = &ote_cma_ep_ops;
+    t->super.ep_ops = &ote_tcp_ep_ops; /* by reference: ref_handle is set */
     t->ref_handle   = ote_cma_target_handle;
     t->ref_flush    = ote_cma_target_flush;
     t->connect_hook = ote_cma_probe;
@@ -209,8 +195,9 @@ bool ote_cma_available(void)
     return true;
 }
 
-ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
-                              ote_tl_resource_t **res_p, size_t *count_p)
+ote_status_t ote_cma_query_resources(ote_tl_component_t *comp,
+                                     const ote_tl_iface_params_t *params,
+                                     ote_tl_resource_t **res_p, size_t *count_p)
 {
     ote_tl_resource_t *r;
 
@@ -222,7 +209,7 @@ ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return OTE_ERR_NO_MEMORY;
-    snprintf(r->tl_name, sizeof(r->tl_name), "%s", tl_name);
+    snprintf(r->tl_name, sizeof(r->tl_name), "%s", comp->ops->name);
     snprintf(r->dev_name, sizeof(r->dev_name), "memory");
     r->is_network = false;
     r->component  = comp;
@@ -231,22 +218,7 @@ ote_status_t ote_cma_resource(ote_tl_component_t *comp, const char *tl_name,
     return OTE_OK;
 }
 
-static ote_status_t cma_query_resources(ote_tl_component_t *comp,
-                                        const ote_tl_iface_params_t *params,
-                                        ote_tl_resource_t **res_p, size_t *count_p)
-{
-    return ote_cma_resource(comp, "cma", res_p, count_p);
-}
-
-static const ote_tl_component_ops_t cma_component_ops = {
-    .name            = "cma",
-    /* cma runs on tcp's connection code and reads its table (OTE_TCP_MAX_MSG). */
-    .config_table    = &ote_tcp_config_table,
-    .query_resources = cma_query_resources,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
-    .iface_open      = cma_iface_open,
-    .unavailable     = ote_tl_no_reason,
-};
-
-ote_tl_component_t ote_cma_component = {.ops = &cma_component_ops};
+/* cma runs on tcp's connection code and reads its table (OTE_TCP_MAX_MSG). */
+OTE_TL_COMPONENT_DEFINE(ote_cma_component, "cma", &ote_tcp_config_table, ote_cma_query_resources,
+                        ote_tl_unsupported_md_open, ote_tl_no_md_close, cma_iface_open,
+                        ote_tl_no_reason);

@@ -37,31 +37,12 @@ static void shm_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     caps->latency   = 1e-6;
 }
 
-static void shm_iface_close(ote_tl_iface_t *tl_iface)
-{
-    /*
-     * Its connections close first, which ends their grants and wakes
-     * deregistrations waiting for them (the condition needs no destroy on
-     * Linux, and a waiter may still be leaving it).
-     */
-    ote_tcp_iface_close(tl_iface);
-}
-
-static const ote_tl_iface_ops_t shm_iface_ops = {
-    .close          = shm_iface_close,
-    .query          = shm_iface_query,
-    .get_address    = ote_cma_iface_get_address,
-    .event_fd       = ote_tcp_iface_event_fd,
-    .progress       = ote_cma_iface_progress,
-    .event_arm      = ote_cma_iface_event_arm,
-    .check_timeouts = ote_tcp_iface_check_timeouts,
-    .has_deadlines  = ote_tcp_iface_has_deadlines,
-    .ep_create      = ote_tcp_ep_create,
-    .format_address = ote_tl_no_format_address,
-    .ep_open        = ote_tl_unsupported_ep_open,
-    .ep_accept      = ote_tl_unsupported_ep_accept,
-    .ep_release     = ote_tl_no_ep_release,
-};
+/*
+ * Closing closes its connections first, which ends their grants and wakes
+ * deregistrations waiting for them (the condition needs no destroy on
+ * Linux, and a waiter may still be leaving it).
+ */
+static const ote_tl_iface_ops_t shm_iface_ops = OTE_CMA_IFACE_OPS_INIT(shm_iface_query);
 
 /* OTE_SHM_*. */
 typedef struct {
@@ -73,28 +54,12 @@ typedef struct {
 static const ote_cfg_entry_t shm_config_fields[] = {
     {"UNMAP_TIMEOUT_MS", "1000", OTE_CFG_INT, SHM_F(unmap_timeout_ms),
      "Deregistering memory a same-host peer mapped (shm) waits this long for the peer to "
-     "unmap it; then its connection is closed and the call returns."},
+     "unmap it; then its connection is closed and the call returns.",
+     .min = 1, .max = OTE_CFG_NO_MAX},
 };
 
-static ote_status_t shm_config_validate(const void *opts)
-{
-    const shm_config_t *cfg = opts;
-
-    if (cfg->unmap_timeout_ms < 1) {
-        ote_error("OTE_SHM_UNMAP_TIMEOUT_MS must be at least 1, not %ld", cfg->unmap_timeout_ms);
-        return OTE_ERR_INVALID_PARAM;
-    }
-    return OTE_OK;
-}
-
-const ote_config_table_t ote_shm_config_table = {
-    .prefix      = "SHM_",
-    .component   = "shm",
-    .fields      = shm_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(shm_config_fields),
-    .struct_size = sizeof(shm_config_t),
-    .validate    = shm_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, shm_config_t,
+                        NULL);
 
 static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
@@ -122,35 +87,20 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     ote_config_release(&ote_shm_config_table, &cfg);
     status = ote_cma_iface_setup(&iface->cma, res, params);
     t->super.ops      = &shm_iface_ops;
-    t->super.ep_ops   = &ote_shm_ep_ops;
+    t->post           = ote_shm_post;
     t->ref_handle     = ote_shm_target_handle;
     t->fd_passing     = true;
     t->initiator_hook = ote_shm_initiator_hook;
     t->conn_closed    = shm_conn_closed;
     if (status != OTE_OK) {
-        shm_iface_close(&t->super);
+        ote_tcp_iface_close(&t->super);
         return status;
     }
     *iface_p = &t->super;
     return OTE_OK;
 }
 
-static ote_status_t shm_query_resources(ote_tl_component_t *comp,
-                                        const ote_tl_iface_params_t *params,
-                                        ote_tl_resource_t **res_p, size_t *count_p)
-{
-    /* Ranges outside mapped memory go by reference: it needs what cma needs. */
-    return ote_cma_resource(comp, "shm", res_p, count_p);
-}
-
-static const ote_tl_component_ops_t shm_component_ops = {
-    .name            = "shm",
-    .config_table    = &ote_shm_config_table,
-    .query_resources = shm_query_resources,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
-    .iface_open      = shm_iface_open,
-    .unavailable     = ote_tl_no_reason,
-};
-
-ote_tl_component_t ote_shm_component = {.ops = &shm_component_ops};
+/* Ranges outside mapped memory go by reference: it needs what cma needs. */
+OTE_TL_COMPONENT_DEFINE(ote_shm_component, "shm", &ote_shm_config_table, ote_cma_query_resources,
+                        ote_tl_unsupported_md_open, ote_tl_no_md_close, shm_iface_open,
+                        ote_tl_no_reason);

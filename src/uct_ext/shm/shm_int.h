@@ -58,6 +58,8 @@ void ote_shm_target_closed(ote_tcp_conn_t *c, shm_conn_t *sc);
 /* shm_map.c, initiator side */
 void ote_shm_initiator_hook(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer);
 void ote_shm_initiator_closed(ote_tcp_conn_t *c, shm_conn_t *sc);
-extern const ote_tl_ep_ops_t ote_shm_ep_ops;
+/* The tcp iface's post hook: through a mapping of the peer's memory where it can. */
+ote_status_t ote_shm_post(ote_tl_ep_t *ep, bool put, void *local, size_t length,
+                          ote_region_t *local_region, uint64_t remote, ote_tl_completion_t *comp);
 
 #endif

@@ -143,7 +143,7 @@ static ote_status_t post_ref(ote_tcp_ep_t *ep, bool put, void *local, size_t len
     return status;
 }
 
-static ote_status_t shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
+ote_status_t ote_shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
                              ote_region_t *local_region, uint64_t remote,
                              ote_tl_completion_t *comp)
 {
@@ -169,32 +169,6 @@ static ote_status_t shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t l
                                local_region, remote, comp);
 }
 
-static ote_status_t shm_ep_put_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
-                                     ote_region_t *local_region, uint64_t remote_addr,
-                                     const void *rkey, size_t rkey_len,
-                                     ote_tl_completion_t *comp)
-{
-    return shm_post(ep, true, local, length, local_region, remote_addr, comp);
-}
-
-static ote_status_t shm_ep_get_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
-                                     ote_region_t *local_region, uint64_t remote_addr,
-                                     const void *rkey, size_t rkey_len,
-                                     ote_tl_completion_t *comp)
-{
-    return shm_post(ep, false, local, length, local_region, remote_addr, comp);
-}
-
-const ote_tl_ep_ops_t ote_shm_ep_ops = {
-    .put_zcopy       = shm_ep_put_zcopy,
-    .get_zcopy       = shm_ep_get_zcopy,
-    .inflight_bytes  = ote_tcp_ep_inflight_bytes,
-    .is_alive        = ote_tcp_ep_is_alive,
-    .destroy         = ote_tcp_ep_destroy,
-    .needs_reconnect = ote_tcp_ep_needs_reconnect,
-    .reconnect       = ote_tcp_ep_reconnect,
-    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
-};
 
 /* A checked grant mapped (or the mapping of that grant already held); NULL on failure. */
 static shm_map_t *map_add(shm_conn_t *sc, const ote_shm_grant_info_t *g, int fd)

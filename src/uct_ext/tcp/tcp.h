@@ -222,6 +222,10 @@ struct ote_tcp_iface {
     void                  (*initiator_hook)(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
                                             const uint8_t *trailer);
     void                  (*conn_closed)(ote_tcp_conn_t *c);
+    /* How the ep ops post an operation (shm: through its mappings); NULL: tcp's way. */
+    ote_status_t          (*post)(ote_tl_ep_t *ep, bool put, void *local, size_t length,
+                                  ote_region_t *local_region, uint64_t remote_addr,
+                                  ote_tl_completion_t *comp);
 };
 
 /* Transport name of a connection's iface, for logs ("tcp", "cma"). */
@@ -298,6 +302,10 @@ bool     ote_tcp_iface_has_deadlines(ote_tl_iface_t *iface);
 int      ote_tcp_iface_event_fd(ote_tl_iface_t *iface);
 
 /* tcp_ep.c */
+/*
+ * The ep ops of tcp, cma (by reference: ref_handle set) and shm (its
+ * mappings first: post set).
+ */
 extern const ote_tl_ep_ops_t ote_tcp_ep_ops;
 ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);

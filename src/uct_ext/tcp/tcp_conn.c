@@ -17,6 +17,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+/* First capacity of the send and operation rings: a power of two (indexes are masked). */
+#define TCP_RING_FIRST 64
+
 void ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd)
 {
     int one = 1;
@@ -43,9 +46,9 @@ ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
     if (c == NULL)
         return OTE_ERR_NO_MEMORY;
     c->rxbuf  = malloc(OTE_TCP_RXBUF);
-    c->tx_cap = 64;
+    c->tx_cap = TCP_RING_FIRST;
     c->tx     = calloc(c->tx_cap, sizeof(*c->tx));
-    c->ops_cap = 64;
+    c->ops_cap = TCP_RING_FIRST;
     c->ops    = calloc(c->ops_cap, sizeof(*c->ops));
     if (c->rxbuf == NULL || c->tx == NULL || c->ops == NULL)
         goto err;
@@ -88,30 +91,35 @@ void ote_tcp_conn_free(ote_tcp_conn_t *c)
     free(c);
 }
 
-static ote_status_t ring_grow(void **ring, size_t *cap, size_t head, size_t count, size_t elem)
-{
-    size_t ncap = *cap * 2;
-    uint8_t *n  = malloc(ncap * elem);
-
-    if (n == NULL)
-        return OTE_ERR_NO_MEMORY;
-    for (size_t i = 0; i < count; i++)
-        memcpy(n + i * elem, (uint8_t *)*ring + ((head + i) & (*cap - 1)) * elem, elem);
-    free(*ring);
-    *ring = n;
-    *cap  = ncap;
-    return OTE_OK;
-}
-
 static ote_tcp_tx_t *tx_slot(ote_tcp_conn_t *c)
 {
     if (c->tx_count == c->tx_cap) {
-        if (ring_grow((void **)&c->tx, &c->tx_cap, c->tx_head, c->tx_count, sizeof(*c->tx)) !=
-            OTE_OK)
+        if (ote_ring_grow((void **)&c->tx, &c->tx_cap, &c->tx_head, c->tx_count, sizeof(*c->tx),
+                          TCP_RING_FIRST) != OTE_OK)
             return NULL;
-        c->tx_head = 0;
     }
     return &c->tx[(c->tx_head + c->tx_count) & (c->tx_cap - 1)];
+}
+
+/*
+ * Queue the message of slot e: the header, trailer_len bytes of trailer
+ * already written after it, then a payload or a descriptor.
+ */
+static ote_status_t tx_queue(ote_tcp_conn_t *c, ote_tcp_tx_t *e, const ote_tcp_hdr_t *hdr,
+                             size_t trailer_len, int fd, const void *payload, size_t payload_len,
+                             ote_region_t *region, bool own_region)
+{
+    ote_tcp_hdr_encode(hdr, e->hdr);
+    e->hdr_len     = (uint8_t)(OTE_TCP_HDR_LEN + trailer_len);
+    e->fd          = fd;
+    e->payload     = payload;
+    e->payload_len = payload_len;
+    e->sent        = 0;
+    e->region      = region;
+    e->own_region  = own_region;
+    c->tx_count++;
+    ote_tcp_iface_mark_dirty(c->iface, c);
+    return OTE_OK;
 }
 
 ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
@@ -121,18 +129,8 @@ ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hd
 
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
-    ote_tcp_hdr_encode(hdr, e->hdr);
     ote_put_u64(e->hdr + OTE_TCP_HDR_LEN, trailer);
-    e->hdr_len     = OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN;
-    e->fd          = -1;
-    e->payload     = NULL;
-    e->payload_len = 0;
-    e->sent        = 0;
-    e->region      = NULL;
-    e->own_region  = false;
-    c->tx_count++;
-    ote_tcp_iface_mark_dirty(c->iface, c);
-    return OTE_OK;
+    return tx_queue(c, e, hdr, OTE_TCP_REF_TRAILER_LEN, -1, NULL, 0, NULL, false);
 }
 
 ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
@@ -143,17 +141,7 @@ ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
 
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
-    ote_tcp_hdr_encode(hdr, e->hdr);
-    e->hdr_len     = OTE_TCP_HDR_LEN;
-    e->fd          = -1;
-    e->payload     = payload;
-    e->payload_len = payload_len;
-    e->sent        = 0;
-    e->region      = region;
-    e->own_region  = own_region;
-    c->tx_count++;
-    ote_tcp_iface_mark_dirty(c->iface, c);
-    return OTE_OK;
+    return tx_queue(c, e, hdr, 0, -1, payload, payload_len, region, own_region);
 }
 
 ote_status_t ote_tcp_conn_tx_push_fd(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
@@ -166,19 +154,9 @@ ote_status_t ote_tcp_conn_tx_push_fd(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr
             close(fd);
         return OTE_ERR_NO_MEMORY;
     }
-    ote_tcp_hdr_encode(hdr, e->hdr);
     if (trailer_len)
         memcpy(e->hdr + OTE_TCP_HDR_LEN, trailer, trailer_len);
-    e->hdr_len     = (uint8_t)(OTE_TCP_HDR_LEN + trailer_len);
-    e->fd          = fd;
-    e->payload     = NULL;
-    e->payload_len = 0;
-    e->sent        = 0;
-    e->region      = NULL;
-    e->own_region  = false;
-    c->tx_count++;
-    ote_tcp_iface_mark_dirty(c->iface, c);
-    return OTE_OK;
+    return tx_queue(c, e, hdr, trailer_len, fd, NULL, 0, NULL, false);
 }
 
 int ote_tcp_conn_rx_fd_pop(ote_tcp_conn_t *c)
@@ -196,10 +174,9 @@ int ote_tcp_conn_rx_fd_pop(ote_tcp_conn_t *c)
 ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *c, const ote_tcp_op_t *op)
 {
     if (c->ops_count == c->ops_cap) {
-        if (ring_grow((void **)&c->ops, &c->ops_cap, c->ops_head, c->ops_count,
-                      sizeof(*c->ops)) != OTE_OK)
+        if (ote_ring_grow((void **)&c->ops, &c->ops_cap, &c->ops_head, c->ops_count,
+                          sizeof(*c->ops), TCP_RING_FIRST) != OTE_OK)
             return OTE_ERR_NO_MEMORY;
-        c->ops_head = 0;
     }
     c->ops[(c->ops_head + c->ops_count) & (c->ops_cap - 1)] = *op;
     c->ops_count++;

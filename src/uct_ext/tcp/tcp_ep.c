@@ -21,27 +21,24 @@ ote_status_t ote_tcp_addr_pack(const ote_tcp_sockaddr_t *addrs, size_t count, vo
     for (size_t i = 0; i < count; i++) {
         const struct sockaddr_storage *ss = &addrs[i].ss;
 
-        if (ss->ss_family == AF_INET) {
-            const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        const struct sockaddr_in *in   = (const struct sockaddr_in *)ss;
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        /* An entry: 4 or 6, the port, the address (network order). */
+        const void *port, *ip;
+        size_t ip_len;
 
-            if (max - off < 7)
-                return OTE_ERR_INVALID_PARAM;
-            b[off] = 4;
-            memcpy(b + off + 1, &in->sin_port, 2);
-            memcpy(b + off + 3, &in->sin_addr, 4);
-            off += 7;
-        } else if (ss->ss_family == AF_INET6) {
-            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-
-            if (max - off < 19)
-                return OTE_ERR_INVALID_PARAM;
-            b[off] = 6;
-            memcpy(b + off + 1, &in6->sin6_port, 2);
-            memcpy(b + off + 3, &in6->sin6_addr, 16);
-            off += 19;
-        } else {
+        if (ss->ss_family == AF_INET)
+            port = &in->sin_port, ip = &in->sin_addr, ip_len = 4;
+        else if (ss->ss_family == AF_INET6)
+            port = &in6->sin6_port, ip = &in6->sin6_addr, ip_len = 16;
+        else
             return OTE_ERR_INVALID_PARAM;
-        }
+        if (max - off < 3 + ip_len)
+            return OTE_ERR_INVALID_PARAM;
+        b[off] = ip_len == 4 ? 4 : 6;
+        memcpy(b + off + 1, port, 2);
+        memcpy(b + off + 3, ip, ip_len);
+        off += 3 + ip_len;
     }
     *len_p = off;
     return OTE_OK;
@@ -57,30 +54,31 @@ ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, ote_tcp_sockaddr_t
         return OTE_ERR_PROTOCOL;
     while (off < len) {
         struct sockaddr_storage *ss;
+        struct sockaddr_in *in;
+        struct sockaddr_in6 *in6;
+        void *port, *ip;
+        size_t ip_len;
 
         if (n == max || n == OTE_TCP_MAX_ADDRS)
             return OTE_ERR_PROTOCOL;
         ss = &out[n].ss;
         memset(ss, 0, sizeof(*ss));
-        if (b[off] == 4 && len - off >= 7) {
-            struct sockaddr_in *in = (struct sockaddr_in *)ss;
-
+        in  = (struct sockaddr_in *)ss;
+        in6 = (struct sockaddr_in6 *)ss;
+        if (b[off] == 4) {
             in->sin_family = AF_INET;
-            memcpy(&in->sin_port, b + off + 1, 2);
-            memcpy(&in->sin_addr, b + off + 3, 4);
-            out[n].len = sizeof(*in);
-            off += 7;
-        } else if (b[off] == 6 && len - off >= 19) {
-            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-
+            port = &in->sin_port, ip = &in->sin_addr, ip_len = 4, out[n].len = sizeof(*in);
+        } else if (b[off] == 6) {
             in6->sin6_family = AF_INET6;
-            memcpy(&in6->sin6_port, b + off + 1, 2);
-            memcpy(&in6->sin6_addr, b + off + 3, 16);
-            out[n].len = sizeof(*in6);
-            off += 19;
+            port = &in6->sin6_port, ip = &in6->sin6_addr, ip_len = 16, out[n].len = sizeof(*in6);
         } else {
             return OTE_ERR_PROTOCOL;
         }
+        if (len - off < 3 + ip_len)
+            return OTE_ERR_PROTOCOL;
+        memcpy(port, b + off + 1, 2);
+        memcpy(ip, b + off + 3, ip_len);
+        off += 3 + ip_len;
         if (ote_sockaddr_port((struct sockaddr *)ss) == 0)
             return OTE_ERR_PROTOCOL;
         n++;
@@ -109,44 +107,42 @@ ote_status_t ote_tcp_handshake_step(int fd, ote_tcp_hdr_t *h, const void *payloa
     return status;
 }
 
-/* Prove we hold the key, and that the target does (core/auth.h). */
+/* The connection a handshake runs on. */
+typedef struct {
+    int      fd;
+    uint64_t deadline;
+} tcp_auth_io_t;
+
+/* ote_auth_exchange_t on a connection before its HELLO. */
+static ote_status_t tcp_auth_exchange(void *arg, bool proof, const uint8_t *msg, size_t len,
+                                      uint8_t *tproof, bool *done_p, ote_status_t *remote_p)
+{
+    const tcp_auth_io_t *io = arg;
+    ote_tcp_hdr_t h = {.type = proof ? OTE_TCP_AUTH_PROOF : OTE_TCP_AUTH_HELLO, .length = len};
+    ote_status_t status = ote_tcp_handshake_step(io->fd, &h, msg, len, io->deadline);
+
+    if (status != OTE_OK)
+        return status;
+    if (h.type == OTE_TCP_AUTH_DONE) {
+        *done_p   = true;
+        *remote_p = h.status;
+        return OTE_OK;
+    }
+    if (proof || h.type != OTE_TCP_AUTH_PROOF || h.length != OTE_AUTH_TPROOF_LEN)
+        return OTE_ERR_PROTOCOL;
+    return ote_socket_recv_all(io->fd, tproof, OTE_AUTH_TPROOF_LEN, io->deadline);
+}
+
+/* Prove we hold the key, and that the target does (base/auth.h). */
 static ote_status_t tcp_authenticate(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *peer,
                                      uint64_t deadline)
 {
-    uint8_t hello[OTE_AUTH_HELLO_LEN], tproof[OTE_AUTH_TPROOF_LEN];
-    uint8_t iproof[OTE_AUTH_IPROOF_LEN];
-    ote_auth_session_t s;
-    ote_tcp_hdr_t h;
-    ote_status_t status;
+    tcp_auth_io_t io = {.fd = fd, .deadline = deadline};
+    char who[160];
 
-    ote_auth_session_init(&s, OTE_AUTH_CHANNEL_TCP);
-    status = ote_auth_initiator_hello(iface->auth, &s, hello);
-    if (status != OTE_OK)
-        return status;
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_AUTH_HELLO, .length = sizeof(hello)};
-    status = ote_tcp_handshake_step(fd, &h, hello, sizeof(hello), deadline);
-    if (status != OTE_OK)
-        return status;
-    if (h.type == OTE_TCP_AUTH_DONE)
-        return h.status == OTE_OK ? OTE_ERR_PROTOCOL : OTE_ERR_AUTH;
-    if (h.type != OTE_TCP_AUTH_PROOF || h.length != sizeof(tproof))
-        return OTE_ERR_PROTOCOL;
-    status = ote_socket_recv_all(fd, tproof, sizeof(tproof), deadline);
-    if (status != OTE_OK)
-        return status;
-    status = ote_auth_initiator_proof(iface->auth, &s, tproof, sizeof(tproof), iproof);
-    if (status == OTE_ERR_AUTH)
-        ote_error("%s: %s does not hold our OTE_AUTH_KEY", iface->super.resource.tl_name,
-                  peer->name ? peer->name : "peer");
-    if (status != OTE_OK)
-        return status;
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_AUTH_PROOF, .length = sizeof(iproof)};
-    status = ote_tcp_handshake_step(fd, &h, iproof, sizeof(iproof), deadline);
-    if (status != OTE_OK)
-        return status;
-    if (h.type != OTE_TCP_AUTH_DONE)
-        return OTE_ERR_PROTOCOL;
-    return h.status == OTE_OK ? OTE_OK : OTE_ERR_AUTH;
+    snprintf(who, sizeof(who), "%s: %s", iface->super.resource.tl_name,
+             peer->name ? peer->name : "peer");
+    return ote_auth_initiator_run(iface->auth, OTE_AUTH_CHANNEL_TCP, tcp_auth_exchange, &io, who);
 }
 
 /* Blocking connect, authentication and HELLO exchange, bounded by the peer's timeout. */
@@ -488,21 +484,24 @@ ote_status_t ote_tcp_ep_post_map(ote_tcp_ep_t *ep, uint8_t then, void *local, si
     return ep_post(ep, OTE_TCP_MAP, then, local, length, local_region, remote_addr, comp);
 }
 
-static ote_status_t tcp_ep_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
-                                     ote_region_t *local_region, uint64_t remote_addr,
-                                     const void *rkey, size_t rkey_len,
-                                     ote_tl_completion_t *comp)
+/*
+ * The bytes travel in the messages; in by-reference mode (cma) the target
+ * copies them from or to the initiator's memory; shm posts its own way.
+ */
+static ote_status_t tcp_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
+                                   ote_region_t *local_region, uint64_t remote_addr,
+                                   ote_tl_completion_t *comp)
 {
-    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_WRITE, local, length, local_region,
-                           remote_addr, comp);
-}
+    const ote_tcp_iface_t *iface = (const ote_tcp_iface_t *)tl_ep->iface;
+    uint8_t type;
 
-static ote_status_t tcp_ep_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
-                                     ote_region_t *local_region, uint64_t remote_addr,
-                                     const void *rkey, size_t rkey_len,
-                                     ote_tl_completion_t *comp)
-{
-    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, OTE_TCP_READ_REQ, local, length, local_region,
+    if (iface->post != NULL)
+        return iface->post(tl_ep, put, local, length, local_region, remote_addr, comp);
+    if (iface->ref_handle != NULL)
+        type = put ? OTE_TCP_PUT_REF : OTE_TCP_GET_REF;
+    else
+        type = put ? OTE_TCP_WRITE : OTE_TCP_READ_REQ;
+    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, type, local, length, local_region,
                            remote_addr, comp);
 }
 
@@ -520,6 +519,17 @@ bool ote_tcp_ep_is_alive(ote_tl_ep_t *tl_ep)
 {
     return tcp_ep_pick((ote_tcp_ep_t *)tl_ep) != NULL;
 }
+
+/* put_zcopy and get_zcopy: the same operation in either direction. */
+#define TCP_EP_ZCOPY(_fn, _put)                                                                \
+    static ote_status_t _fn(ote_tl_ep_t *tl_ep, void *local, size_t length,                    \
+                            ote_region_t *local_region, uint64_t remote_addr, const void *rkey, \
+                            size_t rkey_len, ote_tl_completion_t *comp)                        \
+    {                                                                                          \
+        return tcp_ep_post_op(tl_ep, _put, local, length, local_region, remote_addr, comp);    \
+    }
+TCP_EP_ZCOPY(tcp_ep_put_zcopy, true)
+TCP_EP_ZCOPY(tcp_ep_get_zcopy, false)
 
 const ote_tl_ep_ops_t ote_tcp_ep_ops = {
     .put_zcopy       = tcp_ep_put_zcopy,

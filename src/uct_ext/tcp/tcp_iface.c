@@ -1,6 +1,7 @@
 /* Native tcp component: resources, iface (listener + epoll), progress. */
 #include "tcp.h"
 
+#include "base/dlist.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -39,12 +40,7 @@ void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
         }
         c->dirty = false;
     }
-    if (c->prev)
-        c->prev->next = c->next;
-    else if (iface->conns == c)
-        iface->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    OTE_DLIST_REMOVE(iface->conns, c);
     c->next = c->prev = NULL;
     if (c->ep == NULL) {
         iface->num_accepted--;
@@ -58,11 +54,7 @@ void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
 
 static void iface_link(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
 {
-    c->prev = NULL;
-    c->next = iface->conns;
-    if (iface->conns)
-        iface->conns->prev = c;
-    iface->conns = c;
+    OTE_DLIST_PUSH_FRONT(iface->conns, c);
 }
 
 static void flush_dirty(ote_tcp_iface_t *iface)
@@ -358,9 +350,11 @@ static const ote_tl_iface_ops_t tcp_iface_ops = {
 
 static const ote_cfg_entry_t tcp_config_fields[] = {
     {"CONNS", "2", OTE_CFG_INT, TCP_F(conns),
-     "TCP connections per peer; slices are striped over them."},
+     "TCP connections per peer; slices are striped over them.",
+     .min = 1, .max = 64},
     {"MAX_MSG", "64m", OTE_CFG_SIZE, TCP_F(max_msg),
-     "Largest TCP data message; a peer announcing more is disconnected."},
+     "Largest TCP data message; a peer announcing more is disconnected.",
+     .min = 4096, .max = 1ll << 32},
     {"SNDBUF", "0", OTE_CFG_SIZE, TCP_F(sndbuf),
      "SO_SNDBUF for TCP data connections; 0 = kernel autotuning."},
     {"RCVBUF", "0", OTE_CFG_SIZE, TCP_F(rcvbuf),
@@ -369,29 +363,8 @@ static const ote_cfg_entry_t tcp_config_fields[] = {
      "Disable Nagle on TCP data connections."},
 };
 
-static ote_status_t tcp_config_validate(const void *opts)
-{
-    const ote_tcp_config_t *cfg = opts;
-
-    if (cfg->conns < 1 || cfg->conns > 64) {
-        ote_error("OTE_TCP_CONNS must be 1..64, not %ld", cfg->conns);
-        return OTE_ERR_INVALID_PARAM;
-    }
-    if (cfg->max_msg < 4096 || cfg->max_msg > (1ul << 32)) {
-        ote_error("OTE_TCP_MAX_MSG must be 4k..4g");
-        return OTE_ERR_INVALID_PARAM;
-    }
-    return OTE_OK;
-}
-
-const ote_config_table_t ote_tcp_config_table = {
-    .prefix      = "TCP_",
-    .component   = "tcp",
-    .fields      = tcp_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(tcp_config_fields),
-    .struct_size = sizeof(ote_tcp_config_t),
-    .validate    = tcp_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_tcp_config_table, "TCP_", "tcp", tcp_config_fields, ote_tcp_config_t,
+                        NULL);
 
 ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
                                 const ote_tl_iface_params_t *params)
@@ -565,14 +538,6 @@ static ote_status_t tcp_query_resources(ote_tl_component_t *comp,
     return OTE_OK;
 }
 
-static const ote_tl_component_ops_t tcp_component_ops = {
-    .name            = "tcp",
-    .config_table    = &ote_tcp_config_table,
-    .query_resources = tcp_query_resources,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
-    .iface_open      = tcp_iface_open,
-    .unavailable     = ote_tl_no_reason,
-};
-
-ote_tl_component_t ote_tcp_component = {.ops = &tcp_component_ops};
+OTE_TL_COMPONENT_DEFINE(ote_tcp_component, "tcp", &ote_tcp_config_table, tcp_query_resources,
+                        ote_tl_unsupported_md_open, ote_tl_no_md_close, tcp_iface_open,
+                        ote_tl_no_reason);

@@ -38,14 +38,19 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
     if (!ote_status_is_known(x.status) || x.status == OTE_INPROGRESS)
         return OTE_ERR_PROTOCOL;
     switch (x.type) {
+    /* Requests for a range: by bytes, by reference, or to map it. */
     case OTE_TCP_WRITE:
     case OTE_TCP_READ_REQ:
+    case OTE_TCP_PUT_REF:
+    case OTE_TCP_GET_REF:
+    case OTE_TCP_MAP:
         if (x.status != OTE_OK || x.length == 0 || x.length > max_payload ||
             x.addr + x.length < x.addr)
             return OTE_ERR_PROTOCOL;
         break;
     case OTE_TCP_READ_RESP:
     case OTE_TCP_WRITE_ACK:
+    case OTE_TCP_REF_ACK:
         if (x.length > max_payload || (x.status != OTE_OK && x.length != 0))
             return OTE_ERR_PROTOCOL;
         break;
@@ -58,27 +63,12 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
                                    x.length != OTE_TCP_AUTH_IPROOF_LEN))
             return OTE_ERR_PROTOCOL;
         break;
-    case OTE_TCP_PUT_REF:
-    case OTE_TCP_GET_REF:
-        if (x.status != OTE_OK || x.length == 0 || x.length > max_payload ||
-            x.addr + x.length < x.addr)
-            return OTE_ERR_PROTOCOL;
-        break;
-    case OTE_TCP_REF_ACK:
-        if (x.length > max_payload || (x.status != OTE_OK && x.length != 0))
-            return OTE_ERR_PROTOCOL;
-        break;
     case OTE_TCP_PROBE:
         if (x.status != OTE_OK || x.length != OTE_TCP_PROBE_LEN || x.addr != 0)
             return OTE_ERR_PROTOCOL;
         break;
     case OTE_TCP_PROBE_ACK:
         if (x.length != 0 || (x.status != OTE_OK && x.addr != 0))
-            return OTE_ERR_PROTOCOL;
-        break;
-    case OTE_TCP_MAP:
-        if (x.status != OTE_OK || x.length == 0 || x.length > max_payload ||
-            x.addr + x.length < x.addr)
             return OTE_ERR_PROTOCOL;
         break;
     case OTE_TCP_MAP_ACK:

@@ -11,10 +11,5 @@ static const ote_cfg_entry_t uct_config_fields[] = {
      "wherever the transport supports it)."},
 };
 
-const ote_config_table_t ote_uct_config_table = {
-    .prefix      = "UCT_",
-    .component   = "uct",
-    .fields      = uct_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(uct_config_fields),
-    .struct_size = sizeof(ote_uct_config_t),
-};
+OTE_CONFIG_TABLE_DEFINE(ote_uct_config_table, "UCT_", "uct", uct_config_fields, ote_uct_config_t,
+                        NULL);

@@ -1,6 +1,7 @@
 /* uct component: endpoints, wire-up (to-iface and to-ep), one-sided operations. */
 #include "uct.h"
 
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -255,13 +256,7 @@ unsigned ote_uct_ep_post_pending(ote_uct_ep_t *ep)
             if (!op->posted) {
                 /* Still no resources: back to the front, keep the order. */
                 ote_uct_op_list_remove(&ep->pending, op);
-                op->next = ep->pending.head;
-                op->prev = NULL;
-                if (ep->pending.head)
-                    ep->pending.head->prev = op;
-                else
-                    ep->pending.tail = op;
-                ep->pending.head = op;
+                OTE_DLIST2_PUSH_FRONT(ep->pending.head, ep->pending.tail, op, prev, next);
                 break;
             }
             n++;
@@ -407,12 +402,7 @@ static void ep_unlink(ote_uct_ep_t *ep)
 {
     ote_uct_iface_t *iface = ep_iface(ep);
 
-    if (ep->prev)
-        ep->prev->next = ep->next;
-    else if (iface->eps == ep)
-        iface->eps = ep->next;
-    if (ep->next)
-        ep->next->prev = ep->prev;
+    OTE_DLIST_REMOVE(iface->eps, ep);
     ep->next = ep->prev = NULL;
 }
 
@@ -420,11 +410,7 @@ static void ep_link(ote_uct_ep_t *ep)
 {
     ote_uct_iface_t *iface = ep_iface(ep);
 
-    ep->prev = NULL;
-    ep->next = iface->eps;
-    if (iface->eps)
-        iface->eps->prev = ep;
-    iface->eps = ep;
+    OTE_DLIST_PUSH_FRONT(iface->eps, ep);
 }
 
 static void ep_destroy_uct(ote_uct_ep_t *ep)
@@ -480,6 +466,18 @@ static ote_uct_ep_t *ep_new(ote_uct_iface_t *iface, const ote_tl_peer_t *peer)
     return ep;
 }
 
+/* The device and iface parts of a peer's address, for an iface of conn_model. */
+static ote_status_t peer_addr_parts(const ote_uct_iface_t *iface, ote_tl_conn_model_t conn_model,
+                                    const void *addr, size_t len, const uint8_t **dev_p,
+                                    size_t *dev_len_p, const uint8_t **ifa_p, size_t *ifa_len_p)
+{
+    if (iface->caps.conn_model != conn_model)
+        return OTE_ERR_UNSUPPORTED;
+    if (ote_uct_blob_unpack(addr, len, dev_p, dev_len_p, ifa_p, ifa_len_p) != OTE_OK)
+        return OTE_ERR_PROTOCOL;
+    return OTE_OK;
+}
+
 ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
 {
@@ -491,11 +489,10 @@ ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     ucs_status_t s;
     ote_status_t status;
 
-    if (iface->caps.conn_model != OTE_TL_CONN_TO_IFACE)
-        return OTE_ERR_UNSUPPORTED;
-    status = ote_uct_blob_unpack(addr, addr_len, &dev, &dev_len, &ifa, &ifa_len);
+    status = peer_addr_parts(iface, OTE_TL_CONN_TO_IFACE, addr, addr_len, &dev, &dev_len, &ifa,
+                             &ifa_len);
     if (status != OTE_OK)
-        return OTE_ERR_PROTOCOL;
+        return status;
     /* Another kind of device (tcp on loopback has longer addresses): not ours. */
     if (dev_len != iface->attr.device_addr_len || ifa_len != iface->attr.iface_addr_len)
         return OTE_ERR_UNREACHABLE;
@@ -575,6 +572,19 @@ static ote_status_t ep_connect_locked(ote_uct_iface_t *iface, ote_uct_ep_t *ep,
     return OTE_OK;
 }
 
+/* Under the worker lock: list an ep that opened (status OK), or undo one that failed. */
+static ote_status_t ep_settle_locked(ote_uct_ep_t *ep, ote_status_t status)
+{
+    if (status != OTE_OK) {
+        if (ep->ep != NULL)
+            uct_ep_destroy(ep->ep);
+        free(ep);
+        return status;
+    }
+    ep_link(ep);
+    return OTE_OK;
+}
+
 ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
                              size_t peer_addr_len, const ote_tl_peer_t *peer,
                              ote_tl_ep_t **ep_p, void *addr, size_t max, size_t *len_p)
@@ -585,11 +595,10 @@ ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
     ote_uct_ep_t *ep;
     ote_status_t status;
 
-    if (iface->caps.conn_model != OTE_TL_CONN_TO_EP)
-        return OTE_ERR_UNSUPPORTED;
-    status = ote_uct_blob_unpack(peer_addr, peer_addr_len, &dev, &dev_len, &ifa, &ifa_len);
+    status = peer_addr_parts(iface, OTE_TL_CONN_TO_EP, peer_addr, peer_addr_len, &dev, &dev_len,
+                             &ifa, &ifa_len);
     if (status != OTE_OK)
-        return OTE_ERR_PROTOCOL;
+        return status;
     if (dev_len != iface->attr.device_addr_len)
         return OTE_ERR_UNREACHABLE;
     ep = ep_new(iface, peer);
@@ -600,17 +609,11 @@ ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
         status = OTE_ERR_UNREACHABLE;
     else
         status = ep_open_locked(iface, ep, addr, max, len_p);
-    if (status != OTE_OK) {
-        if (ep->ep != NULL)
-            uct_ep_destroy(ep->ep);
-        pthread_mutex_unlock(iface->worker_lock);
-        free(ep);
-        return status;
-    }
-    ep_link(ep);
+    status = ep_settle_locked(ep, status);
     pthread_mutex_unlock(iface->worker_lock);
-    *ep_p = &ep->super;
-    return OTE_OK;
+    if (status == OTE_OK)
+        *ep_p = &ep->super;
+    return status;
 }
 
 static ote_status_t uct_ep_connect_to_ep_(ote_tl_ep_t *tl_ep, const void *addr, size_t len)
@@ -659,17 +662,11 @@ ote_status_t ote_uct_ep_accept(ote_tl_iface_t *tl_iface, const ote_tl_peer_t *pe
     status = ep_open_locked(iface, ep, out, max, out_len_p);
     if (status == OTE_OK)
         status = ep_connect_locked(iface, ep, addr, addr_len);
-    if (status != OTE_OK) {
-        if (ep->ep != NULL)
-            uct_ep_destroy(ep->ep);
-        pthread_mutex_unlock(iface->worker_lock);
-        free(ep);
-        return status;
-    }
-    ep_link(ep);
-    iface->num_accepted++;
+    status = ep_settle_locked(ep, status);
+    if (status == OTE_OK)
+        iface->num_accepted++;
     pthread_mutex_unlock(iface->worker_lock);
-    return OTE_OK;
+    return status;
 }
 
 bool ote_uct_ep_release(ote_tl_iface_t *tl_iface, uint64_t peer_instance, uint64_t conn_id)

@@ -1,6 +1,7 @@
 /* uct component: resources, ifaces (one uct_worker each), progress, errors. */
 #include "uct.h"
 
+#include "base/dlist.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/util.h"
@@ -36,25 +37,12 @@ void ote_uct_op_put(ote_uct_iface_t *iface, ote_uct_op_t *op)
 
 void ote_uct_op_list_push(ote_uct_op_list_t *l, ote_uct_op_t *op)
 {
-    op->next = NULL;
-    op->prev = l->tail;
-    if (l->tail)
-        l->tail->next = op;
-    else
-        l->head = op;
-    l->tail = op;
+    OTE_DLIST2_PUSH_BACK(l->head, l->tail, op, prev, next);
 }
 
 void ote_uct_op_list_remove(ote_uct_op_list_t *l, ote_uct_op_t *op)
 {
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        l->head = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    else
-        l->tail = op->prev;
+    OTE_DLIST2_REMOVE(l->head, l->tail, op, prev, next);
     op->next = op->prev = NULL;
 }
 
@@ -400,7 +388,7 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     uct_iface_config_t *cfg;
     uct_iface_params_t ip;
     ote_uct_config_t ucfg;
-    ote_mem_config_t mcfg;
+    ote_mem_table_params_t mp;
     bool ep_mode;
     ucs_status_t s;
     ote_status_t status;
@@ -414,9 +402,6 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
                   res->dev_name, omd->name);
         return OTE_ERR_UNSUPPORTED;
     }
-    status = ote_config_fill(&ote_mem_config_table, &mcfg);
-    if (status != OTE_OK)
-        return status;
     status = ote_config_fill(&ote_uct_config_table, &ucfg);
     if (status != OTE_OK)
         return status;
@@ -427,6 +412,10 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
         return OTE_ERR_INVALID_PARAM;
     }
     ote_config_release(&ote_uct_config_table, &ucfg);
+    /* OTE_GPU_DIRECT as mem reads it. */
+    status = ote_mem_table_params_read(&mp);
+    if (status != OTE_OK)
+        return status;
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -438,7 +427,7 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     iface->super.md_index = -1;
     iface->md             = (ote_uct_md_t *)omd;
     /* GPUDirect RDMA: GPU memory only where the md registers it and it is allowed. */
-    iface->mem_mask = mcfg.gpu_direct == OTE_TERNARY_NO ? ~(unsigned)OTE_MEM_TYPE_CUDA : ~0u;
+    iface->mem_mask = mp.gpu_direct == OTE_MEM_GPU_DIRECT_NO ? ~(unsigned)OTE_MEM_TYPE_CUDA : ~0u;
     iface->rsc            = *(const ote_uct_rsc_t *)res->priv;
     iface->worker_lock    = params->worker_lock;
     iface->event_fd       = -1;
@@ -563,14 +552,5 @@ static void uct_md_close_(ote_tl_component_t *comp, ote_md_t *md)
     ote_uct_md_put((ote_uct_md_t *)md);
 }
 
-static const ote_tl_component_ops_t uct_component_ops = {
-    .name            = "uct",
-    .config_table    = &ote_uct_config_table,
-    .query_resources = uct_query_resources,
-    .md_open         = uct_md_open_,
-    .md_close        = uct_md_close_,
-    .iface_open      = uct_iface_open_,
-    .unavailable     = ote_tl_no_reason,
-};
-
-ote_tl_component_t ote_uct_component = {.ops = &uct_component_ops};
+OTE_TL_COMPONENT_DEFINE(ote_uct_component, "uct", &ote_uct_config_table, uct_query_resources,
+                        uct_md_open_, uct_md_close_, uct_iface_open_, ote_tl_no_reason);

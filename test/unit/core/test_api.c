@@ -1,5 +1,5 @@
 /* The public API within one process: an engine transferring to itself over its transports. */
-#include "testlib.h"
+#include "self_fixture.h"
 
 #include <ote/ote.h>
 #include <poll.h>
@@ -15,58 +15,25 @@
 
 #include <cmocka.h>
 
-typedef struct {
-    ote_engine_h  e;
-    ote_segment_h self;
-    uint8_t      *local, *remote, *ro;
-    ote_mem_h     mlocal, mremote, mro;
-} fx_t;
+typedef ote_test_self_t fx_t;
 
 #define LEN (4u << 20)
 
 static int setup(void **state)
 {
-    fx_t *f = calloc(1, sizeof(*f));
-    ote_mem_desc_t d[2];
-    ote_mem_h m[2];
-
-    f->e = ote_test_engine("127.0.0.1:0");
-    assert_int_equal(ote_mem_alloc(f->e, LEN, NULL, 0, (void **)&f->local, &f->mlocal), OTE_OK);
-    f->remote = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    f->ro     = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    d[0] = (ote_mem_desc_t){.addr = f->remote, .length = LEN,
-                            .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
-    d[1] = (ote_mem_desc_t){.addr = f->ro, .length = 65536, .location = "cpu:0",
-                            .access = OTE_ACCESS_REMOTE_READ};
-    assert_int_equal(ote_mem_register(f->e, d, 2, m), OTE_OK);
-    f->mremote = m[0];
-    f->mro     = m[1];
-    assert_int_equal(ote_segment_open(f->e, ote_engine_name(f->e), &f->self), OTE_OK);
-    *state = f;
+    *state = ote_test_self_open(LEN, "cpu:0");
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fx_t *f = *state;
-
-    assert_int_equal(ote_segment_close(f->self), OTE_OK);
-    assert_int_equal(ote_mem_deregister(f->e, f->mremote), OTE_OK);
-    assert_int_equal(ote_mem_deregister(f->e, f->mro), OTE_OK);
-    assert_int_equal(ote_mem_free(f->e, f->mlocal), OTE_OK);
-    ote_engine_destroy(f->e);
-    munmap(f->remote, LEN);
-    munmap(f->ro, 65536);
-    free(f);
+    ote_test_self_close(*state);
     return 0;
 }
 
 static ote_task_status_t run_one(fx_t *f, ote_op_t op, void *local, uint64_t remote, size_t len)
 {
-    ote_task_status_t st;
-
-    assert_int_equal(ote_test_xfer(f->e, f->self, op, local, remote, len, 10000, &st), OTE_OK);
-    return st;
+    return ote_test_self_xfer(f, op, local, remote, len, 10000);
 }
 
 static void test_write_read_self(void **state)
@@ -96,19 +63,7 @@ static void test_remote_errors(void **state)
     fx_t *f = *state;
     ote_task_status_t st;
 
-    st = run_one(f, OTE_OP_WRITE, f->local, 0x1000, 64);
-    assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_NOT_REGISTERED);
-    assert_int_equal(st.transferred, 0);
-    st = run_one(f, OTE_OP_WRITE, f->local, (uintptr_t)f->remote + LEN - 10, 64);
-    assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
-    memset(f->ro, 0x7e, 65536);
-    st = run_one(f, OTE_OP_WRITE, f->local, (uintptr_t)f->ro, 64);
-    assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_ACCESS);
-    for (size_t i = 0; i < 65536; i++)
-        assert_int_equal(f->ro[i], 0x7e);
+    ote_test_self_refusals(f, 10000);
     st = run_one(f, OTE_OP_READ, f->local, (uintptr_t)f->ro, 65536);
     assert_int_equal(st.state, OTE_TASK_COMPLETED);
 }

@@ -218,18 +218,29 @@ static void test_desc_roundtrip(void **state)
     ote_mem_table_destroy(table);
 }
 
-static void test_desc_hostile_counts(void **state)
+/* A descriptor's start: magic, version, no flags, instance 1, and (names) "x:1" and "h". */
+static ote_buf_t desc_head(uint16_t version, bool names)
 {
     ote_buf_t b = {0};
+
+    ote_buf_put_u32(&b, OTE_DESC_MAGIC);
+    ote_buf_put_u16(&b, version);
+    ote_buf_put_u16(&b, 0);
+    ote_buf_put_u64(&b, 1);
+    if (names) {
+        ote_buf_put_str8(&b, "x:1");
+        ote_buf_put_str8(&b, "h");
+    }
+    return b;
+}
+
+static void test_desc_hostile_counts(void **state)
+{
+    ote_buf_t b;
     ote_desc_t *out = NULL;
 
     /* A region count far beyond the bytes present must not allocate or read past the end. */
-    ote_buf_put_u32(&b, OTE_DESC_MAGIC);
-    ote_buf_put_u16(&b, OTE_DESC_VERSION);
-    ote_buf_put_u16(&b, 0);
-    ote_buf_put_u64(&b, 1);
-    ote_buf_put_str8(&b, "x:1");
-    ote_buf_put_str8(&b, "h");
+    b = desc_head(OTE_DESC_VERSION, true);
     ote_buf_put_u16(&b, 0);
     ote_buf_put_u16(&b, 0);
     ote_buf_put_u32(&b, 0xffffffffu);
@@ -237,23 +248,13 @@ static void test_desc_hostile_counts(void **state)
     free(b.data);
 
     /* Too many transports. */
-    b = (ote_buf_t){0};
-    ote_buf_put_u32(&b, OTE_DESC_MAGIC);
-    ote_buf_put_u16(&b, OTE_DESC_VERSION);
-    ote_buf_put_u16(&b, 0);
-    ote_buf_put_u64(&b, 1);
-    ote_buf_put_str8(&b, "x:1");
-    ote_buf_put_str8(&b, "h");
+    b = desc_head(OTE_DESC_VERSION, true);
     ote_buf_put_u16(&b, OTE_DESC_MAX_TLS + 1);
     assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_ERR_PROTOCOL);
     free(b.data);
 
     /* Wrong version. */
-    b = (ote_buf_t){0};
-    ote_buf_put_u32(&b, OTE_DESC_MAGIC);
-    ote_buf_put_u16(&b, OTE_DESC_VERSION + 1);
-    ote_buf_put_u16(&b, 0);
-    ote_buf_put_u64(&b, 1);
+    b = desc_head(OTE_DESC_VERSION + 1, false);
     assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_ERR_PROTOCOL);
     free(b.data);
 }

@@ -6,6 +6,7 @@
 #include "base/config.h"
 #include "base/log.h"
 #include "core/engine.h"
+#include "testlib.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <setjmp.h>
@@ -158,12 +159,9 @@ static void test_table_env(void **state)
     demo_opts_t o;
 
     demo_unset();
-    setenv("OTE_CFGDEMO_NAME", "from-env", 1);
-    setenv("OTE_CFGDEMO_COUNT", "7", 1);
-    setenv("OTE_CFGDEMO_SIZE", "2m", 1);
-    setenv("OTE_CFGDEMO_FLAG", "yes", 1);
-    setenv("OTE_CFGDEMO_MODE", "n", 1);
-    setenv("OTE_CFGDEMO_LEVEL", "debug", 1);
+    ote_test_setenv_all((const char *const[]){
+        "OTE_CFGDEMO_NAME=from-env", "OTE_CFGDEMO_COUNT=7", "OTE_CFGDEMO_SIZE=2m",
+        "OTE_CFGDEMO_FLAG=yes", "OTE_CFGDEMO_MODE=n", "OTE_CFGDEMO_LEVEL=debug", NULL});
     /* Without the prefix it is not this table's variable. */
     setenv("OTE_COUNT", "9", 1);
     assert_int_equal(ote_config_fill(&demo_table, &o), OTE_OK);
@@ -302,6 +300,11 @@ static void test_tcp_table(void **state)
     assert_int_equal(t.sndbuf, 1u << 20);
     assert_int_equal(ote_config_validate(&ote_tcp_config_table, &t), OTE_OK);
     assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "TCP_CONNS", "65"), OTE_OK);
+    assert_int_equal(ote_config_validate(&ote_tcp_config_table, &t), OTE_ERR_INVALID_PARAM);
+    /* The table's bounds (1..64) include both ends. */
+    assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "TCP_CONNS", "64"), OTE_OK);
+    assert_int_equal(ote_config_validate(&ote_tcp_config_table, &t), OTE_OK);
+    assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "TCP_CONNS", "0"), OTE_OK);
     assert_int_equal(ote_config_validate(&ote_tcp_config_table, &t), OTE_ERR_INVALID_PARAM);
     assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "CONNS", "4"), OTE_ERR_NOT_FOUND);
     assert_int_equal(ote_config_set(&ote_tcp_config_table, &t, "SLICE_SIZE", "4"),

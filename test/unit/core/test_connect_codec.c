@@ -87,6 +87,21 @@ static void test_release_roundtrip(void **state)
     free(d);
 }
 
+/* A CONNECT (initiator 1, target 2, connection 3, worker 0) over tl on lo, up to its address. */
+static ote_buf_t connect_head(const char *tl)
+{
+    ote_buf_t b = {0};
+
+    ote_buf_put_u8(&b, OTE_CTL_CONNECT_OP_CONNECT);
+    ote_buf_put_u64(&b, 1);
+    ote_buf_put_u64(&b, 2);
+    ote_buf_put_u64(&b, 3);
+    ote_buf_put_u16(&b, 0);
+    ote_buf_put_str8(&b, tl);
+    ote_buf_put_str8(&b, "lo");
+    return b;
+}
+
 static void test_connect_malformed(void **state)
 {
     ote_ctl_connect_t *d = calloc(1, sizeof(*d));
@@ -113,14 +128,7 @@ static void test_connect_malformed(void **state)
     free(b.data);
 
     /* Connect whose address length is larger than the rest / than the limit. */
-    b = (ote_buf_t){0};
-    ote_buf_put_u8(&b, OTE_CTL_CONNECT_OP_CONNECT);
-    ote_buf_put_u64(&b, 1);
-    ote_buf_put_u64(&b, 2);
-    ote_buf_put_u64(&b, 3);
-    ote_buf_put_u16(&b, 0);
-    ote_buf_put_str8(&b, "tcp");
-    ote_buf_put_str8(&b, "lo");
+    b = connect_head("tcp");
     ote_buf_put_u16(&b, 10);
     ote_buf_put(&b, "abc", 3);
     assert_int_equal(ote_ctl_connect_decode(b.data, b.len, d), OTE_ERR_PROTOCOL);
@@ -132,14 +140,7 @@ static void test_connect_malformed(void **state)
     free(b.data);
 
     /* A transport name longer than the field. */
-    b = (ote_buf_t){0};
-    ote_buf_put_u8(&b, OTE_CTL_CONNECT_OP_CONNECT);
-    ote_buf_put_u64(&b, 1);
-    ote_buf_put_u64(&b, 2);
-    ote_buf_put_u64(&b, 3);
-    ote_buf_put_u16(&b, 0);
-    ote_buf_put_str8(&b, "a_transport_name_longer_than_thirty_two_bytes");
-    ote_buf_put_str8(&b, "lo");
+    b = connect_head("a_transport_name_longer_than_thirty_two_bytes");
     ote_buf_put_u16(&b, 0);
     assert_int_equal(ote_ctl_connect_decode(b.data, b.len, d), OTE_ERR_PROTOCOL);
     free(b.data);

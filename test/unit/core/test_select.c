@@ -87,13 +87,42 @@ static void test_names(void **state)
     ote_select_free(sel);
 }
 
+/* A selection and what it must and must not select. */
+typedef struct {
+    const char *spec;
+    const char *in[8];
+    const char *out[8];
+    int         unmatched; /* ote_select_check_unmatched() after them, or UNASKED */
+} select_case_t;
+
+#define UNASKED OTE_INPROGRESS /* never an answer of check_unmatched */
+
+/* Each case as OTE_TLS (devices false) or OTE_NET_DEVICES. */
+static void check_cases(const select_case_t *cases, size_t n, bool devices)
+{
+    for (size_t c = 0; c < n; c++) {
+        ote_select_t *sel =
+            devices ? parse_ok(NULL, cases[c].spec) : parse_ok(cases[c].spec, NULL);
+        bool (*selects)(ote_select_t *, const char *) =
+            devices ? ote_select_device : ote_select_tl;
+
+        for (size_t i = 0; i < 8 && cases[c].in[i]; i++) {
+            if (!selects(sel, cases[c].in[i]))
+                fail_msg("%s should select %s", cases[c].spec, cases[c].in[i]);
+        }
+        for (size_t i = 0; i < 8 && cases[c].out[i]; i++) {
+            if (selects(sel, cases[c].out[i]))
+                fail_msg("%s should not select %s", cases[c].spec, cases[c].out[i]);
+        }
+        if (cases[c].unmatched != UNASKED)
+            assert_int_equal(ote_select_check_unmatched(sel), cases[c].unmatched);
+        ote_select_free(sel);
+    }
+}
+
 static void test_aliases(void **state)
 {
-    static const struct {
-        const char *alias;
-        const char *in[5];
-        const char *out[5];
-    } cases[] = {
+    static const select_case_t cases[] = {
         {"shm", {"cma", "uct_cma", "posix", "sysv", "knem"}, {"tcp", "uct_tcp", "self", "rc_mlx5"}},
         {"sm", {"cma", "uct_cma", "posix", "sysv", "xpmem"}, {"tcp", "rc_verbs"}},
         {"mm", {"posix", "sysv", "xpmem"}, {"cma", "uct_cma", "knem"}},
@@ -107,119 +136,50 @@ static void test_aliases(void **state)
         {"ud", {"ud_mlx5", "ud_verbs"}, {"rc_verbs"}},
         {"cuda", {"cuda_copy", "cuda_ipc", "gdr_copy"}, {"cma", "tcp"}},
         {"tcp", {"tcp"}, {"uct_tcp"}},
+        /* An alias that meets none of its members here is as missing as a name. */
+        {"tcp,ib", {"tcp"}, {"cma"}, OTE_ERR_NO_DEVICE},
+        /* "\\rc" names a transport called rc, never the alias. */
+        {"\\rc", {"rc"}, {"rc_mlx5"}, UNASKED},
     };
 
-    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        ote_select_t *sel = parse_ok(cases[c].alias, NULL);
-
-        for (size_t i = 0; i < 5 && cases[c].in[i]; i++) {
-            if (!ote_select_tl(sel, cases[c].in[i]))
-                fail_msg("%s should select %s", cases[c].alias, cases[c].in[i]);
-        }
-        for (size_t i = 0; i < 5 && cases[c].out[i]; i++) {
-            if (ote_select_tl(sel, cases[c].out[i]))
-                fail_msg("%s should not select %s", cases[c].alias, cases[c].out[i]);
-        }
-        assert_int_equal(ote_select_check_unmatched(sel), OTE_OK);
-        ote_select_free(sel);
-    }
-    /* An alias that meets none of its members here is as missing as a name. */
-    {
-        ote_select_t *sel = parse_ok("tcp,ib", NULL);
-
-        assert_true(ote_select_tl(sel, "tcp"));
-        assert_false(ote_select_tl(sel, "cma"));
-        assert_int_equal(ote_select_check_unmatched(sel), OTE_ERR_NO_DEVICE);
-        ote_select_free(sel);
-    }
-    /* "\rc" names a transport called rc, never the alias. */
-    {
-        ote_select_t *sel = parse_ok("\\rc", NULL);
-
-        assert_false(ote_select_tl(sel, "rc_mlx5"));
-        assert_true(ote_select_tl(sel, "rc"));
-        ote_select_free(sel);
-    }
+    check_cases(cases, sizeof(cases) / sizeof(cases[0]), false);
 }
 
 static void test_negation(void **state)
 {
-    ote_select_t *sel = parse_ok("^shm", NULL);
+    static const select_case_t tls[] = {
+        {"^shm", {"tcp", "uct_tcp"}, {"cma", "uct_cma", "posix"}, OTE_OK},
+        /* Excluding something absent is not an error. */
+        {"^rc_mlx5,uct_tcp", {"tcp"}, {"uct_tcp"}, OTE_OK},
+    };
+    static const select_case_t devices[] = {
+        {"^eth1", {"eth0", "eth10"}, {"eth1"}, OTE_OK},
+        {"^mlx5_[0-1]:1", {"mlx5_1:2", "mlx5_2:1"}, {"mlx5_0:1", "mlx5_1:1"}, UNASKED},
+    };
 
-    assert_true(ote_select_tl(sel, "tcp"));
-    assert_true(ote_select_tl(sel, "uct_tcp"));
-    assert_false(ote_select_tl(sel, "cma"));
-    assert_false(ote_select_tl(sel, "uct_cma"));
-    assert_false(ote_select_tl(sel, "posix"));
-    assert_int_equal(ote_select_check_unmatched(sel), OTE_OK);
-    ote_select_free(sel);
-
-    /* Excluding something absent is not an error. */
-    sel = parse_ok("^rc_mlx5,uct_tcp", NULL);
-    assert_true(ote_select_tl(sel, "tcp"));
-    assert_false(ote_select_tl(sel, "uct_tcp"));
-    assert_int_equal(ote_select_check_unmatched(sel), OTE_OK);
-    ote_select_free(sel);
-
-    sel = parse_ok(NULL, "^eth1");
-    assert_true(ote_select_device(sel, "eth0"));
-    assert_false(ote_select_device(sel, "eth1"));
-    assert_true(ote_select_device(sel, "eth10"));
-    assert_int_equal(ote_select_check_unmatched(sel), OTE_OK);
-    ote_select_free(sel);
-
-    sel = parse_ok(NULL, "^mlx5_[0-1]:1");
-    assert_false(ote_select_device(sel, "mlx5_0:1"));
-    assert_false(ote_select_device(sel, "mlx5_1:1"));
-    assert_true(ote_select_device(sel, "mlx5_1:2"));
-    assert_true(ote_select_device(sel, "mlx5_2:1"));
-    ote_select_free(sel);
+    check_cases(tls, sizeof(tls) / sizeof(tls[0]), false);
+    check_cases(devices, sizeof(devices) / sizeof(devices[0]), true);
 }
 
 static void test_devices(void **state)
 {
-    ote_select_t *sel = parse_ok(NULL, "eth0,mlx5_0:1");
+    static const select_case_t cases[] = {
+        {"eth0,mlx5_0:1", {"eth0", "mlx5_0:1"}, {"eth00", "eth1", "mlx5_0:2"}, OTE_OK},
+        /* A device without a port names all its ports. */
+        {"mlx5_0", {"mlx5_0:1", "mlx5_0:2"}, {"mlx5_1:1"}, UNASKED},
+        {"mlx5_[0-3]:1",
+         {"mlx5_0:1", "mlx5_2:1", "mlx5_3:1"},
+         {"mlx5_4:1", "mlx5_2:2", "mlx5_:1", "mlx5_x:1"},
+         UNASKED},
+        {"eth[1],mlx5_[8-11]",
+         {"eth1", "mlx5_10:1", "mlx5_8:2"},
+         {"eth0", "mlx5_12:1", "mlx5_1:1"},
+         UNASKED},
+        /* A range that met nothing is missing. */
+        {"eth0,ib[0-1]", {"eth0"}, {"lo"}, OTE_ERR_NO_DEVICE},
+    };
 
-    assert_true(ote_select_device(sel, "eth0"));
-    assert_false(ote_select_device(sel, "eth00"));
-    assert_false(ote_select_device(sel, "eth1"));
-    assert_true(ote_select_device(sel, "mlx5_0:1"));
-    assert_false(ote_select_device(sel, "mlx5_0:2"));
-    assert_int_equal(ote_select_check_unmatched(sel), OTE_OK);
-    ote_select_free(sel);
-
-    /* A device without a port names all its ports. */
-    sel = parse_ok(NULL, "mlx5_0");
-    assert_true(ote_select_device(sel, "mlx5_0:1"));
-    assert_true(ote_select_device(sel, "mlx5_0:2"));
-    assert_false(ote_select_device(sel, "mlx5_1:1"));
-    ote_select_free(sel);
-
-    sel = parse_ok(NULL, "mlx5_[0-3]:1");
-    assert_true(ote_select_device(sel, "mlx5_0:1"));
-    assert_true(ote_select_device(sel, "mlx5_2:1"));
-    assert_true(ote_select_device(sel, "mlx5_3:1"));
-    assert_false(ote_select_device(sel, "mlx5_4:1"));
-    assert_false(ote_select_device(sel, "mlx5_2:2"));
-    assert_false(ote_select_device(sel, "mlx5_:1"));
-    assert_false(ote_select_device(sel, "mlx5_x:1"));
-    ote_select_free(sel);
-
-    sel = parse_ok(NULL, "eth[1],mlx5_[8-11]");
-    assert_true(ote_select_device(sel, "eth1"));
-    assert_false(ote_select_device(sel, "eth0"));
-    assert_true(ote_select_device(sel, "mlx5_10:1"));
-    assert_true(ote_select_device(sel, "mlx5_8:2"));
-    assert_false(ote_select_device(sel, "mlx5_12:1"));
-    assert_false(ote_select_device(sel, "mlx5_1:1"));
-    ote_select_free(sel);
-
-    /* A range that met nothing is missing. */
-    sel = parse_ok(NULL, "eth0,ib[0-1]");
-    assert_true(ote_select_device(sel, "eth0"));
-    assert_false(ote_select_device(sel, "lo"));
-    assert_int_equal(ote_select_check_unmatched(sel), OTE_ERR_NO_DEVICE);
-    ote_select_free(sel);
+    check_cases(cases, sizeof(cases) / sizeof(cases[0]), true);
 }
 
 static void test_errors(void **state)
@@ -249,6 +209,15 @@ static void test_errors(void **state)
     memset(many, 'y', sizeof(many) - 1);
     many[sizeof(many) - 1] = '\0';
     parse_bad(many, NULL);
+}
+
+/* After a test that creates engines: none of the variables it set stays. */
+static int env_clear(void **state)
+{
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_NET_DEVICES");
+    unsetenv("OTE_LOG_LEVEL");
+    return 0;
 }
 
 /* The engine applies the selection: missing names fail at start. */
@@ -303,7 +272,6 @@ static void test_engine_selection(void **state)
     (void)text;
     (void)size;
 #endif
-    unsetenv("OTE_TLS");
 }
 
 /* Run create with stderr captured; *log_p gets what the engine logged. */
@@ -414,8 +382,6 @@ static void test_tcp_devices(void **state)
         assert_string_equal(e->tls[0].resource.dev_name, "lo");
         ote_engine_destroy(e);
     }
-    unsetenv("OTE_NET_DEVICES");
-    unsetenv("OTE_TLS");
 }
 
 /* Names that are not here: OTE_ERR_NO_DEVICE, its own message, and a log naming them. */
@@ -443,8 +409,6 @@ static void test_unknown_names(void **state)
                                 "devices here: lo"));
     assert_null(strstr(log, "'lo'"));
     free(log);
-    unsetenv("OTE_NET_DEVICES");
-    unsetenv("OTE_TLS");
 }
 
 /*
@@ -485,8 +449,6 @@ static void test_exclude_cma(void **state)
     assert_null(strstr(log, "excludes the native"));
     free(log);
     ote_engine_destroy(e);
-    unsetenv("OTE_TLS");
-    unsetenv("OTE_LOG_LEVEL");
 }
 
 int main(void)
@@ -495,9 +457,10 @@ int main(void)
         cmocka_unit_test(test_all),     cmocka_unit_test(test_names),
         cmocka_unit_test(test_aliases), cmocka_unit_test(test_negation),
         cmocka_unit_test(test_devices), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_engine_selection),
-        cmocka_unit_test(test_tcp_devices), cmocka_unit_test(test_unknown_names),
-        cmocka_unit_test(test_exclude_cma),
+        cmocka_unit_test_teardown(test_engine_selection, env_clear),
+        cmocka_unit_test_teardown(test_tcp_devices, env_clear),
+        cmocka_unit_test_teardown(test_unknown_names, env_clear),
+        cmocka_unit_test_teardown(test_exclude_cma, env_clear),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

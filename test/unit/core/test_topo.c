@@ -41,44 +41,54 @@ static void near(hwloc_topology_t topo, const char *const *devs, size_t n, char 
     hwloc_bitmap_free(set);
 }
 
+/* Devices, and the CPUs ote_topo_nic_cpuset places a worker on for them. */
+typedef struct {
+    const char *devs[3];
+    size_t      n;
+    const char *cpus;
+} near_case_t;
+
+static void check_near(const char *file, const near_case_t *c, size_t n)
+{
+    hwloc_topology_t topo = load(file);
+    char buf[128];
+
+    for (size_t i = 0; i < n; i++) {
+        near(topo, c[i].n ? c[i].devs : NULL, c[i].n, buf, sizeof(buf));
+        assert_string_equal(buf, c[i].cpus);
+    }
+    hwloc_topology_destroy(topo);
+}
+
 static void test_two_socket_gpu_nic_box(void **state)
 {
-    hwloc_topology_t topo = load("32em64t-2n8c2t-pci-normalio.xml");
-    char buf[128];
+    static const near_case_t c[] = {
+        /* mlx5_0 and the Ethernet ports hang off socket 1. */
+        {{"mlx5_0:1"}, 1, "0xff00ff00"},
+        {{"mlx5_0:1", "eth0", "ib0"}, 3, "0xff00ff00"},
+        /* The disk is on socket 0: two places, no single best. */
+        {{"mlx5_0:1", "sda"}, 2, ""},
+        /* Devices hwloc does not know (loopback, virtual NICs) pin nothing. */
+        {{"lo"}, 1, ""},
+        {{"eth0", "veth7"}, 2, ""},
+        {{NULL}, 0, ""},
+    };
     (void)state;
 
-    /* mlx5_0 and the Ethernet ports hang off socket 1. */
-    near(topo, (const char *[]){"mlx5_0:1"}, 1, buf, sizeof(buf));
-    assert_string_equal(buf, "0xff00ff00");
-    near(topo, (const char *[]){"mlx5_0:1", "eth0", "ib0"}, 3, buf, sizeof(buf));
-    assert_string_equal(buf, "0xff00ff00");
-    /* The disk is on socket 0: two places, no single best. */
-    near(topo, (const char *[]){"mlx5_0:1", "sda"}, 2, buf, sizeof(buf));
-    assert_string_equal(buf, "");
-    /* Devices hwloc does not know (loopback, virtual NICs) pin nothing. */
-    near(topo, (const char *[]){"lo"}, 1, buf, sizeof(buf));
-    assert_string_equal(buf, "");
-    near(topo, (const char *[]){"eth0", "veth7"}, 2, buf, sizeof(buf));
-    assert_string_equal(buf, "");
-    near(topo, NULL, 0, buf, sizeof(buf));
-    assert_string_equal(buf, "");
-    hwloc_topology_destroy(topo);
+    check_near("32em64t-2n8c2t-pci-normalio.xml", c, sizeof(c) / sizeof(c[0]));
 }
 
 static void test_two_socket_ib_box(void **state)
 {
-    hwloc_topology_t topo = load("24em64t-2n6c2t-pci.xml");
-    char buf[128];
+    static const near_case_t c[] = {
+        /* Every NIC of this machine is on socket 0 (CPUs 0, 2, 4, ...). */
+        {{"mlx4_0:1"}, 1, "0x00555555"},
+        {{"eth1", "mlx4_0:1"}, 2, "0x00555555"},
+        {{"mlx5_0:1"}, 1, ""},
+    };
     (void)state;
 
-    /* Every NIC of this machine is on socket 0 (CPUs 0, 2, 4, ...). */
-    near(topo, (const char *[]){"mlx4_0:1"}, 1, buf, sizeof(buf));
-    assert_string_equal(buf, "0x00555555");
-    near(topo, (const char *[]){"eth1", "mlx4_0:1"}, 2, buf, sizeof(buf));
-    assert_string_equal(buf, "0x00555555");
-    near(topo, (const char *[]){"mlx5_0:1"}, 1, buf, sizeof(buf));
-    assert_string_equal(buf, "");
-    hwloc_topology_destroy(topo);
+    check_near("24em64t-2n6c2t-pci.xml", c, sizeof(c) / sizeof(c[0]));
 }
 
 /* The score of nic for location in the topology file, with its reason. */

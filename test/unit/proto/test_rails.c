@@ -81,70 +81,78 @@ static const char *choose(rails_t *r, ote_op_t op, unsigned lmem, unsigned rmem)
     return out;
 }
 
+/* Rails of these kinds (in this order): what an op between lmem and rmem is carried on. */
+typedef struct {
+    const kind_t *kinds[4];
+    ote_op_t      op;
+    unsigned      lmem, rmem;
+    const char   *chosen;
+} choice_t;
+
+static void check_choices(const choice_t *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        rails_t r = {0};
+
+        for (size_t k = 0; k < 4 && c[i].kinds[k] != NULL; k++)
+            add(&r, c[i].kinds[k]);
+        assert_string_equal(choose(&r, c[i].op, c[i].lmem, c[i].rmem), c[i].chosen);
+    }
+}
+
+#define ALL_HOST {&k_tcp, &k_uct_tcp, &k_uct_cma, &k_cma}
+
 static void test_same_host_everything(void **state)
 {
-    rails_t r = {0};
+    static const choice_t c[] = {
+        {ALL_HOST, OTE_OP_WRITE, HOST, HOST, "cma"},
+        {ALL_HOST, OTE_OP_READ, HOST, HOST, "cma"},
+        {ALL_HOST, OTE_OP_WRITE, CUDA, HOST, "UNREACHABLE"},
+    };
 
-    add(&r, &k_tcp);
-    add(&r, &k_uct_tcp);
-    add(&r, &k_uct_cma);
-    add(&r, &k_cma);
-    assert_string_equal(choose(&r, OTE_OP_WRITE, HOST, HOST), "cma");
-    assert_string_equal(choose(&r, OTE_OP_READ, HOST, HOST), "cma");
-    assert_string_equal(choose(&r, OTE_OP_WRITE, CUDA, HOST), "UNREACHABLE");
+    check_choices(c, sizeof(c) / sizeof(c[0]));
 }
 
 static void test_checked_preferred(void **state)
 {
-    rails_t r = {0};
+    static const choice_t c[] = {
+        /* UCT cma is a little faster, but the native one checks at the target. */
+        {{&k_uct_cma, &k_cma}, OTE_OP_WRITE, HOST, HOST, "cma"},
+        /* Without the native one: UCT cma, still ahead of both tcps. */
+        {{&k_tcp, &k_uct_cma, &k_uct_tcp}, OTE_OP_WRITE, HOST, HOST, "uct_cma"},
+        {{&k_tcp, &k_uct_cma, &k_uct_tcp}, OTE_OP_READ, HOST, HOST, "uct_cma"},
+    };
 
-    /* UCT cma is a little faster, but the native one checks at the target. */
-    add(&r, &k_uct_cma);
-    add(&r, &k_cma);
-    assert_string_equal(choose(&r, OTE_OP_WRITE, HOST, HOST), "cma");
-    /* Without the native one: UCT cma, still ahead of both tcps. */
-    memset(&r, 0, sizeof(r));
-    add(&r, &k_tcp);
-    add(&r, &k_uct_cma);
-    add(&r, &k_uct_tcp);
-    assert_string_equal(choose(&r, OTE_OP_WRITE, HOST, HOST), "uct_cma");
-    assert_string_equal(choose(&r, OTE_OP_READ, HOST, HOST), "uct_cma");
+    check_choices(c, sizeof(c) / sizeof(c[0]));
 }
 
 static void test_network_only(void **state)
 {
-    rails_t r = {0};
+    static const choice_t c[] = {
+        /* Checked tcp beats UCT tcp (within 4x) for PUT; UCT tcp has no GET. */
+        {{&k_uct_tcp, &k_tcp}, OTE_OP_WRITE, HOST, HOST, "tcp"},
+        {{&k_uct_tcp, &k_tcp}, OTE_OP_READ, HOST, HOST, "tcp"},
+        /* UCT tcp alone: PUT yes, GET nothing. */
+        {{&k_uct_tcp}, OTE_OP_WRITE, HOST, HOST, "uct_tcp"},
+        {{&k_uct_tcp}, OTE_OP_READ, HOST, HOST, "UNREACHABLE"},
+        /* Much faster unchecked RDMA wins over tcp; two of them share. */
+        {{&k_tcp, &k_rc, &k_rc}, OTE_OP_WRITE, HOST, HOST, "rc_mlx5,rc_mlx5"},
+    };
 
-    /* Checked tcp beats UCT tcp (within 4x) for PUT; UCT tcp has no GET. */
-    add(&r, &k_uct_tcp);
-    add(&r, &k_tcp);
-    assert_string_equal(choose(&r, OTE_OP_WRITE, HOST, HOST), "tcp");
-    assert_string_equal(choose(&r, OTE_OP_READ, HOST, HOST), "tcp");
-    /* UCT tcp alone: PUT yes, GET nothing. */
-    memset(&r, 0, sizeof(r));
-    add(&r, &k_uct_tcp);
-    assert_string_equal(choose(&r, OTE_OP_WRITE, HOST, HOST), "uct_tcp");
-    assert_string_equal(choose(&r, OTE_OP_READ, HOST, HOST), "UNREACHABLE");
-    /* Much faster unchecked RDMA wins over tcp; two of them share. */
-    memset(&r, 0, sizeof(r));
-    add(&r, &k_tcp);
-    add(&r, &k_rc);
-    add(&r, &k_rc);
-    assert_string_equal(choose(&r, OTE_OP_WRITE, HOST, HOST), "rc_mlx5,rc_mlx5");
+    check_choices(c, sizeof(c) / sizeof(c[0]));
 }
 
 static void test_memory_types(void **state)
 {
-    rails_t r = {0};
+    static const choice_t c[] = {
+        {{&k_cma, &k_rc, &k_ipc}, OTE_OP_WRITE, HOST, HOST, "cma"},
+        /* cma cannot reach GPU memory: the intra-host cuda rail does. */
+        {{&k_cma, &k_rc, &k_ipc}, OTE_OP_WRITE, CUDA, CUDA, "cuda_ipc"},
+        /* Host to GPU: only RDMA reaches both. */
+        {{&k_cma, &k_rc, &k_ipc}, OTE_OP_READ, HOST, CUDA, "rc_mlx5"},
+    };
 
-    add(&r, &k_cma);
-    add(&r, &k_rc);
-    add(&r, &k_ipc);
-    assert_string_equal(choose(&r, OTE_OP_WRITE, HOST, HOST), "cma");
-    /* cma cannot reach GPU memory: the intra-host cuda rail does. */
-    assert_string_equal(choose(&r, OTE_OP_WRITE, CUDA, CUDA), "cuda_ipc");
-    /* Host to GPU: only RDMA reaches both. */
-    assert_string_equal(choose(&r, OTE_OP_READ, HOST, CUDA), "rc_mlx5");
+    check_choices(c, sizeof(c) / sizeof(c[0]));
 }
 
 static void test_closed_rails(void **state)
@@ -170,6 +178,15 @@ static int kind_cmp(const void *a, const void *b)
     return ote_proto_caps_cmp(&cx, x->network, &cy, y->network);
 }
 
+/* A rail of kind k reaching mem both ways would add nothing to the rails built. */
+static bool dominated(rails_t *built, const kind_t *k, unsigned mem)
+{
+    ote_tl_caps_t c = {.ops = k->ops, .mem_local = mem, .mem_remote = mem,
+                       .bandwidth = k->gbps * 1e9};
+
+    return ote_proto_rail_dominated(&c, k->network, built->set.rails, built->set.num_rails);
+}
+
 /* Build order: intra-host, checked, faster; later ones pruned if never chosen. */
 static void test_build_order_and_pruning(void **state)
 {
@@ -184,31 +201,15 @@ static void test_build_order_and_pruning(void **state)
     assert_string_equal(k[4]->name, "uct_tcp");
 
     add(&built, &k_cma);
-    {
-        ote_tl_caps_t c = {.ops = k_uct_cma.ops, .mem_local = HOST, .mem_remote = HOST,
-                           .bandwidth = 11e9};
-
-        assert_true(ote_proto_rail_dominated(&c, false, built.set.rails, built.set.num_rails));
-        c = (ote_tl_caps_t){.ops = k_tcp.ops, .mem_local = HOST, .mem_remote = HOST,
-                            .bandwidth = 1.25e9};
-        assert_true(ote_proto_rail_dominated(&c, true, built.set.rails, built.set.num_rails));
-        /* rc also reaches GPU memory, which cma does not: still worth a rail. */
-        c = (ote_tl_caps_t){.ops = k_rc.ops, .mem_local = HOST | CUDA,
-                            .mem_remote = HOST | CUDA, .bandwidth = 12e9};
-        assert_false(ote_proto_rail_dominated(&c, true, built.set.rails, built.set.num_rails));
-    }
+    assert_true(dominated(&built, &k_uct_cma, HOST));
+    assert_true(dominated(&built, &k_tcp, HOST));
+    /* rc also reaches GPU memory, which cma does not: still worth a rail. */
+    assert_false(dominated(&built, &k_rc, HOST | CUDA));
     /* Next to tcp alone, a faster unchecked network rail is worth building. */
     memset(&built, 0, sizeof(built));
     add(&built, &k_tcp);
-    {
-        ote_tl_caps_t c = {.ops = k_rc.ops, .mem_local = HOST, .mem_remote = HOST,
-                           .bandwidth = 12e9};
-
-        assert_false(ote_proto_rail_dominated(&c, true, built.set.rails, built.set.num_rails));
-        c = (ote_tl_caps_t){.ops = k_uct_tcp.ops, .mem_local = HOST, .mem_remote = HOST,
-                            .bandwidth = 1e9};
-        assert_true(ote_proto_rail_dominated(&c, true, built.set.rails, built.set.num_rails));
-    }
+    assert_false(dominated(&built, &k_rc, HOST));
+    assert_true(dominated(&built, &k_uct_tcp, HOST));
 }
 
 int main(void)

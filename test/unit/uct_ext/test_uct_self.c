@@ -5,7 +5,7 @@
  * descriptor refresh for ranges registered after the segment was opened.
  */
 #include "core/engine.h"
-#include "testlib.h"
+#include "self_fixture.h"
 #include "proto/putback.h"
 #include "uct_ext/uct/uct.h"
 
@@ -23,48 +23,19 @@
 
 #define LEN (8u << 20)
 
-typedef struct {
-    ote_engine_h  e;
-    ote_segment_h self;
-    uint8_t      *local, *remote, *ro;
-    ote_mem_h     mlocal, mremote, mro;
-} fx_t;
+typedef ote_test_self_t fx_t;
 
 static fx_t *fx_open(const char *tls, const char *connect)
 {
-    fx_t *f = calloc(1, sizeof(*f));
-    ote_mem_desc_t d[2];
-    ote_mem_h m[2];
+    fx_t *f;
 
     setenv("OTE_TLS", tls, 1);
     if (connect)
         setenv("OTE_UCT_CONNECT", connect, 1);
-    f->e = ote_test_engine("127.0.0.1:0");
+    f = ote_test_self_open(LEN, NULL);
     unsetenv("OTE_UCT_CONNECT");
     unsetenv("OTE_TLS");
-    assert_int_equal(ote_mem_alloc(f->e, LEN, NULL, 0, (void **)&f->local, &f->mlocal), OTE_OK);
-    f->remote = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    f->ro     = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    d[0] = (ote_mem_desc_t){.addr = f->remote, .length = LEN,
-                            .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
-    d[1] = (ote_mem_desc_t){.addr = f->ro, .length = 65536, .access = OTE_ACCESS_REMOTE_READ};
-    assert_int_equal(ote_mem_register(f->e, d, 2, m), OTE_OK);
-    f->mremote = m[0];
-    f->mro     = m[1];
-    assert_int_equal(ote_segment_open(f->e, ote_engine_name(f->e), &f->self), OTE_OK);
     return f;
-}
-
-static void fx_close(fx_t *f)
-{
-    assert_int_equal(ote_segment_close(f->self), OTE_OK);
-    assert_int_equal(ote_mem_deregister(f->e, f->mremote), OTE_OK);
-    assert_int_equal(ote_mem_deregister(f->e, f->mro), OTE_OK);
-    assert_int_equal(ote_mem_free(f->e, f->mlocal), OTE_OK);
-    ote_engine_destroy(f->e);
-    munmap(f->remote, LEN);
-    munmap(f->ro, 65536);
-    free(f);
 }
 
 /* Every rail of the segment runs on this transport. */
@@ -77,10 +48,7 @@ static void assert_rails(fx_t *f, const char *tl)
 
 static ote_task_status_t run_one(fx_t *f, ote_op_t op, void *local, uint64_t remote, size_t len)
 {
-    ote_task_status_t st;
-
-    assert_int_equal(ote_test_xfer(f->e, f->self, op, local, remote, len, 20000, &st), OTE_OK);
-    return st;
+    return ote_test_self_xfer(f, op, local, remote, len, 20000);
 }
 
 /* Mixed sizes at unaligned offsets in one batch; every byte checked. */
@@ -90,8 +58,8 @@ static void xfer_mixed(fx_t *f, ote_op_t op)
                                    (3u << 20) + 5};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
     ote_xfer_req_t r[N];
-    size_t off[N], pos = 7, first;
-    ote_batch_h b;
+    ote_task_status_t st[N];
+    size_t off[N], pos = 7;
 
     for (size_t i = 0; i < N; i++) {
         off[i] = pos;
@@ -109,34 +77,39 @@ static void xfer_mixed(fx_t *f, ote_op_t op)
                                 .segment = f->self,
                                 .remote_addr = (uintptr_t)f->remote + off[i],
                                 .length = sizes[i]};
-    assert_int_equal(ote_batch_create(f->e, N, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, N, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    assert_int_equal(ote_test_batch_run(f->e, r, N, 30000, st), OTE_OK);
     for (size_t i = 0; i < N; i++) {
-        ote_task_status_t st;
         const uint8_t *dst = op == OTE_OP_WRITE ? f->remote + off[i] : f->local + off[i] + 1;
         const uint8_t *src = op == OTE_OP_WRITE ? f->local + off[i] + 1 : f->remote + off[i];
 
-        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-        assert_int_equal(st.state, OTE_TASK_COMPLETED);
-        assert_int_equal(st.transferred, sizes[i]);
+        assert_int_equal(st[i].state, OTE_TASK_COMPLETED);
+        assert_int_equal(st[i].transferred, sizes[i]);
         assert_memory_equal(dst, src, sizes[i]);
         /* Nothing around the destination moved. */
         assert_int_equal(dst[-1], 0);
         assert_int_equal(dst[sizes[i]], 0);
     }
-    ote_batch_release(b);
+}
+
+/*
+ * With OTE_TLS=tls every rail is on tl, checked at the target or not, and
+ * carries mixed sizes both ways.
+ */
+static void carries_both_ways(const char *tls, const char *tl, bool checked)
+{
+    fx_t *f = fx_open(tls, NULL);
+
+    assert_rails(f, tl);
+    for (size_t i = 0; i < f->self->rail_set.num_rails; i++)
+        assert_int_equal(!!(f->self->rail_set.rails[i]->caps.ops & OTE_TL_CAP_CHECKED), checked);
+    xfer_mixed(f, OTE_OP_WRITE);
+    xfer_mixed(f, OTE_OP_READ);
+    ote_test_self_close(f);
 }
 
 static void test_uct_cma(void **state)
 {
-    fx_t *f = fx_open("uct_cma", NULL);
-
-    assert_rails(f, "uct_cma");
-    assert_false(f->self->rail_set.rails[0]->caps.ops & OTE_TL_CAP_CHECKED);
-    xfer_mixed(f, OTE_OP_WRITE);
-    xfer_mixed(f, OTE_OP_READ);
-    fx_close(f);
+    carries_both_ways("uct_cma", "uct_cma", false);
 }
 
 /* UCT cma does not check at the target: the initiator refuses what the peer did not publish. */
@@ -148,18 +121,7 @@ static void test_uct_cma_access_checks(void **state)
     ote_mem_h mlate;
     ote_mem_desc_t d;
 
-    st = run_one(f, OTE_OP_WRITE, f->local, 0x1000, 64);
-    assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_NOT_REGISTERED);
-    st = run_one(f, OTE_OP_WRITE, f->local, (uintptr_t)f->remote + LEN - 10, 64);
-    assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
-    memset(f->ro, 0x7e, 65536);
-    st = run_one(f, OTE_OP_WRITE, f->local, (uintptr_t)f->ro, 64);
-    assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_ACCESS);
-    for (size_t i = 0; i < 65536; i++)
-        assert_int_equal(f->ro[i], 0x7e);
+    ote_test_self_refusals(f, 20000);
     st = run_one(f, OTE_OP_READ, f->local, (uintptr_t)f->ro + 100, 65436);
     assert_int_equal(st.state, OTE_TASK_COMPLETED);
     assert_memory_equal(f->local, f->ro + 100, 65436);
@@ -181,7 +143,7 @@ static void test_uct_cma_access_checks(void **state)
         assert_int_equal(f->local[i], 0);
     assert_int_equal(ote_mem_deregister(f->e, mlate), OTE_OK);
     munmap(late, 1u << 20);
-    fx_close(f);
+    ote_test_self_close(f);
 }
 
 static void test_uct_tcp(void **state)
@@ -226,7 +188,7 @@ static void test_uct_tcp(void **state)
             assert_int_equal(accepted, 0);
             assert_int_equal(ote_segment_open(f->e, ote_engine_name(f->e), &f->self), OTE_OK);
         }
-        fx_close(f);
+        ote_test_self_close(f);
     }
 }
 
@@ -236,11 +198,7 @@ static void test_uct_tcp(void **state)
  */
 static void test_shm_alias(void **state)
 {
-    fx_t *f = fx_open("shm", NULL);
-
-    assert_rails(f, "shm");
-    xfer_mixed(f, OTE_OP_WRITE);
-    fx_close(f);
+    carries_both_ways("shm", "shm", true);
 }
 
 /*
@@ -249,13 +207,7 @@ static void test_shm_alias(void **state)
  */
 static void test_auto_choice(void **state)
 {
-    fx_t *f = fx_open("all", NULL);
-
-    assert_rails(f, "shm");
-    assert_true(f->self->rail_set.rails[0]->caps.ops & OTE_TL_CAP_CHECKED);
-    xfer_mixed(f, OTE_OP_WRITE);
-    xfer_mixed(f, OTE_OP_READ);
-    fx_close(f);
+    carries_both_ways("all", "shm", true);
 }
 
 int main(void)
