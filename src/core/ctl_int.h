@@ -60,7 +60,12 @@ typedef struct putback_job {
 
 /* PUTBACKs accepted at once per engine (running or queued); more are answered BUSY. */
 #define CTL_PUTBACK_MAX 64
-/* Threads that serve them. */
+/*
+ * Threads that serve them: a pool of the listener's own, apart from the
+ * engine's protocol pool, so that two engines reading from each other
+ * cannot hold every thread waiting for answers the other's queued
+ * PUTBACKs would give.
+ */
 #define CTL_PUTBACK_THREADS 4
 /* Initiators whose segment stays open between their PUTBACKs. */
 #define CTL_PUTBACK_PEERS 16

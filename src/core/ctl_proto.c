@@ -246,8 +246,12 @@ unsigned long ote_ctl_putback_opens(ote_ctl_t *ctl)
 
 unsigned ote_ctl_putback_threads(ote_ctl_t *ctl)
 {
-    /* The pool is made by the listener thread: read it after a request was answered. */
-    return ctl->pool != NULL ? ote_proto_jobs_threads(ctl->pool) : 0;
+    unsigned n;
+
+    pthread_mutex_lock(&ctl->done_lock);
+    n = ctl->pool != NULL ? ote_proto_jobs_threads(ctl->pool) : 0;
+    pthread_mutex_unlock(&ctl->done_lock);
+    return n;
 }
 
 /*
@@ -279,15 +283,15 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
         pthread_mutex_lock(&ctl->done_lock);
         if (ctl->jobs >= CTL_PUTBACK_MAX)
             st = OTE_ERR_BUSY;
-        else
+        else if (ctl->pool == NULL)
+            st = ote_proto_jobs_create("ote-putback", CTL_PUTBACK_THREADS, CTL_PUTBACK_MAX,
+                                       &ctl->pool);
+        if (st == OTE_OK)
             ctl->jobs++;
         pthread_mutex_unlock(&ctl->done_lock);
         if (st != OTE_OK)
             ote_mem_region_put(job->region);
     }
-    if (st == OTE_OK && ctl->pool == NULL)
-        st = ote_proto_jobs_create("ote-putback", CTL_PUTBACK_THREADS, CTL_PUTBACK_MAX,
-                                   &ctl->pool);
     if (st == OTE_OK) {
         job->ctl     = ctl;
         job->conn_id = c->id;
