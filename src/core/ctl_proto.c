@@ -234,24 +234,14 @@ void ote_ctl_putback_stop(ote_ctl_t *ctl)
     }
 }
 
-unsigned long ote_ctl_putback_opens(ote_ctl_t *ctl)
+void ote_engine_putback_stats(ote_engine_h e, unsigned long *opens_p, unsigned *threads_p)
 {
-    unsigned long n;
+    ote_ctl_t *ctl = e->ctl;
 
     pthread_mutex_lock(&ctl->done_lock);
-    n = ctl->putback_opens;
+    *opens_p   = ctl->putback_opens;
+    *threads_p = ctl->pool != NULL ? ote_proto_jobs_threads(ctl->pool) : 0;
     pthread_mutex_unlock(&ctl->done_lock);
-    return n;
-}
-
-unsigned ote_ctl_putback_threads(ote_ctl_t *ctl)
-{
-    unsigned n;
-
-    pthread_mutex_lock(&ctl->done_lock);
-    n = ctl->pool != NULL ? ote_proto_jobs_threads(ctl->pool) : 0;
-    pthread_mutex_unlock(&ctl->done_lock);
-    return n;
 }
 
 /*

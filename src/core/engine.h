@@ -170,8 +170,8 @@ ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
                                       size_t *first_task_p);
 void         ote_ctl_stop(ote_ctl_t *ctl);
 /* Segments opened to serve PUTBACKs so far, and the threads serving them (tests). */
-unsigned long ote_ctl_putback_opens(ote_ctl_t *ctl);
-unsigned      ote_ctl_putback_threads(ote_ctl_t *ctl);
+void          ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens_p,
+                                       unsigned *threads_p);
 /* Encode this engine's descriptor. */
 ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
 /* Queue a received notification; BUSY when the backlog is full. */

@@ -1,9 +1,8 @@
 /*
- * Many remote-staged and PUTBACK requests at once, between two engines of
- * this process: every byte lands, and the threads the process runs stay
- * bounded by the pools (proto/jobs.h: the initiator's protocol pool, the
- * target's PUTBACK pool), sampled all along from /proc/self/task (a
- * thread per request would add REQS); a
+ * Many remote-staged and PUTBACK requests at once from this process to a
+ * test target: every byte lands, and the threads stay bounded by the pools
+ * (proto/jobs.h): this process's, sampled all along from /proc/self/task
+ * (a thread per request would add REQS), and the target's PUTBACK pool; a
  * PUTBACK target that serves many requests of one initiator opens one
  * segment to it.
  */
@@ -21,6 +20,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,7 +29,7 @@
 
 #define REQS  64
 #define BLOCK (256u << 10)
-/* Threads that come and go besides the pools' (the CUDA double's, connection set-up). */
+/* Threads that come and go besides the pool's (the CUDA double's streams, UCX's). */
 #define SLACK 4
 
 static int threads_now(void)
@@ -106,96 +106,105 @@ static void run_many(ote_engine_h e, ote_segment_h seg, ote_op_t op, uint8_t *lo
     ote_batch_release(b);
 }
 
+static void cmd_ok(ote_test_pair_t *p, const char *fmt, ...)
+{
+    char c[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(c, sizeof(c), fmt, ap);
+    va_end(ap);
+    assert_int_equal(ote_test_target_expect(p->e, p->seg, c, "ok", 20000), 0);
+}
+
+/*
+ * A target with region 0 of REQS x BLOCK bytes (access and location in
+ * region), this process's engine, and the segment to the target.
+ */
+static ote_test_pair_t *pair_start(const char *tls, const char *region)
+{
+    const char *const args[] = {"--region", region, NULL};
+    ote_test_pair_t *p;
+
+    setenv("OTE_STAGE_CHUNK_SIZE", "65536", 1);
+    setenv("OTE_STAGE_SLOTS", "4", 1);
+    p = ote_test_pair_start(tls, NULL, NULL, args, REQS * BLOCK);
+    unsetenv("OTE_STAGE_CHUNK_SIZE");
+    unsetenv("OTE_STAGE_SLOTS");
+    assert_non_null(p);
+    assert_int_equal(ote_segment_open(p->e, p->target.name, &p->seg), OTE_OK);
+    return p;
+}
+
 /* The peer's GPU memory, which only tcp reaches: every request staged through its chunks. */
 static void test_many_remote_staged(void **state)
 {
-    ote_engine_h init, tgt;
-    ote_segment_h seg;
-    uint8_t *local, *gpu;
-    ote_mem_h ml, mg;
+    ote_test_pair_t *p = pair_start("tcp,cuda_copy,cuda_stage", "16m:rw@cuda:0");
+    uint64_t remote    = p->target.addr[0];
     sampler_t s;
-    int before, peak;
+    int before, peak, read_peak;
 
     (void)state;
-    setenv("OTE_TLS", "tcp,cuda_copy,cuda_stage", 1);
-    setenv("OTE_STAGE_CHUNK_SIZE", "65536", 1);
-    setenv("OTE_STAGE_SLOTS", "4", 1);
-    tgt  = ote_test_engine("127.0.0.1:0");
-    init = ote_test_engine("127.0.0.1:0");
-    assert_int_equal(ote_mem_alloc(tgt, REQS * BLOCK, "cuda:0",
-                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
-                                   (void **)&gpu, &mg),
-                     OTE_OK);
-    assert_int_equal(ote_mem_alloc(init, REQS * BLOCK, "cpu:0", 0, (void **)&local, &ml),
-                     OTE_OK);
-    assert_int_equal(ote_segment_open(init, ote_engine_name(tgt), &seg), OTE_OK);
-    ote_test_fill(local, 0, REQS * BLOCK, 301);
+    ote_test_fill(p->local, 0, REQS * BLOCK, 301);
     before = threads_now();
     sampler_start(&s);
-    run_many(init, seg, OTE_OP_WRITE, local, (uintptr_t)gpu);
-    memset(local, 0, REQS * BLOCK);
-    run_many(init, seg, OTE_OP_READ, local, (uintptr_t)gpu);
+    run_many(p->e, p->seg, OTE_OP_WRITE, p->local, remote);
     peak = sampler_stop(&s);
-    assert_int_equal(ote_test_check(local, 0, REQS * BLOCK, 301), -1);
+    cmd_ok(p, "check 0 0 %u 301", REQS * BLOCK);
+    cmd_ok(p, "fill 0 0 %u 302", REQS * BLOCK);
+    memset(p->local, 0, REQS * BLOCK);
+    sampler_start(&s);
+    run_many(p->e, p->seg, OTE_OP_READ, p->local, remote);
+    read_peak = sampler_stop(&s);
+    assert_int_equal(ote_test_check(p->local, 0, REQS * BLOCK, 302), -1);
     /* Slices beyond the pool's threads waited in its queue. */
+    if (peak < read_peak)
+        peak = read_peak;
     if (peak - before > OTE_PROTO_JOBS_THREADS + SLACK)
         fail_msg("%d threads before, %d at the peak", before, peak);
-    assert_true(ote_proto_jobs_threads(init->proto_jobs) <= OTE_PROTO_JOBS_THREADS);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    ote_mem_free(init, ml);
-    ote_mem_free(tgt, mg);
-    ote_engine_destroy(init);
-    ote_engine_destroy(tgt);
-    unsetenv("OTE_STAGE_CHUNK_SIZE");
-    unsetenv("OTE_STAGE_SLOTS");
-    unsetenv("OTE_TLS");
+    assert_true(ote_proto_jobs_threads(p->e->proto_jobs) <= OTE_PROTO_JOBS_THREADS);
+    ote_test_pair_stop(p);
 }
 
 /* READs over UCT's tcp (no GET) go by PUTBACK: the target PUTs each range back. */
 static void test_many_putbacks(void **state)
 {
-    ote_engine_h init, tgt;
-    ote_segment_h seg;
-    uint8_t *local, *remote;
-    ote_mem_h ml, mr;
-    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+    ote_engine_params_t ep = {.listen_addr = "127.0.0.1:0"};
+    ote_test_pair_t *p;
+    ote_engine_h probe;
+    unsigned long opens = 0;
+    unsigned threads    = 0;
+    char reply[64];
     sampler_t s;
     int before, peak;
 
     (void)state;
     setenv("OTE_TLS", "uct_tcp", 1);
-    if (ote_engine_create(&p, &tgt) != OTE_OK) {
+    if (ote_engine_create(&ep, &probe) != OTE_OK) {
         unsetenv("OTE_TLS");
         skip(); /* no UCX in this build */
     }
-    init = ote_test_engine("127.0.0.1:0");
-    assert_int_equal(ote_mem_alloc(tgt, REQS * BLOCK, "cpu:0", OTE_ACCESS_REMOTE_READ,
-                                   (void **)&remote, &mr),
-                     OTE_OK);
-    assert_int_equal(ote_mem_alloc(init, REQS * BLOCK, "cpu:0", OTE_ACCESS_REMOTE_WRITE,
-                                   (void **)&local, &ml),
-                     OTE_OK);
-    assert_int_equal(ote_segment_open(init, ote_engine_name(tgt), &seg), OTE_OK);
-    ote_test_fill(remote, 0, REQS * BLOCK, 302);
+    ote_engine_destroy(probe);
+    p = pair_start("uct_tcp", "16m:r");
+    cmd_ok(p, "fill 0 0 %u 303", REQS * BLOCK);
     before = threads_now();
     sampler_start(&s);
     for (int round = 0; round < 3; round++) {
-        memset(local, 0, REQS * BLOCK);
-        run_many(init, seg, OTE_OP_READ, local, (uintptr_t)remote);
-        assert_int_equal(ote_test_check(local, 0, REQS * BLOCK, 302), -1);
+        memset(p->local, 0, REQS * BLOCK);
+        run_many(p->e, p->seg, OTE_OP_READ, p->local, p->target.addr[0]);
+        assert_int_equal(ote_test_check(p->local, 0, REQS * BLOCK, 303), -1);
     }
     peak = sampler_stop(&s);
-    if (peak - before > OTE_PROTO_JOBS_THREADS + CTL_PUTBACK_THREADS + SLACK)
+    if (peak - before > OTE_PROTO_JOBS_THREADS + SLACK)
         fail_msg("%d threads before, %d at the peak", before, peak);
-    assert_true(ote_ctl_putback_threads(tgt->ctl) <= CTL_PUTBACK_THREADS);
-    /* 3 x REQS requests, one segment to their initiator. */
-    assert_int_equal(ote_ctl_putback_opens(tgt->ctl), 1);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    ote_mem_free(init, ml);
-    ote_mem_free(tgt, mr);
-    ote_engine_destroy(init);
-    ote_engine_destroy(tgt);
-    unsetenv("OTE_TLS");
+    /* 3 x REQS requests: at most CTL_PUTBACK_THREADS threads and one segment at the target. */
+    assert_int_equal(ote_test_target_cmd(p->e, p->seg, "putbackstats", reply, sizeof(reply),
+                                         20000),
+                     0);
+    assert_int_equal(sscanf(reply, "opens %lu threads %u", &opens, &threads), 2);
+    assert_int_equal(opens, 1);
+    assert_true(threads >= 1 && threads <= CTL_PUTBACK_THREADS);
+    ote_test_pair_stop(p);
 }
 
 int main(void)
