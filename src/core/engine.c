@@ -11,11 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/*
- * Open one selected resource on every worker. A resource that cannot be
- * opened, or that carries no one-sided zero-copy operation, is left out
- * with a log line: the engine runs on the others.
- */
+/* The hooks through which staging registers its progress on a worker (proto.h). */
 static ote_status_t engine_progress_add(void *worker, ote_proto_progress_cb_t progress,
                                         ote_proto_pending_cb_t pending, void *arg, int *id_p)
 {
@@ -50,6 +46,11 @@ static void engine_open_staging(ote_engine_h e, ote_select_t *sel)
     }
 }
 
+/*
+ * Open one selected resource on every worker. A resource that cannot be
+ * opened, or that carries no one-sided zero-copy operation, is left out
+ * with a log line: the engine runs on the others.
+ */
 static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
                            ote_tl_iface_params_t *params)
 {

@@ -43,7 +43,7 @@ struct ote_worker {
     uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
     ote_worker_progress_t progress[OTE_WORKER_MAX_PROGRESS];
     pthread_mutex_t  progress_lock; /* registrations */
-    struct ote_stage_worker *stage; /* staging context (proto/stage.h), or NULL */
+    ote_stage_worker_t *stage;      /* staging context (proto/stage.h), or NULL */
 };
 
 /* worker.c */
