@@ -586,21 +586,7 @@ void ote_ctl_stop(ote_ctl_t *ctl)
         pthread_join(ctl->thread, NULL);
     }
     /* PUTBACKs still running use the engine: they end within the transfer timeout. */
-    pthread_mutex_lock(&ctl->done_lock);
-    for (;;) {
-        putback_job_t *job = ctl->done;
-
-        if (job != NULL) {
-            ctl->done = job->next;
-            ctl->jobs--;
-            free(job);
-            continue;
-        }
-        if (ctl->jobs == 0)
-            break;
-        pthread_cond_wait(&ctl->done_cond, &ctl->done_lock);
-    }
-    pthread_mutex_unlock(&ctl->done_lock);
+    ote_ctl_putback_stop(ctl);
     while (ctl->conns)
         ote_ctl_conn_close(ctl, ctl->conns);
     ote_stage_target_destroy(ctl->stage);

@@ -9,6 +9,7 @@
 #include "base/auth.h"
 #include "ctl_msg.h"
 #include "engine.h"
+#include "proto/jobs.h"
 #include "proto/stage.h"
 
 #include <pthread.h>
@@ -45,8 +46,9 @@ typedef struct ctl_conn {
     struct ctl_conn   *next, *prev;
 } ctl_conn_t;
 
-/* A PUTBACK served on a thread of its own, and its answer. */
+/* A PUTBACK served by a thread of the listener's pool, and its answer. */
 typedef struct putback_job {
+    ote_proto_job_t     job;    /* first: the pool's entry */
     ote_ctl_t          *ctl;
     uint64_t            conn_id;
     uint32_t            seq;
@@ -56,8 +58,32 @@ typedef struct putback_job {
     struct putback_job *next;
 } putback_job_t;
 
-/* PUTBACKs served at once per engine; more are answered BUSY. */
+/* PUTBACKs accepted at once per engine (running or queued); more are answered BUSY. */
 #define CTL_PUTBACK_MAX 64
+/*
+ * Threads that serve them: a pool of the listener's own, apart from the
+ * engine's protocol pool, so that two engines reading from each other
+ * cannot hold every thread waiting for answers the other's queued
+ * PUTBACKs would give.
+ */
+#define CTL_PUTBACK_THREADS 4
+/* Initiators whose segment stays open between their PUTBACKs. */
+#define CTL_PUTBACK_PEERS 16
+
+/*
+ * The segment a PUTBACK target opened to an initiator, kept for its next
+ * requests: opened once per initiator instance, closed when evicted (least
+ * recently used, unreferenced), when it failed, and when the listener stops.
+ */
+typedef struct {
+    char          name[256];
+    uint64_t      instance;
+    ote_segment_h seg;      /* NULL while opening */
+    unsigned      refs;     /* PUTBACKs using it now */
+    uint64_t      used_ns;
+    bool          opening;
+    bool          stale;    /* closed by the last user */
+} putback_peer_t;
 
 struct ote_ctl {
     ote_engine_h engine;
@@ -71,10 +97,13 @@ struct ote_ctl {
     ote_stage_target_t *stage; /* remote staging pool, made on first use */
     uint64_t     next_conn_id;
     int          done_fd;      /* eventfd: a PUTBACK ended */
-    pthread_mutex_t done_lock; /* done, jobs */
+    pthread_mutex_t done_lock; /* done, jobs, peers */
     pthread_cond_t  done_cond;
     putback_job_t  *done;      /* ended, not answered yet */
-    unsigned        jobs;      /* running */
+    unsigned        jobs;      /* running or queued */
+    ote_proto_jobs_t *pool;    /* PUTBACK threads, started on the first request */
+    putback_peer_t  peers[CTL_PUTBACK_PEERS];
+    unsigned long   putback_opens; /* segments opened to serve PUTBACKs */
 };
 
 /* Send a reply (a and b concatenated), or keep what the socket does not take. */
@@ -88,5 +117,7 @@ ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c);
 ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c);
 /* Answer the PUTBACKs that ended (the listener thread, on done_fd). */
 void         ote_ctl_putback_answer(ote_ctl_t *ctl);
+/* The listener stopped: end the PUTBACKs accepted, close the segments they kept. */
+void         ote_ctl_putback_stop(ote_ctl_t *ctl);
 
 #endif

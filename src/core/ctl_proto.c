@@ -1,7 +1,9 @@
 /*
  * Requests the protocols serve over the control plane: STAGE (remote
  * staging of this engine's GPU memory) and PUTBACK (READ over put-only
- * transports), on the listener's thread, PUTBACKs on threads of their own.
+ * transports), on the listener's thread, PUTBACKs on a bounded pool of
+ * threads (CTL_PUTBACK_THREADS) with the segments to their initiators kept
+ * open between requests (CTL_PUTBACK_PEERS).
  */
 #include "ctl_int.h"
 
@@ -50,13 +52,157 @@ ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c)
     return status;
 }
 
-static void *putback_main(void *arg)
-{
-    putback_job_t *job = arg;
-    ote_ctl_t *ctl     = job->ctl;
-    uint64_t one       = 1;
+/* ---- PUTBACK: segments to initiators, kept between requests ---------------- */
 
-    job->status = ote_putback_serve(ctl->engine, &job->m);
+static void putback_peer_clear(putback_peer_t *p)
+{
+    memset(p, 0, sizeof(*p));
+}
+
+/*
+ * The segment to the initiator of m, opened once and shared by its
+ * requests; *slot_p is its cache entry, or -1 for a segment of this
+ * request alone (every entry taken). Takes a reference.
+ */
+static ote_status_t putback_seg_get(ote_ctl_t *ctl, const ote_ctl_putback_t *m,
+                                    ote_segment_h *seg_p, int *slot_p)
+{
+    ote_engine_h e      = ctl->engine;
+    ote_segment_h evict = NULL, seg = NULL;
+    putback_peer_t *p   = NULL;
+    uint64_t instance   = 0;
+    ote_status_t status;
+    int slot = -1;
+
+    pthread_mutex_lock(&ctl->done_lock);
+    for (;;) {
+        for (int i = 0; i < CTL_PUTBACK_PEERS; i++) {
+            p = &ctl->peers[i];
+            if ((p->opening || p->seg != NULL) && !p->stale &&
+                strncmp(p->name, m->name, sizeof(p->name)) == 0)
+                break;
+            p = NULL;
+        }
+        if (p == NULL || !p->opening)
+            break;
+        pthread_cond_wait(&ctl->done_cond, &ctl->done_lock);
+    }
+    if (p != NULL && p->instance == m->initiator) {
+        p->refs++;
+        p->used_ns = ote_time_ns();
+        *seg_p     = p->seg;
+        *slot_p    = (int)(p - ctl->peers);
+        pthread_mutex_unlock(&ctl->done_lock);
+        return OTE_OK;
+    }
+    if (p != NULL) {
+        /* Another instance behind the name: its successor gets a segment of its own. */
+        p->stale = true;
+        if (p->refs == 0) {
+            evict = p->seg;
+            putback_peer_clear(p);
+        }
+    }
+    for (int i = 0; i < CTL_PUTBACK_PEERS; i++) {
+        putback_peer_t *q = &ctl->peers[i];
+
+        if (!q->opening && q->seg == NULL) {
+            slot = i;
+            break;
+        }
+        if (q->refs == 0 && !q->opening && evict == NULL &&
+            (slot < 0 || q->used_ns < ctl->peers[slot].used_ns))
+            slot = i;
+    }
+    if (slot >= 0) {
+        p = &ctl->peers[slot];
+        if (p->seg != NULL) {
+            /* The least recently used one goes. */
+            evict = p->seg;
+        }
+        putback_peer_clear(p);
+        snprintf(p->name, sizeof(p->name), "%s", m->name);
+        p->opening = true;
+        p->refs    = 1;
+    }
+    pthread_mutex_unlock(&ctl->done_lock);
+    if (evict != NULL)
+        ote_segment_close(evict);
+
+    status = ote_segment_open(e, m->name, &seg);
+    if (status == OTE_OK) {
+        pthread_mutex_lock(&seg->lock);
+        instance = seg->desc != NULL ? seg->desc->instance_id : 0;
+        pthread_mutex_unlock(&seg->lock);
+        /* Only into the instance that asked: a name now served by another is refused. */
+        if (instance != m->initiator) {
+            ote_warn("putback: '%s' is not the instance that asked; refused", m->name);
+            ote_segment_close(seg);
+            seg    = NULL;
+            status = OTE_ERR_PEER_RESTARTED;
+        }
+    } else {
+        ote_warn("putback: cannot open '%s' to answer its read: %s", m->name,
+                 ote_status_string(status));
+        if (status == OTE_ERR_NOT_FOUND)
+            status = OTE_ERR_UNREACHABLE;
+    }
+    pthread_mutex_lock(&ctl->done_lock);
+    ctl->putback_opens++;
+    if (slot >= 0) {
+        p = &ctl->peers[slot];
+        if (status == OTE_OK) {
+            p->seg      = seg;
+            p->instance = instance;
+            p->opening  = false;
+            p->used_ns  = ote_time_ns();
+        } else {
+            putback_peer_clear(p);
+        }
+        pthread_cond_broadcast(&ctl->done_cond);
+    }
+    pthread_mutex_unlock(&ctl->done_lock);
+    if (status == OTE_OK) {
+        *seg_p  = seg;
+        *slot_p = slot;
+    }
+    return status;
+}
+
+/* Drop the reference; a segment that failed is closed by its last user. */
+static void putback_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot, ote_status_t status)
+{
+    ote_segment_h close_seg = slot < 0 ? seg : NULL;
+
+    if (slot >= 0) {
+        putback_peer_t *p = &ctl->peers[slot];
+
+        pthread_mutex_lock(&ctl->done_lock);
+        if (status != OTE_OK)
+            p->stale = true;
+        if (--p->refs == 0 && p->stale) {
+            close_seg = p->seg;
+            putback_peer_clear(p);
+        }
+        pthread_mutex_unlock(&ctl->done_lock);
+    }
+    if (close_seg != NULL)
+        ote_segment_close(close_seg);
+}
+
+static void putback_main(ote_proto_job_t *pj)
+{
+    putback_job_t *job = (putback_job_t *)pj;
+    ote_ctl_t *ctl     = job->ctl;
+    ote_segment_h seg;
+    uint64_t one = 1;
+    int slot;
+
+    job->status = putback_seg_get(ctl, &job->m, &seg, &slot);
+    if (job->status == OTE_OK) {
+        job->status = ote_putback_serve(ctl->engine, seg, &job->m);
+        putback_seg_put(ctl, seg, slot, job->status);
+    }
     ote_mem_region_put(job->region);
     job->region = NULL;
     pthread_mutex_lock(&ctl->done_lock);
@@ -65,22 +211,50 @@ static void *putback_main(void *arg)
     pthread_cond_broadcast(&ctl->done_cond);
     pthread_mutex_unlock(&ctl->done_lock);
     (void)!write(ctl->done_fd, &one, sizeof(one));
-    return NULL;
+}
+
+void ote_ctl_putback_stop(ote_ctl_t *ctl)
+{
+    /* Every accepted PUTBACK runs to its end (bounded by the transfer timeout). */
+    ote_proto_jobs_destroy(ctl->pool);
+    ctl->pool = NULL;
+    pthread_mutex_lock(&ctl->done_lock);
+    while (ctl->done != NULL) {
+        putback_job_t *job = ctl->done;
+
+        ctl->done = job->next;
+        ctl->jobs--;
+        free(job);
+    }
+    pthread_mutex_unlock(&ctl->done_lock);
+    for (int i = 0; i < CTL_PUTBACK_PEERS; i++) {
+        if (ctl->peers[i].seg != NULL)
+            ote_segment_close(ctl->peers[i].seg);
+        putback_peer_clear(&ctl->peers[i]);
+    }
+}
+
+void ote_engine_putback_stats(ote_engine_h e, unsigned long *opens_p, unsigned *threads_p)
+{
+    ote_ctl_t *ctl = e->ctl;
+
+    pthread_mutex_lock(&ctl->done_lock);
+    *opens_p   = ctl->putback_opens;
+    *threads_p = ctl->pool != NULL ? ote_proto_jobs_threads(ctl->pool) : 0;
+    pthread_mutex_unlock(&ctl->done_lock);
 }
 
 /*
  * PUTBACK (proto/putback.h): the range is checked here, as a checking
  * transport's target does, and answered at once when refused; else a
- * thread PUTs it back and the answer waits for it (the connection is not
- * read meanwhile).
+ * thread of the listener's pool PUTs it back and the answer waits for it
+ * (the connection is not read meanwhile).
  */
 ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     ote_engine_h e = ctl->engine;
     putback_job_t *job = calloc(1, sizeof(*job));
     ote_buf_t out = {0};
-    pthread_attr_t attr;
-    pthread_t th;
     ote_status_t status, st;
 
     if (job == NULL)
@@ -99,7 +273,10 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
         pthread_mutex_lock(&ctl->done_lock);
         if (ctl->jobs >= CTL_PUTBACK_MAX)
             st = OTE_ERR_BUSY;
-        else
+        else if (ctl->pool == NULL)
+            st = ote_proto_jobs_create("ote-putback", CTL_PUTBACK_THREADS, CTL_PUTBACK_MAX,
+                                       &ctl->pool);
+        if (st == OTE_OK)
             ctl->jobs++;
         pthread_mutex_unlock(&ctl->done_lock);
         if (st != OTE_OK)
@@ -109,21 +286,17 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
         job->ctl     = ctl;
         job->conn_id = c->id;
         job->seq     = c->h.seq;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&th, &attr, putback_main, job) != 0) {
-            ote_mem_region_put(job->region);
-            pthread_mutex_lock(&ctl->done_lock);
-            ctl->jobs--;
-            pthread_mutex_unlock(&ctl->done_lock);
-            st = OTE_ERR_NO_MEMORY;
-        }
-        pthread_attr_destroy(&attr);
+        job->job.run = putback_main;
+        st           = ote_proto_jobs_submit(ctl->pool, &job->job);
         if (st == OTE_OK) {
             c->waiting = true;
             ote_ctl_conn_set_events(ctl, c, EPOLLRDHUP);
             return OTE_OK;
         }
+        ote_mem_region_put(job->region);
+        pthread_mutex_lock(&ctl->done_lock);
+        ctl->jobs--;
+        pthread_mutex_unlock(&ctl->done_lock);
     }
     ote_debug("control peer %s: putback %#llx+%u refused: %s", c->peer,
               (unsigned long long)job->m.remote, job->m.length, ote_status_string(st));

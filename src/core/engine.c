@@ -12,24 +12,46 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The hooks through which staging registers its progress on a worker (proto.h). */
+static ote_status_t engine_progress_add(void *worker, ote_proto_progress_cb_t progress,
+                                        ote_proto_pending_cb_t pending, void *arg, int *id_p)
+{
+    return ote_worker_progress_register(worker, progress, pending, arg, id_p);
+}
+
+static void engine_progress_remove(void *worker, int id)
+{
+    ote_worker_progress_unregister(worker, id);
+}
+
+/*
+ * Staging (proto/stage.h), where OTE_TLS selects it ("cuda_stage") and CUDA
+ * loads: one staging context per worker, its progress registered there.
+ * Without it the engine runs, with no staging rails.
+ */
+static void engine_open_staging(ote_engine_h e, ote_select_t *sel)
+{
+    if (!ote_proto_stage_available() || !ote_select_tl(sel, OTE_PROTO_STAGE_NAME))
+        return;
+    for (size_t w = 0; w < e->num_workers; w++) {
+        ote_proto_progress_hooks_t hooks = {.add    = engine_progress_add,
+                                            .remove = engine_progress_remove,
+                                            .worker = &e->workers[w]};
+        ote_status_t status = ote_proto_stage_worker_create(e->regions, &e->stage_config,
+                                                            &hooks, &e->workers[w].stage);
+
+        if (status != OTE_OK) {
+            ote_warn("staging: not available on worker %zu: %s", w, ote_status_string(status));
+            e->workers[w].stage = NULL;
+        }
+    }
+}
+
 /*
  * Open one selected resource on every worker. A resource that cannot be
  * opened, or that carries no one-sided zero-copy operation, is left out
  * with a log line: the engine runs on the others.
  */
-/*
- * The i-th component an engine opens, or NULL past the last: the transports
- * (uct_ext), then the protocols that open as they do (proto's staging).
- */
-static ote_tl_component_t *engine_component(size_t i)
-{
-    size_t n = 0;
-
-    while (ote_tl_components[n] != NULL)
-        n++;
-    return i < n ? ote_tl_components[i] : ote_proto_components[i - n];
-}
-
 static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
                            ote_tl_iface_params_t *params)
 {
@@ -154,8 +176,8 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     status = ote_select_parse(e->config.tls, e->config.net_devices, &sel);
     if (status != OTE_OK)
         return status;
-    for (size_t c = 0; engine_component(c) != NULL; c++) {
-        ote_tl_component_t *comp = engine_component(c);
+    for (size_t c = 0; ote_tl_components[c] != NULL; c++) {
+        ote_tl_component_t *comp = ote_tl_components[c];
         ote_tl_resource_t *res   = NULL;
         size_t nres              = 0;
 
@@ -181,6 +203,7 @@ static ote_status_t engine_open_transports(ote_engine_h e)
         }
         free(res);
     }
+    engine_open_staging(e, sel);
     ote_engine_rdma_select(e, sel);
     status = ote_select_check_unmatched(sel);
     if (status == OTE_OK)
@@ -299,6 +322,9 @@ static void engine_free(ote_engine_h e)
         ote_ctl_stop(e->ctl);
     e->ctl = NULL;
     OTE_DLIST_DRAIN(&e->seg_lock, e->segments, ote_segment_h, ote_segment_close);
+    /* Remote staging and PUTBACK requests in flight end (their rails are gone). */
+    ote_proto_jobs_destroy(e->proto_jobs);
+    e->proto_jobs = NULL;
     /* Workers first: every task ends, and queues its notification, before the notifier goes. */
     for (size_t w = 0; e->workers && w < e->num_workers; w++)
         ote_worker_stop(&e->workers[w]);
@@ -365,6 +391,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     if (status != OTE_OK)
         goto err;
     status = ote_notif_senders_create(&e->senders);
+    if (status == OTE_OK)
+        status = ote_proto_jobs_create("ote-proto", OTE_PROTO_JOBS_THREADS, OTE_PROTO_JOBS_QUEUED,
+                                       &e->proto_jobs);
     if (status != OTE_OK)
         goto err;
     status = ote_auth_create(&(ote_auth_params_t){.key      = e->config.auth_key,
@@ -669,8 +698,8 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
     fprintf(f, "# OTE_TLS=%s OTE_NET_DEVICES=%s\n", e->config.tls, e->config.net_devices);
     if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)
         sel = NULL;
-    for (size_t c = 0; engine_component(c) != NULL; c++) {
-        ote_tl_component_t *comp = engine_component(c);
+    for (size_t c = 0; ote_tl_components[c] != NULL; c++) {
+        ote_tl_component_t *comp = ote_tl_components[c];
         ote_tl_resource_t *res   = NULL;
         size_t nres              = 0;
 
@@ -727,6 +756,10 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
         }
         free(res);
     }
+    fprintf(f, "#\n# protocol %s (GPU memory through pinned host chunks)\n#   selected: %s\n",
+            OTE_PROTO_STAGE_NAME, e->workers[0].stage != NULL ? "yes"
+                                  : !ote_proto_stage_available() ? "no (CUDA unavailable)"
+                                                                 : "no (not in OTE_TLS)");
     ote_engine_rdma_print(e, sel, f);
     ote_engine_topo_print(e, f);
     if (sel != NULL)

@@ -127,6 +127,7 @@ struct ote_engine {
     size_t           num_workers;
     atomic_uint      next_worker;
     ote_ctl_t       *ctl;
+    ote_proto_jobs_t *proto_jobs;   /* remote staging and PUTBACK requests (proto/jobs.h) */
     ote_notifier_t  *notifier;
     int              event_fd;
     atomic_bool      event_fd_used;
@@ -161,16 +162,20 @@ ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl
 ote_status_t ote_ctl_run(ote_ctl_t *ctl);
 /*
  * Serve a PUTBACK whose remote range the caller found readable in this
- * engine's region table (it holds a reference on that region): open a
- * segment to the initiator by the name m carries (it must be the instance
- * m names), WRITE the range into m->local over it and wait for the end.
- * The status of that WRITE. Blocking: runs on a thread of its own.
+ * engine's region table (it holds a reference on that region): WRITE the
+ * range into m->local over seg, the segment to the initiator (the instance
+ * m names), and wait for the end. The status of that WRITE. Blocking: runs
+ * on a thread of the control listener's PUTBACK pool.
  */
-ote_status_t ote_putback_serve(ote_engine_h engine, const ote_ctl_putback_t *m);
+ote_status_t ote_putback_serve(ote_engine_h engine, ote_segment_h seg,
+                               const ote_ctl_putback_t *m);
 /* The same WRITE with only the initiator's registration required (batch.c). */
 ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
                                       size_t *first_task_p);
 void         ote_ctl_stop(ote_ctl_t *ctl);
+/* Segments opened to serve PUTBACKs so far, and the threads serving them (tests). */
+void          ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens_p,
+                                       unsigned *threads_p);
 /* Encode this engine's descriptor. */
 ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
 /* Queue a received notification; BUSY when the backlog is full. */

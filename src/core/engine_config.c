@@ -153,8 +153,6 @@ size_t ote_engine_config_tables(const ote_config_table_t **tables, size_t max)
     /* The components an engine opens, then those this build lacks (same variables everywhere). */
     for (size_t i = 0; ote_tl_components[i] != NULL; i++)
         n = tables_add(tables, n, max, ote_tl_components[i]->ops->config_table);
-    for (size_t i = 0; ote_proto_components[i] != NULL; i++)
-        n = tables_add(tables, n, max, ote_proto_components[i]->ops->config_table);
     for (size_t i = 0; ote_tl_config_tables[i] != NULL; i++)
         n = tables_add(tables, n, max, ote_tl_config_tables[i]);
     return n;

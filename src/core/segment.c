@@ -132,16 +132,11 @@ static size_t file_stage_rails_add(ote_segment_h seg, size_t n)
     ote_engine_h e = seg->engine;
 
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
-        ote_worker_t *w = &e->workers[seg->rails[i].worker];
+        ote_stage_worker_t *sw = e->workers[seg->rails[i].worker].stage;
 
-        for (size_t k = 0; k < w->num_ifaces; k++) {
-            if (ote_proto_stage_iface(w->ifaces[k]) &&
-                ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], w->ifaces[k]) ==
-                    OTE_OK) {
-                seg->rail_set.rails[n] = &seg->rails[n];
-                n++;
-                break;
-            }
+        if (sw != NULL && ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], sw) == OTE_OK) {
+            seg->rail_set.rails[n] = &seg->rails[n];
+            n++;
         }
     }
     return n;

@@ -212,9 +212,10 @@ static ote_status_t stage_ctl(void *arg, const void *req, size_t len, uint8_t **
 
 /*
  * GPU memory over host-only rails: one staging rail (proto/stage.c) in front
- * of each host rail, on the same worker, then one remote staging rail (the
- * peer's GPU memory through its pinned chunks) in front of each host rail
- * and its staging rail. Returns the new rail count.
+ * of each host rail, staged by the staging context of the host rail's
+ * worker, then one remote staging rail (the peer's GPU memory through its
+ * pinned chunks) in front of each host rail and its staging rail. None
+ * where the workers have no staging context. Returns the new rail count.
  */
 static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
 {
@@ -222,46 +223,36 @@ static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
     size_t host_rails = n, local_end;
 
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
-        ote_worker_t *w = &e->workers[seg->rails[i].worker];
+        ote_stage_worker_t *sw = e->workers[seg->rails[i].worker].stage;
 
-        for (size_t k = 0; k < w->num_ifaces; k++) {
-            if (ote_proto_stage_iface(w->ifaces[k]) &&
-                ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], w->ifaces[k]) ==
-                    OTE_OK) {
-                ote_debug("segment '%s': rail %zu stages GPU memory over %s/%s", seg->name, n,
-                          seg->rails[i].iface->resource.tl_name,
-                          seg->rails[i].iface->resource.dev_name);
-                seg->rail_set.rails[n] = &seg->rails[n];
-                n++;
-                break;
-            }
+        if (ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], sw) == OTE_OK) {
+            ote_debug("segment '%s': rail %zu stages GPU memory over %s/%s", seg->name, n,
+                      seg->rails[i].iface->resource.tl_name,
+                      seg->rails[i].iface->resource.dev_name);
+            seg->rail_set.rails[n] = &seg->rails[n];
+            n++;
         }
     }
     local_end = n;
     for (size_t i = 0; i < host_rails && n < OTE_PROTO_MAX_RAILS; i++) {
         ote_worker_t *w   = &e->workers[seg->rails[i].worker];
         ote_rail_t *local = NULL;
+        ote_stage_remote_hooks_t hooks = {
+            .ctl = stage_ctl, .ctl_arg = seg, .worker_lock = &w->lock,
+            .worker_wake_fd = w->wake_fd, .jobs = e->proto_jobs, .initiator = e->instance_id,
+            .target = d->instance_id, .timeout_ms = e->config.xfer_timeout_ms};
 
         for (size_t j = host_rails; j < local_end; j++) {
             if (ote_proto_stage_rail_host(&seg->rails[j]) == &seg->rails[i])
                 local = &seg->rails[j];
         }
-        for (size_t k = 0; k < w->num_ifaces; k++) {
-            ote_stage_remote_hooks_t hooks = {
-                .ctl = stage_ctl, .ctl_arg = seg, .worker_lock = &w->lock,
-                .worker_wake_fd = w->wake_fd, .initiator = e->instance_id,
-                .target = d->instance_id, .timeout_ms = e->config.xfer_timeout_ms};
-
-            if (ote_proto_stage_iface(w->ifaces[k]) &&
-                ote_proto_stage_remote_rail_init(&seg->rails[n], &seg->rails[i], local,
-                                                 w->ifaces[k], &hooks) == OTE_OK) {
-                ote_debug("segment '%s': rail %zu stages the peer's GPU memory over %s/%s",
-                          seg->name, n, seg->rails[i].iface->resource.tl_name,
-                          seg->rails[i].iface->resource.dev_name);
-                seg->rail_set.rails[n] = &seg->rails[n];
-                n++;
-                break;
-            }
+        if (ote_proto_stage_remote_rail_init(&seg->rails[n], &seg->rails[i], local, w->stage,
+                                             &hooks) == OTE_OK) {
+            ote_debug("segment '%s': rail %zu stages the peer's GPU memory over %s/%s",
+                      seg->name, n, seg->rails[i].iface->resource.tl_name,
+                      seg->rails[i].iface->resource.dev_name);
+            seg->rail_set.rails[n] = &seg->rails[n];
+            n++;
         }
     }
     return n;
@@ -290,7 +281,8 @@ static size_t putback_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
         ote_worker_t *w           = &e->workers[seg->rails[i].worker];
         ote_putback_hooks_t hooks = {.ctl = putback_ctl, .ctl_arg = seg,
-                                     .worker_lock = &w->lock, .initiator = e->instance_id,
+                                     .worker_lock = &w->lock, .jobs = e->proto_jobs,
+                                     .initiator = e->instance_id,
                                      .target = d->instance_id};
 
         if (seg->rail_set.rails[i] != &seg->rails[i])

@@ -65,6 +65,7 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
     }
     pthread_mutex_init(&w->lock, NULL);
     pthread_mutex_init(&w->qlock, NULL);
+    pthread_mutex_init(&w->progress_lock, NULL);
     w->next_timeout = ote_time_ns() + TIMEOUT_CHECK_NS;
     return OTE_OK;
 }
@@ -358,7 +359,46 @@ static unsigned worker_progress(ote_worker_t *w)
 
     for (size_t i = 0; i < w->num_ifaces; i++)
         n += w->ifaces[i]->ops->progress(w->ifaces[i]);
+    for (size_t i = 0; i < OTE_WORKER_MAX_PROGRESS; i++) {
+        ote_proto_progress_cb_t cb = atomic_load_explicit(&w->progress[i].progress,
+                                                          memory_order_acquire);
+
+        if (cb != NULL)
+            n += cb(w->progress[i].arg);
+    }
     return n;
+}
+
+ote_status_t ote_worker_progress_register(ote_worker_t *w, ote_proto_progress_cb_t progress,
+                                          ote_proto_pending_cb_t pending, void *arg, int *id_p)
+{
+    ote_status_t status = OTE_ERR_BUSY;
+
+    pthread_mutex_lock(&w->progress_lock);
+    for (int i = 0; i < OTE_WORKER_MAX_PROGRESS; i++) {
+        ote_worker_progress_t *p = &w->progress[i];
+
+        if (atomic_load_explicit(&p->progress, memory_order_relaxed) != NULL)
+            continue;
+        p->pending = pending;
+        p->arg     = arg;
+        /* Published last: a round sees the callback with its arguments. */
+        atomic_store_explicit(&p->progress, progress, memory_order_release);
+        *id_p  = i;
+        status = OTE_OK;
+        break;
+    }
+    pthread_mutex_unlock(&w->progress_lock);
+    return status;
+}
+
+void ote_worker_progress_unregister(ote_worker_t *w, int id)
+{
+    if (id < 0 || id >= OTE_WORKER_MAX_PROGRESS)
+        return;
+    pthread_mutex_lock(&w->progress_lock);
+    atomic_store_explicit(&w->progress[id].progress, NULL, memory_order_release);
+    pthread_mutex_unlock(&w->progress_lock);
 }
 
 /*
@@ -379,6 +419,13 @@ static bool worker_arm(ote_worker_t *w, int *cap_ms_p)
             busy = true;
         else if (armed == OTE_ERR_UNSUPPORTED && iface->ops->event_fd(iface) < 0)
             *cap_ms_p = 1;
+    }
+    for (size_t i = 0; i < OTE_WORKER_MAX_PROGRESS; i++) {
+        ote_worker_progress_t *p = &w->progress[i];
+
+        if (atomic_load_explicit(&p->progress, memory_order_acquire) != NULL &&
+            p->pending(p->arg))
+            busy = true;
     }
     return busy;
 }
@@ -722,6 +769,8 @@ void ote_worker_stop(ote_worker_t *w)
 
 void ote_worker_cleanup(ote_worker_t *w)
 {
+    ote_proto_stage_worker_destroy(w->stage);
+    w->stage = NULL;
     for (size_t i = 0; i < w->num_ifaces; i++)
         w->ifaces[i]->ops->close(w->ifaces[i]);
     w->num_ifaces = 0;
@@ -731,4 +780,5 @@ void ote_worker_cleanup(ote_worker_t *w)
         close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);
     pthread_mutex_destroy(&w->qlock);
+    pthread_mutex_destroy(&w->progress_lock);
 }

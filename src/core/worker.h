@@ -6,6 +6,15 @@
 #ifndef OTE_CORE_WORKER_H
 #define OTE_CORE_WORKER_H
 
+/* Protocol progress registered on a worker (ote_worker_progress_register). */
+#define OTE_WORKER_MAX_PROGRESS 8
+
+typedef struct {
+    _Atomic(ote_proto_progress_cb_t) progress; /* NULL: free slot */
+    ote_proto_pending_cb_t           pending;
+    void                            *arg;
+} ote_worker_progress_t;
+
 struct ote_worker {
     ote_engine_h     engine;
     size_t           index;
@@ -32,6 +41,9 @@ struct ote_worker {
     _Atomic uint64_t missed;
     uint64_t         next_timeout;  /* next check of OTE_XFER_TIMEOUT_MS (under lock) */
     uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
+    ote_worker_progress_t progress[OTE_WORKER_MAX_PROGRESS];
+    pthread_mutex_t  progress_lock; /* registrations */
+    ote_stage_worker_t *stage;      /* staging context (proto/stage.h), or NULL */
 };
 
 /* worker.c */
@@ -43,6 +55,20 @@ void         ote_worker_cleanup(ote_worker_t *w);
 void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
 /* Queue a chain of slices for posting by the worker only (callable from any worker). */
 void         ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
+/*
+ * Run progress (and consult pending before sleeping) in every round of w,
+ * as UCT's uct_worker_progress_register_safe: callable from any thread,
+ * also from a progress callback. BUSY when OTE_WORKER_MAX_PROGRESS are
+ * registered.
+ */
+ote_status_t ote_worker_progress_register(ote_worker_t *w, ote_proto_progress_cb_t progress,
+                                          ote_proto_pending_cb_t pending, void *arg,
+                                          int *id_p);
+/*
+ * The callback runs no more after the round in progress; unless the caller
+ * holds w's lock (or the worker stopped), one may still be running.
+ */
+void         ote_worker_progress_unregister(ote_worker_t *w, int id);
 /* Progress w from the calling thread if its worker is idle; false if busy. */
 bool         ote_worker_try_progress(ote_worker_t *w);
 /*

@@ -16,6 +16,25 @@
 
 #define OTE_PROTO_MAX_RAILS 16
 
+/*
+ * Progress a protocol runs on a worker (as UCT's
+ * uct_worker_progress_register_safe): progress is called in every round of
+ * the worker, under its lock, and returns the events it handled; pending
+ * says the protocol still has work no event fd announces (the worker must
+ * not sleep). Core hands proto these hooks; proto includes nothing of core.
+ */
+typedef unsigned (*ote_proto_progress_cb_t)(void *arg);
+typedef bool (*ote_proto_pending_cb_t)(void *arg);
+
+typedef struct {
+    /* Register on the worker; *id_p identifies the registration. */
+    ote_status_t (*add)(void *worker, ote_proto_progress_cb_t progress,
+                        ote_proto_pending_cb_t pending, void *arg, int *id_p);
+    /* Unregister; the callback does not run after the worker's current round. */
+    void         (*remove)(void *worker, int id);
+    void          *worker;
+} ote_proto_progress_hooks_t;
+
 /* Limits and timers of a rail (from the engine's configuration). */
 typedef struct {
     size_t   max_bytes;   /* bytes in flight on the rail (0: no limit)        */
@@ -268,11 +287,6 @@ void         ote_proto_rail_info(ote_rail_t *r, uint64_t now_ns, ote_rail_info_t
  */
 ote_status_t ote_proto_slice_post(ote_slice_t *slice);
 
-/*
- * Protocols an engine opens as it opens the transports (staging through
- * pinned host chunks), NULL-terminated.
- */
-extern ote_tl_component_t *const ote_proto_components[];
 /* proto's configuration tables (staging: OTE_STAGE_*), NULL-terminated. */
 extern const ote_config_table_t *const ote_proto_config_tables[];
 

@@ -1,7 +1,8 @@
 /*
  * READ over put-only transports, initiator side (see putback.h). Each slice
- * runs on its own thread: the control request blocks until the target's
- * PUT completed, and the worker must stay free to receive that PUT.
+ * is a job of the engine's protocol pool (jobs.h): the control request
+ * blocks a pool thread until the target's PUT completed, while the worker
+ * stays free to receive that PUT. A full pool queue ends the slice BUSY.
  */
 #include "putback.h"
 
@@ -21,14 +22,15 @@ typedef struct {
 
 /* Holds nothing of the ep, which the segment may destroy meanwhile. */
 typedef struct {
+    ote_proto_job_t      job; /* first: the pool's entry */
     ote_ctl_putback_t    m;
     ote_tl_completion_t *comp;
     ote_putback_hooks_t  hooks;
 } putback_op_t;
 
-static void *putback_main(void *arg)
+static void putback_main(ote_proto_job_t *job)
 {
-    putback_op_t *op = arg;
+    putback_op_t *op = (putback_op_t *)job;
     ote_buf_t out    = {0};
     uint8_t *resp    = NULL;
     size_t len       = 0;
@@ -53,7 +55,6 @@ static void *putback_main(void *arg)
     op->comp->func(op->comp, status);
     pthread_mutex_unlock(op->hooks.worker_lock);
     free(op);
-    return NULL;
 }
 
 static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
@@ -63,9 +64,7 @@ static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t le
 {
     putback_ep_t *ep = (putback_ep_t *)tl_ep;
     putback_op_t *op;
-    pthread_attr_t attr;
-    pthread_t th;
-    int rc;
+    ote_status_t status;
 
     (void)local_region;
     (void)rkey;
@@ -84,13 +83,11 @@ static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t le
     op->m.local     = (uint64_t)(uintptr_t)local;
     op->m.length    = (uint32_t)length;
     memcpy(op->m.name, ep->hooks.name, sizeof(op->m.name));
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&th, &attr, putback_main, op);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
+    op->job.run     = putback_main;
+    status          = ote_proto_jobs_submit(ep->hooks.jobs, &op->job);
+    if (status != OTE_OK) {
         free(op);
-        return OTE_ERR_NO_MEMORY;
+        return status;
     }
     return OTE_INPROGRESS;
 }

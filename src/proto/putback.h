@@ -12,6 +12,7 @@
 #ifndef OTE_PROTO_PUTBACK_H
 #define OTE_PROTO_PUTBACK_H
 
+#include "jobs.h"
 #include "proto.h"
 #include "putback_msg.h"
 
@@ -21,6 +22,7 @@ typedef struct {
                         size_t *resp_len_p);
     void            *ctl_arg;
     pthread_mutex_t *worker_lock; /* held around the slice's completion */
+    ote_proto_jobs_t *jobs;       /* the engine's pool the requests wait on */
     uint64_t         initiator, target; /* engine instances */
     char             name[256];   /* this engine's name: the target opens it */
 } ote_putback_hooks_t;

@@ -1,11 +1,12 @@
 /*
  * Local staging pipeline (see stage.h).
  *
- * One stage iface per worker holds a pool of pinned host chunks (allocated
- * on first use, registered in the engine's region table so host rails can
- * send from and receive into it), a copier for the device copies, and the
- * slices waiting for a free chunk. Everything runs on the worker thread
- * that owns the iface and the host rail.
+ * One staging context per worker holds a pool of pinned host chunks
+ * (allocated on first use, registered in the engine's region table so host
+ * rails can send from and receive into it), a copier for the device
+ * copies, and the slices waiting for a free chunk. Everything runs on the
+ * worker that owns the host rail, under its lock: the slices it posts and
+ * the progress it registered on it.
  */
 #include "stage_int.h"
 
@@ -21,7 +22,7 @@
 #include <unistd.h>
 
 struct stage_op {
-    stage_iface_t       *iface;
+    stage_worker_t      *sw;
     ote_rail_t          *host;
     ote_tl_ep_t         *host_ep;  /* the host rail's ep when the slice began */
     bool                 write;
@@ -58,43 +59,43 @@ void ote_proto_stage_stats(ote_proto_stage_stats_t *s)
 
 /* ---- pool ------------------------------------------------------------------- */
 
-static ote_status_t pool_ensure(stage_iface_t *si)
+static ote_status_t pool_ensure(stage_worker_t *sw)
 {
     ote_status_t status;
 
-    if (si->chunks != NULL)
+    if (sw->chunks != NULL)
         return OTE_OK;
-    si->chunks = calloc(si->nchunks, sizeof(*si->chunks));
-    if (si->chunks == NULL)
+    sw->chunks = calloc(sw->nchunks, sizeof(*sw->chunks));
+    if (sw->chunks == NULL)
         return OTE_ERR_NO_MEMORY;
     /* Pinned memory near device 0, local use only (never a remote target). */
-    status = ote_mem_table_alloc(si->regions, si->chunk_size * si->nchunks, "cuda_host:0", 0,
-                                 (void **)&si->pool_base, &si->pool_region);
+    status = ote_mem_table_alloc(sw->regions, sw->chunk_size * sw->nchunks, "cuda_host:0", 0,
+                                 (void **)&sw->pool_base, &sw->pool_region);
     if (status != OTE_OK) {
-        ote_error("staging: no pinned pool of %u x %zu bytes: %s", si->nchunks, si->chunk_size,
+        ote_error("staging: no pinned pool of %u x %zu bytes: %s", sw->nchunks, sw->chunk_size,
                   ote_status_string(status));
-        free(si->chunks);
-        si->chunks = NULL;
+        free(sw->chunks);
+        sw->chunks = NULL;
         return status;
     }
-    for (unsigned i = si->nchunks; i-- > 0;) {
-        stage_chunk_t *c = &si->chunks[i];
+    for (unsigned i = sw->nchunks; i-- > 0;) {
+        stage_chunk_t *c = &sw->chunks[i];
 
-        c->iface        = si;
-        c->buf          = si->pool_base + (size_t)i * si->chunk_size;
-        c->next         = si->free_chunks;
-        si->free_chunks = c;
+        c->sw        = sw;
+        c->buf          = sw->pool_base + (size_t)i * sw->chunk_size;
+        c->next         = sw->free_chunks;
+        sw->free_chunks = c;
     }
-    ote_debug("staging: pool of %u pinned chunks of %zu bytes", si->nchunks, si->chunk_size);
+    ote_debug("staging: pool of %u pinned chunks of %zu bytes", sw->nchunks, sw->chunk_size);
     return OTE_OK;
 }
 
-static stage_chunk_t *chunk_get(stage_iface_t *si)
+static stage_chunk_t *chunk_get(stage_worker_t *sw)
 {
-    stage_chunk_t *c = si->free_chunks;
+    stage_chunk_t *c = sw->free_chunks;
 
     if (c != NULL) {
-        si->free_chunks = c->next;
+        sw->free_chunks = c->next;
         atomic_fetch_add(&ote_stage_stats.in_use, 1);
     }
     return c;
@@ -105,23 +106,23 @@ static bool op_try_finish(stage_op_t *op);
 
 static void chunk_put(stage_chunk_t *c)
 {
-    stage_iface_t *si = c->iface;
+    stage_worker_t *sw = c->sw;
 
     c->op           = NULL;
-    c->next         = si->free_chunks;
-    si->free_chunks = c;
+    c->next         = sw->free_chunks;
+    sw->free_chunks = c;
     atomic_fetch_sub(&ote_stage_stats.in_use, 1);
 }
 
 /* Slices that waited for a chunk get another go, oldest first. */
-static void wake_waiters(stage_iface_t *si)
+static void wake_waiters(stage_worker_t *sw)
 {
-    while (si->free_chunks != NULL && si->wait_head != NULL) {
-        stage_op_t *op = si->wait_head;
+    while (sw->free_chunks != NULL && sw->wait_head != NULL) {
+        stage_op_t *op = sw->wait_head;
 
-        si->wait_head = op->wnext;
-        if (si->wait_head == NULL)
-            si->wait_tail = NULL;
+        sw->wait_head = op->wnext;
+        if (sw->wait_head == NULL)
+            sw->wait_tail = NULL;
         op->waiting = false;
         op_pump(op);
         op_try_finish(op);
@@ -154,7 +155,7 @@ static void op_fail(stage_op_t *op, ote_status_t status)
 /* Ends the slice once nothing of it is in flight and nothing more will be posted. */
 static bool op_try_finish(stage_op_t *op)
 {
-    stage_iface_t *si = op->iface;
+    stage_worker_t *sw = op->sw;
     ote_status_t status;
 
     if (op->inflight > 0 || op->waiting)
@@ -164,7 +165,7 @@ static bool op_try_finish(stage_op_t *op)
     status = op->error != OTE_OK ? op->error
              : op->next_off < op->length ? OTE_ERR_CANCELED
                                          : OTE_OK;
-    si->active_ops--;
+    sw->active_ops--;
     op->comp->func(op->comp, status);
     free(op);
     return true;
@@ -173,7 +174,7 @@ static bool op_try_finish(stage_op_t *op)
 static void chunk_end(stage_chunk_t *c, ote_status_t status)
 {
     stage_op_t *op    = c->op;
-    stage_iface_t *si = c->iface;
+    stage_worker_t *sw = c->sw;
 
     if (status != OTE_OK)
         op_fail(op, status);
@@ -187,7 +188,7 @@ static void chunk_end(stage_chunk_t *c, ote_status_t status)
         op_pump(op);
         op_try_finish(op);
     }
-    wake_waiters(si);
+    wake_waiters(sw);
 }
 
 static void chunk_net_done(ote_tl_completion_t *comp, ote_status_t status);
@@ -209,7 +210,7 @@ static void chunk_copy_done(void *arg, ote_status_t status)
         return;
     }
     op->on_net++;
-    post = host->iface->ep_ops->put_zcopy(op->host_ep, c->buf, c->len, op->iface->pool_region,
+    post = host->iface->ep_ops->put_zcopy(op->host_ep, c->buf, c->len, op->sw->pool_region,
                                           op->remote + c->off, op->rkey, op->rkey_len, &c->comp);
     if (post != OTE_INPROGRESS)
         chunk_net_done(&c->comp, post);
@@ -221,9 +222,9 @@ static ote_status_t chunk_copy(stage_op_t *op, stage_chunk_t *c)
     if (op->on_net > 0)
         atomic_fetch_add(&ote_stage_stats.overlapped, 1);
     if (op->write)
-        return ote_cuda_copier_post(op->iface->copier, op->dev, c->buf, op->gpu + c->off, c->len,
+        return ote_cuda_copier_post(op->sw->copier, op->dev, c->buf, op->gpu + c->off, c->len,
                                     chunk_copy_done, c);
-    return ote_cuda_copier_post(op->iface->copier, op->dev, op->gpu + c->off, c->buf, c->len,
+    return ote_cuda_copier_post(op->sw->copier, op->dev, op->gpu + c->off, c->buf, c->len,
                                 chunk_copy_done, c);
 }
 
@@ -246,31 +247,31 @@ static void chunk_net_done(ote_tl_completion_t *comp, ote_status_t status)
 /* Start chunks while the slice has room (OTE_STAGE_SLOTS) and the pool has chunks. */
 static void op_pump(stage_op_t *op)
 {
-    stage_iface_t *si = op->iface;
+    stage_worker_t *sw = op->sw;
 
     while (op->error == OTE_OK && op->next_off < op->length && !op_canceled(op) &&
-           op->inflight < si->slots) {
+           op->inflight < sw->slots) {
         ote_rail_t *host = op->host;
-        stage_chunk_t *c = chunk_get(si);
+        stage_chunk_t *c = chunk_get(sw);
         ote_status_t post;
 
         if (c == NULL) {
             if (!op->waiting) {
                 op->waiting = true;
                 op->wnext   = NULL;
-                if (si->wait_tail)
-                    si->wait_tail->wnext = op;
+                if (sw->wait_tail)
+                    sw->wait_tail->wnext = op;
                 else
-                    si->wait_head = op;
-                si->wait_tail = op;
+                    sw->wait_head = op;
+                sw->wait_tail = op;
                 atomic_fetch_add(&ote_stage_stats.pool_waits, 1);
             }
             return;
         }
         c->op   = op;
         c->off  = op->next_off;
-        c->len  = op->length - op->next_off < si->chunk_size ? op->length - op->next_off
-                                                              : si->chunk_size;
+        c->len  = op->length - op->next_off < sw->chunk_size ? op->length - op->next_off
+                                                              : sw->chunk_size;
         c->seq  = op->next_seq++;
         op->next_off += c->len;
         op->inflight++;
@@ -289,7 +290,7 @@ static void op_pump(stage_op_t *op)
             post = OTE_ERR_CANCELED;
         } else {
             op->on_net++;
-            post = host->iface->ep_ops->get_zcopy(op->host_ep, c->buf, c->len, si->pool_region,
+            post = host->iface->ep_ops->get_zcopy(op->host_ep, c->buf, c->len, sw->pool_region,
                                                   op->remote + c->off, op->rkey, op->rkey_len,
                                                   &c->comp);
             if (post == OTE_INPROGRESS) {
@@ -313,8 +314,8 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
                                ote_region_t *local_region, uint64_t remote_addr,
                                const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
 {
-    stage_ep_t *ep    = (stage_ep_t *)tl_ep;
-    stage_iface_t *si = (stage_iface_t *)tl_ep->iface;
+    stage_ep_t *ep     = (stage_ep_t *)tl_ep;
+    stage_worker_t *sw = ep->sw;
     stage_op_t *op;
     ote_status_t status;
 
@@ -324,43 +325,29 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
         return OTE_ERR_UNSUPPORTED; /* host<->host is the host rail's own */
     if (ep->host->ep == NULL)
         return OTE_ERR_CANCELED;
-    status = pool_ensure(si);
+    status = pool_ensure(sw);
     if (status != OTE_OK)
         return status;
     op = calloc(1, sizeof(*op));
     if (op == NULL)
         return OTE_ERR_NO_MEMORY;
-    *op = (stage_op_t){.iface = si, .host = ep->host, .host_ep = ep->host->ep,
+    *op = (stage_op_t){.sw = sw, .host = ep->host, .host_ep = ep->host->ep,
                        .write = write, .gpu = local,
                        .dev = ote_cuda_location_device(local_region->location),
                        .remote = remote_addr, .length = length, .rkey = rkey,
                        .rkey_len = rkey_len, .comp = comp,
                        /* The completion is the slice: its task's cancel flag. */
                        .cancel = ((ote_slice_t *)comp)->cancel};
-    si->active_ops++;
+    sw->active_ops++;
     op_pump(op);
     if (op->inflight == 0 && !op->waiting) {
         /* Nothing started: the caller gets the error, the completion never runs. */
         status = op->error != OTE_OK ? op->error : OTE_ERR_CANCELED;
-        si->active_ops--;
+        sw->active_ops--;
         free(op);
         return status;
     }
     return OTE_INPROGRESS;
-}
-
-static ote_status_t stage_put_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
-                                    ote_region_t *local_region, uint64_t remote_addr,
-                                    const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
-{
-    return stage_post(ep, true, local, length, local_region, remote_addr, rkey, rkey_len, comp);
-}
-
-static ote_status_t stage_get_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
-                                    ote_region_t *local_region, uint64_t remote_addr,
-                                    const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
-{
-    return stage_post(ep, false, local, length, local_region, remote_addr, rkey, rkey_len, comp);
 }
 
 static size_t stage_inflight_bytes(ote_tl_ep_t *tl_ep)
@@ -383,86 +370,81 @@ static void stage_ep_destroy(ote_tl_ep_t *tl_ep)
     free(tl_ep);
 }
 
-/* ---- iface ------------------------------------------------------------------- */
+/* ---- worker context ---------------------------------------------------------- */
 
-static void stage_iface_close(ote_tl_iface_t *tl_iface)
+static unsigned stage_progress(void *arg)
 {
-    stage_iface_t *si = (stage_iface_t *)tl_iface;
+    stage_worker_t *sw = arg;
+    unsigned n         = ote_cuda_copier_progress(sw->copier);
 
-    ote_cuda_copier_destroy(si->copier);
-    if (si->active_ops > 0)
-        ote_warn("staging: %zu slices still active at close", si->active_ops);
-    if (si->pool_region != NULL)
-        ote_mem_table_free(si->regions, si->pool_region);
-    free(si->chunks);
-    free(si);
-}
-
-static void stage_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
-{
-    (void)tl_iface;
-    memset(caps, 0, sizeof(*caps));
-    /*
-     * Alone it reaches no peer (no scope): a stage rail takes its host
-     * rail's caps. What it adds is local device memory.
-     */
-    caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_DEVICE_PAIRS;
-    caps->mem_local  = OTE_MEM_TYPE_CUDA;
-    caps->conn_model = OTE_TL_CONN_TO_IFACE;
-}
-
-static ote_status_t stage_get_address(ote_tl_iface_t *iface, void *buf, size_t max,
-                                      size_t *len_p)
-{
-    return OTE_ERR_UNSUPPORTED; /* not published: peers need nothing from it */
-}
-
-static int stage_event_fd(ote_tl_iface_t *iface)
-{
-    return -1;
-}
-
-static unsigned stage_progress(ote_tl_iface_t *tl_iface)
-{
-    stage_iface_t *si = (stage_iface_t *)tl_iface;
-    unsigned n        = ote_cuda_copier_progress(si->copier);
-
-    wake_waiters(si);
+    wake_waiters(sw);
     return n;
 }
 
-static ote_status_t stage_event_arm(ote_tl_iface_t *tl_iface)
+/* Device copies are polled: the worker does not sleep while some run. */
+static bool stage_pending(void *arg)
 {
-    stage_iface_t *si = (stage_iface_t *)tl_iface;
-
-    return ote_cuda_copier_pending(si->copier) ? OTE_ERR_BUSY : OTE_OK;
+    return ote_cuda_copier_pending(((stage_worker_t *)arg)->copier) > 0;
 }
 
-static ote_status_t stage_ep_create(ote_tl_iface_t *iface, const void *addr, size_t addr_len,
-                                    const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
+bool ote_proto_stage_available(void)
 {
-    return OTE_ERR_UNREACHABLE; /* stage rails are made by ote_proto_stage_rail_init */
+    return ote_cuda_load() == OTE_OK;
 }
 
-static const ote_tl_iface_ops_t stage_iface_ops = {
-    .close          = stage_iface_close,
-    .query          = stage_iface_query,
-    .get_address    = stage_get_address,
-    .event_fd       = stage_event_fd,
-    .progress       = stage_progress,
-    .ep_create      = stage_ep_create,
-    .event_arm      = stage_event_arm,
-    .format_address = ote_tl_no_format_address,
-    .check_timeouts = ote_tl_no_check_timeouts,
-    .has_deadlines  = ote_tl_no_deadlines,
-    .ep_open        = ote_tl_unsupported_ep_open,
-    .ep_accept      = ote_tl_unsupported_ep_accept,
-    .ep_release     = ote_tl_no_ep_release,
-};
+ote_status_t ote_proto_stage_worker_create(ote_mem_table_t *regions,
+                                           const ote_stage_config_t *cfg,
+                                           const ote_proto_progress_hooks_t *hooks,
+                                           ote_stage_worker_t **sw_p)
+{
+    stage_worker_t *sw;
+    ote_status_t status;
 
-static const ote_tl_ep_ops_t stage_ep_ops = {
-    .put_zcopy       = stage_put_zcopy,
-    .get_zcopy       = stage_get_zcopy,
+    if (!ote_proto_stage_available())
+        return OTE_ERR_UNSUPPORTED;
+    sw = calloc(1, sizeof(*sw));
+    if (sw == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_cuda_copier_create(STAGE_STREAMS, &sw->copier);
+    if (status != OTE_OK)
+        goto err_free;
+    sw->regions    = regions;
+    sw->chunk_size = cfg->chunk_size < 4096 ? 4096 : cfg->chunk_size;
+    sw->slots      = cfg->slots > 0 ? (unsigned)cfg->slots : 1;
+    sw->nchunks    = sw->slots;
+    sw->hooks      = *hooks;
+    status = hooks->add(hooks->worker, stage_progress, stage_pending, sw, &sw->progress_id);
+    if (status != OTE_OK)
+        goto err_copier;
+    *sw_p = sw;
+    return OTE_OK;
+
+err_copier:
+    ote_cuda_copier_destroy(sw->copier);
+err_free:
+    free(sw);
+    return status;
+}
+
+void ote_proto_stage_worker_destroy(ote_stage_worker_t *sw)
+{
+    if (sw == NULL)
+        return;
+    sw->hooks.remove(sw->hooks.worker, sw->progress_id);
+    ote_cuda_copier_destroy(sw->copier);
+    if (sw->active_ops > 0)
+        ote_warn("staging: %zu slices still active at close", sw->active_ops);
+    if (sw->pool_region != NULL)
+        ote_mem_table_free(sw->regions, sw->pool_region);
+    free(sw->chunks);
+    free(sw);
+}
+
+/* ---- rails ------------------------------------------------------------------ */
+
+const ote_tl_ep_ops_t ote_proto_stage_ep_ops = {
+    .put_zcopy       = ote_cuda_ep_put_zcopy,
+    .get_zcopy       = ote_cuda_ep_get_zcopy,
     .inflight_bytes  = stage_inflight_bytes,
     .is_alive        = stage_is_alive,
     .destroy         = stage_ep_destroy,
@@ -471,50 +453,64 @@ static const ote_tl_ep_ops_t stage_ep_ops = {
     .reconnect       = ote_tl_unsupported_reconnect,
 };
 
-bool ote_proto_stage_iface(const ote_tl_iface_t *iface)
-{
-    return iface->ops == &stage_iface_ops;
-}
-
 ote_rail_t *ote_proto_stage_rail_host(const ote_rail_t *rail)
 {
-    if (rail->iface == NULL || !ote_proto_stage_iface(rail->iface) || rail->ep == NULL)
+    if (rail->iface == NULL || rail->iface->ep_ops != &ote_proto_stage_ep_ops || rail->ep == NULL)
         return NULL;
     return ((stage_ep_t *)rail->ep)->host;
 }
 
+stage_ep_t *ote_stage_ep_new(ote_rail_t *rail, ote_rail_t *host, stage_worker_t *sw)
+{
+    stage_ep_t *ep = calloc(1, sizeof(*ep));
+
+    if (ep == NULL)
+        return NULL;
+    /* The rail's iface names staging; its operations are the staging ep's. */
+    ep->iface        = *host->iface;
+    ep->iface.ep_ops = &ote_proto_stage_ep_ops;
+    ep->iface.md     = NULL;
+    ep->iface.md_index = -1;
+    memset(&ep->iface.resource, 0, sizeof(ep->iface.resource));
+    snprintf(ep->iface.resource.tl_name, sizeof(ep->iface.resource.tl_name), "%s",
+             OTE_PROTO_STAGE_NAME);
+    snprintf(ep->iface.resource.dev_name, sizeof(ep->iface.resource.dev_name), "cuda");
+    ep->super.super.iface = &ep->iface;
+    ep->super.post        = stage_post;
+    ep->sw                = sw;
+    ep->host        = host;
+    memset(rail, 0, sizeof(*rail));
+    rail->iface      = &ep->iface;
+    rail->ep         = &ep->super.super;
+    rail->caps       = host->caps;
+    rail->caps.max_msg = 0;
+    /* One slice holds the chunks of a pipeline: OTE_STAGE_SLOTS in flight. */
+    rail->caps.slice_size = sw->chunk_size * sw->slots;
+    rail->worker     = host->worker;
+    return ep;
+}
+
 ote_status_t ote_proto_stage_rail_init(ote_rail_t *rail, ote_rail_t *host,
-                                       ote_tl_iface_t *stage_iface)
+                                       ote_stage_worker_t *sw)
 {
     const ote_tl_caps_t *hc = &host->caps;
-    stage_iface_t *si       = (stage_iface_t *)stage_iface;
-    stage_ep_t *ep;
+    ote_tl_caps_t caps;
 
     /* A host rail that reaches device memory itself (GPUDirect) needs no staging. */
-    if (host->ep == NULL || (hc->mem_local & OTE_MEM_TYPE_CUDA) ||
+    if (sw == NULL || host->ep == NULL || (hc->mem_local & OTE_MEM_TYPE_CUDA) ||
         (hc->ops & OTE_TL_CAP_DEVICE_PAIRS) || !(hc->mem_local & OTE_MEM_TYPE_HOST) ||
         !(hc->mem_remote & OTE_MEM_TYPE_HOST) ||
         !(hc->ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY)))
         return OTE_ERR_UNSUPPORTED;
-    ep = calloc(1, sizeof(*ep));
-    if (ep == NULL)
+    caps = *hc;
+    if (ote_stage_ep_new(rail, host, sw) == NULL)
         return OTE_ERR_NO_MEMORY;
-    ep->super.iface = stage_iface;
-    ep->host        = host;
-    memset(rail, 0, sizeof(*rail));
-    rail->iface            = stage_iface;
-    rail->ep               = &ep->super;
-    rail->caps             = *hc;
-    rail->caps.ops         = (hc->ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY |
-                                         OTE_TL_CAP_CHECKED)) |
-                             OTE_TL_CAP_DEVICE_PAIRS;
-    rail->caps.mem_local   = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
-    rail->caps.mem_remote  = OTE_MEM_TYPE_HOST;
-    rail->caps.max_msg     = 0;
-    /* One slice holds the chunks of a pipeline: OTE_STAGE_SLOTS in flight. */
-    rail->caps.slice_size  = si->chunk_size * si->slots;
-    rail->worker           = host->worker;
-    rail->remote_md        = host->remote_md; /* the rkey is the host rail's */
+    rail->caps.ops = (caps.ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY |
+                                  OTE_TL_CAP_CHECKED)) |
+                     OTE_TL_CAP_DEVICE_PAIRS;
+    rail->caps.mem_local  = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
+    rail->caps.mem_remote = OTE_MEM_TYPE_HOST;
+    rail->remote_md       = host->remote_md; /* the rkey is the host rail's */
     return OTE_OK;
 }
 
@@ -550,79 +546,3 @@ const ote_config_table_t ote_stage_config_table = {
 };
 
 const ote_config_table_t *const ote_proto_config_tables[] = {&ote_stage_config_table, NULL};
-
-/* ---- component ---------------------------------------------------------------- */
-
-static ote_status_t stage_query_resources(ote_tl_component_t *comp,
-                                          const ote_tl_iface_params_t *params,
-                                          ote_tl_resource_t **res_p, size_t *count_p)
-{
-    ote_tl_resource_t *res;
-
-    if (ote_cuda_load() != OTE_OK)
-        return OTE_ERR_UNSUPPORTED;
-    res = calloc(1, sizeof(*res));
-    if (res == NULL)
-        return OTE_ERR_NO_MEMORY;
-    snprintf(res->tl_name, sizeof(res->tl_name), "cuda_stage");
-    snprintf(res->dev_name, sizeof(res->dev_name), "cuda");
-    res->component = comp;
-    *res_p         = res;
-    *count_p       = 1;
-    return OTE_OK;
-}
-
-static ote_status_t stage_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
-                                     const ote_tl_iface_params_t *params,
-                                     ote_tl_iface_t **iface_p)
-{
-    stage_iface_t *si;
-    ote_stage_config_t cfg;
-    ote_status_t status;
-
-    status = ote_config_fill(&ote_stage_config_table, &cfg);
-    if (status != OTE_OK)
-        return status;
-    si = calloc(1, sizeof(*si));
-    if (si == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = ote_cuda_copier_create(STAGE_STREAMS, &si->copier);
-    if (status != OTE_OK) {
-        free(si);
-        return status;
-    }
-    si->super.ops      = &stage_iface_ops;
-    si->super.ep_ops   = &stage_ep_ops;
-    si->super.resource = *res;
-    si->super.md       = md;
-    si->super.md_index = -1;
-    si->regions        = params->regions;
-    si->chunk_size     = cfg.chunk_size;
-    si->slots          = (unsigned)cfg.slots;
-    if (si->chunk_size < 4096)
-        si->chunk_size = 4096;
-    if (si->slots == 0)
-        si->slots = 1;
-    si->nchunks = si->slots;
-    *iface_p    = &si->super;
-    return OTE_OK;
-}
-
-static const char *stage_unavailable(ote_tl_component_t *comp)
-{
-    return ote_cuda_api_source();
-}
-
-static const ote_tl_component_ops_t stage_component_ops = {
-    .name            = "cuda_stage",
-    .config_table    = &ote_stage_config_table,
-    .query_resources = stage_query_resources,
-    .iface_open      = stage_iface_open,
-    .unavailable     = stage_unavailable,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
-};
-
-ote_tl_component_t ote_cuda_stage_component = {.ops = &stage_component_ops};
-
-ote_tl_component_t *const ote_proto_components[] = {&ote_cuda_stage_component, NULL};

@@ -1,17 +1,19 @@
 /*
- * Staging pipelines: GPU memory over transports that only reach host
- * memory (TCP, shared memory without GPUDirect). A staged slice is cut into
+ * Staging protocol: GPU memory over transports that only reach host memory
+ * (TCP, shared memory without GPUDirect). A staged slice is cut into
  * chunks of OTE_STAGE_CHUNK_SIZE that pass through a pool of pinned host
  * chunks, at most OTE_STAGE_SLOTS of a slice in flight, so that the device
  * copy of chunk k+1 overlaps the network transfer of chunk k:
  *   WRITE  GPU -chunk copy-> pinned chunk -host rail put-> peer
  *   READ   peer -host rail get-> pinned chunk -chunk copy-> GPU
  *
- * The "cuda_stage" component gives each worker one stage iface (pool,
- * copier, progress); a stage rail pairs it with a host rail to the peer
- * built by the segment, and serves the memory pairs that involve local GPU
+ * Staging is a protocol, not a transport: each worker gets one staging
+ * context (pool, copier, slices waiting for a chunk) whose progress is
+ * registered on the worker; the wire-up puts a staging rail in front of
+ * each host rail, which serves the memory pairs that involve local GPU
  * memory. Chunks return to the pool when their transfer ends, fails, is
- * canceled, times out or the host rail's peer dies.
+ * canceled, times out or the host rail's peer dies. OTE_TLS names it
+ * "cuda_stage".
  *
  * Remote staging serves the peer's GPU memory that no transport reaches:
  * the peer pins chunks of its own pool for us (STAGE control messages),
@@ -22,27 +24,55 @@
 #ifndef OTE_PROTO_STAGE_H
 #define OTE_PROTO_STAGE_H
 
+#include "jobs.h"
 #include "proto.h"
 #include "stage_msg.h"
 
 #include <pthread.h>
 
-extern ote_tl_component_t ote_cuda_stage_component;
+/* The name OTE_TLS selects staging by. */
+#define OTE_PROTO_STAGE_NAME "cuda_stage"
 
-/* True for an iface of the cuda_stage component. */
-bool ote_proto_stage_iface(const ote_tl_iface_t *iface);
+/* OTE_STAGE_*: the staging pipelines' chunks. */
+typedef struct {
+    size_t chunk_size; /* pinned host chunk */
+    long   slots;      /* chunks in flight per request */
+} ote_stage_config_t;
+
+extern const ote_config_table_t ote_stage_config_table;
+
+/* One worker's staging context. */
+typedef struct ote_stage_worker ote_stage_worker_t;
+
+/* Staging can run here: the CUDA libraries load. */
+bool ote_proto_stage_available(void);
+
+/*
+ * The staging context of one worker: its chunks (cfg, pinned on first use,
+ * registered in regions) and copier; its progress registered through
+ * hooks. UNSUPPORTED without CUDA.
+ */
+ote_status_t ote_proto_stage_worker_create(ote_mem_table_t *regions,
+                                           const ote_stage_config_t *cfg,
+                                           const ote_proto_progress_hooks_t *hooks,
+                                           ote_stage_worker_t **sw_p);
+/* After the worker stopped, every slice on its staging rails ended. */
+void         ote_proto_stage_worker_destroy(ote_stage_worker_t *sw);
 
 /*
  * Fill rail (a free slot of the segment's rails) as the staging rail over
- * host: the stage iface stage_iface (of host's worker) in front of host's
- * ep. UNSUPPORTED when host cannot carry staged traffic (it reaches device
- * memory itself, or lacks host memory on both ends).
+ * host, staged by sw (host's worker's context). UNSUPPORTED when host
+ * cannot carry staged traffic (it reaches device memory itself, or lacks
+ * host memory on both ends).
  */
 ote_status_t ote_proto_stage_rail_init(ote_rail_t *rail, ote_rail_t *host,
-                                       ote_tl_iface_t *stage_iface);
+                                       ote_stage_worker_t *sw);
 
 /* The host rail a staging rail sends through, NULL for other rails. */
 ote_rail_t *ote_proto_stage_rail_host(const ote_rail_t *rail);
+
+/* The ep operations of staging rails (local and remote). */
+extern const ote_tl_ep_ops_t ote_proto_stage_ep_ops;
 
 typedef struct {
     unsigned long chunks;          /* chunks moved                                */
@@ -60,14 +90,6 @@ void ote_proto_stage_stats(ote_proto_stage_stats_t *stats_p);
 
 /* ---- remote staging, target side (control listener thread only) ---- */
 typedef struct ote_stage_target ote_stage_target_t;
-
-/* OTE_STAGE_*: the staging pipelines' chunks. */
-typedef struct {
-    size_t chunk_size; /* pinned host chunk */
-    long   slots;      /* chunks in flight per request */
-} ote_stage_config_t;
-
-extern const ote_config_table_t ote_stage_config_table;
 
 /*
  * Pool of cfg->slots pinned chunks of cfg->chunk_size (ote_stage_config_table),
@@ -98,21 +120,24 @@ long         ote_stage_target_pinned_now(void);
  * ---- remote staging, initiator side ----
  * A rail in front of host rail `host` (and of the local staging rail over
  * it, local_stage, or NULL) that reaches the peer's GPU memory through the
- * peer's pinned chunks; ctl sends a control request to the peer.
+ * peer's pinned chunks; ctl sends a control request to the peer. Its
+ * slices run as jobs of the engine's pool (jobs): a full queue ends a
+ * slice BUSY.
  */
 typedef struct {
     ote_status_t (*ctl)(void *arg, const void *req, size_t len, uint8_t **resp_p,
                         size_t *resp_len_p);
-    void            *ctl_arg;
-    pthread_mutex_t *worker_lock;   /* held while the worker progresses */
-    int              worker_wake_fd;
-    uint64_t         initiator, target; /* engine instances */
-    long             timeout_ms;
+    void             *ctl_arg;
+    pthread_mutex_t  *worker_lock;   /* held while the worker progresses */
+    int               worker_wake_fd;
+    ote_proto_jobs_t *jobs;
+    uint64_t          initiator, target; /* engine instances */
+    long              timeout_ms;
 } ote_stage_remote_hooks_t;
 
 ote_status_t ote_proto_stage_remote_rail_init(ote_rail_t *rail, ote_rail_t *host,
                                               ote_rail_t *local_stage,
-                                              ote_tl_iface_t *stage_iface,
+                                              ote_stage_worker_t *sw,
                                               const ote_stage_remote_hooks_t *hooks);
 
 #endif

@@ -16,10 +16,12 @@
 /* ---- remote staging, initiator side ------------------------------------------- */
 
 /*
- * One slice to the peer's GPU memory runs on its own thread, which talks
- * to the peer's control listener (blocking requests) and posts the chunk
- * transfers on the worker's host (or local staging) rail under the
- * worker's lock; their completions come back through the worker.
+ * One slice to the peer's GPU memory is a job of the engine's protocol
+ * pool (jobs.h): a pool thread talks to the peer's control listener
+ * (blocking requests) and posts the chunk transfers on the worker's host
+ * (or local staging) rail under the worker's lock; their completions come
+ * back through the worker. The pool bounds the threads: slices beyond them
+ * wait in its queue, and a full queue ends the slice BUSY.
  *
  * The slice moves in groups of OTE_STAGE_SLOTS / 2 chunks, two groups at a
  * time: while the peer copies group k between its chunks and its GPU
@@ -47,6 +49,7 @@ typedef struct {
 } remote_group_t;
 
 struct remote_op {
+    ote_proto_job_t      job;      /* first: the pool's entry */
     ote_stage_remote_hooks_t hooks;
     ote_rail_t          *rail;     /* host or local staging rail the chunks go on */
     ote_tl_ep_t         *rail_ep;
@@ -288,9 +291,9 @@ static ote_status_t remote_finish(remote_op_t *op, remote_group_t *g)
     return status;
 }
 
-static void *remote_main(void *arg)
+static void remote_main(ote_proto_job_t *job)
 {
-    remote_op_t *op           = arg;
+    remote_op_t *op           = (remote_op_t *)job;
     pthread_mutex_t *wl       = op->hooks.worker_lock;
     ote_tl_completion_t *comp = op->comp;
     remote_group_t *cur = &op->g[0], *next = &op->g[1], *t;
@@ -356,24 +359,21 @@ static void *remote_main(void *arg)
     if (leak) {
         /* A completion may still come: op stays allocated. */
         ote_error("staging: a chunk transfer to the peer never ended");
-        return NULL;
+        return;
     }
     pthread_mutex_destroy(&op->lock);
     pthread_cond_destroy(&op->cond);
     free(op);
-    return NULL;
 }
 
 ote_status_t ote_stage_remote_post(stage_ep_t *ep, bool write, void *local, size_t length,
                                    ote_region_t *local_region, uint64_t remote_addr,
                                    ote_tl_completion_t *comp)
 {
-    stage_iface_t *si = (stage_iface_t *)ep->super.iface;
-    ote_rail_t *rail  = local_region->mem_type == OTE_MEM_TYPE_CUDA ? ep->lstage : ep->host;
+    stage_worker_t *sw = ep->sw;
+    ote_rail_t *rail   = local_region->mem_type == OTE_MEM_TYPE_CUDA ? ep->lstage : ep->host;
     remote_op_t *op;
-    pthread_attr_t attr;
-    pthread_t th;
-    int rc;
+    ote_status_t status;
 
     if (rail == NULL)
         return OTE_ERR_UNREACHABLE;
@@ -390,61 +390,47 @@ ote_status_t ote_stage_remote_post(stage_ep_t *ep, bool write, void *local, size
     op->local_region = local_region;
     op->remote       = remote_addr;
     op->length       = length;
-    op->chunk_size   = si->chunk_size;
-    op->slots        = si->slots;
+    op->chunk_size   = sw->chunk_size;
+    op->slots        = sw->slots;
     op->comp         = comp;
     op->cancel       = ((ote_slice_t *)comp)->cancel;
+    op->job.run      = remote_main;
     pthread_mutex_init(&op->lock, NULL);
     pthread_cond_init(&op->cond, NULL);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&th, &attr, remote_main, op);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
+    status = ote_proto_jobs_submit(ep->hooks.jobs, &op->job);
+    if (status != OTE_OK) {
         pthread_mutex_destroy(&op->lock);
         pthread_cond_destroy(&op->cond);
         free(op);
-        return OTE_ERR_NO_MEMORY;
+        return status;
     }
     return OTE_INPROGRESS;
 }
 
 ote_status_t ote_proto_stage_remote_rail_init(ote_rail_t *rail, ote_rail_t *host,
-                                              ote_rail_t *local_stage,
-                                              ote_tl_iface_t *stage_iface,
+                                              ote_rail_t *local_stage, ote_stage_worker_t *sw,
                                               const ote_stage_remote_hooks_t *hooks)
 {
     const ote_tl_caps_t *hc = &host->caps;
-    stage_iface_t *si       = (stage_iface_t *)stage_iface;
     stage_ep_t *ep;
 
     /* The chunks are reached by address: only transports the target checks (no rkey). */
-    if (host->ep == NULL || (hc->mem_remote & OTE_MEM_TYPE_CUDA) ||
+    if (sw == NULL || host->ep == NULL || (hc->mem_remote & OTE_MEM_TYPE_CUDA) ||
         !(hc->mem_local & OTE_MEM_TYPE_HOST) || !(hc->mem_remote & OTE_MEM_TYPE_HOST) ||
         !(hc->ops & OTE_TL_CAP_CHECKED) ||
         (hc->ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY)) !=
             (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY))
         return OTE_ERR_UNSUPPORTED;
-    ep = calloc(1, sizeof(*ep));
+    ep = ote_stage_ep_new(rail, host, sw);
     if (ep == NULL)
         return OTE_ERR_NO_MEMORY;
-    ep->super.iface = stage_iface;
-    ep->host        = host;
-    ep->remote      = true;
-    ep->lstage      = local_stage;
-    ep->hooks       = *hooks;
-    memset(rail, 0, sizeof(*rail));
-    rail->iface           = stage_iface;
-    rail->ep              = &ep->super;
-    rail->caps            = *hc;
+    ep->remote            = true;
+    ep->lstage            = local_stage;
+    ep->hooks             = *hooks;
     rail->caps.ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED |
                             OTE_TL_CAP_DEVICE_PAIRS;
     rail->caps.mem_local  = OTE_MEM_TYPE_HOST | (local_stage ? OTE_MEM_TYPE_CUDA : 0);
     rail->caps.mem_remote = OTE_MEM_TYPE_CUDA;
-    rail->caps.max_msg    = 0;
-    rail->caps.slice_size = si->chunk_size * si->slots;
-    rail->worker          = host->worker;
     rail->remote_md       = -1;
     return OTE_OK;
 }
-

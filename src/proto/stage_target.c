@@ -158,6 +158,15 @@ static ote_status_t delegate_one(ote_stage_target_t *t, bool to_gpu, uint8_t *ch
         ote_mem_region_put(region);
         return OTE_ERR_INVALID_PARAM;
     }
+    /*
+     * The copy is an access to the chunk as the host transport's are, and
+     * bracketed the same way: ordered after the transfer that filled the
+     * chunk or before the one that sends it.
+     */
+    if (!ote_mem_region_access_begin(t->pool_region)) {
+        ote_mem_region_put(region);
+        return OTE_ERR_NOT_REGISTERED;
+    }
     dev    = ote_cuda_location_device(region->location);
     status = to_gpu ? ote_cuda_copier_post(t->copier, dev, (void *)(uintptr_t)gpu, chunk, len,
                                            copy_done, &done)
@@ -174,6 +183,7 @@ static ote_status_t delegate_one(ote_stage_target_t *t, bool to_gpu, uint8_t *ch
             done = OTE_ERR_TIMEOUT;
         }
     }
+    ote_mem_region_access_end(t->pool_region);
     ote_mem_region_put(region);
     return status != OTE_OK ? status : done;
 }

@@ -17,6 +17,8 @@
  *                                 side, filled with OTE_TEST_GUARD_SEED; the
  *                                 command "guard R" answers "guard LEADHASH TRAILHASH"
  * The command "stagepinned" answers "pinned N": remote staging chunks pinned now.
+ * The command "putbackstats" answers "opens N threads M": segments opened to
+ * serve PUTBACKs so far, and the threads serving them.
  * The command "push R HEXADDR LEN SEED" fills the first LEN bytes of region R
  * with the pattern (offset 0, SEED) and WRITEs them to HEXADDR of the sender's
  * segment; it answers "ok" or "error N" (the task's status).
@@ -33,8 +35,9 @@
 
 static volatile sig_atomic_t stop;
 
-/* Library-internal (proto/stage.h), exported with the ote_ symbols. */
+/* Library-internal (proto/stage.h, core/engine.h), exported with the ote_ symbols. */
 long ote_stage_target_pinned_now(void);
+void ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens_p, unsigned *threads_p);
 
 static bool gpu_region(const char *where)
 {
@@ -234,6 +237,13 @@ int main(int argc, char **argv)
         } else if (strcmp(cmd, "stagepinned") == 0) {
             /* Chunks of the remote staging pool pinned by initiators now. */
             snprintf(ans, sizeof(ans), "pinned %ld", ote_stage_target_pinned_now());
+        } else if (strcmp(cmd, "putbackstats") == 0) {
+            /* Segments opened to serve PUTBACKs, and the threads serving them. */
+            unsigned long opens;
+            unsigned threads;
+
+            ote_engine_putback_stats(e, &opens, &threads);
+            snprintf(ans, sizeof(ans), "opens %lu threads %u", opens, threads);
         } else if (sscanf(cmd, "dereg %u", &r) == 1 && r < n) {
             st = where[r] != NULL ? ote_mem_free(e, mem[r]) : ote_mem_deregister(e, mem[r]);
             snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);

@@ -243,3 +243,138 @@ void ote_cuda_copier_destroy(ote_cuda_copier_t *c)
     }
     free(c);
 }
+
+/* ---- cuda base (see cuda_copier.h) -------------------------------------------- */
+
+ote_status_t ote_cuda_ep_put_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
+                                   ote_region_t *local_region, uint64_t remote_addr,
+                                   const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
+{
+    return ((ote_cuda_ep_t *)ep)->post(ep, true, local, length, local_region, remote_addr, rkey,
+                                       rkey_len, comp);
+}
+
+ote_status_t ote_cuda_ep_get_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
+                                   ote_region_t *local_region, uint64_t remote_addr,
+                                   const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
+{
+    return ((ote_cuda_ep_t *)ep)->post(ep, false, local, length, local_region, remote_addr, rkey,
+                                       rkey_len, comp);
+}
+
+bool ote_cuda_ep_is_alive(ote_tl_ep_t *ep)
+{
+    (void)ep;
+    return true;
+}
+
+ote_status_t ote_cuda_ep_create(ote_tl_iface_t *iface, size_t size, ote_cuda_post_cb_t post,
+                                ote_tl_ep_t **ep_p)
+{
+    ote_cuda_ep_t *ep = calloc(1, size);
+
+    if (ep == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ep->super.iface = iface;
+    ep->post        = post;
+    *ep_p           = &ep->super;
+    return OTE_OK;
+}
+
+ote_status_t ote_cuda_iface_open(size_t size, unsigned streams, const ote_tl_iface_ops_t *ops,
+                                 const ote_tl_ep_ops_t *ep_ops, const ote_tl_resource_t *res,
+                                 ote_md_t *md, const ote_tl_iface_params_t *params,
+                                 ote_tl_iface_t **iface_p)
+{
+    ote_cuda_iface_t *iface = calloc(1, size);
+    ote_status_t status;
+
+    if (iface == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_cuda_copier_create(streams, &iface->copier);
+    if (status != OTE_OK) {
+        free(iface);
+        return status;
+    }
+    iface->super.ops      = ops;
+    iface->super.ep_ops   = ep_ops;
+    iface->super.resource = *res;
+    iface->super.md       = md;
+    iface->super.md_index = -1;
+    iface->regions        = params->regions;
+    iface->instance_id    = params->instance_id;
+    *iface_p              = &iface->super;
+    return OTE_OK;
+}
+
+void ote_cuda_iface_close(ote_tl_iface_t *tl_iface)
+{
+    ote_cuda_iface_t *iface = (ote_cuda_iface_t *)tl_iface;
+
+    ote_cuda_copier_destroy(iface->copier);
+    free(iface);
+}
+
+int ote_cuda_iface_event_fd(ote_tl_iface_t *iface)
+{
+    (void)iface;
+    return -1;
+}
+
+unsigned ote_cuda_iface_progress(ote_tl_iface_t *iface)
+{
+    return ote_cuda_copier_progress(((ote_cuda_iface_t *)iface)->copier);
+}
+
+ote_status_t ote_cuda_iface_event_arm(ote_tl_iface_t *iface)
+{
+    return ote_cuda_copier_pending(((ote_cuda_iface_t *)iface)->copier) ? OTE_ERR_BUSY : OTE_OK;
+}
+
+size_t ote_cuda_ep_inflight_bytes(ote_tl_ep_t *ep)
+{
+    return ((ote_cuda_iface_t *)ep->iface)->inflight_bytes;
+}
+
+ote_status_t ote_cuda_iface_copy(ote_cuda_iface_t *iface, bool write, int dev, void *local,
+                                 void *remote, size_t length, ote_cuda_copy_cb_t cb, void *arg)
+{
+    ote_status_t status = write ? ote_cuda_copier_post(iface->copier, dev, remote, local, length,
+                                                       cb, arg)
+                                : ote_cuda_copier_post(iface->copier, dev, local, remote, length,
+                                                       cb, arg);
+
+    if (status == OTE_OK)
+        iface->inflight_bytes += length;
+    return status;
+}
+
+void ote_cuda_iface_copied(ote_cuda_iface_t *iface, size_t length)
+{
+    iface->inflight_bytes -= length;
+}
+
+ote_status_t ote_cuda_query_resources(ote_tl_component_t *comp, const char *tl_name,
+                                      ote_tl_resource_t **res_p, size_t *count_p)
+{
+    ote_tl_resource_t *res;
+
+    if (ote_cuda_load() != OTE_OK)
+        return OTE_ERR_UNSUPPORTED;
+    res = calloc(1, sizeof(*res));
+    if (res == NULL)
+        return OTE_ERR_NO_MEMORY;
+    snprintf(res->tl_name, sizeof(res->tl_name), "%s", tl_name);
+    /* One resource for every visible device: streams are per device inside. */
+    snprintf(res->dev_name, sizeof(res->dev_name), "cuda");
+    res->component = comp;
+    *res_p         = res;
+    *count_p       = 1;
+    return OTE_OK;
+}
+
+const char *ote_cuda_unavailable(ote_tl_component_t *comp)
+{
+    (void)comp;
+    return ote_cuda_api_source();
+}

@@ -338,16 +338,11 @@ void ote_cuda_ipc_cache_stats(size_t *open_p, unsigned long *opens_p, unsigned l
 
 /* ---- iface and ep (importer) ------------------------------------------------- */
 
-typedef struct {
-    ote_tl_iface_t     super;
-    ote_cuda_copier_t *copier;
-    uint64_t           instance_id;
-    size_t             inflight_bytes;
-} ipc_iface_t;
+typedef ote_cuda_iface_t ipc_iface_t;
 
 typedef struct {
-    ote_tl_ep_t super;
-    uint64_t    peer;
+    ote_cuda_ep_t super;
+    uint64_t      peer;
 } ipc_ep_t;
 
 typedef struct {
@@ -367,19 +362,8 @@ static ote_status_t ipc_query_resources(ote_tl_component_t *comp,
                                         const ote_tl_iface_params_t *params,
                                         ote_tl_resource_t **res_p, size_t *count_p)
 {
-    ote_tl_resource_t *res;
-
-    if (ote_cuda_load() != OTE_OK)
-        return OTE_ERR_UNSUPPORTED;
-    res = calloc(1, sizeof(*res));
-    if (res == NULL)
-        return OTE_ERR_NO_MEMORY;
-    snprintf(res->tl_name, sizeof(res->tl_name), "cuda_ipc");
-    snprintf(res->dev_name, sizeof(res->dev_name), "cuda");
-    res->component = comp;
-    *res_p         = res;
-    *count_p       = 1;
-    return OTE_OK;
+    (void)params;
+    return ote_cuda_query_resources(comp, "cuda_ipc", res_p, count_p);
 }
 
 static ote_status_t ipc_md_open(ote_tl_component_t *comp, const ote_tl_resource_t *res,
@@ -395,14 +379,6 @@ static void ipc_md_close(ote_tl_component_t *comp, ote_md_t *md)
 {
     (void)comp;
     (void)md;
-}
-
-static void ipc_iface_close(ote_tl_iface_t *tl_iface)
-{
-    ipc_iface_t *iface = (ipc_iface_t *)tl_iface;
-
-    ote_cuda_copier_destroy(iface->copier);
-    free(iface);
 }
 
 static void ipc_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
@@ -434,27 +410,15 @@ static ote_status_t ipc_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t 
     return OTE_OK;
 }
 
-static int ipc_event_fd(ote_tl_iface_t *tl_iface)
-{
-    (void)tl_iface;
-    return -1;
-}
-
-static unsigned ipc_progress(ote_tl_iface_t *tl_iface)
-{
-    return ote_cuda_copier_progress(((ipc_iface_t *)tl_iface)->copier);
-}
-
-static ote_status_t ipc_event_arm(ote_tl_iface_t *tl_iface)
-{
-    return ote_cuda_copier_pending(((ipc_iface_t *)tl_iface)->copier) ? OTE_ERR_BUSY : OTE_OK;
-}
+static ote_status_t ipc_post(ote_tl_ep_t *tl_ep, bool write, void *local, size_t length,
+                             ote_region_t *local_region, uint64_t remote_addr, const void *rkey,
+                             size_t rkey_len, ote_tl_completion_t *comp);
 
 static ote_status_t ipc_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                   const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
 {
     uint32_t pid;
-    ipc_ep_t *ep;
+    ote_status_t status;
 
     if (addr_len != IPC_ADDR_LEN)
         return OTE_ERR_UNREACHABLE;
@@ -462,20 +426,17 @@ static ote_status_t ipc_ep_create(ote_tl_iface_t *tl_iface, const void *addr, si
     /* Own handles cannot be opened: an engine of this process is cuda_copy's. */
     if (pid == (uint32_t)getpid())
         return OTE_ERR_UNREACHABLE;
-    ep = calloc(1, sizeof(*ep));
-    if (ep == NULL)
-        return OTE_ERR_NO_MEMORY;
-    ep->super.iface = tl_iface;
-    ep->peer        = peer->instance_id;
-    *ep_p           = &ep->super;
-    return OTE_OK;
+    status = ote_cuda_ep_create(tl_iface, sizeof(ipc_ep_t), ipc_post, ep_p);
+    if (status == OTE_OK)
+        ((ipc_ep_t *)*ep_p)->peer = peer->instance_id;
+    return status;
 }
 
 static void ipc_done(void *arg, ote_status_t status)
 {
     ipc_op_t *op = arg;
 
-    op->iface->inflight_bytes -= op->length;
+    ote_cuda_iface_copied(op->iface, op->length);
     cache_put(op->im);
     op->comp->func(op->comp, status);
     free(op);
@@ -521,41 +482,13 @@ static ote_status_t ipc_post(ote_tl_ep_t *tl_ep, bool write, void *local, size_t
     op->length = length;
     op->comp   = comp;
     remote     = (uint8_t *)op->im->mapped + (remote_addr - k.base);
-    status = write ? ote_cuda_copier_post(iface->copier, dev, remote, local, length, ipc_done, op)
-                   : ote_cuda_copier_post(iface->copier, dev, local, remote, length, ipc_done,
-                                          op);
+    status = ote_cuda_iface_copy(iface, write, dev, local, remote, length, ipc_done, op);
     if (status != OTE_OK) {
         cache_put(op->im);
         free(op);
         return status;
     }
-    iface->inflight_bytes += length;
     return OTE_INPROGRESS;
-}
-
-static ote_status_t ipc_put_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
-                                  ote_region_t *local_region, uint64_t remote_addr,
-                                  const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
-{
-    return ipc_post(ep, true, local, length, local_region, remote_addr, rkey, rkey_len, comp);
-}
-
-static ote_status_t ipc_get_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
-                                  ote_region_t *local_region, uint64_t remote_addr,
-                                  const void *rkey, size_t rkey_len, ote_tl_completion_t *comp)
-{
-    return ipc_post(ep, false, local, length, local_region, remote_addr, rkey, rkey_len, comp);
-}
-
-static size_t ipc_inflight_bytes(ote_tl_ep_t *ep)
-{
-    return ((ipc_iface_t *)ep->iface)->inflight_bytes;
-}
-
-static bool ipc_is_alive(ote_tl_ep_t *ep)
-{
-    (void)ep;
-    return true;
 }
 
 /* Segment closed or peer restarted: its mappings go (copies in flight finish first). */
@@ -567,37 +500,14 @@ static void ipc_ep_destroy(ote_tl_ep_t *tl_ep)
     free(ep);
 }
 
-static const ote_tl_iface_ops_t ipc_iface_ops = {
-    .close          = ipc_iface_close,
-    .query          = ipc_iface_query,
-    .get_address    = ipc_get_address,
-    .event_fd       = ipc_event_fd,
-    .progress       = ipc_progress,
-    .ep_create      = ipc_ep_create,
-    .event_arm      = ipc_event_arm,
-    .format_address = ote_tl_no_format_address,
-    .check_timeouts = ote_tl_no_check_timeouts,
-    .has_deadlines  = ote_tl_no_deadlines,
-    .ep_open        = ote_tl_unsupported_ep_open,
-    .ep_accept      = ote_tl_unsupported_ep_accept,
-    .ep_release     = ote_tl_no_ep_release,
-};
+static const ote_tl_iface_ops_t ipc_iface_ops =
+    OTE_CUDA_IFACE_OPS(ipc_iface_query, ipc_get_address, ipc_ep_create);
 
-static const ote_tl_ep_ops_t ipc_ep_ops = {
-    .put_zcopy       = ipc_put_zcopy,
-    .get_zcopy       = ipc_get_zcopy,
-    .inflight_bytes  = ipc_inflight_bytes,
-    .is_alive        = ipc_is_alive,
-    .destroy         = ipc_ep_destroy,
-    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
-    .needs_reconnect = ote_tl_no_reconnect_needed,
-    .reconnect       = ote_tl_unsupported_reconnect,
-};
+static const ote_tl_ep_ops_t ipc_ep_ops = OTE_CUDA_EP_OPS(ipc_ep_destroy);
 
 static ote_status_t ipc_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params, ote_tl_iface_t **iface_p)
 {
-    ipc_iface_t *iface;
     ote_cuda_config_t cfg;
     ote_status_t status;
 
@@ -605,33 +515,14 @@ static ote_status_t ipc_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     if (status != OTE_OK)
         return status;
     ote_config_release(&ote_cuda_config_table, &cfg);
-    iface = calloc(1, sizeof(*iface));
-    if (iface == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = ote_cuda_copier_create(CUDA_IPC_STREAMS, &iface->copier);
-    if (status != OTE_OK) {
-        free(iface);
-        return status;
-    }
-    if (cfg.ipc_cache_entries > 0) {
+    status = ote_cuda_iface_open(sizeof(ipc_iface_t), CUDA_IPC_STREAMS, &ipc_iface_ops,
+                                 &ipc_ep_ops, res, md, params, iface_p);
+    if (status == OTE_OK && cfg.ipc_cache_entries > 0) {
         pthread_mutex_lock(&cache.lock);
         cache.max_per_peer = cfg.ipc_cache_entries;
         pthread_mutex_unlock(&cache.lock);
     }
-    iface->super.ops      = &ipc_iface_ops;
-    iface->super.ep_ops   = &ipc_ep_ops;
-    iface->super.resource = *res;
-    iface->super.md       = md;
-    iface->super.md_index = -1;
-    iface->instance_id    = params->instance_id;
-    *iface_p              = &iface->super;
-    return OTE_OK;
-}
-
-static const char *ipc_unavailable(ote_tl_component_t *comp)
-{
-    (void)comp;
-    return ote_cuda_api_source();
+    return status;
 }
 
 static const ote_tl_component_ops_t ipc_component_ops = {
@@ -641,7 +532,7 @@ static const ote_tl_component_ops_t ipc_component_ops = {
     .md_open         = ipc_md_open,
     .md_close        = ipc_md_close,
     .iface_open      = ipc_iface_open,
-    .unavailable     = ipc_unavailable,
+    .unavailable     = ote_cuda_unavailable,
 };
 
 ote_tl_component_t ote_cuda_ipc_component = {.ops = &ipc_component_ops};

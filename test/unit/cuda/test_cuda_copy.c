@@ -215,16 +215,14 @@ static void test_gpu_direct(void **state)
 static void test_stage_rail_skipped_for_gpu_direct(void **state)
 {
     ote_engine_h e = ote_test_engine("127.0.0.1:0");
-    ote_tl_iface_t *stage = NULL;
+    ote_stage_worker_t *stage = e->workers[0].stage;
     ote_rail_t host = {0}, rail;
+    ote_tl_iface_t host_iface = {0};
     ote_tl_ep_t dummy = {0};
 
     (void)state;
-    for (size_t i = 0; i < e->workers[0].num_ifaces; i++) {
-        if (ote_proto_stage_iface(e->workers[0].ifaces[i]))
-            stage = e->workers[0].ifaces[i];
-    }
     assert_non_null(stage);
+    host.iface           = &host_iface;
     host.ep              = &dummy;
     host.caps.ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;
     host.caps.mem_local  = OTE_MEM_TYPE_HOST;

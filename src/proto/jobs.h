@@ -1,0 +1,46 @@
+/*
+ * A bounded pool of threads for protocol steps that block on a peer (a
+ * control request and its answer): remote staging slices, PUTBACK requests
+ * on the initiator and on the target. At most max_threads threads, started
+ * as work arrives and kept until the pool is destroyed; at most max_queued
+ * jobs wait for one, more are refused with OTE_ERR_BUSY (never dropped).
+ */
+#ifndef OTE_PROTO_JOBS_H
+#define OTE_PROTO_JOBS_H
+
+#include <ote/ote.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The engine's pool for initiator-side requests (remote staging, PUTBACK). */
+#define OTE_PROTO_JOBS_THREADS 8
+#define OTE_PROTO_JOBS_QUEUED  4096
+
+typedef struct ote_proto_job ote_proto_job_t;
+
+/* Runs on a pool thread, exactly once per accepted job; may free the job. */
+typedef void (*ote_proto_job_cb_t)(ote_proto_job_t *job);
+
+/* Embedded in the caller's request: the pool allocates nothing per job. */
+struct ote_proto_job {
+    ote_proto_job_cb_t run;
+    ote_proto_job_t   *next;
+};
+
+typedef struct ote_proto_jobs ote_proto_jobs_t;
+
+/* name names the threads ("<name>-N", at most 10 characters). */
+ote_status_t ote_proto_jobs_create(const char *name, unsigned max_threads, size_t max_queued,
+                                   ote_proto_jobs_t **jobs_p);
+/*
+ * Queue job (job->run set by the caller). OK: it will run. BUSY: max_queued
+ * jobs wait already; NO_MEMORY: no thread could be started. On an error
+ * the job never runs.
+ */
+ote_status_t ote_proto_jobs_submit(ote_proto_jobs_t *jobs, ote_proto_job_t *job);
+/* Runs every job still queued, then joins the threads. */
+void         ote_proto_jobs_destroy(ote_proto_jobs_t *jobs);
+/* Threads started so far (never more than max_threads). */
+unsigned     ote_proto_jobs_threads(ote_proto_jobs_t *jobs);
+
+#endif
