@@ -184,7 +184,8 @@ static void test_access_guard_waits(void **state)
 typedef struct {
     fixture_t  *f;
     atomic_bool stop;
-    long        ok, refused, violations;
+    atomic_long ok;
+    long        refused, violations;
     /* Per slot: seq of the last region whose deregistration returned. */
     _Atomic uint64_t done_seq[64];
 } churn_t;
@@ -209,7 +210,7 @@ static void *churn_reader(void *arg)
             if (atomic_load(&c->done_seq[x % 64]) == r->seq)
                 c->violations++;
             ote_mem_region_access_end(r);
-            c->ok++;
+            atomic_fetch_add(&c->ok, 1);
         } else {
             c->refused++;
         }
@@ -227,7 +228,14 @@ static void test_concurrent_churn(void **state)
     uint64_t x = 777;
 
     assert_int_equal(pthread_create(&th, NULL, churn_reader, &c), 0);
-    for (int round = 0; round < 20000; round++) {
+    /*
+     * 20,000 rounds, and on until the reader got some accesses in (on a
+     * loaded host it may not have run yet), for 20 s at most.
+     */
+    time_t deadline = time(NULL) + 20;
+
+    for (int round = 0; round < 20000 || (atomic_load(&c.ok) == 0 && time(NULL) < deadline);
+         round++) {
         size_t i;
 
         x ^= x << 13;
@@ -250,7 +258,7 @@ static void test_concurrent_churn(void **state)
         if (r[i] != NULL)
             assert_int_equal(ote_mem_table_deregister(f->table, r[i]), OTE_OK);
     }
-    assert_true(c.ok > 0);
+    assert_true(atomic_load(&c.ok) > 0);
     assert_int_equal(c.violations, 0);
 }
 
