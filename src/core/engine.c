@@ -295,6 +295,7 @@ static void engine_locks_init(ote_engine_h e)
     pthread_mutex_init(&e->batch_lock, NULL);
     pthread_mutex_init(&e->seg_lock, NULL);
     pthread_mutex_init(&e->admit_lock, NULL);
+    ote_fexport_table_init(&e->fexports);
     /* Admission deadlines are on the monotonic clock. */
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -310,6 +311,8 @@ static void engine_locks_destroy(ote_engine_h e)
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->admit_lock);
     pthread_cond_destroy(&e->admit_cond);
+    /* After the listener: no request uses an exported file any more. */
+    ote_fexport_table_destroy(&e->fexports);
 }
 
 static void engine_free(ote_engine_h e)
@@ -571,7 +574,10 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
     d->num_mds = e->num_mds;
     for (size_t i = 0; i < e->num_mds; i++)
         snprintf(d->mds[i], sizeof(d->mds[i]), "%s", e->mds[i]->name);
-    status = ote_desc_encode(d, e->regions, out);
+    status = ote_fexport_desc_fill(&e->fexports, d);
+    if (status == OTE_OK)
+        status = ote_desc_encode(d, e->regions, out);
+    free(d->exports);
     free(d);
     return status;
 }

@@ -7,7 +7,8 @@
  * control-plane client, wireup.c builds and repairs its rails. A name
  * "file:///abs/path" opens a local file instead: its descriptor is made
  * here (one region, the file) and its rails are the file transport's
- * ifaces, one per worker (segment_open_file).
+ * ifaces, one per worker (segment_open_file); "<export>@<engine name>" a
+ * peer's exported file (segment_export.c).
  */
 #include "ctl_msg.h"
 #include "engine.h"
@@ -272,6 +273,10 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
         status = segment_open_file(seg, name, &d);
         if (status != OTE_OK)
             goto err;
+    } else if (ote_segment_is_export_name(name)) {
+        status = ote_segment_open_export(seg, name, &d);
+        if (status != OTE_OK)
+            goto err;
     } else {
         status = ote_segment_fetch_desc(seg, &d);
         if (status != OTE_OK)
@@ -353,6 +358,14 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
     if (seg->file != NULL)
         return segment_resolve_file(seg, restarted_p);
     pthread_mutex_lock(&seg->refresh_lock);
+    if (seg->export_name[0] != '\0') {
+        status = ote_segment_resolve_export(seg, rebind, &d, restarted_p);
+        if (status == OTE_OK) {
+            desc_adopt(seg, d);
+            atomic_store(&seg->stale, false);
+        }
+        goto out;
+    }
     if (!rebind && atomic_load(&seg->desc_gen) != gen) {
         pthread_mutex_unlock(&seg->refresh_lock);
         return atomic_load(&seg->stale) ? OTE_ERR_PEER_RESTARTED : OTE_OK;

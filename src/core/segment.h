@@ -23,6 +23,10 @@ struct ote_segment {
     atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
     atomic_long      refs;          /* user + one per live task */
     struct ote_file *file;          /* a file segment's file, else NULL */
+    /* A peer's exported file (segment_export.c): its name there, else "" */
+    char             export_name[OTE_DESC_NAME_MAX + 1];
+    char             peer_name[OTE_DESC_NAME_MAX + 1]; /* the engine exporting it */
+    uint64_t         export_file_id; /* the file's id at that engine's instance */
     _Atomic uint32_t rails_gen;     /* builds of the rails so far */
     pthread_mutex_t  spray_lock;    /* slices waiting for a rail; picking rails */
     ote_slice_t     *backlog_head, *backlog_tail;
@@ -70,6 +74,19 @@ void         ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_i
 ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild);
 /* The name opens a file ("file:..."), not a peer. */
 bool         ote_segment_is_file_name(const char *name);
+
+/* segment_export.c: a peer's exported file as a segment */
+/* The name ("<export>@<engine name>") opens a peer's exported file. */
+bool         ote_segment_is_export_name(const char *name);
+/* Find the export in the peer's descriptor; its descriptor and rails. */
+ote_status_t ote_segment_open_export(ote_segment_h seg, const char *name, ote_desc_t **desc_p);
+/*
+ * Read the peer's descriptor again (refresh_lock held): *desc_p is the
+ * segment's next; a new peer instance is PEER_RESTARTED (segment marked
+ * stale) unless rebind, which builds the rails to it.
+ */
+ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc_t **desc_p,
+                                        int *restarted_p);
 /*
  * Native rails whose connections failed and whose cool-down ended (all of
  * them with force) are connected again: the probe before they carry again.

@@ -240,7 +240,8 @@ ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
 
     /* A store: resolved at every open, refresh and reopen (no cache to go stale). */
     if (seg->engine->meta != NULL)
-        return ote_meta_lookup(seg->engine->meta, seg->name, desc_p);
+        return ote_meta_lookup(seg->engine->meta,
+                               seg->peer_name[0] != '\0' ? seg->peer_name : seg->name, desc_p);
 
     status = ote_segment_ctl_request(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, &resp, &len);
     if (status != OTE_OK)
