@@ -246,9 +246,11 @@ ote_status_t ote_segment_close(ote_segment_h seg);
  * OTE_ERR_ACCESS. The exported size, every access's bound, is the file's
  * size at export; the engine's descriptor lists every exported file (name,
  * size, access), so peers find exports through the same metadata as
- * regions (p2p, etcd, Redis). Errors: OTE_ERR_INVALID_PARAM (name, path,
- * access, not a regular file or directory, an empty directory is fine),
- * OTE_ERR_NOT_FOUND, OTE_ERR_ACCESS, OTE_ERR_EXISTS (the name is exported).
+ * regions (p2p, etcd, Redis). Errors: OTE_ERR_INVALID_PARAM (the name,
+ * a relative path, access not READ and/or WRITE, a path that is neither a
+ * regular file nor a directory, a directory of more than 1024 regular
+ * files), OTE_ERR_NOT_FOUND (no such path), OTE_ERR_ACCESS (the file may
+ * not be opened as asked), OTE_ERR_EXISTS (the name is exported already).
  *
  * A peer opens it with ote_segment_open(peer, "<name>@<engine name>", ...)
  * (a directory's file: "<name>/<file>@<engine name>"; the engine name is

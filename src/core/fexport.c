@@ -206,7 +206,8 @@ static uint64_t file_id_new(void)
 static ote_status_t file_open(int dirfd, const char *path, const char *name, unsigned access,
                               ote_fexport_file_t **f_p)
 {
-    int flags = ((access & OTE_ACCESS_REMOTE_WRITE) ? O_RDWR : O_RDONLY) | O_CLOEXEC;
+    /* O_NONBLOCK: a FIFO in the way is refused below, not waited on (no effect on files). */
+    int flags = ((access & OTE_ACCESS_REMOTE_WRITE) ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK;
     ote_fexport_file_t *f;
     struct stat st;
     int fd = openat(dirfd, path, flags);
