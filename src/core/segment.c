@@ -74,6 +74,8 @@ static void segment_free(ote_segment_h seg)
 #endif
     if (seg->ctl_fd >= 0)
         close(seg->ctl_fd);
+    ote_segment_ctl_pool_drain(seg);
+    pthread_mutex_destroy(&seg->ctl_pool_lock);
     ote_segment_desc_put(seg->desc);
     pthread_mutex_destroy(&seg->lock);
     pthread_mutex_destroy(&seg->refresh_lock);
@@ -267,6 +269,7 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     pthread_mutex_init(&seg->lock, NULL);
     pthread_mutex_init(&seg->refresh_lock, NULL);
     pthread_mutex_init(&seg->spray_lock, NULL);
+    pthread_mutex_init(&seg->ctl_pool_lock, NULL);
     atomic_init(&seg->refs, 1);
 
     if (file) {

@@ -6,6 +6,9 @@
 #ifndef OTE_CORE_SEGMENT_H
 #define OTE_CORE_SEGMENT_H
 
+/* Idle control connections a segment keeps for requests that run side by side. */
+#define OTE_SEGMENT_CTL_POOL 8
+
 struct ote_segment {
     ote_engine_h     engine;
     char             name[OTE_DESC_NAME_MAX + 1];
@@ -27,6 +30,10 @@ struct ote_segment {
     char             export_name[OTE_DESC_NAME_MAX + 1];
     char             peer_name[OTE_DESC_NAME_MAX + 1]; /* the engine exporting it */
     uint64_t         export_file_id; /* the file's id at that engine's instance */
+    /* Idle control connections for requests that run side by side (FILE_IO) */
+    pthread_mutex_t  ctl_pool_lock;
+    int              ctl_pool[OTE_SEGMENT_CTL_POOL];
+    size_t           ctl_pool_len;
     _Atomic uint32_t rails_gen;     /* builds of the rails so far */
     pthread_mutex_t  spray_lock;    /* slices waiting for a rail; picking rails */
     ote_slice_t     *backlog_head, *backlog_tail;
@@ -48,6 +55,17 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
 ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
                                            size_t len, uint8_t expect, long timeout_ms,
                                            uint8_t **resp_p, size_t *resp_len_p);
+/*
+ * One request on an idle connection of the segment's pool, or a new one
+ * when none is idle; the connection goes back to the pool after a
+ * complete exchange. For requests that may be sent twice (a reused
+ * connection the peer closed meanwhile is retried once on a new one).
+ */
+ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, const void *payload,
+                                            size_t len, uint8_t expect, long timeout_ms,
+                                            uint8_t **resp_p, size_t *resp_len_p);
+/* Close the pool's idle connections (the peer's address changed, or the segment goes). */
+void         ote_segment_ctl_pool_drain(ote_segment_h seg);
 void         ote_segment_put(ote_segment_h seg);
 void         ote_segment_get(ote_segment_h seg);
 /*

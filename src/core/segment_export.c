@@ -25,10 +25,14 @@ static ote_status_t export_ctl(void *arg, const void *req, size_t len, uint8_t *
 {
     ote_segment_h seg = arg;
 
-    /* One pread or pwrite at the target: bounded by the transfer timeout. */
-    return ote_segment_ctl_request_alone(seg, OTE_CTL_FILE_IO, req, len, OTE_CTL_FILE_IO_ACK,
-                                         seg->engine->config.xfer_timeout_ms, resp_p,
-                                         resp_len_p);
+    /*
+     * One pread or pwrite at the target, bounded by the transfer timeout, on
+     * a connection of the segment's pool: sent twice, a request does the
+     * same I/O again.
+     */
+    return ote_segment_ctl_request_pooled(seg, OTE_CTL_FILE_IO, req, len, OTE_CTL_FILE_IO_ACK,
+                                          seg->engine->config.xfer_timeout_ms, resp_p,
+                                          resp_len_p);
 }
 
 /*
@@ -178,6 +182,8 @@ ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc
     /* A new instance, or the name exported again (another file): new rails. */
     if (status == OTE_OK && (restarted || file_id != seg->export_file_id)) {
         ote_wireup_destroy(seg, false, 0);
+        /* Connections to the old instance serve it no more. */
+        ote_segment_ctl_pool_drain(seg);
         pthread_mutex_lock(&seg->lock);
         if (seg->engine->meta != NULL)
             snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", peer->ctl_addr);
