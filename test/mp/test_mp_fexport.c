@@ -268,7 +268,7 @@ static void test_truncate_unlink(void **state)
     assert_int_equal(ote_batch_create(f.e, 4, &b), OTE_OK);
     for (int i = 0; i < 4; i++)
         req[i] = (ote_xfer_req_t){.op = i % 2 ? OTE_OP_WRITE : OTE_OP_READ,
-                                  .local_addr = f.local + (size_t)i * (1u << 20),
+                                  .local_addr = f.local + (size_t)i * (2u << 20),
                                   .segment = seg, .remote_addr = (uint64_t)i * (3u << 19),
                                   .length = 3u << 19};
     assert_int_equal(ote_batch_submit(b, req, 4, &first), OTE_OK);
