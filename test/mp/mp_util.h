@@ -5,6 +5,7 @@
 #include "testlib.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -92,23 +93,46 @@ static inline unsigned mp_free_port(void)
     return ntohs(sa.sin_port);
 }
 
-/* SIGSTOP, and wait until the process is stopped indeed (delivery is not immediate). */
+/* True when the thread's /proc stat file says it is stopped (T). */
+static inline bool mp_task_stopped(const char *path)
+{
+    char buf[512], *p;
+    bool stopped = false;
+    FILE *fp     = fopen(path, "r");
+
+    if (fp == NULL)
+        return true; /* the thread is gone: it runs no more */
+    if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
+        stopped = p[1] == ' ' && p[2] == 'T';
+    fclose(fp);
+    return stopped;
+}
+
+/*
+ * SIGSTOP, and wait until every thread of the process is stopped indeed:
+ * delivery is not immediate, and until then a polling thread of the
+ * process may still answer.
+ */
 static inline void mp_stop_process(pid_t pid)
 {
-    char path[64], buf[512], *p;
+    char dir[64], path[128];
 
     kill(pid, SIGSTOP);
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
     for (int i = 0; i < 5000; i++) {
-        FILE *fp = fopen(path, "r");
-        bool stopped = false;
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        bool all = d != NULL;
 
-        if (fp != NULL) {
-            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
-                stopped = p[2] == 'T';
-            fclose(fp);
+        while (d != NULL && (de = readdir(d)) != NULL) {
+            if (de->d_name[0] == '.')
+                continue;
+            snprintf(path, sizeof(path), "%s/%.20s/stat", dir, de->d_name);
+            all = all && mp_task_stopped(path);
         }
-        if (stopped)
+        if (d != NULL)
+            closedir(d);
+        if (all)
             return;
         usleep(1000);
     }
