@@ -20,7 +20,7 @@
  * The i-th component an engine opens, or NULL past the last: the transports
  * (uct_ext), then the protocols that open as they do (proto's staging).
  */
-static ote_tl_component_t *engine_component(size_t i)
+ote_tl_component_t *ote_engine_component(size_t i)
 {
     size_t n = 0;
 
@@ -128,6 +128,19 @@ static void engine_iface_limits(ote_engine_h e, ote_tl_iface_params_t *params)
     params->handshake_timeout_ms = e->config.handshake_timeout_ms;
 }
 
+void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params)
+{
+    *params = (ote_tl_iface_params_t){
+        .regions      = e->regions,
+        .instance_id  = e->instance_id,
+        .bind_ip      = e->bind_ip,
+        .advertise_ip = e->advertise_ip,
+        .auth         = e->auth,
+        .rdma         = e->rdma,
+    };
+    engine_iface_limits(e, params);
+}
+
 static ote_status_t engine_open_transports(ote_engine_h e)
 {
     ote_tl_iface_params_t params = {
@@ -150,11 +163,13 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     if (status != OTE_OK)
         return status;
     params.rdma = e->rdma;
+    /* What the monitor compares with, to see an interface join (engine_join.c). */
+    e->netif_sig = ote_engine_netif_sig();
     status = ote_select_parse(e->config.tls, e->config.net_devices, &sel);
     if (status != OTE_OK)
         return status;
-    for (size_t c = 0; engine_component(c) != NULL; c++) {
-        ote_tl_component_t *comp = engine_component(c);
+    for (size_t c = 0; ote_engine_component(c) != NULL; c++) {
+        ote_tl_component_t *comp = ote_engine_component(c);
         ote_tl_resource_t *res   = NULL;
         size_t nres              = 0;
 
@@ -535,6 +550,9 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
         for (size_t i = 0; i < wk->num_ifaces && d->num_tls < OTE_DESC_MAX_TLS; i++) {
             ote_desc_tl_t *t = &d->tls[d->num_tls];
 
+            if (ote_engine_iface_gone(e, wk->ifaces[i]))
+                continue;
+
             if (wk->ifaces[i]->ops->get_address(wk->ifaces[i], t->addr, sizeof(t->addr),
                                                 &t->addr_len) != OTE_OK)
                 continue;
@@ -684,8 +702,8 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
     fprintf(f, "# OTE_TLS=%s OTE_NET_DEVICES=%s\n", e->config.tls, e->config.net_devices);
     if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)
         sel = NULL;
-    for (size_t c = 0; engine_component(c) != NULL; c++) {
-        ote_tl_component_t *comp = engine_component(c);
+    for (size_t c = 0; ote_engine_component(c) != NULL; c++) {
+        ote_tl_component_t *comp = ote_engine_component(c);
         ote_tl_resource_t *res   = NULL;
         size_t nres              = 0;
 

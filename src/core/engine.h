@@ -90,6 +90,8 @@ typedef struct {
     ote_md_t         *md;
     int               md_index;
     ote_tl_caps_t     caps;
+    /* Its device went away while the engine runs: out of descriptors and new rails. */
+    atomic_bool       gone;
 } ote_engine_tl_t;
 
 /* The engine's objects, one header each (they need what is above). */
@@ -116,9 +118,10 @@ struct ote_engine {
     uint64_t         instance_id;
     ote_mem_table_t *regions;
     ote_engine_tl_t  tls[OTE_MAX_IFACES];
-    size_t           num_tls;
+    _Atomic size_t   num_tls;       /* grows while the engine runs (engine_join.c) */
     ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_SYSFS_ROOT) at creation */
     struct ote_engine_rdma_mon *rdma_mon; /* their ports re-read (OTE_RDMA_POLL_MS) */
+    uint64_t         netif_sig;   /* the network interfaces the last join round saw */
     ote_topo_t      *topo;        /* this machine's or OTE_HWLOC_XML's; NULL: none */
     ote_topo_table_t *topo_table; /* its NICs against its memories (rails' ranking) */
     ote_md_t        *mds[OTE_MEM_MAX_MDS];
@@ -232,6 +235,29 @@ void ote_engine_topo_open(ote_engine_h e);
 void ote_engine_topo_close(ote_engine_h e);
 /* ote_info -d: for each memory, the NICs ranked, and why one is left out. */
 void ote_engine_topo_print(ote_engine_h e, FILE *f);
+
+/*
+ * engine_join.c: devices that join or leave while the engine runs, one
+ * round per monitor round (OTE_RDMA_POLL_MS). When the network interfaces
+ * changed, or with rdma_changed, every component's resources are asked for
+ * again (rdma: the RDMA ports as read now): a selected, usable resource
+ * the engine does not run is opened on the running workers
+ * (ote_worker_iface_add) and enters the descriptor, which is published
+ * again; segments gain its rails at their next refresh (ote_wireup_extend).
+ * One no longer offered is gone: its rails pause and it leaves the
+ * descriptor; when it is offered again it resumes. The monitor's thread
+ * (or a caller of ote_engine_rdma_poll) only.
+ */
+void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_changed);
+/* A hash of the network interfaces up with an address now (what a round compares). */
+uint64_t ote_engine_netif_sig(void);
+/* True when iface's device left the engine (see ote_engine_join_round). */
+bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface);
+
+/* engine.c: the i-th component an engine opens (transports, then protocols), NULL past the last. */
+ote_tl_component_t *ote_engine_component(size_t i);
+/* The engine-wide parameters every iface is opened with (no worker set). */
+void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params);
 
 /* host.c */
 void ote_host_id(char *buf, size_t len);
