@@ -217,6 +217,8 @@ void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_cha
     if (!rdma_changed && sig == e->netif_sig)
         return;
     e->netif_sig = sig;
+    ote_debug("devices changed (%s): every transport is asked for its devices again",
+              rdma_changed ? "RDMA ports" : "network interfaces");
     ote_engine_iface_params(e, &params);
     params.rdma = rdma;
     if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)

@@ -403,7 +403,8 @@ ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebu
         ote_status_t status       = OTE_OK;
         bool alive;
 
-        if (r->ep == NULL)
+        /* A rail on a device gone from this engine waits for it (engine_join.c). */
+        if (r->ep == NULL || ote_engine_iface_gone(e, r->iface))
             continue;
         if (ops->needs_reconnect(r->ep)) {
             ote_tl_peer_t peer = rail_peer(seg, d);
@@ -435,7 +436,8 @@ ote_status_t ote_wireup_probe(ote_segment_h seg, const ote_desc_t *d, bool force
         ote_tl_peer_t peer  = rail_peer(seg, d);
         ote_status_t status;
 
-        if (r->ep == NULL || !r->iface->ep_ops->needs_reconnect(r->ep) ||
+        if (r->ep == NULL || ote_engine_iface_gone(seg->engine, r->iface) ||
+            !r->iface->ep_ops->needs_reconnect(r->ep) ||
             (!force && !ote_proto_rail_probe_due(r, ote_time_ns())))
             continue;
         status = r->iface->ep_ops->reconnect(r->ep, &peer);
