@@ -215,7 +215,8 @@ void ote_engine_rdma_print(ote_engine_h e, ote_select_t *sel, FILE *f);
  * Re-read the RDMA ports every OTE_RDMA_POLL_MS (a thread of the engine; 0:
  * none): a port that goes down pauses the rails on it, one that comes up
  * resumes them (ote_engine_rdma_port_event); devices and ports that appear
- * or go are logged and shown by ote_info -d.
+ * or go are logged and shown by ote_info -d. Each round also runs
+ * ote_engine_join_round (network interfaces, devices that join or leave).
  */
 ote_status_t ote_engine_rdma_monitor_start(ote_engine_h e);
 void         ote_engine_rdma_monitor_stop(ote_engine_h e);
