@@ -44,6 +44,8 @@ static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_t
     if (status != OTE_OK && status != OTE_ERR_UNSUPPORTED) {
         ote_warn("transport %s/%s: memory domain unavailable: %s", res->tl_name,
                  res->dev_name, ote_status_string(status));
+        if (res->is_network)
+            ote_engine_join_failed(e);
         return;
     }
     for (w = 0; w < e->num_workers; w++) {
@@ -54,6 +56,8 @@ static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_t
             ote_log(status == OTE_ERR_UNSUPPORTED ? OTE_LOG_INFO : OTE_LOG_WARN,
                     "transport %s/%s: cannot open: %s", res->tl_name, res->dev_name,
                     ote_status_string(status));
+            if (res->is_network && status != OTE_ERR_UNSUPPORTED)
+                ote_engine_join_failed(e); /* the device monitor tries again */
             goto err_close;
         }
     }

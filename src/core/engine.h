@@ -122,6 +122,8 @@ struct ote_engine {
     ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_SYSFS_ROOT) at creation */
     struct ote_engine_rdma_mon *rdma_mon; /* their ports re-read (OTE_RDMA_POLL_MS) */
     uint64_t         netif_sig;   /* the network interfaces the last join round saw */
+    /* A network device failed to open: the round that tries again (0: none), its back-off. */
+    uint64_t         join_retry_ns, join_retry_gap_ns;
     ote_topo_t      *topo;        /* this machine's or OTE_HWLOC_XML's; NULL: none */
     ote_topo_table_t *topo_table; /* its NICs against its memories (rails' ranking) */
     ote_md_t        *mds[OTE_MEM_MAX_MDS];
@@ -250,6 +252,12 @@ void ote_engine_topo_print(ote_engine_h e, FILE *f);
  * (or a caller of ote_engine_rdma_poll) only.
  */
 void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_changed);
+/*
+ * A selected network device failed to open (not UNSUPPORTED): a later round
+ * asks again even when nothing changed, 1 s later, then twice as long each
+ * time up to a minute. At creation or from the monitor only.
+ */
+void ote_engine_join_failed(ote_engine_h e);
 /* A hash of the network interfaces up with an address now (what a round compares). */
 uint64_t ote_engine_netif_sig(void);
 /* True when iface's device left the engine (see ote_engine_join_round). */

@@ -10,6 +10,7 @@
  */
 #include "engine.h"
 #include "base/log.h"
+#include "base/util.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -92,6 +93,7 @@ static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resou
     if (status != OTE_OK && status != OTE_ERR_UNSUPPORTED) {
         ote_warn("transport %s/%s: cannot join: memory domain unavailable: %s", res->tl_name,
                  res->dev_name, ote_status_string(status));
+        ote_engine_join_failed(e);
         return false;
     }
     while (md != NULL && k < e->num_mds && e->mds[k] != md)
@@ -111,6 +113,8 @@ static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resou
             ote_log(status == OTE_ERR_UNSUPPORTED ? OTE_LOG_INFO : OTE_LOG_WARN,
                     "transport %s/%s: cannot join: cannot open: %s", res->tl_name,
                     res->dev_name, ote_status_string(status));
+            if (status != OTE_ERR_UNSUPPORTED)
+                ote_engine_join_failed(e);
             goto err_close;
         }
         ifaces[w]->md_index = md != NULL ? (int)k : -1;
@@ -207,18 +211,34 @@ static bool join_component(ote_engine_h e, ote_tl_component_t *comp, ote_select_
     return changed;
 }
 
+void ote_engine_join_failed(ote_engine_h e)
+{
+    uint64_t gap = e->join_retry_gap_ns * 2;
+
+    if (gap < 1000000000ull)
+        gap = 1000000000ull;
+    if (gap > 60000000000ull)
+        gap = 60000000000ull;
+    e->join_retry_gap_ns = gap;
+    e->join_retry_ns     = ote_time_ns() + gap;
+}
+
 void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_changed)
 {
     uint64_t sig = ote_engine_netif_sig();
+    bool retry   = e->join_retry_ns != 0 && ote_time_ns() >= e->join_retry_ns;
     ote_tl_iface_params_t params;
     ote_select_t *sel;
     bool changed = false;
 
-    if (!rdma_changed && sig == e->netif_sig)
+    if (!rdma_changed && sig == e->netif_sig && !retry)
         return;
-    e->netif_sig = sig;
-    ote_debug("devices changed (%s): every transport is asked for its devices again",
-              rdma_changed ? "RDMA ports" : "network interfaces");
+    e->netif_sig     = sig;
+    e->join_retry_ns = 0; /* set again by a device that fails once more */
+    ote_debug("%s: every transport is asked for its devices again",
+              rdma_changed ? "RDMA ports changed"
+              : retry      ? "a device failed to open"
+                           : "network interfaces changed");
     ote_engine_iface_params(e, &params);
     params.rdma = rdma;
     if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)
@@ -226,6 +246,8 @@ void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_cha
     for (size_t c = 0; ote_engine_component(c) != NULL; c++)
         changed |= join_component(e, ote_engine_component(c), sel, &params);
     ote_select_free(sel);
+    if (e->join_retry_ns == 0)
+        e->join_retry_gap_ns = 0;
     /* The p2p metadata serves the descriptor as it is now; a store is told. */
     if (changed)
         ote_meta_changed(e->meta);

@@ -227,7 +227,7 @@ static void test_new_device_tried(void **state)
              root, root);
     assert_int_equal(system(cmd), 0);
     log = poll_logged(e);
-    log_has(log, "devices changed (RDMA ports): every transport is asked for its devices again");
+    log_has(log, "RDMA ports changed: every transport is asked for its devices again");
     log_has(log, "rdma mlx5_9:1: new port, ACTIVE");
     log_has(log, "rdma mlx5_9:1: usable now, but no transport opened on it: no transport here "
                  "runs on it (UCX offers no rc, dc or ud transport on it)");
