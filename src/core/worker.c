@@ -753,6 +753,25 @@ ote_status_t ote_worker_start(ote_worker_t *w)
     return OTE_OK;
 }
 
+ote_status_t ote_worker_iface_add(ote_worker_t *w, ote_tl_iface_t *iface)
+{
+    int fd                = iface->ops->event_fd(iface);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = iface};
+    size_t n;
+
+    pthread_mutex_lock(&w->lock);
+    n = w->num_ifaces;
+    if (n == OTE_MAX_IFACES || (fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)) {
+        pthread_mutex_unlock(&w->lock);
+        return n == OTE_MAX_IFACES ? OTE_ERR_NO_MEMORY : OTE_ERR_IO;
+    }
+    w->ifaces[n]  = iface;
+    w->num_ifaces = n + 1; /* after the entry: readers without the lock see it whole */
+    pthread_mutex_unlock(&w->lock);
+    worker_wake(w);
+    return OTE_OK;
+}
+
 void ote_worker_stop(ote_worker_t *w)
 {
     uint64_t one = 1;
