@@ -5,6 +5,7 @@
  * and what a port change does to the rails on it.
  */
 #include "core/engine.h"
+#include "rdma_test.h"
 #include "testlib.h"
 
 #include <setjmp.h>
@@ -19,8 +20,6 @@
 
 #include <cmocka.h>
 
-void ote_engine_print_transports(ote_engine_h e, FILE *f);
-
 static char root[256];
 
 static void state_write(const char *dev, const char *state)
@@ -33,18 +32,6 @@ static void state_write(const char *dev, const char *state)
     assert_non_null(f);
     fprintf(f, "%s\n", state);
     assert_int_equal(fclose(f), 0);
-}
-
-static char *transports_text(ote_engine_h e)
-{
-    char *text  = NULL;
-    size_t size = 0;
-    FILE *f     = open_memstream(&text, &size);
-
-    assert_non_null(f);
-    ote_engine_print_transports(e, f);
-    fclose(f);
-    return text;
 }
 
 static bool text_has(ote_engine_h e, const char *line)
