@@ -139,6 +139,42 @@ static inline void mp_stop_process(pid_t pid)
     fail_msg("process %d did not stop", (int)pid);
 }
 
+/* Longest command these helpers send to a test target. */
+#define MP_TARGET_CMD_MAX 256
+
+/* The printf-formatted command (into cmd) sent to the target; its reply in reply. */
+static inline void mp_target_cmdv(ote_engine_h e, ote_segment_h seg, char *cmd, char *reply,
+                                  size_t reply_len, const char *fmt, va_list ap)
+{
+    vsnprintf(cmd, MP_TARGET_CMD_MAX, fmt, ap);
+    assert_int_equal(ote_test_target_cmd(e, seg, cmd, reply, reply_len, 20000), 0);
+}
+
+/* Send a printf-formatted command to the target; its reply in reply. */
+static inline void mp_target_cmd(ote_engine_h e, ote_segment_h seg, char *reply, size_t reply_len,
+                                 const char *fmt, ...)
+{
+    char cmd[MP_TARGET_CMD_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    mp_target_cmdv(e, seg, cmd, reply, reply_len, fmt, ap);
+    va_end(ap);
+}
+
+/* Send a printf-formatted command to the target and assert that it answers "ok". */
+static inline void mp_target_ok(ote_engine_h e, ote_segment_h seg, const char *fmt, ...)
+{
+    char cmd[MP_TARGET_CMD_MAX], reply[128];
+    va_list ap;
+
+    va_start(ap, fmt);
+    mp_target_cmdv(e, seg, cmd, reply, sizeof(reply), fmt, ap);
+    va_end(ap);
+    if (strcmp(reply, "ok") != 0)
+        fail_msg("'%s' -> '%s'", cmd, reply);
+}
+
 /* Send cmd to the pair's target and assert that it answers want. */
 static inline void mp_pair_expect(ote_test_pair_t *p, const char *cmd, const char *want)
 {

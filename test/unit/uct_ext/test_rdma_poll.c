@@ -7,6 +7,7 @@
  */
 #include "core/engine.h"
 #include "base/log.h"
+#include "rdma_test.h"
 #include "testlib.h"
 
 #include <setjmp.h>
@@ -21,8 +22,6 @@
 
 #include <cmocka.h>
 
-void ote_engine_print_transports(ote_engine_h e, FILE *f);
-
 static char root[256];
 
 static void state_write(const char *dev, const char *state)
@@ -35,18 +34,6 @@ static void state_write(const char *dev, const char *state)
     assert_non_null(f);
     fprintf(f, "%s\n", state);
     assert_int_equal(fclose(f), 0);
-}
-
-static char *transports_text(ote_engine_h e)
-{
-    char *text  = NULL;
-    size_t size = 0;
-    FILE *f     = open_memstream(&text, &size);
-
-    assert_non_null(f);
-    ote_engine_print_transports(e, f);
-    fclose(f);
-    return text;
 }
 
 static bool text_has(ote_engine_h e, const char *line)
