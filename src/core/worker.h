@@ -50,6 +50,8 @@ struct ote_worker {
 /* worker.c */
 ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index);
 ote_status_t ote_worker_start(ote_worker_t *w);
+/* worker_bind.c: bind a started worker thread (OTE_WORKER_CPUS, else near its NICs). */
+void ote_worker_bind(ote_worker_t *w);
 void         ote_worker_stop(ote_worker_t *w);
 void         ote_worker_cleanup(ote_worker_t *w);
 /*
