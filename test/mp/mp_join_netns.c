@@ -17,6 +17,7 @@
  * deletes the namespaces however the tests end (a signal too).
  */
 #include "base/util.h"
+#include "mp_util.h"
 #include "testlib.h"
 
 #include <ote/ote.h>
@@ -142,29 +143,10 @@ static size_t rails(const char *dev, ote_rail_info_t *r)
 /* WRITE [0, len) of the region as TASK-sized tasks with pattern seed; all must complete. */
 static void write_all(size_t len, uint64_t seed)
 {
-    enum { MAXT = REGION / TASK };
-    ote_xfer_req_t r[MAXT];
-    size_t n = len / TASK, first;
-    ote_batch_h b;
     char c[128];
 
     ote_test_fill(fx->local, 0, len, seed);
-    for (size_t i = 0; i < n; i++)
-        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = fx->local + i * TASK,
-                                .segment = fx->seg,
-                                .remote_addr = fx->target.addr[0] + i * TASK, .length = TASK};
-    assert_int_equal(ote_batch_create(fx->e, n, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 60000), OTE_OK);
-    for (size_t i = 0; i < n; i++) {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
-        if (st.state != OTE_TASK_COMPLETED)
-            fail_msg("task %zu: %s", i, ote_status_string(st.error));
-        assert_int_equal(st.transferred, TASK);
-    }
-    ote_batch_release(b);
+    mp_write_tasks(fx->e, fx->seg, fx->local, fx->target.addr[0], len, TASK, 60000);
     snprintf(c, sizeof(c), "check 0 0 %zu %llu", len, (unsigned long long)seed);
     assert_int_equal(ote_test_target_expect(fx->e, fx->seg, c, "ok", 30000), 0);
 }

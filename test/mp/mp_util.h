@@ -175,6 +175,33 @@ static inline void mp_target_ok(ote_engine_h e, ote_segment_h seg, const char *f
         fail_msg("'%s' -> '%s'", cmd, reply);
 }
 
+/*
+ * WRITE [0, len) of local to remote as task-sized tasks of one batch (len
+ * a multiple of task, at most 4096 tasks); every task must complete whole
+ * within timeout_ms.
+ */
+static inline void mp_write_tasks(ote_engine_h e, ote_segment_h seg, uint8_t *local,
+                                  uint64_t remote, size_t len, size_t task, int timeout_ms)
+{
+    size_t n = len / task;
+    ote_xfer_req_t *r    = calloc(n, sizeof(*r));
+    ote_task_status_t *st = calloc(n, sizeof(*st));
+
+    assert_true(n > 0 && n <= 4096 && r != NULL && st != NULL);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local + i * task,
+                                .segment = seg, .remote_addr = remote + i * task,
+                                .length = task};
+    assert_int_equal(ote_test_batch_run(e, r, n, timeout_ms, st), OTE_OK);
+    for (size_t i = 0; i < n; i++) {
+        if (st[i].state != OTE_TASK_COMPLETED)
+            fail_msg("task %zu: %s", i, ote_status_string(st[i].error));
+        assert_int_equal(st[i].transferred, task);
+    }
+    free(r);
+    free(st);
+}
+
 /* Send cmd to the pair's target and assert that it answers want. */
 static inline void mp_pair_expect(ote_test_pair_t *p, const char *cmd, const char *want)
 {
