@@ -275,6 +275,61 @@ static void test_race_grants(void **state)
 }
 
 /*
+ * Deregistrations from inside the join: b's mem_reg deregisters every third
+ * region halfway through, some it has registered on b already, some not
+ * yet. They leave the table at once and release their handles on b after
+ * the join let go of them: b holds exactly what the table (or the cache)
+ * still holds.
+ */
+static fixture_t *hook_fixture;
+static long       hook_calls;
+
+static ote_status_t hook_mem_reg(ote_md_t *md, void *addr, size_t length, unsigned access,
+                                 void **memh_p)
+{
+    if (++hook_calls == NREGIONS / 2) {
+        for (size_t i = 0; i < NREGIONS; i += 3)
+            assert_int_equal(ote_mem_table_deregister(hook_fixture->table, hook_fixture->r[i]),
+                             OTE_OK);
+    }
+    return fake_mem_reg(md, addr, length, access, memh_p);
+}
+
+static const ote_md_ops_t hook_ops = {
+    .mem_reg   = hook_mem_reg,
+    .mem_dereg = fake_mem_dereg,
+    .rkey_pack = fake_rkey_pack,
+};
+
+static void dereg_inside(bool rcache, unsigned b_flags)
+{
+    size_t left = NREGIONS - (NREGIONS + 2) / 3;
+    fixture_t f;
+
+    fixture_init(&f, rcache, b_flags);
+    f.b.md.ops   = &hook_ops;
+    hook_fixture = &f;
+    hook_calls   = 0;
+    register_all(&f);
+    assert_int_equal(ote_mem_table_add_md(f.table, &f.b.md), OTE_OK);
+    assert_true(hook_calls >= NREGIONS / 2);
+    assert_int_equal(ote_mem_table_count(f.table), left);
+    ote_mem_table_visit(f.table, check_on_b, &f);
+    if (rcache && !(b_flags & OTE_MD_FLAG_GRANTS_ACCESS))
+        assert_int_equal(fake_md_live(&f.b), fake_md_live(&f.a));
+    else
+        assert_int_equal(fake_md_live(&f.b), left);
+    fixture_fini(&f);
+}
+
+static void test_dereg_inside(void **state)
+{
+    dereg_inside(true, 0);
+    dereg_inside(false, 0);
+    dereg_inside(true, OTE_MD_FLAG_GRANTS_ACCESS);
+}
+
+/*
  * What an engine publishes after b joined: every region carries b's rkey
  * once the descriptor lists b, and nothing of it before (a descriptor
  * built while the engine has not listed b yet stays decodable).
@@ -356,7 +411,7 @@ int main(void)
         cmocka_unit_test(test_join_grants),  cmocka_unit_test(test_fail_cached),
         cmocka_unit_test(test_fail_grants),  cmocka_unit_test(test_race_cached),
         cmocka_unit_test(test_race_nocache), cmocka_unit_test(test_race_grants),
-        cmocka_unit_test(test_desc_rkeys),  cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_dereg_inside), cmocka_unit_test(test_desc_rkeys),  cmocka_unit_test(test_limits),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
