@@ -24,7 +24,6 @@ static void encode_region(ote_region_t *r, void *arg)
 
     if (n_mds > ctx->num_mds)
         n_mds = ctx->num_mds;
-
     ote_buf_put_u64(ctx->out, r->addr);
     ote_buf_put_u64(ctx->out, r->length);
     ote_buf_put_u32(ctx->out, r->access);

@@ -141,7 +141,8 @@ static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resou
         goto err_close;
     }
     /* The ifaces carry no traffic before the workers have them. */
-    if (md != NULL && k == e->num_mds && !ote_engine_md_join(e, res->tl_name, res->dev_name, md)) {
+    if (md != NULL && k == e->num_mds &&
+        !ote_engine_md_join(e, res->tl_name, res->dev_name, md)) {
         ote_engine_join_failed(e);
         goto err_close;
     }

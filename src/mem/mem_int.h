@@ -82,7 +82,7 @@ typedef struct ote_rcache ote_rcache_t;
 
 /*
  * mds/num_mds point at the table's md list; it grows under the table's
- * md_lock (ote_rcache_md_join), and entries are registered holding it.
+ * md_lock (ote_mem_table_add_md), and entries are registered holding it.
  */
 ote_status_t ote_rcache_create(const ote_mem_table_params_t *params, ote_md_t *const *mds,
                                const size_t *num_mds, ote_rcache_t **rc_p);
@@ -160,8 +160,6 @@ struct ote_mem_table {
 
 void ote_mem_table_wrlock(ote_mem_table_t *t);
 void ote_mem_table_wrunlock(ote_mem_table_t *t);
-/* Drop one reference to the table (its owner's or a region's). */
-void ote_mem_table_put(ote_mem_table_t *t);
 
 /*
  * export.c: every peer that mapped r unmaps it (or loses its connection)

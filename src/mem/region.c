@@ -152,7 +152,7 @@ static void handle_remove(ote_mem_table_t *t, ote_region_t *r)
 
 /* ---- table lifetime ----------------------------------------------------- */
 
-void ote_mem_table_put(ote_mem_table_t *t)
+static void table_put(ote_mem_table_t *t)
 {
     if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
@@ -219,7 +219,7 @@ static void region_release(ote_region_t *r, bool discard)
         ote_mem_owned_free(r->owned_kind, r->owned_base, r->owned_length);
     }
     free(r);
-    ote_mem_table_put(t);
+    table_put(t);
 }
 
 void ote_mem_region_get(ote_region_t *r)
@@ -656,7 +656,7 @@ void ote_mem_table_destroy(ote_mem_table_t *t)
     if (atomic_load(&t->refs) > 1)
         ote_warn("memory table destroyed while %ld regions are still in use",
                  atomic_load(&t->refs) - 1);
-    ote_mem_table_put(t);
+    table_put(t);
 }
 
 size_t ote_mem_table_count(ote_mem_table_t *t)

@@ -69,8 +69,8 @@ static void register_all(fixture_t *f)
 /* The handle a region has on md index 1 is b's and covers the region. */
 static void check_on_b(ote_region_t *r, void *arg)
 {
-    fixture_t *f      = arg;
-    fake_memh_t *h    = r->memh[1];
+    fixture_t *f   = arg;
+    fake_memh_t *h = r->memh[1];
 
     assert_non_null(h);
     assert_int_equal(h->magic, FAKE_MEMH_MAGIC);
@@ -186,8 +186,8 @@ typedef struct {
 /* Odd regions stay: each is found, covering, every time. */
 static void *lookup_thread(void *arg)
 {
-    race_t *x   = arg;
-    unsigned i  = 1;
+    race_t *x  = arg;
+    unsigned i = 1;
 
     while (!atomic_load(&x->stop)) {
         ote_region_t *r = NULL;
@@ -411,7 +411,8 @@ int main(void)
         cmocka_unit_test(test_join_grants),  cmocka_unit_test(test_fail_cached),
         cmocka_unit_test(test_fail_grants),  cmocka_unit_test(test_race_cached),
         cmocka_unit_test(test_race_nocache), cmocka_unit_test(test_race_grants),
-        cmocka_unit_test(test_dereg_inside), cmocka_unit_test(test_desc_rkeys),  cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_dereg_inside), cmocka_unit_test(test_desc_rkeys),
+        cmocka_unit_test(test_limits),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

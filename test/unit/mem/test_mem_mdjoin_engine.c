@@ -19,8 +19,8 @@
 
 static ote_desc_t *engine_desc(ote_engine_h e)
 {
-    ote_buf_t buf  = {0};
-    ote_desc_t *d  = NULL;
+    ote_buf_t buf = {0};
+    ote_desc_t *d = NULL;
 
     assert_int_equal(ote_engine_desc_encode(e, &buf), OTE_OK);
     assert_int_equal(ote_desc_decode(buf.data, buf.len, &d), OTE_OK);
