@@ -127,7 +127,7 @@ struct ote_engine {
     ote_topo_t      *topo;        /* this machine's or OTE_HWLOC_XML's; NULL: none */
     ote_topo_table_t *topo_table; /* its NICs against its memories (rails' ranking) */
     ote_md_t        *mds[OTE_MEM_MAX_MDS];
-    size_t           num_mds;
+    _Atomic size_t   num_mds;       /* grows while the engine runs (engine_join.c) */
     ote_worker_t    *workers;
     size_t           num_workers;
     atomic_uint      next_worker;
@@ -257,6 +257,14 @@ void ote_engine_topo_print(ote_engine_h e, FILE *f);
  * (or a caller of ote_engine_rdma_poll) only.
  */
 void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_changed);
+/*
+ * engine_join.c: md, new to the running engine, joins it: every region
+ * registered so far (and what the registration cache keeps) is registered
+ * on it, then it is listed in the descriptor with their rkeys. False, with
+ * a log line, when it cannot (nothing stays registered on it). The caller
+ * keeps md open until the engine is destroyed.
+ */
+bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_name, ote_md_t *md);
 /*
  * A selected network device failed to open (not UNSUPPORTED): a later round
  * asks again even when nothing changed, 1 s later, then twice as long each

@@ -70,10 +70,32 @@ bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface)
     return tl != NULL && atomic_load(&tl->gone);
 }
 
-/*
- * Open res on every worker while they run. Its memory domain must be one
- * the engine's regions are registered on already (see docs/transports.md).
- */
+bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_name, ote_md_t *md)
+{
+    size_t k = e->num_mds;
+    ote_status_t status;
+
+    if (k == OTE_MEM_MAX_MDS) {
+        ote_warn("transport %s/%s: cannot join: more than %d memory domains", tl_name, dev_name,
+                 OTE_MEM_MAX_MDS);
+        return false;
+    }
+    status = ote_mem_table_add_md(e->regions, md);
+    if (status != OTE_OK) {
+        ote_warn("transport %s/%s: cannot join: registering the engine's memory on its "
+                 "memory domain %s failed: %s", tl_name, dev_name, md->name,
+                 ote_status_string(status));
+        return false;
+    }
+    /* The table publishes md's rkeys only for descriptors that list it. */
+    e->mds[k]  = md;
+    e->num_mds = k + 1;
+    ote_info("transport %s/%s: its memory domain %s joined the running engine", tl_name,
+             dev_name, md->name);
+    return true;
+}
+
+/* Open res on every worker while they run; a new memory domain joins first. */
 static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
                     ote_tl_iface_params_t *params)
 {
@@ -98,13 +120,6 @@ static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resou
     }
     while (md != NULL && k < e->num_mds && e->mds[k] != md)
         k++;
-    if (md != NULL && k == e->num_mds) {
-        ote_info("transport %s/%s: cannot join while the engine runs: its memory domain %s "
-                 "is new, and the engine registers its regions on new domains only when it "
-                 "is created", res->tl_name, res->dev_name, md->name);
-        comp->ops->md_close(comp, md);
-        return false;
-    }
     for (w = 0; w < e->num_workers; w++) {
         params->worker_index = w;
         params->worker_lock  = &e->workers[w].lock;
@@ -123,6 +138,12 @@ static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resou
     if (!(caps.ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY))) {
         ote_info("transport %s/%s: no one-sided zero-copy operation; not used", res->tl_name,
                  res->dev_name);
+        goto err_close;
+    }
+    /* The ifaces carry no traffic before the workers have them. */
+    if (md != NULL && k == e->num_mds &&
+        !ote_engine_md_join(e, res->tl_name, res->dev_name, md)) {
+        ote_engine_join_failed(e);
         goto err_close;
     }
     tl           = &e->tls[slot];
