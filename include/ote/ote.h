@@ -291,8 +291,12 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions,
  * OTE_ERR_PEER_RESTARTED when another instance now serves the name: the
  * segment stays bound to the old one (see ote_segment_reopen()). With the
  * same instance, connections to it that failed (a timeout, an endpoint UCT
- * gave up on) are made again; OTE_OK only when every transport the segment
- * uses can carry requests again, else the error of one that cannot. Blocks
+ * gave up on) are made again, and network devices that joined this engine
+ * or the peer since the rails were built get rails of their own
+ * (docs/transports.md, "Devices that join or leave while the engine runs");
+ * OTE_OK only when every transport the segment uses can carry requests
+ * again (a device gone from this engine waits for it), else the error of
+ * one that cannot. Blocks
  * for at most OTE_CONNECT_TIMEOUT_MS for the fetch and as long per
  * connection made again. (The native tcp and cma transports also reconnect
  * by themselves at the next ote_batch_submit(); docs/transports.md, "After

@@ -190,7 +190,7 @@ static void putback_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot, ote_sta
         ote_segment_close(close_seg);
 }
 
-static void putback_main(ote_proto_job_t *pj)
+static void putback_serve_job(ote_proto_job_t *pj)
 {
     putback_job_t *job = (putback_job_t *)pj;
     ote_ctl_t *ctl     = job->ctl;
@@ -286,7 +286,7 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
         job->ctl     = ctl;
         job->conn_id = c->id;
         job->seq     = c->h.seq;
-        job->job.run = putback_main;
+        job->job.run = putback_serve_job;
         st           = ote_proto_jobs_submit(ctl->pool, &job->job);
         if (st == OTE_OK) {
             c->waiting = true;

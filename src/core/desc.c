@@ -10,6 +10,7 @@
 typedef struct {
     ote_buf_t       *out;
     ote_mem_table_t *table;
+    size_t           num_mds; /* the descriptor's: rkeys of later mds wait for the next one */
     uint32_t         count;
 } encode_ctx_t;
 
@@ -21,6 +22,8 @@ static void encode_region(ote_region_t *r, void *arg)
     size_t count_pos, rlen;
     uint8_t nk = 0;
 
+    if (n_mds > ctx->num_mds)
+        n_mds = ctx->num_mds;
     ote_buf_put_u64(ctx->out, r->addr);
     ote_buf_put_u64(ctx->out, r->length);
     ote_buf_put_u32(ctx->out, r->access);
@@ -46,7 +49,7 @@ static void encode_region(ote_region_t *r, void *arg)
 
 ote_status_t ote_desc_encode(const ote_desc_t *d, ote_mem_table_t *table, ote_buf_t *out)
 {
-    encode_ctx_t ctx = {.out = out, .table = table};
+    encode_ctx_t ctx = {.out = out, .table = table, .num_mds = d->num_mds};
     size_t count_pos;
 
     ote_buf_put_u32(out, OTE_DESC_MAGIC);

@@ -52,6 +52,16 @@ static void engine_open_staging(ote_engine_h e, ote_select_t *sel)
  * opened, or that carries no one-sided zero-copy operation, is left out
  * with a log line: the engine runs on the others.
  */
+/* The i-th transport component an engine opens, or NULL past the last. */
+ote_tl_component_t *ote_engine_component(size_t i)
+{
+    size_t n = 0;
+
+    while (ote_tl_components[n] != NULL)
+        n++;
+    return i < n ? ote_tl_components[i] : NULL;
+}
+
 static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
                            ote_tl_iface_params_t *params)
 {
@@ -67,6 +77,8 @@ static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_t
     if (status != OTE_OK && status != OTE_ERR_UNSUPPORTED) {
         ote_warn("transport %s/%s: memory domain unavailable: %s", res->tl_name,
                  res->dev_name, ote_status_string(status));
+        if (res->is_network)
+            ote_engine_join_failed(e);
         return;
     }
     for (w = 0; w < e->num_workers; w++) {
@@ -77,6 +89,8 @@ static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_t
             ote_log(status == OTE_ERR_UNSUPPORTED ? OTE_LOG_INFO : OTE_LOG_WARN,
                     "transport %s/%s: cannot open: %s", res->tl_name, res->dev_name,
                     ote_status_string(status));
+            if (res->is_network && status != OTE_ERR_UNSUPPORTED)
+                ote_engine_join_failed(e); /* the device monitor tries again */
             goto err_close;
         }
     }
@@ -151,6 +165,19 @@ static void engine_iface_limits(ote_engine_h e, ote_tl_iface_params_t *params)
     params->handshake_timeout_ms = e->config.handshake_timeout_ms;
 }
 
+void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params)
+{
+    *params = (ote_tl_iface_params_t){
+        .regions      = e->regions,
+        .instance_id  = e->instance_id,
+        .bind_ip      = e->bind_ip,
+        .advertise_ip = e->advertise_ip,
+        .auth         = e->auth,
+        .rdma         = e->rdma,
+    };
+    engine_iface_limits(e, params);
+}
+
 static ote_status_t engine_open_transports(ote_engine_h e)
 {
     ote_tl_iface_params_t params = {
@@ -173,6 +200,8 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     if (status != OTE_OK)
         return status;
     params.rdma = e->rdma;
+    /* What the monitor compares with, to see an interface join (engine_join.c). */
+    e->netif_sig = ote_engine_netif_sig();
     status = ote_select_parse(e->config.tls, e->config.net_devices, &sel);
     if (status != OTE_OK)
         return status;
@@ -311,8 +340,7 @@ static void engine_locks_destroy(ote_engine_h e)
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->admit_lock);
     pthread_cond_destroy(&e->admit_cond);
-    /* After the listener: no request uses an exported file any more. */
-    ote_fexport_table_destroy(&e->fexports);
+    ote_fexport_table_destroy(&e->fexports); /* the listener stopped: nothing uses them */
 }
 
 static void engine_free(ote_engine_h e)
@@ -549,7 +577,6 @@ int ote_engine_event_fd(ote_engine_h e)
 ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
 {
     ote_desc_t *d = calloc(1, sizeof(*d));
-    ote_status_t status;
 
     if (d == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -563,6 +590,9 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
         for (size_t i = 0; i < wk->num_ifaces && d->num_tls < OTE_DESC_MAX_TLS; i++) {
             ote_desc_tl_t *t = &d->tls[d->num_tls];
 
+            if (ote_engine_iface_gone(e, wk->ifaces[i]))
+                continue;
+
             if (wk->ifaces[i]->ops->get_address(wk->ifaces[i], t->addr, sizeof(t->addr),
                                                 &t->addr_len) != OTE_OK)
                 continue;
@@ -574,12 +604,7 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
     d->num_mds = e->num_mds;
     for (size_t i = 0; i < e->num_mds; i++)
         snprintf(d->mds[i], sizeof(d->mds[i]), "%s", e->mds[i]->name);
-    status = ote_fexport_desc_fill(&e->fexports, d);
-    if (status == OTE_OK)
-        status = ote_desc_encode(d, e->regions, out);
-    free(d->exports);
-    free(d);
-    return status;
+    return ote_fexport_desc_encode(&e->fexports, d, e->regions, out);
 }
 
 /* ---- memory API ------------------------------------------------------------ */

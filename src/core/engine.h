@@ -91,6 +91,8 @@ typedef struct {
     ote_md_t         *md;
     int               md_index;
     ote_tl_caps_t     caps;
+    /* Its device went away while the engine runs: out of descriptors and new rails. */
+    atomic_bool       gone;
 } ote_engine_tl_t;
 
 /* The engine's objects, one header each (they need what is above). */
@@ -117,13 +119,16 @@ struct ote_engine {
     uint64_t         instance_id;
     ote_mem_table_t *regions;
     ote_engine_tl_t  tls[OTE_MAX_IFACES];
-    size_t           num_tls;
+    _Atomic size_t   num_tls;       /* grows while the engine runs (engine_join.c) */
     ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_SYSFS_ROOT) at creation */
     struct ote_engine_rdma_mon *rdma_mon; /* their ports re-read (OTE_RDMA_POLL_MS) */
+    uint64_t         netif_sig;   /* the network interfaces the last join round saw */
+    /* A network device failed to open: the round that tries again (0: none), its back-off. */
+    uint64_t         join_retry_ns, join_retry_gap_ns;
     ote_topo_t      *topo;        /* this machine's or OTE_HWLOC_XML's; NULL: none */
     ote_topo_table_t *topo_table; /* its NICs against its memories (rails' ranking) */
     ote_md_t        *mds[OTE_MEM_MAX_MDS];
-    size_t           num_mds;
+    _Atomic size_t   num_mds;       /* grows while the engine runs (engine_join.c) */
     ote_worker_t    *workers;
     size_t           num_workers;
     atomic_uint      next_worker;
@@ -220,7 +225,8 @@ void ote_engine_rdma_print(ote_engine_h e, ote_select_t *sel, FILE *f);
  * Re-read the RDMA ports every OTE_RDMA_POLL_MS (a thread of the engine; 0:
  * none): a port that goes down pauses the rails on it, one that comes up
  * resumes them (ote_engine_rdma_port_event); devices and ports that appear
- * or go are logged and shown by ote_info -d.
+ * or go are logged and shown by ote_info -d. Each round also runs
+ * ote_engine_join_round (network interfaces, devices that join or leave).
  */
 ote_status_t ote_engine_rdma_monitor_start(ote_engine_h e);
 void         ote_engine_rdma_monitor_stop(ote_engine_h e);
@@ -240,6 +246,43 @@ void ote_engine_topo_open(ote_engine_h e);
 void ote_engine_topo_close(ote_engine_h e);
 /* ote_info -d: for each memory, the NICs ranked, and why one is left out. */
 void ote_engine_topo_print(ote_engine_h e, FILE *f);
+
+/*
+ * engine_join.c: devices that join or leave while the engine runs, one
+ * round per monitor round (OTE_RDMA_POLL_MS). When the network interfaces
+ * changed, or with rdma_changed, every component's resources are asked for
+ * again (rdma: the RDMA ports as read now): a selected, usable resource
+ * the engine does not run is opened on the running workers
+ * (ote_worker_iface_add) and enters the descriptor, which is published
+ * again; segments gain its rails at their next refresh (ote_wireup_extend).
+ * One no longer offered is gone: its rails pause and it leaves the
+ * descriptor; when it is offered again it resumes. The monitor's thread
+ * (or a caller of ote_engine_rdma_poll) only.
+ */
+void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_changed);
+/*
+ * engine_join.c: md, new to the running engine, joins it: every region
+ * registered so far (and what the registration cache keeps) is registered
+ * on it, then it is listed in the descriptor with their rkeys. False, with
+ * a log line, when it cannot (nothing stays registered on it). The caller
+ * keeps md open until the engine is destroyed.
+ */
+bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_name, ote_md_t *md);
+/*
+ * A selected network device failed to open (not UNSUPPORTED): a later round
+ * asks again even when nothing changed, 1 s later, then twice as long each
+ * time up to a minute. At creation or from the monitor only.
+ */
+void ote_engine_join_failed(ote_engine_h e);
+/* A hash of the network interfaces up with an address now (what a round compares). */
+uint64_t ote_engine_netif_sig(void);
+/* True when iface's device left the engine (see ote_engine_join_round). */
+bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface);
+
+/* engine.c: the i-th component an engine opens (transports, then protocols), NULL past the last. */
+ote_tl_component_t *ote_engine_component(size_t i);
+/* The engine-wide parameters every iface is opened with (no worker set). */
+void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params);
 
 /* host.c */
 void ote_host_id(char *buf, size_t len);

@@ -157,7 +157,9 @@ void ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up)
         for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
             ote_rail_t *r = seg->rail_set.rails[i];
 
-            if (r->iface != NULL && strcmp(r->iface->resource.dev_name, dev) == 0) {
+            /* A transport gone from the device stays paused (engine_join.c). */
+            if (r->iface != NULL && strcmp(r->iface->resource.dev_name, dev) == 0 &&
+                !(up && ote_engine_iface_gone(e, r->iface))) {
                 ote_proto_rail_link(r, up, now);
                 n++;
             }
@@ -165,7 +167,7 @@ void ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up)
         pthread_mutex_unlock(&seg->lock);
     }
     pthread_mutex_unlock(&e->seg_lock);
-    ote_debug("rdma %s: %s: %zu rail(s) %s", dev, up ? "up" : "down", n,
+    ote_debug("device %s: %s: %zu rail(s) %s", dev, up ? "up" : "down", n,
               up ? "resumed" : "paused");
 }
 
@@ -193,8 +195,8 @@ static void port_changed(ote_engine_h e, const ote_rdma_port_t *was, const ote_r
     if (tls[0] != '\0')
         ote_engine_rdma_port_event(e, is != NULL ? is->name : was->name, is_up);
     else if (is_up)
-        ote_info("rdma %s: usable now; no transport of this engine runs on it (transports "
-                 "open when an engine is created)", is->name);
+        ote_info("rdma %s: usable now, but no transport opened on it: %s", is->name,
+                 NO_TRANSPORT);
 }
 
 void ote_engine_rdma_poll(ote_engine_h e)
@@ -208,9 +210,13 @@ void ote_engine_rdma_poll(ote_engine_h e)
     pthread_mutex_lock(&m->poll_lock);
     prev = m->now != NULL ? m->now : e->rdma; /* only this function writes m->now */
     if (!ote_rdma_changed(prev) || ote_rdma_discover(prev->root, &now) != OTE_OK) {
+        /* The network interfaces may have changed all the same. */
+        ote_engine_join_round(e, prev, false);
         pthread_mutex_unlock(&m->poll_lock);
         return;
     }
+    /* Transports open on the ports usable now before their changes are told. */
+    ote_engine_join_round(e, now, true);
     for (size_t d = 0; d < now->num_devs; d++) {
         for (size_t p = 0; p < now->devs[d].num_ports; p++) {
             const ote_rdma_port_t *is  = &now->devs[d].ports[p];

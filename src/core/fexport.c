@@ -96,6 +96,18 @@ ote_status_t ote_fexport_desc_fill(ote_fexport_table_t *t, ote_desc_t *d)
     return OTE_OK;
 }
 
+ote_status_t ote_fexport_desc_encode(ote_fexport_table_t *t, ote_desc_t *d,
+                                     ote_mem_table_t *regions, ote_buf_t *out)
+{
+    ote_status_t status = ote_fexport_desc_fill(t, d);
+
+    if (status == OTE_OK)
+        status = ote_desc_encode(d, regions, out);
+    free(d->exports);
+    free(d);
+    return status;
+}
+
 ote_status_t ote_fexport_acquire(ote_fexport_table_t *t, uint64_t id, ote_fexport_file_t **f_p)
 {
     pthread_mutex_lock(&t->lock);

@@ -39,6 +39,9 @@ void ote_fexport_table_init(ote_fexport_table_t *t);
 void ote_fexport_table_destroy(ote_fexport_table_t *t);
 /* Fill d->exports, d->num_exports with every exported file. */
 ote_status_t ote_fexport_desc_fill(ote_fexport_table_t *t, ote_desc_t *d);
+/* Encode d (ote_desc_encode) with every exported file; frees d (calloc'd, no exports yet). */
+ote_status_t ote_fexport_desc_encode(ote_fexport_table_t *t, ote_desc_t *d,
+                                     ote_mem_table_t *regions, ote_buf_t *out);
 /* The file with this id, with a reference; NOT_FOUND once unexported. */
 ote_status_t ote_fexport_acquire(ote_fexport_table_t *t, uint64_t id, ote_fexport_file_t **f_p);
 void         ote_fexport_release(ote_fexport_table_t *t, ote_fexport_file_t *f);

@@ -395,6 +395,8 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
             ote_segment_desc_put(d);
             goto out;
         }
+        /* Devices that joined since the rails were built, here or at the peer. */
+        ote_wireup_extend(seg, d);
     }
     if (restarted) {
         /* Never reuse connections to the old instance; it took its side of them along. */

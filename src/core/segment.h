@@ -90,6 +90,12 @@ void         ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_i
  * rebuild the eps of rails that are no longer alive (ote_segment_refresh).
  */
 ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild);
+/*
+ * Rails for the network ifaces none of the segment's rails runs on yet
+ * (devices that joined here or at the peer since the build), appended
+ * (refresh lock held, same peer instance).
+ */
+void         ote_wireup_extend(ote_segment_h seg, const ote_desc_t *d);
 /* The name opens a file ("file:..."), not a peer. */
 bool         ote_segment_is_file_name(const char *name);
 

@@ -395,7 +395,8 @@ ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebu
         ote_status_t status       = OTE_OK;
         bool alive;
 
-        if (r->ep == NULL)
+        /* A rail on a device gone from this engine waits for it (engine_join.c). */
+        if (r->ep == NULL || ote_engine_iface_gone(e, r->iface))
             continue;
         if (ops->needs_reconnect(r->ep)) {
             ote_tl_peer_t peer = rail_peer(seg, d);
@@ -427,7 +428,8 @@ ote_status_t ote_wireup_probe(ote_segment_h seg, const ote_desc_t *d, bool force
         ote_tl_peer_t peer  = rail_peer(seg, d);
         ote_status_t status;
 
-        if (r->ep == NULL || !r->iface->ep_ops->needs_reconnect(r->ep) ||
+        if (r->ep == NULL || ote_engine_iface_gone(seg->engine, r->iface) ||
+            !r->iface->ep_ops->needs_reconnect(r->ep) ||
             (!force && !ote_proto_rail_probe_due(r, ote_time_ns())))
             continue;
         status = r->iface->ep_ops->reconnect(r->ep, &peer);
@@ -439,6 +441,35 @@ ote_status_t ote_wireup_probe(ote_segment_h seg, const ote_desc_t *d, bool force
             result = status;
     }
     return result;
+}
+
+/* A connected rail's spraying state, from the engine's configuration. */
+static void rail_start(ote_segment_h seg, ote_rail_t *r, uint32_t gen)
+{
+    ote_engine_h e           = seg->engine;
+    ote_rail_params_t params = {
+        .max_bytes       = e->config.rail_max_bytes,
+        .max_slices      = (unsigned)e->config.rail_max_slices,
+        .cooldown_ns     = (uint64_t)e->config.rail_cooldown_ms * 1000000ull,
+        .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull,
+        .topo            = e->topo_table};
+
+    ote_proto_rail_init(r, &params, gen);
+    /* Built on an RDMA port that is down now: paused until it is up. */
+    if (r->iface != NULL && ote_engine_rdma_port_down(e, r->iface->resource.dev_name))
+        ote_proto_rail_link(r, false, ote_time_ns());
+}
+
+/* The peer's md of the name iface's md has, -1 if none. */
+static int rail_remote_md(const ote_desc_t *d, const ote_tl_iface_t *iface)
+{
+    int md = -1;
+
+    for (size_t k = 0; iface->md != NULL && k < d->num_mds; k++) {
+        if (strcmp(d->mds[k], iface->md->name) == 0)
+            md = (int)k;
+    }
+    return md;
 }
 
 typedef struct {
@@ -487,7 +518,8 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
             c->iface  = wk->ifaces[i];
             c->worker = w;
             c->iface->ops->query(c->iface, &c->caps);
-            if (scope_reaches(&c->caps, seg->same_host, same_engine))
+            if (scope_reaches(&c->caps, seg->same_host, same_engine) &&
+                !ote_engine_iface_gone(e, c->iface))
                 ncand++;
         }
     }
@@ -509,13 +541,7 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
         r->caps      = c->caps;
         r->iface     = iface;
         r->worker    = c->worker;
-        r->remote_md = -1;
-        if (iface->md != NULL) {
-            for (size_t k = 0; k < d->num_mds; k++) {
-                if (strcmp(d->mds[k], iface->md->name) == 0)
-                    r->remote_md = (int)k;
-            }
-        }
+        r->remote_md = rail_remote_md(d, iface);
         status = rail_connect(seg, d, r, &peer);
         if (status != OTE_OK) {
             if (r->ep == NULL && status == OTE_ERR_UNREACHABLE)
@@ -539,22 +565,10 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
     n = stage_rails_add(seg, d, n);
     n = putback_rails_add(seg, d, n);
     {
-        ote_rail_params_t params = {
-            .max_bytes       = e->config.rail_max_bytes,
-            .max_slices      = (unsigned)e->config.rail_max_slices,
-            .cooldown_ns     = (uint64_t)e->config.rail_cooldown_ms * 1000000ull,
-            .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull,
-            .topo            = e->topo_table};
         uint32_t gen = atomic_fetch_add(&seg->rails_gen, 1) + 1;
 
-        for (size_t i = 0; i < n; i++) {
-            ote_rail_t *r = seg->rail_set.rails[i];
-
-            ote_proto_rail_init(r, &params, gen);
-            /* Built on an RDMA port that is down now: paused until it is up. */
-            if (r->iface != NULL && ote_engine_rdma_port_down(e, r->iface->resource.dev_name))
-                ote_proto_rail_link(r, false, ote_time_ns());
-        }
+        for (size_t i = 0; i < n; i++)
+            rail_start(seg, seg->rail_set.rails[i], gen);
     }
     seg->rail_set.num_rails = n;
     if (n == 0) {
@@ -564,3 +578,66 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
     return OTE_OK;
 }
 
+
+static bool iface_has_rail(ote_segment_h seg, const ote_tl_iface_t *iface)
+{
+    for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+        if (seg->rail_set.rails[i]->iface == iface)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Under seg->refresh_lock, the peer the same instance: a rail for every
+ * network iface no rail of the segment runs on (a device that joined here,
+ * or one that reaches the peer now that a device joined there), connected
+ * as ote_wireup_build connects them and appended under seg->lock: tasks
+ * submitted from then on spray over it, those in flight keep their rails.
+ * Staging and PUTBACK rails over it come with the next build.
+ */
+void ote_wireup_extend(ote_segment_h seg, const ote_desc_t *d)
+{
+    ote_engine_h e   = seg->engine;
+    bool same_engine = d->instance_id == e->instance_id;
+
+    for (size_t w = 0; w < e->num_workers; w++) {
+        ote_worker_t *wk = &e->workers[w];
+
+        for (size_t i = 0; i < wk->num_ifaces; i++) {
+            ote_tl_iface_t *iface = wk->ifaces[i];
+            ote_tl_peer_t peer    = rail_peer(seg, d);
+            ote_rail_t fresh      = {.iface = iface, .worker = w, .remote_md = -1};
+            size_t n              = seg->rail_set.num_rails;
+            ote_rail_t *r;
+            ote_status_t status;
+
+            if (n == OTE_PROTO_MAX_RAILS)
+                return;
+            if (!iface->resource.is_network || ote_engine_iface_gone(e, iface) ||
+                iface_has_rail(seg, iface))
+                continue;
+            iface->ops->query(iface, &fresh.caps);
+            if (!scope_reaches(&fresh.caps, seg->same_host, same_engine) ||
+                ote_proto_rail_dominated(&fresh.caps, true, seg->rail_set.rails, n))
+                continue;
+            fresh.remote_md = rail_remote_md(d, iface);
+            status          = rail_connect(seg, d, &fresh, &peer);
+            if (status != OTE_OK) {
+                ote_debug("segment '%s': %s/%s does not reach it: %s", seg->name,
+                          iface->resource.tl_name, iface->resource.dev_name,
+                          ote_status_string(status));
+                continue;
+            }
+            pthread_mutex_lock(&seg->lock);
+            r  = &seg->rails[n];
+            *r = fresh;
+            rail_start(seg, r, atomic_load(&seg->rails_gen));
+            seg->rail_set.rails[n]  = r;
+            seg->rail_set.num_rails = n + 1;
+            pthread_mutex_unlock(&seg->lock);
+            ote_info("segment '%s': new rail %zu on %s/%s (worker %zu)", seg->name, n,
+                     iface->resource.tl_name, iface->resource.dev_name, w);
+        }
+    }
+}

@@ -24,7 +24,8 @@ struct ote_worker {
     int              epfd;
     int              wake_fd;
     ote_tl_iface_t  *ifaces[OTE_MAX_IFACES];
-    size_t           num_ifaces;
+    /* Grows while the engine runs (a device joins): read the count, then the entries. */
+    _Atomic size_t   num_ifaces;
     pthread_mutex_t  qlock;
     ote_slice_t     *qhead, *qtail;
     atomic_bool      sleeping;
@@ -49,8 +50,15 @@ struct ote_worker {
 /* worker.c */
 ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index);
 ote_status_t ote_worker_start(ote_worker_t *w);
+/* worker_bind.c: bind a started worker thread (OTE_WORKER_CPUS, else near its NICs). */
+void ote_worker_bind(ote_worker_t *w);
 void         ote_worker_stop(ote_worker_t *w);
 void         ote_worker_cleanup(ote_worker_t *w);
+/*
+ * An iface opened while the worker runs (a device that joined): its event fd
+ * joins the worker's epoll and the iface its list, under the worker lock.
+ */
+ote_status_t ote_worker_iface_add(ote_worker_t *w, ote_tl_iface_t *iface);
 /* Queue a chain of slices for posting; wakes the worker if it sleeps. */
 void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
 /* Queue a chain of slices for posting by the worker only (callable from any worker). */

@@ -212,8 +212,15 @@ ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
 void         ote_mem_table_destroy(ote_mem_table_t *table);
 
 /*
- * Add a memory domain; only before the first registration (else BUSY).
- * Every operation of its table must be set (INVALID_PARAM otherwise).
+ * Add a memory domain, also to a table that holds regions (md_join.c):
+ * every region in it, and every registration the cache keeps, is
+ * registered on md before it counts in ote_mem_table_num_mds(); later
+ * registrations cover it too. Lookups, deregistrations and data-path
+ * references go on meanwhile; registrations wait. All or nothing: when a
+ * registration on md fails, so does this call, with that registration's
+ * status and a log line, and no handle on md remains. Every operation of
+ * its table must be set (INVALID_PARAM otherwise); EXISTS for an md the
+ * table has, BUSY when it has OTE_MEM_MAX_MDS.
  */
 ote_status_t ote_mem_table_add_md(ote_mem_table_t *table, ote_md_t *md);
 size_t       ote_mem_table_num_mds(const ote_mem_table_t *table);

@@ -7,6 +7,8 @@
 
 #include "mem.h"
 
+#include <pthread.h>
+
 /* ---- interval treap (itree.c) ------------------------------------------- */
 
 /*
@@ -79,8 +81,8 @@ void              ote_sidx_visit(const ote_sidx_t *index,
 typedef struct ote_rcache ote_rcache_t;
 
 /*
- * mds/num_mds point at the table's md list, which only grows before the
- * first registration.
+ * mds/num_mds point at the table's md list; it grows under the table's
+ * md_lock (ote_mem_table_add_md), and entries are registered holding it.
  */
 ote_status_t ote_rcache_create(const ote_mem_table_params_t *params, ote_md_t *const *mds,
                                const size_t *num_mds, ote_rcache_t **rc_p);
@@ -108,6 +110,56 @@ void         ote_rcache_put(ote_rcache_t *rc, ote_mem_reg_t *reg, bool discard);
 void        *ote_rcache_memh(const ote_mem_reg_t *reg, size_t i);
 void         ote_rcache_invalidate(ote_rcache_t *rc, uint64_t addr, size_t length);
 void         ote_rcache_stats(ote_rcache_t *rc, ote_mem_rcache_stats_t *stats_p);
+/*
+ * Md index j, not yet counted in num_mds, joins: every entry the cache
+ * indexes, and each of extra (entries the caller holds a use of), gets a
+ * handle on it where it reaches the entry's memory. All or nothing: on
+ * error no handle made on it remains. Callers hold the md_lock for writing.
+ */
+ote_status_t ote_rcache_md_join(ote_rcache_t *rc, size_t j, ote_mem_reg_t *const *extra,
+                                size_t nextra);
+
+/* ---- region table internals (region.c, md_join.c) ----------------------- */
+
+/*
+ * Reader slots of the table lock: a lookup increments the counter of its
+ * thread's slot, on a cache line of its own, so concurrent lookups do not
+ * bounce one shared line the way a pthread rwlock's reader count does.
+ */
+#define TABLE_RD_SLOTS 16
+
+typedef struct {
+    _Alignas(64) atomic_long readers;
+} rd_slot_t;
+
+struct ote_mem_table {
+    rd_slot_t              rd[TABLE_RD_SLOTS];
+    _Alignas(64) atomic_bool writing;
+    pthread_mutex_t        wlock;
+    ote_sidx_t             index;
+    uint64_t               generation;
+    uint64_t               seq;
+    /*
+     * mds[0, num_mds) are the table's; num_mds changes under the write
+     * lock. md_lock: held for reading by every registration, from its md
+     * registrations until its region is linked, and for writing by
+     * ote_mem_table_add_md(), so that a domain joining a table that holds
+     * regions sees every region, and every later registration sees it.
+     */
+    ote_md_t              *mds[OTE_MEM_MAX_MDS];
+    size_t                 num_mds;
+    pthread_rwlock_t       md_lock;
+    ote_mem_table_params_t params;
+    ote_rcache_t          *rcache;
+    atomic_long            refs;       /* owner + one per region struct     */
+    /* Handles in the table: open addressing, linear probing. */
+    ote_region_t         **handles;
+    size_t                 handles_cap; /* power of two                     */
+    size_t                 handles_count;
+};
+
+void ote_mem_table_wrlock(ote_mem_table_t *t);
+void ote_mem_table_wrunlock(ote_mem_table_t *t);
 
 /*
  * export.c: every peer that mapped r unmaps it (or loses its connection)

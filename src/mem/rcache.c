@@ -35,6 +35,7 @@ struct ote_mem_reg {
     long                users;     /* regions using it; under rc->lock   */
     bool                indexed;   /* findable by later registrations     */
     bool                stale;     /* memory unmapped: never reuse        */
+    bool                joining;   /* taken by ote_rcache_md_join          */
     struct ote_mem_reg *lru_prev, *lru_next;
     void               *memh[OTE_MEM_MAX_MDS];
 };
@@ -99,7 +100,8 @@ static void lru_push_tail(ote_rcache_t *rc, ote_mem_reg_t *g)
 
 static void reg_dereg(ote_rcache_t *rc, ote_mem_reg_t *g)
 {
-    for (size_t i = 0; i < *rc->num_mds; i++) {
+    /* Every slot: an md joining now may have given the entry a handle. */
+    for (size_t i = 0; i < OTE_MEM_MAX_MDS; i++) {
         if (g->memh[i] != NULL)
             rc->mds[i]->ops->mem_dereg(rc->mds[i], g->memh[i]);
     }
@@ -423,4 +425,89 @@ void ote_rcache_stats(ote_rcache_t *rc, ote_mem_rcache_stats_t *s)
     s->retains = rc->retains;
     pthread_mutex_unlock(&rc->lock);
     reg_destroy_chain(rc, chain);
+}
+
+/* Under rc->lock: take a use of g for the join (once). */
+static void join_take(ote_rcache_t *rc, ote_mem_reg_t *g, ote_mem_reg_t **taken, size_t *n)
+{
+    if (g->joining)
+        return;
+    g->joining = true;
+    if (g->users++ == 0)
+        rcache_lru_unlink(rc, g);
+    taken[(*n)++] = g;
+}
+
+typedef struct {
+    ote_rcache_t   *rc;
+    ote_mem_reg_t **taken;
+    size_t          n;
+} join_visit_t;
+
+static void join_visit(ote_itree_node_t *node, void *arg)
+{
+    join_visit_t *v = arg;
+
+    join_take(v->rc, (ote_mem_reg_t *)((char *)node - offsetof(ote_mem_reg_t, node)),
+              v->taken, &v->n);
+}
+
+ote_status_t ote_rcache_md_join(ote_rcache_t *rc, size_t j, ote_mem_reg_t *const *extra,
+                                size_t nextra)
+{
+    ote_md_t *md         = rc->mds[j];
+    ote_mem_reg_t *chain = NULL;
+    ote_status_t status  = OTE_OK;
+    join_visit_t v       = {.rc = rc};
+    size_t i;
+
+    pthread_mutex_lock(&rc->lock);
+    rcache_apply_invalidations(rc, &chain);
+    v.taken = calloc(rc->tree.count + nextra + 1, sizeof(*v.taken));
+    if (v.taken == NULL) {
+        pthread_mutex_unlock(&rc->lock);
+        reg_destroy_chain(rc, chain);
+        return OTE_ERR_NO_MEMORY;
+    }
+    /* Indexed entries may serve later registrations: each needs a handle. */
+    ote_itree_visit(&rc->tree, join_visit, &v);
+    for (i = 0; i < nextra; i++)
+        join_take(rc, extra[i], v.taken, &v.n);
+    pthread_mutex_unlock(&rc->lock);
+    reg_destroy_chain(rc, chain);
+
+    /* Our uses keep every taken entry alive: register without the lock. */
+    for (i = 0; i < v.n; i++) {
+        ote_mem_reg_t *g = v.taken[i];
+
+        if (!ote_mem_md_reaches(&rc->params, md, g->mem_type))
+            continue;
+        status = md->ops->mem_reg(md, (void *)(uintptr_t)g->node.start, reg_bytes(g), g->access,
+                                  &g->memh[j]);
+        if (status != OTE_OK) {
+            g->memh[j] = NULL;
+            ote_error("memory domain %s cannot join: registering cached %p+%zu failed: %s",
+                      md->name, (void *)(uintptr_t)g->node.start, (size_t)reg_bytes(g),
+                      ote_status_string(status));
+            break;
+        }
+    }
+    if (status != OTE_OK) {
+        while (i-- > 0) {
+            ote_mem_reg_t *g = v.taken[i];
+
+            if (g->memh[j] != NULL) {
+                md->ops->mem_dereg(md, g->memh[j]);
+                g->memh[j] = NULL;
+            }
+        }
+    }
+    pthread_mutex_lock(&rc->lock);
+    for (i = 0; i < v.n; i++)
+        v.taken[i]->joining = false;
+    pthread_mutex_unlock(&rc->lock);
+    for (i = 0; i < v.n; i++)
+        ote_rcache_put(rc, v.taken[i], false);
+    free(v.taken);
+    return status;
 }

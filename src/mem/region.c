@@ -17,35 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/*
- * Reader slots of the table lock: a lookup increments the counter of its
- * thread's slot, on a cache line of its own, so concurrent lookups do not
- * bounce one shared line the way a pthread rwlock's reader count does.
- */
-#define TABLE_RD_SLOTS 16
-
-typedef struct {
-    _Alignas(64) atomic_long readers;
-} rd_slot_t;
-
-struct ote_mem_table {
-    rd_slot_t              rd[TABLE_RD_SLOTS];
-    _Alignas(64) atomic_bool writing;
-    pthread_mutex_t        wlock;
-    ote_sidx_t             index;
-    uint64_t               generation;
-    uint64_t               seq;
-    ote_md_t              *mds[OTE_MEM_MAX_MDS];
-    size_t                 num_mds;
-    ote_mem_table_params_t params;
-    ote_rcache_t          *rcache;
-    atomic_long            refs;       /* owner + one per region struct     */
-    /* Handles in the table: open addressing, linear probing. */
-    ote_region_t         **handles;
-    size_t                 handles_cap; /* power of two                     */
-    size_t                 handles_count;
-};
-
 /* ---- table lock: many lookups, few writers ------------------------------- */
 
 static unsigned rd_slot(void)
@@ -63,7 +34,7 @@ static void table_rdlock(ote_mem_table_t *t)
     atomic_long *c = &t->rd[rd_slot()].readers;
 
     for (;;) {
-        /* Pairs with table_wrlock(): seq_cst on both sides, one sees the other. */
+        /* Pairs with ote_mem_table_wrlock(): seq_cst on both sides, one sees the other. */
         atomic_fetch_add(c, 1);
         if (!atomic_load(&t->writing))
             return;
@@ -78,7 +49,7 @@ static void table_rdunlock(ote_mem_table_t *t)
     atomic_fetch_sub_explicit(&t->rd[rd_slot()].readers, 1, memory_order_release);
 }
 
-static void table_wrlock(ote_mem_table_t *t)
+void ote_mem_table_wrlock(ote_mem_table_t *t)
 {
     pthread_mutex_lock(&t->wlock);
     atomic_store(&t->writing, true);
@@ -88,7 +59,7 @@ static void table_wrlock(ote_mem_table_t *t)
     }
 }
 
-static void table_wrunlock(ote_mem_table_t *t)
+void ote_mem_table_wrunlock(ote_mem_table_t *t)
 {
     atomic_store_explicit(&t->writing, false, memory_order_release);
     pthread_mutex_unlock(&t->wlock);
@@ -187,6 +158,7 @@ static void table_put(ote_mem_table_t *t)
         return;
     ote_rcache_destroy(t->rcache);
     pthread_mutex_destroy(&t->wlock);
+    pthread_rwlock_destroy(&t->md_lock);
     free(t->handles);
     ote_sidx_fini(&t->index);
     free(t);
@@ -209,11 +181,17 @@ ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,
         free(t);
         return OTE_ERR_NO_MEMORY;
     }
+    if (pthread_rwlock_init(&t->md_lock, NULL) != 0) {
+        pthread_mutex_destroy(&t->wlock);
+        free(t);
+        return OTE_ERR_NO_MEMORY;
+    }
     ote_sidx_init(&t->index);
     if (params != NULL)
         t->params = *params;
     status = ote_rcache_create(&t->params, t->mds, &t->num_mds, &t->rcache);
     if (status != OTE_OK) {
+        pthread_rwlock_destroy(&t->md_lock);
         pthread_mutex_destroy(&t->wlock);
         free(t);
         return status;
@@ -230,7 +208,7 @@ static void region_release(ote_region_t *r, bool discard)
 {
     ote_mem_table_t *t = r->table;
 
-    for (size_t i = 0; i < t->num_mds; i++) {
+    for (size_t i = 0; i < OTE_MEM_MAX_MDS; i++) { /* also an md joining now */
         if (r->memh[i] != NULL && (t->mds[i]->flags & OTE_MD_FLAG_GRANTS_ACCESS))
             t->mds[i]->ops->mem_dereg(t->mds[i], r->memh[i]);
     }
@@ -451,6 +429,7 @@ ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *de
         if (status != OTE_OK)
             return status;
     }
+    pthread_rwlock_rdlock(&t->md_lock); /* no md joins until the regions are linked */
     fresh = calloc(count, sizeof(*fresh));
     undo  = calloc(count, sizeof(*undo));
     if (fresh == NULL || undo == NULL) {
@@ -475,7 +454,7 @@ ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *de
             goto out;
     }
 
-    table_wrlock(t);
+    ote_mem_table_wrlock(t);
     status = handles_reserve(t, count);
     if (status != OTE_OK)
         goto err_unwind_locked;
@@ -490,9 +469,9 @@ ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *de
         }
         if (fresh[i] == NULL) {
             /* Was there at the first look and went away since. */
-            table_wrunlock(t);
+            ote_mem_table_wrunlock(t);
             status = region_prepare(t, &descs[i], false, &fresh[i]);
-            table_wrlock(t);
+            ote_mem_table_wrlock(t);
             if (status == OTE_OK)
                 status = handles_reserve(t, count - i);
             if (status != OTE_OK)
@@ -507,7 +486,7 @@ ote_status_t ote_mem_table_register(ote_mem_table_t *t, const ote_mem_desc_t *de
         undo[nundo++] = (undo_t){.region = fresh[i], .linked = true};
         fresh[i]      = NULL;
     }
-    table_wrunlock(t);
+    ote_mem_table_wrunlock(t);
     status = OTE_OK;
     goto out;
 
@@ -524,7 +503,7 @@ err_unwind_locked:
             undo[k].region = NULL;
         }
     }
-    table_wrunlock(t);
+    ote_mem_table_wrunlock(t);
     for (size_t k = 0; k < nundo; k++) {
         if (undo[k].region != NULL)
             region_retire(undo[k].region);
@@ -538,6 +517,7 @@ out:
     }
     free(fresh);
     free(undo);
+    pthread_rwlock_unlock(&t->md_lock);
     return status;
 }
 
@@ -549,11 +529,11 @@ static ote_status_t table_wrlock_release(ote_mem_table_t *t, ote_region_t *r, bo
 
     if (t == NULL || r == NULL)
         return OTE_ERR_INVALID_PARAM;
-    table_wrlock(t);
+    ote_mem_table_wrlock(t);
     found = handle_find(t, r, NULL);
     if (found && r->owned == owned)
         return OTE_OK;
-    table_wrunlock(t);
+    ote_mem_table_wrunlock(t);
     if (!found) {
         ote_error("%s %p: not %s", what, (void *)r,
                   owned ? "engine-owned memory of this engine" : "a registered region");
@@ -576,7 +556,7 @@ ote_status_t ote_mem_table_deregister(ote_mem_table_t *t, ote_region_t *r)
         table_unlink(t, r);
         last = true;
     }
-    table_wrunlock(t);
+    ote_mem_table_wrunlock(t);
     if (last)
         region_retire(r);
     return OTE_OK;
@@ -601,9 +581,11 @@ ote_status_t ote_mem_table_alloc(ote_mem_table_t *t, size_t length, const char *
     if (kind == OTE_MEM_OWNED_CUDA_HOST)
         d.location = NULL;
     status = desc_check(&d);
+    pthread_rwlock_rdlock(&t->md_lock);
     if (status == OTE_OK)
         status = region_prepare(t, &d, true, &r);
     if (status != OTE_OK) {
+        pthread_rwlock_unlock(&t->md_lock);
         ote_mem_owned_free(kind, d.addr, alloc_len);
         return status;
     }
@@ -611,11 +593,12 @@ ote_status_t ote_mem_table_alloc(ote_mem_table_t *t, size_t length, const char *
     r->owned_base   = d.addr;
     r->owned_length = alloc_len;
     r->memfd        = kind == OTE_MEM_OWNED_HOST ? ote_mem_host_memfd(d.addr) : -1;
-    table_wrlock(t);
+    ote_mem_table_wrlock(t);
     status = handles_reserve(t, 1);
     if (status == OTE_OK)
         status = table_link(t, r);
-    table_wrunlock(t);
+    ote_mem_table_wrunlock(t);
+    pthread_rwlock_unlock(&t->md_lock);
     if (status != OTE_OK) {
         region_release(r, true); /* also frees the memory */
         return status;
@@ -638,14 +621,14 @@ ote_status_t ote_mem_table_free(ote_mem_table_t *t, ote_region_t *r)
         return status;
     /* Unmapping it under another registration would leave that one dangling. */
     if (ote_sidx_overlap(&t->index, r->addr, r->addr + r->length, not_this, r) != NULL) {
-        table_wrunlock(t);
+        ote_mem_table_wrunlock(t);
         ote_error("freeing %p: other registrations lie inside it; deregister them first",
                   (void *)r);
         return OTE_ERR_BUSY;
     }
     r->refs = 0;
     table_unlink(t, r);
-    table_wrunlock(t);
+    ote_mem_table_wrunlock(t);
     region_retire(r);
     return OTE_OK;
 }
@@ -657,13 +640,13 @@ void ote_mem_table_destroy(ote_mem_table_t *t)
     for (;;) {
         ote_region_t *r = NULL;
 
-        table_wrlock(t);
+        ote_mem_table_wrlock(t);
         if (t->index.count != 0) {
             r       = REGION_OF(ote_sidx_first(&t->index));
             r->refs = 0;
             table_unlink(t, r);
         }
-        table_wrunlock(t);
+        ote_mem_table_wrunlock(t);
         if (r == NULL)
             break;
         region_retire(r);
@@ -674,33 +657,6 @@ void ote_mem_table_destroy(ote_mem_table_t *t)
         ote_warn("memory table destroyed while %ld regions are still in use",
                  atomic_load(&t->refs) - 1);
     table_put(t);
-}
-
-ote_status_t ote_mem_table_add_md(ote_mem_table_t *t, ote_md_t *md)
-{
-    ote_status_t status = OTE_OK;
-
-    if (t == NULL || md == NULL || md->ops == NULL || md->ops->mem_reg == NULL ||
-        md->ops->mem_dereg == NULL || md->ops->rkey_pack == NULL)
-        return OTE_ERR_INVALID_PARAM;
-    table_wrlock(t);
-    /* Entries and regions registered earlier would lack a handle for it. */
-    if (t->seq != 0 || atomic_load(&t->refs) != 1 || t->num_mds == OTE_MEM_MAX_MDS)
-        status = OTE_ERR_BUSY;
-    else
-        t->mds[t->num_mds++] = md;
-    table_wrunlock(t);
-    return status;
-}
-
-size_t ote_mem_table_num_mds(const ote_mem_table_t *t)
-{
-    return t->num_mds;
-}
-
-ote_md_t *ote_mem_table_md(const ote_mem_table_t *t, size_t index)
-{
-    return index < t->num_mds ? t->mds[index] : NULL;
 }
 
 size_t ote_mem_table_count(ote_mem_table_t *t)

@@ -28,7 +28,7 @@ typedef struct {
     ote_putback_hooks_t  hooks;
 } putback_op_t;
 
-static void putback_main(ote_proto_job_t *job)
+static void putback_read_job(ote_proto_job_t *job)
 {
     putback_op_t *op = (putback_op_t *)job;
     ote_buf_t out    = {0};
@@ -83,7 +83,7 @@ static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t le
     op->m.local     = (uint64_t)(uintptr_t)local;
     op->m.length    = (uint32_t)length;
     memcpy(op->m.name, ep->hooks.name, sizeof(op->m.name));
-    op->job.run     = putback_main;
+    op->job.run     = putback_read_job;
     status          = ote_proto_jobs_submit(ep->hooks.jobs, &op->job);
     if (status != OTE_OK) {
         free(op);

@@ -522,27 +522,10 @@ static const ote_cfg_entry_t stage_config_fields[] = {
     {"CHUNK_SIZE", "4m", OTE_CFG_SIZE, STAGE_F(chunk_size),
      "Pinned host chunk size for GPU staging pipelines."},
     {"SLOTS", "16", OTE_CFG_INT, STAGE_F(slots),
-     "Staging chunks in flight per request."},
+     "Staging chunks in flight per request.", 1, OTE_CFG_NO_MAX},
 };
 
-static ote_status_t stage_config_validate(const void *opts)
-{
-    const ote_stage_config_t *cfg = opts;
-
-    if (cfg->slots < 1) {
-        ote_error("OTE_MAX_* limits, OTE_HANDSHAKE_TIMEOUT_MS and OTE_STAGE_SLOTS must be positive");
-        return OTE_ERR_INVALID_PARAM;
-    }
-    return OTE_OK;
-}
-
-const ote_config_table_t ote_stage_config_table = {
-    .prefix      = "STAGE_",
-    .component   = "stage",
-    .fields      = stage_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(stage_config_fields),
-    .struct_size = sizeof(ote_stage_config_t),
-    .validate    = stage_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_stage_config_table, "STAGE_", "stage", stage_config_fields,
+                        ote_stage_config_t, NULL);
 
 const ote_config_table_t *const ote_proto_config_tables[] = {&ote_stage_config_table, NULL};

@@ -22,6 +22,7 @@
 #include "core/engine.h"
 #include "base/util.h"
 #include "mp_netns.h"
+#include "mp_util.h"
 #include "testlib.h"
 
 #include <ote/ote.h>
@@ -152,28 +153,8 @@ static void expect(const char *c, const char *want)
 /* WRITE [0, len) of the region as TASK-sized tasks with pattern seed; all must complete. */
 static void write_all(size_t len, uint64_t seed)
 {
-    enum { MAXT = REGION / TASK };
-    ote_xfer_req_t r[MAXT];
-    size_t n = len / TASK, first;
-    ote_batch_h b;
-
     ote_test_fill(fx->local, 0, len, seed);
-    for (size_t i = 0; i < n; i++)
-        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = fx->local + i * TASK,
-                                .segment = fx->seg,
-                                .remote_addr = fx->target.addr[0] + i * TASK, .length = TASK};
-    assert_int_equal(ote_batch_create(fx->e, n, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 50000), OTE_OK);
-    for (size_t i = 0; i < n; i++) {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
-        if (st.state != OTE_TASK_COMPLETED)
-            fail_msg("task %zu: %s", i, ote_status_string(st.error));
-        assert_int_equal(st.transferred, TASK);
-    }
-    ote_batch_release(b);
+    mp_write_tasks(fx->e, fx->seg, fx->local, fx->target.addr[0], len, TASK, 50000);
 }
 
 static void verify_all(size_t len, uint64_t seed)

@@ -5,6 +5,7 @@
 #include "testlib.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -92,27 +93,113 @@ static inline unsigned mp_free_port(void)
     return ntohs(sa.sin_port);
 }
 
-/* SIGSTOP, and wait until the process is stopped indeed (delivery is not immediate). */
+/* True when the thread's /proc stat file says it is stopped (T). */
+static inline bool mp_task_stopped(const char *path)
+{
+    char buf[512], *p;
+    bool stopped = false;
+    FILE *fp     = fopen(path, "r");
+
+    if (fp == NULL)
+        return true; /* the thread is gone: it runs no more */
+    if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
+        stopped = p[1] == ' ' && p[2] == 'T';
+    fclose(fp);
+    return stopped;
+}
+
+/*
+ * SIGSTOP, and wait until every thread of the process is stopped indeed:
+ * delivery is not immediate, and until then a polling thread of the
+ * process may still answer.
+ */
 static inline void mp_stop_process(pid_t pid)
 {
-    char path[64], buf[512], *p;
+    char dir[64], path[128];
 
     kill(pid, SIGSTOP);
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
     for (int i = 0; i < 5000; i++) {
-        FILE *fp = fopen(path, "r");
-        bool stopped = false;
+        DIR *d = opendir(dir);
+        struct dirent *de;
+        bool all = d != NULL;
 
-        if (fp != NULL) {
-            if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
-                stopped = p[2] == 'T';
-            fclose(fp);
+        while (d != NULL && (de = readdir(d)) != NULL) {
+            if (de->d_name[0] == '.')
+                continue;
+            snprintf(path, sizeof(path), "%s/%.20s/stat", dir, de->d_name);
+            all = all && mp_task_stopped(path);
         }
-        if (stopped)
+        if (d != NULL)
+            closedir(d);
+        if (all)
             return;
         usleep(1000);
     }
     fail_msg("process %d did not stop", (int)pid);
+}
+
+/* Longest command these helpers send to a test target. */
+#define MP_TARGET_CMD_MAX 256
+
+/* The printf-formatted command (into cmd) sent to the target; its reply in reply. */
+static inline void mp_target_cmdv(ote_engine_h e, ote_segment_h seg, char *cmd, char *reply,
+                                  size_t reply_len, const char *fmt, va_list ap)
+{
+    vsnprintf(cmd, MP_TARGET_CMD_MAX, fmt, ap);
+    assert_int_equal(ote_test_target_cmd(e, seg, cmd, reply, reply_len, 20000), 0);
+}
+
+/* Send a printf-formatted command to the target; its reply in reply. */
+static inline void mp_target_cmd(ote_engine_h e, ote_segment_h seg, char *reply, size_t reply_len,
+                                 const char *fmt, ...)
+{
+    char cmd[MP_TARGET_CMD_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    mp_target_cmdv(e, seg, cmd, reply, reply_len, fmt, ap);
+    va_end(ap);
+}
+
+/* Send a printf-formatted command to the target and assert that it answers "ok". */
+static inline void mp_target_ok(ote_engine_h e, ote_segment_h seg, const char *fmt, ...)
+{
+    char cmd[MP_TARGET_CMD_MAX], reply[128];
+    va_list ap;
+
+    va_start(ap, fmt);
+    mp_target_cmdv(e, seg, cmd, reply, sizeof(reply), fmt, ap);
+    va_end(ap);
+    if (strcmp(reply, "ok") != 0)
+        fail_msg("'%s' -> '%s'", cmd, reply);
+}
+
+/*
+ * WRITE [0, len) of local to remote as task-sized tasks of one batch (len
+ * a multiple of task, at most 4096 tasks); every task must complete whole
+ * within timeout_ms.
+ */
+static inline void mp_write_tasks(ote_engine_h e, ote_segment_h seg, uint8_t *local,
+                                  uint64_t remote, size_t len, size_t task, int timeout_ms)
+{
+    size_t n = len / task;
+    ote_xfer_req_t *r    = calloc(n, sizeof(*r));
+    ote_task_status_t *st = calloc(n, sizeof(*st));
+
+    assert_true(n > 0 && n <= 4096 && r != NULL && st != NULL);
+    for (size_t i = 0; i < n; i++)
+        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local + i * task,
+                                .segment = seg, .remote_addr = remote + i * task,
+                                .length = task};
+    assert_int_equal(ote_test_batch_run(e, r, n, timeout_ms, st), OTE_OK);
+    for (size_t i = 0; i < n; i++) {
+        if (st[i].state != OTE_TASK_COMPLETED)
+            fail_msg("task %zu: %s", i, ote_status_string(st[i].error));
+        assert_int_equal(st[i].transferred, task);
+    }
+    free(r);
+    free(st);
 }
 
 /* Send cmd to the pair's target and assert that it answers want. */

@@ -6,18 +6,7 @@
  * when the segment closes.
  */
 #include "../unit/cuda/cuda_test.h"
-#include "testlib.h"
-
-#include <ote/ote.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <cmocka.h>
+#include "mp_util.h"
 
 #define RLEN (8u << 20)
 
@@ -30,19 +19,6 @@ static ote_task_status_t xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, vo
 
     assert_int_equal(ote_test_xfer(e, seg, op, local, remote, len, 20000, &st), OTE_OK);
     return st;
-}
-
-static void cmd_ok(ote_engine_h e, ote_segment_h seg, const char *fmt, ...)
-{
-    char cmd[256], reply[128];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    assert_int_equal(ote_test_target_cmd(e, seg, cmd, reply, sizeof(reply), 10000), 0);
-    if (strcmp(reply, "ok") != 0)
-        fail_msg("'%s' -> '%s'", cmd, reply);
 }
 
 static void test_ipc_data(void **state)
@@ -70,9 +46,9 @@ static void test_ipc_data(void **state)
     ote_test_fill(gpu, 0, RLEN, 21);
     st = xfer(e, seg, OTE_OP_WRITE, gpu, t.addr[0], RLEN);
     if (st.state != OTE_TASK_COMPLETED) fail_msg("write: %s", ote_status_string(st.error));
-    cmd_ok(e, seg, "check 0 0 %u 21", RLEN);
+    mp_target_ok(e, seg, "check 0 0 %u 21", RLEN);
     /* remote GPU -> pinned host (READ), at odd offsets. */
-    cmd_ok(e, seg, "fill 1 0 %u 22", RLEN);
+    mp_target_ok(e, seg, "fill 1 0 %u 22", RLEN);
     memset(pinned, 0, RLEN);
     st = xfer(e, seg, OTE_OP_READ, (char *)pinned + 7, t.addr[1] + 7, RLEN - 100);
     assert_int_equal(st.state, OTE_TASK_COMPLETED);
@@ -81,7 +57,7 @@ static void test_ipc_data(void **state)
     ote_test_fill(pinned, 0, RLEN, 23);
     st = xfer(e, seg, OTE_OP_WRITE, pinned, t.addr[0], RLEN);
     assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    cmd_ok(e, seg, "check 0 0 %u 23", RLEN);
+    mp_target_ok(e, seg, "check 0 0 %u 23", RLEN);
     /* remote GPU -> GPU (READ). */
     memset(gpu, 0, RLEN);
     st = xfer(e, seg, OTE_OP_READ, gpu, t.addr[1], RLEN);
@@ -91,7 +67,7 @@ static void test_ipc_data(void **state)
     st = xfer(e, seg, OTE_OP_WRITE, gpu, t.addr[1], 4096);
     assert_int_equal(st.state, OTE_TASK_FAILED);
     assert_int_equal(st.error, OTE_ERR_ACCESS);
-    cmd_ok(e, seg, "check 1 0 %u 22", RLEN);
+    mp_target_ok(e, seg, "check 1 0 %u 22", RLEN);
     /* Past the end of the region. */
     st = xfer(e, seg, OTE_OP_READ, gpu, t.addr[0] + RLEN - 10, 20);
     assert_int_not_equal(st.state, OTE_TASK_COMPLETED);
@@ -137,7 +113,7 @@ static void test_ipc_cache_eviction(void **state)
         ote_test_fill(gpu, 0, 1 << 20, 100 + i);
         st = xfer(e, seg, OTE_OP_WRITE, gpu, t.addr[order[i]], 1 << 20);
         assert_int_equal(st.state, OTE_TASK_COMPLETED);
-        cmd_ok(e, seg, "check %d 0 %u %zu", order[i], 1u << 20, 100 + i);
+        mp_target_ok(e, seg, "check %d 0 %u %zu", order[i], 1u << 20, 100 + i);
         ote_cuda_ipc_cache_stats(&open, &opens, &ev);
         assert_true(open <= 2);
     }

@@ -10,87 +10,36 @@
 #include "../unit/cuda/cuda_test.h"
 #include "core/ctl_msg.h"
 #include "core/engine.h"
-#include "proto/stage.h"
-#include "testlib.h"
+#include "stage_fx.h"
 
-#include <ote/ote.h>
-#include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cmocka.h>
+#define LEN (12u << 20)
+#define TLS "tcp,cuda_copy,cuda_stage"
 
-#define LEN   (12u << 20)
-#define SLOTS 4
+static stage_fx_t  fx;
+static const char *self_path;
 
-static ote_test_target_t target;
-static bool              target_up;
-static const char       *self_path;
-
-static void cmd(ote_engine_h e, ote_segment_h seg, char *reply, size_t len, const char *fmt, ...)
-{
-    char c[256];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(c, sizeof(c), fmt, ap);
-    va_end(ap);
-    assert_int_equal(ote_test_target_cmd(e, seg, c, reply, len, 20000), 0);
-}
-
-static void cmd_ok(ote_engine_h e, ote_segment_h seg, const char *fmt, ...)
-{
-    char c[256], reply[128];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(c, sizeof(c), fmt, ap);
-    va_end(ap);
-    assert_int_equal(ote_test_target_cmd(e, seg, c, reply, sizeof(reply), 20000), 0);
-    if (strcmp(reply, "ok") != 0)
-        fail_msg("'%s' -> '%s'", c, reply);
-}
-
-static long target_pinned(ote_engine_h e, ote_segment_h seg)
+static long target_pinned(void)
 {
     char reply[64];
     long n = -1;
 
-    cmd(e, seg, reply, sizeof(reply), "stagepinned");
+    mp_target_cmd(fx.e, fx.seg, reply, sizeof(reply), "stagepinned");
     assert_int_equal(sscanf(reply, "pinned %ld", &n), 1);
     return n;
 }
 
 /* The target's pool returns to full within 5 s. */
-static void wait_pool_full(ote_engine_h e, ote_segment_h seg)
+static void wait_pool_full(void)
 {
     for (int i = 0; i < 100; i++) {
-        if (target_pinned(e, seg) == 0)
+        if (target_pinned() == 0)
             return;
         usleep(50 * 1000);
     }
     fail_msg("the target's staging chunks stay pinned");
-}
-
-static ote_engine_h engine(void)
-{
-    ote_engine_h e;
-
-    setenv("OTE_TLS", "tcp,cuda_copy,cuda_stage", 1);
-    setenv("OTE_STAGE_CHUNK_SIZE", "1m", 1);
-    setenv("OTE_STAGE_SLOTS", "4", 1);
-    e = ote_test_engine("127.0.0.1:0");
-    unsetenv("OTE_TLS");
-    unsetenv("OTE_STAGE_CHUNK_SIZE");
-    unsetenv("OTE_STAGE_SLOTS");
-    return e;
 }
 
 /*
@@ -106,75 +55,52 @@ static void start_target(const char *delay_us, const char *slots)
     setenv("OTE_STAGE_CHUNK_SIZE", "1m", 1);
     setenv("OTE_STAGE_SLOTS", slots, 1);
     setenv("ORBITTE_CUDA_DOUBLE_DELAY_US", delay_us, 1);
-    assert_int_equal(ote_test_target_start(&target, NULL, args), 0);
+    stage_fx_start_target(&fx, args);
     unsetenv("OTE_TLS");
     unsetenv("OTE_STAGE_CHUNK_SIZE");
     unsetenv("OTE_STAGE_SLOTS");
     setenv("ORBITTE_CUDA_DOUBLE_DELAY_US", "0", 1);
-    target_up = true;
 }
 
-static void stop_target(void)
+/* Ends a test whose target lives: every chunk it pinned is back first. */
+static void close_drained(void)
 {
-    if (target_up)
-        ote_test_target_stop(&target);
-    target_up = false;
-}
-
-static ote_task_status_t run1(ote_engine_h e, const ote_xfer_req_t *r)
-{
-    ote_task_status_t st;
-    ote_batch_h b;
-    size_t first;
-
-    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 1, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
-    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-    ote_batch_release(b);
-    return st;
-}
-
-static void expect_done(ote_task_status_t st, size_t len, const char *what)
-{
-    if (st.state != OTE_TASK_COMPLETED)
-        fail_msg("%s: %s", what, ote_status_string(st.error));
-    assert_int_equal(st.transferred, len);
+    assert_int_equal(target_pinned(), 0);
+    stage_fx_close(&fx);
 }
 
 /* WRITE and READ between local memory at location and the target's GPU. */
 static void data_round(const char *location, uint64_t seed)
 {
     ote_proto_stage_stats_t s0, s1;
-    ote_engine_h e;
-    ote_segment_h seg;
     void *buf;
-    ote_mem_h m;
 
     /* Room for the three slices of a request at once: no BUSY. */
     start_target("2000", "12");
-    e = engine();
-    assert_int_equal(ote_mem_alloc(e, LEN, location, 0, &buf, &m), OTE_OK);
-    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
+    stage_fx_open(&fx, TLS, location, LEN);
+    buf = fx.buf;
     ote_proto_stage_stats(&s0);
 
     ote_test_fill(buf, 0, LEN, seed);
-    expect_done(run1(e, &(ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = buf,
-                                           .segment = seg, .remote_addr = target.addr[0],
-                                           .length = LEN}),
-                LEN, "write to the peer's GPU");
-    cmd_ok(e, seg, "check 0 0 %u %llu", LEN, (unsigned long long)seed);
-    assert_int_equal(target_pinned(e, seg), 0);
+    stage_fx_expect_done(stage_fx_run1(&fx, &(ote_xfer_req_t){.op = OTE_OP_WRITE,
+                                                              .local_addr = buf,
+                                                              .segment = fx.seg,
+                                                              .remote_addr = fx.target.addr[0],
+                                                              .length = LEN}),
+                         LEN, "write to the peer's GPU");
+    mp_target_ok(fx.e, fx.seg, "check 0 0 %u %llu", LEN, (unsigned long long)seed);
+    assert_int_equal(target_pinned(), 0);
 
     /* READ an unaligned piece of other data back. */
-    cmd_ok(e, seg, "fill 0 0 %u %llu", LEN, (unsigned long long)seed + 1);
+    mp_target_ok(fx.e, fx.seg, "fill 0 0 %u %llu", LEN, (unsigned long long)seed + 1);
     memset(buf, 0, 16);
-    expect_done(run1(e, &(ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = (char *)buf + 5,
-                                           .segment = seg, .remote_addr = target.addr[0] + 5,
-                                           .length = LEN - 777}),
-                LEN - 777, "read from the peer's GPU");
+    stage_fx_expect_done(stage_fx_run1(&fx, &(ote_xfer_req_t){.op = OTE_OP_READ,
+                                                              .local_addr = (char *)buf + 5,
+                                                              .segment = fx.seg,
+                                                              .remote_addr = fx.target.addr[0] + 5,
+                                                              .length = LEN - 777}),
+                         LEN - 777, "read from the peer's GPU");
     assert_int_equal(ote_test_check((char *)buf + 5, 5, LEN - 777, seed + 1), -1);
-    assert_int_equal(target_pinned(e, seg), 0);
     ote_proto_stage_stats(&s1);
     assert_true(s1.chunks - s0.chunks >= 2 * 12);
     /*
@@ -185,11 +111,7 @@ static void data_round(const char *location, uint64_t seed)
     assert_int_equal(s1.remote_busy, s0.remote_busy);
     assert_true(s1.overlapped - s0.overlapped >= 2 * 3);
     assert_int_equal(s1.chunks_in_use, 0);
-
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    stop_target();
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
+    close_drained();
 }
 
 static void test_rstage_host(void **state)
@@ -245,6 +167,15 @@ static ote_status_t delegate(ote_segment_h seg, uint8_t dir, uint64_t chunk, uin
     return stage_req(seg, &m, NULL, NULL);
 }
 
+/* fill or check (cmd) the three regions of the access test, each with its seed. */
+static void access_regions(const char *cmd)
+{
+    static const unsigned len[] = {LEN, 2u << 20, 2u << 20};
+
+    for (int r = 0; r < 3; r++)
+        mp_target_ok(fx.e, fx.seg, "%s %d 0 %u %d", cmd, r, len[r], 71 + r);
+}
+
 /*
  * Every Delegate is checked against the target's region table and its own
  * pins: unregistered, out of bounds, no access, not our chunk. Nothing is
@@ -254,74 +185,64 @@ static void test_rstage_access(void **state)
 {
     ote_ctl_stage_t m = {.op = OTE_CTL_STAGE_PIN, .count = 2};
     uint64_t chunks[OTE_CTL_STAGE_MAX];
-    ote_engine_h e;
     ote_segment_h seg;
     ote_task_status_t st;
     size_t n = 0;
     void *buf;
-    ote_mem_h mh;
 
     (void)state;
     start_target("0", "4");
-    e = engine();
-    assert_int_equal(ote_mem_alloc(e, LEN, "cpu:0", 0, &buf, &mh), OTE_OK);
-    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
-    cmd_ok(e, seg, "fill 0 0 %u 71", LEN);
-    cmd_ok(e, seg, "fill 1 0 %u 72", 2u << 20);
-    cmd_ok(e, seg, "fill 2 0 %u 73", 2u << 20);
+    stage_fx_open(&fx, TLS, "cpu:0", LEN);
+    seg = fx.seg;
+    buf = fx.buf;
+    access_regions("fill");
 
     assert_int_equal(stage_req(seg, &m, chunks, &n), OTE_OK);
     assert_int_equal(n, 2);
-    assert_int_equal(target_pinned(e, seg), 2);
+    assert_int_equal(target_pinned(), 2);
     /* unregistered: just past region 0's end and far away */
     assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0], 4096, 4096),
                      OTE_ERR_NOT_REGISTERED);
     /* out of bounds: starts in region 0, runs past its end */
     assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0],
-                              target.addr[0] + LEN - 100, 4096),
+                              fx.target.addr[0] + LEN - 100, 4096),
                      OTE_ERR_OUT_OF_BOUNDS);
     /* no access: region 1 is read-only, region 2 write-only */
-    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0], target.addr[1], 4096),
+    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0], fx.target.addr[1], 4096),
                      OTE_ERR_ACCESS);
-    assert_int_equal(delegate(seg, OTE_CTL_STAGE_FROM_GPU, chunks[0], target.addr[2], 4096),
+    assert_int_equal(delegate(seg, OTE_CTL_STAGE_FROM_GPU, chunks[0], fx.target.addr[2], 4096),
                      OTE_ERR_ACCESS);
     /* a chunk this connection did not pin, and a chunk too long */
-    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0] + 64, target.addr[0], 64),
+    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0] + 64, fx.target.addr[0], 64),
                      OTE_ERR_INVALID_PARAM);
-    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0], target.addr[0],
+    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0], fx.target.addr[0],
                               (1u << 20) + 1),
                      OTE_ERR_INVALID_PARAM);
     /* allowed: region 0 from a chunk (contents of the chunk: whatever it holds) */
-    assert_int_equal(delegate(seg, OTE_CTL_STAGE_FROM_GPU, chunks[1], target.addr[1], 4096),
+    assert_int_equal(delegate(seg, OTE_CTL_STAGE_FROM_GPU, chunks[1], fx.target.addr[1], 4096),
                      OTE_OK);
     m.op       = OTE_CTL_STAGE_UNPIN;
     m.e[0].chunk = chunks[0];
     m.e[1].chunk = chunks[1];
     assert_int_equal(stage_req(seg, &m, NULL, NULL), OTE_OK);
-    assert_int_equal(target_pinned(e, seg), 0);
+    assert_int_equal(target_pinned(), 0);
     /* Unpinned: no longer ours. */
-    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0], target.addr[0], 64),
+    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0], fx.target.addr[0], 64),
                      OTE_ERR_INVALID_PARAM);
 
     /* Through the API: WRITE to the read-only region fails with ACCESS. */
     ote_test_fill(buf, 0, 2u << 20, 99);
-    st = run1(e, &(ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = buf, .segment = seg,
-                                   .remote_addr = target.addr[1], .length = 2u << 20});
-    assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_ACCESS);
-    st = run1(e, &(ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf, .segment = seg,
-                                   .remote_addr = target.addr[2], .length = 2u << 20});
-    assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_ACCESS);
+    for (int i = 0; i < 2; i++) {
+        st = stage_fx_run1(&fx, &(ote_xfer_req_t){.op = i == 0 ? OTE_OP_WRITE : OTE_OP_READ,
+                                                  .local_addr = buf, .segment = seg,
+                                                  .remote_addr = fx.target.addr[1 + i],
+                                                  .length = 2u << 20});
+        assert_int_equal(st.state, OTE_TASK_FAILED);
+        assert_int_equal(st.error, OTE_ERR_ACCESS);
+    }
 
-    cmd_ok(e, seg, "check 0 0 %u 71", LEN);
-    cmd_ok(e, seg, "check 1 0 %u 72", 2u << 20);
-    cmd_ok(e, seg, "check 2 0 %u 73", 2u << 20);
-    assert_int_equal(target_pinned(e, seg), 0);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    stop_target();
-    assert_int_equal(ote_mem_free(e, mh), OTE_OK);
-    ote_engine_destroy(e);
+    access_regions("check");
+    close_drained();
 }
 
 /* Cancel mid-transfer, then more requests than the pool has chunks: all come back. */
@@ -329,13 +250,9 @@ static void test_rstage_cancel_and_busy(void **state)
 {
     ote_proto_stage_stats_t s0, s1;
     ote_task_status_t st;
-    ote_xfer_req_t r[4];
-    ote_engine_h e;
-    ote_segment_h seg;
+    ote_xfer_req_t r;
     ote_batch_h b;
     size_t first;
-    void *buf;
-    ote_mem_h mh;
 
     (void)state;
     /*
@@ -344,45 +261,27 @@ static void test_rstage_cancel_and_busy(void **state)
      * chunks the pool moves at once.
      */
     start_target("100000", "4");
-    e = engine();
-    assert_int_equal(ote_mem_alloc(e, LEN, "cpu:0", 0, &buf, &mh), OTE_OK);
-    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
-    ote_test_fill(buf, 0, LEN, 81);
-    r[0] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = buf, .segment = seg,
-                            .remote_addr = target.addr[0], .length = LEN};
-    assert_int_equal(ote_batch_create(e, 4, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 1, &first), OTE_OK);
+    stage_fx_open(&fx, TLS, "cpu:0", LEN);
+    ote_test_fill(fx.buf, 0, LEN, 81);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = fx.buf, .segment = fx.seg,
+                         .remote_addr = fx.target.addr[0], .length = LEN};
+    assert_int_equal(ote_batch_create(fx.e, 4, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     usleep(50 * 1000);
     assert_int_equal(ote_batch_cancel(b, first), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
     assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
     assert_int_equal(st.state, OTE_TASK_CANCELED);
     ote_batch_release(b);
-    wait_pool_full(e, seg);
+    wait_pool_full();
 
     /* Four requests of 3 MiB (4 slices of 1 chunk each... of 3 chunks) on a 4-chunk pool. */
     ote_proto_stage_stats(&s0);
-    for (int i = 0; i < 4; i++)
-        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = (char *)buf + i * (LEN / 4),
-                                .segment = seg,
-                                .remote_addr = target.addr[0] + i * (LEN / 4),
-                                .length = LEN / 4};
-    assert_int_equal(ote_batch_create(e, 4, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 4, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
-    for (int i = 0; i < 4; i++) {
-        assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
-        expect_done(st, LEN / 4, "concurrent write");
-    }
-    ote_batch_release(b);
+    stage_fx_write_slices(&fx, LEN, 4);
     ote_proto_stage_stats(&s1);
     assert_true(s1.remote_busy > s0.remote_busy);
-    cmd_ok(e, seg, "check 0 0 %u 81", LEN);
-    assert_int_equal(target_pinned(e, seg), 0);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    stop_target();
-    assert_int_equal(ote_mem_free(e, mh), OTE_OK);
-    ote_engine_destroy(e);
+    mp_target_ok(fx.e, fx.seg, "check 0 0 %u 81", LEN);
+    close_drained();
 }
 
 /*
@@ -394,53 +293,45 @@ static void test_rstage_pin_timeout_and_target_death(void **state)
     ote_ctl_stage_t m = {.op = OTE_CTL_STAGE_PIN, .count = 1};
     uint64_t chunk;
     ote_task_status_t st;
-    ote_engine_h e;
-    ote_segment_h seg;
     ote_batch_h b;
     size_t n = 0, first;
-    void *buf;
-    ote_mem_h mh;
 
     (void)state;
     setenv("OTE_XFER_TIMEOUT_MS", "400", 1);
     start_target("50000", "4");
     unsetenv("OTE_XFER_TIMEOUT_MS");
-    e = engine();
-    assert_int_equal(ote_mem_alloc(e, LEN, "cpu:0", 0, &buf, &mh), OTE_OK);
-    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
-    assert_int_equal(stage_req(seg, &m, &chunk, &n), OTE_OK);
+    stage_fx_open(&fx, TLS, "cpu:0", LEN);
+    assert_int_equal(stage_req(fx.seg, &m, &chunk, &n), OTE_OK);
     assert_int_equal(n, 1);
-    assert_int_equal(target_pinned(e, seg), 1);
+    assert_int_equal(target_pinned(), 1);
     usleep(700 * 1000);
-    assert_int_equal(target_pinned(e, seg), 0);
+    assert_int_equal(target_pinned(), 0);
     /* Released: no longer this connection's. */
-    assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunk, target.addr[0], 64),
+    assert_int_equal(delegate(fx.seg, OTE_CTL_STAGE_TO_GPU, chunk, fx.target.addr[0], 64),
                      OTE_ERR_INVALID_PARAM);
 
     /* 12 chunks at 50 ms each: the target is killed well before the end. */
-    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_create(fx.e, 1, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, &(ote_xfer_req_t){.op = OTE_OP_WRITE,
-                                                           .local_addr = buf, .segment = seg,
-                                                           .remote_addr = target.addr[0],
+                                                           .local_addr = fx.buf,
+                                                           .segment = fx.seg,
+                                                           .remote_addr = fx.target.addr[0],
                                                            .length = LEN},
                                       1, &first),
                      OTE_OK);
     usleep(150 * 1000);
-    ote_test_target_kill(&target);
-    target_up = false;
+    stage_fx_kill_target(&fx);
     assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
     assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
     assert_int_equal(st.state, OTE_TASK_FAILED);
     ote_batch_release(b);
-    ote_segment_close(seg);
-    assert_int_equal(ote_mem_free(e, mh), OTE_OK);
-    ote_engine_destroy(e);
+    stage_fx_close(&fx);
 }
 
 /* Child: start a slow WRITE to the target's GPU, say so, wait to be killed. */
 static int child_main(const char *name, uint64_t remote)
 {
-    ote_engine_h e = engine();
+    ote_engine_h e = stage_fx_engine(TLS);
     ote_segment_h seg;
     ote_batch_h b;
     size_t first;
@@ -468,8 +359,6 @@ static int child_main(const char *name, uint64_t remote)
 /* The initiator dies mid-transfer: its control connection goes, the target releases its chunks. */
 static void test_rstage_initiator_killed(void **state)
 {
-    ote_engine_h e;
-    ote_segment_h seg;
     char line[64], addr[32];
     int fds[2], status;
     long pinned;
@@ -478,16 +367,15 @@ static void test_rstage_initiator_killed(void **state)
 
     (void)state;
     start_target("200000", "4"); /* 12 delegated copies of 200 ms: 2.4 s */
-    e = engine();
-    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
+    stage_fx_open(&fx, TLS, NULL, 0);
     assert_int_equal(pipe(fds), 0);
-    snprintf(addr, sizeof(addr), "%llu", (unsigned long long)target.addr[0]);
+    snprintf(addr, sizeof(addr), "%llu", (unsigned long long)fx.target.addr[0]);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         dup2(fds[1], 1);
         close(fds[0]);
-        execl(self_path, self_path, "--child", target.name, addr, (char *)NULL);
+        execl(self_path, self_path, "--child", fx.target.name, addr, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -495,34 +383,25 @@ static void test_rstage_initiator_killed(void **state)
     assert_non_null(fgets(line, sizeof(line), f));
     assert_string_equal(line, "STARTED\n");
     /* Mid-transfer: the child holds chunks (the transfer takes over 2 s). */
-    for (int i = 0; i < 40 && (pinned = target_pinned(e, seg)) == 0; i++)
+    for (int i = 0; i < 40 && (pinned = target_pinned()) == 0; i++)
         usleep(50 * 1000);
     assert_true(pinned > 0);
     kill(pid, SIGKILL);
     assert_int_equal(waitpid(pid, &status, 0), pid);
     fclose(f);
-    wait_pool_full(e, seg);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    stop_target();
-    ote_engine_destroy(e);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    stop_target();
-    return 0;
+    wait_pool_full();
+    stage_fx_close(&fx);
 }
 
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_rstage_host, teardown),
-        cmocka_unit_test_teardown(test_rstage_both_sides, teardown),
-        cmocka_unit_test_teardown(test_rstage_access, teardown),
-        cmocka_unit_test_teardown(test_rstage_cancel_and_busy, teardown),
-        cmocka_unit_test_teardown(test_rstage_initiator_killed, teardown),
-        cmocka_unit_test_teardown(test_rstage_pin_timeout_and_target_death, teardown),
+        stage_fx_test(test_rstage_host, &fx),
+        stage_fx_test(test_rstage_both_sides, &fx),
+        stage_fx_test(test_rstage_access, &fx),
+        stage_fx_test(test_rstage_cancel_and_busy, &fx),
+        stage_fx_test(test_rstage_initiator_killed, &fx),
+        stage_fx_test(test_rstage_pin_timeout_and_target_death, &fx),
     };
 
     self_path = argv[0];

@@ -7,69 +7,22 @@
  * a dead peer give every pinned chunk back.
  */
 #include "../unit/cuda/cuda_test.h"
-#include "proto/stage.h"
-#include "testlib.h"
-
-#include <ote/ote.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include <cmocka.h>
+#include "stage_fx.h"
 
 #define LEN   (24u << 20)
 #define SLOTS 4
+#define TLS   "tcp,cuda_copy,cuda_ipc,cuda_stage"
 
-static ote_test_target_t target;
-static bool              target_up;
+static stage_fx_t fx;
 
-static void cmd_ok(ote_engine_h e, ote_segment_h seg, const char *fmt, ...)
-{
-    char cmd[256], reply[128];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    assert_int_equal(ote_test_target_cmd(e, seg, cmd, reply, sizeof(reply), 10000), 0);
-    if (strcmp(reply, "ok") != 0)
-        fail_msg("'%s' -> '%s'", cmd, reply);
-}
-
-static ote_engine_h engine(void)
-{
-    ote_engine_h e;
-
-    setenv("OTE_TLS", "tcp,cuda_copy,cuda_ipc,cuda_stage", 1);
-    setenv("OTE_STAGE_CHUNK_SIZE", "1m", 1);
-    setenv("OTE_STAGE_SLOTS", "4", 1);
-    e = ote_test_engine("127.0.0.1:0");
-    unsetenv("OTE_TLS");
-    unsetenv("OTE_STAGE_CHUNK_SIZE");
-    unsetenv("OTE_STAGE_SLOTS");
-    return e;
-}
-
+/* Two host regions of LEN bytes, reached over TCP alone. */
 static void start_target(void)
 {
     const char *const args[] = {"--region", "24m:rw", "--region", "24m:rw", NULL};
 
     setenv("OTE_TLS", "tcp", 1);
-    assert_int_equal(ote_test_target_start(&target, NULL, args), 0);
+    stage_fx_start_target(&fx, args);
     unsetenv("OTE_TLS");
-    target_up = true;
-}
-
-static void stop_target(void)
-{
-    if (target_up)
-        ote_test_target_stop(&target);
-    target_up = false;
 }
 
 static void wait_all(ote_batch_h b)
@@ -80,47 +33,40 @@ static void wait_all(ote_batch_h b)
 static void test_stage_data(void **state)
 {
     ote_proto_stage_stats_t s0, s1;
-    ote_engine_h e;
-    ote_segment_h seg;
     ote_task_status_t st;
     ote_batch_h b;
     void *gpu;
-    ote_mem_h mg;
     size_t first;
 
     (void)state;
     start_target();
-    e = engine();
-    assert_int_equal(ote_mem_alloc(e, LEN, "cuda:0", 0, &gpu, &mg), OTE_OK);
-    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
+    stage_fx_open(&fx, TLS, "cuda:0", LEN);
+    gpu = fx.buf;
     ote_proto_stage_stats(&s0);
 
     /* GPU -> remote host (WRITE), and back into the GPU (READ) from region 1. */
     ote_test_fill(gpu, 0, LEN, 31);
-    cmd_ok(e, seg, "fill 1 0 %u 32", LEN);
+    mp_target_ok(fx.e, fx.seg, "fill 1 0 %u 32", LEN);
     {
         ote_xfer_req_t r[2] = {
-            {.op = OTE_OP_WRITE, .local_addr = gpu, .segment = seg,
-             .remote_addr = target.addr[0], .length = LEN},
+            {.op = OTE_OP_WRITE, .local_addr = gpu, .segment = fx.seg,
+             .remote_addr = fx.target.addr[0], .length = LEN},
         };
 
-        assert_int_equal(ote_batch_create(e, 4, &b), OTE_OK);
+        assert_int_equal(ote_batch_create(fx.e, 4, &b), OTE_OK);
         assert_int_equal(ote_batch_submit(b, r, 1, &first), OTE_OK);
         wait_all(b);
         assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-        if (st.state != OTE_TASK_COMPLETED)
-            fail_msg("staged write: %s", ote_status_string(st.error));
-        assert_int_equal(st.transferred, LEN);
-        cmd_ok(e, seg, "check 0 0 %u 31", LEN);
+        stage_fx_expect_done(st, LEN, "staged write");
+        mp_target_ok(fx.e, fx.seg, "check 0 0 %u 31", LEN);
 
         r[1] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = (char *)gpu + 3,
-                                .segment = seg, .remote_addr = target.addr[1] + 3,
+                                .segment = fx.seg, .remote_addr = fx.target.addr[1] + 3,
                                 .length = LEN - 1000};
         assert_int_equal(ote_batch_submit(b, &r[1], 1, &first), OTE_OK);
         wait_all(b);
         assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-        if (st.state != OTE_TASK_COMPLETED)
-            fail_msg("staged read: %s", ote_status_string(st.error));
+        stage_fx_expect_done(st, LEN - 1000, "staged read");
         assert_int_equal(ote_test_check((char *)gpu + 3, 3, LEN - 1000, 32), -1);
         ote_batch_release(b);
     }
@@ -131,54 +77,25 @@ static void test_stage_data(void **state)
     assert_true(s1.max_inflight <= SLOTS);
     assert_true(s1.overlapped > s0.overlapped);
     assert_int_equal(s1.chunks_in_use, 0);
-
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    stop_target();
-    assert_int_equal(ote_mem_free(e, mg), OTE_OK);
-    ote_engine_destroy(e);
+    stage_fx_close(&fx);
 }
 
 /* More slices than the pool has chunks for: they wait their turn and all complete. */
 static void test_stage_pool_exhaustion(void **state)
 {
     ote_proto_stage_stats_t s0, s1;
-    ote_xfer_req_t r[6];
-    ote_engine_h e;
-    ote_segment_h seg;
-    ote_batch_h b;
-    void *gpu;
-    ote_mem_h mg;
-    size_t first;
 
     (void)state;
     start_target();
-    e = engine();
-    assert_int_equal(ote_mem_alloc(e, LEN, "cuda:1", 0, &gpu, &mg), OTE_OK);
-    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
-    ote_test_fill(gpu, 0, LEN, 41);
+    stage_fx_open(&fx, TLS, "cuda:1", LEN);
+    ote_test_fill(fx.buf, 0, LEN, 41);
     ote_proto_stage_stats(&s0);
-    for (int i = 0; i < 6; i++)
-        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = (char *)gpu + i * (LEN / 6),
-                                .segment = seg, .remote_addr = target.addr[0] + i * (LEN / 6),
-                                .length = LEN / 6};
-    assert_int_equal(ote_batch_create(e, 6, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 6, &first), OTE_OK);
-    wait_all(b);
-    for (int i = 0; i < 6; i++) {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
-        assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    }
-    ote_batch_release(b);
-    cmd_ok(e, seg, "check 0 0 %u 41", LEN / 6 * 6);
+    stage_fx_write_slices(&fx, LEN, 6);
+    mp_target_ok(fx.e, fx.seg, "check 0 0 %u 41", LEN / 6 * 6);
     ote_proto_stage_stats(&s1);
     assert_true(s1.pool_waits > s0.pool_waits);
     assert_int_equal(s1.chunks_in_use, 0);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    stop_target();
-    assert_int_equal(ote_mem_free(e, mg), OTE_OK);
-    ote_engine_destroy(e);
+    stage_fx_close(&fx);
 }
 
 /* Cancel, then a dead peer, in the middle of slow pipelines: every chunk comes back. */
@@ -187,24 +104,18 @@ static void test_stage_cancel_and_peer_death(void **state)
     ote_proto_stage_stats_t s;
     ote_task_status_t st;
     ote_xfer_req_t r;
-    ote_engine_h e;
-    ote_segment_h seg;
     ote_batch_h b;
-    void *gpu;
-    ote_mem_h mg;
     size_t first;
 
     (void)state;
     start_target();
-    e = engine();
-    assert_int_equal(ote_mem_alloc(e, LEN, "cuda:0", 0, &gpu, &mg), OTE_OK);
-    assert_int_equal(ote_segment_open(e, target.name, &seg), OTE_OK);
-    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = gpu, .segment = seg,
-                         .remote_addr = target.addr[0], .length = LEN};
+    stage_fx_open(&fx, TLS, "cuda:0", LEN);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = fx.buf, .segment = fx.seg,
+                         .remote_addr = fx.target.addr[0], .length = LEN};
 
     /* Device copies take 50 ms each, two streams: 24 chunks take ~0.6 s. */
     ((void (*)(long))cuda_test_sym("ote_cuda_double_set_delay"))(50000);
-    assert_int_equal(ote_batch_create(e, 4, &b), OTE_OK);
+    assert_int_equal(ote_batch_create(fx.e, 4, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     usleep(50 * 1000);
     assert_int_equal(ote_batch_cancel(b, first), OTE_OK);
@@ -218,8 +129,7 @@ static void test_stage_cancel_and_peer_death(void **state)
     /* The peer dies mid-transfer: the task fails, chunks come back. */
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     usleep(100 * 1000);
-    ote_test_target_kill(&target);
-    target_up = false;
+    stage_fx_kill_target(&fx);
     wait_all(b);
     assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
     assert_int_not_equal(st.state, OTE_TASK_COMPLETED);
@@ -227,31 +137,18 @@ static void test_stage_cancel_and_peer_death(void **state)
     assert_int_equal(s.chunks_in_use, 0);
     ote_batch_release(b);
     ((void (*)(long))cuda_test_sym("ote_cuda_double_set_delay"))(500);
-    ote_segment_close(seg);
-    assert_int_equal(ote_mem_free(e, mg), OTE_OK);
-    ote_engine_destroy(e);
+    stage_fx_close(&fx);
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    stop_target();
-    return 0;
-}
-
-int main(int argc, char **argv)
+int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_stage_data, teardown),
-        cmocka_unit_test_teardown(test_stage_pool_exhaustion, teardown),
-        cmocka_unit_test_teardown(test_stage_cancel_and_peer_death, teardown),
+        stage_fx_test(test_stage_data, &fx),
+        stage_fx_test(test_stage_pool_exhaustion, &fx),
+        stage_fx_test(test_stage_cancel_and_peer_death, &fx),
     };
-    int rc;
 
-    (void)argc;
-    (void)argv;
     cuda_test_use_double(2);
     setenv("ORBITTE_CUDA_DOUBLE_DELAY_US", "500", 1);
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
-    return rc;
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

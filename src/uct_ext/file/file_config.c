@@ -1,15 +1,13 @@
 /* The file transport's configuration table. */
 #include "file.h"
 
-#include "base/log.h"
-
 #include <stddef.h>
 
 #define FILE_F(_f) offsetof(ote_file_config_t, _f)
 
 static const ote_cfg_entry_t file_config_fields[] = {
     {"URING_QD", "64", OTE_CFG_INT, FILE_F(uring_qd),
-     "File segments: reads and writes in flight per worker's io_uring ring (1..4096)."},
+     "File segments: reads and writes in flight per worker's io_uring ring (1..4096).", 1, 4096},
     {"FILE_DIRECT", "auto", OTE_CFG_TERNARY, FILE_F(direct),
      "File segments: O_DIRECT. auto = for aligned requests where the file system offers it, "
      "unaligned ones through aligned bounce buffers or the page cache; y = always, an "
@@ -25,22 +23,5 @@ static const ote_cfg_entry_t file_config_fields[] = {
      "libcufile."},
 };
 
-static ote_status_t file_config_validate(const void *opts)
-{
-    const ote_file_config_t *cfg = opts;
-
-    if (cfg->uring_qd < 1 || cfg->uring_qd > 4096) {
-        ote_error("OTE_URING_QD must be 1..4096, not %ld", cfg->uring_qd);
-        return OTE_ERR_INVALID_PARAM;
-    }
-    return OTE_OK;
-}
-
-const ote_config_table_t ote_file_config_table = {
-    .prefix      = "",
-    .component   = "file",
-    .fields      = file_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(file_config_fields),
-    .struct_size = sizeof(ote_file_config_t),
-    .validate    = file_config_validate,
-};
+OTE_CONFIG_TABLE_DEFINE(ote_file_config_table, "", "file", file_config_fields, ote_file_config_t,
+                        NULL);

@@ -221,14 +221,14 @@ static void *gds_thread(void *arg)
         file_op_t *op;
         bool skip;
 
-        while (g->todo_head == NULL && !g->stop)
+        while (g->queue_head == NULL && !g->stop)
             pthread_cond_wait(&g->cond, &g->lock);
-        if (g->todo_head == NULL)
+        if (g->queue_head == NULL)
             break;
-        op          = g->todo_head;
-        g->todo_head = op->gds_next;
-        if (g->todo_head == NULL)
-            g->todo_tail = NULL;
+        op          = g->queue_head;
+        g->queue_head = op->gds_next;
+        if (g->queue_head == NULL)
+            g->queue_tail = NULL;
         skip = op->gds_skip;
         pthread_mutex_unlock(&g->lock);
         op->gds_status = skip ? OTE_ERR_CANCELED : gds_io(op);
@@ -266,11 +266,11 @@ ote_status_t ote_file_gds_start(file_iface_t *iface, file_op_t *op)
     g->held++;
     pthread_mutex_lock(&g->lock);
     op->gds_next = NULL;
-    if (g->todo_tail)
-        g->todo_tail->gds_next = op;
+    if (g->queue_tail)
+        g->queue_tail->gds_next = op;
     else
-        g->todo_head = op;
-    g->todo_tail = op;
+        g->queue_head = op;
+    g->queue_tail = op;
     pthread_cond_signal(&g->cond);
     pthread_mutex_unlock(&g->lock);
     return OTE_INPROGRESS;

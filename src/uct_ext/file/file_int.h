@@ -116,7 +116,7 @@ typedef struct {
     pthread_t        thread;
     pthread_mutex_t  lock;
     pthread_cond_t   cond;
-    file_op_t       *todo_head, *todo_tail; /* oldest first */
+    file_op_t       *queue_head, *queue_tail; /* oldest first */
     file_op_t       *done_head, *done_tail;
     atomic_uint      ndone;      /* ops in done: progress takes the lock only then */
     unsigned         held;       /* ops on the thread (todo, running, done) */

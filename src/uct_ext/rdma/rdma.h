@@ -89,7 +89,7 @@ typedef struct ote_rdma {
 
 /*
  * OTE_SYSFS_ROOT: where discovery reads devices from; OTE_RDMA_POLL_MS: how
- * often the engine reads them again.
+ * often the engine reads them (and the network interfaces) again.
  */
 typedef struct {
     char *sysfs_root;

@@ -22,8 +22,10 @@ static const ote_cfg_entry_t rdma_config_fields[] = {
      "Test and diagnostics only: the sysfs tree RDMA devices, ports and GIDs are read from "
      "(ROOT/class/infiniband/...), e.g. a fixture tree; libibverbs is asked only with /sys."},
     {"RDMA_POLL_MS", "1000", OTE_CFG_INT, RDMA_F(poll_ms),
-     "The state of every RDMA port, and the devices there are, are read again this often: a "
-     "port that goes down pauses its rails, one that comes up resumes them. 0 = never."},
+     "The state of every RDMA port, the RDMA devices and the network interfaces are read "
+     "again this often: a port that goes down pauses its rails, one that comes up resumes "
+     "them; a device that appears joins the running engine, one that goes away pauses its "
+     "rails. 0 = never."},
 };
 
 const ote_config_table_t ote_rdma_config_table = {

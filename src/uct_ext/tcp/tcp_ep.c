@@ -426,7 +426,7 @@ ote_tcp_conn_t *ote_tcp_ep_conn(ote_tcp_ep_t *ep)
     return tcp_ep_pick(ep);
 }
 
-static ote_status_t ep_post(ote_tcp_ep_t *ep, uint8_t type, uint8_t then, void *local,
+static ote_status_t tcp_ep_queue_op(ote_tcp_ep_t *ep, uint8_t type, uint8_t then, void *local,
                             size_t length, ote_region_t *local_region, uint64_t remote_addr,
                             ote_tl_completion_t *comp)
 {
@@ -474,14 +474,14 @@ ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t
                              ote_region_t *local_region, uint64_t remote_addr,
                              ote_tl_completion_t *comp)
 {
-    return ep_post(ep, type, 0, local, length, local_region, remote_addr, comp);
+    return tcp_ep_queue_op(ep, type, 0, local, length, local_region, remote_addr, comp);
 }
 
 ote_status_t ote_tcp_ep_post_map(ote_tcp_ep_t *ep, uint8_t then, void *local, size_t length,
                                  ote_region_t *local_region, uint64_t remote_addr,
                                  ote_tl_completion_t *comp)
 {
-    return ep_post(ep, OTE_TCP_MAP, then, local, length, local_region, remote_addr, comp);
+    return tcp_ep_queue_op(ep, OTE_TCP_MAP, then, local, length, local_region, remote_addr, comp);
 }
 
 /*

@@ -273,7 +273,7 @@ unsigned ote_uct_ep_post_pending(ote_uct_ep_t *ep)
     return n;
 }
 
-static ote_status_t ep_post(ote_tl_ep_t *tl_ep, bool is_get, void *local, size_t length,
+static ote_status_t bridge_ep_post(ote_tl_ep_t *tl_ep, bool is_get, void *local, size_t length,
                             ote_region_t *region, uint64_t remote, const void *rkey,
                             size_t rkey_len, ote_tl_completion_t *comp)
 {
@@ -334,14 +334,14 @@ static ote_status_t uct_ep_put(ote_tl_ep_t *ep, void *local, size_t length,
                                ote_region_t *region, uint64_t remote, const void *rkey,
                                size_t rkey_len, ote_tl_completion_t *comp)
 {
-    return ep_post(ep, false, local, length, region, remote, rkey, rkey_len, comp);
+    return bridge_ep_post(ep, false, local, length, region, remote, rkey, rkey_len, comp);
 }
 
 static ote_status_t uct_ep_get(ote_tl_ep_t *ep, void *local, size_t length,
                                ote_region_t *region, uint64_t remote, const void *rkey,
                                size_t rkey_len, ote_tl_completion_t *comp)
 {
-    return ep_post(ep, true, local, length, region, remote, rkey, rkey_len, comp);
+    return bridge_ep_post(ep, true, local, length, region, remote, rkey, rkey_len, comp);
 }
 
 static size_t uct_ep_inflight(ote_tl_ep_t *tl_ep)

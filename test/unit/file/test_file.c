@@ -80,6 +80,59 @@ static void expect_ok(ote_task_status_t st, size_t len)
     assert_int_equal(st.transferred, len);
 }
 
+/* A test file, its segment open on an engine, and local memory. */
+typedef struct {
+    char          path[4200], name[4300];
+    ote_engine_h  e;
+    ote_segment_h seg;
+    uint8_t      *buf;
+    ote_mem_h     m;
+} file_fx_t;
+
+/* The file made as make_file does. */
+static void fx_make(file_fx_t *f, const char *leaf, size_t len, uint64_t seed)
+{
+    make_file(leaf, len, seed, f->path, sizeof(f->path), f->name, sizeof(f->name));
+}
+
+/* An empty file of len bytes (a hole), left open: its descriptor. */
+static int fx_make_sparse(file_fx_t *f, const char *leaf, size_t len)
+{
+    int fd;
+
+    snprintf(f->path, sizeof(f->path), "%s/%s", dir, leaf);
+    snprintf(f->name, sizeof(f->name), "file://%s", f->path);
+    fd = open(f->path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)len), 0);
+    return fd;
+}
+
+/* With the file made: blen bytes of local memory on e, the file's segment open. */
+static void fx_start(file_fx_t *f, ote_engine_h e, size_t blen)
+{
+    f->e = e;
+    assert_int_equal(ote_mem_alloc(e, blen, NULL, 0, (void **)&f->buf, &f->m), OTE_OK);
+    assert_int_equal(ote_segment_open(e, f->name, &f->seg), OTE_OK);
+}
+
+/* The segment closes cleanly, the memory and the engine go, and the file. */
+static void fx_end(file_fx_t *f)
+{
+    assert_int_equal(ote_segment_close(f->seg), OTE_OK);
+    assert_int_equal(ote_mem_free(f->e, f->m), OTE_OK);
+    ote_engine_destroy(f->e);
+    unlink(f->path); /* gone already where the test unlinked it */
+}
+
+/* n READs of req bytes each, request k from offset k * req into f->buf + k * req. */
+static void fx_reads(file_fx_t *f, ote_xfer_req_t *r, size_t n, size_t req)
+{
+    for (size_t k = 0; k < n; k++)
+        r[k] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = f->buf + k * req,
+                                .segment = f->seg, .remote_addr = k * req, .length = req};
+}
+
 static void file_read(const char *path, void *buf, size_t len, off_t off)
 {
     int fd = open(path, O_RDONLY);
@@ -145,11 +198,8 @@ static void count_fds(const char *path, int *direct_p, int *all_p)
 static void rw_pattern(const char *direct)
 {
     const size_t flen = 4u << 20;
-    char path[4200], name[4300];
-    uint8_t *model = malloc(flen), *check = malloc(flen), *buf;
-    ote_engine_h e = engine(direct, NULL);
-    ote_segment_h seg;
-    ote_mem_h m;
+    uint8_t *model = malloc(flen), *check = malloc(flen);
+    file_fx_t f;
     static const struct {
         uint64_t off;
         size_t   len;
@@ -165,11 +215,10 @@ static void rw_pattern(const char *direct)
     };
     int ndirect, nall;
 
-    make_file("rw.dat", flen, 11, path, sizeof(path), name, sizeof(name));
+    fx_make(&f, "rw.dat", flen, 11);
     ote_test_fill(model, 0, flen, 11);
-    assert_int_equal(ote_mem_alloc(e, 4u << 20, NULL, 0, (void **)&buf, &m), OTE_OK);
-    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
-    count_fds(path, &ndirect, &nall);
+    fx_start(&f, engine(direct, NULL), 4u << 20);
+    count_fds(f.path, &ndirect, &nall);
     if (direct != NULL && strcmp(direct, "n") == 0)
         assert_int_equal(ndirect, 0);
     else
@@ -177,24 +226,21 @@ static void rw_pattern(const char *direct)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         uint64_t off = cases[i].off;
         size_t len   = cases[i].len;
-        uint8_t *loc = buf + cases[i].boff;
+        uint8_t *loc = f.buf + cases[i].boff;
 
         /* READ: the file's bytes land in memory. */
-        memset(buf, 0xee, 4u << 20);
-        expect_ok(xfer(e, seg, OTE_OP_READ, loc, off, len), len);
+        memset(f.buf, 0xee, 4u << 20);
+        expect_ok(xfer(f.e, f.seg, OTE_OP_READ, loc, off, len), len);
         assert_memory_equal(loc, model + off, len);
-        assert_int_equal(buf[cases[i].boff + len], 0xee);
+        assert_int_equal(f.buf[cases[i].boff + len], 0xee);
         /* WRITE: a new pattern lands in the file, nothing around it changes. */
         ote_test_fill(loc, off, len, 1000 + i);
         memcpy(model + off, loc, len);
-        expect_ok(xfer(e, seg, OTE_OP_WRITE, loc, off, len), len);
-        file_read(path, check, flen, 0);
+        expect_ok(xfer(f.e, f.seg, OTE_OP_WRITE, loc, off, len), len);
+        file_read(f.path, check, flen, 0);
         assert_memory_equal(check, model, flen);
     }
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
-    unlink(path);
+    fx_end(&f);
     free(model);
     free(check);
 }
@@ -214,54 +260,36 @@ static void test_rw_buffered(void **state)
 /* OTE_FILE_DIRECT=y: aligned requests work with O_DIRECT, unaligned ones fail INVALID_PARAM. */
 static void test_direct_on(void **state)
 {
-    char path[4200], name[4300];
-    ote_engine_h e;
-    ote_segment_h seg;
     ote_task_status_t st;
-    uint8_t *buf;
-    ote_mem_h m;
+    file_fx_t f;
 
     if (!direct_supported()) {
         printf("skipped: O_DIRECT not offered in %s\n", dir);
         skip();
     }
-    make_file("direct.dat", 1u << 20, 5, path, sizeof(path), name, sizeof(name));
-    e = engine("y", NULL);
-    assert_int_equal(ote_mem_alloc(e, 1u << 20, NULL, 0, (void **)&buf, &m), OTE_OK);
-    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
-    expect_ok(xfer(e, seg, OTE_OP_READ, buf, 65536, 65536), 65536);
-    assert_int_equal(ote_test_check(buf, 65536, 65536, 5), -1);
-    st = xfer(e, seg, OTE_OP_READ, buf + 1, 65536, 4096);
+    fx_make(&f, "direct.dat", 1u << 20, 5);
+    fx_start(&f, engine("y", NULL), 1u << 20);
+    expect_ok(xfer(f.e, f.seg, OTE_OP_READ, f.buf, 65536, 65536), 65536);
+    assert_int_equal(ote_test_check(f.buf, 65536, 65536, 5), -1);
+    st = xfer(f.e, f.seg, OTE_OP_READ, f.buf + 1, 65536, 4096);
     assert_int_equal(st.state, OTE_TASK_FAILED);
     assert_int_equal(st.error, OTE_ERR_INVALID_PARAM);
-    st = xfer(e, seg, OTE_OP_WRITE, buf, 100, 4096);
+    st = xfer(f.e, f.seg, OTE_OP_WRITE, f.buf, 100, 4096);
     assert_int_equal(st.error, OTE_ERR_INVALID_PARAM);
-    st = xfer(e, seg, OTE_OP_WRITE, buf, 4096, 100);
+    st = xfer(f.e, f.seg, OTE_OP_WRITE, f.buf, 4096, 100);
     assert_int_equal(st.error, OTE_ERR_INVALID_PARAM);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
-    unlink(path);
+    fx_end(&f);
 }
 
 /* A 64 MiB file through a 1 MiB buffer: many requests, written then read back. */
 static void test_large_file(void **state)
 {
     const size_t flen = 64u << 20, blen = 1u << 20, req = 64u << 10;
-    char path[4200], name[4300];
-    ote_engine_h e = engine(NULL, NULL);
-    ote_segment_h seg;
-    uint8_t *buf, *check = malloc(blen);
-    ote_mem_h m;
-    int fd;
+    uint8_t *check = malloc(blen);
+    file_fx_t f;
+    int fd = fx_make_sparse(&f, "large.dat", flen);
 
-    snprintf(path, sizeof(path), "%s/large.dat", dir);
-    snprintf(name, sizeof(name), "file://%s", path);
-    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    assert_true(fd >= 0);
-    assert_int_equal(ftruncate(fd, (off_t)flen), 0);
-    assert_int_equal(ote_mem_alloc(e, blen, NULL, 0, (void **)&buf, &m), OTE_OK);
-    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
+    fx_start(&f, engine(NULL, NULL), blen);
     for (int pass = 0; pass < 2; pass++) {
         for (uint64_t off = 0; off < flen; off += blen) {
             ote_xfer_req_t r[16];
@@ -269,14 +297,14 @@ static void test_large_file(void **state)
             size_t first;
 
             if (pass == 0)
-                ote_test_fill(buf, off, blen, 77);
+                ote_test_fill(f.buf, off, blen, 77);
             else
-                memset(buf, 0, blen);
+                memset(f.buf, 0, blen);
             for (size_t k = 0; k < blen / req; k++)
                 r[k] = (ote_xfer_req_t){.op = pass == 0 ? OTE_OP_WRITE : OTE_OP_READ,
-                                        .local_addr = buf + k * req, .segment = seg,
+                                        .local_addr = f.buf + k * req, .segment = f.seg,
                                         .remote_addr = off + k * req, .length = req};
-            assert_int_equal(ote_batch_create(e, 16, &b), OTE_OK);
+            assert_int_equal(ote_batch_create(f.e, 16, &b), OTE_OK);
             assert_int_equal(ote_batch_submit(b, r, 16, &first), OTE_OK);
             assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
             for (size_t k = 0; k < 16; k++) {
@@ -290,15 +318,12 @@ static void test_large_file(void **state)
                 assert_int_equal(pread(fd, check, blen, (off_t)off), (ssize_t)blen);
                 assert_int_equal(ote_test_check(check, off, blen, 77), -1);
             } else {
-                assert_int_equal(ote_test_check(buf, off, blen, 77), -1);
+                assert_int_equal(ote_test_check(f.buf, off, blen, 77), -1);
             }
         }
     }
     close(fd);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
-    unlink(path);
+    fx_end(&f);
     free(check);
 }
 
@@ -390,13 +415,10 @@ static void test_two_threads(void **state)
 static void test_cancel(void **state)
 {
     const size_t n = 256, req = 256u << 10, flen = n * req;
-    char path[4200], name[4300];
-    ote_engine_h e;
-    ote_segment_h seg;
     ote_xfer_req_t *r = calloc(n, sizeof(*r));
+    ote_engine_h e;
+    file_fx_t f;
     ote_batch_h b;
-    uint8_t *buf;
-    ote_mem_h m;
     size_t first, canceled = 0, completed = 0;
 
     /* One request in the ring at a time: the others wait where a cancel reaches them. */
@@ -404,14 +426,11 @@ static void test_cancel(void **state)
     e = engine(NULL, "1");
     unsetenv("OTE_URING_QD");
 
-    make_file("cancel.dat", flen, 9, path, sizeof(path), name, sizeof(name));
-    assert_int_equal(ote_mem_alloc(e, flen, NULL, 0, (void **)&buf, &m), OTE_OK);
-    memset(buf, 0, flen);
-    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
-    for (size_t k = 0; k < n; k++)
-        r[k] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf + k * req, .segment = seg,
-                                .remote_addr = k * req, .length = req};
-    assert_int_equal(ote_batch_create(e, n, &b), OTE_OK);
+    fx_make(&f, "cancel.dat", flen, 9);
+    fx_start(&f, e, flen);
+    memset(f.buf, 0, flen);
+    fx_reads(&f, r, n, req);
+    assert_int_equal(ote_batch_create(f.e, n, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
     for (size_t k = 0; k < n; k++)
         assert_int_equal(ote_batch_cancel(b, first + k), OTE_OK);
@@ -423,7 +442,7 @@ static void test_cancel(void **state)
         assert_true(st.state == OTE_TASK_COMPLETED || st.state == OTE_TASK_CANCELED);
         if (st.state == OTE_TASK_COMPLETED) {
             completed++;
-            assert_int_equal(ote_test_check(buf + k * req, k * req, req, 9), -1);
+            assert_int_equal(ote_test_check(f.buf + k * req, k * req, req, 9), -1);
         } else {
             canceled++;
             assert_int_equal(st.error, OTE_ERR_CANCELED);
@@ -433,9 +452,9 @@ static void test_cancel(void **state)
     printf("cancel: %zu completed, %zu canceled\n", completed, canceled);
     ote_batch_release(b);
     /* Closing the segment with tasks in flight: they end, nothing hangs. */
-    assert_int_equal(ote_batch_create(e, n, &b), OTE_OK);
+    assert_int_equal(ote_batch_create(f.e, n, &b), OTE_OK);
     assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_segment_close(f.seg), OTE_OK);
     assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
     for (size_t k = 0; k < n; k++) {
         ote_task_status_t st;
@@ -444,9 +463,9 @@ static void test_cancel(void **state)
         assert_true(st.state == OTE_TASK_COMPLETED || st.state == OTE_TASK_CANCELED);
     }
     ote_batch_release(b);
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
-    unlink(path);
+    assert_int_equal(ote_mem_free(f.e, f.m), OTE_OK);
+    ote_engine_destroy(f.e);
+    unlink(f.path);
     free(r);
 }
 
@@ -504,100 +523,71 @@ static void test_read_only(void **state)
 /* WRITEs past RLIMIT_FSIZE fail EFBIG, as on a full file system: IO. */
 static void test_file_size_limit(void **state)
 {
-    char path[4200], name[4300];
-    ote_engine_h e = engine(NULL, "1");
-    ote_segment_h seg;
     ote_task_status_t st;
     struct rlimit old, lim = {.rlim_cur = 1u << 20};
-    uint8_t *buf;
-    ote_mem_h m;
-    int fd;
+    file_fx_t f;
 
-    snprintf(path, sizeof(path), "%s/fsize.dat", dir);
-    snprintf(name, sizeof(name), "file://%s", path);
-    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    assert_true(fd >= 0);
-    assert_int_equal(ftruncate(fd, 4u << 20), 0);
-    close(fd);
-    assert_int_equal(ote_mem_alloc(e, 1u << 20, NULL, 0, (void **)&buf, &m), OTE_OK);
-    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
-    ote_test_fill(buf, 0, 1u << 20, 2);
+    close(fx_make_sparse(&f, "fsize.dat", 4u << 20));
+    fx_start(&f, engine(NULL, "1"), 1u << 20);
+    ote_test_fill(f.buf, 0, 1u << 20, 2);
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
     lim.rlim_max = old.rlim_max;
     signal(SIGXFSZ, SIG_IGN);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
-    st = xfer(e, seg, OTE_OP_WRITE, buf, 2u << 20, 1u << 20);
+    st = xfer(f.e, f.seg, OTE_OP_WRITE, f.buf, 2u << 20, 1u << 20);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, SIG_DFL);
     assert_int_equal(st.state, OTE_TASK_FAILED);
     assert_int_equal(st.error, OTE_ERR_IO);
     assert_int_equal(st.transferred, 0);
     /* Under the limit again: the same WRITE lands. */
-    expect_ok(xfer(e, seg, OTE_OP_WRITE, buf, 2u << 20, 1u << 20), 1u << 20);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
-    unlink(path);
+    expect_ok(xfer(f.e, f.seg, OTE_OP_WRITE, f.buf, 2u << 20, 1u << 20), 1u << 20);
+    fx_end(&f);
 }
 
 /* A file unlinked after the open stays usable: the segment holds the inode. */
 static void test_deleted_while_open(void **state)
 {
-    char path[4200], name[4300];
-    ote_engine_h e = engine(NULL, NULL);
-    ote_segment_h seg;
-    uint8_t *buf;
-    ote_mem_h m;
+    file_fx_t f;
 
-    make_file("deleted.dat", 1u << 20, 31, path, sizeof(path), name, sizeof(name));
-    assert_int_equal(ote_mem_alloc(e, 1u << 20, NULL, 0, (void **)&buf, &m), OTE_OK);
-    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
-    assert_int_equal(unlink(path), 0);
-    expect_ok(xfer(e, seg, OTE_OP_READ, buf, 0, 1u << 20), 1u << 20);
-    assert_int_equal(ote_test_check(buf, 0, 1u << 20, 31), -1);
-    ote_test_fill(buf, 0, 1u << 20, 32);
-    expect_ok(xfer(e, seg, OTE_OP_WRITE, buf, 0, 1u << 20), 1u << 20);
-    memset(buf, 0, 1u << 20);
-    expect_ok(xfer(e, seg, OTE_OP_READ, buf + 5, 3, 500000), 500000);
-    assert_int_equal(ote_test_check(buf + 5, 3, 500000, 32), -1);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
+    fx_make(&f, "deleted.dat", 1u << 20, 31);
+    fx_start(&f, engine(NULL, NULL), 1u << 20);
+    assert_int_equal(unlink(f.path), 0);
+    expect_ok(xfer(f.e, f.seg, OTE_OP_READ, f.buf, 0, 1u << 20), 1u << 20);
+    assert_int_equal(ote_test_check(f.buf, 0, 1u << 20, 31), -1);
+    ote_test_fill(f.buf, 0, 1u << 20, 32);
+    expect_ok(xfer(f.e, f.seg, OTE_OP_WRITE, f.buf, 0, 1u << 20), 1u << 20);
+    memset(f.buf, 0, 1u << 20);
+    expect_ok(xfer(f.e, f.seg, OTE_OP_READ, f.buf + 5, 3, 500000), 500000);
+    assert_int_equal(ote_test_check(f.buf + 5, 3, 500000, 32), -1);
+    fx_end(&f);
 }
 
 /* READ past the end: OUT_OF_BOUNDS, transferred = the bytes the file had. */
 static void eof_case(const char *direct)
 {
-    char path[4200], name[4300];
-    ote_engine_h e = engine(direct, NULL);
-    ote_segment_h seg;
     ote_task_status_t st;
-    uint8_t *buf;
-    ote_mem_h m;
+    file_fx_t f;
 
-    make_file("eof.dat", 10000, 17, path, sizeof(path), name, sizeof(name));
-    assert_int_equal(ote_mem_alloc(e, 65536, NULL, 0, (void **)&buf, &m), OTE_OK);
-    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
-    memset(buf, 0, 65536);
-    st = xfer(e, seg, OTE_OP_READ, buf, 0, 16384);
+    fx_make(&f, "eof.dat", 10000, 17);
+    fx_start(&f, engine(direct, NULL), 65536);
+    memset(f.buf, 0, 65536);
+    st = xfer(f.e, f.seg, OTE_OP_READ, f.buf, 0, 16384);
     assert_int_equal(st.state, OTE_TASK_FAILED);
     assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
     assert_int_equal(st.transferred, 10000);
-    assert_int_equal(ote_test_check(buf, 0, 10000, 17), -1);
-    st = xfer(e, seg, OTE_OP_READ, buf + 1, 9000, 2000);
+    assert_int_equal(ote_test_check(f.buf, 0, 10000, 17), -1);
+    st = xfer(f.e, f.seg, OTE_OP_READ, f.buf + 1, 9000, 2000);
     assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
     assert_int_equal(st.transferred, 1000);
-    assert_int_equal(ote_test_check(buf + 1, 9000, 1000, 17), -1);
-    st = xfer(e, seg, OTE_OP_READ, buf, 20000, 4096);
+    assert_int_equal(ote_test_check(f.buf + 1, 9000, 1000, 17), -1);
+    st = xfer(f.e, f.seg, OTE_OP_READ, f.buf, 20000, 4096);
     assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
     assert_int_equal(st.transferred, 0);
     /* WRITEs stay inside the region: the file's size at open (or refresh). */
-    st = xfer(e, seg, OTE_OP_WRITE, buf, 8192, 4096);
+    st = xfer(f.e, f.seg, OTE_OP_WRITE, f.buf, 8192, 4096);
     assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
-    unlink(path);
+    fx_end(&f);
 }
 
 static void test_read_past_eof(void **state)
@@ -625,24 +615,17 @@ static void *truncate_later(void *arg)
 static void test_truncated_under_transfer(void **state)
 {
     const size_t n = 128, req = 128u << 10;
-    char path[4200], name[4300];
-    ote_engine_h e = engine(NULL, NULL);
-    ote_segment_h seg;
     ote_xfer_req_t *r = calloc(n, sizeof(*r));
-    trunc_arg_t a = {.path = path, .delay_us = 200};
+    file_fx_t f;
+    trunc_arg_t a = {.path = f.path, .delay_us = 200};
     pthread_t th;
     ote_batch_h b;
-    uint8_t *buf;
-    ote_mem_h m;
     size_t first, short_reads = 0;
 
-    make_file("trunc.dat", n * req, 13, path, sizeof(path), name, sizeof(name));
-    assert_int_equal(ote_mem_alloc(e, n * req, NULL, 0, (void **)&buf, &m), OTE_OK);
-    assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
-    for (size_t k = 0; k < n; k++)
-        r[k] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf + k * req, .segment = seg,
-                                .remote_addr = k * req, .length = req};
-    assert_int_equal(ote_batch_create(e, n, &b), OTE_OK);
+    fx_make(&f, "trunc.dat", n * req, 13);
+    fx_start(&f, engine(NULL, NULL), n * req);
+    fx_reads(&f, r, n, req);
+    assert_int_equal(ote_batch_create(f.e, n, &b), OTE_OK);
     assert_int_equal(pthread_create(&th, NULL, truncate_later, &a), 0);
     assert_int_equal(ote_batch_submit(b, r, n, &first), OTE_OK);
     pthread_join(th, NULL);
@@ -652,7 +635,7 @@ static void test_truncated_under_transfer(void **state)
 
         assert_int_equal(ote_batch_task_status(b, first + k, &st), OTE_OK);
         if (st.state == OTE_TASK_COMPLETED) {
-            assert_int_equal(ote_test_check(buf + k * req, k * req, req, 13), -1);
+            assert_int_equal(ote_test_check(f.buf + k * req, k * req, req, 13), -1);
         } else {
             assert_int_equal(st.state, OTE_TASK_FAILED);
             assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
@@ -663,16 +646,13 @@ static void test_truncated_under_transfer(void **state)
     ote_batch_release(b);
     /* After the truncate every READ meets the end at once. */
     {
-        ote_task_status_t st = xfer(e, seg, OTE_OP_READ, buf, 0, 4096);
+        ote_task_status_t st = xfer(f.e, f.seg, OTE_OP_READ, f.buf, 0, 4096);
 
         assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
         assert_int_equal(st.transferred, 0);
     }
     printf("truncate: %zu of %zu READs met the end\n", short_reads, n);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
-    assert_int_equal(ote_mem_free(e, m), OTE_OK);
-    ote_engine_destroy(e);
-    unlink(path);
+    fx_end(&f);
     free(r);
 }
 

@@ -36,6 +36,13 @@ static void fixture_fini(fixture_t *f)
     assert_int_equal(fake_md_live(&f->md), 0);
 }
 
+/* The cache kept nothing: no registration left at the md while the table lives; then fini. */
+static void fixture_fini_empty(fixture_t *f)
+{
+    assert_int_equal(fake_md_live(&f->md), 0);
+    fixture_fini(f);
+}
+
 static ote_region_t *reg1(fixture_t *f, uint64_t addr, size_t len, unsigned access)
 {
     ote_mem_desc_t d = fake_desc(addr, len, access);
@@ -48,6 +55,19 @@ static ote_region_t *reg1(fixture_t *f, uint64_t addr, size_t len, unsigned acce
 static void dereg(fixture_t *f, ote_region_t *r)
 {
     assert_int_equal(ote_mem_table_deregister(f->table, r), OTE_OK);
+}
+
+/* [addr, addr + len) registered with RW and released at once: an unreferenced entry. */
+static void use_once(fixture_t *f, uint64_t addr, size_t len)
+{
+    dereg(f, reg1(f, addr, len, RW));
+}
+
+/* count ranges of len bytes, step apart from FAKE_BASE, each used once in turn. */
+static void use_each(fixture_t *f, int count, uint64_t step, size_t len)
+{
+    for (int i = 0; i < count; i++)
+        use_once(f, FAKE_BASE + (uint64_t)i * step, len);
 }
 
 static ote_mem_rcache_stats_t stats(fixture_t *f)
@@ -136,8 +156,7 @@ static void test_evict_by_count_lru(void **state)
 
     fixture_init(&f, true, SIZE_MAX, 4);
     /* Six ranges registered and released in order 0..5: keep 2..5. */
-    for (int i = 0; i < 6; i++)
-        dereg(&f, reg1(&f, FAKE_BASE + (uint64_t)i * 65536, 65536, RW));
+    use_each(&f, 6, 65536, 65536);
     s = stats(&f);
     assert_int_equal(s.unreferenced, 4);
     assert_int_equal(s.evictions, 2);
@@ -148,8 +167,8 @@ static void test_evict_by_count_lru(void **state)
         assert_true(fake_md_has(&f.md, FAKE_BASE + (uint64_t)i * 65536, 65536));
 
     /* Using 2 makes it the most recent: the next eviction takes 3. */
-    dereg(&f, reg1(&f, FAKE_BASE + 2 * 65536, 65536, RW));
-    dereg(&f, reg1(&f, FAKE_BASE + 6 * 65536, 65536, RW));
+    use_once(&f, FAKE_BASE + 2 * 65536, 65536);
+    use_once(&f, FAKE_BASE + 6 * 65536, 65536);
     assert_true(fake_md_has(&f.md, FAKE_BASE + 2 * 65536, 65536));
     assert_false(fake_md_has(&f.md, FAKE_BASE + 3 * 65536, 65536));
     s = stats(&f);
@@ -185,14 +204,13 @@ static void test_evict_by_size(void **state)
 
     /* 256 KiB of unreferenced registrations at most. */
     fixture_init(&f, true, 256 << 10, 1000);
-    for (int i = 0; i < 4; i++)
-        dereg(&f, reg1(&f, FAKE_BASE + (uint64_t)i * (1 << 20), 64 << 10, RW));
+    use_each(&f, 4, 1 << 20, 64 << 10);
     s = stats(&f);
     assert_int_equal(s.unreferenced, 4);
     assert_int_equal(s.unreferenced_bytes, 256 << 10);
     assert_int_equal(s.evictions, 0);
     /* 128 KiB more: the two oldest 64 KiB entries go. */
-    dereg(&f, reg1(&f, FAKE_BASE + 8 * (1 << 20), 128 << 10, RW));
+    use_once(&f, FAKE_BASE + 8 * (1 << 20), 128 << 10);
     s = stats(&f);
     assert_int_equal(s.evictions, 2);
     assert_int_equal(s.unreferenced, 3);
@@ -201,11 +219,10 @@ static void test_evict_by_size(void **state)
     assert_false(fake_md_has(&f.md, FAKE_BASE + (1 << 20), 64 << 10));
     assert_true(fake_md_has(&f.md, FAKE_BASE + 2 * (1 << 20), 64 << 10));
     /* One entry larger than the whole limit is not kept at all. */
-    dereg(&f, reg1(&f, FAKE_BASE + 16 * (1 << 20), 1 << 20, RW));
+    use_once(&f, FAKE_BASE + 16 * (1 << 20), 1 << 20);
     s = stats(&f);
     assert_int_equal(s.unreferenced_bytes, 0);
-    assert_int_equal(fake_md_live(&f.md), 0);
-    fixture_fini(&f);
+    fixture_fini_empty(&f);
 }
 
 static void test_disabled(void **state)
@@ -215,8 +232,7 @@ static void test_disabled(void **state)
     ote_mem_rcache_stats_t s;
 
     fixture_init(&f, false, SIZE_MAX, 100);
-    for (int i = 0; i < 3; i++)
-        dereg(&f, reg1(&f, FAKE_BASE, 65536, RW));
+    use_each(&f, 3, 0, 65536); /* the same range three times */
     assert_int_equal(f.md.regs, 3);
     assert_int_equal(fake_md_live(&f.md), 0);
     /* Covered ranges register on their own too. */
@@ -234,8 +250,7 @@ static void test_disabled(void **state)
     dereg(&f, a);
     dereg(&f, a);
     dereg(&f, b);
-    assert_int_equal(fake_md_live(&f.md), 0);
-    fixture_fini(&f);
+    fixture_fini_empty(&f);
 }
 
 static void test_zero_limits_keep_nothing(void **state)
@@ -251,8 +266,7 @@ static void test_zero_limits_keep_nothing(void **state)
     dereg(&f, a);
     dereg(&f, b);
     /* ...but not kept. */
-    assert_int_equal(fake_md_live(&f.md), 0);
-    fixture_fini(&f);
+    fixture_fini_empty(&f);
 }
 
 static void test_invalidate(void **state)
@@ -262,8 +276,7 @@ static void test_invalidate(void **state)
     ote_mem_rcache_stats_t s;
 
     fixture_init(&f, true, SIZE_MAX, 100);
-    dereg(&f, reg1(&f, FAKE_BASE, 65536, RW));
-    dereg(&f, reg1(&f, FAKE_BASE + (1 << 20), 65536, RW));
+    use_each(&f, 2, 1 << 20, 65536);
     held = reg1(&f, FAKE_BASE + (2 << 20), 65536, RW);
     assert_int_equal(fake_md_live(&f.md), 3);
 
@@ -293,8 +306,7 @@ static void test_invalidate(void **state)
         ote_mem_table_invalidate(f.table, FAKE_BASE + (100ull << 20) + (uint64_t)i * 4096, 4096);
     s = stats(&f);
     assert_int_equal(s.unreferenced, 0);
-    assert_int_equal(fake_md_live(&f.md), 0);
-    fixture_fini(&f);
+    fixture_fini_empty(&f);
 }
 
 /* The mds whose registration grants access keep nothing in the cache. */
@@ -352,8 +364,7 @@ static void test_owned_not_cached(void **state)
     /* Freeing unmapped it: the cached user registration inside is gone too. */
     s = stats(&f);
     assert_int_equal(s.unreferenced, 0);
-    assert_int_equal(fake_md_live(&f.md), 0);
-    fixture_fini(&f);
+    fixture_fini_empty(&f);
 }
 
 /* Real unmaps reach the cache through the memory-event hooks. */

@@ -254,8 +254,8 @@ static void test_bad_input(void **state)
     assert_int_equal(ote_mem_table_free(f->table, r), OTE_ERR_INVALID_PARAM);
     assert_int_equal(ote_mem_table_deregister(f->table, r), OTE_OK);
 
-    /* mds only before the first registration. */
-    assert_int_equal(ote_mem_table_add_md(f->table, &f->md.md), OTE_ERR_BUSY);
+    /* An md the table has already. */
+    assert_int_equal(ote_mem_table_add_md(f->table, &f->md.md), OTE_ERR_EXISTS);
 }
 
 static void collect(ote_region_t *r, void *arg)

@@ -53,23 +53,43 @@ static void add(rails_t *r, double bw, const ote_rail_params_t *p)
     r->set.num_rails++;
 }
 
+/* r emptied, then n rails (n bandwidths follow, as doubles), all with the params p. */
+static void rails_reset(rails_t *r, const ote_rail_params_t *p, int n, ...)
+{
+    va_list ap;
+
+    memset(r, 0, sizeof(*r));
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        add(r, va_arg(ap, double), p);
+    va_end(ap);
+}
+
 static const ote_rail_params_t no_limits = {.cooldown_ns = 100 * MS, .cooldown_max_ns = 350 * MS};
 
-/* Pick and bind one slice; the rail's index, or -1 with *why. */
-static int pick_bind(rails_t *r, ote_slice_t *s, size_t len, uint64_t now, ote_status_t *why)
+/* Pick a rail of set for a slice s of len and bind s to it; NULL with *why when none. */
+static ote_rail_t *set_pick_bind(ote_rail_set_t *set, ote_slice_t *s, size_t len, uint64_t now,
+                                 ote_status_t *why)
 {
     ote_status_t w = OTE_OK;
     ote_rail_t *rail;
 
     memset(s, 0, sizeof(*s));
     s->length = len;
-    rail      = ote_proto_rail_pick(&r->set, len, now, &w);
+    rail      = ote_proto_rail_pick(set, len, now, &w);
     if (why != NULL)
         *why = w;
-    if (rail == NULL)
-        return -1;
-    ote_proto_slice_bind(s, rail, now);
-    return (int)(rail - r->rail);
+    if (rail != NULL)
+        ote_proto_slice_bind(s, rail, now);
+    return rail;
+}
+
+/* Pick and bind one slice on r's rails; the rail's index, or -1 with *why. */
+static int pick_bind(rails_t *r, ote_slice_t *s, size_t len, uint64_t now, ote_status_t *why)
+{
+    ote_rail_t *rail = set_pick_bind(&r->set, s, len, now, why);
+
+    return rail == NULL ? -1 : (int)(rail - r->rail);
 }
 
 static ote_rail_info_t info(rails_t *r, int i, uint64_t now)
@@ -87,9 +107,7 @@ static void test_earliest_completion(void **state)
     static ote_slice_t s[40];
     unsigned count[2] = {0, 0};
 
-    memset(&r, 0, sizeof(r));
-    add(&r, 1e9, &no_limits);
-    add(&r, 3e9, &no_limits);
+    rails_reset(&r, &no_limits, 2, 1e9, 3e9);
     for (int i = 0; i < 40; i++) {
         int k = pick_bind(&r, &s[i], MIB, 1000 * MS, NULL);
 
@@ -115,11 +133,9 @@ static void test_quotas(void **state)
     ote_slice_t s[8];
     ote_status_t why;
 
-    memset(&r, 0, sizeof(r));
     p.max_slices = 2;
     p.max_bytes  = 3 * MIB;
-    add(&r, 4e9, &p);
-    add(&r, 1e9, &p);
+    rails_reset(&r, &p, 2, 4e9, 1e9);
     assert_int_equal(pick_bind(&r, &s[0], MIB, 0, NULL), 0);
     assert_int_equal(pick_bind(&r, &s[1], MIB, 0, NULL), 0);
     /* Rail 0 (3 MiB in 4 GB/s) still beats rail 1 (1 MiB in 1 GB/s), but it is full. */
@@ -133,8 +149,7 @@ static void test_quotas(void **state)
     assert_int_equal(pick_bind(&r, &s[4], 2 * MIB, 1 * MS, &why), -1);
     assert_int_equal(why, OTE_ERR_BUSY);
     /* An idle rail takes a slice larger than its quota, alone. */
-    memset(&r, 0, sizeof(r));
-    add(&r, 1e9, &p);
+    rails_reset(&r, &p, 1, 1e9);
     assert_int_equal(pick_bind(&r, &s[6], 64 * MIB, 0, NULL), 0);
     assert_int_equal(pick_bind(&r, &s[7], 1, 0, &why), -1);
 }
@@ -146,8 +161,7 @@ static void test_bandwidth_estimate(void **state)
     ote_slice_t s;
     double before, after;
 
-    memset(&r, 0, sizeof(r));
-    add(&r, 1e9, &no_limits);
+    rails_reset(&r, &no_limits, 1, 1e9);
     before = info(&r, 0, 0).bandwidth;
     assert_true(before == 1e9);
     for (int i = 0; i < 20; i++) {
@@ -170,9 +184,7 @@ static void test_cooldown_and_probe(void **state)
     ote_slice_t s[4];
     uint64_t t = 1000 * MS;
 
-    memset(&r, 0, sizeof(r));
-    add(&r, 1e9, &no_limits);
-    add(&r, 1e9, &no_limits);
+    rails_reset(&r, &no_limits, 2, 1e9, 1e9);
 
     /* A request's own error (access) is no failure of the rail. */
     assert_int_equal(pick_bind(&r, &s[0], MIB, t, NULL), 0);
@@ -240,8 +252,7 @@ static void test_no_rail_left(void **state)
     ote_status_t why;
     uint64_t t = 1000 * MS;
 
-    memset(&r, 0, sizeof(r));
-    add(&r, 1e9, &no_limits);
+    rails_reset(&r, &no_limits, 1, 1e9);
     assert_int_equal(pick_bind(&r, &s[0], MIB, t, NULL), 0);
     assert_true(ote_proto_slice_end(&s[0], OTE_ERR_TIMEOUT, t));
     assert_int_equal(pick_bind(&r, &s[0], MIB, t, &why), -1);
@@ -303,14 +314,9 @@ static void test_topology_rank(void **state)
     assert_ptr_equal(set.rails[2], &r.rail[1]);
     assert_true(set.weight[2] == 0.5f);
     for (int i = 0; i < 25; i++) {
-        ote_status_t why;
-        ote_rail_t *rail;
+        ote_rail_t *rail = set_pick_bind(&set, &s[i], MIB, 1000 * MS, NULL);
 
-        memset(&s[i], 0, sizeof(s[i]));
-        s[i].length = MIB;
-        rail        = ote_proto_rail_pick(&set, MIB, 1000 * MS, &why);
         assert_non_null(rail);
-        ote_proto_slice_bind(&s[i], rail, 1000 * MS);
         count[rail - r.rail]++;
     }
     assert_int_equal(count[0], 10);
@@ -329,15 +335,10 @@ static void test_topology_rank(void **state)
     assert_true(set.weight[2] < 0);
     /* It carries nothing while another rail may, however loaded they are... */
     for (int i = 0; i < 30; i++) {
-        ote_status_t why;
-        ote_rail_t *rail;
+        ote_rail_t *rail = set_pick_bind(&set, &s[i], MIB, 1000 * MS, NULL);
 
-        memset(&s[i], 0, sizeof(s[i]));
-        s[i].length = MIB;
-        rail        = ote_proto_rail_pick(&set, MIB, 1000 * MS, &why);
         assert_non_null(rail);
         assert_ptr_not_equal(rail, &r.rail[0]);
-        ote_proto_slice_bind(&s[i], rail, 1000 * MS);
     }
     for (int i = 0; i < 30; i++)
         ote_proto_slice_end(&s[i], OTE_OK, 1000 * MS + 1);
@@ -375,9 +376,7 @@ static void test_link_down_up(void **state)
     ote_status_t why;
     uint64_t t = 1000 * MS;
 
-    memset(&r, 0, sizeof(r));
-    add(&r, 4e9, &no_limits);
-    add(&r, 1e9, &no_limits);
+    rails_reset(&r, &no_limits, 2, 4e9, 1e9);
     assert_int_equal(pick_bind(&r, &s[0], MIB, t, NULL), 0);
     ote_proto_rail_link(&r.rail[0], false, t);
     assert_int_equal(info(&r, 0, t).state, OTE_RAIL_COOLING);

@@ -28,6 +28,20 @@ static ote_rdma_t *discover(const char *fixture)
     return rdma;
 }
 
+/* discover(fixture), whose devices are names (NULL-ended), in that order. */
+static ote_rdma_t *discover_devs(const char *fixture, const char *const *names)
+{
+    ote_rdma_t *rdma = discover(fixture);
+    size_t n         = 0;
+
+    for (; names[n] != NULL; n++) {
+        assert_true(n < rdma->num_devs);
+        assert_string_equal(rdma->devs[n].name, names[n]);
+    }
+    assert_int_equal(rdma->num_devs, n);
+    return rdma;
+}
+
 static const ote_rdma_port_t *port_of(const ote_rdma_t *rdma, const char *name)
 {
     const ote_rdma_port_t *port = ote_rdma_port_find(rdma, name);
@@ -55,29 +69,48 @@ static void assert_gid_text(const ote_rdma_gid_t *gid, const char *text)
     assert_string_equal(buf, text);
 }
 
-/* RoCE v2 with an IPv4 address wins over v2 IPv6, v2 link-local and v1. */
-static void test_roce_v2_ipv4(void **state)
+/* The port, on the link layer link, ACTIVE and usable. */
+static const ote_rdma_port_t *usable_port(const ote_rdma_t *rdma, const char *name,
+                                          ote_rdma_link_t link)
 {
-    ote_rdma_t *rdma = discover("roce_v2_ipv4");
-    const ote_rdma_port_t *port;
-    const ote_rdma_gid_t *gid;
+    const ote_rdma_port_t *port = port_of(rdma, name);
 
-    assert_int_equal(rdma->num_devs, 1);
-    assert_string_equal(rdma->devs[0].name, "mlx5_0");
-    port = port_of(rdma, "mlx5_0:1");
-    assert_int_equal(port->link, OTE_RDMA_LINK_ETHERNET);
+    assert_int_equal(port->link, link);
     assert_int_equal(port->state, OTE_RDMA_PORT_ACTIVE);
     assert_string_equal(port->state_name, "ACTIVE");
     assert_string_equal(port->unusable, "");
+    return port;
+}
+
+/*
+ * The GID the port uses: at index, of class (ote_rdma_gid_class), on the
+ * netdev ndev, with no reason given against it.
+ */
+static const ote_rdma_gid_t *chosen_gid(const ote_rdma_port_t *port, unsigned index,
+                                        const char *cls, const char *ndev)
+{
+    const ote_rdma_gid_t *gid = ote_rdma_port_gid(port);
+
+    assert_non_null(gid);
+    assert_int_equal(gid->index, index);
+    assert_string_equal(ote_rdma_gid_class(gid), cls);
+    assert_string_equal(gid->ndev, ndev);
+    assert_string_equal(gid->why, "");
+    return gid;
+}
+
+/* RoCE v2 with an IPv4 address wins over v2 IPv6, v2 link-local and v1. */
+static void test_roce_v2_ipv4(void **state)
+{
+    ote_rdma_t *rdma = discover_devs("roce_v2_ipv4", (const char *const[]){"mlx5_0", NULL});
+    const ote_rdma_port_t *port;
+    const ote_rdma_gid_t *gid;
+
+    port = usable_port(rdma, "mlx5_0:1", OTE_RDMA_LINK_ETHERNET);
     /* Index 6 is an empty (zero) slot of the table: not listed. */
     assert_int_equal(port->num_gids, 7);
-    gid = ote_rdma_port_gid(port);
-    assert_non_null(gid);
-    assert_int_equal(gid->index, 3);
+    gid = chosen_gid(port, 3, "RoCE v2 IPv4", "eth0");
     assert_int_equal(gid->type, OTE_RDMA_GID_ROCE_V2);
-    assert_string_equal(ote_rdma_gid_class(gid), "RoCE v2 IPv4");
-    assert_string_equal(gid->ndev, "eth0");
-    assert_string_equal(gid->why, "");
     assert_gid_text(gid, "::ffff:10.0.0.1");
 
     assert_int_equal(gid_at(port, 0)->type, OTE_RDMA_GID_ROCE_V1);
@@ -99,15 +132,10 @@ static void test_roce_v2_ipv4(void **state)
 /* Without an IPv4 GID: RoCE v2 with a routable IPv6 address. */
 static void test_roce_v2_ipv6(void **state)
 {
-    ote_rdma_t *rdma             = discover("roce_v2_ipv6");
-    const ote_rdma_port_t *port  = port_of(rdma, "mlx5_0:1");
-    const ote_rdma_gid_t *gid    = ote_rdma_port_gid(port);
+    ote_rdma_t *rdma            = discover("roce_v2_ipv6");
+    const ote_rdma_port_t *port = port_of(rdma, "mlx5_0:1");
 
-    assert_non_null(gid);
-    assert_int_equal(gid->index, 3);
-    assert_string_equal(ote_rdma_gid_class(gid), "RoCE v2 IPv6");
-    assert_string_equal(gid->ndev, "eth1");
-    assert_gid_text(gid, "2001:db8:1::5");
+    assert_gid_text(chosen_gid(port, 3, "RoCE v2 IPv6", "eth1"), "2001:db8:1::5");
     assert_string_equal(gid_at(port, 1)->why,
                         "RoCE v2 link-local ranks below RoCE v2 IPv6 (index 3)");
     assert_string_equal(gid_at(port, 2)->why, "RoCE v1 ranks below RoCE v2 IPv6 (index 3)");
@@ -119,12 +147,8 @@ static void test_roce_v1(void **state)
 {
     ote_rdma_t *rdma            = discover("roce_v1");
     const ote_rdma_port_t *port = port_of(rdma, "mlx5_0:1");
-    const ote_rdma_gid_t *gid   = ote_rdma_port_gid(port);
 
-    assert_non_null(gid);
-    assert_int_equal(gid->index, 0);
-    assert_int_equal(gid->type, OTE_RDMA_GID_ROCE_V1);
-    assert_string_equal(gid->ndev, "eth2");
+    assert_int_equal(chosen_gid(port, 0, "RoCE v1", "eth2")->type, OTE_RDMA_GID_ROCE_V1);
     assert_string_equal(gid_at(port, 1)->why, "index 0 has the same rank and comes first");
     assert_gid_text(gid_at(port, 1), "::ffff:192.168.1.7");
     assert_int_equal(gid_at(port, 2)->type, OTE_RDMA_GID_UNKNOWN);
@@ -151,11 +175,8 @@ static void test_ndev_missing(void **state)
 {
     ote_rdma_t *rdma            = discover("ndev_missing");
     const ote_rdma_port_t *port = port_of(rdma, "mlx5_0:1");
-    const ote_rdma_gid_t *gid   = ote_rdma_port_gid(port);
 
-    assert_non_null(gid);
-    assert_int_equal(gid->index, 0);
-    assert_string_equal(ote_rdma_gid_class(gid), "RoCE v1");
+    chosen_gid(port, 0, "RoCE v1", "eth4");
     assert_string_equal(gid_at(port, 1)->ndev, "");
     assert_string_equal(gid_at(port, 1)->why, "no netdev behind it (gid_attrs/ndevs/1)");
     assert_string_equal(port->unusable, "");
@@ -170,23 +191,15 @@ static void test_ndev_missing(void **state)
 /* InfiniBand: the LID, the port GID (index 0); no LID or not ACTIVE: unusable. */
 static void test_ib(void **state)
 {
-    ote_rdma_t *rdma = discover("ib");
+    ote_rdma_t *rdma = discover_devs("ib", (const char *const[]){"mlx5_0", "mlx5_1", NULL});
     const ote_rdma_port_t *port;
     const ote_rdma_gid_t *gid;
 
-    assert_int_equal(rdma->num_devs, 2);
-    assert_string_equal(rdma->devs[0].name, "mlx5_0");
-    assert_string_equal(rdma->devs[1].name, "mlx5_1");
     assert_int_equal(rdma->devs[0].num_ports, 2);
-    port = port_of(rdma, "mlx5_0:1");
-    assert_int_equal(port->link, OTE_RDMA_LINK_IB);
+    port = usable_port(rdma, "mlx5_0:1", OTE_RDMA_LINK_IB);
     assert_int_equal(port->lid, 0x1a);
-    assert_string_equal(port->unusable, "");
-    gid = ote_rdma_port_gid(port);
-    assert_non_null(gid);
-    assert_int_equal(gid->index, 0);
+    gid = chosen_gid(port, 0, "IB", "");
     assert_int_equal(gid->type, OTE_RDMA_GID_IB);
-    assert_string_equal(gid->ndev, "");
     assert_gid_text(gid, "fe80::2:c903:a1:b2c3");
     assert_string_equal(gid_at(port, 1)->why, "index 0 has the same rank and comes first");
 
@@ -231,50 +244,51 @@ static void mkdirs(const char *root, const char *rel)
 /* Values that do not parse, or are longer than any real one, are refused. */
 static void test_malformed(void **state)
 {
+    /* Below class/infiniband/bad_0/ports; "0" and "x1" are not port numbers. */
+    static const char *const dirs[] = {"1/gids", "1/gid_attrs/types", "1/gid_attrs/ndevs",
+                                       "2/gids", "3/gids", "3/gid_attrs/types",
+                                       "3/gid_attrs/ndevs", "0", "x1"};
+    static const struct {
+        const char *file, *text;
+    } files[] = {
+        /* Port 1: an overlong state (written below), a LID that does not fit 16 bits. */
+        {"1/link_layer", "InfiniBand\n"},
+        {"1/lid", "0x10000\n"},
+        {"1/gids/0", "fe80:0000:0000:0000:0002:c903:00a1:b2c3\n"},
+        {"1/gid_attrs/types/0", "IB/RoCE v1\n"},
+        {"1/gids/1", "fe80:0000:0000:0000:0002:c903:00a1:b2c3:0000\n"},
+        {"1/gids/99999999", "fe80:0000:0000:0000:0002:c903:00a1:b2c3\n"},
+        /* Port 2: an unknown link layer and a state without its number. */
+        {"2/state", "ACTIVE\n"},
+        {"2/link_layer", "Omni-Path\n"},
+        /* Port 3: a netdev name longer than the kernel allows is no netdev. */
+        {"3/state", "4: ACTIVE\n"},
+        {"3/link_layer", "Ethernet\n"},
+        {"3/gids/0", "0000:0000:0000:0000:0000:ffff:0a00:0001\n"},
+        {"3/gid_attrs/types/0", "RoCE v2\n"},
+        {"3/gid_attrs/ndevs/0", "a_netdev_name_that_is_too_long\n"},
+    };
     char root[] = "/tmp/ote_test_rdma.XXXXXX";
-    char port_dir[300], cmd[400], big[300];
+    char ports[300], rel[300], cmd[400], big[300];
     ote_rdma_t *rdma = NULL;
     const ote_rdma_port_t *port;
 
     assert_non_null(mkdtemp(root));
-    mkdirs(root, "class/infiniband/bad_0/ports/1/gids");
-    mkdirs(root, "class/infiniband/bad_0/ports/1/gid_attrs/types");
-    mkdirs(root, "class/infiniband/bad_0/ports/1/gid_attrs/ndevs");
-    mkdirs(root, "class/infiniband/bad_0/ports/2/gids");
-    mkdirs(root, "class/infiniband/bad_0/ports/3/gids");
-    mkdirs(root, "class/infiniband/bad_0/ports/3/gid_attrs/types");
-    mkdirs(root, "class/infiniband/bad_0/ports/3/gid_attrs/ndevs");
-    mkdirs(root, "class/infiniband/bad_0/ports/0");
-    mkdirs(root, "class/infiniband/bad_0/ports/x1");
-    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/1", root);
+    snprintf(ports, sizeof(ports), "%s/class/infiniband/bad_0/ports", root);
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        snprintf(rel, sizeof(rel), "class/infiniband/bad_0/ports/%s", dirs[i]);
+        mkdirs(root, rel);
+    }
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        write_file(ports, files[i].file, files[i].text);
     memset(big, 'A', sizeof(big) - 2);
     big[sizeof(big) - 2] = '\n';
     big[sizeof(big) - 1] = '\0';
-    /* Port 1: an overlong state, an InfiniBand LID that does not fit 16 bits. */
-    write_file(port_dir, "state", big);
-    write_file(port_dir, "link_layer", "InfiniBand\n");
-    write_file(port_dir, "lid", "0x10000\n");
-    write_file(port_dir, "gids/0", "fe80:0000:0000:0000:0002:c903:00a1:b2c3\n");
-    write_file(port_dir, "gid_attrs/types/0", "IB/RoCE v1\n");
-    write_file(port_dir, "gids/1", "fe80:0000:0000:0000:0002:c903:00a1:b2c3:0000\n");
-    write_file(port_dir, "gids/99999999", "fe80:0000:0000:0000:0002:c903:00a1:b2c3\n");
-    /* Port 2: an unknown link layer and a state without its number. */
-    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/2", root);
-    write_file(port_dir, "state", "ACTIVE\n");
-    write_file(port_dir, "link_layer", "Omni-Path\n");
-
-    /* Port 3: a netdev name longer than the kernel allows is no netdev. */
-    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/3", root);
-    write_file(port_dir, "state", "4: ACTIVE\n");
-    write_file(port_dir, "link_layer", "Ethernet\n");
-    write_file(port_dir, "gids/0", "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
-    write_file(port_dir, "gid_attrs/types/0", "RoCE v2\n");
-    write_file(port_dir, "gid_attrs/ndevs/0", "a_netdev_name_that_is_too_long\n");
-    snprintf(port_dir, sizeof(port_dir), "%s/class/infiniband/bad_0/ports/2", root);
+    write_file(ports, "1/state", big);
 
     assert_int_equal(ote_rdma_discover(root, &rdma), OTE_OK);
-    /* Ports 0 and x1 are not port numbers. */
     assert_int_equal(rdma->num_devs, 1);
+    /* Ports 0 and x1 are not port numbers. */
     assert_int_equal(rdma->devs[0].num_ports, 3);
     assert_int_equal(rdma->devs[0].ports[2].num, 3);
     assert_string_equal(rdma->devs[0].ports[2].gids[0].why,
@@ -293,7 +307,7 @@ static void test_malformed(void **state)
     ote_rdma_free(rdma);
 
     /* A state that reads well, on an unknown link layer. */
-    write_file(port_dir, "state", "4: ACTIVE\n");
+    write_file(ports, "2/state", "4: ACTIVE\n");
     assert_int_equal(ote_rdma_discover(root, &rdma), OTE_OK);
     assert_string_equal(port_of(rdma, "bad_0:2")->unusable, "link layer unknown or unreadable");
     ote_rdma_free(rdma);

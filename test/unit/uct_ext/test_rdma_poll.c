@@ -2,9 +2,12 @@
  * RDMA ports read again while the engine runs (OTE_RDMA_POLL_MS), against
  * a copy of the sysfs fixture tree "multi" in a temporary directory whose
  * state files the test rewrites (mlx5_0:1 ACTIVE, mlx5_3:1 DOWN at first);
- * and what a port change does to the rails on it.
+ * a device that appears while the engine runs; and what a port change does
+ * to the rails on it.
  */
 #include "core/engine.h"
+#include "base/log.h"
+#include "rdma_test.h"
 #include "testlib.h"
 
 #include <setjmp.h>
@@ -19,8 +22,6 @@
 
 #include <cmocka.h>
 
-void ote_engine_print_transports(ote_engine_h e, FILE *f);
-
 static char root[256];
 
 static void state_write(const char *dev, const char *state)
@@ -33,18 +34,6 @@ static void state_write(const char *dev, const char *state)
     assert_non_null(f);
     fprintf(f, "%s\n", state);
     assert_int_equal(fclose(f), 0);
-}
-
-static char *transports_text(ote_engine_h e)
-{
-    char *text  = NULL;
-    size_t size = 0;
-    FILE *f     = open_memstream(&text, &size);
-
-    assert_non_null(f);
-    ote_engine_print_transports(e, f);
-    fclose(f);
-    return text;
 }
 
 static bool text_has(ote_engine_h e, const char *line)
@@ -172,6 +161,75 @@ static void test_engine_thread(void **state)
     ote_engine_destroy(e);
 }
 
+/* One round of the monitor with stderr captured: what it logged (malloc'd). */
+static char *poll_logged(ote_engine_h e)
+{
+    char path[] = "/tmp/ote_rdma_poll_log.XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    char *text;
+    off_t n;
+
+    assert_true(fd >= 0 && saved >= 0);
+    unlink(path);
+    fflush(stderr);
+    dup2(fd, 2);
+    ote_engine_rdma_poll(e);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    n = lseek(fd, 0, SEEK_END);
+    assert_true(n >= 0);
+    text = calloc(1, (size_t)n + 1);
+    assert_non_null(text);
+    assert_int_equal(pread(fd, text, (size_t)n, 0), n);
+    close(fd);
+    return text;
+}
+
+static void log_has(const char *log, const char *what)
+{
+    if (strstr(log, what) == NULL)
+        fail_msg("missing: %s\nin:\n%s", what, log);
+}
+
+/*
+ * A device that appears while the engine runs: the round reads it as a new
+ * port and asks every transport for its devices again (UCT's too); none
+ * runs on a fixture port here, and the log says so. Gone again, it is told.
+ */
+static void test_new_device_tried(void **state)
+{
+    char cmd[600], *log;
+    ote_engine_h e;
+    (void)state;
+
+    setenv("OTE_RDMA_POLL_MS", "0", 1);
+    setenv("OTE_TLS", "all", 1);
+    setenv("OTE_LOG_LEVEL", "debug", 1);
+    e = ote_test_engine("127.0.0.1:0");
+    setenv("OTE_LOG_LEVEL", "warn", 1);
+    setenv("OTE_TLS", "tcp", 1);
+    unsetenv("OTE_RDMA_POLL_MS");
+    snprintf(cmd, sizeof(cmd), "cp -R '%s/class/infiniband/mlx5_0' '%s/class/infiniband/mlx5_9'",
+             root, root);
+    assert_int_equal(system(cmd), 0);
+    log = poll_logged(e);
+    log_has(log, "RDMA ports changed: every transport is asked for its devices again");
+    log_has(log, "rdma mlx5_9:1: new port, ACTIVE");
+    log_has(log, "rdma mlx5_9:1: usable now, but no transport opened on it: no transport here "
+                 "runs on it (UCX offers no rc, dc or ud transport on it)");
+    free(log);
+    assert_true(text_has(e, "#   device mlx5_9: 1 port(s)\n"));
+    assert_false(ote_engine_rdma_port_down(e, "mlx5_9:1"));
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s/class/infiniband/mlx5_9'", root);
+    assert_int_equal(system(cmd), 0);
+    log = poll_logged(e);
+    log_has(log, "rdma mlx5_9:1: gone");
+    free(log);
+    ote_log_set_level(OTE_LOG_WARN);
+    ote_engine_destroy(e);
+}
+
 /* The rail's state as ote_segment_rails() tells it. */
 static ote_rail_info_t rail0(ote_segment_h seg)
 {
@@ -238,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_changed),
         cmocka_unit_test(test_engine_poll),
         cmocka_unit_test(test_engine_thread),
+        cmocka_unit_test(test_new_device_tried),
         cmocka_unit_test(test_port_event_pauses_rails),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
