@@ -229,6 +229,59 @@ ote_status_t ote_segment_open(ote_engine_h engine, const char *name, ote_segment
 /* Close a segment. Tasks still in flight against it end CANCELED. */
 ote_status_t ote_segment_close(ote_segment_h seg);
 
+/*
+ * Exported files: a file of this host as a segment of its peers, so that a
+ * peer writes blocks into this host's SSD and reads them back over the
+ * network. The target (the exporting engine) does the I/O: its control
+ * listener serves each request with pread/pwrite on a small pool of
+ * threads, after the checks a checking transport makes for memory.
+ *
+ * ote_file_export() exports path (absolute) under name (1 to 127 printable
+ * bytes without spaces, '@' or '/') with access OTE_ACCESS_REMOTE_READ
+ * and/or OTE_ACCESS_REMOTE_WRITE. A regular file is one export; a
+ * directory exports each regular file in it at that moment (at most 1024;
+ * names with '@' are left out with a warning), each addressed as
+ * "<name>/<file>". The file is opened read-write when REMOTE_WRITE is
+ * asked, else read-only: a file this process may not write fails
+ * OTE_ERR_ACCESS. The exported size, every access's bound, is the file's
+ * size at export; the engine's descriptor lists every exported file (name,
+ * size, access), so peers find exports through the same metadata as
+ * regions (p2p, etcd, Redis). Errors: OTE_ERR_INVALID_PARAM (the name,
+ * a relative path, access not READ and/or WRITE, a path that is neither a
+ * regular file nor a directory, a directory of more than 1024 regular
+ * files), OTE_ERR_NOT_FOUND (no such path), OTE_ERR_ACCESS (the file may
+ * not be opened as asked), OTE_ERR_EXISTS (the name is exported already).
+ *
+ * A peer opens it with ote_segment_open(peer, "<name>@<engine name>", ...)
+ * (a directory's file: "<name>/<file>@<engine name>"; the engine name is
+ * what ote_engine_name() returns there: "host:port" with p2p metadata).
+ * Every segment name holding '@' (and not starting "file:") is such a
+ * name, split at its first '@'. OTE_ERR_NOT_FOUND when the engine exports
+ * no such file. The segment has one region [0, exported size) with the
+ * export's access (ote_segment_regions); remote_addr is the file offset;
+ * READ and WRITE of host memory go through batches as with memory, cut
+ * into requests of at most 1 MiB, with the usual statuses, timeouts
+ * (OTE_XFER_TIMEOUT_MS) and cancellation. The target answers a range past
+ * the exported size OTE_ERR_OUT_OF_BOUNDS, a WRITE to an export without
+ * REMOTE_WRITE (or a READ without REMOTE_READ) OTE_ERR_ACCESS, a file
+ * since unexported OTE_ERR_NOT_FOUND, a READ that meets the end of a file
+ * truncated since (or a WRITE into the range it lost)
+ * OTE_ERR_OUT_OF_BOUNDS, ENOSPC, EIO and other I/O errors OTE_ERR_IO. A
+ * file unlinked on the target keeps being served through its open
+ * descriptor until unexported.
+ */
+typedef struct ote_file_export *ote_file_export_h;
+
+ote_status_t ote_file_export(ote_engine_h engine, const char *name, const char *path,
+                             unsigned access, ote_file_export_h *export_p);
+
+/*
+ * Stop exporting: new requests get OTE_ERR_NOT_FOUND, those in flight end
+ * first, then the files are closed; the handle is gone. ote_engine_destroy()
+ * unexports what is left (its handles go with it).
+ */
+ote_status_t ote_file_unexport(ote_file_export_h exp);
+
 /* Regions the peer published; count_p gets the total even when max is smaller. */
 ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions,
                                  size_t max, size_t *count_p);

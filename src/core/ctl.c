@@ -1,7 +1,8 @@
 /*
  * Control-plane listener: one thread, one epoll. Serves descriptor fetches,
- * notifications and to-ep connection requests, and the protocols' STAGE
- * and PUTBACK requests (ctl_proto.c). Each connection first proves it
+ * notifications and to-ep connection requests, the protocols' STAGE
+ * and PUTBACK requests (ctl_proto.c) and FILE_IO on exported files
+ * (ctl_file.c). Each connection first proves it
  * holds the key (when the engine has one, see auth.h), then sends
  * requests: a header, then at most the payload its type allows. Anything
  * malformed closes that connection with a log line and the listener
@@ -293,6 +294,9 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
     case OTE_CTL_PUTBACK:
         status = ote_ctl_handle_putback(ctl, c);
         break;
+    case OTE_CTL_FILE_IO:
+        status = ote_ctl_handle_file_io(ctl, c);
+        break;
     default:
         return OTE_ERR_PROTOCOL;
     }
@@ -487,8 +491,10 @@ static void *ctl_main(void *arg)
                 return NULL;
             if (ev[i].data.ptr == &listen_tag)
                 ctl_accept(ctl);
-            if (ev[i].data.ptr == &done_tag)
+            if (ev[i].data.ptr == &done_tag) {
                 ote_ctl_putback_answer(ctl);
+                ote_ctl_file_io_answer(ctl);
+            }
         }
         /* Connections second: an accept above must not free one we hold. */
         for (int i = 0; i < n; i++) {
@@ -587,6 +593,7 @@ void ote_ctl_stop(ote_ctl_t *ctl)
     }
     /* PUTBACKs still running use the engine: they end within the transfer timeout. */
     ote_ctl_putback_stop(ctl);
+    ote_ctl_file_io_stop(ctl);
     while (ctl->conns)
         ote_ctl_conn_close(ctl, ctl->conns);
     ote_stage_target_destroy(ctl->stage);

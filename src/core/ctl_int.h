@@ -42,7 +42,7 @@ typedef struct ctl_conn {
     uint64_t           out_limit;    /* not drained by then: reset  */
     bool               close_after_send;
     uint64_t           id;       /* unique in this listener: answers find it by it */
-    bool               waiting;  /* a PUTBACK is served: not read until it answered */
+    bool               waiting;  /* a PUTBACK or FILE_IO is served: not read until answered */
     struct ctl_conn   *next, *prev;
 } ctl_conn_t;
 
@@ -85,6 +85,26 @@ typedef struct {
     bool          stale;    /* closed by the last user */
 } putback_peer_t;
 
+/* A FILE_IO served by a thread of the listener's file pool, and its answer. */
+typedef struct file_io_job {
+    ote_proto_job_t     job;     /* first: the pool's entry */
+    ote_ctl_t          *ctl;
+    uint64_t            conn_id;
+    uint32_t            seq;
+    ote_ctl_file_io_t   m;
+    uint8_t            *payload; /* the request (m.data points into it) */
+    ote_fexport_file_t *file;    /* held until answered */
+    uint8_t            *buf;     /* READ: the bytes read */
+    size_t              done;
+    ote_status_t        status;
+    struct file_io_job *next;
+} file_io_job_t;
+
+/* FILE_IOs accepted at once per engine (running or queued); more are answered BUSY. */
+#define CTL_FILE_IO_MAX     64
+/* Threads doing their I/O (pread/pwrite block): apart from the PUTBACK pool. */
+#define CTL_FILE_IO_THREADS 4
+
 struct ote_ctl {
     ote_engine_h engine;
     int          listen_fd;
@@ -104,6 +124,9 @@ struct ote_ctl {
     ote_proto_jobs_t *pool;    /* PUTBACK threads, started on the first request */
     putback_peer_t  peers[CTL_PUTBACK_PEERS];
     unsigned long   putback_opens; /* segments opened to serve PUTBACKs */
+    file_io_job_t  *file_done;     /* FILE_IOs ended, not answered yet (done_lock) */
+    unsigned        file_jobs;     /* running or queued (done_lock) */
+    ote_proto_jobs_t *file_pool;   /* FILE_IO threads, started on the first request */
 };
 
 /* Send a reply (a and b concatenated), or keep what the socket does not take. */
@@ -119,5 +142,12 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c);
 void         ote_ctl_putback_answer(ote_ctl_t *ctl);
 /* The listener stopped: end the PUTBACKs accepted, close the segments they kept. */
 void         ote_ctl_putback_stop(ote_ctl_t *ctl);
+
+/* ctl_file.c: FILE_IO requests on exported files */
+ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c);
+/* Answer the FILE_IOs that ended (the listener thread, on done_fd). */
+void         ote_ctl_file_io_answer(ote_ctl_t *ctl);
+/* The listener stopped: the FILE_IOs accepted end, unanswered. */
+void         ote_ctl_file_io_stop(ote_ctl_t *ctl);
 
 #endif

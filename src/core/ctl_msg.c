@@ -173,6 +173,8 @@ ote_status_t ote_ctl_request_max_len(uint8_t type, size_t cfg_max, size_t *max_p
     case OTE_CTL_CONNECT:    max = OTE_CTL_CONNECT_MAX_LEN; break;
     case OTE_CTL_STAGE:      max = OTE_CTL_STAGE_MAX_LEN; break;
     case OTE_CTL_PUTBACK:    max = OTE_CTL_PUTBACK_MAX_LEN; break;
+    case OTE_CTL_FILE_IO:    max = OTE_CTL_FILE_IO_MAX_LEN; break;
+    case OTE_CTL_FILE_IO_ACK:
     case OTE_CTL_PUTBACK_ACK:
     case OTE_CTL_STAGE_ACK:
     case OTE_CTL_DESC:

@@ -9,6 +9,7 @@
 #define OTE_CORE_CTL_MSG_H
 
 #include "desc.h"
+#include "proto/file_io_msg.h"
 #include "proto/putback_msg.h"
 #include "proto/stage_msg.h"
 
@@ -40,7 +41,10 @@ typedef enum {
     OTE_CTL_PUTBACK    = 12, /* READ over put-only rails, see ote_ctl_putback_t
                                 -> PUTBACK_ACK once the PUT ended         */
     OTE_CTL_PUTBACK_ACK = 13, /* i32 status, u64 id                        */
-    OTE_CTL_TYPE_MAX   = 13,
+    OTE_CTL_FILE_IO    = 14, /* READ/WRITE of an exported file, see
+                                ote_ctl_file_io_t -> FILE_IO_ACK          */
+    OTE_CTL_FILE_IO_ACK = 15, /* i32 status, u32 length, bytes read        */
+    OTE_CTL_TYPE_MAX   = 15,
 } ote_ctl_type_t;
 
 typedef struct {

@@ -73,6 +73,13 @@ ote_status_t ote_desc_encode(const ote_desc_t *d, ote_mem_table_t *table, ote_bu
     ote_buf_put_u32(out, 0);
     if (table != NULL)
         ote_mem_table_visit(table, encode_region, &ctx);
+    ote_buf_put_u32(out, (uint32_t)d->num_exports);
+    for (size_t i = 0; i < d->num_exports; i++) {
+        ote_buf_put_str8(out, d->exports[i].name);
+        ote_buf_put_u64(out, d->exports[i].id);
+        ote_buf_put_u64(out, d->exports[i].size);
+        ote_buf_put_u8(out, (uint8_t)d->exports[i].access);
+    }
     if (out->failed)
         return OTE_ERR_NO_MEMORY;
     ote_put_u32(out->data + count_pos, ctx.count);
@@ -84,6 +91,7 @@ void ote_desc_free(ote_desc_t *d)
     if (d == NULL)
         return;
     free(d->regions);
+    free(d->exports);
     free(d->blob);
     free(d);
 }
@@ -99,6 +107,34 @@ static int region_cmp(const void *a, const void *b)
 
 /* Smallest encoded region: addr, length, access, empty location, no rkeys. */
 #define DESC_REGION_MIN (8 + 8 + 4 + 1 + 1)
+/* Smallest encoded export: a 1-byte name, id, size, access. */
+#define DESC_EXPORT_MIN (1 + 1 + 8 + 8 + 1)
+
+/* Version 3: the exported files (a name without '@', an id not 0, some access). */
+static bool decode_exports(ote_rd_t *r, ote_desc_t *d)
+{
+    uint32_t n = ote_rd_u32(r);
+
+    if (r->failed || n > r->left / DESC_EXPORT_MIN)
+        return false;
+    d->exports = calloc(n ? n : 1, sizeof(*d->exports));
+    if (d->exports == NULL)
+        return false;
+    d->num_exports = n;
+    for (uint32_t i = 0; i < n; i++) {
+        ote_desc_export_t *x = &d->exports[i];
+
+        ote_rd_str8(r, x->name, sizeof(x->name));
+        x->id     = ote_rd_u64(r);
+        x->size   = ote_rd_u64(r);
+        x->access = ote_rd_u8(r);
+        if (r->failed || x->name[0] == '\0' || strchr(x->name, '@') != NULL || x->id == 0 ||
+            x->access == 0 ||
+            (x->access & ~(unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE)))
+            return false;
+    }
+    return true;
+}
 
 ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
 {
@@ -182,6 +218,8 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
                 goto err;
         }
     }
+    if (version >= 3 && !decode_exports(&r, d))
+        goto err;
     if (ote_rd_end(&r) != OTE_OK)
         goto err;
     qsort(d->regions, d->num_regions, sizeof(*d->regions), region_cmp);
@@ -223,6 +261,15 @@ const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr
             return reg;
         if (lo - i > 64)
             break; /* nested regions deeper than this are not worth a scan */
+    }
+    return NULL;
+}
+
+const ote_desc_export_t *ote_desc_find_export(const ote_desc_t *d, const char *name)
+{
+    for (size_t i = 0; i < d->num_exports; i++) {
+        if (strcmp(d->exports[i].name, name) == 0)
+            return &d->exports[i];
     }
     return NULL;
 }

@@ -17,7 +17,8 @@
 #include <stdint.h>
 
 #define OTE_DESC_MAGIC      0x4445544fu /* "OTED" */
-#define OTE_DESC_VERSION    2   /* 2 added the control address; 1 is still read */
+/* 3 added exported files, 2 the control address; 1 and 2 are still read */
+#define OTE_DESC_VERSION    3
 #define OTE_DESC_NAME_MAX   255
 #define OTE_DESC_MAX_TLS    64
 #define OTE_DESC_MAX_MDS    OTE_MEM_MAX_MDS
@@ -41,6 +42,14 @@ typedef struct {
     ote_desc_rkey_t rkeys[OTE_DESC_MAX_MDS];
 } ote_desc_region_t;
 
+/* A file the engine exports (ote_file_export): "export" or "export/file". */
+typedef struct {
+    char     name[OTE_DESC_NAME_MAX + 1];
+    uint64_t id;     /* what FILE_IO requests name it by */
+    uint64_t size;   /* the bound of every access */
+    unsigned access; /* OTE_ACCESS_REMOTE_*, not 0 */
+} ote_desc_export_t;
+
 typedef struct {
     uint64_t           instance_id;
     char               name[OTE_DESC_NAME_MAX + 1];
@@ -53,12 +62,17 @@ typedef struct {
     char               mds[OTE_DESC_MAX_MDS][OTE_TL_NAME_MAX * 2];
     size_t             num_regions;
     ote_desc_region_t *regions; /* sorted by addr */
+    size_t             num_exports;
+    ote_desc_export_t *exports; /* files it exports (version 3) */
     uint8_t           *blob;    /* the encoded bytes rkeys point into */
     size_t             blob_len;
     atomic_long        refs;    /* holders: a segment, and tasks using its rkeys */
 } ote_desc_t;
 
-/* Encode an engine's descriptor. desc->regions/blob are ignored; regions from table. */
+/*
+ * Encode an engine's descriptor. desc->regions/blob are ignored; regions
+ * from table; exports from desc.
+ */
 ote_status_t ote_desc_encode(const ote_desc_t *desc, ote_mem_table_t *table, ote_buf_t *out);
 /* Decode; on success *desc_p is owned by the caller (ote_desc_free). */
 ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p);
@@ -67,5 +81,7 @@ void         ote_desc_free(ote_desc_t *desc);
 size_t ote_desc_regions_upto(const ote_desc_t *desc, uint64_t addr);
 /* Region covering [addr, addr+len) in a decoded descriptor, or NULL. */
 const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *desc, uint64_t addr, size_t len);
+/* The export entry of that name, or NULL. */
+const ote_desc_export_t *ote_desc_find_export(const ote_desc_t *desc, const char *name);
 
 #endif

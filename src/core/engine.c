@@ -324,6 +324,7 @@ static void engine_locks_init(ote_engine_h e)
     pthread_mutex_init(&e->batch_lock, NULL);
     pthread_mutex_init(&e->seg_lock, NULL);
     pthread_mutex_init(&e->admit_lock, NULL);
+    ote_fexport_table_init(&e->fexports);
     /* Admission deadlines are on the monotonic clock. */
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -339,6 +340,7 @@ static void engine_locks_destroy(ote_engine_h e)
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->admit_lock);
     pthread_cond_destroy(&e->admit_cond);
+    ote_fexport_table_destroy(&e->fexports); /* the listener stopped: nothing uses them */
 }
 
 static void engine_free(ote_engine_h e)
@@ -575,7 +577,6 @@ int ote_engine_event_fd(ote_engine_h e)
 ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
 {
     ote_desc_t *d = calloc(1, sizeof(*d));
-    ote_status_t status;
 
     if (d == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -603,9 +604,7 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
     d->num_mds = e->num_mds;
     for (size_t i = 0; i < e->num_mds; i++)
         snprintf(d->mds[i], sizeof(d->mds[i]), "%s", e->mds[i]->name);
-    status = ote_desc_encode(d, e->regions, out);
-    free(d);
-    return status;
+    return ote_fexport_desc_encode(&e->fexports, d, e->regions, out);
 }
 
 /* ---- memory API ------------------------------------------------------------ */

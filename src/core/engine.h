@@ -6,6 +6,7 @@
 #include "base/config.h"
 #include "ctl_msg.h"
 #include "desc.h"
+#include "fexport.h"
 #include "meta.h"
 #include "mem/mem.h"
 #include "proto/proto.h"
@@ -159,6 +160,8 @@ struct ote_engine {
     /* open segments */
     pthread_mutex_t  seg_lock;
     struct ote_segment *segments;
+    /* files exported to peers (fexport.c), served by the control listener */
+    ote_fexport_table_t fexports;
 };
 
 /* ctl.c: the control-plane listener */

@@ -7,7 +7,8 @@
  * control-plane client, wireup.c builds and repairs its rails. A name
  * "file:///abs/path" opens a local file instead: its descriptor is made
  * here (one region, the file) and its rails are the file transport's
- * ifaces, one per worker (segment_open_file).
+ * ifaces, one per worker (segment_open_file); "<export>@<engine name>" a
+ * peer's exported file (segment_export.c).
  */
 #include "ctl_msg.h"
 #include "engine.h"
@@ -73,6 +74,8 @@ static void segment_free(ote_segment_h seg)
 #endif
     if (seg->ctl_fd >= 0)
         close(seg->ctl_fd);
+    ote_segment_ctl_pool_drain(seg);
+    pthread_mutex_destroy(&seg->ctl_pool_lock);
     ote_segment_desc_put(seg->desc);
     pthread_mutex_destroy(&seg->lock);
     pthread_mutex_destroy(&seg->refresh_lock);
@@ -266,10 +269,15 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     pthread_mutex_init(&seg->lock, NULL);
     pthread_mutex_init(&seg->refresh_lock, NULL);
     pthread_mutex_init(&seg->spray_lock, NULL);
+    pthread_mutex_init(&seg->ctl_pool_lock, NULL);
     atomic_init(&seg->refs, 1);
 
     if (file) {
         status = segment_open_file(seg, name, &d);
+        if (status != OTE_OK)
+            goto err;
+    } else if (ote_segment_is_export_name(name)) {
+        status = ote_segment_open_export(seg, name, &d);
         if (status != OTE_OK)
             goto err;
     } else {
@@ -353,6 +361,14 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
     if (seg->file != NULL)
         return segment_resolve_file(seg, restarted_p);
     pthread_mutex_lock(&seg->refresh_lock);
+    if (seg->export_name[0] != '\0') {
+        status = ote_segment_resolve_export(seg, rebind, &d, restarted_p);
+        if (status == OTE_OK) {
+            desc_adopt(seg, d);
+            atomic_store(&seg->stale, false);
+        }
+        goto out;
+    }
     if (!rebind && atomic_load(&seg->desc_gen) != gen) {
         pthread_mutex_unlock(&seg->refresh_lock);
         return atomic_load(&seg->stale) ? OTE_ERR_PEER_RESTARTED : OTE_OK;

@@ -6,6 +6,9 @@
 #ifndef OTE_CORE_SEGMENT_H
 #define OTE_CORE_SEGMENT_H
 
+/* Idle control connections a segment keeps for requests that run side by side. */
+#define OTE_SEGMENT_CTL_POOL 8
+
 struct ote_segment {
     ote_engine_h     engine;
     char             name[OTE_DESC_NAME_MAX + 1];
@@ -23,6 +26,14 @@ struct ote_segment {
     atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
     atomic_long      refs;          /* user + one per live task */
     struct ote_file *file;          /* a file segment's file, else NULL */
+    /* A peer's exported file (segment_export.c): its name there, else "" */
+    char             export_name[OTE_DESC_NAME_MAX + 1];
+    char             peer_name[OTE_DESC_NAME_MAX + 1]; /* the engine exporting it */
+    uint64_t         export_file_id; /* the file's id at that engine's instance */
+    /* Idle control connections for requests that run side by side (FILE_IO) */
+    pthread_mutex_t  ctl_pool_lock;
+    int              ctl_pool[OTE_SEGMENT_CTL_POOL];
+    size_t           ctl_pool_len;
     _Atomic uint32_t rails_gen;     /* builds of the rails so far */
     pthread_mutex_t  spray_lock;    /* slices waiting for a rail; picking rails */
     ote_slice_t     *backlog_head, *backlog_tail;
@@ -44,6 +55,17 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
 ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
                                            size_t len, uint8_t expect, long timeout_ms,
                                            uint8_t **resp_p, size_t *resp_len_p);
+/*
+ * One request on an idle connection of the segment's pool, or a new one
+ * when none is idle; the connection goes back to the pool after a
+ * complete exchange. For requests that may be sent twice (a reused
+ * connection the peer closed meanwhile is retried once on a new one).
+ */
+ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, const void *payload,
+                                            size_t len, uint8_t expect, long timeout_ms,
+                                            uint8_t **resp_p, size_t *resp_len_p);
+/* Close the pool's idle connections (the peer's address changed, or the segment goes). */
+void         ote_segment_ctl_pool_drain(ote_segment_h seg);
 void         ote_segment_put(ote_segment_h seg);
 void         ote_segment_get(ote_segment_h seg);
 /*
@@ -76,6 +98,19 @@ ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebu
 void         ote_wireup_extend(ote_segment_h seg, const ote_desc_t *d);
 /* The name opens a file ("file:..."), not a peer. */
 bool         ote_segment_is_file_name(const char *name);
+
+/* segment_export.c: a peer's exported file as a segment */
+/* The name ("<export>@<engine name>") opens a peer's exported file. */
+bool         ote_segment_is_export_name(const char *name);
+/* Find the export in the peer's descriptor; its descriptor and rails. */
+ote_status_t ote_segment_open_export(ote_segment_h seg, const char *name, ote_desc_t **desc_p);
+/*
+ * Read the peer's descriptor again (refresh_lock held): *desc_p is the
+ * segment's next; a new peer instance is PEER_RESTARTED (segment marked
+ * stale) unless rebind, which builds the rails to it.
+ */
+ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc_t **desc_p,
+                                        int *restarted_p);
 /*
  * Native rails whose connections failed and whose cool-down ended (all of
  * them with force) are connected again: the probe before they carry again.

@@ -232,6 +232,66 @@ ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, cons
     return status;
 }
 
+void ote_segment_ctl_pool_drain(ote_segment_h seg)
+{
+    pthread_mutex_lock(&seg->ctl_pool_lock);
+    while (seg->ctl_pool_len > 0)
+        close(seg->ctl_pool[--seg->ctl_pool_len]);
+    pthread_mutex_unlock(&seg->ctl_pool_lock);
+}
+
+ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, const void *payload,
+                                            size_t len, uint8_t expect, long timeout_ms,
+                                            uint8_t **resp_p, size_t *resp_len_p)
+{
+    uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    char addr[sizeof(seg->ctl_addr)];
+    ote_status_t status;
+    uint8_t got;
+
+    if (seg->file != NULL)
+        return OTE_ERR_UNSUPPORTED;
+    for (int attempt = 0;; attempt++) {
+        bool reused = false;
+        int fd      = -1;
+
+        pthread_mutex_lock(&seg->ctl_pool_lock);
+        if (seg->ctl_pool_len > 0) {
+            fd     = seg->ctl_pool[--seg->ctl_pool_len];
+            reused = true;
+        }
+        pthread_mutex_unlock(&seg->ctl_pool_lock);
+        if (fd < 0) {
+            pthread_mutex_lock(&seg->lock);
+            memcpy(addr, seg->ctl_addr, sizeof(addr));
+            pthread_mutex_unlock(&seg->lock);
+            status = ctl_open(seg, addr, deadline, &fd);
+            if (status != OTE_OK)
+                return status;
+        }
+        status = ctl_exchange(seg, fd, type, payload, len, &expect, 1, deadline, &got, resp_p,
+                              resp_len_p);
+        if (status == OTE_OK) {
+            pthread_mutex_lock(&seg->ctl_pool_lock);
+            if (seg->ctl_pool_len < OTE_SEGMENT_CTL_POOL) {
+                seg->ctl_pool[seg->ctl_pool_len++] = fd;
+                fd = -1;
+            }
+            pthread_mutex_unlock(&seg->ctl_pool_lock);
+            if (fd >= 0)
+                close(fd);
+            return OTE_OK;
+        }
+        /* The stream may be mid-message: never reuse it. */
+        close(fd);
+        if (status == OTE_ERR_IO)
+            status = OTE_ERR_REMOTE_DISCONNECT;
+        /* An idle connection the peer closed meanwhile: once more on a new one. */
+        if (!reused || attempt > 0 || status != OTE_ERR_REMOTE_DISCONNECT)
+            return status;
+    }
+}
+
 ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
 {
     uint8_t *resp = NULL;
@@ -240,7 +300,8 @@ ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
 
     /* A store: resolved at every open, refresh and reopen (no cache to go stale). */
     if (seg->engine->meta != NULL)
-        return ote_meta_lookup(seg->engine->meta, seg->name, desc_p);
+        return ote_meta_lookup(seg->engine->meta,
+                               seg->peer_name[0] != '\0' ? seg->peer_name : seg->name, desc_p);
 
     status = ote_segment_ctl_request(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, &resp, &len);
     if (status != OTE_OK)

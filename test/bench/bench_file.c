@@ -7,8 +7,13 @@
  * (y or n). The file must exist and be at least --bs bytes. Prints MB/s
  * (10^6 bytes per second) and IOPS.
  *
+ * With --remote the file is a peer's: a child process with an engine of
+ * its own (listening on 127.0.0.1) exports it (ote_file_export, buffered
+ * pread/pwrite at the target), and this process opens it as
+ * "f@<child's engine name>", over tcp on loopback; --direct does not apply.
+ *
  *   bench_file --file PATH [--read|--write] [--rand|--seq] [--bs BYTES]
- *              [--qd N] [--direct y|n] [--seconds S]
+ *              [--qd N] [--direct y|n] [--seconds S] [--remote]
  */
 #include <ote/ote.h>
 
@@ -17,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void)
 {
@@ -25,6 +32,53 @@ static double now_s(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * The exporting peer: a child process whose engine exports file as "f";
+ * its engine name goes to name. It lives until this process closes *fd_p.
+ */
+static int remote_start(const char *file, char *name, size_t max, int *fd_p, pid_t *pid_p)
+{
+    int up[2], down[2];
+    pid_t pid;
+    ssize_t n;
+
+    if (pipe(up) != 0 || pipe(down) != 0)
+        return -1;
+    pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+        ote_file_export_h x;
+        ote_engine_h e;
+        char c;
+
+        close(up[0]);
+        close(down[1]);
+        if (ote_engine_create(&p, &e) != OTE_OK ||
+            ote_file_export(e, "f", file, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                            &x) != OTE_OK)
+            _exit(1);
+        if (write(up[1], ote_engine_name(e), strlen(ote_engine_name(e))) < 0)
+            _exit(1);
+        close(up[1]);
+        while (read(down[0], &c, 1) > 0)
+            ;
+        ote_engine_destroy(e);
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
+    n = read(up[0], name, max - 1);
+    close(up[0]);
+    if (n <= 0)
+        return -1;
+    name[n] = '\0';
+    *fd_p   = down[1];
+    *pid_p  = pid;
+    return 0;
 }
 
 static size_t parse_size(const char *s)
@@ -46,7 +100,9 @@ int main(int argc, char **argv)
     const char *file = NULL, *direct = "y";
     size_t bs = 4096, qd = 32, nblocks;
     double seconds = 5, t0, t;
-    int write = 0, rand = 1;
+    int write = 0, rand = 1, remote = 0, peer_fd = -1;
+    pid_t peer = 0;
+    char peer_name[300];
     char name[4200], qds[32];
     struct stat st;
     ote_engine_h e;
@@ -76,9 +132,11 @@ int main(int argc, char **argv)
             direct = argv[++i];
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--remote"))
+            remote = 1;
         else {
             fprintf(stderr, "usage: %s --file PATH [--read|--write] [--rand|--seq] [--bs BYTES] "
-                            "[--qd N] [--direct y|n] [--seconds S]\n", argv[0]);
+                            "[--qd N] [--direct y|n] [--seconds S] [--remote]\n", argv[0]);
             return 2;
         }
     }
@@ -91,14 +149,21 @@ int main(int argc, char **argv)
     setenv("OTE_URING_QD", qds, 1);
     setenv("OTE_FILE_DIRECT", direct, 1);
     setenv("OTE_NUM_WORKERS", "1", 1);
-    setenv("OTE_TLS", "file", 1);
+    setenv("OTE_TLS", remote ? "tcp" : "file", 1);
+    if (remote && remote_start(file, peer_name, sizeof(peer_name), &peer_fd, &peer) != 0) {
+        fprintf(stderr, "bench_file: the exporting peer did not start\n");
+        return 1;
+    }
     if ((s = ote_engine_create(NULL, &e)) != OTE_OK ||
         (s = ote_mem_alloc(e, qd * bs, NULL, 0, (void **)&buf, &mem)) != OTE_OK) {
         fprintf(stderr, "bench_file: %s\n", ote_status_string(s));
         return 1;
     }
     memset(buf, 0x5a, qd * bs);
-    snprintf(name, sizeof(name), "file://%s", file);
+    if (remote)
+        snprintf(name, sizeof(name), "f@%s", peer_name);
+    else
+        snprintf(name, sizeof(name), "file://%s", file);
     if ((s = ote_segment_open(e, name, &seg)) != OTE_OK) {
         fprintf(stderr, "bench_file: open %s: %s\n", name, ote_status_string(s));
         return 1;
@@ -147,11 +212,16 @@ int main(int argc, char **argv)
             ote_batch_release(win[k]);
         }
     }
-    printf("%s %s bs=%zu qd=%zu direct=%s: %.1f MB/s, %.0f IOPS\n", write ? "write" : "read",
-           rand ? "rand" : "seq", bs, qd, direct, ops * bs / (t - t0) / 1e6, ops / (t - t0));
+    printf("%s %s bs=%zu qd=%zu %s%s: %.1f MB/s, %.0f IOPS\n", write ? "write" : "read",
+           rand ? "rand" : "seq", bs, qd, remote ? "remote" : "direct=",
+           remote ? "" : direct, ops * bs / (t - t0) / 1e6, ops / (t - t0));
     ote_segment_close(seg);
     ote_mem_free(e, mem);
     ote_engine_destroy(e);
+    if (remote) {
+        close(peer_fd);
+        waitpid(peer, NULL, 0);
+    }
     free(win);
     return 0;
 }

@@ -16,6 +16,9 @@
  *                                 of a mapping with SIZE unregistered bytes on each
  *                                 side, filled with OTE_TEST_GUARD_SEED; the
  *                                 command "guard R" answers "guard LEADHASH TRAILHASH"
+ *          --export NAME:ACCESS:PATH   ote_file_export() of PATH (a file or a
+ *                                 directory) as NAME, ACCESS any of r, w
+ * The command "unexport NAME" answers "ok" once NAME is unexported.
  * The command "stagepinned" answers "pinned N": remote staging chunks pinned now.
  * The command "putbackstats" answers "opens N threads M": segments opened to
  * serve PUTBACKs so far, and the threads serving them.
@@ -64,6 +67,10 @@ int main(int argc, char **argv)
     ote_segment_h reply = NULL;
     char reply_name[256] = "";
     ote_status_t st;
+    char xname[8][128], xpath[8][512];
+    unsigned xacc[8];
+    ote_file_export_h xh[8] = {NULL};
+    size_t nx = 0;
 
     signal(SIGTERM, on_term);
     signal(SIGPIPE, SIG_IGN);
@@ -82,6 +89,14 @@ int main(int argc, char **argv)
                 guard <<= 10;
             else if (*end == 'm')
                 guard <<= 20;
+        } else if (strcmp(argv[i], "--export") == 0 && i + 1 < argc && nx < 8) {
+            char acc_s[8];
+
+            if (sscanf(argv[++i], "%127[^:]:%7[rw]:%511s", xname[nx], acc_s, xpath[nx]) != 3)
+                return 1;
+            xacc[nx] = (strchr(acc_s, 'r') ? OTE_ACCESS_REMOTE_READ : 0) |
+                       (strchr(acc_s, 'w') ? OTE_ACCESS_REMOTE_WRITE : 0);
+            nx++;
         } else if (strcmp(argv[i], "--region") == 0 && i + 1 < argc &&
                    n < OTE_TEST_MAX_REGIONS) {
             char *colon;
@@ -136,6 +151,13 @@ int main(int argc, char **argv)
             return 1;
         }
         printf("REGION %llx %zu %u\n", (unsigned long long)(uintptr_t)buf[k], len[k], acc[k]);
+    }
+    for (size_t k = 0; k < nx; k++) {
+        st = ote_file_export(e, xname[k], xpath[k], xacc[k], &xh[k]);
+        if (st != OTE_OK) {
+            fprintf(stderr, "target: export %s: %s\n", xname[k], ote_status_string(st));
+            return 1;
+        }
     }
     printf("READY\n");
     fflush(stdout);
@@ -244,6 +266,14 @@ int main(int argc, char **argv)
 
             ote_engine_putback_stats(e, &opens, &threads);
             snprintf(ans, sizeof(ans), "opens %lu threads %u", opens, threads);
+        } else if (strncmp(cmd, "unexport ", 9) == 0) {
+            for (size_t k = 0; k < nx; k++) {
+                if (xh[k] != NULL && strcmp(xname[k], cmd + 9) == 0) {
+                    st = ote_file_unexport(xh[k]);
+                    xh[k] = NULL;
+                    snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);
+                }
+            }
         } else if (sscanf(cmd, "dereg %u", &r) == 1 && r < n) {
             st = where[r] != NULL ? ote_mem_free(e, mem[r]) : ote_mem_deregister(e, mem[r]);
             snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);

@@ -1,7 +1,7 @@
 /*
  * Segment descriptor decoder: every count and length bounded, strings
- * terminated, regions well formed and sorted, and region lookups on the
- * result stay inside what was decoded.
+ * terminated, regions well formed and sorted, region lookups on the
+ * result stay inside what was decoded, exported files named and bounded.
  */
 #include "fuzz.h"
 
@@ -56,6 +56,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         f = ote_desc_find_region(d, r->addr + r->length - 1, 2);
         FUZZ_CHECK(f == NULL || (f->addr <= r->addr + r->length - 1 &&
                                  f->addr + f->length >= r->addr + r->length + 1));
+    }
+    for (size_t i = 0; i < d->num_exports; i++) {
+        const ote_desc_export_t *x = &d->exports[i];
+
+        FUZZ_CHECK(x->name[0] != '\0' && strlen(x->name) <= OTE_DESC_NAME_MAX);
+        FUZZ_CHECK(strchr(x->name, '@') == NULL && x->id != 0);
+        FUZZ_CHECK(x->access != 0 &&
+                   !(x->access & ~(unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE)));
+        FUZZ_CHECK(ote_desc_find_export(d, x->name) != NULL);
     }
     FUZZ_CHECK(ote_desc_find_region(d, UINT64_MAX - 1, 4) == NULL);
     FUZZ_CHECK(ote_desc_find_region(d, 0, 0) == NULL);

@@ -162,6 +162,28 @@ static void gen_ctl_putback(void)
                   ote_ctl_putback_ack_encode(OTE_ERR_OUT_OF_BOUNDS, 7, pick(&b, 1)));
 }
 
+/* FILE_IO requests and answers; the first byte picks the decoder (0 request, 1 answer). */
+static void gen_ctl_file_io(void)
+{
+    static uint8_t data[4096];
+    ote_ctl_file_io_t m = {.op = OTE_CTL_FILE_IO_READ, .initiator = 0x1234,
+                           .target = FUZZ_INSTANCE, .file_id = 0x1000, .offset = 1u << 20,
+                           .length = 4096};
+    ote_buf_t b = {0};
+
+    memset(data, 0x5a, sizeof(data));
+    flush_encoded("ctl_file_io", "read", &b, ote_ctl_file_io_encode(&m, pick(&b, 0)));
+    m.op   = OTE_CTL_FILE_IO_WRITE;
+    m.data = data;
+    flush_encoded("ctl_file_io", "write", &b, ote_ctl_file_io_encode(&m, pick(&b, 0)));
+    flush_encoded("ctl_file_io", "ack_read", &b,
+                  ote_ctl_file_io_ack_encode(OTE_OK, data, sizeof(data), pick(&b, 1)));
+    flush_encoded("ctl_file_io", "ack_short", &b,
+                  ote_ctl_file_io_ack_encode(OTE_ERR_OUT_OF_BOUNDS, data, 100, pick(&b, 1)));
+    flush_encoded("ctl_file_io", "ack_access", &b,
+                  ote_ctl_file_io_ack_encode(OTE_ERR_ACCESS, NULL, 0, pick(&b, 1)));
+}
+
 /* STAGE requests and answers; the first byte picks the decoder (0 request, 1 answer). */
 static void gen_ctl_stage(void)
 {
@@ -212,6 +234,7 @@ static void gen_desc(void)
         ote_buf_put_u64(&b, FUZZ_INSTANCE + (uint64_t)variant);
         ote_buf_put_str8(&b, "127.0.0.1:4000");
         ote_buf_put_str8(&b, "host-a");
+        ote_buf_put_str8(&b, "127.0.0.1:4000");
         ote_buf_put_u16(&b, variant == 0 ? 1 : 2);
         ote_buf_put_str8(&b, "tcp");
         if (variant == 2) {
@@ -246,6 +269,14 @@ static void gen_desc(void)
                 ote_buf_put_u16(&b, 8);
                 ote_buf_put_u64(&b, 0xabcdef0000ull + k);
             }
+        }
+        /* Exported files: none, one, a directory's two. */
+        ote_buf_put_u32(&b, (uint32_t)variant);
+        for (int x = 0; x < variant; x++) {
+            ote_buf_put_str8(&b, variant == 1 ? "kv" : x == 0 ? "dir/f1" : "dir/f2");
+            ote_buf_put_u64(&b, 0x1000 + (uint64_t)x);
+            ote_buf_put_u64(&b, (1ull << 30) + (uint64_t)x);
+            ote_buf_put_u8(&b, (uint8_t)(1 + x));
         }
         {
             char name[16];
@@ -505,6 +536,7 @@ int main(int argc, char **argv)
     gen_ctl_notify();
     gen_ctl_stage();
     gen_ctl_putback();
+    gen_ctl_file_io();
     gen_desc();
     gen_auth();
     gen_tcp_conn();

@@ -152,6 +152,66 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/*
+ * A file the target exports, found through the store: "<export>@<name>"
+ * reads and writes it; once unexported, the store's descriptor no longer
+ * lists it.
+ */
+static void test_exported_file(void **state)
+{
+    char dir[] = "/tmp/ote-meta-export-XXXXXX", path[64], xarg[96];
+    const char *args[] = {"--name", "meta-exp", "--metadata", store.uri, "--export", xarg,
+                          NULL};
+    ote_test_target_t t;
+    ote_segment_h cmd, seg;
+    ote_engine_h e;
+    ote_status_t sub;
+    ote_task_state_t task;
+    uint8_t *local, *disk;
+    ote_mem_h mem;
+    FILE *fp;
+
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/kv", dir);
+    disk = calloc(1, 1u << 20);
+    assert_non_null(disk);
+    fp = fopen(path, "w");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(disk, 1, 1u << 20, fp), 1u << 20);
+    fclose(fp);
+    snprintf(xarg, sizeof(xarg), "kv:rw:%s", path);
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = engine("meta-exp-initiator");
+    assert_int_equal(ote_segment_open(e, "meta-exp", &cmd), OTE_OK);
+    assert_int_equal(ote_segment_open(e, "kv@meta-exp", &seg), OTE_OK);
+    assert_int_equal(ote_mem_alloc(e, 1u << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    ote_test_fill(local, 4096, 300000, 91);
+    xfer(e, seg, OTE_OP_WRITE, local, 4096, 300000, &sub, &task);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(task, OTE_TASK_COMPLETED);
+    fp = fopen(path, "r");
+    assert_non_null(fp);
+    assert_int_equal(fread(disk, 1, 1u << 20, fp), 1u << 20);
+    fclose(fp);
+    assert_int_equal(ote_test_check(disk + 4096, 4096, 300000, 91), -1);
+    memset(local, 0, 1u << 20);
+    xfer(e, seg, OTE_OP_READ, local, 4096, 300000, &sub, &task);
+    assert_int_equal(task, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(local, 4096, 300000, 91), -1);
+    assert_int_equal(ote_test_target_expect(e, cmd, "unexport kv", "ok", 10000), 0);
+    until_open_status(e, "kv@meta-exp", OTE_ERR_NOT_FOUND, 20);
+    ote_segment_close(seg);
+    ote_test_target_cmd(e, cmd, "quit", (char[16]){0}, 16, 100);
+    ote_segment_close(cmd);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&t);
+    unlink(path);
+    rmdir(dir);
+    free(disk);
+}
+
 static void test_three_engines(void **state)
 {
     ote_test_target_t a, b;
@@ -490,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_restart_same_name), cmocka_unit_test(test_duplicate),
         cmocka_unit_test(test_signed),       cmocka_unit_test(test_bad_uris),
         cmocka_unit_test(test_redis_password), cmocka_unit_test(test_store_loss),
+        cmocka_unit_test(test_exported_file),
     };
 
     return cmocka_run_group_tests_name(OTE_TEST_STORE, tests, group_setup, group_teardown);

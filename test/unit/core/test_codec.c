@@ -167,6 +167,14 @@ static void test_desc_roundtrip(void **state)
     in->tls[1].addr_len = 0;
     in->num_mds = 1;
     snprintf(in->mds[0], sizeof(in->mds[0]), "fake");
+    in->num_exports = 2;
+    in->exports     = calloc(2, sizeof(*in->exports));
+    assert_non_null(in->exports);
+    in->exports[0] = (ote_desc_export_t){.name = "kv", .id = 7, .size = 1u << 20,
+                                         .access = OTE_ACCESS_REMOTE_READ};
+    in->exports[1] = (ote_desc_export_t){.name = "dir/f", .id = 8, .size = 1,
+                                         .access = OTE_ACCESS_REMOTE_READ |
+                                                   OTE_ACCESS_REMOTE_WRITE};
 
     assert_int_equal(ote_desc_encode(in, table, &buf), OTE_OK);
     assert_int_equal(ote_desc_decode(buf.data, buf.len, &out), OTE_OK);
@@ -177,6 +185,12 @@ static void test_desc_roundtrip(void **state)
     assert_string_equal(out->tls[1].tl_name, "cma");
     assert_int_equal(out->tls[0].addr_len, 7);
     assert_memory_equal(out->tls[0].addr, in->tls[0].addr, 7);
+    assert_int_equal(out->num_exports, 2);
+    assert_non_null(ote_desc_find_export(out, "dir/f"));
+    assert_true(ote_desc_find_export(out, "dir/f")->id == 8);
+    assert_true(ote_desc_find_export(out, "kv")->size == 1u << 20);
+    assert_int_equal(ote_desc_find_export(out, "kv")->access, OTE_ACCESS_REMOTE_READ);
+    assert_null(ote_desc_find_export(out, "dir"));
     assert_int_equal(out->num_regions, 3);
     for (size_t i = 0; i < 3; i++) {
         const ote_desc_region_t *r = ote_desc_find_region(out, (uintptr_t)mem[i], 1);
@@ -212,6 +226,7 @@ static void test_desc_roundtrip(void **state)
         free(c);
     }
     free(buf.data);
+    free(in->exports);
     free(in);
     for (size_t i = 0; i < 3; i++)
         assert_int_equal(ote_mem_table_deregister(table, regions[i]), OTE_OK);
@@ -232,6 +247,48 @@ static ote_buf_t desc_head(uint16_t version, bool names)
         ote_buf_put_str8(&b, "h");
     }
     return b;
+}
+
+/* FILE_IO: both ops and the answer round trip; malformed ones are refused. */
+static void test_file_io(void **state)
+{
+    uint8_t data[100];
+    ote_ctl_file_io_t m = {.op = OTE_CTL_FILE_IO_WRITE, .initiator = 1, .target = 2,
+                           .file_id = 3, .offset = 4096, .length = sizeof(data), .data = data};
+    ote_ctl_file_io_t d;
+    ote_buf_t buf = {0};
+    const uint8_t *p;
+    ote_status_t st;
+    size_t n;
+
+    (void)state;
+    memset(data, 0x42, sizeof(data));
+    assert_int_equal(ote_ctl_file_io_encode(&m, &buf), OTE_OK);
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len, &d), OTE_OK);
+    assert_true(d.file_id == 3 && d.offset == 4096 && d.length == sizeof(data));
+    assert_memory_equal(d.data, data, sizeof(data));
+    /* One byte short or over, or a READ with data: refused. */
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len - 1, &d), OTE_ERR_PROTOCOL);
+    buf.data[0] = OTE_CTL_FILE_IO_READ;
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, OTE_CTL_FILE_IO_HDR_LEN, &d), OTE_OK);
+    free(buf.data);
+    memset(&buf, 0, sizeof(buf));
+    m.offset = UINT64_MAX - 10;
+    assert_int_equal(ote_ctl_file_io_encode(&m, &buf), OTE_ERR_INVALID_PARAM);
+    m.offset = 0;
+    m.length = OTE_CTL_FILE_IO_MAX_BYTES + 1;
+    assert_int_equal(ote_ctl_file_io_encode(&m, &buf), OTE_ERR_INVALID_PARAM);
+    free(buf.data);
+    memset(&buf, 0, sizeof(buf));
+    assert_int_equal(ote_ctl_file_io_ack_encode(OTE_ERR_OUT_OF_BOUNDS, data, 10, &buf), OTE_OK);
+    assert_int_equal(ote_ctl_file_io_ack_decode(buf.data, buf.len, 10, &st, &p, &n), OTE_OK);
+    assert_int_equal(st, OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(n, 10);
+    /* More bytes than asked for: refused. */
+    assert_int_equal(ote_ctl_file_io_ack_decode(buf.data, buf.len, 9, &st, &p, &n),
+                     OTE_ERR_PROTOCOL);
+    free(buf.data);
 }
 
 static void test_desc_hostile_counts(void **state)
@@ -333,7 +390,7 @@ int main(void)
         cmocka_unit_test(test_tcp_hdr),       cmocka_unit_test(test_ctl_hdr),
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),
         cmocka_unit_test(test_desc_hostile_counts), cmocka_unit_test(test_status_strings),
-        cmocka_unit_test(test_tcp_addr),
+        cmocka_unit_test(test_tcp_addr),      cmocka_unit_test(test_file_io),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,204 @@
+/*
+ * Segments on a peer's exported file: "<export>@<engine name>" (a file of
+ * an exported directory: "<export>/<file>@<engine name>"). The peer's
+ * descriptor, found as for any peer, lists its exports; the segment's own
+ * descriptor is one region [0, exported size) with the export's access,
+ * and its rails are remote file rails (proto/file_remote.h), one per
+ * worker, whose slices are FILE_IO requests to the peer's listener.
+ */
+#include "engine.h"
+
+#include "base/log.h"
+#include "base/util.h"
+#include "proto/file_remote.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool ote_segment_is_export_name(const char *name)
+{
+    return !ote_segment_is_file_name(name) && strchr(name, '@') != NULL;
+}
+
+static ote_status_t export_ctl(void *arg, const void *req, size_t len, uint8_t **resp_p,
+                               size_t *resp_len_p)
+{
+    ote_segment_h seg = arg;
+
+    /*
+     * One pread or pwrite at the target, bounded by the transfer timeout, on
+     * a connection of the segment's pool: sent twice, a request does the
+     * same I/O again.
+     */
+    return ote_segment_ctl_request_pooled(seg, OTE_CTL_FILE_IO, req, len, OTE_CTL_FILE_IO_ACK,
+                                          seg->engine->config.xfer_timeout_ms, resp_p,
+                                          resp_len_p);
+}
+
+/*
+ * The segment's descriptor from the peer's d: one region, the export. An
+ * export d does not list (any more) is NOT_FOUND.
+ */
+static ote_status_t export_desc(ote_segment_h seg, const ote_desc_t *d, ote_desc_t **desc_p,
+                                uint64_t *file_id_p)
+{
+    const ote_desc_export_t *x = ote_desc_find_export(d, seg->export_name);
+    ote_desc_t *out;
+
+    if (x == NULL) {
+        ote_error("segment '%s': '%s' exports no file '%s' (%zu exported)", seg->name,
+                  seg->peer_name, seg->export_name, d->num_exports);
+        return OTE_ERR_NOT_FOUND;
+    }
+    if (x->size == 0) {
+        ote_error("segment '%s': the exported file is empty", seg->name);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    out = calloc(1, sizeof(*out));
+    if (out == NULL || (out->regions = calloc(1, sizeof(*out->regions))) == NULL) {
+        free(out);
+        return OTE_ERR_NO_MEMORY;
+    }
+    out->instance_id = d->instance_id;
+    snprintf(out->name, sizeof(out->name), "%s", d->name);
+    snprintf(out->host_id, sizeof(out->host_id), "%s", d->host_id);
+    snprintf(out->ctl_addr, sizeof(out->ctl_addr), "%s", d->ctl_addr);
+    out->num_regions       = 1;
+    out->regions[0].addr   = 0;
+    out->regions[0].length = x->size;
+    out->regions[0].access = x->access;
+    snprintf(out->regions[0].location, sizeof(out->regions[0].location), "file");
+    atomic_init(&out->refs, 1);
+    *file_id_p = x->id;
+    *desc_p    = out;
+    return OTE_OK;
+}
+
+/* One remote file rail per worker, on the file id of the peer's instance. */
+static ote_status_t export_rails_build(ote_segment_h seg, uint64_t instance, uint64_t file_id)
+{
+    ote_engine_h e  = seg->engine;
+    size_t max      = OTE_CTL_FILE_IO_MAX_BYTES, n = 0;
+    ote_rail_params_t params = {
+        .max_bytes       = e->config.rail_max_bytes,
+        .max_slices      = (unsigned)e->config.rail_max_slices,
+        .cooldown_ns     = (uint64_t)e->config.rail_cooldown_ms * 1000000ull,
+        .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull,
+        .topo            = NULL};
+    uint32_t gen;
+    ote_status_t status;
+
+    /* A request and its answer fit OTE_MAX_CTL_MSG on both ends. */
+    if (e->config.max_ctl_msg < OTE_CTL_FILE_IO_HDR_LEN + max)
+        max = e->config.max_ctl_msg - OTE_CTL_FILE_IO_HDR_LEN;
+    gen = atomic_fetch_add(&seg->rails_gen, 1) + 1;
+    for (size_t w = 0; w < e->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
+        ote_file_remote_hooks_t hooks = {.ctl = export_ctl, .ctl_arg = seg,
+                                         .worker_lock = &e->workers[w].lock,
+                                         .jobs = e->proto_jobs, .initiator = e->instance_id,
+                                         .target = instance, .file_id = file_id,
+                                         .max_bytes = max};
+
+        status = ote_proto_file_remote_rail_init(&seg->rails[n], w, &hooks);
+        if (status != OTE_OK)
+            return status;
+        ote_proto_rail_init(&seg->rails[n], &params, gen);
+        seg->rail_set.rails[n]  = &seg->rails[n];
+        seg->rail_set.num_rails = ++n;
+    }
+    seg->export_file_id = file_id;
+    return OTE_OK;
+}
+
+/* Split "export@engine" into the segment's export and peer names. */
+static ote_status_t export_name_split(ote_segment_h seg, const char *name)
+{
+    const char *at = strchr(name, '@');
+    size_t xlen    = (size_t)(at - name);
+
+    if (xlen == 0 || xlen > OTE_DESC_NAME_MAX || at[1] == '\0' ||
+        strlen(at + 1) > OTE_DESC_NAME_MAX) {
+        ote_error("segment '%s': an exported file is named <export>[/<file>]@<engine name>",
+                  name);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    memcpy(seg->export_name, name, xlen);
+    seg->export_name[xlen] = '\0';
+    snprintf(seg->peer_name, sizeof(seg->peer_name), "%s", at + 1);
+    return OTE_OK;
+}
+
+ote_status_t ote_segment_open_export(ote_segment_h seg, const char *name, ote_desc_t **desc_p)
+{
+    ote_desc_t *peer = NULL, *d = NULL;
+    uint64_t file_id = 0;
+    ote_status_t status;
+
+    status = export_name_split(seg, name);
+    if (status != OTE_OK)
+        return status;
+    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", seg->peer_name);
+    status = ote_segment_fetch_desc(seg, &peer);
+    if (status != OTE_OK) {
+        ote_error("segment '%s': cannot reach the engine '%s': %s", name, seg->peer_name,
+                  ote_status_string(status));
+        return status;
+    }
+    if (seg->engine->meta != NULL)
+        snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", peer->ctl_addr);
+    status = export_desc(seg, peer, &d, &file_id);
+    if (status == OTE_OK)
+        status = export_rails_build(seg, peer->instance_id, file_id);
+    ote_desc_free(peer);
+    if (status != OTE_OK) {
+        ote_desc_free(d);
+        return status;
+    }
+    *desc_p = d;
+    return OTE_OK;
+}
+
+ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc_t **desc_p,
+                                        int *restarted_p)
+{
+    ote_desc_t *peer = NULL, *d = NULL;
+    uint64_t file_id = 0, bound;
+    ote_status_t status;
+    bool restarted;
+
+    status = ote_segment_fetch_desc(seg, &peer);
+    if (status != OTE_OK)
+        return status;
+    pthread_mutex_lock(&seg->lock);
+    bound = seg->desc->instance_id;
+    pthread_mutex_unlock(&seg->lock);
+    restarted = peer->instance_id != bound;
+    if (restarted && !rebind) {
+        ote_desc_free(peer);
+        ote_segment_mark_stale(seg);
+        return OTE_ERR_PEER_RESTARTED;
+    }
+    status = export_desc(seg, peer, &d, &file_id);
+    /* A new instance, or the name exported again (another file): new rails. */
+    if (status == OTE_OK && (restarted || file_id != seg->export_file_id)) {
+        ote_wireup_destroy(seg, false, 0);
+        /* Connections to the old instance serve it no more. */
+        ote_segment_ctl_pool_drain(seg);
+        pthread_mutex_lock(&seg->lock);
+        if (seg->engine->meta != NULL)
+            snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", peer->ctl_addr);
+        pthread_mutex_unlock(&seg->lock);
+        status = export_rails_build(seg, peer->instance_id, file_id);
+        /* Slices of the old instance still waiting for a rail end CANCELED. */
+        ote_segment_spray(seg, NULL, NULL, false);
+    }
+    ote_desc_free(peer);
+    if (status != OTE_OK) {
+        ote_desc_free(d);
+        return status;
+    }
+    if (restarted_p != NULL)
+        *restarted_p = restarted;
+    *desc_p = d;
+    return OTE_OK;
+}

@@ -1,0 +1,52 @@
+/*
+ * The FILE_IO control messages of remote file segments (a peer's exported
+ * file, see file_remote.h), carried by the control plane (OTE_CTL_FILE_IO /
+ * OTE_CTL_FILE_IO_ACK).
+ */
+#ifndef OTE_PROTO_FILE_IO_MSG_H
+#define OTE_PROTO_FILE_IO_MSG_H
+
+#include "base/buf.h"
+
+#include <ote/ote.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * FILE_IO (READ or WRITE of a range of an exported file; the target does
+ * the I/O): u8 op (1 READ, 2 WRITE), u64 initiator instance, u64 target
+ * instance, u64 file id (the descriptor's export entry), u64 offset, u32
+ * length (1..OTE_CTL_FILE_IO_MAX_BYTES), then for WRITE exactly length
+ * bytes of data, for READ nothing.
+ * FILE_IO_ACK: i32 status, u32 length, then length bytes: for READ the
+ * bytes read (all of them with OK; those before the end of the file with
+ * OUT_OF_BOUNDS), for WRITE none (length 0).
+ */
+enum { OTE_CTL_FILE_IO_READ = 1, OTE_CTL_FILE_IO_WRITE = 2 };
+/* The most bytes one request moves: larger requests are cut by the initiator. */
+#define OTE_CTL_FILE_IO_MAX_BYTES (1u << 20)
+#define OTE_CTL_FILE_IO_HDR_LEN   (1 + 8 + 8 + 8 + 8 + 4)
+#define OTE_CTL_FILE_IO_MAX_LEN   (OTE_CTL_FILE_IO_HDR_LEN + OTE_CTL_FILE_IO_MAX_BYTES)
+#define OTE_CTL_FILE_IO_ACK_HDR_LEN (4 + 4)
+
+typedef struct {
+    uint8_t        op;
+    uint64_t       initiator;
+    uint64_t       target;
+    uint64_t       file_id;
+    uint64_t       offset;
+    uint32_t       length;
+    const uint8_t *data; /* WRITE: length bytes (into the payload when decoded) */
+} ote_ctl_file_io_t;
+
+ote_status_t ote_ctl_file_io_encode(const ote_ctl_file_io_t *m, ote_buf_t *out);
+/* PROTOCOL unless every field is in range and the size is exact. */
+ote_status_t ote_ctl_file_io_decode(const uint8_t *buf, size_t len, ote_ctl_file_io_t *m_p);
+ote_status_t ote_ctl_file_io_ack_encode(ote_status_t status, const void *data, size_t len,
+                                        ote_buf_t *out);
+/* *data_p points into buf; at most max bytes are accepted. */
+ote_status_t ote_ctl_file_io_ack_decode(const uint8_t *buf, size_t len, size_t max,
+                                        ote_status_t *status_p, const uint8_t **data_p,
+                                        size_t *data_len_p);
+
+#endif

@@ -1,0 +1,195 @@
+/*
+ * A peer's exported file, initiator side (see file_remote.h). Each slice
+ * is a job of the engine's protocol pool: one FILE_IO request and its
+ * answer; a full pool queue ends the slice BUSY.
+ */
+#include "file_remote.h"
+
+#include "base/log.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ote_tl_ep_t             super;
+    ote_tl_iface_t          iface; /* the rail's iface: these ops, no component */
+    ote_file_remote_hooks_t hooks;
+} file_remote_ep_t;
+
+/* Holds nothing of the ep, which the segment may destroy meanwhile. */
+typedef struct {
+    ote_proto_job_t         job; /* first: the pool's entry */
+    ote_ctl_file_io_t       m;
+    uint8_t                *local;
+    ote_tl_completion_t    *comp;
+    const atomic_bool      *cancel;
+    ote_file_remote_hooks_t hooks;
+} file_remote_op_t;
+
+static ote_status_t file_remote_exchange(file_remote_op_t *op)
+{
+    ote_buf_t out = {0};
+    uint8_t *resp = NULL;
+    const uint8_t *data;
+    size_t len = 0, n = 0;
+    ote_status_t status, remote = OTE_OK;
+
+    status = ote_ctl_file_io_encode(&op->m, &out);
+    if (status == OTE_OK)
+        status = op->hooks.ctl(op->hooks.ctl_arg, out.data, out.len, &resp, &len);
+    free(out.data);
+    if (status == OTE_OK)
+        status = ote_ctl_file_io_ack_decode(resp, len,
+                                            op->m.op == OTE_CTL_FILE_IO_READ ? op->m.length : 0,
+                                            &remote, &data, &n);
+    /* A READ that met the end of the file still lands the bytes before it. */
+    if (status == OTE_OK && n > 0)
+        memcpy(op->local, data, n);
+    if (status == OTE_OK && remote == OTE_OK && op->m.op == OTE_CTL_FILE_IO_READ &&
+        n != op->m.length)
+        status = OTE_ERR_PROTOCOL;
+    free(resp);
+    return status != OTE_OK ? status : remote;
+}
+
+static void file_remote_main(ote_proto_job_t *job)
+{
+    file_remote_op_t *op = (file_remote_op_t *)job;
+    ote_status_t status;
+
+    if (op->cancel != NULL && atomic_load(op->cancel))
+        status = OTE_ERR_CANCELED;
+    else
+        status = file_remote_exchange(op);
+    if (status != OTE_OK)
+        ote_debug("remote file: %s %#llx+%u: %s",
+                  op->m.op == OTE_CTL_FILE_IO_READ ? "read" : "write",
+                  (unsigned long long)op->m.offset, op->m.length, ote_status_string(status));
+    pthread_mutex_lock(op->hooks.worker_lock);
+    op->comp->func(op->comp, status);
+    pthread_mutex_unlock(op->hooks.worker_lock);
+    free(op);
+}
+
+static ote_status_t file_remote_post(ote_tl_ep_t *tl_ep, uint8_t op_code, void *local,
+                                     size_t length, uint64_t remote_addr,
+                                     ote_tl_completion_t *comp)
+{
+    file_remote_ep_t *ep = (file_remote_ep_t *)tl_ep;
+    file_remote_op_t *op;
+    ote_status_t status;
+
+    if (length == 0 || length > ep->hooks.max_bytes || remote_addr + length < remote_addr)
+        return OTE_ERR_INVALID_PARAM;
+    op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return OTE_ERR_NO_MEMORY;
+    op->comp        = comp;
+    op->cancel      = ((ote_slice_t *)comp)->cancel;
+    op->hooks       = ep->hooks;
+    op->local       = local;
+    op->m.op        = op_code;
+    op->m.initiator = ep->hooks.initiator;
+    op->m.target    = ep->hooks.target;
+    op->m.file_id   = ep->hooks.file_id;
+    op->m.offset    = remote_addr;
+    op->m.length    = (uint32_t)length;
+    op->m.data      = op_code == OTE_CTL_FILE_IO_WRITE ? local : NULL;
+    op->job.run     = file_remote_main;
+    status          = ote_proto_jobs_submit(ep->hooks.jobs, &op->job);
+    if (status != OTE_OK) {
+        free(op);
+        return status;
+    }
+    return OTE_INPROGRESS;
+}
+
+static ote_status_t file_remote_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
+                                          ote_region_t *local_region, uint64_t remote_addr,
+                                          const void *rkey, size_t rkey_len,
+                                          ote_tl_completion_t *comp)
+{
+    (void)local_region;
+    (void)rkey;
+    (void)rkey_len;
+    return file_remote_post(tl_ep, OTE_CTL_FILE_IO_WRITE, local, length, remote_addr, comp);
+}
+
+static ote_status_t file_remote_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
+                                          ote_region_t *local_region, uint64_t remote_addr,
+                                          const void *rkey, size_t rkey_len,
+                                          ote_tl_completion_t *comp)
+{
+    (void)local_region;
+    (void)rkey;
+    (void)rkey_len;
+    return file_remote_post(tl_ep, OTE_CTL_FILE_IO_READ, local, length, remote_addr, comp);
+}
+
+/* The rail's own accounting (rail.c) counts what is in flight. */
+static size_t file_remote_inflight_bytes(ote_tl_ep_t *tl_ep)
+{
+    (void)tl_ep;
+    return 0;
+}
+
+/* Each request is its own control exchange: nothing to rebuild. */
+static bool file_remote_is_alive(ote_tl_ep_t *tl_ep)
+{
+    (void)tl_ep;
+    return true;
+}
+
+/* A slice in flight holds its own copy of the hooks (the segment outlives its tasks). */
+static void file_remote_ep_destroy(ote_tl_ep_t *tl_ep)
+{
+    free(tl_ep);
+}
+
+static const ote_tl_ep_ops_t file_remote_ep_ops = {
+    .put_zcopy       = file_remote_put_zcopy,
+    .get_zcopy       = file_remote_get_zcopy,
+    .inflight_bytes  = file_remote_inflight_bytes,
+    .is_alive        = file_remote_is_alive,
+    .destroy         = file_remote_ep_destroy,
+    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
+    .needs_reconnect = ote_tl_no_reconnect_needed,
+    .reconnect       = ote_tl_unsupported_reconnect,
+};
+
+ote_status_t ote_proto_file_remote_rail_init(ote_rail_t *rail, size_t worker,
+                                             const ote_file_remote_hooks_t *hooks)
+{
+    file_remote_ep_t *ep;
+
+    if (hooks->max_bytes == 0 || hooks->max_bytes > OTE_CTL_FILE_IO_MAX_BYTES)
+        return OTE_ERR_INVALID_PARAM;
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return OTE_ERR_NO_MEMORY;
+    ep->iface.ep_ops   = &file_remote_ep_ops;
+    ep->iface.md_index = -1;
+    snprintf(ep->iface.resource.tl_name, sizeof(ep->iface.resource.tl_name), "%s",
+             OTE_FILE_REMOTE_TL_NAME);
+    snprintf(ep->iface.resource.dev_name, sizeof(ep->iface.resource.dev_name), "ctl");
+    ep->iface.resource.is_network = true;
+    ep->super.iface               = &ep->iface;
+    ep->hooks                     = *hooks;
+    memset(rail, 0, sizeof(*rail));
+    rail->iface           = &ep->iface;
+    rail->ep              = &ep->super;
+    /* The target checks every range against the exported size and access. */
+    rail->caps.ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;
+    rail->caps.mem_local  = OTE_MEM_TYPE_HOST;
+    rail->caps.mem_remote = OTE_MEM_TYPE_HOST;
+    rail->caps.scope      = OTE_TL_SCOPE_HOST | OTE_TL_SCOPE_NETWORK;
+    rail->caps.max_msg    = hooks->max_bytes;
+    rail->caps.slice_size = hooks->max_bytes;
+    rail->caps.bandwidth  = 1e9;
+    rail->caps.latency    = 100e-6;
+    rail->worker          = worker;
+    rail->remote_md       = -1;
+    rail->topo_nic        = -1;
+    return OTE_OK;
+}

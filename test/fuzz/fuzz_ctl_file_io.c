@@ -1,0 +1,62 @@
+/*
+ * FILE_IO request and FILE_IO_ACK payload decoders (a peer's exported
+ * file). The first input byte picks the decoder (even: request, odd:
+ * answer), the rest is the payload: ops, lengths, wrapping ranges, data
+ * that must match the length exactly, and an exact re-encoding of whatever
+ * is accepted.
+ */
+#include "fuzz.h"
+
+#include "core/ctl_msg.h"
+
+#include <string.h>
+
+static void request(const uint8_t *p, size_t len)
+{
+    ote_ctl_file_io_t m;
+
+    if (ote_ctl_file_io_decode(p, len, &m) == OTE_OK) {
+        ote_buf_t out = {0};
+
+        FUZZ_CHECK(len <= OTE_CTL_FILE_IO_MAX_LEN);
+        FUZZ_CHECK(m.op == OTE_CTL_FILE_IO_READ || m.op == OTE_CTL_FILE_IO_WRITE);
+        FUZZ_CHECK(m.length > 0 && m.length <= OTE_CTL_FILE_IO_MAX_BYTES);
+        FUZZ_CHECK(m.offset + m.length > m.offset && m.file_id != 0);
+        if (m.op == OTE_CTL_FILE_IO_WRITE)
+            FUZZ_CHECK(m.data != NULL && m.data + m.length == p + len &&
+                       len == OTE_CTL_FILE_IO_HDR_LEN + m.length);
+        else
+            FUZZ_CHECK(m.data == NULL && len == OTE_CTL_FILE_IO_HDR_LEN);
+        FUZZ_CHECK(ote_ctl_file_io_encode(&m, &out) == OTE_OK);
+        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
+        free(out.data);
+    }
+}
+
+static void answer(const uint8_t *p, size_t len)
+{
+    const uint8_t *data;
+    ote_status_t status;
+    size_t n;
+
+    if (ote_ctl_file_io_ack_decode(p, len, OTE_CTL_FILE_IO_MAX_BYTES, &status, &data, &n) ==
+        OTE_OK) {
+        ote_buf_t out = {0};
+
+        FUZZ_CHECK(status != OTE_INPROGRESS && n <= OTE_CTL_FILE_IO_MAX_BYTES);
+        FUZZ_CHECK(len == OTE_CTL_FILE_IO_ACK_HDR_LEN + n);
+        FUZZ_CHECK(n == 0 || (data >= p && data + n == p + len));
+        FUZZ_CHECK(ote_ctl_file_io_ack_encode(status, data, n, &out) == OTE_OK);
+        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
+        free(out.data);
+        /* A smaller bound refuses what exceeds it. */
+        if (n > 0)
+            FUZZ_CHECK(ote_ctl_file_io_ack_decode(p, len, n - 1, &status, &data, &n) ==
+                       OTE_ERR_PROTOCOL);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    return fuzz_request_or_answer(data, size, request, answer);
+}
