@@ -119,7 +119,7 @@ typedef struct {
     file_op_t       *queue_head, *queue_tail; /* oldest first */
     file_op_t       *done_head, *done_tail;
     atomic_uint      ndone;      /* ops in done: progress takes the lock only then */
-    unsigned         held;       /* ops on the thread (todo, running, done) */
+    unsigned         held;       /* ops on the thread (queued, running, done) */
 } file_gds_t;
 
 struct file_iface {
