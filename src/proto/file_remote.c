@@ -43,9 +43,11 @@ static ote_status_t file_remote_exchange(file_remote_op_t *op)
         status = ote_ctl_file_io_ack_decode(resp, len,
                                             op->m.op == OTE_CTL_FILE_IO_READ ? op->m.length : 0,
                                             &remote, &data, &n);
-    /* A READ that met the end of the file still lands the bytes before it. */
-    if (status == OTE_OK && n > 0)
+    /* A READ that met the end of the file still lands, and counts, the bytes before it. */
+    if (status == OTE_OK && n > 0) {
         memcpy(op->local, data, n);
+        op->comp->transferred = n;
+    }
     if (status == OTE_OK && remote == OTE_OK && op->m.op == OTE_CTL_FILE_IO_READ &&
         n != op->m.length)
         status = OTE_ERR_PROTOCOL;
@@ -86,6 +88,7 @@ static ote_status_t file_remote_post(ote_tl_ep_t *tl_ep, uint8_t op_code, void *
     if (op == NULL)
         return OTE_ERR_NO_MEMORY;
     op->comp        = comp;
+    comp->transferred = 0;
     op->cancel      = ((ote_slice_t *)comp)->cancel;
     op->hooks       = ep->hooks;
     op->local       = local;

@@ -22,6 +22,7 @@ typedef struct {
     ote_segment_h     cmd; /* the target's engine: commands */
     uint8_t          *local;
     ote_mem_h         mem;
+    size_t            transferred; /* of the last xfer() */
 } fx_t;
 
 static void make_file(const char *path, size_t len, uint64_t seed)
@@ -129,7 +130,8 @@ static ote_status_t xfer(fx_t *f, ote_segment_h seg, ote_op_t op, size_t local_o
     if (status == OTE_OK) {
         assert_int_equal(ote_batch_wait(b, wait_ms), OTE_OK);
         assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-        status = st.state == OTE_TASK_COMPLETED ? OTE_OK : st.error;
+        status         = st.state == OTE_TASK_COMPLETED ? OTE_OK : st.error;
+        f->transferred = st.transferred;
         if (st.state != OTE_TASK_COMPLETED)
             assert_int_not_equal(status, OTE_OK);
     }
@@ -286,8 +288,21 @@ static void test_truncate_unlink(void **state)
     assert_int_equal(xfer(&f, seg, OTE_OP_READ, 0, 0, 1u << 20, 60000), OTE_OK);
     assert_int_equal(xfer(&f, seg, OTE_OP_READ, 0, 1u << 20, 4096, 60000),
                      OTE_ERR_OUT_OF_BOUNDS);
+    /* The bytes before the end land and are counted. */
+    memset(f.local, 0xee, 4096);
     assert_int_equal(xfer(&f, seg, OTE_OP_READ, 0, (1u << 20) - 100, 4096, 60000),
                      OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(f.transferred, 100);
+    assert_int_equal(f.local[100], 0xee);
+    {
+        uint8_t disk[100];
+        int fd = open(f.a, O_RDONLY);
+
+        assert_true(fd >= 0);
+        assert_int_equal(pread(fd, disk, 100, (1u << 20) - 100), 100);
+        close(fd);
+        assert_memory_equal(f.local, disk, 100);
+    }
     assert_int_equal(xfer(&f, seg, OTE_OP_WRITE, 0, 2u << 20, 4096, 60000),
                      OTE_ERR_OUT_OF_BOUNDS);
     /* The file was not grown back. */
