@@ -332,7 +332,7 @@ static void test_store_loss(void **state)
     e = opened_peer(&a, "decode-s", "prefill-s", 500, &seg, &mem, &local);
 
     /* A store that does not answer (stopped): the same, within OTE_METADATA_TIMEOUT_MS. */
-    assert_int_equal(kill(store.pid, SIGSTOP), 0);
+    mp_stop_process(store.pid);
     exchange(e, seg, &a, local, 550);
     t0 = now_s();
     assert_int_equal(ote_segment_open(e, "decode-y", &other), OTE_ERR_STORE_UNAVAILABLE);
