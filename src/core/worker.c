@@ -241,11 +241,31 @@ static void worker_leave(ote_worker_t *w, uint64_t gen, bool progressed)
     pthread_mutex_unlock(&w->lock);
 }
 
-/* Without worker threads: sleep until a worker's fd fires, at most until deadline_ns. */
+/*
+ * Without worker threads: arm every worker's ifaces, as a worker thread
+ * does before it sleeps (its rounds may have turned an iface's events
+ * off), then sleep until a worker's fd fires, at most until deadline_ns.
+ * No sleep when an iface still has work.
+ */
 static void engine_poll_sleep(ote_engine_h e, uint64_t now, uint64_t deadline_ns)
 {
     struct epoll_event ev[8];
     uint64_t wait_ns = TIMEOUT_CHECK_NS;
+    int cap_ms       = -1;
+
+    for (size_t i = 0; i < e->num_workers; i++) {
+        ote_worker_t *w = &e->workers[i];
+        bool busy;
+
+        if (pthread_mutex_trylock(&w->lock) != 0)
+            continue;
+        busy = worker_arm(w, &cap_ms);
+        pthread_mutex_unlock(&w->lock);
+        if (busy)
+            return;
+    }
+    if (cap_ms >= 0 && (uint64_t)cap_ms * 1000000ull < wait_ns)
+        wait_ns = (uint64_t)cap_ms * 1000000ull;
 
     if (deadline_ns != 0 && deadline_ns - now < wait_ns)
         wait_ns = deadline_ns - now;

@@ -454,16 +454,16 @@ unsigned ote_file_iface_progress(ote_tl_iface_t *tl_iface)
     unsigned n = 0;
 
     /*
+     * A thread polls the ring now: completions need not wake anyone until
+     * the next event_arm, so the kernel stops signalling the event fd (a
+     * flag in the ring's memory, no system call), and a thread asleep on
+     * it (the worker, while a caller in ote_batch_wait polls) sleeps on.
      * The ring's memory says whether completions wait: a poll that finds
-     * none makes no system call. The event fd is cleared before they are
-     * handled, so that one arriving after that raises it again.
+     * none makes no system call.
      */
-    if (io_uring_cq_ready(&iface->ring) > 0) {
-        uint64_t v;
-
-        (void)!read(iface->efd, &v, sizeof(v));
+    (void)io_uring_cq_eventfd_toggle(&iface->ring, false);
+    if (io_uring_cq_ready(&iface->ring) > 0)
         n = iface_reap(iface);
-    }
     n += ote_file_gds_reap(iface);
     if (iface->queued > 0 || io_uring_sq_ready(&iface->ring) > 0)
         iface_start_queued(iface);
@@ -476,9 +476,13 @@ ote_status_t ote_file_iface_event_arm(ote_tl_iface_t *tl_iface)
     uint64_t v;
 
     /*
-     * The event fd is cleared only before a sleep, then the ring looked at
-     * again: a completion after this read raises the fd again.
+     * Before a sleep: completions signal the event fd again, the fd is
+     * cleared, then the ring looked at again, so a completion after this
+     * read raises the fd. (Should one race the flag so closely that both
+     * miss it, a sleep with operations in flight ends within the worker's
+     * timeout check, 100 ms.)
      */
+    (void)io_uring_cq_eventfd_toggle(&iface->ring, true);
     (void)!read(iface->efd, &v, sizeof(v));
     /* Requests not submitted, or one that could start now: no event would come. */
     if (io_uring_sq_ready(&iface->ring) > 0 || io_uring_cq_ready(&iface->ring) > 0)
