@@ -20,7 +20,8 @@ PEERS = {
     "NIXL wheel, UCX tcp": "ote_perftest tcp",
     "ote_perftest cma": "ote_perftest cma",
     "ucx_perftest cma": "ote_perftest cma",
-    "memcpy": "ote_perftest cma",
+    "ote_perftest shm": "ote_perftest shm",
+    "memcpy": "ote_perftest shm",
 }
 SHAPES = {"4k": "4 KiB x 128", "64k": "64 KiB x 32", "1m": "1 MiB x 8",
           "kv": "KV 2,048 x 16 KiB"}
@@ -29,8 +30,11 @@ SHAPES = {"4k": "4 KiB x 128", "64k": "64 KiB x 32", "1m": "1 MiB x 8",
 EQUIVALENTS = """\
 - ote_perftest: `-t write_lat|read_lat -s 8` (p50/p99 of one request,
   request to completion); `-t write_bw|read_bw -s SIZE -b BATCH -T THREADS`;
-  KV: `-t kv_write|kv_read --kv 32:64 -s 16k` (2,048 blocks of 16 KiB
-  scattered over pools on both sides, one batch per layer).
+  KV: `-t kv_write|kv_read --kv 32:64 -s 16k --region 64m` (2,048 blocks of
+  16 KiB scattered over pools twice their footprint on both sides, as
+  memcpy's, one batch per layer). shm is the single copy through shared
+  mappings (`ote_mem_alloc` memory on both sides); memcpy's ratios are
+  taken against it.
 - ucx_perftest (UCT unless said): WRITE latency is `am_lat` over tcp and
   `put_lat -D zcopy` over cma, ping-pong, shown as the round trip (twice the
   one-way figure it prints); READ latency is `ucp_get -s 8` with
