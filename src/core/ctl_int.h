@@ -94,8 +94,8 @@ typedef struct file_io_job {
     ote_ctl_file_io_t   m;
     uint8_t            *payload; /* the request (m.data points into it) */
     ote_fexport_file_t *file;    /* held until answered */
-    uint8_t            *buf;     /* READ: the bytes read */
-    size_t              done;
+    uint8_t            *buf;     /* READ not by rails: the bytes read */
+    size_t              done;    /* READ: the bytes read (by rails: written to the initiator) */
     ote_status_t        status;
     struct file_io_job *next;
 } file_io_job_t;
@@ -104,6 +104,17 @@ typedef struct file_io_job {
 #define CTL_FILE_IO_MAX     64
 /* Threads doing their I/O (pread/pwrite block): apart from the PUTBACK pool. */
 #define CTL_FILE_IO_THREADS 4
+
+/*
+ * A bounce buffer of FILE_IOs by rails (OTE_CTL_FILE_IO_MAX_BYTES, engine
+ * memory registered for local use only): one per file pool thread, made on
+ * first use, freed when the listener stops.
+ */
+typedef struct {
+    void     *addr;
+    ote_mem_h mem;
+    bool      busy;
+} file_bounce_t;
 
 struct ote_ctl {
     ote_engine_h engine;
@@ -127,6 +138,7 @@ struct ote_ctl {
     file_io_job_t  *file_done;     /* FILE_IOs ended, not answered yet (done_lock) */
     unsigned        file_jobs;     /* running or queued (done_lock) */
     ote_proto_jobs_t *file_pool;   /* FILE_IO threads, started on the first request */
+    file_bounce_t   bounce[CTL_FILE_IO_THREADS]; /* FILE_IOs by rails (done_lock) */
 };
 
 /* Send a reply (a and b concatenated), or keep what the socket does not take. */
@@ -138,6 +150,18 @@ void         ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t eve
 /* ctl_proto.c */
 ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c);
 ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c);
+/*
+ * The segment to the initiator engine name (instance initiator), opened
+ * once and shared by its PUTBACKs and FILE_IOs by rails; *slot_p is its
+ * cache entry, or -1 for a segment of this request alone (every entry
+ * taken). PEER_RESTARTED unless name is served by that instance;
+ * UNREACHABLE when it cannot be found. Takes a reference.
+ */
+ote_status_t ote_ctl_peer_seg_get(ote_ctl_t *ctl, const char *name, uint64_t initiator,
+                                  ote_segment_h *seg_p, int *slot_p);
+/* Drop the reference; a segment that failed (status) is closed by its last user. */
+void         ote_ctl_peer_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot,
+                                  ote_status_t status);
 /* Answer the PUTBACKs that ended (the listener thread, on done_fd). */
 void         ote_ctl_putback_answer(ote_ctl_t *ctl);
 /* The listener stopped: end the PUTBACKs accepted, close the segments they kept. */
@@ -147,7 +171,7 @@ void         ote_ctl_putback_stop(ote_ctl_t *ctl);
 ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c);
 /* Answer the FILE_IOs that ended (the listener thread, on done_fd). */
 void         ote_ctl_file_io_answer(ote_ctl_t *ctl);
-/* The listener stopped: the FILE_IOs accepted end, unanswered. */
+/* The listener stopped: the FILE_IOs accepted end, unanswered; the bounce buffers go. */
 void         ote_ctl_file_io_stop(ote_ctl_t *ctl);
 
 #endif

@@ -4,7 +4,8 @@
  * descriptor, found as for any peer, lists its exports; the segment's own
  * descriptor is one region [0, exported size) with the export's access,
  * and its rails are remote file rails (proto/file_remote.h), one per
- * worker, whose slices are FILE_IO requests to the peer's listener.
+ * worker, whose slices are FILE_IO requests to the peer's listener (the
+ * bytes inside them, or over the engines' data rails: OTE_FILE_REMOTE).
  */
 #include "engine.h"
 
@@ -97,8 +98,11 @@ static ote_status_t export_rails_build(ote_segment_h seg, uint64_t instance, uin
                                          .worker_lock = &e->workers[w].lock,
                                          .jobs = e->proto_jobs, .initiator = e->instance_id,
                                          .target = instance, .file_id = file_id,
-                                         .max_bytes = max};
+                                         .max_bytes = max,
+                                         .mode = ote_proto_file_remote_mode(e->config.file_remote)};
 
+        /* By rails the target opens this engine by this name, as for a PUTBACK. */
+        snprintf(hooks.name, sizeof(hooks.name), "%s", e->name);
         status = ote_proto_file_remote_rail_init(&seg->rails[n], w, &hooks);
         if (status != OTE_OK)
             return status;
