@@ -85,7 +85,8 @@ static void file_remote_main(ote_proto_job_t *job)
     /*
      * auto: a peer whose rails do not reach this engine (it cannot open it
      * or no transport of its reaches this memory) answers UNREACHABLE; the
-     * slice goes again by the control plane.
+     * slice goes again by the control plane, and so do the segment's next
+     * ones.
      */
     if (status == OTE_ERR_UNREACHABLE && op->m.rails && op->hooks.mode == OTE_FILE_REMOTE_AUTO &&
         !(op->cancel != NULL && atomic_load(op->cancel))) {
@@ -93,6 +94,8 @@ static void file_remote_main(ote_proto_job_t *job)
                   "control plane",
                   file_remote_op_name(op), (unsigned long long)op->m.offset, op->m.length,
                   op->m.name);
+        if (op->hooks.rails_off != NULL)
+            atomic_store(op->hooks.rails_off, true);
         op->m.rails           = false;
         op->m.data            = op->m.op == OTE_CTL_FILE_IO_WRITE ? op->local : NULL;
         op->comp->transferred = 0;
@@ -122,7 +125,9 @@ static ote_status_t file_remote_rails(const file_remote_ep_t *ep, uint8_t op_cod
     bool allowed  = local_region != NULL && (local_region->access & need) == need;
 
     *rails_p = false;
-    if (ep->hooks.mode == OTE_FILE_REMOTE_CTL)
+    if (ep->hooks.mode == OTE_FILE_REMOTE_CTL ||
+        (ep->hooks.mode == OTE_FILE_REMOTE_AUTO && ep->hooks.rails_off != NULL &&
+         atomic_load(ep->hooks.rails_off)))
         return OTE_OK;
     if (allowed) {
         *rails_p = true;

@@ -46,6 +46,12 @@ typedef struct {
     uint64_t          file_id;     /* the export entry in the peer's descriptor */
     size_t            max_bytes;   /* bytes per request, 1..OTE_CTL_FILE_IO_MAX_BYTES */
     ote_file_remote_mode_t mode;
+    /*
+     * auto: set when the peer answered that its rails do not reach this
+     * engine; later slices go by the control plane at once. Outlives the
+     * slices (the segment's).
+     */
+    atomic_bool      *rails_off;
     char              name[256];   /* this engine's name: where the target's rails go */
 } ote_file_remote_hooks_t;
 

@@ -57,8 +57,11 @@ static long file_check(const char *path, uint64_t off, size_t len, uint64_t base
     return bad;
 }
 
-/* The local memory registered with access (OTE_ACCESS_*: by rails or not, OTE_FILE_REMOTE). */
-static void fx_start_access(fx_t *f, unsigned access)
+/*
+ * The local memory registered with access (OTE_ACCESS_*: by rails or not,
+ * OTE_FILE_REMOTE); local_tls: this engine's OTE_TLS, if not the target's.
+ */
+static void fx_start_tls(fx_t *f, unsigned access, const char *local_tls)
 {
     char xa[400], xro[400], xwo[400], xd[400];
     const char *args[] = {"--export", xa, "--export", xro, "--export", xwo, "--export", xd, NULL};
@@ -84,11 +87,22 @@ static void fx_start_access(fx_t *f, unsigned access)
     snprintf(xwo, sizeof(xwo), "wo:w:%s", f->wo);
     snprintf(xd, sizeof(xd), "d:rw:%s", f->d);
     assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
+    if (local_tls != NULL)
+        setenv("OTE_TLS", local_tls, 1);
     f->e = ote_test_engine(NULL);
     assert_non_null(f->e);
-    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->cmd), OTE_OK);
+    /* Without a transport in common no command segment: the target is stopped by signal. */
+    if (local_tls != NULL)
+        assert_int_equal(ote_segment_open(f->e, f->t.name, &f->cmd), OTE_ERR_UNREACHABLE);
+    else
+        assert_int_equal(ote_segment_open(f->e, f->t.name, &f->cmd), OTE_OK);
     assert_int_equal(ote_mem_alloc(f->e, LOCAL_LEN, NULL, access, (void **)&f->local, &f->mem),
                      OTE_OK);
+}
+
+static void fx_start_access(fx_t *f, unsigned access)
+{
+    fx_start_tls(f, access, NULL);
 }
 
 static void fx_start(fx_t *f)
@@ -101,9 +115,10 @@ static void fx_stop(fx_t *f, bool quit)
     char reply[64];
     const char *files[] = {f->d1, f->d2, f->a, f->ro, f->wo};
 
-    if (quit)
+    if (quit && f->cmd != NULL)
         ote_test_target_cmd(f->e, f->cmd, "quit", reply, sizeof(reply), 100);
-    ote_segment_close(f->cmd);
+    if (f->cmd != NULL)
+        ote_segment_close(f->cmd);
     ote_mem_free(f->e, f->mem);
     ote_engine_destroy(f->e);
     ote_test_target_stop(&f->t);
@@ -575,6 +590,33 @@ static void test_rails_ctl_mode(void **state)
     rails_env_clear();
 }
 
+/*
+ * auto, and the target's rails do not reach this engine (it has tcp only,
+ * this engine cma only): by the control plane; rails: that status. (No
+ * command segment either: the target's counters are not read.)
+ */
+static void test_rails_unreachable(void **state)
+{
+    fx_t f;
+    ote_segment_h seg;
+
+    (void)state;
+    for (int rails = 0; rails < 2; rails++) {
+        rails_env("tcp", rails ? "rails" : "auto");
+        fx_start_tls(&f, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE, "cma");
+        seg = xopen(&f, "a", OTE_OK);
+        if (rails) {
+            assert_int_equal(xfer(&f, seg, OTE_OP_READ, 0, 0, 4096, 60000),
+                             OTE_ERR_UNREACHABLE);
+        } else {
+            roundtrip(&f, seg, f.a, 77, (1u << 20) + 5, 95);
+        }
+        ote_segment_close(seg);
+        fx_stop(&f, true);
+        rails_env_clear();
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -583,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_truncate_unlink), cmocka_unit_test(test_target_gone),
         cmocka_unit_test(test_rails_tcp),       cmocka_unit_test(test_rails_uct_tcp),
         cmocka_unit_test(test_rails_refused),   cmocka_unit_test(test_rails_ctl_mode),
+        cmocka_unit_test(test_rails_unreachable),
     };
 
     signal(SIGPIPE, SIG_IGN);
