@@ -1,7 +1,8 @@
 /*
  * Private to the control-plane listener: its connections and state, shared
- * by ctl.c (listener, connections, engine requests) and ctl_proto.c (the
- * requests protocols serve: STAGE and PUTBACK).
+ * by ctl.c (listener, connections, engine requests), ctl_proto.c (the
+ * requests protocols serve: STAGE and PUTBACK, and the segments kept to
+ * initiators) and ctl_file.c (FILE_IO on exported files).
  */
 #ifndef OTE_CORE_CTL_INT_H
 #define OTE_CORE_CTL_INT_H
@@ -71,15 +72,16 @@ typedef struct putback_job {
 #define CTL_PUTBACK_PEERS 16
 
 /*
- * The segment a PUTBACK target opened to an initiator, kept for its next
- * requests: opened once per initiator instance, closed when evicted (least
- * recently used, unreferenced), when it failed, and when the listener stops.
+ * The segment a PUTBACK (or FILE_IO by rails) target opened to an
+ * initiator, kept for its next requests: opened once per initiator
+ * instance, closed when evicted (least recently used, unreferenced), when
+ * it failed, and when the listener stops.
  */
 typedef struct {
     char          name[256];
     uint64_t      instance;
     ote_segment_h seg;      /* NULL while opening */
-    unsigned      refs;     /* PUTBACKs using it now */
+    unsigned      refs;     /* PUTBACKs and FILE_IOs using it now */
     uint64_t      used_ns;
     bool          opening;
     bool          stale;    /* closed by the last user */
@@ -134,7 +136,7 @@ struct ote_ctl {
     unsigned        jobs;      /* running or queued */
     ote_proto_jobs_t *pool;    /* PUTBACK threads, started on the first request */
     putback_peer_t  peers[CTL_PUTBACK_PEERS];
-    unsigned long   putback_opens; /* segments opened to serve PUTBACKs */
+    unsigned long   putback_opens; /* segments opened to serve PUTBACKs, FILE_IOs by rails */
     file_io_job_t  *file_done;     /* FILE_IOs ended, not answered yet (done_lock) */
     unsigned        file_jobs;     /* running or queued (done_lock) */
     ote_proto_jobs_t *file_pool;   /* FILE_IO threads, started on the first request */

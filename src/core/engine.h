@@ -193,7 +193,10 @@ ote_status_t ote_putback_serve(ote_engine_h engine, ote_segment_h seg,
 ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
                                       size_t *first_task_p);
 void         ote_ctl_stop(ote_ctl_t *ctl);
-/* Segments opened to serve PUTBACKs so far, and the threads serving them (tests). */
+/*
+ * Segments opened to serve PUTBACKs (and FILE_IOs by rails) so far, and the
+ * threads serving PUTBACKs (tests).
+ */
 void          ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens_p,
                                        unsigned *threads_p);
 /*
