@@ -172,24 +172,18 @@ static ote_ctl_file_io_t request(uint8_t op, uint64_t off, uint32_t len, const v
 static ote_status_t file_io(const ote_ctl_file_io_t *m, size_t *count_p)
 {
     ote_buf_t out = {0};
-    ote_ctl_hdr_t h;
-    uint8_t *p = NULL;
+    uint8_t *p    = NULL;
+    uint32_t plen = 0;
     ote_status_t st = OTE_ERR_IO;
-    size_t count = 0;
-    int fd = sw_connect_name(ote_engine_name(fx.e_x));
+    size_t count    = 0;
 
-    assert_true(fd >= 0);
-    assert_int_equal(sw_ctl_authenticate(fd, fx.auth), OTE_OK);
     assert_int_equal(ote_ctl_file_io_encode(m, &out), OTE_OK);
-    assert_int_equal(sw_ctl_send(fd, OTE_CTL_FILE_IO, 7, out.data, out.len), 0);
+    assert_int_equal(sw_ctl_request(ote_engine_name(fx.e_x), fx.auth, OTE_CTL_FILE_IO, 7,
+                                    out.data, out.len, OTE_CTL_FILE_IO_ACK, &p, &plen, WAIT_MS),
+                     0);
     free(out.data);
-    assert_int_equal(sw_ctl_recv(fd, &h, &p, WAIT_MS), 0);
-    assert_int_equal(h.type, OTE_CTL_FILE_IO_ACK);
-    assert_int_equal(h.seq, 7);
-    assert_int_equal(ote_ctl_file_io_rails_ack_decode(p, h.length, m->length, &st, &count),
-                     OTE_OK);
+    assert_int_equal(ote_ctl_file_io_rails_ack_decode(p, plen, m->length, &st, &count), OTE_OK);
     free(p);
-    close(fd);
     if (count_p != NULL)
         *count_p = count;
     return st;
