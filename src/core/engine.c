@@ -346,11 +346,7 @@ static void engine_locks_destroy(ote_engine_h e)
 static void engine_free(ote_engine_h e)
 {
     ote_engine_rdma_monitor_stop(e);
-    /*
-     * The control listener first: the threads serving its PUTBACKs and
-     * FILE_IOs by rails open segments through the metadata store. Then the
-     * key: peers stop finding an engine that is going away.
-     */
+    /* The listener first (its pools open segments through the store), then the key. */
     if (e->ctl != NULL)
         ote_ctl_stop(e->ctl);
     e->ctl = NULL;
