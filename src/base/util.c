@@ -296,3 +296,21 @@ ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t co
     *head_p = 0;
     return OTE_OK;
 }
+
+ote_status_t ote_status_from_io_errno(int err)
+{
+    switch (err) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return OTE_ERR_ACCESS;
+    case EINVAL:
+        return OTE_ERR_INVALID_PARAM;
+    case ECANCELED:
+        return OTE_ERR_CANCELED;
+    case ENOMEM:
+        return OTE_ERR_NO_MEMORY;
+    default:
+        return OTE_ERR_IO;
+    }
+}

@@ -52,6 +52,15 @@ void ote_default_ip(char *buf, size_t len);
 uint64_t ote_random_u64(void);
 
 /*
+ * The status of a failed file read or write (errno, or io_uring's -res):
+ * EACCES, EPERM, EROFS are ACCESS; EINVAL (the file system refused the
+ * request's alignment) INVALID_PARAM; ECANCELED CANCELED; ENOMEM
+ * NO_MEMORY; ENOSPC, EDQUOT, EFBIG (the file system or the process's file
+ * size limit is full), EIO, EBADF and the rest IO.
+ */
+ote_status_t ote_status_from_io_errno(int err);
+
+/*
  * Grow a ring of count elements of elem bytes from *head_p (index modulo
  * *cap_p) to twice its capacity, or first_cap if it has none: the elements
  * move to the front, in order, and *head_p becomes 0. On failure

@@ -591,9 +591,13 @@ void ote_ctl_stop(ote_ctl_t *ctl)
         (void)!write(ctl->stop_fd, &one, sizeof(one));
         pthread_join(ctl->thread, NULL);
     }
-    /* PUTBACKs still running use the engine: they end within the transfer timeout. */
-    ote_ctl_putback_stop(ctl);
+    /*
+     * PUTBACKs and FILE_IOs still running use the engine: they end within the
+     * transfer timeout; FILE_IOs by rails first, they use the segments the
+     * PUTBACK side keeps.
+     */
     ote_ctl_file_io_stop(ctl);
+    ote_ctl_putback_stop(ctl);
     while (ctl->conns)
         ote_ctl_conn_close(ctl, ctl->conns);
     ote_stage_target_destroy(ctl->stage);

@@ -4,7 +4,10 @@
  * exported, the range within the exported size, the access) and answers
  * a refusal itself; an accepted request does its pread or pwrite on a
  * thread of the listener's file pool (CTL_FILE_IO_THREADS), and the answer
- * waits for it (the connection is not read meanwhile).
+ * waits for it (the connection is not read meanwhile). By rails the bytes
+ * go through a bounce buffer of this engine's and over the segment the
+ * listener keeps open to the initiator (ctl_proto.c): a READ WRITEs what
+ * it read into the initiator's memory, a WRITE READs it from there first.
  */
 #include "ctl_int.h"
 
@@ -25,6 +28,92 @@ static void file_io_job_free(ote_ctl_t *ctl, file_io_job_t *job)
     free(job);
 }
 
+/* A free bounce buffer, made on first use; BUSY if none (more jobs than threads). */
+static ote_status_t bounce_get(ote_ctl_t *ctl, int *slot_p, uint8_t **buf_p)
+{
+    file_bounce_t *b = NULL;
+    ote_status_t status = OTE_OK;
+
+    pthread_mutex_lock(&ctl->done_lock);
+    for (int i = 0; i < CTL_FILE_IO_THREADS && b == NULL; i++) {
+        if (!ctl->bounce[i].busy)
+            b = &ctl->bounce[i];
+    }
+    if (b != NULL)
+        b->busy = true;
+    pthread_mutex_unlock(&ctl->done_lock);
+    if (b == NULL)
+        return OTE_ERR_BUSY;
+    /* Local use only: peers reach it through no access flag of its own. */
+    if (b->addr == NULL)
+        status = ote_mem_alloc(ctl->engine, OTE_CTL_FILE_IO_MAX_BYTES, NULL, 0, &b->addr,
+                               &b->mem);
+    if (status != OTE_OK) {
+        b->addr = NULL;
+        pthread_mutex_lock(&ctl->done_lock);
+        b->busy = false;
+        pthread_mutex_unlock(&ctl->done_lock);
+        return status;
+    }
+    *slot_p = (int)(b - ctl->bounce);
+    *buf_p  = b->addr;
+    return OTE_OK;
+}
+
+static void bounce_put(ote_ctl_t *ctl, int slot)
+{
+    pthread_mutex_lock(&ctl->done_lock);
+    ctl->bounce[slot].busy = false;
+    pthread_mutex_unlock(&ctl->done_lock);
+}
+
+/*
+ * By rails: READ preads into a bounce buffer and WRITEs exactly the bytes
+ * read (those before the end of the file too) into the initiator's
+ * address; WRITE READs the initiator's range into it, then pwrites. The
+ * transfers go over the segment to the initiator, opened by the name the
+ * request carries and refused unless that name is the instance that
+ * asked; the initiator's transports check the access of its region.
+ */
+static ote_status_t file_io_rails(file_io_job_t *job)
+{
+    ote_ctl_t *ctl = job->ctl;
+    ote_engine_h e = ctl->engine;
+    bool wr        = job->m.op == OTE_CTL_FILE_IO_WRITE;
+    ote_status_t status, xs = OTE_OK;
+    ote_segment_h seg;
+    uint8_t *buf;
+    int slot, b;
+
+    status = bounce_get(ctl, &b, &buf);
+    if (status != OTE_OK)
+        return status;
+    status = ote_ctl_peer_seg_get(ctl, job->m.name, job->m.initiator, &seg, &slot);
+    if (status != OTE_OK) {
+        bounce_put(ctl, b);
+        return status;
+    }
+    if (wr) {
+        xs = ote_peer_xfer(e, seg, OTE_OP_READ, buf, job->m.local, job->m.length, false);
+        status = xs != OTE_OK ? xs
+                              : ote_fexport_io(job->file, true, job->m.offset, job->m.length,
+                                               buf, NULL, &job->done);
+    } else {
+        status = ote_fexport_io(job->file, false, job->m.offset, job->m.length, NULL, buf,
+                                &job->done);
+        if (job->done > 0)
+            xs = ote_peer_xfer(e, seg, OTE_OP_WRITE, buf, job->m.local, job->done, false);
+        if (xs != OTE_OK) {
+            status    = xs;
+            job->done = 0;
+        }
+    }
+    /* A segment whose transfer failed is closed by its last user. */
+    ote_ctl_peer_seg_put(ctl, seg, slot, xs);
+    bounce_put(ctl, b);
+    return status;
+}
+
 static void file_io_main(ote_proto_job_t *pj)
 {
     file_io_job_t *job = (file_io_job_t *)pj;
@@ -32,11 +121,14 @@ static void file_io_main(ote_proto_job_t *pj)
     bool wr            = job->m.op == OTE_CTL_FILE_IO_WRITE;
     uint64_t one       = 1;
 
-    if (!wr && (job->buf = malloc(job->m.length)) == NULL)
+    if (job->m.rails)
+        job->status = file_io_rails(job);
+    else if (!wr && (job->buf = malloc(job->m.length)) == NULL)
         job->status = OTE_ERR_NO_MEMORY;
     else
         job->status = ote_fexport_io(job->file, wr, job->m.offset, job->m.length,
                                      job->m.data, job->buf, &job->done);
+    /* The answer counts the bytes a READ delivered. */
     if (wr)
         job->done = 0;
     pthread_mutex_lock(&ctl->done_lock);
@@ -46,16 +138,22 @@ static void file_io_main(ote_proto_job_t *pj)
     (void)!write(ctl->done_fd, &one, sizeof(one));
 }
 
-static ote_status_t file_io_reply(ote_ctl_t *ctl, ctl_conn_t *c, ote_status_t st,
+static ote_status_t file_io_reply(ote_ctl_t *ctl, ctl_conn_t *c, bool rails, ote_status_t st,
                                   const uint8_t *data, size_t len)
 {
     ote_buf_t out = {0};
     ote_status_t status;
 
-    /* The header only: the bytes follow straight from data. */
-    status = ote_ctl_file_io_ack_encode(st, NULL, 0, &out);
-    if (status == OTE_OK && len > 0)
-        ote_put_u32(out.data + 4, (uint32_t)len);
+    /* By rails the count alone; else the header, the bytes following straight from data. */
+    if (rails) {
+        status = ote_ctl_file_io_rails_ack_encode(st, (uint32_t)len, &out);
+        data   = NULL;
+        len    = 0;
+    } else {
+        status = ote_ctl_file_io_ack_encode(st, NULL, 0, &out);
+        if (status == OTE_OK && len > 0)
+            ote_put_u32(out.data + 4, (uint32_t)len);
+    }
     if (status == OTE_OK)
         status = ote_ctl_reply(ctl, c, OTE_CTL_FILE_IO_ACK, out.data, out.len, data, len);
     free(out.data);
@@ -113,12 +211,14 @@ ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c)
         ctl->file_jobs--;
         pthread_mutex_unlock(&ctl->done_lock);
     }
-    ote_debug("control peer %s: file %s %#llx+%u of %016llx refused: %s", c->peer,
+    ote_debug("control peer %s: file %s %#llx+%u of %016llx%s refused: %s", c->peer,
               job->m.op == OTE_CTL_FILE_IO_WRITE ? "write" : "read",
               (unsigned long long)job->m.offset, job->m.length,
-              (unsigned long long)job->m.file_id, ote_status_string(st));
+              (unsigned long long)job->m.file_id, job->m.rails ? " by rails" : "",
+              ote_status_string(st));
+    status = file_io_reply(ctl, c, job->m.rails, st, NULL, 0);
     file_io_job_free(ctl, job);
-    return file_io_reply(ctl, c, st, NULL, 0);
+    return status;
 }
 
 void ote_ctl_file_io_answer(ote_ctl_t *ctl)
@@ -139,7 +239,7 @@ void ote_ctl_file_io_answer(ote_ctl_t *ctl)
             c->waiting = false;
             c->h.seq   = job->seq;
             ote_ctl_conn_set_events(ctl, c, EPOLLIN);
-            if (file_io_reply(ctl, c, job->status, job->buf, job->done) != OTE_OK)
+            if (file_io_reply(ctl, c, job->m.rails, job->status, job->buf, job->done) != OTE_OK)
                 ote_ctl_conn_close(ctl, c);
         }
         pthread_mutex_lock(&ctl->done_lock);
@@ -163,6 +263,16 @@ void ote_ctl_file_io_stop(ote_ctl_t *ctl)
         pthread_mutex_unlock(&ctl->done_lock);
         file_io_job_free(ctl, job);
         pthread_mutex_lock(&ctl->done_lock);
+    }
+    for (int i = 0; i < CTL_FILE_IO_THREADS; i++) {
+        file_bounce_t *b = &ctl->bounce[i];
+
+        if (b->addr != NULL) {
+            pthread_mutex_unlock(&ctl->done_lock);
+            ote_mem_free(ctl->engine, b->mem);
+            pthread_mutex_lock(&ctl->done_lock);
+        }
+        memset(b, 0, sizeof(*b));
     }
     pthread_mutex_unlock(&ctl->done_lock);
 }

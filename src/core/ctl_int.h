@@ -1,7 +1,8 @@
 /*
  * Private to the control-plane listener: its connections and state, shared
- * by ctl.c (listener, connections, engine requests) and ctl_proto.c (the
- * requests protocols serve: STAGE and PUTBACK).
+ * by ctl.c (listener, connections, engine requests), ctl_proto.c (the
+ * requests protocols serve: STAGE and PUTBACK, and the segments kept to
+ * initiators) and ctl_file.c (FILE_IO on exported files).
  */
 #ifndef OTE_CORE_CTL_INT_H
 #define OTE_CORE_CTL_INT_H
@@ -71,15 +72,16 @@ typedef struct putback_job {
 #define CTL_PUTBACK_PEERS 16
 
 /*
- * The segment a PUTBACK target opened to an initiator, kept for its next
- * requests: opened once per initiator instance, closed when evicted (least
- * recently used, unreferenced), when it failed, and when the listener stops.
+ * The segment a PUTBACK (or FILE_IO by rails) target opened to an
+ * initiator, kept for its next requests: opened once per initiator
+ * instance, closed when evicted (least recently used, unreferenced), when
+ * it failed, and when the listener stops.
  */
 typedef struct {
     char          name[256];
     uint64_t      instance;
     ote_segment_h seg;      /* NULL while opening */
-    unsigned      refs;     /* PUTBACKs using it now */
+    unsigned      refs;     /* PUTBACKs and FILE_IOs using it now */
     uint64_t      used_ns;
     bool          opening;
     bool          stale;    /* closed by the last user */
@@ -94,8 +96,8 @@ typedef struct file_io_job {
     ote_ctl_file_io_t   m;
     uint8_t            *payload; /* the request (m.data points into it) */
     ote_fexport_file_t *file;    /* held until answered */
-    uint8_t            *buf;     /* READ: the bytes read */
-    size_t              done;
+    uint8_t            *buf;     /* READ not by rails: the bytes read */
+    size_t              done;    /* READ: the bytes read (by rails: written to the initiator) */
     ote_status_t        status;
     struct file_io_job *next;
 } file_io_job_t;
@@ -104,6 +106,17 @@ typedef struct file_io_job {
 #define CTL_FILE_IO_MAX     64
 /* Threads doing their I/O (pread/pwrite block): apart from the PUTBACK pool. */
 #define CTL_FILE_IO_THREADS 4
+
+/*
+ * A bounce buffer of FILE_IOs by rails (OTE_CTL_FILE_IO_MAX_BYTES, engine
+ * memory registered for local use only): one per file pool thread, made on
+ * first use, freed when the listener stops.
+ */
+typedef struct {
+    void     *addr;
+    ote_mem_h mem;
+    bool      busy;
+} file_bounce_t;
 
 struct ote_ctl {
     ote_engine_h engine;
@@ -123,10 +136,11 @@ struct ote_ctl {
     unsigned        jobs;      /* running or queued */
     ote_proto_jobs_t *pool;    /* PUTBACK threads, started on the first request */
     putback_peer_t  peers[CTL_PUTBACK_PEERS];
-    unsigned long   putback_opens; /* segments opened to serve PUTBACKs */
+    unsigned long   putback_opens; /* segments opened to serve PUTBACKs, FILE_IOs by rails */
     file_io_job_t  *file_done;     /* FILE_IOs ended, not answered yet (done_lock) */
     unsigned        file_jobs;     /* running or queued (done_lock) */
     ote_proto_jobs_t *file_pool;   /* FILE_IO threads, started on the first request */
+    file_bounce_t   bounce[CTL_FILE_IO_THREADS]; /* FILE_IOs by rails (done_lock) */
 };
 
 /* Send a reply (a and b concatenated), or keep what the socket does not take. */
@@ -138,6 +152,18 @@ void         ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t eve
 /* ctl_proto.c */
 ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c);
 ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c);
+/*
+ * The segment to the initiator engine name (instance initiator), opened
+ * once and shared by its PUTBACKs and FILE_IOs by rails; *slot_p is its
+ * cache entry, or -1 for a segment of this request alone (every entry
+ * taken). PEER_RESTARTED unless name is served by that instance;
+ * UNREACHABLE when it cannot be found. Takes a reference.
+ */
+ote_status_t ote_ctl_peer_seg_get(ote_ctl_t *ctl, const char *name, uint64_t initiator,
+                                  ote_segment_h *seg_p, int *slot_p);
+/* Drop the reference; a segment that failed (status) is closed by its last user. */
+void         ote_ctl_peer_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot,
+                                  ote_status_t status);
 /* Answer the PUTBACKs that ended (the listener thread, on done_fd). */
 void         ote_ctl_putback_answer(ote_ctl_t *ctl);
 /* The listener stopped: end the PUTBACKs accepted, close the segments they kept. */
@@ -147,7 +173,7 @@ void         ote_ctl_putback_stop(ote_ctl_t *ctl);
 ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c);
 /* Answer the FILE_IOs that ended (the listener thread, on done_fd). */
 void         ote_ctl_file_io_answer(ote_ctl_t *ctl);
-/* The listener stopped: the FILE_IOs accepted end, unanswered. */
+/* The listener stopped: the FILE_IOs accepted end, unanswered; the bounce buffers go. */
 void         ote_ctl_file_io_stop(ote_ctl_t *ctl);
 
 #endif

@@ -3,7 +3,8 @@
  * staging of this engine's GPU memory) and PUTBACK (READ over put-only
  * transports), on the listener's thread, PUTBACKs on a bounded pool of
  * threads (CTL_PUTBACK_THREADS) with the segments to their initiators kept
- * open between requests (CTL_PUTBACK_PEERS).
+ * open between requests (CTL_PUTBACK_PEERS; FILE_IOs by rails, ctl_file.c,
+ * use the same segments).
  */
 #include "ctl_int.h"
 
@@ -52,20 +53,15 @@ ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c)
     return status;
 }
 
-/* ---- PUTBACK: segments to initiators, kept between requests ---------------- */
+/* ---- Segments to initiators, kept between requests (PUTBACK, FILE_IO) ------ */
 
 static void putback_peer_clear(putback_peer_t *p)
 {
     memset(p, 0, sizeof(*p));
 }
 
-/*
- * The segment to the initiator of m, opened once and shared by its
- * requests; *slot_p is its cache entry, or -1 for a segment of this
- * request alone (every entry taken). Takes a reference.
- */
-static ote_status_t putback_seg_get(ote_ctl_t *ctl, const ote_ctl_putback_t *m,
-                                    ote_segment_h *seg_p, int *slot_p)
+ote_status_t ote_ctl_peer_seg_get(ote_ctl_t *ctl, const char *name, uint64_t initiator,
+                                  ote_segment_h *seg_p, int *slot_p)
 {
     ote_engine_h e      = ctl->engine;
     ote_segment_h evict = NULL, seg = NULL;
@@ -79,7 +75,7 @@ static ote_status_t putback_seg_get(ote_ctl_t *ctl, const ote_ctl_putback_t *m,
         for (int i = 0; i < CTL_PUTBACK_PEERS; i++) {
             p = &ctl->peers[i];
             if ((p->opening || p->seg != NULL) && !p->stale &&
-                strncmp(p->name, m->name, sizeof(p->name)) == 0)
+                strncmp(p->name, name, sizeof(p->name)) == 0)
                 break;
             p = NULL;
         }
@@ -87,7 +83,7 @@ static ote_status_t putback_seg_get(ote_ctl_t *ctl, const ote_ctl_putback_t *m,
             break;
         pthread_cond_wait(&ctl->done_cond, &ctl->done_lock);
     }
-    if (p != NULL && p->instance == m->initiator) {
+    if (p != NULL && p->instance == initiator) {
         p->refs++;
         p->used_ns = ote_time_ns();
         *seg_p     = p->seg;
@@ -121,7 +117,7 @@ static ote_status_t putback_seg_get(ote_ctl_t *ctl, const ote_ctl_putback_t *m,
             evict = p->seg;
         }
         putback_peer_clear(p);
-        snprintf(p->name, sizeof(p->name), "%s", m->name);
+        snprintf(p->name, sizeof(p->name), "%s", name);
         p->opening = true;
         p->refs    = 1;
     }
@@ -129,20 +125,20 @@ static ote_status_t putback_seg_get(ote_ctl_t *ctl, const ote_ctl_putback_t *m,
     if (evict != NULL)
         ote_segment_close(evict);
 
-    status = ote_segment_open(e, m->name, &seg);
+    status = ote_segment_open(e, name, &seg);
     if (status == OTE_OK) {
         pthread_mutex_lock(&seg->lock);
         instance = seg->desc != NULL ? seg->desc->instance_id : 0;
         pthread_mutex_unlock(&seg->lock);
         /* Only into the instance that asked: a name now served by another is refused. */
-        if (instance != m->initiator) {
-            ote_warn("putback: '%s' is not the instance that asked; refused", m->name);
+        if (instance != initiator) {
+            ote_warn("control listener: '%s' is not the instance that asked; refused", name);
             ote_segment_close(seg);
             seg    = NULL;
             status = OTE_ERR_PEER_RESTARTED;
         }
     } else {
-        ote_warn("putback: cannot open '%s' to answer its read: %s", m->name,
+        ote_warn("control listener: cannot open '%s' to serve its request: %s", name,
                  ote_status_string(status));
         if (status == OTE_ERR_NOT_FOUND)
             status = OTE_ERR_UNREACHABLE;
@@ -169,8 +165,7 @@ static ote_status_t putback_seg_get(ote_ctl_t *ctl, const ote_ctl_putback_t *m,
     return status;
 }
 
-/* Drop the reference; a segment that failed is closed by its last user. */
-static void putback_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot, ote_status_t status)
+void ote_ctl_peer_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot, ote_status_t status)
 {
     ote_segment_h close_seg = slot < 0 ? seg : NULL;
 
@@ -198,10 +193,10 @@ static void putback_serve_job(ote_proto_job_t *pj)
     uint64_t one = 1;
     int slot;
 
-    job->status = putback_seg_get(ctl, &job->m, &seg, &slot);
+    job->status = ote_ctl_peer_seg_get(ctl, job->m.name, job->m.initiator, &seg, &slot);
     if (job->status == OTE_OK) {
         job->status = ote_putback_serve(ctl->engine, seg, &job->m);
-        putback_seg_put(ctl, seg, slot, job->status);
+        ote_ctl_peer_seg_put(ctl, seg, slot, job->status);
     }
     ote_mem_region_put(job->region);
     job->region = NULL;
@@ -232,6 +227,28 @@ void ote_ctl_putback_stop(ote_ctl_t *ctl)
             ote_segment_close(ctl->peers[i].seg);
         putback_peer_clear(&ctl->peers[i]);
     }
+}
+
+uint64_t ote_engine_peer_rail_bytes(ote_engine_h e, const char *tl)
+{
+    ote_ctl_t *ctl = e->ctl;
+    uint64_t bytes = 0;
+
+    pthread_mutex_lock(&ctl->done_lock);
+    for (int i = 0; i < CTL_PUTBACK_PEERS; i++) {
+        ote_rail_info_t info[OTE_PROTO_MAX_RAILS];
+        size_t n = 0;
+
+        if (ctl->peers[i].seg == NULL ||
+            ote_segment_rails(ctl->peers[i].seg, info, OTE_PROTO_MAX_RAILS, &n) != OTE_OK)
+            continue;
+        for (size_t k = 0; k < n && k < OTE_PROTO_MAX_RAILS; k++) {
+            if (strcmp(info[k].transport, tl) == 0)
+                bytes += info[k].bytes;
+        }
+    }
+    pthread_mutex_unlock(&ctl->done_lock);
+    return bytes;
 }
 
 void ote_engine_putback_stats(ote_engine_h e, unsigned long *opens_p, unsigned *threads_p)

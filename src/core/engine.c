@@ -346,12 +346,12 @@ static void engine_locks_destroy(ote_engine_h e)
 static void engine_free(ote_engine_h e)
 {
     ote_engine_rdma_monitor_stop(e);
-    /* The key first: peers stop finding an engine that is going away. */
-    ote_meta_destroy(e->meta);
-    e->meta = NULL;
+    /* The listener first (its pools open segments through the store), then the key. */
     if (e->ctl != NULL)
         ote_ctl_stop(e->ctl);
     e->ctl = NULL;
+    ote_meta_destroy(e->meta);
+    e->meta = NULL;
     OTE_DLIST_DRAIN(&e->seg_lock, e->segments, ote_segment_h, ote_segment_close);
     /* Remote staging and PUTBACK requests in flight end (their rails are gone). */
     ote_proto_jobs_destroy(e->proto_jobs);

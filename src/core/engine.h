@@ -57,6 +57,7 @@ typedef struct {
     char  *auth_key_file;
     char  *host_id;
     char  *hwloc_xml;
+    char  *file_remote; /* auto, rails or ctl (ote_engine_file_remote_mode) */
 } ote_engine_config_t;
 
 extern const ote_config_table_t ote_engine_config_table;
@@ -169,6 +170,17 @@ ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl
                            char *bound, size_t bound_len);
 ote_status_t ote_ctl_run(ote_ctl_t *ctl);
 /*
+ * One transfer between this engine's memory local and remote in the peer
+ * seg (a segment the control listener keeps open to an initiator), waited
+ * for (bounded by the transfer timeout): the status it ended with.
+ * putback: a PUTBACK's WRITE, whose destination needs only be registered
+ * at the peer; else the peer's descriptor must give the access as for any
+ * request (over transports that do not check at the target). Blocking:
+ * runs on a thread of the listener's PUTBACK or file pool.
+ */
+ote_status_t ote_peer_xfer(ote_engine_h engine, ote_segment_h seg, ote_op_t op, void *local,
+                           uint64_t remote, size_t length, bool putback);
+/*
  * Serve a PUTBACK whose remote range the caller found readable in this
  * engine's region table (it holds a reference on that region): WRITE the
  * range into m->local over seg, the segment to the initiator (the instance
@@ -181,9 +193,18 @@ ote_status_t ote_putback_serve(ote_engine_h engine, ote_segment_h seg,
 ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
                                       size_t *first_task_p);
 void         ote_ctl_stop(ote_ctl_t *ctl);
-/* Segments opened to serve PUTBACKs so far, and the threads serving them (tests). */
+/*
+ * Segments opened to serve PUTBACKs (and FILE_IOs by rails) so far, and the
+ * threads serving PUTBACKs (tests).
+ */
 void          ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens_p,
                                        unsigned *threads_p);
+/*
+ * Bytes delivered so far on the rails of transport tl ("tcp", "uct_tcp",
+ * ...) of the segments the control listener keeps open to initiators
+ * (PUTBACKs and FILE_IOs by rails), open ones only (tests).
+ */
+uint64_t      ote_engine_peer_rail_bytes(ote_engine_h engine, const char *tl);
 /* Encode this engine's descriptor. */
 ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
 /* Queue a received notification; BUSY when the backlog is full. */

@@ -111,6 +111,13 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "Tests and diagnostics: rank rails on the topology of this hwloc XML export instead of "
      "this machine's (hwloc's HWLOC_XMLFILE also applies); workers are still bound on this "
      "machine's."},
+    {"FILE_REMOTE", "auto", OTE_CFG_STRING, F(file_remote),
+     "How the bytes of a peer's exported file (<export>@<engine>) travel: auto = over the "
+     "engines' data rails (the target WRITEs what it read into this engine's memory, or READs "
+     "what it writes) where the local range lies in a region registered with "
+     "OTE_ACCESS_REMOTE_WRITE for a READ, OTE_ACCESS_REMOTE_READ for a WRITE, else inside the "
+     "control messages; rails = always over the data rails, a slice whose local region lacks "
+     "that access fails OTE_ERR_ACCESS; ctl = always inside the control messages."},
 };
 
 /* Bounds across entries; each entry's own are in the table. */
@@ -120,6 +127,11 @@ static ote_status_t engine_config_validate(const void *opts)
 
     if (cfg->rail_cooldown_max_ms < cfg->rail_cooldown_ms) {
         ote_error("OTE_RAIL_COOLDOWN_MAX_MS must be at least OTE_RAIL_COOLDOWN_MS");
+        return OTE_ERR_INVALID_PARAM;
+    }
+    if (strcmp(cfg->file_remote, "auto") != 0 && strcmp(cfg->file_remote, "rails") != 0 &&
+        strcmp(cfg->file_remote, "ctl") != 0) {
+        ote_error("OTE_FILE_REMOTE='%s': expected auto, rails or ctl", cfg->file_remote);
         return OTE_ERR_INVALID_PARAM;
     }
     return OTE_OK;

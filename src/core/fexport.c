@@ -135,20 +135,6 @@ ote_status_t ote_fexport_check(const ote_fexport_file_t *f, bool write, uint64_t
     return OTE_OK;
 }
 
-static ote_status_t io_errno_status(int err)
-{
-    switch (err) {
-    case EACCES:
-    case EPERM:
-    case EROFS:
-        return OTE_ERR_ACCESS;
-    case ENOMEM:
-        return OTE_ERR_NO_MEMORY;
-    default:
-        return OTE_ERR_IO;
-    }
-}
-
 ote_status_t ote_fexport_io(const ote_fexport_file_t *f, bool write, uint64_t offset,
                             uint32_t length, const uint8_t *data, uint8_t *buf,
                             size_t *done_p)
@@ -159,7 +145,7 @@ ote_status_t ote_fexport_io(const ote_fexport_file_t *f, bool write, uint64_t of
     if (write) {
         /* A file truncated under its export is not grown back by a peer. */
         if (fstat(f->fd, &st) != 0)
-            return io_errno_status(errno);
+            return ote_status_from_io_errno(errno);
         if ((uint64_t)st.st_size < offset + length) {
             *done_p = 0;
             return OTE_ERR_OUT_OF_BOUNDS;
@@ -177,7 +163,7 @@ ote_status_t ote_fexport_io(const ote_fexport_file_t *f, bool write, uint64_t of
             *done_p = done;
             ote_debug("exported file '%s': %s at %llu: %s", f->name, write ? "pwrite" : "pread",
                       (unsigned long long)(offset + done), strerror(err));
-            return io_errno_status(err);
+            return ote_status_from_io_errno(err);
         }
         if (n == 0) {
             *done_p = done;

@@ -30,6 +30,8 @@ struct ote_segment {
     char             export_name[OTE_DESC_NAME_MAX + 1];
     char             peer_name[OTE_DESC_NAME_MAX + 1]; /* the engine exporting it */
     uint64_t         export_file_id; /* the file's id at that engine's instance */
+    /* OTE_FILE_REMOTE=auto: the peer's rails did not reach this engine, by ctl from now on */
+    atomic_bool      export_rails_off;
     /* Idle control connections for requests that run side by side (FILE_IO) */
     pthread_mutex_t  ctl_pool_lock;
     int              ctl_pool[OTE_SEGMENT_CTL_POOL];

@@ -4,7 +4,8 @@
  * descriptor, found as for any peer, lists its exports; the segment's own
  * descriptor is one region [0, exported size) with the export's access,
  * and its rails are remote file rails (proto/file_remote.h), one per
- * worker, whose slices are FILE_IO requests to the peer's listener.
+ * worker, whose slices are FILE_IO requests to the peer's listener (the
+ * bytes inside them, or over the engines' data rails: OTE_FILE_REMOTE).
  */
 #include "engine.h"
 
@@ -92,13 +93,19 @@ static ote_status_t export_rails_build(ote_segment_h seg, uint64_t instance, uin
     if (e->config.max_ctl_msg < OTE_CTL_FILE_IO_HDR_LEN + max)
         max = e->config.max_ctl_msg - OTE_CTL_FILE_IO_HDR_LEN;
     gen = atomic_fetch_add(&seg->rails_gen, 1) + 1;
+    /* A new instance may reach this engine again. */
+    atomic_store(&seg->export_rails_off, false);
     for (size_t w = 0; w < e->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
         ote_file_remote_hooks_t hooks = {.ctl = export_ctl, .ctl_arg = seg,
                                          .worker_lock = &e->workers[w].lock,
                                          .jobs = e->proto_jobs, .initiator = e->instance_id,
                                          .target = instance, .file_id = file_id,
-                                         .max_bytes = max};
+                                         .max_bytes = max,
+                                         .mode = ote_proto_file_remote_mode(e->config.file_remote),
+                                         .rails_off = &seg->export_rails_off};
 
+        /* By rails the target opens this engine by this name, as for a PUTBACK. */
+        snprintf(hooks.name, sizeof(hooks.name), "%s", e->name);
         status = ote_proto_file_remote_rail_init(&seg->rails[n], w, &hooks);
         if (status != OTE_OK)
             return status;

@@ -27,25 +27,43 @@ typedef struct {
     ote_file_remote_hooks_t hooks;
 } file_remote_op_t;
 
+ote_file_remote_mode_t ote_proto_file_remote_mode(const char *value)
+{
+    if (strcmp(value, "rails") == 0)
+        return OTE_FILE_REMOTE_RAILS;
+    if (strcmp(value, "ctl") == 0)
+        return OTE_FILE_REMOTE_CTL;
+    return OTE_FILE_REMOTE_AUTO;
+}
+
+static const char *file_remote_op_name(const file_remote_op_t *op)
+{
+    return op->m.op == OTE_CTL_FILE_IO_READ ? "read" : "write";
+}
+
 static ote_status_t file_remote_exchange(file_remote_op_t *op)
 {
     ote_buf_t out = {0};
     uint8_t *resp = NULL;
-    const uint8_t *data;
-    size_t len = 0, n = 0;
+    const uint8_t *data = NULL;
+    size_t len = 0, n = 0, max = op->m.op == OTE_CTL_FILE_IO_READ ? op->m.length : 0;
     ote_status_t status, remote = OTE_OK;
 
     status = ote_ctl_file_io_encode(&op->m, &out);
     if (status == OTE_OK)
         status = op->hooks.ctl(op->hooks.ctl_arg, out.data, out.len, &resp, &len);
     free(out.data);
-    if (status == OTE_OK)
-        status = ote_ctl_file_io_ack_decode(resp, len,
-                                            op->m.op == OTE_CTL_FILE_IO_READ ? op->m.length : 0,
-                                            &remote, &data, &n);
-    /* A READ that met the end of the file still lands, and counts, the bytes before it. */
+    if (status == OTE_OK && op->m.rails)
+        status = ote_ctl_file_io_rails_ack_decode(resp, len, max, &remote, &n);
+    else if (status == OTE_OK)
+        status = ote_ctl_file_io_ack_decode(resp, len, max, &remote, &data, &n);
+    /*
+     * A READ that met the end of the file still lands, and counts, the
+     * bytes before it (by rails the target wrote them already).
+     */
     if (status == OTE_OK && n > 0) {
-        memcpy(op->local, data, n);
+        if (data != NULL)
+            memcpy(op->local, data, n);
         op->comp->transferred = n;
     }
     if (status == OTE_OK && remote == OTE_OK && op->m.op == OTE_CTL_FILE_IO_READ &&
@@ -64,26 +82,81 @@ static void file_remote_main(ote_proto_job_t *job)
         status = OTE_ERR_CANCELED;
     else
         status = file_remote_exchange(op);
+    /*
+     * auto: a peer whose rails do not reach this engine (it cannot open it
+     * or no transport of its reaches this memory) answers UNREACHABLE; the
+     * slice goes again by the control plane, and so do the segment's next
+     * ones.
+     */
+    if (status == OTE_ERR_UNREACHABLE && op->m.rails && op->hooks.mode == OTE_FILE_REMOTE_AUTO &&
+        !(op->cancel != NULL && atomic_load(op->cancel))) {
+        ote_debug("remote file: %s %#llx+%u: the peer's rails do not reach '%s'; by the "
+                  "control plane",
+                  file_remote_op_name(op), (unsigned long long)op->m.offset, op->m.length,
+                  op->m.name);
+        if (op->hooks.rails_off != NULL)
+            atomic_store(op->hooks.rails_off, true);
+        op->m.rails           = false;
+        op->m.data            = op->m.op == OTE_CTL_FILE_IO_WRITE ? op->local : NULL;
+        op->comp->transferred = 0;
+        status                = file_remote_exchange(op);
+    }
     if (status != OTE_OK)
-        ote_debug("remote file: %s %#llx+%u: %s",
-                  op->m.op == OTE_CTL_FILE_IO_READ ? "read" : "write",
-                  (unsigned long long)op->m.offset, op->m.length, ote_status_string(status));
+        ote_debug("remote file: %s %#llx+%u%s: %s", file_remote_op_name(op),
+                  (unsigned long long)op->m.offset, op->m.length,
+                  op->m.rails ? " by rails" : "", ote_status_string(status));
     pthread_mutex_lock(op->hooks.worker_lock);
     op->comp->func(op->comp, status);
     pthread_mutex_unlock(op->hooks.worker_lock);
     free(op);
 }
 
+/*
+ * By rails or by the control plane (OTE_FILE_REMOTE): by rails the target
+ * moves the bytes into or out of local, which must lie in a region this
+ * engine's transports let a peer write (READ) or read (WRITE).
+ */
+static ote_status_t file_remote_rails(const file_remote_ep_t *ep, uint8_t op_code, void *local,
+                                      size_t length, const ote_region_t *local_region,
+                                      bool *rails_p)
+{
+    unsigned need = op_code == OTE_CTL_FILE_IO_READ ? OTE_ACCESS_REMOTE_WRITE
+                                                    : OTE_ACCESS_REMOTE_READ;
+    bool allowed  = local_region != NULL && (local_region->access & need) == need;
+
+    *rails_p = false;
+    if (ep->hooks.mode == OTE_FILE_REMOTE_CTL ||
+        (ep->hooks.mode == OTE_FILE_REMOTE_AUTO && ep->hooks.rails_off != NULL &&
+         atomic_load(ep->hooks.rails_off)))
+        return OTE_OK;
+    if (allowed) {
+        *rails_p = true;
+        return OTE_OK;
+    }
+    if (ep->hooks.mode == OTE_FILE_REMOTE_RAILS) {
+        ote_warn("remote file: %s of %p+%zu refused: OTE_FILE_REMOTE=rails and the local region "
+                 "lacks OTE_ACCESS_REMOTE_%s (the peer moves the bytes over its rails)",
+                 op_code == OTE_CTL_FILE_IO_READ ? "read" : "write", local, length,
+                 need == OTE_ACCESS_REMOTE_WRITE ? "WRITE" : "READ");
+        return OTE_ERR_ACCESS;
+    }
+    return OTE_OK;
+}
+
 static ote_status_t file_remote_post(ote_tl_ep_t *tl_ep, uint8_t op_code, void *local,
-                                     size_t length, uint64_t remote_addr,
-                                     ote_tl_completion_t *comp)
+                                     size_t length, const ote_region_t *local_region,
+                                     uint64_t remote_addr, ote_tl_completion_t *comp)
 {
     file_remote_ep_t *ep = (file_remote_ep_t *)tl_ep;
     file_remote_op_t *op;
     ote_status_t status;
+    bool rails;
 
     if (length == 0 || length > ep->hooks.max_bytes || remote_addr + length < remote_addr)
         return OTE_ERR_INVALID_PARAM;
+    status = file_remote_rails(ep, op_code, local, length, local_region, &rails);
+    if (status != OTE_OK)
+        return status;
     op = calloc(1, sizeof(*op));
     if (op == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -93,12 +166,15 @@ static ote_status_t file_remote_post(ote_tl_ep_t *tl_ep, uint8_t op_code, void *
     op->hooks       = ep->hooks;
     op->local       = local;
     op->m.op        = op_code;
+    op->m.rails     = rails;
     op->m.initiator = ep->hooks.initiator;
     op->m.target    = ep->hooks.target;
     op->m.file_id   = ep->hooks.file_id;
     op->m.offset    = remote_addr;
     op->m.length    = (uint32_t)length;
-    op->m.data      = op_code == OTE_CTL_FILE_IO_WRITE ? local : NULL;
+    op->m.data      = op_code == OTE_CTL_FILE_IO_WRITE && !rails ? local : NULL;
+    op->m.local     = (uintptr_t)local;
+    snprintf(op->m.name, sizeof(op->m.name), "%s", ep->hooks.name);
     op->job.run     = file_remote_main;
     status          = ote_proto_jobs_submit(ep->hooks.jobs, &op->job);
     if (status != OTE_OK) {
@@ -113,10 +189,10 @@ static ote_status_t file_remote_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_
                                           const void *rkey, size_t rkey_len,
                                           ote_tl_completion_t *comp)
 {
-    (void)local_region;
     (void)rkey;
     (void)rkey_len;
-    return file_remote_post(tl_ep, OTE_CTL_FILE_IO_WRITE, local, length, remote_addr, comp);
+    return file_remote_post(tl_ep, OTE_CTL_FILE_IO_WRITE, local, length, local_region,
+                            remote_addr, comp);
 }
 
 static ote_status_t file_remote_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
@@ -124,10 +200,10 @@ static ote_status_t file_remote_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_
                                           const void *rkey, size_t rkey_len,
                                           ote_tl_completion_t *comp)
 {
-    (void)local_region;
     (void)rkey;
     (void)rkey_len;
-    return file_remote_post(tl_ep, OTE_CTL_FILE_IO_READ, local, length, remote_addr, comp);
+    return file_remote_post(tl_ep, OTE_CTL_FILE_IO_READ, local, length, local_region,
+                            remote_addr, comp);
 }
 
 /* The rail's own accounting (rail.c) counts what is in flight. */

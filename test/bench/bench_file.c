@@ -11,9 +11,12 @@
  * its own (listening on 127.0.0.1) exports it (ote_file_export, buffered
  * pread/pwrite at the target), and this process opens it as
  * "f@<child's engine name>", over tcp on loopback; --direct does not apply.
+ * The bytes go inside the control messages (OTE_FILE_REMOTE=ctl), or with
+ * --rails over the engines' tcp data rails (OTE_FILE_REMOTE=rails, this
+ * process's buffers registered for remote read and write).
  *
  *   bench_file --file PATH [--read|--write] [--rand|--seq] [--bs BYTES]
- *              [--qd N] [--direct y|n] [--seconds S] [--remote]
+ *              [--qd N] [--direct y|n] [--seconds S] [--remote [--rails]]
  */
 #include <ote/ote.h>
 
@@ -100,7 +103,7 @@ int main(int argc, char **argv)
     const char *file = NULL, *direct = "y";
     size_t bs = 4096, qd = 32, nblocks;
     double seconds = 5, t0, t;
-    int write = 0, rand = 1, remote = 0, peer_fd = -1;
+    int write = 0, rand = 1, remote = 0, rails = 0, peer_fd = -1;
     pid_t peer = 0;
     char peer_name[300];
     char name[4200], qds[32];
@@ -134,9 +137,12 @@ int main(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--remote"))
             remote = 1;
+        else if (!strcmp(argv[i], "--rails"))
+            remote = rails = 1;
         else {
             fprintf(stderr, "usage: %s --file PATH [--read|--write] [--rand|--seq] [--bs BYTES] "
-                            "[--qd N] [--direct y|n] [--seconds S] [--remote]\n", argv[0]);
+                            "[--qd N] [--direct y|n] [--seconds S] [--remote [--rails]]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -150,12 +156,15 @@ int main(int argc, char **argv)
     setenv("OTE_FILE_DIRECT", direct, 1);
     setenv("OTE_NUM_WORKERS", "1", 1);
     setenv("OTE_TLS", remote ? "tcp" : "file", 1);
+    setenv("OTE_FILE_REMOTE", rails ? "rails" : "ctl", 1);
     if (remote && remote_start(file, peer_name, sizeof(peer_name), &peer_fd, &peer) != 0) {
         fprintf(stderr, "bench_file: the exporting peer did not start\n");
         return 1;
     }
     if ((s = ote_engine_create(NULL, &e)) != OTE_OK ||
-        (s = ote_mem_alloc(e, qd * bs, NULL, 0, (void **)&buf, &mem)) != OTE_OK) {
+        (s = ote_mem_alloc(e, qd * bs, NULL,
+                           rails ? OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE : 0,
+                           (void **)&buf, &mem)) != OTE_OK) {
         fprintf(stderr, "bench_file: %s\n", ote_status_string(s));
         return 1;
     }
@@ -213,8 +222,9 @@ int main(int argc, char **argv)
         }
     }
     printf("%s %s bs=%zu qd=%zu %s%s: %.1f MB/s, %.0f IOPS\n", write ? "write" : "read",
-           rand ? "rand" : "seq", bs, qd, remote ? "remote" : "direct=",
-           remote ? "" : direct, ops * bs / (t - t0) / 1e6, ops / (t - t0));
+           rand ? "rand" : "seq", bs, qd, remote ? "remote " : "direct=",
+           remote ? (rails ? "rails" : "ctl") : direct, ops * bs / (t - t0) / 1e6,
+           ops / (t - t0));
     ote_segment_close(seg);
     ote_mem_free(e, mem);
     ote_engine_destroy(e);

@@ -41,6 +41,7 @@ static volatile sig_atomic_t stop;
 /* Library-internal (proto/stage.h, core/engine.h), exported with the ote_ symbols. */
 long ote_stage_target_pinned_now(void);
 void ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens_p, unsigned *threads_p);
+uint64_t ote_engine_peer_rail_bytes(ote_engine_h engine, const char *tl);
 
 static bool gpu_region(const char *where)
 {
@@ -266,6 +267,10 @@ int main(int argc, char **argv)
 
             ote_engine_putback_stats(e, &opens, &threads);
             snprintf(ans, sizeof(ans), "opens %lu threads %u", opens, threads);
+        } else if (strncmp(cmd, "peerbytes ", 10) == 0) {
+            /* Bytes on the rails of transport <tl> of the segments kept to initiators. */
+            snprintf(ans, sizeof(ans), "bytes %llu",
+                     (unsigned long long)ote_engine_peer_rail_bytes(e, cmd + 10));
         } else if (strncmp(cmd, "unexport ", 9) == 0) {
             for (size_t k = 0; k < nx; k++) {
                 if (xh[k] != NULL && strcmp(xname[k], cmd + 9) == 0) {

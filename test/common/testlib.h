@@ -73,6 +73,8 @@ void ote_test_target_kill(ote_test_target_t *t);
  *   zero R OFF LEN        | dereg R | crc R OFF LEN -> "crc HEX" | quit
  *   sum R OFF LEN          -> "sum HEX" (64-bit hash of the bytes)
  *   stagepinned            -> "pinned N" (remote staging chunks pinned now)
+ *   peerbytes TL           -> "bytes N" (delivered on the rails of transport TL of
+ *                             the segments it keeps open to initiators)
  *   guard R                -> "guard HEX HEX" (hashes of the areas before and after
  *                             region R, with --guard)
  * Returns 0 and fills reply on success.

@@ -176,6 +176,15 @@ static void gen_ctl_file_io(void)
     m.op   = OTE_CTL_FILE_IO_WRITE;
     m.data = data;
     flush_encoded("ctl_file_io", "write", &b, ote_ctl_file_io_encode(&m, pick(&b, 0)));
+    m.rails = true;
+    m.data  = NULL;
+    m.local = 0x7f0000001003ull;
+    snprintf(m.name, sizeof(m.name), "127.0.0.1:45678");
+    flush_encoded("ctl_file_io", "write_rails", &b, ote_ctl_file_io_encode(&m, pick(&b, 0)));
+    m.op = OTE_CTL_FILE_IO_READ;
+    flush_encoded("ctl_file_io", "read_rails", &b, ote_ctl_file_io_encode(&m, pick(&b, 0)));
+    flush_encoded("ctl_file_io", "ack_rails_short", &b,
+                  ote_ctl_file_io_rails_ack_encode(OTE_ERR_OUT_OF_BOUNDS, 100, pick(&b, 1)));
     flush_encoded("ctl_file_io", "ack_read", &b,
                   ote_ctl_file_io_ack_encode(OTE_OK, data, sizeof(data), pick(&b, 1)));
     flush_encoded("ctl_file_io", "ack_short", &b,

@@ -146,22 +146,19 @@ static ote_ctl_putback_t request(uint64_t remote, uint32_t len)
 static ote_status_t putback(const ote_ctl_putback_t *m)
 {
     ote_buf_t out = {0};
-    ote_ctl_hdr_t h;
-    uint8_t *p = NULL;
+    uint8_t *p    = NULL;
+    uint32_t plen = 0;
     ote_status_t st = OTE_ERR_IO;
-    uint64_t id = 0;
-    int fd = ctl_open();
+    uint64_t id     = 0;
 
     assert_int_equal(ote_ctl_putback_encode(m, &out), OTE_OK);
-    assert_int_equal(sw_ctl_send(fd, OTE_CTL_PUTBACK, 9, out.data, out.len), 0);
+    assert_int_equal(sw_ctl_request(ote_engine_name(fx.e_t), fx.auth, OTE_CTL_PUTBACK, 9,
+                                    out.data, out.len, OTE_CTL_PUTBACK_ACK, &p, &plen, WAIT_MS),
+                     0);
     free(out.data);
-    assert_int_equal(sw_ctl_recv(fd, &h, &p, WAIT_MS), 0);
-    assert_int_equal(h.type, OTE_CTL_PUTBACK_ACK);
-    assert_int_equal(h.seq, 9);
-    assert_int_equal(ote_ctl_putback_ack_decode(p, h.length, &st, &id), OTE_OK);
+    assert_int_equal(ote_ctl_putback_ack_decode(p, plen, &st, &id), OTE_OK);
     assert_true(id == m->id);
     free(p);
-    close(fd);
     return st;
 }
 

@@ -305,3 +305,27 @@ ote_auth_t *sw_auth_new(const char *key)
     }
     return a;
 }
+
+int sw_ctl_request(const char *name, const ote_auth_t *auth, uint8_t type, uint32_t seq,
+                   const void *payload, size_t len, uint8_t resp_type, uint8_t **resp_p,
+                   uint32_t *resp_len_p, int timeout_ms)
+{
+    ote_ctl_hdr_t h;
+    uint8_t *p = NULL;
+    int fd     = sw_connect_name(name);
+    int rc     = -1;
+
+    if (fd < 0)
+        return -1;
+    if ((auth == NULL || sw_ctl_authenticate(fd, auth) == OTE_OK) &&
+        sw_ctl_send(fd, type, seq, payload, len) == 0 && sw_ctl_recv(fd, &h, &p, timeout_ms) == 0 &&
+        h.type == resp_type && h.seq == seq) {
+        *resp_p     = p;
+        *resp_len_p = h.length;
+        p           = NULL;
+        rc          = 0;
+    }
+    free(p);
+    close(fd);
+    return rc;
+}

@@ -41,6 +41,15 @@ int  sw_ctl_recv(int fd, ote_ctl_hdr_t *h, uint8_t **payload_p, int timeout_ms);
 int  sw_ctl_recv_status(int fd, uint8_t expect_type, int timeout_ms);
 /* Full control handshake with this auth object; returns the status. */
 ote_status_t sw_ctl_authenticate(int fd, const ote_auth_t *auth);
+/*
+ * One request on a new control connection to the engine name (authenticated
+ * with auth): send type with seq and payload, receive one response, which
+ * must be resp_type with the same seq; its payload malloc'ed into *resp_p,
+ * its length into *resp_len_p. 0 on success.
+ */
+int  sw_ctl_request(const char *name, const ote_auth_t *auth, uint8_t type, uint32_t seq,
+                    const void *payload, size_t len, uint8_t resp_type, uint8_t **resp_p,
+                    uint32_t *resp_len_p, int timeout_ms);
 /* Fetch and decode the descriptor (auth may be NULL). */
 ote_status_t sw_fetch_desc(const char *name, const ote_auth_t *auth, ote_desc_t **desc_p);
 /* The data address of a descriptor's transport tl ("tcp" or "cma"). */

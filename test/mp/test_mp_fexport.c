@@ -2,7 +2,10 @@
  * A peer's exported file as a segment (ote_file_export): a target process
  * exports files of a temporary directory, this process opens them as
  * "<export>@<engine name>" and moves data both ways over loopback; every
- * byte is checked, in this process's memory and in the file on disk.
+ * byte is checked, in this process's memory and in the file on disk. The
+ * bytes go inside the control messages, or over the engines' data rails
+ * (OTE_FILE_REMOTE, local memory registered for remote access): the
+ * target's rail counters tell which.
  */
 #include "mp_util.h"
 
@@ -54,7 +57,11 @@ static long file_check(const char *path, uint64_t off, size_t len, uint64_t base
     return bad;
 }
 
-static void fx_start(fx_t *f)
+/*
+ * The local memory registered with access (OTE_ACCESS_*: by rails or not,
+ * OTE_FILE_REMOTE); local_tls: this engine's OTE_TLS, if not the target's.
+ */
+static void fx_start_tls(fx_t *f, unsigned access, const char *local_tls)
 {
     char xa[400], xro[400], xwo[400], xd[400];
     const char *args[] = {"--export", xa, "--export", xro, "--export", xwo, "--export", xd, NULL};
@@ -80,11 +87,27 @@ static void fx_start(fx_t *f)
     snprintf(xwo, sizeof(xwo), "wo:w:%s", f->wo);
     snprintf(xd, sizeof(xd), "d:rw:%s", f->d);
     assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
+    if (local_tls != NULL)
+        setenv("OTE_TLS", local_tls, 1);
     f->e = ote_test_engine(NULL);
     assert_non_null(f->e);
-    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->cmd), OTE_OK);
-    assert_int_equal(ote_mem_alloc(f->e, LOCAL_LEN, NULL, 0, (void **)&f->local, &f->mem),
+    /* Without a transport in common no command segment: the target is stopped by signal. */
+    if (local_tls != NULL)
+        assert_int_equal(ote_segment_open(f->e, f->t.name, &f->cmd), OTE_ERR_UNREACHABLE);
+    else
+        assert_int_equal(ote_segment_open(f->e, f->t.name, &f->cmd), OTE_OK);
+    assert_int_equal(ote_mem_alloc(f->e, LOCAL_LEN, NULL, access, (void **)&f->local, &f->mem),
                      OTE_OK);
+}
+
+static void fx_start_access(fx_t *f, unsigned access)
+{
+    fx_start_tls(f, access, NULL);
+}
+
+static void fx_start(fx_t *f)
+{
+    fx_start_access(f, 0);
 }
 
 static void fx_stop(fx_t *f, bool quit)
@@ -92,9 +115,10 @@ static void fx_stop(fx_t *f, bool quit)
     char reply[64];
     const char *files[] = {f->d1, f->d2, f->a, f->ro, f->wo};
 
-    if (quit)
+    if (quit && f->cmd != NULL)
         ote_test_target_cmd(f->e, f->cmd, "quit", reply, sizeof(reply), 100);
-    ote_segment_close(f->cmd);
+    if (f->cmd != NULL)
+        ote_segment_close(f->cmd);
     ote_mem_free(f->e, f->mem);
     ote_engine_destroy(f->e);
     ote_test_target_stop(&f->t);
@@ -390,12 +414,218 @@ static void test_target_gone(void **state)
     unsetenv("OTE_XFER_TIMEOUT_MS");
 }
 
+/* ---- By rails (OTE_FILE_REMOTE) ------------------------------------------ */
+
+/* Bytes the target delivered on its tl rails to the initiators it keeps open. */
+static unsigned long long peer_bytes(fx_t *f, const char *tl)
+{
+    char cmd[64], reply[64];
+    unsigned long long n = 0;
+
+    snprintf(cmd, sizeof(cmd), "peerbytes %s", tl);
+    assert_int_equal(ote_test_target_cmd(f->e, f->cmd, cmd, reply, sizeof(reply), 20000), 0);
+    assert_int_equal(sscanf(reply, "bytes %llu", &n), 1);
+    return n;
+}
+
+static void rails_env(const char *tls, const char *mode)
+{
+    setenv("OTE_TLS", tls, 1);
+    setenv("OTE_FILE_REMOTE", mode, 1);
+}
+
+static void rails_env_clear(void)
+{
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_FILE_REMOTE");
+}
+
+/*
+ * WRITE and READ back by rails over tl: every byte went over the target's
+ * rails (its counters), none inside the control messages; then the READ
+ * past the end of the file and the refusals.
+ */
+static void rails_data(const char *tl)
+{
+    static const struct {
+        uint64_t remote;
+        size_t   len;
+    } runs[] = {{0, 4096}, {1u << 20, 3u << 20}, {4097, 13}, {12345, (2u << 20) + 777},
+                {FILE_LEN - 5, 5}};
+    unsigned long long moved = 0, before;
+    fx_t f;
+    ote_segment_h seg, ro;
+
+    rails_env(tl, "auto");
+    fx_start_access(&f, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE);
+    seg = xopen(&f, "a", OTE_OK);
+    /* What the target process wrote locally reads back as is, several slices. */
+    assert_int_equal(xfer(&f, seg, OTE_OP_READ, 0, 0, FILE_LEN, 60000), OTE_OK);
+    assert_int_equal(ote_test_check(f.local, 0, FILE_LEN, 1), -1);
+    moved += FILE_LEN;
+    assert_true(peer_bytes(&f, tl) >= moved);
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        roundtrip(&f, seg, f.a, runs[i].remote, runs[i].len, 70 + i);
+        moved += 2 * runs[i].len;
+    }
+    /* Each slice is one transfer on the target's rails: exactly the bytes asked for. */
+    assert_int_equal(peer_bytes(&f, tl), moved);
+    /* Refusals answer at once; nothing moves. */
+    before = peer_bytes(&f, tl);
+    assert_int_equal(xfer(&f, seg, OTE_OP_WRITE, 0, FILE_LEN - 10, 100, 60000),
+                     OTE_ERR_OUT_OF_BOUNDS);
+    ro = xopen(&f, "ro", OTE_OK);
+    ote_test_fill(f.local, 0, 4096, 79);
+    assert_int_equal(xfer(&f, ro, OTE_OP_WRITE, 0, 0, 4096, 60000), OTE_ERR_ACCESS);
+    assert_int_equal(file_check(f.ro, 0, 1u << 20, 0, 2), -1);
+    assert_int_equal(peer_bytes(&f, tl), before);
+    /* A READ that meets the end of the file: the bytes before it land, and count. */
+    assert_int_equal(truncate(f.a, 1u << 20), 0);
+    memset(f.local, 0xee, 8192);
+    assert_int_equal(xfer(&f, seg, OTE_OP_READ, 3, (1u << 20) - 100, 4096, 60000),
+                     OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(f.transferred, 100);
+    assert_int_equal(f.local[2], 0xee);
+    assert_int_equal(f.local[103], 0xee);
+    /* Last written there by runs[3]. */
+    assert_int_equal(ote_test_check(f.local + 3, (1u << 20) - 100, 100, 70 + 3), -1);
+    assert_int_equal(peer_bytes(&f, tl), before + 100);
+    ote_segment_close(ro);
+    ote_segment_close(seg);
+    fx_stop(&f, true);
+    rails_env_clear();
+}
+
+static void test_rails_tcp(void **state)
+{
+    (void)state;
+    rails_data("tcp");
+}
+
+/*
+ * UCT's tcp has no GET: the target READs what a WRITE brings by PUTBACK
+ * (this engine PUTs it into the target's bounce buffer).
+ */
+static void test_rails_uct_tcp(void **state)
+{
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+    ote_engine_h e        = NULL;
+
+    (void)state;
+    setenv("OTE_TLS", "uct_tcp", 1);
+    if (ote_engine_create(&p, &e) != OTE_OK) {
+        unsetenv("OTE_TLS");
+        skip(); /* no UCX here */
+    }
+    ote_engine_destroy(e);
+    rails_data("uct_tcp");
+}
+
+/* OTE_FILE_REMOTE=rails: local memory without the access is refused, nothing moves. */
+static void test_rails_refused(void **state)
+{
+    fx_t f;
+    ote_segment_h seg;
+    ote_mem_h wonly;
+    uint8_t *w;
+
+    (void)state;
+    rails_env("tcp", "rails");
+    fx_start_access(&f, 0);
+    seg = xopen(&f, "a", OTE_OK);
+    memset(f.local, 0xee, 8192);
+    assert_int_equal(xfer(&f, seg, OTE_OP_READ, 0, 0, 4096, 60000), OTE_ERR_ACCESS);
+    assert_int_equal(f.transferred, 0);
+    for (size_t i = 0; i < 8192; i++)
+        assert_int_equal(f.local[i], 0xee);
+    ote_test_fill(f.local, 0, (2u << 20) + 1, 81);
+    assert_int_equal(xfer(&f, seg, OTE_OP_WRITE, 0, 0, (2u << 20) + 1, 60000), OTE_ERR_ACCESS);
+    assert_int_equal(file_check(f.a, 0, FILE_LEN, 0, 1), -1);
+    assert_int_equal(peer_bytes(&f, "tcp"), 0);
+    /* Remote WRITE alone: READs of the file land in it, WRITEs from it are refused. */
+    assert_int_equal(ote_mem_alloc(f.e, 1u << 20, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&w,
+                                   &wonly),
+                     OTE_OK);
+    {
+        ote_xfer_req_t req = {.op = OTE_OP_READ, .local_addr = w + 1, .segment = seg,
+                              .remote_addr = 7, .length = 5000};
+        ote_task_status_t st;
+        ote_batch_h b;
+        size_t first;
+
+        assert_int_equal(ote_batch_create(f.e, 2, &b), OTE_OK);
+        assert_int_equal(ote_batch_submit(b, &req, 1, &first), OTE_OK);
+        req.op = OTE_OP_WRITE;
+        assert_int_equal(ote_batch_submit(b, &req, 1, &first), OTE_OK);
+        assert_int_equal(ote_batch_wait(b, 60000), OTE_OK);
+        assert_int_equal(ote_batch_task_status(b, 0, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+        assert_int_equal(ote_test_check(w + 1, 7, 5000, 1), -1);
+        assert_int_equal(ote_batch_task_status(b, 1, &st), OTE_OK);
+        assert_int_equal(st.error, OTE_ERR_ACCESS);
+        ote_batch_release(b);
+    }
+    assert_int_equal(peer_bytes(&f, "tcp"), 5000);
+    assert_int_equal(file_check(f.a, 0, FILE_LEN, 0, 1), -1);
+    assert_int_equal(ote_mem_free(f.e, wonly), OTE_OK);
+    ote_segment_close(seg);
+    fx_stop(&f, true);
+    rails_env_clear();
+}
+
+/* OTE_FILE_REMOTE=ctl: inside the control messages, whatever the local access. */
+static void test_rails_ctl_mode(void **state)
+{
+    fx_t f;
+    ote_segment_h seg;
+
+    (void)state;
+    rails_env("tcp", "ctl");
+    fx_start_access(&f, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE);
+    seg = xopen(&f, "a", OTE_OK);
+    roundtrip(&f, seg, f.a, 5, (1u << 20) + 9, 91);
+    assert_int_equal(peer_bytes(&f, "tcp"), 0);
+    ote_segment_close(seg);
+    fx_stop(&f, true);
+    rails_env_clear();
+}
+
+/*
+ * auto, and the target's rails do not reach this engine (it has tcp only,
+ * this engine cma only): by the control plane; rails: that status. (No
+ * command segment either: the target's counters are not read.)
+ */
+static void test_rails_unreachable(void **state)
+{
+    fx_t f;
+    ote_segment_h seg;
+
+    (void)state;
+    for (int rails = 0; rails < 2; rails++) {
+        rails_env("tcp", rails ? "rails" : "auto");
+        fx_start_tls(&f, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE, "cma");
+        seg = xopen(&f, "a", OTE_OK);
+        if (rails) {
+            assert_int_equal(xfer(&f, seg, OTE_OP_READ, 0, 0, 4096, 60000),
+                             OTE_ERR_UNREACHABLE);
+        } else {
+            roundtrip(&f, seg, f.a, 77, (1u << 20) + 5, 95);
+        }
+        ote_segment_close(seg);
+        fx_stop(&f, true);
+        rails_env_clear();
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_data),          cmocka_unit_test(test_checks),
         cmocka_unit_test(test_directory),     cmocka_unit_test(test_unexport),
         cmocka_unit_test(test_truncate_unlink), cmocka_unit_test(test_target_gone),
+        cmocka_unit_test(test_rails_tcp),       cmocka_unit_test(test_rails_uct_tcp),
+        cmocka_unit_test(test_rails_refused),   cmocka_unit_test(test_rails_ctl_mode),
+        cmocka_unit_test(test_rails_unreachable),
     };
 
     signal(SIGPIPE, SIG_IGN);

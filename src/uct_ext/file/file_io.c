@@ -24,30 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/*
- * The status of a failed read or write: ENOSPC, EDQUOT, EFBIG (the file
- * system or the process's file size limit is full), EIO, EBADF and others
- * are IO; EACCES, EPERM, EROFS are ACCESS; EINVAL (the file system refused
- * the request's alignment) is INVALID_PARAM.
- */
-static ote_status_t io_errno_status(int err)
-{
-    switch (err) {
-    case EACCES:
-    case EPERM:
-    case EROFS:
-        return OTE_ERR_ACCESS;
-    case EINVAL:
-        return OTE_ERR_INVALID_PARAM;
-    case ECANCELED:
-        return OTE_ERR_CANCELED;
-    case ENOMEM:
-        return OTE_ERR_NO_MEMORY;
-    default:
-        return OTE_ERR_IO;
-    }
-}
-
 static bool aligned(uint64_t v, size_t a)
 {
     return a <= 1 || v % a == 0;
@@ -315,7 +291,7 @@ static void op_complete(file_iface_t *iface, file_op_t *op, int res)
             ote_debug("file segment '%s': %s at %llu: %s", op->ep->file->path,
                       op->write ? "write" : "read",
                       (unsigned long long)(op->offset + op->done), strerror(-res));
-            op_finish(iface, op, io_errno_status(-res));
+            op_finish(iface, op, ote_status_from_io_errno(-res));
         }
         return;
     }

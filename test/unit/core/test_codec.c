@@ -291,6 +291,68 @@ static void test_file_io(void **state)
     free(buf.data);
 }
 
+/* FILE_IO by rails: address and name, no data; the answer a count, no bytes. */
+static void test_file_io_rails(void **state)
+{
+    ote_ctl_file_io_t m = {.op = OTE_CTL_FILE_IO_READ, .rails = true, .initiator = 1,
+                           .target = 2, .file_id = 3, .offset = 4096, .length = 1000,
+                           .local = 0x10003, .name = "host:1234"};
+    ote_ctl_file_io_t d;
+    ote_buf_t buf = {0};
+    ote_status_t st;
+    size_t n;
+
+    (void)state;
+    assert_int_equal(ote_ctl_file_io_encode(&m, &buf), OTE_OK);
+    assert_int_equal(buf.data[0], OTE_CTL_FILE_IO_READ_RAILS);
+    assert_int_equal(buf.len, OTE_CTL_FILE_IO_HDR_LEN + 8 + 1 + strlen(m.name));
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len, &d), OTE_OK);
+    assert_true(d.rails && d.op == OTE_CTL_FILE_IO_READ && d.local == 0x10003 &&
+                d.length == 1000 && d.data == NULL);
+    assert_string_equal(d.name, "host:1234");
+    /* One byte short or over, a NUL in the name, an empty name: refused. */
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len - 1, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len + 1, &d), OTE_ERR_PROTOCOL);
+    buf.data[buf.len - 3] = '\0';
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len, &d), OTE_ERR_PROTOCOL);
+    buf.data[OTE_CTL_FILE_IO_HDR_LEN + 8] = 0;
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, OTE_CTL_FILE_IO_HDR_LEN + 9, &d),
+                     OTE_ERR_PROTOCOL);
+    /* Unknown ops. */
+    buf.data[0] = 5;
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len, &d), OTE_ERR_PROTOCOL);
+    buf.data[0] = 0;
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len, &d), OTE_ERR_PROTOCOL);
+    free(buf.data);
+    memset(&buf, 0, sizeof(buf));
+    /* A WRITE by rails carries no data; a wrapping local range or no name is refused. */
+    m.op = OTE_CTL_FILE_IO_WRITE;
+    assert_int_equal(ote_ctl_file_io_encode(&m, &buf), OTE_OK);
+    assert_int_equal(buf.data[0], OTE_CTL_FILE_IO_WRITE_RAILS);
+    assert_int_equal(ote_ctl_file_io_decode(buf.data, buf.len, &d), OTE_OK);
+    assert_true(d.rails && d.op == OTE_CTL_FILE_IO_WRITE && d.data == NULL);
+    free(buf.data);
+    memset(&buf, 0, sizeof(buf));
+    m.local = UINT64_MAX - 10;
+    assert_int_equal(ote_ctl_file_io_encode(&m, &buf), OTE_ERR_INVALID_PARAM);
+    m.local   = 0x10003;
+    m.name[0] = '\0';
+    assert_int_equal(ote_ctl_file_io_encode(&m, &buf), OTE_ERR_INVALID_PARAM);
+    free(buf.data);
+    memset(&buf, 0, sizeof(buf));
+    /* The answer: exactly status and count, the count at most what was asked. */
+    assert_int_equal(ote_ctl_file_io_rails_ack_encode(OTE_ERR_OUT_OF_BOUNDS, 100, &buf), OTE_OK);
+    assert_int_equal(buf.len, OTE_CTL_FILE_IO_ACK_HDR_LEN);
+    assert_int_equal(ote_ctl_file_io_rails_ack_decode(buf.data, buf.len, 100, &st, &n), OTE_OK);
+    assert_int_equal(st, OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(n, 100);
+    assert_int_equal(ote_ctl_file_io_rails_ack_decode(buf.data, buf.len, 99, &st, &n),
+                     OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_ctl_file_io_rails_ack_decode(buf.data, buf.len - 1, 100, &st, &n),
+                     OTE_ERR_PROTOCOL);
+    free(buf.data);
+}
+
 static void test_desc_hostile_counts(void **state)
 {
     ote_buf_t b;
@@ -391,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),
         cmocka_unit_test(test_desc_hostile_counts), cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_tcp_addr),      cmocka_unit_test(test_file_io),
+        cmocka_unit_test(test_file_io_rails),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
