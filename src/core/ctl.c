@@ -65,6 +65,58 @@ void ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events)
     epoll_ctl(ctl->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
+ote_status_t ote_ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsigned *count,
+                               const char *name, unsigned threads, unsigned max)
+{
+    ote_status_t st = OTE_OK;
+
+    pthread_mutex_lock(&ctl->done_lock);
+    if (*count >= max)
+        st = OTE_ERR_BUSY;
+    else if (*pool_p == NULL)
+        st = ote_proto_jobs_create(name, threads, max, pool_p);
+    if (st == OTE_OK)
+        (*count)++;
+    pthread_mutex_unlock(&ctl->done_lock);
+    return st;
+}
+
+ote_status_t ote_ctl_job_submit(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t *pool,
+                                unsigned *count, ote_proto_job_t *job)
+{
+    ote_status_t st = ote_proto_jobs_submit(pool, job);
+
+    if (st == OTE_OK) {
+        c->waiting = true;
+        ote_ctl_conn_set_events(ctl, c, EPOLLRDHUP);
+        return OTE_OK;
+    }
+    ote_ctl_job_done(ctl, count);
+    return st;
+}
+
+ctl_conn_t *ote_ctl_job_conn(ote_ctl_t *ctl, uint64_t conn_id, uint32_t seq)
+{
+    ctl_conn_t *c;
+
+    for (c = ctl->conns; c != NULL && c->id != conn_id; c = c->next)
+        ;
+    if (c == NULL || !c->waiting)
+        return NULL;
+    c->waiting = false;
+    c->h.seq   = seq;
+    ote_ctl_conn_set_events(ctl, c, EPOLLIN);
+    return c;
+}
+
+void ote_ctl_job_done(ote_ctl_t *ctl, unsigned *count)
+{
+    pthread_mutex_lock(&ctl->done_lock);
+    (*count)--;
+    pthread_cond_broadcast(&ctl->done_cond);
+    pthread_mutex_unlock(&ctl->done_lock);
+}
+
 /* Send what the socket takes of the pending reply. OTE_OK: all sent or waiting. */
 static ote_status_t conn_flush(ote_ctl_t *ctl, ctl_conn_t *c)
 {

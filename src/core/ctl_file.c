@@ -180,17 +180,9 @@ ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c)
     if (st == OTE_OK)
         st = ote_fexport_check(job->file, job->m.op == OTE_CTL_FILE_IO_WRITE, job->m.offset,
                                job->m.length);
-    if (st == OTE_OK) {
-        pthread_mutex_lock(&ctl->done_lock);
-        if (ctl->file_jobs >= CTL_FILE_IO_MAX)
-            st = OTE_ERR_BUSY;
-        else if (ctl->file_pool == NULL)
-            st = ote_proto_jobs_create("ote-fileio", CTL_FILE_IO_THREADS, CTL_FILE_IO_MAX,
-                                       &ctl->file_pool);
-        if (st == OTE_OK)
-            ctl->file_jobs++;
-        pthread_mutex_unlock(&ctl->done_lock);
-    }
+    if (st == OTE_OK)
+        st = ote_ctl_job_admit(ctl, &ctl->file_pool, &ctl->file_jobs, "ote-fileio",
+                               CTL_FILE_IO_THREADS, CTL_FILE_IO_MAX);
     if (st == OTE_OK) {
         /* The request's bytes go with the job: the listener does not free them. */
         job->payload = c->payload;
@@ -199,17 +191,11 @@ ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c)
         job->conn_id = c->id;
         job->seq     = c->h.seq;
         job->job.run = file_io_main;
-        st           = ote_proto_jobs_submit(ctl->file_pool, &job->job);
-        if (st == OTE_OK) {
-            c->waiting = true;
-            ote_ctl_conn_set_events(ctl, c, EPOLLRDHUP);
+        st = ote_ctl_job_submit(ctl, c, ctl->file_pool, &ctl->file_jobs, &job->job);
+        if (st == OTE_OK)
             return OTE_OK;
-        }
         c->payload   = job->payload;
         job->payload = NULL;
-        pthread_mutex_lock(&ctl->done_lock);
-        ctl->file_jobs--;
-        pthread_mutex_unlock(&ctl->done_lock);
     }
     ote_debug("control peer %s: file %s %#llx+%u of %016llx%s refused: %s", c->peer,
               job->m.op == OTE_CTL_FILE_IO_WRITE ? "write" : "read",
@@ -233,18 +219,11 @@ void ote_ctl_file_io_answer(ote_ctl_t *ctl)
         ctl_conn_t *c;
 
         next = job->next;
-        for (c = ctl->conns; c != NULL && c->id != job->conn_id; c = c->next)
-            ;
-        if (c != NULL && c->waiting) {
-            c->waiting = false;
-            c->h.seq   = job->seq;
-            ote_ctl_conn_set_events(ctl, c, EPOLLIN);
-            if (file_io_reply(ctl, c, job->m.rails, job->status, job->buf, job->done) != OTE_OK)
-                ote_ctl_conn_close(ctl, c);
-        }
-        pthread_mutex_lock(&ctl->done_lock);
-        ctl->file_jobs--;
-        pthread_mutex_unlock(&ctl->done_lock);
+        c    = ote_ctl_job_conn(ctl, job->conn_id, job->seq);
+        if (c != NULL &&
+            file_io_reply(ctl, c, job->m.rails, job->status, job->buf, job->done) != OTE_OK)
+            ote_ctl_conn_close(ctl, c);
+        ote_ctl_job_done(ctl, &ctl->file_jobs);
         file_io_job_free(ctl, job);
     }
 }

@@ -149,6 +149,24 @@ ote_status_t ote_ctl_reply(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type, const vo
 void         ote_ctl_conn_close(ote_ctl_t *ctl, ctl_conn_t *c);
 void         ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events);
 
+/*
+ * The listener's job pools (PUTBACK, FILE_IO): admit one job (BUSY when max
+ * are running or queued; the pool, of threads threads, is made on the first
+ * one), then submit it for c, which is not read until its answer. A job
+ * that could not be submitted is no longer counted (its status returned).
+ */
+ote_status_t ote_ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsigned *count,
+                               const char *name, unsigned threads, unsigned max);
+ote_status_t ote_ctl_job_submit(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t *pool,
+                                unsigned *count, ote_proto_job_t *job);
+/*
+ * A job ended and is answered: the connection it answers on (conn_id), if
+ * still there and waiting for it, reads again with seq as the answer's;
+ * NULL otherwise. ote_ctl_job_done: the job no longer counts.
+ */
+ctl_conn_t  *ote_ctl_job_conn(ote_ctl_t *ctl, uint64_t conn_id, uint32_t seq);
+void         ote_ctl_job_done(ote_ctl_t *ctl, unsigned *count);
+
 /* ctl_proto.c */
 ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c);
 ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c);

@@ -287,15 +287,8 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
         st = ote_mem_region_acquire(e->regions, job->m.remote, job->m.length,
                                     OTE_ACCESS_REMOTE_READ, &job->region);
     if (st == OTE_OK) {
-        pthread_mutex_lock(&ctl->done_lock);
-        if (ctl->jobs >= CTL_PUTBACK_MAX)
-            st = OTE_ERR_BUSY;
-        else if (ctl->pool == NULL)
-            st = ote_proto_jobs_create("ote-putback", CTL_PUTBACK_THREADS, CTL_PUTBACK_MAX,
-                                       &ctl->pool);
-        if (st == OTE_OK)
-            ctl->jobs++;
-        pthread_mutex_unlock(&ctl->done_lock);
+        st = ote_ctl_job_admit(ctl, &ctl->pool, &ctl->jobs, "ote-putback", CTL_PUTBACK_THREADS,
+                               CTL_PUTBACK_MAX);
         if (st != OTE_OK)
             ote_mem_region_put(job->region);
     }
@@ -304,16 +297,10 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
         job->conn_id = c->id;
         job->seq     = c->h.seq;
         job->job.run = putback_serve_job;
-        st           = ote_proto_jobs_submit(ctl->pool, &job->job);
-        if (st == OTE_OK) {
-            c->waiting = true;
-            ote_ctl_conn_set_events(ctl, c, EPOLLRDHUP);
+        st           = ote_ctl_job_submit(ctl, c, ctl->pool, &ctl->jobs, &job->job);
+        if (st == OTE_OK)
             return OTE_OK;
-        }
         ote_mem_region_put(job->region);
-        pthread_mutex_lock(&ctl->done_lock);
-        ctl->jobs--;
-        pthread_mutex_unlock(&ctl->done_lock);
     }
     ote_debug("control peer %s: putback %#llx+%u refused: %s", c->peer,
               (unsigned long long)job->m.remote, job->m.length, ote_status_string(st));
@@ -341,21 +328,14 @@ void ote_ctl_putback_answer(ote_ctl_t *ctl)
         ote_buf_t out = {0};
 
         next = job->next;
-        for (c = ctl->conns; c != NULL && c->id != job->conn_id; c = c->next)
-            ;
-        if (c != NULL && c->waiting) {
-            c->waiting = false;
-            c->h.seq   = job->seq;
-            ote_ctl_conn_set_events(ctl, c, EPOLLIN);
+        c    = ote_ctl_job_conn(ctl, job->conn_id, job->seq);
+        if (c != NULL) {
             if (ote_ctl_putback_ack_encode(job->status, job->m.id, &out) != OTE_OK ||
                 ote_ctl_reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0) != OTE_OK)
                 ote_ctl_conn_close(ctl, c);
             free(out.data);
         }
-        pthread_mutex_lock(&ctl->done_lock);
-        ctl->jobs--;
-        pthread_cond_broadcast(&ctl->done_cond);
-        pthread_mutex_unlock(&ctl->done_lock);
+        ote_ctl_job_done(ctl, &ctl->jobs);
         free(job);
     }
 }
