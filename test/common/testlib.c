@@ -2,6 +2,7 @@
 #include "base/cuda_api.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,22 @@ void ote_test_fill(void *p, uint64_t off, size_t len, uint64_t seed)
 long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed)
 {
     return ote_pattern_check(p, off, len, seed);
+}
+
+int ote_test_write_file(const char *path, size_t len, uint64_t seed)
+{
+    uint8_t *buf = malloc(len ? len : 1);
+    int fd       = buf != NULL ? open(path, O_CREAT | O_WRONLY, 0644) : -1;
+    int rc       = -1;
+
+    if (fd >= 0) {
+        ote_pattern_fill(buf, 0, len, seed);
+        if (pwrite(fd, buf, len, 0) == (ssize_t)len && ftruncate(fd, (off_t)len) == 0)
+            rc = 0;
+        close(fd);
+    }
+    free(buf);
+    return rc;
 }
 
 ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *e_p,

@@ -22,6 +22,11 @@
 void ote_test_fill(void *p, uint64_t off, size_t len, uint64_t seed);
 /* Offset of the first wrong byte, or -1. */
 long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed);
+/*
+ * Make path (if needed) a file of exactly len bytes of the pattern of seed
+ * (offset base 0); 0, or -1 with errno.
+ */
+int  ote_test_write_file(const char *path, size_t len, uint64_t seed);
 
 /*
  * ote_engine_create() with stderr captured: *log_p (malloc'd, NUL-ended)

@@ -47,15 +47,7 @@ static struct {
 
 static void file_fill(void)
 {
-    uint8_t *buf = malloc(FILE_SIZE);
-    int fd       = open(fx.path, O_WRONLY);
-
-    assert_non_null(buf);
-    assert_true(fd >= 0);
-    ote_test_fill(buf, 0, FILE_SIZE, SEED_F);
-    assert_int_equal(pwrite(fd, buf, FILE_SIZE, 0), (ssize_t)FILE_SIZE);
-    close(fd);
-    free(buf);
+    assert_int_equal(ote_test_write_file(fx.path, FILE_SIZE, SEED_F), 0);
 }
 
 /* The file still holds its pattern: -1, else the first offset that differs. */

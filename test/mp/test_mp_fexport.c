@@ -30,15 +30,7 @@ typedef struct {
 
 static void make_file(const char *path, size_t len, uint64_t seed)
 {
-    uint8_t *buf = malloc(len);
-    int fd       = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-
-    assert_non_null(buf);
-    assert_true(fd >= 0);
-    ote_test_fill(buf, 0, len, seed);
-    assert_int_equal(pwrite(fd, buf, len, 0), (ssize_t)len);
-    close(fd);
-    free(buf);
+    assert_int_equal(ote_test_write_file(path, len, seed), 0);
 }
 
 /* The file's bytes [off, off+len) follow the pattern (offset base, seed). */

@@ -33,17 +33,8 @@ static char dir[4096];
 static void make_file(const char *leaf, size_t len, uint64_t seed, char *path, size_t plen,
                       char *name, size_t nlen)
 {
-    uint8_t *buf = malloc(len ? len : 1);
-    int fd;
-
-    assert_non_null(buf);
     snprintf(path, plen, "%s/%s", dir, leaf);
-    ote_test_fill(buf, 0, len, seed);
-    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, buf, len), (ssize_t)len);
-    close(fd);
-    free(buf);
+    assert_int_equal(ote_test_write_file(path, len, seed), 0);
     snprintf(name, nlen, "file://%s", path);
 }
 
