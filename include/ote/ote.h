@@ -354,6 +354,19 @@ typedef struct {
 ote_status_t ote_segment_rails(ote_segment_h seg, ote_rail_info_t *out, size_t max,
                                size_t *count_p);
 
+/*
+ * The engine's rails: one entry per local transport and device that is a
+ * rail of at least one open segment (those the application opened and
+ * those the engine keeps open to answer peers), summed over those
+ * segments: bytes, slices, retries, errors, inflight_bytes and bandwidth
+ * are the sums of the segments' counters (a closed segment's no longer
+ * count); state is the best of its rails' (ACTIVE, then PROBING, COOLING,
+ * CLOSED) and cooldown_ms, when that is COOLING, the shortest pause.
+ * out[0..max) gets the first max entries, *count_p the number of entries.
+ */
+ote_status_t ote_engine_rails(ote_engine_h engine, ote_rail_info_t *out, size_t max,
+                              size_t *count_p);
+
 /* ------------------------------------------------------------------ */
 /* Transfers                                                          */
 /* ------------------------------------------------------------------ */

@@ -114,3 +114,84 @@ ote_status_t ote_segment_rails(ote_segment_h seg, ote_rail_info_t *out, size_t m
     *count_p = n;
     return OTE_OK;
 }
+
+/* Lower is better: ACTIVE, PROBING, COOLING, CLOSED. */
+static int rail_state_rank(ote_rail_state_t st)
+{
+    switch (st) {
+    case OTE_RAIL_ACTIVE:
+        return 0;
+    case OTE_RAIL_PROBING:
+        return 1;
+    case OTE_RAIL_COOLING:
+        return 2;
+    default:
+        return 3;
+    }
+}
+
+/* Add one segment's rail r into the engine-wide entry a (same transport and device). */
+static void rail_info_add(ote_rail_info_t *a, const ote_rail_info_t *r)
+{
+    int ra = rail_state_rank(a->state), rr = rail_state_rank(r->state);
+
+    a->bytes += r->bytes;
+    a->slices += r->slices;
+    a->retries += r->retries;
+    a->errors += r->errors;
+    a->inflight_bytes += r->inflight_bytes;
+    a->bandwidth += r->bandwidth;
+    if (rr < ra) {
+        a->state       = r->state;
+        a->cooldown_ms = r->cooldown_ms;
+    } else if (rr == ra && r->state == OTE_RAIL_COOLING && r->cooldown_ms < a->cooldown_ms) {
+        a->cooldown_ms = r->cooldown_ms;
+    }
+}
+
+ote_status_t ote_engine_rails(ote_engine_h e, ote_rail_info_t *out, size_t max,
+                              size_t *count_p)
+{
+    ote_rail_info_t one[OTE_PROTO_MAX_RAILS], *all = NULL;
+    size_t n = 0, cap = 0;
+    ote_status_t status = OTE_OK;
+
+    if (e == NULL || count_p == NULL || (out == NULL && max > 0))
+        return OTE_ERR_INVALID_PARAM;
+    pthread_mutex_lock(&e->seg_lock);
+    for (ote_segment_h seg = e->segments; seg != NULL && status == OTE_OK; seg = seg->next) {
+        size_t k = 0;
+
+        (void)ote_segment_rails(seg, one, OTE_PROTO_MAX_RAILS, &k);
+        for (size_t i = 0; i < k && i < OTE_PROTO_MAX_RAILS; i++) {
+            size_t j = 0;
+
+            while (j < n && (strcmp(all[j].transport, one[i].transport) != 0 ||
+                             strcmp(all[j].device, one[i].device) != 0))
+                j++;
+            if (j < n) {
+                rail_info_add(&all[j], &one[i]);
+                continue;
+            }
+            if (n == cap) {
+                ote_rail_info_t *grown = realloc(all, (cap ? 2 * cap : 8) * sizeof(*all));
+
+                if (grown == NULL) {
+                    status = OTE_ERR_NO_MEMORY;
+                    break;
+                }
+                all = grown;
+                cap = cap ? 2 * cap : 8;
+            }
+            all[n++] = one[i];
+        }
+    }
+    pthread_mutex_unlock(&e->seg_lock);
+    if (status == OTE_OK) {
+        if (n > 0 && max > 0)
+            memcpy(out, all, (n < max ? n : max) * sizeof(*all));
+        *count_p = n;
+    }
+    free(all);
+    return status;
+}
