@@ -15,24 +15,56 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f);
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ote_info [-v] [-c] [-d] [-h]\n"
+    fprintf(f, "usage: ote_info [-v] [-c] [-d] [-r] [-h]\n"
                "  -v  version\n"
                "  -c  every configuration variable with its value, default and description\n"
                "  -d  transports and devices a default engine would use, with their addresses,\n"
                "      capabilities and selection; RDMA ports and GIDs; for each memory (NUMA\n"
-               "      node, GPU), its NICs ranked by topology and those left out\n");
+               "      node, GPU), its NICs ranked by topology and those left out\n"
+               "  -r  the counters of a rail (ote_segment_rails, ote_engine_rails, the rail\n"
+               "      table of ote_perftest) and what each means\n");
+}
+
+/* The fields of ote_rail_info_t, as ote_segment_rails() and ote_engine_rails() fill them. */
+static void print_rail_counters(FILE *f)
+{
+    static const char *const rows[][2] = {
+        {"transport", "the rail's transport (tcp, cma, shm, uct_tcp, rc_mlx5, ...)"},
+        {"device", "the local device it uses (eth1, lo, mlx5_0:1, memory)"},
+        {"state", "ACTIVE (carries slices), COOLING (paused after an error, or its port is "
+                  "down), PROBING (one slice tests it before it carries again), CLOSED (no "
+                  "connection)"},
+        {"bytes", "bytes delivered on the rail (per segment since it was opened; per engine "
+                  "summed over the open segments)"},
+        {"slices", "slices delivered on the rail"},
+        {"retries", "slices that failed on the rail and were posted again on another rail "
+                    "(OTE_RETRY_COUNT)"},
+        {"errors", "slices that failed on the rail"},
+        {"inflight_bytes", "bytes bound to the rail and not ended"},
+        {"bandwidth", "bytes per second the rail delivered lately (EWMA, seeded from the "
+                      "transport's estimate); slices go to the rail with the earliest "
+                      "predicted completion"},
+        {"cooldown_ms", "while COOLING: time left in the pause (OTE_RAIL_COOLDOWN_MS, doubling "
+                        "up to OTE_RAIL_COOLDOWN_MAX_MS); UINT64_MAX while its port is down"},
+    };
+
+    fprintf(f, "# Rail counters (ote_rail_info_t: ote_segment_rails, ote_engine_rails; "
+               "ote_perftest prints them per rail)\n");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        fprintf(f, "#   %-15s %s\n", rows[i][0], rows[i][1]);
 }
 
 int main(int argc, char **argv)
 {
-    bool cfg = false, dev = false;
+    bool cfg = false, dev = false, rails = false;
     int opt;
 
-    while ((opt = getopt(argc, argv, "vcdh")) != -1) {
+    while ((opt = getopt(argc, argv, "vcdrh")) != -1) {
         switch (opt) {
         case 'v': break;
         case 'c': cfg = true; break;
         case 'd': dev = true; break;
+        case 'r': rails = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -43,6 +75,8 @@ int main(int argc, char **argv)
         if (ote_engine_config_print(stdout) != OTE_OK)
             return 1;
     }
+    if (rails)
+        print_rail_counters(stdout);
     if (dev) {
         /* What a default engine uses: listening on every address, so on every interface. */
         ote_engine_params_t p = {.listen_addr = NULL};
