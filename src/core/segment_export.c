@@ -96,10 +96,12 @@ static ote_status_t export_rails_build(ote_segment_h seg, uint64_t instance, uin
     /* A new instance may reach this engine again. */
     atomic_store(&seg->export_rails_off, false);
     for (size_t w = 0; w < e->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
-        ote_file_remote_hooks_t hooks = {.ctl = export_ctl, .ctl_arg = seg,
-                                         .worker_lock = &e->workers[w].lock,
-                                         .jobs = e->proto_jobs, .initiator = e->instance_id,
-                                         .target = instance, .file_id = file_id,
+        ote_file_remote_hooks_t hooks = {.base = {.ctl = export_ctl, .ctl_arg = seg,
+                                                  .worker_lock = &e->workers[w].lock,
+                                                  .jobs = e->proto_jobs,
+                                                  .initiator = e->instance_id,
+                                                  .target = instance},
+                                         .file_id = file_id,
                                          .max_bytes = max,
                                          .mode = ote_proto_file_remote_mode(e->config.file_remote),
                                          .rails_off = &seg->export_rails_off};

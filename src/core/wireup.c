@@ -238,9 +238,10 @@ static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
         ote_worker_t *w   = &e->workers[seg->rails[i].worker];
         ote_rail_t *local = NULL;
         ote_stage_remote_hooks_t hooks = {
-            .ctl = stage_ctl, .ctl_arg = seg, .worker_lock = &w->lock,
-            .worker_wake_fd = w->wake_fd, .jobs = e->proto_jobs, .initiator = e->instance_id,
-            .target = d->instance_id, .timeout_ms = e->config.xfer_timeout_ms};
+            .base = {.ctl = stage_ctl, .ctl_arg = seg, .worker_lock = &w->lock,
+                     .jobs = e->proto_jobs, .initiator = e->instance_id,
+                     .target = d->instance_id},
+            .worker_wake_fd = w->wake_fd, .timeout_ms = e->config.xfer_timeout_ms};
 
         for (size_t j = host_rails; j < local_end; j++) {
             if (ote_proto_stage_rail_host(&seg->rails[j]) == &seg->rails[i])
@@ -280,10 +281,10 @@ static size_t putback_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n
 
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
         ote_worker_t *w           = &e->workers[seg->rails[i].worker];
-        ote_putback_hooks_t hooks = {.ctl = putback_ctl, .ctl_arg = seg,
-                                     .worker_lock = &w->lock, .jobs = e->proto_jobs,
-                                     .initiator = e->instance_id,
-                                     .target = d->instance_id};
+        ote_putback_hooks_t hooks = {.base = {.ctl = putback_ctl, .ctl_arg = seg,
+                                              .worker_lock = &w->lock, .jobs = e->proto_jobs,
+                                              .initiator = e->instance_id,
+                                              .target = d->instance_id}};
 
         if (seg->rail_set.rails[i] != &seg->rails[i])
             continue;

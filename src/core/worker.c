@@ -118,18 +118,10 @@ static void worker_hand_back(ote_worker_t *w)
         (void)!write(w->wake_fd, &one, sizeof(one));
 }
 
-void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
+/* Append a chain of slices to w's queue. */
+static void worker_enqueue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
-    uint64_t one = 1;
-    bool direct;
-
     tail->next = NULL;
-    /*
-     * When the worker is idle its lock is free: post and push the bytes out
-     * from this thread, which saves waking the worker up. It still wakes on
-     * its event fds for the answers.
-     */
-    direct = pthread_mutex_trylock(&w->lock) == 0;
     pthread_mutex_lock(&w->qlock);
     if (w->qtail)
         w->qtail->next = head;
@@ -137,6 +129,20 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
         w->qhead = head;
     w->qtail = tail;
     pthread_mutex_unlock(&w->qlock);
+}
+
+void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
+{
+    uint64_t one = 1;
+    bool direct;
+
+    /*
+     * When the worker is idle its lock is free: post and push the bytes out
+     * from this thread, which saves waking the worker up. It still wakes on
+     * its event fds for the answers.
+     */
+    direct = pthread_mutex_trylock(&w->lock) == 0;
+    worker_enqueue(w, head, tail);
     if (direct) {
         worker_drain_queue(w, false);
         worker_progress(w);
@@ -156,14 +162,7 @@ void ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
     uint64_t one = 1;
 
-    tail->next = NULL;
-    pthread_mutex_lock(&w->qlock);
-    if (w->qtail)
-        w->qtail->next = head;
-    else
-        w->qhead = head;
-    w->qtail = tail;
-    pthread_mutex_unlock(&w->qlock);
+    worker_enqueue(w, head, tail);
     if (atomic_load(&w->sleeping))
         (void)!write(w->wake_fd, &one, sizeof(one));
 }

@@ -51,7 +51,7 @@ static ote_status_t file_remote_exchange(file_remote_op_t *op)
 
     status = ote_ctl_file_io_encode(&op->m, &out);
     if (status == OTE_OK)
-        status = op->hooks.ctl(op->hooks.ctl_arg, out.data, out.len, &resp, &len);
+        status = op->hooks.base.ctl(op->hooks.base.ctl_arg, out.data, out.len, &resp, &len);
     free(out.data);
     if (status == OTE_OK && op->m.rails)
         status = ote_ctl_file_io_rails_ack_decode(resp, len, max, &remote, &n);
@@ -105,9 +105,9 @@ static void file_remote_main(ote_proto_job_t *job)
         ote_debug("remote file: %s %#llx+%u%s: %s", file_remote_op_name(op),
                   (unsigned long long)op->m.offset, op->m.length,
                   op->m.rails ? " by rails" : "", ote_status_string(status));
-    pthread_mutex_lock(op->hooks.worker_lock);
+    pthread_mutex_lock(op->hooks.base.worker_lock);
     op->comp->func(op->comp, status);
-    pthread_mutex_unlock(op->hooks.worker_lock);
+    pthread_mutex_unlock(op->hooks.base.worker_lock);
     free(op);
 }
 
@@ -167,8 +167,8 @@ static ote_status_t file_remote_post(ote_tl_ep_t *tl_ep, uint8_t op_code, void *
     op->local       = local;
     op->m.op        = op_code;
     op->m.rails     = rails;
-    op->m.initiator = ep->hooks.initiator;
-    op->m.target    = ep->hooks.target;
+    op->m.initiator = ep->hooks.base.initiator;
+    op->m.target    = ep->hooks.base.target;
     op->m.file_id   = ep->hooks.file_id;
     op->m.offset    = remote_addr;
     op->m.length    = (uint32_t)length;
@@ -176,7 +176,7 @@ static ote_status_t file_remote_post(ote_tl_ep_t *tl_ep, uint8_t op_code, void *
     op->m.local     = (uintptr_t)local;
     snprintf(op->m.name, sizeof(op->m.name), "%s", ep->hooks.name);
     op->job.run     = file_remote_main;
-    status          = ote_proto_jobs_submit(ep->hooks.jobs, &op->job);
+    status          = ote_proto_jobs_submit(ep->hooks.base.jobs, &op->job);
     if (status != OTE_OK) {
         free(op);
         return status;

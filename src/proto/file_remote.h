@@ -36,13 +36,7 @@ typedef enum {
 } ote_file_remote_mode_t;
 
 typedef struct {
-    /* Send FILE_IO (req, len) to the peer and wait for its FILE_IO_ACK. */
-    ote_status_t (*ctl)(void *arg, const void *req, size_t len, uint8_t **resp_p,
-                        size_t *resp_len_p);
-    void             *ctl_arg;
-    pthread_mutex_t  *worker_lock; /* held around the slice's completion */
-    ote_proto_jobs_t *jobs;        /* the engine's pool the requests wait on */
-    uint64_t          initiator, target; /* engine instances */
+    ote_proto_ctl_hooks_t base;    /* ctl: FILE_IO, answered by FILE_IO_ACK */
     uint64_t          file_id;     /* the export entry in the peer's descriptor */
     size_t            max_bytes;   /* bytes per request, 1..OTE_CTL_FILE_IO_MAX_BYTES */
     ote_file_remote_mode_t mode;

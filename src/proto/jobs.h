@@ -9,8 +9,10 @@
 #define OTE_PROTO_JOBS_H
 
 #include <ote/ote.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The engine's pool for initiator-side requests (remote staging, PUTBACK). */
 #define OTE_PROTO_JOBS_THREADS 8
@@ -28,6 +30,20 @@ struct ote_proto_job {
 };
 
 typedef struct ote_proto_jobs ote_proto_jobs_t;
+
+/*
+ * What a protocol that asks the peer's control plane (remote staging,
+ * PUTBACK, a peer's exported file) needs from core, each in its own hooks.
+ */
+typedef struct {
+    /* Send a request (req, len) to the peer and wait for its answer. */
+    ote_status_t (*ctl)(void *arg, const void *req, size_t len, uint8_t **resp_p,
+                        size_t *resp_len_p);
+    void             *ctl_arg;
+    pthread_mutex_t  *worker_lock;     /* held around a slice's completion */
+    ote_proto_jobs_t *jobs;            /* the engine's pool the requests wait on */
+    uint64_t          initiator, target; /* engine instances */
+} ote_proto_ctl_hooks_t;
 
 /* name names the threads ("<name>-N", at most 10 characters). */
 ote_status_t ote_proto_jobs_create(const char *name, unsigned max_threads, size_t max_queued,

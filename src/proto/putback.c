@@ -39,7 +39,7 @@ static void putback_read_job(ote_proto_job_t *job)
 
     status = ote_ctl_putback_encode(&op->m, &out);
     if (status == OTE_OK)
-        status = op->hooks.ctl(op->hooks.ctl_arg, out.data, out.len, &resp, &len);
+        status = op->hooks.base.ctl(op->hooks.base.ctl_arg, out.data, out.len, &resp, &len);
     if (status == OTE_OK)
         status = ote_ctl_putback_ack_decode(resp, len, &remote, &id);
     if (status == OTE_OK && id != op->m.id)
@@ -51,9 +51,9 @@ static void putback_read_job(ote_proto_job_t *job)
                   ote_status_string(status));
     free(resp);
     free(out.data);
-    pthread_mutex_lock(op->hooks.worker_lock);
+    pthread_mutex_lock(op->hooks.base.worker_lock);
     op->comp->func(op->comp, status);
-    pthread_mutex_unlock(op->hooks.worker_lock);
+    pthread_mutex_unlock(op->hooks.base.worker_lock);
     free(op);
 }
 
@@ -76,15 +76,15 @@ static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t le
         return OTE_ERR_NO_MEMORY;
     op->comp        = comp;
     op->hooks       = ep->hooks;
-    op->m.initiator = ep->hooks.initiator;
-    op->m.target    = ep->hooks.target;
+    op->m.initiator = ep->hooks.base.initiator;
+    op->m.target    = ep->hooks.base.target;
     op->m.id        = atomic_fetch_add(&ep->next_id, 1) + 1;
     op->m.remote    = remote_addr;
     op->m.local     = (uint64_t)(uintptr_t)local;
     op->m.length    = (uint32_t)length;
     memcpy(op->m.name, ep->hooks.name, sizeof(op->m.name));
     op->job.run     = putback_read_job;
-    status          = ote_proto_jobs_submit(ep->hooks.jobs, &op->job);
+    status          = ote_proto_jobs_submit(ep->hooks.base.jobs, &op->job);
     if (status != OTE_OK) {
         free(op);
         return status;

@@ -17,13 +17,7 @@
 #include "putback_msg.h"
 
 typedef struct {
-    /* Send PUTBACK (req, len) to the peer and wait for its PUTBACK_ACK. */
-    ote_status_t (*ctl)(void *arg, const void *req, size_t len, uint8_t **resp_p,
-                        size_t *resp_len_p);
-    void            *ctl_arg;
-    pthread_mutex_t *worker_lock; /* held around the slice's completion */
-    ote_proto_jobs_t *jobs;       /* the engine's pool the requests wait on */
-    uint64_t         initiator, target; /* engine instances */
+    ote_proto_ctl_hooks_t base;   /* ctl: PUTBACK, answered by PUTBACK_ACK */
     char             name[256];   /* this engine's name: the target opens it */
 } ote_putback_hooks_t;
 

@@ -125,13 +125,8 @@ long         ote_stage_target_pinned_now(void);
  * slice BUSY.
  */
 typedef struct {
-    ote_status_t (*ctl)(void *arg, const void *req, size_t len, uint8_t **resp_p,
-                        size_t *resp_len_p);
-    void             *ctl_arg;
-    pthread_mutex_t  *worker_lock;   /* held while the worker progresses */
+    ote_proto_ctl_hooks_t base;      /* ctl: STAGE, answered by STAGE_ACK */
     int               worker_wake_fd;
-    ote_proto_jobs_t *jobs;
-    uint64_t          initiator, target; /* engine instances */
     long              timeout_ms;
 } ote_stage_remote_hooks_t;
 

@@ -89,11 +89,11 @@ static ote_status_t remote_ctl(remote_op_t *op, ote_ctl_stage_t *m, uint64_t *ch
     uint64_t dummy[OTE_CTL_STAGE_MAX];
     ote_status_t status, remote = OTE_OK;
 
-    m->initiator = op->hooks.initiator;
-    m->target    = op->hooks.target;
+    m->initiator = op->hooks.base.initiator;
+    m->target    = op->hooks.base.target;
     status       = ote_ctl_stage_encode(m, &out);
     if (status == OTE_OK)
-        status = op->hooks.ctl(op->hooks.ctl_arg, out.data, out.len, &resp, &len);
+        status = op->hooks.base.ctl(op->hooks.base.ctl_arg, out.data, out.len, &resp, &len);
     if (status == OTE_OK)
         status = ote_ctl_stage_ack_decode(resp, len, &remote, &cs, chunks ? chunks : dummy,
                                           &count);
@@ -181,7 +181,7 @@ static ote_status_t remote_post_group(remote_op_t *op, remote_group_t *g)
     uint64_t one        = 1;
     size_t off          = g->off;
 
-    pthread_mutex_lock(op->hooks.worker_lock);
+    pthread_mutex_lock(op->hooks.base.worker_lock);
     for (size_t i = 0; i < g->m.count; i++) {
         remote_chunk_t *rc = &g->rc[i];
         ote_tl_ep_t *ep    = op->rail->ep;
@@ -217,7 +217,7 @@ static ote_status_t remote_post_group(remote_op_t *op, remote_group_t *g)
         }
         off += g->m.e[i].length;
     }
-    pthread_mutex_unlock(op->hooks.worker_lock);
+    pthread_mutex_unlock(op->hooks.base.worker_lock);
     (void)!write(op->hooks.worker_wake_fd, &one, sizeof(one));
     g->status = status;
     return status;
@@ -294,7 +294,7 @@ static ote_status_t remote_finish(remote_op_t *op, remote_group_t *g)
 static void remote_main(ote_proto_job_t *job)
 {
     remote_op_t *op           = (remote_op_t *)job;
-    pthread_mutex_t *wl       = op->hooks.worker_lock;
+    pthread_mutex_t *wl       = op->hooks.base.worker_lock;
     ote_tl_completion_t *comp = op->comp;
     remote_group_t *cur = &op->g[0], *next = &op->g[1], *t;
     ote_status_t status = OTE_OK, st;
@@ -397,7 +397,7 @@ ote_status_t ote_stage_remote_post(stage_ep_t *ep, bool write, void *local, size
     op->job.run      = remote_main;
     pthread_mutex_init(&op->lock, NULL);
     pthread_cond_init(&op->cond, NULL);
-    status = ote_proto_jobs_submit(ep->hooks.jobs, &op->job);
+    status = ote_proto_jobs_submit(ep->hooks.base.jobs, &op->job);
     if (status != OTE_OK) {
         pthread_mutex_destroy(&op->lock);
         pthread_cond_destroy(&op->cond);

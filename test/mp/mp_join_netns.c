@@ -106,20 +106,6 @@ static int parent(const char *self)
 
 static ote_test_pair_t *fx;
 
-static uint64_t if_tx_bytes(const char *dev)
-{
-    char path[128];
-    unsigned long long v = 0;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/tx_bytes", dev);
-    f = fopen(path, "r");
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%llu", &v), 1);
-    fclose(f);
-    return v;
-}
-
 /* The segment's rails; the one on dev in *r (false when none). */
 static size_t rails(const char *dev, ote_rail_info_t *r)
 {
@@ -206,13 +192,13 @@ static void test_join(void **state)
     assert_int_equal(n, 2);
     rails("join0", &r0);
     rails("join1", &r1);
-    tx0 = if_tx_bytes("join0");
-    tx1 = if_tx_bytes("join1");
+    tx0 = mp_if_tx_bytes("join0");
+    tx1 = mp_if_tx_bytes("join1");
     write_all(REGION, 12);
     rails("join0", &a0);
     rails("join1", &a1);
-    d0 = if_tx_bytes("join0") - tx0;
-    d1 = if_tx_bytes("join1") - tx1;
+    d0 = mp_if_tx_bytes("join0") - tx0;
+    d1 = mp_if_tx_bytes("join1") - tx1;
     printf("both rails: join0 %llu B (iface %llu), join1 %llu B (iface %llu)\n",
            (unsigned long long)(a0.bytes - r0.bytes), (unsigned long long)d0,
            (unsigned long long)(a1.bytes - r1.bytes), (unsigned long long)d1);

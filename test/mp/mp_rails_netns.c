@@ -111,20 +111,6 @@ static int parent(const char *self, unsigned id)
 static ote_test_pair_t *fx;
 static char target_listen[256];
 
-static uint64_t if_tx_bytes(const char *dev)
-{
-    char path[128];
-    unsigned long long v = 0;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/tx_bytes", dev);
-    f = fopen(path, "r");
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%llu", &v), 1);
-    fclose(f);
-    return v;
-}
-
 /* rails[0..2) by device name. */
 static void rails_get(ote_segment_h seg, ote_rail_info_t out[2])
 {
@@ -206,15 +192,15 @@ static int teardown(void **state)
 static void test_both_rails_carry(void **state)
 {
     ote_rail_info_t before[2], after[2];
-    uint64_t tx0 = if_tx_bytes("rail0"), tx1 = if_tx_bytes("rail1");
+    uint64_t tx0 = mp_if_tx_bytes("rail0"), tx1 = mp_if_tx_bytes("rail1");
     uint64_t d0, d1;
 
     rails_get(fx->seg, before);
     write_all(REGION, 101);
     verify_all(REGION, 101);
     rails_get(fx->seg, after);
-    d0 = if_tx_bytes("rail0") - tx0;
-    d1 = if_tx_bytes("rail1") - tx1;
+    d0 = mp_if_tx_bytes("rail0") - tx0;
+    d1 = mp_if_tx_bytes("rail1") - tx1;
     printf("both rails: rail0 %llu B (iface %llu), rail1 %llu B (iface %llu)\n",
            (unsigned long long)(after[0].bytes - before[0].bytes), (unsigned long long)d0,
            (unsigned long long)(after[1].bytes - before[1].bytes), (unsigned long long)d1);

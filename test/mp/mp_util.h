@@ -108,6 +108,21 @@ static inline bool mp_task_stopped(const char *path)
     return stopped;
 }
 
+/* Bytes the network interface dev sent (its sysfs statistics). */
+static inline uint64_t mp_if_tx_bytes(const char *dev)
+{
+    char path[128];
+    unsigned long long v = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/tx_bytes", dev);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%llu", &v), 1);
+    fclose(f);
+    return v;
+}
+
 /*
  * SIGSTOP, and wait until every thread of the process is stopped indeed:
  * delivery is not immediate, and until then a polling thread of the
