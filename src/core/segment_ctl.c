@@ -304,6 +304,14 @@ ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
                                seg->peer_name[0] != '\0' ? seg->peer_name : seg->name, desc_p);
 
     status = ote_segment_ctl_request(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, &resp, &len);
+    /*
+     * The connection kept open may have ended meanwhile (a peer restarted on
+     * the same address, a listener that closed it): the request was
+     * dropped with it, and asking again, on a new connection, is harmless.
+     */
+    if (status == OTE_ERR_REMOTE_DISCONNECT)
+        status = ote_segment_ctl_request(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, &resp,
+                                         &len);
     if (status != OTE_OK)
         return status;
     if (len < 4 || ote_ctl_status_decode(resp, 4, &remote) != OTE_OK) {
