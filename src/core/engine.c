@@ -81,25 +81,10 @@ static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_t
             ote_engine_join_failed(e);
         return;
     }
-    for (w = 0; w < e->num_workers; w++) {
-        params->worker_index = w;
-        params->worker_lock  = &e->workers[w].lock;
-        status = comp->ops->iface_open(res, md, params, &ifaces[w]);
-        if (status != OTE_OK) {
-            ote_log(status == OTE_ERR_UNSUPPORTED ? OTE_LOG_INFO : OTE_LOG_WARN,
-                    "transport %s/%s: cannot open: %s", res->tl_name, res->dev_name,
-                    ote_status_string(status));
-            if (res->is_network && status != OTE_ERR_UNSUPPORTED)
-                ote_engine_join_failed(e); /* the device monitor tries again */
-            goto err_close;
-        }
-    }
-    ifaces[0]->ops->query(ifaces[0], &caps);
-    if (!(caps.ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY))) {
-        ote_info("transport %s/%s: no one-sided zero-copy operation; not used", res->tl_name,
-                 res->dev_name);
+    w = 0;
+    if (!ote_engine_ifaces_open(e, comp, res, md, params, false, ifaces, &caps))
         goto err_close;
-    }
+    w = e->num_workers;
     for (k = 0; md != NULL && k < e->num_mds && e->mds[k] != md; k++)
         ;
     if (md != NULL && k == e->num_mds) {

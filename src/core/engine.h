@@ -295,6 +295,18 @@ bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_nam
  * time up to a minute. At creation or from the monitor only.
  */
 void ote_engine_join_failed(ote_engine_h e);
+/*
+ * Open res's iface on every worker (ifaces[w]) and check that it moves
+ * bytes one-sided (its capabilities in *caps_p). false: none stays open
+ * (md is the caller's), the reason was logged, and a failure to open a
+ * network device, or any device joining the running engine (joining), was
+ * reported to the device monitor (ote_engine_join_failed), which tries
+ * again.
+ */
+bool ote_engine_ifaces_open(ote_engine_h e, ote_tl_component_t *comp,
+                            const ote_tl_resource_t *res, ote_md_t *md,
+                            ote_tl_iface_params_t *params, bool joining,
+                            ote_tl_iface_t **ifaces, ote_tl_caps_t *caps_p);
 /* A hash of the network interfaces up with an address now (what a round compares). */
 uint64_t ote_engine_netif_sig(void);
 /* True when iface's device left the engine (see ote_engine_join_round). */

@@ -95,6 +95,40 @@ bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_nam
     return true;
 }
 
+bool ote_engine_ifaces_open(ote_engine_h e, ote_tl_component_t *comp,
+                            const ote_tl_resource_t *res, ote_md_t *md,
+                            ote_tl_iface_params_t *params, bool joining,
+                            ote_tl_iface_t **ifaces, ote_tl_caps_t *caps_p)
+{
+    const char *what    = joining ? "cannot join: " : "";
+    ote_status_t status = OTE_OK;
+    size_t w;
+
+    for (w = 0; w < e->num_workers && status == OTE_OK; w++) {
+        params->worker_index = w;
+        params->worker_lock  = &e->workers[w].lock;
+        status = comp->ops->iface_open(res, md, params, &ifaces[w]);
+    }
+    if (status != OTE_OK) {
+        w--;
+        ote_log(status == OTE_ERR_UNSUPPORTED ? OTE_LOG_INFO : OTE_LOG_WARN,
+                "transport %s/%s: %scannot open: %s", res->tl_name, res->dev_name, what,
+                ote_status_string(status));
+        /* The device monitor tries again. */
+        if ((res->is_network || joining) && status != OTE_ERR_UNSUPPORTED)
+            ote_engine_join_failed(e);
+    } else {
+        ifaces[0]->ops->query(ifaces[0], caps_p);
+        if (caps_p->ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY))
+            return true;
+        ote_info("transport %s/%s: no one-sided zero-copy operation; not used", res->tl_name,
+                 res->dev_name);
+    }
+    while (w-- > 0)
+        ifaces[w]->ops->close(ifaces[w]);
+    return false;
+}
+
 /* Open res on every worker while they run; a new memory domain joins first. */
 static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
                     ote_tl_iface_params_t *params)
@@ -120,26 +154,11 @@ static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resou
     }
     while (md != NULL && k < e->num_mds && e->mds[k] != md)
         k++;
-    for (w = 0; w < e->num_workers; w++) {
-        params->worker_index = w;
-        params->worker_lock  = &e->workers[w].lock;
-        status = comp->ops->iface_open(res, md, params, &ifaces[w]);
-        if (status != OTE_OK) {
-            ote_log(status == OTE_ERR_UNSUPPORTED ? OTE_LOG_INFO : OTE_LOG_WARN,
-                    "transport %s/%s: cannot join: cannot open: %s", res->tl_name,
-                    res->dev_name, ote_status_string(status));
-            if (status != OTE_ERR_UNSUPPORTED)
-                ote_engine_join_failed(e);
-            goto err_close;
-        }
-        ifaces[w]->md_index = md != NULL ? (int)k : -1;
-    }
-    ifaces[0]->ops->query(ifaces[0], &caps);
-    if (!(caps.ops & (OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY))) {
-        ote_info("transport %s/%s: no one-sided zero-copy operation; not used", res->tl_name,
-                 res->dev_name);
+    w = 0;
+    if (!ote_engine_ifaces_open(e, comp, res, md, params, true, ifaces, &caps))
         goto err_close;
-    }
+    for (w = 0; w < e->num_workers; w++)
+        ifaces[w]->md_index = md != NULL ? (int)k : -1;
     /* The ifaces carry no traffic before the workers have them. */
     if (md != NULL && k == e->num_mds &&
         !ote_engine_md_join(e, res->tl_name, res->dev_name, md)) {

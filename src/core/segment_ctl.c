@@ -206,32 +206,6 @@ out:
     return status;
 }
 
-ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
-                                           size_t len, uint8_t expect, long timeout_ms,
-                                           uint8_t **resp_p, size_t *resp_len_p)
-{
-    uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
-    char addr[sizeof(seg->ctl_addr)];
-    uint8_t got;
-    ote_status_t status;
-    int fd;
-
-    if (seg->file != NULL)
-        return OTE_ERR_UNSUPPORTED;
-    pthread_mutex_lock(&seg->lock);
-    memcpy(addr, seg->ctl_addr, sizeof(addr));
-    pthread_mutex_unlock(&seg->lock);
-    status = ctl_open(seg, addr, deadline, &fd);
-    if (status != OTE_OK)
-        return status;
-    status = ctl_exchange(seg, fd, type, payload, len, &expect, 1, deadline, &got, resp_p,
-                          resp_len_p);
-    close(fd);
-    if (status == OTE_ERR_IO)
-        status = OTE_ERR_REMOTE_DISCONNECT;
-    return status;
-}
-
 void ote_segment_ctl_pool_drain(ote_segment_h seg)
 {
     pthread_mutex_lock(&seg->ctl_pool_lock);
@@ -240,9 +214,14 @@ void ote_segment_ctl_pool_drain(ote_segment_h seg)
     pthread_mutex_unlock(&seg->ctl_pool_lock);
 }
 
-ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, const void *payload,
-                                            size_t len, uint8_t expect, long timeout_ms,
-                                            uint8_t **resp_p, size_t *resp_len_p)
+/*
+ * One request-reply on a connection of its own: with pooled, an idle one
+ * of the segment's pool when there is one (kept for the next request
+ * after a good answer), else a new one, closed after the answer.
+ */
+static ote_status_t ctl_request_conn(ote_segment_h seg, bool pooled, uint8_t type,
+                                     const void *payload, size_t len, uint8_t expect,
+                                     long timeout_ms, uint8_t **resp_p, size_t *resp_len_p)
 {
     uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
     char addr[sizeof(seg->ctl_addr)];
@@ -256,7 +235,7 @@ ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, con
         int fd      = -1;
 
         pthread_mutex_lock(&seg->ctl_pool_lock);
-        if (seg->ctl_pool_len > 0) {
+        if (pooled && seg->ctl_pool_len > 0) {
             fd     = seg->ctl_pool[--seg->ctl_pool_len];
             reused = true;
         }
@@ -273,7 +252,7 @@ ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, con
                               resp_len_p);
         if (status == OTE_OK) {
             pthread_mutex_lock(&seg->ctl_pool_lock);
-            if (seg->ctl_pool_len < OTE_SEGMENT_CTL_POOL) {
+            if (pooled && seg->ctl_pool_len < OTE_SEGMENT_CTL_POOL) {
                 seg->ctl_pool[seg->ctl_pool_len++] = fd;
                 fd = -1;
             }
@@ -290,6 +269,22 @@ ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, con
         if (!reused || attempt > 0 || status != OTE_ERR_REMOTE_DISCONNECT)
             return status;
     }
+}
+
+ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
+                                           size_t len, uint8_t expect, long timeout_ms,
+                                           uint8_t **resp_p, size_t *resp_len_p)
+{
+    return ctl_request_conn(seg, false, type, payload, len, expect, timeout_ms, resp_p,
+                            resp_len_p);
+}
+
+ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, const void *payload,
+                                            size_t len, uint8_t expect, long timeout_ms,
+                                            uint8_t **resp_p, size_t *resp_len_p)
+{
+    return ctl_request_conn(seg, true, type, payload, len, expect, timeout_ms, resp_p,
+                            resp_len_p);
 }
 
 ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
