@@ -82,9 +82,15 @@ ote_status_t ote_ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsign
 }
 
 ote_status_t ote_ctl_job_submit(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t *pool,
-                                unsigned *count, ote_proto_job_t *job)
+                                unsigned *count, ctl_job_t *job, ote_proto_job_cb_t run)
 {
-    ote_status_t st = ote_proto_jobs_submit(pool, job);
+    ote_status_t st;
+
+    job->ctl     = ctl;
+    job->conn_id = c->id;
+    job->seq     = c->h.seq;
+    job->job.run = run;
+    st           = ote_proto_jobs_submit(pool, &job->job);
 
     if (st == OTE_OK) {
         c->waiting = true;
@@ -95,16 +101,16 @@ ote_status_t ote_ctl_job_submit(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t 
     return st;
 }
 
-ctl_conn_t *ote_ctl_job_conn(ote_ctl_t *ctl, uint64_t conn_id, uint32_t seq)
+ctl_conn_t *ote_ctl_job_conn(ote_ctl_t *ctl, const ctl_job_t *job)
 {
     ctl_conn_t *c;
 
-    for (c = ctl->conns; c != NULL && c->id != conn_id; c = c->next)
+    for (c = ctl->conns; c != NULL && c->id != job->conn_id; c = c->next)
         ;
     if (c == NULL || !c->waiting)
         return NULL;
     c->waiting = false;
-    c->h.seq   = seq;
+    c->h.seq   = job->seq;
     ote_ctl_conn_set_events(ctl, c, EPOLLIN);
     return c;
 }

@@ -77,7 +77,7 @@ static void bounce_put(ote_ctl_t *ctl, int slot)
  */
 static ote_status_t file_io_rails(file_io_job_t *job)
 {
-    ote_ctl_t *ctl = job->ctl;
+    ote_ctl_t *ctl = job->base.ctl;
     ote_engine_h e = ctl->engine;
     bool wr        = job->m.op == OTE_CTL_FILE_IO_WRITE;
     ote_status_t status, xs = OTE_OK;
@@ -117,7 +117,7 @@ static ote_status_t file_io_rails(file_io_job_t *job)
 static void file_io_main(ote_proto_job_t *pj)
 {
     file_io_job_t *job = (file_io_job_t *)pj;
-    ote_ctl_t *ctl     = job->ctl;
+    ote_ctl_t *ctl     = job->base.ctl;
     bool wr            = job->m.op == OTE_CTL_FILE_IO_WRITE;
     uint64_t one       = 1;
 
@@ -187,11 +187,8 @@ ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c)
         /* The request's bytes go with the job: the listener does not free them. */
         job->payload = c->payload;
         c->payload   = NULL;
-        job->ctl     = ctl;
-        job->conn_id = c->id;
-        job->seq     = c->h.seq;
-        job->job.run = file_io_main;
-        st = ote_ctl_job_submit(ctl, c, ctl->file_pool, &ctl->file_jobs, &job->job);
+        st = ote_ctl_job_submit(ctl, c, ctl->file_pool, &ctl->file_jobs, &job->base,
+                                file_io_main);
         if (st == OTE_OK)
             return OTE_OK;
         c->payload   = job->payload;
@@ -219,7 +216,7 @@ void ote_ctl_file_io_answer(ote_ctl_t *ctl)
         ctl_conn_t *c;
 
         next = job->next;
-        c    = ote_ctl_job_conn(ctl, job->conn_id, job->seq);
+        c    = ote_ctl_job_conn(ctl, &job->base);
         if (c != NULL &&
             file_io_reply(ctl, c, job->m.rails, job->status, job->buf, job->done) != OTE_OK)
             ote_ctl_conn_close(ctl, c);

@@ -47,12 +47,17 @@ typedef struct ctl_conn {
     struct ctl_conn   *next, *prev;
 } ctl_conn_t;
 
+/* A request served by a thread of one of the listener's pools; answered on conn_id. */
+typedef struct {
+    ote_proto_job_t job;     /* first: the pool's entry */
+    ote_ctl_t      *ctl;
+    uint64_t        conn_id; /* the connection the answer goes on */
+    uint32_t        seq;     /* the request's sequence, the answer's */
+} ctl_job_t;
+
 /* A PUTBACK served by a thread of the listener's pool, and its answer. */
 typedef struct putback_job {
-    ote_proto_job_t     job;    /* first: the pool's entry */
-    ote_ctl_t          *ctl;
-    uint64_t            conn_id;
-    uint32_t            seq;
+    ctl_job_t           base;   /* first */
     ote_ctl_putback_t   m;
     ote_region_t       *region; /* the checked range's, held until answered */
     ote_status_t        status;
@@ -89,10 +94,7 @@ typedef struct {
 
 /* A FILE_IO served by a thread of the listener's file pool, and its answer. */
 typedef struct file_io_job {
-    ote_proto_job_t     job;     /* first: the pool's entry */
-    ote_ctl_t          *ctl;
-    uint64_t            conn_id;
-    uint32_t            seq;
+    ctl_job_t           base;    /* first */
     ote_ctl_file_io_t   m;
     uint8_t            *payload; /* the request (m.data points into it) */
     ote_fexport_file_t *file;    /* held until answered */
@@ -152,19 +154,20 @@ void         ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t eve
 /*
  * The listener's job pools (PUTBACK, FILE_IO): admit one job (BUSY when max
  * are running or queued; the pool, of threads threads, is made on the first
- * one), then submit it for c, which is not read until its answer. A job
- * that could not be submitted is no longer counted (its status returned).
+ * one), then submit it to run for c's current request, c not read until
+ * its answer. A job that could not be submitted is no longer counted (its
+ * status returned).
  */
 ote_status_t ote_ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsigned *count,
                                const char *name, unsigned threads, unsigned max);
 ote_status_t ote_ctl_job_submit(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t *pool,
-                                unsigned *count, ote_proto_job_t *job);
+                                unsigned *count, ctl_job_t *job, ote_proto_job_cb_t run);
 /*
- * A job ended and is answered: the connection it answers on (conn_id), if
- * still there and waiting for it, reads again with seq as the answer's;
- * NULL otherwise. ote_ctl_job_done: the job no longer counts.
+ * A job ended and is answered: the connection it answers on, if still
+ * there and waiting for it, reads again with the job's seq as the
+ * answer's; NULL otherwise. ote_ctl_job_done: the job no longer counts.
  */
-ctl_conn_t  *ote_ctl_job_conn(ote_ctl_t *ctl, uint64_t conn_id, uint32_t seq);
+ctl_conn_t  *ote_ctl_job_conn(ote_ctl_t *ctl, const ctl_job_t *job);
 void         ote_ctl_job_done(ote_ctl_t *ctl, unsigned *count);
 
 /* ctl_proto.c */

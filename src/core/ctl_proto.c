@@ -188,7 +188,7 @@ void ote_ctl_peer_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot, ote_statu
 static void putback_serve_job(ote_proto_job_t *pj)
 {
     putback_job_t *job = (putback_job_t *)pj;
-    ote_ctl_t *ctl     = job->ctl;
+    ote_ctl_t *ctl     = job->base.ctl;
     ote_segment_h seg;
     uint64_t one = 1;
     int slot;
@@ -293,11 +293,7 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
             ote_mem_region_put(job->region);
     }
     if (st == OTE_OK) {
-        job->ctl     = ctl;
-        job->conn_id = c->id;
-        job->seq     = c->h.seq;
-        job->job.run = putback_serve_job;
-        st           = ote_ctl_job_submit(ctl, c, ctl->pool, &ctl->jobs, &job->job);
+        st = ote_ctl_job_submit(ctl, c, ctl->pool, &ctl->jobs, &job->base, putback_serve_job);
         if (st == OTE_OK)
             return OTE_OK;
         ote_mem_region_put(job->region);
@@ -328,7 +324,7 @@ void ote_ctl_putback_answer(ote_ctl_t *ctl)
         ote_buf_t out = {0};
 
         next = job->next;
-        c    = ote_ctl_job_conn(ctl, job->conn_id, job->seq);
+        c    = ote_ctl_job_conn(ctl, &job->base);
         if (c != NULL) {
             if (ote_ctl_putback_ack_encode(job->status, job->m.id, &out) != OTE_OK ||
                 ote_ctl_reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0) != OTE_OK)
