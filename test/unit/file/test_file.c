@@ -491,13 +491,21 @@ static int read_only_child(const char *path, const char *name)
 
 static void test_read_only(void **state)
 {
-    char path[4200], name[4300];
+    char path[4200], name[4300], rodir[64] = "/tmp/file-ro.XXXXXX";
     pid_t pid;
     int ws;
 
-    make_file("ro.dat", 65536, 21, path, sizeof(path), name, sizeof(name));
+    /*
+     * root writes any file: the child gives that up first, so the file lies
+     * where every user can reach it (the build tree's parents may not let
+     * others through).
+     */
+    assert_non_null(mkdtemp(rodir));
+    assert_int_equal(chmod(rodir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/ro.dat", rodir);
+    snprintf(name, sizeof(name), "file://%s", path);
+    assert_int_equal(ote_test_write_file(path, 65536, 21), 0);
     assert_int_equal(chmod(path, 0444), 0);
-    /* root writes any file: the child gives that up first. */
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -509,6 +517,7 @@ static void test_read_only(void **state)
     assert_true(WIFEXITED(ws));
     assert_int_equal(WEXITSTATUS(ws), 0);
     unlink(path);
+    rmdir(rodir);
 }
 
 /* WRITEs past RLIMIT_FSIZE fail EFBIG, as on a full file system: IO. */
