@@ -42,6 +42,7 @@ typedef struct {
     long   xfer_timeout_ms;
     long   poll_grace_us;
     long   poll_spin_max_us;
+    long   poll_park_us;
     bool   progress_thread;
     char  *worker_cpus;
     size_t max_inflight_bytes;

@@ -16,9 +16,12 @@
  * UCX's callers do with ucp_worker_progress: they take a worker's lock when
  * it is free and run its rounds, polling while answers come fast. A worker
  * thread woken by events while such a caller is registered leaves them to
- * it (its iface fds are edge-triggered, so it sleeps on until something
- * new arrives); the caller, when it leaves, progresses what the worker
- * left behind or wakes it. The post-event polling of worker threads
+ * it and parks: it sleeps on its wake-up fd alone, so that the answers
+ * the callers take wake no second thread, and looks every OTE_POLL_PARK_US
+ * whether they are still there. A caller that leaves before its task
+ * ended progresses what the worker left behind and wakes it; one whose
+ * task ended leaves it parked, as its application is likely to submit and
+ * wait again at once. The post-event polling of worker threads
  * adapts too: after an event it polls for twice the recent interval
  * between events when that is below OTE_POLL_SPIN_MAX_US, else for
  * OTE_POLL_GRACE_US.
@@ -34,6 +37,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TIMEOUT_CHECK_NS (100ull * 1000 * 1000)
@@ -114,7 +119,8 @@ static void worker_hand_back(ote_worker_t *w)
     int cap_ms   = -1;
 
     atomic_store_explicit(&w->active_ns, ote_time_ns(), memory_order_relaxed);
-    if (worker_arm(w, &cap_ms) || cap_ms >= 0)
+    /* A parked thread looks again within its park interval (worker_park). */
+    if ((worker_arm(w, &cap_ms) || cap_ms >= 0) && !atomic_load(&w->parked))
         (void)!write(w->wake_fd, &one, sizeof(one));
 }
 
@@ -219,9 +225,19 @@ void ote_engine_wait_note(ote_engine_h e, uint64_t ns)
  * progressed here, or handed to the worker thread when another thread
  * holds the lock or something is left.
  */
-static void worker_leave(ote_worker_t *w, uint64_t gen, bool progressed)
+static void worker_leave(ote_worker_t *w, uint64_t gen, bool progressed, bool done)
 {
-    atomic_fetch_sub(&w->callers, 1);
+    /*
+     * A caller whose task ended returns to its application, which is
+     * likely to submit and wait again at once: a parked worker thread is
+     * left parked (it looks again within its park interval). One that
+     * stops polling before the end leaves the rest to the worker thread.
+     */
+    if (!done)
+        atomic_store(&w->handoff, true);
+    if (atomic_fetch_sub(&w->callers, 1) == 1 && atomic_load(&w->handoff) &&
+        atomic_exchange(&w->handoff, false) && atomic_load(&w->parked))
+        worker_wake(w);
     if (atomic_load(&w->missed) == gen) {
         if (progressed && pthread_mutex_trylock(&w->lock) == 0) {
             worker_hand_back(w);
@@ -326,7 +342,7 @@ bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadlin
         last = ote_time_ns();
     }
     for (size_t i = 0; i < nw; i++)
-        worker_leave(&e->workers[i], gen[i], progressed[i]);
+        worker_leave(&e->workers[i], gen[i], progressed[i], done);
     return done;
 }
 
@@ -469,42 +485,68 @@ static void worker_check_timeouts(ote_worker_t *w)
 }
 
 /*
+ * While callers progress w (lock not held): wait on the wake-up fd alone,
+ * so that the answers the callers take wake no second thread. Returns when
+ * woken (a submitter queued work, a caller left before its task ended),
+ * when the worker stops, when the callers are gone (looked at every park
+ * interval) or at end_ns (0: no limit).
+ */
+static void worker_park(ote_worker_t *w, uint64_t end_ns)
+{
+    struct pollfd pfd = {.fd = w->wake_fd, .events = POLLIN};
+    uint64_t step     = (uint64_t)w->engine->config.poll_park_us * 1000ull;
+
+    atomic_store(&w->parked, true);
+    while (!atomic_load(&w->stop) && atomic_load(&w->callers) > 0) {
+        uint64_t ns = step, now = ote_time_ns();
+        struct timespec ts;
+
+        if (end_ns != 0) {
+            if (now >= end_ns)
+                break;
+            if (end_ns - now < ns)
+                ns = end_ns - now;
+        }
+        ts.tv_sec  = (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        if (ppoll(&pfd, 1, &ts, NULL) > 0) {
+            uint64_t v;
+
+            (void)!read(w->wake_fd, &v, sizeof(v));
+            break;
+        }
+    }
+    atomic_store(&w->parked, false);
+}
+
+/*
  * Sleep on the worker's fds (lock not held) for at most timeout_ms (-1:
  * no limit). Events that wake it while a caller progresses this worker
- * are left to that caller: the fds are edge-triggered, so the next
- * epoll_wait sleeps until something new arrives.
+ * are left to that caller, and the thread parks until the callers are
+ * gone: the fds are edge-triggered, so what the callers handled meanwhile
+ * wakes it at most once more.
  */
 static void worker_sleep(ote_worker_t *w, int timeout_ms)
 {
     uint64_t end = timeout_ms < 0 ? 0 : ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    struct epoll_event ev[8];
+    bool woken = false;
+    int n      = epoll_wait(w->epfd, ev, 8, timeout_ms);
 
-    for (;;) {
-        struct epoll_event ev[8];
-        bool woken = false;
-        uint64_t now;
-        int n = epoll_wait(w->epfd, ev, 8, timeout_ms);
+    for (int i = 0; i < n; i++) {
+        if (ev[i].data.ptr == &wake_tag) {
+            uint64_t v;
 
-        for (int i = 0; i < n; i++) {
-            if (ev[i].data.ptr == &wake_tag) {
-                uint64_t v;
-
-                (void)!read(w->wake_fd, &v, sizeof(v));
-                woken = true;
-            }
-        }
-        if (n <= 0 || woken || atomic_load(&w->stop) || atomic_load(&w->callers) == 0)
-            return;
-        /* Seen by a leaving caller (worker_leave), or we see it gone. */
-        atomic_fetch_add(&w->missed, 1);
-        if (atomic_load(&w->callers) == 0)
-            return;
-        if (end != 0) {
-            now = ote_time_ns();
-            if (now >= end)
-                return;
-            timeout_ms = (int)((end - now) / 1000000ull) + 1;
+            (void)!read(w->wake_fd, &v, sizeof(v));
+            woken = true;
         }
     }
+    if (n <= 0 || woken || atomic_load(&w->stop) || atomic_load(&w->callers) == 0)
+        return;
+    /* Seen by a leaving caller (worker_leave), or we see it gone. */
+    atomic_fetch_add(&w->missed, 1);
+    if (atomic_load(&w->callers) != 0)
+        worker_park(w, end);
 }
 
 /*
@@ -566,6 +608,27 @@ static void *worker_main(void *arg)
         }
         if (quiet_since == 0)
             quiet_since = now;
+        /*
+         * Callers in ote_batch_wait() poll this worker: leave the lock and
+         * the CPU to them. A queued slice or a caller that stops polling
+         * before its task ended wakes the thread (worker_park).
+         */
+        if (atomic_load(&w->callers) > 0) {
+            bool queued;
+
+            atomic_store(&w->sleeping, true);
+            pthread_mutex_lock(&w->qlock);
+            queued = w->qhead != NULL;
+            pthread_mutex_unlock(&w->qlock);
+            pthread_mutex_unlock(&w->lock);
+            if (!queued)
+                worker_park(w, w->next_timeout);
+            pthread_mutex_lock(&w->lock);
+            atomic_store(&w->sleeping, false);
+            last_event = ote_time_ns();
+            woke       = false;
+            continue;
+        }
         /* A wake-up that found nothing (a caller took the events): sleep again at once. */
         if (!woke && now - last_event < worker_spin_ns(w, grace_ns, max_ns)) {
             worker_pause();

@@ -40,6 +40,14 @@ struct ote_worker {
      */
     atomic_int       callers;
     _Atomic uint64_t missed;
+    /*
+     * The worker thread waits on its wake-up fd alone while callers
+     * progress it (worker_park): a caller that stops polling before its
+     * task ended wakes it; one whose task ended does not, and the thread
+     * sees it gone within the park interval.
+     */
+    atomic_bool      parked;
+    atomic_bool      handoff;     /* a caller stopped polling before its task ended */
     uint64_t         next_timeout;  /* next check of OTE_XFER_TIMEOUT_MS (under lock) */
     uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
     ote_worker_progress_t progress[OTE_WORKER_MAX_PROGRESS];
