@@ -366,6 +366,12 @@ void ote_tcp_conn_rx(ote_tcp_conn_t *c)
 static void conn_rx(ote_tcp_conn_t *c)
 {
     size_t budget = OTE_TCP_RX_BUDGET;
+    /*
+     * A read that returned less than it asked for emptied the socket: the
+     * next one would only say EAGAIN. The connection's fd is level-triggered
+     * in the iface's epoll, so bytes that arrive later are announced.
+     */
+    bool drained = false;
     ote_tcp_hdr_t h;
     ssize_t n;
 
@@ -416,6 +422,8 @@ static void conn_rx(ote_tcp_conn_t *c)
                     continue;
                 }
             }
+            if (drained)
+                return;
             if (c->rx_off > 0) {
                 memmove(c->rxbuf, c->rxbuf + c->rx_off, avail);
                 c->rx_off = 0;
@@ -425,6 +433,7 @@ static void conn_rx(ote_tcp_conn_t *c)
                 n = recv_fds(c, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len);
             else
                 n = recv(c->fd, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
+            drained = n >= 0 && (size_t)n < OTE_TCP_RXBUF - c->rx_len;
         } else {
             bool discard = c->rx_state == OTE_TCP_RX_DISCARD;
             size_t take;
@@ -444,6 +453,8 @@ static void conn_rx(ote_tcp_conn_t *c)
                     payload_done(c);
                 continue;
             }
+            if (drained)
+                return;
             {
                 struct iovec iov[2];
 
@@ -463,6 +474,7 @@ static void conn_rx(ote_tcp_conn_t *c)
                 n = readv(c->fd, iov, 2);
                 if (!discard)
                     rx_dst_end(c);
+                drained = n >= 0 && (size_t)n < iov[0].iov_len + iov[1].iov_len;
                 if (n > 0) {
                     take = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
                     if (!discard)
