@@ -5,13 +5,17 @@
  * region's end are refused; memory that is not engine-owned (and
  * write-only memory) goes by reference, as over cma; deregistration returns
  * once the peer unmapped, and within OTE_SHM_UNMAP_TIMEOUT_MS of a peer that
- * is stopped, whose later writes then fail.
+ * is stopped, whose later writes then fail; a batch of blocks of many sizes
+ * in shuffled order, copied alone and shared with copy threads
+ * (OTE_SHM_COPY_THREADS), every byte checked both ways.
  */
 #include "mp_util.h"
 
 #include <setjmp.h>
 #include <signal.h>
+#include <dirent.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -265,6 +269,122 @@ static void test_dereg_stopped_peer(void **state)
     assert_int_equal(ote_mem_free(f->e, mq), OTE_OK);
 }
 
+/* Threads of this process named ote-copy-*. */
+static int copy_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    int n = 0;
+
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        FILE *fp;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "ote-copy-", 9) == 0)
+            n++;
+        fclose(fp);
+    }
+    closedir(d);
+    return n;
+}
+
+#define MIXED_N 72
+
+/*
+ * [0, *total_p) cut into blocks of 16 KiB, 1 MiB + 777 and odd sizes
+ * between, each at the same offset on both sides, in shuffled order.
+ */
+static void mixed_blocks(size_t *off, size_t *len, size_t *total_p, unsigned seed)
+{
+    size_t total = 0;
+
+    for (int i = 0; i < MIXED_N; i++) {
+        len[i] = i % 9 == 4 ? (1u << 20) + 777 : i % 5 == 1 ? 4096 + 13 * (size_t)i : 16384;
+        off[i] = total;
+        total += len[i];
+    }
+    srand(seed);
+    for (int i = MIXED_N - 1; i > 0; i--) {
+        int j = rand() % (i + 1);
+        size_t o = off[i], l = len[i];
+
+        off[i] = off[j], len[i] = len[j];
+        off[j] = o, len[j] = l;
+    }
+    *total_p = total;
+}
+
+/* One batch of the mixed blocks between local and region R_RW; every task COMPLETED. */
+static void mixed_run(fx_t *f, ote_op_t op, const size_t *off, const size_t *len)
+{
+    ote_xfer_req_t r[MIXED_N];
+    ote_batch_h b;
+    size_t first;
+
+    for (int i = 0; i < MIXED_N; i++)
+        r[i] = (ote_xfer_req_t){.op = op, .local_addr = f->local + off[i], .segment = f->seg,
+                                .remote_addr = f->t.addr[R_RW] + off[i], .length = len[i]};
+    assert_int_equal(ote_batch_create(f->e, MIXED_N, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, MIXED_N, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    for (size_t i = 0; i < MIXED_N; i++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+        assert_int_equal(st.transferred, len[i]);
+    }
+    ote_batch_release(b);
+}
+
+/*
+ * The copies of a progress round, alone (OTE_SHM_COPY_THREADS=0) and shared
+ * with two copy threads: the same bytes land, through the mappings; the
+ * threads start with the first large round and end with the engine.
+ */
+static void test_copy_threads(void **state)
+{
+    static const char *const args[] = {"--region", "16m:rw@*", NULL};
+    static const char *const counts[] = {"0", "2"};
+    size_t off[MIXED_N], len[MIXED_N], total;
+
+    (void)state;
+    mixed_blocks(off, len, &total, 5);
+    assert_true(total <= BIG);
+    for (int k = 0; k < 2; k++) {
+        int before = copy_threads();
+        uint64_t m0, r0, m1, r1;
+        fx_t g;
+
+        memset(&g, 0, sizeof(g));
+        setenv("OTE_SHM_COPY_THREADS", counts[k], 1);
+        mp_fx_start(&g, args, BIG);
+        ote_shm_stats(&m0, &r0);
+        ote_test_fill(g.local, 0, total, 70 + (unsigned)k);
+        mp_target_ok(g.e, g.seg, "zero %d 0 %zu", R_RW, total);
+        mixed_run(&g, OTE_OP_WRITE, off, len);
+        mp_target_ok(g.e, g.seg, "check %d 0 %zu %u", R_RW, total, 70 + (unsigned)k);
+
+        mp_target_ok(g.e, g.seg, "fill %d 0 %zu %u", R_RW, total, 80 + (unsigned)k);
+        memset(g.local, 0, total);
+        mixed_run(&g, OTE_OP_READ, off, len);
+        assert_int_equal(ote_test_check(g.local, 0, total, 80 + (unsigned)k), -1);
+        ote_shm_stats(&m1, &r1);
+        assert_int_equal(m1 - m0, 2 * total);
+        assert_int_equal(r1 - r0, 0);
+        assert_int_equal(copy_threads() - before, k == 0 ? 0 : 2);
+        mp_fx_stop(&g, true);
+        assert_int_equal(copy_threads(), before);
+    }
+    unsetenv("OTE_SHM_COPY_THREADS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_private_memory_by_reference),
         cmocka_unit_test(test_dereg_live_peer),
         cmocka_unit_test(test_dereg_stopped_peer),
+        cmocka_unit_test(test_copy_threads),
     };
     char ms[16];
 

@@ -76,22 +76,22 @@ ote_status_t ote_cma_iface_get_address(ote_tl_iface_t *iface, void *buf, size_t 
                                        size_t *len_p);
 unsigned     ote_cma_iface_progress(ote_tl_iface_t *iface);
 ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *iface);
-/* The iface ops of cma and of shm, which answers query itself. */
-#define OTE_CMA_IFACE_OPS_INIT(_query)                                                         \
-    {                                                                                          \
-        .close          = ote_tcp_iface_close,                                                 \
-        .query          = (_query),                                                            \
-        .get_address    = ote_cma_iface_get_address,                                           \
-        .event_fd       = ote_tcp_iface_event_fd,                                              \
-        .progress       = ote_cma_iface_progress,                                              \
-        .event_arm      = ote_cma_iface_event_arm,                                             \
-        .check_timeouts = ote_tcp_iface_check_timeouts,                                        \
-        .has_deadlines  = ote_tcp_iface_has_deadlines,                                         \
-        .ep_create      = ote_tcp_ep_create,                                                   \
-        .format_address = ote_tl_no_format_address,                                            \
-        .ep_open        = ote_tl_unsupported_ep_open,                                          \
-        .ep_accept      = ote_tl_unsupported_ep_accept,                                        \
-        .ep_release     = ote_tl_no_ep_release,                                                \
+/* The iface ops of cma and of shm, which has its own query, progress, event_arm, close. */
+#define OTE_CMA_IFACE_OPS_INIT(_query, _progress, _event_arm, _close)                      \
+    {                                                                                      \
+        .close          = (_close),                                                        \
+        .query          = (_query),                                                        \
+        .get_address    = ote_cma_iface_get_address,                                       \
+        .event_fd       = ote_tcp_iface_event_fd,                                          \
+        .progress       = (_progress),                                                     \
+        .event_arm      = (_event_arm),                                                    \
+        .check_timeouts = ote_tcp_iface_check_timeouts,                                    \
+        .has_deadlines  = ote_tcp_iface_has_deadlines,                                     \
+        .ep_create      = ote_tcp_ep_create,                                               \
+        .format_address = ote_tl_no_format_address,                                        \
+        .ep_open        = ote_tl_unsupported_ep_open,                                      \
+        .ep_accept      = ote_tl_unsupported_ep_accept,                                    \
+        .ep_release     = ote_tl_no_ep_release,                                            \
     }
 /* process_vm_readv works in this process (the kernel has it, seccomp allows it). */
 bool         ote_cma_available(void);

@@ -112,7 +112,9 @@ ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *tl_iface)
     return OTE_OK;
 }
 
-static const ote_tl_iface_ops_t cma_iface_ops = OTE_CMA_IFACE_OPS_INIT(ote_cma_iface_query);
+static const ote_tl_iface_ops_t cma_iface_ops =
+    OTE_CMA_IFACE_OPS_INIT(ote_cma_iface_query, ote_cma_iface_progress, ote_cma_iface_event_arm,
+                           ote_tcp_iface_close);
 
 static ote_status_t cma_listen(cma_iface_t *iface)
 {

@@ -159,8 +159,16 @@ ote_status_t ote_shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t leng
         if (!conn_fresh(c, sc))
             return post_ref(ep, put, local, length, local_region, remote, comp);
         m = map_find(sc, remote, length); /* an UNMAP may have been served */
-        if (m != NULL && (!put || m->writable))
+        if (m != NULL && (!put || m->writable)) {
+            shm_iface_t *iface = (shm_iface_t *)tl_ep->iface;
+            uint8_t *peer      = m->map + (remote - m->base);
+
+            /* Queued: the iface's next progress copies it, shared out when large. */
+            if (ote_shm_copy_add(&iface->copier, put ? peer : local, put ? local : peer,
+                                 length, local_region, comp) == OTE_OK)
+                return OTE_INPROGRESS;
             return map_copy(m, local, local_region, remote, length, put);
+        }
     }
     /* Read-only mapping for a write, no mapping room, or memory not mapped: the target checks. */
     if (m != NULL || refused(sc, remote, length) || sc->num_maps >= OTE_SHM_MAX_MAPS)
@@ -258,6 +266,9 @@ static void unmap(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
     shm_conn_t *sc  = ote_shm_conn(c);
     ote_tcp_hdr_t r = {.type = OTE_TCP_UNMAP_ACK, .id = h->id};
 
+    /* Copies posted before the UNMAP arrived land first. */
+    ote_shm_copy_flush(&((shm_iface_t *)c->iface)->copier);
+
     for (size_t i = 0; sc != NULL && i < sc->num_maps; i++) {
         if (sc->maps[i].grant == h->id) {
             munmap(sc->maps[i].map, (size_t)sc->maps[i].length);
@@ -281,6 +292,7 @@ void ote_shm_initiator_hook(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uin
 /* The connection closed: every mapping made through it goes. */
 void ote_shm_initiator_closed(ote_tcp_conn_t *c, shm_conn_t *sc)
 {
+    ote_shm_copy_flush(&((shm_iface_t *)c->iface)->copier);
     for (size_t i = 0; i < sc->num_maps; i++)
         munmap(sc->maps[i].map, (size_t)sc->maps[i].length);
     free(sc->maps);
