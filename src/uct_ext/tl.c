@@ -14,6 +14,7 @@ extern ote_tl_component_t ote_uct_component;
 #endif
 
 extern const ote_config_table_t ote_tcp_config_table;
+extern const ote_config_table_t ote_cma_config_table;
 extern const ote_config_table_t ote_shm_config_table;
 extern const ote_config_table_t ote_cuda_config_table;
 extern const ote_config_table_t ote_file_config_table;
@@ -36,8 +37,9 @@ ote_tl_component_t *const ote_tl_components[] = {
 };
 
 const ote_config_table_t *const ote_tl_config_tables[] = {
-    &ote_tcp_config_table,  &ote_shm_config_table, &ote_cuda_config_table,
-    &ote_file_config_table, &ote_uct_config_table, &ote_rdma_config_table,
+    &ote_tcp_config_table,  &ote_cma_config_table, &ote_shm_config_table,
+    &ote_cuda_config_table, &ote_file_config_table, &ote_uct_config_table,
+    &ote_rdma_config_table,
     NULL,
 };
 

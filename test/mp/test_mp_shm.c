@@ -7,13 +7,15 @@
  * once the peer unmapped, and within OTE_SHM_UNMAP_TIMEOUT_MS of a peer that
  * is stopped, whose later writes then fail; a batch of blocks of many sizes
  * in shuffled order, copied alone and shared with copy threads
- * (OTE_SHM_COPY_THREADS), every byte checked both ways.
+ * (OTE_CMA_COPY_THREADS) over shm and over cma, every byte checked both
+ * ways.
  */
 #include "mp_util.h"
 
 #include <setjmp.h>
 #include <signal.h>
 #include <dirent.h>
+#include <sys/types.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stddef.h>
@@ -269,21 +271,26 @@ static void test_dereg_stopped_peer(void **state)
     assert_int_equal(ote_mem_free(f->e, mq), OTE_OK);
 }
 
-/* Threads of this process named ote-copy-*. */
-static int copy_threads(void)
+/* Threads of process pid (0: this one) named ote-copy-*. */
+static int copy_threads(pid_t pid)
 {
-    DIR *d = opendir("/proc/self/task");
+    char dir[64];
+    DIR *d;
     struct dirent *de;
     int n = 0;
 
-    assert_non_null(d);
+    if (pid == 0)
+        snprintf(dir, sizeof(dir), "/proc/self/task");
+    else
+        snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+    assert_non_null(d = opendir(dir));
     while ((de = readdir(d)) != NULL) {
-        char path[300], comm[64] = "";
+        char path[400], comm[64] = "";
         FILE *fp;
 
         if (de->d_name[0] == '.')
             continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+        snprintf(path, sizeof(path), "%s/%s/comm", dir, de->d_name);
         if ((fp = fopen(path, "r")) == NULL)
             continue;
         if (fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "ote-copy-", 9) == 0)
@@ -344,45 +351,54 @@ static void mixed_run(fx_t *f, ote_op_t op, const size_t *off, const size_t *len
 }
 
 /*
- * The copies of a progress round, alone (OTE_SHM_COPY_THREADS=0) and shared
- * with two copy threads: the same bytes land, through the mappings; the
- * threads start with the first large round and end with the engine.
+ * The copies of a progress round, alone (OTE_CMA_COPY_THREADS=0) and shared
+ * with two copy threads, over shm (the initiator copies through mappings)
+ * and over cma (the target copies with process_vm_readv/writev): the same
+ * bytes land; the threads start with the first large round in the process
+ * that copies and end with its engine.
  */
 static void test_copy_threads(void **state)
 {
     static const char *const args[] = {"--region", "16m:rw@*", NULL};
     static const char *const counts[] = {"0", "2"};
+    static const char *const tls[] = {"shm", "cma"};
     size_t off[MIXED_N], len[MIXED_N], total;
 
     (void)state;
     mixed_blocks(off, len, &total, 5);
     assert_true(total <= BIG);
-    for (int k = 0; k < 2; k++) {
-        int before = copy_threads();
-        uint64_t m0, r0, m1, r1;
-        fx_t g;
+    for (int t = 0; t < 2; t++) {
+        for (int k = 0; k < 2; k++) {
+            unsigned seed = 70 + 10 * (unsigned)t + 2 * (unsigned)k;
+            int before    = copy_threads(0);
+            uint64_t m0, r0, m1, r1;
+            fx_t g;
 
-        memset(&g, 0, sizeof(g));
-        setenv("OTE_SHM_COPY_THREADS", counts[k], 1);
-        mp_fx_start(&g, args, BIG);
-        ote_shm_stats(&m0, &r0);
-        ote_test_fill(g.local, 0, total, 70 + (unsigned)k);
-        mp_target_ok(g.e, g.seg, "zero %d 0 %zu", R_RW, total);
-        mixed_run(&g, OTE_OP_WRITE, off, len);
-        mp_target_ok(g.e, g.seg, "check %d 0 %zu %u", R_RW, total, 70 + (unsigned)k);
+            memset(&g, 0, sizeof(g));
+            setenv("OTE_TLS", tls[t], 1);
+            setenv("OTE_CMA_COPY_THREADS", counts[k], 1);
+            mp_fx_start(&g, args, BIG);
+            ote_shm_stats(&m0, &r0);
+            ote_test_fill(g.local, 0, total, seed);
+            mp_target_ok(g.e, g.seg, "zero %d 0 %zu", R_RW, total);
+            mixed_run(&g, OTE_OP_WRITE, off, len);
+            mp_target_ok(g.e, g.seg, "check %d 0 %zu %u", R_RW, total, seed);
 
-        mp_target_ok(g.e, g.seg, "fill %d 0 %zu %u", R_RW, total, 80 + (unsigned)k);
-        memset(g.local, 0, total);
-        mixed_run(&g, OTE_OP_READ, off, len);
-        assert_int_equal(ote_test_check(g.local, 0, total, 80 + (unsigned)k), -1);
-        ote_shm_stats(&m1, &r1);
-        assert_int_equal(m1 - m0, 2 * total);
-        assert_int_equal(r1 - r0, 0);
-        assert_int_equal(copy_threads() - before, k == 0 ? 0 : 2);
-        mp_fx_stop(&g, true);
-        assert_int_equal(copy_threads(), before);
+            mp_target_ok(g.e, g.seg, "fill %d 0 %zu %u", R_RW, total, seed + 1);
+            memset(g.local, 0, total);
+            mixed_run(&g, OTE_OP_READ, off, len);
+            assert_int_equal(ote_test_check(g.local, 0, total, seed + 1), -1);
+            ote_shm_stats(&m1, &r1);
+            /* shm: all through the mappings, copied here; cma: copied by the target. */
+            assert_int_equal(m1 - m0, t == 0 ? 2 * total : 0);
+            assert_int_equal(copy_threads(0) - before, t == 0 && k == 1 ? 2 : 0);
+            assert_int_equal(copy_threads(g.t.pid), t == 1 && k == 1 ? 2 : 0);
+            mp_fx_stop(&g, true);
+            assert_int_equal(copy_threads(0), before);
+        }
     }
-    unsetenv("OTE_SHM_COPY_THREADS");
+    setenv("OTE_TLS", "shm", 1);
+    unsetenv("OTE_CMA_COPY_THREADS");
 }
 
 int main(void)

@@ -13,6 +13,7 @@
 #ifndef OTE_CMA_H
 #define OTE_CMA_H
 
+#include "base/par.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <stdbool.h>
@@ -62,15 +63,22 @@ typedef struct {
     char            name[OTE_CMA_NAME_MAX + 1]; /* abstract socket name, without NUL */
     size_t          name_len;
     uint64_t        last_event_ns; /* last progress call that handled something */
+    ote_par_t      *par;           /* copy threads (OTE_CMA_COPY_THREADS), or NULL */
 } ote_cma_iface_t;
 
+/* A round's copies of at least this many bytes are shared with the copy threads. */
+#define OTE_CMA_PAR_SPLIT (256u * 1024)
+/* Largest piece of a shared copy one thread takes. */
+#define OTE_CMA_PAR_PIECE (256u * 1024)
+
 /*
- * Fill a zeroed iface as cma's (hooks, listener, epoll) but for its ops
- * tables, which the caller sets; on error the caller closes it with
- * ote_tcp_iface_close.
+ * Fill a zeroed iface as cma's (hooks, listener, epoll, copy threads) but
+ * for its ops tables, which the caller sets; on error the caller closes it
+ * with ote_cma_iface_close.
  */
 ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t *res,
                                  const ote_tl_iface_params_t *params);
+void         ote_cma_iface_close(ote_tl_iface_t *iface);
 void         ote_cma_iface_query(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);
 ote_status_t ote_cma_iface_get_address(ote_tl_iface_t *iface, void *buf, size_t max,
                                        size_t *len_p);

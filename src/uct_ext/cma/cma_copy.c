@@ -218,10 +218,92 @@ one_by_one:
     }
 }
 
+/* Pieces of the requests deferred together, copied by several threads (ote_par_run). */
+#define PAR_PIECES_MAX (OTE_TCP_REF_GATHER * 64)
+
+typedef struct {
+    ote_tcp_conn_t *c;
+    ref_item_t     *it;
+    _Atomic int     status[OTE_TCP_REF_GATHER]; /* the first failure of each request */
+    struct {
+        uint32_t item;
+        uint64_t off, len;
+    } piece[PAR_PIECES_MAX];
+} par_set_t;
+
+static void par_piece(void *arg, size_t i)
+{
+    par_set_t *set         = arg;
+    size_t k               = set->piece[i].item;
+    const ref_item_t *it   = &set->it[k];
+    const ote_tcp_hdr_t *h = &it->req->hdr;
+    ote_status_t status;
+    int ok = OTE_OK;
+
+    status = copy_guarded(set->c, it->region, h->addr + set->piece[i].off,
+                          it->req->peer_addr + set->piece[i].off, (size_t)set->piece[i].len,
+                          h->type == OTE_TCP_GET_REF);
+    if (status != OTE_OK)
+        atomic_compare_exchange_strong(&set->status[k], &ok, (int)status);
+}
+
 /*
- * Serve the deferred requests in order: consecutive ones of one direction
- * that pass their checks are copied together (OTE_CMA_GUARD_CHUNK bytes at
- * most), each group answered as soon as it is copied.
+ * The deferred requests, when they add up to OTE_CMA_PAR_SPLIT and the
+ * iface has copy threads: every request checked in order, the copies of
+ * those that pass cut into pieces that this thread and the copy threads
+ * share, then the answers in order. False when not taken (the caller
+ * serves them in groups).
+ */
+static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, size_t n)
+{
+    ote_cma_iface_t *iface = (ote_cma_iface_t *)c->iface;
+    ref_item_t it[OTE_TCP_REF_GATHER];
+    uint64_t total = 0, piece;
+    size_t np = 0;
+    par_set_t *set;
+
+    if (n < 1 || ote_par_width(iface->par) == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        total += q[i].hdr.length;
+    if (total < OTE_CMA_PAR_SPLIT || (set = malloc(sizeof(*set))) == NULL)
+        return false;
+    /* Pieces of OTE_CMA_PAR_PIECE, larger where the requests are too large to count. */
+    piece = OTE_CMA_PAR_PIECE;
+    while (total / piece + n > PAR_PIECES_MAX)
+        piece *= 2;
+    set->c  = c;
+    set->it = it;
+    for (size_t i = 0; i < n; i++) {
+        it[i].req = &q[i];
+        it[i].status = ref_check(c, &q[i], &it[i].region);
+        atomic_init(&set->status[i], (int)it[i].status);
+        for (uint64_t off = 0; it[i].status == OTE_OK && off < q[i].hdr.length; off += piece) {
+            uint64_t len = q[i].hdr.length - off;
+
+            set->piece[np].item = (uint32_t)i;
+            set->piece[np].off  = off;
+            set->piece[np].len  = len < piece ? len : piece;
+            np++;
+        }
+    }
+    ote_par_run(iface->par, np, par_piece, set);
+    for (size_t i = 0; i < n; i++) {
+        ref_reply(c, &q[i].hdr, (ote_status_t)atomic_load(&set->status[i]));
+        if (it[i].status == OTE_OK)
+            ote_mem_region_put(it[i].region);
+    }
+    free(set);
+    ote_tcp_conn_flush(c);
+    return true;
+}
+
+/*
+ * Serve the deferred requests in order: shared with the copy threads when
+ * they are large (target_flush_shared), else consecutive ones of one
+ * direction that pass their checks are copied together
+ * (OTE_CMA_GUARD_CHUNK bytes at most), each group answered as soon as it
+ * is copied.
  */
 void ote_cma_target_flush(ote_tcp_conn_t *c)
 {
@@ -232,6 +314,8 @@ void ote_cma_target_flush(ote_tcp_conn_t *c)
     memcpy(q, c->ref_pending, n * sizeof(q[0]));
     c->ref_npending = 0;
     c->ref_busy     = true;
+    if (target_flush_shared(c, q, n))
+        i = n;
     while (i < n && !c->dead) {
         uint8_t type = q[i].hdr.type;
         uint64_t total;

@@ -112,9 +112,35 @@ ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *tl_iface)
     return OTE_OK;
 }
 
+void ote_cma_iface_close(ote_tl_iface_t *tl_iface)
+{
+    cma_iface_t *iface = (cma_iface_t *)tl_iface;
+
+    ote_par_destroy(iface->par);
+    iface->par = NULL;
+    ote_tcp_iface_close(tl_iface);
+}
+
 static const ote_tl_iface_ops_t cma_iface_ops =
     OTE_CMA_IFACE_OPS_INIT(ote_cma_iface_query, ote_cma_iface_progress, ote_cma_iface_event_arm,
-                           ote_tcp_iface_close);
+                           ote_cma_iface_close);
+
+/* OTE_CMA_*: what cma and shm share; their connections take OTE_TCP_*. */
+typedef struct {
+    long copy_threads;
+} cma_config_t;
+
+static const ote_cfg_entry_t cma_config_fields[] = {
+    {"COPY_THREADS", "-1", OTE_CFG_INT, offsetof(cma_config_t, copy_threads),
+     "Threads per worker that share a progress round's copies with the thread running it "
+     "once they add up to 256 KiB (cma: the target's process_vm_readv/writev; shm: the "
+     "initiator's memcpy through mappings); -1 = one less than the CPUs this process may "
+     "run on, at most 3; 0 = that thread copies alone.",
+     .min = -1, .max = OTE_PAR_MAX},
+};
+
+OTE_CONFIG_TABLE_DEFINE(ote_cma_config_table, "CMA_", "cma", cma_config_fields, cma_config_t,
+                        NULL);
 
 static ote_status_t cma_listen(cma_iface_t *iface)
 {
@@ -144,6 +170,7 @@ ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t
 {
     ote_tcp_iface_t *t = &iface->tcp;
     ote_status_t status;
+    cma_config_t cfg;
 
     status          = ote_tcp_iface_init(t, res, params);
     t->super.ops    = &cma_iface_ops;
@@ -159,6 +186,13 @@ ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t
     t->rcvbuf       = 0;
     if (status != OTE_OK)
         return status;
+    status = ote_config_fill(&ote_cma_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
+    iface->par = ote_par_create(cfg.copy_threads, "ote-copy");
+    ote_config_release(&ote_cma_config_table, &cfg);
+    if (iface->par == NULL)
+        return OTE_ERR_NO_MEMORY;
     status = cma_listen(iface);
     if (status == OTE_OK)
         status = ote_tcp_iface_epoll_init(t);
@@ -176,7 +210,7 @@ static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
         return OTE_ERR_NO_MEMORY;
     status = ote_cma_iface_setup(iface, res, params);
     if (status != OTE_OK) {
-        ote_tcp_iface_close(&iface->tcp.super);
+        ote_cma_iface_close(&iface->tcp.super);
         return status;
     }
     *iface_p = &iface->tcp.super;

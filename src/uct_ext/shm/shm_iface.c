@@ -66,7 +66,7 @@ static void shm_iface_close(ote_tl_iface_t *tl_iface)
 
     ote_shm_copy_flush(&iface->copier);
     ote_shm_copier_cleanup(&iface->copier);
-    ote_tcp_iface_close(tl_iface);
+    ote_cma_iface_close(tl_iface);
 }
 
 static const ote_tl_iface_ops_t shm_iface_ops =
@@ -76,7 +76,6 @@ static const ote_tl_iface_ops_t shm_iface_ops =
 /* OTE_SHM_*. */
 typedef struct {
     long unmap_timeout_ms;
-    long copy_threads;
 } shm_config_t;
 
 #define SHM_F(_f) offsetof(shm_config_t, _f)
@@ -86,11 +85,6 @@ static const ote_cfg_entry_t shm_config_fields[] = {
      "Deregistering memory a same-host peer mapped (shm) waits this long for the peer to "
      "unmap it; then its connection is closed and the call returns.",
      .min = 1, .max = OTE_CFG_NO_MAX},
-    {"COPY_THREADS", "-1", OTE_CFG_INT, SHM_F(copy_threads),
-     "Threads (per worker) that share the copies of a progress round through mappings with "
-     "the thread running it, once they add up to 256 KiB or more; -1 = one less than the "
-     "CPUs this process may run on, at most 3; 0 = that thread copies alone.",
-     .min = -1, .max = 8},
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, shm_config_t,
@@ -119,9 +113,9 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     pthread_cond_init(&iface->cond, &attr);
     pthread_condattr_destroy(&attr);
     iface->unmap_timeout_ns = (uint64_t)cfg.unmap_timeout_ms * 1000000ull;
-    ote_shm_copier_init(&iface->copier, cfg.copy_threads);
     ote_config_release(&ote_shm_config_table, &cfg);
     status = ote_cma_iface_setup(&iface->cma, res, params);
+    iface->copier.par = iface->cma.par;
     t->super.ops      = &shm_iface_ops;
     t->post           = ote_shm_post;
     t->ref_handle     = ote_shm_target_handle;

@@ -27,11 +27,6 @@ typedef struct {
 } shm_conn_t;
 
 /* Copies queued by posts through mappings, run at the iface's next progress (shm_copy.c). */
-#define OTE_SHM_COPY_SPLIT        (256u * 1024) /* a queue this large is shared out */
-#define OTE_SHM_COPY_PIECE        (256u * 1024) /* largest piece one thread takes   */
-#define OTE_SHM_COPY_THREADS_AUTO 3
-#define OTE_SHM_COPY_THREADS_MAX  8
-
 typedef struct {
     uint8_t             *dst;
     const uint8_t       *src;
@@ -47,26 +42,15 @@ typedef struct {
 
 typedef struct {
     /* The queue (worker lock) and a spare array for the next one. */
-    shm_copy_t     *jobs, *spare;
-    size_t          njobs, cap, spare_cap, bytes;
-    bool            flushing;
-    /* The set being copied: pieces taken under lock, done counted. */
-    pthread_mutex_t lock;
-    pthread_cond_t  cond;
-    shm_copy_t     *run;
-    shm_piece_t    *pieces;
-    size_t          pieces_cap, next, npieces;
-    atomic_size_t   done;
-    _Atomic uint64_t gen;     /* a new set */
-    int             sleepers;
-    atomic_bool     stop;
-    /* Helpers: started on the first queue worth sharing. */
-    size_t          want, nthreads;
-    bool            started;
-    pthread_t       threads[OTE_SHM_COPY_THREADS_MAX];
+    shm_copy_t  *jobs, *spare;
+    size_t       njobs, cap, spare_cap, bytes;
+    bool         flushing;
+    /* A large queue is cut into pieces that the cma iface's copy threads share. */
+    shm_piece_t *pieces;
+    size_t       pieces_cap;
+    ote_par_t   *par; /* the cma iface's */
 } shm_copier_t;
 
-ote_status_t ote_shm_copier_init(shm_copier_t *cp, long threads);
 void         ote_shm_copier_cleanup(shm_copier_t *cp);
 /* Queue a copy; its completion runs from ote_shm_copy_flush. */
 ote_status_t ote_shm_copy_add(shm_copier_t *cp, uint8_t *dst, const uint8_t *src, size_t len,
