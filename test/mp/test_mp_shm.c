@@ -351,6 +351,58 @@ static void mixed_run(fx_t *f, ote_op_t op, const size_t *off, const size_t *len
 }
 
 /*
+ * Large WRITEs with one that crosses the region's end among them, in one
+ * batch (read by the target together, copied in pieces): that one alone
+ * fails OUT_OF_BOUNDS, the others land whole.
+ */
+static void mixed_refusal(fx_t *f, unsigned seed)
+{
+    enum { N = 5, BAD = 2 };
+    const size_t len = 1u << 20;
+    ote_xfer_req_t r[N];
+    ote_batch_h b;
+    size_t first;
+
+    ote_test_fill(f->local, 0, N * len, seed);
+    mp_target_ok(f->e, f->seg, "zero %d 0 %lu", R_RW, BIG);
+    for (int i = 0; i < N; i++)
+        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f->local + (size_t)i * len,
+                                .segment = f->seg,
+                                .remote_addr = i == BAD ? f->t.addr[R_RW] + BIG - len / 2
+                                                        : f->t.addr[R_RW] + (size_t)i * len,
+                                .length = len};
+    assert_int_equal(ote_batch_create(f->e, N, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, N, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    for (size_t i = 0; i < N; i++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
+        if (i == BAD) {
+            assert_int_equal(st.state, OTE_TASK_FAILED);
+            assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+        } else {
+            assert_int_equal(st.state, OTE_TASK_COMPLETED);
+            mp_target_ok(f->e, f->seg, "check %d %zu %zu %u", R_RW, i * len, len, seed);
+        }
+    }
+    ote_batch_release(b);
+    /* Nothing of the refused one landed: the end of the region is still zero. */
+    {
+        uint8_t *zeros = calloc(1, len / 2);
+        char cmd[96], want[64], reply[64];
+
+        assert_non_null(zeros);
+        snprintf(want, sizeof(want), "sum %016llx",
+                 (unsigned long long)ote_test_hash(zeros, len / 2));
+        snprintf(cmd, sizeof(cmd), "sum %d %lu %zu", R_RW, BIG - len / 2, len / 2);
+        assert_int_equal(ote_test_target_cmd(f->e, f->seg, cmd, reply, sizeof(reply), 20000), 0);
+        assert_string_equal(reply, want);
+        free(zeros);
+    }
+}
+
+/*
  * The copies of a progress round, alone (OTE_CMA_COPY_THREADS=0) and shared
  * with two copy threads, over shm (the initiator copies through mappings)
  * and over cma (the target copies with process_vm_readv/writev): the same
@@ -389,6 +441,7 @@ static void test_copy_threads(void **state)
             mixed_run(&g, OTE_OP_READ, off, len);
             assert_int_equal(ote_test_check(g.local, 0, total, seed + 1), -1);
             ote_shm_stats(&m1, &r1);
+            mixed_refusal(&g, seed + 2);
             /* shm: all through the mappings, copied here; cma: copied by the target. */
             assert_int_equal(m1 - m0, t == 0 ? 2 * total : 0);
             assert_int_equal(copy_threads(0) - before, t == 0 && k == 1 ? 2 : 0);

@@ -218,51 +218,109 @@ one_by_one:
     }
 }
 
-/* Pieces of the requests deferred together, copied by several threads (ote_par_run). */
-#define PAR_PIECES_MAX (OTE_TCP_REF_GATHER * 64)
+/*
+ * Work units of the requests deferred together, copied by several threads
+ * (ote_par_run): a piece of one large request, or a group of consecutive
+ * small ones of one direction copied with one system call.
+ */
+#define PAR_UNITS_MAX (OTE_TCP_REF_GATHER * 64)
 
 typedef struct {
     ote_tcp_conn_t *c;
     ref_item_t     *it;
     _Atomic int     status[OTE_TCP_REF_GATHER]; /* the first failure of each request */
     struct {
-        uint32_t item;
-        uint64_t off, len;
-    } piece[PAR_PIECES_MAX];
+        uint32_t first, count; /* count > 1: whole requests first.. */
+        uint64_t off, len;     /* count == 1: this range of request first */
+    } unit[PAR_UNITS_MAX];
 } par_set_t;
 
-static void par_piece(void *arg, size_t i)
+static void par_fail(par_set_t *set, size_t k, ote_status_t status)
 {
-    par_set_t *set         = arg;
-    size_t k               = set->piece[i].item;
-    const ref_item_t *it   = &set->it[k];
-    const ote_tcp_hdr_t *h = &it->req->hdr;
-    ote_status_t status;
     int ok = OTE_OK;
 
-    status = copy_guarded(set->c, it->region, h->addr + set->piece[i].off,
-                          it->req->peer_addr + set->piece[i].off, (size_t)set->piece[i].len,
-                          h->type == OTE_TCP_GET_REF);
     if (status != OTE_OK)
         atomic_compare_exchange_strong(&set->status[k], &ok, (int)status);
+}
+
+static void par_unit(void *arg, size_t u)
+{
+    par_set_t *set = arg;
+    size_t k       = set->unit[u].first;
+    ref_item_t *it = &set->it[k];
+    bool to_peer   = it->req->hdr.type == OTE_TCP_GET_REF;
+
+    if (set->unit[u].count > 1) {
+        copy_group(set->c, it, set->unit[u].count, to_peer);
+        for (size_t m = 0; m < set->unit[u].count; m++)
+            par_fail(set, k + m, it[m].status);
+        return;
+    }
+    par_fail(set, k,
+             copy_guarded(set->c, it->region, it->req->hdr.addr + set->unit[u].off,
+                          it->req->peer_addr + set->unit[u].off, (size_t)set->unit[u].len,
+                          to_peer));
+}
+
+/* Cut the checked requests into units; their count. */
+static size_t par_cut(par_set_t *set, const ote_tcp_ref_req_t *q, size_t n, uint64_t piece)
+{
+    size_t nu = 0;
+
+    for (size_t i = 0; i < n;) {
+        uint64_t total;
+        size_t j;
+
+        if (set->it[i].status != OTE_OK) {
+            i++;
+            continue;
+        }
+        if (q[i].hdr.length >= piece) {
+            for (uint64_t off = 0; off < q[i].hdr.length; off += piece) {
+                uint64_t len = q[i].hdr.length - off;
+
+                set->unit[nu].first = (uint32_t)i;
+                set->unit[nu].count = 1;
+                set->unit[nu].off   = off;
+                set->unit[nu].len   = len < piece ? len : piece;
+                nu++;
+            }
+            i++;
+            continue;
+        }
+        total = q[i].hdr.length;
+        for (j = i + 1; j < n && set->it[j].status == OTE_OK && q[j].hdr.type == q[i].hdr.type &&
+                        q[j].hdr.length < piece && total + q[j].hdr.length <= piece;
+             j++)
+            total += q[j].hdr.length;
+        set->unit[nu].first = (uint32_t)i;
+        set->unit[nu].count = (uint32_t)(j - i);
+        set->unit[nu].off   = 0;
+        set->unit[nu].len   = q[i].hdr.length;
+        nu++;
+        i = j;
+    }
+    return nu;
 }
 
 /*
  * The deferred requests, when they add up to OTE_CMA_PAR_SPLIT and the
  * iface has copy threads: every request checked in order, the copies of
- * those that pass cut into pieces that this thread and the copy threads
- * share, then the answers in order. False when not taken (the caller
- * serves them in groups).
+ * those that pass cut into units of about OTE_CMA_PAR_PIECE (pieces of
+ * large requests, groups of small ones) that this thread and the copy
+ * threads share, then the answers in order. False when not taken (the
+ * caller serves them in groups).
  */
 static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, size_t n)
 {
     ote_cma_iface_t *iface = (ote_cma_iface_t *)c->iface;
     ref_item_t it[OTE_TCP_REF_GATHER];
+    bool held[OTE_TCP_REF_GATHER]; /* checked: a reference on its region */
     uint64_t total = 0, piece;
-    size_t np = 0;
+    size_t nu;
     par_set_t *set;
 
-    if (n < 1 || ote_par_width(iface->par) == 0)
+    if (n < 2 || ote_par_width(iface->par) == 0)
         return false;
     for (size_t i = 0; i < n; i++)
         total += q[i].hdr.length;
@@ -270,27 +328,21 @@ static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, s
         return false;
     /* Pieces of OTE_CMA_PAR_PIECE, larger where the requests are too large to count. */
     piece = OTE_CMA_PAR_PIECE;
-    while (total / piece + n > PAR_PIECES_MAX)
+    while (total / piece + n > PAR_UNITS_MAX)
         piece *= 2;
     set->c  = c;
     set->it = it;
     for (size_t i = 0; i < n; i++) {
-        it[i].req = &q[i];
+        it[i].req    = &q[i];
         it[i].status = ref_check(c, &q[i], &it[i].region);
+        held[i]      = it[i].status == OTE_OK;
         atomic_init(&set->status[i], (int)it[i].status);
-        for (uint64_t off = 0; it[i].status == OTE_OK && off < q[i].hdr.length; off += piece) {
-            uint64_t len = q[i].hdr.length - off;
-
-            set->piece[np].item = (uint32_t)i;
-            set->piece[np].off  = off;
-            set->piece[np].len  = len < piece ? len : piece;
-            np++;
-        }
     }
-    ote_par_run(iface->par, np, par_piece, set);
+    nu = par_cut(set, q, n, piece);
+    ote_par_run(iface->par, nu, par_unit, set);
     for (size_t i = 0; i < n; i++) {
         ref_reply(c, &q[i].hdr, (ote_status_t)atomic_load(&set->status[i]));
-        if (it[i].status == OTE_OK)
+        if (held[i])
             ote_mem_region_put(it[i].region);
     }
     free(set);
