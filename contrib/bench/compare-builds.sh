@@ -6,8 +6,8 @@
 # (a refactor) did not. Usage:
 #   contrib/bench/compare-builds.sh BEFORE_BUILD_DIR AFTER_BUILD_DIR [ROUNDS]
 # Bandwidth rows are GB/s (10^9 bytes per second, higher is better),
-# latency rows the p50 of 8-byte round trips in microseconds (lower is
-# better). Nothing here is a test.
+# latency rows the p50 (or p99) of 8-byte round trips in microseconds
+# (lower is better). Nothing here is a test.
 set -u
 before=${1:?usage: compare-builds.sh BEFORE_BUILD AFTER_BUILD [ROUNDS]}
 after=${2:?usage: compare-builds.sh BEFORE_BUILD AFTER_BUILD [ROUNDS]}
@@ -27,13 +27,16 @@ tcp_write_4k_x128|-x tcp -t write_bw -s 4k -b 128|3
 tcp_read_4k_x128|-x tcp -t read_bw -s 4k -b 128|3
 cma_write_1m_x8|-x cma -t write_bw -s 1m -b 8|3
 cma_read_1m_x8|-x cma -t read_bw -s 1m -b 8|3
+cma_write_64k_x32|-x cma -t write_bw -s 64k -b 32|3
+cma_kv_write|-x cma -t kv_write --kv 32:64 -s 16k --region 64m|3
 shm_write_1m_x8|-x shm -t write_bw -s 1m -b 8|3
 shm_kv_write|-x shm -t kv_write --kv 32:64 -s 16k --region 64m|3
 tcp_kv_write|-x tcp -t kv_write --kv 32:64 -s 16k --region 64m|3
 tcp_write_lat_8b_p50_us|-x tcp -t write_lat -s 8|5
 tcp_read_lat_8b_p50_us|-x tcp -t read_lat -s 8|5
 cma_write_lat_8b_p50_us|-x cma -t write_lat -s 8|5
-shm_write_lat_8b_p50_us|-x shm -t write_lat -s 8|5'
+shm_write_lat_8b_p50_us|-x shm -t write_lat -s 8|5
+tcp_write_lat_8b_p99_us|-x tcp -t write_lat -s 8|6'
 
 run() { # build args column
     # shellcheck disable=SC2086
