@@ -69,4 +69,14 @@ ote_status_t ote_status_from_io_errno(int err);
 ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t count, size_t elem,
                            size_t first_cap);
 
+/* A moment's pause in a polling loop (x86 pause, arm yield); nothing elsewhere. */
+static inline void ote_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 #endif

@@ -92,14 +92,24 @@ static unsigned worker_round(ote_worker_t *w)
 }
 
 /*
- * Between polling rounds that found nothing: the CPU goes to whatever else
- * is runnable here (on a loaded host, often the peer's thread that will
- * answer), and comes back when that is done; with nothing else runnable
- * this returns at once.
+ * Between polling rounds that found nothing: every WORKER_YIELD_EVERY-th
+ * time the CPU goes to whatever else is runnable here (on a loaded host,
+ * often the peer's thread that will answer) and comes back when that is
+ * done; with nothing else runnable that returns at once. The rounds in
+ * between only pause the core for a moment: a sched_yield costs about as
+ * much as a polling round, so yielding on every one made an answer wait
+ * longer to be seen (docs/performance.md, "Parked workers").
  */
+#define WORKER_YIELD_EVERY 4
+
 static void worker_pause(void)
 {
-    sched_yield();
+    static _Thread_local unsigned n;
+
+    if (++n % WORKER_YIELD_EVERY == 0)
+        sched_yield();
+    else
+        ote_cpu_relax();
 }
 
 static void worker_wake(ote_worker_t *w)

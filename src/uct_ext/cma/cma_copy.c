@@ -303,13 +303,42 @@ static size_t par_cut(par_set_t *set, const ote_tcp_ref_req_t *q, size_t n, uint
     return nu;
 }
 
+static bool ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+{
+    return a < b + blen && b < a + alen;
+}
+
 /*
- * The deferred requests, when they add up to OTE_CMA_PAR_SPLIT and the
- * iface has copy threads: every request checked in order, the copies of
+ * Two of the requests touch the same bytes with one of them writing them
+ * (a WRITE and a READ of what it wrote, two WRITEs to one place): they must
+ * be copied one after the other, in order. Ranges of this process and of
+ * the peer are compared apart.
+ */
+static bool refs_conflict(const ote_tcp_ref_req_t *q, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = i + 1; j < n; j++) {
+            bool wi = q[i].hdr.type == OTE_TCP_PUT_REF, wj = q[j].hdr.type == OTE_TCP_PUT_REF;
+            uint64_t li = q[i].hdr.length, lj = q[j].hdr.length;
+
+            /* Here: written by a PUT; at the peer: written by a GET. */
+            if ((wi || wj) && ranges_overlap(q[i].hdr.addr, li, q[j].hdr.addr, lj))
+                return true;
+            if ((!wi || !wj) && ranges_overlap(q[i].peer_addr, li, q[j].peer_addr, lj))
+                return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The deferred requests, when they add up to OTE_CMA_PAR_SPLIT, the iface
+ * has copy threads and no two of them touch the same bytes with one
+ * writing (refs_conflict): every request checked in order, the copies of
  * those that pass cut into units of about OTE_CMA_PAR_PIECE (pieces of
  * large requests, groups of small ones) that this thread and the copy
  * threads share, then the answers in order. False when not taken (the
- * caller serves them in groups).
+ * caller serves them in order, in groups).
  */
 static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, size_t n)
 {
@@ -324,7 +353,7 @@ static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, s
         return false;
     for (size_t i = 0; i < n; i++)
         total += q[i].hdr.length;
-    if (total < OTE_CMA_PAR_SPLIT || (set = malloc(sizeof(*set))) == NULL)
+    if (total < OTE_CMA_PAR_SPLIT || refs_conflict(q, n) || (set = malloc(sizeof(*set))) == NULL)
         return false;
     /* Pieces of OTE_CMA_PAR_PIECE, larger where the requests are too large to count. */
     piece = OTE_CMA_PAR_PIECE;

@@ -4,7 +4,9 @@
  * unmap a mapping first) runs the queue (ote_shm_copy_flush) and completes
  * its operations in order. A queue of at least OTE_CMA_PAR_SPLIT bytes is
  * cut into pieces of at most OTE_CMA_PAR_PIECE that the flushing thread and
- * the iface's copy threads (OTE_CMA_COPY_THREADS, base/par.h) share.
+ * the iface's copy threads (OTE_CMA_COPY_THREADS, base/par.h) share, unless
+ * two of its copies touch the same bytes with one writing them: then it is
+ * copied in order.
  */
 #include "shm_int.h"
 
@@ -67,6 +69,50 @@ static size_t copy_cut(shm_copier_t *cp, const shm_copy_t *jobs, size_t n)
 }
 
 typedef struct {
+    uintptr_t start, end;
+    bool      dst;
+} span_t;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span_t *x = a, *y = b;
+
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/*
+ * Two of the copies touch the same bytes with one of them writing them (a
+ * WRITE and a READ of what it wrote, two WRITEs to one place): the queue
+ * is then copied in order by one thread. True also without memory to tell.
+ */
+static bool copies_conflict(const shm_copy_t *jobs, size_t n)
+{
+    span_t *sp = malloc(2 * n * sizeof(*sp));
+    uintptr_t end_any = 0, end_dst = 0;
+    bool conflict = false;
+
+    if (sp == NULL)
+        return true;
+    for (size_t i = 0; i < n; i++) {
+        sp[2 * i]     = (span_t){(uintptr_t)jobs[i].dst, (uintptr_t)jobs[i].dst + jobs[i].len,
+                                 true};
+        sp[2 * i + 1] = (span_t){(uintptr_t)jobs[i].src, (uintptr_t)jobs[i].src + jobs[i].len,
+                                 false};
+    }
+    qsort(sp, 2 * n, sizeof(*sp), span_cmp);
+    for (size_t i = 0; i < 2 * n && !conflict; i++) {
+        /* Sorted by start: an overlap is with a span that began before and ends later. */
+        conflict = sp[i].start < (sp[i].dst ? end_any : end_dst);
+        if (sp[i].end > end_any)
+            end_any = sp[i].end;
+        if (sp[i].dst && sp[i].end > end_dst)
+            end_dst = sp[i].end;
+    }
+    free(sp);
+    return conflict;
+}
+
+typedef struct {
     const shm_copy_t  *jobs;
     const shm_piece_t *pieces;
 } copy_set_t;
@@ -109,7 +155,7 @@ unsigned ote_shm_copy_flush(shm_copier_t *cp)
         jobs[i].status = r == NULL || ote_mem_region_access_begin(r) ? OTE_OK
                                                                      : OTE_ERR_NOT_REGISTERED;
     }
-    if (bytes >= OTE_CMA_PAR_SPLIT && ote_par_width(cp->par) > 0 &&
+    if (bytes >= OTE_CMA_PAR_SPLIT && ote_par_width(cp->par) > 0 && !copies_conflict(jobs, n) &&
         (npieces = copy_cut(cp, jobs, n)) > 0) {
         copy_set_t set = {.jobs = jobs, .pieces = cp->pieces};
 
