@@ -624,6 +624,7 @@ static void *worker_main(void *arg)
          * before its task ended wakes the thread (worker_park).
          */
         if (atomic_load(&w->callers) > 0) {
+            uint64_t until = w->next_timeout; /* the callers update it under the lock */
             bool queued;
 
             atomic_store(&w->sleeping, true);
@@ -632,7 +633,7 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&w->qlock);
             pthread_mutex_unlock(&w->lock);
             if (!queued)
-                worker_park(w, w->next_timeout);
+                worker_park(w, until);
             pthread_mutex_lock(&w->lock);
             atomic_store(&w->sleeping, false);
             last_event = ote_time_ns();
