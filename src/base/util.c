@@ -297,6 +297,23 @@ ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t co
     return OTE_OK;
 }
 
+ote_status_t ote_array_reserve(void **arr, size_t *cap_p, size_t need, size_t elem,
+                               size_t first_cap)
+{
+    size_t ncap = *cap_p != 0 ? *cap_p : first_cap;
+    void *n;
+
+    if (need <= *cap_p)
+        return OTE_OK;
+    while (ncap < need)
+        ncap *= 2;
+    if ((n = realloc(*arr, ncap * elem)) == NULL)
+        return OTE_ERR_NO_MEMORY;
+    *arr   = n;
+    *cap_p = ncap;
+    return OTE_OK;
+}
+
 ote_status_t ote_status_from_io_errno(int err)
 {
     switch (err) {

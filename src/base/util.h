@@ -68,6 +68,13 @@ ote_status_t ote_status_from_io_errno(int err);
  */
 ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t count, size_t elem,
                            size_t first_cap);
+/*
+ * Room for at least need elements of elem bytes in the array *arr of
+ * *cap_p: doubled from first_cap as often as needed (realloc, contents
+ * kept). On failure (OTE_ERR_NO_MEMORY) nothing changes.
+ */
+ote_status_t ote_array_reserve(void **arr, size_t *cap_p, size_t need, size_t elem,
+                               size_t first_cap);
 
 /* A moment's pause in a polling loop (x86 pause, arm yield); nothing elsewhere. */
 static inline void ote_cpu_relax(void)

@@ -1,6 +1,7 @@
 #include "testlib.h"
 #include "base/cuda_api.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -252,6 +253,36 @@ int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char
         waited += 200;
     }
     return -1;
+}
+
+int ote_test_threads_named(int pid, const char *prefix)
+{
+    char dir[64];
+    struct dirent *de;
+    DIR *d;
+    int n = 0;
+
+    if (pid == 0)
+        snprintf(dir, sizeof(dir), "/proc/self/task");
+    else
+        snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
+    if ((d = opendir(dir)) == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL) {
+        char path[400], comm[64] = "";
+        FILE *fp;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s/comm", dir, de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, prefix, strlen(prefix)) == 0)
+            n++;
+        fclose(fp);
+    }
+    closedir(d);
+    return n;
 }
 
 void ote_test_setenv_all(const char *const *settings)

@@ -112,6 +112,9 @@ ote_engine_h ote_test_engine(const char *listen);
 /* Set every "NAME=VALUE" of a NULL-terminated list in the environment. */
 void ote_test_setenv_all(const char *const *settings);
 
+/* Threads of process pid (0: this one) whose name starts with prefix; -1 if unreadable. */
+int ote_test_threads_named(int pid, const char *prefix);
+
 /*
  * The usual two-process fixture: an engine of this process listening on
  * listen (NULL: 127.0.0.1:0), a test target started under wrapper with

@@ -204,25 +204,9 @@ static void test_many_waiters(void **state)
 /* Threads of this process named ote-worker-*. */
 static int worker_threads(void)
 {
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *de;
-    int n = 0;
+    int n = ote_test_threads_named(0, "ote-worker-");
 
-    assert_non_null(d);
-    while ((de = readdir(d)) != NULL) {
-        char path[300], comm[64] = "";
-        FILE *fp;
-
-        if (de->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
-        if ((fp = fopen(path, "r")) == NULL)
-            continue;
-        if (fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "ote-worker-", 11) == 0)
-            n++;
-        fclose(fp);
-    }
-    closedir(d);
+    assert_true(n >= 0);
     return n;
 }
 

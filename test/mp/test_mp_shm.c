@@ -14,7 +14,6 @@
 
 #include <setjmp.h>
 #include <signal.h>
-#include <dirent.h>
 #include <sys/types.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -274,30 +273,9 @@ static void test_dereg_stopped_peer(void **state)
 /* Threads of process pid (0: this one) named ote-copy-*. */
 static int copy_threads(pid_t pid)
 {
-    char dir[64];
-    DIR *d;
-    struct dirent *de;
-    int n = 0;
+    int n = ote_test_threads_named((int)pid, "ote-copy-");
 
-    if (pid == 0)
-        snprintf(dir, sizeof(dir), "/proc/self/task");
-    else
-        snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
-    assert_non_null(d = opendir(dir));
-    while ((de = readdir(d)) != NULL) {
-        char path[400], comm[64] = "";
-        FILE *fp;
-
-        if (de->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "%s/%s/comm", dir, de->d_name);
-        if ((fp = fopen(path, "r")) == NULL)
-            continue;
-        if (fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "ote-copy-", 9) == 0)
-            n++;
-        fclose(fp);
-    }
-    closedir(d);
+    assert_true(n >= 0);
     return n;
 }
 

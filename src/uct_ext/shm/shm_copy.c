@@ -10,6 +10,8 @@
  */
 #include "shm_int.h"
 
+#include "base/util.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,15 +26,9 @@ void ote_shm_copier_cleanup(shm_copier_t *cp)
 ote_status_t ote_shm_copy_add(shm_copier_t *cp, uint8_t *dst, const uint8_t *src, size_t len,
                               ote_region_t *region, ote_tl_completion_t *comp)
 {
-    if (cp->njobs == cp->cap) {
-        size_t cap = cp->cap ? 2 * cp->cap : 64;
-        shm_copy_t *j = realloc(cp->jobs, cap * sizeof(*j));
-
-        if (j == NULL)
-            return OTE_ERR_NO_MEMORY;
-        cp->jobs = j;
-        cp->cap  = cap;
-    }
+    if (ote_array_reserve((void **)&cp->jobs, &cp->cap, cp->njobs + 1, sizeof(*cp->jobs), 64) !=
+        OTE_OK)
+        return OTE_ERR_NO_MEMORY;
     cp->jobs[cp->njobs++] = (shm_copy_t){.dst = dst, .src = src, .len = len,
                                          .region = region, .comp = comp};
     cp->bytes += len;
@@ -48,14 +44,9 @@ static size_t copy_cut(shm_copier_t *cp, const shm_copy_t *jobs, size_t n)
         if (jobs[i].status == OTE_OK)
             count += (jobs[i].len + OTE_CMA_PAR_PIECE - 1) / OTE_CMA_PAR_PIECE;
     }
-    if (count > cp->pieces_cap) {
-        shm_piece_t *p = realloc(cp->pieces, count * sizeof(*p));
-
-        if (p == NULL)
-            return 0;
-        cp->pieces     = p;
-        cp->pieces_cap = count;
-    }
+    if (ote_array_reserve((void **)&cp->pieces, &cp->pieces_cap, count, sizeof(*cp->pieces),
+                          64) != OTE_OK)
+        return 0;
     for (size_t i = 0; i < n; i++) {
         for (size_t off = 0; jobs[i].status == OTE_OK && off < jobs[i].len;
              off += OTE_CMA_PAR_PIECE) {

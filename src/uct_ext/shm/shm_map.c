@@ -188,15 +188,9 @@ static shm_map_t *map_add(shm_conn_t *sc, const ote_shm_grant_info_t *g, int fd)
         if (sc->maps[i].grant == g->grant)
             return &sc->maps[i];
     }
-    if (sc->num_maps == sc->cap_maps) {
-        size_t ncap = sc->cap_maps ? 2 * sc->cap_maps : 8;
-        shm_map_t *n = realloc(sc->maps, ncap * sizeof(*n));
-
-        if (n == NULL)
-            return NULL;
-        sc->maps     = n;
-        sc->cap_maps = ncap;
-    }
+    if (ote_array_reserve((void **)&sc->maps, &sc->cap_maps, sc->num_maps + 1, sizeof(*sc->maps),
+                          8) != OTE_OK)
+        return NULL;
     p = mmap(NULL, (size_t)g->length, PROT_READ | (g->writable ? PROT_WRITE : 0), MAP_SHARED,
              fd, 0);
     if (p == MAP_FAILED) {
