@@ -574,6 +574,17 @@ static uint64_t worker_spin_ns(const ote_worker_t *w, uint64_t grace_ns, uint64_
     return b > grace_ns ? b : grace_ns;
 }
 
+/* Slices wait in w's queue (read after setting sleeping: a submitter then wakes us). */
+static bool worker_queued(ote_worker_t *w)
+{
+    bool queued;
+
+    pthread_mutex_lock(&w->qlock);
+    queued = w->qhead != NULL;
+    pthread_mutex_unlock(&w->qlock);
+    return queued;
+}
+
 static void *worker_main(void *arg)
 {
     ote_worker_t *w       = arg;
@@ -628,9 +639,7 @@ static void *worker_main(void *arg)
             bool queued;
 
             atomic_store(&w->sleeping, true);
-            pthread_mutex_lock(&w->qlock);
-            queued = w->qhead != NULL;
-            pthread_mutex_unlock(&w->qlock);
+            queued = worker_queued(w);
             pthread_mutex_unlock(&w->lock);
             if (!queued)
                 worker_park(w, until);
@@ -648,9 +657,7 @@ static void *worker_main(void *arg)
 
         /* Sleep until an iface has work, a submitter wakes us, or a timer is due. */
         atomic_store(&w->sleeping, true);
-        pthread_mutex_lock(&w->qlock);
-        events = w->qhead != NULL;
-        pthread_mutex_unlock(&w->qlock);
+        events = worker_queued(w);
         if (!events && worker_arm(w, &cap_ms)) {
             /* Work an iface cannot signal: poll on, but stay interruptible. */
             atomic_store(&w->sleeping, false);
