@@ -39,6 +39,7 @@ struct ote_segment {
     _Atomic uint32_t rails_gen;     /* builds of the rails so far */
     pthread_mutex_t  spray_lock;    /* slices waiting for a rail; picking rails */
     ote_slice_t     *backlog_head, *backlog_tail;
+    atomic_bool      backlog_any;   /* the backlog holds slices (set under spray_lock) */
     struct ote_segment *next, *prev;
 };
 

@@ -6,6 +6,10 @@
  * is at its quota. Slices are then handed to the workers of their rails,
  * outside the lock. Because both appending and ending drain after they
  * changed what they change, no slice is left waiting while a rail has room.
+ * An ending slice whose segment has no backlog skips the lock: the
+ * appender sets backlog_any before it looks at the rails' room, the ending
+ * slice frees its room before it reads backlog_any (both sequentially
+ * consistent), so one of the two sees the other.
  */
 #include "engine.h"
 #include "base/log.h"
@@ -46,9 +50,12 @@ void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, 
     ote_engine_h e = seg->engine;
     chain_t chains[OTE_MAX_WORKERS];
     chain_t ended = {0};
-    uint64_t now  = ote_time_ns();
+    uint64_t now;
     ote_slice_t *s;
 
+    if (head == NULL && !atomic_load(&seg->backlog_any))
+        return;
+    now = ote_time_ns();
     memset(chains, 0, sizeof(chains[0]) * e->num_workers);
     pthread_mutex_lock(&seg->spray_lock);
     if (head != NULL) {
@@ -58,6 +65,7 @@ void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, 
         else
             seg->backlog_head = head;
         seg->backlog_tail = tail;
+        atomic_store(&seg->backlog_any, true);
     }
     while ((s = seg->backlog_head) != NULL) {
         ote_task_t *t = s->task;
@@ -82,6 +90,7 @@ void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, 
         ote_proto_slice_bind(s, r, now);
         chain_add(&chains[r->worker], s);
     }
+    atomic_store(&seg->backlog_any, seg->backlog_head != NULL);
     pthread_mutex_unlock(&seg->spray_lock);
 
     while ((s = ended.head) != NULL) {

@@ -24,6 +24,8 @@
 #define OTE_CMA_NAME_PREFIX "orbitte-cma."
 /* Largest piece copied under one region guard: deregistration waits at most this long. */
 #define OTE_CMA_GUARD_CHUNK (4u << 20)
+/* How long one check that the connected process lives stands (cma_copy.c). */
+#define OTE_CMA_PEER_RECHECK_NS (1000ull * 1000)
 /* Answers from the peer are polled for while they keep coming this often. */
 #define OTE_CMA_POLL_NS (1000u * 1000u)
 /* A reply to a copy of at least this much is sent at once, not with the next ones. */

@@ -62,12 +62,27 @@ ote_status_t ote_cma_copy(pid_t pid, void *local, uint64_t peer_addr, size_t len
 /*
  * The connected process is still the one behind its pid: once it has gone,
  * another process may get the pid, and nothing must be copied to or from it.
+ * One check stands for OTE_CMA_PEER_RECHECK_NS: a pid is given again only
+ * after the kernel's counter went round pid_max, which takes far longer,
+ * and the copies of the requests of a busy peer skip a system call each.
+ * Copy threads call it too: the time of the last check is atomic.
  */
-static bool peer_alive(const ote_tcp_conn_t *c)
+static bool peer_alive(ote_tcp_conn_t *c)
 {
 #ifdef SYS_pidfd_send_signal
-    if (c->peer_pidfd >= 0)
-        return syscall(SYS_pidfd_send_signal, c->peer_pidfd, 0, NULL, 0) == 0;
+    uint64_t now;
+
+    if (c->peer_pidfd < 0)
+        return true;
+    now = ote_time_ns();
+    if (now - atomic_load_explicit(&c->peer_seen_ns, memory_order_relaxed) <
+        OTE_CMA_PEER_RECHECK_NS)
+        return true;
+    if (syscall(SYS_pidfd_send_signal, c->peer_pidfd, 0, NULL, 0) != 0)
+        return false;
+    atomic_store_explicit(&c->peer_seen_ns, now, memory_order_relaxed);
+#else
+    (void)c;
 #endif
     return true;
 }

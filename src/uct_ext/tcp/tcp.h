@@ -133,6 +133,7 @@ struct ote_tcp_conn {
     char                  ip[64];   /* peer address without port (admission key) */
     pid_t                 peer_pid; /* target side of a local socket: SO_PEERCRED */
     int                   peer_pidfd; /* that process, if the kernel has pidfds; else -1 */
+    _Atomic uint64_t      peer_seen_ns; /* when peer_pidfd last said the process lives */
     bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
     /* descriptor passing (iface->fd_passing): received, in order */
     int                   rx_fds[OTE_TCP_RX_FDS];
