@@ -71,9 +71,10 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "after the last one, and ote_batch_wait() polls for up to twice the recent waits, "
      "capped at this; past it they sleep. 0 = workers use OTE_POLL_GRACE_US only."},
     {"POLL_PARK_US", "5000", OTE_CFG_INT, F(poll_park_us),
-     "While threads in ote_batch_wait() (or posting) progress a worker, its thread sleeps "
-     "apart from the answers they take and looks this often whether they are still there, "
-     "and once OTE_POLL_SPIN_MAX_US after the last of them left.",
+     "While threads in ote_batch_wait() progress a worker, its thread sleeps apart from the "
+     "answers they take and looks this often whether they are still there; what arrives "
+     "after the last of them returned with its batch done waits at most this long when no "
+     "thread progresses.",
      .min = 1, .max = 1000000},
     {"PROGRESS_THREAD", "y", OTE_CFG_BOOL, F(progress_thread),
      "Worker threads progress transfers in the background; n = none is started and only "

@@ -18,15 +18,13 @@
  * thread woken by events while such a caller is registered leaves them to
  * it and parks: it sleeps on its wake-up fd alone, so that the answers
  * the callers take wake no second thread, and looks every OTE_POLL_PARK_US
- * whether they are still there. A thread that posts directly
- * (ote_worker_post) counts as a caller meanwhile. A caller that leaves
- * before its task ended progresses what the worker left behind and wakes
- * it; one whose task ended leaves it parked, as its application is likely
- * to submit and wait again at once, and asks it for one look after
- * OTE_POLL_SPIN_MAX_US (worker_park_look), when it takes over if no caller
- * came back. The post-event polling of worker threads adapts too: after an
- * event it polls for twice the recent interval between events when that is
- * below OTE_POLL_SPIN_MAX_US, else for OTE_POLL_GRACE_US.
+ * whether they are still there. A caller that leaves before its task
+ * ended progresses what the worker left behind and wakes it; one whose
+ * task ended leaves it parked, as its application is likely to submit and
+ * wait again at once. The post-event polling of worker threads
+ * adapts too: after an event it polls for twice the recent interval
+ * between events when that is below OTE_POLL_SPIN_MAX_US, else for
+ * OTE_POLL_GRACE_US.
  */
 #include "engine.h"
 #include "base/log.h"
@@ -39,7 +37,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/timerfd.h>
 #include <poll.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,15 +56,12 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
     w->index   = index;
     w->epfd    = epoll_create1(EPOLL_CLOEXEC);
     w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    w->park_timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (w->epfd < 0 || w->wake_fd < 0 || w->park_timer_fd < 0 ||
+    if (w->epfd < 0 || w->wake_fd < 0 ||
         epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0) {
         if (w->epfd >= 0)
             close(w->epfd);
         if (w->wake_fd >= 0)
             close(w->wake_fd);
-        if (w->park_timer_fd >= 0)
-            close(w->park_timer_fd);
         return OTE_ERR_IO;
     }
     pthread_mutex_init(&w->lock, NULL);
@@ -78,10 +72,6 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
 }
 
 static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all);
-static bool worker_queued(ote_worker_t *w);
-static void worker_leave(ote_worker_t *w, uint64_t gen, bool progressed, bool done);
-/* Rounds a direct post runs at most while the answers let more slices go. */
-#define WORKER_POST_ROUNDS 8
 static unsigned worker_progress(ote_worker_t *w);
 static bool     worker_arm(ote_worker_t *w, int *cap_ms_p);
 static void     worker_check_timeouts(ote_worker_t *w);
@@ -170,23 +160,13 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
     direct = pthread_mutex_trylock(&w->lock) == 0;
     worker_enqueue(w, head, tail);
     if (direct) {
-        /*
-         * A caller meanwhile: the worker thread, woken by answers, leaves
-         * them to this thread instead of waiting for the lock. Slices that
-         * the answers let go to their rails are posted here too.
-         */
-        uint64_t gen;
-
-        atomic_fetch_add(&w->callers, 1);
-        gen = atomic_load(&w->missed);
-        for (int i = 0; i < WORKER_POST_ROUNDS && worker_drain_queue(w, false) != 0; i++)
-            worker_progress(w);
+        worker_drain_queue(w, false);
+        worker_progress(w);
         worker_hand_back(w);
         pthread_mutex_unlock(&w->lock);
         /* A worker asleep without a timer must now watch the timeouts. */
         if (atomic_exchange(&w->idle_sleep, false))
             (void)!write(w->wake_fd, &one, sizeof(one));
-        worker_leave(w, gen, false, true); /* handed back above */
         return;
     }
     /* Without worker threads a caller may sleep on the workers' fds. */
@@ -199,14 +179,7 @@ void ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
     uint64_t one = 1;
 
     worker_enqueue(w, head, tail);
-    /*
-     * Callers post what is queued in their rounds, and the last one to
-     * leave looks at the queue after it left (worker_leave): wake the
-     * thread only when there are none. Without worker threads a caller
-     * may sleep on the workers' fds: always wake it.
-     */
-    if ((atomic_load(&w->sleeping) && atomic_load(&w->callers) == 0) ||
-        !w->engine->config.progress_thread)
+    if (atomic_load(&w->sleeping))
         (void)!write(w->wake_fd, &one, sizeof(one));
 }
 
@@ -257,33 +230,6 @@ void ote_engine_wait_note(ote_engine_h e, uint64_t ns)
 }
 
 /*
- * The last caller left a parked worker thread: it looks whether callers
- * came back after OTE_POLL_SPIN_MAX_US (OTE_POLL_GRACE_US when that is 0),
- * and takes over if none did, so that answers nobody waits for (a task
- * submitted and not waited for, a peer's request) are not left for a whole
- * park interval. One look at a time: callers that leave meanwhile are seen
- * by it.
- */
-static void worker_park_look(ote_worker_t *w)
-{
-    long us = w->engine->config.poll_spin_max_us;
-    struct itimerspec its = {{0, 0}, {0, 0}};
-
-    if (us <= 0)
-        us = w->engine->config.poll_grace_us;
-    if (us <= 0)
-        us = 1;
-    if (atomic_exchange(&w->park_timer_armed, true))
-        return;
-    its.it_value.tv_sec  = us / 1000000;
-    its.it_value.tv_nsec = (us % 1000000) * 1000;
-    if (timerfd_settime(w->park_timer_fd, 0, &its, NULL) != 0) {
-        atomic_store(&w->park_timer_armed, false);
-        worker_wake(w);
-    }
-}
-
-/*
  * A caller stops progressing w. Events the worker thread left to callers
  * since the caller's last round began (missed moved past gen) are
  * progressed here, or handed to the worker thread when another thread
@@ -294,23 +240,14 @@ static void worker_leave(ote_worker_t *w, uint64_t gen, bool progressed, bool do
     /*
      * A caller whose task ended returns to its application, which is
      * likely to submit and wait again at once: a parked worker thread is
-     * left parked, and looks again after OTE_POLL_SPIN_MAX_US when this
-     * was the last caller (worker_park_look). One that stops polling
-     * before the end leaves the rest to the worker thread.
+     * left parked (it looks again within its park interval). One that
+     * stops polling before the end leaves the rest to the worker thread.
      */
-    bool last;
-
     if (!done)
         atomic_store(&w->handoff, true);
-    last = atomic_fetch_sub(&w->callers, 1) == 1;
-    if (last && atomic_load(&w->handoff) && atomic_exchange(&w->handoff, false) &&
-        atomic_load(&w->parked))
+    if (atomic_fetch_sub(&w->callers, 1) == 1 && atomic_load(&w->handoff) &&
+        atomic_exchange(&w->handoff, false) && atomic_load(&w->parked))
         worker_wake(w);
-    else if (last && atomic_load(&w->parked))
-        worker_park_look(w);
-    /* Slices queued while callers were there went unannounced (ote_worker_queue). */
-    if (last && worker_queued(w))
-        atomic_fetch_add(&w->missed, 1);
     if (atomic_load(&w->missed) == gen) {
         if (progressed && pthread_mutex_trylock(&w->lock) == 0) {
             worker_hand_back(w);
@@ -566,9 +503,8 @@ static void worker_check_timeouts(ote_worker_t *w)
  */
 static void worker_park(ote_worker_t *w, uint64_t end_ns)
 {
-    struct pollfd pfd[2] = {{.fd = w->wake_fd, .events = POLLIN},
-                            {.fd = w->park_timer_fd, .events = POLLIN}};
-    uint64_t step = (uint64_t)w->engine->config.poll_park_us * 1000ull;
+    struct pollfd pfd = {.fd = w->wake_fd, .events = POLLIN};
+    uint64_t step     = (uint64_t)w->engine->config.poll_park_us * 1000ull;
 
     atomic_store(&w->parked, true);
     while (!atomic_load(&w->stop) && atomic_load(&w->callers) > 0) {
@@ -583,18 +519,11 @@ static void worker_park(ote_worker_t *w, uint64_t end_ns)
         }
         ts.tv_sec  = (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
-        if (ppoll(pfd, 2, &ts, NULL) > 0) {
+        if (ppoll(&pfd, 1, &ts, NULL) > 0) {
             uint64_t v;
 
-            if (pfd[1].revents) {
-                /* The look a leaving caller asked for: are callers still there? */
-                (void)!read(w->park_timer_fd, &v, sizeof(v));
-                atomic_store(&w->park_timer_armed, false);
-            }
-            if (pfd[0].revents) {
-                (void)!read(w->wake_fd, &v, sizeof(v));
-                break;
-            }
+            (void)!read(w->wake_fd, &v, sizeof(v));
+            break;
         }
     }
     atomic_store(&w->parked, false);
@@ -844,8 +773,6 @@ void ote_worker_cleanup(ote_worker_t *w)
         close(w->epfd);
     if (w->wake_fd >= 0)
         close(w->wake_fd);
-    if (w->park_timer_fd >= 0)
-        close(w->park_timer_fd);
     pthread_mutex_destroy(&w->lock);
     pthread_mutex_destroy(&w->qlock);
     pthread_mutex_destroy(&w->progress_lock);

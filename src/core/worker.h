@@ -33,8 +33,7 @@ struct ote_worker {
     _Atomic uint64_t active_ns;   /* last time progress handled events */
     atomic_bool      stop;
     /*
-     * Threads in ote_batch_wait() that progress this worker themselves, and
-     * threads posting to it directly (ote_worker_post). While
+     * Threads in ote_batch_wait() that progress this worker themselves. While
      * there are some, the worker thread leaves the events that wake it to
      * them (it counts each time in missed), so that an answer wakes one
      * thread, not two.
@@ -49,8 +48,6 @@ struct ote_worker {
      */
     atomic_bool      parked;
     atomic_bool      handoff;     /* a caller stopped polling before its task ended */
-    int              park_timer_fd;    /* the look a leaving caller asks of a parked thread */
-    atomic_bool      park_timer_armed;
     uint64_t         next_timeout;  /* next check of OTE_XFER_TIMEOUT_MS (under lock) */
     uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
     ote_worker_progress_t progress[OTE_WORKER_MAX_PROGRESS];
