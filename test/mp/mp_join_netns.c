@@ -12,6 +12,12 @@
  *     both) with every byte landing;
  *   - join1 deleted: its rail pauses, and transfers complete whole on join0.
  *
+ * A also has join2 (10.82.2.1/24, a veth pair whose both ends stay in A),
+ * which B has no device of that name for: the peer's join0 and join1
+ * addresses are routed through A's join0 and join1, so join2 never becomes
+ * a rail (one would carry its bytes over another interface). B reaches
+ * 10.82.2.0/24 through A's join0, as an engine named by that address needs.
+ *
  * Needs root and `ip netns`; otherwise it says why and exits 77. The parent
  * sets the namespaces up, runs the tests in A through `ip netns exec` and
  * deletes the namespaces however the tests end (a signal too).
@@ -95,7 +101,11 @@ static int parent(const char *self)
         sh(true, "ip -n %s addr add 10.82.0.1/24 dev join0 && ip -n %s addr add 10.82.0.2/24 "
                  "dev join0", ns_a, ns_b) != 0 ||
         sh(true, "ip -n %s link set join0 up && ip -n %s link set join0 up && ip -n %s link "
-                 "set lo up && ip -n %s link set lo up", ns_a, ns_b, ns_a, ns_b) != 0) {
+                 "set lo up && ip -n %s link set lo up", ns_a, ns_b, ns_a, ns_b) != 0 ||
+        sh(true, "ip -n %s link add join2 type veth peer name ojx%u && ip -n %s addr add "
+                 "10.82.2.1/24 dev join2 && ip -n %s link set join2 up && ip -n %s link set "
+                 "ojx%u up && ip -n %s route add 10.82.2.0/24 via 10.82.0.1", ns_a, id, ns_a,
+           ns_a, ns_a, id, ns_b) != 0) {
         printf("mp_join_netns: skipped: cannot set up the namespaces and their veth pair\n");
         return 77;
     }

@@ -354,6 +354,13 @@ ote_status_t ote_tcp_netif_find(const char *name, ote_tcp_netif_t *netif_p);
 bool ote_tcp_netif_holds(const ote_tcp_netif_t *netif, const struct sockaddr *sa);
 /* sa lies in the subnet of one of the interface's addresses. */
 bool ote_tcp_netif_on_link(const ote_tcp_netif_t *netif, const struct sockaddr *sa);
+/*
+ * The kernel's route to sa leaves from one of the interface's addresses (it
+ * picks that source address for sa); true where the route cannot be looked
+ * up, so that connect() reports the error.
+ */
+bool ote_tcp_netif_routes(const ote_tcp_netif_t *netif, const struct sockaddr *sa,
+                          socklen_t len);
 /* 127.0.0.0/8, ::1 or an IPv4-mapped loopback address. */
 bool ote_tcp_sockaddr_is_loopback(const struct sockaddr *sa);
 

@@ -158,6 +158,21 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
 
     if (now >= deadline)
         return OTE_ERR_TIMEOUT;
+    /*
+     * An address beyond this interface's subnets that the kernel reaches
+     * from another interface's address would travel over that interface,
+     * not this one: this rail does not reach it.
+     */
+    if (iface->netif.num_addrs > 0 && !iface->netif.loopback && ss->ss_family != AF_UNIX &&
+        !ote_tcp_netif_on_link(&iface->netif, (const struct sockaddr *)ss) &&
+        !ote_tcp_netif_routes(&iface->netif, (const struct sockaddr *)ss, sslen)) {
+        char a[80];
+
+        ote_sockaddr_format((const struct sockaddr *)ss, a, sizeof(a));
+        ote_debug("%s/%s: %s is routed through another interface",
+                  iface->super.resource.tl_name, iface->super.resource.dev_name, a);
+        return OTE_ERR_UNREACHABLE;
+    }
     status = ote_socket_connect(ss, sslen, (int)((deadline - now + 999999) / 1000000), &fd);
     if (status != OTE_OK)
         return status;

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static bool addr_usable(const struct sockaddr *sa)
 {
@@ -161,6 +163,23 @@ bool ote_tcp_netif_on_link(const ote_tcp_netif_t *netif, const struct sockaddr *
             return true;
     }
     return false;
+}
+
+bool ote_tcp_netif_routes(const ote_tcp_netif_t *netif, const struct sockaddr *sa,
+                          socklen_t len)
+{
+    struct sockaddr_storage src;
+    socklen_t slen = sizeof(src);
+    /* A connected datagram socket looks the route up and sends nothing. */
+    int fd    = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    bool ours = true;
+
+    if (fd < 0)
+        return true;
+    if (connect(fd, sa, len) == 0 && getsockname(fd, (struct sockaddr *)&src, &slen) == 0)
+        ours = ote_tcp_netif_holds(netif, (const struct sockaddr *)&src);
+    close(fd);
+    return ours;
 }
 
 bool ote_tcp_sockaddr_is_loopback(const struct sockaddr *sa)
