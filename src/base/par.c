@@ -163,3 +163,29 @@ void ote_par_destroy(ote_par_t *p)
     pthread_cond_destroy(&p->cond);
     free(p);
 }
+
+static int span_cmp(const void *a, const void *b)
+{
+    const ote_par_span_t *x = a, *y = b;
+
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+bool ote_par_spans_conflict(ote_par_span_t *spans, size_t n)
+{
+    uint64_t end_any = 0, end_written = 0;
+
+    if (n < 2)
+        return false;
+    qsort(spans, n, sizeof(*spans), span_cmp);
+    for (size_t i = 0; i < n; i++) {
+        /* Sorted by start: an overlap is with a span that began before and ends later. */
+        if (spans[i].start < (spans[i].write ? end_any : end_written))
+            return true;
+        if (spans[i].end > end_any)
+            end_any = spans[i].end;
+        if (spans[i].write && spans[i].end > end_written)
+            end_written = spans[i].end;
+    }
+    return false;
+}

@@ -9,7 +9,9 @@
 #ifndef OTE_BASE_PAR_H
 #define OTE_BASE_PAR_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* With threads < 0, one less than the CPUs the process may run on, at most this. */
 #define OTE_PAR_AUTO_MAX 3
@@ -36,5 +38,20 @@ size_t     ote_par_started(const ote_par_t *p);
  * ote_par_run on the same pool.
  */
 void       ote_par_run(ote_par_t *p, size_t n, ote_par_fn_t fn, void *arg);
+
+/* Bytes [start, end) of one address space that a copy reads or writes. */
+typedef struct {
+    uint64_t start, end;
+    bool     write;
+} ote_par_span_t;
+
+/*
+ * Whether a written span overlaps another span: two copies that touch the
+ * same bytes with one of them writing them (a WRITE and a READ of what it
+ * wrote, two WRITEs to one place) must run one after the other, in order,
+ * not shared between threads. Compare the spans of one address space at a
+ * time; the array is sorted by start.
+ */
+bool       ote_par_spans_conflict(ote_par_span_t *spans, size_t n);
 
 #endif

@@ -318,32 +318,28 @@ static size_t par_cut(par_set_t *set, const ote_tcp_ref_req_t *q, size_t n, uint
     return nu;
 }
 
-static bool ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+/* [start, start + len) as a span, its end held at the top of the address space. */
+static ote_par_span_t ref_span(uint64_t start, uint64_t len, bool write)
 {
-    return a < b + blen && b < a + alen;
+    return (ote_par_span_t){start, start + len < start ? UINT64_MAX : start + len, write};
 }
 
 /*
- * Two of the requests touch the same bytes with one of them writing them
- * (a WRITE and a READ of what it wrote, two WRITEs to one place): they must
- * be copied one after the other, in order. Ranges of this process and of
- * the peer are compared apart.
+ * Two of the requests touch the same bytes with one of them writing them:
+ * they must be copied one after the other, in order. This process's ranges
+ * (written by a PUT) and the peer's (written by a GET) are compared apart.
  */
 static bool refs_conflict(const ote_tcp_ref_req_t *q, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        for (size_t j = i + 1; j < n; j++) {
-            bool wi = q[i].hdr.type == OTE_TCP_PUT_REF, wj = q[j].hdr.type == OTE_TCP_PUT_REF;
-            uint64_t li = q[i].hdr.length, lj = q[j].hdr.length;
+    ote_par_span_t here[OTE_TCP_REF_GATHER], peer[OTE_TCP_REF_GATHER];
 
-            /* Here: written by a PUT; at the peer: written by a GET. */
-            if ((wi || wj) && ranges_overlap(q[i].hdr.addr, li, q[j].hdr.addr, lj))
-                return true;
-            if ((!wi || !wj) && ranges_overlap(q[i].peer_addr, li, q[j].peer_addr, lj))
-                return true;
-        }
+    for (size_t i = 0; i < n; i++) {
+        bool put = q[i].hdr.type == OTE_TCP_PUT_REF;
+
+        here[i] = ref_span(q[i].hdr.addr, q[i].hdr.length, put);
+        peer[i] = ref_span(q[i].peer_addr, q[i].hdr.length, !put);
     }
-    return false;
+    return ote_par_spans_conflict(here, n) || ote_par_spans_conflict(peer, n);
 }
 
 /*

@@ -59,46 +59,25 @@ static size_t copy_cut(shm_copier_t *cp, const shm_copy_t *jobs, size_t n)
     return k;
 }
 
-typedef struct {
-    uintptr_t start, end;
-    bool      dst;
-} span_t;
-
-static int span_cmp(const void *a, const void *b)
-{
-    const span_t *x = a, *y = b;
-
-    return x->start < y->start ? -1 : x->start > y->start;
-}
-
 /*
- * Two of the copies touch the same bytes with one of them writing them (a
- * WRITE and a READ of what it wrote, two WRITEs to one place): the queue
- * is then copied in order by one thread. True also without memory to tell.
+ * Two of the copies touch the same bytes with one of them writing them: the
+ * queue is then copied in order by one thread (ote_par_spans_conflict).
+ * True also without memory to tell.
  */
 static bool copies_conflict(const shm_copy_t *jobs, size_t n)
 {
-    span_t *sp = malloc(2 * n * sizeof(*sp));
-    uintptr_t end_any = 0, end_dst = 0;
-    bool conflict = false;
+    ote_par_span_t *sp = malloc(2 * n * sizeof(*sp));
+    bool conflict;
 
     if (sp == NULL)
         return true;
     for (size_t i = 0; i < n; i++) {
-        sp[2 * i]     = (span_t){(uintptr_t)jobs[i].dst, (uintptr_t)jobs[i].dst + jobs[i].len,
-                                 true};
-        sp[2 * i + 1] = (span_t){(uintptr_t)jobs[i].src, (uintptr_t)jobs[i].src + jobs[i].len,
-                                 false};
+        sp[2 * i]     = (ote_par_span_t){(uintptr_t)jobs[i].dst,
+                                         (uintptr_t)jobs[i].dst + jobs[i].len, true};
+        sp[2 * i + 1] = (ote_par_span_t){(uintptr_t)jobs[i].src,
+                                         (uintptr_t)jobs[i].src + jobs[i].len, false};
     }
-    qsort(sp, 2 * n, sizeof(*sp), span_cmp);
-    for (size_t i = 0; i < 2 * n && !conflict; i++) {
-        /* Sorted by start: an overlap is with a span that began before and ends later. */
-        conflict = sp[i].start < (sp[i].dst ? end_any : end_dst);
-        if (sp[i].end > end_any)
-            end_any = sp[i].end;
-        if (sp[i].dst && sp[i].end > end_dst)
-            end_dst = sp[i].end;
-    }
+    conflict = ote_par_spans_conflict(sp, 2 * n);
     free(sp);
     return conflict;
 }

@@ -384,6 +384,52 @@ static void test_tcp_devices(void **state)
     }
 }
 
+/* An IPv4 address/prefix as one address of netif. */
+static void netif_add(ote_tcp_netif_t *netif, const char *ip, int prefix)
+{
+    ote_tcp_ifaddr_t *a     = &netif->addrs[netif->num_addrs++];
+    struct sockaddr_in *sin = (struct sockaddr_in *)&a->addr;
+    struct sockaddr_in *m   = (struct sockaddr_in *)&a->mask;
+
+    memset(a, 0, sizeof(*a));
+    sin->sin_family = AF_INET;
+    assert_int_equal(inet_pton(AF_INET, ip, &sin->sin_addr), 1);
+    m->sin_family      = AF_INET;
+    m->sin_addr.s_addr = htonl(prefix ? 0xffffffffu << (32 - prefix) : 0);
+}
+
+/* Whether the kernel's route to ip leaves from an address netif holds. */
+static bool routes(const ote_tcp_netif_t *netif, const char *ip)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(9)};
+
+    assert_int_equal(inet_pton(AF_INET, ip, &sin.sin_addr), 1);
+    return ote_tcp_netif_routes(netif, (struct sockaddr *)&sin, sizeof(sin));
+}
+
+/*
+ * Off its subnets an interface reaches only what the kernel routes from its
+ * own address: 127.0.0.5 leaves from 127.0.0.1, which an interface holding
+ * 127.0.0.1 has and one holding only 192.0.2.1 (not on this host) has not.
+ */
+static void test_tcp_netif_routes(void **state)
+{
+    ote_tcp_netif_t here = {.name = "x0"}, other = {.name = "x1"};
+    (void)state;
+
+    netif_add(&here, "127.0.0.1", 32);
+    netif_add(&other, "192.0.2.1", 24);
+    assert_false(ote_tcp_netif_on_link(&here, &(struct sockaddr){.sa_family = AF_UNSPEC}));
+    assert_true(routes(&here, "127.0.0.5"));
+    assert_false(routes(&other, "127.0.0.5"));
+    assert_true(ote_tcp_netif_on_link(&other, (struct sockaddr *)&(struct sockaddr_in){
+                                                  .sin_family = AF_INET,
+                                                  .sin_addr   = {htonl(0xc0000207u)}}));
+    /* The second address of an interface counts as much as the first. */
+    netif_add(&other, "127.0.0.1", 32);
+    assert_true(routes(&other, "127.0.0.5"));
+}
+
 /* Names that are not here: OTE_ERR_NO_DEVICE, its own message, and a log naming them. */
 static void test_unknown_names(void **state)
 {
@@ -459,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_devices), cmocka_unit_test(test_errors),
         cmocka_unit_test_teardown(test_engine_selection, env_clear),
         cmocka_unit_test_teardown(test_tcp_devices, env_clear),
+        cmocka_unit_test(test_tcp_netif_routes),
         cmocka_unit_test_teardown(test_unknown_names, env_clear),
         cmocka_unit_test_teardown(test_exclude_cma, env_clear),
     };
