@@ -20,6 +20,7 @@ void ote_shm_copier_cleanup(shm_copier_t *cp)
     free(cp->jobs);
     free(cp->spare);
     free(cp->pieces);
+    free(cp->spans);
     memset(cp, 0, sizeof(*cp));
 }
 
@@ -64,22 +65,21 @@ static size_t copy_cut(shm_copier_t *cp, const shm_copy_t *jobs, size_t n)
  * queue is then copied in order by one thread (ote_par_spans_conflict).
  * True also without memory to tell.
  */
-static bool copies_conflict(const shm_copy_t *jobs, size_t n)
+static bool copies_conflict(shm_copier_t *cp, const shm_copy_t *jobs, size_t n)
 {
-    ote_par_span_t *sp = malloc(2 * n * sizeof(*sp));
-    bool conflict;
+    ote_par_span_t *sp;
 
-    if (sp == NULL)
+    if (ote_array_reserve((void **)&cp->spans, &cp->spans_cap, 2 * n, sizeof(*cp->spans), 64) !=
+        OTE_OK)
         return true;
+    sp = cp->spans;
     for (size_t i = 0; i < n; i++) {
         sp[2 * i]     = (ote_par_span_t){(uintptr_t)jobs[i].dst,
                                          (uintptr_t)jobs[i].dst + jobs[i].len, true};
         sp[2 * i + 1] = (ote_par_span_t){(uintptr_t)jobs[i].src,
                                          (uintptr_t)jobs[i].src + jobs[i].len, false};
     }
-    conflict = ote_par_spans_conflict(sp, 2 * n);
-    free(sp);
-    return conflict;
+    return ote_par_spans_conflict(sp, 2 * n);
 }
 
 typedef struct {
@@ -125,7 +125,7 @@ unsigned ote_shm_copy_flush(shm_copier_t *cp)
         jobs[i].status = r == NULL || ote_mem_region_access_begin(r) ? OTE_OK
                                                                      : OTE_ERR_NOT_REGISTERED;
     }
-    if (bytes >= OTE_CMA_PAR_SPLIT && ote_par_width(cp->par) > 0 && !copies_conflict(jobs, n) &&
+    if (bytes >= OTE_CMA_PAR_SPLIT && ote_par_width(cp->par) > 0 && !copies_conflict(cp, jobs, n) &&
         (npieces = copy_cut(cp, jobs, n)) > 0) {
         copy_set_t set = {.jobs = jobs, .pieces = cp->pieces};
 

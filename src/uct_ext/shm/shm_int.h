@@ -48,6 +48,9 @@ typedef struct {
     /* A large queue is cut into pieces that the cma iface's copy threads share. */
     shm_piece_t *pieces;
     size_t       pieces_cap;
+    /* Its sources and destinations, checked for overlaps first (kept between flushes). */
+    ote_par_span_t *spans;
+    size_t          spans_cap;
     ote_par_t   *par; /* the cma iface's */
 } shm_copier_t;
 
