@@ -16,6 +16,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+OTE_THREAD_LOCAL uint64_t ote_round_ns;
+
 ote_status_t ote_sockaddr_parse(const char *str, struct sockaddr_storage *ss, socklen_t *len_p)
 {
     char host[256];

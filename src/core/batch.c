@@ -223,7 +223,7 @@ void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
      * route's rails all lead to it; a WRITE may land twice, which one-sided
      * semantics allow). Never after a cancel or once the segment closed.
      */
-    if (ote_proto_slice_end(s, status, ote_time_ns()) &&
+    if (ote_proto_slice_end(s, status, ote_round_time_ns()) &&
         s->retries < (unsigned)t->batch->engine->config.retry_count &&
         !atomic_load(&t->cancel) && !atomic_load(&t->segment->closed)) {
         s->retries++;
@@ -368,18 +368,22 @@ static ote_notify_group_t *notify_group_new(ote_batch_h b, const ote_xfer_req_t 
 static void submit_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
                                bool putback, ote_status_t *refused)
 {
+    ote_segment_h last = NULL; /* the segment of the run unchecked is for */
+    bool unchecked     = false;
+
     for (size_t i = 0; i < count; i++) {
         ote_segment_h seg = reqs[i].segment;
-        bool unchecked;
 
         refused[i] = OTE_OK;
         if (atomic_load(&seg->closed) || seg->engine != e)
             continue; /* refused at preparation, with the whole call */
-        if (i == 0 || seg != reqs[i - 1].segment)
+        if (seg != last) {
+            last = seg;
             (void)ote_segment_repair(seg);
-        pthread_mutex_lock(&seg->lock);
-        unchecked = ote_proto_rails_unchecked(&seg->rail_set);
-        pthread_mutex_unlock(&seg->lock);
+            pthread_mutex_lock(&seg->lock);
+            unchecked = ote_proto_rails_unchecked(&seg->rail_set);
+            pthread_mutex_unlock(&seg->lock);
+        }
         if (unchecked)
             refused[i] = remote_range_check(seg, &reqs[i], putback);
     }

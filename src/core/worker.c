@@ -79,10 +79,12 @@ static void     worker_check_timeouts(ote_worker_t *w);
 /* One round (lock held): post what is queued, progress the ifaces, check timeouts when due. */
 static unsigned worker_round(ote_worker_t *w)
 {
-    unsigned n = worker_drain_queue(w, false);
+    uint64_t outer = ote_round_begin();
+    unsigned n     = worker_drain_queue(w, false);
     uint64_t now;
 
     n += worker_progress(w);
+    ote_round_end(outer);
     now = ote_time_ns();
     if (now >= w->next_timeout) {
         worker_check_timeouts(w);
@@ -104,7 +106,7 @@ static unsigned worker_round(ote_worker_t *w)
 
 static void worker_pause(void)
 {
-    static _Thread_local unsigned n;
+    static OTE_THREAD_LOCAL unsigned n;
 
     if (++n % WORKER_YIELD_EVERY == 0)
         sched_yield();
@@ -134,6 +136,38 @@ static void worker_hand_back(ote_worker_t *w)
         (void)!write(w->wake_fd, &one, sizeof(one));
 }
 
+/*
+ * The worker thread takes its lock back (after a sleep, a park, a yield)
+ * without waiting inside the mutex: the thread holding it would then have
+ * to wake it as it unlocks, a system call on the path of every caller that
+ * posts or progresses from its own thread. It waits on its wake-up fd
+ * instead, which every hand-over of work writes (worker_hand_back,
+ * worker_leave, ote_worker_post), and tries again at least every
+ * WORKER_RELOCK_MAX_NS.
+ */
+#define WORKER_RELOCK_MIN_NS (20ull * 1000)
+#define WORKER_RELOCK_MAX_NS (1000ull * 1000)
+
+static void worker_lock(ote_worker_t *w)
+{
+    uint64_t step = WORKER_RELOCK_MIN_NS;
+
+    while (pthread_mutex_trylock(&w->lock) != 0) {
+        struct pollfd pfd  = {.fd = w->wake_fd, .events = POLLIN};
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step};
+
+        if (ppoll(&pfd, 1, &ts, NULL) > 0) {
+            uint64_t v;
+
+            /* Work was handed over: the holder may be done with the lock soon. */
+            (void)!read(w->wake_fd, &v, sizeof(v));
+            step = WORKER_RELOCK_MIN_NS;
+        } else if (step < WORKER_RELOCK_MAX_NS) {
+            step *= 2;
+        }
+    }
+}
+
 /* Append a chain of slices to w's queue. */
 static void worker_enqueue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
@@ -160,8 +194,11 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
     direct = pthread_mutex_trylock(&w->lock) == 0;
     worker_enqueue(w, head, tail);
     if (direct) {
+        uint64_t outer = ote_round_begin();
+
         worker_drain_queue(w, false);
         worker_progress(w);
+        ote_round_end(outer);
         worker_hand_back(w);
         pthread_mutex_unlock(&w->lock);
         /* A worker asleep without a timer must now watch the timeouts. */
@@ -610,7 +647,7 @@ static void *worker_main(void *arg)
             /* Threads setting up eps wait for the lock: let them in now and then. */
             pthread_mutex_unlock(&w->lock);
             sched_yield();
-            pthread_mutex_lock(&w->lock);
+            worker_lock(w);
             next_yield = now + YIELD_NS;
         }
         if (events) {
@@ -643,7 +680,7 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&w->lock);
             if (!queued)
                 worker_park(w, until);
-            pthread_mutex_lock(&w->lock);
+            worker_lock(w);
             atomic_store(&w->sleeping, false);
             last_event = ote_time_ns();
             woke       = false;
@@ -687,7 +724,7 @@ static void *worker_main(void *arg)
 
             pthread_mutex_unlock(&w->lock);
             worker_sleep(w, timeout);
-            pthread_mutex_lock(&w->lock);
+            worker_lock(w);
             atomic_store(&w->idle_sleep, false);
             woke = true;
         }

@@ -9,6 +9,7 @@
 #include "mem_int.h"
 
 #include "base/log.h"
+#include "base/util.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -21,7 +22,7 @@
 
 static unsigned rd_slot(void)
 {
-    static _Thread_local unsigned slot = UINT_MAX;
+    static OTE_THREAD_LOCAL unsigned slot = UINT_MAX;
     static atomic_uint next;
 
     if (slot == UINT_MAX)

@@ -462,7 +462,7 @@ static ote_status_t tcp_ep_queue_op(ote_tcp_ep_t *ep, uint8_t type, uint8_t then
     op.local        = local;
     op.length       = length;
     op.local_region = local_region;
-    op.post_ns      = ote_time_ns();
+    op.post_ns      = ote_round_time_ns();
     op.then         = then;
     op.remote_addr  = remote_addr;
     h = (ote_tcp_hdr_t){.type = type, .id = op.id, .addr = remote_addr, .length = length};

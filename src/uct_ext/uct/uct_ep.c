@@ -312,7 +312,7 @@ static ote_status_t bridge_ep_post(ote_tl_ep_t *tl_ep, bool is_get, void *local,
     op->memh    = memh;
     op->remote  = remote;
     op->rkey    = urkey;
-    op->post_ns = ote_time_ns();
+    op->post_ns = ote_round_time_ns();
     if (ep->pending.head != NULL) {
         /* Behind operations that wait for resources: keep the order. */
         op->posted = false;
