@@ -29,7 +29,8 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     b = calloc(1, sizeof(*b));
     if (b == NULL)
         return OTE_ERR_NO_MEMORY;
-    b->tasks = calloc(capacity, sizeof(*b->tasks));
+    /* Not zeroed: a task is read only below used, and task_prepare clears it first. */
+    b->tasks = malloc(capacity * sizeof(*b->tasks));
     if (b->tasks == NULL) {
         free(b);
         return OTE_ERR_NO_MEMORY;
@@ -49,7 +50,7 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
 
 static void batch_free(ote_batch_h b)
 {
-    for (size_t i = 0; i < b->used; i++) {
+    for (size_t i = 0, n = atomic_load(&b->used); i < n; i++) {
         if (b->tasks[i].slices != &b->tasks[i].inline_slice)
             free(b->tasks[i].slices);
     }
@@ -556,17 +557,18 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     admitted = true;
     pthread_mutex_lock(&b->lock);
     locked = true;
-    if (b->used + count > b->capacity) {
+    first = atomic_load_explicit(&b->used, memory_order_relaxed);
+    if (first + count > b->capacity) {
         status = OTE_ERR_BUSY;
         goto out;
     }
-    first = b->used;
     for (ready = 0; ready < count; ready++) {
         status = task_prepare(b, &b->tasks[first + ready], &reqs[ready], refused[ready], group);
         if (status != OTE_OK)
             goto out;
     }
-    b->used += count;
+    /* Readers of statuses see the prepared tasks with the count (batch_task). */
+    atomic_store_explicit(&b->used, first + count, memory_order_release);
     /* The notification is waited for as the tasks are, and holds the batch too. */
     atomic_fetch_add(&b->pending, (long)count + (group != NULL));
     atomic_fetch_add(&b->refs, (long)count + (group != NULL));
@@ -623,11 +625,8 @@ ote_status_t ote_batch_submit_notify(ote_batch_h b, const ote_xfer_req_t *reqs, 
 /* Task task of b once submitted, or NULL. */
 static ote_task_t *batch_task(ote_batch_h b, size_t task)
 {
-    size_t used;
+    size_t used = atomic_load_explicit(&b->used, memory_order_acquire);
 
-    pthread_mutex_lock(&b->lock);
-    used = b->used;
-    pthread_mutex_unlock(&b->lock);
     return task < used ? &b->tasks[task] : NULL;
 }
 
@@ -664,9 +663,7 @@ ote_status_t ote_batch_status(ote_batch_h b, ote_task_status_t *st)
 
     if (b == NULL || st == NULL)
         return OTE_ERR_INVALID_PARAM;
-    pthread_mutex_lock(&b->lock);
-    used = b->used;
-    pthread_mutex_unlock(&b->lock);
+    used = atomic_load_explicit(&b->used, memory_order_acquire);
     st->transferred = 0;
     for (size_t i = 0; i < used; i++) {
         ote_task_t *t = &b->tasks[i];

@@ -46,7 +46,7 @@ struct ote_task {
 struct ote_batch {
     ote_engine_h     engine;
     size_t           capacity;
-    size_t           used;          /* under lock */
+    atomic_size_t    used;          /* grows under lock; read without it */
     ote_task_t      *tasks;
     atomic_long      pending;       /* tasks not yet ended */
     atomic_long      refs;          /* user + one per pending task */
