@@ -559,6 +559,14 @@ int ote_engine_event_fd(ote_engine_h e)
     return e->event_fd;
 }
 
+void ote_engine_signal_event(ote_engine_h engine)
+{
+    uint64_t one = 1;
+
+    if (atomic_load_explicit(&engine->event_fd_used, memory_order_relaxed))
+        (void)!write(engine->event_fd, &one, sizeof(one));
+}
+
 ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
 {
     ote_desc_t *d = calloc(1, sizeof(*d));

@@ -121,19 +121,32 @@ static void worker_wake(ote_worker_t *w)
     (void)!write(w->wake_fd, &one, sizeof(one));
 }
 
+/* Sleep on w's wake-up fd alone for at most ns; true, the wake-up taken, when it was written. */
+static bool wake_wait(ote_worker_t *w, uint64_t ns)
+{
+    struct pollfd pfd  = {.fd = w->wake_fd, .events = POLLIN};
+    struct timespec ts = {.tv_sec  = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    uint64_t v;
+
+    if (ppoll(&pfd, 1, &ts, NULL) <= 0)
+        return false;
+    (void)!read(w->wake_fd, &v, sizeof(v));
+    return true;
+}
+
 /*
  * After progress from another thread (lock held): work that no event fd
  * will announce (UCT cma copies still queued) needs the worker awake.
  */
 static void worker_hand_back(ote_worker_t *w)
 {
-    uint64_t one = 1;
-    int cap_ms   = -1;
+    int cap_ms = -1;
 
     atomic_store_explicit(&w->active_ns, ote_time_ns(), memory_order_relaxed);
     /* A parked thread looks again within its park interval (worker_park). */
     if ((worker_arm(w, &cap_ms) || cap_ms >= 0) && !atomic_load(&w->parked))
-        (void)!write(w->wake_fd, &one, sizeof(one));
+        worker_wake(w);
 }
 
 /*
@@ -142,8 +155,8 @@ static void worker_hand_back(ote_worker_t *w)
  * to wake it as it unlocks, a system call on the path of every caller that
  * posts or progresses from its own thread. It waits on its wake-up fd
  * instead, which every hand-over of work writes (worker_hand_back,
- * worker_leave, ote_worker_post), and tries again at least every
- * WORKER_RELOCK_MAX_NS.
+ * worker_leave, ote_worker_post), and tries again soon after one (the
+ * holder may be done), else at least every WORKER_RELOCK_MAX_NS.
  */
 #define WORKER_RELOCK_MIN_NS (20ull * 1000)
 #define WORKER_RELOCK_MAX_NS (1000ull * 1000)
@@ -153,18 +166,10 @@ static void worker_lock(ote_worker_t *w)
     uint64_t step = WORKER_RELOCK_MIN_NS;
 
     while (pthread_mutex_trylock(&w->lock) != 0) {
-        struct pollfd pfd  = {.fd = w->wake_fd, .events = POLLIN};
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step};
-
-        if (ppoll(&pfd, 1, &ts, NULL) > 0) {
-            uint64_t v;
-
-            /* Work was handed over: the holder may be done with the lock soon. */
-            (void)!read(w->wake_fd, &v, sizeof(v));
+        if (wake_wait(w, step))
             step = WORKER_RELOCK_MIN_NS;
-        } else if (step < WORKER_RELOCK_MAX_NS) {
+        else if (step < WORKER_RELOCK_MAX_NS)
             step *= 2;
-        }
     }
 }
 
@@ -183,7 +188,6 @@ static void worker_enqueue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail
 
 void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
-    uint64_t one = 1;
     bool direct;
 
     /*
@@ -203,21 +207,19 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
         pthread_mutex_unlock(&w->lock);
         /* A worker asleep without a timer must now watch the timeouts. */
         if (atomic_exchange(&w->idle_sleep, false))
-            (void)!write(w->wake_fd, &one, sizeof(one));
+            worker_wake(w);
         return;
     }
     /* Without worker threads a caller may sleep on the workers' fds. */
     if (atomic_load(&w->sleeping) || !w->engine->config.progress_thread)
-        (void)!write(w->wake_fd, &one, sizeof(one));
+        worker_wake(w);
 }
 
 void ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
-    uint64_t one = 1;
-
     worker_enqueue(w, head, tail);
     if (atomic_load(&w->sleeping))
-        (void)!write(w->wake_fd, &one, sizeof(one));
+        worker_wake(w);
 }
 
 bool ote_worker_try_progress(ote_worker_t *w)
@@ -393,14 +395,6 @@ bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadlin
     return done;
 }
 
-void ote_engine_signal_event(ote_engine_h engine)
-{
-    uint64_t one = 1;
-
-    if (atomic_load_explicit(&engine->event_fd_used, memory_order_relaxed))
-        (void)!write(engine->event_fd, &one, sizeof(one));
-}
-
 /*
  * Post queued slices; a slice that cannot be posted ends at once, and so
  * does one whose task was canceled (or every one with cancel_all, when the
@@ -540,13 +534,11 @@ static void worker_check_timeouts(ote_worker_t *w)
  */
 static void worker_park(ote_worker_t *w, uint64_t end_ns)
 {
-    struct pollfd pfd = {.fd = w->wake_fd, .events = POLLIN};
-    uint64_t step     = (uint64_t)w->engine->config.poll_park_us * 1000ull;
+    uint64_t step = (uint64_t)w->engine->config.poll_park_us * 1000ull;
 
     atomic_store(&w->parked, true);
     while (!atomic_load(&w->stop) && atomic_load(&w->callers) > 0) {
         uint64_t ns = step, now = ote_time_ns();
-        struct timespec ts;
 
         if (end_ns != 0) {
             if (now >= end_ns)
@@ -554,14 +546,8 @@ static void worker_park(ote_worker_t *w, uint64_t end_ns)
             if (end_ns - now < ns)
                 ns = end_ns - now;
         }
-        ts.tv_sec  = (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
-        if (ppoll(&pfd, 1, &ts, NULL) > 0) {
-            uint64_t v;
-
-            (void)!read(w->wake_fd, &v, sizeof(v));
+        if (wake_wait(w, ns))
             break;
-        }
     }
     atomic_store(&w->parked, false);
 }
@@ -787,11 +773,9 @@ ote_status_t ote_worker_iface_add(ote_worker_t *w, ote_tl_iface_t *iface)
 
 void ote_worker_stop(ote_worker_t *w)
 {
-    uint64_t one = 1;
-
     if (w->started) {
         atomic_store(&w->stop, true);
-        (void)!write(w->wake_fd, &one, sizeof(one));
+        worker_wake(w);
         pthread_join(w->thread, NULL);
         w->started = false;
     }
