@@ -267,6 +267,14 @@ ote_status_t ote_mem_region_acquire(ote_mem_table_t *table, uint64_t addr, size_
                                     unsigned access, ote_region_t **region_p);
 void         ote_mem_region_get(ote_region_t *region);
 void         ote_mem_region_put(ote_region_t *region);
+/*
+ * Does region (one the caller holds a reference on) cover [addr,
+ * addr+length) with every bit of access? What ote_mem_region_acquire would
+ * find for the range, without the table's lock; whether the region is still
+ * registered is for ote_mem_region_access_begin to say.
+ */
+bool         ote_mem_region_covers(const ote_region_t *region, uint64_t addr, size_t length,
+                                   unsigned access);
 
 /*
  * Bracket a CPU access (recv into, send from) to a region's memory. begin

@@ -234,6 +234,12 @@ void ote_mem_region_put(ote_region_t *r)
         region_release(r, r->discard_reg);
 }
 
+bool ote_mem_region_covers(const ote_region_t *r, uint64_t addr, size_t length, unsigned access)
+{
+    return length != 0 && addr >= r->addr && addr - r->addr <= r->length &&
+           length <= r->length - (addr - r->addr) && (r->access & access) == access;
+}
+
 bool ote_mem_region_access_begin(ote_region_t *r)
 {
     /* Pairs with region_wait_accessors(): one of the two sees the other. */

@@ -1,4 +1,8 @@
-/* tcp data header decoder: never reads past 32 bytes, and what it accepts re-encodes exactly. */
+/*
+ * tcp data header decoder: never reads past 32 bytes, and what it accepts
+ * re-encodes exactly; a WRITEV's table (the bytes after the header) decodes
+ * to entries within the limits that add up to the header's length.
+ */
 #include "fuzz.h"
 
 #include "base/wire_util.h"
@@ -39,8 +43,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(h.length == 0);
         if (h.type == OTE_TCP_PROBE_ACK)
             FUZZ_CHECK(h.length == 0 && (h.status == OTE_OK || h.addr == 0));
-        /* What travels with a header is small and bounded. */
-        FUZZ_CHECK(ote_tcp_hdr_inline_len(&h) <= OTE_TCP_AUTH_TPROOF_LEN);
+        if (h.type == OTE_TCP_WRITEV) {
+            ote_tcp_vec_entry_t v[OTE_TCP_WRITEV_MAX];
+            size_t tlen = ote_tcp_hdr_inline_len(&h);
+            uint64_t sum = 0;
+
+            FUZZ_CHECK(h.addr >= 2 && h.addr <= OTE_TCP_WRITEV_MAX && h.status == OTE_OK);
+            FUZZ_CHECK(tlen == h.addr * OTE_TCP_WRITEV_ENTRY_LEN);
+            if (size - OTE_TCP_HDR_LEN >= tlen &&
+                ote_tcp_vec_decode(&h, copy + OTE_TCP_HDR_LEN, max, v) == OTE_OK) {
+                for (size_t i = 0; i < h.addr; i++) {
+                    FUZZ_CHECK(v[i].length > 0 && v[i].length <= max &&
+                               v[i].length <= OTE_TCP_WRITEV_ENTRY_MAX);
+                    FUZZ_CHECK(v[i].addr + v[i].length >= v[i].addr);
+                    sum += v[i].length;
+                }
+                FUZZ_CHECK(sum == h.length);
+            }
+        }
+        if (h.type == OTE_TCP_WRITEV_ACK && h.status != OTE_OK) {
+            ote_status_t st[OTE_TCP_WRITEV_MAX];
+            size_t tlen = ote_tcp_hdr_inline_len(&h);
+
+            FUZZ_CHECK(h.length == 0 && tlen == h.addr * OTE_TCP_WRITEV_STATUS_LEN);
+            if (size - OTE_TCP_HDR_LEN >= tlen &&
+                ote_tcp_vec_status_decode(&h, copy + OTE_TCP_HDR_LEN, st) == OTE_OK) {
+                for (size_t i = 0; i < h.addr; i++)
+                    FUZZ_CHECK(st[i] <= OTE_OK && ote_status_is_known(st[i]));
+            }
+        }
+        /* What travels with a header is small and bounded: it fits the receive buffer. */
+        FUZZ_CHECK(ote_tcp_hdr_inline_len(&h) <= OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_ENTRY_LEN);
         ote_tcp_hdr_encode(&h, again);
         FUZZ_CHECK(memcmp(again, copy, OTE_TCP_HDR_LEN) == 0);
         FUZZ_CHECK(ote_tcp_hdr_decode(again, sizeof(again), max, &h2) == OTE_OK);

@@ -98,6 +98,16 @@ static void gen_tcp_hdr(void)
     tcp_hdr(&b, OTE_TCP_READ_RESP, OTE_ERR_OUT_OF_BOUNDS, 3, 0, 0);
     flush("tcp_hdr", "read_resp_err", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 4, 0, 32);             flush("tcp_hdr", "auth_hello", &b);
+    tcp_hdr(&b, OTE_TCP_WRITEV, 0, 5, 3, 96);                 flush("tcp_hdr", "writev", &b);
+    tcp_hdr(&b, OTE_TCP_WRITEV_ACK, 0, 5, 3, 96);             flush("tcp_hdr", "writev_ack", &b);
+    tcp_hdr(&b, OTE_TCP_WRITEV_ACK, OTE_ERR_ACCESS, 5, 3, 0);
+    for (int i = 0; i < 3; i++) {
+        uint8_t st[OTE_TCP_WRITEV_STATUS_LEN];
+
+        ote_put_u32(st, (uint32_t)(i == 1 ? OTE_ERR_ACCESS : OTE_OK));
+        ote_buf_put(&b, st, sizeof(st));
+    }
+    flush("tcp_hdr", "writev_ack_statuses", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 4, 0, 64);             flush("tcp_hdr", "auth_tproof", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 5, 0, 32);             flush("tcp_hdr", "auth_iproof", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_DONE, OTE_ERR_AUTH, 5, 0, 0);    flush("tcp_hdr", "auth_done", &b);
@@ -326,6 +336,23 @@ static void gen_auth(void)
     flush("auth", "initiator_tcp", &b);
 }
 
+/* A WRITEV header (id) and its table of n (addr, length) entries; no payload. */
+static void writev(ote_buf_t *b, uint64_t id, const uint64_t (*e)[2], size_t n)
+{
+    uint8_t t[OTE_TCP_WRITEV_ENTRY_LEN];
+    uint64_t total = 0;
+
+    for (size_t i = 0; i < n; i++)
+        total += e[i][1];
+    tcp_hdr(b, OTE_TCP_WRITEV, 0, id, n, total);
+    for (size_t i = 0; i < n; i++) {
+        ote_tcp_vec_entry_t x = {.addr = e[i][0], .length = e[i][1]};
+
+        ote_tcp_vec_entry_encode(&x, t);
+        ote_buf_put(b, t, sizeof(t));
+    }
+}
+
 /* A tcp_conn input: the iface (bit 0: keyed, bit 1: cma), then HELLO as request 1. */
 static void open_hello(ote_buf_t *b, uint8_t iface)
 {
@@ -364,6 +391,19 @@ static void gen_tcp_conn(void)
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 8, FUZZ_RW + 4096, 4096);
     ote_buf_put(&b, payload, 4096);
     flush("tcp_conn", "open_session", &b);
+
+    /* WRITEVs: three entries, one of them refused, one with a truncated payload. */
+    open_hello(&b, 0);
+    writev(&b, 2, (const uint64_t[][2]){{FUZZ_RW, 100}, {FUZZ_RW + 8192, 4096}, {FUZZ_RW + 200, 1}},
+           3);
+    ote_buf_put(&b, payload, 4096);
+    ote_buf_put(&b, payload, 101);
+    writev(&b, 3, (const uint64_t[][2]){{FUZZ_RW, 64}, {FUZZ_RO, 64}}, 2);
+    ote_buf_put(&b, payload, 128);
+    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 4, FUZZ_RW, 512);
+    writev(&b, 5, (const uint64_t[][2]){{FUZZ_RW + 4096, 2048}, {FUZZ_RW, 2048}}, 2);
+    ote_buf_put(&b, payload, 3000);
+    flush("tcp_conn", "open_writev", &b);
 
     ote_buf_put_u8(&b, 0);
     tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE ^ 1, 0);      /* stale instance */

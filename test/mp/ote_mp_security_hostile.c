@@ -536,6 +536,136 @@ static void test_cma_burst(void **state)
     free(dst4);
 }
 
+/* READ len bytes at addr on fd (open) into buf; the answer must be OK. */
+static void read_back(int fd, uint64_t id, uint64_t addr, void *buf, size_t len)
+{
+    ote_tcp_hdr_t h;
+
+    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, id, addr, len), 0);
+    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+    assert_int_equal(h.type, OTE_TCP_READ_RESP);
+    assert_int_equal(h.id, id);
+    assert_int_equal(h.status, OTE_OK);
+    assert_int_equal(h.length, len);
+    assert_int_equal(sw_recv(fd, buf, len, 5000), 0);
+}
+
+/* Expect the WRITEV_ACK of a WRITEV of n entries with this id. */
+static void writev_ack(int fd, uint64_t id, uint64_t n, ote_tcp_hdr_t *h)
+{
+    assert_int_equal(sw_tcp_recv(fd, h, 5000), 0);
+    assert_int_equal(h->type, OTE_TCP_WRITEV_ACK);
+    assert_int_equal(h->id, id);
+    assert_int_equal(h->addr, n);
+}
+
+/*
+ * WRITEV, which the target announces in HELLO_ACK: every entry lands where
+ * the table says and one WRITEV_ACK answers them all; an entry the target
+ * refuses is read and dropped while the others land, and the answer then
+ * carries one status per entry. The connection carries on.
+ */
+static void test_tcp_writev(void **state)
+{
+    uint64_t r0 = region_addr(0), r1 = region_addr(1), end = r0 + REGION_LEN - 8;
+    uint64_t addr[3] = {r0 + 4096, r0 + 70000, r0 + 200}, len[3] = {100, 65536, 1};
+    /* Each set has one entry the target must refuse; the others are fine. */
+    uint64_t bad_addr[2][3] = {{r0 + 300000, r1, r0 + 300100}, {r0 + 300000, r0 + 300100, end}};
+    uint64_t bad_len[3]     = {16, 16, 64};
+    ote_status_t expect[2][3] = {{OTE_OK, OTE_ERR_ACCESS, OTE_OK},
+                                 {OTE_OK, OTE_OK, OTE_ERR_OUT_OF_BOUNDS}};
+    size_t total = 100 + 65536 + 1, off = 0;
+    uint8_t *data = malloc(total), *back = malloc(65536), ro[16], tail[8], st[12];
+    uint64_t caps = 0;
+    ote_tcp_hdr_t h;
+    int fd = data_connect();
+
+    (void)state;
+    assert_non_null(data);
+    assert_non_null(back);
+    assert_int_equal(sw_tcp_open_caps(fd, fx.auth, fx.desc->instance_id, &caps), OTE_OK);
+    assert_true((caps & OTE_TCP_CAP_WRITEV) != 0);
+    for (size_t i = 0; i < total; i++)
+        data[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(sw_tcp_send_writev(fd, 40, addr, len, 3, data), 0);
+    writev_ack(fd, 40, 3, &h);
+    assert_int_equal(h.status, OTE_OK);
+    assert_int_equal(h.length, total);
+    for (size_t i = 0; i < 3; i++) {
+        read_back(fd, 50 + i, addr[i], back, (size_t)len[i]);
+        assert_memory_equal(back, data + off, (size_t)len[i]);
+        off += (size_t)len[i];
+    }
+    read_back(fd, 60, r1, ro, sizeof(ro));
+    read_back(fd, 61, end, tail, sizeof(tail));
+    for (size_t k = 0; k < 2; k++) {
+        uint8_t now[16];
+
+        memset(data, (int)(0x5a + k), 96);
+        assert_int_equal(sw_tcp_send_writev(fd, 41 + k, bad_addr[k], bad_len, 3, data), 0);
+        writev_ack(fd, 41 + k, 3, &h);
+        assert_int_equal(h.status, k == 0 ? OTE_ERR_ACCESS : OTE_ERR_OUT_OF_BOUNDS);
+        assert_int_equal(h.length, 0);
+        assert_int_equal(sw_recv(fd, st, sizeof(st), 5000), 0);
+        for (size_t i = 0; i < 3; i++)
+            assert_int_equal((int32_t)ote_get_u32(st + 4 * i), expect[k][i]);
+        /* The entries allowed landed; the refused ranges are as they were. */
+        read_back(fd, 62, r0 + 300000, back, 16);
+        assert_memory_equal(back, data, 16);
+        read_back(fd, 63, r0 + 300100, back, 16);
+        assert_memory_equal(back, data + 16, 16);
+        read_back(fd, 64, r1, now, sizeof(ro));
+        assert_memory_equal(now, ro, sizeof(ro));
+        read_back(fd, 65, end, now, sizeof(tail));
+        assert_memory_equal(now, tail, sizeof(tail));
+    }
+    /* Still usable. */
+    assert_int_equal(sw_tcp_send_writev(fd, 70, addr, len, 2, data), 0);
+    writev_ack(fd, 70, 2, &h);
+    assert_int_equal(h.status, OTE_OK);
+    close(fd);
+    free(data);
+    free(back);
+}
+
+/* A WRITEV whose header or table breaks the rules closes the connection. */
+static void test_tcp_bad_writev(void **state)
+{
+    struct {
+        uint64_t n, total;       /* header: entries, payload bytes */
+        size_t   k;              /* table entries sent */
+        uint64_t e[2][2];        /* (addr offset in region 0, length) */
+    } bad[] = {
+        {1, 16, 1, {{0, 16}}},                              /* one entry          */
+        {OTE_TCP_WRITEV_MAX + 1, 65, 0, {{0}}},             /* too many           */
+        {2, 32, 2, {{0, 16}, {64, 8}}},                     /* sum differs        */
+        {2, 16, 2, {{0, 16}, {64, 0}}},                     /* an empty entry     */
+        {2, OTE_TCP_WRITEV_ENTRY_MAX + 2, 2,
+         {{0, OTE_TCP_WRITEV_ENTRY_MAX + 1}, {0, 1}}},      /* an entry too large */
+        {2, 32, 2, {{UINT64_MAX - 8, 16}, {0, 16}}},        /* address wraps      */
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t table[2 * OTE_TCP_WRITEV_ENTRY_LEN];
+        int fd = data_open();
+
+        for (size_t j = 0; j < bad[i].k; j++) {
+            uint64_t a = bad[i].e[j][0] == UINT64_MAX - 8 ? bad[i].e[j][0]
+                                                          : region_addr(0) + bad[i].e[j][0];
+            ote_tcp_vec_entry_t e = {.addr = a, .length = bad[i].e[j][1]};
+
+            ote_tcp_vec_entry_encode(&e, table + j * OTE_TCP_WRITEV_ENTRY_LEN);
+        }
+        assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITEV, 9, bad[i].n, bad[i].total), 0);
+        if (bad[i].k)
+            assert_int_equal(sw_send(fd, table, bad[i].k * OTE_TCP_WRITEV_ENTRY_LEN), 0);
+        if (!sw_closed(fd, 3000, NULL))
+            fail_msg("bad WRITEV %zu left the connection open", i);
+        close(fd);
+    }
+}
+
 /* Messages no initiator may send once open: the connection is closed. */
 static void test_tcp_bad_after_hello(void **state)
 {
@@ -554,6 +684,7 @@ static void test_tcp_bad_after_hello(void **state)
         {OTE_TCP_READ_RESP, 0, 0, 0},                      /* a response           */
         {OTE_TCP_HELLO_ACK, 0, 0, 0},
         {OTE_TCP_AUTH_HELLO, 0, 0, 32},                    /* handshake again      */
+        {OTE_TCP_WRITEV_ACK, 0, 2, 32},                    /* an answer            */
     };
 
     (void)state;
@@ -874,6 +1005,8 @@ static void test_well_behaved_peer(void **state)
     cmocka_unit_test(test_tcp_wrong_instance),                         \
     cmocka_unit_test(test_tcp_out_of_bounds),                          \
     cmocka_unit_test(test_tcp_bad_after_hello),                        \
+    cmocka_unit_test(test_tcp_writev),                                 \
+    cmocka_unit_test(test_tcp_bad_writev),                             \
     cmocka_unit_test(test_tcp_never_reads),                            \
     cmocka_unit_test(test_tcp_unauthenticated),                        \
     cmocka_unit_test(test_conn_limit),                                 \

@@ -238,6 +238,26 @@ int sw_tcp_send(int fd, uint8_t type, uint64_t id, uint64_t addr, uint64_t lengt
     return sw_tcp_send_raw(fd, OTE_TCP_MAGIC, OTE_TCP_VERSION, type, 0, id, addr, length);
 }
 
+int sw_tcp_send_writev(int fd, uint64_t id, const uint64_t *addr, const uint64_t *len, size_t n,
+                       const uint8_t *data)
+{
+    uint8_t table[OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_ENTRY_LEN];
+    uint64_t total = 0;
+
+    if (n > OTE_TCP_WRITEV_MAX)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        ote_tcp_vec_entry_t e = {.addr = addr[i], .length = len[i]};
+
+        ote_tcp_vec_entry_encode(&e, table + i * OTE_TCP_WRITEV_ENTRY_LEN);
+        total += len[i];
+    }
+    if (sw_tcp_send(fd, OTE_TCP_WRITEV, id, n, total) != 0 ||
+        sw_send(fd, table, n * OTE_TCP_WRITEV_ENTRY_LEN) != 0)
+        return -1;
+    return total ? sw_send(fd, data, (size_t)total) : 0;
+}
+
 /* A handshake message: header and payload in one send. */
 static int sw_tcp_send_msg(int fd, uint8_t type, uint64_t id, const void *payload, size_t len)
 {
@@ -259,6 +279,14 @@ int sw_tcp_recv(int fd, ote_tcp_hdr_t *h, int timeout_ms)
 }
 
 ote_status_t sw_tcp_open(int fd, const ote_auth_t *auth, uint64_t instance)
+{
+    uint64_t caps;
+
+    return sw_tcp_open_caps(fd, auth, instance, &caps);
+}
+
+ote_status_t sw_tcp_open_caps(int fd, const ote_auth_t *auth, uint64_t instance,
+                              uint64_t *caps_p)
 {
     ote_tcp_hdr_t h;
 
@@ -288,6 +316,7 @@ ote_status_t sw_tcp_open(int fd, const ote_auth_t *auth, uint64_t instance)
         return OTE_ERR_REMOTE_DISCONNECT;
     if (h.type != OTE_TCP_HELLO_ACK)
         return OTE_ERR_PROTOCOL;
+    *caps_p = h.addr;
     return (ote_status_t)h.status;
 }
 

@@ -63,6 +63,15 @@ int  sw_tcp_send(int fd, uint8_t type, uint64_t id, uint64_t addr, uint64_t leng
 int  sw_tcp_recv(int fd, ote_tcp_hdr_t *h, int timeout_ms);
 /* Authenticate (auth may be NULL) and HELLO to the given instance; returns the status. */
 ote_status_t sw_tcp_open(int fd, const ote_auth_t *auth, uint64_t instance);
+/* The same; *caps_p: the OTE_TCP_CAP_* bits of the target's HELLO_ACK. */
+ote_status_t sw_tcp_open_caps(int fd, const ote_auth_t *auth, uint64_t instance,
+                              uint64_t *caps_p);
+/*
+ * A WRITEV of n entries (addr[i], len[i]) with id, its table, then the
+ * payloads from data (their lengths in all, in order). 0 on success.
+ */
+int  sw_tcp_send_writev(int fd, uint64_t id, const uint64_t *addr, const uint64_t *len,
+                        size_t n, const uint8_t *data);
 
 /* An auth object with this key (NULL or "" = none). */
 ote_auth_t *sw_auth_new(const char *key);

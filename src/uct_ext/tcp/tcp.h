@@ -101,7 +101,14 @@ typedef struct {
 /* A message queued for sending: header, then optional payload. */
 typedef struct {
     uint8_t       hdr[OTE_TCP_HDR_LEN + OTE_TCP_TRAILER_MAX];
-    uint8_t       hdr_len;    /* header, and trailer if any */
+    /*
+     * Owned, sent instead of hdr: the header and table of a WRITEV (in the
+     * first of the WRITEs merged into it; the others send only their
+     * payloads, hdr_len 0), or a header with a long trailer.
+     */
+    uint8_t      *vhdr;
+    uint16_t      hdr_len;    /* header (hdr or vhdr), and trailer if any */
+    bool          vec;        /* a WRITE that may still join a WRITEV */
     int           fd;         /* passed with the message's first byte; -1: none */
     const void   *payload;
     size_t        payload_len;
@@ -110,12 +117,19 @@ typedef struct {
     bool          own_region; /* target side: reference dropped once sent */
 } ote_tcp_tx_t;
 
+/* Where the bytes of the payload being received go, in order. */
+typedef struct {
+    uint8_t     *dst;    /* NULL: its bytes are read and dropped */
+    size_t       len;    /* bytes still to come */
+    ote_status_t status; /* OK, or why its bytes are dropped */
+    uint8_t      region; /* target: its region's index in rx_regions */
+} ote_tcp_rxv_t;
+
 typedef enum {
     OTE_TCP_RX_AUTH,      /* target with a key: AUTH_HELLO, then AUTH_PROOF */
     OTE_TCP_RX_HANDSHAKE, /* target: the next message must be HELLO */
     OTE_TCP_RX_HDR,
-    OTE_TCP_RX_PAYLOAD,   /* into dst */
-    OTE_TCP_RX_DISCARD,   /* refused WRITE payload: read and drop   */
+    OTE_TCP_RX_PAYLOAD,   /* into rxv */
 } ote_tcp_rx_state_t;
 
 struct ote_tcp_conn {
@@ -127,6 +141,7 @@ struct ote_tcp_conn {
     bool                  want_out; /* EPOLLOUT armed */
     bool                  rx_paused;/* target: too many replies queued */
     bool                  admitted; /* counted by ote_auth_conn_admit */
+    bool                  vec_tx;   /* initiator: runs of small WRITEs go as WRITEV */
     uint64_t              handshake_deadline; /* target: 0 once HELLO done */
     ote_auth_session_t    auth;
     uint8_t               auth_out[OTE_AUTH_TPROOF_LEN]; /* proof being sent */
@@ -163,12 +178,17 @@ struct ote_tcp_conn {
     ote_tcp_rx_state_t    rx_state;
     uint8_t              *rxbuf;
     size_t                rx_off, rx_len;
-    uint8_t              *rx_dst;
-    size_t                rx_remaining;
+    ote_tcp_rxv_t         rxv[OTE_TCP_WRITEV_MAX]; /* the payload's destinations */
+    size_t                rxv_i, rxv_n; /* the one being filled; how many */
+    size_t                rx_remaining; /* payload bytes still to come */
     size_t                rx_total;
     ote_tcp_hdr_t         rx_hdr;   /* header of the message being received */
-    ote_region_t         *rx_region;
-    ote_status_t          rx_refusal;
+    /*
+     * target: references on the regions of rxv, held until the answer;
+     * NULL once a region was deregistered while its bytes were arriving
+     */
+    ote_region_t         *rx_regions[OTE_TCP_WRITEV_MAX];
+    size_t                rx_nregions;
 };
 
 struct ote_tcp_ep {
@@ -177,6 +197,7 @@ struct ote_tcp_ep {
     size_t           num_conns;
     uint64_t         next_id;
     char             peer_name[128];
+    uint64_t         peer_caps; /* OTE_TCP_CAP_* from the peer's HELLO_ACK */
     /* The peer's iface, where ote_tcp_ep_reconnect connects again. */
     struct sockaddr_storage addr;
     socklen_t        addr_len;
@@ -198,6 +219,7 @@ struct ote_tcp_iface {
     size_t                  max_msg;
     size_t                  sndbuf, rcvbuf;
     bool                    nodelay;
+    bool                    writev;     /* OTE_TCP_WRITEV */
     long                    conns_per_ep;
     long                    max_conns;
     long                    max_conns_per_peer;
@@ -241,6 +263,12 @@ void         ote_tcp_conn_fail(ote_tcp_conn_t *conn, ote_status_t status);
 ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
                                   const void *payload, size_t payload_len,
                                   ote_region_t *region, bool own_region);
+/*
+ * A message whose trailer is longer than OTE_TCP_TRAILER_MAX (a WRITEV_ACK's
+ * statuses): header and trailer are copied into a buffer the message owns.
+ */
+ote_status_t ote_tcp_conn_tx_push_long(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
+                                       const void *trailer, size_t trailer_len);
 /* A by-reference request: header and 8-byte trailer, no payload. */
 ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
                                       uint64_t trailer);
@@ -265,6 +293,8 @@ void          ote_tcp_conn_set_rx_paused(ote_tcp_conn_t *c, bool on);
 ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *conn, const ote_tcp_op_t *op);
 void         ote_tcp_conn_flush(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_rx(ote_tcp_conn_t *conn);
+/* Target side: drop the references on the regions a payload was going to. */
+void         ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd);
 
 /* OTE_TCP_*: tcp's settings, read by tcp, cma and shm ifaces. */
@@ -274,6 +304,7 @@ typedef struct {
     size_t sndbuf;  /* SO_SNDBUF; 0 = autotuning    */
     size_t rcvbuf;  /* SO_RCVBUF; 0 = autotuning    */
     bool   nodelay;
+    bool   writev;  /* small WRITEs merged into WRITEV */
 } ote_tcp_config_t;
 
 extern const ote_config_table_t ote_tcp_config_table;

@@ -110,7 +110,9 @@ static ote_status_t tx_queue(ote_tcp_conn_t *c, ote_tcp_tx_t *e, const ote_tcp_h
                              ote_region_t *region, bool own_region)
 {
     ote_tcp_hdr_encode(hdr, e->hdr);
-    e->hdr_len     = (uint8_t)(OTE_TCP_HDR_LEN + trailer_len);
+    e->vhdr        = NULL;
+    e->hdr_len     = (uint16_t)(OTE_TCP_HDR_LEN + trailer_len);
+    e->vec         = false;
     e->fd          = fd;
     e->payload     = payload;
     e->payload_len = payload_len;
@@ -138,10 +140,31 @@ ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
                                   bool own_region)
 {
     ote_tcp_tx_t *e = tx_slot(c);
+    ote_status_t status;
 
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
-    return tx_queue(c, e, hdr, 0, -1, payload, payload_len, region, own_region);
+    status = tx_queue(c, e, hdr, 0, -1, payload, payload_len, region, own_region);
+    e->vec = c->vec_tx && hdr->type == OTE_TCP_WRITE && payload_len <= OTE_TCP_WRITEV_ENTRY_MAX;
+    return status;
+}
+
+ote_status_t ote_tcp_conn_tx_push_long(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
+                                       const void *trailer, size_t trailer_len)
+{
+    ote_tcp_tx_t *e = tx_slot(c);
+    uint8_t *v      = malloc(OTE_TCP_HDR_LEN + trailer_len);
+
+    if (e == NULL || v == NULL || OTE_TCP_HDR_LEN + trailer_len > UINT16_MAX) {
+        free(v);
+        return OTE_ERR_NO_MEMORY;
+    }
+    ote_tcp_hdr_encode(hdr, v);
+    memcpy(v + OTE_TCP_HDR_LEN, trailer, trailer_len);
+    tx_queue(c, e, hdr, 0, -1, NULL, 0, NULL, false);
+    e->vhdr    = v;
+    e->hdr_len = (uint16_t)(OTE_TCP_HDR_LEN + trailer_len);
+    return OTE_OK;
 }
 
 ote_status_t ote_tcp_conn_tx_push_fd(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
@@ -233,6 +256,8 @@ void ote_tcp_conn_set_rx_paused(ote_tcp_conn_t *c, bool on)
 
 static void tx_release(ote_tcp_tx_t *e)
 {
+    free(e->vhdr);
+    e->vhdr = NULL;
     if (e->region != NULL && e->own_region)
         ote_mem_region_put(e->region);
     e->region = NULL;
@@ -263,10 +288,7 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
         c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
         c->tx_count--;
     }
-    if (c->rx_region != NULL) {
-        ote_mem_region_put(c->rx_region);
-        c->rx_region = NULL;
-    }
+    ote_tcp_conn_rx_regions_put(c);
     /* Detach the outstanding operations first: completions may post again. */
     n   = c->ops_count;
     ops = malloc((n ? n : 1) * sizeof(*ops));
@@ -276,6 +298,56 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
         ops[i].comp->func(ops[i].comp, status);
     free(ops);
     ote_tcp_iface_conn_closed(c->iface, c);
+}
+
+static ote_tcp_tx_t *tx_at(ote_tcp_conn_t *c, size_t i)
+{
+    return &c->tx[(c->tx_head + i) & (c->tx_cap - 1)];
+}
+
+/*
+ * Initiator: merge the WRITEs queued from slot i on that may travel
+ * together (unsent, vec), up to OTE_TCP_WRITEV_MAX of them and max_msg
+ * bytes, into one WRITEV. Slot i then sends the WRITEV header and table
+ * (vhdr), the others only their payloads; the operations stay one per
+ * WRITE, answered together by the WRITEV_ACK. Fewer than two, or no memory
+ * for the table: they go as they are.
+ */
+static void tx_merge(ote_tcp_conn_t *c, size_t i)
+{
+    ote_tcp_hdr_t h, first;
+    size_t k = 0, total = 0;
+    uint8_t *v;
+
+    while (i + k < c->tx_count && k < OTE_TCP_WRITEV_MAX) {
+        const ote_tcp_tx_t *e = tx_at(c, i + k);
+
+        if (!e->vec || e->sent != 0 || e->payload_len > c->iface->max_msg - total)
+            break;
+        total += e->payload_len;
+        k++;
+    }
+    tx_at(c, i)->vec = false;
+    if (k < 2)
+        return;
+    v = malloc(OTE_TCP_HDR_LEN + k * OTE_TCP_WRITEV_ENTRY_LEN);
+    if (v == NULL)
+        return;
+    ote_tcp_hdr_peek(tx_at(c, i)->hdr, &first);
+    for (size_t j = 0; j < k; j++) {
+        ote_tcp_tx_t *e = tx_at(c, i + j);
+        ote_tcp_vec_entry_t ent;
+
+        ote_tcp_hdr_peek(e->hdr, &h);
+        ent = (ote_tcp_vec_entry_t){.addr = h.addr, .length = e->payload_len};
+        ote_tcp_vec_entry_encode(&ent, v + OTE_TCP_HDR_LEN + j * OTE_TCP_WRITEV_ENTRY_LEN);
+        e->vec     = false;
+        e->hdr_len = 0;
+    }
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV, .id = first.id, .addr = k, .length = total};
+    ote_tcp_hdr_encode(&h, v);
+    tx_at(c, i)->vhdr    = v;
+    tx_at(c, i)->hdr_len = (uint16_t)(OTE_TCP_HDR_LEN + k * OTE_TCP_WRITEV_ENTRY_LEN);
 }
 
 void ote_tcp_conn_flush(ote_tcp_conn_t *c)
@@ -296,7 +368,8 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
         msg.msg_control    = NULL;
         msg.msg_controllen = 0;
         for (size_t i = 0; i < c->tx_count && i < OTE_TCP_IOV_MAX; i++) {
-            ote_tcp_tx_t *e = &c->tx[(c->tx_head + i) & (c->tx_cap - 1)];
+            ote_tcp_tx_t *e = tx_at(c, i);
+            const uint8_t *hb;
 
             /* A descriptor travels with the first byte of a sendmsg: its message goes first. */
             if (e->fd >= 0) {
@@ -320,8 +393,11 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
                 }
                 guarded[ng++] = e->region;
             }
+            if (e->vec)
+                tx_merge(c, i);
+            hb = e->vhdr != NULL ? e->vhdr : e->hdr;
             if (e->sent < e->hdr_len) {
-                iov[n].iov_base = e->hdr + e->sent;
+                iov[n].iov_base = (void *)(hb + e->sent);
                 iov[n].iov_len  = e->hdr_len - e->sent;
                 n++;
                 if (e->payload_len) {
@@ -329,7 +405,7 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
                     iov[n].iov_len  = e->payload_len;
                     n++;
                 }
-            } else {
+            } else if (e->payload_len) {
                 iov[n].iov_base = (uint8_t *)e->payload + (e->sent - e->hdr_len);
                 iov[n].iov_len  = e->payload_len - (e->sent - e->hdr_len);
                 n++;

@@ -145,10 +145,13 @@ static ote_status_t tcp_authenticate(ote_tcp_iface_t *iface, int fd, const ote_t
     return ote_auth_initiator_run(iface->auth, OTE_AUTH_CHANNEL_TCP, tcp_auth_exchange, &io, who);
 }
 
-/* Blocking connect, authentication and HELLO exchange, bounded by the peer's timeout. */
+/*
+ * Blocking connect, authentication and HELLO exchange, bounded by the
+ * peer's timeout; *caps_p: what the target's HELLO_ACK says it takes.
+ */
 static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockaddr_storage *ss,
                                     socklen_t sslen, const ote_tl_peer_t *peer, uint64_t deadline,
-                                    int *fd_p)
+                                    int *fd_p, uint64_t *caps_p)
 {
     ote_tcp_hdr_t h = {.type = OTE_TCP_HELLO, .id = peer->local_instance,
                        .addr = peer->instance_id};
@@ -196,7 +199,8 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
         return status;
     }
     ote_socket_set_nonblock(fd, true);
-    *fd_p = fd;
+    *fd_p   = fd;
+    *caps_p = h.addr;
     return OTE_OK;
 }
 
@@ -210,6 +214,8 @@ static ote_status_t tcp_conn_install(ote_tcp_ep_t *ep, int fd, ote_tcp_conn_t **
     status = ote_tcp_conn_new(iface, fd, ep, &c);
     if (status != OTE_OK)
         return status;
+    c->vec_tx = iface->writev && iface->ref_handle == NULL && iface->post == NULL &&
+                (ep->peer_caps & OTE_TCP_CAP_WRITEV) != 0;
     if (ep->addr.ss_family == AF_UNIX)
         snprintf(c->peer, sizeof(c->peer), "%.63s", ep->peer_name);
     else
@@ -273,6 +279,7 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     ote_status_t status;
     int *fds    = NULL;
     size_t nfds = 0, nall = 0, ncand;
+    uint64_t caps = 0;
 
     status = iface->addr_unpack(addr, addr_len, all, OTE_TCP_MAX_ADDRS, &nall);
     if (status != OTE_OK)
@@ -306,7 +313,7 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     }
     /* Connect and shake hands without the worker lock: the peer may be us. */
     for (nfds = 0; nfds < (size_t)iface->conns_per_ep; nfds++) {
-        status = tcp_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds]);
+        status = tcp_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds], &caps);
         /* The first connection finds an address that answers; the others follow it. */
         for (size_t c = 1; nfds == 0 && c < ncand &&
                            (status == OTE_ERR_UNREACHABLE || status == OTE_ERR_TIMEOUT ||
@@ -320,10 +327,13 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
                       ote_status_string(status));
             ss     = cand[c].ss;
             sslen  = cand[c].len;
-            status = tcp_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds]);
+            status = tcp_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds], &caps);
         }
         if (status != OTE_OK)
             goto err;
+        /* One instance answers on every connection: the first one's word holds. */
+        if (nfds == 0)
+            ep->peer_caps = caps;
     }
     /* The address that answered is the one a reconnect uses. */
     ep->addr     = ss;
@@ -389,7 +399,10 @@ ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
     if (fds == NULL)
         return OTE_ERR_NO_MEMORY;
     for (; nfds < want; nfds++) {
-        status = tcp_connect_one(iface, &ep->addr, ep->addr_len, peer, deadline, &fds[nfds]);
+        uint64_t caps;
+
+        status = tcp_connect_one(iface, &ep->addr, ep->addr_len, peer, deadline, &fds[nfds],
+                                 &caps);
         if (status != OTE_OK)
             break;
     }

@@ -20,6 +20,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+/* A header and what it carries inline (a WRITEV's table at most) fit the receive buffer. */
+_Static_assert(OTE_TCP_HDR_LEN + OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_ENTRY_LEN <= OTE_TCP_RXBUF,
+               "receive buffer");
+
 /* Bytes one connection may consume per progress call before others get a turn. */
 #define OTE_TCP_RX_BUDGET (8u * 1024 * 1024)
 
@@ -109,11 +113,57 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
 }
 
 /* Target side: a header arrived (with its payload, for handshake messages). */
+void ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *c)
+{
+    for (size_t i = 0; i < c->rx_nregions; i++)
+        ote_mem_region_put(c->rx_regions[i]);
+    c->rx_nregions = 0;
+}
+
+/*
+ * Target side: a WRITE (n = 1) or WRITEV arrived. Check every range before
+ * any of its bytes land, holding one reference per region the ranges fall
+ * in; a range refused is read and dropped, and its status answered.
+ */
+static void target_write(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tcp_vec_entry_t *v,
+                         size_t n)
+{
+    c->rx_hdr       = *h;
+    c->rx_remaining = h->length;
+    c->rx_total     = h->length;
+    c->rxv_i        = 0;
+    c->rxv_n        = n;
+    c->rx_state     = OTE_TCP_RX_PAYLOAD;
+    for (size_t i = 0; i < n; i++) {
+        ote_tcp_rxv_t *d = &c->rxv[i];
+        ote_region_t *r  = c->rx_nregions ? c->rx_regions[c->rx_nregions - 1] : NULL;
+
+        *d = (ote_tcp_rxv_t){.dst = (uint8_t *)(uintptr_t)v[i].addr, .len = v[i].length,
+                             .status = OTE_OK};
+        if (r == NULL ||
+            !ote_mem_region_covers(r, v[i].addr, v[i].length, OTE_ACCESS_REMOTE_WRITE)) {
+            d->status = ote_mem_region_acquire(c->iface->regions, v[i].addr, v[i].length,
+                                               OTE_ACCESS_REMOTE_WRITE, &r);
+            if (d->status != OTE_OK) {
+                ote_debug("tcp peer %s: WRITE %#llx+%llu refused: %s", c->peer,
+                          (unsigned long long)v[i].addr, (unsigned long long)v[i].length,
+                          ote_status_string(d->status));
+                d->dst = NULL;
+                continue;
+            }
+            c->rx_regions[c->rx_nregions++] = r;
+        }
+        d->region = (uint8_t)(c->rx_nregions - 1);
+    }
+}
+
 static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
 {
     ote_tcp_iface_t *iface = c->iface;
+    ote_tcp_vec_entry_t v[OTE_TCP_WRITEV_MAX];
     ote_region_t *region;
     ote_status_t status;
+    ote_tcp_hdr_t ack;
 
     if (c->rx_state == OTE_TCP_RX_AUTH) {
         target_auth(c, h, payload);
@@ -138,7 +188,10 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
             ote_tcp_conn_fail(c, OTE_ERR_NOT_FOUND);
             return;
         }
-        push_reply(c, OTE_TCP_HELLO_ACK, h->id, OTE_OK, 0, NULL, NULL);
+        /* The tcp component takes WRITEV; by reference, nothing travels. */
+        ack = (ote_tcp_hdr_t){.type = OTE_TCP_HELLO_ACK, .id = h->id,
+                              .addr = iface->ref_handle == NULL ? OTE_TCP_CAP_WRITEV : 0};
+        ote_tcp_conn_reply(c, &ack);
         c->rx_state           = OTE_TCP_RX_HDR;
         c->handshake_deadline = 0;
         return;
@@ -159,22 +212,15 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
     }
     switch (h->type) {
     case OTE_TCP_WRITE:
-        c->rx_hdr       = *h;
-        c->rx_remaining = h->length;
-        c->rx_total     = h->length;
-        status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
-                                        OTE_ACCESS_REMOTE_WRITE, &region);
-        if (status == OTE_OK) {
-            c->rx_region = region;
-            c->rx_dst    = (uint8_t *)(uintptr_t)h->addr;
-            c->rx_state  = OTE_TCP_RX_PAYLOAD;
-        } else {
-            ote_debug("tcp peer %s: WRITE %#llx+%llu refused: %s", c->peer,
-                      (unsigned long long)h->addr, (unsigned long long)h->length,
-                      ote_status_string(status));
-            c->rx_refusal = status;
-            c->rx_state   = OTE_TCP_RX_DISCARD;
+        v[0] = (ote_tcp_vec_entry_t){.addr = h->addr, .length = h->length};
+        target_write(c, h, v, 1);
+        break;
+    case OTE_TCP_WRITEV:
+        if (ote_tcp_vec_decode(h, payload, iface->max_msg, v) != OTE_OK) {
+            protocol_error(c, "malformed WRITEV table");
+            return;
         }
+        target_write(c, h, v, (size_t)h->addr);
         break;
     case OTE_TCP_READ_REQ:
         status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
@@ -192,6 +238,46 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
     default:
         protocol_error(c, "unexpected message type from initiator");
         break;
+    }
+}
+
+/*
+ * Initiator side: a WRITEV_ACK answers the n oldest operations, WRITEs that
+ * were merged into one WRITEV (the first's id, their bytes in all), with
+ * one status each when any failed (trailer).
+ */
+static void initiator_vec_ack(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer)
+{
+    ote_status_t st[OTE_TCP_WRITEV_MAX];
+    uint64_t sum = 0;
+
+    if (h->addr > c->ops_count) {
+        protocol_error(c, "WRITEV_ACK answers more requests than are outstanding");
+        return;
+    }
+    for (size_t i = 0; i < h->addr; i++) {
+        const ote_tcp_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
+
+        if (op->type != OTE_TCP_WRITE || (i == 0 && op->id != h->id)) {
+            protocol_error(c, "response does not match the oldest request");
+            return;
+        }
+        sum += op->length;
+        st[i] = OTE_OK;
+    }
+    if (h->status == OTE_OK && h->length != sum) {
+        protocol_error(c, "response length differs from the requests");
+        return;
+    }
+    if (h->status != OTE_OK && ote_tcp_vec_status_decode(h, trailer, st) != OTE_OK) {
+        protocol_error(c, "malformed WRITEV_ACK statuses");
+        return;
+    }
+    /* A completion may close the connection, which fails what is left. */
+    for (size_t i = 0; i < h->addr && !c->dead; i++) {
+        ote_tcp_op_t done = ote_tcp_conn_op_pop(c);
+
+        done.comp->func(done.comp, st[i]);
     }
 }
 
@@ -215,6 +301,10 @@ static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ui
         c->iface->initiator_hook(c, h, trailer);
         return;
     }
+    if (!by_ref && h->type == OTE_TCP_WRITEV_ACK) {
+        initiator_vec_ack(c, h, trailer);
+        return;
+    }
     if (by_ref ? h->type != OTE_TCP_REF_ACK
                : h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
         protocol_error(c, "unexpected message type from target");
@@ -235,70 +325,156 @@ static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ui
     }
     if (h->type == OTE_TCP_READ_RESP && h->status == OTE_OK) {
         c->rx_hdr       = *h;
-        c->rx_dst       = op->local;
+        c->rxv[0]       = (ote_tcp_rxv_t){.dst = op->local, .len = op->length,
+                                          .status = OTE_OK};
+        c->rxv_i        = 0;
+        c->rxv_n        = 1;
         c->rx_remaining = op->length;
         c->rx_total     = op->length;
         c->rx_state     = OTE_TCP_RX_PAYLOAD;
-        c->rx_refusal   = OTE_OK;
         return;
     }
     done = ote_tcp_conn_op_pop(c);
     done.comp->func(done.comp, h->status == OTE_OK ? OTE_OK : (ote_status_t)h->status);
 }
 
+/* Target side: answer the WRITE or WRITEV just received. */
+static void target_answer(ote_tcp_conn_t *c)
+{
+    ote_tcp_hdr_t ack = {.type = OTE_TCP_WRITE_ACK, .status = OTE_OK, .id = c->rx_hdr.id,
+                         .length = c->rx_total};
+    uint8_t st[OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_STATUS_LEN];
+
+    for (size_t i = 0; i < c->rxv_n; i++) {
+        ote_put_u32(st + i * OTE_TCP_WRITEV_STATUS_LEN, (uint32_t)c->rxv[i].status);
+        if (c->rxv[i].status != OTE_OK && ack.status == OTE_OK) {
+            ack.status = c->rxv[i].status;
+            ack.length = 0;
+        }
+    }
+    if (c->rx_hdr.type != OTE_TCP_WRITEV) {
+        ote_tcp_conn_reply(c, &ack);
+        return;
+    }
+    ack.type = OTE_TCP_WRITEV_ACK;
+    ack.addr = c->rxv_n;
+    if (ack.status == OTE_OK)
+        ote_tcp_conn_reply(c, &ack);
+    else if (ote_tcp_conn_tx_push_long(c, &ack, st, c->rxv_n * OTE_TCP_WRITEV_STATUS_LEN) !=
+             OTE_OK)
+        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+}
+
 static void payload_done(ote_tcp_conn_t *c)
 {
     ote_tcp_op_t done;
-    bool refused = c->rx_state == OTE_TCP_RX_DISCARD;
 
     c->rx_state = OTE_TCP_RX_HDR;
     if (c->ep == NULL) {
-        if (c->rx_region != NULL) {
-            ote_mem_region_put(c->rx_region);
-            c->rx_region = NULL;
-            push_reply(c, OTE_TCP_WRITE_ACK, c->rx_hdr.id, OTE_OK, c->rx_total, NULL, NULL);
-        } else {
-            push_reply(c, OTE_TCP_WRITE_ACK, c->rx_hdr.id, c->rx_refusal, 0, NULL, NULL);
-        }
+        ote_tcp_conn_rx_regions_put(c);
+        target_answer(c);
         return;
     }
     done = ote_tcp_conn_op_pop(c);
-    done.comp->func(done.comp, refused ? c->rx_refusal : OTE_OK);
+    done.comp->func(done.comp, c->rxv[0].status);
 }
 
 /*
- * Target side: the region we are receiving into may be deregistered between
- * two reads; then the rest of the payload is dropped and the initiator gets
- * NOT_REGISTERED, so nothing lands after deregistration.
+ * The regions we are receiving into may be deregistered between two reads;
+ * then the rest of what was going to them is dropped and their requests end
+ * with NOT_REGISTERED (on the target: the initiator is told), so nothing
+ * lands after deregistration. The target guards the regions of its
+ * references (a region found deregistered is dropped from rx_regions), the
+ * initiator the region of the READ being answered.
  */
-static ote_region_t *rx_dst_region(ote_tcp_conn_t *c)
+static void rx_dst_begin(ote_tcp_conn_t *c)
 {
-    if (c->ep == NULL)
-        return c->rx_region;
-    return c->ops_count ? c->ops[c->ops_head].local_region : NULL;
-}
+    ote_region_t *r;
 
-static bool rx_dst_begin(ote_tcp_conn_t *c)
-{
-    ote_region_t *r = rx_dst_region(c);
-
-    if (r == NULL || ote_mem_region_access_begin(r))
-        return true;
-    if (c->ep == NULL) {
-        ote_mem_region_put(c->rx_region);
-        c->rx_region = NULL;
+    if (c->ep != NULL) {
+        r = c->ops_count ? c->ops[c->ops_head].local_region : NULL;
+        if (c->rxv[0].dst != NULL && r != NULL && !ote_mem_region_access_begin(r)) {
+            c->rxv[0].dst    = NULL;
+            c->rxv[0].status = OTE_ERR_NOT_REGISTERED;
+        }
+        return;
     }
-    c->rx_refusal = OTE_ERR_NOT_REGISTERED;
-    c->rx_state   = OTE_TCP_RX_DISCARD;
-    return false;
+    for (size_t k = 0; k < c->rx_nregions; k++) {
+        if (c->rx_regions[k] == NULL || ote_mem_region_access_begin(c->rx_regions[k]))
+            continue;
+        for (size_t i = c->rxv_i; i < c->rxv_n; i++) {
+            if (c->rxv[i].dst != NULL && c->rxv[i].region == k) {
+                c->rxv[i].dst    = NULL;
+                c->rxv[i].status = OTE_ERR_NOT_REGISTERED;
+            }
+        }
+        ote_mem_region_put(c->rx_regions[k]);
+        c->rx_regions[k] = NULL;
+    }
 }
 
 static void rx_dst_end(ote_tcp_conn_t *c)
 {
-    ote_region_t *r = rx_dst_region(c);
+    ote_region_t *r;
 
-    if (r != NULL)
-        ote_mem_region_access_end(r);
+    if (c->ep != NULL) {
+        r = c->ops_count ? c->ops[c->ops_head].local_region : NULL;
+        if (c->rxv[0].dst != NULL && r != NULL)
+            ote_mem_region_access_end(r);
+        return;
+    }
+    for (size_t k = 0; k < c->rx_nregions; k++) {
+        if (c->rx_regions[k] != NULL)
+            ote_mem_region_access_end(c->rx_regions[k]);
+    }
+}
+
+/* len payload bytes have arrived: copied from src (unless NULL) into rxv, or dropped. */
+static void rxv_advance(ote_tcp_conn_t *c, const uint8_t *src, size_t len)
+{
+    while (len > 0) {
+        ote_tcp_rxv_t *d = &c->rxv[c->rxv_i];
+        size_t t         = len < d->len ? len : d->len;
+
+        if (d->dst != NULL) {
+            if (src != NULL)
+                memcpy(d->dst, src, t);
+            d->dst += t;
+        }
+        if (src != NULL)
+            src += t;
+        d->len -= t;
+        len -= t;
+        if (d->len == 0)
+            c->rxv_i++;
+    }
+}
+
+/*
+ * The iovec of a readv for the rest of the payload: each destination, the
+ * discard buffer for bytes dropped (one buffer's worth at most, and nothing
+ * after it), then the receive buffer for what follows. Returns the count;
+ * *want_p: the payload bytes it asks for.
+ */
+static int rxv_iov(ote_tcp_conn_t *c, struct iovec *iov, size_t *want_p)
+{
+    size_t k = 0, want = 0;
+
+    for (size_t i = c->rxv_i; i < c->rxv_n; i++) {
+        const ote_tcp_rxv_t *d = &c->rxv[i];
+        size_t len = d->dst != NULL || d->len <= OTE_TCP_RXBUF ? d->len : OTE_TCP_RXBUF;
+
+        iov[k].iov_base = d->dst != NULL ? (void *)d->dst : c->iface->discard;
+        iov[k].iov_len  = len;
+        k++;
+        want += len;
+        if (len < d->len)
+            break;
+    }
+    iov[k].iov_base = c->rxbuf;
+    iov[k].iov_len  = OTE_TCP_RXBUF;
+    *want_p = want;
+    return (int)k + 1;
 }
 
 /*
@@ -402,8 +578,9 @@ static void conn_rx(ote_tcp_conn_t *c)
                     return;
                 }
                 /*
-                 * Handshake payloads and by-reference trailers are small and
-                 * handled with their header.
+                 * Handshake payloads, by-reference trailers, WRITEV tables
+                 * and WRITEV_ACK statuses are small and handled with their
+                 * header.
                  */
                 inline_len = ote_tcp_hdr_inline_len(&h);
                 if ((h.type == OTE_TCP_AUTH_HELLO || h.type == OTE_TCP_AUTH_PROOF) &&
@@ -435,18 +612,13 @@ static void conn_rx(ote_tcp_conn_t *c)
                 n = recv(c->fd, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
             drained = n >= 0 && (size_t)n < OTE_TCP_RXBUF - c->rx_len;
         } else {
-            bool discard = c->rx_state == OTE_TCP_RX_DISCARD;
             size_t take;
 
             if (avail > 0) {
                 take = avail < c->rx_remaining ? avail : c->rx_remaining;
-                if (!discard) {
-                    if (!rx_dst_begin(c))
-                        continue;
-                    memcpy(c->rx_dst, c->rxbuf + c->rx_off, take);
-                    rx_dst_end(c);
-                    c->rx_dst += take;
-                }
+                rx_dst_begin(c);
+                rxv_advance(c, c->rxbuf + c->rx_off, take);
+                rx_dst_end(c);
                 c->rx_off += take;
                 c->rx_remaining -= take;
                 if (c->rx_remaining == 0)
@@ -456,29 +628,19 @@ static void conn_rx(ote_tcp_conn_t *c)
             if (drained)
                 return;
             {
-                struct iovec iov[2];
+                struct iovec iov[OTE_TCP_WRITEV_MAX + 1];
+                size_t want;
+                int k;
 
                 c->rx_off = c->rx_len = 0;
-                if (discard) {
-                    iov[0].iov_base = c->iface->discard;
-                    iov[0].iov_len  = c->rx_remaining < OTE_TCP_RXBUF ? c->rx_remaining
-                                                                       : OTE_TCP_RXBUF;
-                } else {
-                    if (!rx_dst_begin(c))
-                        continue;
-                    iov[0].iov_base = c->rx_dst;
-                    iov[0].iov_len  = c->rx_remaining;
-                }
-                iov[1].iov_base = c->rxbuf;
-                iov[1].iov_len  = OTE_TCP_RXBUF;
-                n = readv(c->fd, iov, 2);
-                if (!discard)
-                    rx_dst_end(c);
-                drained = n >= 0 && (size_t)n < iov[0].iov_len + iov[1].iov_len;
+                rx_dst_begin(c);
+                k = rxv_iov(c, iov, &want);
+                n = readv(c->fd, iov, k);
+                rx_dst_end(c);
+                drained = n >= 0 && (size_t)n < want + OTE_TCP_RXBUF;
                 if (n > 0) {
-                    take = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
-                    if (!discard)
-                        c->rx_dst += take;
+                    take = (size_t)n < want ? (size_t)n : want;
+                    rxv_advance(c, NULL, take);
                     c->rx_remaining -= take;
                     c->rx_len = (size_t)n - take;
                     budget    = budget > (size_t)n ? budget - (size_t)n : 0;

@@ -19,6 +19,16 @@ void ote_tcp_hdr_encode(const ote_tcp_hdr_t *h, uint8_t *b)
     ote_put_u64(b + 24, h->length);
 }
 
+void ote_tcp_hdr_peek(const uint8_t *b, ote_tcp_hdr_t *h)
+{
+    h->version = b[2];
+    h->type    = b[3];
+    h->status  = (int32_t)ote_get_u32(b + 4);
+    h->id      = ote_get_u64(b + 8);
+    h->addr    = ote_get_u64(b + 16);
+    h->length  = ote_get_u64(b + 24);
+}
+
 ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload,
                                 ote_tcp_hdr_t *h)
 {
@@ -27,12 +37,7 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
     if (b == NULL || len < OTE_TCP_HDR_LEN || ote_get_u16(b) != OTE_TCP_MAGIC ||
         b[2] != OTE_TCP_VERSION)
         return OTE_ERR_PROTOCOL;
-    x.version = b[2];
-    x.type    = b[3];
-    x.status  = (int32_t)ote_get_u32(b + 4);
-    x.id      = ote_get_u64(b + 8);
-    x.addr    = ote_get_u64(b + 16);
-    x.length  = ote_get_u64(b + 24);
+    ote_tcp_hdr_peek(b, &x);
     if (x.type < OTE_TCP_HELLO || x.type > OTE_TCP_TYPE_MAX)
         return OTE_ERR_PROTOCOL;
     if (!ote_status_is_known(x.status) || x.status == OTE_INPROGRESS)
@@ -46,6 +51,18 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
     case OTE_TCP_MAP:
         if (x.status != OTE_OK || x.length == 0 || x.length > max_payload ||
             x.addr + x.length < x.addr)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_WRITEV:
+        /* The entries' own limits are checked with the table. */
+        if (x.status != OTE_OK || x.addr < 2 || x.addr > OTE_TCP_WRITEV_MAX ||
+            x.length < x.addr || x.length > x.addr * OTE_TCP_WRITEV_ENTRY_MAX)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_WRITEV_ACK:
+        if (x.addr < 2 || x.addr > OTE_TCP_WRITEV_MAX ||
+            x.length > x.addr * OTE_TCP_WRITEV_ENTRY_MAX ||
+            (x.status == OTE_OK ? x.length < x.addr : x.length != 0))
             return OTE_ERR_PROTOCOL;
         break;
     case OTE_TCP_READ_RESP:
@@ -110,7 +127,52 @@ size_t ote_tcp_hdr_inline_len(const ote_tcp_hdr_t *h)
         return OTE_TCP_REF_TRAILER_LEN;
     case OTE_TCP_MAP_ACK:
         return h->status == OTE_OK ? OTE_TCP_MAP_ACK_TRAILER_LEN : 0;
+    case OTE_TCP_WRITEV:
+        return (size_t)h->addr * OTE_TCP_WRITEV_ENTRY_LEN;
+    case OTE_TCP_WRITEV_ACK:
+        return h->status == OTE_OK ? 0 : (size_t)h->addr * OTE_TCP_WRITEV_STATUS_LEN;
     default:
         return 0;
     }
+}
+
+void ote_tcp_vec_entry_encode(const ote_tcp_vec_entry_t *v, uint8_t *b)
+{
+    ote_put_u64(b, v->addr);
+    ote_put_u64(b + 8, v->length);
+}
+
+ote_status_t ote_tcp_vec_decode(const ote_tcp_hdr_t *h, const uint8_t *b, size_t max_payload,
+                                ote_tcp_vec_entry_t *out)
+{
+    size_t max = max_payload < OTE_TCP_WRITEV_ENTRY_MAX ? max_payload : OTE_TCP_WRITEV_ENTRY_MAX;
+    uint64_t sum = 0;
+
+    if (h->type != OTE_TCP_WRITEV || h->addr < 2 || h->addr > OTE_TCP_WRITEV_MAX)
+        return OTE_ERR_PROTOCOL;
+    for (size_t i = 0; i < h->addr; i++, b += OTE_TCP_WRITEV_ENTRY_LEN) {
+        out[i].addr   = ote_get_u64(b);
+        out[i].length = ote_get_u64(b + 8);
+        if (out[i].length == 0 || out[i].length > max ||
+            out[i].addr + out[i].length < out[i].addr)
+            return OTE_ERR_PROTOCOL;
+        sum += out[i].length;
+    }
+    return sum == h->length ? OTE_OK : OTE_ERR_PROTOCOL;
+}
+
+ote_status_t ote_tcp_vec_status_decode(const ote_tcp_hdr_t *h, const uint8_t *b,
+                                       ote_status_t *out)
+{
+    if (h->type != OTE_TCP_WRITEV_ACK || h->status == OTE_OK || h->addr < 2 ||
+        h->addr > OTE_TCP_WRITEV_MAX)
+        return OTE_ERR_PROTOCOL;
+    for (size_t i = 0; i < h->addr; i++, b += OTE_TCP_WRITEV_STATUS_LEN) {
+        int32_t s = (int32_t)ote_get_u32(b);
+
+        if (!ote_status_is_known(s) || s == OTE_INPROGRESS)
+            return OTE_ERR_PROTOCOL;
+        out[i] = (ote_status_t)s;
+    }
+    return OTE_OK;
 }

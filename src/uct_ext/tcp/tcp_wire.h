@@ -39,6 +39,18 @@
  * goes by reference). UNMAP (target -> initiator: id = grant id, addr/length
  * = the region) asks the peer to unmap; UNMAP_ACK (id = grant id) says it
  * did, or never held it.
+ *
+ * Vectored writes (tcp, where the target's HELLO_ACK sets OTE_TCP_CAP_WRITEV
+ * in addr): WRITEV carries n = addr WRITEs of consecutive requests on the
+ * connection, 2 <= n <= OTE_TCP_WRITEV_MAX, id = the first request's id,
+ * length = their payload bytes in all; a table of n entries (u64 addr, u64
+ * length; each length 1..OTE_TCP_WRITEV_ENTRY_MAX) follows the header, then
+ * the payloads in table order. The target checks every entry before it
+ * places any of its bytes; a refused entry's bytes are read and dropped,
+ * the others land. WRITEV_ACK (id and addr = n echoed) answers all n
+ * requests: status OK, length = the bytes of all; or, when any entry
+ * failed, the first failure's status, length 0, and a trailer of n i32
+ * statuses (OTE_TCP_WRITEV_STATUS_LEN each), one per entry in table order.
  */
 #ifndef OTE_TCP_WIRE_H
 #define OTE_TCP_WIRE_H
@@ -57,6 +69,11 @@
 #define OTE_TCP_PROBE_LEN       16
 #define OTE_TCP_MAP_ACK_TRAILER_LEN 16 /* after MAP_ACK: grant id, flags */
 #define OTE_TCP_TRAILER_MAX     16
+#define OTE_TCP_WRITEV_MAX      64          /* WRITEs one WRITEV carries  */
+#define OTE_TCP_WRITEV_ENTRY_MAX (64 * 1024) /* largest payload of one     */
+#define OTE_TCP_WRITEV_ENTRY_LEN 16         /* table entry: addr, length  */
+#define OTE_TCP_WRITEV_STATUS_LEN 4         /* WRITEV_ACK trailer: a status */
+#define OTE_TCP_CAP_WRITEV      1ull        /* HELLO_ACK addr: takes WRITEV */
 
 typedef enum {
     OTE_TCP_HELLO     = 1, /* initiator -> target: id = initiator instance  */
@@ -77,7 +94,9 @@ typedef enum {
     OTE_TCP_MAP_ACK    = 16, /* target: status, region; trailer + an fd    */
     OTE_TCP_UNMAP      = 17, /* target: id = grant, addr, length           */
     OTE_TCP_UNMAP_ACK  = 18, /* initiator: id = grant                      */
-    OTE_TCP_TYPE_MAX   = 18,
+    OTE_TCP_WRITEV     = 19, /* addr = n; table of n (addr, length); data */
+    OTE_TCP_WRITEV_ACK = 20, /* status, addr = n; on error n statuses      */
+    OTE_TCP_TYPE_MAX   = 20,
 } ote_tcp_msg_type_t;
 
 typedef struct {
@@ -90,6 +109,8 @@ typedef struct {
 } ote_tcp_hdr_t;
 
 void ote_tcp_hdr_encode(const ote_tcp_hdr_t *hdr, uint8_t *buf);
+/* The fields of a header this side encoded, without checks. */
+void ote_tcp_hdr_peek(const uint8_t *buf, ote_tcp_hdr_t *hdr_p);
 
 /*
  * Decode and check magic, version, type, and that length <= max_payload for
@@ -103,9 +124,34 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *buf, size_t len, size_t max_paylo
 
 /*
  * Bytes that follow a decoded header and belong to it, handled together
- * with it (handshake payloads, by-reference trailers); 0 for messages whose
- * payload is streamed (WRITE, READ_RESP).
+ * with it (handshake payloads, by-reference trailers, WRITEV's table, a
+ * failed WRITEV_ACK's statuses); 0 for messages whose payload is streamed
+ * (WRITE, READ_RESP).
  */
 size_t ote_tcp_hdr_inline_len(const ote_tcp_hdr_t *hdr);
+
+/* One entry of a WRITEV table. */
+typedef struct {
+    uint64_t addr;
+    uint64_t length;
+} ote_tcp_vec_entry_t;
+
+void ote_tcp_vec_entry_encode(const ote_tcp_vec_entry_t *entry, uint8_t *buf);
+
+/*
+ * Decode the table of the WRITEV hdr (ote_tcp_hdr_inline_len(hdr) bytes at
+ * buf) into out[hdr->addr]: each entry 1..min(max_payload,
+ * OTE_TCP_WRITEV_ENTRY_MAX) bytes without wrapping, their sum hdr->length;
+ * OTE_ERR_PROTOCOL otherwise.
+ */
+ote_status_t ote_tcp_vec_decode(const ote_tcp_hdr_t *hdr, const uint8_t *buf,
+                                size_t max_payload, ote_tcp_vec_entry_t *out);
+
+/*
+ * The statuses of a failed WRITEV_ACK hdr (its inline bytes at buf) into
+ * out[hdr->addr]: each OK or a known error; OTE_ERR_PROTOCOL otherwise.
+ */
+ote_status_t ote_tcp_vec_status_decode(const ote_tcp_hdr_t *hdr, const uint8_t *buf,
+                                       ote_status_t *out);
 
 #endif

@@ -63,6 +63,92 @@ static void test_tcp_hdr(void **state)
     assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
 }
 
+/* WRITEV: its header's limits and its table, and WRITEV_ACK. */
+static void test_tcp_writev(void **state)
+{
+    ote_tcp_vec_entry_t in[3] = {{0x1000, 100}, {0x9000, 65536}, {0x20, 1}}, out[3];
+    uint8_t b[OTE_TCP_HDR_LEN], t[3 * OTE_TCP_WRITEV_ENTRY_LEN];
+    ote_tcp_hdr_t h = {.type = OTE_TCP_WRITEV, .id = 9, .addr = 3, .length = 65637}, d;
+    uint64_t all = OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_ENTRY_MAX;
+    ote_status_t st[3];
+
+    (void)state;
+    for (size_t i = 0; i < 3; i++)
+        ote_tcp_vec_entry_encode(&in[i], t + i * OTE_TCP_WRITEV_ENTRY_LEN);
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    assert_int_equal(ote_tcp_hdr_inline_len(&d), sizeof(t));
+    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_OK);
+    assert_memory_equal(out, in, sizeof(in));
+    /* An entry above the receiver's largest message, or above 64 KiB. */
+    assert_int_equal(ote_tcp_vec_decode(&d, t, 65535, out), OTE_ERR_PROTOCOL);
+    in[1].length = OTE_TCP_WRITEV_ENTRY_MAX + 1;
+    ote_tcp_vec_entry_encode(&in[1], t + OTE_TCP_WRITEV_ENTRY_LEN);
+    d.length = 65638;
+    assert_int_equal(ote_tcp_vec_decode(&d, t, 1ull << 30, out), OTE_ERR_PROTOCOL);
+    /* The sum must be the header's length; no entry may be empty or wrap. */
+    in[1] = (ote_tcp_vec_entry_t){0x9000, 65536};
+    ote_tcp_vec_entry_encode(&in[1], t + OTE_TCP_WRITEV_ENTRY_LEN);
+    d.length = 65636;
+    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
+    d.length = 65637;
+    in[2] = (ote_tcp_vec_entry_t){UINT64_MAX, 1};
+    ote_tcp_vec_entry_encode(&in[2], t + 2 * OTE_TCP_WRITEV_ENTRY_LEN);
+    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
+    in[2] = (ote_tcp_vec_entry_t){0x20, 0};
+    ote_tcp_vec_entry_encode(&in[2], t + 2 * OTE_TCP_WRITEV_ENTRY_LEN);
+    d.length = 65636;
+    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
+    /* Header: 2..64 entries, at least a byte each, at most 64 KiB each. */
+    for (uint64_t n = 0; n <= OTE_TCP_WRITEV_MAX + 1; n++) {
+        h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV, .addr = n, .length = n};
+        ote_tcp_hdr_encode(&h, b);
+        assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d),
+                         n >= 2 && n <= OTE_TCP_WRITEV_MAX ? OTE_OK : OTE_ERR_PROTOCOL);
+    }
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV, .addr = 4, .length = 3};
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV, .addr = OTE_TCP_WRITEV_MAX, .length = all + 1};
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h.length = all;
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    /* WRITEV_ACK: an error carries no length, success at least a byte an entry. */
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV_ACK, .status = OTE_ERR_ACCESS, .addr = 2};
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    h.length = 2;
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h.status = OTE_OK;
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    h.length = 1;
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV_ACK, .addr = 1, .length = 1};
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    /* A failed WRITEV_ACK carries a status per entry: OK or a known error. */
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV_ACK, .status = OTE_ERR_ACCESS, .addr = 3};
+    assert_int_equal(ote_tcp_hdr_inline_len(&h), 3 * OTE_TCP_WRITEV_STATUS_LEN);
+    ote_put_u32(t, (uint32_t)OTE_OK);
+    ote_put_u32(t + 4, (uint32_t)OTE_ERR_ACCESS);
+    ote_put_u32(t + 8, (uint32_t)OTE_ERR_NOT_REGISTERED);
+    assert_int_equal(ote_tcp_vec_status_decode(&h, t, st), OTE_OK);
+    assert_int_equal(st[0], OTE_OK);
+    assert_int_equal(st[1], OTE_ERR_ACCESS);
+    assert_int_equal(st[2], OTE_ERR_NOT_REGISTERED);
+    ote_put_u32(t + 8, (uint32_t)OTE_INPROGRESS);
+    assert_int_equal(ote_tcp_vec_status_decode(&h, t, st), OTE_ERR_PROTOCOL);
+    ote_put_u32(t + 8, (uint32_t)-9999);
+    assert_int_equal(ote_tcp_vec_status_decode(&h, t, st), OTE_ERR_PROTOCOL);
+    h.status = OTE_OK;
+    assert_int_equal(ote_tcp_hdr_inline_len(&h), 0);
+}
+
 static void test_ctl_hdr(void **state)
 {
     ote_ctl_hdr_t h = {.type = OTE_CTL_NOTIFY, .length = 100, .seq = 7}, d;
@@ -449,7 +535,8 @@ static void test_status_strings(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tcp_hdr),       cmocka_unit_test(test_ctl_hdr),
+        cmocka_unit_test(test_tcp_hdr),       cmocka_unit_test(test_tcp_writev),
+        cmocka_unit_test(test_ctl_hdr),
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),
         cmocka_unit_test(test_desc_hostile_counts), cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_tcp_addr),      cmocka_unit_test(test_file_io),
