@@ -403,12 +403,25 @@ static void task_unprepare(ote_task_t *t)
 }
 
 /*
+ * What preparing one request leaves for the next of the same submission:
+ * the local region it took (the next range in it takes another reference
+ * without a table lookup) and the rails its plan chose (memo, valid for
+ * one generation of the rails).
+ */
+typedef struct {
+    ote_region_t         *local_region;
+    ote_proto_plan_memo_t memo;
+    uint32_t              memo_gen;
+} submit_ctx_t;
+
+/*
  * Prepare task t for request r (batch lock held): the local range, and the
  * protocol's plan of its slices. A request refused by the peer checks ends
  * FAILED at once with no slice. On an error t is left empty.
  */
 static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_req_t *r,
-                                 ote_status_t refused, ote_notify_group_t *group)
+                                 ote_status_t refused, ote_notify_group_t *group,
+                                 submit_ctx_t *ctx)
 {
     ote_engine_h e    = b->engine;
     ote_segment_h seg = r->segment;
@@ -425,8 +438,14 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
         return OTE_ERR_NOT_FOUND;
     if (atomic_load(&seg->stale))
         return OTE_ERR_PEER_RESTARTED;
-    status = ote_mem_region_acquire(e->regions, (uintptr_t)r->local_addr, r->length, 0,
-                                    &t->local_region);
+    if (ctx->local_region != NULL &&
+        ote_mem_region_reacquire(ctx->local_region, (uintptr_t)r->local_addr, r->length, 0)) {
+        t->local_region = ctx->local_region;
+        status          = OTE_OK;
+    } else {
+        status = ote_mem_region_acquire(e->regions, (uintptr_t)r->local_addr, r->length, 0,
+                                        &t->local_region);
+    }
     if (status != OTE_OK) {
         ote_debug("submit: local range %p+%zu: %s", r->local_addr, r->length,
                   ote_status_string(status));
@@ -446,9 +465,12 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
                 .rkeys     = rreg->rkeys,
                 .num_rkeys = rreg->num_rkeys};
         }
-        status = ote_proto_plan(&seg->rail_set, &req, &remote, e->config.slice_size,
-                                &t->route, &t->inline_slice, &t->slices, &n);
         t->route.gen = atomic_load(&seg->rails_gen);
+        if (ctx->memo_gen != t->route.gen)
+            ctx->memo.valid = false;
+        ctx->memo_gen = t->route.gen;
+        status = ote_proto_plan(&seg->rail_set, &req, &remote, e->config.slice_size, &ctx->memo,
+                                &t->route, &t->inline_slice, &t->slices, &n);
         if (status == OTE_OK && rreg != NULL) {
             /* The slices point at its rkeys: a refresh must not free it under them. */
             t->desc = seg->desc;
@@ -472,6 +494,7 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
             t->slices[k].cancel      = &t->cancel;
         }
     }
+    ctx->local_region = t->local_region;
     t->num_slices = n;
     t->length     = r->length;
     t->segment    = seg;
@@ -534,6 +557,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     ote_status_t refused_stack[OTE_SUBMIT_STACK_REQS], *refused = refused_stack;
     size_t bytes = 0, first = 0, ready = 0;
     bool admitted = false, locked = false;
+    submit_ctx_t ctx;
     ote_status_t status;
 
     if (first_task_p == NULL)
@@ -562,8 +586,12 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         status = OTE_ERR_BUSY;
         goto out;
     }
+    ctx.local_region = NULL;
+    ctx.memo.valid   = false;
+    ctx.memo_gen     = 0;
     for (ready = 0; ready < count; ready++) {
-        status = task_prepare(b, &b->tasks[first + ready], &reqs[ready], refused[ready], group);
+        status = task_prepare(b, &b->tasks[first + ready], &reqs[ready], refused[ready], group,
+                              &ctx);
         if (status != OTE_OK)
             goto out;
     }

@@ -275,6 +275,14 @@ void         ote_mem_region_put(ote_region_t *region);
  */
 bool         ote_mem_region_covers(const ote_region_t *region, uint64_t addr, size_t length,
                                    unsigned access);
+/*
+ * Another reference on region (the caller holds one) for [addr,
+ * addr+length) when it covers the range with access and is still in its
+ * table: what ote_mem_region_acquire would take, without the table's lock.
+ * false: nothing taken (ask ote_mem_region_acquire).
+ */
+bool         ote_mem_region_reacquire(ote_region_t *region, uint64_t addr, size_t length,
+                                      unsigned access);
 
 /*
  * Bracket a CPU access (recv into, send from) to a region's memory. begin

@@ -240,6 +240,14 @@ bool ote_mem_region_covers(const ote_region_t *r, uint64_t addr, size_t length, 
            length <= r->length - (addr - r->addr) && (r->access & access) == access;
 }
 
+bool ote_mem_region_reacquire(ote_region_t *r, uint64_t addr, size_t length, unsigned access)
+{
+    if (!ote_mem_region_covers(r, addr, length, access) || !atomic_load(&r->in_table))
+        return false;
+    ote_mem_region_get(r);
+    return true;
+}
+
 bool ote_mem_region_access_begin(ote_region_t *r)
 {
     /* Pairs with region_wait_accessors(): one of the two sees the other. */

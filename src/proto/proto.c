@@ -16,6 +16,7 @@
 #include "base/log.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 /* A rail slower than a quarter of the best one that can serve is dropped. */
@@ -232,21 +233,68 @@ void ote_proto_slice_plan(ote_op_t op, void *local, uint64_t remote, size_t leng
     }
 }
 
+/* The memo's inputs, as they are now for this request. */
+static bool memo_matches(const ote_proto_plan_memo_t *m, const ote_rail_set_t *all,
+                         const ote_proto_req_t *req, unsigned remote_mem)
+{
+    if (!m->valid || m->num != all->num_rails || m->op != req->op ||
+        m->local_mem != req->local_region->mem_type || m->remote_mem != remote_mem ||
+        strcmp(m->location, req->local_region->location) != 0)
+        return false;
+    for (size_t i = 0; i < m->num; i++) {
+        if (m->in[i] != all->rails[i] || ((m->live >> i) & 1) != (all->rails[i]->ep != NULL))
+            return false;
+    }
+    return true;
+}
+
+/* The rails that reach both memories, ranked; from the memo when its inputs are these. */
+static ote_status_t plan_rails(const ote_rail_set_t *all, const ote_proto_req_t *req,
+                               unsigned remote_mem, ote_proto_plan_memo_t *m,
+                               ote_rail_set_t *rails)
+{
+    ote_status_t status;
+
+    if (m != NULL && memo_matches(m, all, req, remote_mem)) {
+        *rails = m->rails;
+        return m->status;
+    }
+    status = ote_proto_rails_select(all, req->op, req->local_region->mem_type, remote_mem,
+                                    rails);
+    if (status == OTE_OK)
+        ote_proto_rails_rank(rails, req->local_region->location);
+    if (m != NULL && all->num_rails <= OTE_PROTO_MAX_RAILS) {
+        m->valid      = true;
+        m->num        = all->num_rails;
+        m->live       = 0;
+        m->op         = req->op;
+        m->local_mem  = req->local_region->mem_type;
+        m->remote_mem = remote_mem;
+        m->status     = status;
+        m->rails      = *rails;
+        snprintf(m->location, sizeof(m->location), "%s", req->local_region->location);
+        for (size_t i = 0; i < m->num; i++) {
+            m->in[i] = all->rails[i];
+            m->live |= (uint32_t)(all->rails[i]->ep != NULL) << i;
+        }
+    }
+    return status;
+}
+
 ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *req,
                             const ote_proto_remote_t *remote, size_t slice_size,
-                            ote_proto_route_t *route, ote_slice_t *inline_slice,
-                            ote_slice_t **slices_p, size_t *count_p)
+                            ote_proto_plan_memo_t *memo, ote_proto_route_t *route,
+                            ote_slice_t *inline_slice, ote_slice_t **slices_p,
+                            size_t *count_p)
 {
     ote_rail_set_t rails;
     ote_slice_t *slices;
     ote_status_t status;
     size_t n;
 
-    status = ote_proto_rails_select(all, req->op, req->local_region->mem_type, remote->mem_type,
-                                    &rails);
+    status = plan_rails(all, req, remote->mem_type, memo, &rails);
     if (status != OTE_OK)
         return status;
-    ote_proto_rails_rank(&rails, req->local_region->location);
     if (!remote->published) {
         for (size_t k = 0; k < rails.num_rails; k++) {
             if (rails.rails[k]->caps.max_msg && req->length > rails.rails[k]->caps.max_msg) {

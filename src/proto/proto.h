@@ -209,6 +209,27 @@ typedef struct {
 } ote_proto_req_t;
 
 /*
+ * The rails ote_proto_plan chose last, kept by a caller that plans
+ * requests in a row (a batch submission): the next request with the same
+ * inputs (the same rails in the same order, the same of them connected,
+ * the same op, memory types and local location) takes the same choice
+ * without making it again. Zero it before the first request; the caller
+ * clears valid where rails may have been built again in place (a new
+ * generation of them).
+ */
+typedef struct {
+    bool           valid;
+    size_t         num;
+    ote_rail_t    *in[OTE_PROTO_MAX_RAILS];
+    uint32_t       live; /* bit i: in[i] had its ep */
+    ote_op_t       op;
+    unsigned       local_mem, remote_mem;
+    char           location[OTE_MEM_LOCATION_MAX];
+    ote_status_t   status;
+    ote_rail_set_t rails;
+} ote_proto_plan_memo_t;
+
+/*
  * Plan one request on a peer's rails: choose the rails that reach both
  * memories (ote_proto_rails_select), ranked for the local memory's location
  * (ote_proto_rails_rank), into *route with the region's remote
@@ -219,12 +240,13 @@ typedef struct {
  * (NOT_REGISTERED when it is too large for one message). One slice uses
  * *inline_slice; more are allocated. *slices_p and *count_p are set on
  * success only; release the slices with ote_proto_plan_release().
- * UNREACHABLE when no rail reaches both memories.
+ * UNREACHABLE when no rail reaches both memories. memo may be NULL.
  */
 ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *req,
                             const ote_proto_remote_t *remote, size_t slice_size,
-                            ote_proto_route_t *route, ote_slice_t *inline_slice,
-                            ote_slice_t **slices_p, size_t *count_p);
+                            ote_proto_plan_memo_t *memo, ote_proto_route_t *route,
+                            ote_slice_t *inline_slice, ote_slice_t **slices_p,
+                            size_t *count_p);
 void         ote_proto_plan_release(ote_slice_t *slices, ote_slice_t *inline_slice);
 
 /* ---- spraying and failover (rail.c) ---------------------------------------- */

@@ -350,6 +350,21 @@ static void tx_merge(ote_tcp_conn_t *c, size_t i)
     tx_at(c, i)->hdr_len = (uint16_t)(OTE_TCP_HDR_LEN + k * OTE_TCP_WRITEV_ENTRY_LEN);
 }
 
+/*
+ * Append [base, base+len) to the n elements of iov: the last one grows where
+ * the range continues it (payloads of neighbouring requests in a WRITEV).
+ */
+static size_t iov_add(struct iovec *iov, size_t n, const void *base, size_t len)
+{
+    if (n > 0 && (const uint8_t *)iov[n - 1].iov_base + iov[n - 1].iov_len == base) {
+        iov[n - 1].iov_len += len;
+        return n;
+    }
+    iov[n].iov_base = (void *)base;
+    iov[n].iov_len  = len;
+    return n + 1;
+}
+
 void ote_tcp_conn_flush(ote_tcp_conn_t *c)
 {
     struct iovec iov[2 * OTE_TCP_IOV_MAX];
@@ -383,7 +398,7 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
              * for the duration of the call, and stop at a region that is
              * already gone.
              */
-            if (e->region != NULL) {
+            if (e->region != NULL && (ng == 0 || guarded[ng - 1] != e->region)) {
                 if (!ote_mem_region_access_begin(e->region)) {
                     if (i == 0) {
                         ote_tcp_conn_fail(c, OTE_ERR_NOT_REGISTERED);
@@ -397,18 +412,12 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
                 tx_merge(c, i);
             hb = e->vhdr != NULL ? e->vhdr : e->hdr;
             if (e->sent < e->hdr_len) {
-                iov[n].iov_base = (void *)(hb + e->sent);
-                iov[n].iov_len  = e->hdr_len - e->sent;
-                n++;
-                if (e->payload_len) {
-                    iov[n].iov_base = (void *)e->payload;
-                    iov[n].iov_len  = e->payload_len;
-                    n++;
-                }
+                n = iov_add(iov, n, hb + e->sent, e->hdr_len - e->sent);
+                if (e->payload_len)
+                    n = iov_add(iov, n, e->payload, e->payload_len);
             } else if (e->payload_len) {
-                iov[n].iov_base = (uint8_t *)e->payload + (e->sent - e->hdr_len);
-                iov[n].iov_len  = e->payload_len - (e->sent - e->hdr_len);
-                n++;
+                n = iov_add(iov, n, (const uint8_t *)e->payload + (e->sent - e->hdr_len),
+                            e->payload_len - (e->sent - e->hdr_len));
             }
         }
         msg.msg_iovlen = n;

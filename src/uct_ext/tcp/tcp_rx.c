@@ -115,8 +115,10 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
 /* Target side: a header arrived (with its payload, for handshake messages). */
 void ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *c)
 {
-    for (size_t i = 0; i < c->rx_nregions; i++)
-        ote_mem_region_put(c->rx_regions[i]);
+    for (size_t i = 0; i < c->rx_nregions; i++) {
+        if (c->rx_regions[i] != NULL)
+            ote_mem_region_put(c->rx_regions[i]);
+    }
     c->rx_nregions = 0;
 }
 
@@ -451,9 +453,10 @@ static void rxv_advance(ote_tcp_conn_t *c, const uint8_t *src, size_t len)
 }
 
 /*
- * The iovec of a readv for the rest of the payload: each destination, the
- * discard buffer for bytes dropped (one buffer's worth at most, and nothing
- * after it), then the receive buffer for what follows. Returns the count;
+ * The iovec of a readv for the rest of the payload: each destination (one
+ * element for destinations that follow each other in memory), the discard
+ * buffer for bytes dropped (one buffer's worth at most, and nothing after
+ * it), then the receive buffer for what follows. Returns the count;
  * *want_p: the payload bytes it asks for.
  */
 static int rxv_iov(ote_tcp_conn_t *c, struct iovec *iov, size_t *want_p)
@@ -464,10 +467,15 @@ static int rxv_iov(ote_tcp_conn_t *c, struct iovec *iov, size_t *want_p)
         const ote_tcp_rxv_t *d = &c->rxv[i];
         size_t len = d->dst != NULL || d->len <= OTE_TCP_RXBUF ? d->len : OTE_TCP_RXBUF;
 
+        want += len;
+        if (d->dst != NULL && k > 0 &&
+            (uint8_t *)iov[k - 1].iov_base + iov[k - 1].iov_len == d->dst) {
+            iov[k - 1].iov_len += len;
+            continue;
+        }
         iov[k].iov_base = d->dst != NULL ? (void *)d->dst : c->iface->discard;
         iov[k].iov_len  = len;
         k++;
-        want += len;
         if (len < d->len)
             break;
     }
