@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ote_tcp_hdr_decode(copy, size, max, &h) == OTE_OK) {
         FUZZ_CHECK(size >= OTE_TCP_HDR_LEN);
         FUZZ_CHECK(h.type >= OTE_TCP_HELLO && h.type <= OTE_TCP_TYPE_MAX);
-        FUZZ_CHECK(h.status <= 0 && h.status >= OTE_ERR_NO_DEVICE);
+        FUZZ_CHECK(h.status <= OTE_OK && ote_status_is_known(h.status));
         if (h.type == OTE_TCP_WRITE || h.type == OTE_TCP_READ_REQ) {
             FUZZ_CHECK(h.length > 0 && h.length <= max);
             FUZZ_CHECK(h.addr + h.length >= h.addr);
@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(h.length == 0);
         if (h.type == OTE_TCP_PROBE_ACK)
             FUZZ_CHECK(h.length == 0 && (h.status == OTE_OK || h.addr == 0));
-        if (h.type == OTE_TCP_WRITEV) {
+        if (h.type == OTE_TCP_WRITEV || h.type == OTE_TCP_READV_REQ) {
             ote_tcp_vec_entry_t v[OTE_TCP_WRITEV_MAX];
             size_t tlen = ote_tcp_hdr_inline_len(&h);
             uint64_t sum = 0;
@@ -61,11 +61,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 FUZZ_CHECK(sum == h.length);
             }
         }
-        if (h.type == OTE_TCP_WRITEV_ACK && h.status != OTE_OK) {
+        if (h.type == OTE_TCP_READV_RESP)
+            FUZZ_CHECK(h.addr >= 2 && h.addr <= OTE_TCP_WRITEV_MAX &&
+                       h.length <= h.addr * OTE_TCP_WRITEV_ENTRY_MAX);
+        if ((h.type == OTE_TCP_WRITEV_ACK || h.type == OTE_TCP_READV_RESP) &&
+            h.status != OTE_OK) {
             ote_status_t st[OTE_TCP_WRITEV_MAX];
             size_t tlen = ote_tcp_hdr_inline_len(&h);
 
-            FUZZ_CHECK(h.length == 0 && tlen == h.addr * OTE_TCP_WRITEV_STATUS_LEN);
+            FUZZ_CHECK(tlen == h.addr * OTE_TCP_WRITEV_STATUS_LEN);
+            FUZZ_CHECK(h.type == OTE_TCP_READV_RESP ||
+                       h.length == 0); /* a READV_RESP carries what was read */
             if (size - OTE_TCP_HDR_LEN >= tlen &&
                 ote_tcp_vec_status_decode(&h, copy + OTE_TCP_HDR_LEN, st) == OTE_OK) {
                 for (size_t i = 0; i < h.addr; i++)

@@ -108,6 +108,16 @@ static void gen_tcp_hdr(void)
         ote_buf_put(&b, st, sizeof(st));
     }
     flush("tcp_hdr", "writev_ack_statuses", &b);
+    tcp_hdr(&b, OTE_TCP_READV_REQ, 0, 6, 2, 8192);            flush("tcp_hdr", "readv_req", &b);
+    tcp_hdr(&b, OTE_TCP_READV_RESP, 0, 6, 2, 8192);           flush("tcp_hdr", "readv_resp", &b);
+    tcp_hdr(&b, OTE_TCP_READV_RESP, OTE_ERR_OUT_OF_BOUNDS, 6, 2, 4096);
+    for (int i = 0; i < 2; i++) {
+        uint8_t st[OTE_TCP_WRITEV_STATUS_LEN];
+
+        ote_put_u32(st, (uint32_t)(i == 0 ? OTE_ERR_OUT_OF_BOUNDS : OTE_OK));
+        ote_buf_put(&b, st, sizeof(st));
+    }
+    flush("tcp_hdr", "readv_resp_statuses", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 4, 0, 64);             flush("tcp_hdr", "auth_tproof", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 5, 0, 32);             flush("tcp_hdr", "auth_iproof", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_DONE, OTE_ERR_AUTH, 5, 0, 0);    flush("tcp_hdr", "auth_done", &b);
@@ -336,21 +346,32 @@ static void gen_auth(void)
     flush("auth", "initiator_tcp", &b);
 }
 
-/* A WRITEV header (id) and its table of n (addr, length) entries; no payload. */
-static void writev(ote_buf_t *b, uint64_t id, const uint64_t (*e)[2], size_t n)
+/* A WRITEV or READV_REQ header (id) and its table of n (addr, length) entries. */
+static void vector(ote_buf_t *b, uint8_t type, uint64_t id, const uint64_t (*e)[2], size_t n)
 {
     uint8_t t[OTE_TCP_WRITEV_ENTRY_LEN];
     uint64_t total = 0;
 
     for (size_t i = 0; i < n; i++)
         total += e[i][1];
-    tcp_hdr(b, OTE_TCP_WRITEV, 0, id, n, total);
+    tcp_hdr(b, type, 0, id, n, total);
     for (size_t i = 0; i < n; i++) {
         ote_tcp_vec_entry_t x = {.addr = e[i][0], .length = e[i][1]};
 
         ote_tcp_vec_entry_encode(&x, t);
         ote_buf_put(b, t, sizeof(t));
     }
+}
+
+/* A WRITEV without its payload. */
+static void writev(ote_buf_t *b, uint64_t id, const uint64_t (*e)[2], size_t n)
+{
+    vector(b, OTE_TCP_WRITEV, id, e, n);
+}
+
+static void readv_req(ote_buf_t *b, uint64_t id, const uint64_t (*e)[2], size_t n)
+{
+    vector(b, OTE_TCP_READV_REQ, id, e, n);
 }
 
 /* A tcp_conn input: the iface (bit 0: keyed, bit 1: cma), then HELLO as request 1. */
@@ -404,6 +425,16 @@ static void gen_tcp_conn(void)
     writev(&b, 5, (const uint64_t[][2]){{FUZZ_RW + 4096, 2048}, {FUZZ_RW, 2048}}, 2);
     ote_buf_put(&b, payload, 3000);
     flush("tcp_conn", "open_writev", &b);
+
+    /* READV_REQs: allowed, one refused entry, one over the limits. */
+    open_hello(&b, 0);
+    readv_req(&b, 2, (const uint64_t[][2]){{FUZZ_RW, 100}, {FUZZ_RO + 8, 64}, {FUZZ_RW + 8192, 4096}},
+              3);
+    readv_req(&b, 3, (const uint64_t[][2]){{FUZZ_RW, 64}, {FUZZ_RW + 16384 - 8, 64}}, 2);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RW, 64);
+    ote_buf_put(&b, payload, 64);
+    readv_req(&b, 5, (const uint64_t[][2]){{FUZZ_RW, 65536}, {FUZZ_RW, 1}}, 2);
+    flush("tcp_conn", "open_readv", &b);
 
     ote_buf_put_u8(&b, 0);
     tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE ^ 1, 0);      /* stale instance */

@@ -628,8 +628,74 @@ static void test_tcp_writev(void **state)
     free(back);
 }
 
-/* A WRITEV whose header or table breaks the rules closes the connection. */
-static void test_tcp_bad_writev(void **state)
+/*
+ * READV_REQ: the bytes of every entry come back in table order with one
+ * READV_RESP; an entry the target refuses is left out of the bytes and the
+ * answer carries one status per entry.
+ */
+static void test_tcp_readv(void **state)
+{
+    uint64_t r0 = region_addr(0), r1 = region_addr(1);
+    uint64_t addr[3] = {r0 + 8192, r1 + 100, r0 + 500000}, len[3] = {300, 65536 - 100, 7};
+    uint64_t bad_addr[3] = {r0 + 8192, r0 + REGION_LEN - 8, r1};
+    uint64_t bad_len[3]  = {300, 64, 16};
+    size_t total = 300 + 65436 + 7;
+    uint8_t *back = malloc(total), *one = malloc(65536), table[3 * OTE_TCP_WRITEV_ENTRY_LEN];
+    uint8_t st[12];
+    ote_tcp_hdr_t h;
+    size_t off = 0;
+    int fd = data_open();
+
+    (void)state;
+    assert_non_null(back);
+    assert_non_null(one);
+    for (size_t i = 0; i < 3; i++) {
+        ote_tcp_vec_entry_t e = {.addr = addr[i], .length = len[i]};
+
+        ote_tcp_vec_entry_encode(&e, table + i * OTE_TCP_WRITEV_ENTRY_LEN);
+    }
+    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READV_REQ, 80, 3, total), 0);
+    assert_int_equal(sw_send(fd, table, sizeof(table)), 0);
+    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+    assert_int_equal(h.type, OTE_TCP_READV_RESP);
+    assert_int_equal(h.id, 80);
+    assert_int_equal(h.addr, 3);
+    assert_int_equal(h.status, OTE_OK);
+    assert_int_equal(h.length, total);
+    assert_int_equal(sw_recv(fd, back, total, 5000), 0);
+    for (size_t i = 0; i < 3; i++) {
+        read_back(fd, 81 + i, addr[i], one, (size_t)len[i]);
+        assert_memory_equal(back + off, one, (size_t)len[i]);
+        off += (size_t)len[i];
+    }
+    /* The second entry runs past region 0: only the others' bytes come. */
+    for (size_t i = 0; i < 3; i++) {
+        ote_tcp_vec_entry_t e = {.addr = bad_addr[i], .length = bad_len[i]};
+
+        ote_tcp_vec_entry_encode(&e, table + i * OTE_TCP_WRITEV_ENTRY_LEN);
+    }
+    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READV_REQ, 90, 3, 380), 0);
+    assert_int_equal(sw_send(fd, table, sizeof(table)), 0);
+    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+    assert_int_equal(h.type, OTE_TCP_READV_RESP);
+    assert_int_equal(h.status, OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(h.length, 300 + 16);
+    assert_int_equal(sw_recv(fd, st, sizeof(st), 5000), 0);
+    assert_int_equal((int32_t)ote_get_u32(st), OTE_OK);
+    assert_int_equal((int32_t)ote_get_u32(st + 4), OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal((int32_t)ote_get_u32(st + 8), OTE_OK);
+    assert_int_equal(sw_recv(fd, back, 316, 5000), 0);
+    read_back(fd, 91, r0 + 8192, one, 300);
+    assert_memory_equal(back, one, 300);
+    read_back(fd, 92, r1, one, 16);
+    assert_memory_equal(back + 300, one, 16);
+    close(fd);
+    free(back);
+    free(one);
+}
+
+/* A WRITEV or READV_REQ whose header or table breaks the rules closes the connection. */
+static void test_tcp_bad_vector(void **state)
 {
     struct {
         uint64_t n, total;       /* header: entries, payload bytes */
@@ -646,22 +712,25 @@ static void test_tcp_bad_writev(void **state)
     };
 
     (void)state;
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    for (size_t i = 0; i < 2 * sizeof(bad) / sizeof(bad[0]); i++) {
         uint8_t table[2 * OTE_TCP_WRITEV_ENTRY_LEN];
-        int fd = data_open();
+        uint8_t type = i % 2 ? OTE_TCP_READV_REQ : OTE_TCP_WRITEV;
+        int fd       = data_open();
 
-        for (size_t j = 0; j < bad[i].k; j++) {
-            uint64_t a = bad[i].e[j][0] == UINT64_MAX - 8 ? bad[i].e[j][0]
-                                                          : region_addr(0) + bad[i].e[j][0];
-            ote_tcp_vec_entry_t e = {.addr = a, .length = bad[i].e[j][1]};
+        const size_t c = i / 2; /* each case as WRITEV, then as READV_REQ */
+
+        for (size_t j = 0; j < bad[c].k; j++) {
+            uint64_t a = bad[c].e[j][0] == UINT64_MAX - 8 ? bad[c].e[j][0]
+                                                          : region_addr(0) + bad[c].e[j][0];
+            ote_tcp_vec_entry_t e = {.addr = a, .length = bad[c].e[j][1]};
 
             ote_tcp_vec_entry_encode(&e, table + j * OTE_TCP_WRITEV_ENTRY_LEN);
         }
-        assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITEV, 9, bad[i].n, bad[i].total), 0);
-        if (bad[i].k)
-            assert_int_equal(sw_send(fd, table, bad[i].k * OTE_TCP_WRITEV_ENTRY_LEN), 0);
+        assert_int_equal(sw_tcp_send(fd, type, 9, bad[c].n, bad[c].total), 0);
+        if (bad[c].k)
+            assert_int_equal(sw_send(fd, table, bad[c].k * OTE_TCP_WRITEV_ENTRY_LEN), 0);
         if (!sw_closed(fd, 3000, NULL))
-            fail_msg("bad WRITEV %zu left the connection open", i);
+            fail_msg("bad vector %zu (type %u) left the connection open", c, type);
         close(fd);
     }
 }
@@ -685,6 +754,7 @@ static void test_tcp_bad_after_hello(void **state)
         {OTE_TCP_HELLO_ACK, 0, 0, 0},
         {OTE_TCP_AUTH_HELLO, 0, 0, 32},                    /* handshake again      */
         {OTE_TCP_WRITEV_ACK, 0, 2, 32},                    /* an answer            */
+        {OTE_TCP_READV_RESP, 0, 2, 32},
     };
 
     (void)state;
@@ -1006,7 +1076,8 @@ static void test_well_behaved_peer(void **state)
     cmocka_unit_test(test_tcp_out_of_bounds),                          \
     cmocka_unit_test(test_tcp_bad_after_hello),                        \
     cmocka_unit_test(test_tcp_writev),                                 \
-    cmocka_unit_test(test_tcp_bad_writev),                             \
+    cmocka_unit_test(test_tcp_readv),                                  \
+    cmocka_unit_test(test_tcp_bad_vector),                             \
     cmocka_unit_test(test_tcp_never_reads),                            \
     cmocka_unit_test(test_tcp_unauthenticated),                        \
     cmocka_unit_test(test_conn_limit),                                 \

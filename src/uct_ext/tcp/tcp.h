@@ -102,13 +102,13 @@ typedef struct {
 typedef struct {
     uint8_t       hdr[OTE_TCP_HDR_LEN + OTE_TCP_TRAILER_MAX];
     /*
-     * Owned, sent instead of hdr: the header and table of a WRITEV (in the
-     * first of the WRITEs merged into it; the others send only their
-     * payloads, hdr_len 0), or a header with a long trailer.
+     * Owned, sent instead of hdr: the header and table of a WRITEV or
+     * READV_REQ (in the first of the requests merged into it; the others
+     * send only their payloads, hdr_len 0), or a header with a long trailer.
      */
     uint8_t      *vhdr;
     uint16_t      hdr_len;    /* header (hdr or vhdr), and trailer if any */
-    bool          vec;        /* a WRITE that may still join a WRITEV */
+    bool          vec;        /* a WRITE or READ_REQ that may still join a WRITEV or READV_REQ */
     int           fd;         /* passed with the message's first byte; -1: none */
     const void   *payload;
     size_t        payload_len;
@@ -141,7 +141,7 @@ struct ote_tcp_conn {
     bool                  want_out; /* EPOLLOUT armed */
     bool                  rx_paused;/* target: too many replies queued */
     bool                  admitted; /* counted by ote_auth_conn_admit */
-    bool                  vec_tx;   /* initiator: runs of small WRITEs go as WRITEV */
+    bool                  vec_tx;   /* initiator: runs of small WRITEs (READs) go as WRITEV (READV_REQ) */
     uint64_t              handshake_deadline; /* target: 0 once HELLO done */
     ote_auth_session_t    auth;
     uint8_t               auth_out[OTE_AUTH_TPROOF_LEN]; /* proof being sent */
@@ -184,8 +184,10 @@ struct ote_tcp_conn {
     size_t                rx_total;
     ote_tcp_hdr_t         rx_hdr;   /* header of the message being received */
     /*
-     * target: references on the regions of rxv, held until the answer;
-     * NULL once a region was deregistered while its bytes were arriving
+     * The regions of rxv (rxv[i].region): on the target with a reference
+     * each, held until the answer; on the initiator those of the operations
+     * answered. NULL once a region was deregistered while its bytes were
+     * arriving.
      */
     ote_region_t         *rx_regions[OTE_TCP_WRITEV_MAX];
     size_t                rx_nregions;
@@ -219,7 +221,7 @@ struct ote_tcp_iface {
     size_t                  max_msg;
     size_t                  sndbuf, rcvbuf;
     bool                    nodelay;
-    bool                    writev;     /* OTE_TCP_WRITEV */
+    bool                    vector;     /* OTE_TCP_VECTOR */
     long                    conns_per_ep;
     long                    max_conns;
     long                    max_conns_per_peer;
@@ -269,6 +271,12 @@ ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr
  */
 ote_status_t ote_tcp_conn_tx_push_long(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
                                        const void *trailer, size_t trailer_len);
+/*
+ * Bytes without a header of their own (target: the pieces of a READV_RESP),
+ * sent from region, whose reference the message takes.
+ */
+ote_status_t ote_tcp_conn_tx_push_data(ote_tcp_conn_t *conn, const void *payload,
+                                       size_t payload_len, ote_region_t *region);
 /* A by-reference request: header and 8-byte trailer, no payload. */
 ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *conn, const ote_tcp_hdr_t *hdr,
                                       uint64_t trailer);
@@ -304,7 +312,7 @@ typedef struct {
     size_t sndbuf;  /* SO_SNDBUF; 0 = autotuning    */
     size_t rcvbuf;  /* SO_RCVBUF; 0 = autotuning    */
     bool   nodelay;
-    bool   writev;  /* small WRITEs merged into WRITEV */
+    bool   vector;  /* small WRITEs (READs) merged into WRITEV (READV_REQ) */
 } ote_tcp_config_t;
 
 extern const ote_config_table_t ote_tcp_config_table;

@@ -145,8 +145,22 @@ ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
     status = tx_queue(c, e, hdr, 0, -1, payload, payload_len, region, own_region);
-    e->vec = c->vec_tx && hdr->type == OTE_TCP_WRITE && payload_len <= OTE_TCP_WRITEV_ENTRY_MAX;
+    e->vec = c->vec_tx && (hdr->type == OTE_TCP_WRITE || hdr->type == OTE_TCP_READ_REQ) &&
+             hdr->length <= OTE_TCP_WRITEV_ENTRY_MAX;
     return status;
+}
+
+ote_status_t ote_tcp_conn_tx_push_data(ote_tcp_conn_t *c, const void *payload,
+                                       size_t payload_len, ote_region_t *region)
+{
+    static const ote_tcp_hdr_t none;
+    ote_tcp_tx_t *e = tx_slot(c);
+
+    if (e == NULL)
+        return OTE_ERR_NO_MEMORY;
+    tx_queue(c, e, &none, 0, -1, payload, payload_len, region, true);
+    e->hdr_len = 0;
+    return OTE_OK;
 }
 
 ote_status_t ote_tcp_conn_tx_push_long(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
@@ -306,12 +320,13 @@ static ote_tcp_tx_t *tx_at(ote_tcp_conn_t *c, size_t i)
 }
 
 /*
- * Initiator: merge the WRITEs queued from slot i on that may travel
- * together (unsent, vec), up to OTE_TCP_WRITEV_MAX of them and max_msg
- * bytes, into one WRITEV. Slot i then sends the WRITEV header and table
- * (vhdr), the others only their payloads; the operations stay one per
- * WRITE, answered together by the WRITEV_ACK. Fewer than two, or no memory
- * for the table: they go as they are.
+ * Initiator: merge the WRITEs, or the READ_REQs, queued from slot i on that
+ * may travel together (unsent, vec, of the same type), up to
+ * OTE_TCP_WRITEV_MAX of them and max_msg bytes, into one WRITEV or
+ * READV_REQ. Slot i then sends the header and table (vhdr), the others only
+ * their payloads (nothing for READs); the operations stay one per request,
+ * answered together by the WRITEV_ACK or READV_RESP. Fewer than two, or no
+ * memory for the table: they go as they are.
  */
 static void tx_merge(ote_tcp_conn_t *c, size_t i)
 {
@@ -319,12 +334,16 @@ static void tx_merge(ote_tcp_conn_t *c, size_t i)
     size_t k = 0, total = 0;
     uint8_t *v;
 
+    ote_tcp_hdr_peek(tx_at(c, i)->hdr, &first);
     while (i + k < c->tx_count && k < OTE_TCP_WRITEV_MAX) {
         const ote_tcp_tx_t *e = tx_at(c, i + k);
 
-        if (!e->vec || e->sent != 0 || e->payload_len > c->iface->max_msg - total)
+        if (!e->vec || e->sent != 0)
             break;
-        total += e->payload_len;
+        ote_tcp_hdr_peek(e->hdr, &h);
+        if (h.type != first.type || h.length > c->iface->max_msg - total)
+            break;
+        total += (size_t)h.length;
         k++;
     }
     tx_at(c, i)->vec = false;
@@ -333,18 +352,18 @@ static void tx_merge(ote_tcp_conn_t *c, size_t i)
     v = malloc(OTE_TCP_HDR_LEN + k * OTE_TCP_WRITEV_ENTRY_LEN);
     if (v == NULL)
         return;
-    ote_tcp_hdr_peek(tx_at(c, i)->hdr, &first);
     for (size_t j = 0; j < k; j++) {
         ote_tcp_tx_t *e = tx_at(c, i + j);
         ote_tcp_vec_entry_t ent;
 
         ote_tcp_hdr_peek(e->hdr, &h);
-        ent = (ote_tcp_vec_entry_t){.addr = h.addr, .length = e->payload_len};
+        ent = (ote_tcp_vec_entry_t){.addr = h.addr, .length = h.length};
         ote_tcp_vec_entry_encode(&ent, v + OTE_TCP_HDR_LEN + j * OTE_TCP_WRITEV_ENTRY_LEN);
         e->vec     = false;
         e->hdr_len = 0;
     }
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV, .id = first.id, .addr = k, .length = total};
+    h = (ote_tcp_hdr_t){.type = first.type == OTE_TCP_WRITE ? OTE_TCP_WRITEV : OTE_TCP_READV_REQ,
+                        .id = first.id, .addr = k, .length = total};
     ote_tcp_hdr_encode(&h, v);
     tx_at(c, i)->vhdr    = v;
     tx_at(c, i)->hdr_len = (uint16_t)(OTE_TCP_HDR_LEN + k * OTE_TCP_WRITEV_ENTRY_LEN);
@@ -456,19 +475,19 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
         }
         if (w > 0)
             c->tx_stall_ns = 0;
-        while (w > 0) {
+        /* Messages sent whole leave the ring (READs merged into a READV_REQ have no bytes). */
+        while (c->tx_count > 0) {
             ote_tcp_tx_t *e = &c->tx[c->tx_head];
             size_t left     = e->hdr_len + e->payload_len - e->sent;
 
-            if ((size_t)w >= left) {
-                w -= (ssize_t)left;
-                tx_release(e);
-                c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
-                c->tx_count--;
-            } else {
+            if ((size_t)w < left) {
                 e->sent += (size_t)w;
-                w = 0;
+                break;
             }
+            w -= (ssize_t)left;
+            tx_release(e);
+            c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
+            c->tx_count--;
         }
     }
     if (c->dead)

@@ -214,7 +214,7 @@ static ote_status_t tcp_conn_install(ote_tcp_ep_t *ep, int fd, ote_tcp_conn_t **
     status = ote_tcp_conn_new(iface, fd, ep, &c);
     if (status != OTE_OK)
         return status;
-    c->vec_tx = iface->writev && iface->ref_handle == NULL && iface->post == NULL &&
+    c->vec_tx = iface->vector && iface->ref_handle == NULL && iface->post == NULL &&
                 (ep->peer_caps & OTE_TCP_CAP_WRITEV) != 0;
     if (ep->addr.ss_family == AF_UNIX)
         snprintf(c->peer, sizeof(c->peer), "%.63s", ep->peer_name);

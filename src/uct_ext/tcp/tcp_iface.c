@@ -361,9 +361,10 @@ static const ote_cfg_entry_t tcp_config_fields[] = {
      "SO_RCVBUF for TCP data connections; 0 = kernel autotuning."},
     {"NODELAY", "y", OTE_CFG_BOOL, TCP_F(nodelay),
      "Disable Nagle on TCP data connections."},
-    {"WRITEV", "y", OTE_CFG_BOOL, TCP_F(writev),
-     "Send WRITEs of up to 64 KiB queued together on a connection as one vectored message "
-     "(one header and one answer for up to 64), where the peer takes them."},
+    {"VECTOR", "y", OTE_CFG_BOOL, TCP_F(vector),
+     "Send WRITEs, and READs, of up to 64 KiB queued together on a connection as one "
+     "vectored message (WRITEV, READV_REQ: one header and one answer for up to 64), where "
+     "the peer takes them."},
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_tcp_config_table, "TCP_", "tcp", tcp_config_fields, ote_tcp_config_t,
@@ -394,7 +395,7 @@ ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t 
     iface->sndbuf       = cfg.sndbuf;
     iface->rcvbuf       = cfg.rcvbuf;
     iface->nodelay      = cfg.nodelay;
-    iface->writev       = cfg.writev;
+    iface->vector       = cfg.vector;
     iface->conns_per_ep = cfg.conns;
     ote_config_release(&ote_tcp_config_table, &cfg);
     iface->discard = malloc(OTE_TCP_RXBUF);

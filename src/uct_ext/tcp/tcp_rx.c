@@ -115,7 +115,7 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
 /* Target side: a header arrived (with its payload, for handshake messages). */
 void ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *c)
 {
-    for (size_t i = 0; i < c->rx_nregions; i++) {
+    for (size_t i = 0; i < c->rx_nregions && c->ep == NULL; i++) {
         if (c->rx_regions[i] != NULL)
             ote_mem_region_put(c->rx_regions[i]);
     }
@@ -156,6 +156,60 @@ static void target_write(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tc
             c->rx_regions[c->rx_nregions++] = r;
         }
         d->region = (uint8_t)(c->rx_nregions - 1);
+    }
+}
+
+/*
+ * Target side: a READV_REQ arrived. Answer with READV_RESP: the statuses
+ * when any entry is refused, then the bytes of every entry allowed, each
+ * sent from its region under a reference of its own.
+ */
+static void target_readv(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tcp_vec_entry_t *v,
+                         size_t n)
+{
+    ote_tcp_hdr_t resp = {.type = OTE_TCP_READV_RESP, .status = OTE_OK, .id = h->id, .addr = n};
+    uint8_t st[OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_STATUS_LEN];
+    ote_region_t *r[OTE_TCP_WRITEV_MAX];
+    ote_status_t status = OTE_OK;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        ote_status_t e = OTE_OK;
+
+        if (i > 0 && r[i - 1] != NULL &&
+            ote_mem_region_reacquire(r[i - 1], v[i].addr, v[i].length, OTE_ACCESS_REMOTE_READ))
+            r[i] = r[i - 1];
+        else
+            e = ote_mem_region_acquire(c->iface->regions, v[i].addr, v[i].length,
+                                       OTE_ACCESS_REMOTE_READ, &r[i]);
+        if (e != OTE_OK) {
+            ote_debug("tcp peer %s: READ %#llx+%llu refused: %s", c->peer,
+                      (unsigned long long)v[i].addr, (unsigned long long)v[i].length,
+                      ote_status_string(e));
+            r[i] = NULL;
+            if (resp.status == OTE_OK)
+                resp.status = e;
+        } else {
+            resp.length += v[i].length;
+        }
+        ote_put_u32(st + i * OTE_TCP_WRITEV_STATUS_LEN, (uint32_t)e);
+    }
+    if (resp.status == OTE_OK)
+        status = ote_tcp_conn_tx_push(c, &resp, NULL, 0, NULL, false);
+    else
+        status = ote_tcp_conn_tx_push_long(c, &resp, st, n * OTE_TCP_WRITEV_STATUS_LEN);
+    for (i = 0; i < n && status == OTE_OK; i++) {
+        if (r[i] != NULL)
+            status = ote_tcp_conn_tx_push_data(c, (const void *)(uintptr_t)v[i].addr,
+                                               (size_t)v[i].length, r[i]);
+    }
+    if (status != OTE_OK) {
+        /* The references not handed to a queued message are dropped here. */
+        for (; i < n; i++) {
+            if (r[i] != NULL)
+                ote_mem_region_put(r[i]);
+        }
+        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
     }
 }
 
@@ -218,11 +272,15 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
         target_write(c, h, v, 1);
         break;
     case OTE_TCP_WRITEV:
+    case OTE_TCP_READV_REQ:
         if (ote_tcp_vec_decode(h, payload, iface->max_msg, v) != OTE_OK) {
-            protocol_error(c, "malformed WRITEV table");
+            protocol_error(c, "malformed vector table");
             return;
         }
-        target_write(c, h, v, (size_t)h->addr);
+        if (h->type == OTE_TCP_WRITEV)
+            target_write(c, h, v, (size_t)h->addr);
+        else
+            target_readv(c, h, v, (size_t)h->addr);
         break;
     case OTE_TCP_READ_REQ:
         status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
@@ -240,6 +298,17 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
     default:
         protocol_error(c, "unexpected message type from initiator");
         break;
+    }
+}
+
+/* Initiator side: end the n oldest operations, each with its status st[i]. */
+static void initiator_complete(ote_tcp_conn_t *c, const ote_status_t *st, size_t n)
+{
+    /* A completion may close the connection, which fails what is left. */
+    for (size_t i = 0; i < n && !c->dead; i++) {
+        ote_tcp_op_t done = ote_tcp_conn_op_pop(c);
+
+        done.comp->func(done.comp, st[i]);
     }
 }
 
@@ -275,12 +344,82 @@ static void initiator_vec_ack(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const u
         protocol_error(c, "malformed WRITEV_ACK statuses");
         return;
     }
-    /* A completion may close the connection, which fails what is left. */
-    for (size_t i = 0; i < h->addr && !c->dead; i++) {
-        ote_tcp_op_t done = ote_tcp_conn_op_pop(c);
+    initiator_complete(c, st, (size_t)h->addr);
+}
 
-        done.comp->func(done.comp, st[i]);
+/*
+ * Initiator side: the payload about to arrive goes to these n operations
+ * (the oldest), each with its status (not OK: none of its bytes come);
+ * their local regions guard the receive (rx_dst_begin), without references
+ * of their own: the operations hold theirs.
+ */
+static void initiator_expect(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, size_t n,
+                             const ote_status_t *st)
+{
+    c->rx_hdr       = *h;
+    c->rxv_i        = 0;
+    c->rxv_n        = n;
+    c->rx_nregions  = 0;
+    c->rx_remaining = h->length;
+    c->rx_total     = h->length;
+    c->rx_state     = OTE_TCP_RX_PAYLOAD;
+    for (size_t i = 0; i < n; i++) {
+        const ote_tcp_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
+        ote_tcp_rxv_t *d       = &c->rxv[i];
+        size_t k               = 0;
+
+        *d = (ote_tcp_rxv_t){.dst = st[i] == OTE_OK ? op->local : NULL,
+                             .len = st[i] == OTE_OK ? op->length : 0, .status = st[i],
+                             .region = UINT8_MAX};
+        if (d->dst == NULL || op->local_region == NULL)
+            continue;
+        while (k < c->rx_nregions && c->rx_regions[k] != op->local_region)
+            k++;
+        if (k == c->rx_nregions)
+            c->rx_regions[c->rx_nregions++] = op->local_region;
+        d->region = (uint8_t)k;
     }
+}
+
+/*
+ * Initiator side: a READV_RESP answers the n oldest operations, READ_REQs
+ * merged into one READV_REQ; the bytes of those read follow, in order.
+ */
+static void initiator_readv_resp(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
+                                 const uint8_t *trailer)
+{
+    ote_status_t st[OTE_TCP_WRITEV_MAX];
+    uint64_t sum = 0;
+
+    if (h->addr > c->ops_count) {
+        protocol_error(c, "READV_RESP answers more requests than are outstanding");
+        return;
+    }
+    if (h->status != OTE_OK && ote_tcp_vec_status_decode(h, trailer, st) != OTE_OK) {
+        protocol_error(c, "malformed READV_RESP statuses");
+        return;
+    }
+    for (size_t i = 0; i < h->addr; i++) {
+        const ote_tcp_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
+
+        if (op->type != OTE_TCP_READ_REQ || (i == 0 && op->id != h->id)) {
+            protocol_error(c, "response does not match the oldest request");
+            return;
+        }
+        if (h->status == OTE_OK)
+            st[i] = OTE_OK;
+        if (st[i] == OTE_OK)
+            sum += op->length;
+    }
+    if (h->length != sum) {
+        protocol_error(c, "response length differs from the requests");
+        return;
+    }
+    if (h->length == 0) {
+        initiator_complete(c, st, (size_t)h->addr);
+        return;
+    }
+    initiator_expect(c, h, (size_t)h->addr, st);
 }
 
 /* Initiator side: a header arrived. */
@@ -307,6 +446,10 @@ static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ui
         initiator_vec_ack(c, h, trailer);
         return;
     }
+    if (!by_ref && h->type == OTE_TCP_READV_RESP) {
+        initiator_readv_resp(c, h, trailer);
+        return;
+    }
     if (by_ref ? h->type != OTE_TCP_REF_ACK
                : h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
         protocol_error(c, "unexpected message type from target");
@@ -326,14 +469,9 @@ static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ui
         return;
     }
     if (h->type == OTE_TCP_READ_RESP && h->status == OTE_OK) {
-        c->rx_hdr       = *h;
-        c->rxv[0]       = (ote_tcp_rxv_t){.dst = op->local, .len = op->length,
-                                          .status = OTE_OK};
-        c->rxv_i        = 0;
-        c->rxv_n        = 1;
-        c->rx_remaining = op->length;
-        c->rx_total     = op->length;
-        c->rx_state     = OTE_TCP_RX_PAYLOAD;
+        const ote_status_t ok = OTE_OK;
+
+        initiator_expect(c, h, 1, &ok);
         return;
     }
     done = ote_tcp_conn_op_pop(c);
@@ -369,7 +507,7 @@ static void target_answer(ote_tcp_conn_t *c)
 
 static void payload_done(ote_tcp_conn_t *c)
 {
-    ote_tcp_op_t done;
+    ote_status_t st[OTE_TCP_WRITEV_MAX];
 
     c->rx_state = OTE_TCP_RX_HDR;
     if (c->ep == NULL) {
@@ -377,30 +515,22 @@ static void payload_done(ote_tcp_conn_t *c)
         target_answer(c);
         return;
     }
-    done = ote_tcp_conn_op_pop(c);
-    done.comp->func(done.comp, c->rxv[0].status);
+    ote_tcp_conn_rx_regions_put(c);
+    for (size_t i = 0; i < c->rxv_n; i++)
+        st[i] = c->rxv[i].status;
+    initiator_complete(c, st, c->rxv_n);
 }
 
 /*
  * The regions we are receiving into may be deregistered between two reads;
  * then the rest of what was going to them is dropped and their requests end
  * with NOT_REGISTERED (on the target: the initiator is told), so nothing
- * lands after deregistration. The target guards the regions of its
- * references (a region found deregistered is dropped from rx_regions), the
- * initiator the region of the READ being answered.
+ * lands after deregistration. rx_regions holds the regions of rxv: on the
+ * target with a reference each (a region found deregistered is dropped),
+ * on the initiator those of the operations being answered.
  */
 static void rx_dst_begin(ote_tcp_conn_t *c)
 {
-    ote_region_t *r;
-
-    if (c->ep != NULL) {
-        r = c->ops_count ? c->ops[c->ops_head].local_region : NULL;
-        if (c->rxv[0].dst != NULL && r != NULL && !ote_mem_region_access_begin(r)) {
-            c->rxv[0].dst    = NULL;
-            c->rxv[0].status = OTE_ERR_NOT_REGISTERED;
-        }
-        return;
-    }
     for (size_t k = 0; k < c->rx_nregions; k++) {
         if (c->rx_regions[k] == NULL || ote_mem_region_access_begin(c->rx_regions[k]))
             continue;
@@ -410,21 +540,14 @@ static void rx_dst_begin(ote_tcp_conn_t *c)
                 c->rxv[i].status = OTE_ERR_NOT_REGISTERED;
             }
         }
-        ote_mem_region_put(c->rx_regions[k]);
+        if (c->ep == NULL)
+            ote_mem_region_put(c->rx_regions[k]);
         c->rx_regions[k] = NULL;
     }
 }
 
 static void rx_dst_end(ote_tcp_conn_t *c)
 {
-    ote_region_t *r;
-
-    if (c->ep != NULL) {
-        r = c->ops_count ? c->ops[c->ops_head].local_region : NULL;
-        if (c->rxv[0].dst != NULL && r != NULL)
-            ote_mem_region_access_end(r);
-        return;
-    }
     for (size_t k = 0; k < c->rx_nregions; k++) {
         if (c->rx_regions[k] != NULL)
             ote_mem_region_access_end(c->rx_regions[k]);

@@ -54,9 +54,18 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
             return OTE_ERR_PROTOCOL;
         break;
     case OTE_TCP_WRITEV:
+    case OTE_TCP_READV_REQ:
         /* The entries' own limits are checked with the table. */
         if (x.status != OTE_OK || x.addr < 2 || x.addr > OTE_TCP_WRITEV_MAX ||
             x.length < x.addr || x.length > x.addr * OTE_TCP_WRITEV_ENTRY_MAX)
+            return OTE_ERR_PROTOCOL;
+        break;
+    case OTE_TCP_READV_RESP:
+        /* The bytes of the entries read: all of them, or fewer on error. */
+        if (x.addr < 2 || x.addr > OTE_TCP_WRITEV_MAX ||
+            x.length > x.addr * OTE_TCP_WRITEV_ENTRY_MAX ||
+            (x.status == OTE_OK ? x.length < x.addr
+                                : x.length > (x.addr - 1) * OTE_TCP_WRITEV_ENTRY_MAX))
             return OTE_ERR_PROTOCOL;
         break;
     case OTE_TCP_WRITEV_ACK:
@@ -128,8 +137,10 @@ size_t ote_tcp_hdr_inline_len(const ote_tcp_hdr_t *h)
     case OTE_TCP_MAP_ACK:
         return h->status == OTE_OK ? OTE_TCP_MAP_ACK_TRAILER_LEN : 0;
     case OTE_TCP_WRITEV:
+    case OTE_TCP_READV_REQ:
         return (size_t)h->addr * OTE_TCP_WRITEV_ENTRY_LEN;
     case OTE_TCP_WRITEV_ACK:
+    case OTE_TCP_READV_RESP:
         return h->status == OTE_OK ? 0 : (size_t)h->addr * OTE_TCP_WRITEV_STATUS_LEN;
     default:
         return 0;
@@ -148,7 +159,8 @@ ote_status_t ote_tcp_vec_decode(const ote_tcp_hdr_t *h, const uint8_t *b, size_t
     size_t max = max_payload < OTE_TCP_WRITEV_ENTRY_MAX ? max_payload : OTE_TCP_WRITEV_ENTRY_MAX;
     uint64_t sum = 0;
 
-    if (h->type != OTE_TCP_WRITEV || h->addr < 2 || h->addr > OTE_TCP_WRITEV_MAX)
+    if ((h->type != OTE_TCP_WRITEV && h->type != OTE_TCP_READV_REQ) || h->addr < 2 ||
+        h->addr > OTE_TCP_WRITEV_MAX)
         return OTE_ERR_PROTOCOL;
     for (size_t i = 0; i < h->addr; i++, b += OTE_TCP_WRITEV_ENTRY_LEN) {
         out[i].addr   = ote_get_u64(b);
@@ -164,8 +176,8 @@ ote_status_t ote_tcp_vec_decode(const ote_tcp_hdr_t *h, const uint8_t *b, size_t
 ote_status_t ote_tcp_vec_status_decode(const ote_tcp_hdr_t *h, const uint8_t *b,
                                        ote_status_t *out)
 {
-    if (h->type != OTE_TCP_WRITEV_ACK || h->status == OTE_OK || h->addr < 2 ||
-        h->addr > OTE_TCP_WRITEV_MAX)
+    if ((h->type != OTE_TCP_WRITEV_ACK && h->type != OTE_TCP_READV_RESP) ||
+        h->status == OTE_OK || h->addr < 2 || h->addr > OTE_TCP_WRITEV_MAX)
         return OTE_ERR_PROTOCOL;
     for (size_t i = 0; i < h->addr; i++, b += OTE_TCP_WRITEV_STATUS_LEN) {
         int32_t s = (int32_t)ote_get_u32(b);

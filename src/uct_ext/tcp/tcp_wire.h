@@ -40,7 +40,7 @@
  * = the region) asks the peer to unmap; UNMAP_ACK (id = grant id) says it
  * did, or never held it.
  *
- * Vectored writes (tcp, where the target's HELLO_ACK sets OTE_TCP_CAP_WRITEV
+ * Vectored writes and reads (tcp, where the target's HELLO_ACK sets OTE_TCP_CAP_WRITEV
  * in addr): WRITEV carries n = addr WRITEs of consecutive requests on the
  * connection, 2 <= n <= OTE_TCP_WRITEV_MAX, id = the first request's id,
  * length = their payload bytes in all; a table of n entries (u64 addr, u64
@@ -51,6 +51,12 @@
  * requests: status OK, length = the bytes of all; or, when any entry
  * failed, the first failure's status, length 0, and a trailer of n i32
  * statuses (OTE_TCP_WRITEV_STATUS_LEN each), one per entry in table order.
+ * READV_REQ is the same for READ_REQs (the same capability, addr = n,
+ * length = the bytes asked for in all, the same table, no payload);
+ * READV_RESP (id and addr = n echoed) carries, after its header, the bytes
+ * of every entry the target could read, in table order, length = their
+ * sum: status OK when that is all of them, else the first failure's
+ * status and, before the bytes, the trailer of n statuses.
  */
 #ifndef OTE_TCP_WIRE_H
 #define OTE_TCP_WIRE_H
@@ -73,7 +79,7 @@
 #define OTE_TCP_WRITEV_ENTRY_MAX (64 * 1024) /* largest payload of one     */
 #define OTE_TCP_WRITEV_ENTRY_LEN 16         /* table entry: addr, length  */
 #define OTE_TCP_WRITEV_STATUS_LEN 4         /* WRITEV_ACK trailer: a status */
-#define OTE_TCP_CAP_WRITEV      1ull        /* HELLO_ACK addr: takes WRITEV */
+#define OTE_TCP_CAP_WRITEV      1ull        /* HELLO_ACK addr: takes WRITEV, READV_REQ */
 
 typedef enum {
     OTE_TCP_HELLO     = 1, /* initiator -> target: id = initiator instance  */
@@ -96,7 +102,9 @@ typedef enum {
     OTE_TCP_UNMAP_ACK  = 18, /* initiator: id = grant                      */
     OTE_TCP_WRITEV     = 19, /* addr = n; table of n (addr, length); data */
     OTE_TCP_WRITEV_ACK = 20, /* status, addr = n; on error n statuses      */
-    OTE_TCP_TYPE_MAX   = 20,
+    OTE_TCP_READV_REQ  = 21, /* addr = n; table of n (addr, length)        */
+    OTE_TCP_READV_RESP = 22, /* status, addr = n; [n statuses]; the bytes  */
+    OTE_TCP_TYPE_MAX   = 22,
 } ote_tcp_msg_type_t;
 
 typedef struct {
@@ -139,8 +147,8 @@ typedef struct {
 void ote_tcp_vec_entry_encode(const ote_tcp_vec_entry_t *entry, uint8_t *buf);
 
 /*
- * Decode the table of the WRITEV hdr (ote_tcp_hdr_inline_len(hdr) bytes at
- * buf) into out[hdr->addr]: each entry 1..min(max_payload,
+ * Decode the table of the WRITEV or READV_REQ hdr (ote_tcp_hdr_inline_len(hdr)
+ * bytes at buf) into out[hdr->addr]: each entry 1..min(max_payload,
  * OTE_TCP_WRITEV_ENTRY_MAX) bytes without wrapping, their sum hdr->length;
  * OTE_ERR_PROTOCOL otherwise.
  */
@@ -148,8 +156,9 @@ ote_status_t ote_tcp_vec_decode(const ote_tcp_hdr_t *hdr, const uint8_t *buf,
                                 size_t max_payload, ote_tcp_vec_entry_t *out);
 
 /*
- * The statuses of a failed WRITEV_ACK hdr (its inline bytes at buf) into
- * out[hdr->addr]: each OK or a known error; OTE_ERR_PROTOCOL otherwise.
+ * The statuses of a failed WRITEV_ACK or READV_RESP hdr (its inline bytes at
+ * buf) into out[hdr->addr]: each OK or a known error; OTE_ERR_PROTOCOL
+ * otherwise.
  */
 ote_status_t ote_tcp_vec_status_decode(const ote_tcp_hdr_t *hdr, const uint8_t *buf,
                                        ote_status_t *out);

@@ -149,6 +149,53 @@ static void test_tcp_writev(void **state)
     assert_int_equal(ote_tcp_hdr_inline_len(&h), 0);
 }
 
+/* READV_REQ: WRITEV's table and limits; READV_RESP: the bytes of the entries read. */
+static void test_tcp_readv(void **state)
+{
+    ote_tcp_vec_entry_t in[2] = {{0x1000, 100}, {0x9000, 4096}}, out[2];
+    uint8_t b[OTE_TCP_HDR_LEN], t[2 * OTE_TCP_WRITEV_ENTRY_LEN];
+    ote_tcp_hdr_t h = {.type = OTE_TCP_READV_REQ, .id = 3, .addr = 2, .length = 4196}, d;
+    ote_status_t st[2];
+
+    (void)state;
+    for (size_t i = 0; i < 2; i++)
+        ote_tcp_vec_entry_encode(&in[i], t + i * OTE_TCP_WRITEV_ENTRY_LEN);
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    assert_int_equal(ote_tcp_hdr_inline_len(&d), sizeof(t));
+    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_OK);
+    assert_memory_equal(out, in, sizeof(in));
+    d.length = 4197;
+    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_READV_REQ, .addr = 1, .length = 1};
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_READV_REQ, .status = OTE_ERR_IO, .addr = 2, .length = 2};
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    /* READV_RESP: all the bytes on success; on error fewer, and a status each. */
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_READV_RESP, .addr = 2, .length = 4196};
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    assert_int_equal(ote_tcp_hdr_inline_len(&d), 0);
+    h.length = 1;
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_READV_RESP, .status = OTE_ERR_ACCESS, .addr = 2,
+                        .length = 100};
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    assert_int_equal(ote_tcp_hdr_inline_len(&d), 2 * OTE_TCP_WRITEV_STATUS_LEN);
+    ote_put_u32(t, (uint32_t)OTE_OK);
+    ote_put_u32(t + 4, (uint32_t)OTE_ERR_ACCESS);
+    assert_int_equal(ote_tcp_vec_status_decode(&d, t, st), OTE_OK);
+    assert_int_equal(st[1], OTE_ERR_ACCESS);
+    /* An error leaves at least one entry out: at most 64 KiB less than all. */
+    h.length = OTE_TCP_WRITEV_ENTRY_MAX + 1;
+    ote_tcp_hdr_encode(&h, b);
+    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+}
+
 static void test_ctl_hdr(void **state)
 {
     ote_ctl_hdr_t h = {.type = OTE_CTL_NOTIFY, .length = 100, .seq = 7}, d;
@@ -536,6 +583,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tcp_hdr),       cmocka_unit_test(test_tcp_writev),
+        cmocka_unit_test(test_tcp_readv),
         cmocka_unit_test(test_ctl_hdr),
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),
         cmocka_unit_test(test_desc_hostile_counts), cmocka_unit_test(test_status_strings),
