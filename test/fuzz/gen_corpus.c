@@ -85,6 +85,17 @@ static void flush_encoded(const char *target, const char *name, ote_buf_t *b, ot
     flush(target, name, b);
 }
 
+/* The statuses of a failed WRITEV_ACK or READV_RESP: n entries, entry bad failed. */
+static void put_statuses(ote_buf_t *b, size_t n, size_t bad, ote_status_t status)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t st[OTE_TCP_WRITEV_STATUS_LEN];
+
+        ote_put_u32(st, (uint32_t)(i == bad ? status : OTE_OK));
+        ote_buf_put(b, st, sizeof(st));
+    }
+}
+
 static void gen_tcp_hdr(void)
 {
     ote_buf_t b = {0};
@@ -101,22 +112,12 @@ static void gen_tcp_hdr(void)
     tcp_hdr(&b, OTE_TCP_WRITEV, 0, 5, 3, 96);                 flush("tcp_hdr", "writev", &b);
     tcp_hdr(&b, OTE_TCP_WRITEV_ACK, 0, 5, 3, 96);             flush("tcp_hdr", "writev_ack", &b);
     tcp_hdr(&b, OTE_TCP_WRITEV_ACK, OTE_ERR_ACCESS, 5, 3, 0);
-    for (int i = 0; i < 3; i++) {
-        uint8_t st[OTE_TCP_WRITEV_STATUS_LEN];
-
-        ote_put_u32(st, (uint32_t)(i == 1 ? OTE_ERR_ACCESS : OTE_OK));
-        ote_buf_put(&b, st, sizeof(st));
-    }
+    put_statuses(&b, 3, 1, OTE_ERR_ACCESS);
     flush("tcp_hdr", "writev_ack_statuses", &b);
     tcp_hdr(&b, OTE_TCP_READV_REQ, 0, 6, 2, 8192);            flush("tcp_hdr", "readv_req", &b);
     tcp_hdr(&b, OTE_TCP_READV_RESP, 0, 6, 2, 8192);           flush("tcp_hdr", "readv_resp", &b);
     tcp_hdr(&b, OTE_TCP_READV_RESP, OTE_ERR_OUT_OF_BOUNDS, 6, 2, 4096);
-    for (int i = 0; i < 2; i++) {
-        uint8_t st[OTE_TCP_WRITEV_STATUS_LEN];
-
-        ote_put_u32(st, (uint32_t)(i == 0 ? OTE_ERR_OUT_OF_BOUNDS : OTE_OK));
-        ote_buf_put(&b, st, sizeof(st));
-    }
+    put_statuses(&b, 2, 0, OTE_ERR_OUT_OF_BOUNDS);
     flush("tcp_hdr", "readv_resp_statuses", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 4, 0, 64);             flush("tcp_hdr", "auth_tproof", &b);
     tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 5, 0, 32);             flush("tcp_hdr", "auth_iproof", &b);

@@ -313,41 +313,6 @@ static void initiator_complete(ote_tcp_conn_t *c, const ote_status_t *st, size_t
 }
 
 /*
- * Initiator side: a WRITEV_ACK answers the n oldest operations, WRITEs that
- * were merged into one WRITEV (the first's id, their bytes in all), with
- * one status each when any failed (trailer).
- */
-static void initiator_vec_ack(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer)
-{
-    ote_status_t st[OTE_TCP_WRITEV_MAX];
-    uint64_t sum = 0;
-
-    if (h->addr > c->ops_count) {
-        protocol_error(c, "WRITEV_ACK answers more requests than are outstanding");
-        return;
-    }
-    for (size_t i = 0; i < h->addr; i++) {
-        const ote_tcp_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
-
-        if (op->type != OTE_TCP_WRITE || (i == 0 && op->id != h->id)) {
-            protocol_error(c, "response does not match the oldest request");
-            return;
-        }
-        sum += op->length;
-        st[i] = OTE_OK;
-    }
-    if (h->status == OTE_OK && h->length != sum) {
-        protocol_error(c, "response length differs from the requests");
-        return;
-    }
-    if (h->status != OTE_OK && ote_tcp_vec_status_decode(h, trailer, st) != OTE_OK) {
-        protocol_error(c, "malformed WRITEV_ACK statuses");
-        return;
-    }
-    initiator_complete(c, st, (size_t)h->addr);
-}
-
-/*
  * Initiator side: the payload about to arrive goes to these n operations
  * (the oldest), each with its status (not OK: none of its bytes come);
  * their local regions guard the receive (rx_dst_begin), without references
@@ -382,27 +347,32 @@ static void initiator_expect(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, size_t n
 }
 
 /*
- * Initiator side: a READV_RESP answers the n oldest operations, READ_REQs
- * merged into one READV_REQ; the bytes of those read follow, in order.
+ * Initiator side: a WRITEV_ACK or READV_RESP answers the n oldest
+ * operations, the WRITEs or READ_REQs merged into one WRITEV or READV_REQ
+ * (the first one's id), with a status each when any failed (trailer). A
+ * WRITEV_ACK's length is all their bytes on success; a READV_RESP's the
+ * bytes of those read, which follow it in order.
  */
-static void initiator_readv_resp(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
+static void initiator_vec_answer(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
                                  const uint8_t *trailer)
 {
+    bool read  = h->type == OTE_TCP_READV_RESP;
+    uint8_t of = read ? OTE_TCP_READ_REQ : OTE_TCP_WRITE;
     ote_status_t st[OTE_TCP_WRITEV_MAX];
     uint64_t sum = 0;
 
     if (h->addr > c->ops_count) {
-        protocol_error(c, "READV_RESP answers more requests than are outstanding");
+        protocol_error(c, "an answer to more requests than are outstanding");
         return;
     }
     if (h->status != OTE_OK && ote_tcp_vec_status_decode(h, trailer, st) != OTE_OK) {
-        protocol_error(c, "malformed READV_RESP statuses");
+        protocol_error(c, "malformed statuses in a vector's answer");
         return;
     }
     for (size_t i = 0; i < h->addr; i++) {
         const ote_tcp_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
 
-        if (op->type != OTE_TCP_READ_REQ || (i == 0 && op->id != h->id)) {
+        if (op->type != of || (i == 0 && op->id != h->id)) {
             protocol_error(c, "response does not match the oldest request");
             return;
         }
@@ -411,15 +381,15 @@ static void initiator_readv_resp(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
         if (st[i] == OTE_OK)
             sum += op->length;
     }
-    if (h->length != sum) {
+    /* A failed WRITEV_ACK carries no length (the decoder saw to it). */
+    if ((read || h->status == OTE_OK) && h->length != sum) {
         protocol_error(c, "response length differs from the requests");
         return;
     }
-    if (h->length == 0) {
+    if (read && h->length > 0)
+        initiator_expect(c, h, (size_t)h->addr, st);
+    else
         initiator_complete(c, st, (size_t)h->addr);
-        return;
-    }
-    initiator_expect(c, h, (size_t)h->addr, st);
 }
 
 /* Initiator side: a header arrived. */
@@ -442,12 +412,8 @@ static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ui
         c->iface->initiator_hook(c, h, trailer);
         return;
     }
-    if (!by_ref && h->type == OTE_TCP_WRITEV_ACK) {
-        initiator_vec_ack(c, h, trailer);
-        return;
-    }
-    if (!by_ref && h->type == OTE_TCP_READV_RESP) {
-        initiator_readv_resp(c, h, trailer);
+    if (!by_ref && (h->type == OTE_TCP_WRITEV_ACK || h->type == OTE_TCP_READV_RESP)) {
+        initiator_vec_answer(c, h, trailer);
         return;
     }
     if (by_ref ? h->type != OTE_TCP_REF_ACK
