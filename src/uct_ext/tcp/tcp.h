@@ -301,7 +301,7 @@ void          ote_tcp_conn_set_rx_paused(ote_tcp_conn_t *c, bool on);
 ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *conn, const ote_tcp_op_t *op);
 void         ote_tcp_conn_flush(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_rx(ote_tcp_conn_t *conn);
-/* Target side: drop the references on the regions a payload was going to. */
+/* Forget the regions a payload was going to (the target drops its references on them). */
 void         ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd);
 

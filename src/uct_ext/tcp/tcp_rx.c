@@ -112,7 +112,6 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
     c->rx_state = OTE_TCP_RX_HANDSHAKE;
 }
 
-/* Target side: a header arrived (with its payload, for handshake messages). */
 void ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *c)
 {
     for (size_t i = 0; i < c->rx_nregions && c->ep == NULL; i++) {
@@ -199,12 +198,13 @@ static void target_readv(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tc
     else
         status = ote_tcp_conn_tx_push_long(c, &resp, st, n * OTE_TCP_WRITEV_STATUS_LEN);
     for (i = 0; i < n && status == OTE_OK; i++) {
-        if (r[i] != NULL)
-            status = ote_tcp_conn_tx_push_data(c, (const void *)(uintptr_t)v[i].addr,
-                                               (size_t)v[i].length, r[i]);
+        if (r[i] != NULL &&
+            (status = ote_tcp_conn_tx_push_data(c, (const void *)(uintptr_t)v[i].addr,
+                                                (size_t)v[i].length, r[i])) != OTE_OK)
+            break;
     }
     if (status != OTE_OK) {
-        /* The references not handed to a queued message are dropped here. */
+        /* The references not handed to a queued message (r[i] on) are dropped here. */
         for (; i < n; i++) {
             if (r[i] != NULL)
                 ote_mem_region_put(r[i]);
@@ -213,6 +213,10 @@ static void target_readv(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tc
     }
 }
 
+/*
+ * Target side: a header arrived (with its payload, for handshake messages;
+ * with its table, for WRITEV and READV_REQ).
+ */
 static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
 {
     ote_tcp_iface_t *iface = c->iface;
