@@ -5,7 +5,7 @@
  * sleeps on the ifaces' event fds, unless an iface reports (event_arm) work
  * it cannot signal through an fd, such as copies UCT cma still holds, or
  * answers worth polling for (a same-host cma peer that keeps answering).
- * While tasks are in flight the sleep ends every TIMEOUT_CHECK_NS to fail
+ * While tasks are in flight the sleep ends every OTE_WORKER_TIMEOUT_CHECK_NS to fail
  * operations past OTE_XFER_TIMEOUT_MS, and for OTE_HANDSHAKE_TIMEOUT_MS
  * after the last event (a connection accepted then must be closed if its
  * handshake never ends), and while an iface has answers its peer does not
@@ -13,8 +13,10 @@
  * no timer at all, so an idle engine's workers use no CPU.
  *
  * Threads that wait (ote_batch_wait) progress the workers themselves, as
- * UCX's callers do with ucp_worker_progress: they take a worker's lock when
- * it is free and run its rounds, polling while answers come fast. A worker
+ * UCX's callers do with ucp_worker_progress (worker_wait.c): they take a
+ * worker's lock when it is free and run its rounds, polling while answers
+ * come fast; slices their rounds queue are posted by them, not handed to
+ * the worker thread one by one (ote_worker_queue). A worker
  * thread woken by events while such a caller is registered leaves them to
  * it and parks: it sleeps on its wake-up fd alone, so that the answers
  * the callers take wake no second thread, and looks every OTE_POLL_PARK_US
@@ -41,9 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TIMEOUT_CHECK_NS (100ull * 1000 * 1000)
 #define YIELD_NS         (1000ull * 1000)
-
 
 static char wake_tag;
 
@@ -67,28 +67,35 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
     pthread_mutex_init(&w->lock, NULL);
     pthread_mutex_init(&w->qlock, NULL);
     pthread_mutex_init(&w->progress_lock, NULL);
-    w->next_timeout = ote_time_ns() + TIMEOUT_CHECK_NS;
+    w->next_timeout = ote_time_ns() + OTE_WORKER_TIMEOUT_CHECK_NS;
     return OTE_OK;
 }
 
 static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all);
 static unsigned worker_progress(ote_worker_t *w);
-static bool     worker_arm(ote_worker_t *w, int *cap_ms_p);
 static void     worker_check_timeouts(ote_worker_t *w);
+static bool     worker_queued(ote_worker_t *w);
+
+/* The worker whose round this thread runs (its lock held); NULL outside rounds. */
+static OTE_THREAD_LOCAL ote_worker_t *round_worker;
 
 /* One round (lock held): post what is queued, progress the ifaces, check timeouts when due. */
-static unsigned worker_round(ote_worker_t *w)
+unsigned ote_worker_round(ote_worker_t *w)
 {
-    uint64_t outer = ote_round_begin();
-    unsigned n     = worker_drain_queue(w, false);
+    ote_worker_t *outer_worker = round_worker;
+    uint64_t outer             = ote_round_begin();
+    unsigned n;
     uint64_t now;
 
+    round_worker = w;
+    n            = worker_drain_queue(w, false);
     n += worker_progress(w);
+    round_worker = outer_worker;
     ote_round_end(outer);
     now = ote_time_ns();
     if (now >= w->next_timeout) {
         worker_check_timeouts(w);
-        w->next_timeout = now + TIMEOUT_CHECK_NS;
+        w->next_timeout = now + OTE_WORKER_TIMEOUT_CHECK_NS;
     }
     return n;
 }
@@ -104,7 +111,7 @@ static unsigned worker_round(ote_worker_t *w)
  */
 #define WORKER_YIELD_EVERY 4
 
-static void worker_pause(void)
+void ote_worker_pause(void)
 {
     static OTE_THREAD_LOCAL unsigned n;
 
@@ -114,7 +121,7 @@ static void worker_pause(void)
         ote_cpu_relax();
 }
 
-static void worker_wake(ote_worker_t *w)
+void ote_worker_wake(ote_worker_t *w)
 {
     uint64_t one = 1;
 
@@ -136,17 +143,24 @@ static bool wake_wait(ote_worker_t *w, uint64_t ns)
 }
 
 /*
- * After progress from another thread (lock held): work that no event fd
- * will announce (UCT cma copies still queued) needs the worker awake.
+ * After progress from another thread (lock held): slices its last round
+ * queued (ote_worker_queue did not wake the thread for them) are posted
+ * now, and what is still queued, or work that no event fd will announce
+ * (UCT cma copies still queued), needs the worker awake.
  */
-static void worker_hand_back(ote_worker_t *w)
+void ote_worker_hand_back(ote_worker_t *w)
 {
-    int cap_ms = -1;
+    int cap_ms  = -1;
+    bool queued = worker_queued(w);
 
+    if (queued) {
+        ote_worker_round(w);
+        queued = worker_queued(w);
+    }
     atomic_store_explicit(&w->active_ns, ote_time_ns(), memory_order_relaxed);
     /* A parked thread looks again within its park interval (worker_park). */
-    if ((worker_arm(w, &cap_ms) || cap_ms >= 0) && !atomic_load(&w->parked))
-        worker_wake(w);
+    if (queued || ((ote_worker_arm(w, &cap_ms) || cap_ms >= 0) && !atomic_load(&w->parked)))
+        ote_worker_wake(w);
 }
 
 /*
@@ -154,7 +168,7 @@ static void worker_hand_back(ote_worker_t *w)
  * without waiting inside the mutex: the thread holding it would then have
  * to wake it as it unlocks, a system call on the path of every caller that
  * posts or progresses from its own thread. It waits on its wake-up fd
- * instead, which every hand-over of work writes (worker_hand_back,
+ * instead, which every hand-over of work writes (ote_worker_hand_back,
  * worker_leave, ote_worker_post), and tries again soon after one (the
  * holder may be done), else at least every WORKER_RELOCK_MAX_NS.
  */
@@ -198,201 +212,29 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
     direct = pthread_mutex_trylock(&w->lock) == 0;
     worker_enqueue(w, head, tail);
     if (direct) {
-        uint64_t outer = ote_round_begin();
-
-        worker_drain_queue(w, false);
-        worker_progress(w);
-        ote_round_end(outer);
-        worker_hand_back(w);
+        ote_worker_round(w);
+        ote_worker_hand_back(w);
         pthread_mutex_unlock(&w->lock);
         /* A worker asleep without a timer must now watch the timeouts. */
         if (atomic_exchange(&w->idle_sleep, false))
-            worker_wake(w);
+            ote_worker_wake(w);
         return;
     }
     /* Without worker threads a caller may sleep on the workers' fds. */
     if (atomic_load(&w->sleeping) || !w->engine->config.progress_thread)
-        worker_wake(w);
+        ote_worker_wake(w);
 }
 
 void ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
     worker_enqueue(w, head, tail);
-    if (atomic_load(&w->sleeping))
-        worker_wake(w);
-}
-
-bool ote_worker_try_progress(ote_worker_t *w)
-{
-    if (pthread_mutex_trylock(&w->lock) != 0)
-        return false;
-    worker_round(w);
-    worker_hand_back(w);
-    pthread_mutex_unlock(&w->lock);
-    return true;
-}
-
-ote_status_t ote_engine_progress(ote_engine_h engine)
-{
-    bool any = false;
-
-    if (engine == NULL)
-        return OTE_ERR_INVALID_PARAM;
-    for (size_t i = 0; i < engine->num_workers; i++)
-        any |= ote_worker_try_progress(&engine->workers[i]);
-    return any ? OTE_OK : OTE_ERR_BUSY;
-}
-
-/* How long a waiter polls before it sleeps: twice the recent waits, when they are short. */
-static uint64_t wait_budget_ns(ote_engine_h e)
-{
-    uint64_t grace = (uint64_t)e->config.poll_grace_us * 1000ull;
-    uint64_t max   = (uint64_t)e->config.poll_spin_max_us * 1000ull;
-    uint64_t recent = atomic_load_explicit(&e->wait_ns, memory_order_relaxed);
-    uint64_t b      = 2 * recent;
-
-    if (recent > max)
-        return grace;
-    if (b > max)
-        b = max;
-    return b > grace ? b : grace;
-}
-
-void ote_engine_wait_note(ote_engine_h e, uint64_t ns)
-{
-    uint64_t cap    = 4 * (uint64_t)e->config.poll_spin_max_us * 1000ull;
-    uint64_t recent = atomic_load_explicit(&e->wait_ns, memory_order_relaxed);
-
-    if (ns > cap)
-        ns = cap;
-    atomic_store_explicit(&e->wait_ns, (3 * recent + ns) / 4, memory_order_relaxed);
-}
-
-/*
- * A caller stops progressing w. Events the worker thread left to callers
- * since the caller's last round began (missed moved past gen) are
- * progressed here, or handed to the worker thread when another thread
- * holds the lock or something is left.
- */
-static void worker_leave(ote_worker_t *w, uint64_t gen, bool progressed, bool done)
-{
     /*
-     * A caller whose task ended returns to its application, which is
-     * likely to submit and wait again at once: a parked worker thread is
-     * left parked (it looks again within its park interval). One that
-     * stops polling before the end leaves the rest to the worker thread.
+     * Queued from w's own round (a completion freed a rail's room): this
+     * thread posts them in its next round or as it lets go of w
+     * (ote_worker_hand_back), without a system call per completion.
      */
-    if (!done)
-        atomic_store(&w->handoff, true);
-    if (atomic_fetch_sub(&w->callers, 1) == 1 && atomic_load(&w->handoff) &&
-        atomic_exchange(&w->handoff, false) && atomic_load(&w->parked))
-        worker_wake(w);
-    if (atomic_load(&w->missed) == gen) {
-        if (progressed && pthread_mutex_trylock(&w->lock) == 0) {
-            worker_hand_back(w);
-            pthread_mutex_unlock(&w->lock);
-        }
-        return;
-    }
-    if (pthread_mutex_trylock(&w->lock) != 0) {
-        worker_wake(w);
-        return;
-    }
-    if (worker_round(w) != 0)
-        worker_wake(w);
-    else
-        worker_hand_back(w);
-    pthread_mutex_unlock(&w->lock);
-}
-
-/*
- * Without worker threads: arm every worker's ifaces, as a worker thread
- * does before it sleeps (its rounds may have turned an iface's events
- * off), then sleep until a worker's fd fires, at most until deadline_ns.
- * No sleep when an iface still has work.
- */
-static void engine_poll_sleep(ote_engine_h e, uint64_t now, uint64_t deadline_ns)
-{
-    struct epoll_event ev[8];
-    uint64_t wait_ns = TIMEOUT_CHECK_NS;
-    int cap_ms       = -1;
-
-    for (size_t i = 0; i < e->num_workers; i++) {
-        ote_worker_t *w = &e->workers[i];
-        bool busy;
-
-        if (pthread_mutex_trylock(&w->lock) != 0)
-            continue;
-        busy = worker_arm(w, &cap_ms);
-        pthread_mutex_unlock(&w->lock);
-        if (busy)
-            return;
-    }
-    if (cap_ms >= 0 && (uint64_t)cap_ms * 1000000ull < wait_ns)
-        wait_ns = (uint64_t)cap_ms * 1000000ull;
-
-    if (deadline_ns != 0 && deadline_ns - now < wait_ns)
-        wait_ns = deadline_ns - now;
-    (void)epoll_wait(e->poll_epfd, ev, 8, (int)((wait_ns + 999999) / 1000000));
-    for (size_t i = 0; i < e->num_workers; i++) {
-        uint64_t v;
-
-        (void)!read(e->workers[i].wake_fd, &v, sizeof(v));
-    }
-}
-
-bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadline_ns)
-{
-    size_t nw = e->num_workers;
-    uint64_t gen[OTE_MAX_WORKERS];
-    bool progressed[OTE_MAX_WORKERS];
-    uint64_t budget = wait_budget_ns(e);
-    uint64_t last   = ote_time_ns();
-    bool done       = false;
-
-    for (size_t i = 0; i < nw; i++) {
-        atomic_fetch_add(&e->workers[i].callers, 1);
-        gen[i]        = atomic_load(&e->workers[i].missed);
-        progressed[i] = false;
-    }
-    for (;;) {
-        unsigned n = 0;
-        uint64_t now;
-
-        for (size_t i = 0; i < nw; i++) {
-            ote_worker_t *w = &e->workers[i];
-
-            if (pthread_mutex_trylock(&w->lock) != 0)
-                continue;
-            gen[i] = atomic_load(&w->missed);
-            n += worker_round(w);
-            progressed[i] = true;
-            pthread_mutex_unlock(&w->lock);
-        }
-        if (atomic_load(pending) == 0) {
-            done = true;
-            break;
-        }
-        now = ote_time_ns();
-        if (deadline_ns != 0 && now >= deadline_ns)
-            break;
-        if (n != 0) {
-            last = now;
-            continue;
-        }
-        if (now - last < budget) {
-            worker_pause();
-            continue;
-        }
-        /* Answers do not come fast: sleep, while the worker threads progress. */
-        if (e->config.progress_thread)
-            break;
-        engine_poll_sleep(e, now, deadline_ns);
-        last = ote_time_ns();
-    }
-    for (size_t i = 0; i < nw; i++)
-        worker_leave(&e->workers[i], gen[i], progressed[i], done);
-    return done;
+    if (round_worker != w && atomic_load(&w->sleeping))
+        ote_worker_wake(w);
 }
 
 /*
@@ -478,7 +320,7 @@ void ote_worker_progress_unregister(ote_worker_t *w, int id)
  * progress (then the worker must not sleep). *cap_ms_p bounds the sleep
  * when an iface can only be polled.
  */
-static bool worker_arm(ote_worker_t *w, int *cap_ms_p)
+bool ote_worker_arm(ote_worker_t *w, int *cap_ms_p)
 {
     bool busy = false;
 
@@ -619,12 +461,12 @@ static void *worker_main(void *arg)
     bool woke             = false;
     /* After this long without events, nothing of a transport's own can be due. */
     uint64_t idle_ns = (uint64_t)w->engine->config.handshake_timeout_ms * 1000000ull +
-                       2 * TIMEOUT_CHECK_NS;
+                       2 * OTE_WORKER_TIMEOUT_CHECK_NS;
 
     pthread_mutex_lock(&w->lock);
     w->event_gap_ns = max_ns + 1;
     while (!atomic_load(&w->stop)) {
-        unsigned events = worker_round(w);
+        unsigned events = ote_worker_round(w);
         int cap_ms      = -1;
         uint64_t now;
 
@@ -674,14 +516,14 @@ static void *worker_main(void *arg)
         }
         /* A wake-up that found nothing (a caller took the events): sleep again at once. */
         if (!woke && now - last_event < worker_spin_ns(w, grace_ns, max_ns)) {
-            worker_pause();
+            ote_worker_pause();
             continue;
         }
 
         /* Sleep until an iface has work, a submitter wakes us, or a timer is due. */
         atomic_store(&w->sleeping, true);
         events = worker_queued(w);
-        if (!events && worker_arm(w, &cap_ms)) {
+        if (!events && ote_worker_arm(w, &cap_ms)) {
             /* Work an iface cannot signal: poll on, but stay interruptible. */
             atomic_store(&w->sleeping, false);
             continue;
@@ -767,7 +609,7 @@ ote_status_t ote_worker_iface_add(ote_worker_t *w, ote_tl_iface_t *iface)
     w->ifaces[n]  = iface;
     w->num_ifaces = n + 1; /* after the entry: readers without the lock see it whole */
     pthread_mutex_unlock(&w->lock);
-    worker_wake(w);
+    ote_worker_wake(w);
     return OTE_OK;
 }
 
@@ -775,7 +617,7 @@ void ote_worker_stop(ote_worker_t *w)
 {
     if (w->started) {
         atomic_store(&w->stop, true);
-        worker_wake(w);
+        ote_worker_wake(w);
         pthread_join(w->thread, NULL);
         w->started = false;
     }

@@ -85,6 +85,25 @@ ote_status_t ote_worker_progress_register(ote_worker_t *w, ote_proto_progress_cb
  * holds w's lock (or the worker stopped), one may still be running.
  */
 void         ote_worker_progress_unregister(ote_worker_t *w, int id);
+/* How often a sleeping worker with tasks in flight wakes to check their timeouts. */
+#define OTE_WORKER_TIMEOUT_CHECK_NS (100ull * 1000 * 1000)
+/* One round of w (lock held): post what is queued, progress the ifaces, check timeouts when due. */
+unsigned     ote_worker_round(ote_worker_t *w);
+/* Between polling rounds that found nothing: pause the core, every few rounds yield it. */
+void         ote_worker_pause(void);
+/* Write w's wake-up fd. */
+void         ote_worker_wake(ote_worker_t *w);
+/*
+ * After progress from a thread other than w's (lock held): post what its
+ * rounds queued, and wake the worker thread for what is left.
+ */
+void         ote_worker_hand_back(ote_worker_t *w);
+/*
+ * Before sleeping: arm every iface; true when one still has work to
+ * progress. *cap_ms_p bounds the sleep when an iface can only be polled.
+ */
+bool         ote_worker_arm(ote_worker_t *w, int *cap_ms_p);
+/* worker_wait.c: progress from the callers' threads. */
 /* Progress w from the calling thread if its worker is idle; false if busy. */
 bool         ote_worker_try_progress(ote_worker_t *w);
 /*
