@@ -249,98 +249,6 @@ typedef struct {
     ote_slice_t *head, *tail;
 } slice_chain_t;
 
-/*
- * What the peer's descriptor says of [addr, addr+len) for an access: OK
- * when a region covers it with the access, else the status a checking
- * target would answer (NOT_REGISTERED, OUT_OF_BOUNDS, ACCESS).
- */
-static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t len,
-                                     unsigned access)
-{
-    ote_status_t best = OTE_ERR_NOT_REGISTERED;
-    size_t lo = ote_desc_regions_upto(d, addr);
-
-    for (size_t i = lo; i-- > 0 && lo - i <= 64;) {
-        const ote_desc_region_t *reg = &d->regions[i];
-
-        if (addr - reg->addr >= reg->length)
-            continue;
-        if (reg->length - (addr - reg->addr) < len) {
-            if (best == OTE_ERR_NOT_REGISTERED)
-                best = OTE_ERR_OUT_OF_BOUNDS;
-            continue;
-        }
-        if ((reg->access & access) == access)
-            return OTE_OK;
-        best = OTE_ERR_ACCESS;
-    }
-    return best;
-}
-
-/*
- * Transports that do not check accesses at the target (UCT's) may only be
- * given ranges the peer published with the needed access. An unknown range
- * gets one descriptor refresh (the peer may have registered it since).
- */
-static ote_status_t remote_range_check(ote_segment_h seg, const ote_xfer_req_t *r,
-                                       bool putback)
-{
-    /* A PUTBACK's destination: the peer named it in its request; registered is enough. */
-    unsigned access = putback                ? 0
-                      : r->op == OTE_OP_WRITE ? OTE_ACCESS_REMOTE_WRITE
-                                              : OTE_ACCESS_REMOTE_READ;
-    ote_status_t status;
-
-    for (int pass = 0;; pass++) {
-        pthread_mutex_lock(&seg->lock);
-        status = seg->desc != NULL
-                     ? desc_range_check(seg->desc, r->remote_addr, r->length, access)
-                     : OTE_ERR_NOT_REGISTERED;
-        pthread_mutex_unlock(&seg->lock);
-        if (status == OTE_OK || pass == 1 ||
-            (status != OTE_ERR_NOT_REGISTERED && status != OTE_ERR_OUT_OF_BOUNDS))
-            break;
-        if (ote_segment_refresh(seg) != OTE_OK)
-            break;
-    }
-    if (status != OTE_OK)
-        ote_debug("submit: %s %#llx+%zu on %s: %s", r->op == OTE_OP_WRITE ? "write" : "read",
-                  (unsigned long long)r->remote_addr, r->length, seg->name,
-                  ote_status_string(status));
-    return status;
-}
-
-/* The arguments alone: requests well formed, their bytes counted. */
-static ote_status_t submit_validate(const ote_xfer_req_t *reqs, size_t count, const void *msg,
-                                    size_t msg_len, size_t *bytes_p)
-{
-    size_t bytes = 0;
-
-    if (reqs == NULL || count == 0)
-        return OTE_ERR_INVALID_PARAM;
-    for (size_t i = 0; i < count; i++) {
-        const ote_xfer_req_t *r = &reqs[i];
-
-        if (r->segment == NULL || r->length == 0 || r->local_addr == NULL ||
-            (r->op != OTE_OP_READ && r->op != OTE_OP_WRITE) ||
-            r->remote_addr + r->length < r->remote_addr || bytes + r->length < bytes)
-            return OTE_ERR_INVALID_PARAM;
-        bytes += r->length;
-        /* A notification goes to one peer: every request must target it. */
-        if (msg != NULL && r->segment != reqs[0].segment)
-            return OTE_ERR_INVALID_PARAM;
-    }
-    if (msg != NULL && msg_len > OTE_NOTIFY_MAX)
-        return OTE_ERR_INVALID_PARAM;
-    if (msg != NULL && reqs[0].segment->file != NULL) {
-        ote_error("segment '%s': a file segment has no peer to notify; nothing submitted",
-                  reqs[0].segment->name);
-        return OTE_ERR_UNSUPPORTED;
-    }
-    *bytes_p = bytes;
-    return OTE_OK;
-}
-
 static ote_notify_group_t *notify_group_new(ote_batch_h b, const ote_xfer_req_t *reqs,
                                             size_t count, const void *msg, size_t msg_len)
 {
@@ -357,37 +265,6 @@ static ote_notify_group_t *notify_group_new(ote_batch_h b, const ote_xfer_req_t 
     g->length  = msg_len;
     memcpy(g->data, msg, msg_len);
     return g;
-}
-
-/*
- * What may talk to the peer, before any lock of the batch is taken (other
- * threads keep reading statuses): connections a timeout reset are made
- * again (a peer found restarted marks the segment stale, refused at
- * preparation); over transports that do not check at the target, each
- * remote range is checked against the peer's descriptor (refused[i]).
- */
-static void submit_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
-                               bool putback, ote_status_t *refused)
-{
-    ote_segment_h last = NULL; /* the segment of the run unchecked is for */
-    bool unchecked     = false;
-
-    for (size_t i = 0; i < count; i++) {
-        ote_segment_h seg = reqs[i].segment;
-
-        refused[i] = OTE_OK;
-        if (atomic_load(&seg->closed) || seg->engine != e)
-            continue; /* refused at preparation, with the whole call */
-        if (seg != last) {
-            last = seg;
-            (void)ote_segment_repair(seg);
-            pthread_mutex_lock(&seg->lock);
-            unchecked = ote_proto_rails_unchecked(&seg->rail_set);
-            pthread_mutex_unlock(&seg->lock);
-        }
-        if (unchecked)
-            refused[i] = remote_range_check(seg, &reqs[i], putback);
-    }
 }
 
 /* Drop what task_prepare took. */
@@ -409,10 +286,45 @@ static void task_unprepare(ote_task_t *t)
  * one generation of the rails).
  */
 typedef struct {
-    ote_region_t         *local_region;
-    ote_proto_plan_memo_t memo;
-    uint32_t              memo_gen;
+    ote_region_t            *local_region;
+    ote_proto_plan_memo_t    memo;
+    uint32_t                 memo_gen;
+    const ote_desc_t        *desc; /* the descriptor rreg is in */
+    const ote_desc_region_t *rreg; /* the peer's region of the last request */
+    ote_proto_remote_t       remote;
 } submit_ctx_t;
+
+/*
+ * The peer's region that ote_desc_find_region gives for [addr, addr+len)
+ * (seg->lock held): the last request's when it covers the range and no
+ * region of the descriptor starts between the two (the search would find
+ * that one first), without the search.
+ */
+static const ote_desc_region_t *remote_region(ote_segment_h seg, uint64_t addr, size_t len,
+                                              submit_ctx_t *ctx)
+{
+    const ote_desc_t *d           = seg->desc;
+    const ote_desc_region_t *rreg = ctx->rreg;
+
+    if (d == NULL)
+        return NULL;
+    if (ctx->desc == d && rreg != NULL && addr >= rreg->addr && len <= rreg->length &&
+        addr - rreg->addr <= rreg->length - len &&
+        (rreg + 1 == d->regions + d->num_regions || rreg[1].addr > addr))
+        return rreg;
+    rreg = ote_desc_find_region(d, addr, len);
+    if (rreg != NULL) {
+        ctx->desc   = d;
+        ctx->rreg   = rreg;
+        ctx->remote = (ote_proto_remote_t){
+            .published = true,
+            .mem_type  = strncmp(rreg->location, "cuda", 4) == 0 ? OTE_MEM_TYPE_CUDA
+                                                                 : OTE_MEM_TYPE_HOST,
+            .rkeys     = rreg->rkeys,
+            .num_rkeys = rreg->num_rkeys};
+    }
+    return rreg;
+}
 
 /*
  * Prepare task t for request r (batch lock held): the local range, and the
@@ -456,15 +368,9 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
                                 .local_region = t->local_region, .remote = r->remote_addr,
                                 .length = r->length};
         pthread_mutex_lock(&seg->lock);
-        rreg = seg->desc ? ote_desc_find_region(seg->desc, r->remote_addr, r->length) : NULL;
-        if (rreg != NULL) {
-            remote = (ote_proto_remote_t){
-                .published = true,
-                .mem_type  = strncmp(rreg->location, "cuda", 4) == 0 ? OTE_MEM_TYPE_CUDA
-                                                                     : OTE_MEM_TYPE_HOST,
-                .rkeys     = rreg->rkeys,
-                .num_rkeys = rreg->num_rkeys};
-        }
+        rreg = remote_region(seg, r->remote_addr, r->length, ctx);
+        if (rreg != NULL)
+            remote = ctx->remote;
         t->route.gen = atomic_load(&seg->rails_gen);
         if (ctx->memo_gen != t->route.gen)
             ctx->memo.valid = false;
@@ -562,7 +468,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
 
     if (first_task_p == NULL)
         return OTE_ERR_INVALID_PARAM;
-    status = submit_validate(reqs, count, msg, msg_len, &bytes);
+    status = ote_batch_submit_validate(reqs, count, msg, msg_len, &bytes);
     if (status != OTE_OK)
         return status;
     if (msg != NULL && (group = notify_group_new(b, reqs, count, msg, msg_len)) == NULL)
@@ -572,7 +478,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         status = OTE_ERR_NO_MEMORY;
         goto out;
     }
-    submit_peer_checks(e, reqs, count, putback, refused);
+    ote_batch_peer_checks(e, reqs, count, putback, refused);
 
     /* Admission first (it may wait), then the batch's room under its lock. */
     status = ote_admission_reserve(e, count, bytes);
@@ -589,6 +495,8 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     ctx.local_region = NULL;
     ctx.memo.valid   = false;
     ctx.memo_gen     = 0;
+    ctx.desc         = NULL;
+    ctx.rreg         = NULL;
     for (ready = 0; ready < count; ready++) {
         status = task_prepare(b, &b->tasks[first + ready], &reqs[ready], refused[ready], group,
                               &ctx);

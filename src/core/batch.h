@@ -72,6 +72,19 @@ void ote_batch_notify_end(ote_notify_group_t *group, ote_status_t status);
 /* batch.c: release the batches the user still holds (engine destroy). */
 void ote_batch_release_all(ote_engine_h engine);
 
+/* batch_check.c. The arguments alone: requests well formed, their bytes counted. */
+ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
+                                       const void *msg, size_t msg_len, size_t *bytes_p);
+/*
+ * What may talk to the peer, before any lock of the batch is taken (other
+ * threads keep reading statuses): connections a timeout reset are made
+ * again (a peer found restarted marks the segment stale, refused at
+ * preparation); over transports that do not check at the target, each
+ * remote range is checked against the peer's descriptor (refused[i]).
+ */
+void         ote_batch_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
+                                   bool putback, ote_status_t *refused);
+
 /* admission.c */
 /*
  * Reserve room for tasks and bytes in flight, or BUSY with nothing taken

@@ -239,7 +239,8 @@ static bool memo_matches(const ote_proto_plan_memo_t *m, const ote_rail_set_t *a
 {
     if (!m->valid || m->num != all->num_rails || m->op != req->op ||
         m->local_mem != req->local_region->mem_type || m->remote_mem != remote_mem ||
-        strcmp(m->location, req->local_region->location) != 0)
+        (m->local_region != req->local_region &&
+         strcmp(m->location, req->local_region->location) != 0))
         return false;
     for (size_t i = 0; i < m->num; i++) {
         if (m->in[i] != all->rails[i] || ((m->live >> i) & 1) != (all->rails[i]->ep != NULL))
@@ -256,7 +257,12 @@ static ote_status_t plan_rails(const ote_rail_set_t *all, const ote_proto_req_t 
     ote_status_t status;
 
     if (m != NULL && memo_matches(m, all, req, remote_mem)) {
-        *rails = m->rails;
+        /* The rails in use only: the set is sized for OTE_PROTO_MAX_RAILS. */
+        rails->num_rails = m->rails.num_rails;
+        for (size_t i = 0; i < rails->num_rails; i++) {
+            rails->rails[i]  = m->rails.rails[i];
+            rails->weight[i] = m->rails.weight[i];
+        }
         return m->status;
     }
     status = ote_proto_rails_select(all, req->op, req->local_region->mem_type, remote_mem,
@@ -264,14 +270,15 @@ static ote_status_t plan_rails(const ote_rail_set_t *all, const ote_proto_req_t 
     if (status == OTE_OK)
         ote_proto_rails_rank(rails, req->local_region->location);
     if (m != NULL && all->num_rails <= OTE_PROTO_MAX_RAILS) {
-        m->valid      = true;
-        m->num        = all->num_rails;
-        m->live       = 0;
-        m->op         = req->op;
-        m->local_mem  = req->local_region->mem_type;
-        m->remote_mem = remote_mem;
-        m->status     = status;
-        m->rails      = *rails;
+        m->valid        = true;
+        m->num          = all->num_rails;
+        m->live         = 0;
+        m->op           = req->op;
+        m->local_mem    = req->local_region->mem_type;
+        m->remote_mem   = remote_mem;
+        m->local_region = req->local_region;
+        m->status       = status;
+        m->rails        = *rails;
         snprintf(m->location, sizeof(m->location), "%s", req->local_region->location);
         for (size_t i = 0; i < m->num; i++) {
             m->in[i] = all->rails[i];
@@ -287,17 +294,17 @@ ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *re
                             ote_slice_t *inline_slice, ote_slice_t **slices_p,
                             size_t *count_p)
 {
-    ote_rail_set_t rails;
+    const ote_rail_set_t *rails = &route->rails;
     ote_slice_t *slices;
     ote_status_t status;
     size_t n;
 
-    status = plan_rails(all, req, remote->mem_type, memo, &rails);
+    status = plan_rails(all, req, remote->mem_type, memo, &route->rails);
     if (status != OTE_OK)
         return status;
     if (!remote->published) {
-        for (size_t k = 0; k < rails.num_rails; k++) {
-            if (rails.rails[k]->caps.max_msg && req->length > rails.rails[k]->caps.max_msg) {
+        for (size_t k = 0; k < rails->num_rails; k++) {
+            if (rails->rails[k]->caps.max_msg && req->length > rails->rails[k]->caps.max_msg) {
                 ote_debug("plan: %#llx+%zu is in no region the peer published and is too "
                           "large to be checked whole; refresh the segment",
                           (unsigned long long)req->remote, req->length);
@@ -306,7 +313,7 @@ ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *re
         }
         n = 1;
     } else {
-        n = ote_proto_slice_count(&rails, req->length, slice_size);
+        n = ote_proto_slice_count(rails, req->length, slice_size);
     }
     if (n == 1) {
         slices = inline_slice;
@@ -316,7 +323,6 @@ ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *re
         if (slices == NULL)
             return OTE_ERR_NO_MEMORY;
     }
-    route->rails     = rails;
     route->rkeys     = remote->rkeys;
     route->num_rkeys = remote->num_rkeys;
     ote_proto_slice_plan(req->op, req->local, req->remote, req->length, n, slices);

@@ -215,7 +215,9 @@ typedef struct {
  * the same op, memory types and local location) takes the same choice
  * without making it again. Zero it before the first request; the caller
  * clears valid where rails may have been built again in place (a new
- * generation of them).
+ * generation of them), and keeps the local region of the last request
+ * planned alive while it uses the memo (it is compared by address before
+ * its location is).
  */
 typedef struct {
     bool           valid;
@@ -224,6 +226,7 @@ typedef struct {
     uint32_t       live; /* bit i: in[i] had its ep */
     ote_op_t       op;
     unsigned       local_mem, remote_mem;
+    const void    *local_region; /* where location was read from */
     char           location[OTE_MEM_LOCATION_MAX];
     ote_status_t   status;
     ote_rail_set_t rails;
