@@ -32,6 +32,7 @@ cma_kv_write|-x cma -t kv_write --kv 32:64 -s 16k --region 64m|3
 shm_write_1m_x8|-x shm -t write_bw -s 1m -b 8|3
 shm_kv_write|-x shm -t kv_write --kv 32:64 -s 16k --region 64m|3
 tcp_kv_write|-x tcp -t kv_write --kv 32:64 -s 16k --region 64m|3
+tcp_kv_read|-x tcp -t kv_read --kv 32:64 -s 16k --region 64m|3
 tcp_write_lat_8b_p50_us|-x tcp -t write_lat -s 8|5
 tcp_read_lat_8b_p50_us|-x tcp -t read_lat -s 8|5
 cma_write_lat_8b_p50_us|-x cma -t write_lat -s 8|5

@@ -102,6 +102,8 @@ shapes="4k:4096:128 64k:65536:32 1m:1048576:8 kv:16384:2048"
 ote_run() { # PEER TLS KEY args...: one ote_perftest --loopback, its JSON read
     peer=$1 tls=$2 key=$3
     shift 3
+    # shellcheck disable=SC2086 # ote_extra: options of the peer, split
+    set -- ${ote_extra:-} "$@"
     cmd "$key" "$peer" "ote_perftest --loopback -q -x $tls $*"
     rm -f "$tmp/ote.json"
     if tmo "$pt" --loopback -q -x "$tls" "$@" --json "$tmp/ote.json" >/dev/null 2>"$tmp/err"; then
@@ -113,8 +115,8 @@ print(r["lat_p50_us"], r["lat_p99_us"]) if sys.argv[2]=="lat" else print(r["gbps
         echo "- -"
     fi
 }
-ote_all() { # PEER TLS BUDGET
-    local budget=$3
+ote_all() { # PEER TLS BUDGET [OPTIONS]: OPTIONS go to every ote_perftest of the peer
+    local budget=$3 ote_extra=${4:-}
     peer=$1 tls=$2
     for op in write read; do
         set -- $(ote_run "$peer" "$tls" "lat $op" -t ${op}_lat -s 8 -n $lat_n)
@@ -183,6 +185,10 @@ ucx_all() {
             ucx_bw "$name read T$T" "ucx_perftest cma" "" "-t get $cma -D zcopy -s $size -n $hn" $T
         done
     done
+    # The 1 MiB x 8 footprint in single messages: 8 MiB each
+    hn=$((host_budget / (8 << 20) + 1))
+    ucx_bw "1m write T1" "ucx_perftest cma, 8 MiB" "" "-t put_bw $cma -D zcopy -s 8388608 -n $hn" 1
+    ucx_bw "1m read T1" "ucx_perftest cma, 8 MiB" "" "-t get $cma -D zcopy -s 8388608 -n $hn" 1
 }
 
 # --- iperf3 and memcpy -------------------------------------------------------
@@ -277,7 +283,7 @@ EOF
 # --- set-up ------------------------------------------------------------------
 cc -O2 -pthread -o "$tmp/memcpy_blocks" contrib/bench/memcpy_blocks.c || exit 1
 have_ucx=1 have_iperf=1 have_mc=1 have_nixl=1 have_omc=1
-command -v ucx_perftest >/dev/null || { have_ucx=0; note "ucx_perftest tcp" "ucx_perftest not installed"; note "ucx_perftest cma" "ucx_perftest not installed"; }
+command -v ucx_perftest >/dev/null || { have_ucx=0; note "ucx_perftest tcp" "ucx_perftest not installed"; note "ucx_perftest cma" "ucx_perftest not installed"; note "ucx_perftest cma, 8 MiB" "ucx_perftest not installed"; }
 command -v iperf3 >/dev/null || { have_iperf=0; note iperf3 "iperf3 not installed"; }
 
 mkdir -p "$tmp/py"
@@ -307,7 +313,8 @@ for round in $(seq "$rounds"); do
     [ $have_ucx = 1 ] && ucx_all
     [ $have_iperf = 1 ] && iperf_all
     memcpy_all
-    ote_all "ote_perftest cma" cma $host_budget
+    # cma is the path for memory the application allocated itself (shm needs ote_mem_alloc's)
+    ote_all "ote_perftest cma" cma $host_budget --malloc
     ote_all "ote_perftest shm" shm $host_budget
     [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py" ORBITTE
     [ $have_mc = 1 ] && mc_all "Mooncake wheel tcp" mooncake "$wheels" WHEELS

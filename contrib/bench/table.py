@@ -20,6 +20,7 @@ PEERS = {
     "NIXL wheel, UCX tcp": "ote_perftest tcp",
     "ote_perftest cma": "ote_perftest cma",
     "ucx_perftest cma": "ote_perftest cma",
+    "ucx_perftest cma, 8 MiB": "ote_perftest cma",
     "ote_perftest shm": "ote_perftest shm",
     "memcpy": "ote_perftest shm",
 }
@@ -34,7 +35,10 @@ EQUIVALENTS = """\
   16 KiB scattered over pools twice their footprint on both sides, as
   memcpy's, one batch per layer). shm is the single copy through shared
   mappings (`ote_mem_alloc` memory on both sides); memcpy's ratios are
-  taken against it.
+  taken against it. cma runs on memory from malloc registered with
+  `ote_mem_register` (`--malloc`: 2 MiB aligned, `MADV_HUGEPAGE` asked for,
+  as ucx_perftest asks for its buffers), the path for memory the
+  application allocated itself.
 - ucx_perftest (UCT unless said): WRITE latency is `am_lat` over tcp and
   `put_lat -D zcopy` over cma, ping-pong, shown as the round trip (twice the
   one-way figure it prints); READ latency is `ucp_get -s 8` with
@@ -42,6 +46,7 @@ EQUIVALENTS = """\
   time of one get in a stream. Bandwidth is a stream of single SIZE messages
   (`put_bw -D zcopy`, READ: `ucp_get` over tcp, `get -D zcopy` over cma); it
   has no batches, and KV is a stream of 16 KiB messages, not scattered.
+  "ucx_perftest cma, 8 MiB": the 1 MiB x 8 footprint in 8 MiB messages.
   2 threads: two client/server pairs at once, their figures summed.
 - iperf3: WRITE only (a stream has no read), `-l SIZE -P THREADS`; KV is
   `-l 16k`.

@@ -83,10 +83,7 @@ static int run_target(void)
     st = ote_engine_create(&p, &e);
     if (st != OTE_OK)
         die("engine: %s", ote_status_string(st));
-    st = ote_mem_alloc(e, opt.region, NULL, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
-                       &buf, &mem);
-    if (st != OTE_OK)
-        die("allocating %zu bytes: %s", opt.region, ote_status_string(st));
+    perftest_mem_get(e, opt.region, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE, &buf, &mem);
     /* Readers verify this pattern. */
     ote_pattern_fill(buf, 0, opt.region, TARGET_SEED);
     printf("ote_perftest: serving segment %s region %#llx %zu\n", ote_engine_name(e),
@@ -143,7 +140,7 @@ static int run_target(void)
     }
     if (reply_seg)
         ote_segment_close(reply_seg);
-    ote_mem_free(e, mem);
+    perftest_mem_put(e, buf, mem);
     ote_engine_destroy(e);
     return 0;
 }
@@ -328,9 +325,7 @@ static int run_initiator(const char *peer)
     if (!kv_test && local_len > regions[0].length)
         die("size x batch x threads = %zu exceeds the peer's region (%zu)", local_len,
             (size_t)regions[0].length);
-    st = ote_mem_alloc(e, local_len, NULL, 0, (void **)&local, &mem);
-    if (st != OTE_OK)
-        die("allocating %zu bytes: %s", local_len, ote_status_string(st));
+    perftest_mem_get(e, local_len, 0, (void **)&local, &mem);
     if (opt.json) {
         json = fopen(opt.json, "w");
         if (json == NULL)
@@ -463,7 +458,7 @@ static int run_initiator(const char *peer)
     if (opt.loopback)
         ote_notify_send(e, seg, "quit", 4);
     ote_segment_close(seg);
-    ote_mem_free(e, mem);
+    perftest_mem_put(e, local, mem);
     ote_engine_destroy(e);
     return rc;
 }
@@ -497,7 +492,7 @@ static pid_t spawn_target(const char *self, char *name, size_t len)
         dup2(pfd[1], STDOUT_FILENO);
         close(pfd[1]);
         execl(self, "ote_perftest", "-l", "127.0.0.1:0", "-M", opt.remote_mem, "--region", region,
-              (char *)NULL);
+              opt.use_malloc ? "--malloc" : (char *)NULL, (char *)NULL);
         _exit(127);
     }
     target_pid = pid;

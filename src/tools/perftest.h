@@ -38,6 +38,7 @@ typedef struct {
     bool        check;
     bool        loopback;
     bool        quiet;
+    bool        use_malloc; /* --malloc: memory from the heap, registered */
     size_t      kv_layers; /* kv_*: layers per request     */
     size_t      kv_blocks; /* kv_*: blocks per layer       */
 } opts_t;
@@ -48,6 +49,13 @@ extern opts_t opt;
 #define TARGET_SEED 0x5eed
 
 double now_s(void);
+/*
+ * Memory for a test: from ote_mem_alloc, or with --malloc from the heap
+ * (2 MiB aligned, as an application's large buffers are) and registered
+ * with ote_mem_register. perftest_mem_put gives it back either way.
+ */
+void perftest_mem_get(ote_engine_h e, size_t len, unsigned access, void **buf_p, ote_mem_h *mem_p);
+void perftest_mem_put(ote_engine_h e, void *buf, ote_mem_h mem);
 void   die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* Parse argv into opt: -1 to go on, else the exit code (--help, bad usage). */
 int  perftest_parse(int argc, char **argv);

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 const char *const test_names[NUM_TESTS] = {"write_bw", "read_bw",  "write_lat",
@@ -86,12 +87,47 @@ static void usage(FILE *f)
             "  -x TLS              transports (sets OTE_TLS)\n"
             "  -l ADDR             control-plane listen address (host:port)\n"
             "  --region SIZE       target region size (default 512m)\n"
+            "  --malloc            both sides' memory from malloc, registered (default:\n"
+            "                      ote_mem_alloc, whose memory same-host peers can map)\n"
             "  --check             verify every byte\n"
             "  --json FILE         one JSON object per row\n"
             "  --kv L:B            kv_*: L layers of B blocks of the -s size (default\n"
             "                      32:64 of 16k) scattered over both sides, one batch\n"
             "                      per layer; -n requests (default 20)\n"
             "  -q                  table only\n");
+}
+
+void perftest_mem_get(ote_engine_h e, size_t len, unsigned access, void **buf_p, ote_mem_h *mem_p)
+{
+    ote_status_t st;
+
+    if (!opt.use_malloc) {
+        st = ote_mem_alloc(e, len, NULL, access, buf_p, mem_p);
+    } else {
+        ote_mem_desc_t d = {.length = len, .access = access};
+
+        if (posix_memalign(&d.addr, 2ul << 20, len) != 0)
+            die("allocating %zu bytes: out of memory", len);
+        /* Huge pages where the system has them, as ucx_perftest asks for its buffers. */
+        (void)madvise(d.addr, len, MADV_HUGEPAGE);
+        st = ote_mem_register(e, &d, 1, mem_p);
+        if (st != OTE_OK)
+            free(d.addr);
+        *buf_p = d.addr;
+    }
+    if (st != OTE_OK)
+        die("%s %zu bytes: %s", opt.use_malloc ? "registering" : "allocating", len,
+            ote_status_string(st));
+}
+
+void perftest_mem_put(ote_engine_h e, void *buf, ote_mem_h mem)
+{
+    if (!opt.use_malloc) {
+        ote_mem_free(e, mem);
+        return;
+    }
+    ote_mem_deregister(e, mem);
+    free(buf);
 }
 
 /* Parse argv into opt: -1 to go on, else the exit code (help, bad usage). */
@@ -101,6 +137,7 @@ int perftest_parse(int argc, char **argv)
         {"loopback", no_argument, NULL, 'L'}, {"check", no_argument, NULL, 'C'},
         {"json", required_argument, NULL, 'J'}, {"region", required_argument, NULL, 'R'},
         {"kv", required_argument, NULL, 'K'}, {"help", no_argument, NULL, 'h'},
+        {"malloc", no_argument, NULL, 'A'},
         {NULL, 0, NULL, 0},
     };
     const char *sizes = NULL;
@@ -130,6 +167,7 @@ int perftest_parse(int argc, char **argv)
         case 'q': opt.quiet = true; break;
         case 'L': opt.loopback = true; break;
         case 'C': opt.check = true; break;
+        case 'A': opt.use_malloc = true; break;
         case 'J': opt.json = optarg; break;
         case 'R': opt.region = parse_size(optarg); break;
         case 'K':

@@ -1,6 +1,6 @@
 #!/bin/sh
-# ote_perftest --loopback with several submitting threads, and its KV-cache
-# pattern: every run ends 0,
+# ote_perftest --loopback with several submitting threads, its KV-cache
+# pattern, and --malloc (heap memory over cma): every run ends 0,
 # verifies every byte (--check) and reports a row of measured numbers per
 # size; piped into tail it returns (its target does not hold the pipe); a
 # SIGTERM or SIGKILL of the initiator takes its target along; no target is
@@ -18,8 +18,8 @@ trap 'rm -f "$out_file"' EXIT
 ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 
-# Pids of targets of this script still running ("... -M host --region N").
-targets() { pgrep -f -- "-M host --region $region\$"; }
+# Pids of targets of this script still running ("... -M host --region N [--malloc]").
+targets() { pgrep -f -- "-M host --region $region( --malloc)?\$"; }
 
 # No target of this script may be left once its initiator has returned.
 no_targets_left() { # WHAT
@@ -95,6 +95,38 @@ for test in kv_write kv_read; do
         ok
     fi
     no_targets_left "$test"
+done
+
+# --malloc: both sides' memory from the heap, registered; over cma, which
+# takes such memory, every byte checked, the target given the option too.
+for test in write_bw read_bw kv_write kv_read; do
+    case $test in
+    kv_*) args="--kv 4:16 -s 4k -n 5" ;;
+    *) args="-s 64k,1m -b 4 -n 20" ;;
+    esac
+    # shellcheck disable=SC2086
+    timeout -k 5 30 "$perftest" --loopback --check --malloc -x cma -q -t $test $args \
+        --region $region >"$out_file" 2>&1 &
+    pid=$!
+    i=0
+    while [ -z "$(pgrep -f -- "-M host --region $region --malloc\$")" ] &&
+        kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do
+        sleep 0.05; i=$((i + 1))
+    done
+    malloc_target=$(pgrep -f -- "-M host --region $region --malloc\$" | head -n 1)
+    wait $pid
+    rc=$?
+    out=$(cat "$out_file")
+    if [ $rc -ne 0 ]; then
+        bad "--malloc $test: exit status $rc"; echo "$out" | tail -n 20
+    elif ! echo "$out" | awk 'NF >= 7 && $3 > 0 { n++ } END { exit n >= 1 ? 0 : 1 }'; then
+        bad "--malloc $test: no row of measured numbers"; echo "$out"
+    elif [ -z "$malloc_target" ]; then
+        bad "--malloc $test: no target seen with the option"
+    else
+        ok
+    fi
+    no_targets_left "--malloc $test"
 done
 
 # --json: a row object per size with the table's figures, then the bytes
