@@ -66,6 +66,7 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
     }
     pthread_mutex_init(&w->lock, NULL);
     pthread_mutex_init(&w->qlock, NULL);
+    atomic_init(&w->queued, false);
     pthread_mutex_init(&w->progress_lock, NULL);
     w->next_timeout = ote_time_ns() + OTE_WORKER_TIMEOUT_CHECK_NS;
     return OTE_OK;
@@ -197,6 +198,7 @@ static void worker_enqueue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail
     else
         w->qhead = head;
     w->qtail = tail;
+    atomic_store(&w->queued, true);
     pthread_mutex_unlock(&w->qlock);
 }
 
@@ -247,9 +249,13 @@ static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all)
     ote_slice_t *s, *next;
     unsigned n = 0;
 
+    /* Most rounds find it empty: no lock for that. */
+    if (!atomic_load(&w->queued))
+        return 0;
     pthread_mutex_lock(&w->qlock);
     s        = w->qhead;
     w->qhead = w->qtail = NULL;
+    atomic_store(&w->queued, false);
     pthread_mutex_unlock(&w->qlock);
     for (; s != NULL; s = next, n++) {
         ote_task_t *task = s->task;
@@ -439,15 +445,14 @@ static uint64_t worker_spin_ns(const ote_worker_t *w, uint64_t grace_ns, uint64_
     return b > grace_ns ? b : grace_ns;
 }
 
-/* Slices wait in w's queue (read after setting sleeping: a submitter then wakes us). */
+/*
+ * Slices wait in w's queue. Read after setting sleeping, and a submitter
+ * reads sleeping after setting queued (both sequentially consistent): one
+ * of the two sees the other, and the submitter then wakes us.
+ */
 static bool worker_queued(ote_worker_t *w)
 {
-    bool queued;
-
-    pthread_mutex_lock(&w->qlock);
-    queued = w->qhead != NULL;
-    pthread_mutex_unlock(&w->qlock);
-    return queued;
+    return atomic_load(&w->queued);
 }
 
 static void *worker_main(void *arg)

@@ -28,6 +28,7 @@ struct ote_worker {
     _Atomic size_t   num_ifaces;
     pthread_mutex_t  qlock;
     ote_slice_t     *qhead, *qtail;
+    atomic_bool      queued;      /* qhead != NULL: written under qlock, read without */
     atomic_bool      sleeping;
     atomic_bool      idle_sleep;  /* asleep with no timer: nothing was in flight */
     _Atomic uint64_t active_ns;   /* last time progress handled events */
