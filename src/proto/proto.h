@@ -242,7 +242,8 @@ typedef struct {
  * whole in one slice, so that a checking target checks the whole range
  * (NOT_REGISTERED when it is too large for one message). One slice uses
  * *inline_slice; more are allocated. *slices_p and *count_p are set on
- * success only; release the slices with ote_proto_plan_release().
+ * success only (route's rails may be written either way); release the
+ * slices with ote_proto_plan_release().
  * UNREACHABLE when no rail reaches both memories. memo may be NULL.
  */
 ote_status_t ote_proto_plan(const ote_rail_set_t *all, const ote_proto_req_t *req,
