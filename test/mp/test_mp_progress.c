@@ -492,6 +492,31 @@ static void test_worker_unparks(void **state)
 }
 
 /*
+ * READ the first n blocks (req: their WRITEs, turned into READs) back into
+ * the back blocks, and compare block i with the pattern of seed + i.
+ */
+static void read_back(fx_t *f, ote_xfer_req_t *req, int n, uint64_t seed, int timeout_ms)
+{
+    ote_batch_h back;
+    size_t first;
+
+    for (int i = 0; i < n; i++) {
+        memset(back_block(f, i / PER_ROUND, i % PER_ROUND), 0, BLOCK);
+        req[i].op         = OTE_OP_READ;
+        req[i].local_addr = back_block(f, i / PER_ROUND, i % PER_ROUND);
+    }
+    assert_int_equal(ote_batch_create(f->e, (size_t)n, &back), OTE_OK);
+    assert_int_equal(ote_batch_submit(back, req, (size_t)n, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(back, timeout_ms), OTE_OK);
+    assert_int_equal(batch_all_completed(back, (size_t)n, BLOCK), 0);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(ote_test_check(back_block(f, i / PER_ROUND, i % PER_ROUND), 0, BLOCK,
+                                        seed + (uint64_t)i),
+                         -1);
+    ote_batch_release(back);
+}
+
+/*
  * A thread that waits, then submits and does not wait: with two slices at
  * most on the rail, the slices that answers let go are queued by the worker
  * that completes the earlier ones, and are posted with nobody waiting. The
@@ -510,7 +535,7 @@ static void test_submit_no_wait(void **state)
     setenv("OTE_RAIL_MAX_SLICES", "2", 1);
     fx_start(&f, "y");
     for (int round = 0; round < ROUNDS_NO_WAIT; round++) {
-        ote_batch_h b, back;
+        ote_batch_h b;
         size_t first;
         long us;
 
@@ -534,20 +559,7 @@ static void test_submit_no_wait(void **state)
         assert_int_equal(batch_all_completed(b, N, BLOCK), 0);
         ote_batch_release(b);
         /* The bytes landed: read them back (this thread waits: the worker thread parks). */
-        for (int i = 0; i < N; i++) {
-            memset(back_block(&f, i / PER_ROUND, i % PER_ROUND), 0, BLOCK);
-            req[i].op         = OTE_OP_READ;
-            req[i].local_addr = back_block(&f, i / PER_ROUND, i % PER_ROUND);
-        }
-        assert_int_equal(ote_batch_create(f.e, N, &back), OTE_OK);
-        assert_int_equal(ote_batch_submit(back, req, N, &first), OTE_OK);
-        assert_int_equal(ote_batch_wait(back, 5000), OTE_OK);
-        assert_int_equal(batch_all_completed(back, N, BLOCK), 0);
-        for (int i = 0; i < N; i++)
-            assert_int_equal(ote_test_check(back_block(&f, i / PER_ROUND, i % PER_ROUND), 0,
-                                            BLOCK, 1000 * (uint64_t)round + (uint64_t)i),
-                             -1);
-        ote_batch_release(back);
+        read_back(&f, req, N, 1000 * (uint64_t)round, 5000);
         usleep(2000); /* the application is away: nothing progresses but the worker thread */
     }
     printf("# %d tasks submitted and not waited for, %d rounds: the slowest ended %ld us later\n",
@@ -601,19 +613,7 @@ static void test_backlog_caller_posts(void **state)
            woken);
     /* Woken for every request that waited for room, it slept about N times. */
     assert_true(woken < N / 10);
-    for (int i = 0; i < BLOCKS; i++) {
-        req[i].op         = OTE_OP_READ;
-        req[i].local_addr = back_block(&f, i / PER_ROUND, i % PER_ROUND);
-    }
-    assert_int_equal(ote_batch_create(f.e, BLOCKS, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, req, BLOCKS, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-    assert_int_equal(batch_all_completed(b, BLOCKS, BLOCK), 0);
-    ote_batch_release(b);
-    for (int i = 0; i < BLOCKS; i++)
-        assert_int_equal(ote_test_check(back_block(&f, i / PER_ROUND, i % PER_ROUND), 0, BLOCK,
-                                        7000 + (uint64_t)i),
-                         -1);
+    read_back(&f, req, BLOCKS, 7000, 20000);
     fx_stop(&f);
     unsetenv("OTE_POLL_PARK_US");
     unsetenv("OTE_POLL_GRACE_US");
