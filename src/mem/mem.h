@@ -292,6 +292,12 @@ bool         ote_mem_region_reacquire(ote_region_t *region, uint64_t addr, size_
  */
 bool         ote_mem_region_access_begin(ote_region_t *region);
 void         ote_mem_region_access_end(ote_region_t *region);
+/*
+ * Wait for a moment with no access bracketed on region: every access in
+ * progress when called has ended, and what it did happens before what the
+ * caller does next. Accesses are single system calls: the wait is short.
+ */
+void         ote_mem_region_access_wait(ote_region_t *region);
 
 /*
  * Exports (see ote_mem_export_t). add: false once the region's

@@ -271,6 +271,11 @@ static void region_wait_accessors(ote_region_t *r)
         sched_yield();
 }
 
+void ote_mem_region_access_wait(ote_region_t *r)
+{
+    region_wait_accessors(r);
+}
+
 static ote_status_t desc_check(const ote_mem_desc_t *d)
 {
     unsigned type;

@@ -163,6 +163,15 @@ static ote_status_t delegate_one(ote_stage_target_t *t, bool to_gpu, uint8_t *ch
      * bracketed the same way: ordered after the transfer that filled the
      * chunk or before the one that sends it.
      */
+    /*
+     * A copy into the chunk must also come after the send that last read
+     * it has returned. The peer can have taken the chunk's bytes, and asked
+     * for this copy, while the system call that carried them still sends
+     * what followed them (later chunks in the same sendmsg): wait for a
+     * moment when no send or receive of the pool is in progress.
+     */
+    if (!to_gpu)
+        ote_mem_region_access_wait(t->pool_region);
     if (!ote_mem_region_access_begin(t->pool_region)) {
         ote_mem_region_put(region);
         return OTE_ERR_NOT_REGISTERED;
