@@ -51,8 +51,9 @@ extern opts_t opt;
 double now_s(void);
 /*
  * Memory for a test: from ote_mem_alloc, or with --malloc from the heap
- * (2 MiB aligned, as an application's large buffers are) and registered
- * with ote_mem_register. perftest_mem_put gives it back either way.
+ * (2 MiB aligned, huge pages asked for with MADV_HUGEPAGE, as ucx_perftest
+ * asks for its buffers) and registered with ote_mem_register.
+ * perftest_mem_put gives it back either way.
  */
 void perftest_mem_get(ote_engine_h e, size_t len, unsigned access, void **buf_p, ote_mem_h *mem_p);
 void perftest_mem_put(ote_engine_h e, void *buf, ote_mem_h mem);
