@@ -18,6 +18,15 @@
 #define OTE_TCP_RXBUF    (64 * 1024)
 #define OTE_TCP_IOV_MAX  64
 /*
+ * Requests stay on the connection the previous one took while its bytes in
+ * flight exceed the least loaded connection's by less than this: small
+ * requests go in runs (one WRITEV, one iovec element where their memory
+ * follows on), large ones still alternate.
+ */
+#define OTE_TCP_PICK_RUN (512 * 1024)
+/* Queued messages one sendmsg takes at most (four full WRITEVs). */
+#define OTE_TCP_SEND_MAX (4 * OTE_TCP_WRITEV_MAX)
+/*
  * Target side: replies queued on one connection before it stops reading
  * requests; a peer that sends and never reads cannot grow our queue.
  */
@@ -197,6 +206,7 @@ struct ote_tcp_ep {
     ote_tl_ep_t      super;
     ote_tcp_conn_t **conns;
     size_t           num_conns;
+    size_t           last_conn; /* where the previous request went (tcp_ep_pick) */
     uint64_t         next_id;
     char             peer_name[128];
     uint64_t         peer_caps; /* OTE_TCP_CAP_* from the peer's HELLO_ACK */

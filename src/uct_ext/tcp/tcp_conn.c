@@ -401,7 +401,14 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
 
         msg.msg_control    = NULL;
         msg.msg_controllen = 0;
-        for (size_t i = 0; i < c->tx_count && i < OTE_TCP_IOV_MAX; i++) {
+        /*
+         * Up to OTE_TCP_SEND_MAX queued messages, as many as the iovec holds
+         * (a WRITEV's payloads that follow each other take one element):
+         * several WRITEVs of small requests go in one call, as one large
+         * request would.
+         */
+        for (size_t i = 0; i < c->tx_count && i < OTE_TCP_SEND_MAX && n + 2 <= 2 * OTE_TCP_IOV_MAX;
+             i++) {
             ote_tcp_tx_t *e = tx_at(c, i);
             const uint8_t *hb;
 
@@ -418,6 +425,8 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
              * already gone.
              */
             if (e->region != NULL && (ng == 0 || guarded[ng - 1] != e->region)) {
+                if (ng == OTE_TCP_IOV_MAX)
+                    break;
                 if (!ote_mem_region_access_begin(e->region)) {
                     if (i == 0) {
                         ote_tcp_conn_fail(c, OTE_ERR_NOT_REGISTERED);

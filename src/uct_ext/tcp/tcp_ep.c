@@ -436,16 +436,28 @@ ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
     return status;
 }
 
+/* The least loaded live connection, unless the previous pick is within OTE_TCP_PICK_RUN of it. */
 static ote_tcp_conn_t *tcp_ep_pick(ote_tcp_ep_t *ep)
 {
-    ote_tcp_conn_t *best = NULL;
+    ote_tcp_conn_t *best = NULL, *last;
+    size_t best_i = 0;
 
     for (size_t i = 0; i < ep->num_conns; i++) {
         ote_tcp_conn_t *c = ep->conns[i];
 
-        if (!c->dead && (best == NULL || c->inflight_bytes < best->inflight_bytes))
-            best = c;
+        if (!c->dead && (best == NULL || c->inflight_bytes < best->inflight_bytes)) {
+            best   = c;
+            best_i = i;
+        }
     }
+    if (best == NULL)
+        return NULL;
+    if (ep->last_conn < ep->num_conns) {
+        last = ep->conns[ep->last_conn];
+        if (!last->dead && last->inflight_bytes < best->inflight_bytes + OTE_TCP_PICK_RUN)
+            return last;
+    }
+    ep->last_conn = best_i;
     return best;
 }
 

@@ -350,7 +350,8 @@ static const ote_tl_iface_ops_t tcp_iface_ops = {
 
 static const ote_cfg_entry_t tcp_config_fields[] = {
     {"CONNS", "2", OTE_CFG_INT, TCP_F(conns),
-     "TCP connections per peer; slices are striped over them.",
+     "TCP connections per peer; slices spread over them, small ones in runs of up to 512 KiB "
+     "on one connection.",
      .min = 1, .max = 64},
     {"MAX_MSG", "64m", OTE_CFG_SIZE, TCP_F(max_msg),
      "Largest TCP data message; a peer announcing more is disconnected.",
