@@ -15,6 +15,7 @@ PEERS = {
     "ote_perftest tcp": "ote_perftest tcp",
     "ucx_perftest tcp": "ote_perftest tcp",
     "iperf3": "ote_perftest tcp",
+    "tcp ping-pong, no library": "ote_perftest tcp",
     "orbitte.mooncake tcp": "ote_perftest tcp",
     "Mooncake wheel tcp": "ote_perftest tcp",
     "NIXL wheel, UCX tcp": "ote_perftest tcp",
@@ -48,6 +49,11 @@ EQUIVALENTS = """\
   has no batches, and KV is a stream of 16 KiB messages, not scattered.
   "ucx_perftest cma, 8 MiB": the 1 MiB x 8 footprint in 8 MiB messages.
   2 threads: two client/server pairs at once, their figures summed.
+- tcp ping-pong, no library: `contrib/bench/tcp_pingpong.c`, the host's
+  own TCP round trip on loopback between two processes that poll their
+  sockets, with the message sizes of ote's tcp WRITE (40 bytes out, 32
+  back) and READ (32 out, 40 back); its p99 / p50 is this host's tail
+  without any library.
 - iperf3: WRITE only (a stream has no read), `-l SIZE -P THREADS`; KV is
   `-l 16k`.
 - memcpy: `contrib/bench/memcpy_blocks.c`, the same blocks copied from one

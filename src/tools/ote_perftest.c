@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -96,7 +97,16 @@ static int run_target(void)
 
         ote_notify_recv(e, n, 8, &count);
         if (count == 0) {
-            usleep(5000);
+            /*
+             * Sleep until a notification arrives (or a signal): a thread
+             * that woke every few milliseconds would take a core from the
+             * worker answering the initiator now and then.
+             */
+            struct pollfd pfd = {.fd = ote_engine_event_fd(e), .events = POLLIN};
+            uint64_t v;
+
+            if (poll(&pfd, 1, 1000) > 0)
+                (void)!read(pfd.fd, &v, sizeof(v));
             continue;
         }
         for (size_t i = 0; i < count; i++) {
