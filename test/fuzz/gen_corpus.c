@@ -488,9 +488,17 @@ static void gen_tcp_conn(void)
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "cma_session", &b);
 
+    /* Small WRITEs by value among by-reference requests; a larger one closes. */
     open_hello(&b, 2);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);                 /* bytes: refused  */
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);                 /* by value        */
     ote_buf_put(&b, payload, 64);
+    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 3, FUZZ_RW, 256);
+    ote_buf_put_u64(&b, FUZZ_RO);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RW + 8, 8);              /* after the copy  */
+    ote_buf_put(&b, payload, 8);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 5, FUZZ_RO, 8);                  /* read-only       */
+    ote_buf_put(&b, payload, 8);
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 6, FUZZ_RW, OTE_TCP_INLINE_MAX + 1); /* too large   */
     flush("tcp_conn", "cma_stream_write", &b);
 
     ote_buf_put_u8(&b, 2);

@@ -160,7 +160,7 @@ static void test_auth_key(void **state)
     assert_int_equal(sw_tcp_open(fd, auth, d->instance_id), OTE_OK);
     {
         uint64_t probe[2];
-        uint8_t buf[64];
+        uint8_t buf[64], big[OTE_TCP_INLINE_MAX + 1] = {0};
 
         probe[0] = 0x0123456789abcdefull;
         probe[1] = 0;
@@ -182,14 +182,20 @@ static void test_auth_key(void **state)
                  (uint64_t)(uintptr_t)buf);
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
         assert_int_equal(h.status, OTE_ERR_OUT_OF_BOUNDS);
-        /* Bytes on the connection are not how cma moves data: closed. */
+        /* Small puts travel by value, checked as on tcp; larger ones close the connection. */
         memset(buf, 0, sizeof(buf));
-        assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 8, f->target.addr[0], 64), 0);
+        assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 8, f->target.addr[1], 64), 0);
         assert_int_equal(sw_send(fd, buf, 64), 0);
+        assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+        assert_int_equal(h.type, OTE_TCP_WRITE_ACK);
+        assert_int_equal(h.status, OTE_ERR_ACCESS);
+        assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 9, f->target.addr[0],
+                                     OTE_TCP_INLINE_MAX + 1), 0);
+        assert_int_equal(sw_send(fd, big, OTE_TCP_INLINE_MAX + 1), 0);
         assert_true(sw_closed(fd, 5000, NULL));
     }
     close(fd);
-    /* The refused write left the read-only region alone; the engine still serves us. */
+    /* The refused writes left the read-only region alone; the engine still serves us. */
     mp_pair_expect(f, "check 1 0 1048576 7", "ok");
     write_read_check(f);
     ote_desc_free(d);

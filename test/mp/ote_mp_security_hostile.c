@@ -536,6 +536,84 @@ static void test_cma_burst(void **state)
     free(dst4);
 }
 
+/*
+ * Small puts by value on the native cma target: its HELLO_ACK says it takes
+ * them (and no WRITEV); a WRITE read along with by-reference requests is
+ * answered after those before it and lands after them; one into read-only
+ * memory is refused and the connection goes on; one larger than
+ * OTE_TCP_INLINE_MAX closes the connection.
+ */
+static void test_cma_inline_write(void **state)
+{
+    enum { K = 4096, HR = OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN };
+    uint64_t r0 = region_addr(0), r1 = region_addr(1), caps = 0;
+    uint8_t *src = malloc(K), *dst = calloc(1, K), small[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint8_t burst[3 * HR + 8], *p = burst;
+    ote_tcp_hdr_t h;
+    int fd = data_connect();
+
+    (void)state;
+    assert_non_null(src);
+    assert_non_null(dst);
+    assert_int_equal(sw_tcp_open_caps(fd, fx.auth, fx.desc->instance_id, &caps), OTE_OK);
+    assert_true(caps & OTE_TCP_CAP_INLINE_WRITE);
+    assert_false(caps & OTE_TCP_CAP_WRITEV);
+    for (size_t i = 0; i < K; i++)
+        src[i] = (uint8_t)(i * 13 + 5);
+    /* PUT_REF of K bytes, a WRITE of 8 into the middle of them, a GET_REF of all: one send. */
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_PUT_REF, .id = 600, .addr = r0, .length = K};
+    ote_tcp_hdr_encode(&h, p);
+    ote_put_u64(p + OTE_TCP_HDR_LEN, (uint64_t)(uintptr_t)src);
+    p += HR;
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITE, .id = 601, .addr = r0 + 16, .length = 8};
+    ote_tcp_hdr_encode(&h, p);
+    memcpy(p + OTE_TCP_HDR_LEN, small, 8);
+    p += OTE_TCP_HDR_LEN + 8;
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_GET_REF, .id = 602, .addr = r0, .length = K};
+    ote_tcp_hdr_encode(&h, p);
+    ote_put_u64(p + OTE_TCP_HDR_LEN, (uint64_t)(uintptr_t)dst);
+    p += HR;
+    assert_int_equal(sw_send(fd, burst, (size_t)(p - burst)), 0);
+    for (uint64_t id = 600; id <= 602; id++) {
+        assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+        assert_int_equal(h.type, id == 601 ? OTE_TCP_WRITE_ACK : OTE_TCP_REF_ACK);
+        assert_int_equal(h.id, id);
+        assert_int_equal(h.status, OTE_OK);
+        assert_int_equal(h.length, id == 601 ? 8 : K);
+    }
+    memcpy(src + 16, small, 8);
+    assert_memory_equal(dst, src, K);
+
+    /* Read-only memory: refused, its bytes dropped, the connection serves on. */
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITE, .id = 603, .addr = r1, .length = 8};
+    ote_tcp_hdr_encode(&h, burst);
+    memcpy(burst + OTE_TCP_HDR_LEN, small, 8);
+    assert_int_equal(sw_send(fd, burst, OTE_TCP_HDR_LEN + 8), 0);
+    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+    assert_int_equal(h.type, OTE_TCP_WRITE_ACK);
+    assert_int_equal(h.id, 603);
+    if (h.status >= 0)
+        fail_msg("a WRITE into read-only memory was not refused");
+    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITE, .id = 604, .addr = r0 + K, .length = 8};
+    ote_tcp_hdr_encode(&h, burst);
+    memcpy(burst + OTE_TCP_HDR_LEN, small, 8);
+    assert_int_equal(sw_send(fd, burst, OTE_TCP_HDR_LEN + 8), 0);
+    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+    assert_int_equal(h.type, OTE_TCP_WRITE_ACK);
+    assert_int_equal(h.id, 604);
+    assert_int_equal(h.status, OTE_OK);
+    close(fd);
+
+    /* Larger than a by-value put may be: the connection is closed. */
+    fd = data_open();
+    assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 605, r0, OTE_TCP_INLINE_MAX + 1), 0);
+    assert_int_equal(sw_send(fd, src, OTE_TCP_INLINE_MAX + 1), 0);
+    assert_true(sw_closed(fd, 5000, NULL));
+    close(fd);
+    free(src);
+    free(dst);
+}
+
 /* READ len bytes at addr on fd (open) into buf; the answer must be OK. */
 static void read_back(int fd, uint64_t id, uint64_t addr, void *buf, size_t len)
 {
@@ -1087,7 +1165,8 @@ int main(void)
 {
     const struct CMUnitTest open_tests[]  = {HOSTILE_TESTS};
     const struct CMUnitTest keyed_tests[] = {HOSTILE_TESTS};
-    const struct CMUnitTest cma_tests[]   = {cmocka_unit_test(test_cma_burst)};
+    const struct CMUnitTest cma_tests[]   = {cmocka_unit_test(test_cma_burst),
+                                             cmocka_unit_test(test_cma_inline_write)};
     int rc;
 
     setenv("OTE_LOG_LEVEL", "error", 0);

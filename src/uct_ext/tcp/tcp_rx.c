@@ -248,16 +248,24 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
             ote_tcp_conn_fail(c, OTE_ERR_NOT_FOUND);
             return;
         }
-        /* The tcp component takes WRITEV; by reference, nothing travels. */
+        /* The tcp component takes WRITEV; by reference, small WRITEs only. */
         ack = (ote_tcp_hdr_t){.type = OTE_TCP_HELLO_ACK, .id = h->id,
-                              .addr = iface->ref_handle == NULL ? OTE_TCP_CAP_WRITEV : 0};
+                              .addr = iface->ref_handle == NULL ? OTE_TCP_CAP_WRITEV
+                                                                : OTE_TCP_CAP_INLINE_WRITE};
         ote_tcp_conn_reply(c, &ack);
         c->rx_state           = OTE_TCP_RX_HDR;
         c->handshake_deadline = 0;
         return;
     }
-    if (iface->ref_handle != NULL) {
-        /* By reference: no bytes travel on this connection. */
+    if (iface->ref_handle != NULL && h->type == OTE_TCP_WRITE &&
+        h->length <= OTE_TCP_INLINE_MAX) {
+        /* A small write by value: the requests before it are answered first. */
+        if (c->ref_npending)
+            iface->ref_flush(c);
+        if (c->dead)
+            return;
+    } else if (iface->ref_handle != NULL) {
+        /* By reference: no other bytes travel on this connection. */
         if (h->type != OTE_TCP_PUT_REF && h->type != OTE_TCP_GET_REF &&
             h->type != OTE_TCP_PROBE &&
             !(iface->fd_passing && (h->type == OTE_TCP_MAP || h->type == OTE_TCP_UNMAP_ACK))) {
@@ -420,12 +428,12 @@ static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ui
         initiator_vec_answer(c, h, trailer);
         return;
     }
-    if (by_ref ? h->type != OTE_TCP_REF_ACK
+    if (by_ref ? h->type != OTE_TCP_REF_ACK && h->type != OTE_TCP_WRITE_ACK
                : h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
         protocol_error(c, "unexpected message type from target");
         return;
     }
-    if (by_ref)
+    if (by_ref && h->type == OTE_TCP_REF_ACK)
         match = op != NULL && (op->type == OTE_TCP_PUT_REF || op->type == OTE_TCP_GET_REF);
     else
         match = op != NULL &&

@@ -19,7 +19,7 @@
  * with a key answers a plain HELLO with HELLO_ACK(AUTH); both then close.
  *
  * By-reference mode (the cma component, over a local stream socket): no data
- * travels on the connection. PUT_REF and GET_REF name the target range in
+ * travels on the connection but small WRITEs (below). PUT_REF and GET_REF name the target range in
  * addr/length and are followed by an 8-byte trailer, the initiator's own
  * address of the data; the target checks the range against its region table
  * and copies with process_vm_readv/writev, then answers REF_ACK. PROBE
@@ -39,6 +39,13 @@
  * goes by reference). UNMAP (target -> initiator: id = grant id, addr/length
  * = the region) asks the peer to unmap; UNMAP_ACK (id = grant id) says it
  * did, or never held it.
+ *
+ * Small writes by value (by-reference mode, where the target's HELLO_ACK
+ * sets OTE_TCP_CAP_INLINE_WRITE in addr): a put of up to OTE_TCP_INLINE_MAX
+ * bytes travels as a WRITE with its payload, answered by WRITE_ACK, as on
+ * tcp; the target answers the by-reference requests before it first, so
+ * the answers keep the order of the requests. It saves the target a
+ * process_vm_readv, which costs more than sending the bytes.
  *
  * Vectored writes and reads (tcp, where the target's HELLO_ACK sets OTE_TCP_CAP_WRITEV
  * in addr): WRITEV carries n = addr WRITEs of consecutive requests on the
@@ -80,6 +87,8 @@
 #define OTE_TCP_WRITEV_ENTRY_LEN 16         /* table entry: addr, length  */
 #define OTE_TCP_WRITEV_STATUS_LEN 4         /* WRITEV_ACK trailer: a status */
 #define OTE_TCP_CAP_WRITEV      1ull        /* HELLO_ACK addr: takes WRITEV, READV_REQ */
+#define OTE_TCP_CAP_INLINE_WRITE 2ull       /* HELLO_ACK addr, by reference: takes WRITE */
+#define OTE_TCP_INLINE_MAX      256         /* ... of up to this many bytes              */
 
 typedef enum {
     OTE_TCP_HELLO     = 1, /* initiator -> target: id = initiator instance  */
