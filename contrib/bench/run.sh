@@ -215,8 +215,8 @@ iperf_all() {
 pingpong_all() { # the host's own round trip: WRITE's message sizes, then READ's
     for op in write:40:32 read:32:40; do
         IFS=: read -r o out in <<<"$op"
-        cmd "lat $o" "tcp ping-pong, no library" "tcp_pingpong $lat_n $out $in"
-        set -- $(tmo "$tmp/tcp_pingpong" $lat_n $out $in 2>"$tmp/err")
+        cmd "lat $o" "tcp ping-pong, no library" "pingpong $lat_n $out $in tcp"
+        set -- $(tmo "$tmp/pingpong" $lat_n $out $in tcp 2>"$tmp/err")
         rec "lat $o" "tcp ping-pong, no library" "${1:-}" "${2:-}"
     done
 }
@@ -290,7 +290,7 @@ EOF
 
 # --- set-up ------------------------------------------------------------------
 cc -O2 -pthread -o "$tmp/memcpy_blocks" contrib/bench/memcpy_blocks.c || exit 1
-cc -O2 -o "$tmp/tcp_pingpong" contrib/bench/tcp_pingpong.c || exit 1
+cc -O2 -o "$tmp/pingpong" contrib/bench/pingpong.c || exit 1
 have_ucx=1 have_iperf=1 have_mc=1 have_nixl=1 have_omc=1
 command -v ucx_perftest >/dev/null || { have_ucx=0; note "ucx_perftest tcp" "ucx_perftest not installed"; note "ucx_perftest cma" "ucx_perftest not installed"; note "ucx_perftest cma, 8 MiB" "ucx_perftest not installed"; }
 command -v iperf3 >/dev/null || { have_iperf=0; note iperf3 "iperf3 not installed"; }

@@ -49,7 +49,7 @@ EQUIVALENTS = """\
   has no batches, and KV is a stream of 16 KiB messages, not scattered.
   "ucx_perftest cma, 8 MiB": the 1 MiB x 8 footprint in 8 MiB messages.
   2 threads: two client/server pairs at once, their figures summed.
-- tcp ping-pong, no library: `contrib/bench/tcp_pingpong.c`, the host's
+- tcp ping-pong, no library: `contrib/bench/pingpong.c`, the host's
   own TCP round trip on loopback between two processes that poll their
   sockets, with the message sizes of ote's tcp WRITE (40 bytes out, 32
   back) and READ (32 out, 40 back); its p99 / p50 is this host's tail
