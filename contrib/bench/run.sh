@@ -213,10 +213,11 @@ iperf_all() {
     done
 }
 pingpong_all() { # the host's own round trip: WRITE's message sizes, then READ's
-    for op in write:40:32 read:32:40; do
-        IFS=: read -r o out in <<<"$op"
-        cmd "lat $o" "tcp ping-pong, no library" "pingpong $lat_n $out $in tcp"
-        set -- $(tmo "$tmp/pingpong" $lat_n $out $in tcp 2>"$tmp/err")
+    local spec o sent back
+    for spec in write:40:32 read:32:40; do
+        IFS=: read -r o sent back <<<"$spec"
+        cmd "lat $o" "tcp ping-pong, no library" "pingpong $lat_n $sent $back tcp"
+        set -- $(tmo "$tmp/pingpong" $lat_n $sent $back tcp 2>"$tmp/err")
         rec "lat $o" "tcp ping-pong, no library" "${1:-}" "${2:-}"
     done
 }
