@@ -488,7 +488,7 @@ static void gen_tcp_conn(void)
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "cma_session", &b);
 
-    /* Small WRITEs by value among by-reference requests; a larger one closes. */
+    /* Small WRITEs and READs by value among by-reference requests; a larger one closes. */
     open_hello(&b, 2);
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);                 /* by value        */
     ote_buf_put(&b, payload, 64);
@@ -498,7 +498,8 @@ static void gen_tcp_conn(void)
     ote_buf_put(&b, payload, 8);
     tcp_hdr(&b, OTE_TCP_WRITE, 0, 5, FUZZ_RO, 8);                  /* read-only       */
     ote_buf_put(&b, payload, 8);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 6, FUZZ_RW, OTE_TCP_INLINE_MAX + 1); /* too large   */
+    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 6, FUZZ_RO, 16);              /* read by value   */
+    tcp_hdr(&b, OTE_TCP_WRITE, 0, 7, FUZZ_RW, OTE_TCP_INLINE_MAX + 1); /* too large   */
     flush("tcp_conn", "cma_stream_write", &b);
 
     ote_buf_put_u8(&b, 2);

@@ -537,13 +537,14 @@ static void test_cma_burst(void **state)
 }
 
 /*
- * Small puts by value on the native cma target: its HELLO_ACK says it takes
- * them (and no WRITEV); a WRITE read along with by-reference requests is
- * answered after those before it and lands after them; one into read-only
- * memory is refused and the connection goes on; one larger than
- * OTE_TCP_INLINE_MAX closes the connection.
+ * Small puts and gets by value on the native cma target: its HELLO_ACK says
+ * it takes them (and no WRITEV); a WRITE read along with by-reference
+ * requests is answered after those before it and lands after them, and a
+ * READ_REQ after it sees its bytes; one into read-only memory is refused
+ * and the connection goes on; one larger than OTE_TCP_INLINE_MAX closes
+ * the connection.
  */
-static void test_cma_inline_write(void **state)
+static void test_cma_inline(void **state)
 {
     enum { K = 4096, HR = OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN };
     uint64_t r0 = region_addr(0), r1 = region_addr(1), caps = 0;
@@ -557,6 +558,7 @@ static void test_cma_inline_write(void **state)
     assert_non_null(dst);
     assert_int_equal(sw_tcp_open_caps(fd, fx.auth, fx.desc->instance_id, &caps), OTE_OK);
     assert_true(caps & OTE_TCP_CAP_INLINE_WRITE);
+    assert_true(caps & OTE_TCP_CAP_INLINE_READ);
     assert_false(caps & OTE_TCP_CAP_WRITEV);
     for (size_t i = 0; i < K; i++)
         src[i] = (uint8_t)(i * 13 + 5);
@@ -583,6 +585,19 @@ static void test_cma_inline_write(void **state)
     }
     memcpy(src + 16, small, 8);
     assert_memory_equal(dst, src, K);
+    /* A READ_REQ by value: the bytes in its READ_RESP. */
+    {
+        uint8_t got[24];
+
+        assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, 610, r0 + 8, 24), 0);
+        assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+        assert_int_equal(h.type, OTE_TCP_READ_RESP);
+        assert_int_equal(h.id, 610);
+        assert_int_equal(h.status, OTE_OK);
+        assert_int_equal(h.length, 24);
+        assert_int_equal(sw_recv(fd, got, 24, 5000), 0);
+        assert_memory_equal(got, src + 8, 24);
+    }
 
     /* Read-only memory: refused, its bytes dropped, the connection serves on. */
     h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITE, .id = 603, .addr = r1, .length = 8};
@@ -604,10 +619,14 @@ static void test_cma_inline_write(void **state)
     assert_int_equal(h.status, OTE_OK);
     close(fd);
 
-    /* Larger than a by-value put may be: the connection is closed. */
+    /* Larger than a by-value put or get may be: the connection is closed. */
     fd = data_open();
     assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 605, r0, OTE_TCP_INLINE_MAX + 1), 0);
     assert_int_equal(sw_send(fd, src, OTE_TCP_INLINE_MAX + 1), 0);
+    assert_true(sw_closed(fd, 5000, NULL));
+    close(fd);
+    fd = data_open();
+    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, 606, r0, OTE_TCP_INLINE_MAX + 1), 0);
     assert_true(sw_closed(fd, 5000, NULL));
     close(fd);
     free(src);
@@ -1166,7 +1185,7 @@ int main(void)
     const struct CMUnitTest open_tests[]  = {HOSTILE_TESTS};
     const struct CMUnitTest keyed_tests[] = {HOSTILE_TESTS};
     const struct CMUnitTest cma_tests[]   = {cmocka_unit_test(test_cma_burst),
-                                             cmocka_unit_test(test_cma_inline_write)};
+                                             cmocka_unit_test(test_cma_inline)};
     int rc;
 
     setenv("OTE_LOG_LEVEL", "error", 0);

@@ -526,22 +526,23 @@ ote_status_t ote_tcp_ep_post_map(ote_tcp_ep_t *ep, uint8_t then, void *local, si
 
 /*
  * The bytes travel in the messages; in by-reference mode (cma) the target
- * copies them from or to the initiator's memory, except for small puts to
- * a target that takes them by value (OTE_TCP_CAP_INLINE_WRITE); shm posts
- * its own way.
+ * copies them from or to the initiator's memory, except for small puts and
+ * gets to a target that takes them by value (OTE_TCP_CAP_INLINE_WRITE,
+ * OTE_TCP_CAP_INLINE_READ); shm posts its own way.
  */
 static ote_status_t tcp_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
                                    ote_region_t *local_region, uint64_t remote_addr,
                                    ote_tl_completion_t *comp)
 {
     const ote_tcp_iface_t *iface = (const ote_tcp_iface_t *)tl_ep->iface;
+    uint64_t by_value = put ? OTE_TCP_CAP_INLINE_WRITE : OTE_TCP_CAP_INLINE_READ;
     uint8_t type;
 
     if (iface->post != NULL)
         return iface->post(tl_ep, put, local, length, local_region, remote_addr, comp);
-    if (iface->ref_handle != NULL && put && length <= OTE_TCP_INLINE_MAX &&
-        (((const ote_tcp_ep_t *)tl_ep)->peer_caps & OTE_TCP_CAP_INLINE_WRITE))
-        type = OTE_TCP_WRITE;
+    if (iface->ref_handle != NULL && length <= OTE_TCP_INLINE_MAX &&
+        (((const ote_tcp_ep_t *)tl_ep)->peer_caps & by_value))
+        type = put ? OTE_TCP_WRITE : OTE_TCP_READ_REQ;
     else if (iface->ref_handle != NULL)
         type = put ? OTE_TCP_PUT_REF : OTE_TCP_GET_REF;
     else

@@ -250,16 +250,18 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
         }
         /* The tcp component takes WRITEV; by reference, small WRITEs only. */
         ack = (ote_tcp_hdr_t){.type = OTE_TCP_HELLO_ACK, .id = h->id,
-                              .addr = iface->ref_handle == NULL ? OTE_TCP_CAP_WRITEV
-                                                                : OTE_TCP_CAP_INLINE_WRITE};
+                              .addr = iface->ref_handle == NULL
+                                          ? OTE_TCP_CAP_WRITEV
+                                          : OTE_TCP_CAP_INLINE_WRITE | OTE_TCP_CAP_INLINE_READ};
         ote_tcp_conn_reply(c, &ack);
         c->rx_state           = OTE_TCP_RX_HDR;
         c->handshake_deadline = 0;
         return;
     }
-    if (iface->ref_handle != NULL && h->type == OTE_TCP_WRITE &&
+    if (iface->ref_handle != NULL &&
+        (h->type == OTE_TCP_WRITE || h->type == OTE_TCP_READ_REQ) &&
         h->length <= OTE_TCP_INLINE_MAX) {
-        /* A small write by value: the requests before it are answered first. */
+        /* A small write or read by value: the requests before it are answered first. */
         if (c->ref_npending)
             iface->ref_flush(c);
         if (c->dead)
@@ -428,8 +430,8 @@ static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ui
         initiator_vec_answer(c, h, trailer);
         return;
     }
-    if (by_ref ? h->type != OTE_TCP_REF_ACK && h->type != OTE_TCP_WRITE_ACK
-               : h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP) {
+    if (h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP &&
+        (!by_ref || h->type != OTE_TCP_REF_ACK)) {
         protocol_error(c, "unexpected message type from target");
         return;
     }

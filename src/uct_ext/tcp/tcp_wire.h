@@ -40,12 +40,14 @@
  * = the region) asks the peer to unmap; UNMAP_ACK (id = grant id) says it
  * did, or never held it.
  *
- * Small writes by value (by-reference mode, where the target's HELLO_ACK
- * sets OTE_TCP_CAP_INLINE_WRITE in addr): a put of up to OTE_TCP_INLINE_MAX
- * bytes travels as a WRITE with its payload, answered by WRITE_ACK, as on
- * tcp; the target answers the by-reference requests before it first, so
- * the answers keep the order of the requests. It saves the target a
- * process_vm_readv, which costs more than sending the bytes.
+ * Small writes and reads by value (by-reference mode, where the target's
+ * HELLO_ACK sets OTE_TCP_CAP_INLINE_WRITE and OTE_TCP_CAP_INLINE_READ in
+ * addr): a put of up to OTE_TCP_INLINE_MAX bytes travels as a WRITE with
+ * its payload, answered by WRITE_ACK, and a get as a READ_REQ answered by
+ * READ_RESP with the bytes, as on tcp; the target answers the by-reference
+ * requests before them first, so the answers keep the order of the
+ * requests. It saves the target a process_vm_readv or process_vm_writev,
+ * which costs more than sending the bytes.
  *
  * Vectored writes and reads (tcp, where the target's HELLO_ACK sets OTE_TCP_CAP_WRITEV
  * in addr): WRITEV carries n = addr WRITEs of consecutive requests on the
@@ -88,6 +90,7 @@
 #define OTE_TCP_WRITEV_STATUS_LEN 4         /* WRITEV_ACK trailer: a status */
 #define OTE_TCP_CAP_WRITEV      1ull        /* HELLO_ACK addr: takes WRITEV, READV_REQ */
 #define OTE_TCP_CAP_INLINE_WRITE 2ull       /* HELLO_ACK addr, by reference: takes WRITE */
+#define OTE_TCP_CAP_INLINE_READ 4ull        /* ... and READ_REQ                          */
 #define OTE_TCP_INLINE_MAX      256         /* ... of up to this many bytes              */
 
 typedef enum {
