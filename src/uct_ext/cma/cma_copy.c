@@ -1,7 +1,8 @@
 /*
  * Native cma component: the copies. The target checks and copies; the
- * initiator only names its buffers (but for small puts, which travel by value
- * through the tcp receive path) and probes the peer once per connection.
+ * initiator only names its buffers (but for small puts and gets, which
+ * travel by value through the tcp receive path) and probes the peer once
+ * per connection.
  */
 #include "cma.h"
 

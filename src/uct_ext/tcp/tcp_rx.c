@@ -248,7 +248,7 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
             ote_tcp_conn_fail(c, OTE_ERR_NOT_FOUND);
             return;
         }
-        /* The tcp component takes WRITEV; by reference, small WRITEs only. */
+        /* The tcp component takes WRITEV; by reference, small WRITEs and READ_REQs. */
         ack = (ote_tcp_hdr_t){.type = OTE_TCP_HELLO_ACK, .id = h->id,
                               .addr = iface->ref_handle == NULL
                                           ? OTE_TCP_CAP_WRITEV

@@ -19,10 +19,11 @@
  * with a key answers a plain HELLO with HELLO_ACK(AUTH); both then close.
  *
  * By-reference mode (the cma component, over a local stream socket): no data
- * travels on the connection but small WRITEs (below). PUT_REF and GET_REF name the target range in
- * addr/length and are followed by an 8-byte trailer, the initiator's own
- * address of the data; the target checks the range against its region table
- * and copies with process_vm_readv/writev, then answers REF_ACK. PROBE
+ * travels on the connection, but for small writes and reads (below). PUT_REF
+ * and GET_REF name the target range in addr/length and are followed by an
+ * 8-byte trailer, the initiator's own address of the data; the target
+ * checks the range against its region table and copies with
+ * process_vm_readv/writev, then answers REF_ACK. PROBE
  * (length 16, trailer: the initiator's address of a 16-byte probe) follows
  * HELLO once: the target reads the first 8 bytes and writes their
  * complement into the second 8, and answers PROBE_ACK(status, addr = the
