@@ -323,6 +323,15 @@ static int data_open(void)
     return fd;
 }
 
+/* data_open(), with the OTE_TCP_CAP_* bits of the target's HELLO_ACK. */
+static int data_open_caps(uint64_t *caps_p)
+{
+    int fd = data_connect();
+
+    assert_int_equal(sw_tcp_open_caps(fd, fx.auth, fx.desc->instance_id, caps_p), OTE_OK);
+    return fd;
+}
+
 static void test_tcp_bad_first_message(void **state)
 {
     struct {
@@ -551,12 +560,11 @@ static void test_cma_inline(void **state)
     uint8_t *src = malloc(K), *dst = calloc(1, K), small[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     uint8_t burst[3 * HR + 8], *p = burst;
     ote_tcp_hdr_t h;
-    int fd = data_connect();
+    int fd = data_open_caps(&caps);
 
     (void)state;
     assert_non_null(src);
     assert_non_null(dst);
-    assert_int_equal(sw_tcp_open_caps(fd, fx.auth, fx.desc->instance_id, &caps), OTE_OK);
     assert_true(caps & OTE_TCP_CAP_INLINE_WRITE);
     assert_true(caps & OTE_TCP_CAP_INLINE_READ);
     assert_false(caps & OTE_TCP_CAP_WRITEV);
@@ -675,12 +683,11 @@ static void test_tcp_writev(void **state)
     uint8_t *data = malloc(total), *back = malloc(65536), ro[16], tail[8], st[12];
     uint64_t caps = 0;
     ote_tcp_hdr_t h;
-    int fd = data_connect();
+    int fd = data_open_caps(&caps);
 
     (void)state;
     assert_non_null(data);
     assert_non_null(back);
-    assert_int_equal(sw_tcp_open_caps(fd, fx.auth, fx.desc->instance_id, &caps), OTE_OK);
     assert_true((caps & OTE_TCP_CAP_WRITEV) != 0);
     for (size_t i = 0; i < total; i++)
         data[i] = (uint8_t)(i * 7 + 3);
