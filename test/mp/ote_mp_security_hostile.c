@@ -545,6 +545,20 @@ static void test_cma_burst(void **state)
     free(dst4);
 }
 
+/* A WRITE of len bytes with id on fd (open): the status of its WRITE_ACK. */
+static ote_status_t write_by_value(int fd, uint64_t id, uint64_t addr, const void *bytes,
+                                   size_t len)
+{
+    ote_tcp_hdr_t h;
+
+    assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, id, addr, len), 0);
+    assert_int_equal(sw_send(fd, bytes, len), 0);
+    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+    assert_int_equal(h.type, OTE_TCP_WRITE_ACK);
+    assert_int_equal(h.id, id);
+    return (ote_status_t)h.status;
+}
+
 /*
  * Small puts and gets by value on the native cma target: its HELLO_ACK says
  * it takes them (and no WRITEV); a WRITE read along with by-reference
@@ -608,23 +622,9 @@ static void test_cma_inline(void **state)
     }
 
     /* Read-only memory: refused, its bytes dropped, the connection serves on. */
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITE, .id = 603, .addr = r1, .length = 8};
-    ote_tcp_hdr_encode(&h, burst);
-    memcpy(burst + OTE_TCP_HDR_LEN, small, 8);
-    assert_int_equal(sw_send(fd, burst, OTE_TCP_HDR_LEN + 8), 0);
-    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-    assert_int_equal(h.type, OTE_TCP_WRITE_ACK);
-    assert_int_equal(h.id, 603);
-    if (h.status >= 0)
+    if (write_by_value(fd, 603, r1, small, 8) >= 0)
         fail_msg("a WRITE into read-only memory was not refused");
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITE, .id = 604, .addr = r0 + K, .length = 8};
-    ote_tcp_hdr_encode(&h, burst);
-    memcpy(burst + OTE_TCP_HDR_LEN, small, 8);
-    assert_int_equal(sw_send(fd, burst, OTE_TCP_HDR_LEN + 8), 0);
-    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-    assert_int_equal(h.type, OTE_TCP_WRITE_ACK);
-    assert_int_equal(h.id, 604);
-    assert_int_equal(h.status, OTE_OK);
+    assert_int_equal(write_by_value(fd, 604, r0 + K, small, 8), OTE_OK);
     close(fd);
 
     /* Larger than a by-value put or get may be: the connection is closed. */
