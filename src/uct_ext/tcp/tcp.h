@@ -360,8 +360,10 @@ extern const ote_tl_ep_ops_t ote_tcp_ep_ops;
 ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
 /*
- * Post one request of type on the least loaded connection: WRITE and
- * READ_REQ stream bytes, PUT_REF and GET_REF carry local as their trailer.
+ * Post one request of type on the connection tcp_ep_pick chooses (the
+ * previous request's, or the least loaded one past OTE_TCP_PICK_RUN): WRITE
+ * and READ_REQ stream bytes, PUT_REF and GET_REF carry local as their
+ * trailer.
  */
 ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
                              ote_region_t *local_region, uint64_t remote_addr,
