@@ -536,14 +536,15 @@ static ote_status_t tcp_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local, si
 {
     const ote_tcp_iface_t *iface = (const ote_tcp_iface_t *)tl_ep->iface;
     uint64_t by_value = put ? OTE_TCP_CAP_INLINE_WRITE : OTE_TCP_CAP_INLINE_READ;
+    bool by_ref;
     uint8_t type;
 
     if (iface->post != NULL)
         return iface->post(tl_ep, put, local, length, local_region, remote_addr, comp);
-    if (iface->ref_handle != NULL && length <= OTE_TCP_INLINE_MAX &&
-        (((const ote_tcp_ep_t *)tl_ep)->peer_caps & by_value))
-        type = put ? OTE_TCP_WRITE : OTE_TCP_READ_REQ;
-    else if (iface->ref_handle != NULL)
+    by_ref = iface->ref_handle != NULL &&
+             (length > OTE_TCP_INLINE_MAX ||
+              !(((const ote_tcp_ep_t *)tl_ep)->peer_caps & by_value));
+    if (by_ref)
         type = put ? OTE_TCP_PUT_REF : OTE_TCP_GET_REF;
     else
         type = put ? OTE_TCP_WRITE : OTE_TCP_READ_REQ;
