@@ -282,13 +282,22 @@ uint64_t ote_random_u64(void)
     return v;
 }
 
+/* The capacity a growing array moves to: twice cap, or first_cap (at least 1) when it has none. */
+static size_t grown_cap(size_t cap, size_t first_cap)
+{
+    if (cap == 0)
+        return first_cap != 0 ? first_cap : 1;
+    return cap <= SIZE_MAX / 2 ? cap * 2 : 0;
+}
+
 ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t count, size_t elem,
                            size_t first_cap)
 {
-    size_t ncap = *cap_p != 0 ? *cap_p * 2 : first_cap;
-    uint8_t *n  = malloc(ncap * elem);
+    size_t ncap = grown_cap(*cap_p, first_cap);
+    uint8_t *n;
 
-    if (n == NULL)
+    if (ncap == 0 || ncap < count || elem == 0 || ncap > SIZE_MAX / elem ||
+        (n = malloc(ncap * elem)) == NULL)
         return OTE_ERR_NO_MEMORY;
     for (size_t i = 0; i < count; i++)
         memcpy(n + i * elem, (uint8_t *)*ring + ((*head_p + i) % *cap_p) * elem, elem);
@@ -302,14 +311,15 @@ ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t co
 ote_status_t ote_array_reserve(void **arr, size_t *cap_p, size_t need, size_t elem,
                                size_t first_cap)
 {
-    size_t ncap = *cap_p != 0 ? *cap_p : first_cap;
+    size_t ncap = *cap_p;
     void *n;
 
-    if (need <= *cap_p)
+    if (need <= ncap)
         return OTE_OK;
-    while (ncap < need)
-        ncap *= 2;
-    if ((n = realloc(*arr, ncap * elem)) == NULL)
+    do
+        ncap = grown_cap(ncap, first_cap);
+    while (ncap != 0 && ncap < need);
+    if (ncap == 0 || elem == 0 || ncap > SIZE_MAX / elem || (n = realloc(*arr, ncap * elem)) == NULL)
         return OTE_ERR_NO_MEMORY;
     *arr   = n;
     *cap_p = ncap;

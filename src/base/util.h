@@ -102,16 +102,18 @@ ote_status_t ote_status_from_io_errno(int err);
 
 /*
  * Grow a ring of count elements of elem bytes from *head_p (index modulo
- * *cap_p) to twice its capacity, or first_cap if it has none: the elements
- * move to the front, in order, and *head_p becomes 0. On failure
- * (OTE_ERR_NO_MEMORY) nothing changes.
+ * *cap_p) to twice its capacity, or first_cap (1 when 0) if it has none:
+ * the elements move to the front, in order, and *head_p becomes 0. On
+ * failure (OTE_ERR_NO_MEMORY: no memory, or a size past SIZE_MAX) nothing
+ * changes.
  */
 ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t count, size_t elem,
                            size_t first_cap);
 /*
  * Room for at least need elements of elem bytes in the array *arr of
- * *cap_p: doubled from first_cap as often as needed (realloc, contents
- * kept). On failure (OTE_ERR_NO_MEMORY) nothing changes.
+ * *cap_p: doubled from first_cap (1 when 0) as often as needed (realloc,
+ * contents kept). On failure (OTE_ERR_NO_MEMORY: no memory, or a size past
+ * SIZE_MAX) nothing changes.
  */
 ote_status_t ote_array_reserve(void **arr, size_t *cap_p, size_t need, size_t elem,
                                size_t first_cap);
