@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -146,6 +147,7 @@ int ote_test_target_start(ote_test_target_t *t, const char *const *wrapper,
     const char *argv[64];
     int n = 0, pfd[2];
     char line[512];
+    pid_t parent;
     FILE *f;
 
     memset(t, 0, sizeof(*t));
@@ -157,10 +159,18 @@ int ote_test_target_start(ote_test_target_t *t, const char *const *wrapper,
     argv[n] = NULL;
     if (pipe(pfd) != 0)
         return -1;
+    parent = getpid();
     t->pid = fork();
     if (t->pid < 0)
         return -1;
     if (t->pid == 0) {
+        /*
+         * The target dies with the test (kept across exec): a test that
+         * fails an assertion skips its teardown, and its target would
+         * otherwise serve on, polling, beside every later test.
+         */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
         close(pfd[0]);
         dup2(pfd[1], STDOUT_FILENO);
         close(pfd[1]);

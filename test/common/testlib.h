@@ -62,8 +62,10 @@ typedef struct {
 /*
  * Start the target program. argv_extra: NULL-terminated extra arguments,
  * e.g. {"--region", "64m:rw", "--region", "1m:r", NULL}. wrapper: NULL, or a
- * NULL-terminated command to run it under (e.g. {"ip","netns","exec","ns1",NULL}).
- * Returns 0 on success.
+ * NULL-terminated command to run it under (e.g. {"ip","netns","exec","ns1",NULL}),
+ * which must exec the target rather than fork it. The target is killed when
+ * the calling thread ends (PR_SET_PDEATHSIG): call from the test's main
+ * thread. Returns 0 on success.
  */
 int  ote_test_target_start(ote_test_target_t *t, const char *const *wrapper,
                            const char *const *argv_extra);
