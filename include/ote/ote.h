@@ -170,7 +170,15 @@ ote_status_t ote_mem_register(ote_engine_h engine, const ote_mem_desc_t *descs,
  */
 ote_status_t ote_mem_deregister(ote_engine_h engine, ote_mem_h mem);
 
-/* Engine-owned memory (page-aligned host memory), registered in the same call. */
+/*
+ * Engine-owned memory, registered in the same call. Host memory is
+ * page-aligned, backed (where memfd_create works) by a memfd that
+ * same-host peers can map (shm), and from 2 MiB up starts on a 2 MiB
+ * boundary with transparent huge pages asked for (MADV_HUGEPAGE): the
+ * kernel gives them where its shmem policy allows
+ * (/sys/kernel/mm/transparent_hugepage/shmem_enabled always, within_size
+ * or advise).
+ */
 ote_status_t ote_mem_alloc(ote_engine_h engine, size_t length, const char *location,
                            unsigned access, void **addr_p, ote_mem_h *mem_p);
 ote_status_t ote_mem_free(ote_engine_h engine, ote_mem_h mem);

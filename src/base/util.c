@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -324,6 +325,37 @@ ote_status_t ote_array_reserve(void **arr, size_t *cap_p, size_t need, size_t el
     *arr   = n;
     *cap_p = ncap;
     return OTE_OK;
+}
+
+void *ote_mmap_huge(size_t len, int prot, int flags, int fd)
+{
+    size_t room;
+    uint8_t *r, *p;
+
+    if (len < OTE_HUGE_ALIGN || len > SIZE_MAX - OTE_HUGE_ALIGN) {
+        p = mmap(NULL, len, prot, flags, fd, 0);
+    } else {
+        /* Reserve len plus one alignment, map into its aligned part, give back the ends. */
+        room = len + OTE_HUGE_ALIGN;
+        r    = mmap(NULL, room, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r == MAP_FAILED)
+            return MAP_FAILED;
+        p = (uint8_t *)(((uintptr_t)r + OTE_HUGE_ALIGN - 1) & ~(uintptr_t)(OTE_HUGE_ALIGN - 1));
+        if (mmap(p, len, prot, flags | MAP_FIXED, fd, 0) == MAP_FAILED) {
+            int err = errno;
+
+            munmap(r, room);
+            errno = err;
+            return MAP_FAILED;
+        }
+        if (p > r)
+            munmap(r, (size_t)(p - r));
+        if (p + len < r + room)
+            munmap(p + len, (size_t)(r + room - (p + len)));
+    }
+    if (p != MAP_FAILED && len >= OTE_HUGE_ALIGN)
+        (void)madvise(p, len, MADV_HUGEPAGE);
+    return p;
 }
 
 ote_status_t ote_status_from_io_errno(int err)

@@ -118,6 +118,19 @@ ote_status_t ote_ring_grow(void **ring, size_t *cap_p, size_t *head_p, size_t co
 ote_status_t ote_array_reserve(void **arr, size_t *cap_p, size_t need, size_t elem,
                                size_t first_cap);
 
+/* Mappings of at least this size start on a boundary of it (a huge page on x86-64). */
+#define OTE_HUGE_ALIGN (2ull << 20)
+
+/*
+ * mmap(NULL, len, prot, flags, fd, 0), placed on an OTE_HUGE_ALIGN boundary
+ * when len is at least that, with transparent huge pages asked for
+ * (MADV_HUGEPAGE): the kernel backs it with huge pages where its policy
+ * allows (anonymous memory: THP "enabled" always or madvise; a memfd:
+ * "shmem_enabled" always, within_size or advise), and 4 KiB pages where
+ * not. MAP_FAILED with errno on failure, as mmap.
+ */
+void *ote_mmap_huge(size_t len, int prot, int flags, int fd);
+
 /* A moment's pause in a polling loop (x86 pause, arm yield); nothing elsewhere. */
 static inline void ote_cpu_relax(void)
 {

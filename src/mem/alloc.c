@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/cuda_api.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,7 +84,10 @@ typedef struct memfd_ent {
 static pthread_mutex_t memfd_lock = PTHREAD_MUTEX_INITIALIZER;
 static memfd_ent_t    *memfd_list;
 
-/* A sealed memfd of len bytes mapped shared, or MAP_FAILED (*fd_p = -1: plain memory). */
+/*
+ * A sealed memfd of len bytes mapped shared (huge pages asked for, where the
+ * host's shmem policy allows them), or MAP_FAILED (*fd_p = -1: plain memory).
+ */
 static void *memfd_map(size_t len, int *fd_p)
 {
     int fd = (int)syscall(SYS_memfd_create, "orbitte", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -97,7 +101,7 @@ static void *memfd_map(size_t len, int *fd_p)
         close(fd);
         return MAP_FAILED;
     }
-    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p = ote_mmap_huge(len, PROT_READ | PROT_WRITE, MAP_SHARED, fd);
     if (p == MAP_FAILED) {
         close(fd);
         return MAP_FAILED;
@@ -153,7 +157,7 @@ ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *
     if (p == MAP_FAILED) {
         ote_debug("no memfd for %zu bytes (%s): private memory, not shared with peers", len,
                   strerror(errno));
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        p = ote_mmap_huge(len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
     }
     if (p == MAP_FAILED) {
         ote_error("allocating %zu bytes: %s", len, strerror(errno));

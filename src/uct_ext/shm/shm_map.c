@@ -191,8 +191,9 @@ static shm_map_t *map_add(shm_conn_t *sc, const ote_shm_grant_info_t *g, int fd)
     if (ote_array_reserve((void **)&sc->maps, &sc->cap_maps, sc->num_maps + 1, sizeof(*sc->maps),
                           8) != OTE_OK)
         return NULL;
-    p = mmap(NULL, (size_t)g->length, PROT_READ | (g->writable ? PROT_WRITE : 0), MAP_SHARED,
-             fd, 0);
+    /* Aligned as the owner's mapping, so the file's huge pages map whole here too. */
+    p = ote_mmap_huge((size_t)g->length, PROT_READ | (g->writable ? PROT_WRITE : 0), MAP_SHARED,
+                      fd);
     if (p == MAP_FAILED) {
         ote_warn("shm: cannot map %llu bytes of the peer: %s", (unsigned long long)g->length,
                  strerror(errno));

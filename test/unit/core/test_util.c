@@ -1,15 +1,23 @@
 /*
  * base/util.h: the growth helpers of arrays and rings (ote_array_reserve,
  * ote_ring_grow), from no capacity, past a first capacity of 0, and sizes
- * past SIZE_MAX refused without a change.
+ * past SIZE_MAX refused without a change; mappings placed for huge pages
+ * (ote_mmap_huge).
  */
 #include "base/util.h"
 
+#include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -139,6 +147,110 @@ static void test_ring_grow_overflow(void **state)
     free(r);
 }
 
+/* Whether [p, p + len) is mapped at all (msync fails with ENOMEM where it is not). */
+static bool mapped(const void *p, size_t len)
+{
+    return msync((void *)p, len, MS_ASYNC) == 0;
+}
+
+/* The pages of the mapping at p that the kernel maps whole, in kB (smaps' *PmdMapped). */
+static long pmd_mapped_kb(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[256];
+    bool in = false;
+    long kb = 0, v;
+
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = lo == (uintptr_t)p;
+            continue;
+        }
+        if (in && (sscanf(line, "AnonHugePages: %ld kB", &v) == 1 ||
+                   sscanf(line, "ShmemPmdMapped: %ld kB", &v) == 1))
+            kb += v;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* Whether the host's THP policy file names one of the given modes as chosen. */
+static bool thp_policy(const char *file, const char *const *modes)
+{
+    FILE *f = fopen(file, "r");
+    char buf[256] = "";
+    bool yes = false;
+
+    if (f == NULL)
+        return false;
+    if (fgets(buf, sizeof(buf), f) != NULL) {
+        for (const char *const *m = modes; *m != NULL; m++)
+            yes |= strstr(buf, *m) != NULL;
+    }
+    fclose(f);
+    return yes;
+}
+
+/*
+ * Large mappings start on a 2 MiB boundary with nothing of the reservation
+ * left around them, anonymous and memfd alike, and hold what is written;
+ * where the host's policy gives huge pages on advice, they get them. Small
+ * ones are plain mappings.
+ */
+static void test_mmap_huge(void **state)
+{
+    const char *anon_modes[]  = {"[always]", "[madvise]", NULL};
+    const char *shmem_modes[] = {"[always]", "[within_size]", "[advise]", NULL};
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t lens[] = {OTE_HUGE_ALIGN * 2 + page, OTE_HUGE_ALIGN * 4};
+    uint8_t *p;
+
+    (void)state;
+    for (size_t i = 0; i < 2; i++) {
+        size_t len = lens[i];
+        int fd     = (int)syscall(SYS_memfd_create, "test-util", MFD_CLOEXEC);
+
+        assert_true(fd >= 0);
+        assert_int_equal(ftruncate(fd, (off_t)len), 0);
+        for (int shared = 0; shared < 2; shared++) {
+            p = ote_mmap_huge(len, PROT_READ | PROT_WRITE,
+                              shared ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS, shared ? fd : -1);
+            assert_true(p != MAP_FAILED);
+            assert_int_equal((uintptr_t)p % OTE_HUGE_ALIGN, 0);
+            assert_true(mapped(p, len));
+            assert_false(mapped(p - page, page));
+            assert_false(mapped(p + ((len + page - 1) & ~(page - 1)), page));
+            memset(p, 0x5a, len);
+            if (shared) {
+                uint8_t b = 0;
+
+                assert_int_equal(pread(fd, &b, 1, (off_t)len - 1), 1);
+                assert_int_equal(b, 0x5a);
+            }
+            if (thp_policy(shared ? "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+                                  : "/sys/kernel/mm/transparent_hugepage/enabled",
+                           shared ? shmem_modes : anon_modes))
+                assert_true(pmd_mapped_kb(p) >= (long)(OTE_HUGE_ALIGN >> 10));
+            else
+                printf("# %s: no huge pages on advice on this host, alignment checked only\n",
+                       shared ? "memfd" : "anonymous");
+            assert_int_equal(munmap(p, len), 0);
+        }
+        close(fd);
+    }
+    p = ote_mmap_huge(3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+    assert_true(p != MAP_FAILED);
+    p[3 * page - 1] = 1;
+    assert_int_equal(munmap(p, 3 * page), 0);
+    /* A failed mapping leaves errno as mmap does, and no reservation behind. */
+    errno = 0;
+    assert_true(ote_mmap_huge(OTE_HUGE_ALIGN, PROT_READ, MAP_SHARED, -1) == MAP_FAILED);
+    assert_int_equal(errno, EBADF);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -147,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_array_reserve_overflow),
         cmocka_unit_test(test_ring_grow_order),
         cmocka_unit_test(test_ring_grow_overflow),
+        cmocka_unit_test(test_mmap_huge),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
