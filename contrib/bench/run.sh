@@ -315,6 +315,9 @@ PYTHONPATH=$wheels python3 -c 'from nixl._api import nixl_agent' 2>"$tmp/err" ||
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date -u '+%Y-%m-%d %H:%M UTC')
+# The host's huge-page policies: ote_mem_alloc's memory (shmem) gets huge pages only where shmem_enabled allows
+thp_choice() { sed -n 's/.*\[\([a-z_]*\)\].*/\1/p' "/sys/kernel/mm/transparent_hugepage/$1" 2>/dev/null || true; }
+thp="THP enabled=$(thp_choice enabled), shmem_enabled=$(thp_choice shmem_enabled)"
 
 # --- rounds ------------------------------------------------------------------
 for round in $(seq "$rounds"); do
@@ -334,6 +337,6 @@ done
 
 python3 contrib/bench/table.py "$results" "$cmds" "$notes" \
     "$start" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(nproc)" \
-    "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$rounds" "$quick" >"$tmp/table.md" || exit 1
+    "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$rounds" "$quick" "$thp" >"$tmp/table.md" || exit 1
 cat "$tmp/table.md"
 [ -z "$out" ] || cp "$tmp/table.md" "$out"

@@ -83,7 +83,7 @@ def fmt(x, lat):
 
 def main():
     (results, commands, notes, start, commit, cpus, load0, load1, rounds,
-     quick) = sys.argv[1:11]
+     quick, thp) = sys.argv[1:12]
     data = {}  # (workload, peer) -> [(value, p99)] in round order
     for line in open(results):
         f = line.rstrip("\n").split("\t")
@@ -107,8 +107,8 @@ def main():
         return (statistics.median(v) if v else None, statistics.median(p) if p else None,
                 vals)
 
-    print(f"Taken {start}, commit {commit}, {cpus} CPUs, load average {load0} at the "
-          f"start and {load1} at the end; {rounds} interleaved round(s)"
+    print(f"Taken {start}, commit {commit}, {cpus} CPUs, {thp}, load average {load0} at "
+          f"the start and {load1} at the end; {rounds} interleaved round(s)"
           f"{' (--quick: short measurements)' if quick == '1' else ''}. Median over the "
           "rounds; ratio = the peer's median / the median of the ote_perftest row named "
           "in the \"against\" column (above 1: more GB/s, or a longer latency).\n")
