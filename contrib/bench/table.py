@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The Markdown table of contrib/bench/run.sh, from the figures it recorded.
 
-    table.py RESULTS COMMANDS NOTES START COMMIT CPUS LOAD0 LOAD1 ROUNDS QUICK
+    table.py RESULTS COMMANDS NOTES START COMMIT CPUS LOAD0 LOAD1 ROUNDS QUICK THP
 
 RESULTS: round, workload, peer, value, p99 (tab-separated, "-" when the
 measurement failed); COMMANDS: workload, peer, command; NOTES: peer (or
-"peer workload"), text. Prints the table, the notes and the commands.
+"peer workload"), text; THP: the host's huge-page policies, as words.
+Prints the table, the goals of the issue as ratios taken round by round,
+the notes and the commands.
 """
 import statistics
 import sys
@@ -81,14 +83,75 @@ def fmt(x, lat):
     return f"{x:.1f}" if lat and x >= 10 else f"{x:.2f}" if lat else f"{x:.3f}" if x < 1 else f"{x:.2f}"
 
 
+# The goals: (what, numerator (workload, peer, "p50"|"p99"|"v"), denominator
+# (the same, or None for an absolute figure), "<=" or ">=", bound)
+TCP, CMA, SHM = "ote_perftest tcp", "ote_perftest cma", "ote_perftest shm"
+GOALS = [
+    ("tcp 8 B WRITE p50 / ucx_perftest am_lat", ("lat write", TCP, "p50"),
+     ("lat write", "ucx_perftest tcp", "p50"), "<=", 1.5),
+    ("tcp 8 B READ p50 / ucx_perftest am_lat", ("lat read", TCP, "p50"),
+     ("lat write", "ucx_perftest tcp", "p50"), "<=", 1.5),
+    ("tcp 8 B WRITE p99 / p50", ("lat write", TCP, "p99"), ("lat write", TCP, "p50"), "<=", 3),
+    ("tcp 8 B READ p99 / p50", ("lat read", TCP, "p99"), ("lat read", TCP, "p50"), "<=", 3),
+    ("cma 8 B WRITE p50, µs", ("lat write", CMA, "p50"), None, "<=", 10),
+    ("cma 8 B READ p50, µs", ("lat read", CMA, "p50"), None, "<=", 10),
+    ("shm 8 B WRITE p50, µs", ("lat write", SHM, "p50"), None, "<=", 10),
+    ("shm 8 B READ p50, µs", ("lat read", SHM, "p50"), None, "<=", 10),
+] + [
+    (f"shm / memcpy, {SHAPES[sh]} {op.upper()}", (f"{sh} {op} T1", SHM, "v"),
+     (f"{sh} {op} T1", "memcpy", "v"), ">=", 0.8)
+    for sh in ("1m", "kv") for op in ("write", "read")
+] + [
+    (f"cma / ucx_perftest cma{tail}, 1 MiB x 8 {op.upper()}", (f"1m {op} T1", CMA, "v"),
+     (f"1m {op} T1", f"ucx_perftest cma{tail}", "v"), ">=", 1.0)
+    for tail in ("", ", 8 MiB") for op in ("write", "read")
+] + [
+    (f"tcp {SHAPES[sh]} / 1 MiB x 8, {op.upper()}", (f"{sh} {op} T1", TCP, "v"),
+     (f"1m {op} T1", TCP, "v"), ">=", 0.8)
+    for sh in ("4k", "kv") for op in ("write", "read")
+]
+
+
+def goals(by_round):
+    """Each goal's figure in every round (the ratio of two rows of the same round), their median."""
+    def fig(ref, r):
+        key, peer, what = ref
+        if r not in by_round.get((key, peer), {}):
+            return None
+        v, p99 = by_round[(key, peer)][r]
+        return p99 if what == "p99" else v
+
+    print("The goals, each figure taken within a round (rows of the same minutes) "
+          "and the median of the rounds:\n")
+    print("| goal | rounds | median | bound | met |")
+    print("|---|---|---|---|---|")
+    for what, num, den, op, bound in GOALS:
+        per = []
+        for r in sorted(by_round.get(num[:2], {}), key=int):
+            a = fig(num, r)
+            b = fig(den, r) if den else 1.0
+            per.append(a / b if a is not None and b else None)
+        got = [x for x in per if x is not None]
+        if not got:
+            print(f"| {what} | - | - | {op} {bound} | not measured |")
+            continue
+        med = statistics.median(got)
+        met = med <= bound if op == "<=" else med >= bound
+        shown = ", ".join("-" if x is None else f"{x:.2f}" for x in per)
+        print(f"| {what} | {shown} | {med:.2f} | {op} {bound} | {'yes' if met else 'no'} |")
+    print()
+
+
 def main():
     (results, commands, notes, start, commit, cpus, load0, load1, rounds,
      quick, thp) = sys.argv[1:12]
     data = {}  # (workload, peer) -> [(value, p99)] in round order
+    by_round = {}  # (workload, peer) -> {round: (value, p99)}
     for line in open(results):
         f = line.rstrip("\n").split("\t")
         if len(f) >= 5:
             data.setdefault((f[1], f[2]), []).append((fnum(f[3]), fnum(f[4])))
+            by_round.setdefault((f[1], f[2]), {})[f[0]] = (fnum(f[3]), fnum(f[4]))
     why = dict(line.rstrip("\n").split("\t", 1) for line in open(notes) if "\t" in line)
 
     keys = ["lat write", "lat read"] + [f"{s} {op} T{t}" for s in SHAPES
@@ -138,6 +201,7 @@ def main():
         if peer not in shown:
             print(f"| all | {peer} | - | - | - | not run: {why.get(peer, 'no figures')} |")
     print()
+    goals(by_round)
     print("Latency ratios compare the p50s; rounds lists the p50 of each round "
           "(latency) or its GB/s. What each peer runs:\n")
     print(EQUIVALENTS)
