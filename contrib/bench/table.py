@@ -93,6 +93,11 @@ GOALS = [
      ("lat write", "ucx_perftest tcp", "p50"), "<=", 1.5),
     ("tcp 8 B WRITE p99 / p50", ("lat write", TCP, "p99"), ("lat write", TCP, "p50"), "<=", 3),
     ("tcp 8 B READ p99 / p50", ("lat read", TCP, "p99"), ("lat read", TCP, "p50"), "<=", 3),
+] + [
+    (f"{tl} 8 B {op.upper()} p99 / p50", (f"lat {op}", peer, "p99"), (f"lat {op}", peer, "p50"),
+     "<=", 3)
+    for tl, peer in (("cma", CMA), ("shm", SHM)) for op in ("write", "read")
+] + [
     ("cma 8 B WRITE p50, µs", ("lat write", CMA, "p50"), None, "<=", 10),
     ("cma 8 B READ p50, µs", ("lat read", CMA, "p50"), None, "<=", 10),
     ("shm 8 B WRITE p50, µs", ("lat write", SHM, "p50"), None, "<=", 10),
