@@ -150,12 +150,10 @@ def goals(by_round):
 def main():
     (results, commands, notes, start, commit, cpus, load0, load1, rounds,
      quick, thp) = sys.argv[1:12]
-    data = {}  # (workload, peer) -> [(value, p99)] in round order
-    by_round = {}  # (workload, peer) -> {round: (value, p99)}
+    by_round = {}  # (workload, peer) -> {round: (value, p99)}, in round order
     for line in open(results):
         f = line.rstrip("\n").split("\t")
         if len(f) >= 5:
-            data.setdefault((f[1], f[2]), []).append((fnum(f[3]), fnum(f[4])))
             by_round.setdefault((f[1], f[2]), {})[f[0]] = (fnum(f[3]), fnum(f[4]))
     why = dict(line.rstrip("\n").split("\t", 1) for line in open(notes) if "\t" in line)
 
@@ -169,7 +167,7 @@ def main():
         return f"{SHAPES[shape]}, {op.upper()}, {t[1:]} thr., GB/s"
 
     def median(key, peer):
-        vals = data.get((key, peer), [])
+        vals = list(by_round.get((key, peer), {}).values())
         v = [x for x, _ in vals if x is not None]
         p = [y for _, y in vals if y is not None]
         return (statistics.median(v) if v else None, statistics.median(p) if p else None,
@@ -186,7 +184,7 @@ def main():
     for key in keys:
         lat = key.startswith("lat")
         for peer, ref in PEERS.items():
-            if (key, peer) not in data:
+            if (key, peer) not in by_round:
                 continue
             shown.add(peer)
             v, p99, vals = median(key, peer)

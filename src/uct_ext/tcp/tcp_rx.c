@@ -258,27 +258,29 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
         c->handshake_deadline = 0;
         return;
     }
-    if (iface->ref_handle != NULL &&
-        (h->type == OTE_TCP_WRITE || h->type == OTE_TCP_READ_REQ) &&
-        h->length <= OTE_TCP_INLINE_MAX) {
-        /* A small write or read by value: the requests before it are answered first. */
-        if (c->ref_npending)
-            iface->ref_flush(c);
-        if (c->dead)
-            return;
-    } else if (iface->ref_handle != NULL) {
-        /* By reference: no other bytes travel on this connection. */
-        if (h->type != OTE_TCP_PUT_REF && h->type != OTE_TCP_GET_REF &&
-            h->type != OTE_TCP_PROBE &&
-            !(iface->fd_passing && (h->type == OTE_TCP_MAP || h->type == OTE_TCP_UNMAP_ACK))) {
-            protocol_error(c, "unexpected message type on a by-reference connection");
+    if (iface->ref_handle != NULL) {
+        if ((h->type == OTE_TCP_WRITE || h->type == OTE_TCP_READ_REQ) &&
+            h->length <= OTE_TCP_INLINE_MAX) {
+            /* A small write or read by value: the requests before it are answered first. */
+            if (c->ref_npending)
+                iface->ref_flush(c);
+            if (c->dead)
+                return;
+        } else {
+            /* By reference: no other bytes travel on this connection. */
+            if (h->type != OTE_TCP_PUT_REF && h->type != OTE_TCP_GET_REF &&
+                h->type != OTE_TCP_PROBE &&
+                !(iface->fd_passing &&
+                  (h->type == OTE_TCP_MAP || h->type == OTE_TCP_UNMAP_ACK))) {
+                protocol_error(c, "unexpected message type on a by-reference connection");
+                return;
+            }
+            iface->ref_handle(c, h,
+                              ote_tcp_hdr_inline_len(h) >= OTE_TCP_REF_TRAILER_LEN
+                                  ? ote_get_u64(payload)
+                                  : 0);
             return;
         }
-        iface->ref_handle(c, h,
-                          ote_tcp_hdr_inline_len(h) >= OTE_TCP_REF_TRAILER_LEN
-                              ? ote_get_u64(payload)
-                              : 0);
-        return;
     }
     switch (h->type) {
     case OTE_TCP_WRITE:
