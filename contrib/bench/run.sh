@@ -106,7 +106,9 @@ why() { # RC ERRFILE: why a command gave no figure
 }
 
 # The workloads: KEY SIZE BATCH (KEY: shape, then op and threads added)
-shapes="4k:4096:128 64k:65536:32 1m:1048576:8 kv:16384:2048"
+# (1 MiB x 8 between 4 KiB x 128 and KV: ote_bw runs the rows that a goal
+# compares one after the other)
+shapes="4k:4096:128 1m:1048576:8 kv:16384:2048 64k:65536:32"
 
 # --- ote_perftest ------------------------------------------------------------
 ote_run() { # PEER TLS KEY args...: one ote_perftest --loopback, its JSON read
@@ -125,15 +127,21 @@ print(r["lat_p50_us"], r["lat_p99_us"]) if sys.argv[2]=="lat" else print(r["gbps
         echo "- -"
     fi
 }
-ote_all() { # PEER TLS BUDGET [OPTIONS]: OPTIONS go to every ote_perftest of the peer
-    local budget=$3 ote_extra=${4:-}
+ote_lat() { # PEER TLS [OPTIONS]: the 8-byte WRITE and READ round trips
+    local ote_extra=${3:-}
     peer=$1 tls=$2
     for op in write read; do
         set -- $(ote_run "$peer" "$tls" "lat $op" -t ${op}_lat -s 8 -n $lat_n)
         rec "lat $op" "$peer" "${1:-}" "${2:-}"
-        for sh in $shapes; do
-            IFS=: read -r name size batch <<<"$sh"
-            for T in 1 2; do
+    done
+}
+ote_bw() { # PEER TLS BUDGET [OPTIONS]: OPTIONS go to every ote_perftest of the peer
+    local budget=$3 ote_extra=${4:-}
+    peer=$1 tls=$2
+    for op in write read; do
+        for T in 1 2; do # outside the shapes: 4 KiB, 1 MiB and KV of one T in a row
+            for sh in $shapes; do
+                IFS=: read -r name size batch <<<"$sh"
                 key="$name $op T$T"
                 if [ "$name" = kv ]; then
                     n=$((budget / (size * batch) / 2 + 1))
@@ -178,19 +186,30 @@ ucx_lat() { # KEY PEER ENV ARGS FACTOR: p50 and p99 (-R 99), times FACTOR
     rm -f "$tmp"/ucx.[0-9]
     rec "$key" "$peer" "$p50" "$p99"
 }
-ucx_all() {
-    tcp="-d lo -x tcp" cma="-d memory -x cma" ucp="UCX_TLS=tcp,self"
+tcp="-d lo -x tcp" cma="-d memory -x cma" ucp="UCX_TLS=tcp,self"
+ucx_lat_tcp() {
     ucx_lat "lat write" "ucx_perftest tcp" "" "-t am_lat $tcp -s 8 -n $lat_n" 2
     ucx_lat "lat read" "ucx_perftest tcp" "$ucp" "-t ucp_get -s 8 -n $((lat_n / 8))" 1
+}
+ucx_lat_cma() {
     ucx_lat "lat write" "ucx_perftest cma" "" "-t put_lat $cma -D zcopy -s 8 -n $lat_n" 2
     ucx_lat "lat read" "ucx_perftest cma" "" "-t get $cma -D zcopy -s 8 -n $lat_n" 1
+}
+ucx_bw_tcp() {
     for sh in $shapes; do
         IFS=: read -r name size batch <<<"$sh"
         for T in 1 2; do
             n=$((tcp_budget / size / T + 1)) slow=$((budget / 16 / size / T + 1))
-            hn=$((host_budget / size / T + 1))
             ucx_bw "$name write T$T" "ucx_perftest tcp" "" "-t put_bw $tcp -D zcopy -s $size -n $n" $T
             ucx_bw "$name read T$T" "ucx_perftest tcp" "$ucp" "-t ucp_get -s $size -n $slow" $T
+        done
+    done
+}
+ucx_bw_cma() {
+    for sh in $shapes; do
+        IFS=: read -r name size batch <<<"$sh"
+        for T in 1 2; do
+            hn=$((host_budget / size / T + 1))
             ucx_bw "$name write T$T" "ucx_perftest cma" "" "-t put_bw $cma -D zcopy -s $size -n $hn" $T
             ucx_bw "$name read T$T" "ucx_perftest cma" "" "-t get $cma -D zcopy -s $size -n $hn" $T
         done
@@ -333,14 +352,23 @@ thp="THP enabled=$(thp_choice enabled), shmem_enabled=$(thp_choice shmem_enabled
 # --- rounds ------------------------------------------------------------------
 for round in $(seq "$rounds"); do
     echo "run.sh: round $round of $rounds" >&2
-    ote_all "ote_perftest tcp" tcp $tcp_budget
-    [ $have_ucx = 1 ] && ucx_all
-    [ $have_iperf = 1 ] && iperf_all
+    # Latencies first, each ote_perftest figure beside its reference in
+    # the same minute (the goals compare them within a round)
+    ote_lat "ote_perftest tcp" tcp
+    [ $have_ucx = 1 ] && ucx_lat_tcp
     pingpong_all
-    memcpy_all
+    ote_lat "ote_perftest cma" cma --malloc
+    [ $have_ucx = 1 ] && ucx_lat_cma
+    ote_lat "ote_perftest shm" shm
+    # Then bandwidth by transport: tcp, cma, the shared mapping, each with its references
+    ote_bw "ote_perftest tcp" tcp $tcp_budget
+    [ $have_ucx = 1 ] && ucx_bw_tcp
+    [ $have_iperf = 1 ] && iperf_all
     # cma is the path for memory the application allocated itself (shm needs ote_mem_alloc's)
-    ote_all "ote_perftest cma" cma $host_budget --malloc
-    ote_all "ote_perftest shm" shm $host_budget
+    ote_bw "ote_perftest cma" cma $host_budget --malloc
+    [ $have_ucx = 1 ] && ucx_bw_cma
+    memcpy_all
+    ote_bw "ote_perftest shm" shm $host_budget
     [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py" ORBITTE $tcp_budget
     [ $have_mc = 1 ] && mc_all "Mooncake wheel tcp" mooncake "$wheels" WHEELS $budget
     [ $have_nixl = 1 ] && nixl_all
