@@ -2,8 +2,10 @@
  * base/util.h: the growth helpers of arrays and rings (ote_array_reserve,
  * ote_ring_grow), from no capacity, past a first capacity of 0, and sizes
  * past SIZE_MAX refused without a change; mappings placed for huge pages
- * (ote_mmap_huge).
+ * (ote_mmap_huge); base/pattern.h's word-at-a-time fill and check against
+ * the pattern's definition byte by byte.
  */
+#include "base/pattern.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -251,6 +253,50 @@ static void test_mmap_huge(void **state)
     assert_int_equal(errno, EBADF);
 }
 
+/*
+ * ote_pattern_fill and ote_pattern_check work a word at a time between
+ * unaligned ends: every start offset and length around a few words gives
+ * the bytes ote_pattern_byte defines, and check finds the first wrong byte
+ * wherever it lies (head, word, tail), or none.
+ */
+static void test_pattern_words(void **state)
+{
+    uint8_t buf[64 + 2], want[64];
+    const uint64_t seeds[] = {0, 0x5eed, UINT64_MAX};
+
+    (void)state;
+    for (size_t s = 0; s < sizeof(seeds) / sizeof(seeds[0]); s++) {
+        for (uint64_t off = 0; off < 24; off++) {
+            for (size_t len = 0; len <= 40; len++) {
+                memset(buf, 0xa5, sizeof(buf));
+                ote_pattern_fill(buf + 1, off, len, seeds[s]);
+                for (size_t i = 0; i < len; i++)
+                    want[i] = ote_pattern_byte(seeds[s], off + i);
+                assert_memory_equal(buf + 1, want, len);
+                assert_int_equal(buf[0], 0xa5);       /* nothing before */
+                assert_int_equal(buf[len + 1], 0xa5); /* nothing after */
+                assert_int_equal(ote_pattern_check(buf + 1, off, len, seeds[s]), -1);
+                for (size_t bad = 0; bad < len; bad++) {
+                    buf[1 + bad] ^= 0x10;
+                    assert_int_equal(ote_pattern_check(buf + 1, off, len, seeds[s]), (long)bad);
+                    /* a second wrong byte after it does not move the answer */
+                    if (bad + 9 < len)
+                        buf[1 + bad + 9] ^= 0x01;
+                    assert_int_equal(ote_pattern_check(buf + 1, off, len, seeds[s]), (long)bad);
+                    if (bad + 9 < len)
+                        buf[1 + bad + 9] ^= 0x01;
+                    buf[1 + bad] ^= 0x10;
+                }
+            }
+        }
+    }
+    /* The definition itself: byte i is byte i % 8 of word i / 8, least significant first. */
+    assert_int_equal(ote_pattern_byte(7, 13), (uint8_t)(ote_pattern_word(7, 1) >> 40));
+    /* Two seeds differ, and so do neighbouring words. */
+    assert_true(ote_pattern_word(1, 0) != ote_pattern_word(2, 0));
+    assert_true(ote_pattern_word(1, 0) != ote_pattern_word(1, 1));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -260,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_ring_grow_order),
         cmocka_unit_test(test_ring_grow_overflow),
         cmocka_unit_test(test_mmap_huge),
+        cmocka_unit_test(test_pattern_words),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
