@@ -220,7 +220,20 @@ ucx_bw_cma() {
     ucx_bw "1m read T1" "ucx_perftest cma, 8 MiB" "" "-t get $cma -D zcopy -s 8388608 -n $hn" 1
 }
 
-# --- iperf3 and memcpy -------------------------------------------------------
+# --- iperf3, the bare tcp stream and memcpy ----------------------------------
+sock_all() { # the host's own tcp stream between the same block layouts (2 connections a thread, as ote's)
+    local peer="tcp stream, no library"
+    for T in 1 2; do
+        for op in write read; do
+            for sh in $shapes; do
+                IFS=: read -r name size batch <<<"$sh"
+                sc=$([ "$name" = kv ] && echo 1 || echo 0)
+                cmd "$name $op T$T" "$peer" "sock_blocks $size $batch $T $sc $secs 2"
+                rec "$name $op T$T" "$peer" "$(tmo "$tmp/sock_blocks" $size $batch $T $sc $secs 2 2>"$tmp/err")"
+            done
+        done
+    done
+}
 iperf_all() {
     port=5301
     for sh in $shapes; do
@@ -322,6 +335,7 @@ EOF
 # --- set-up ------------------------------------------------------------------
 cc -O2 -pthread -o "$tmp/memcpy_blocks" contrib/bench/memcpy_blocks.c || exit 1
 cc -O2 -o "$tmp/pingpong" contrib/bench/pingpong.c || exit 1
+cc -O2 -pthread -o "$tmp/sock_blocks" contrib/bench/sock_blocks.c || exit 1
 have_ucx=1 have_iperf=1 have_mc=1 have_nixl=1 have_omc=1
 command -v ucx_perftest >/dev/null || { have_ucx=0; note "ucx_perftest tcp" "ucx_perftest not installed"; note "ucx_perftest cma" "ucx_perftest not installed"; note "ucx_perftest cma, 8 MiB" "ucx_perftest not installed"; }
 command -v iperf3 >/dev/null || { have_iperf=0; note iperf3 "iperf3 not installed"; }
@@ -362,6 +376,7 @@ for round in $(seq "$rounds"); do
     ote_lat "ote_perftest shm" shm
     # Then bandwidth by transport: tcp, cma, the shared mapping, each with its references
     ote_bw "ote_perftest tcp" tcp $tcp_budget
+    sock_all
     [ $have_ucx = 1 ] && ucx_bw_tcp
     [ $have_iperf = 1 ] && iperf_all
     # cma is the path for memory the application allocated itself (shm needs ote_mem_alloc's)
