@@ -158,8 +158,10 @@ static void *recv_loop(void *arg)
         advance(e, &i, &off, (size_t)n);
     }
     e->gbps = (double)bytes / (now() - t0) / 1e9;
-    if (e->pool[e->slot[e->first] * e->size] != 1) /* the bytes came */
+    if (e->pool[e->slot[e->first] * e->size] != 1) { /* the sender's bytes came */
+        fprintf(stderr, "sock_blocks: the blocks did not arrive\n");
         exit(1);
+    }
     return NULL;
 }
 
