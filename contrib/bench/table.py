@@ -129,11 +129,11 @@ GOALS = [
 # host's own tcp stream, and ote's rows against it
 STREAM = "tcp stream, no library"
 REFERENCES = [
-    (f"tcp stream, no library, {SHAPES[sh]} / 1 MiB x 8, {op.upper()}",
+    (f"{STREAM}, {SHAPES[sh]} / 1 MiB x 8, {op.upper()}",
      (f"{sh} {op} T1", STREAM, "v"), (f"1m {op} T1", STREAM, "v"), "ref", None)
     for sh in ("4k", "kv") for op in ("write", "read")
 ] + [
-    (f"tcp {SHAPES[sh]} {op.upper()} / tcp stream, no library", (f"{sh} {op} T1", TCP, "v"),
+    (f"tcp {SHAPES[sh]} {op.upper()} / {STREAM}", (f"{sh} {op} T1", TCP, "v"),
      (f"{sh} {op} T1", STREAM, "v"), "ref", None)
     for sh in ("1m", "kv") for op in ("write", "read")
 ]
