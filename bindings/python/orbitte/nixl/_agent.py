@@ -116,6 +116,15 @@ def _telemetry_enabled(cfg):
     return bool(cfg.captureTelemetry)
 
 
+def _name(n):
+    """An agent name given as str or bytes (add_remote_agent returns bytes)."""
+    if isinstance(n, (bytes, bytearray)):
+        return bytes(n).decode()
+    if not isinstance(n, str):
+        raise TypeError(f"an agent name is str or bytes, not {type(n).__name__}")
+    return n
+
+
 def _bytes(msg):
     if isinstance(msg, str):
         return msg.encode()
@@ -486,6 +495,7 @@ class _Core:
         return name.encode()
 
     def check_md(self, name, descs):
+        name = _name(name)
         self.drain()
         with self.lock:
             r = self.remotes.get(name)
@@ -499,6 +509,7 @@ class _Core:
 
     def invalidate_remote(self, name):
         self._check()
+        name = _name(name)
         with self.lock:
             r = self.remotes.pop(name, None)
         if r is None:
@@ -531,13 +542,20 @@ class _Core:
         return seg
 
     def _to_listener(self, ip, port, kind, payload):
-        seg = self._peer_seg(ip, port)
+        """Send to a peer's listener. As NIXL's listener thread does, a peer that
+        cannot be reached is logged (at WARN), not raised."""
+        if not ip:
+            raise nixlNotSupportedError("a central metadata server (etcd) is not supported "
+                                        "by orbitte.nixl: pass ip_addr and port")
         try:
+            seg = self._peer_seg(ip, port)
             self._send_frames(seg, kind, payload)
-        except orbitte.Error as e:
+        except (orbitte.Error, nixlRemoteDisconnectError, nixlNotFoundError,
+                nixlBackendError) as e:
             with self.lock:
                 self.segs.pop(f"{ip}:{int(port)}", None)
-            raise _wrap(e, f"sending to {ip}:{port}") from None
+            log.warning("metadata message %r to the listener at %s:%s not sent: %s",
+                        chr(kind), ip, port, e)
 
     def send_md(self, ip, port, descs=None, conn=True):
         self._check()
@@ -592,6 +610,7 @@ class _Core:
 
     def gen_notif(self, remote, msg):
         self._check()
+        remote = _name(remote)
         self.drain()
         if remote == self.name:
             seg = self._self_segment()
@@ -708,6 +727,7 @@ class _Core:
 
     def prep(self, agent, descs, backends):
         self._check()
+        agent = _name(agent)
         if not isinstance(descs, nixlXferDList):
             raise TypeError("prepXferDlist takes a nixlXferDList")
         self._need_backend(backends)
@@ -727,7 +747,7 @@ class _Core:
             del self.handles[int(h)]
         return SUCCESS
 
-    def make(self, op, lh, li, rh, ri, notif, backends):
+    def make(self, op, lh, li, rh, ri, notif, backends, skip_merge=False):
         self._check()
         if int(op) not in _OP:
             raise nixlInvalidParamError(f"operation {op!r}")
@@ -745,13 +765,35 @@ class _Core:
         ln = L.len[li]
         if not np.array_equal(ln, R.len[ri]):
             raise nixlInvalidParamError("local and remote descriptor lengths differ")
+        la, ra = L.addr[li], R.addr[ri]
         if R.agent != self.name:
-            self._remote(R.agent)
-        x = _Xfer(_OP[int(op)], R.agent, L.addr[li], R.addr[ri], ln, _bytes(notif), bk)
+            rregions = self._remote(R.agent).regions
+        else:
+            with self.lock:
+                rregions = self.local
+        if not skip_merge and len(la) > 1:
+            la, ra, ln = self._merge(la, ra, ln, rregions)
+        x = _Xfer(_OP[int(op)], R.agent, la, ra, ln, _bytes(notif), bk)
         return self._new_handle(x)
+
+    def _merge(self, la, ra, ln, rregions):
+        """Runs of descriptors contiguous on both sides as one descriptor each
+        (each merged range still inside one registration on its side)."""
+        brk = (la[1:] != la[:-1] + ln[:-1]) | (ra[1:] != ra[:-1] + ln[:-1])
+        if bool(brk.all()):
+            return la, ra, ln
+        starts = np.concatenate([[0], np.nonzero(brk)[0] + 1])
+        mla, mra = la[starts], ra[starts]
+        mln = np.add.reduceat(ln, starts).astype(np.uint64)
+        with self.lock:
+            loc = self.local
+        if bool(loc.covers(mla, mln).all()) and bool(rregions.covers(mra, mln).all()):
+            return mla, mra, mln
+        return la, ra, ln
 
     def create(self, op, ldescs, rdescs, agent, notif, backends):
         self._check()
+        agent = _name(agent)
         if int(op) not in _OP:
             raise nixlInvalidParamError(f"operation {op!r}")
         if not isinstance(ldescs, nixlXferDList) or not isinstance(rdescs, nixlXferDList):
@@ -938,7 +980,7 @@ class nixlAgent:
         return self._core.query(descs)
 
     def makeConnection(self, remote_agent, backends=()):
-        self._core._remote(remote_agent)
+        self._core._remote(_name(remote_agent))
         return SUCCESS
 
     def prepXferDlist(self, *args, **kw):
@@ -949,7 +991,7 @@ class nixlAgent:
         agent = kw.pop("agent_name", None)
         descs = kw.pop("descs", None)
         args = list(args)
-        if agent is None and args and isinstance(args[0], str):
+        if agent is None and args and isinstance(args[0], (str, bytes)):
             agent = args.pop(0)
         if descs is None and args:
             descs = args.pop(0)
@@ -966,7 +1008,7 @@ class nixlAgent:
     def makeXferReq(self, operation, local_side, local_indices, remote_side, remote_indices,
                     notif_msg=b"", backend=(), skip_desc_merg=False):
         return self._core.make(operation, local_side, local_indices, remote_side,
-                               remote_indices, notif_msg, list(backend))
+                               remote_indices, notif_msg, list(backend), bool(skip_desc_merg))
 
     def createXferReq(self, operation, local_descs, remote_descs, remote_agent, notif_msg=b"",
                       backend=()):

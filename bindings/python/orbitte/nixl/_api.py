@@ -264,7 +264,7 @@ class nixl_agent:
                         backends: Optional[list] = None) -> nixl_prepped_dlist_handle:
         descs = self.get_xfer_descs(xfer_list, mem_type)
         handles = self._handles(backends)
-        if agent_name in ("NIXL_INIT_AGENT", ""):
+        if agent_name in ("NIXL_INIT_AGENT", "", b"NIXL_INIT_AGENT", b""):
             h = self.agent.prepXferDlist(descs, handles)
         else:
             h = self.agent.prepXferDlist(agent_name, descs, handles)
@@ -332,6 +332,8 @@ class nixl_agent:
     def check_remote_xfer_done(self, remote_agent_name: str, lookup_tag: bytes,
                                backends: Optional[list] = None, tag_is_prefix=True) -> bool:
         self.notifs = self.agent.getNotifs(self.notifs, self._handles(backends))
+        if isinstance(remote_agent_name, bytes):
+            remote_agent_name = remote_agent_name.decode()
         msgs = self.notifs.get(remote_agent_name)
         if not msgs:
             return False
