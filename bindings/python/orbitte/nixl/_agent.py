@@ -109,6 +109,20 @@ def _wrap(e, what):
     return nixlBackendError(f"{what}: {e}")
 
 
+_GONE = {_S.REMOTE_DISCONNECT, _S.UNREACHABLE, _S.NOT_FOUND, _S.PEER_RESTARTED}
+
+
+def _peer_error(e, what):
+    """The NIXL exception for an OrbitTE error on a call to a known peer: the
+    peer's engine not answering any more (disconnected, unreachable, its
+    listener gone, restarted) is nixlRemoteDisconnectError, as in NIXL."""
+    if isinstance(e, orbitte.Error) and e.status in _GONE:
+        return nixlRemoteDisconnectError(
+            f"{what}: {orbitte.status_string(int(e.status))} (OrbitTE status "
+            f"{int(e.status)})", ote_status=e.status)
+    return _wrap(e, what)
+
+
 def _telemetry_enabled(cfg):
     env = os.environ.get("NIXL_TELEMETRY_ENABLE")
     if env is not None and env != "":
@@ -619,7 +633,7 @@ class _Core:
         try:
             self._send_frames(seg, _md.KIND_NOTIF, _bytes(msg))
         except orbitte.Error as e:
-            raise _wrap(e, f"genNotif({remote})") from None
+            raise _peer_error(e, f"genNotif({remote})") from None
         return SUCCESS
 
     def drain(self):
@@ -854,7 +868,7 @@ class _Core:
                     b.release()
                     raise
             except orbitte.Error as e:
-                x.state = _from_ote(e.status, f"postXferReq to {x.remote}")
+                x.state = _peer_error(e, f"postXferReq to {x.remote}")
                 raise x.state from None
             x.batch = b
             x.has_notif = frames is not None
