@@ -63,16 +63,34 @@ IN_PROG = nixl_status_t.NIXL_IN_PROG
 # (its CI reads "MD listener is listening on port N" there); NIXL_LOG_LEVEL
 # sets its level (default WARN).
 log = logging.getLogger("orbitte.nixl.agent")
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time of the record."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 if not log.handlers:
-    _h = logging.StreamHandler(sys.stderr)
+    _h = _StderrHandler()
     _h.setFormatter(logging.Formatter("%(asctime)s NIXL %(levelname)-7s orbitte.nixl %(message)s",
                                       "%Y-%m-%d %H:%M:%S"))
     log.addHandler(_h)
     log.propagate = False
-    _lvl = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
-            "WARN": logging.WARNING, "WARNING": logging.WARNING, "ERROR": logging.ERROR,
-            "FATAL": logging.CRITICAL}.get(os.environ.get("NIXL_LOG_LEVEL", "").upper())
-    log.setLevel(_lvl if _lvl is not None else logging.WARNING)
+
+
+def _set_log_level():
+    """The agent log's level from NIXL_LOG_LEVEL (read at each agent's creation)."""
+    lvl = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
+           "WARN": logging.WARNING, "WARNING": logging.WARNING, "ERROR": logging.ERROR,
+           "FATAL": logging.CRITICAL}.get(os.environ.get("NIXL_LOG_LEVEL", "").upper())
+    log.setLevel(lvl if lvl is not None else logging.WARNING)
 
 PLUGINS = ["UCX"]           # every plugin name served by the OrbitTE engine
 _PLUGIN_MEMS = ["DRAM_SEG", "VRAM_SEG"]
@@ -292,6 +310,7 @@ class _Core:
         self.lock = threading.RLock()
         self.recv_lock = threading.Lock()
         self.telemetry = _telemetry_enabled(cfg)
+        _set_log_level()
         listen = None
         if cfg.useListenThread:
             listen = f"0.0.0.0:{int(cfg.listenPort)}"
