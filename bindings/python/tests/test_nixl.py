@@ -506,3 +506,52 @@ def test_shim(tmp_path):
     assert "shim ok" in r.stdout
     assert "nixl is OrbitTE's NIXL API" in r.stdout
     assert orbitte.nixl.__orbitte__ is True
+
+
+# ---- the decoders take untrusted bytes -------------------------------------------------
+
+
+def test_decoders_on_damaged_and_random_bytes():
+    rng = np.random.default_rng(5)
+    rows = [(0x10000 * i, 4096, 0, 0) for i in range(1, 6)]
+    good = _md.encode_md("agent", "127.0.0.1:1234", rows, False)
+    assert _md.decode_md(good) == ("agent", "127.0.0.1:1234", rows, False)
+    for _ in range(3000):
+        blob = bytearray(good)
+        for _ in range(int(rng.integers(1, 4))):
+            blob[int(rng.integers(0, len(blob)))] = int(rng.integers(0, 256))
+        blob = bytes(blob[:int(rng.integers(0, len(blob) + 1))])
+        if blob == good:
+            continue
+        with pytest.raises(_md.MDError):
+            _md.decode_md(blob)
+        # a body that is garbage behind a valid tag (as a key holder could forge)
+        body = blob[:-32] if len(blob) > 32 else blob
+        body = _md.MD_MAGIC + body[len(_md.MD_MAGIC):]
+        try:
+            name, engine, got, partial = _md.decode_md(body + _md._tag(body))
+        except _md.MDError:
+            continue
+        assert isinstance(name, str) and name and isinstance(got, list)
+    # frames and fragments
+    frames = _md.frames("agent", _md.KIND_NOTIF, bytes(range(256)) * 100, 77)
+    assert len(frames) > 1 and all(len(f) <= orbitte.NOTIFY_MAX for f in frames)
+    r = _md.Reassembly()
+    for f in frames[:-1]:
+        agent, kind, payload = _md.parse_frame(f)
+        assert r.add(agent, payload) is None
+    agent, kind, payload = _md.parse_frame(frames[-1])
+    assert r.add(agent, payload) == (_md.KIND_NOTIF, bytes(range(256)) * 100)
+    assert r.held == 0 and not r.parts
+    for _ in range(3000):
+        f = bytearray(frames[int(rng.integers(0, len(frames)))])
+        for _ in range(int(rng.integers(1, 4))):
+            f[int(rng.integers(0, len(f)))] = int(rng.integers(0, 256))
+        got = _md.parse_frame(bytes(f[:int(rng.integers(0, len(f) + 1))]))
+        if got is not None:
+            a, k, p = got
+            if k == _md.KIND_FRAG:
+                out = r.add(a, p)
+                assert out is None or isinstance(out[1], bytes)
+        assert len(r.parts) <= _md.MAX_PARTIAL and r.held <= _md.MAX_PENDING
+    assert _md.parse_frame(b"plain notification") is None

@@ -8,7 +8,7 @@ and a peer that dies with a transfer in flight."""
 
 import json
 import os
-import select
+import queue
 import signal
 import struct
 import subprocess
@@ -40,7 +40,15 @@ class Peer:
                                   stdout=subprocess.PIPE, text=True,
                                   env=dict(os.environ, **(env or {})))
         self.events = []
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
         self.info = self.next(lambda e: "md" in e)
+
+    def _read(self):
+        for line in self.p.stdout:
+            if line.startswith("{"):      # the "nixl" logger writes to stdout too
+                self.lines.put(json.loads(line))
+        self.lines.put(None)
 
     def send(self, **cmd):
         self.p.stdin.write(json.dumps(cmd) + "\n")
@@ -53,14 +61,11 @@ class Peer:
                 return self.events.pop(i)
         end = time.monotonic() + DEADLINE
         while time.monotonic() < end:
-            r, _, _ = select.select([self.p.stdout], [], [], 0.5)
-            if not r:
+            try:
+                e = self.lines.get(timeout=0.5)
+            except queue.Empty:
                 continue
-            line = self.p.stdout.readline()
-            assert line, "the peer process exited"
-            if not line.startswith("{"):      # the "nixl" logger writes to stdout
-                continue
-            e = json.loads(line)
+            assert e is not None, "the peer process exited"
             if match(e):
                 return e
             self.events.append(e)
@@ -74,8 +79,11 @@ class Peer:
             except (AssertionError, BrokenPipeError, OSError):
                 self.p.kill()
         self.p.wait(timeout=30)
-        rest = self.p.stdout.read()
-        self.events += [json.loads(x) for x in rest.splitlines() if x.startswith("{")]
+        while True:
+            e = self.lines.get(timeout=DEADLINE)
+            if e is None:
+                break
+            self.events.append(e)
 
 
 @pytest.fixture
@@ -247,12 +255,17 @@ def test_peer_dies_mid_transfer(tcp_env):
     h = agent.make_prepped_xfer("READ", local_h, idx, remote_h, idx, notif_msg=b"never")
     os.kill(peer.p.pid, signal.SIGSTOP)
     try:
-        st = agent.transfer(h)
-    except nixlBind.nixlError:
-        st = "ERR"
-    assert st in ("PROC", "ERR")
-    peer.p.kill()
-    peer.p.wait(timeout=30)
+        try:
+            st = agent.transfer(h)
+        except nixlBind.nixlError:
+            st = "ERR"
+        assert st in ("PROC", "ERR")
+        if st == "PROC":   # in flight: posting it again is refused
+            with pytest.raises(nixlBind.nixlRepostActiveError):
+                agent.transfer(h)
+    finally:
+        peer.p.kill()
+        peer.p.wait(timeout=30)
     outcome = None
     end = time.monotonic() + DEADLINE
     while outcome is None and time.monotonic() < end:

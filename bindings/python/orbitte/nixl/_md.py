@@ -55,6 +55,7 @@ _KINDS = {KIND_NOTIF, KIND_MD, KIND_FETCH, KIND_INVALIDATE, KIND_GONE, KIND_FRAG
 
 MAX_MESSAGE = 64 << 20          # largest message reassembled from fragments
 MAX_PARTIAL = 256               # messages being reassembled at once, all senders
+MAX_PENDING = 128 << 20         # bytes held by messages being reassembled, all senders
 
 _REGION = np.dtype([("addr", "<u8"), ("len", "<u8"), ("dev", "<u8"), ("mem", "u1")])
 
@@ -180,6 +181,12 @@ class Reassembly:
 
     def __init__(self):
         self.parts = {}       # (agent, id) -> [count, kind, {index: bytes}, size]
+        self.held = 0         # bytes of all of them
+
+    def _drop(self, key):
+        ent = self.parts.pop(key, None)
+        if ent is not None:
+            self.held -= ent[3]
 
     def add(self, agent, payload):
         """(kind, message) once the message is complete, else None."""
@@ -187,26 +194,31 @@ class Reassembly:
             return None
         msgid, idx, count, kind = struct.unpack_from("<QIIB", payload, 0)
         chunk = payload[17:]
-        if count == 0 or idx >= count or kind not in _KINDS or kind == KIND_FRAG:
+        if (count == 0 or idx >= count or count > MAX_MESSAGE // 256 + 1
+                or kind not in _KINDS or kind == KIND_FRAG):
             return None
         key = (agent, msgid)
         ent = self.parts.get(key)
         if ent is None:
-            if len(self.parts) >= MAX_PARTIAL:
-                # the oldest unfinished message (a transfer that failed before its
-                # last fragment) makes room
-                self.parts.pop(next(iter(self.parts)))
             ent = self.parts[key] = [count, kind, {}, 0]
         if ent[0] != count or ent[1] != kind:
-            self.parts.pop(key, None)
+            self._drop(key)
             return None
         if idx not in ent[2]:
             ent[2][idx] = chunk
             ent[3] += len(chunk)
+            self.held += len(chunk)
         if ent[3] > MAX_MESSAGE:
-            self.parts.pop(key, None)
+            self._drop(key)
             return None
+        # the oldest unfinished messages (a transfer that failed before its last
+        # fragment, or a peer that never sent it) make room
+        while len(self.parts) > MAX_PARTIAL or self.held > MAX_PENDING:
+            old = next(iter(self.parts))
+            self._drop(old)
+            if old == key:
+                return None
         if len(ent[2]) < count:
             return None
-        self.parts.pop(key, None)
+        self._drop(key)
         return kind, b"".join(ent[2][i] for i in range(count))
