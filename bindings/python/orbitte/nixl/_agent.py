@@ -130,14 +130,20 @@ def _wrap(e, what):
 _GONE = {_S.REMOTE_DISCONNECT, _S.UNREACHABLE, _S.NOT_FOUND, _S.PEER_RESTARTED}
 
 
-def _peer_error(e, what):
-    """The NIXL exception for an OrbitTE error on a call to a known peer: the
+def _peer_status(status, what):
+    """The NIXL exception for an OrbitTE status on a call to a known peer: the
     peer's engine not answering any more (disconnected, unreachable, its
     listener gone, restarted) is nixlRemoteDisconnectError, as in NIXL."""
-    if isinstance(e, orbitte.Error) and e.status in _GONE:
+    if status in _GONE:
         return nixlRemoteDisconnectError(
-            f"{what}: {orbitte.status_string(int(e.status))} (OrbitTE status "
-            f"{int(e.status)})", ote_status=e.status)
+            f"{what}: {orbitte.status_string(int(status))} (OrbitTE status "
+            f"{int(status)})", ote_status=_S(int(status)))
+    return _from_ote(status, what)
+
+
+def _peer_error(e, what):
+    if isinstance(e, orbitte.Error):
+        return _peer_status(e.status, what)
     return _wrap(e, what)
 
 
@@ -263,7 +269,7 @@ class _Xfer:
                     if ns == 1:        # INPROGRESS: the peer has not queued it yet
                         return IN_PROG
                     if ns != 0:
-                        self._finish(_from_ote(ns, "notification"))
+                        self._finish(_peer_status(ns, "notification"))
                         raise self.state
                 self._finish(SUCCESS)
                 return SUCCESS
@@ -277,7 +283,7 @@ class _Xfer:
                 return IN_PROG
         except orbitte.Error as e:
             err = e.status
-        self._finish(_from_ote(err, "transfer"))
+        self._finish(_peer_status(err, "transfer"))
         raise self.state
 
     def active(self):
