@@ -461,6 +461,7 @@ def test_low_level_agent():
 
 def test_listener_path(capfd, monkeypatch):
     monkeypatch.setenv("NIXL_LOG_LEVEL", "INFO")
+    monkeypatch.delenv("NIXL_ETCD_ENDPOINTS", raising=False)
     target = nixl_agent("target-" + uuid.uuid4().hex, nixl_agent_config(True, True, 0))
     err = capfd.readouterr().err
     ports = re.findall(r"MD listener is listening on port (\d+)$", err, re.M)
@@ -555,3 +556,76 @@ def test_decoders_on_damaged_and_random_bytes():
                 assert out is None or isinstance(out[1], bytes)
         assert len(r.parts) <= _md.MAX_PARTIAL and r.held <= _md.MAX_PENDING
     assert _md.parse_frame(b"plain notification") is None
+
+
+# ---- the central metadata server (etcd) ----------------------------------------------------
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def etcd_server(tmp_path, monkeypatch):
+    import shutil
+    import urllib.request
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd is not installed (contrib/install-deps.sh installs it)")
+    c, p = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        [exe, "--name", "t", "--data-dir", str(tmp_path / "etcd"),
+         "--listen-client-urls", f"http://127.0.0.1:{c}",
+         "--advertise-client-urls", f"http://127.0.0.1:{c}",
+         "--listen-peer-urls", f"http://127.0.0.1:{p}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
+         "--initial-cluster", f"t=http://127.0.0.1:{p}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def up():
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{c}/v3/maintenance/status",
+                                             data=b"{}")
+                with urllib.request.urlopen(req, timeout=1):
+                    return True
+            except OSError:
+                return proc.poll() is not None
+        _wait(up, "etcd's start")
+        assert proc.poll() is None, "etcd exited"
+        monkeypatch.setenv("NIXL_ETCD_ENDPOINTS", f"http://127.0.0.1:{c}")
+        monkeypatch.setenv("NIXL_ETCD_NAMESPACE", f"/orbitte-test-{uuid.uuid4().hex}/")
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_metadata_through_etcd(etcd_server):
+    from orbitte.nixl import _etcd
+    a, b, c = _agent(), _agent(), _agent()
+    m1, m2 = np.zeros(4096, np.uint8), np.zeros(4096, np.uint8)
+    a.register_memory([(_addr(m1), 4096, 0, ""), (_addr(m2), 4096, 0, "")], "DRAM")
+    a.send_local_metadata()
+    b.fetch_remote_metadata(a.name)
+    _wait(lambda: b.check_remote_metadata(a.name), "metadata from etcd")
+    b.send_notif(a.name, b"via etcd")
+    assert _wait(a.get_new_notifs, "a notification") == {b.name: [b"via etcd"]}
+    # partial metadata under a label
+    part = a.get_reg_descs([(_addr(m1), 4096, 0, "")], "DRAM")
+    a.send_partial_agent_metadata(part, True, label="part")
+    c.fetch_remote_metadata(a.name, label="part")
+    _wait(lambda: c.check_remote_metadata(a.name), "partial metadata from etcd")
+    assert c.check_remote_metadata(a.name, c.get_xfer_descs([(_addr(m1), 4096, 0)], "DRAM"))
+    assert not c.check_remote_metadata(a.name,
+                                       c.get_xfer_descs([(_addr(m2), 4096, 0)], "DRAM"))
+    # a value altered in the store is refused
+    blob = bytearray(_etcd.get(_etcd.key(a.name)))
+    blob[12] ^= 1
+    _etcd.put(_etcd.key(a.name, "bad"), bytes(blob))
+    with pytest.raises(nixlBind.nixlInvalidParamError):
+        c.add_remote_agent(_etcd.get(_etcd.key(a.name, "bad")))
+    a.invalidate_local_metadata()
+    assert _etcd.get(_etcd.key(a.name)) is None and _etcd.get(_etcd.key(a.name, "part")) is None

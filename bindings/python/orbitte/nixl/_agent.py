@@ -32,7 +32,7 @@ import numpy as np
 
 import orbitte
 
-from . import _md
+from . import _etcd, _md
 from ._bindings import (
     NIXL_INIT_AGENT,
     nixl_mem_t,
@@ -583,9 +583,6 @@ class _Core:
     def _to_listener(self, ip, port, kind, payload):
         """Send to a peer's listener. As NIXL's listener thread does, a peer that
         cannot be reached is logged (at WARN), not raised."""
-        if not ip:
-            raise nixlNotSupportedError("a central metadata server (etcd) is not supported "
-                                        "by orbitte.nixl: pass ip_addr and port")
         try:
             seg = self._peer_seg(ip, port)
             self._send_frames(seg, kind, payload)
@@ -596,17 +593,70 @@ class _Core:
             log.warning("metadata message %r to the listener at %s:%s not sent: %s",
                         chr(kind), ip, port, e)
 
-    def send_md(self, ip, port, descs=None, conn=True):
-        self._check()
-        self._to_listener(ip, port, _md.KIND_MD, self.local_md(descs, conn))
+    def _etcd(self, what):
+        if not _etcd.endpoints():
+            raise nixlNotSupportedError(f"{what} without ip_addr needs a central metadata "
+                                        f"server: NIXL_ETCD_ENDPOINTS is not set")
 
-    def fetch_md(self, remote, ip, port):
+    def send_md(self, ip, port, descs=None, conn=True, label=""):
         self._check()
-        self._to_listener(ip, port, _md.KIND_FETCH, self.engine_name.encode())
+        blob = self.local_md(descs, conn)
+        if ip:
+            self._to_listener(ip, port, _md.KIND_MD, blob)
+            return
+        self._etcd("sending metadata")
+        try:
+            _etcd.put(_etcd.key(self.name, label), blob)
+        except _etcd.EtcdError as e:
+            raise nixlBackendError(f"metadata server: {e}") from None
+
+    def fetch_md(self, remote, ip, port, label=""):
+        self._check()
+        if ip:
+            self._to_listener(ip, port, _md.KIND_FETCH, self.engine_name.encode())
+            return
+        self._etcd("fetching metadata")
+        remote = _name(remote)
+        wait_s = max(0.1, int(getattr(self.cfg, "etcdWatchTimeout", 5000000)) / 1e6)
+        threading.Thread(target=self._fetch_etcd, args=(remote, label, wait_s),
+                         name=f"nixl-fetch-{remote}", daemon=True).start()
+
+    def _fetch_etcd(self, remote, label, wait_s):
+        """Read the remote's metadata from etcd until it is there (or wait_s passed)
+        and load it, as NIXL's fetch does in the background."""
+        k = _etcd.key(remote, label)
+        end = time.monotonic() + wait_s
+        while not self.closed:
+            try:
+                blob = _etcd.get(k)
+            except _etcd.EtcdError as e:
+                blob = None
+                err = e
+            else:
+                err = None
+            if blob is not None:
+                try:
+                    self.load_md(blob)
+                except Exception as e:  # noqa: BLE001 - logged as NIXL's fetch does
+                    log.warning("metadata of %s from the metadata server refused: %s",
+                                remote, e)
+                return
+            if time.monotonic() >= end:
+                log.warning("metadata of %s not found under %s%s", remote, k,
+                            f" ({err})" if err else "")
+                return
+            time.sleep(0.05)
 
     def invalidate_local(self, ip, port):
         self._check()
-        self._to_listener(ip, port, _md.KIND_INVALIDATE, b"")
+        if ip:
+            self._to_listener(ip, port, _md.KIND_INVALIDATE, b"")
+            return
+        self._etcd("invalidating metadata")
+        try:
+            _etcd.delete_prefix(f"{_etcd.namespace()}{self.name}/")
+        except _etcd.EtcdError as e:
+            raise nixlBackendError(f"metadata server: {e}") from None
 
     # ---- notifications -----------------------------------------------------------------
 
@@ -1100,10 +1150,10 @@ class nixlAgent:
 
     def sendLocalPartialMD(self, descs, inc_conn_info=False, backends=(), ip_addr="", port=0,
                            label=""):
-        self._core.send_md(ip_addr, port, descs, bool(inc_conn_info))
+        self._core.send_md(ip_addr, port, descs, bool(inc_conn_info), label)
 
     def fetchRemoteMD(self, remote_agent, ip_addr="", port=0, label=""):
-        self._core.fetch_md(remote_agent, ip_addr, port)
+        self._core.fetch_md(remote_agent, ip_addr, port, label)
 
     def invalidateLocalMD(self, ip_addr="", port=0):
         self._core.invalidate_local(ip_addr, port)
