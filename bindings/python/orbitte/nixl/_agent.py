@@ -49,7 +49,6 @@ from ._bindings import (
     nixlNoTelemetryError,
     nixlRegDList,
     nixlRemoteDisconnectError,
-    nixlRemoteDList,
     nixlRepostActiveError,
     nixlXferDList,
     nixlXferTelemetry,

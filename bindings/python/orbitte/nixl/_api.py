@@ -11,7 +11,7 @@ from __future__ import annotations
 import pickle
 import sys
 from enum import Enum
-from typing import Optional, Union
+from typing import Optional
 
 import numpy as np
 

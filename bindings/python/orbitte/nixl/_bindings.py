@@ -10,7 +10,6 @@ NIXL. Each agent runs one orbitte.Engine; the agent module is _agent.py.
 """
 
 import enum as _enum
-import pickle as _pickle  # noqa: F401  (descriptor lists pickle through __reduce__)
 
 import numpy as _np
 
@@ -222,7 +221,7 @@ class _DList:
             self._arr = _np.zeros((int(init_size), 3), dtype=_np.uint64)
             self._init_extra_rows(int(init_size))
         elif isinstance(descs, _np.ndarray):
-            if self._width == 4 and type is not None and not isinstance(self, nixlRegDList):
+            if isinstance(self, nixlRemoteDList):
                 raise TypeError("this list takes (addr, len, devId, name) tuples")
             self._arr = _rows_from_array(descs)
             self._init_extra_rows(len(self._arr))
