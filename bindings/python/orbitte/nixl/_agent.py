@@ -961,7 +961,11 @@ class _Core:
             st = x.poll()
             if st is SUCCESS and was is IN_PROG:
                 self._cost(x)
-            return st
+        if st is IN_PROG:
+            # callers poll this in a loop: give the CPU to the engine's threads that
+            # complete the transfer (on a busy host a spinning caller starves them)
+            os.sched_yield()
+        return st
 
     def _cost(self, x):
         with self.lock:
