@@ -304,8 +304,8 @@ mc_all() { # PEER IMPL PYTHONPATH LABEL BUDGET (LABEL: the PYTHONPATH as the com
         done
     done
 }
-nixl_all() {
-    peer="NIXL wheel, UCX tcp"
+nixl_all() { # PEER ENV PYTHONPATH LABEL (LABEL: the PYTHONPATH as the commands show it)
+    peer=$1 envs=$2 pp=$3 ppl=$4
     specs="write:8:1 read:8:1"
     for sh in $shapes; do
         IFS=: read -r name size batch <<<"$sh"
@@ -313,8 +313,8 @@ nixl_all() {
             specs="$specs $op:$size:$batch$([ "$name" = kv ] && echo :scatter)"
         done
     done
-    cmd "all" "$peer" "UCX_TLS=tcp PYTHONPATH=WHEELS python3 contrib/bench/nixl_xfer.py $specs --seconds $secs"
-    UCX_TLS=tcp PYTHONPATH=$wheels tmo python3 contrib/bench/nixl_xfer.py $specs --seconds $secs \
+    cmd "all" "$peer" "$envs PYTHONPATH=$ppl python3 contrib/bench/nixl_xfer.py $specs --seconds $secs"
+    tmo env $envs PYTHONPATH=$pp python3 contrib/bench/nixl_xfer.py $specs --seconds $secs \
         >"$tmp/nixl.out" 2>"$tmp/err"
     rc=$?
     [ $rc = 0 ] || note "$peer" "round $round: exit status $rc after $(grep -c '^{' "$tmp/nixl.out") of its $(echo $specs | wc -w) figures: $(why $rc "$tmp/err")"
@@ -356,6 +356,11 @@ PYTHONPATH=$wheels python3 -c 'import mooncake.engine' 2>"$tmp/err" ||
     { have_mc=0; note "Mooncake wheel tcp" "cannot import mooncake.engine from $wheels: $(lastline "$tmp/err")"; }
 PYTHONPATH=$wheels python3 -c 'from nixl._api import nixl_agent' 2>"$tmp/err" ||
     { have_nixl=0; note "NIXL wheel, UCX tcp" "cannot import nixl._api from $wheels: $(lastline "$tmp/err")"; }
+# orbitte.nixl runs the same script through the import shim (numpy from the wheels' directory)
+have_onixl=$have_omc
+[ $have_onixl = 1 ] && { PYTHONPATH=$tmp/py:$wheels python3 -m orbitte.nixl.shim "$tmp/shim" >/dev/null 2>"$tmp/err" &&
+    PYTHONPATH=$tmp/shim:$tmp/py:$wheels python3 -c 'import numpy, nixl; assert nixl.__orbitte__' >/dev/null 2>"$tmp/err"; } ||
+    { have_onixl=0; note "orbitte.nixl tcp" "the shim does not import: $(lastline "$tmp/err")"; }
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -386,7 +391,8 @@ for round in $(seq "$rounds"); do
     ote_bw "ote_perftest shm" shm $host_budget
     [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py" ORBITTE $tcp_budget
     [ $have_mc = 1 ] && mc_all "Mooncake wheel tcp" mooncake "$wheels" WHEELS $budget
-    [ $have_nixl = 1 ] && nixl_all
+    [ $have_onixl = 1 ] && nixl_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
+    [ $have_nixl = 1 ] && nixl_all "NIXL wheel, UCX tcp" UCX_TLS=tcp "$wheels" WHEELS
 done
 
 python3 contrib/bench/table.py "$results" "$cmds" "$notes" \

@@ -22,6 +22,7 @@ PEERS = {
     "orbitte.mooncake tcp": "ote_perftest tcp",
     "Mooncake wheel tcp": "ote_perftest tcp",
     "NIXL wheel, UCX tcp": "ote_perftest tcp",
+    "orbitte.nixl tcp": "ote_perftest tcp",
     "ote_perftest cma": "ote_perftest cma",
     "ucx_perftest cma": "ote_perftest cma",
     "ucx_perftest cma, 8 MiB": "ote_perftest cma",
@@ -80,7 +81,9 @@ EQUIVALENTS = """\
 - NIXL's wheel: `contrib/bench/nixl_xfer.py`, two `nixl_agent`s with the UCX
   backend in two processes, `UCX_TLS=tcp`, DRAM; one transfer of BATCH
   descriptors posted and polled to completion at a time, KV as one transfer
-  of 2,048 scattered 16 KiB descriptors; 1 thread only."""
+  of 2,048 scattered 16 KiB descriptors; 1 thread only.
+- orbitte.nixl: the same script through `python -m orbitte.nixl.shim` (NIXL's
+  Python API over the orbitte extension), `OTE_TLS=tcp`."""
 
 
 def fnum(v):
