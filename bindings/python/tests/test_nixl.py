@@ -385,7 +385,9 @@ def test_threads(pair):
     got = []
     for t in ts:
         t.start()
-    while any(t.is_alive() for t in ts) or len(got) < 2 * nthreads * per:
+    end = time.monotonic() + DEADLINE
+    while ((any(t.is_alive() for t in ts) or len(got) < 2 * nthreads * per)
+           and time.monotonic() < end):
         got += b.get_new_notifs().get(a.name, [])
         if not any(t.is_alive() for t in ts) and errors:
             break
