@@ -528,9 +528,10 @@ class TransferEngine:
         return ctypes.string_at(int(source_address), int(length))
 
     def get_first_buffer_address(self, segment_name):
-        """The start of the first region the segment published (this
-        engine's own first registration when segment_name is its own name),
-        or 0 when there is none or the segment cannot be opened."""
+        """The start of the buffer the segment's engine registered first
+        and still has (Mooncake's registration order, not the lowest
+        address; this engine's own when segment_name is its own name), or 0
+        when there is none or the segment cannot be opened."""
         if not self._ready("get_first_buffer_address"):
             return 0
         if self._is_self(segment_name):
