@@ -342,7 +342,7 @@ command -v iperf3 >/dev/null || { have_iperf=0; note iperf3 "iperf3 not installe
 
 mkdir -p "$tmp/py"
 cp -r bindings/python/orbitte "$tmp/py/"
-(cd bindings/python && OTE_BUILD_DIR=$build python3 setup.py -q build_ext \
+(cd bindings/python && ORBITTE_BUILD_DIR=$build python3 setup.py -q build_ext \
     --build-lib "$tmp/py" --build-temp "$tmp/pybuild") >"$tmp/err" 2>&1 ||
     { have_omc=0; note "orbitte.mooncake tcp" "the extension did not build: $(lastline "$tmp/err")"; }
 

@@ -102,7 +102,9 @@ typedef struct {
  * Create an engine: reads the OTE_* configuration, opens the selected
  * transports, starts the worker threads and the control-plane listener.
  * params may be NULL (all defaults). Blocks for at most the time needed to
- * bind sockets and start threads.
+ * bind sockets and start threads. A listen_addr the control listener cannot
+ * bind (the port is in use, or not permitted) fails it with OTE_ERR_IO and
+ * a log line naming the address.
  */
 ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *engine_p);
 
@@ -290,7 +292,11 @@ ote_status_t ote_file_export(ote_engine_h engine, const char *name, const char *
  */
 ote_status_t ote_file_unexport(ote_file_export_h exp);
 
-/* Regions the peer published; count_p gets the total even when max is smaller. */
+/*
+ * Regions the peer published, in the order the peer registered them (oldest
+ * first; a peer before this order was kept lists them by address); count_p
+ * gets the total even when max is smaller (then the first max).
+ */
 ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions,
                                  size_t max, size_t *count_p);
 

@@ -71,8 +71,9 @@ ote_status_t ote_desc_encode(const ote_desc_t *d, ote_mem_table_t *table, ote_bu
         ote_buf_put_str8(out, d->mds[i]);
     count_pos = out->len;
     ote_buf_put_u32(out, 0);
-    if (table != NULL)
-        ote_mem_table_visit(table, encode_region, &ctx);
+    /* Registration order: peers list the regions in it (ote_segment_regions). */
+    if (table != NULL && ote_mem_table_visit_ordered(table, encode_region, &ctx) != OTE_OK)
+        return OTE_ERR_NO_MEMORY;
     ote_buf_put_u32(out, (uint32_t)d->num_exports);
     for (size_t i = 0; i < d->num_exports; i++) {
         ote_buf_put_str8(out, d->exports[i].name);
@@ -199,6 +200,7 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
     for (uint32_t i = 0; i < n; i++) {
         ote_desc_region_t *reg = &d->regions[i];
 
+        reg->order  = i;
         reg->addr   = ote_rd_u64(&r);
         reg->length = ote_rd_u64(&r);
         reg->access = ote_rd_u32(&r);

@@ -40,6 +40,7 @@ typedef struct {
     char            location[OTE_MEM_LOCATION_MAX];
     uint8_t         num_rkeys;
     ote_desc_rkey_t rkeys[OTE_DESC_MAX_MDS];
+    uint32_t        order; /* place in the encoding: the peer's registration order */
 } ote_desc_region_t;
 
 /* A file the engine exports (ote_file_export): "export" or "export/file". */
@@ -61,7 +62,7 @@ typedef struct {
     size_t             num_mds;
     char               mds[OTE_DESC_MAX_MDS][OTE_TL_NAME_MAX * 2];
     size_t             num_regions;
-    ote_desc_region_t *regions; /* sorted by addr */
+    ote_desc_region_t *regions; /* sorted by addr; .order gives the peer's order */
     size_t             num_exports;
     ote_desc_export_t *exports; /* files it exports (version 3) */
     uint8_t           *blob;    /* the encoded bytes rkeys point into */

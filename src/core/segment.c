@@ -332,13 +332,19 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions, 
         return OTE_ERR_INVALID_PARAM;
     pthread_mutex_lock(&seg->lock);
     *count_p = seg->desc->num_regions;
-    for (size_t i = 0; i < max && i < seg->desc->num_regions; i++) {
+    /* In the peer's order (the descriptor's, its registration order); the
+     * decoded regions are sorted by address, each knowing its place. */
+    for (size_t i = 0; i < seg->desc->num_regions; i++) {
         const ote_desc_region_t *r = &seg->desc->regions[i];
+        ote_region_info_t *out;
 
-        regions[i].addr   = r->addr;
-        regions[i].length = r->length;
-        regions[i].access = r->access;
-        snprintf(regions[i].location, sizeof(regions[i].location), "%s", r->location);
+        if (r->order >= max)
+            continue;
+        out         = &regions[r->order];
+        out->addr   = r->addr;
+        out->length = r->length;
+        out->access = r->access;
+        snprintf(out->location, sizeof(out->location), "%s", r->location);
     }
     pthread_mutex_unlock(&seg->lock);
     return OTE_OK;

@@ -315,6 +315,13 @@ bool ote_mem_region_export_remove(ote_region_t *region, ote_mem_export_t *x);
 /* Visit the table's regions in address order under the read lock. */
 typedef void (*ote_mem_visit_cb_t)(ote_region_t *region, void *arg);
 void ote_mem_table_visit(ote_mem_table_t *table, ote_mem_visit_cb_t cb, void *arg);
+/*
+ * The same in registration order (oldest first), as peers list a segment's
+ * regions (ote_segment_regions). OTE_ERR_NO_MEMORY (nothing visited) when
+ * the order cannot be taken.
+ */
+ote_status_t ote_mem_table_visit_ordered(ote_mem_table_t *table, ote_mem_visit_cb_t cb,
+                                         void *arg);
 
 /* ---- registration cache ------------------------------------------------- */
 

@@ -764,6 +764,44 @@ void ote_mem_table_visit(ote_mem_table_t *t, ote_mem_visit_cb_t cb, void *arg)
     table_rdunlock(t);
 }
 
+typedef struct {
+    ote_region_t **regions;
+    size_t         count;
+} collect_ctx_t;
+
+static void collect_one(ote_itree_node_t *node, void *arg)
+{
+    collect_ctx_t *ctx = arg;
+
+    ctx->regions[ctx->count++] = REGION_OF(node);
+}
+
+static int region_seq_cmp(const void *a, const void *b)
+{
+    const ote_region_t *x = *(ote_region_t *const *)a, *y = *(ote_region_t *const *)b;
+
+    return x->seq < y->seq ? -1 : (x->seq > y->seq);
+}
+
+ote_status_t ote_mem_table_visit_ordered(ote_mem_table_t *t, ote_mem_visit_cb_t cb, void *arg)
+{
+    collect_ctx_t ctx = {0};
+
+    table_rdlock(t);
+    ctx.regions = malloc((t->index.count ? t->index.count : 1) * sizeof(*ctx.regions));
+    if (ctx.regions == NULL) {
+        table_rdunlock(t);
+        return OTE_ERR_NO_MEMORY;
+    }
+    ote_sidx_visit(&t->index, collect_one, &ctx);
+    qsort(ctx.regions, ctx.count, sizeof(*ctx.regions), region_seq_cmp);
+    for (size_t i = 0; i < ctx.count; i++)
+        cb(ctx.regions[i], arg);
+    table_rdunlock(t);
+    free(ctx.regions);
+    return OTE_OK;
+}
+
 void ote_mem_table_rcache_stats(ote_mem_table_t *t, ote_mem_rcache_stats_t *stats_p)
 {
     memset(stats_p, 0, sizeof(*stats_p));

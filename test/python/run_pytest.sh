@@ -16,7 +16,7 @@ out="$build/python"
 rm -rf "$out"
 mkdir -p "$out"
 (cd "$top/bindings/python" &&
-    OTE_BUILD_DIR="$build" "$py" setup.py -q build --build-base "$out/tmp" \
+    ORBITTE_BUILD_DIR="$build" "$py" setup.py -q build --build-base "$out/tmp" \
         --build-lib "$out/lib" > "$out/build.log" 2>&1) ||
     { cat "$out/build.log"; echo "the orbitte extension did not build"; exit 1; }
 cd "$out"

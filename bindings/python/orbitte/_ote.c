@@ -4,8 +4,13 @@
  * Objects: Engine, Memory (a registration), Segment (an opened peer) and
  * Batch. Memory, Segment and Batch hold a reference to their Engine, so an
  * engine outlives them unless Engine.close() is called first; then they
- * are void (the engine released them) and every call on them raises
- * InvalidParamError. Every call that can wait releases the GIL.
+ * are void (the engine released them): every call on them raises
+ * InvalidParamError, entering a with block included, except the releasing
+ * calls (Memory.deregister(), Segment.close(), Batch.release(), leaving a
+ * with block), which are idempotent: on a void object they only drop what
+ * the Python object itself holds (a registered buffer's export and the
+ * object kept alive) and return None. Every call that can wait releases the
+ * GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -648,6 +653,10 @@ static PyObject *Memory_deregister(MemoryObject *m, PyObject *unused)
 static PyObject *Memory_enter(MemoryObject *m, PyObject *unused)
 {
     (void)unused;
+    if (engine_check(m->engine) < 0)
+        return NULL;
+    if (m->mem == NULL)
+        return raise_invalid(NULL, "the memory is deregistered");
     Py_INCREF(m);
     return (PyObject *)m;
 }
@@ -721,7 +730,9 @@ static PyObject *Memory_get_registered(MemoryObject *m, void *unused)
 static PyMethodDef Memory_methods[] = {
     {"deregister", (PyCFunction)Memory_deregister, METH_NOARGS,
      "deregister()\n--\n\nDrop the registration (engine-allocated memory is freed); "
-     "transfers already using it drain first. Idempotent."},
+     "transfers already using it drain first. Idempotent; once the engine is closed (it "
+     "released the registration) it only lets go of the registered object and its "
+     "buffer export."},
     {"__enter__", (PyCFunction)Memory_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Memory_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
@@ -790,6 +801,8 @@ static PyObject *Segment_close(SegmentObject *s, PyObject *unused)
 static PyObject *Segment_enter(SegmentObject *s, PyObject *unused)
 {
     (void)unused;
+    if (segment_check(s) < 0)
+        return NULL;
     Py_INCREF(s);
     return (PyObject *)s;
 }
@@ -908,7 +921,8 @@ static PyObject *Segment_repr(SegmentObject *s)
 
 static PyMethodDef Segment_methods[] = {
     {"close", (PyCFunction)Segment_close, METH_NOARGS,
-     "close()\n--\n\nClose the segment; tasks in flight against it end CANCELED."},
+     "close()\n--\n\nClose the segment; tasks in flight against it end CANCELED. "
+     "Idempotent; does nothing once the engine is closed (the engine closed it)."},
     {"__enter__", (PyCFunction)Segment_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Segment_exit, METH_VARARGS, NULL},
     {"regions", (PyCFunction)Segment_regions, METH_NOARGS,
@@ -966,6 +980,8 @@ static PyObject *Batch_release(BatchObject *b, PyObject *unused)
 static PyObject *Batch_enter(BatchObject *b, PyObject *unused)
 {
     (void)unused;
+    if (batch_check(b) < 0)
+        return NULL;
     Py_INCREF(b);
     return (PyObject *)b;
 }
@@ -1399,6 +1415,12 @@ static PyObject *Batch_get_capacity(BatchObject *b, void *unused)
     return PyLong_FromSize_t(b->capacity);
 }
 
+static PyObject *Batch_get_closed(BatchObject *b, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(b->batch == NULL || b->engine->e == NULL);
+}
+
 static PyMethodDef Batch_methods[] = {
     {"submit", (PyCFunction)(void (*)(void))Batch_submit, METH_VARARGS | METH_KEYWORDS,
      "submit(segment, requests, notify=None)\n--\n\n"
@@ -1425,13 +1447,16 @@ static PyMethodDef Batch_methods[] = {
     {"cancel", (PyCFunction)Batch_cancel, METH_VARARGS,
      "cancel(task)\n--\n\nCancel a task; it ends CANCELED once no posted slice can still land."},
     {"release", (PyCFunction)Batch_release, METH_NOARGS,
-     "release()\n--\n\nRelease the batch; tasks in flight drain first. Idempotent."},
+     "release()\n--\n\nRelease the batch; tasks in flight drain first. Idempotent; "
+     "does nothing once the engine is closed (the engine released it)."},
     {"__enter__", (PyCFunction)Batch_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Batch_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Batch_getset[] = {
     {"capacity", (getter)Batch_get_capacity, NULL, "Tasks the batch can hold.", NULL},
+    {"closed", (getter)Batch_get_closed, NULL,
+     "True once released (or its engine closed).", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 /* ---- module --------------------------------------------------------------- */

@@ -52,6 +52,7 @@ class Segment:
 
 class Batch:
     capacity: int
+    closed: bool
     def submit(self, segment: Segment, requests: Sequence[Tuple[int, Local, int, int]],
                notify: Optional[bytes] = ...) -> int: ...
     def submit_arrays(self, segment: Segment, op: int, local_addrs: Any, remote_addrs: Any,

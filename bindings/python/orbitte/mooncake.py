@@ -21,9 +21,10 @@ failure go to the ``orbitte.mooncake`` logger.
 Mapping onto OrbitTE:
 
 - ``metadata_server`` "P2PHANDSHAKE": the engine's control plane listens on
-  the IP of ``local_hostname`` ("ip" or "ip:port"; the port is ignored, a
-  free one is taken, as Mooncake does) and its segment name is "ip:port"
-  with the port get_rpc_port() returns. "etcd://..." and "redis://..." (and
+  ``local_hostname`` ("ip" or "ip:port"; a port given is the one it listens
+  on, and initialize() returns -1 when it cannot have it; without one, or
+  with port 0, a free port is taken) and its segment name is "ip:port" with
+  the port get_rpc_port() returns. "etcd://..." and "redis://..." (and
   a bare "host:port", which Mooncake reads as etcd) are passed to the
   engine's metadata parameter; other schemes are refused.
 - ``protocol``: "tcp" selects OrbitTE's native tcp transport, "rdma" UCX's
@@ -38,6 +39,7 @@ Mapping onto OrbitTE:
 """
 
 import ctypes
+import errno
 import itertools
 import json
 import logging
@@ -55,6 +57,7 @@ from . import (
     WRITE,
     Engine,
     Error,
+    Status,
     TIMEOUT,
 )
 
@@ -187,6 +190,21 @@ def _resolve(host):
     return socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0]
 
 
+def _bind_error(ip, port):
+    """Why binding ip:port fails now ("the port is in use", ...), for a
+    message that names the port."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((ip, port))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            return f"port {port} is in use (another process listens on it)"
+        return f"{e.strerror or e}"
+    return "it could not be bound when the engine tried"
+
+
 def _net_interfaces():
     try:
         return set(os.listdir("/sys/class/net"))
@@ -267,7 +285,7 @@ class TransferEngine:
                 return -1
             metadata = conn
         try:
-            host, _ = _split_host_port(local_hostname or "")
+            host, port = _split_host_port(local_hostname or "")
             if not host:
                 host = socket.gethostname()
             ip = _resolve(host)
@@ -286,7 +304,12 @@ class TransferEngine:
                      os.environ["OTE_TLS"], tls)
         if devices and "OTE_NET_DEVICES" not in os.environ:
             env["OTE_NET_DEVICES"] = devices
-        listen = _join_host_port(ip, 0)
+        # P2P: peers open "ip:port" of the listener, so a port given is the
+        # one to listen on. With a store the name is the key and the port is
+        # any free one.
+        if metadata is not None or port is None:
+            port = 0
+        listen = _join_host_port(ip, port)
         name = None if metadata is None else local_hostname
         with _env_lock:
             saved = {k: os.environ.get(k) for k in env}
@@ -296,6 +319,9 @@ class TransferEngine:
             except Error as e:
                 log.error("initialize(%r, %r, %r, %r): %s", local_hostname, metadata_server,
                           protocol, device_name, e)
+                if port and e.status == Status.IO:  # the listener could not bind
+                    log.error("initialize: cannot listen on port %d of %s: %s", port, ip,
+                              _bind_error(ip, port))
                 if tls == "ib" and int(e.status) == -18:  # NO_DEVICE
                     log.error("initialize: protocol rdma needs an RDMA device for UCX's "
                               "InfiniBand/RoCE transports and this host has none usable; "
@@ -502,9 +528,10 @@ class TransferEngine:
         return ctypes.string_at(int(source_address), int(length))
 
     def get_first_buffer_address(self, segment_name):
-        """The start of the first region the segment published (this
-        engine's own first registration when segment_name is its own name),
-        or 0 when there is none or the segment cannot be opened."""
+        """The start of the buffer the segment's engine registered first
+        and still has (Mooncake's registration order, not the lowest
+        address; this engine's own when segment_name is its own name), or 0
+        when there is none or the segment cannot be opened."""
         if not self._ready("get_first_buffer_address"):
             return 0
         if self._is_self(segment_name):
@@ -885,5 +912,71 @@ def install():
     return me
 
 
+_SHIM_MARK = "written by: python -m orbitte.mooncake shim"
+_SHIM_INIT = f'''"""Mooncake's package name, served by OrbitTE ({_SHIM_MARK}).
+
+Only mooncake.engine is here: it is orbitte.mooncake.
+"""
+'''
+_SHIM_ENGINE = f'''"""mooncake.engine: orbitte.mooncake under Mooncake's module name
+({_SHIM_MARK})."""
+import sys
+
+import orbitte.mooncake
+
+sys.modules[__name__] = orbitte.mooncake
+'''
+
+
+def write_shim(folder):
+    """Write a two-file package ``mooncake`` (``__init__.py`` and
+    ``engine.py``) into folder, so that programs started unchanged with
+    folder first on PYTHONPATH import ``mooncake.engine`` as this module.
+    Rewrites a shim written before; refuses a folder whose ``mooncake``
+    holds anything else. Returns the package's path."""
+    pkg = os.path.join(os.path.abspath(folder), "mooncake")
+    files = {"__init__.py": _SHIM_INIT, "engine.py": _SHIM_ENGINE}
+    if os.path.isdir(pkg):
+        for entry in sorted(os.listdir(pkg)):
+            path = os.path.join(pkg, entry)
+            if entry == "__pycache__":
+                continue
+            ours = False
+            if entry in files and os.path.isfile(path):
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    ours = _SHIM_MARK in f.read()
+            if not ours:
+                raise FileExistsError(f"{path} was not written by this command: "
+                                      "name another folder")
+    os.makedirs(pkg, exist_ok=True)
+    for entry, text in files.items():
+        with open(os.path.join(pkg, entry), "w", encoding="utf-8") as f:
+            f.write(text)
+    return pkg
+
+
+def _main(argv):
+    import sys
+
+    if len(argv) != 2 or argv[0] != "shim":
+        sys.stderr.write("usage: python -m orbitte.mooncake shim FOLDER\n"
+                         "  writes FOLDER/mooncake/{__init__,engine}.py: with FOLDER first on\n"
+                         "  PYTHONPATH, 'from mooncake.engine import TransferEngine' gets\n"
+                         "  orbitte.mooncake's\n")
+        return 2
+    try:
+        pkg = write_shim(argv[1])
+    except OSError as e:
+        sys.stderr.write(f"orbitte.mooncake shim: {e}\n")
+        return 1
+    print(f"wrote {pkg}: put {os.path.dirname(pkg)} first on PYTHONPATH")
+    return 0
+
+
 __all__ = ["TransferEngine", "TransferNotify", "TransferOpcode", "Read", "Write",
-           "P2PHANDSHAKE", "install"]
+           "P2PHANDSHAKE", "install", "write_shim"]
+
+if __name__ == "__main__":
+    import sys as _sys
+
+    _sys.exit(_main(_sys.argv[1:]))

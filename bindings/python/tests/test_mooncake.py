@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -106,12 +107,138 @@ def test_names_ports_and_first_buffer(te, target):
     assert te.get_first_buffer_address(own) == addr
     assert te.free_managed_buffer(addr, 64 * KIB) == 0
     assert te.get_first_buffer_address(own) == 0
-    # the port of local_hostname is not used: a free one is taken
-    other = TransferEngine()
-    assert other.initialize(own, "P2PHANDSHAKE", "tcp", "") == 0
-    assert other.get_rpc_port() not in (0, port)
     topo = json.loads(te.get_local_topology())
     assert "cpu:0" in topo and all(len(v) == 2 for v in topo.values())
+
+
+def free_port():
+    """A loopback port nobody listens on (just closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_initialize_listens_on_the_port_given(caplog):
+    """P2PHANDSHAKE with "ip:port": the engine listens there and peers open it
+    by that name; a port in use: -1 and a message naming it; port 0 or none:
+    a free port."""
+    caplog.set_level(logging.ERROR, logger="orbitte.mooncake")
+    for _ in range(20):
+        port = free_port()
+        target = TransferEngine()
+        if target.initialize(f"127.0.0.1:{port}", "P2PHANDSHAKE", "tcp", "") == 0:
+            break
+        caplog.clear()  # taken meanwhile by another process: try another
+    assert target.get_rpc_port() == port
+    name = f"127.0.0.1:{port}"
+    assert target.get_engine().name == name
+    dst = target.allocate_managed_buffer(64 * KIB)
+    # a peer finds it by the name it was given
+    init = TransferEngine()
+    assert init.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    src = init.allocate_managed_buffer(64 * KIB)
+    data = bytes(seeded(3, 64 * KIB))
+    assert init.write_bytes_to_buffer(src, data, len(data)) == 0
+    assert init.get_first_buffer_address(name) == dst
+    assert init.transfer_sync_write(name, src, dst, len(data)) == 0
+    assert target.read_bytes_from_buffer(dst, len(data)) == data
+    # the port is taken now
+    again = TransferEngine()
+    assert again.initialize(name, "P2PHANDSHAKE", "tcp", "") == -1
+    assert f"cannot listen on port {port} of 127.0.0.1" in caplog.text
+    assert f"port {port} is in use" in caplog.text
+    assert again.get_rpc_port() == -1
+    # port 0, or none: a free one
+    for hostname in ("127.0.0.1:0", "127.0.0.1"):
+        e = TransferEngine()
+        assert e.initialize(hostname, "P2PHANDSHAKE", "tcp", "") == 0
+        assert e.get_rpc_port() not in (0, port, init.get_rpc_port())
+        e.get_engine().close()
+
+
+# A target process that registers a buffer at the higher address first, then
+# one below it, then allocates a managed buffer; prints its name and the
+# address it registered first, and waits for a line on stdin.
+_ORDER_TARGET = """
+import json, sys
+import numpy as np
+from orbitte.mooncake import TransferEngine
+te = TransferEngine()
+assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+buf = np.zeros(2 * 65536, dtype=np.uint8)
+low, high = buf.ctypes.data, buf.ctypes.data + 65536
+assert te.register_memory(high, 65536) == 0
+assert te.register_memory(low, 65536) == 0
+managed = te.allocate_managed_buffer(1 << 20)
+assert managed != 0
+name = "127.0.0.1:%d" % te.get_rpc_port()
+assert te.get_first_buffer_address(name) == high
+print(json.dumps({"name": name, "first": high, "low": low, "managed": managed}), flush=True)
+sys.stdin.readline()
+print(bytes(buf[65536:65536 + 16]).hex(), flush=True)
+"""
+
+
+def test_first_buffer_address_is_the_first_registered(te):
+    """get_first_buffer_address(peer) is the buffer the peer registered first
+    (Mooncake's order), not the lowest address nor a managed buffer
+    allocated after it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, "-c", _ORDER_TARGET], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = p.stdout.readline()
+        assert line, "the target process did not start"
+        info = json.loads(line)
+        assert info["low"] < info["first"]
+        assert te.get_first_buffer_address(info["name"]) == info["first"]
+        src = te.allocate_managed_buffer(4096)
+        assert te.write_bytes_to_buffer(src, b"first-registered", 16) == 0
+        assert te.transfer_sync_write(info["name"], src, info["first"], 16) == 0
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert bytes.fromhex(p.stdout.readline().strip()) == b"first-registered"
+    finally:
+        p.kill()
+        p.wait(timeout=30)
+    # this engine's own name: its own registration order
+    own = f"127.0.0.1:{te.get_rpc_port()}"
+    buf = np.zeros(2 * 4096, dtype=np.uint8)
+    assert te.register_memory(buf.ctypes.data + 4096, 4096) == 0
+    assert te.register_memory(buf.ctypes.data, 4096) == 0
+    assert te.get_first_buffer_address(own) == src
+    assert te.free_managed_buffer(src, 4096) == 0
+    assert te.get_first_buffer_address(own) == buf.ctypes.data + 4096
+
+
+def test_shim_command_makes_mooncake_engine_resolve(tmp_path):
+    """python -m orbitte.mooncake shim DIR writes a mooncake package that
+    serves mooncake.engine from orbitte.mooncake (for programs started
+    unchanged with DIR on PYTHONPATH)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-m", "orbitte.mooncake", "shim", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    code = ("from mooncake.engine import TransferEngine\n"
+            "import mooncake.engine, orbitte.mooncake\n"
+            "assert mooncake.engine is orbitte.mooncake\n"
+            "assert TransferEngine is orbitte.mooncake.TransferEngine\n"
+            "print('ok')\n")
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + sys.path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+    # again into the same folder: fine; into a folder holding another mooncake: refused
+    out = subprocess.run([sys.executable, "-m", "orbitte.mooncake", "shim", str(tmp_path)],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    (tmp_path / "other" / "mooncake").mkdir(parents=True)
+    (tmp_path / "other" / "mooncake" / "engine.py").write_text("# Mooncake's own\n")
+    out = subprocess.run([sys.executable, "-m", "orbitte.mooncake", "shim",
+                          str(tmp_path / "other")], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode != 0 and "not written by" in out.stderr
+    assert (tmp_path / "other" / "mooncake" / "engine.py").read_text() == "# Mooncake's own\n"
 
 
 def test_install_makes_mooncake_engine_resolve(tmp_path):

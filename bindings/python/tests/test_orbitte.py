@@ -329,6 +329,69 @@ def test_closed_engine_voids_its_objects():
     e.close()
 
 
+def test_releasing_calls_after_engine_close_are_idempotent():
+    """After Engine.close(): deregister(), close(), release() and leaving a
+    with block do nothing more than let go of what the Python object holds
+    (a registered bytearray can be resized again), any number of times;
+    every other call, entering a with block included, raises
+    InvalidParamError (docs/python.md)."""
+    e = orbitte.Engine(listen_addr="127.0.0.1:0")
+    buf = bytearray(4096)
+    m = e.register(buf)
+    seg = e.open(e.name)
+    bt = e.batch()
+    assert not bt.closed
+    e.close()
+    assert bt.closed and seg.closed and not m.registered
+    for obj in (m, seg, bt):
+        with pytest.raises(orbitte.InvalidParamError):
+            with obj:
+                pass
+    for call in (lambda: bt.status(), lambda: bt.cancel(0), lambda: seg.refresh(),
+                 lambda: e.open(e.name), lambda: e.batch()):
+        with pytest.raises(orbitte.InvalidParamError):
+            call()
+    with pytest.raises(BufferError):
+        buf.extend(b"x")  # still exported to the Memory
+    for _ in range(2):
+        assert m.deregister() is None
+        assert seg.close() is None
+        assert bt.release() is None
+        assert m.__exit__(None, None, None) is False
+        assert seg.__exit__(None, None, None) is False
+        assert bt.__exit__(None, None, None) is False
+        e.close()
+    buf.extend(b"x")  # deregister() let go of it
+    assert len(buf) == 4097
+
+
+def test_released_objects_refuse_use():
+    with orbitte.Engine(listen_addr="127.0.0.1:0") as e:
+        m = e.register(bytearray(64))
+        bt = e.batch()
+        bt.release()
+        assert bt.closed
+        m.deregister()
+        for obj in (m, bt):
+            with pytest.raises(orbitte.InvalidParamError):
+                with obj:
+                    pass
+        with e.open(e.name) as seg:
+            pass
+        with pytest.raises(orbitte.InvalidParamError):
+            with seg:
+                pass
+
+
+def test_listen_address_in_use_is_io_error():
+    """ote_engine_create: a listen address another engine holds is
+    OTE_ERR_IO (include/ote/ote.h)."""
+    with orbitte.Engine(listen_addr="127.0.0.1:0") as a:
+        with pytest.raises(orbitte.IOError) as ei:
+            orbitte.Engine(listen_addr=a.name)
+        assert ei.value.status == orbitte.Status.IO and isinstance(ei.value, OSError)
+
+
 def test_wait_times_out_then_peer_resumes(peer, engine):
     p, info = peer
     mine = pattern(64 * KIB, 5)

@@ -179,6 +179,67 @@ static void test_engine_errors(void **state)
     setenv("OTE_TLS", "rc_mlx5", 1);
     assert_int_equal(ote_engine_create(&p, &e) == OTE_OK, 0);
     unsetenv("OTE_TLS");
+
+    /* A listen address another engine holds: OTE_ERR_IO (ote.h says so). */
+    {
+        ote_engine_h first = ote_test_engine(NULL);
+        char taken[300];
+
+        snprintf(taken, sizeof(taken), "%s", ote_engine_name(first));
+        p.listen_addr = taken;
+        assert_int_equal(ote_engine_create(&p, &e), OTE_ERR_IO);
+        ote_engine_destroy(first);
+    }
+}
+
+/* ote_segment_regions() lists a peer's regions in its registration order. */
+static void test_regions_in_registration_order(void **state)
+{
+    ote_engine_h e = ote_test_engine(NULL);
+    size_t page    = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *buf   = aligned_alloc(page, 3 * page);
+    ote_mem_desc_t d[3];
+    ote_mem_h m[3];
+    ote_region_info_t info[4];
+    ote_segment_h seg;
+    size_t count;
+
+    (void)state;
+    assert_non_null(buf);
+    /* highest address first, then the lowest, then the middle one */
+    for (int i = 0; i < 3; i++) {
+        size_t off = (size_t)((i + 2) % 3) * page;
+
+        d[i] = (ote_mem_desc_t){.addr = buf + off, .length = page,
+                                .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
+        assert_int_equal(ote_mem_register(e, &d[i], 1, &m[i]), OTE_OK);
+    }
+    assert_int_equal(ote_segment_open(e, ote_engine_name(e), &seg), OTE_OK);
+    assert_int_equal(ote_segment_regions(seg, info, 4, &count), OTE_OK);
+    assert_int_equal(count, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(info[i].addr, (uintptr_t)d[i].addr);
+    /* fewer slots than regions: the first registered */
+    memset(info, 0, sizeof(info));
+    assert_int_equal(ote_segment_regions(seg, info, 1, &count), OTE_OK);
+    assert_int_equal(count, 3);
+    assert_int_equal(info[0].addr, (uintptr_t)d[0].addr);
+    assert_int_equal(info[1].addr, 0);
+    /* the first one goes and comes back: now it is the last */
+    assert_int_equal(ote_mem_deregister(e, m[0]), OTE_OK);
+    assert_int_equal(ote_mem_register(e, &d[0], 1, &m[0]), OTE_OK);
+    assert_int_equal(ote_segment_refresh(seg), OTE_OK);
+    assert_int_equal(ote_segment_regions(seg, info, 4, &count), OTE_OK);
+    assert_int_equal(count, 3);
+    assert_int_equal(info[0].addr, (uintptr_t)d[1].addr);
+    assert_int_equal(info[1].addr, (uintptr_t)d[2].addr);
+    assert_int_equal(info[2].addr, (uintptr_t)d[0].addr);
+    assert_int_equal(info[2].length, page);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ote_mem_deregister(e, m[i]), OTE_OK);
+    ote_engine_destroy(e);
+    free(buf);
 }
 
 /* The whole path over IPv6 loopback: control plane, descriptor, tcp data. */
@@ -224,7 +285,8 @@ int main(void)
         cmocka_unit_test(test_segment_regions),
     };
     const struct CMUnitTest solo[] = {cmocka_unit_test(test_engine_errors),
-                                      cmocka_unit_test(test_ipv6)};
+                                      cmocka_unit_test(test_ipv6),
+                                      cmocka_unit_test(test_regions_in_registration_order)};
     int rc = cmocka_run_group_tests(tests, setup, teardown);
 
     return rc | cmocka_run_group_tests(solo, NULL, NULL);
