@@ -13,6 +13,7 @@
  */
 #include "mp_util.h"
 #include "core/engine.h"
+#include "base/util.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -266,10 +267,19 @@ static void test_progress_workers_asleep(void **state)
     setenv("OTE_HANDSHAKE_TIMEOUT_MS", "200", 1);
     fx_start(&f, "y");
     progress_round_trip(&f, 11);
-    /* Past the handshake timer: the workers sleep with no timer at all. */
-    usleep(700 * 1000);
-    for (size_t i = 0; i < f.e->num_workers; i++)
-        assert_true(atomic_load(&f.e->workers[i].idle_sleep));
+    /*
+     * Past the handshake timer the workers sleep with no timer at all:
+     * waited for (20 s at most), not assumed after a fixed sleep, which a
+     * loaded machine can outlast.
+     */
+    for (size_t i = 0; i < f.e->num_workers; i++) {
+        uint64_t end = ote_time_ns() + 20000000000ull;
+
+        while (!atomic_load(&f.e->workers[i].idle_sleep) && ote_time_ns() < end)
+            usleep(10 * 1000);
+        if (!atomic_load(&f.e->workers[i].idle_sleep))
+            fail_msg("worker %zu still has a timer 20 s after the last transfer", i);
+    }
     assert_int_equal(ote_engine_progress(f.e), OTE_OK);
     progress_round_trip(&f, 12);
     fx_stop(&f);
