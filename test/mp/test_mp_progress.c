@@ -629,8 +629,13 @@ static void test_backlog_caller_posts(void **state)
     ote_batch_release(b);
     printf("# %d WRITEs, 2 at a time on the rail: the worker thread slept %ld times\n", N,
            woken);
-    /* Woken for every request that waited for room, it slept about N times. */
-    assert_true(woken < N / 10);
+    /*
+     * Woken for every request that waited for room, it slept about N times.
+     * A quiet host gives 1 to 7; the ASan build beside stress-ng gave 47
+     * (the thread also sleeps when preempted callers hold what it needs):
+     * N / 4 still tells the two apart.
+     */
+    assert_true(woken < N / 4);
     read_back(&f, req, BLOCKS, 7000, 20000);
     fx_stop(&f);
     unsetenv("OTE_POLL_PARK_US");
