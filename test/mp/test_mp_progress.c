@@ -632,8 +632,8 @@ static void test_backlog_caller_posts(void **state)
     /*
      * Woken for every request that waited for room, it slept about N times.
      * A quiet host gives 1 to 7; the ASan build beside stress-ng gave 47
-     * (the thread also sleeps when preempted callers hold what it needs):
-     * N / 4 still tells the two apart.
+     * (voluntary context switches count every sleep of the thread, not
+     * only wake-ups by answers): N / 4 still tells the two apart.
      */
     assert_true(woken < N / 4);
     read_back(&f, req, BLOCKS, 7000, 20000);
