@@ -164,9 +164,9 @@ ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_stat
 
 /*
  * Every control message type: a request the listener accepts (its largest
- * payload) or a response that only travels back. A type without a row is
- * refused as a request; test/unit checks that every type up to
- * OTE_CTL_TYPE_MAX has one.
+ * payload) or a response that only travels back. A header of a type
+ * without a row does not decode; test/unit/core/test_codec checks that
+ * every type up to OTE_CTL_TYPE_MAX has one.
  */
 #define CTL_REQ(t, max) [t] = {.name = #t, .request = true, .request_max = (max)}
 #define CTL_RESP(t)     [t] = {.name = #t, .response = true}
