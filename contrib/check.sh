@@ -4,7 +4,9 @@
 #     fuzz-target replays, CPU-side CUDA checks through the test double);
 #  2. ASan+UBSan build (contrib/configure-devel): the multi-process tests again;
 #  3. ThreadSanitizer build (contrib/check-tsan.sh): core unit, core
-#     multi-process and load tests, the stress test among them.
+#     multi-process and load tests, the stress test among them;
+#  4. libFuzzer build with clang (contrib/check-fuzz.sh): every fuzz target
+#     fuzzed for a few seconds (skipped, with a message, without clang).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -46,4 +48,5 @@ mkdir -p build-asan
         make -j"$jobs" check
 ) || failed build-asan
 JOBS=$jobs sh "$top/contrib/check-tsan.sh" build-tsan || failed build-tsan
+JOBS=$jobs sh "$top/contrib/check-fuzz.sh" build-fuzz || failed build-fuzz
 echo "check.sh: all test suites passed"

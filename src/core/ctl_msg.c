@@ -24,7 +24,8 @@ ote_status_t ote_ctl_hdr_decode(const uint8_t *b, size_t len, size_t max_payload
     h->type   = b[5];
     h->length = ote_get_u32(b + 8);
     h->seq    = ote_get_u32(b + 12);
-    if (h->type < OTE_CTL_GET_DESC || h->type > OTE_CTL_TYPE_MAX || h->length > max_payload)
+    /* Only types with a row in the type table (below). */
+    if (ote_ctl_type_info(h->type) == NULL || h->length > max_payload)
         return OTE_ERR_PROTOCOL;
     return OTE_OK;
 }
@@ -161,33 +162,50 @@ ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_stat
     return OTE_OK;
 }
 
+/*
+ * Every control message type: a request the listener accepts (its largest
+ * payload) or a response that only travels back. A header of a type
+ * without a row does not decode; test/unit/core/test_codec checks that
+ * every type up to OTE_CTL_TYPE_MAX has one.
+ */
+#define CTL_REQ(t, max) [t] = {.name = #t, .request = true, .request_max = (max)}
+#define CTL_RESP(t)     [t] = {.name = #t, .response = true}
+static const ote_ctl_type_info_t ctl_types[OTE_CTL_TYPE_MAX + 1] = {
+    CTL_REQ(OTE_CTL_GET_DESC, 0),
+    CTL_RESP(OTE_CTL_DESC),
+    CTL_REQ(OTE_CTL_NOTIFY, OTE_CTL_NOTIFY_MAX_LEN),
+    CTL_RESP(OTE_CTL_NOTIFY_ACK),
+    CTL_REQ(OTE_CTL_AUTH_HELLO, OTE_AUTH_HELLO_LEN),
+    /* The initiator's proof is a request, the target's the answer to a hello. */
+    [OTE_CTL_AUTH_PROOF] = {.name = "OTE_CTL_AUTH_PROOF", .request = true, .response = true,
+                            .request_max = OTE_AUTH_IPROOF_LEN},
+    CTL_RESP(OTE_CTL_AUTH_DONE),
+    CTL_REQ(OTE_CTL_CONNECT, OTE_CTL_CONNECT_MAX_LEN),
+    CTL_RESP(OTE_CTL_CONNECT_ACK),
+    CTL_REQ(OTE_CTL_STAGE, OTE_CTL_STAGE_MAX_LEN),
+    CTL_RESP(OTE_CTL_STAGE_ACK),
+    CTL_REQ(OTE_CTL_PUTBACK, OTE_CTL_PUTBACK_MAX_LEN),
+    CTL_RESP(OTE_CTL_PUTBACK_ACK),
+    CTL_REQ(OTE_CTL_FILE_IO, OTE_CTL_FILE_IO_MAX_LEN),
+    CTL_RESP(OTE_CTL_FILE_IO_ACK),
+};
+#undef CTL_REQ
+#undef CTL_RESP
+
+const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type)
+{
+    if (type == 0 || type > OTE_CTL_TYPE_MAX || ctl_types[type].name == NULL)
+        return NULL;
+    return &ctl_types[type];
+}
+
 ote_status_t ote_ctl_request_max_len(uint8_t type, size_t cfg_max, size_t *max_p)
 {
-    size_t max;
+    const ote_ctl_type_info_t *t = ote_ctl_type_info(type);
 
-    switch (type) {
-    case OTE_CTL_GET_DESC:   max = 0; break;
-    case OTE_CTL_NOTIFY:     max = OTE_CTL_NOTIFY_MAX_LEN; break;
-    case OTE_CTL_AUTH_HELLO: max = OTE_AUTH_HELLO_LEN; break;
-    case OTE_CTL_AUTH_PROOF: max = OTE_AUTH_IPROOF_LEN; break;
-    case OTE_CTL_CONNECT:    max = OTE_CTL_CONNECT_MAX_LEN; break;
-    case OTE_CTL_STAGE:      max = OTE_CTL_STAGE_MAX_LEN; break;
-    case OTE_CTL_PUTBACK:    max = OTE_CTL_PUTBACK_MAX_LEN; break;
-    case OTE_CTL_FILE_IO:    max = OTE_CTL_FILE_IO_MAX_LEN; break;
-    case OTE_CTL_FILE_IO_ACK:
-    case OTE_CTL_PUTBACK_ACK:
-    case OTE_CTL_STAGE_ACK:
-    case OTE_CTL_DESC:
-    case OTE_CTL_NOTIFY_ACK:
-    case OTE_CTL_CONNECT_ACK:
-    case OTE_CTL_AUTH_DONE:  return OTE_ERR_PROTOCOL;
-    default:
-        if (type == 0 || type > OTE_CTL_TYPE_MAX)
-            return OTE_ERR_PROTOCOL;
-        max = cfg_max;
-        break;
-    }
-    *max_p = max < cfg_max ? max : cfg_max;
+    if (t == NULL || !t->request)
+        return OTE_ERR_PROTOCOL;
+    *max_p = t->request_max < cfg_max ? t->request_max : cfg_max;
     return OTE_OK;
 }
 

@@ -14,6 +14,7 @@
 #include "proto/stage_msg.h"
 
 #include <ote/ote.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -101,6 +102,7 @@ ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_stat
                                         const uint8_t **addr_p, size_t *addr_len_p);
 
 void         ote_ctl_hdr_encode(const ote_ctl_hdr_t *hdr, uint8_t *buf);
+/* Magic, version, flags 0, a type with a row (ote_ctl_type_info), length <= max_payload. */
 ote_status_t ote_ctl_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,
                                 ote_ctl_hdr_t *hdr_p);
 
@@ -108,10 +110,27 @@ ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out);
 ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notify_t *n_p);
 
 /*
+ * What a control message type is, from one table in ctl_msg.c that the
+ * listener's checks read (and tests and fuzz targets, rather than lists of
+ * their own): a request a listener accepts, with the largest payload it
+ * may announce, or a response that only travels back to an initiator
+ * (AUTH_PROOF is both).
+ */
+typedef struct {
+    const char *name;        /* "OTE_CTL_GET_DESC", ... */
+    bool        request;     /* a listener accepts it */
+    bool        response;    /* a listener sends it */
+    size_t      request_max; /* request: largest payload, before the configured limit */
+} ote_ctl_type_info_t;
+
+/* The row of type; NULL for 0, a type above OTE_CTL_TYPE_MAX or one without a row. */
+const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type);
+
+/*
  * Largest payload a listener accepts for a request of this type, checked
- * before anything is allocated: the fixed sizes of the known requests,
- * cfg_max for other request types. Types that only travel as responses
- * are OTE_ERR_PROTOCOL.
+ * before anything is allocated: its row's request_max, at most cfg_max.
+ * Types that only travel as responses, and unknown types, are
+ * OTE_ERR_PROTOCOL.
  */
 ote_status_t ote_ctl_request_max_len(uint8_t type, size_t cfg_max, size_t *max_p);
 

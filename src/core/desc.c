@@ -131,7 +131,7 @@ static bool decode_exports(ote_rd_t *r, ote_desc_t *d)
         x->access = ote_rd_u8(r);
         if (r->failed || x->name[0] == '\0' || strchr(x->name, '@') != NULL || x->id == 0 ||
             x->access == 0 ||
-            (x->access & ~(unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE)))
+            (x->access & ~OTE_DESC_ACCESS_MASK))
             return false;
     }
     return true;
@@ -207,7 +207,7 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
         ote_rd_str8(&r, reg->location, sizeof(reg->location));
         reg->num_rkeys = ote_rd_u8(&r);
         if (r.failed || reg->length == 0 || reg->addr + reg->length < reg->addr ||
-            (reg->access & ~(unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE)) ||
+            (reg->access & ~OTE_DESC_ACCESS_MASK) ||
             reg->num_rkeys > OTE_DESC_MAX_MDS)
             goto err;
         for (uint8_t k = 0; k < reg->num_rkeys; k++) {

@@ -22,6 +22,8 @@
 #define OTE_DESC_NAME_MAX   255
 #define OTE_DESC_MAX_TLS    64
 #define OTE_DESC_MAX_MDS    OTE_MEM_MAX_MDS
+/* The access bits a descriptor's regions and exports may carry; others are refused. */
+#define OTE_DESC_ACCESS_MASK ((unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE))
 
 typedef struct {
     char     tl_name[OTE_TL_NAME_MAX];

@@ -19,10 +19,11 @@ static void request(const uint8_t *p, size_t len)
 
         FUZZ_CHECK(len <= OTE_CTL_STAGE_MAX_LEN);
         FUZZ_CHECK(m->count >= 1 && m->count <= OTE_CTL_STAGE_MAX);
-        FUZZ_CHECK(m->op == OTE_CTL_STAGE_PIN || m->op == OTE_CTL_STAGE_DELEGATE ||
-                   m->op == OTE_CTL_STAGE_UNPIN);
+        /*
+         * Known ops and directions: the encoder refuses any other, and what
+         * is accepted must encode (below), so no list of them is kept here.
+         */
         for (size_t i = 0; m->op == OTE_CTL_STAGE_DELEGATE && i < m->count; i++) {
-            FUZZ_CHECK(m->dir == OTE_CTL_STAGE_TO_GPU || m->dir == OTE_CTL_STAGE_FROM_GPU);
             FUZZ_CHECK(m->e[i].length > 0);
             FUZZ_CHECK(m->e[i].gpu + m->e[i].length > m->e[i].gpu);
             FUZZ_CHECK(m->e[i].chunk + m->e[i].length > m->e[i].chunk);

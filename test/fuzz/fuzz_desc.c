@@ -45,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(r->length > 0 && r->addr + r->length > r->addr);
         FUZZ_CHECK(i == 0 || d->regions[i - 1].addr <= r->addr);
         FUZZ_CHECK(r->num_rkeys <= OTE_DESC_MAX_MDS);
+        FUZZ_CHECK(!(r->access & ~OTE_DESC_ACCESS_MASK));
         for (size_t k = 0; k < r->num_rkeys; k++) {
             FUZZ_CHECK(r->rkeys[k].md_index < d->num_mds);
             FUZZ_CHECK(r->rkeys[k].data >= d->blob &&
@@ -62,8 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         FUZZ_CHECK(x->name[0] != '\0' && strlen(x->name) <= OTE_DESC_NAME_MAX);
         FUZZ_CHECK(strchr(x->name, '@') == NULL && x->id != 0);
-        FUZZ_CHECK(x->access != 0 &&
-                   !(x->access & ~(unsigned)(OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE)));
+        FUZZ_CHECK(x->access != 0 && !(x->access & ~OTE_DESC_ACCESS_MASK));
         FUZZ_CHECK(ote_desc_find_export(d, x->name) != NULL);
     }
     FUZZ_CHECK(ote_desc_find_region(d, UINT64_MAX - 1, 4) == NULL);

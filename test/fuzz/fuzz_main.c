@@ -7,7 +7,8 @@
  * without arguments, as `make check` runs it, it fuzzes for
  * $OTE_FUZZ_SECONDS (default 20) seconds from the seed corpus and the
  * regression inputs, writing what it learns to ./fuzz/<name>.corpus/ and any
- * crashing input to ./fuzz/<name>-crash-*.
+ * crashing input to ./fuzz/<name>-crash-*, and exits 1 on a finding (a test
+ * failure; libFuzzer's own 77 would read as a skipped test).
  *
  * Built without it: replays the seed corpus and regression inputs (or the
  * files and folders given as arguments) once, so `make check` exercises
@@ -80,6 +81,12 @@ int main(int argc, char **argv)
     args[n++] = time_arg;
     args[n++] = artifact;
     args[n++] = "-print_final_stats=1";
+    /*
+     * libFuzzer exits 77 on a finding by default, which the test driver
+     * reads as SKIP: a finding must be a FAIL.
+     */
+    args[n++] = "-error_exitcode=1";
+    args[n++] = "-timeout_exitcode=1";
     args[n++] = "-max_len=65536";
     args[n++] = work; /* first folder: where new inputs go */
     args[n++] = (char *)seed_dir();

@@ -629,8 +629,9 @@ static void test_cma_inline(void **state)
 
     /* Larger than a by-value put or get may be: the connection is closed. */
     fd = data_open();
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 605, r0, OTE_TCP_INLINE_MAX + 1), 0);
-    assert_int_equal(sw_send(fd, src, OTE_TCP_INLINE_MAX + 1), 0);
+    /* Closed as soon as the header is read: the payload's send may fail (EPIPE, ECONNRESET). */
+    assert_true(sw_tcp_send_refused(fd, OTE_TCP_WRITE, 605, r0, OTE_TCP_INLINE_MAX + 1, src,
+                                    OTE_TCP_INLINE_MAX + 1) >= 0);
     assert_true(sw_closed(fd, 5000, NULL));
     close(fd);
     fd = data_open();
@@ -830,9 +831,10 @@ static void test_tcp_bad_vector(void **state)
 
             ote_tcp_vec_entry_encode(&e, table + j * OTE_TCP_WRITEV_ENTRY_LEN);
         }
-        assert_int_equal(sw_tcp_send(fd, type, 9, bad[c].n, bad[c].total), 0);
-        if (bad[c].k)
-            assert_int_equal(sw_send(fd, table, bad[c].k * OTE_TCP_WRITEV_ENTRY_LEN), 0);
+        /* The header alone may close it: the table's send may then fail. */
+        assert_true(sw_tcp_send_refused(fd, type, 9, bad[c].n, bad[c].total,
+                                        bad[c].k ? table : NULL,
+                                        bad[c].k * OTE_TCP_WRITEV_ENTRY_LEN) >= 0);
         if (!sw_closed(fd, 3000, NULL))
             fail_msg("bad vector %zu (type %u) left the connection open", c, type);
         close(fd);
@@ -907,19 +909,31 @@ static void test_conn_limit(void **state)
     bool room = false;
 
     (void)state;
-    usleep(300000); /* connections of earlier tests are gone */
-    for (; n < 40; n++) {
-        if (n % 2) {
-            fds[n] = ctl_open();
-        } else {
-            fds[n] = data_connect();
-            if (sw_tcp_open(fds[n], fx.auth, fx.desc->instance_id) != OTE_OK) {
-                close(fds[n]);
-                fds[n] = -1;
+    /*
+     * Connections of earlier tests (and of a try here) count until the
+     * engine has seen them close, which takes longer on a loaded machine:
+     * try again until they are gone, for 20 s at most.
+     */
+    end = ote_time_ns() + 20000000000ull;
+    for (;;) {
+        for (n = 0; n < 40; n++) {
+            if (n % 2) {
+                fds[n] = ctl_open();
+            } else {
+                fds[n] = data_connect();
+                if (sw_tcp_open(fds[n], fx.auth, fx.desc->instance_id) != OTE_OK) {
+                    close(fds[n]);
+                    fds[n] = -1;
+                }
             }
+            if (fds[n] < 0)
+                break;
         }
-        if (fds[n] < 0)
+        if (n >= 20 || ote_time_ns() >= end)
             break;
+        for (int i = 0; i < n; i++)
+            close(fds[i]);
+        usleep(200000);
     }
     /* A connection of an earlier test may still be counted: a little slack. */
     if (n > 24 || n < 20)
@@ -933,8 +947,8 @@ static void test_conn_limit(void **state)
     close(extra);
     for (int i = 0; i < n; i++)
         close(fds[i]);
-    /* Room again once the engine has seen them go. */
-    end = ote_time_ns() + 5000000000ull;
+    /* Room again once the engine has seen them go (20 s: loaded machines are slow to). */
+    end = ote_time_ns() + 20000000000ull;
     while (!room && ote_time_ns() < end) {
         int fd = ctl_open();
 

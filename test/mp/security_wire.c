@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,16 +37,93 @@ int sw_send(int fd, const void *buf, size_t len)
     return ote_socket_send_all(fd, buf, len, ote_time_ns() + 5000000000ull) == OTE_OK ? 0 : -1;
 }
 
+/*
+ * Every wait for what must happen (an answer, a close) lasts at least this
+ * long, whatever the caller asked: it ends as soon as that happens, and a
+ * loaded machine (a parallel build, sanitizers) must not turn a late
+ * answer into a failure.
+ */
+#define SW_MIN_WAIT_MS 20000
+
+static uint64_t sw_deadline(int timeout_ms)
+{
+    if (timeout_ms < SW_MIN_WAIT_MS)
+        timeout_ms = SW_MIN_WAIT_MS;
+    return ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
+int sw_send_refused(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p  = buf;
+    uint64_t deadline = ote_time_ns() + 30000000000ull;
+
+    while (len > 0) {
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        ssize_t n        = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+            return 1;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            fprintf(stderr, "sw_send_refused: send: %s\n", strerror(errno));
+            return -1;
+        }
+        if (ote_time_ns() >= deadline) {
+            fprintf(stderr, "sw_send_refused: %zu bytes not sent in 30 s\n", len);
+            return -1;
+        }
+        poll(&pf, 1, 100);
+    }
+    return 0;
+}
+
+bool sw_wait_reset(int fd, int timeout_ms)
+{
+    uint64_t deadline = sw_deadline(timeout_ms);
+    short want        = POLLRDHUP;
+
+    while (ote_time_ns() < deadline) {
+        struct pollfd p = {.fd = fd, .events = want};
+
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        if (p.revents & (POLLERR | POLLHUP))
+            return true;
+        if ((p.revents & POLLRDHUP) && want == POLLRDHUP) {
+            /* Closed with a FIN: a byte into it draws the reset. */
+            send(fd, "", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            want = 0; /* POLLERR and POLLHUP are always reported */
+        }
+    }
+    return false;
+}
+
+int sw_tcp_send_refused(int fd, uint8_t type, uint64_t id, uint64_t addr, uint64_t length,
+                        const void *payload, size_t len)
+{
+    uint8_t b[OTE_TCP_HDR_LEN];
+    ote_tcp_hdr_t h = {.type = type, .id = id, .addr = addr, .length = length};
+    int rc;
+
+    ote_tcp_hdr_encode(&h, b);
+    rc = sw_send_refused(fd, b, sizeof(b));
+    return rc != 0 || payload == NULL ? rc : sw_send_refused(fd, payload, len);
+}
+
 int sw_recv(int fd, void *buf, size_t len, int timeout_ms)
 {
-    uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = sw_deadline(timeout_ms);
 
     return ote_socket_recv_all(fd, buf, len, deadline) == OTE_OK ? 0 : -1;
 }
 
 bool sw_closed(int fd, int timeout_ms, size_t *junk_p)
 {
-    uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = sw_deadline(timeout_ms);
     size_t junk       = 0;
     uint8_t buf[4096];
 

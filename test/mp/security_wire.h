@@ -23,6 +23,31 @@ int  sw_connect_name(const char *name);
 int  sw_connect_addr(const struct sockaddr_storage *ss, socklen_t len);
 /* Send all of buf; 0 on success. */
 int  sw_send(int fd, const void *buf, size_t len);
+/*
+ * Send all of buf to a peer that is expected to close the connection over
+ * it, at any point: 0 when all of it went out, 1 when the peer closed first
+ * (EPIPE or ECONNRESET: how the kernel reports a send into a connection
+ * the peer closed or reset), -1 on anything else (a timeout, another
+ * error), with a message. A test then asserts sw_closed(): the outcome,
+ * not which of the two interleavings happened.
+ */
+int  sw_send_refused(int fd, const void *buf, size_t len);
+/*
+ * Wait, without reading, until the peer has closed or reset fd, then make
+ * sure the connection is reset (one byte sent into a closed peer is
+ * answered with a reset), so that the next send fails: how a test forces
+ * the interleaving where a peer's close comes before the rest of a
+ * message. True once it is; false after timeout_ms (at least 20 s).
+ */
+bool sw_wait_reset(int fd, int timeout_ms);
+/* A tcp header, then len bytes of payload (payload may be NULL: nothing), the same way. */
+int  sw_tcp_send_refused(int fd, uint8_t type, uint64_t id, uint64_t addr, uint64_t length,
+                         const void *payload, size_t len);
+/*
+ * Waits for what must happen (sw_recv, sw_closed and what uses them) last
+ * timeout_ms but at least 20 s: they end as soon as it happens, and a
+ * loaded machine must not make a late answer a failure.
+ */
 /* Receive exactly len bytes within timeout_ms; 0 on success. */
 int  sw_recv(int fd, void *buf, size_t len, int timeout_ms);
 /*

@@ -13,6 +13,7 @@
  */
 #include "mp_util.h"
 #include "core/engine.h"
+#include "base/util.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -266,10 +267,19 @@ static void test_progress_workers_asleep(void **state)
     setenv("OTE_HANDSHAKE_TIMEOUT_MS", "200", 1);
     fx_start(&f, "y");
     progress_round_trip(&f, 11);
-    /* Past the handshake timer: the workers sleep with no timer at all. */
-    usleep(700 * 1000);
-    for (size_t i = 0; i < f.e->num_workers; i++)
-        assert_true(atomic_load(&f.e->workers[i].idle_sleep));
+    /*
+     * Past the handshake timer the workers sleep with no timer at all:
+     * waited for (20 s at most), not assumed after a fixed sleep, which a
+     * loaded machine can outlast.
+     */
+    for (size_t i = 0; i < f.e->num_workers; i++) {
+        uint64_t end = ote_time_ns() + 20000000000ull;
+
+        while (!atomic_load(&f.e->workers[i].idle_sleep) && ote_time_ns() < end)
+            usleep(10 * 1000);
+        if (!atomic_load(&f.e->workers[i].idle_sleep))
+            fail_msg("worker %zu still has a timer 20 s after the last transfer", i);
+    }
     assert_int_equal(ote_engine_progress(f.e), OTE_OK);
     progress_round_trip(&f, 12);
     fx_stop(&f);
@@ -420,7 +430,13 @@ static void test_worker_parks(void **state)
     fx_t f;
 
     (void)state;
-    setenv("OTE_POLL_PARK_US", "20000", 1);
+    /*
+     * The parked thread also looks every OTE_POLL_PARK_US, however the
+     * round trips go: 1 s keeps those looks few even when a loaded machine
+     * makes the round trips take milliseconds (at 20 ms, 2000 round trips
+     * of 1.6 ms gave 443 looks), so what is counted is answers' wake-ups.
+     */
+    setenv("OTE_POLL_PARK_US", "1000000", 1);
     /* The caller polls through every round trip, however slow the host: no hand-off. */
     setenv("OTE_POLL_GRACE_US", "100000", 1);
     setenv("OTE_POLL_SPIN_MAX_US", "100000", 1);
@@ -481,7 +497,8 @@ static void test_worker_unparks(void **state)
 
         wait_loop(&f, 20, &med);
         b = submit_one(&f, 200 + (uint64_t)i);
-        us = time_to_end(b, 2 * 1000 * 1000);
+        /* Within OTE_POLL_PARK_US on a quiet machine; 20 s for a loaded one. */
+        us = time_to_end(b, 20 * 1000 * 1000);
         assert_true(us >= 0);
         assert_int_equal(batch_all_completed(b, 1, BLOCK), 0);
         ote_batch_release(b);
@@ -585,7 +602,8 @@ static void test_backlog_caller_posts(void **state)
     fx_t f;
 
     (void)state;
-    setenv("OTE_POLL_PARK_US", "20000", 1);
+    /* Looks on schedule stay few however long a loaded machine takes (see test_worker_parks). */
+    setenv("OTE_POLL_PARK_US", "1000000", 1);
     setenv("OTE_POLL_GRACE_US", "100000", 1); /* the caller polls throughout */
     setenv("OTE_POLL_SPIN_MAX_US", "100000", 1);
     setenv("OTE_RAIL_MAX_SLICES", "2", 1);
@@ -611,8 +629,13 @@ static void test_backlog_caller_posts(void **state)
     ote_batch_release(b);
     printf("# %d WRITEs, 2 at a time on the rail: the worker thread slept %ld times\n", N,
            woken);
-    /* Woken for every request that waited for room, it slept about N times. */
-    assert_true(woken < N / 10);
+    /*
+     * Woken for every request that waited for room, it slept about N times.
+     * A quiet host gives 1 to 7; the ASan build beside stress-ng gave 47
+     * (voluntary context switches count every sleep of the thread, not
+     * only wake-ups by answers): N / 4 still tells the two apart.
+     */
+    assert_true(woken < N / 4);
     read_back(&f, req, BLOCKS, 7000, 20000);
     fx_stop(&f);
     unsetenv("OTE_POLL_PARK_US");

@@ -221,6 +221,59 @@ static void test_ctl_hdr(void **state)
     }
 }
 
+/*
+ * The type table the listener, the decoder and the fuzz targets read: every
+ * type up to OTE_CTL_TYPE_MAX has a row with a role, headers of exactly
+ * those types decode, and only request types get a payload limit.
+ */
+static void test_ctl_types(void **state)
+{
+    const size_t cfg = 1u << 20;
+    size_t max, requests = 0, responses = 0;
+
+    for (unsigned t = 0; t < 256; t++) {
+        const ote_ctl_type_info_t *info = ote_ctl_type_info((uint8_t)t);
+        ote_ctl_hdr_t h = {.type = (uint8_t)t, .length = 0, .seq = 1}, d;
+        uint8_t b[OTE_CTL_HDR_LEN];
+        ote_status_t st;
+
+        ote_ctl_hdr_encode(&h, b);
+        st = ote_ctl_request_max_len((uint8_t)t, cfg, &max);
+        if (t == 0 || t > OTE_CTL_TYPE_MAX) {
+            assert_null(info);
+            assert_int_equal(ote_ctl_hdr_decode(b, sizeof(b), cfg, &d), OTE_ERR_PROTOCOL);
+            assert_int_equal(st, OTE_ERR_PROTOCOL);
+            continue;
+        }
+        if (info == NULL)
+            fail_msg("control type %u has no row in the type table", t);
+        assert_non_null(info->name);
+        assert_true(info->request || info->response);
+        assert_int_equal(ote_ctl_hdr_decode(b, sizeof(b), cfg, &d), OTE_OK);
+        assert_int_equal(d.type, t);
+        if (info->request) {
+            assert_int_equal(st, OTE_OK);
+            assert_int_equal(max, info->request_max < cfg ? info->request_max : cfg);
+            assert_int_equal(ote_ctl_request_max_len((uint8_t)t, 8, &max), OTE_OK);
+            assert_true(max <= 8);
+            requests++;
+        } else {
+            assert_int_equal(st, OTE_ERR_PROTOCOL);
+        }
+        responses += info->response;
+    }
+    /* The answers added last travel only back; the requests they answer are requests. */
+    assert_false(ote_ctl_type_info(OTE_CTL_PUTBACK_ACK)->request);
+    assert_false(ote_ctl_type_info(OTE_CTL_FILE_IO_ACK)->request);
+    assert_true(ote_ctl_type_info(OTE_CTL_PUTBACK)->request);
+    assert_true(ote_ctl_type_info(OTE_CTL_FILE_IO)->request);
+    assert_int_equal(ote_ctl_request_max_len(OTE_CTL_GET_DESC, cfg, &max), OTE_OK);
+    assert_int_equal(max, 0);
+    assert_int_equal(ote_ctl_request_max_len(OTE_CTL_NOTIFY, cfg, &max), OTE_OK);
+    assert_int_equal(max, OTE_CTL_NOTIFY_MAX_LEN);
+    assert_true(requests > 0 && responses > 0);
+}
+
 static void test_notify(void **state)
 {
     uint8_t data[OTE_NOTIFY_MAX];
@@ -589,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_tcp_hdr),       cmocka_unit_test(test_tcp_writev),
         cmocka_unit_test(test_tcp_readv),
         cmocka_unit_test(test_ctl_hdr),
+        cmocka_unit_test(test_ctl_types),
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),
         cmocka_unit_test(test_desc_hostile_counts), cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_tcp_addr),      cmocka_unit_test(test_file_io),
