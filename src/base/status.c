@@ -24,6 +24,8 @@ const char *ote_status_string(ote_status_t status)
     case OTE_ERR_PEER_RESTARTED:    return "the peer restarted: the instance this segment was opened on is gone";
     case OTE_ERR_NO_DEVICE:         return "no transport or device of that name";
     case OTE_ERR_STORE_UNAVAILABLE: return "the metadata store did not answer";
+    case OTE_ERR_REMOTE_NOT_REGISTERED:
+        return "remote address not inside any region the peer registered";
     }
     return "unknown status";
 }
