@@ -52,6 +52,12 @@ struct ote_segment {
 };
 
 /* segment_ctl.c: the control-plane client of a segment */
+/*
+ * The status a peer answered a control request with, as is; when it is
+ * OTE_ERR_AUTH and this engine has no key, the error log line says that the
+ * peer requires OTE_AUTH_KEY.
+ */
+ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status);
 /* Close the segment's control connection (the next request opens another). */
 void         ote_segment_ctl_close(ote_segment_h seg);
 /* The peer's descriptor from its control listener (peer-to-peer metadata). */
