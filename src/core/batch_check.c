@@ -10,8 +10,9 @@
 
 /*
  * What the peer's descriptor says of [addr, addr+len) for an access: OK
- * when a region covers it with the access (*reg_p: that region), else the status a checking
- * target would answer (NOT_REGISTERED, OUT_OF_BOUNDS, ACCESS).
+ * when a region covers it with the access (*reg_p: that region), else the
+ * status a checking target would answer (NOT_REGISTERED, OUT_OF_BOUNDS,
+ * ACCESS).
  */
 static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t len,
                                      unsigned access, const ote_desc_region_t **reg_p)
