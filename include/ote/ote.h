@@ -54,6 +54,10 @@ typedef enum {
     OTE_ERR_STORE_UNAVAILABLE = -19,  /* the metadata store (etcd, Redis) did   */
                                       /* not answer within                      */
                                       /* OTE_METADATA_TIMEOUT_MS                */
+    OTE_ERR_REMOTE_NOT_REGISTERED = -20, /* the remote address is in no     */
+                                         /* region the peer registered, even */
+                                         /* after its descriptor was read    */
+                                         /* again (ote_batch_submit())       */
 } ote_status_t;
 
 /* A static, human-readable message for every status code. */
@@ -419,11 +423,33 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
  * submitted, when the batch is full or the engine's admission limits
  * (OTE_MAX_INFLIGHT_TASKS, OTE_MAX_INFLIGHT_BYTES) are reached; with
  * OTE_SUBMIT_TIMEOUT_MS set it first waits up to that long for room. Never
- * waits for transfers to land. Over transports that do not check accesses
- * at the target (UCT), a remote range outside every region the peer
- * published makes it fetch the peer's descriptor once (at most
- * OTE_CONNECT_TIMEOUT_MS). Native tcp and cma connections to a request's
- * peer that failed (reset after a timeout) are made again first
+ * waits for transfers to land.
+ *
+ * Remote ranges: a request's remote range must lie in a region of the
+ * peer's descriptor, whatever its size and the transport. One that does
+ * not (the peer may have registered the region after the segment was
+ * opened) makes the engine read the peer's descriptor again before the
+ * call returns: one read at a time per segment, shared by every
+ * submitter waiting for it, and at most one per
+ * OTE_DESC_REREAD_INTERVAL_MS per segment (a submitter that finds the
+ * last one too recent waits for the interval to end), so that a stream of
+ * bad addresses costs the peer at most one fetch per interval. A
+ * submitter waits for another's re-read at most OTE_DESC_REREAD_INTERVAL_MS
+ * plus twice OTE_CONNECT_TIMEOUT_MS (then OTE_ERR_TIMEOUT); one it runs
+ * itself is bounded as ote_segment_refresh() is. A range still in no region the peer registered
+ * then ends its task FAILED with OTE_ERR_REMOTE_NOT_REGISTERED, one that
+ * runs past the end of a region with OTE_ERR_OUT_OF_BOUNDS (transferred
+ * 0, the call itself succeeds, the other requests of the call go on); when
+ * the descriptor could not be read, with that read's error
+ * (OTE_ERR_PEER_RESTARTED, OTE_ERR_REMOTE_DISCONNECT, OTE_ERR_TIMEOUT).
+ * The access flag is checked by the target (native tcp, cma, shm: it
+ * answers OTE_ERR_ACCESS, and OTE_ERR_NOT_REGISTERED for a region it
+ * deregistered since the descriptor was read), or here over transports
+ * that do not check at the target (UCT). File segments and exported
+ * files are checked where the file is.
+ *
+ * Native tcp and cma connections to a request's peer that failed (reset
+ * after a timeout) are made again first
  * (OTE_CONNECT_TIMEOUT_MS per connection, and when the old address refuses
  * up to two descriptor fetches of as long; a peer found restarted fails the
  * call with OTE_ERR_PEER_RESTARTED). docs/threading.md lists every call's waits.

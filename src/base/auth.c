@@ -306,9 +306,19 @@ ote_status_t ote_auth_initiator_run(const ote_auth_t *a, ote_auth_channel_t chan
         status = exchange(arg, false, hello, sizeof(hello), tproof, &done, &remote);
     if (status != OTE_OK)
         return status;
-    /* Refused before any proof: the target has no key, or no room for us. */
-    if (done)
-        return remote == OTE_OK ? OTE_ERR_PROTOCOL : OTE_ERR_AUTH;
+    /*
+     * Refused before any proof: the target has no key (a target with one
+     * answers a HELLO with its proof, and turns away connections it has no
+     * room for by closing them).
+     */
+    if (done) {
+        if (remote == OTE_OK)
+            return OTE_ERR_PROTOCOL;
+        ote_error("%s refused the handshake before any proof: the peer has no OTE_AUTH_KEY "
+                  "and this engine has one; set the same key on both sides (or on neither)",
+                  who);
+        return OTE_ERR_AUTH;
+    }
     status = ote_auth_initiator_proof(a, &s, tproof, sizeof(tproof), iproof);
     if (status == OTE_ERR_AUTH)
         ote_error("%s does not hold our OTE_AUTH_KEY", who);
@@ -323,6 +333,12 @@ ote_status_t ote_auth_initiator_run(const ote_auth_t *a, ote_auth_channel_t chan
         return OTE_ERR_AUTH;
     }
     return OTE_OK;
+}
+
+void ote_auth_log_key_missing(const char *who)
+{
+    ote_error("%s: the peer requires OTE_AUTH_KEY and this engine has none; set OTE_AUTH_KEY "
+              "(or OTE_AUTH_KEY_FILE) to the peer's key", who);
 }
 
 ote_status_t ote_auth_target_hello(const ote_auth_t *a, ote_auth_session_t *s,

@@ -128,10 +128,19 @@ typedef ote_status_t (*ote_auth_exchange_t)(void *arg, bool proof, const uint8_t
 /*
  * Initiator: the whole handshake through exchange. OTE_ERR_AUTH when the
  * target does not hold our key or refuses ours (logged, as "who does not
- * hold our ..."), OTE_ERR_PROTOCOL when it answers out of turn.
+ * hold our ..."), or refuses the handshake before any proof because it has
+ * no key (logged with what to do), OTE_ERR_PROTOCOL when it answers out of
+ * turn.
  */
 ote_status_t ote_auth_initiator_run(const ote_auth_t *auth, ote_auth_channel_t channel,
                                     ote_auth_exchange_t exchange, void *arg, const char *who);
+/*
+ * Initiator without a key: a peer answered one of its requests with
+ * OTE_ERR_AUTH (it has a key and wants the handshake first). Logs, as an
+ * error, that who (e.g. "segment 'x'") requires OTE_AUTH_KEY and this
+ * engine has none, and what to set.
+ */
+void         ote_auth_log_key_missing(const char *who);
 /* Target: take the HELLO, answer with our proof (OTE_AUTH_TPROOF_LEN bytes). */
 ote_status_t ote_auth_target_hello(const ote_auth_t *auth, ote_auth_session_t *s,
                                    const uint8_t *hello, size_t len, uint8_t *tproof);

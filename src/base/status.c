@@ -19,11 +19,15 @@ const char *ote_status_string(ote_status_t status)
     case OTE_ERR_IO:                return "input/output error";
     case OTE_ERR_UNSUPPORTED:       return "operation not supported";
     case OTE_ERR_PROTOCOL:          return "malformed or incompatible peer message";
-    case OTE_ERR_AUTH:              return "authentication failed";
+    case OTE_ERR_AUTH:
+        return "authentication failed: OTE_AUTH_KEY is set on one side only or differs between "
+               "the two, or the metadata store refused its password (the log says which)";
     case OTE_ERR_EXISTS:            return "already exists";
     case OTE_ERR_PEER_RESTARTED:    return "the peer restarted: the instance this segment was opened on is gone";
     case OTE_ERR_NO_DEVICE:         return "no transport or device of that name";
     case OTE_ERR_STORE_UNAVAILABLE: return "the metadata store did not answer";
+    case OTE_ERR_REMOTE_NOT_REGISTERED:
+        return "remote address not inside any region the peer registered";
     }
     return "unknown status";
 }

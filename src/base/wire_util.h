@@ -53,7 +53,7 @@ static inline uint64_t ote_get_u64(const uint8_t *b)
 
 static inline bool ote_status_is_known(int32_t s)
 {
-    return s >= OTE_ERR_STORE_UNAVAILABLE && s <= OTE_INPROGRESS;
+    return s >= OTE_ERR_REMOTE_NOT_REGISTERED && s <= OTE_INPROGRESS;
 }
 
 #endif

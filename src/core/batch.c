@@ -371,13 +371,16 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
         rreg = remote_region(seg, r->remote_addr, r->length, ctx);
         if (rreg != NULL)
             remote = ctx->remote;
+        else if (seg->file == NULL && seg->export_name[0] == '\0')
+            refused = OTE_ERR_REMOTE_NOT_REGISTERED; /* a re-read since the checks dropped it */
         t->route.gen = atomic_load(&seg->rails_gen);
         if (ctx->memo_gen != t->route.gen)
             ctx->memo.valid = false;
         ctx->memo_gen = t->route.gen;
-        status = ote_proto_plan(&seg->rail_set, &req, &remote, e->config.slice_size, &ctx->memo,
-                                &t->route, &t->inline_slice, &t->slices, &n);
-        if (status == OTE_OK && rreg != NULL) {
+        if (refused == OTE_OK)
+            status = ote_proto_plan(&seg->rail_set, &req, &remote, e->config.slice_size,
+                                    &ctx->memo, &t->route, &t->inline_slice, &t->slices, &n);
+        if (refused == OTE_OK && status == OTE_OK && rreg != NULL) {
             /* The slices point at its rkeys: a refresh must not free it under them. */
             t->desc = seg->desc;
             atomic_fetch_add(&t->desc->refs, 1);

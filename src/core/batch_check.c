@@ -1,19 +1,21 @@
 /*
  * A submission's checks before any task is prepared: the arguments alone
  * (ote_batch_submit_validate), then what the peer's descriptor says of
- * each remote range where the transport does not check at the target
- * (ote_batch_peer_checks).
+ * each remote range (ote_batch_peer_checks): in a region, after one
+ * re-read of the descriptor when it is not (segment_reread.c), and with
+ * the access where the transport does not check at the target.
  */
 #include "engine.h"
 #include "base/log.h"
 
 /*
  * What the peer's descriptor says of [addr, addr+len) for an access: OK
- * when a region covers it with the access, else the status a checking
- * target would answer (NOT_REGISTERED, OUT_OF_BOUNDS, ACCESS).
+ * when a region covers it with the access (*reg_p: that region), else the
+ * status a checking target would answer (NOT_REGISTERED, OUT_OF_BOUNDS,
+ * ACCESS).
  */
 static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t len,
-                                     unsigned access)
+                                     unsigned access, const ote_desc_region_t **reg_p)
 {
     ote_status_t best = OTE_ERR_NOT_REGISTERED;
     size_t lo = ote_desc_regions_upto(d, addr);
@@ -28,44 +30,13 @@ static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t 
                 best = OTE_ERR_OUT_OF_BOUNDS;
             continue;
         }
-        if ((reg->access & access) == access)
+        if ((reg->access & access) == access) {
+            *reg_p = reg;
             return OTE_OK;
+        }
         best = OTE_ERR_ACCESS;
     }
     return best;
-}
-
-/*
- * Transports that do not check accesses at the target (UCT's) may only be
- * given ranges the peer published with the needed access. An unknown range
- * gets one descriptor refresh (the peer may have registered it since).
- */
-static ote_status_t remote_range_check(ote_segment_h seg, const ote_xfer_req_t *r,
-                                       bool putback)
-{
-    /* A PUTBACK's destination: the peer named it in its request; registered is enough. */
-    unsigned access = putback                ? 0
-                      : r->op == OTE_OP_WRITE ? OTE_ACCESS_REMOTE_WRITE
-                                              : OTE_ACCESS_REMOTE_READ;
-    ote_status_t status;
-
-    for (int pass = 0;; pass++) {
-        pthread_mutex_lock(&seg->lock);
-        status = seg->desc != NULL
-                     ? desc_range_check(seg->desc, r->remote_addr, r->length, access)
-                     : OTE_ERR_NOT_REGISTERED;
-        pthread_mutex_unlock(&seg->lock);
-        if (status == OTE_OK || pass == 1 ||
-            (status != OTE_ERR_NOT_REGISTERED && status != OTE_ERR_OUT_OF_BOUNDS))
-            break;
-        if (ote_segment_refresh(seg) != OTE_OK)
-            break;
-    }
-    if (status != OTE_OK)
-        ote_debug("submit: %s %#llx+%zu on %s: %s", r->op == OTE_OP_WRITE ? "write" : "read",
-                  (unsigned long long)r->remote_addr, r->length, seg->name,
-                  ote_status_string(status));
-    return status;
 }
 
 ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
@@ -98,26 +69,106 @@ ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
     return OTE_OK;
 }
 
+/*
+ * What the descriptor says of request r (seg->lock held): OK, or the status
+ * it is refused with. unchecked: the transport does not check at the
+ * target, so a region without the access refuses it here too; else the
+ * target checks the access. last: the peer's region that covered the
+ * previous request of the run with its access, a shortcut for the next.
+ */
+static ote_status_t range_verdict(const ote_desc_t *d, const ote_xfer_req_t *r, bool putback,
+                                  bool unchecked, const ote_desc_region_t **last)
+{
+    /* A PUTBACK's destination: the peer named it in its request; registered is enough. */
+    unsigned access = putback                ? 0
+                      : r->op == OTE_OP_WRITE ? OTE_ACCESS_REMOTE_WRITE
+                                              : OTE_ACCESS_REMOTE_READ;
+    const ote_desc_region_t *reg = *last;
+    ote_status_t status;
+
+    if (d == NULL)
+        return OTE_ERR_NOT_REGISTERED;
+    if (reg != NULL && r->remote_addr >= reg->addr && r->length <= reg->length &&
+        r->remote_addr - reg->addr <= reg->length - r->length && (reg->access & access) == access)
+        return OTE_OK;
+    status = desc_range_check(d, r->remote_addr, r->length, access, last);
+    if (status == OTE_ERR_ACCESS && !unchecked)
+        status = OTE_OK;
+    return status;
+}
+
+/* A verdict that a descriptor read again may change: the range is (partly) in no region. */
+static bool range_missing(ote_status_t verdict)
+{
+    return verdict == OTE_ERR_NOT_REGISTERED || verdict == OTE_ERR_OUT_OF_BOUNDS;
+}
+
+/*
+ * The requests of one segment, n of them from reqs: every remote range
+ * must lie in a region of the peer's descriptor, whatever its size and
+ * the transport (a checking target would refuse it anyway, and a range
+ * too large for one message could not even be sent to be checked). A
+ * range the descriptor lacks makes it read the descriptor again, once for
+ * the run (ote_segment_reread: single-flight, rate-limited); a range still
+ * in no region then is refused with REMOTE_NOT_REGISTERED, one that runs
+ * past a region's end with OUT_OF_BOUNDS. File segments and exported
+ * files are checked where the file is (a READ may meet the end of a file
+ * and still bring the bytes before it), except over unchecking transports.
+ */
+static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, bool putback,
+                       ote_status_t *refused)
+{
+    const ote_desc_region_t *last = NULL;
+    bool memory = seg->file == NULL && seg->export_name[0] == '\0', unchecked, missing = false;
+    uint64_t ticket;
+    ote_status_t reread;
+
+    (void)ote_segment_repair(seg);
+    ticket = ote_segment_reread_ticket(seg);
+    pthread_mutex_lock(&seg->lock);
+    unchecked = ote_proto_rails_unchecked(&seg->rail_set);
+    if (memory || unchecked) {
+        for (size_t i = 0; i < n; i++) {
+            refused[i] = range_verdict(seg->desc, &reqs[i], putback, unchecked, &last);
+            missing |= range_missing(refused[i]);
+        }
+    }
+    pthread_mutex_unlock(&seg->lock);
+    if (!missing)
+        return;
+    reread = ote_segment_reread(seg, ticket);
+    last   = NULL;
+    pthread_mutex_lock(&seg->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!range_missing(refused[i]))
+            continue;
+        if (reread == OTE_OK)
+            refused[i] = range_verdict(seg->desc, &reqs[i], putback, unchecked, &last);
+        else
+            refused[i] = reread; /* whether the peer registered it since is unknown */
+        if (refused[i] == OTE_ERR_NOT_REGISTERED)
+            refused[i] = OTE_ERR_REMOTE_NOT_REGISTERED;
+    }
+    pthread_mutex_unlock(&seg->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (refused[i] != OTE_OK)
+            ote_debug("submit: %s %#llx+%zu on %s: %s",
+                      reqs[i].op == OTE_OP_WRITE ? "WRITE" : "READ",
+                      (unsigned long long)reqs[i].remote_addr, reqs[i].length, seg->name,
+                      ote_status_string(refused[i]));
+    }
+}
+
 void ote_batch_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
                            bool putback, ote_status_t *refused)
 {
-    ote_segment_h last = NULL; /* the segment of the run unchecked is for */
-    bool unchecked     = false;
-
-    for (size_t i = 0; i < count; i++) {
+    for (size_t i = 0, end; i < count; i = end) {
         ote_segment_h seg = reqs[i].segment;
 
-        refused[i] = OTE_OK;
+        for (end = i; end < count && reqs[end].segment == seg; end++)
+            refused[end] = OTE_OK;
         if (atomic_load(&seg->closed) || seg->engine != e)
             continue; /* refused at preparation, with the whole call */
-        if (seg != last) {
-            last = seg;
-            (void)ote_segment_repair(seg);
-            pthread_mutex_lock(&seg->lock);
-            unchecked = ote_proto_rails_unchecked(&seg->rail_set);
-            pthread_mutex_unlock(&seg->lock);
-        }
-        if (unchecked)
-            refused[i] = remote_range_check(seg, &reqs[i], putback);
+        run_checks(seg, reqs + i, end - i, putback, refused + i);
     }
 }

@@ -327,6 +327,7 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 
         if (c->h.length != 0)
             return OTE_ERR_PROTOCOL;
+        atomic_fetch_add(&ctl->desc_served, 1);
         status = ote_engine_desc_encode(e, &out);
         ote_put_u32(st, (uint32_t)status);
         status = ote_ctl_reply(ctl, c, OTE_CTL_DESC, st, 4, status == OTE_OK ? out.data : NULL,
@@ -594,6 +595,7 @@ ote_status_t ote_ctl_start(ote_engine_h e, const char *listen_addr, ote_ctl_t **
         return OTE_ERR_NO_MEMORY;
     ctl->engine    = e;
     ctl->listen_fd = ctl->epfd = ctl->stop_fd = ctl->done_fd = -1;
+    atomic_init(&ctl->desc_served, 0);
     pthread_mutex_init(&ctl->done_lock, NULL);
     pthread_cond_init(&ctl->done_cond, NULL);
     status = ote_sockaddr_parse(listen_addr, &ss, &len);
@@ -670,4 +672,9 @@ void ote_ctl_stop(ote_ctl_t *ctl)
     pthread_mutex_destroy(&ctl->done_lock);
     pthread_cond_destroy(&ctl->done_cond);
     free(ctl);
+}
+
+unsigned long ote_engine_desc_served(ote_engine_h e)
+{
+    return e->ctl != NULL ? atomic_load(&e->ctl->desc_served) : 0;
 }

@@ -143,6 +143,7 @@ struct ote_ctl {
     unsigned        file_jobs;     /* running or queued (done_lock) */
     ote_proto_jobs_t *file_pool;   /* FILE_IO threads, started on the first request */
     file_bounce_t   bounce[CTL_FILE_IO_THREADS]; /* FILE_IOs by rails (done_lock) */
+    atomic_ulong    desc_served;   /* GET_DESC requests answered */
 };
 
 /* Send a reply (a and b concatenated), or keep what the socket does not take. */

@@ -59,6 +59,7 @@ typedef struct {
     char  *host_id;
     char  *hwloc_xml;
     char  *file_remote; /* auto, rails or ctl (ote_engine_file_remote_mode) */
+    long   desc_reread_interval_ms; /* re-reads of a descriptor for ranges it lacks */
 } ote_engine_config_t;
 
 extern const ote_config_table_t ote_engine_config_table;
@@ -206,6 +207,8 @@ void          ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens
  * (PUTBACKs and FILE_IOs by rails), open ones only (tests).
  */
 uint64_t      ote_engine_peer_rail_bytes(ote_engine_h engine, const char *tl);
+/* Descriptor fetches (GET_DESC) the control listener answered so far (tests). */
+unsigned long ote_engine_desc_served(ote_engine_h engine);
 /* Encode this engine's descriptor. */
 ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
 /* Queue a received notification; BUSY when the backlog is full. */

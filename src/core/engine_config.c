@@ -124,6 +124,13 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "OTE_ACCESS_REMOTE_WRITE for a READ, OTE_ACCESS_REMOTE_READ for a WRITE, else inside the "
      "control messages; rails = always over the data rails, a slice whose local region lacks "
      "that access fails OTE_ERR_ACCESS; ctl = always inside the control messages."},
+    {"DESC_REREAD_INTERVAL_MS", "100", OTE_CFG_INT, F(desc_reread_interval_ms),
+     "A request whose remote range lies in no region of the peer's descriptor makes the "
+     "engine read that descriptor again (the peer may have registered the region since): "
+     "one read at a time per segment, whose result every request waiting for it uses, and "
+     "at most one per this interval per segment (requests that find one too recent wait "
+     "for the interval to end); 0 = no interval, still one read at a time.",
+     .min = 0, .max = 3600000},
 };
 
 /* Bounds across entries; each entry's own are in the table. */

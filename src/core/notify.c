@@ -118,7 +118,7 @@ static ote_status_t notify_exchange(ote_segment_h seg, const ote_buf_t *out)
     if (status == OTE_OK) {
         status = ote_ctl_status_decode(resp, resp_len, &remote);
         if (status == OTE_OK)
-            status = remote;
+            status = ote_segment_ctl_refused(seg, remote);
     }
     free(resp);
     return status;

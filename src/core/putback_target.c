@@ -32,6 +32,9 @@ ote_status_t ote_peer_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void 
     if (status == OTE_OK && st.state != OTE_TASK_COMPLETED)
         status = st.error != OTE_OK ? st.error : OTE_ERR_IO;
     ote_batch_release(b);
+    /* The range is the initiator's own memory: the answer says so from its side. */
+    if (status == OTE_ERR_REMOTE_NOT_REGISTERED)
+        status = OTE_ERR_NOT_REGISTERED;
     return status;
 }
 

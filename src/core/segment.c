@@ -80,6 +80,7 @@ static void segment_free(ote_segment_h seg)
     pthread_mutex_destroy(&seg->lock);
     pthread_mutex_destroy(&seg->refresh_lock);
     pthread_mutex_destroy(&seg->spray_lock);
+    ote_segment_reread_fini(seg);
     free(seg);
 }
 
@@ -270,6 +271,7 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     pthread_mutex_init(&seg->refresh_lock, NULL);
     pthread_mutex_init(&seg->spray_lock, NULL);
     pthread_mutex_init(&seg->ctl_pool_lock, NULL);
+    ote_segment_reread_init(seg);
     atomic_init(&seg->refs, 1);
 
     if (file) {

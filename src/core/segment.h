@@ -41,9 +41,23 @@ struct ote_segment {
     ote_slice_t     *backlog_head, *backlog_tail;
     atomic_bool      backlog_any;   /* the backlog holds slices (set under spray_lock) */
     struct ote_segment *next, *prev;
+    /* Re-reads of the descriptor for remote ranges it lacks (segment_reread.c) */
+    pthread_mutex_t  reread_lock;
+    pthread_cond_t   reread_cond;   /* a re-read ended, or the interval may have */
+    bool             reread_busy;   /* one is in flight */
+    uint64_t         reread_started; /* re-reads started so far */
+    uint64_t         reread_ended;  /* and ended */
+    uint64_t         reread_last_ns; /* when the last one started (0: none yet) */
+    ote_status_t     reread_status; /* how the last one ended */
 };
 
 /* segment_ctl.c: the control-plane client of a segment */
+/*
+ * The status a peer answered a control request with, as is; when it is
+ * OTE_ERR_AUTH and this engine has no key, the error log line says that the
+ * peer requires OTE_AUTH_KEY.
+ */
+ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status);
 /* Close the segment's control connection (the next request opens another). */
 void         ote_segment_ctl_close(ote_segment_h seg);
 /* The peer's descriptor from its control listener (peer-to-peer metadata). */
@@ -124,6 +138,28 @@ void         ote_segment_mark_stale(ote_segment_h seg);
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */
 ote_desc_t  *ote_segment_desc_get(ote_segment_h seg);
 void         ote_segment_desc_put(ote_desc_t *desc);
+
+/*
+ * segment_reread.c: a remote range the segment's descriptor lacks. The
+ * count of re-reads started so far, read before looking the range up
+ * (reread_lock taken inside).
+ */
+uint64_t     ote_segment_reread_ticket(ote_segment_h seg);
+/*
+ * Read the peer's descriptor again for a range the descriptor lacked when
+ * ticket was taken: returns once a re-read that started after that has
+ * ended (this caller's, or another's it waited for). One runs at a time,
+ * at most one starts per OTE_DESC_REREAD_INTERVAL_MS (a caller that finds
+ * the last one too recent waits for the interval to end), and the wait is
+ * bounded by that interval plus OTE_CONNECT_TIMEOUT_MS twice (then
+ * OTE_ERR_TIMEOUT). OTE_OK when that re-read adopted a descriptor (look
+ * the range up again), else why not (the fetch's status:
+ * OTE_ERR_PEER_RESTARTED, OTE_ERR_REMOTE_DISCONNECT, ...).
+ */
+ote_status_t ote_segment_reread(ote_segment_h seg, uint64_t ticket);
+/* Set up and tear down the segment's re-read state (segment.c). */
+void         ote_segment_reread_init(ote_segment_h seg);
+void         ote_segment_reread_fini(ote_segment_h seg);
 
 /*
  * spray.c: slices of seg's tasks wait in the segment's backlog and go to

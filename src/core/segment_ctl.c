@@ -12,6 +12,17 @@
 #include <string.h>
 #include <unistd.h>
 
+ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status)
+{
+    char who[OTE_DESC_NAME_MAX + 16];
+
+    if (status == OTE_ERR_AUTH && !seg->engine->auth->enabled) {
+        snprintf(who, sizeof(who), "segment '%s'", seg->name);
+        ote_auth_log_key_missing(who);
+    }
+    return status;
+}
+
 void ote_segment_ctl_close(ote_segment_h seg)
 {
     if (seg->ctl_fd >= 0) {
@@ -56,6 +67,22 @@ static ote_status_t ctl_exchange(ote_segment_h seg, int fd, uint8_t type, const 
     status = ote_ctl_hdr_decode(hdr, sizeof(hdr), e->config.max_ctl_msg, &h);
     for (size_t i = 0; i < nexpect; i++)
         known |= h.type == expect[i];
+    if (status == OTE_OK && !known && h.type == OTE_CTL_AUTH_DONE && h.seq == seq &&
+        h.length == 4) {
+        /* A peer with a key refuses requests before the handshake: it answers AUTH_DONE. */
+        uint8_t st[4];
+        ote_status_t remote;
+
+        status = ote_socket_recv_all(fd, st, sizeof(st), deadline);
+        if (status == OTE_OK &&
+            (ote_ctl_status_decode(st, sizeof(st), &remote) != OTE_OK || remote == OTE_OK))
+            status = OTE_ERR_PROTOCOL;
+        else if (status == OTE_OK)
+            status = ote_segment_ctl_refused(seg, remote);
+        if (status == OTE_ERR_PROTOCOL)
+            ote_warn("segment '%s': malformed control response", seg->name);
+        return status;
+    }
     if (status != OTE_OK || !known || h.seq != seq) {
         ote_warn("segment '%s': malformed control response", seg->name);
         return OTE_ERR_PROTOCOL;
@@ -312,7 +339,7 @@ ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
     if (len < 4 || ote_ctl_status_decode(resp, 4, &remote) != OTE_OK) {
         status = OTE_ERR_PROTOCOL;
     } else if (remote != OTE_OK) {
-        status = remote;
+        status = ote_segment_ctl_refused(seg, remote);
     } else {
         status = ote_desc_decode(resp + 4, len - 4, desc_p);
         if (status != OTE_OK)

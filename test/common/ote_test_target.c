@@ -22,6 +22,12 @@
  * The command "stagepinned" answers "pinned N": remote staging chunks pinned now.
  * The command "putbackstats" answers "opens N threads M": segments opened to
  * serve PUTBACKs so far, and the threads serving them.
+ * The command "late LEN ACCESS [alloc]" registers a region of LEN bytes
+ * (ACCESS any of r, w, or -) now, after start, with ote_mem_register of
+ * fresh memory or, with alloc, from ote_mem_alloc; it answers
+ * "region R HEXADDR" (R: its index for the other commands) or "error N".
+ * The command "descserved" answers "served N": descriptor fetches
+ * (GET_DESC) the control listener has answered so far.
  * The command "push R HEXADDR LEN SEED" fills the first LEN bytes of region R
  * with the pattern (offset 0, SEED) and WRITEs them to HEXADDR of the sender's
  * segment; it answers "ok" or "error N" (the task's status).
@@ -42,6 +48,7 @@ static volatile sig_atomic_t stop;
 long ote_stage_target_pinned_now(void);
 void ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens_p, unsigned *threads_p);
 uint64_t ote_engine_peer_rail_bytes(ote_engine_h engine, const char *tl);
+unsigned long ote_engine_desc_served(ote_engine_h engine);
 
 static bool gpu_region(const char *where)
 {
@@ -65,6 +72,7 @@ int main(int argc, char **argv)
     ote_mem_h mem[OTE_TEST_MAX_REGIONS];
     size_t n = 0, guard = 0, glen[OTE_TEST_MAX_REGIONS];
     const char *where[OTE_TEST_MAX_REGIONS] = {NULL};
+    bool owned[OTE_TEST_MAX_REGIONS] = {false}; /* from ote_mem_alloc on the host */
     ote_segment_h reply = NULL;
     char reply_name[256] = "";
     ote_status_t st;
@@ -166,7 +174,7 @@ int main(int argc, char **argv)
     while (!stop) {
         ote_notif_t msg;
         size_t count = 0;
-        char cmd[OTE_NOTIFY_MAX + 1], ans[128];
+        char cmd[OTE_NOTIFY_MAX + 1], ans[128], acc_s[8];
         unsigned r;
         unsigned long long off, l, seed;
 
@@ -257,6 +265,40 @@ int main(int argc, char **argv)
                 ote_batch_release(b);
             }
             snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);
+        } else if (sscanf(cmd, "late %llu %7s", &l, acc_s) == 2 && l > 0 &&
+                   n < OTE_TEST_MAX_REGIONS) {
+            /* A region registered after peers opened this engine's segment. */
+            unsigned a = (strchr(acc_s, 'r') ? OTE_ACCESS_REMOTE_READ : 0) |
+                         (strchr(acc_s, 'w') ? OTE_ACCESS_REMOTE_WRITE : 0);
+            bool alloc = strstr(cmd + 5, " alloc") != NULL;
+            void *p    = NULL;
+
+            if (alloc) {
+                st = ote_mem_alloc(e, l, NULL, a, &p, &mem[n]);
+            } else {
+                p  = mmap(NULL, l, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                st = p == MAP_FAILED ? OTE_ERR_NO_MEMORY : OTE_OK;
+                if (st == OTE_OK) {
+                    ote_mem_desc_t d = {.addr = p, .length = l, .access = a};
+
+                    st = ote_mem_register(e, &d, 1, &mem[n]);
+                }
+            }
+            if (st == OTE_OK) {
+                buf[n]   = p;
+                len[n]   = l;
+                acc[n]   = a;
+                glen[n]  = 0;
+                where[n] = NULL;
+                owned[n] = alloc;
+                snprintf(ans, sizeof(ans), "region %zu %llx", n,
+                         (unsigned long long)(uintptr_t)p);
+                n++;
+            } else {
+                snprintf(ans, sizeof(ans), "error %d", st);
+            }
+        } else if (strcmp(cmd, "descserved") == 0) {
+            snprintf(ans, sizeof(ans), "served %lu", ote_engine_desc_served(e));
         } else if (strcmp(cmd, "stagepinned") == 0) {
             /* Chunks of the remote staging pool pinned by initiators now. */
             snprintf(ans, sizeof(ans), "pinned %ld", ote_stage_target_pinned_now());
@@ -280,7 +322,8 @@ int main(int argc, char **argv)
                 }
             }
         } else if (sscanf(cmd, "dereg %u", &r) == 1 && r < n) {
-            st = where[r] != NULL ? ote_mem_free(e, mem[r]) : ote_mem_deregister(e, mem[r]);
+            st = where[r] != NULL || owned[r] ? ote_mem_free(e, mem[r])
+                                              : ote_mem_deregister(e, mem[r]);
             snprintf(ans, sizeof(ans), st == OTE_OK ? "ok" : "error %d", st);
         }
         ote_notify_send(e, reply, ans, strlen(ans));

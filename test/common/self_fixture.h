@@ -89,7 +89,7 @@ static inline void ote_test_self_refusals(ote_test_self_t *f, int timeout_ms)
 
     st = ote_test_self_xfer(f, OTE_OP_WRITE, f->local, 0x1000, 64, timeout_ms);
     assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_NOT_REGISTERED);
+    assert_int_equal(st.error, OTE_ERR_REMOTE_NOT_REGISTERED);
     assert_int_equal(st.transferred, 0);
     st = ote_test_self_xfer(f, OTE_OP_WRITE, f->local, (uintptr_t)f->remote + f->len - 10, 64,
                             timeout_ms);

@@ -84,6 +84,8 @@ void ote_test_target_kill(ote_test_target_t *t);
  *                             the segments it keeps open to initiators)
  *   guard R                -> "guard HEX HEX" (hashes of the areas before and after
  *                             region R, with --guard)
+ *   late LEN ACCESS [alloc] -> "region R HEX" (a region registered now; R its index)
+ *   descserved             -> "served N" (descriptor fetches its listener answered)
  * Returns 0 and fills reply on success.
  */
 int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char *reply,

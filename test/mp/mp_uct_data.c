@@ -258,7 +258,7 @@ static void test_access(void **state)
     assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
     st = run_one(f, OTE_OP_WRITE, 0x1000, 64);
     assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_NOT_REGISTERED);
+    assert_int_equal(st.error, OTE_ERR_REMOTE_NOT_REGISTERED);
     ote_test_fill(f->local, 0, 4096, 3);
     st = run_one(f, OTE_OP_WRITE, f->target.addr[1] + 100, 4096);
     assert_int_equal(st.state, OTE_TASK_FAILED);
@@ -275,7 +275,7 @@ static void test_access(void **state)
         memset(f->local, 0x5a, 4096);
         st = run_one(f, OTE_OP_READ, 0x1000, 64);
         assert_int_equal(st.state, OTE_TASK_FAILED);
-        assert_int_equal(st.error, OTE_ERR_NOT_REGISTERED);
+        assert_int_equal(st.error, OTE_ERR_REMOTE_NOT_REGISTERED);
         st = run_one(f, OTE_OP_READ, f->target.addr[2] + 100, 4096);
         assert_int_equal(st.state, OTE_TASK_FAILED);
         assert_int_equal(st.error, OTE_ERR_ACCESS);

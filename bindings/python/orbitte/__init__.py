@@ -97,6 +97,7 @@ class Status(_enum.IntEnum):
     PEER_RESTARTED = -17
     NO_DEVICE = -18
     STORE_UNAVAILABLE = -19
+    REMOTE_NOT_REGISTERED = -20
 
 
 # ---- errors ------------------------------------------------------------------
@@ -137,7 +138,8 @@ class NoMemoryError(Error, MemoryError):
 
 
 class RegionError(Error):
-    """An address outside every registered region (NOT_REGISTERED), a range
+    """An address outside every registered region (NOT_REGISTERED; a remote
+    address outside every region the peer registered: REMOTE_NOT_REGISTERED), a range
     crossing a region's end (OUT_OF_BOUNDS), or a region without the access
     flag a transfer needs (ACCESS)."""
 
@@ -203,6 +205,7 @@ _ERRORS = {
     Status.UNSUPPORTED: UnsupportedError,
     Status.NO_DEVICE: UnsupportedError,
     Status.EXISTS: ExistsError,
+    Status.REMOTE_NOT_REGISTERED: RegionError,
 }
 _ote._set_errors(Error, {int(k): v for k, v in _ERRORS.items()})
 

@@ -192,6 +192,15 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
         status = OTE_ERR_PEER_RESTARTED;
     if (status == OTE_OK && h.status != OTE_OK)
         status = (ote_status_t)h.status;
+    /* A HELLO refused with AUTH: the peer has a key, and we sent no handshake. */
+    if (status == OTE_ERR_AUTH && h.type == OTE_TCP_HELLO_ACK &&
+        (iface->auth == NULL || !iface->auth->enabled)) {
+        char who[160];
+
+        snprintf(who, sizeof(who), "%s/%s: '%s'", iface->super.resource.tl_name,
+                 iface->super.resource.dev_name, peer->name ? peer->name : "peer");
+        ote_auth_log_key_missing(who);
+    }
     if (status == OTE_OK && iface->connect_hook != NULL)
         status = iface->connect_hook(iface, fd, peer, deadline);
     if (status != OTE_OK) {
