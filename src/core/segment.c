@@ -445,11 +445,30 @@ ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p)
     return segment_resolve(seg, true, restarted_p);
 }
 
+/*
+ * A rail whose ep failed for good (UCT's eps stay failed) and is due for
+ * its probe, or any such rail when no rail may carry (force).
+ */
+static bool rail_dead_for_good(ote_segment_h seg, ote_rail_t *r, bool force, uint64_t now)
+{
+    ote_worker_t *w = &seg->engine->workers[r->worker];
+    bool alive;
+
+    if (r->ep == NULL || r->iface->ep_ops->needs_reconnect(r->ep) ||
+        ote_engine_iface_gone(seg->engine, r->iface) ||
+        (!force && !ote_proto_rail_probe_due(r, now)))
+        return false;
+    pthread_mutex_lock(&w->lock);
+    alive = r->ep == NULL || r->iface->ep_ops->is_alive(r->ep);
+    pthread_mutex_unlock(&w->lock);
+    return !alive;
+}
+
 ote_status_t ote_segment_repair(ote_segment_h seg)
 {
     ote_status_t status = OTE_OK;
     uint64_t now        = ote_time_ns();
-    bool needed         = false, force;
+    bool needed = false, rebuild = false, force;
 
     pthread_mutex_lock(&seg->refresh_lock);
     if (!atomic_load(&seg->closed) && !atomic_load(&seg->stale)) {
@@ -464,6 +483,7 @@ ote_status_t ote_segment_repair(ote_segment_h seg)
 
             needed = r->ep != NULL && r->iface->ep_ops->needs_reconnect(r->ep) &&
                      (force || ote_proto_rail_probe_due(r, now));
+            rebuild = rebuild || rail_dead_for_good(seg, r, force, now);
         }
         if (needed) {
             ote_desc_t *d = ote_segment_desc_get(seg);
@@ -473,6 +493,20 @@ ote_status_t ote_segment_repair(ote_segment_h seg)
         }
     }
     pthread_mutex_unlock(&seg->refresh_lock);
+    if (status == OTE_OK && rebuild) {
+        /*
+         * An ep that cannot be made again in place: the name is asked who
+         * serves it now (a restart is seen here, as the native transports'
+         * reconnect sees it), and the same instance gets new eps.
+         */
+        status = segment_resolve(seg, false, NULL);
+        if (status == OTE_ERR_REMOTE_DISCONNECT)
+            status = segment_resolve(seg, false, NULL);
+        if (status != OTE_OK && status != OTE_ERR_PEER_RESTARTED)
+            ote_debug("segment '%s': its failed rails were not made again: %s", seg->name,
+                      ote_status_string(status));
+        return status;
+    }
     if (status == OTE_ERR_PEER_RESTARTED) {
         ote_segment_mark_stale(seg);
     } else if (status != OTE_OK && status != OTE_ERR_TIMEOUT) {

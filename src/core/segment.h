@@ -73,10 +73,13 @@ void         ote_segment_put(ote_segment_h seg);
 void         ote_segment_get(ote_segment_h seg);
 /*
  * Before a submit: connections of native rails that failed (a timeout reset
- * them) are made again, bounded by OTE_CONNECT_TIMEOUT_MS. OTE_OK when
- * nothing was needed or all were made; OTE_ERR_PEER_RESTARTED (segment
- * marked stale) when the peer turned out to be another instance; else why
- * not (the rail's requests then fail with the transport's error).
+ * them) are made again, bounded by OTE_CONNECT_TIMEOUT_MS; rails whose ep
+ * failed for good (UCT) get new eps after a descriptor fetch (as a
+ * refresh does). Both once the rail's cool-down ended, or at once when no
+ * rail may carry. OTE_OK when nothing was needed or all were made;
+ * OTE_ERR_PEER_RESTARTED (segment marked stale) when the peer turned out
+ * to be another instance; else why not (the rail's requests then fail
+ * with the peer's side of the error: REMOTE_DISCONNECT or TIMEOUT).
  */
 ote_status_t ote_segment_repair(ote_segment_h seg);
 

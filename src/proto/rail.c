@@ -230,6 +230,21 @@ bool ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now)
     return due;
 }
 
+ote_status_t ote_proto_peer_lost_status(ote_status_t status)
+{
+    switch (status) {
+    case OTE_ERR_TIMEOUT:
+        return OTE_ERR_TIMEOUT;
+    case OTE_ERR_NOT_FOUND:    /* connection refused: nothing listens there now */
+    case OTE_ERR_UNREACHABLE:  /* a connect the kernel could not route, a dead pid */
+    case OTE_ERR_IO:
+    case OTE_ERR_REMOTE_DISCONNECT:
+        return OTE_ERR_REMOTE_DISCONNECT;
+    default:
+        return status;
+    }
+}
+
 void ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now)
 {
     ote_rail_spray_t *sp = &r->spray;
@@ -243,8 +258,17 @@ void ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now)
     } else {
         if (sp->state != OTE_RAIL_COOLING)
             atomic_fetch_add(&sp->errors, 1);
-        sp->state = OTE_RAIL_PROBING; /* rail_pause pauses it anew */
-        rail_pause(r, now);
+        /* Why the rail does not carry: what its tasks end with while it waits. */
+        sp->last_error = ote_proto_peer_lost_status(status);
+        /*
+         * A probe forced before the pause ended (no rail of the segment
+         * could carry) leaves the pause as it is: only a probe that was
+         * due and failed makes the next pause longer.
+         */
+        if (sp->state != OTE_RAIL_COOLING || now >= sp->resume_ns) {
+            sp->state = OTE_RAIL_PROBING; /* rail_pause pauses it anew */
+            rail_pause(r, now);
+        }
     }
     pthread_mutex_unlock(&sp->lock);
 }
@@ -265,6 +289,24 @@ ote_status_t ote_proto_rails_last_error(const ote_rail_set_t *set)
         pthread_mutex_unlock(&sp->lock);
     }
     return last;
+}
+
+ote_status_t ote_proto_rails_idle_status(const ote_rail_set_t *set)
+{
+    ote_status_t last = ote_proto_rails_last_error(set);
+    bool port_down    = false;
+
+    if (last != OTE_OK)
+        return ote_proto_peer_lost_status(last);
+    for (size_t i = 0; i < set->num_rails && !port_down; i++) {
+        ote_rail_spray_t *sp = &set->rails[i]->spray;
+
+        pthread_mutex_lock(&sp->lock);
+        port_down = sp->link_down;
+        pthread_mutex_unlock(&sp->lock);
+    }
+    /* Only this host's ports keep it from the peer; else the peer stopped answering. */
+    return port_down ? OTE_ERR_UNREACHABLE : OTE_ERR_REMOTE_DISCONNECT;
 }
 
 bool ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now)
