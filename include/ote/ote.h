@@ -105,7 +105,13 @@ typedef struct {
  * descriptor under OTE_METADATA_PREFIX + name with a lease (etcd) or a TTL
  * (Redis) of OTE_METADATA_TTL_S seconds that a thread of the engine keeps
  * alive, and puts it again when the store lost it. A name another live
- * engine holds fails ote_engine_create() with OTE_ERR_EXISTS. A store that
+ * engine holds fails ote_engine_create() with OTE_ERR_EXISTS. A name whose
+ * holder provably no longer serves it (its control address refuses, does
+ * not answer within OTE_METADATA_PROBE_MS, or another engine answers
+ * there) is taken over at once, in one compare-and-swap on the record
+ * read: a killed engine restarted under its name does not wait for its old
+ * key to expire, and the old instance's peers see OTE_ERR_PEER_RESTARTED
+ * (docs/metadata.md). A store that
  * does not answer fails it with OTE_ERR_STORE_UNAVAILABLE, a wrong Redis
  * password with OTE_ERR_AUTH, a malformed URI with OTE_ERR_INVALID_PARAM,
  * and a scheme this build has no client for with OTE_ERR_UNSUPPORTED.

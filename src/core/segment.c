@@ -245,6 +245,26 @@ static ote_status_t segment_resolve_file(ote_segment_h seg, int *restarted_p)
 }
 #endif
 
+ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char *ctl_addr)
+{
+    ote_segment_h seg = calloc(1, sizeof(*seg));
+
+    if (seg == NULL)
+        return NULL;
+    seg->engine = e;
+    seg->ctl_fd = -1;
+    /* A long file path is cut in the name logs show; the file keeps it whole. */
+    snprintf(seg->name, sizeof(seg->name), "%.*s", (int)sizeof(seg->name) - 1, name);
+    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%.*s", (int)sizeof(seg->ctl_addr) - 1,
+             ctl_addr);
+    pthread_mutex_init(&seg->lock, NULL);
+    pthread_mutex_init(&seg->refresh_lock, NULL);
+    pthread_mutex_init(&seg->spray_lock, NULL);
+    pthread_mutex_init(&seg->ctl_pool_lock, NULL);
+    atomic_init(&seg->refs, 1);
+    return seg;
+}
+
 ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *seg_p)
 {
     ote_segment_h seg;
@@ -258,19 +278,9 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     file = ote_segment_is_file_name(name);
     if (strlen(name) > (file ? strlen(OTE_FILE_SCHEME) + PATH_MAX : OTE_DESC_NAME_MAX))
         return OTE_ERR_INVALID_PARAM;
-    seg = calloc(1, sizeof(*seg));
+    seg = ote_segment_new_bare(e, name, name);
     if (seg == NULL)
         return OTE_ERR_NO_MEMORY;
-    seg->engine = e;
-    seg->ctl_fd = -1;
-    /* A long file path is cut in the name logs show; the file keeps it whole. */
-    snprintf(seg->name, sizeof(seg->name), "%.*s", (int)sizeof(seg->name) - 1, name);
-    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%.*s", (int)sizeof(seg->ctl_addr) - 1, name);
-    pthread_mutex_init(&seg->lock, NULL);
-    pthread_mutex_init(&seg->refresh_lock, NULL);
-    pthread_mutex_init(&seg->spray_lock, NULL);
-    pthread_mutex_init(&seg->ctl_pool_lock, NULL);
-    atomic_init(&seg->refs, 1);
 
     if (file) {
         status = segment_open_file(seg, name, &d);
