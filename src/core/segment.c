@@ -456,8 +456,10 @@ ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p)
 }
 
 /*
- * A rail whose ep failed for good (UCT's eps stay failed) and is due for
- * its probe, or any such rail when no rail may carry (force).
+ * A rail paused after a failure whose ep failed for good (UCT's eps stay
+ * failed), due for its probe, or any such rail when no rail may carry
+ * (force). Only paused rails are looked at: an ep that failed fails the
+ * slice posted on it first, and that pauses its rail.
  */
 static bool rail_dead_for_good(ote_segment_h seg, ote_rail_t *r, bool force, uint64_t now)
 {
@@ -465,7 +467,7 @@ static bool rail_dead_for_good(ote_segment_h seg, ote_rail_t *r, bool force, uin
     bool alive;
 
     if (r->ep == NULL || r->iface->ep_ops->needs_reconnect(r->ep) ||
-        ote_engine_iface_gone(seg->engine, r->iface) ||
+        ote_engine_iface_gone(seg->engine, r->iface) || !ote_proto_rail_cooling(r) ||
         (!force && !ote_proto_rail_probe_due(r, now)))
         return false;
     pthread_mutex_lock(&w->lock);

@@ -295,6 +295,8 @@ void         ote_proto_slice_retried(ote_rail_t *from);
  * rail's last error (ote_proto_peer_lost_status of it).
  */
 bool         ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now_ns);
+/* True while r is paused after a failure (not for a port that is down). */
+bool         ote_proto_rail_cooling(ote_rail_t *r);
 void         ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now_ns);
 /* True when some rail of set may carry now or after its cool-down (not closed). */
 bool         ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now_ns);

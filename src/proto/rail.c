@@ -219,6 +219,16 @@ void ote_proto_slice_retried(ote_rail_t *from)
     atomic_fetch_add(&from->spray.retries, 1);
 }
 
+bool ote_proto_rail_cooling(ote_rail_t *r)
+{
+    bool cooling;
+
+    pthread_mutex_lock(&r->spray.lock);
+    cooling = !r->spray.link_down && r->spray.state == OTE_RAIL_COOLING;
+    pthread_mutex_unlock(&r->spray.lock);
+    return cooling;
+}
+
 bool ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now)
 {
     bool due;
