@@ -10,7 +10,11 @@
  * A slice that fails on a rail for the rail's sake (connection reset,
  * timeout, unreachable) pauses the rail: it cools down, then is probed
  * (its connections made again, then one slice) before it carries again;
- * each pause that follows a failed probe is twice as long, up to a cap.
+ * each pause that follows a failed probe is twice as long, up to a cap. A
+ * probe forced before the pause ended (no rail of the segment may carry)
+ * that fails leaves the pause as it is, and records the peer's side of
+ * its failure (REMOTE_DISCONNECT or TIMEOUT) as the rail's last error:
+ * what slices that were never posted end with.
  */
 #include "proto.h"
 
