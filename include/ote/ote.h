@@ -27,6 +27,21 @@ extern "C" {
 /* Status                                                             */
 /* ------------------------------------------------------------------ */
 
+/*
+ * A peer's failures, as transfers see them, whatever the timing:
+ * - OTE_ERR_UNREACHABLE says only that no configured transport can reach
+ *   both memories (OTE_TLS leaves out every transport that could, a memory
+ *   type no transport of either side touches, this host's ports are down):
+ *   a configuration to change, not a peer to give up on. A segment that
+ *   opened never fails a request UNREACHABLE because its peer died.
+ * - A peer that stopped answering (killed, crashed, its host or link gone,
+ *   while busy or idle) ends tasks with OTE_ERR_REMOTE_DISCONNECT (its
+ *   connections were reset or refused) or OTE_ERR_TIMEOUT (no answer within
+ *   OTE_XFER_TIMEOUT_MS or OTE_CONNECT_TIMEOUT_MS), tasks in flight and
+ *   tasks submitted afterwards alike.
+ * - OTE_ERR_PEER_RESTARTED once the engine has seen a new instance behind
+ *   the segment's name (ote_segment_reopen() binds the segment to it).
+ */
 typedef enum {
     OTE_OK                    =   0,
     OTE_INPROGRESS            =   1,
@@ -94,7 +109,13 @@ typedef struct {
  * descriptor under OTE_METADATA_PREFIX + name with a lease (etcd) or a TTL
  * (Redis) of OTE_METADATA_TTL_S seconds that a thread of the engine keeps
  * alive, and puts it again when the store lost it. A name another live
- * engine holds fails ote_engine_create() with OTE_ERR_EXISTS. A store that
+ * engine holds fails ote_engine_create() with OTE_ERR_EXISTS. A name whose
+ * holder provably no longer serves it (its control address refuses, does
+ * not answer within OTE_METADATA_PROBE_MS, or another engine answers
+ * there) is taken over at once, in one compare-and-swap on the record
+ * read: a killed engine restarted under its name does not wait for its old
+ * key to expire, and the old instance's peers see OTE_ERR_PEER_RESTARTED
+ * (docs/metadata.md). A store that
  * does not answer fails it with OTE_ERR_STORE_UNAVAILABLE, a wrong Redis
  * password with OTE_ERR_AUTH, a malformed URI with OTE_ERR_INVALID_PARAM,
  * and a scheme this build has no client for with OTE_ERR_UNSUPPORTED.
@@ -235,9 +256,13 @@ ote_status_t ote_segment_open(ote_engine_h engine, const char *name, ote_segment
  * OTE_ERR_PEER_RESTARTED once the engine has seen the new instance (a
  * refresh, a notification, a transport's handshake), or with the transport's
  * error (OTE_ERR_REMOTE_DISCONNECT, OTE_ERR_TIMEOUT) while the old instance's
- * addresses simply stop answering; nothing sent on it ever reaches the new
- * instance. ote_segment_reopen() binds it to the instance serving the name
- * now.
+ * addresses simply stop answering (never OTE_ERR_UNREACHABLE); nothing sent
+ * on it ever reaches the new instance. Each submit on a segment none of
+ * whose rails may carry tries its connections again (every transport:
+ * native ones reconnect, UCT's failed eps are made anew after a descriptor
+ * fetch), so the restart is seen at the first submit after the new
+ * instance listens. ote_segment_reopen() binds it to the instance serving
+ * the name now.
  */
 
 /* Close a segment. Tasks still in flight against it end CANCELED. */
@@ -452,7 +477,10 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
  * after a timeout) are made again first
  * (OTE_CONNECT_TIMEOUT_MS per connection, and when the old address refuses
  * up to two descriptor fetches of as long; a peer found restarted fails the
- * call with OTE_ERR_PEER_RESTARTED). docs/threading.md lists every call's waits.
+ * call with OTE_ERR_PEER_RESTARTED); UCT's failed eps, once their rail is
+ * due for a probe, after up to two descriptor fetches (the same instance:
+ * new eps; another: OTE_ERR_PEER_RESTARTED). docs/threading.md lists every
+ * call's waits.
  */
 ote_status_t ote_batch_submit(ote_batch_h batch, const ote_xfer_req_t *reqs,
                               size_t count, size_t *first_task_p);

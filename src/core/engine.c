@@ -275,6 +275,12 @@ static ote_status_t engine_desc_cb(void *arg, ote_buf_t *out)
     return ote_engine_desc_encode(arg, out);
 }
 
+/* Whether a name's holder still serves it (meta.h): asked at its control address. */
+static ote_status_t engine_holder_cb(void *arg, const ote_desc_t *holder, long probe_ms)
+{
+    return ote_segment_probe_holder(arg, holder, probe_ms);
+}
+
 /* Put this engine's descriptor under its name in the store metadata names. */
 static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
 {
@@ -294,6 +300,8 @@ static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
         .auth       = e->auth,
         .desc_cb    = engine_desc_cb,
         .desc_arg   = e,
+        .holder_cb  = engine_holder_cb,
+        .probe_ms   = cfg.probe_ms,
     };
     status = ote_meta_create(&mp, &e->meta);
     ote_config_release(&ote_meta_config_table, &cfg);

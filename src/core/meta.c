@@ -38,6 +38,7 @@ struct ote_meta {
     bool                  healthy;   /* the last store call answered */
     bool                  dirty;     /* the descriptor changed since it was put */
     bool                  taken;     /* another engine took the name (said once) */
+    bool                  said_held; /* why the name is not ours was logged */
 };
 
 ote_status_t ote_meta_name_check(const char *name)
@@ -144,6 +145,40 @@ ote_status_t ote_meta_uri_parse(const char *uri, ote_meta_uri_t *out)
     return OTE_OK;
 }
 
+/*
+ * The descriptor in a record read under name: record checked (framing,
+ * MAC), descriptor decoded, naming name, with a control address.
+ */
+static ote_status_t meta_record_desc(ote_meta_t *m, const char *name, const uint8_t *val,
+                                     size_t len, ote_desc_t **desc_p)
+{
+    const uint8_t *dbytes;
+    size_t dlen;
+    ote_desc_t *d;
+    ote_status_t status;
+
+    status = ote_meta_record_check(m->params.auth, name, val, len, &dbytes, &dlen);
+    if (status == OTE_OK)
+        status = ote_desc_decode(dbytes, dlen, &d);
+    if (status == OTE_ERR_PROTOCOL) {
+        ote_error("metadata: the record under '%s' in %s is malformed: refused", name, m->uri);
+    } else if (status == OTE_OK) {
+        if (strcmp(d->name, name) != 0) {
+            ote_error("metadata: the descriptor under '%s' names '%s': refused", name, d->name);
+            ote_desc_free(d);
+            status = OTE_ERR_PROTOCOL;
+        } else if (d->ctl_addr[0] == '\0') {
+            ote_error("metadata: the descriptor under '%s' has no control address: refused",
+                      name);
+            ote_desc_free(d);
+            status = OTE_ERR_PROTOCOL;
+        }
+    }
+    if (status == OTE_OK)
+        *desc_p = d;
+    return status;
+}
+
 /* Under m->lock: put the current descriptor (claim, or update when ours). */
 static ote_status_t meta_put(ote_meta_t *m, bool claim)
 {
@@ -247,16 +282,99 @@ static const ote_cfg_entry_t meta_config_fields[] = {
      "Prefix of the keys engines put their descriptors under in an etcd or Redis store."},
     {"TTL_S", "10", OTE_CFG_INT, META_F(ttl_s),
      "Lease (etcd) or TTL (Redis) of an engine's key, kept alive every third of it: a "
-     "killed engine's name is free again and its opens fail NOT_FOUND within this time.",
+     "killed engine's name is free again and its opens fail NOT_FOUND within this time "
+     "(an engine restarted under the name takes it over at once, see OTE_METADATA_PROBE_MS).",
      .min = 2, .max = 86400},
     {"TIMEOUT_MS", "2000", OTE_CFG_INT, META_F(timeout_ms),
      "Bound on one request to an etcd endpoint or to Redis; past it the call fails "
      "STORE_UNAVAILABLE (etcd: after every endpoint was tried).",
      .min = 1, .max = OTE_CFG_NO_MAX},
+    {"PROBE_MS", "1000", OTE_CFG_INT, META_F(probe_ms),
+     "An engine whose name is held in the store asks the holder's control address for its "
+     "descriptor, for at most this long: refused, no answer in time or another instance "
+     "answering, the name is taken over at once; the holder answering, EXISTS.",
+     .min = 1, .max = 600000},
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_meta_config_table, "METADATA_", "metadata", meta_config_fields,
                         ote_meta_config_t, NULL);
+
+/*
+ * Under m->lock, at create, the name held by another client: read the
+ * record, ask its holder at its control address, and when the holder
+ * provably no longer serves the name, replace the record with ours if it
+ * is still the one read. OK: the name is ours. EXISTS: a live holder, one
+ * that cannot be told, or a record that changed under us (the caller's
+ * next round claims or asks again: *changed_p).
+ */
+static ote_status_t meta_take_over(ote_meta_t *m, bool *changed_p)
+{
+    ote_buf_t desc = {0}, rec = {0};
+    uint8_t *val   = NULL;
+    size_t len     = 0;
+    int64_t version = 0;
+    ote_desc_t *holder = NULL;
+    ote_status_t status, probe;
+
+    status = m->ops->get_versioned(m->ctx, m->key, &val, &len, &version);
+    if (status == OTE_ERR_NOT_FOUND) {
+        *changed_p = true; /* gone meanwhile: the next claim takes it */
+        return OTE_ERR_EXISTS;
+    }
+    if (status != OTE_OK)
+        return status;
+    if (meta_record_desc(m, m->name, val, len, &holder) != OTE_OK) {
+        ote_error("metadata: the name '%s' is held by a record this engine cannot read or "
+                  "check; it is not taken over (it is free when the key expires)", m->name);
+        status       = OTE_ERR_EXISTS;
+        m->said_held = true;
+        goto out;
+    }
+    /* Without the store's lock: the probe may take up to probe_ms. */
+    pthread_mutex_unlock(&m->lock);
+    probe = m->params.holder_cb(m->params.desc_arg, holder, m->params.probe_ms);
+    pthread_mutex_lock(&m->lock);
+    if (probe == OTE_OK) {
+        ote_error("metadata: the name '%s' is held by another live engine (instance %016llx, "
+                  "control address %s answers; key '%s' in %s)",
+                  m->name, (unsigned long long)holder->instance_id, holder->ctl_addr, m->key,
+                  m->uri);
+        status       = OTE_ERR_EXISTS;
+        m->said_held = true;
+        goto out;
+    }
+    if (probe != OTE_ERR_NOT_FOUND) {
+        ote_error("metadata: the name '%s' is held by instance %016llx, which could not be "
+                  "told alive or gone at %s (%s); it is not taken over (it is free when the "
+                  "key expires)",
+                  m->name, (unsigned long long)holder->instance_id, holder->ctl_addr,
+                  ote_status_string(probe));
+        status       = OTE_ERR_EXISTS;
+        m->said_held = true;
+        goto out;
+    }
+    status = m->params.desc_cb(m->params.desc_arg, &desc);
+    if (status == OTE_OK)
+        status = ote_meta_record_encode(m->params.auth, m->name, desc.data, desc.len, &rec);
+    if (status == OTE_OK)
+        status = m->ops->replace(m->ctx, m->key, val, len, version, rec.data, rec.len,
+                                 m->params.ttl_s);
+    if (status == OTE_OK) {
+        m->dirty = false;
+        ote_info("metadata: took over the name '%s' from instance %016llx, which no longer "
+                 "serves it (nothing answers as it at %s)",
+                 m->name, (unsigned long long)holder->instance_id, holder->ctl_addr);
+    } else if (status == OTE_ERR_EXISTS) {
+        *changed_p = true;
+        ote_debug("metadata: the record of '%s' changed while its holder was asked", m->name);
+    }
+out:
+    ote_desc_free(holder);
+    free(val);
+    free(desc.data);
+    free(rec.data);
+    return status;
+}
 
 ote_status_t ote_meta_create(const ote_meta_params_t *p, ote_meta_t **meta_p)
 {
@@ -310,10 +428,26 @@ ote_status_t ote_meta_create(const ote_meta_params_t *p, ote_meta_t **meta_p)
     }
     m->healthy = true;
     if (p->desc_cb != NULL) {
+        pthread_mutex_lock(&m->lock);
         status = meta_put(m, true);
+        /*
+         * Held: a holder proven gone is replaced. Rounds: the record may
+         * change under us (a holder that just started, a key that expired).
+         */
+        for (int round = 0; round < 3 && status == OTE_ERR_EXISTS && p->holder_cb != NULL;
+             round++) {
+            bool changed = false;
+
+            status = meta_take_over(m, &changed);
+            if (status != OTE_ERR_EXISTS || !changed)
+                break;
+            status = meta_put(m, true);
+        }
+        pthread_mutex_unlock(&m->lock);
         if (status == OTE_ERR_EXISTS) {
-            ote_error("metadata: the name '%s' is held by another live engine (key '%s' in "
-                      "%s)", m->name, m->key, m->uri);
+            if (!m->said_held)
+                ote_error("metadata: the name '%s' is held by another live engine (key '%s' "
+                          "in %s)", m->name, m->key, m->uri);
             goto err;
         }
         if (status != OTE_OK) {
@@ -379,10 +513,8 @@ void ote_meta_changed(ote_meta_t *m)
 ote_status_t ote_meta_lookup(ote_meta_t *m, const char *name, ote_desc_t **desc_p)
 {
     char key[sizeof(m->key)];
-    const uint8_t *dbytes;
     uint8_t *val = NULL;
-    size_t len = 0, dlen;
-    ote_desc_t *d;
+    size_t len = 0;
     ote_status_t status;
 
     if (ote_meta_name_check(name) != OTE_OK)
@@ -400,25 +532,7 @@ ote_status_t ote_meta_lookup(ote_meta_t *m, const char *name, ote_desc_t **desc_
                   ote_status_string(status));
         return status;
     }
-    status = ote_meta_record_check(m->params.auth, name, val, len, &dbytes, &dlen);
-    if (status == OTE_OK)
-        status = ote_desc_decode(dbytes, dlen, &d);
-    if (status == OTE_ERR_PROTOCOL) {
-        ote_error("metadata: the record under '%s' in %s is malformed: refused", name, m->uri);
-    } else if (status == OTE_OK) {
-        if (strcmp(d->name, name) != 0) {
-            ote_error("metadata: the descriptor under '%s' names '%s': refused", name, d->name);
-            ote_desc_free(d);
-            status = OTE_ERR_PROTOCOL;
-        } else if (d->ctl_addr[0] == '\0') {
-            ote_error("metadata: the descriptor under '%s' has no control address: refused",
-                      name);
-            ote_desc_free(d);
-            status = OTE_ERR_PROTOCOL;
-        }
-    }
+    status = meta_record_desc(m, name, val, len, desc_p);
     free(val);
-    if (status == OTE_OK)
-        *desc_p = d;
     return status;
 }

@@ -65,6 +65,23 @@ typedef struct {
     ote_status_t (*get)(void *ctx, const char *key, uint8_t **value_p, size_t *len_p);
     /* Delete the key claimed before (only if still ours). */
     ote_status_t (*release)(void *ctx, const char *key);
+    /*
+     * Read a key with what tells this value from any later one: etcd's
+     * mod_revision in *version_p; Redis has none (0), its value itself is
+     * compared. NOT_FOUND when absent. *value_p is malloc'ed.
+     */
+    ote_status_t (*get_versioned)(void *ctx, const char *key, uint8_t **value_p,
+                                  size_t *len_p, int64_t *version_p);
+    /*
+     * Take over a key another client holds: put value under it, bound to
+     * this client's lease (etcd) or with a TTL of ttl_s (Redis), only if it
+     * still holds exactly what get_versioned read (old, old_len, version),
+     * in one atomic step (etcd: a txn comparing the key's mod_revision;
+     * Redis: WATCH, GET, MULTI/SET/EXEC). EXISTS when the key changed or
+     * went meanwhile: nothing was written. The key is this client's after OK.
+     */
+    ote_status_t (*replace)(void *ctx, const char *key, const void *old, size_t old_len,
+                            int64_t version, const void *value, size_t len, long ttl_s);
 } ote_meta_ops_t;
 
 extern const ote_meta_ops_t ote_meta_etcd_ops;  /* NULL name where not built */
@@ -77,6 +94,9 @@ ote_status_t ote_meta_base64_decode(const char *s, size_t len, uint8_t **out_p, 
 /* range: the single kv's value and lease; NOT_FOUND when no kv. */
 ote_status_t ote_meta_etcd_decode_range(const char *body, size_t len, uint8_t **val_p,
                                         size_t *vlen_p, int64_t *lease_p);
+/* The same, and the kv's mod_revision (> 0). */
+ote_status_t ote_meta_etcd_decode_range_rev(const char *body, size_t len, uint8_t **val_p,
+                                            size_t *vlen_p, int64_t *lease_p, int64_t *rev_p);
 /* lease grant / keepalive: ID and TTL; NOT_FOUND when the lease is gone. */
 ote_status_t ote_meta_etcd_decode_lease(const char *body, size_t len, int64_t *id_p,
                                         int64_t *ttl_p);
@@ -113,6 +133,18 @@ typedef struct ote_meta ote_meta_t;
 /* Encodes the engine's current descriptor (called from the keepalive thread too). */
 typedef ote_status_t (*ote_meta_desc_cb_t)(void *arg, ote_buf_t *out);
 
+/*
+ * Whether the engine holder (the descriptor under the name this engine
+ * claims) still serves the name, asked at its control address within
+ * probe_ms: OTE_OK when it answered as that instance of that name;
+ * OTE_ERR_NOT_FOUND only when it provably does not (the connection was
+ * refused, nothing answered within probe_ms, or another instance or name
+ * answered there); any other status when it cannot tell (authentication,
+ * a malformed answer, an address that does not resolve).
+ */
+typedef ote_status_t (*ote_meta_holder_cb_t)(void *arg, const ote_desc_t *holder,
+                                             long probe_ms);
+
 typedef struct {
     const char         *uri;
     const char         *name;        /* the engine's name: the key is prefix + name */
@@ -122,21 +154,32 @@ typedef struct {
     const ote_auth_t   *auth;        /* signs and checks records (key may be unset) */
     ote_meta_desc_cb_t  desc_cb;     /* NULL: a client that only reads */
     void               *desc_arg;
+    /* NULL: a name held by another instance is EXISTS until its key expires. */
+    ote_meta_holder_cb_t holder_cb;  /* called with desc_arg */
+    long                probe_ms;    /* OTE_METADATA_PROBE_MS */
 } ote_meta_params_t;
 
-/* The store's settings (OTE_METADATA_*): the key prefix, the lease, the bound on a request. */
+/*
+ * The store's settings (OTE_METADATA_*): the key prefix, the lease, the
+ * bound on a request, the bound on probing a name's holder.
+ */
 typedef struct {
     char *prefix;
     long  ttl_s;
     long  timeout_ms;
+    long  probe_ms;
 } ote_meta_config_t;
 
 extern const ote_config_table_t ote_meta_config_table;
 
 /*
- * Connect to the store; with desc_cb, claim the name (EXISTS when a live
- * engine holds it) and start the thread that keeps the key alive and puts
- * it again after the store lost it.
+ * Connect to the store; with desc_cb, claim the name and start the thread
+ * that keeps the key alive and puts it again after the store lost it. A
+ * name another instance holds is taken over at once when holder_cb proves
+ * that instance no longer serves it (NOT_FOUND), with a compare-and-swap
+ * on the record read (ops->replace): EXISTS while the holder answers, when
+ * it cannot be told (its record unreadable, its answer unchecked), or when
+ * another engine changed the record first.
  */
 ote_status_t ote_meta_create(const ote_meta_params_t *params, ote_meta_t **meta_p);
 /* Stop the thread, delete the key (bounded by the timeout), disconnect. */

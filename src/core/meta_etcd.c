@@ -9,6 +9,8 @@
  *   keepalive lease keepalive; a reply without a TTL: the lease is gone
  *   update    txn: if the key's lease is ours, put the new value
  *   release   lease revoke (deletes the key)
+ *   replace   txn: if the key's mod_revision is still the one read, put our
+ *             value with our lease (taking over a dead holder's key)
  *
  * Endpoints are tried in turn, starting with the one that answered last;
  * every request is bounded by the timeout. The response decoders are
@@ -180,10 +182,12 @@ static ote_status_t etcd_parse(const char *body, size_t len, json_object **obj_p
     return OTE_OK;
 }
 
-/* The value and lease of the single kv in kvs (range response). */
-static ote_status_t kvs_value(json_object *o, uint8_t **val_p, size_t *len_p, int64_t *lease_p)
+/* The value, lease and mod_revision (rev_p may be NULL) of the single kv in kvs (range). */
+static ote_status_t kvs_value(json_object *o, uint8_t **val_p, size_t *len_p, int64_t *lease_p,
+                              int64_t *rev_p)
 {
     json_object *kvs, *kv, *v;
+    int64_t rev = 0;
     ote_status_t status;
 
     if (!json_object_object_get_ex(o, "kvs", &kvs))
@@ -193,8 +197,15 @@ static ote_status_t kvs_value(json_object *o, uint8_t **val_p, size_t *len_p, in
                    ? OTE_ERR_NOT_FOUND
                    : OTE_ERR_PROTOCOL;
     kv = json_object_array_get_idx(kvs, 0);
-    if (!json_object_is_type(kv, json_type_object) || !json_i64(kv, "lease", lease_p))
+    if (!json_object_is_type(kv, json_type_object) || !json_i64(kv, "lease", lease_p) ||
+        !json_i64(kv, "mod_revision", &rev))
         return OTE_ERR_PROTOCOL;
+    if (rev_p != NULL) {
+        /* A kv always has one: the revision a compare-and-swap compares. */
+        if (rev <= 0)
+            return OTE_ERR_PROTOCOL;
+        *rev_p = rev;
+    }
     if (!json_object_object_get_ex(kv, "value", &v)) {
         /* An empty value is left out of the JSON. */
         *val_p = malloc(1);
@@ -210,17 +221,23 @@ static ote_status_t kvs_value(json_object *o, uint8_t **val_p, size_t *len_p, in
     return status;
 }
 
-ote_status_t ote_meta_etcd_decode_range(const char *body, size_t len, uint8_t **val_p,
-                                        size_t *vlen_p, int64_t *lease_p)
+ote_status_t ote_meta_etcd_decode_range_rev(const char *body, size_t len, uint8_t **val_p,
+                                            size_t *vlen_p, int64_t *lease_p, int64_t *rev_p)
 {
     json_object *o;
     ote_status_t status = etcd_parse(body, len, &o);
 
     if (status != OTE_OK)
         return status;
-    status = kvs_value(o, val_p, vlen_p, lease_p);
+    status = kvs_value(o, val_p, vlen_p, lease_p, rev_p);
     json_object_put(o);
     return status;
+}
+
+ote_status_t ote_meta_etcd_decode_range(const char *body, size_t len, uint8_t **val_p,
+                                        size_t *vlen_p, int64_t *lease_p)
+{
+    return ote_meta_etcd_decode_range_rev(body, len, val_p, vlen_p, lease_p, NULL);
 }
 
 ote_status_t ote_meta_etcd_decode_lease(const char *body, size_t len, int64_t *id_p,
@@ -267,7 +284,7 @@ ote_status_t ote_meta_etcd_decode_txn(const char *body, size_t len, bool *succee
                 !json_object_is_type(range, json_type_object))
                 status = OTE_ERR_PROTOCOL;
             else
-                status = kvs_value(range, &val, &vlen, lease_p);
+                status = kvs_value(range, &val, &vlen, lease_p, NULL);
             if (status == OTE_ERR_NOT_FOUND)
                 status = OTE_OK; /* gone meanwhile */
             free(val);
@@ -544,11 +561,12 @@ out:
     return status;
 }
 
-static ote_status_t etcd_get(void *ctx, const char *key, uint8_t **value_p, size_t *len_p)
+static ote_status_t etcd_get_versioned(void *ctx, const char *key, uint8_t **value_p,
+                                       size_t *len_p, int64_t *version_p)
 {
     etcd_t *c = ctx;
     char *k   = key64(key), *json;
-    int64_t lease;
+    int64_t lease, rev = 0;
     ote_status_t status;
 
     if (k == NULL)
@@ -561,9 +579,64 @@ static ote_status_t etcd_get(void *ctx, const char *key, uint8_t **value_p, size
     sprintf(json, "{\"key\":\"%s\"}", k);
     status = etcd_post(c, "/v3/kv/range", json);
     if (status == OTE_OK)
-        status = ote_meta_etcd_decode_range(c->body, c->body_len, value_p, len_p, &lease);
+        status = ote_meta_etcd_decode_range_rev(c->body, c->body_len, value_p, len_p, &lease,
+                                                &rev);
+    if (status == OTE_OK)
+        *version_p = rev;
     free(json);
     free(k);
+    return status;
+}
+
+static ote_status_t etcd_get(void *ctx, const char *key, uint8_t **value_p, size_t *len_p)
+{
+    int64_t rev;
+
+    return etcd_get_versioned(ctx, key, value_p, len_p, &rev);
+}
+
+static ote_status_t etcd_replace(void *ctx, const char *key, const void *old, size_t old_len,
+                                 int64_t version, const void *value, size_t len, long ttl_s)
+{
+    etcd_t *c = ctx;
+    char *k = key64(key), *v = ote_meta_base64_encode(value, len), *json = NULL;
+    int64_t holder = 0;
+    bool ok        = false;
+    ote_status_t status = OTE_OK;
+
+    (void)old;
+    (void)old_len;
+    if (version <= 0) {
+        status = OTE_ERR_INVALID_PARAM;
+        goto out;
+    }
+    json = k && v ? malloc(strlen(k) * 2 + strlen(v) + 512) : NULL;
+    if (json == NULL) {
+        status = OTE_ERR_NO_MEMORY;
+        goto out;
+    }
+    /* Our lease: the key lives as long as we keep it alive, the old holder's lease expires. */
+    if (c->lease == 0)
+        status = etcd_grant(c, ttl_s);
+    if (status != OTE_OK)
+        goto out;
+    sprintf(json,
+            "{\"compare\":[{\"key\":\"%s\",\"target\":\"MOD\",\"mod_revision\":\"%lld\","
+            "\"result\":\"EQUAL\"}],\"success\":[{\"request_put\":{\"key\":\"%s\","
+            "\"value\":\"%s\",\"lease\":\"%lld\"}}]}",
+            k, (long long)version, k, v, (long long)c->lease);
+    status = etcd_post(c, "/v3/kv/txn", json);
+    if (status == OTE_OK)
+        status = ote_meta_etcd_decode_txn(c->body, c->body_len, &ok, &holder);
+    /* A lease the store no longer knows: nothing was put; the caller claims again. */
+    if (status == OTE_ERR_NOT_FOUND)
+        c->lease = 0;
+    if ((status == OTE_OK && !ok) || status == OTE_ERR_NOT_FOUND)
+        status = OTE_ERR_EXISTS;
+out:
+    free(json);
+    free(k);
+    free(v);
     return status;
 }
 
@@ -600,6 +673,8 @@ const ote_meta_ops_t ote_meta_etcd_ops = {
     .update    = etcd_update,
     .get       = etcd_get,
     .release   = etcd_release,
+    .get_versioned = etcd_get_versioned,
+    .replace   = etcd_replace,
 };
 
 #else /* !HAVE_ETCD */
@@ -624,6 +699,13 @@ ote_status_t ote_meta_etcd_decode_txn(const char *body, size_t len, bool *succee
                                       int64_t *lease_p)
 {
     (void)body; (void)len; (void)succeeded_p; (void)lease_p;
+    return OTE_ERR_UNSUPPORTED;
+}
+
+ote_status_t ote_meta_etcd_decode_range_rev(const char *body, size_t len, uint8_t **val_p,
+                                            size_t *vlen_p, int64_t *lease_p, int64_t *rev_p)
+{
+    (void)body; (void)len; (void)val_p; (void)vlen_p; (void)lease_p; (void)rev_p;
     return OTE_ERR_UNSUPPORTED;
 }
 

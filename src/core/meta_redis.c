@@ -5,6 +5,9 @@
  *   keepalive PEXPIRE, only while the key still holds the record we put
  *   update    SET with a new record, only while it holds ours
  *   release   DEL, only while it holds ours
+ *   replace   WATCH key, GET (still the record read?), MULTI, SET record PX
+ *             ttl, EXEC: taking over a dead holder's key, never another's
+ *             that changed meanwhile (EXEC aborts when the key was touched)
  *
  * "Only while" is a short Lua script (EVAL), so that an engine that lost
  * its key never extends, overwrites or deletes another engine's. A
@@ -346,6 +349,98 @@ static ote_status_t redis_release(void *ctx, const char *key)
     return redis_eval(c, script_release, key, 1, args, lens, &n);
 }
 
+static ote_status_t redis_get_versioned(void *ctx, const char *key, uint8_t **value_p,
+                                        size_t *len_p, int64_t *version_p)
+{
+    ote_status_t status = redis_get(ctx, key, value_p, len_p);
+
+    if (status == OTE_OK)
+        *version_p = 0; /* none: the value itself is compared */
+    return status;
+}
+
+/* One command whose reply must be a status or an integer; its reply is dropped. */
+static ote_status_t redis_simple(redis_t *c, int argc, const char **argv, const size_t *lens)
+{
+    redisReply *r;
+    ote_status_t status = redis_cmd(c, argc, argv, lens, &r);
+
+    if (status != OTE_OK)
+        return status;
+    if (r->type != REDIS_REPLY_STATUS && r->type != REDIS_REPLY_INTEGER)
+        status = OTE_ERR_PROTOCOL;
+    freeReplyObject(r);
+    return status;
+}
+
+static ote_status_t redis_replace(void *ctx, const char *key, const void *old, size_t old_len,
+                                  int64_t version, const void *value, size_t len, long ttl_s)
+{
+    redis_t *c = ctx;
+    char ms[32];
+    const char *watch[] = {"WATCH", key}, *unwatch[] = {"UNWATCH"}, *multi[] = {"MULTI"};
+    const char *exec[] = {"EXEC"}, *discard[] = {"DISCARD"};
+    const char *set[]  = {"SET", key, value, "PX", ms};
+    size_t watch_lens[] = {5, strlen(key)}, one_len[] = {7}, set_lens[5];
+    redisReply *r = NULL;
+    bool same;
+    ote_status_t status;
+
+    (void)version;
+    snprintf(ms, sizeof(ms), "%ld", ttl_s * 1000);
+    set_lens[0] = 3, set_lens[1] = strlen(key), set_lens[2] = len, set_lens[3] = 2,
+    set_lens[4] = strlen(ms);
+    status = redis_simple(c, 2, watch, watch_lens);
+    if (status != OTE_OK)
+        return status;
+    /* Watched from here: any write to the key before EXEC makes EXEC do nothing. */
+    status = redis_get_raw(c, key, &r);
+    if (status == OTE_OK) {
+        same = r->len == old_len && memcmp(r->str, old, old_len) == 0;
+        freeReplyObject(r);
+        r = NULL;
+        status = same ? OTE_OK : OTE_ERR_EXISTS;
+    } else if (status == OTE_ERR_NOT_FOUND) {
+        status = OTE_ERR_EXISTS; /* gone: claimed, not replaced */
+    }
+    if (status != OTE_OK) {
+        if (c->rc != NULL) {
+            one_len[0] = 7;
+            (void)redis_simple(c, 1, unwatch, one_len);
+        }
+        return status;
+    }
+    one_len[0] = 5;
+    status     = redis_simple(c, 1, multi, one_len);
+    if (status == OTE_OK) {
+        /* Queued: the reply is QUEUED, the command runs at EXEC. */
+        status = redis_simple(c, 5, set, set_lens);
+        if (status != OTE_OK && c->rc != NULL) {
+            one_len[0] = 7;
+            (void)redis_simple(c, 1, discard, one_len);
+        }
+    }
+    if (status == OTE_OK) {
+        one_len[0] = 4;
+        status     = redis_cmd(c, 1, exec, one_len, &r);
+    }
+    if (status == OTE_OK) {
+        /* Aborted (the key was written meanwhile): a null reply; done: [OK]. */
+        if (r->type == REDIS_REPLY_NIL)
+            status = OTE_ERR_EXISTS;
+        else if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 ||
+                 r->element[0]->type != REDIS_REPLY_STATUS)
+            status = OTE_ERR_PROTOCOL;
+        freeReplyObject(r);
+    } else if (c->rc != NULL) {
+        one_len[0] = 7;
+        (void)redis_simple(c, 1, unwatch, one_len);
+    }
+    if (status == OTE_OK)
+        status = remember(c, value, len);
+    return status;
+}
+
 const ote_meta_ops_t ote_meta_redis_ops = {
     .name      = "redis",
     .open      = redis_open,
@@ -355,6 +450,8 @@ const ote_meta_ops_t ote_meta_redis_ops = {
     .update    = redis_update,
     .get       = redis_get,
     .release   = redis_release,
+    .get_versioned = redis_get_versioned,
+    .replace   = redis_replace,
 };
 
 #else /* !HAVE_REDIS */

@@ -246,6 +246,27 @@ static ote_status_t segment_resolve_file(ote_segment_h seg, int *restarted_p)
 }
 #endif
 
+ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char *ctl_addr)
+{
+    ote_segment_h seg = calloc(1, sizeof(*seg));
+
+    if (seg == NULL)
+        return NULL;
+    seg->engine = e;
+    seg->ctl_fd = -1;
+    /* A long file path is cut in the name logs show; the file keeps it whole. */
+    snprintf(seg->name, sizeof(seg->name), "%.*s", (int)sizeof(seg->name) - 1, name);
+    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%.*s", (int)sizeof(seg->ctl_addr) - 1,
+             ctl_addr);
+    pthread_mutex_init(&seg->lock, NULL);
+    pthread_mutex_init(&seg->refresh_lock, NULL);
+    pthread_mutex_init(&seg->spray_lock, NULL);
+    pthread_mutex_init(&seg->ctl_pool_lock, NULL);
+    ote_segment_reread_init(seg);
+    atomic_init(&seg->refs, 1);
+    return seg;
+}
+
 ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *seg_p)
 {
     ote_segment_h seg;
@@ -259,20 +280,9 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
     file = ote_segment_is_file_name(name);
     if (strlen(name) > (file ? strlen(OTE_FILE_SCHEME) + PATH_MAX : OTE_DESC_NAME_MAX))
         return OTE_ERR_INVALID_PARAM;
-    seg = calloc(1, sizeof(*seg));
+    seg = ote_segment_new_bare(e, name, name);
     if (seg == NULL)
         return OTE_ERR_NO_MEMORY;
-    seg->engine = e;
-    seg->ctl_fd = -1;
-    /* A long file path is cut in the name logs show; the file keeps it whole. */
-    snprintf(seg->name, sizeof(seg->name), "%.*s", (int)sizeof(seg->name) - 1, name);
-    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%.*s", (int)sizeof(seg->ctl_addr) - 1, name);
-    pthread_mutex_init(&seg->lock, NULL);
-    pthread_mutex_init(&seg->refresh_lock, NULL);
-    pthread_mutex_init(&seg->spray_lock, NULL);
-    pthread_mutex_init(&seg->ctl_pool_lock, NULL);
-    ote_segment_reread_init(seg);
-    atomic_init(&seg->refs, 1);
 
     if (file) {
         status = segment_open_file(seg, name, &d);
@@ -453,11 +463,32 @@ ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p)
     return segment_resolve(seg, true, restarted_p);
 }
 
+/*
+ * A rail paused after a failure whose ep failed for good (UCT's eps stay
+ * failed), due for its probe, or any such rail when no rail may carry
+ * (force). Only paused rails are looked at: an ep that failed fails the
+ * slice posted on it first, and that pauses its rail.
+ */
+static bool rail_dead_for_good(ote_segment_h seg, ote_rail_t *r, bool force, uint64_t now)
+{
+    ote_worker_t *w = &seg->engine->workers[r->worker];
+    bool alive;
+
+    if (r->ep == NULL || r->iface->ep_ops->needs_reconnect(r->ep) ||
+        ote_engine_iface_gone(seg->engine, r->iface) || !ote_proto_rail_cooling(r) ||
+        (!force && !ote_proto_rail_probe_due(r, now)))
+        return false;
+    pthread_mutex_lock(&w->lock);
+    alive = r->ep == NULL || r->iface->ep_ops->is_alive(r->ep);
+    pthread_mutex_unlock(&w->lock);
+    return !alive;
+}
+
 ote_status_t ote_segment_repair(ote_segment_h seg)
 {
     ote_status_t status = OTE_OK;
     uint64_t now        = ote_time_ns();
-    bool needed         = false, force;
+    bool needed = false, rebuild = false, force;
 
     pthread_mutex_lock(&seg->refresh_lock);
     if (!atomic_load(&seg->closed) && !atomic_load(&seg->stale)) {
@@ -472,6 +503,7 @@ ote_status_t ote_segment_repair(ote_segment_h seg)
 
             needed = r->ep != NULL && r->iface->ep_ops->needs_reconnect(r->ep) &&
                      (force || ote_proto_rail_probe_due(r, now));
+            rebuild = rebuild || rail_dead_for_good(seg, r, force, now);
         }
         if (needed) {
             ote_desc_t *d = ote_segment_desc_get(seg);
@@ -481,6 +513,20 @@ ote_status_t ote_segment_repair(ote_segment_h seg)
         }
     }
     pthread_mutex_unlock(&seg->refresh_lock);
+    if (status == OTE_OK && rebuild) {
+        /*
+         * An ep that cannot be made again in place: the name is asked who
+         * serves it now (a restart is seen here, as the native transports'
+         * reconnect sees it), and the same instance gets new eps.
+         */
+        status = segment_resolve(seg, false, NULL);
+        if (status == OTE_ERR_REMOTE_DISCONNECT)
+            status = segment_resolve(seg, false, NULL);
+        if (status != OTE_OK && status != OTE_ERR_PEER_RESTARTED)
+            ote_debug("segment '%s': its failed rails were not made again: %s", seg->name,
+                      ote_status_string(status));
+        return status;
+    }
     if (status == OTE_ERR_PEER_RESTARTED) {
         ote_segment_mark_stale(seg);
     } else if (status != OTE_OK && status != OTE_ERR_TIMEOUT) {

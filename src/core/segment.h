@@ -51,6 +51,13 @@ struct ote_segment {
     ote_status_t     reread_status; /* how the last one ended */
 };
 
+/*
+ * A segment of name with no descriptor and no rails, its control client
+ * aimed at ctl_addr (one reference; ote_segment_put frees it). NULL: no
+ * memory.
+ */
+ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char *ctl_addr);
+
 /* segment_ctl.c: the control-plane client of a segment */
 /*
  * The status a peer answered a control request with, as is; when it is
@@ -58,6 +65,17 @@ struct ote_segment {
  * peer requires OTE_AUTH_KEY.
  */
 ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status);
+/*
+ * Whether the engine holder describes still serves its name, asked for its
+ * descriptor at holder->ctl_addr within probe_ms (connect, authentication
+ * and answer): OTE_OK when that instance of that name answered;
+ * OTE_ERR_NOT_FOUND when the connection was refused, nothing answered in
+ * time, or another instance or name answered there; another status when
+ * that cannot be told (an address that does not parse or resolve,
+ * authentication, a malformed or error answer, a connection closed
+ * without one). A meta.h holder_cb.
+ */
+ote_status_t ote_segment_probe_holder(ote_engine_h e, const ote_desc_t *holder, long probe_ms);
 /* Close the segment's control connection (the next request opens another). */
 void         ote_segment_ctl_close(ote_segment_h seg);
 /* The peer's descriptor from its control listener (peer-to-peer metadata). */
@@ -87,10 +105,13 @@ void         ote_segment_put(ote_segment_h seg);
 void         ote_segment_get(ote_segment_h seg);
 /*
  * Before a submit: connections of native rails that failed (a timeout reset
- * them) are made again, bounded by OTE_CONNECT_TIMEOUT_MS. OTE_OK when
- * nothing was needed or all were made; OTE_ERR_PEER_RESTARTED (segment
- * marked stale) when the peer turned out to be another instance; else why
- * not (the rail's requests then fail with the transport's error).
+ * them) are made again, bounded by OTE_CONNECT_TIMEOUT_MS; rails whose ep
+ * failed for good (UCT) get new eps after a descriptor fetch (as a
+ * refresh does). Both once the rail's cool-down ended, or at once when no
+ * rail may carry. OTE_OK when nothing was needed or all were made;
+ * OTE_ERR_PEER_RESTARTED (segment marked stale) when the peer turned out
+ * to be another instance; else why not (the rail's requests then fail
+ * with the peer's side of the error: REMOTE_DISCONNECT or TIMEOUT).
  */
 ote_status_t ote_segment_repair(ote_segment_h seg);
 

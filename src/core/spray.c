@@ -31,18 +31,19 @@ static void chain_add(chain_t *c, ote_slice_t *s)
     c->tail = s;
 }
 
-/* Why a slice no rail may carry ends: the segment's fate, else its own last error. */
+/*
+ * Why a slice no rail may carry ends: the segment's fate, else its own last
+ * error. Its rails reached both memories when it was planned: a slice never
+ * posted ends with why they are paused (REMOTE_DISCONNECT or TIMEOUT for a
+ * peer that stopped answering), never UNREACHABLE for that.
+ */
 static ote_status_t slice_orphan_status(ote_segment_h seg, const ote_slice_t *s)
 {
-    ote_status_t status;
-
     if (atomic_load(&seg->closed) || s->route->gen != atomic_load(&seg->rails_gen))
         return OTE_ERR_CANCELED;
     if (s->last_error != OTE_OK)
         return s->last_error;
-    /* Never posted: why its rails are paused. */
-    status = ote_proto_rails_last_error(&s->route->rails);
-    return status != OTE_OK ? status : OTE_ERR_UNREACHABLE;
+    return ote_proto_rails_idle_status(&s->route->rails);
 }
 
 void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, bool direct)

@@ -290,14 +290,35 @@ void         ote_proto_slice_retried(ote_rail_t *from);
  * True when r's connections may be made again now: it is not cooling down,
  * or its cool-down ended. ote_proto_rail_probed then says how that went: a
  * success lets one probe slice through before the rail carries again, a
- * failure starts a longer cool-down.
+ * failure starts a longer cool-down (a failure of a probe forced before the
+ * cool-down ended keeps the cool-down as it is) and is recorded as the
+ * rail's last error (ote_proto_peer_lost_status of it).
  */
 bool         ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now_ns);
+/* True while r is paused after a failure (not for a port that is down). */
+bool         ote_proto_rail_cooling(ote_rail_t *r);
 void         ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now_ns);
 /* True when some rail of set may carry now or after its cool-down (not closed). */
 bool         ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now_ns);
 /* The error of the rail of set that failed last (OTE_OK: none failed). */
 ote_status_t ote_proto_rails_last_error(const ote_rail_set_t *set);
+/*
+ * What a slice that none of set's rails may carry (all paused) ends with,
+ * when it was never posted: the peer's side of the last failure of a rail
+ * (ote_proto_peer_lost_status: REMOTE_DISCONNECT or TIMEOUT, ...); with
+ * none recorded, UNREACHABLE when a rail waits for its port to come up
+ * (this host's link is down), else REMOTE_DISCONNECT. Never UNREACHABLE
+ * for a peer that stopped answering.
+ */
+ote_status_t ote_proto_rails_idle_status(const ote_rail_set_t *set);
+/*
+ * What a rail's failure to reach a peer it reached before says of the
+ * peer: TIMEOUT stays TIMEOUT (no answer in time); a refused or reset
+ * connection, a route or process gone, an I/O error on its socket
+ * (NOT_FOUND, UNREACHABLE, IO, REMOTE_DISCONNECT) is REMOTE_DISCONNECT;
+ * any other status is returned as it is (PEER_RESTARTED, AUTH, ...).
+ */
+ote_status_t ote_proto_peer_lost_status(ote_status_t status);
 /*
  * The rail's port went down (up false): it is paused, as in a cool-down,
  * until the port comes up again (up true), when it is probed (one slice)

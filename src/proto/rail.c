@@ -10,7 +10,11 @@
  * A slice that fails on a rail for the rail's sake (connection reset,
  * timeout, unreachable) pauses the rail: it cools down, then is probed
  * (its connections made again, then one slice) before it carries again;
- * each pause that follows a failed probe is twice as long, up to a cap.
+ * each pause that follows a failed probe is twice as long, up to a cap. A
+ * probe forced before the pause ended (no rail of the segment may carry)
+ * that fails leaves the pause as it is, and records the peer's side of
+ * its failure (REMOTE_DISCONNECT or TIMEOUT) as the rail's last error:
+ * what slices that were never posted end with.
  */
 #include "proto.h"
 
@@ -219,6 +223,16 @@ void ote_proto_slice_retried(ote_rail_t *from)
     atomic_fetch_add(&from->spray.retries, 1);
 }
 
+bool ote_proto_rail_cooling(ote_rail_t *r)
+{
+    bool cooling;
+
+    pthread_mutex_lock(&r->spray.lock);
+    cooling = !r->spray.link_down && r->spray.state == OTE_RAIL_COOLING;
+    pthread_mutex_unlock(&r->spray.lock);
+    return cooling;
+}
+
 bool ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now)
 {
     bool due;
@@ -228,6 +242,21 @@ bool ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now)
           (r->spray.state != OTE_RAIL_COOLING || now >= r->spray.resume_ns);
     pthread_mutex_unlock(&r->spray.lock);
     return due;
+}
+
+ote_status_t ote_proto_peer_lost_status(ote_status_t status)
+{
+    switch (status) {
+    case OTE_ERR_TIMEOUT:
+        return OTE_ERR_TIMEOUT;
+    case OTE_ERR_NOT_FOUND:    /* connection refused: nothing listens there now */
+    case OTE_ERR_UNREACHABLE:  /* a connect the kernel could not route, a dead pid */
+    case OTE_ERR_IO:
+    case OTE_ERR_REMOTE_DISCONNECT:
+        return OTE_ERR_REMOTE_DISCONNECT;
+    default:
+        return status;
+    }
 }
 
 void ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now)
@@ -243,8 +272,17 @@ void ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now)
     } else {
         if (sp->state != OTE_RAIL_COOLING)
             atomic_fetch_add(&sp->errors, 1);
-        sp->state = OTE_RAIL_PROBING; /* rail_pause pauses it anew */
-        rail_pause(r, now);
+        /* Why the rail does not carry: what its tasks end with while it waits. */
+        sp->last_error = ote_proto_peer_lost_status(status);
+        /*
+         * A probe forced before the pause ended (no rail of the segment
+         * could carry) leaves the pause as it is: only a probe that was
+         * due and failed makes the next pause longer.
+         */
+        if (sp->state != OTE_RAIL_COOLING || now >= sp->resume_ns) {
+            sp->state = OTE_RAIL_PROBING; /* rail_pause pauses it anew */
+            rail_pause(r, now);
+        }
     }
     pthread_mutex_unlock(&sp->lock);
 }
@@ -265,6 +303,24 @@ ote_status_t ote_proto_rails_last_error(const ote_rail_set_t *set)
         pthread_mutex_unlock(&sp->lock);
     }
     return last;
+}
+
+ote_status_t ote_proto_rails_idle_status(const ote_rail_set_t *set)
+{
+    ote_status_t last = ote_proto_rails_last_error(set);
+    bool port_down    = false;
+
+    if (last != OTE_OK)
+        return ote_proto_peer_lost_status(last);
+    for (size_t i = 0; i < set->num_rails && !port_down; i++) {
+        ote_rail_spray_t *sp = &set->rails[i]->spray;
+
+        pthread_mutex_lock(&sp->lock);
+        port_down = sp->link_down;
+        pthread_mutex_unlock(&sp->lock);
+    }
+    /* Only this host's ports keep it from the peer; else the peer stopped answering. */
+    return port_down ? OTE_ERR_UNREACHABLE : OTE_ERR_REMOTE_DISCONNECT;
 }
 
 bool ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now)

@@ -3,7 +3,7 @@
  * one, the rest is what the store returned:
  *   0: a record, checked with the cluster key "fuzz-key" (MAC path)
  *   1: a record, checked without a key
- *   2: an etcd range response   3: an etcd lease response
+ *   2: an etcd range response (with its mod_revision)   3: an etcd lease response
  *   4: an etcd txn response     5: base64
  * Whatever is accepted must stay inside the input, and a record's
  * descriptor goes on to the descriptor decoder, as in a lookup.
@@ -58,8 +58,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         break;
     case 2:
-        if (ote_meta_etcd_decode_range((const char *)body, len, &val, &vlen, &a) == OTE_OK) {
-            FUZZ_CHECK(val != NULL && vlen <= len);
+        /* With the mod_revision a takeover compares (decode_range is this without it). */
+        if (ote_meta_etcd_decode_range_rev((const char *)body, len, &val, &vlen, &a, &b) ==
+            OTE_OK) {
+            FUZZ_CHECK(val != NULL && vlen <= len && b > 0);
             free(val);
         }
         break;

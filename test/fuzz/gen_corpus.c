@@ -573,6 +573,10 @@ static void gen_meta(void)
                           "\"create_revision\":\"2\",\"value\":\"djE=\","
                           "\"lease\":\"5007618237595673351\"}],\"count\":\"1\"}"},
         {"\x02", "range_none", "{\"header\":{\"revision\":\"2\"}}"},
+        {"\x02", "range_rev", "{\"header\":{\"revision\":\"9\"},\"kvs\":[{\"key\":\"azE=\","
+                              "\"create_revision\":\"2\",\"mod_revision\":\"9\","
+                              "\"version\":\"3\",\"value\":\"djE=\",\"lease\":\"7\"}],"
+                              "\"count\":\"1\"}"},
         {"\x03", "grant", "{\"header\":{},\"ID\":\"5007618237595673349\",\"TTL\":\"5\"}"},
         {"\x03", "keepalive", "{\"result\":{\"header\":{},\"ID\":\"12\",\"TTL\":\"9\"}}"},
         {"\x03", "keepalive_gone", "{\"result\":{\"header\":{},\"ID\":\"12345\"}}"},

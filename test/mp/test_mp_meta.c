@@ -11,6 +11,9 @@
  *    OTE_METADATA_TIMEOUT_MS); restarted empty, the engines put their keys
  *    again;
  *  - a duplicate live name fails EXISTS, and is free after destroy;
+ *  - kill -9 and an immediate restart under the same name: the name is
+ *    taken over (its holder no longer answers), EXISTS while it does, one
+ *    winner of two racing engines; the writer sees PEER_RESTARTED, reopens;
  *  - with OTE_AUTH_KEY a tampered, unsigned or foreign-key record is
  *    refused with AUTH;
  *  - malformed URIs, an unreachable store, a wrong password.
@@ -22,6 +25,7 @@
 #include "base/config.h"
 #include "core/meta.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -319,6 +323,134 @@ static void test_restart_same_name(void **state)
     ote_test_target_stop(&a2);
 }
 
+/*
+ * A burst of writes on seg, whose peer is dead: every one ends
+ * REMOTE_DISCONNECT or TIMEOUT, never UNREACHABLE, never COMPLETED.
+ */
+static void writes_to_dead_peer(ote_engine_h e, ote_segment_h seg, uint8_t *local,
+                                uint64_t remote)
+{
+    enum { BATCHES = 32 };
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
+                        .remote_addr = remote, .length = 4096};
+    ote_batch_h b[BATCHES];
+    ote_status_t sub[BATCHES];
+    size_t first;
+
+    for (size_t i = 0; i < BATCHES; i++) {
+        assert_int_equal(ote_batch_create(e, 1, &b[i]), OTE_OK);
+        sub[i] = ote_batch_submit(b[i], &r, 1, &first);
+    }
+    for (size_t i = 0; i < BATCHES; i++) {
+        ote_task_status_t st;
+
+        if (sub[i] != OTE_OK) {
+            if (sub[i] != OTE_ERR_REMOTE_DISCONNECT && sub[i] != OTE_ERR_TIMEOUT)
+                fail_msg("submit %zu to the dead peer: %s", i, ote_status_string(sub[i]));
+        } else {
+            assert_int_equal(ote_batch_wait(b[i], 20000), OTE_OK);
+            assert_int_equal(ote_batch_task_status(b[i], 0, &st), OTE_OK);
+            if (st.error != OTE_ERR_REMOTE_DISCONNECT && st.error != OTE_ERR_TIMEOUT)
+                fail_msg("write %zu to the dead peer: state %d, %s", i, (int)st.state,
+                         ote_status_string(st.error));
+        }
+        ote_batch_release(b[i]);
+    }
+}
+
+typedef struct {
+    const char  *name;
+    ote_status_t status;
+    ote_engine_h e;
+} contender_t;
+
+static void *contend(void *arg)
+{
+    contender_t *c        = arg;
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = c->name,
+                             .metadata = store.uri};
+
+    c->e      = NULL;
+    c->status = ote_engine_create(&p, &c->e);
+    return NULL;
+}
+
+/*
+ * kill -9, then a restart under the same name at once: the new engine
+ * takes the name over (its key's lease is far from expiring), because the
+ * dead instance's control address no longer answers. While the holder
+ * lives and answers, the name is EXISTS to anyone else; two engines racing
+ * for a dead holder's name: one gets it. A writer that had the segment
+ * open sees REMOTE_DISCONNECT/TIMEOUT while the peer is dead, then
+ * PEER_RESTARTED, reopens and moves verified bytes.
+ */
+static void test_restart_takeover(void **state)
+{
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = "decode-t",
+                             .metadata = store.uri};
+    ote_test_target_t a1, a2;
+    ote_engine_h e, other = NULL;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_status_t sub;
+    ote_task_state_t st;
+    int restarted = -1;
+
+    (void)state;
+    /* Keys that outlive the test: only a takeover frees the name in time. */
+    setenv("OTE_METADATA_TTL_S", "60", 1);
+    e = opened_peer(&a1, "decode-t", "prefill-t", 900, &seg, &mem, &local);
+    ote_test_target_kill(&a1);
+    writes_to_dead_peer(e, seg, local, a1.addr[0]);
+    /* Restarted at once under the same name: takes it over. */
+    target(&a2, "decode-t");
+    /* The holder answers: anyone else asking for the name is refused. */
+    assert_int_equal(ote_engine_create(&p, &other), OTE_ERR_EXISTS);
+    assert_null(other);
+
+    /* The writer: PEER_RESTARTED, then reopen, then verified bytes. */
+    xfer(e, seg, OTE_OP_WRITE, local, a2.addr[0], 4096, &sub, &st);
+    if (sub == OTE_OK)
+        fail_msg("a write on the old instance's segment was accepted (state %d)", (int)st);
+    assert_int_equal(sub, OTE_ERR_PEER_RESTARTED);
+    assert_int_equal(ote_segment_refresh(seg), OTE_ERR_PEER_RESTARTED);
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 1);
+    exchange(e, seg, &a2, local, 1000);
+
+    /* Two engines race for a dead holder's name: exactly one takes it. */
+    ote_test_target_kill(&a2);
+    {
+        contender_t c[2] = {{.name = "decode-t"}, {.name = "decode-t"}};
+        pthread_t th[2];
+        int won = 0;
+
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, contend, &c[i]), 0);
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(pthread_join(th[i], NULL), 0);
+        for (int i = 0; i < 2; i++) {
+            if (c[i].status == OTE_OK) {
+                won++;
+                other = c[i].e;
+            } else {
+                assert_int_equal(c[i].status, OTE_ERR_EXISTS);
+            }
+        }
+        assert_int_equal(won, 1);
+    }
+    /* The winner serves the name: the writer's segment follows it. */
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 1);
+    ote_engine_destroy(other);
+
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    setenv("OTE_METADATA_TTL_S", TTL_S, 1);
+}
+
 static void test_store_loss(void **state)
 {
     ote_test_target_t a;
@@ -550,7 +682,7 @@ int main(void)
         cmocka_unit_test(test_restart_same_name), cmocka_unit_test(test_duplicate),
         cmocka_unit_test(test_signed),       cmocka_unit_test(test_bad_uris),
         cmocka_unit_test(test_redis_password), cmocka_unit_test(test_store_loss),
-        cmocka_unit_test(test_exported_file),
+        cmocka_unit_test(test_exported_file), cmocka_unit_test(test_restart_takeover),
     };
 
     return cmocka_run_group_tests_name(OTE_TEST_STORE, tests, group_setup, group_teardown);

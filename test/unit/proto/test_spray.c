@@ -268,6 +268,50 @@ static void test_no_rail_left(void **state)
 }
 
 /*
+ * A peer that died while its rail was idle: no slice failed, its
+ * connections did. Probes forced before the pause ended (every submit
+ * while no rail may carry) fail without lengthening the pause, and slices
+ * never posted learn why: the peer's side of the probe's failure, never
+ * UNREACHABLE; with nothing recorded, REMOTE_DISCONNECT, or UNREACHABLE
+ * only while this host's port is down.
+ */
+static void test_idle_peer_lost(void **state)
+{
+    static rails_t r;
+    uint64_t t = 1000 * MS;
+
+    rails_reset(&r, &no_limits, 1, 1e9);
+    assert_int_equal(ote_proto_rails_idle_status(&r.set), OTE_ERR_REMOTE_DISCONNECT);
+    reconnect_needed[0] = true;
+    /* Connection refused (NOT_FOUND): a due probe failed, the pause starts. */
+    ote_proto_rail_probed(&r.rail[0], OTE_ERR_NOT_FOUND, t);
+    assert_int_equal(info(&r, 0, t).state, OTE_RAIL_COOLING);
+    assert_int_equal(info(&r, 0, t).cooldown_ms, 100);
+    assert_int_equal(ote_proto_rails_idle_status(&r.set), OTE_ERR_REMOTE_DISCONNECT);
+    /* Forced probes within the pause, a millisecond apart: the pause stays as it was. */
+    for (int i = 1; i <= 10; i++)
+        ote_proto_rail_probed(&r.rail[0], OTE_ERR_UNREACHABLE, t + (uint64_t)i * MS);
+    assert_int_equal(info(&r, 0, t + 10 * MS).cooldown_ms, 90);
+    assert_int_equal(ote_proto_rails_idle_status(&r.set), OTE_ERR_REMOTE_DISCONNECT);
+    /* A probe with no answer in time: TIMEOUT. */
+    ote_proto_rail_probed(&r.rail[0], OTE_ERR_TIMEOUT, t + 20 * MS);
+    assert_int_equal(ote_proto_rails_idle_status(&r.set), OTE_ERR_TIMEOUT);
+    /* Due (the pause ended) and failed again: twice as long. */
+    ote_proto_rail_probed(&r.rail[0], OTE_ERR_NOT_FOUND, t + 100 * MS);
+    assert_int_equal(info(&r, 0, t + 100 * MS).cooldown_ms, 200);
+    assert_int_equal(ote_proto_rails_idle_status(&r.set), OTE_ERR_REMOTE_DISCONNECT);
+    /* A restart found by the probe is said as it is. */
+    assert_int_equal(ote_proto_peer_lost_status(OTE_ERR_PEER_RESTARTED), OTE_ERR_PEER_RESTARTED);
+    assert_int_equal(ote_proto_peer_lost_status(OTE_ERR_IO), OTE_ERR_REMOTE_DISCONNECT);
+
+    /* No error recorded, the port down: only then UNREACHABLE. */
+    rails_reset(&r, &no_limits, 1, 1e9);
+    ote_proto_rail_link(&r.rail[0], false, t);
+    assert_int_equal(ote_proto_rails_idle_status(&r.set), OTE_ERR_UNREACHABLE);
+    reconnect_needed[0] = false;
+}
+
+/*
  * Ranked by topology for a memory: a table with NUMA node 0 near eth0 and
  * eth1 at half its score, and a GPU near eth1 with eth0 far (1/16); eth2 not
  * placed. For cpu:0 the weights split slices 2:1 at equal bandwidth; for
@@ -412,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_bandwidth_estimate),
         cmocka_unit_test(test_cooldown_and_probe),
         cmocka_unit_test(test_no_rail_left),
+        cmocka_unit_test(test_idle_peer_lost),
         cmocka_unit_test(test_topology_rank),
         cmocka_unit_test(test_link_down_up),
     };
