@@ -124,6 +124,10 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "OTE_ACCESS_REMOTE_WRITE for a READ, OTE_ACCESS_REMOTE_READ for a WRITE, else inside the "
      "control messages; rails = always over the data rails, a slice whose local region lacks "
      "that access fails OTE_ERR_ACCESS; ctl = always inside the control messages."},
+    {"METRICS_ADDR", "", OTE_CFG_STRING, F(metrics_addr),
+     "Serve /metrics (Prometheus text) and /health over HTTP here: host:port, or a port alone "
+     "for 127.0.0.1 (0: any free port, see ote_engine_metrics_addr); engines of one process "
+     "asking for the same address share it. Empty: no endpoint (docs/observability.md)."},
 };
 
 /* Bounds across entries; each entry's own are in the table. */
