@@ -280,6 +280,11 @@ void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
             len += (size_t)snprintf(snap->transports + len, sizeof(snap->transports) - len,
                                     "%s%s", len ? "," : "", tl);
     }
+    /* Every transport and device the engine runs has its rail series, at 0 until used. */
+    pthread_mutex_lock(&obs->lock);
+    for (size_t i = 0, n = atomic_load(&e->num_tls); i < n; i++)
+        (void)pair_intern_locked(obs, e->tls[i].resource.tl_name, e->tls[i].resource.dev_name);
+    pthread_mutex_unlock(&obs->lock);
     /* Rail states: every rail of an open segment joins the pairs. */
     if (ote_engine_rails(e, NULL, 0, &nrails) == OTE_OK && nrails > 0 &&
         (rails = calloc(nrails, sizeof(*rails))) != NULL &&
