@@ -2,7 +2,8 @@
 # contrib/grafana/orbitte.json is valid JSON, a dashboard with panels whose
 # every query names only series the metrics endpoint serves (a running
 # engine's /metrics, its # TYPE families with their _bucket/_sum/_count
-# samples), and it covers every family the endpoint serves.
+# samples), and it covers every family the endpoint serves. ote_info --stats
+# prints what /metrics serves.
 set -eu
 dash="$(dirname "$0")/../../contrib/grafana/orbitte.json"
 peer="${ORBITTE_TEST_BUILDDIR:-$(dirname "$0")/..}/mp/metrics_peer"
@@ -33,6 +34,15 @@ while ! grep -q '^metrics ' "$d/out" 2>/dev/null; do
 done
 addr=$(sed -n 's/^metrics //p' "$d/out")
 curl -s --max-time 10 "http://$addr/metrics" >"$d/metrics"
+# ote_info --stats prints the same samples (the engine is idle), --nonzero only those not 0.
+info="${ORBITTE_TEST_BUILDDIR:-$(dirname "$0")/..}/../src/tools/ote_info"
+"$info" --stats "$addr" >"$d/stats"
+grep -v '^#' "$d/metrics" >"$d/samples"
+grep -v '^#' "$d/stats" | cmp -s - "$d/samples" ||
+    { echo "FAIL: ote_info --stats $addr differs from /metrics"; diff "$d/stats" "$d/samples"; exit 1; }
+"$info" --stats "$addr" --nonzero >"$d/nonzero"
+grep -q '^ote_build_info{' "$d/nonzero" && ! grep -q ' 0$' "$d/nonzero" ||
+    { echo "FAIL: ote_info --stats --nonzero"; cat "$d/nonzero"; exit 1; }
 python3 - "$dash" "$d/metrics" <<'PY'
 import json, re, sys
 dash = json.load(open(sys.argv[1]))
