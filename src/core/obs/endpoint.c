@@ -185,8 +185,7 @@ static ote_status_t endpoint_start(const char *asked, obs_endpoint_t **ep_p)
 
 static void endpoint_stop(obs_endpoint_t *ep)
 {
-    MHD_stop_daemon(ep->daemon);
-    close(ep->fd);
+    MHD_stop_daemon(ep->daemon); /* closes the listening socket it was given */
     free(ep->engines);
     free(ep);
 }
