@@ -547,6 +547,14 @@ ote_status_t ote_engine_stats(ote_engine_h engine, ote_stats_cb_t cb, void *arg)
  * "host:port" the metrics endpoint of this engine listens on (the port
  * chosen when OTE_METRICS_ADDR asked for port 0), or NULL when
  * OTE_METRICS_ADDR is unset. Valid until the engine is destroyed.
+ *
+ * OTE_METRICS_ADDR (host:port, or a port alone for 127.0.0.1) serves GET
+ * /metrics (Prometheus text 0.0.4, every series with an engine label) and
+ * GET /health on a thread of the library; engines of one process that ask
+ * for the same address share it. With it set, ote_engine_create() fails
+ * OTE_ERR_UNSUPPORTED in a build without libmicrohttpd,
+ * OTE_ERR_INVALID_PARAM for a malformed address and OTE_ERR_IO for one
+ * that cannot be bound, each with a log line.
  */
 const char *ote_engine_metrics_addr(ote_engine_h engine);
 
