@@ -20,6 +20,8 @@
 #include <arpa/inet.h>
 
 #include <cmocka.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 /* GET path from addr ("ip:port") over HTTP/1.0; the body (malloc'd), *code the status. */
 static char *http_get(const char *addr, const char *path, int *code)
@@ -61,6 +63,39 @@ static char *http_get(const char *addr, const char *path, int *code)
     body = strdup(body + 4);
     free(buf);
     return body;
+}
+
+/* Scrapes /metrics in a loop while transfers run (no assertion: another thread). */
+typedef struct {
+    const char *addr;
+    atomic_bool stop;
+    atomic_long scrapes;
+} scraper_t;
+
+static void *scraper_main(void *arg)
+{
+    scraper_t *sc = arg;
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    const char *colon = strrchr(sc->addr, ':');
+    char buf[65536], host[64];
+
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - sc->addr), sc->addr);
+    inet_pton(AF_INET, host, &sin.sin_addr);
+    sin.sin_port = htons((uint16_t)atoi(colon + 1));
+    while (!atomic_load(&sc->stop)) {
+        static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&
+            send(fd, req, sizeof(req) - 1, 0) == (ssize_t)(sizeof(req) - 1)) {
+            while (recv(fd, buf, sizeof(buf), 0) > 0)
+                ;
+            atomic_fetch_add(&sc->scrapes, 1);
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    return NULL;
 }
 
 /* The value of the sample written exactly as series ("name{labels}"); -1 when absent. */
@@ -132,6 +167,8 @@ static void test_metrics_exact(void **state)
     ote_batch_h batch;
     int code, busy = 0;
     stats_cmp_t cmp;
+    scraper_t sc;
+    pthread_t scraper;
 
     (void)state;
     setenv("OTE_METRICS_ADDR", "127.0.0.1:0", 1);
@@ -169,6 +206,12 @@ static void test_metrics_exact(void **state)
                          .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
     assert_int_equal(ote_mem_register(b, &d, 1, &mb), OTE_OK);
     assert_int_equal(ote_segment_open(a, nb, &seg), OTE_OK);
+
+    /* Scraped all along the transfers: the counts stay exact. */
+    sc.addr = addr;
+    atomic_init(&sc.stop, false);
+    atomic_init(&sc.scrapes, 0);
+    assert_int_equal(pthread_create(&scraper, NULL, scraper_main, &sc), 0);
 
     /* Writes in one batch, its telemetry after. */
     ote_test_fill(la, 0, RLEN, 7);
@@ -231,6 +274,11 @@ static void test_metrics_exact(void **state)
         if (got == 0)
             usleep(1000);
     }
+
+    while (atomic_load(&sc.scrapes) == 0) /* at least one scrape ran */
+        usleep(1000);
+    atomic_store(&sc.stop, true);
+    assert_int_equal(pthread_join(scraper, NULL), 0);
 
     /*
      * Admission: an engine that progresses only when asked, with room for
