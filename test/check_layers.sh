@@ -17,6 +17,8 @@ check base 'core/|proto/|mem/|uct_ext/' 'a layer above it'
 check mem 'core/|proto/|uct_ext/' 'core, proto or uct_ext'
 check uct_ext 'core/|proto/' 'core or proto'
 check proto 'core/|uct_ext/[a-z]+/[a-z_]*_int\.h' 'core or a component private header'
+# core/obs/ reads the engine through engine.h only (its opening comment).
+check core/obs '\.\./|core/(batch|ctl|desc|fexport|meta|segment|worker)' 'core files other than engine.h'
 if [ $bad -ne 0 ]; then
     echo "0 passed, 1 failed"
     exit 1

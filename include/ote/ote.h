@@ -573,6 +573,78 @@ ote_status_t ote_notify_send(ote_engine_h engine, ote_segment_h seg,
 ote_status_t ote_notify_recv(ote_engine_h engine, ote_notif_t *notifs,
                              size_t max, size_t *count_p);
 
+/* ------------------------------------------------------------------ */
+/* Observability (docs/observability.md)                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One sample of the engine's series, as the metrics endpoint serves it
+ * (without the engine label). The library owns the strings; they are valid
+ * during the callback only. Fields may be added at the end.
+ */
+typedef struct {
+    const char *name;   /* sample name: "ote_transfer_bytes_total",             */
+                        /* "ote_transfer_latency_seconds_bucket", ...          */
+    const char *type;   /* its family's type: "counter", "gauge", "histogram"  */
+    const char *labels; /* label pairs in exposition form, e.g.                 */
+                        /* op="write",transport="tcp"; "" when none           */
+    double      value;  /* counters and byte gauges are exact below 2^53        */
+} ote_stat_t;
+
+/* Return non-zero to stop the walk. */
+typedef int (*ote_stats_cb_t)(void *arg, const ote_stat_t *stat);
+
+/*
+ * Call cb once per sample of the engine's series, in the order /metrics
+ * lists them (docs/observability.md names every series and label). New
+ * series and labels appear as new calls, never as a change of this
+ * signature. The counters are copied first: cb may call back into the
+ * engine. Works with or without OTE_METRICS_ADDR.
+ */
+ote_status_t ote_engine_stats(ote_engine_h engine, ote_stats_cb_t cb, void *arg);
+
+/*
+ * "host:port" the metrics endpoint of this engine listens on (the port
+ * chosen when OTE_METRICS_ADDR asked for port 0), or NULL when
+ * OTE_METRICS_ADDR is unset. Valid until the engine is destroyed.
+ *
+ * OTE_METRICS_ADDR (host:port, or a port alone for 127.0.0.1) serves GET
+ * /metrics (Prometheus text 0.0.4, every series with an engine label) and
+ * GET /health on a thread of the library; engines of one process that ask
+ * for the same address share it. With it set, ote_engine_create() fails
+ * OTE_ERR_UNSUPPORTED in a build without libmicrohttpd,
+ * OTE_ERR_INVALID_PARAM for a malformed address and OTE_ERR_IO for one
+ * that cannot be bound, each with a log line.
+ */
+const char *ote_engine_metrics_addr(ote_engine_h engine);
+
+#define OTE_BATCH_TELEMETRY_VERSION 1
+
+/*
+ * What a batch did so far, as NIXL's per-transfer telemetry gives it. The
+ * caller sets version (OTE_BATCH_TELEMETRY_VERSION of the header it was
+ * built with); the library fills the fields of that version and sets
+ * version to the one it filled.
+ */
+typedef struct {
+    uint32_t version;   /* in: OTE_BATCH_TELEMETRY_VERSION; out: filled version */
+    uint64_t start_us;  /* first submit to the batch, microseconds since the    */
+                        /* Unix epoch (CLOCK_REALTIME); 0 before any submit     */
+    uint64_t post_ns;   /* time spent inside the batch's submit calls            */
+    uint64_t xfer_ns;   /* first submit to the end of the last task that ended  */
+    uint64_t bytes;     /* bytes transferred by the tasks that ended            */
+    uint64_t requests;  /* requests submitted (calls that returned OTE_OK)      */
+    uint64_t ended;     /* of which ended (any state)                           */
+    uint64_t completed; /* of which COMPLETED                                   */
+} ote_batch_telemetry_t;
+
+/*
+ * Fill *telemetry for batch; never blocks. Once ended == requests (after
+ * ote_batch_wait() returned OTE_OK) the figures are final until the next
+ * submit. OTE_ERR_INVALID_PARAM for a NULL argument or version 0.
+ */
+ote_status_t ote_batch_telemetry(ote_batch_h batch, ote_batch_telemetry_t *telemetry);
+
 #ifdef __cplusplus
 }
 #endif

@@ -114,6 +114,7 @@ void ote_batch_notify_end(ote_notify_group_t *g, ote_status_t status)
 {
     ote_batch_h b = g->batch;
 
+    ote_obs_notify_sent(b->engine->obs, status);
     atomic_store(&g->status, status);
     ote_segment_put(g->segment);
     batch_pending_done(b);
@@ -172,6 +173,7 @@ static void task_finalize(ote_task_t *t)
     }
     if (err == OTE_ERR_PEER_RESTARTED)
         ote_segment_mark_stale(t->segment);
+    ote_obs_task_end(t, err);
     ote_admission_release(engine, 1, t->length);
     if (t->notify != NULL)
         notify_group_task_done(engine, t->notify, err);
@@ -207,6 +209,7 @@ void ote_task_slice_end(ote_slice_t *s, ote_status_t status)
     ote_task_t *t = s->task;
     bool bound    = s->rail != NULL;
 
+    ote_obs_slice_end(t->batch->engine->obs, s, s->rail, status, false, &t->obs_tl);
     (void)ote_proto_slice_end(s, status, ote_time_ns());
     /* Its room on the rail is free: slices waiting may go (the task holds the segment). */
     if (bound)
@@ -218,15 +221,18 @@ void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
 {
     ote_task_t *t   = s->task;
     ote_rail_t *from = s->rail;
+    bool again;
 
     /*
      * A rail failure: another rail of the same instance may carry it (the
      * route's rails all lead to it; a WRITE may land twice, which one-sided
      * semantics allow). Never after a cancel or once the segment closed.
      */
-    if (ote_proto_slice_end(s, status, ote_round_time_ns()) &&
-        s->retries < (unsigned)t->batch->engine->config.retry_count &&
-        !atomic_load(&t->cancel) && !atomic_load(&t->segment->closed)) {
+    again = ote_proto_slice_end(s, status, ote_round_time_ns()) &&
+            s->retries < (unsigned)t->batch->engine->config.retry_count &&
+            !atomic_load(&t->cancel) && !atomic_load(&t->segment->closed);
+    ote_obs_slice_end(t->batch->engine->obs, s, from, status, again, &t->obs_tl);
+    if (again) {
         s->retries++;
         ote_proto_slice_retried(from);
         ote_debug("slice %#llx+%zu failed on %s/%s (%s): posted again (%u)",
@@ -292,6 +298,7 @@ typedef struct {
     const ote_desc_t        *desc; /* the descriptor rreg is in */
     const ote_desc_region_t *rreg; /* the peer's region of the last request */
     ote_proto_remote_t       remote;
+    uint64_t                 begin_ns; /* the submit call began (obs) */
 } submit_ctx_t;
 
 /*
@@ -409,6 +416,9 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
     t->segment    = seg;
     t->batch      = b;
     t->notify     = group;
+    t->op         = r->op;
+    t->start_ns   = ctx->begin_ns;
+    atomic_init(&t->obs_tl, OTE_OBS_TL_NONE);
     atomic_init(&t->pending, (long)n);
     atomic_init(&t->state, OTE_TASK_PENDING);
     atomic_init(&t->first_error, refused);
@@ -471,6 +481,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
 
     if (first_task_p == NULL)
         return OTE_ERR_INVALID_PARAM;
+    ctx.begin_ns = ote_time_ns();
     status = ote_batch_submit_validate(reqs, count, msg, msg_len, &bytes);
     if (status != OTE_OK)
         return status;
@@ -485,8 +496,10 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
 
     /* Admission first (it may wait), then the batch's room under its lock. */
     status = ote_admission_reserve(e, count, bytes);
-    if (status != OTE_OK)
+    if (status != OTE_OK) {
+        ote_obs_admission_rejected(e->obs);
         goto out;
+    }
     admitted = true;
     pthread_mutex_lock(&b->lock);
     locked = true;
@@ -534,6 +547,7 @@ out:
     free(group);
     if (refused != refused_stack)
         free(refused);
+    ote_obs_batch_submitted(&b->tel, ctx.begin_ns, count, status);
     return status;
 }
 

@@ -41,6 +41,9 @@ struct ote_task {
     ote_segment_h        segment;
     ote_batch_h          batch;
     ote_notify_group_t  *notify;
+    ote_op_t             op;
+    uint64_t             start_ns;     /* its submit call began (obs: latency) */
+    _Atomic uint8_t      obs_tl;       /* obs: the transport its last slice ended on */
 };
 
 struct ote_batch {
@@ -56,6 +59,7 @@ struct ote_batch {
     ote_notify_group_t *groups;     /* under lock; freed with the batch */
     bool             released;      /* the user released it (under engine batch_lock) */
     struct ote_batch *next, *prev;  /* batches the user still holds (engine batch_lock) */
+    ote_obs_batch_t  tel;           /* ote_batch_telemetry (obs/) */
 };
 
 /*

@@ -338,6 +338,8 @@ static void engine_locks_destroy(ote_engine_h e)
 
 static void engine_free(ote_engine_h e)
 {
+    /* No scrape sees the engine from here on. */
+    ote_obs_endpoint_detach(e);
     ote_engine_rdma_monitor_stop(e);
     /* The listener first (its pools open segments through the store), then the key. */
     if (e->ctl != NULL)
@@ -379,6 +381,7 @@ static void engine_free(ote_engine_h e)
     ote_config_release(&ote_file_config_table, &e->file_config);
     ote_config_release(&ote_stage_config_table, &e->stage_config);
     ote_engine_config_release(&e->config);
+    ote_obs_destroy(e->obs);
     free(e);
 }
 
@@ -432,6 +435,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         goto err;
 
     metadata = params->metadata ? params->metadata : e->config.metadata;
+    status   = ote_obs_create(e, metadata, &e->obs);
+    if (status != OTE_OK)
+        goto err;
     if (strcmp(metadata, "p2p") != 0) {
         ote_meta_uri_t uri;
 
@@ -538,6 +544,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         if (status != OTE_OK)
             goto err;
     }
+    status = ote_obs_endpoint_attach(e);
+    if (status != OTE_OK)
+        goto err;
     ote_info("engine %s started (instance %016llx, %zu transports, %zu workers)", e->name,
              (unsigned long long)e->instance_id, e->num_tls, e->num_workers);
     *engine_p = e;
@@ -621,9 +630,14 @@ static ote_status_t mem_changed(ote_engine_h e, ote_status_t status)
 ote_status_t ote_mem_register(ote_engine_h e, const ote_mem_desc_t *descs, size_t count,
                               ote_mem_h *mems_p)
 {
+    ote_status_t status;
+
     if (e == NULL || descs == NULL || count == 0 || mems_p == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return mem_changed(e, ote_mem_table_register(e->regions, descs, count, mems_p));
+    status = ote_mem_table_register(e->regions, descs, count, mems_p);
+    if (status == OTE_OK)
+        ote_obs_registered(e->obs, count);
+    return mem_changed(e, status);
 }
 
 ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
@@ -636,10 +650,14 @@ ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
 ote_status_t ote_mem_alloc(ote_engine_h e, size_t length, const char *location, unsigned access,
                            void **addr_p, ote_mem_h *mem_p)
 {
+    ote_status_t status;
+
     if (e == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return mem_changed(e,
-                       ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p));
+    status = ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p);
+    if (status == OTE_OK)
+        ote_obs_registered(e->obs, 1);
+    return mem_changed(e, status);
 }
 
 ote_status_t ote_mem_free(ote_engine_h e, ote_mem_h mem)

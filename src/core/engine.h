@@ -9,6 +9,7 @@
 #include "fexport.h"
 #include "meta.h"
 #include "mem/mem.h"
+#include "obs/obs.h"
 #include "proto/proto.h"
 #include "proto/stage.h"
 #include "uct_ext/file/file.h"
@@ -60,6 +61,7 @@ typedef struct {
     char  *hwloc_xml;
     char  *file_remote; /* auto, rails or ctl (ote_engine_file_remote_mode) */
     long   desc_reread_interval_ms; /* re-reads of a descriptor for ranges it lacks */
+    char  *metrics_addr; /* OTE_METRICS_ADDR: the metrics endpoint (obs/), "" none */
 } ote_engine_config_t;
 
 extern const ote_config_table_t ote_engine_config_table;
@@ -165,6 +167,8 @@ struct ote_engine {
     struct ote_segment *segments;
     /* files exported to peers (fexport.c), served by the control listener */
     ote_fexport_table_t fexports;
+    /* counters, histograms, the metrics endpoint (obs/obs.h) */
+    ote_obs_t       *obs;
 };
 
 /* ctl.c: the control-plane listener */

@@ -131,6 +131,10 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "at most one per this interval per segment (requests that find one too recent wait "
      "for the interval to end); 0 = no interval, still one read at a time.",
      .min = 0, .max = 3600000},
+    {"METRICS_ADDR", "", OTE_CFG_STRING, F(metrics_addr),
+     "Serve /metrics (Prometheus text) and /health over HTTP here: host:port, or a port alone "
+     "for 127.0.0.1 (0: any free port, see ote_engine_metrics_addr); engines of one process "
+     "asking for the same address share it. Empty: no endpoint (docs/observability.md)."},
 };
 
 /* Bounds across entries; each entry's own are in the table. */

@@ -181,6 +181,8 @@ static ote_status_t notify_send(ote_engine_h e, ote_segment_h seg, const void *m
 
 ote_status_t ote_notify_send(ote_engine_h e, ote_segment_h seg, const void *msg, size_t len)
 {
+    ote_status_t status;
+
     if (e == NULL || seg == NULL || (msg == NULL && len) || len > OTE_NOTIFY_MAX ||
         seg->engine != e)
         return OTE_ERR_INVALID_PARAM;
@@ -190,7 +192,9 @@ ote_status_t ote_notify_send(ote_engine_h e, ote_segment_h seg, const void *msg,
         ote_error("segment '%s': a file segment has no peer to notify", seg->name);
         return OTE_ERR_UNSUPPORTED;
     }
-    return notify_send(e, seg, msg ? msg : "", len);
+    status = notify_send(e, seg, msg ? msg : "", len);
+    ote_obs_notify_sent(e->obs, status);
+    return status;
 }
 
 /* ---- receiver -------------------------------------------------------------- */
@@ -311,6 +315,7 @@ ote_status_t ote_engine_notif_push(ote_engine_h e, const ote_ctl_notify_t *n)
     slot->length = n->length;
     memcpy(slot->data, n->data, n->length);
     e->notif_count++;
+    ote_obs_notify_received(e->obs);
 out:
     pthread_mutex_unlock(&e->notif_lock);
     if (status == OTE_OK)

@@ -48,9 +48,11 @@ ote_desc_t *ote_segment_desc_get(ote_segment_h seg)
 
 void ote_segment_mark_stale(ote_segment_h seg)
 {
-    if (!atomic_exchange(&seg->stale, true))
+    if (!atomic_exchange(&seg->stale, true)) {
+        ote_obs_peer_restart(seg->engine->obs);
         ote_info("segment '%s': the peer restarted; calls on this segment fail until "
                  "ote_segment_reopen()", seg->name);
+    }
 }
 
 /* The segment's descriptor is d from now on (a reference moves in). */

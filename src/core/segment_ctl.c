@@ -324,7 +324,18 @@ ote_status_t ote_segment_ctl_request_pooled(ote_segment_h seg, uint8_t type, con
                             resp_len_p);
 }
 
+static ote_status_t segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p);
+
+/* Counted per result for the metadata series (obs/). */
 ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
+{
+    ote_status_t status = segment_fetch_desc(seg, desc_p);
+
+    ote_obs_metadata_request(seg->engine->obs, status);
+    return status;
+}
+
+static ote_status_t segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
 {
     uint8_t *resp = NULL;
     size_t len;

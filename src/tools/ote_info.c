@@ -5,6 +5,7 @@
 #include "uct_ext/file/file.h"
 #endif
 
+#include <getopt.h>
 #include <ote/ote.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,17 +13,21 @@
 #include <unistd.h>
 
 void ote_engine_print_transports(ote_engine_h e, FILE *f);
+/* ote_info_stats.c */
+int  ote_info_stats(const char *addr, bool nonzero, FILE *out);
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ote_info [-v] [-c] [-d] [-r] [-h]\n"
+    fprintf(f, "usage: ote_info [-v] [-c] [-d] [-r] [-h] [--stats HOST:PORT [--nonzero]]\n"
                "  -v  version\n"
                "  -c  every configuration variable with its value, default and description\n"
                "  -d  transports and devices a default engine would use, with their addresses,\n"
                "      capabilities and selection; RDMA ports and GIDs; for each memory (NUMA\n"
                "      node, GPU), its NICs ranked by topology and those left out\n"
                "  -r  the counters of a rail (ote_segment_rails, ote_engine_rails, the rail\n"
-               "      table of ote_perftest) and what each means\n");
+               "      table of ote_perftest) and what each means\n"
+               "  --stats HOST:PORT  the series of the engines whose metrics endpoint\n"
+               "      (OTE_METRICS_ADDR) listens there; --nonzero: only samples not 0\n");
 }
 
 /* The fields of ote_rail_info_t, as ote_segment_rails() and ote_engine_rails() fill them. */
@@ -56,11 +61,19 @@ static void print_rail_counters(FILE *f)
 
 int main(int argc, char **argv)
 {
-    bool cfg = false, dev = false, rails = false;
+    static const struct option longopts[] = {
+        {"stats", required_argument, NULL, 'S'},
+        {"nonzero", no_argument, NULL, 'Z'},
+        {NULL, 0, NULL, 0},
+    };
+    bool cfg = false, dev = false, rails = false, nonzero = false;
+    const char *stats = NULL;
     int opt;
 
-    while ((opt = getopt(argc, argv, "vcdrh")) != -1) {
+    while ((opt = getopt_long(argc, argv, "vcdrh", longopts, NULL)) != -1) {
         switch (opt) {
+        case 'S': stats = optarg; break;
+        case 'Z': nonzero = true; break;
         case 'v': break;
         case 'c': cfg = true; break;
         case 'd': dev = true; break;
@@ -69,6 +82,8 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
+    if (stats != NULL)
+        return ote_info_stats(stats, nonzero, stdout);
     printf("# OrbitTE version %s\n", ote_version());
     if (cfg) {
         /* Every table: the engine's, then those of proto, mem and the components. */

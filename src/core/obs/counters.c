@@ -1,0 +1,337 @@
+/*
+ * The counters the data path bumps and their snapshot. Each thread takes
+ * one of OBS_SHARDS shards (round-robin, once), so that workers rarely
+ * share a cache line; every increment is a relaxed atomic add, and a
+ * snapshot sums the shards.
+ */
+#include "obs_int.h"
+#include "base/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Request to completion: 1 us to 10 s, 1-2.5-5 per decade. */
+const uint64_t ote_obs_lat_bounds_ns[OBS_LAT_BOUNDS] = {
+    1000ull,       2500ull,       5000ull,       10000ull,      25000ull,       50000ull,
+    100000ull,     250000ull,     500000ull,     1000000ull,    2500000ull,     5000000ull,
+    10000000ull,   25000000ull,   50000000ull,   100000000ull,  250000000ull,   500000000ull,
+    1000000000ull, 2500000000ull, 5000000000ull, 10000000000ull,
+};
+
+/* Request sizes: 64 B to 1 GiB, powers of 4. */
+const uint64_t ote_obs_size_bounds[OBS_SIZE_BOUNDS] = {
+    64ull,        256ull,         1024ull,         4096ull,   16384ull,
+    65536ull,     262144ull,      1048576ull,      4194304ull, 16777216ull,
+    67108864ull,  268435456ull,   1073741824ull,
+};
+
+static atomic_uint obs_next_shard;
+static OTE_THREAD_LOCAL int obs_shard_index = -1;
+
+static inline obs_shard_t *shard(ote_obs_t *obs)
+{
+    int i = obs_shard_index;
+
+    if (i < 0)
+        obs_shard_index = i = (int)(atomic_fetch_add(&obs_next_shard, 1) % OBS_SHARDS);
+    return &obs->shards[i];
+}
+
+#define ADD(field, n) atomic_fetch_add_explicit(&(field), (uint64_t)(n), memory_order_relaxed)
+
+static inline int status_slot(ote_status_t status)
+{
+    int s = -(int)status;
+
+    return (s > 0 && s < OBS_STATUS_SLOTS) ? s : 0; /* 0: any other */
+}
+
+ote_status_t ote_obs_create(ote_engine_h e, const char *metadata, ote_obs_t **obs_p)
+{
+    ote_obs_t *obs = aligned_alloc(64, (sizeof(*obs) + 63) / 64 * 64);
+
+    if (obs == NULL)
+        return OTE_ERR_NO_MEMORY;
+    memset(obs, 0, sizeof(*obs));
+    obs->engine = e;
+    pthread_mutex_init(&obs->lock, NULL);
+    if (metadata != NULL && strncmp(metadata, "etcd", 4) == 0)
+        snprintf(obs->store, sizeof(obs->store), "etcd");
+    else if (metadata != NULL && strncmp(metadata, "redis", 5) == 0)
+        snprintf(obs->store, sizeof(obs->store), "redis");
+    else
+        snprintf(obs->store, sizeof(obs->store), "p2p");
+    *obs_p = obs;
+    return OTE_OK;
+}
+
+void ote_obs_destroy(ote_obs_t *obs)
+{
+    if (obs == NULL)
+        return;
+    pthread_mutex_destroy(&obs->lock);
+    free(obs);
+}
+
+/* The pair index of (transport, device), interned under obs->lock. */
+static uint8_t pair_intern_locked(ote_obs_t *obs, const char *tl, const char *dev)
+{
+    size_t n = atomic_load(&obs->num_pairs);
+
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(obs->pairs[i].transport, tl) == 0 && strcmp(obs->pairs[i].device, dev) == 0)
+            return (uint8_t)i;
+    }
+    if (n == OBS_TL_MAX)
+        return OBS_TL_NONE;
+    snprintf(obs->pairs[n].transport, sizeof(obs->pairs[n].transport), "%s", tl);
+    snprintf(obs->pairs[n].device, sizeof(obs->pairs[n].device), "%s", dev);
+    atomic_store(&obs->num_pairs, n + 1);
+    return (uint8_t)n;
+}
+
+/* The pair of iface: a scan of the pointers seen so far, interned on a miss. */
+static uint8_t iface_pair(ote_obs_t *obs, const ote_tl_iface_t *iface)
+{
+    size_t n = atomic_load_explicit(&obs->num_cache, memory_order_acquire);
+    uint8_t p;
+
+    for (size_t i = 0; i < n; i++) {
+        if (atomic_load_explicit(&obs->cache[i].iface, memory_order_relaxed) == iface)
+            return obs->cache[i].pair;
+    }
+    pthread_mutex_lock(&obs->lock);
+    n = atomic_load(&obs->num_cache);
+    for (size_t i = 0; i < n; i++) {
+        if (atomic_load(&obs->cache[i].iface) == iface) {
+            pthread_mutex_unlock(&obs->lock);
+            return obs->cache[i].pair;
+        }
+    }
+    p = pair_intern_locked(obs, iface->resource.tl_name, iface->resource.dev_name);
+    if (n < OBS_IFACE_CACHE) {
+        obs->cache[n].pair = p;
+        atomic_store(&obs->cache[n].iface, (const void *)iface);
+        atomic_store_explicit(&obs->num_cache, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&obs->lock);
+    return p;
+}
+
+void ote_obs_slice_end(ote_obs_t *obs, const ote_slice_t *s, const ote_rail_t *rail,
+                       ote_status_t status, bool failover, _Atomic uint8_t *task_tl)
+{
+    obs_shard_t *sh = shard(obs);
+    uint8_t p       = rail != NULL ? iface_pair(obs, rail->iface) : OBS_TL_NONE;
+    int op          = s->op == OTE_OP_WRITE;
+    size_t bytes    = 0;
+
+    if (status == OTE_OK)
+        bytes = s->length;
+    else if (!failover && s->comp.transferred > 0 && s->comp.transferred < s->length)
+        bytes = s->comp.transferred; /* what landed before the error (task_slice_count) */
+    if (bytes > 0) {
+        ADD(sh->xfer_bytes[op][p], bytes);
+        ADD(sh->rail_bytes[p], bytes);
+    }
+    if (status != OTE_OK && status != OTE_ERR_CANCELED && rail != NULL) {
+        ADD(sh->rail_errors[p], 1);
+        if (failover)
+            ADD(sh->rail_failovers[p], 1);
+    }
+    if (rail != NULL)
+        atomic_store_explicit(task_tl, p, memory_order_relaxed);
+}
+
+void ote_obs_batch_submitted(ote_obs_batch_t *tel, uint64_t begin_ns, size_t count,
+                             ote_status_t status)
+{
+    uint64_t now = ote_time_ns(), zero = 0;
+
+    atomic_fetch_add_explicit(&tel->post_ns, now - begin_ns, memory_order_relaxed);
+    if (status != OTE_OK)
+        return;
+    atomic_fetch_add_explicit(&tel->requests, count, memory_order_relaxed);
+    if (atomic_load_explicit(&tel->start_ns, memory_order_relaxed) == 0 &&
+        atomic_compare_exchange_strong(&tel->start_ns, &zero, begin_ns)) {
+        struct timespec ts;
+        uint64_t real_ns;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        real_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec - (now - begin_ns);
+        atomic_store(&tel->start_real_us, real_ns / 1000u);
+    }
+}
+
+static void hist_add(_Atomic uint64_t *buckets, const uint64_t *bounds, size_t nb, uint64_t v)
+{
+    size_t i = 0;
+
+    while (i < nb && v > bounds[i])
+        i++;
+    ADD(buckets[i], 1);
+}
+
+void ote_obs_task_end(struct ote_task *t, ote_status_t err)
+{
+    ote_batch_h b   = t->batch;
+    ote_obs_t *obs  = b->engine->obs;
+    obs_shard_t *sh = shard(obs);
+    int op          = t->op == OTE_OP_WRITE;
+    uint8_t p       = atomic_load_explicit(&t->obs_tl, memory_order_relaxed);
+    uint64_t now    = ote_time_ns();
+    uint64_t bytes  = atomic_load_explicit(&t->transferred, memory_order_relaxed);
+    uint64_t end;
+
+    ADD(sh->xfer_reqs[op][p], 1);
+    if (err == OTE_OK) {
+        uint64_t lat = now > t->start_ns ? now - t->start_ns : 0;
+
+        hist_add(sh->lat[op], ote_obs_lat_bounds_ns, OBS_LAT_BOUNDS, lat);
+        ADD(sh->lat_sum_ns[op], lat);
+        hist_add(sh->size[op], ote_obs_size_bounds, OBS_SIZE_BOUNDS, t->length);
+        ADD(sh->size_sum[op], t->length);
+    } else {
+        ADD(sh->xfer_fail[op][status_slot(err)], 1);
+    }
+    /* The batch's telemetry: its latest end, its bytes. */
+    end = atomic_load_explicit(&b->tel.end_ns, memory_order_relaxed);
+    while (end < now && !atomic_compare_exchange_weak(&b->tel.end_ns, &end, now))
+        ;
+    atomic_fetch_add_explicit(&b->tel.bytes, bytes, memory_order_relaxed);
+    if (err == OTE_OK)
+        atomic_fetch_add_explicit(&b->tel.completed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->tel.ended, 1, memory_order_release);
+}
+
+void ote_obs_notify_sent(ote_obs_t *obs, ote_status_t status)
+{
+    obs_shard_t *sh = shard(obs);
+
+    if (status == OTE_OK)
+        ADD(sh->notif_sent, 1);
+    else
+        ADD(sh->notif_fail[status_slot(status)], 1);
+}
+
+void ote_obs_notify_received(ote_obs_t *obs)
+{
+    ADD(shard(obs)->notif_recv, 1);
+}
+
+void ote_obs_registered(ote_obs_t *obs, size_t count)
+{
+    ADD(shard(obs)->registrations, count);
+}
+
+void ote_obs_peer_restart(ote_obs_t *obs)
+{
+    ADD(shard(obs)->peer_restarts, 1);
+}
+
+void ote_obs_admission_rejected(ote_obs_t *obs)
+{
+    ADD(shard(obs)->admission_rej, 1);
+}
+
+void ote_obs_metadata_request(ote_obs_t *obs, ote_status_t status)
+{
+    ADD(shard(obs)->meta[status == OTE_OK ? 0 : status == OTE_ERR_NOT_FOUND ? 1 : 2], 1);
+}
+
+/* ---- snapshot --------------------------------------------------------------- */
+
+#define SUM1(dst, src)                                                                  \
+    do {                                                                                \
+        for (size_t k_ = 0; k_ < sizeof(dst) / sizeof(uint64_t); k_++)                \
+            ((uint64_t *)&(dst))[k_] +=                                                 \
+                atomic_load_explicit(&((_Atomic uint64_t *)&(src))[k_], memory_order_relaxed); \
+    } while (0)
+
+typedef struct {
+    uint64_t *bytes;
+} visit_arg_t;
+
+static void region_visit(ote_region_t *r, void *arg)
+{
+    visit_arg_t *v = arg;
+
+    v->bytes[(r->mem_type & OTE_MEM_TYPE_CUDA) ? 1 : 0] += r->length;
+}
+
+void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
+{
+    ote_obs_t *obs = e->obs;
+    ote_rail_info_t *rails = NULL;
+    size_t nrails = 0, len = 0;
+    visit_arg_t va;
+
+    memset(snap, 0, sizeof(*snap));
+    snprintf(snap->engine, sizeof(snap->engine), "%s", e->name);
+    snprintf(snap->store, sizeof(snap->store), "%s", obs->store);
+    for (size_t i = 0, n = atomic_load(&e->num_tls); i < n; i++) {
+        const char *tl = e->tls[i].resource.tl_name;
+        bool seen      = false;
+
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(e->tls[j].resource.tl_name, tl) == 0;
+        if (!seen && len + strlen(tl) + 2 < sizeof(snap->transports))
+            len += (size_t)snprintf(snap->transports + len, sizeof(snap->transports) - len,
+                                    "%s%s", len ? "," : "", tl);
+    }
+    /* Every transport and device the engine runs has its rail series, at 0 until used. */
+    pthread_mutex_lock(&obs->lock);
+    for (size_t i = 0, n = atomic_load(&e->num_tls); i < n; i++)
+        (void)pair_intern_locked(obs, e->tls[i].resource.tl_name, e->tls[i].resource.dev_name);
+    pthread_mutex_unlock(&obs->lock);
+    /* Rail states: every rail of an open segment joins the pairs. */
+    if (ote_engine_rails(e, NULL, 0, &nrails) == OTE_OK && nrails > 0 &&
+        (rails = calloc(nrails, sizeof(*rails))) != NULL &&
+        ote_engine_rails(e, rails, nrails, &nrails) == OTE_OK) {
+        pthread_mutex_lock(&obs->lock);
+        for (size_t i = 0; i < nrails; i++) {
+            uint8_t p = pair_intern_locked(obs, rails[i].transport, rails[i].device);
+
+            if (p < OBS_TL_MAX && rails[i].state == OTE_RAIL_ACTIVE)
+                snap->rail_state[p] = 1;
+        }
+        pthread_mutex_unlock(&obs->lock);
+    }
+    free(rails);
+    snap->num_pairs = atomic_load(&obs->num_pairs);
+    memcpy(snap->pairs, obs->pairs, snap->num_pairs * sizeof(obs->pairs[0]));
+    for (size_t s = 0; s < OBS_SHARDS; s++) {
+        obs_shard_t *sh = &obs->shards[s];
+
+        SUM1(snap->xfer_bytes, sh->xfer_bytes);
+        SUM1(snap->xfer_reqs, sh->xfer_reqs);
+        SUM1(snap->xfer_fail, sh->xfer_fail);
+        SUM1(snap->lat, sh->lat);
+        SUM1(snap->lat_sum_ns, sh->lat_sum_ns);
+        SUM1(snap->size, sh->size);
+        SUM1(snap->size_sum, sh->size_sum);
+        SUM1(snap->rail_bytes, sh->rail_bytes);
+        SUM1(snap->rail_errors, sh->rail_errors);
+        SUM1(snap->rail_failovers, sh->rail_failovers);
+        SUM1(snap->notif_fail, sh->notif_fail);
+        SUM1(snap->meta, sh->meta);
+        snap->notif_sent += atomic_load(&sh->notif_sent);
+        snap->notif_recv += atomic_load(&sh->notif_recv);
+        snap->registrations += atomic_load(&sh->registrations);
+        snap->peer_restarts += atomic_load(&sh->peer_restarts);
+        snap->admission_rej += atomic_load(&sh->admission_rej);
+    }
+    {
+        long t = atomic_load(&e->inflight_tasks);
+
+        snap->inflight_reqs  = t > 0 ? (uint64_t)t : 0;
+        snap->inflight_bytes = atomic_load(&e->inflight_bytes);
+    }
+    va.bytes = snap->registered_bytes;
+    ote_mem_table_visit(e->regions, region_visit, &va);
+    pthread_mutex_lock(&e->seg_lock);
+    for (ote_segment_h seg = e->segments; seg != NULL; seg = seg->next)
+        snap->segments_open++;
+    pthread_mutex_unlock(&e->seg_lock);
+}
