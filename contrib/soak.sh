@@ -62,9 +62,13 @@ note() { echo "$(date -u +%H:%M:%S) $*" >> "$chaos"; }
 export OTE_XFER_TIMEOUT_MS=2000 OTE_NOTIFY_TIMEOUT_MS=300 OTE_CONNECT_TIMEOUT_MS=1000
 export OTE_MAX_NOTIF_BACKLOG=64 OTE_METADATA_TTL_S=3 OTE_METADATA_TIMEOUT_MS=1000
 export SOAK_SLACK_MS=5000
-# Transports per incarnation: every set has tcp, so any two peers share one
-# (OTE_ERR_UNREACHABLE is never right here); p0 has them all.
-tls_sets=('tcp,\shm' 'tcp,cma' 'tcp,uct_tcp' 'tcp' 'tcp,\shm,cma,uct_tcp')
+# Transports: p0 and p1 live through the run with all four; every other
+# peer (killed and restarted) talks to those two only, with one set per
+# incarnation in turn. Each set has a network transport, so every pair
+# shares one (OTE_ERR_UNREACHABLE is never right here); uct_tcp alone makes
+# its pairs use it.
+tls_all='tcp,\shm,cma,uct_tcp'
+tls_sets=('uct_tcp' 'tcp,\shm' 'tcp,cma' 'tcp')
 
 ns_a=ote_soak_a$$
 ns_b=ote_soak_b$$
@@ -162,11 +166,20 @@ store_down() {
 start_peer() {
     local i=$1 tls
     inc[$i]=$((${inc[$i]:--1} + 1))
-    if [ "$i" = 0 ]; then tls=${tls_sets[4]}; else tls=${tls_sets[$(((i + inc[i]) % 4))]}; fi
+    if [ "$i" -lt 2 ]; then tls=$tls_all; else tls=${tls_sets[$(((i - 2 + inc[i]) % 4))]}; fi
     $(in_ns "$i") env OTE_TLS="$tls" "$prog" --id "$i" --peers "$peers" --inc "${inc[$i]}" \
         --out "$out" --listen "$(ctl_addr "$i")" 2> "$out/p$i.${inc[$i]}.err" &
     pid[$i]=$!
     note "START p$i.${inc[$i]} pid=${pid[$i]} OTE_TLS=$tls"
+}
+# Signal peer i once it has its handlers (its log says START): $2 (-USR1...).
+signal_peer() {
+    local i=$1 n=0
+    while ! grep -q START "$out/p$i.${inc[$i]}.log" 2> /dev/null && [ $n -lt 100 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    kill "$2" "${pid[$i]}" 2> /dev/null
 }
 # Wait for peer i to exit, up to $2 seconds; then record how it ended ($3).
 reap_peer() {
@@ -213,7 +226,7 @@ while [ $SECONDS -lt $end ]; do
         ;;
     1)
         note "CHAOS term p$victim.${inc[$victim]}"
-        kill -TERM "${pid[$victim]}"
+        signal_peer "$victim" -TERM
         reap_peer "$victim" 20 term
         start_peer "$victim"
         ;;
@@ -242,14 +255,14 @@ while [ $SECONDS -lt $end ]; do
     5)
         slow=$((RANDOM % peers))
         note "CHAOS slow p$slow.${inc[$slow]}"
-        kill -USR2 "${pid[$slow]}"
+        signal_peer "$slow" -USR2
         ;;
     esac
 done
 
 # Stop: every peer stops sending, then drains what it received and exits.
 note "STOP"
-for i in "${!pid[@]}"; do kill -USR1 "${pid[$i]}" 2> /dev/null; done
+for i in "${!pid[@]}"; do signal_peer "$i" -USR1; done
 for i in "${!pid[@]}"; do
     n=0
     while ! grep -q QUIESCED "$out/p$i.${inc[$i]}.log" 2> /dev/null && [ $n -lt 300 ]; do
@@ -260,7 +273,7 @@ for i in "${!pid[@]}"; do
         note "VIOL QUIESCE_HUNG p$i.${inc[$i]} still sending 30 s after SIGUSR1"
 done
 sleep 1
-for i in "${!pid[@]}"; do kill -TERM "${pid[$i]}" 2> /dev/null; done
+for i in "${!pid[@]}"; do signal_peer "$i" -TERM; done
 for i in "${!pid[@]}"; do reap_peer "$i" 20 final; done
 store_down
 note "DONE chaos_actions=$n_chaos"

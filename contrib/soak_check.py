@@ -51,8 +51,8 @@ def main(out):
             rc = int(w[4].split("=")[1])
             if w[3] in ("term", "final") and rc != 0:
                 bad("process exit", f"{w[2]} exited rc={rc} after SIGTERM")
-        elif w[1] == "CHAOS":
-            chaos[" ".join(x for x in w[2:3])] += 1
+        elif w[1] == "CHAOS" and w[2] != "linkup" and w[2:4] != ["store", "up"]:
+            chaos[w[2]] += 1
         elif w[1] == "VIOL":
             bad("process " + w[2].lower(), " ".join(w[3:]))
 
@@ -66,6 +66,7 @@ def main(out):
     mem = collections.defaultdict(list)
     last_t = {}
     max_batch_ms = 0
+    rails_max = {}
     bound_ms = None
     n_peers = 1 + max(int(re.match(r"p(\d+)", os.path.basename(p)).group(1))
                       for p in glob.glob(os.path.join(out, "p*.log")))
@@ -95,6 +96,10 @@ def main(out):
                 wbad.append((me, t, [int(x) for x in w[2:10]]))
             elif tag == "MEM":
                 mem[me].append((t, int(w[2].split("=")[1]), int(w[3].split("=")[1])))
+            elif tag == "RAILS":
+                for kv in w[2:]:
+                    rail, v = kv.rsplit("=", 1)
+                    rails_max[(me, rail)] = max(rails_max.get((me, rail), 0), int(v))
             elif tag == "CNT":
                 cnt = w[2:]
             elif tag == "START":
@@ -215,6 +220,11 @@ def main(out):
     for (what, err), v in sorted(other.items(), key=lambda x: (x[0][0], x[0][1] or 0)):
         label = what if err is None else f"{what} {st(err)}"
         print(f"  {label:<34} {v:>9}")
+    by_tl = collections.Counter()
+    for (me, rail), v in rails_max.items():
+        by_tl[rail.split(":")[0]] += v
+    print("bytes per transport (at least: each instance's largest reading of ote_engine_rails): " +
+          ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sorted(by_tl.items())))
     print("invariant                                         checked  violations")
     unreach = sum(v for (op, s, e), v in tasks.items() if e == -6) + \
         sum(v for (w, e), v in other.items() if e == -6)
