@@ -70,45 +70,55 @@ def main(out):
     bound_ms = None
     n_peers = 1 + max(int(re.match(r"p(\d+)", os.path.basename(p)).group(1))
                       for p in glob.glob(os.path.join(out, "p*.log")))
+    def parse(me, w, cnt):
+        """One line of peer instance me's log; returns its last CNT fields so far."""
+        nonlocal bound_ms
+        if len(w) < 2 or not w[0].isdigit():
+            return cnt
+        t = int(w[0])
+        last_t[me] = t
+        tag = w[1]
+        if tag == "NS":
+            j, jinc, seq, kind, s, ok, tsub = (int(w[2]), int(w[3]), int(w[4]), w[5],
+                                               int(w[6]), int(w[7]), int(w[8]))
+            blocks = [tuple(int(x) for x in b.split(":")) for b in w[9:] if b != "-"]
+            sent[(me[0], me[1], seq)] = dict(t=t, dst=(j, jinc), kind=kind, status=s,
+                                             ok=ok, tsub=tsub, blocks=blocks)
+        elif tag == "NR":
+            recv[(int(w[2]), int(w[3]), int(w[4]))].append((me, t))
+        elif tag == "HB":
+            hb[me] = int(w[2])
+        elif tag == "WBAD":
+            wbad.append((me, t, [int(x) for x in w[2:10]]))
+        elif tag == "MEM":
+            mem[me].append((t, int(w[2].split("=")[1]), int(w[3].split("=")[1])))
+        elif tag == "RAILS":
+            for kv in w[2:]:
+                rail, v = kv.rsplit("=", 1)
+                rails_max[(me, rail)] = max(rails_max.get((me, rail), 0), int(v))
+        elif tag == "CNT":
+            for kv in w[2:]:
+                int(kv.rsplit("=", 1)[1])
+            cnt = w[2:]
+        elif tag == "START":
+            bound_ms = int(w[6].split("=")[1])
+        elif tag == "VIOL":
+            bad(w[2].lower(), f"p{me[0]}.{me[1]}: " + " ".join(w[3:]))
+        elif tag == "FATAL":
+            bad("fatal", f"p{me[0]}.{me[1]}: " + " ".join(w[2:]))
+        return cnt
+
     for path in sorted(glob.glob(os.path.join(out, "p*.log"))):
         m = re.match(r"p(\d+)\.(\d+)\.log$", os.path.basename(path))
         me = (int(m.group(1)), int(m.group(2)))
         cnt = None
         clean = False
         for line in open(path, errors="replace"):
-            w = line.split()
-            if len(w) < 2 or not w[0].isdigit():
-                continue
-            t = int(w[0])
-            last_t[me] = t
-            tag = w[1]
-            if tag == "NS":
-                j, jinc, seq, kind, s, ok, tsub = (int(w[2]), int(w[3]), int(w[4]), w[5],
-                                                   int(w[6]), int(w[7]), int(w[8]))
-                blocks = [tuple(int(x) for x in b.split(":")) for b in w[9:] if b != "-"]
-                sent[(me[0], me[1], seq)] = dict(t=t, dst=(j, jinc), kind=kind, status=s,
-                                                 ok=ok, tsub=tsub, blocks=blocks)
-            elif tag == "NR":
-                recv[(int(w[2]), int(w[3]), int(w[4]))].append((me, t))
-            elif tag == "HB":
-                hb[me] = int(w[2])
-            elif tag == "WBAD":
-                wbad.append((me, t, [int(x) for x in w[2:10]]))
-            elif tag == "MEM":
-                mem[me].append((t, int(w[2].split("=")[1]), int(w[3].split("=")[1])))
-            elif tag == "RAILS":
-                for kv in w[2:]:
-                    rail, v = kv.rsplit("=", 1)
-                    rails_max[(me, rail)] = max(rails_max.get((me, rail), 0), int(v))
-            elif tag == "CNT":
-                cnt = w[2:]
-            elif tag == "START":
-                bound_ms = int(w[6].split("=")[1])
-            elif tag == "VIOL":
-                bad(w[2].lower(), f"p{me[0]}.{me[1]}: " + " ".join(w[3:]))
-            elif tag == "FATAL":
-                bad("fatal", f"p{me[0]}.{me[1]}: " + " ".join(w[2:]))
-            elif tag == "END":
+            try:
+                cnt = parse(me, line.split(), cnt)
+            except (ValueError, IndexError):
+                bad("log line unparsable", f"p{me[0]}.{me[1]}: {line.strip()[:120]!r}")
+            if line.split()[1:2] == ["END"]:
                 clean = True
         inst[me] = clean
         for kv in cnt or []:

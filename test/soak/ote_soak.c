@@ -104,7 +104,7 @@ static void dump_counts(void)
 {
     static const char *op[] = {"R", "W"};
     static const char *st[] = {"PENDING", "COMPLETED", "FAILED", "CANCELED", "TIMEOUT"};
-    char line[900];
+    char line[900] = "";
     int  n = 0;
 
     for (int o = 0; o < 2; o++)
@@ -141,7 +141,7 @@ static void sample_rails(void)
 {
     ote_rail_info_t r[32];
     size_t          n = 0;
-    char            line[900];
+    char            line[900] = "";
     int             m = 0;
 
     if (ote_engine_rails(engine, r, 32, &n) != OTE_OK)
