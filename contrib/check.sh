@@ -5,6 +5,8 @@
 #  2. ASan+UBSan build (contrib/configure-devel): the multi-process tests again;
 #  3. ThreadSanitizer build (contrib/check-tsan.sh): core unit, core
 #     multi-process and load tests, the stress test among them.
+# After step 1, a 2-minute soak on that build (contrib/soak.sh,
+# docs/reliability.md): peers under chaos, nothing lost.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -35,6 +37,8 @@ mkdir -p build-check
         make -j"$jobs" > make.log &&
         make -j"$jobs" check
 ) || failed build-check
+bash contrib/soak.sh --minutes 2 --build build-check --out build-check/soak ||
+    { echo "check.sh: the soak failed (logs in build-check/soak)"; exit 1; }
 
 mkdir -p build-asan
 (

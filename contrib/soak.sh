@@ -49,6 +49,8 @@ esac
 out=${out:-$(mktemp -d /tmp/ote-soak.XXXXXX)}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# A previous run's logs in the same folder would be read as this one's.
+rm -rf "$out"/p*.log "$out"/p*.err "$out/store" "$out/store.log"
 # Restarts run this copy: a rebuild during a long run changes nothing.
 cp "$prog" "$out/ote_soak"
 prog=$out/ote_soak
@@ -132,6 +134,8 @@ ctl_addr() {
 }
 echo "soak: $mode; $peers peers, $store metadata, $minutes minutes, logs in $out"
 note "MODE $mode"
+# The shell's own reports (a job killed by the chaos driver) go to a log.
+exec 2>> "$out/driver.err"
 
 store_up() {
     local ns=
@@ -154,7 +158,7 @@ store_up() {
         $ns bash -c "exec 3<>/dev/tcp/$store_host/$store_port" 2> /dev/null && return 0
         sleep 0.1
     done
-    echo "soak: the $store server did not start (see $out/store.log)" >&2
+    echo "soak: the $store server did not start (see $out/store.log)"
     exit 2
 }
 store_down() {
