@@ -166,7 +166,7 @@ def main(out):
         if s["status"] != 0:
             continue
         dst = s["dst"]
-        if key in recv:
+        if any(who == dst for who, _ in recv.get(key, ())):
             n_owed += 1
             continue
         last = hb.get(dst)
