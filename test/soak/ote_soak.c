@@ -382,8 +382,8 @@ static void peer_drop(peer_t *p, bool close_it)
 }
 
 /* End a batch within the bound; the statuses of its tasks counted. 0, or -1 if it hung. */
-static int batch_end(ote_batch_h b, size_t first, size_t n, const ote_op_t *ops, uint64_t t0,
-                     ote_task_status_t *st)
+static int batch_end(unsigned j, ote_batch_h b, size_t first, size_t n, const ote_op_t *ops,
+                     uint64_t t0, ote_task_status_t *st)
 {
     ote_status_t s = ote_batch_wait(b, (int)bound_ms);
     uint64_t     ms = (now_us() - t0) / 1000;
@@ -392,7 +392,7 @@ static int batch_end(ote_batch_h b, size_t first, size_t n, const ote_op_t *ops,
         atomic_store(&max_batch_ms, ms);
     if (s != OTE_OK) {
         atomic_fetch_add(&hung, 1);
-        logf_("VIOL TASK_HUNG batch of %zu still pending after %ld ms", n, bound_ms);
+        logf_("VIOL TASK_HUNG batch of %zu to p%u still pending after %ld ms", n, j, bound_ms);
         for (size_t i = 0; i < n; i++)
             ote_batch_cancel(b, first + i);
         return -1;
@@ -401,7 +401,8 @@ static int batch_end(ote_batch_h b, size_t first, size_t n, const ote_op_t *ops,
         ote_batch_task_status(b, first + i, &st[i]);
         atomic_fetch_add(&task_end[ops[i]][st[i].state % 5][err_ix(st[i].error)], 1);
         if (st[i].error == OTE_ERR_UNREACHABLE)
-            logf_("VIOL UNREACHABLE op=%d (every peer here shares tcp)", ops[i]);
+            logf_("VIOL UNREACHABLE task %s to p%u (every pair here shares a transport)",
+                  ops[i] == OTE_OP_READ ? "READ" : "WRITE", j);
     }
     return 0;
 }
@@ -430,7 +431,7 @@ static int peer_ready(unsigned j)
         if (s != OTE_OK) {
             atomic_fetch_add(&open_err[err_ix(s)], 1);
             if (s == OTE_ERR_UNREACHABLE)
-                logf_("VIOL UNREACHABLE segment_open p%u (every peer here shares tcp)", j);
+                logf_("VIOL UNREACHABLE segment_open p%u (every pair here shares a transport)", j);
             peer_drop(p, false);
             return -1;
         }
@@ -448,7 +449,7 @@ static int peer_ready(unsigned j)
     uint64_t       t0 = now_us();
 
     s = ote_batch_submit(b, &req, 1, &first);
-    if (s == OTE_OK && batch_end(b, first, 1, &op, t0, &st) == 0 &&
+    if (s == OTE_OK && batch_end(j, b, first, 1, &op, t0, &st) == 0 &&
         st.state == OTE_TASK_COMPLETED) {
         memcpy(info, local, sizeof(info));
         ote_batch_release(b);
@@ -530,13 +531,13 @@ static void do_write(unsigned j)
     if (s != OTE_OK) {
         atomic_fetch_add(&submit_err[err_ix(s)], 1);
         if (s == OTE_ERR_UNREACHABLE)
-            logf_("VIOL UNREACHABLE submit (every peer here shares tcp)");
+            logf_("VIOL UNREACHABLE submit to p%u (every pair here shares a transport)", j);
         ote_batch_release(b);
         if (s != OTE_ERR_BUSY)
             peer_failed(j);
         return;
     }
-    if (batch_end(b, first, n, ops, t0, st) != 0) {
+    if (batch_end(j, b, first, n, ops, t0, st) != 0) {
         note_log(j, seq, 'W', t0, OTE_ERR_TIMEOUT, 0, blocks);
         ote_batch_release(b);
         peer_failed(j);
@@ -546,6 +547,8 @@ static void do_write(unsigned j)
         ok &= st[i].state == OTE_TASK_COMPLETED;
     ote_batch_notify_status(b, first, &ns);
     atomic_fetch_add(&bnotif_st[err_ix(ns)], 1);
+    if (ok && ns == OTE_ERR_UNREACHABLE)
+        logf_("VIOL UNREACHABLE batch notification to p%u (every pair here shares a transport)", j);
     note_log(j, seq, 'W', t0, ns, ok, blocks);
     ote_batch_release(b);
     if (!ok || (ns != OTE_OK && ns != OTE_ERR_BUSY))
@@ -587,13 +590,13 @@ static void do_read(unsigned j)
     if (s != OTE_OK) {
         atomic_fetch_add(&submit_err[err_ix(s)], 1);
         if (s == OTE_ERR_UNREACHABLE)
-            logf_("VIOL UNREACHABLE submit (every peer here shares tcp)");
+            logf_("VIOL UNREACHABLE submit to p%u (every pair here shares a transport)", j);
         ote_batch_release(b);
         if (s != OTE_ERR_BUSY)
             peer_failed(j);
         return;
     }
-    if (batch_end(b, first, n, ops, t0, st) != 0) {
+    if (batch_end(j, b, first, n, ops, t0, st) != 0) {
         if (notify)
             note_log(j, seq, 'R', t0, OTE_ERR_TIMEOUT, 0, "-");
         ote_batch_release(b);
@@ -621,6 +624,9 @@ static void do_read(unsigned j)
     if (notify) {
         ote_batch_notify_status(b, first, &ns);
         atomic_fetch_add(&bnotif_st[err_ix(ns)], 1);
+        if (ok && ns == OTE_ERR_UNREACHABLE)
+            logf_("VIOL UNREACHABLE batch notification to p%u (every pair here shares a "
+                  "transport)", j);
         note_log(j, seq, 'R', t0, ns, ok, "-");
     }
     ote_batch_release(b);
@@ -641,6 +647,8 @@ static void do_notify(unsigned j)
         ote_status_t s = ote_notify_send(engine, peers[j].seg, msg, (size_t)m + 1);
 
         atomic_fetch_add(&send_st[err_ix(s)], 1);
+        if (s == OTE_ERR_UNREACHABLE)
+            logf_("VIOL UNREACHABLE notify_send to p%u (every pair here shares a transport)", j);
         note_log(j, seq, 'N', t0, s, 1, "-");
         if (s != OTE_OK) {
             if (s != OTE_ERR_BUSY)

@@ -83,7 +83,7 @@ base
 echo "5000 VIOL READ_BAD p1 block 3 (task COMPLETED, bytes differ)" >> "$tmp/run/p0.0.log"
 expect "a READ block wrong at the initiator" read_bad
 base
-echo "5000 VIOL UNREACHABLE op=1 (every peer here shares tcp)" >> "$tmp/run/p0.0.log"
+echo "5000 VIOL UNREACHABLE task WRITE to p1 (every pair here shares a transport)" >> "$tmp/run/p0.0.log"
 expect "an UNREACHABLE status" unreachable
 base
 sed -i 's/^\(9000000\) MEM rss_kb=30000/\1 MEM rss_kb=90000/' "$tmp/run/p1.0.log"
