@@ -2,7 +2,8 @@
  * One peer of the soak (contrib/soak.sh, docs/reliability.md): an engine
  * named soak-pID that, until told to stop, sends batches of WRITEs (with a
  * notification), READs (half of them with one) and bursts of standalone
- * notifications to the other peers, and receives theirs. It checks what it
+ * notifications to other peers (peers 0 and 1 to every peer, the others to
+ * peers 0 and 1 only), and receives theirs. It checks what it
  * can see itself and writes everything else to an append-only log that
  * contrib/soak_check.py reads once the run is over:
  *
