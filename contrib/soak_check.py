@@ -100,6 +100,11 @@ def main(out):
             for kv in w[2:]:
                 int(kv.rsplit("=", 1)[1])
             cnt = w[2:]
+        elif tag == "CREATED":
+            for kv in w[2:]:
+                if kv.startswith("create:"):
+                    key, v = kv.rsplit("=", 1)
+                    other[(key.replace(":", " "), None)] += int(v)
         elif tag == "START":
             bound_ms = int(w[6].split("=")[1])
         elif tag == "VIOL":

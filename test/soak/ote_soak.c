@@ -618,7 +618,13 @@ static void do_read(unsigned j)
                 atomic_fetch_add(&read_ok, 1);
             } else {
                 atomic_fetch_add(&read_bad, 1);
-                logf_("VIOL READ_BAD p%u block %u (task COMPLETED, bytes differ)", j, want);
+                size_t zero = 0;
+
+                while (zero < RBLK && blk[zero] == 0)
+                    zero++;
+                logf_("VIOL READ_BAD p%u block %u of a READ of %u (task COMPLETED, bytes differ: "
+                      "header %016" PRIx64 " %016" PRIx64 " %" PRIu64 ", %zu leading zero bytes)",
+                      j, want, nblk[i], w[0], w[1], w[2], zero);
             }
         }
     }
@@ -686,7 +692,7 @@ int main(int argc, char **argv)
     ote_status_t        s;
     uint64_t            info[3];
     struct sigaction    sa = {.sa_handler = on_signal};
-    unsigned            exists = 0;
+    unsigned            waits[32] = {0}, waited = 0;
 
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--id") == 0)
@@ -730,14 +736,20 @@ int main(int argc, char **argv)
             logf_("END clean (stopped before its engine was created: %s)", ote_status_string(s));
             return 0;
         }
-        if ((s != OTE_ERR_EXISTS && s != OTE_ERR_STORE_UNAVAILABLE) || exists > 600) {
+        /* A supervisor's retries: the old name held, the store down, a rail down (its
+         * device missing from OTE_NET_DEVICES' view); counted, for a minute at most. */
+        if ((s != OTE_ERR_EXISTS && s != OTE_ERR_STORE_UNAVAILABLE && s != OTE_ERR_NO_DEVICE) ||
+            waited > 600) {
             logf_("FATAL engine_create %d %s", (int)s, ote_status_string(s));
             return 1;
         }
-        exists++;
+        waited++;
+        waits[err_ix(s)]++;
         usleep(100000);
     }
-    logf_("CREATED waited=%u status_retries", exists);
+    logf_("CREATED create:EXISTS=%u create:STORE_UNAVAILABLE=%u create:NO_DEVICE=%u",
+          waits[err_ix(OTE_ERR_EXISTS)], waits[err_ix(OTE_ERR_STORE_UNAVAILABLE)],
+          waits[err_ix(OTE_ERR_NO_DEVICE)]);
 
     region_size = slot_off((unsigned)n_peers, 0, 0);
     if (ote_mem_alloc(engine, region_size, "cpu:0",
