@@ -55,6 +55,9 @@ def main(out):
             chaos[w[2]] += 1
         elif w[1] == "VIOL":
             bad("process " + w[2].lower(), " ".join(w[3:]))
+            if w[2] == "DIED":   # counted once here; like a kill for what it left behind
+                i, k = w[3][1:].split(".")
+                ended[(int(i), int(k))] = "died"
 
     inst = {}
     tasks = collections.Counter()
@@ -148,7 +151,7 @@ def main(out):
             n_dup += 1
         s = sent.get(key)
         if s is None:
-            if ended.get(key[:2]) == "killed":
+            if ended.get(key[:2]) in ("killed", "died"):
                 n_orphan_ok += 1     # the sender died before logging the outcome
             else:
                 bad("notification nobody sent", f"{key} received by {got}")
@@ -199,7 +202,7 @@ def main(out):
         if any(sl == slot and bs > bseq and ts <= t for ts, sl, bs in later[(src, inc, me[0])]):
             n_superseded += 1
             continue
-        if ended.get((src, inc)) == "killed" and t >= last_t.get((src, inc), 0):
+        if ended.get((src, inc)) in ("killed", "died") and t >= last_t.get((src, inc), 0):
             n_superseded += 1   # its later WRITEs were never logged
             continue
         bad("WRITE completed but destination bytes differ",
