@@ -172,7 +172,7 @@ start_peer() {
     inc[$i]=$((${inc[$i]:--1} + 1))
     if [ "$i" -lt 2 ]; then tls=$tls_all; else tls=${tls_sets[$(((i - 2 + inc[i]) % 4))]}; fi
     $(in_ns "$i") env OTE_TLS="$tls" "$prog" --id "$i" --peers "$peers" --inc "${inc[$i]}" \
-        --out "$out" --listen "$(ctl_addr "$i")" 2> "$out/p$i.${inc[$i]}.err" &
+        --out "$out" --listen "$(ctl_addr "$i")" > "$out/p$i.${inc[$i]}.err" 2>&1 &
     pid[$i]=$!
     note "START p$i.${inc[$i]} pid=${pid[$i]} OTE_TLS=$tls"
 }
