@@ -7,6 +7,8 @@
 #     multi-process and load tests, the stress test among them;
 #  4. libFuzzer build with clang (contrib/check-fuzz.sh): every fuzz target
 #     fuzzed for a few seconds (skipped, with a message, without clang).
+# After step 1, a 2-minute soak on that build (contrib/soak.sh,
+# docs/reliability.md): peers under chaos, nothing lost.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -37,6 +39,8 @@ mkdir -p build-check
         make -j"$jobs" > make.log &&
         make -j"$jobs" check
 ) || failed build-check
+bash contrib/soak.sh --minutes 2 --build build-check --out build-check/soak ||
+    { echo "check.sh: the soak failed (logs in build-check/soak)"; exit 1; }
 
 mkdir -p build-asan
 (
