@@ -119,10 +119,14 @@ ote_run() { # PEER TLS KEY args...: one ote_perftest --loopback, its JSON read
     cmd "$key" "$peer" "ote_perftest --loopback -q -x $tls $*"
     rm -f "$tmp/ote.json"
     if tmo "$pt" --loopback -q -x "$tls" "$@" --json "$tmp/ote.json" >/dev/null 2>"$tmp/err"; then
+        # The first figures' record (docs/performance.md, "ote_perftest --json")
         python3 -c 'import json,sys
-r=json.loads(open(sys.argv[1]).readline())
+rs=[r for r in map(json.loads, open(sys.argv[1])) if r.get("type") in ("result","kv_result")]
+if not rs or rs[0]["schema"] != 1:
+    sys.exit("run.sh: ote_perftest --json: %s" % ("schema %s, not 1" % rs[0]["schema"] if rs else "no figures"))
+r=rs[0]
 print(r["lat_p50_us"], r["lat_p99_us"]) if sys.argv[2]=="lat" else print(r["gbps"])' \
-            "$tmp/ote.json" "${key%% *}"
+            "$tmp/ote.json" "${key%% *}" || echo "- -"
     else
         echo "- -"
     fi
