@@ -9,7 +9,8 @@ libucx-dev ucx-utils libibverbs-dev libhwloc-dev hwloc
 libcmocka-dev libjson-c-dev libssl-dev liburing-dev
 libcurl4-openssl-dev libhiredis-dev etcd-server redis-server
 iproute2 iperf3 fio clang procps
-python3-dev python3-setuptools python3-pytest python3-numpy"
+python3-dev python3-setuptools python3-pytest python3-numpy
+python3-matplotlib"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

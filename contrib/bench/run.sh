@@ -7,10 +7,16 @@
 # one command"). Nothing here is a test.
 #
 # Usage: contrib/bench/run.sh [--rounds N] [--quick] [--out FILE]
-#                             [--build DIR] [--wheels DIR]
+#                             [--plot DIR] [--build DIR] [--wheels DIR]
 #   --rounds N    rounds (default 3)
 #   --quick       short measurements (a smoke run; figures are rough)
 #   --out FILE    also write the table to FILE
+#   --plot DIR    also draw the pictures of the table into DIR
+#                 (contrib/bench/plot.py, which needs matplotlib:
+#                 bandwidth-tcp.png, bandwidth-host.png, latency.png) and
+#                 keep there what they and the table are drawn from
+#                 (results.tsv, commands.tsv, notes.tsv, caption.txt,
+#                 table.md)
 #   --build DIR   the configured and built tree (default build)
 #   --wheels DIR  where pip installs Mooncake's and NIXL's wheels (default
 #                 ${XDG_CACHE_HOME:-~/.cache}/orbitte-bench/wheels); a peer
@@ -18,16 +24,17 @@
 # Run from anywhere; paths are taken from the repository root.
 set -u
 
-rounds=3 quick=0 out= build=build
+rounds=3 quick=0 out= plot= build=build
 wheels=${XDG_CACHE_HOME:-$HOME/.cache}/orbitte-bench/wheels
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) rounds=$2; shift ;;
     --quick) quick=1 ;;
     --out) out=$2; shift ;;
+    --plot) plot=$2; shift ;;
     --build) build=$2; shift ;;
     --wheels) wheels=$2; shift ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;; # the build directory, as a plain argument
     esac
@@ -38,9 +45,18 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
 case $build in /*) ;; *) build=$top/$build ;; esac
 case $out in '' | /*) ;; *) out=$OLDPWD/$out ;; esac
+case $plot in '' | /*) ;; *) plot=$OLDPWD/$plot ;; esac
 pt=$build/src/tools/ote_perftest
 [ -x "$pt" ] || { echo "run.sh: no $pt: configure and make first (README.md)" >&2; exit 1; }
 export OTE_LOG_LEVEL=error
+plot_py=
+if [ -n "$plot" ]; then # before the run, not after it: an interpreter with matplotlib
+    for py in ${PYTHON:-} python3 /usr/bin/python3; do
+        "$py" -c 'import matplotlib' 2>/dev/null && { plot_py=$py; break; }
+    done
+    [ -n "$plot_py" ] || { echo "run.sh: --plot needs matplotlib: apt-get install python3-matplotlib (contrib/install-deps.sh) or pip install matplotlib" >&2; exit 1; }
+    mkdir -p "$plot" || exit 1
+fi
 
 tmp=$(mktemp -d)
 servers=
@@ -398,3 +414,8 @@ python3 contrib/bench/table.py "$results" "$cmds" "$notes" \
     "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$rounds" "$quick" "$thp" >"$tmp/table.md" || exit 1
 cat "$tmp/table.md"
 [ -z "$out" ] || cp "$tmp/table.md" "$out"
+if [ -n "$plot" ]; then # the pictures, from the figures the table was made of
+    cp "$results" "$cmds" "$notes" "$tmp/table.md" "$plot/" || exit 1
+    echo "$start, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $rounds round(s)$([ $quick = 1 ] && echo ', --quick'), load average $(echo "$load0" | cut -d' ' -f1) at the start, $(cut -d' ' -f1 /proc/loadavg) at the end" >"$plot/caption.txt"
+    "$plot_py" contrib/bench/plot.py --caption "$(cat "$plot/caption.txt")" "$plot/results.tsv" "$plot" >&2 || exit 1
+fi
