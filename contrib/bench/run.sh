@@ -54,7 +54,11 @@ if [ -n "$plot" ]; then # before the run, not after it: an interpreter with matp
     for py in ${PYTHON:-} python3 /usr/bin/python3; do
         "$py" -c 'import matplotlib' 2>/dev/null && { plot_py=$py; break; }
     done
-    [ -n "$plot_py" ] || { echo "run.sh: --plot needs matplotlib: apt-get install python3-matplotlib (contrib/install-deps.sh) or pip install matplotlib" >&2; exit 1; }
+    [ -n "$plot_py" ] || {
+        echo "run.sh: --plot needs matplotlib: apt-get install python3-matplotlib" \
+            "(contrib/install-deps.sh) or pip install matplotlib" >&2
+        exit 1
+    }
     mkdir -p "$plot" || exit 1
 fi
 
@@ -416,6 +420,8 @@ cat "$tmp/table.md"
 [ -z "$out" ] || cp "$tmp/table.md" "$out"
 if [ -n "$plot" ]; then # the pictures, from the figures the table was made of
     cp "$results" "$cmds" "$notes" "$tmp/table.md" "$plot/" || exit 1
-    echo "$start, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $rounds round(s)$([ $quick = 1 ] && echo ', --quick'), load average $(echo "$load0" | cut -d' ' -f1) at the start, $(cut -d' ' -f1 /proc/loadavg) at the end" >"$plot/caption.txt"
+    echo "$start, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+        "$rounds round(s)$([ $quick = 1 ] && echo ', --quick'), load average" \
+        "${load0%% *} at the start, $(cut -d' ' -f1 /proc/loadavg) at the end" >"$plot/caption.txt"
     "$plot_py" contrib/bench/plot.py --caption "$(cat "$plot/caption.txt")" "$plot/results.tsv" "$plot" >&2 || exit 1
 fi
