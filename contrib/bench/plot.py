@@ -46,6 +46,11 @@ SPARE = ["#bcbd22", "#9edae5", "#c5b0d5", "#c49c94", "#f7b6d2"]
 LEGEND = {"ucx_perftest cma, 8 MiB": "ucx_perftest cma, 8 MiB messages (1 MiB × 8's footprint)"}
 
 
+def us(x):
+    """Microseconds as read on a label: 1.05, 11.2, 204, 12,700."""
+    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
+
+
 def ours(peer):
     return peer.startswith(OURS)
 
@@ -156,7 +161,7 @@ def latency(plt, by_round, peers, caption, path, points):
             ax.barh(i, v, color=c, alpha=0.95 if own else 0.75, height=0.7,
                     hatch=None if own else "//", edgecolor="white" if own else c)
             lo, hi = min(lo, v), max(hi, v)
-            text = f" {v:.3g} / {p99:.3g}" if p99 is not None else f" {v:.3g}"
+            text = f" {us(v)} / {us(p99)}" if p99 is not None else f" {us(v)}"
             ax.text(p99 if p99 is not None else v, i, text, va="center", fontsize=8)
         # a line between the groups of the table (tcp, cma, shm)
         for i in range(1, len(rows)):
@@ -164,14 +169,21 @@ def latency(plt, by_round, peers, caption, path, points):
                 ax.axhline(i - 0.5, color="#444444", linewidth=0.8)
         ax.set_title(f"8-byte {op.upper()}: p50 (dark), p99 (light)", fontsize=11)
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1, 2, 5)))
-        ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        # 1, 2, 5 a decade where they fit, else one tick a decade
+        decades = math.log10(hi / lo) if lo < math.inf and hi > 0 else 1
+        ax.xaxis.set_major_locator(
+            ticker.LogLocator(base=10, subs=(1, 2, 5) if decades <= 2.5 else (1,), numticks=7))
+        ax.xaxis.set_major_formatter(
+            ticker.FuncFormatter(lambda x, _: f"{x:g}" if x < 1000 else f"{x / 1000:g}k"
+                                 if x < 1e6 else f"{x / 1e6:g}M"))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.grid(True, axis="x", which="major", alpha=0.35)
-        ax.set_xlabel("µs (log scale); labels: p50 / p99")
+        ax.set_xlabel("µs (log scale; k: 10³, M: 10⁶); labels: p50 / p99")
     if lo < math.inf:
-        axes[0].set_xlim(lo / 1.5, hi * 3)
-        axes[1].set_xlim(lo / 1.5, hi * 3)
+        # room right of the longest bar for its label (about a third of the axis)
+        a = math.log10(hi * 1.5 / lo)
+        for ax in axes:
+            ax.set_xlim(lo / 1.5, hi * 10 ** (0.4 * a + 0.05))
     axes[0].set_yticks(range(len(rows)))
     axes[0].set_yticklabels(rows, fontsize=9)
     for lab, peer in zip(axes[0].get_yticklabels(), rows):
