@@ -23,6 +23,7 @@ or lowest, highest), which test/tools/bench_plot.sh compares with the table.
 Needs matplotlib (Debian's python3-matplotlib, contrib/install-deps.sh).
 """
 import argparse
+import itertools
 import math
 import os
 import sys
@@ -55,7 +56,7 @@ def ours(peer):
     return peer.startswith(OURS)
 
 
-def colour(peer, spare=iter(SPARE * 4)):
+def colour(peer, spare=itertools.cycle(SPARE)):
     if peer not in COLOURS:
         COLOURS[peer] = next(spare)
     return COLOURS[peer]
