@@ -10,7 +10,7 @@ libcmocka-dev libjson-c-dev libssl-dev liburing-dev
 libcurl4-openssl-dev libhiredis-dev etcd-server redis-server
 iproute2 iperf3 fio clang procps
 python3-dev python3-setuptools python3-pytest python3-numpy
-python3-venv python3-pip python3-wheel
+python3-venv python3-pip python3-wheel python3-matplotlib
 libmicrohttpd-dev prometheus"
 missing=""
 for p in $pkgs; do

@@ -7,10 +7,16 @@
 # one command"). Nothing here is a test.
 #
 # Usage: contrib/bench/run.sh [--rounds N] [--quick] [--out FILE]
-#                             [--build DIR] [--wheels DIR]
+#                             [--plot DIR] [--build DIR] [--wheels DIR]
 #   --rounds N    rounds (default 3)
 #   --quick       short measurements (a smoke run; figures are rough)
 #   --out FILE    also write the table to FILE
+#   --plot DIR    also draw the pictures of the table into DIR
+#                 (contrib/bench/plot.py, which needs matplotlib:
+#                 bandwidth-tcp.png, bandwidth-host.png, latency.png) and
+#                 keep there what they and the table are drawn from
+#                 (results.tsv, commands.tsv, notes.tsv, caption.txt,
+#                 table.md)
 #   --build DIR   the configured and built tree (default build)
 #   --wheels DIR  where pip installs Mooncake's and NIXL's wheels (default
 #                 ${XDG_CACHE_HOME:-~/.cache}/orbitte-bench/wheels); a peer
@@ -18,16 +24,17 @@
 # Run from anywhere; paths are taken from the repository root.
 set -u
 
-rounds=3 quick=0 out= build=build
+rounds=3 quick=0 out= plot= build=build
 wheels=${XDG_CACHE_HOME:-$HOME/.cache}/orbitte-bench/wheels
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) rounds=$2; shift ;;
     --quick) quick=1 ;;
     --out) out=$2; shift ;;
+    --plot) plot=$2; shift ;;
     --build) build=$2; shift ;;
     --wheels) wheels=$2; shift ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;; # the build directory, as a plain argument
     esac
@@ -38,9 +45,22 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
 case $build in /*) ;; *) build=$top/$build ;; esac
 case $out in '' | /*) ;; *) out=$OLDPWD/$out ;; esac
+case $plot in '' | /*) ;; *) plot=$OLDPWD/$plot ;; esac
 pt=$build/src/tools/ote_perftest
 [ -x "$pt" ] || { echo "run.sh: no $pt: configure and make first (README.md)" >&2; exit 1; }
 export OTE_LOG_LEVEL=error
+plot_py=
+if [ -n "$plot" ]; then # before the run, not after it: an interpreter with matplotlib
+    for py in ${PYTHON:-} python3 /usr/bin/python3; do
+        "$py" -c 'import matplotlib' 2>/dev/null && { plot_py=$py; break; }
+    done
+    [ -n "$plot_py" ] || {
+        echo "run.sh: --plot needs matplotlib: apt-get install python3-matplotlib" \
+            "(contrib/install-deps.sh) or pip install matplotlib" >&2
+        exit 1
+    }
+    mkdir -p "$plot" || exit 1
+fi
 
 tmp=$(mktemp -d)
 servers=
@@ -119,10 +139,14 @@ ote_run() { # PEER TLS KEY args...: one ote_perftest --loopback, its JSON read
     cmd "$key" "$peer" "ote_perftest --loopback -q -x $tls $*"
     rm -f "$tmp/ote.json"
     if tmo "$pt" --loopback -q -x "$tls" "$@" --json "$tmp/ote.json" >/dev/null 2>"$tmp/err"; then
+        # The first figures' record (docs/performance.md, "ote_perftest --json")
         python3 -c 'import json,sys
-r=json.loads(open(sys.argv[1]).readline())
+rs=[r for r in map(json.loads, open(sys.argv[1])) if r.get("type") in ("result","kv_result")]
+if not rs or rs[0]["schema"] != 1:
+    sys.exit("run.sh: ote_perftest --json: %s" % ("schema %s, not 1" % rs[0]["schema"] if rs else "no figures"))
+r=rs[0]
 print(r["lat_p50_us"], r["lat_p99_us"]) if sys.argv[2]=="lat" else print(r["gbps"])' \
-            "$tmp/ote.json" "${key%% *}"
+            "$tmp/ote.json" "${key%% *}" || echo "- -"
     else
         echo "- -"
     fi
@@ -400,3 +424,10 @@ python3 contrib/bench/table.py "$results" "$cmds" "$notes" \
     "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$rounds" "$quick" "$thp" >"$tmp/table.md" || exit 1
 cat "$tmp/table.md"
 [ -z "$out" ] || cp "$tmp/table.md" "$out"
+if [ -n "$plot" ]; then # the pictures, from the figures the table was made of
+    cp "$results" "$cmds" "$notes" "$tmp/table.md" "$plot/" || exit 1
+    echo "$start, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+        "$rounds round(s)$([ $quick = 1 ] && echo ', --quick'), load average" \
+        "${load0%% *} at the start, $(cut -d' ' -f1 /proc/loadavg) at the end" >"$plot/caption.txt"
+    "$plot_py" contrib/bench/plot.py --caption "$(cat "$plot/caption.txt")" "$plot/results.tsv" "$plot" >&2 || exit 1
+fi

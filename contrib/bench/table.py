@@ -142,6 +142,26 @@ REFERENCES = [
 ]
 
 
+def load(results):
+    """RESULTS as {(workload, peer): {round: (value, p99)}}, rounds in file order."""
+    by_round = {}
+    for line in open(results):
+        f = line.rstrip("\n").split("\t")
+        if len(f) >= 5:
+            by_round.setdefault((f[1], f[2]), {})[f[0]] = (fnum(f[3]), fnum(f[4]))
+    return by_round
+
+
+def median(by_round, key, peer):
+    """The median value and p99 of (key, peer) over the rounds that have one (None
+    where none has), and the rounds' (value, p99) pairs; the table's and the
+    pictures' (plot.py) figures."""
+    vals = list(by_round.get((key, peer), {}).values())
+    v = [x for x, _ in vals if x is not None]
+    p = [y for _, y in vals if y is not None]
+    return (statistics.median(v) if v else None, statistics.median(p) if p else None, vals)
+
+
 def goals(by_round):
     """Each goal's figure in every round (the ratio of two rows of the same round), their median."""
     def fig(ref, r):
@@ -179,11 +199,7 @@ def goals(by_round):
 def main():
     (results, commands, notes, start, commit, cpus, load0, load1, rounds,
      quick, thp) = sys.argv[1:12]
-    by_round = {}  # (workload, peer) -> {round: (value, p99)}, in round order
-    for line in open(results):
-        f = line.rstrip("\n").split("\t")
-        if len(f) >= 5:
-            by_round.setdefault((f[1], f[2]), {})[f[0]] = (fnum(f[3]), fnum(f[4]))
+    by_round = load(results)  # (workload, peer) -> {round: (value, p99)}, in round order
     why = dict(line.rstrip("\n").split("\t", 1) for line in open(notes) if "\t" in line)
 
     keys = ["lat write", "lat read"] + [f"{s} {op} T{t}" for s in SHAPES
@@ -194,13 +210,6 @@ def main():
             return f"8 B latency, {key.split()[1].upper()}, p50 / p99 µs"
         shape, op, t = key.split()
         return f"{SHAPES[shape]}, {op.upper()}, {t[1:]} thr., GB/s"
-
-    def median(key, peer):
-        vals = list(by_round.get((key, peer), {}).values())
-        v = [x for x, _ in vals if x is not None]
-        p = [y for _, y in vals if y is not None]
-        return (statistics.median(v) if v else None, statistics.median(p) if p else None,
-                vals)
 
     print(f"Taken {start}, commit {commit}, {cpus} CPUs, {thp}, load average {load0} at "
           f"the start and {load1} at the end; {rounds} interleaved round(s)"
@@ -216,8 +225,8 @@ def main():
             if (key, peer) not in by_round:
                 continue
             shown.add(peer)
-            v, p99, vals = median(key, peer)
-            rv = median(key, ref)[0]
+            v, p99, vals = median(by_round, key, peer)
+            rv = median(by_round, key, ref)[0]
             ratio = f"{v / rv:.2f}" if v is not None and rv else "-"
             if lat:
                 med = f"{fmt(v, True)} / {fmt(p99, True)}"

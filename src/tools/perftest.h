@@ -48,6 +48,14 @@ extern opts_t opt;
 /* Seed of the pattern the target fills its region with, which READs check. */
 #define TARGET_SEED 0x5eed
 
+/*
+ * --json: one object a line, each with "type" ("result", "kv_result" or
+ * "rail") and "schema", this number; the fields of each type are listed in
+ * docs/performance.md ("ote_perftest --json"), which a test holds the
+ * records to. A field changed or removed takes a new number.
+ */
+#define PERFTEST_JSON_SCHEMA 1
+
 double now_s(void);
 /*
  * Memory for a test: from ote_mem_alloc, or with --malloc from the heap

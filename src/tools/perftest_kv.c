@@ -190,13 +190,14 @@ int perftest_kv_run(ote_engine_h e, ote_segment_h seg, const ote_region_info_t *
                avg_lat * 1e6, p99_lat * 1e6, avg_prep * 1e6, avg_post * 1e6, p99_post * 1e6);
         if (json != NULL)
             fprintf(json,
-                    "{\"test\":\"%s\",\"block_size\":%zu,\"batch\":%zu,\"layers\":%zu,"
+                    "{\"type\":\"kv_result\",\"schema\":%d,\"test\":\"%s\","
+                    "\"block_size\":%zu,\"batch\":%zu,\"layers\":%zu,"
                     "\"requests\":%ld,\"gbps\":%.4f,\"lat_avg_us\":%.3f,\"lat_p99_us\":%.3f,"
                     "\"prep_avg_us\":%.3f,\"post_avg_us\":%.3f,\"post_p99_us\":%.3f,"
                     "\"checked\":%s}\n",
-                    test_names[opt.test], S, B, L, requests, gbps, avg_lat * 1e6,
-                    p99_lat * 1e6, avg_prep * 1e6, avg_post * 1e6, p99_post * 1e6,
-                    opt.check ? "true" : "false");
+                    PERFTEST_JSON_SCHEMA, test_names[opt.test], S, B, L, requests, gbps,
+                    avg_lat * 1e6, p99_lat * 1e6, avg_prep * 1e6, avg_post * 1e6,
+                    p99_post * 1e6, opt.check ? "true" : "false");
     }
     free(rslot);
     free(lslot);

@@ -51,12 +51,13 @@ void perftest_report_row(size_t size, long rounds, double elapsed, double *lat, 
     fflush(stdout);
     if (json) {
         fprintf(json,
-                "{\"test\":\"%s\",\"size\":%zu,\"batch\":%zu,\"threads\":%d,"
-                "\"depth\":%d,\"bytes\":%.0f,\"seconds\":%.6f,\"gbps\":%.4f,"
-                "\"lat_avg_us\":%.3f,\"lat_p50_us\":%.3f,\"lat_p99_us\":%.3f,"
-                "\"msg_per_s\":%.0f,\"checked\":%s}\n",
-                test_names[opt.test], size, opt.batch, opt.threads, opt.depth, bytes, elapsed,
-                gbps, avg * 1e6, p50 * 1e6, p99 * 1e6, msgs, opt.check ? "true" : "false");
+                "{\"type\":\"result\",\"schema\":%d,\"test\":\"%s\",\"size\":%zu,"
+                "\"batch\":%zu,\"threads\":%d,\"depth\":%d,\"bytes\":%.0f,"
+                "\"seconds\":%.6f,\"gbps\":%.4f,\"lat_avg_us\":%.3f,\"lat_p50_us\":%.3f,"
+                "\"lat_p99_us\":%.3f,\"msg_per_s\":%.0f,\"checked\":%s}\n",
+                PERFTEST_JSON_SCHEMA, test_names[opt.test], size, opt.batch, opt.threads,
+                opt.depth, bytes, elapsed, gbps, avg * 1e6, p50 * 1e6, p99 * 1e6, msgs,
+                opt.check ? "true" : "false");
         fflush(json);
     }
 }
@@ -84,16 +85,14 @@ void perftest_report_rails(ote_segment_h seg, FILE *json)
     }
     if (json == NULL)
         return;
-    /* One last object: the same counters (names come from the engine, not the peer's bytes). */
-    fprintf(json, "{\"rails\":[");
+    /* One object per rail, after the rows (names come from the engine, not the peer's bytes). */
     for (size_t i = 0; i < nrails; i++)
         fprintf(json,
-                "%s{\"rail\":%zu,\"transport\":\"%.31s\",\"device\":\"%.63s\","
-                "\"bytes\":%llu,\"slices\":%llu,\"retries\":%llu,\"errors\":%llu,"
-                "\"state\":\"%s\",\"bandwidth_mbps\":%.1f}",
-                i ? "," : "", i, rails[i].transport, rails[i].device,
+                "{\"type\":\"rail\",\"schema\":%d,\"rail\":%zu,\"transport\":\"%.31s\","
+                "\"device\":\"%.63s\",\"bytes\":%llu,\"slices\":%llu,\"retries\":%llu,"
+                "\"errors\":%llu,\"state\":\"%s\",\"bandwidth_mbps\":%.1f}\n",
+                PERFTEST_JSON_SCHEMA, i, rails[i].transport, rails[i].device,
                 (unsigned long long)rails[i].bytes, (unsigned long long)rails[i].slices,
                 (unsigned long long)rails[i].retries, (unsigned long long)rails[i].errors,
                 states[rails[i].state & 3], rails[i].bandwidth / 1e6);
-    fprintf(json, "]}\n");
 }
