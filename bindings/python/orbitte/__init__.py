@@ -34,6 +34,7 @@ from ._ote import (  # noqa: F401
     REMOTE_READ,
     REMOTE_WRITE,
     Batch,
+    BatchTelemetry,
     Memory,
     Notification,
     Region,
@@ -323,7 +324,7 @@ def version():
 
 
 __all__ = [
-    "Engine", "Memory", "Segment", "Batch", "TaskStatus", "Region", "Notification",
+    "Engine", "Memory", "Segment", "Batch", "BatchTelemetry", "TaskStatus", "Region", "Notification",
     "Op", "READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE", "NOTIFY_MAX",
     "TaskState", "PENDING", "COMPLETED", "FAILED", "CANCELED", "TIMEOUT", "Status",
     "Error", "InvalidParamError", "NoMemoryError", "RegionError", "NotFoundError",

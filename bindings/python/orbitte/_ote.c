@@ -113,7 +113,7 @@ typedef struct {
 } BatchObject;
 
 static PyTypeObject EngineType, MemoryType, SegmentType, BatchType;
-static PyTypeObject TaskStatusType, RegionType, NotificationType;
+static PyTypeObject TaskStatusType, RegionType, NotificationType, BatchTelemetryType;
 
 static PyStructSequence_Field task_status_fields[] = {
     {"state", "the task's state: PENDING, COMPLETED, FAILED, CANCELED or TIMEOUT"},
@@ -135,6 +135,19 @@ static PyStructSequence_Field notification_fields[] = {
 static PyStructSequence_Desc notification_desc = {"orbitte.Notification",
                                                   "A received notification.",
                                                   notification_fields, 2};
+
+static PyStructSequence_Field batch_telemetry_fields[] = {
+    {"start_us", "first submit, microseconds since the Unix epoch (0 before any)"},
+    {"post_ns", "nanoseconds spent inside the batch's submit calls"},
+    {"xfer_ns", "nanoseconds from the first submit to the end of the last task that ended"},
+    {"bytes", "bytes transferred by the tasks that ended"},
+    {"requests", "requests submitted"},
+    {"ended", "of which ended (any state)"},
+    {"completed", "of which COMPLETED"},
+    {NULL, NULL}};
+static PyStructSequence_Desc batch_telemetry_desc = {
+    "orbitte.BatchTelemetry", "What a batch did so far (ote_batch_telemetry).",
+    batch_telemetry_fields, 7};
 
 static int engine_check(EngineObject *eo)
 {
@@ -1422,6 +1435,42 @@ static PyObject *Batch_status(BatchObject *b, PyObject *args)
     }
 }
 
+static PyObject *Batch_telemetry(BatchObject *b, PyObject *unused)
+{
+    ote_batch_telemetry_t t = {.version = OTE_BATCH_TELEMETRY_VERSION};
+    uint64_t v[7];
+    ote_status_t st;
+    PyObject *o;
+    int k;
+
+    (void)unused;
+    if (batch_check(b) < 0)
+        return NULL;
+    st = ote_batch_telemetry(b->batch, &t);
+    if (st != OTE_OK)
+        return raise_status(st, "Batch.telemetry()");
+    v[0] = t.start_us;
+    v[1] = t.post_ns;
+    v[2] = t.xfer_ns;
+    v[3] = t.bytes;
+    v[4] = t.requests;
+    v[5] = t.ended;
+    v[6] = t.completed;
+    o = PyStructSequence_New(&BatchTelemetryType);
+    if (o == NULL)
+        return NULL;
+    for (k = 0; k < 7; k++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(v[k]);
+
+        if (x == NULL) {
+            Py_DECREF(o);
+            return NULL;
+        }
+        PyStructSequence_SetItem(o, k, x);
+    }
+    return o;
+}
+
 static PyObject *Batch_notify_status(BatchObject *b, PyObject *args)
 {
     Py_ssize_t task;
@@ -1533,6 +1582,10 @@ static PyMethodDef Batch_methods[] = {
      "after timeout seconds."},
     {"cancel", (PyCFunction)Batch_cancel, METH_VARARGS,
      "cancel(task)\n--\n\nCancel a task; it ends CANCELED once no posted slice can still land."},
+    {"telemetry", (PyCFunction)Batch_telemetry, METH_NOARGS,
+     "telemetry()\n--\n\nBatchTelemetry(start_us, post_ns, xfer_ns, bytes, requests, ended, "
+     "completed): what the batch did so far (ote_batch_telemetry); never blocks. Final once "
+     "ended == requests, until the next submit (the figures add up over submits)."},
     {"release", (PyCFunction)Batch_release, METH_NOARGS,
      "release()\n--\n\nRelease the batch; tasks in flight drain first. Idempotent; "
      "does nothing once the engine is closed (the engine released it)."},
@@ -1670,7 +1723,8 @@ PyMODINIT_FUNC PyInit__ote(void)
         goto fail;
     if (PyStructSequence_InitType2(&TaskStatusType, &task_status_desc) < 0 ||
         PyStructSequence_InitType2(&RegionType, &region_desc) < 0 ||
-        PyStructSequence_InitType2(&NotificationType, &notification_desc) < 0)
+        PyStructSequence_InitType2(&NotificationType, &notification_desc) < 0 ||
+        PyStructSequence_InitType2(&BatchTelemetryType, &batch_telemetry_desc) < 0)
         goto fail;
     Py_INCREF(&TaskStatusType);
     PyModule_AddObject(m, "TaskStatus", (PyObject *)&TaskStatusType);
@@ -1678,6 +1732,8 @@ PyMODINIT_FUNC PyInit__ote(void)
     PyModule_AddObject(m, "Region", (PyObject *)&RegionType);
     Py_INCREF(&NotificationType);
     PyModule_AddObject(m, "Notification", (PyObject *)&NotificationType);
+    Py_INCREF(&BatchTelemetryType);
+    PyModule_AddObject(m, "BatchTelemetry", (PyObject *)&BatchTelemetryType);
 
     PyModule_AddIntConstant(m, "READ", OTE_OP_READ);
     PyModule_AddIntConstant(m, "WRITE", OTE_OP_WRITE);

@@ -19,6 +19,15 @@ class TaskStatus(tuple):
     error: int
     transferred: int
 
+class BatchTelemetry(tuple):
+    start_us: int
+    post_ns: int
+    xfer_ns: int
+    bytes: int
+    requests: int
+    ended: int
+    completed: int
+
 class Region(tuple):
     addr: int
     length: int
@@ -61,6 +70,7 @@ class Batch:
     def notify_status(self, task: int) -> int: ...
     def wait(self, timeout: Optional[float] = ...) -> int: ...
     def cancel(self, task: int) -> None: ...
+    def telemetry(self) -> BatchTelemetry: ...
     def release(self) -> None: ...
     def __enter__(self) -> "Batch": ...
     def __exit__(self, *exc: Any) -> bool: ...

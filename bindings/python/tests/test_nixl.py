@@ -239,10 +239,16 @@ def test_transfer_notification_once(pair, op):
     assert (t.totalBytes, t.descCount) == (n * half, n)
     assert t.startTime > 0 and 0 < t.postDuration <= t.xferDuration
     assert a.query_xfer_backend(h) == "UCX"
-    # repost with a new notification
+    # repost with a new notification: the telemetry is the new post's, not a sum
     h_notif = b"second"
+    before_us = time.time_ns() // 1000
     assert a.transfer(h, h_notif) in ("DONE", "PROC")
+    after_us = time.time_ns() // 1000
     _done(a, h)
+    t2 = a.get_xfer_telemetry(h)
+    assert (t2.totalBytes, t2.descCount) == (n * half, n)
+    assert before_us <= t2.startTime <= after_us and t2.startTime >= t.startTime
+    assert 0 < t2.postDuration <= t2.xferDuration
     _wait(lambda: b.check_remote_xfer_done(a.name, b"sec"), "the second notification")
     assert not b.check_remote_xfer_done(a.name, b"sec")
     a.release_xfer_handle(h)

@@ -237,16 +237,32 @@ class _Xfer:
         self.first = 0
         self.has_notif = False
         self.state = None             # None: never posted; IN_PROG; SUCCESS; or an exception
-        self.t0 = 0
         self.start_us = 0
         self.post_us = 0
         self.xfer_us = 0
+        self.tel_bytes = 0
+        self.tel_descs = 0
+
+    def take_telemetry(self, final):
+        """Copy the batch's figures (ote_batch_telemetry) into NIXL's fields."""
+        b = self.batch
+        if b is None:
+            return
+        try:
+            t = b.telemetry()
+        except orbitte.Error:
+            return
+        self.start_us = t.start_us
+        self.post_us = max(1, (t.post_ns + 999) // 1000)
+        self.tel_descs = t.requests
+        # NIXL reports the request's size while it runs, what moved once it ended
+        self.tel_bytes = t.bytes if t.ended == t.requests else self.total
+        if final:
+            self.xfer_us = max(self.post_us, (t.xfer_ns + 999) // 1000)
 
     def _finish(self, ok_or_exc):
         self.state = ok_or_exc
-        if ok_or_exc is SUCCESS:
-            us = max(1, (time.perf_counter_ns() - self.t0 + 999) // 1000)
-            self.xfer_us = max(self.post_us, us)
+        self.take_telemetry(True)
 
     def poll(self):
         """SUCCESS / IN_PROG, or raise the transfer's error. Call under lock."""
@@ -921,17 +937,17 @@ class _Core:
                 x.batch.release()
                 x.batch = None
             frames = self._frames(_md.KIND_NOTIF, x.notif) if x.notif else None
-            x.start_us = time.time_ns() // 1000
-            x.t0 = time.perf_counter_ns()
+            x.xfer_us = 0
             try:
                 if frames:
                     for f in frames[:-1]:
                         self.engine.send(seg, f)
                 if x.count == 0:
+                    # nothing for a batch to move: no batch, no durations to report
                     if frames:
                         self.engine.send(seg, frames[-1])
-                    x.post_us = max(1, (time.perf_counter_ns() - x.t0 + 999) // 1000)
-                    x.xfer_us = x.post_us
+                    x.start_us = time.time_ns() // 1000
+                    x.post_us = x.xfer_us = x.tel_bytes = x.tel_descs = 0
                     x.state = SUCCESS
                     return SUCCESS
                 b = self.engine.batch(capacity=x.count)
@@ -947,10 +963,10 @@ class _Core:
             x.batch = b
             x.has_notif = frames is not None
             x.state = IN_PROG
-            x.post_us = max(1, (time.perf_counter_ns() - x.t0 + 999) // 1000)
+            x.take_telemetry(False)
             st = x.poll()
             if st is SUCCESS:
-                x.xfer_us = x.post_us
+                x.xfer_us = x.post_us   # done within transfer(): NIXL's post-and-finish
                 self._cost(x)
             return st
 
@@ -994,7 +1010,10 @@ class _Core:
         with x.lock:
             if x.state is None:
                 raise nixlNotPostedError("the request was not posted")
-            return nixlXferTelemetry(x.start_us, x.post_us, x.xfer_us, x.total, x.count)
+            if x.state is IN_PROG:
+                x.take_telemetry(False)
+            return nixlXferTelemetry(x.start_us, x.post_us, x.xfer_us, x.tel_bytes,
+                                     x.tel_descs)
 
     def backend_of(self, h):
         return self._get(h, _Xfer).backend
