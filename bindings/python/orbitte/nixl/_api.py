@@ -28,56 +28,45 @@ def _is_tensor(obj) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-class nixl_prepped_dlist_handle:
+class _agent_handle:
+    """A handle the agent made; release() hands it back (also done when collected)."""
+
+    __slots__ = ("_handle", "_agent", "_released")
+    _release_method = ""  # the agent's method that frees this kind of handle
+
+    def __init__(self, agent, value: int):
+        self._handle = int(value)
+        self._agent = agent
+        self._released = False
+
+    def __repr__(self):
+        return f"{type(self).__name__}(0x{self._handle:x}, released={self._released})"
+
+    def release(self):
+        if not self._released:
+            getattr(self._agent, self._release_method)(self._handle)
+            self._released = True
+
+    def __del__(self):
+        if not getattr(self, "_released", True):
+            try:
+                getattr(self._agent, self._release_method)(self._handle)
+            except Exception:  # noqa: BLE001 - finalizer
+                pass
+
+
+class nixl_prepped_dlist_handle(_agent_handle):
     """A prepared descriptor list; release() frees it (also done when collected)."""
 
-    __slots__ = ("_handle", "_agent", "_released")
-
-    def __init__(self, agent, value: int):
-        self._handle = int(value)
-        self._agent = agent
-        self._released = False
-
-    def __repr__(self):
-        return f"nixl_prepped_dlist_handle(0x{self._handle:x}, released={self._released})"
-
-    def release(self):
-        if not self._released:
-            self._agent.releasedDlistH(self._handle)
-            self._released = True
-
-    def __del__(self):
-        if not getattr(self, "_released", True):
-            try:
-                self._agent.releasedDlistH(self._handle)
-            except Exception:  # noqa: BLE001 - finalizer
-                pass
+    __slots__ = ()
+    _release_method = "releasedDlistH"
 
 
-class nixl_xfer_handle:
+class nixl_xfer_handle(_agent_handle):
     """A transfer request; release() frees it, cancelling a transfer in progress."""
 
-    __slots__ = ("_handle", "_agent", "_released")
-
-    def __init__(self, agent, value: int):
-        self._handle = int(value)
-        self._agent = agent
-        self._released = False
-
-    def __repr__(self):
-        return f"nixl_xfer_handle(0x{self._handle:x}, released={self._released})"
-
-    def release(self):
-        if not self._released:
-            self._agent.releaseXferReq(self._handle)
-            self._released = True
-
-    def __del__(self):
-        if not getattr(self, "_released", True):
-            try:
-                self._agent.releaseXferReq(self._handle)
-            except Exception:  # noqa: BLE001 - finalizer
-                pass
+    __slots__ = ()
+    _release_method = "releaseXferReq"
 
 
 nixl_backend_handle = int
