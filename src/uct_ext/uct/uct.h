@@ -96,6 +96,8 @@ struct ote_uct_ep {
     size_t             inflight_bytes;
     ote_uct_rkey_t    *rkeys;
     size_t             rkeys_cap, rkeys_count;
+    int                sock_fd;     /* UCT tcp: the ep's socket, -1 unknown */
+    unsigned long      sock_ino;    /* its inode: the fd still names it   */
     struct ote_uct_ep *next, *prev; /* iface's list */
 };
 

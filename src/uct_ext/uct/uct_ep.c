@@ -5,9 +5,13 @@
 #include "base/log.h"
 #include "base/util.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Bound on waiting for UCT to finish or cancel an ep's operations. */
 #define OTE_UCT_QUIESCE_NS (2ull * 1000 * 1000 * 1000)
@@ -413,31 +417,66 @@ static void ep_link(ote_uct_ep_t *ep)
     OTE_DLIST_PUSH_FRONT(iface->eps, ep);
 }
 
-static void ep_destroy_uct(ote_uct_ep_t *ep)
+/*
+ * UCT's tcp sends a PUT's bytes through a socket of the ep. An operation
+ * ended here while still posted (timed out, the ep failed or freed) may
+ * still have bytes in the kernel's send queue: closed normally, the socket
+ * would go on retransmitting them, and they would land at the peer after
+ * the slice was retried elsewhere and its task reported, over newer bytes
+ * (a link that comes back up). Reset instead: SO_LINGER 0 makes UCT's close
+ * of the socket drop what was not sent. The socket is the one that
+ * appeared while the ep was created (ep_sock_find), still the same inode.
+ */
+static void ep_sock_abort(ote_uct_ep_t *ep)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    struct stat st;
+
+    if (ep->sock_fd < 0)
+        return;
+    if (fstat(ep->sock_fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        (unsigned long)st.st_ino == ep->sock_ino &&
+        setsockopt(ep->sock_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0)
+        ote_debug("%s: connection to %s reset: its unsent bytes are dropped", ep_tl(ep),
+                  ep->peer_name);
+    ep->sock_fd = -1;
+}
+
+static void ep_destroy_uct(ote_uct_ep_t *ep, bool abort_sock)
 {
     if (ep->ep == NULL)
         return;
     ep_forget_errors(ep);
+    if (abort_sock)
+        ep_sock_abort(ep);
     uct_ep_destroy(ep->ep);
-    ep->ep = NULL;
+    ep->ep      = NULL;
+    ep->sock_fd = -1;
 }
 
 void ote_uct_ep_fail(ote_uct_ep_t *ep, ote_status_t status)
 {
+    bool posted;
+
     if (ep->failed != OTE_OK)
         return;
     ep->failed = status;
     atomic_store(&ep->alive, false);
+    /* Before the flush: UCT's tcp ends posted PUTs there, sent or not. */
+    posted = ep->posted.head != NULL;
     ep_quiesce(ep);
     ep_end_all(ep, status);
-    ep_destroy_uct(ep);
+    ep_destroy_uct(ep, posted);
 }
 
 void ote_uct_ep_free(ote_uct_ep_t *ep)
 {
+    bool posted;
+
+    posted = ep->posted.head != NULL;
     ep_quiesce(ep);
     ep_end_all(ep, OTE_ERR_CANCELED);
-    ep_destroy_uct(ep);
+    ep_destroy_uct(ep, posted);
     rkeys_clear(ep);
     free(ep->rkeys);
     ep_unlink(ep);
@@ -452,6 +491,95 @@ static void uct_ep_destroy_(ote_tl_ep_t *tl_ep)
 
 /* ---- wire-up ------------------------------------------------------------------- */
 
+/* ---- the socket of a UCT tcp ep ------------------------------------------------ */
+
+#define EP_SOCKS_MAX 4096
+
+typedef struct {
+    int           fd;
+    unsigned long ino;
+} ep_sock_t;
+
+static bool ep_is_tcp(const ote_uct_iface_t *iface)
+{
+    return strcmp(iface->rsc.tl_name, "tcp") == 0;
+}
+
+/* This process's stream sockets (fd, inode), at most max; -1 if /proc cannot say. */
+static int socks_list(ep_sock_t *out, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    int n = 0;
+
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL && n < max) {
+        struct stat st;
+        char *end;
+        long fd = strtol(de->d_name, &end, 10);
+        int type     = 0;
+        socklen_t tl = sizeof(type);
+
+        if (*end != '\0' || end == de->d_name || fd < 0 || fd == dirfd(d))
+            continue;
+        if (fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
+            getsockopt((int)fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM)
+            continue;
+        out[n].fd  = (int)fd;
+        out[n].ino = (unsigned long)st.st_ino;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Before uct_ep_create: the sockets already there (NULL when not tcp or unknown). */
+static ep_sock_t *ep_socks_before(const ote_uct_iface_t *iface, int *n_p)
+{
+    ep_sock_t *v;
+
+    *n_p = -1;
+    if (!ep_is_tcp(iface))
+        return NULL;
+    v = malloc(sizeof(*v) * EP_SOCKS_MAX);
+    if (v != NULL)
+        *n_p = socks_list(v, EP_SOCKS_MAX);
+    return v;
+}
+
+/* After it: the one socket that appeared is the ep's; none or several: unknown. */
+static void ep_sock_find(ote_uct_ep_t *ep, ep_sock_t *before, int nb)
+{
+    ep_sock_t *now;
+    int n, found = 0;
+
+    ep->sock_fd = -1;
+    if (before == NULL || nb < 0 || nb >= EP_SOCKS_MAX)
+        goto out;
+    now = malloc(sizeof(*now) * EP_SOCKS_MAX);
+    if (now == NULL)
+        goto out;
+    n = socks_list(now, EP_SOCKS_MAX);
+    for (int i = 0; i < n && n < EP_SOCKS_MAX; i++) {
+        bool old = false;
+
+        for (int j = 0; j < nb && !old; j++)
+            old = before[j].fd == now[i].fd && before[j].ino == now[i].ino;
+        if (old)
+            continue;
+        if (found++ == 0) {
+            ep->sock_fd  = now[i].fd;
+            ep->sock_ino = now[i].ino;
+        }
+    }
+    if (found != 1)
+        ep->sock_fd = -1;
+    free(now);
+out:
+    free(before);
+}
+
 static ote_uct_ep_t *ep_new(ote_uct_iface_t *iface, const ote_tl_peer_t *peer)
 {
     ote_uct_ep_t *ep = calloc(1, sizeof(*ep));
@@ -461,6 +589,7 @@ static ote_uct_ep_t *ep_new(ote_uct_iface_t *iface, const ote_tl_peer_t *peer)
     ep->super.iface    = &iface->super;
     ep->failed         = OTE_OK;
     ep->peer_instance  = peer->instance_id;
+    ep->sock_fd        = -1;
     atomic_init(&ep->alive, true);
     snprintf(ep->peer_name, sizeof(ep->peer_name), "%s", peer->name ? peer->name : "?");
     return ep;
@@ -486,8 +615,10 @@ ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     size_t dev_len, ifa_len;
     uct_ep_params_t p;
     ote_uct_ep_t *ep;
+    ep_sock_t *before;
     ucs_status_t s;
     ote_status_t status;
+    int nb;
 
     status = peer_addr_parts(iface, OTE_TL_CONN_TO_IFACE, addr, addr_len, &dev, &dev_len, &ifa,
                              &ifa_len);
@@ -512,8 +643,11 @@ ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     p.iface      = iface->iface;
     p.dev_addr   = (const uct_device_addr_t *)dev;
     p.iface_addr = (const uct_iface_addr_t *)ifa;
-    s = uct_ep_create(&p, &ep->ep);
+    before       = ep_socks_before(iface, &nb);
+    s            = uct_ep_create(&p, &ep->ep);
+    ep_sock_find(ep, s == UCS_OK ? before : NULL, nb);
     if (s != UCS_OK) {
+        free(before);
         pthread_mutex_unlock(iface->worker_lock);
         free(ep);
         ote_debug("%s: connecting to %s: %s", tl_iface->resource.tl_name,
