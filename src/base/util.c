@@ -145,6 +145,8 @@ void ote_socket_set_keepalive(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &(unsigned){OTE_SOCKET_USER_TIMEOUT_MS},
+               sizeof(unsigned));
 }
 
 void ote_socket_abort(int fd)
