@@ -9,6 +9,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,24 @@ void ote_socket_set_linger0(int fd)
     struct linger l = {.l_onoff = 1, .l_linger = 0};
 
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+}
+
+void ote_socket_set_keepalive(int fd)
+{
+    int one = 1, idle = OTE_SOCKET_KEEPIDLE_S, intvl = OTE_SOCKET_KEEPINTVL_S,
+        cnt = OTE_SOCKET_KEEPCNT;
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
+        (ss.ss_family != AF_INET && ss.ss_family != AF_INET6))
+        return;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &(unsigned){OTE_SOCKET_USER_TIMEOUT_MS},
+               sizeof(unsigned));
 }
 
 void ote_socket_abort(int fd)

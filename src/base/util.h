@@ -84,6 +84,21 @@ ote_status_t ote_socket_set_nonblock(int fd, bool on);
 void         ote_socket_abort(int fd);
 /* The reset of ote_socket_abort for whoever closes fd later. */
 void         ote_socket_set_linger0(int fd);
+/*
+ * Dead-peer detection for a TCP connection: keepalive (idle
+ * OTE_SOCKET_KEEPIDLE_S, then probes OTE_SOCKET_KEEPINTVL_S apart) and
+ * TCP_USER_TIMEOUT (OTE_SOCKET_USER_TIMEOUT_MS: data or probes left
+ * unacknowledged that long end the connection). A connection whose peer
+ * vanished without a FIN or reset reaching us (its host or network
+ * namespace gone, a link down while it died) then fails with ETIMEDOUT,
+ * idle or with bytes queued, instead of staying open for ever. Best effort;
+ * nothing for sockets that are not TCP.
+ */
+#define OTE_SOCKET_KEEPIDLE_S       5
+#define OTE_SOCKET_KEEPINTVL_S      1
+#define OTE_SOCKET_KEEPCNT          5
+#define OTE_SOCKET_USER_TIMEOUT_MS  20000
+void         ote_socket_set_keepalive(int fd);
 
 /* First non-loopback IPv4 address of an interface that is up, else 127.0.0.1. */
 void ote_default_ip(char *buf, size_t len);

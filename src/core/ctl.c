@@ -496,6 +496,7 @@ static void ctl_accept(ote_ctl_t *ctl)
         if (fd < 0)
             return;
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){CTL_SNDBUF}, sizeof(int));
+        ote_socket_set_keepalive(fd);
         ote_sockaddr_ip((struct sockaddr *)&ss, ip, sizeof(ip));
         if (ote_auth_conn_admit(e->auth, ip) != OTE_OK) {
             close(fd);

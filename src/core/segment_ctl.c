@@ -193,6 +193,7 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
         ote_debug("segment '%s': connect: %s", seg->name, ote_status_string(status));
         return status;
     }
+    ote_socket_set_keepalive(fd);
     if (e->auth->enabled) {
         status = ctl_authenticate(seg, fd, deadline);
         if (status != OTE_OK) {

@@ -27,6 +27,8 @@ void ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd)
 
     if (iface->nodelay)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* An idle connection to a peer that vanished unheard is found and closed. */
+    ote_socket_set_keepalive(fd);
     if (iface->sndbuf) {
         v = (int)(iface->sndbuf > INT32_MAX ? INT32_MAX : iface->sndbuf);
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));

@@ -1,0 +1,226 @@
+/*
+ * Peers that vanish unheard leave no descriptors behind: an engine in
+ * namespace A exchanges data over native tcp with a peer in namespace B
+ * (each cycle its own B, joined to A's bridge by a veth pair); the peer
+ * writes into the engine's memory too, so the engine holds accepted
+ * connections of its own. Then the veth pair is deleted and the peer is
+ * killed: no FIN or reset can reach the engine. After several such cycles
+ * the engine's open descriptors (/proc/self/fd) must come back to within a
+ * small constant of the count after a clean warm-up cycle: connections to
+ * a peer that stopped answering are found (TCP keepalive) and closed.
+ *
+ * Needs root and `ip netns`; otherwise it says why and exits 77.
+ */
+#include "mp_netns.h"
+#include "mp_util.h"
+
+#include <dirent.h>
+#include <time.h>
+
+enum { CYCLES = 6, SLACK = 2 };
+
+static char ns_a[32], ns_b[32]; /* ns_b: the prefix of the per-cycle namespaces */
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    int n = 0;
+
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] != '.')
+            n++;
+    }
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+static int write_one(ote_engine_h e, ote_segment_h seg, void *local, uint64_t remote, size_t len)
+{
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
+                        .remote_addr = remote, .length = len};
+    ote_task_status_t st;
+    ote_batch_h b;
+    size_t first;
+    int state = -1;
+
+    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    if (ote_batch_submit(b, &r, 1, &first) == OTE_OK) {
+        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+        assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+        state = (int)st.state;
+    }
+    ote_batch_release(b);
+    return state;
+}
+
+/* One peer's life in namespace ns_b<c> at 10.82.0.<10+c>: traffic both ways, then its end. */
+static void cycle(ote_engine_h e, uint8_t *local, int c, bool vanish)
+{
+    char ns[48], listen[64], cmd[96];
+    const char *args[] = {"--listen", listen, "--region", "1m:rw", NULL};
+    const char *wrap[] = {"ip", "netns", "exec", ns, NULL};
+    ote_test_target_t t;
+    ote_segment_h seg;
+    unsigned seed = 40 + (unsigned)c;
+
+    snprintf(ns, sizeof(ns), "%s_%d", ns_b, c);
+    assert_int_equal(mp_cmd(false, "ip link add fdv%d type veth peer name eth0 netns %s", c, ns), 0);
+    assert_int_equal(mp_cmd(false, "ip link set fdv%d master br0", c), 0);
+    assert_int_equal(mp_cmd(false, "ip link set fdv%d up", c), 0);
+    assert_int_equal(mp_cmd(false, "ip -n %s addr add 10.82.0.%d/24 dev eth0", ns, 10 + c), 0);
+    assert_int_equal(mp_cmd(false, "ip -n %s link set eth0 up", ns), 0);
+    assert_int_equal(mp_cmd(false, "ip -n %s link set lo up", ns), 0);
+    {
+        /* Until the new link reports its carrier (bounded: 10 s). */
+        const char *wait[] = {"ip", "netns", "exec", ns, "sh", "-c",
+                              "for i in $(seq 100); do grep -q up /sys/class/net/eth0/operstate "
+                              "&& exit 0; sleep 0.1; done; exit 1", NULL};
+
+        assert_int_equal(mp_run(wait, false), 0);
+    }
+    snprintf(listen, sizeof(listen), "10.82.0.%d:%u", 10 + c, 20000u + (unsigned)c);
+    assert_int_equal(ote_test_target_start(&t, wrap, args), 0);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    ote_test_fill(local, 0, 65536, seed);
+    assert_int_equal(write_one(e, seg, local, t.addr[0], 65536), OTE_TASK_COMPLETED);
+    snprintf(cmd, sizeof(cmd), "check 0 0 65536 %u", seed);
+    assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 10000), 0);
+    /* The peer writes into this engine's memory: connections this engine accepted. */
+    snprintf(cmd, sizeof(cmd), "push 0 %llx 65536 %u",
+             (unsigned long long)(uintptr_t)(local + 65536), seed);
+    assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 20000), 0);
+    /* Every byte acknowledged (delayed ACKs too): the connections are idle now. */
+    usleep(500 * 1000);
+    if (vanish) {
+        /* Cut off first: whatever its kernel sends as it dies reaches nobody. */
+        assert_int_equal(mp_cmd(false, "ip link del fdv%d", c), 0);
+        ote_test_target_kill(&t);
+    } else {
+        ote_test_target_stop(&t);
+        mp_cmd(false, "ip link del fdv%d", c);
+    }
+    ote_segment_close(seg);
+}
+
+static void test_vanished_peers(void **state)
+{
+    ote_engine_h e;
+    ote_mem_h mem;
+    uint8_t *local;
+    int base, now = 0;
+
+    (void)state;
+    /* The bridge takes a moment to report its carrier. */
+    for (int i = 0; i < 100; i++) {
+        char st[16] = "";
+        FILE *f = fopen("/sys/class/net/br0/operstate", "r");
+
+        if (f != NULL) {
+            if (fgets(st, sizeof(st), f) == NULL)
+                st[0] = '\0';
+            fclose(f);
+        }
+        if (strncmp(st, "up", 2) == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    setenv("OTE_TLS", "tcp", 1);
+    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    e = ote_test_engine("10.82.0.1:0");
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&local,
+                                   &mem), OTE_OK);
+    /* Warm-up: a peer that exits cleanly, its connections closed by its FINs. */
+    cycle(e, local, 0, false);
+    usleep(500 * 1000);
+    base = count_fds();
+    for (int c = 1; c <= CYCLES; c++)
+        cycle(e, local, c, true);
+    /* Keepalive finds the dead connections within seconds; allow a generous bound. */
+    for (int i = 0; i < 600; i++) {
+        now = count_fds();
+        if (now <= base + SLACK)
+            break;
+        usleep(100 * 1000);
+    }
+    if (now > base + SLACK) {
+        const char *ss[] = {"ss", "-tanoe", NULL};
+
+        fprintf(stderr, "%d descriptors after a clean warm-up, %d after %d peers vanished\n",
+                base, now, CYCLES);
+        mp_run(ss, false);
+    }
+    assert_true(now <= base + SLACK);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+}
+
+/* ---- parent: namespaces -------------------------------------------------------- */
+
+static void netns_delete(void)
+{
+    mp_cmd(true, "ip netns del %s", ns_a);
+    for (int c = 0; c <= CYCLES; c++)
+        mp_cmd(true, "ip netns del %s_%d", ns_b, c);
+}
+
+static void on_signal(int sig)
+{
+    netns_delete();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int parent(const char *self)
+{
+    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", ns_a, ns_b, NULL};
+    int rc = mp_netns_add_first("mp_fd_vanish_netns", ns_a);
+
+    if (rc != 0)
+        return rc;
+    atexit(netns_delete);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    for (int c = 0; c <= CYCLES; c++) {
+        if (mp_cmd(false, "ip netns add %s_%d", ns_b, c) != 0) {
+            printf("mp_fd_vanish_netns: skipped: cannot add namespaces\n");
+            return 77;
+        }
+    }
+    /* A bridge (10.82.0.1) that keeps its carrier through a port of its own. */
+    if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link add br0 type bridge", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link add keep0 type veth peer name keep1", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set keep0 master br0", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set keep0 up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set keep1 up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s addr add 10.82.0.1/24 dev br0", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set br0 up", ns_a) != 0) {
+        printf("mp_fd_vanish_netns: skipped: cannot set up the bridge\n");
+        return 77;
+    }
+    return mp_run(child, false);
+}
+
+int main(int argc, char **argv)
+{
+    char path[4096];
+    const char *self;
+
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (mp_netns_child(argc, argv, ns_a, sizeof(ns_a), ns_b, sizeof(ns_b))) {
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_vanished_peers),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    }
+    snprintf(ns_a, sizeof(ns_a), "ote_fdv_a%u", (unsigned)getpid() % 100000u);
+    snprintf(ns_b, sizeof(ns_b), "ote_fdv_b%u", (unsigned)getpid() % 100000u);
+    self = mp_netns_self(path, sizeof(path));
+    return self != NULL ? parent(self) : 1;
+}

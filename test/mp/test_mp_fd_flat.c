@@ -1,0 +1,155 @@
+/*
+ * Open descriptors stay flat across peer restarts: a long-lived engine
+ * writes to a peer that is killed (kill -9 or a clean exit) and restarted
+ * under the same name many times, reopening its segment each time, over
+ * each transport; its count of open descriptors (/proc/self/fd) after the
+ * last cycle is within a small constant of the count after the first.
+ */
+#include "mp_util.h"
+
+#include <dirent.h>
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    int n = 0;
+
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] != '.')
+            n++;
+    }
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+/* One WRITE of len bytes of seed's pattern; the task's final state, or -1 if refused at submit. */
+static int write_one(ote_engine_h e, ote_segment_h seg, void *local, uint64_t remote, size_t len)
+{
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
+                        .remote_addr = remote, .length = len};
+    ote_task_status_t st;
+    ote_batch_h b;
+    size_t first;
+    int state = -1;
+
+    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    if (ote_batch_submit(b, &r, 1, &first) == OTE_OK) {
+        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+        assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+        state = (int)st.state;
+    }
+    ote_batch_release(b);
+    return state;
+}
+
+static void restart_cycles(const char *tls)
+{
+    enum { CYCLES = 12, SLACK = 4 };
+    char listen[64];
+    const char *args[] = {"--listen", listen, "--region", "1m:rw", NULL};
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    int after_first = -1, now = -1;
+
+    setenv("OTE_TLS", tls, 1);
+    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", mp_free_port());
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&local,
+                                   &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    for (int c = 0; c <= CYCLES; c++) {
+        int restarted = -1;
+        unsigned seed = 20 + (unsigned)c;
+        char cmd[64];
+
+        ote_test_fill(local, 0, 65536, seed);
+        assert_int_equal(write_one(e, seg, local, t.addr[0], 65536), OTE_TASK_COMPLETED);
+        snprintf(cmd, sizeof(cmd), "check 0 0 65536 %u", seed);
+        assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 10000), 0);
+        /* The peer writes into this engine's memory too (its own rails to us). */
+        snprintf(cmd, sizeof(cmd), "push 0 %llx 65536 %u",
+                 (unsigned long long)(uintptr_t)(local + 65536), seed);
+        assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 20000), 0);
+        if (c == 1)
+            after_first = count_fds();
+        if (c == CYCLES)
+            break;
+        /* The peer goes away (kill -9 or a clean exit) and comes back under the same name. */
+        if (c % 2 == 0)
+            ote_test_target_kill(&t);
+        else
+            ote_test_target_stop(&t);
+        /* Writes towards the dead instance fail (connections refused or gone). */
+        assert_true(write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
+        /* Opening and reopening towards the dead instance fail, and leave nothing open. */
+        for (int k = 0; k < 3; k++) {
+            ote_segment_h dead = NULL;
+
+            assert_true(ote_segment_reopen(seg, &restarted) != OTE_OK);
+            assert_true(ote_segment_open(e, t.name, &dead) != OTE_OK);
+        }
+        assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+        if (c % 4 < 2) {
+            assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+            assert_int_equal(restarted, 1);
+        } else {
+            /* A segment closed while its rails' peer was gone, and a fresh one. */
+            ote_segment_close(seg);
+            assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+        }
+    }
+    now = count_fds();
+    if (now > after_first + SLACK)
+        fprintf(stderr, "OTE_TLS=%s: %d descriptors after the first restart, %d after %d\n", tls,
+                after_first, now, CYCLES);
+    assert_true(now <= after_first + SLACK);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&t);
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+}
+
+static void test_fd_flat_uct_tcp(void **state)
+{
+    (void)state;
+    restart_cycles("uct_tcp");
+}
+
+static void test_fd_flat_tcp(void **state)
+{
+    (void)state;
+    restart_cycles("tcp");
+}
+
+static void test_fd_flat_tcp_shm(void **state)
+{
+    (void)state;
+    restart_cycles("tcp,shm");
+}
+
+static void test_fd_flat_tcp_cma(void **state)
+{
+    (void)state;
+    restart_cycles("tcp,cma");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fd_flat_uct_tcp),
+        cmocka_unit_test(test_fd_flat_tcp),
+        cmocka_unit_test(test_fd_flat_tcp_shm),
+        cmocka_unit_test(test_fd_flat_tcp_cma),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
