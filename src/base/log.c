@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int ote_log_level_current = OTE_LOG_WARN;
+_Atomic int ote_log_level_current = OTE_LOG_WARN;
 
 static const char *const level_names[] = {"none", "error", "warn", "info", "debug", "trace"};
 
@@ -24,7 +24,7 @@ int ote_log_level_parse(const char *s)
 
 void ote_log_set_level(int level)
 {
-    ote_log_level_current = level;
+    atomic_store_explicit(&ote_log_level_current, level, memory_order_relaxed);
 }
 
 void ote_log_emit(int level, const char *file, int line, const char *fmt, ...)

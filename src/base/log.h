@@ -2,6 +2,8 @@
 #ifndef OTE_BASE_LOG_H
 #define OTE_BASE_LOG_H
 
+#include <stdatomic.h>
+
 typedef enum {
     OTE_LOG_NONE = 0,
     OTE_LOG_ERROR,
@@ -11,7 +13,8 @@ typedef enum {
     OTE_LOG_TRACE,
 } ote_log_level_t;
 
-extern int ote_log_level_current;
+/* Set by every engine that is created, read by every thread that logs. */
+extern _Atomic int ote_log_level_current;
 
 /* Parse "error", "warn", "info", "debug", "trace", "none"; -1 if unknown. */
 int  ote_log_level_parse(const char *s);
@@ -21,7 +24,8 @@ void ote_log_emit(int level, const char *file, int line, const char *fmt, ...)
 
 #define ote_log(_lvl, ...)                                                 \
     do {                                                                   \
-        if ((_lvl) <= ote_log_level_current)                               \
+        if ((_lvl) <= atomic_load_explicit(&ote_log_level_current,       \
+                                           memory_order_relaxed))         \
             ote_log_emit((_lvl), __FILE__, __LINE__, __VA_ARGS__);         \
     } while (0)
 
