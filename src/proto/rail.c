@@ -206,6 +206,13 @@ bool ote_proto_slice_end(ote_slice_t *s, ote_status_t status, uint64_t now)
                      r->iface->resource.dev_name);
         }
     } else if (rail_failed) {
+        /*
+         * The rail reached the peer when it was built: a connection it
+         * cannot make again now (no route while a link is down) lost the
+         * peer for a while, it is no configuration that cannot reach.
+         */
+        if (status == OTE_ERR_UNREACHABLE)
+            status = OTE_ERR_REMOTE_DISCONNECT;
         atomic_fetch_add(&sp->errors, 1);
         sp->last_error = status;
         rail_pause(r, now);
@@ -308,19 +315,15 @@ ote_status_t ote_proto_rails_last_error(const ote_rail_set_t *set)
 ote_status_t ote_proto_rails_idle_status(const ote_rail_set_t *set)
 {
     ote_status_t last = ote_proto_rails_last_error(set);
-    bool port_down    = false;
 
     if (last != OTE_OK)
         return ote_proto_peer_lost_status(last);
-    for (size_t i = 0; i < set->num_rails && !port_down; i++) {
-        ote_rail_spray_t *sp = &set->rails[i]->spray;
-
-        pthread_mutex_lock(&sp->lock);
-        port_down = sp->link_down;
-        pthread_mutex_unlock(&sp->lock);
-    }
-    /* Only this host's ports keep it from the peer; else the peer stopped answering. */
-    return port_down ? OTE_ERR_UNREACHABLE : OTE_ERR_REMOTE_DISCONNECT;
+    /*
+     * None failed: its rails wait for their ports (a link down here or at
+     * the peer) or the peer stopped answering. Both pass; neither is a
+     * configuration that cannot reach.
+     */
+    return OTE_ERR_REMOTE_DISCONNECT;
 }
 
 bool ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now)
