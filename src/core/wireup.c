@@ -600,7 +600,13 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
                          iface->resource.tl_name, iface->resource.dev_name,
                          ote_status_string(status));
             r->ep = NULL;
-            last  = status;
+            /*
+             * A transport that reaches the peer by configuration and failed
+             * now (refused, timed out: the peer is away) says more than one
+             * that never reaches it: UNREACHABLE only when all are of those.
+             */
+            if (status != OTE_ERR_UNREACHABLE || last == OTE_ERR_UNREACHABLE)
+                last = status;
             links_down = links_down || iface_link_down(e, iface);
             continue;
         }
