@@ -211,9 +211,6 @@ void ote_task_slice_end(ote_slice_t *s, ote_status_t status)
 
     ote_obs_slice_end(t->batch->engine->obs, s, s->rail, status, false, &t->obs_tl);
     (void)ote_proto_slice_end(s, status, ote_time_ns());
-    /* A rail that reached the peer and cannot now: the peer is lost for a while (rail.c). */
-    if (bound && status == OTE_ERR_UNREACHABLE)
-        status = OTE_ERR_REMOTE_DISCONNECT;
     /* Its room on the rail is free: slices waiting may go (the task holds the segment). */
     if (bound)
         ote_segment_spray(t->segment, NULL, NULL, false);
@@ -244,9 +241,6 @@ void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
         ote_segment_spray(t->segment, s, s, false);
         return;
     }
-    /* A rail that reached the peer and cannot now: the peer is lost for a while (rail.c). */
-    if (from != NULL && status == OTE_ERR_UNREACHABLE)
-        status = OTE_ERR_REMOTE_DISCONNECT;
     if (from != NULL)
         ote_segment_spray(t->segment, NULL, NULL, false);
     task_slice_count(s, status);

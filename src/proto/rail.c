@@ -206,13 +206,6 @@ bool ote_proto_slice_end(ote_slice_t *s, ote_status_t status, uint64_t now)
                      r->iface->resource.dev_name);
         }
     } else if (rail_failed) {
-        /*
-         * The rail reached the peer when it was built: a connection it
-         * cannot make again now (no route while a link is down) lost the
-         * peer for a while, it is no configuration that cannot reach.
-         */
-        if (status == OTE_ERR_UNREACHABLE)
-            status = OTE_ERR_REMOTE_DISCONNECT;
         atomic_fetch_add(&sp->errors, 1);
         sp->last_error = status;
         rail_pause(r, now);
