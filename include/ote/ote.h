@@ -31,14 +31,22 @@ extern "C" {
  * A peer's failures, as transfers see them, whatever the timing:
  * - OTE_ERR_UNREACHABLE says only that no configured transport can reach
  *   both memories (OTE_TLS leaves out every transport that could, a memory
- *   type no transport of either side touches, this host's ports are down):
- *   a configuration to change, not a peer to give up on. A segment that
- *   opened never fails a request UNREACHABLE because its peer died.
+ *   type no transport of either side touches, no device OTE_NET_DEVICES
+ *   names exists): a configuration to change, not a peer to give up on. A
+ *   segment that opened never fails a request UNREACHABLE because its peer
+ *   died or a link went down, and a link down never fails an open so.
  * - A peer that stopped answering (killed, crashed, its host or link gone,
  *   while busy or idle) ends tasks with OTE_ERR_REMOTE_DISCONNECT (its
  *   connections were reset or refused) or OTE_ERR_TIMEOUT (no answer within
  *   OTE_XFER_TIMEOUT_MS or OTE_CONNECT_TIMEOUT_MS), tasks in flight and
  *   tasks submitted afterwards alike.
+ * - A link that is down (this host's port or interface down or without
+ *   carrier, or the peer's end of it gone) passes: tasks submitted while
+ *   every rail of the segment waits for its port end at once with
+ *   OTE_ERR_REMOTE_DISCONNECT (their rails are probed again once a port is
+ *   up; submit again then), tasks in flight as above. ote_segment_open()
+ *   while every link that would reach the peer is down waits up to
+ *   OTE_CONNECT_TIMEOUT_MS for one to come up, then fails OTE_ERR_TIMEOUT.
  * - OTE_ERR_PEER_RESTARTED once the engine has seen a new instance behind
  *   the segment's name (ote_segment_reopen() binds the segment to it).
  */
@@ -233,7 +241,10 @@ typedef struct {
  * engine holds the name, OTE_ERR_STORE_UNAVAILABLE when the store does not
  * answer, OTE_ERR_AUTH when the descriptor's HMAC is missing or wrong under
  * OTE_AUTH_KEY. ote_segment_refresh() and ote_segment_reopen() read the
- * store again the same way.
+ * store again the same way. OTE_ERR_UNREACHABLE when no configured
+ * transport reaches the peer; when the links that would reach it are down
+ * here, the connections wait up to OTE_CONNECT_TIMEOUT_MS for one to come
+ * up and the open fails OTE_ERR_TIMEOUT if none does (a link that passes).
  *
  * "file:///abs/path" opens a local file instead (an existing regular file,
  * absolute path): read-write where permitted, else read-only. Its one

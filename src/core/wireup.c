@@ -12,8 +12,13 @@
 #include "proto/putback.h"
 #include "proto/stage.h"
 
+#include <net/if.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 static bool scope_reaches(const ote_tl_caps_t *caps, bool same_host, bool same_engine)
 {
@@ -491,20 +496,59 @@ static int cand_cmp(const void *a, const void *b)
     return x->worker < y->worker ? -1 : x->worker > y->worker;
 }
 
+/* A network interface of this host that is not up or has no carrier (IFF_UP, IFF_RUNNING). */
+static bool netdev_down(const char *dev)
+{
+    struct ifreq ifr;
+    bool down = false;
+    int fd;
+
+    if (dev == NULL || strlen(dev) >= sizeof(ifr.ifr_name))
+        return false;
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, dev, strlen(dev));
+    /* A device that is no network interface (an RDMA port's name) is not asked here. */
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) == 0)
+        down = (ifr.ifr_flags & (IFF_UP | IFF_RUNNING)) != (IFF_UP | IFF_RUNNING);
+    close(fd);
+    return down;
+}
+
+/*
+ * The link of a network iface is down here (its port or interface is down,
+ * it lost its carrier, the engine saw its transport go): a transient state,
+ * not a configuration that cannot reach.
+ */
+static bool iface_link_down(ote_engine_h e, const ote_tl_iface_t *iface)
+{
+    if (!iface->resource.is_network)
+        return false;
+    return ote_engine_iface_gone(e, iface) ||
+           ote_engine_rdma_port_down(e, iface->resource.dev_name) ||
+           netdev_down(iface->resource.dev_name);
+}
+
 /*
  * Build the rails to a peer: one per local worker iface whose transport the
  * peer offers and whose scope reaches it (same process, same host including
  * its network namespace, or network). Intra-host first, then checked, then
  * fastest; a rail that would never be chosen next to ones built already is
- * not connected.
+ * not connected. *links_down_p: no rail was built and an iface that might
+ * have reached the peer has its link down.
  */
-ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
+static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bool *links_down_p)
 {
     ote_engine_h e   = seg->engine;
     bool same_engine = d->instance_id == e->instance_id;
     ote_status_t last = OTE_ERR_UNREACHABLE;
+    bool links_down  = false;
     rail_cand_t *cand;
     size_t ncand = 0, n = 0;
+
+    *links_down_p = false;
 
     seg->same_host = strcmp(d->host_id, e->host_id) == 0;
     cand = calloc(e->num_workers * OTE_MAX_IFACES, sizeof(*cand));
@@ -519,8 +563,11 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
             c->iface  = wk->ifaces[i];
             c->worker = w;
             c->iface->ops->query(c->iface, &c->caps);
-            if (scope_reaches(&c->caps, seg->same_host, same_engine) &&
-                !ote_engine_iface_gone(e, c->iface))
+            if (!scope_reaches(&c->caps, seg->same_host, same_engine))
+                continue;
+            if (ote_engine_iface_gone(e, c->iface))
+                links_down = true; /* its transport left with its link: it may come back */
+            else
                 ncand++;
         }
     }
@@ -553,7 +600,14 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
                          iface->resource.tl_name, iface->resource.dev_name,
                          ote_status_string(status));
             r->ep = NULL;
-            last  = status;
+            /*
+             * A transport that reaches the peer by configuration and failed
+             * now (refused, timed out: the peer is away) says more than one
+             * that never reaches it: UNREACHABLE only when all are of those.
+             */
+            if (status != OTE_ERR_UNREACHABLE || last == OTE_ERR_UNREACHABLE)
+                last = status;
+            links_down = links_down || iface_link_down(e, iface);
             continue;
         }
         ote_debug("segment '%s': rail %zu on %s/%s (worker %zu)", seg->name, n,
@@ -573,10 +627,38 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
     }
     seg->rail_set.num_rails = n;
     if (n == 0) {
-        ote_error("segment '%s': no transport reaches it", seg->name);
+        *links_down_p = links_down;
+        if (!links_down)
+            ote_error("segment '%s': no transport reaches it", seg->name);
         return last;
     }
     return OTE_OK;
+}
+
+ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
+{
+    ote_engine_h e    = seg->engine;
+    uint64_t deadline = ote_time_ns() + (uint64_t)e->config.connect_timeout_ms * 1000000ull;
+    bool links_down;
+    ote_status_t status;
+
+    /*
+     * No rail only because this host's links are down (a port, a carrier,
+     * a transport gone with its interface): that is transient, not a
+     * configuration that cannot reach. Wait for a link to come back, up to
+     * OTE_CONNECT_TIMEOUT_MS, then OTE_ERR_TIMEOUT; never UNREACHABLE.
+     */
+    for (;;) {
+        status = wireup_build_once(seg, d, &links_down);
+        if (status == OTE_OK || !links_down)
+            return status;
+        if (ote_time_ns() >= deadline)
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000000L}, NULL);
+    }
+    ote_error("segment '%s': the links that reach it are down here; none came back within "
+              "OTE_CONNECT_TIMEOUT_MS (%ld ms)", seg->name, (long)e->config.connect_timeout_ms);
+    return OTE_ERR_TIMEOUT;
 }
 
 

@@ -306,9 +306,8 @@ ote_status_t ote_proto_rails_last_error(const ote_rail_set_t *set);
  * What a slice that none of set's rails may carry (all paused) ends with,
  * when it was never posted: the peer's side of the last failure of a rail
  * (ote_proto_peer_lost_status: REMOTE_DISCONNECT or TIMEOUT, ...); with
- * none recorded, UNREACHABLE when a rail waits for its port to come up
- * (this host's link is down), else REMOTE_DISCONNECT. Never UNREACHABLE
- * for a peer that stopped answering.
+ * none recorded (a rail waits for its port to come up, or the peer stopped
+ * answering), REMOTE_DISCONNECT. Never UNREACHABLE: a link down passes.
  */
 ote_status_t ote_proto_rails_idle_status(const ote_rail_set_t *set);
 /*

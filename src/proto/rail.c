@@ -308,19 +308,15 @@ ote_status_t ote_proto_rails_last_error(const ote_rail_set_t *set)
 ote_status_t ote_proto_rails_idle_status(const ote_rail_set_t *set)
 {
     ote_status_t last = ote_proto_rails_last_error(set);
-    bool port_down    = false;
 
     if (last != OTE_OK)
         return ote_proto_peer_lost_status(last);
-    for (size_t i = 0; i < set->num_rails && !port_down; i++) {
-        ote_rail_spray_t *sp = &set->rails[i]->spray;
-
-        pthread_mutex_lock(&sp->lock);
-        port_down = sp->link_down;
-        pthread_mutex_unlock(&sp->lock);
-    }
-    /* Only this host's ports keep it from the peer; else the peer stopped answering. */
-    return port_down ? OTE_ERR_UNREACHABLE : OTE_ERR_REMOTE_DISCONNECT;
+    /*
+     * None failed: its rails wait for their ports (a link down here or at
+     * the peer) or the peer stopped answering. Both pass; neither is a
+     * configuration that cannot reach.
+     */
+    return OTE_ERR_REMOTE_DISCONNECT;
 }
 
 bool ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now)

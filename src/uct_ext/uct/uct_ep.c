@@ -652,7 +652,13 @@ ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
         free(ep);
         ote_debug("%s: connecting to %s: %s", tl_iface->resource.tl_name,
                   peer->name ? peer->name : "?", ucs_status_string(s));
-        return ote_uct_status(s);
+        status = ote_uct_status(s);
+        /*
+         * The iface said it reaches that address: UCX's UNREACHABLE here is
+         * a connect that failed now (refused: nothing listens there, no
+         * route while a link is down), as the native tcp says NOT_FOUND.
+         */
+        return status == OTE_ERR_UNREACHABLE ? OTE_ERR_NOT_FOUND : status;
     }
     ep->connected = true;
     ep_link(ep);

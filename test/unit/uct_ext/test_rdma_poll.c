@@ -242,8 +242,9 @@ static ote_rail_info_t rail0(ote_segment_h seg)
 }
 
 /*
- * A port down pauses the rails on its device: a transfer finds no rail;
- * the port up, the rail is probed by the next transfer and carries again.
+ * A port down pauses the rails on its device: a transfer finds no rail and
+ * ends REMOTE_DISCONNECT (a link down passes; never UNREACHABLE, which is
+ * for configurations that cannot reach); the port up, the rail is probed by the next transfer and carries again.
  * (A tcp rail stands in for an RDMA one: no RDMA device here.)
  */
 static void test_port_event_pauses_rails(void **state)
@@ -273,7 +274,7 @@ static void test_port_event_pauses_rails(void **state)
     assert_int_equal(ote_test_xfer(e, seg, OTE_OP_WRITE, local, (uintptr_t)remote, len, 20000,
                                    &st), OTE_OK);
     assert_int_equal(st.state, OTE_TASK_FAILED);
-    assert_int_equal(st.error, OTE_ERR_UNREACHABLE);
+    assert_int_equal(st.error, OTE_ERR_REMOTE_DISCONNECT);
     assert_int_equal(rail0(seg).state, OTE_RAIL_COOLING);
 
     ote_engine_rdma_port_event(e, dev, true);

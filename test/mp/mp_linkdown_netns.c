@@ -1,0 +1,298 @@
+/*
+ * A link that is down is transient, not a configuration that cannot reach.
+ * Network namespaces A and B joined by a control link (ctl, 10.82.9.0/24:
+ * the target's name and descriptor travel there) and two data rails, rail0
+ * and rail1 (10.82.0.0/24, 10.82.1.0/24), made and deleted here; the tcp
+ * transport uses the rails alone (OTE_NET_DEVICES=rail0,rail1). With both
+ * rails of A down (the engine sees its ports go):
+ *
+ *   - WRITEs on an open segment, with and without a notification, end with
+ *     OTE_ERR_REMOTE_DISCONNECT or OTE_ERR_TIMEOUT, never UNREACHABLE, and
+ *     the notification is not delivered (its status says why, the same way);
+ *   - a new segment to the same peer (its descriptor fetched over ctl)
+ *     fails with OTE_ERR_TIMEOUT after OTE_CONNECT_TIMEOUT_MS, never
+ *     UNREACHABLE;
+ *
+ * and with the rails up again the open segment and a newly opened one
+ * carry WRITEs whose bytes the target verifies.
+ *
+ * Needs root and `ip netns`; otherwise it says why and exits 77.
+ */
+#include "core/engine.h"
+#include "base/util.h"
+#include "mp_netns.h"
+#include "mp_util.h"
+#include "testlib.h"
+
+#include <ote/ote.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define REGION (16u << 20)
+#define TASK   (1u << 20)
+#define NTASKS 8
+
+static char ns_a[32], ns_b[32];
+
+static void netns_delete(void)
+{
+    mp_cmd(true, "ip netns del %s", ns_a);
+    mp_cmd(true, "ip netns del %s", ns_b);
+}
+
+static void on_signal(int sig)
+{
+    netns_delete();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* One veth pair name (otl<id>a<k>/b<k>) into A and B as dev, with 10.82.<net>.1 and .2. */
+static int link_add(unsigned id, int k, const char *dev, int net)
+{
+    if (mp_cmd(false, "ip link add otl%ua%d type veth peer name otl%ub%d", id, k, id, k) != 0 ||
+        mp_cmd(false, "ip link set otl%ua%d netns %s", id, k, ns_a) != 0 ||
+        mp_cmd(false, "ip link set otl%ub%d netns %s", id, k, ns_b) != 0 ||
+        mp_cmd(false, "ip -n %s link set otl%ua%d name %s", ns_a, id, k, dev) != 0 ||
+        mp_cmd(false, "ip -n %s link set otl%ub%d name %s", ns_b, id, k, dev) != 0 ||
+        mp_cmd(false, "ip -n %s addr add 10.82.%d.1/24 dev %s", ns_a, net, dev) != 0 ||
+        mp_cmd(false, "ip -n %s addr add 10.82.%d.2/24 dev %s", ns_b, net, dev) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s up", ns_a, dev) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s up", ns_b, dev) != 0)
+        return -1;
+    return 0;
+}
+
+static int parent(const char *self, unsigned id)
+{
+    char child_ns[2][32];
+    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", child_ns[0],
+                           child_ns[1], NULL};
+    int rc;
+
+    rc = mp_netns_add_first("mp_linkdown_netns", ns_a);
+    if (rc != 0)
+        return rc;
+    atexit(netns_delete);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
+        printf("mp_linkdown_netns: skipped: cannot add a second namespace\n");
+        return 77;
+    }
+    /* ctl first: the first interface's address is the engines' name. */
+    if (link_add(id, 9, "ctl", 9) != 0 || link_add(id, 0, "rail0", 0) != 0 ||
+        link_add(id, 1, "rail1", 1) != 0) {
+        printf("mp_linkdown_netns: skipped: cannot set up the veth pairs\n");
+        return 77;
+    }
+    if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
+        return 77;
+    snprintf(child_ns[0], sizeof(child_ns[0]), "%s", ns_a);
+    snprintf(child_ns[1], sizeof(child_ns[1]), "%s", ns_b);
+    rc = mp_run(child, false);
+    return rc;
+}
+
+/* ---- tests, inside namespace A --------------------------------------------------- */
+
+static ote_test_pair_t *fx;
+
+static void verify(ote_segment_h seg, size_t off, size_t len, uint64_t seed)
+{
+    char c[128];
+
+    snprintf(c, sizeof(c), "check 0 %zu %zu %llu", off, len, (unsigned long long)seed);
+    assert_int_equal(ote_test_target_expect(fx->e, seg, c, "ok", 30000), 0);
+}
+
+/* Both rails of seg paused for their ports (cooldown UINT64_MAX): the engine saw the links go. */
+static bool rails_link_down(ote_segment_h seg)
+{
+    ote_rail_info_t r[OTE_PROTO_MAX_RAILS];
+    size_t n = 0, down = 0;
+
+    assert_int_equal(ote_segment_rails(seg, r, OTE_PROTO_MAX_RAILS, &n), OTE_OK);
+    for (size_t i = 0; i < n && i < OTE_PROTO_MAX_RAILS; i++)
+        down += r[i].cooldown_ms == UINT64_MAX;
+    return n > 0 && down == n;
+}
+
+static void links(const char *state)
+{
+    assert_int_equal(mp_cmd(false, "ip link set rail0 %s", state), 0);
+    assert_int_equal(mp_cmd(false, "ip link set rail1 %s", state), 0);
+}
+
+static bool transient(ote_status_t st)
+{
+    return st == OTE_ERR_REMOTE_DISCONNECT || st == OTE_ERR_TIMEOUT;
+}
+
+/* NTASKS WRITEs of TASK bytes at off on seg (msg: with a notification); all tasks ended. */
+static void write_tasks(ote_segment_h seg, size_t off, uint64_t seed, const char *msg,
+                        ote_task_status_t st[NTASKS], ote_status_t *notify_p)
+{
+    ote_xfer_req_t r[NTASKS];
+    ote_batch_h b;
+    size_t first = 0;
+
+    ote_test_fill(fx->local + off, off, NTASKS * TASK, seed);
+    for (size_t i = 0; i < NTASKS; i++)
+        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = fx->local + off + i * TASK,
+                                .segment = seg, .remote_addr = fx->target.addr[0] + off + i * TASK,
+                                .length = TASK};
+    assert_int_equal(ote_batch_create(fx->e, NTASKS, &b), OTE_OK);
+    if (msg != NULL)
+        assert_int_equal(ote_batch_submit_notify(b, r, NTASKS, msg, strlen(msg), &first), OTE_OK);
+    else
+        assert_int_equal(ote_batch_submit(b, r, NTASKS, &first), OTE_OK);
+    /* Every task ends: the wait is the bound. */
+    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    for (size_t i = 0; i < NTASKS; i++)
+        assert_int_equal(ote_batch_task_status(b, first + i, &st[i]), OTE_OK);
+    if (notify_p != NULL) {
+        *notify_p = OTE_INPROGRESS;
+        for (int k = 0; k < 3000 && *notify_p == OTE_INPROGRESS; k++) {
+            assert_int_equal(ote_batch_notify_status(b, first, notify_p), OTE_OK);
+            if (*notify_p == OTE_INPROGRESS) {
+                ote_engine_progress(fx->e);
+                usleep(10000);
+            }
+        }
+    }
+    ote_batch_release(b);
+}
+
+static bool write_ok(ote_segment_h seg, size_t off, uint64_t seed)
+{
+    ote_task_status_t st[NTASKS];
+
+    write_tasks(seg, off, seed, NULL, st, NULL);
+    for (size_t i = 0; i < NTASKS; i++) {
+        if (st[i].state != OTE_TASK_COMPLETED || st[i].transferred != TASK)
+            return false;
+    }
+    return true;
+}
+
+static int setup(void **state)
+{
+    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
+    const char *args_b[] = {"--listen", "0.0.0.0:0", "--region", "16m:rw", NULL};
+
+    (void)state;
+    ote_test_setenv_all((const char *const[]){
+        "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=1000",
+        "OTE_RAIL_COOLDOWN_MS=200", "OTE_RAIL_COOLDOWN_MAX_MS=800", NULL});
+    fx = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
+    if (fx == NULL)
+        return -1;
+    printf("target %s\n", fx->target.name);
+    /* Its name must travel over ctl, which stays up. */
+    if (strncmp(fx->target.name, "10.82.9.2:", 10) != 0) {
+        printf("the target's name is not on the ctl link\n");
+        return -1;
+    }
+    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (fx != NULL)
+        ote_test_pair_stop(fx);
+    return 0;
+}
+
+static void test_links_down_then_up(void **state)
+{
+    ote_task_status_t st[NTASKS];
+    ote_status_t notify = OTE_OK, open_st;
+    ote_segment_h seg2 = NULL;
+    bool ok = false;
+
+    (void)state;
+    /* Both rails carry first. */
+    assert_true(write_ok(fx->seg, 0, 11));
+    verify(fx->seg, 0, NTASKS * TASK, 11);
+
+    links("down");
+    for (int k = 0; k < 1000 && !rails_link_down(fx->seg); k++) {
+        ote_engine_progress(fx->e);
+        usleep(10000);
+    }
+    assert_true(rails_link_down(fx->seg));
+
+    /* Tasks on the open segment: the peer is away for a while, not out of reach by configuration. */
+    write_tasks(fx->seg, 0, 12, NULL, st, NULL);
+    for (size_t i = 0; i < NTASKS; i++) {
+        printf("links down: task %zu %s\n", i, ote_status_string(st[i].error));
+        assert_int_equal(st[i].state, OTE_TASK_FAILED);
+        assert_true(transient(st[i].error));
+    }
+    write_tasks(fx->seg, 0, 13, "linkdown", st, &notify);
+    printf("links down: notification %s\n", ote_status_string(notify));
+    for (size_t i = 0; i < NTASKS; i++) {
+        assert_int_equal(st[i].state, OTE_TASK_FAILED);
+        assert_true(transient(st[i].error));
+    }
+    assert_true(transient(notify));
+
+    /* A new segment: its descriptor arrives over ctl, its rails' links are down. */
+    open_st = ote_segment_open(fx->e, fx->target.name, &seg2);
+    printf("links down: open %s\n", ote_status_string(open_st));
+    assert_int_equal(open_st, OTE_ERR_TIMEOUT);
+    assert_null(seg2);
+
+    links("up");
+    /* The rails are probed again once their ports are up; the bytes land. */
+    for (int k = 0; k < 100 && !ok; k++) {
+        ok = write_ok(fx->seg, 0, 14);
+        if (!ok)
+            usleep(50000);
+    }
+    assert_true(ok);
+    verify(fx->seg, 0, NTASKS * TASK, 14);
+
+    open_st = OTE_ERR_TIMEOUT;
+    for (int k = 0; k < 20 && open_st != OTE_OK; k++)
+        open_st = ote_segment_open(fx->e, fx->target.name, &seg2);
+    assert_int_equal(open_st, OTE_OK);
+    assert_true(write_ok(seg2, NTASKS * TASK, 15));
+    verify(seg2, NTASKS * TASK, NTASKS * TASK, 15);
+    ote_segment_close(seg2);
+}
+
+int main(int argc, char **argv)
+{
+    unsigned id = (unsigned)getpid() % 100000u;
+    char path[4096];
+    const char *self;
+
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (mp_netns_child(argc, argv, ns_a, sizeof(ns_a), ns_b, sizeof(ns_b))) {
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(test_links_down_then_up),
+        };
+
+        return cmocka_run_group_tests(tests, setup, teardown);
+    }
+    snprintf(ns_a, sizeof(ns_a), "ote_ld_a%u", id);
+    snprintf(ns_b, sizeof(ns_b), "ote_ld_b%u", id);
+    self = mp_netns_self(path, sizeof(path));
+    return self != NULL ? parent(self, id) : 1;
+}
