@@ -27,7 +27,7 @@ def st(code):
     return STATUS.get(code, str(code))
 
 
-def main(out):
+def main(out, tolerate=()):
     viol = collections.Counter()
     details = []
 
@@ -273,17 +273,31 @@ def main(out):
           "receiver's end: " + (", ".join(f"{k} {v}" for k, v in unverif_by.items()) or "none"))
     for me, r1, r3, f1, f3, _, _ in flat_rows:
         print(f"p{me[0]}.{me[1]}: RSS {r1} -> {r3} kB, fds {f1} -> {f3} (first third max -> last third max)")
-    total = sum(viol.values())
-    if total:
-        print(f"soak: FAILED: {total} violations:")
-        for k, v in sorted(viol.items()):
+    # Kinds the caller named as known and open (--tolerate) are printed in
+    # full but do not fail the run; every other kind does.
+    known = {k: v for k, v in viol.items() if v and k in tolerate}
+    total = sum(v for k, v in viol.items() if k not in tolerate)
+    if known:
+        print(f"soak: TOLERATED (known open, docs/reliability.md): {sum(known.values())} violations:")
+        for k, v in sorted(known.items()):
             print(f"  {k}: {v}")
+    if total or known:
+        if total:
+            print(f"soak: FAILED: {total} violations:")
+            for k, v in sorted(viol.items()):
+                if k not in tolerate:
+                    print(f"  {k}: {v}")
         print("first ones:")
         print("\n".join(details))
+    if total:
         return 1
-    print("soak: passed: no invariant violated")
+    print("soak: passed: no invariant violated" if not known else
+          "soak: passed but for the tolerated kinds above")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    # soak_check.py OUT_DIR [KIND,KIND...]: the kinds a violation is counted
+    # under (as printed after "violations:") that are tolerated
+    tol = tuple(k for k in (sys.argv[2] if len(sys.argv) > 2 else "").split(",") if k)
+    sys.exit(main(sys.argv[1], tol))
