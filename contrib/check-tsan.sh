@@ -14,8 +14,8 @@
 # instead), OTE_TEST_STRESS_MS (submission time of the stress test, default
 # 2500).
 #
-# contrib/tsan.supp names only code outside OrbitTE (uninstrumented
-# libraries); nothing of OrbitTE's own is suppressed.
+# contrib/tsan.supp names code outside OrbitTE (uninstrumented libraries)
+# and one scan of OrbitTE's own, each with its reason.
 set -eu
 
 . "$(dirname "$0")/sanitizer-build.sh"
