@@ -165,6 +165,7 @@ long scale_proc_fds(pid_t pid)
     DIR *d;
     struct dirent *de;
     long n = 0;
+    bool self = pid == 0 || pid == getpid();
 
     if (pid == 0)
         pid = getpid();
@@ -175,7 +176,7 @@ long scale_proc_fds(pid_t pid)
     while ((de = readdir(d)) != NULL)
         n += de->d_name[0] != '.';
     closedir(d);
-    return n - 1; /* the descriptor opendir holds, when it is our own */
+    return self ? n - 1 : n; /* less the descriptor opendir holds, when it is our own */
 }
 
 double scale_proc_cpu_s(pid_t pid)
