@@ -155,6 +155,8 @@ def main():
     finally:
         target.stdin.close()
         target.wait(timeout=30)
+    if target.returncode != 0:
+        sys.exit(f"scale_py.py: the target ended with status {target.returncode}")
     return 0
 
 

@@ -109,21 +109,25 @@ void scale_child_line(scale_child_t *c, char *line, size_t len)
 
 void scale_child_end(scale_child_t *c)
 {
-    int waited = 0;
+    int waited = 0, status = 0;
+    pid_t pid = c->pid;
 
-    if (c->pid <= 0)
+    if (pid <= 0)
         return;
     fclose(c->in);
-    while (waitpid(c->pid, NULL, WNOHANG) == 0) {
+    while (waitpid(pid, &status, WNOHANG) == 0) {
         if (waited++ == 1000) {
-            kill(c->pid, SIGKILL);
-            waitpid(c->pid, NULL, 0);
-            break;
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            scale_die("child %d did not end within 10 s of its stdin closing", (int)pid);
         }
         usleep(10000);
     }
     fclose(c->out);
     c->pid = 0;
+    /* A child that failed (a sanitizer's report included) fails the curve. */
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        scale_die("child %d ended with status %#x", (int)pid, (unsigned)status);
 }
 
 /* ------------------------------------------------------------------ */

@@ -49,7 +49,7 @@ typedef struct {
 void scale_spawn(scale_child_t *c, const char *const *args);
 /* The child's next line, without the newline; dies at its end. */
 void scale_child_line(scale_child_t *c, char *line, size_t len);
-/* Close its stdin and reap it (killed after 10 s). */
+/* Close its stdin and reap it; dies when it failed or had not ended within 10 s. */
 void scale_child_end(scale_child_t *c);
 
 /* /proc readings of process pid (0: this one). */
