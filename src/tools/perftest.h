@@ -2,10 +2,13 @@
  * ote_perftest's parts: the options every part reads, and what they share
  * (perftest_params.c: options, defaults, usage; ote_perftest.c: the
  * target and the bandwidth and latency tests; perftest_kv.c: the KV-cache
- * pattern; perftest_report.c: the table, JSON rows and bytes per rail).
+ * pattern; perftest_report.c: the table, JSON rows and bytes per rail;
+ * perftest_stats.c: the clock and statistics, which ote_scale shares).
  */
 #ifndef OTE_TOOLS_PERFTEST_H
 #define OTE_TOOLS_PERFTEST_H
+
+#include "perftest_stats.h"
 
 #include <ote/ote.h>
 #include <stdbool.h>
@@ -56,7 +59,6 @@ extern opts_t opt;
  */
 #define PERFTEST_JSON_SCHEMA 1
 
-double now_s(void);
 /*
  * Memory for a test: from ote_mem_alloc, or with --malloc from the heap
  * (2 MiB aligned, huge pages asked for with MADV_HUGEPAGE, as ucx_perftest
@@ -71,9 +73,6 @@ int  perftest_parse(int argc, char **argv);
 /* Dies unless memory type m is one this build has. */
 void mem_check_location(const char *m);
 
-/* Statistics over n samples (perftest_percentile sorts v). */
-double perftest_percentile(double *v, size_t n, double p);
-double perftest_mean(const double *v, size_t n);
 /* The bandwidth and latency table: its header, one row per size, JSON too. */
 void perftest_report_header(const char *peer);
 void perftest_report_row(size_t size, long rounds, double elapsed, double *lat, FILE *json);

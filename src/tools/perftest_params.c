@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 const char *const test_names[NUM_TESTS] = {"write_bw", "read_bw",  "write_lat",
                                            "read_lat", "kv_write", "kv_read"};
@@ -19,14 +18,6 @@ opts_t opt = {
     .local_mem = "host", .remote_mem = "host", .region = 512ul << 20,
     .kv_layers = 32, .kv_blocks = 64,
 };
-
-double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void die(const char *fmt, ...)
 {

@@ -1,33 +1,9 @@
 /*
  * ote_perftest's report: the table's header and rows, the same rows as
- * JSON, the bytes per rail at the end of a run, and the statistics they
- * print.
+ * JSON and the bytes per rail at the end of a run (the statistics they
+ * print are perftest_stats.c's).
  */
 #include "perftest.h"
-
-#include <stdlib.h>
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-double perftest_percentile(double *v, size_t n, double p)
-{
-    qsort(v, n, sizeof(*v), cmp_double);
-    return v[(size_t)((double)(n - 1) * p)];
-}
-
-double perftest_mean(const double *v, size_t n)
-{
-    double sum = 0;
-
-    for (size_t i = 0; i < n; i++)
-        sum += v[i];
-    return sum / (double)n;
-}
 
 void perftest_report_header(const char *peer)
 {

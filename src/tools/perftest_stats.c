@@ -1,0 +1,37 @@
+/*
+ * The clock and the statistics of the benchmark tools (perftest_stats.h).
+ */
+#include "perftest_stats.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+double perftest_percentile(double *v, size_t n, double p)
+{
+    qsort(v, n, sizeof(*v), cmp_double);
+    return v[(size_t)((double)(n - 1) * p)];
+}
+
+double perftest_mean(const double *v, size_t n)
+{
+    double sum = 0;
+
+    for (size_t i = 0; i < n; i++)
+        sum += v[i];
+    return sum / (double)n;
+}

@@ -1,0 +1,16 @@
+/*
+ * The clock and the statistics that ote_perftest and ote_scale both print
+ * (perftest_stats.c): one copy, linked into each tool.
+ */
+#ifndef OTE_TOOLS_PERFTEST_STATS_H
+#define OTE_TOOLS_PERFTEST_STATS_H
+
+#include <stddef.h>
+
+/* CLOCK_MONOTONIC in seconds: the same clock in every process of the host. */
+double now_s(void);
+/* Statistics over n samples (perftest_percentile sorts v). */
+double perftest_percentile(double *v, size_t n, double p);
+double perftest_mean(const double *v, size_t n);
+
+#endif
