@@ -59,7 +59,7 @@ static ote_status_t cf_load_locked(const char *lib_path)
         name = lib_path;
         h    = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
         if (h == NULL) {
-            snprintf(cf_src, sizeof(cf_src), "cuFile not found (OTE_CUFILE_LIB=%s: %s)",
+            snprintf(cf_src, sizeof(cf_src), "cuFile not found (OTE_FILE_CUFILE_LIB=%s: %s)",
                      lib_path, dlerror());
             goto err;
         }

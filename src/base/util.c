@@ -394,3 +394,13 @@ ote_status_t ote_status_from_io_errno(int err)
         return OTE_ERR_IO;
     }
 }
+
+void ote_cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}

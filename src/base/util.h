@@ -3,6 +3,7 @@
 #define OTE_BASE_UTIL_H
 
 #include <ote/ote.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +18,9 @@
  * space the loader keeps spare.
  */
 #define OTE_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))
+
+/* A condition variable whose timed waits count on CLOCK_MONOTONIC, as ote_time_ns does. */
+void ote_cond_init_monotonic(pthread_cond_t *cond);
 
 static inline uint64_t ote_time_ns(void)
 {

@@ -310,7 +310,6 @@ static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
 
 static void engine_locks_init(ote_engine_h e)
 {
-    pthread_condattr_t ca;
 
     pthread_mutex_init(&e->notif_lock, NULL);
     pthread_mutex_init(&e->lane_lock, NULL);
@@ -319,10 +318,7 @@ static void engine_locks_init(ote_engine_h e)
     pthread_mutex_init(&e->admit_lock, NULL);
     ote_fexport_table_init(&e->fexports);
     /* Admission deadlines are on the monotonic clock. */
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->admit_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    ote_cond_init_monotonic(&e->admit_cond);
 }
 
 static void engine_locks_destroy(ote_engine_h e)

@@ -125,7 +125,7 @@ struct ote_engine {
     ote_mem_table_t *regions;
     ote_engine_tl_t  tls[OTE_MAX_IFACES];
     _Atomic size_t   num_tls;       /* grows while the engine runs (engine_join.c) */
-    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_SYSFS_ROOT) at creation */
+    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_RDMA_SYSFS_ROOT) at creation */
     struct ote_engine_rdma_mon *rdma_mon; /* their ports re-read (OTE_RDMA_POLL_MS) */
     uint64_t         netif_sig;   /* the network interfaces the last join round saw */
     /* A network device failed to open: the round that tries again (0: none), its back-off. */

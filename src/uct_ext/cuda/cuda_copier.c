@@ -7,6 +7,7 @@
  */
 #include "cuda_int.h"
 
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -146,12 +147,7 @@ ote_status_t ote_cuda_copier_post(ote_cuda_copier_t *c, int dev, void *dst, cons
     }
     op->cb   = cb;
     op->arg  = arg;
-    op->next = NULL;
-    if (c->pending_tail)
-        c->pending_tail->next = op;
-    else
-        c->pending = op;
-    c->pending_tail = op;
+    OTE_QUEUE_PUSH(c->pending, c->pending_tail, op, next);
     c->num_pending++;
     return OTE_OK;
 }
