@@ -307,10 +307,7 @@ void ote_engine_rdma_monitor_stop(ote_engine_h e)
 
     if (m == NULL)
         return;
-    pthread_mutex_lock(&m->lock);
-    m->stop = true;
-    pthread_cond_broadcast(&m->cond);
-    pthread_mutex_unlock(&m->lock);
+    ote_cond_stop(&m->lock, &m->cond, &m->stop);
     if (m->started)
         pthread_join(m->thread, NULL);
     e->rdma_mon = NULL;
