@@ -320,7 +320,7 @@ uint64_t ote_engine_netif_sig(void);
 /* True when iface's device left the engine (see ote_engine_join_round). */
 bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface);
 
-/* engine.c: the i-th component an engine opens (transports, then protocols), NULL past the last. */
+/* engine.c: the i-th transport component an engine opens, NULL past the last. */
 ote_tl_component_t *ote_engine_component(size_t i);
 /* The engine-wide parameters every iface is opened with (no worker set). */
 void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params);
