@@ -374,3 +374,18 @@ const char *ote_cuda_unavailable(ote_tl_component_t *comp)
     (void)comp;
     return ote_cuda_api_source();
 }
+
+void ote_cuda_iface_caps(ote_tl_caps_t *caps, unsigned extra_ops, unsigned mem_remote,
+                         unsigned scope, size_t slice_size, double bandwidth)
+{
+    memset(caps, 0, sizeof(*caps));
+    caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | extra_ops;
+    caps->mem_local  = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
+    caps->mem_remote = mem_remote;
+    caps->scope      = scope;
+    caps->max_iov    = 1;
+    caps->slice_size = slice_size;
+    caps->bandwidth  = bandwidth;
+    caps->latency    = 10e-6;
+    caps->conn_model = OTE_TL_CONN_TO_IFACE;
+}
