@@ -97,6 +97,12 @@ const ote_cfg_entry_t *ote_config_find(const ote_config_table_t *table, const ch
 {
     size_t plen = strlen(table->prefix);
 
+    for (size_t i = 0; i < table->num_fields; i++) {
+        const char *alias = table->fields[i].alias;
+
+        if (alias != NULL && strcmp(alias, name) == 0)
+            return &table->fields[i];
+    }
     if (strncmp(name, table->prefix, plen) != 0)
         return NULL;
     for (size_t i = 0; i < table->num_fields; i++) {
@@ -213,6 +219,10 @@ ote_status_t ote_config_fill(const ote_config_table_t *table, void *opts)
 
         snprintf(name, sizeof(name), "OTE_%s%s", table->prefix, table->fields[i].name);
         value = getenv(name);
+        if (value == NULL && table->fields[i].alias != NULL) {
+            snprintf(name, sizeof(name), "OTE_%s", table->fields[i].alias);
+            value = getenv(name);
+        }
         if (value == NULL)
             continue;
         status = ote_config_set(table, opts, name + 4, value);
@@ -301,7 +311,9 @@ void ote_config_print(const ote_config_table_t *table, const void *opts, FILE *s
         const ote_cfg_entry_t *e = &table->fields[i];
 
         config_format(opts, e, val, sizeof(val));
-        fprintf(stream, "#\n# %s\n# type: %s, default: %s\n#\nOTE_%s%s=%s\n", e->desc,
-                tnames[e->type], e->dflt[0] ? e->dflt : "\"\"", table->prefix, e->name, val);
+        fprintf(stream, "#\n# %s%s%s%s\n# type: %s, default: %s\n#\nOTE_%s%s=%s\n", e->desc,
+                e->alias ? " Also read as OTE_" : "", e->alias ? e->alias : "",
+                e->alias ? " where this is not set." : "", tnames[e->type],
+                e->dflt[0] ? e->dflt : "\"\"", table->prefix, e->name, val);
     }
 }

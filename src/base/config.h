@@ -33,6 +33,11 @@ typedef struct {
     const char    *desc;
     /* OTE_CFG_INT and OTE_CFG_SIZE: the values allowed (both 0: any). */
     long long      min, max;
+    /*
+     * Optional: the variable's former name, without OTE_ (from before the
+     * table had its prefix), still read where the variable is not set.
+     */
+    const char    *alias;
 } ote_cfg_entry_t;
 
 /* The max of an entry bounded only below. */
@@ -89,7 +94,7 @@ ote_status_t ote_config_validate(const ote_config_table_t *table, const void *op
 void         ote_config_release(const ote_config_table_t *table, void *opts);
 /* Print every variable of the table with its value in opts, default and description. */
 void         ote_config_print(const ote_config_table_t *table, const void *opts, FILE *stream);
-/* The entry of a variable named without OTE_, or NULL. */
+/* The entry of a variable named without OTE_ (its name or its alias), or NULL. */
 const ote_cfg_entry_t *ote_config_find(const ote_config_table_t *table, const char *name);
 /*
  * Warn about every OTE_ variable of the environment that none of the

@@ -4,6 +4,7 @@
 #include "cuda_api.h"
 
 #include "log.h"
+#include "util.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -41,11 +42,8 @@ _Static_assert(OTE_CUDA_IPC_LAZY_PEER_ACCESS == cudaIpcMemLazyEnablePeerAccess, 
 _Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t), "CUdeviceptr");
 #endif
 
-static pthread_mutex_t api_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool            api_tried;
-static ote_status_t    api_status = OTE_ERR_UNSUPPORTED;
+static ote_load_once_t api_once = OTE_LOAD_ONCE_INIT;
 static ote_cuda_api_t  api_table;
-static const ote_cuda_api_t *_Atomic api_ptr;
 static int             api_devices;
 static char            api_src[256] = "not loaded";
 
@@ -170,23 +168,12 @@ err_close:
 
 ote_status_t ote_cuda_api_load(const char *lib_path)
 {
-    ote_status_t status;
-
-    pthread_mutex_lock(&api_lock);
-    if (!api_tried) {
-        api_tried  = true;
-        api_status = api_load_locked(lib_path);
-        if (api_status == OTE_OK)
-            atomic_store(&api_ptr, &api_table);
-    }
-    status = api_status;
-    pthread_mutex_unlock(&api_lock);
-    return status;
+    return ote_load_once(&api_once, api_load_locked, lib_path, &api_table);
 }
 
 const ote_cuda_api_t *ote_cuda_api(void)
 {
-    return atomic_load_explicit(&api_ptr, memory_order_acquire);
+    return ote_load_once_table(&api_once);
 }
 
 int ote_cuda_device_count(void)

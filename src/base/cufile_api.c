@@ -4,6 +4,7 @@
 #include "cufile_api.h"
 
 #include "log.h"
+#include "util.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -12,11 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static pthread_mutex_t cf_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool            cf_tried;
-static ote_status_t    cf_status = OTE_ERR_UNSUPPORTED;
+static ote_load_once_t  cf_once = OTE_LOAD_ONCE_INIT;
 static ote_cufile_api_t cf_table;
-static const ote_cufile_api_t *_Atomic cf_ptr;
 static char            cf_src[320] = "cuFile not loaded";
 
 typedef struct {
@@ -59,7 +57,7 @@ static ote_status_t cf_load_locked(const char *lib_path)
         name = lib_path;
         h    = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
         if (h == NULL) {
-            snprintf(cf_src, sizeof(cf_src), "cuFile not found (OTE_CUFILE_LIB=%s: %s)",
+            snprintf(cf_src, sizeof(cf_src), "cuFile not found (OTE_FILE_CUFILE_LIB=%s: %s)",
                      lib_path, dlerror());
             goto err;
         }
@@ -102,23 +100,12 @@ err:
 
 ote_status_t ote_cufile_api_load(const char *lib_path)
 {
-    ote_status_t status;
-
-    pthread_mutex_lock(&cf_lock);
-    if (!cf_tried) {
-        cf_tried  = true;
-        cf_status = cf_load_locked(lib_path);
-        if (cf_status == OTE_OK)
-            atomic_store(&cf_ptr, &cf_table);
-    }
-    status = cf_status;
-    pthread_mutex_unlock(&cf_lock);
-    return status;
+    return ote_load_once(&cf_once, cf_load_locked, lib_path, &cf_table);
 }
 
 const ote_cufile_api_t *ote_cufile_api(void)
 {
-    return atomic_load_explicit(&cf_ptr, memory_order_acquire);
+    return ote_load_once_table(&cf_once);
 }
 
 const char *ote_cufile_api_source(void)

@@ -1,7 +1,7 @@
 /*
  * The cuFile (GPUDirect Storage) entry points, loaded at run time as the
  * CUDA ones are (cuda_api.h): dlopen of libcufile where it is installed,
- * or, for tests only, of a library named by OTE_CUFILE_LIB that exports the
+ * or, for tests only, of a library named by OTE_FILE_CUFILE_LIB that exports the
  * same symbols (test/unit/cuda/cufile_double.c). The driver is opened once
  * per process, at the first load, and stays open until exit.
  *
@@ -50,7 +50,7 @@ typedef struct {
 
 /*
  * Load the table and open the driver, once per process. lib_path:
- * OTE_CUFILE_LIB (a test library exporting the cuFile symbols), NULL or ""
+ * OTE_FILE_CUFILE_LIB (a test library exporting the cuFile symbols), NULL or ""
  * for the installed libcufile. Later calls return the first outcome: OTE_OK,
  * or UNSUPPORTED (not found, a symbol missing, cuFileDriverOpen failed).
  */

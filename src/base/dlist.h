@@ -3,6 +3,8 @@
  * their own links (as utlist's DL_ macros): walk them with ->next. A list is
  * a head pointer (links named prev and next), or a head and a tail pointer
  * with the names of the links given (_prev points towards the head).
+ * Queues (OTE_QUEUE_): singly linked, a head and a tail pointer, the link's
+ * name given.
  */
 #ifndef OTE_BASE_DLIST_H
 #define OTE_BASE_DLIST_H
@@ -57,6 +59,17 @@
         else                                                                                   \
             (_tail) = (_elem)->_prev;                                                          \
     } while (0)
+
+/* Appends the chain _first.._last (linked by _next); the chain's last link is cleared. */
+#define OTE_QUEUE_PUSH_CHAIN(_head, _tail, _first, _last, _next)                                \
+    do {                                                                                       \
+        (_last)->_next                                   = NULL;                               \
+        *((_tail) != NULL ? &(_tail)->_next : &(_head)) = (_first);                            \
+        (_tail)                                          = (_last);                            \
+    } while (0)
+
+#define OTE_QUEUE_PUSH(_head, _tail, _elem, _next)                                             \
+    OTE_QUEUE_PUSH_CHAIN(_head, _tail, _elem, _elem, _next)
 
 /*
  * Release every element of a list that other threads change under lock:

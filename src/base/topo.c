@@ -3,6 +3,7 @@
 
 #include "log.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,30 @@ ote_status_t ote_topo_table_build(const ote_topo_t *topo, const char *const *nic
     *table_p = t;
     return OTE_OK;
 }
+
+#ifdef HAVE_HWLOC
+static pthread_once_t   sys_topo_once = PTHREAD_ONCE_INIT;
+static hwloc_topology_t sys_topo;
+static bool             sys_topo_ok;
+
+static void sys_topo_load(void)
+{
+    if (hwloc_topology_init(&sys_topo) != 0)
+        return;
+    hwloc_topology_set_io_types_filter(sys_topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(sys_topo) != 0 || !hwloc_topology_is_thissystem(sys_topo)) {
+        hwloc_topology_destroy(sys_topo);
+        return;
+    }
+    sys_topo_ok = true;
+}
+
+hwloc_topology_t ote_topo_this_system(void)
+{
+    pthread_once(&sys_topo_once, sys_topo_load);
+    return sys_topo_ok ? sys_topo : NULL;
+}
+#endif
 
 #ifdef HAVE_HWLOC
 /*

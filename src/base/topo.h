@@ -19,6 +19,13 @@
  */
 int ote_topo_nic_cpuset(hwloc_topology_t topo, const char *const *devs, size_t n,
                         hwloc_bitmap_t out);
+
+/*
+ * This machine's topology with its network and PCI devices (for binding
+ * threads and memory), loaded on first use, once per process (a few
+ * milliseconds), kept until exit; NULL where hwloc cannot load it.
+ */
+hwloc_topology_t ote_topo_this_system(void);
 #endif
 
 /*

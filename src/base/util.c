@@ -394,3 +394,38 @@ ote_status_t ote_status_from_io_errno(int err)
         return OTE_ERR_IO;
     }
 }
+
+void ote_cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+ote_status_t ote_load_once(ote_load_once_t *once, ote_status_t (*load)(const char *arg),
+                           const char *arg, const void *table)
+{
+    ote_status_t status;
+
+    pthread_mutex_lock(&once->lock);
+    if (!once->tried) {
+        once->tried  = true;
+        once->status = load(arg);
+        if (once->status == OTE_OK)
+            atomic_store(&once->table, table);
+    }
+    status = once->status;
+    pthread_mutex_unlock(&once->lock);
+    return status;
+}
+
+void ote_cond_stop(pthread_mutex_t *lock, pthread_cond_t *cond, bool *stop)
+{
+    pthread_mutex_lock(lock);
+    *stop = true;
+    pthread_cond_broadcast(cond);
+    pthread_mutex_unlock(lock);
+}

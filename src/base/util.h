@@ -3,6 +3,8 @@
 #define OTE_BASE_UTIL_H
 
 #include <ote/ote.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +19,35 @@
  * space the loader keeps spare.
  */
 #define OTE_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))
+
+/*
+ * What a library's entry points loaded at run time on first use share
+ * (CUDA, cuFile): the first caller of ote_load_once runs load, every caller
+ * gets its outcome, and table is published once load succeeded.
+ */
+typedef struct {
+    pthread_mutex_t     lock;
+    bool                tried;
+    ote_status_t        status;
+    const void *_Atomic table;
+} ote_load_once_t;
+
+#define OTE_LOAD_ONCE_INIT {PTHREAD_MUTEX_INITIALIZER, false, OTE_ERR_UNSUPPORTED, NULL}
+
+ote_status_t ote_load_once(ote_load_once_t *once, ote_status_t (*load)(const char *arg),
+                           const char *arg, const void *table);
+
+/* The table once loaded, else NULL. */
+static inline const void *ote_load_once_table(ote_load_once_t *once)
+{
+    return atomic_load_explicit(&once->table, memory_order_acquire);
+}
+
+/* Ask the threads that wait on cond under lock to end: *stop set under lock, all of them woken. */
+void ote_cond_stop(pthread_mutex_t *lock, pthread_cond_t *cond, bool *stop);
+
+/* A condition variable whose timed waits count on CLOCK_MONOTONIC, as ote_time_ns does. */
+void ote_cond_init_monotonic(pthread_cond_t *cond);
 
 static inline uint64_t ote_time_ns(void)
 {

@@ -450,12 +450,7 @@ static void submit_post(ote_batch_h b, size_t first, size_t count)
         for (size_t k = 0; k < t->num_slices; k++) {
             ote_slice_t *s = &t->slices[k];
 
-            s->next = NULL;
-            if (ch.tail)
-                ch.tail->next = s;
-            else
-                ch.head = s;
-            ch.tail = s;
+            OTE_QUEUE_PUSH(ch.head, ch.tail, s, next);
         }
     }
     if (ch.head != NULL)

@@ -65,8 +65,8 @@ void ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events)
     epoll_ctl(ctl->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-ote_status_t ote_ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsigned *count,
-                               const char *name, unsigned threads, unsigned max)
+static ote_status_t ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsigned *count,
+                                  const char *name, unsigned threads, unsigned max)
 {
     ote_status_t st = OTE_OK;
 
@@ -81,16 +81,19 @@ ote_status_t ote_ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsign
     return st;
 }
 
-ote_status_t ote_ctl_job_submit(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t *pool,
-                                unsigned *count, ctl_job_t *job, ote_proto_job_cb_t run)
+ote_status_t ote_ctl_job_start(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t **pool_p,
+                               unsigned *count, const char *name, unsigned threads,
+                               unsigned max, ctl_job_t *job, ote_proto_job_cb_t run)
 {
-    ote_status_t st;
+    ote_status_t st = ctl_job_admit(ctl, pool_p, count, name, threads, max);
 
+    if (st != OTE_OK)
+        return st;
     job->ctl     = ctl;
     job->conn_id = c->id;
     job->seq     = c->h.seq;
     job->job.run = run;
-    st           = ote_proto_jobs_submit(pool, &job->job);
+    st           = ote_proto_jobs_submit(*pool_p, &job->job);
 
     if (st == OTE_OK) {
         c->waiting = true;
@@ -120,6 +123,55 @@ void ote_ctl_job_done(ote_ctl_t *ctl, unsigned *count)
     pthread_mutex_lock(&ctl->done_lock);
     (*count)--;
     pthread_cond_broadcast(&ctl->done_cond);
+    pthread_mutex_unlock(&ctl->done_lock);
+}
+
+void ote_ctl_job_end(ote_ctl_t *ctl, ctl_job_t **done_p, ctl_job_t *job)
+{
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&ctl->done_lock);
+    job->next = *done_p;
+    *done_p   = job;
+    pthread_cond_broadcast(&ctl->done_cond);
+    pthread_mutex_unlock(&ctl->done_lock);
+    (void)!write(ctl->done_fd, &one, sizeof(one));
+}
+
+void ote_ctl_job_answer_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
+                            ote_status_t (*answer)(ote_ctl_t *ctl, ctl_conn_t *c, ctl_job_t *job),
+                            void (*release)(ote_ctl_t *ctl, ctl_job_t *job))
+{
+    ctl_job_t *job, *next;
+
+    pthread_mutex_lock(&ctl->done_lock);
+    job     = *done_p;
+    *done_p = NULL;
+    pthread_mutex_unlock(&ctl->done_lock);
+    for (; job != NULL; job = next) {
+        ctl_conn_t *c = ote_ctl_job_conn(ctl, job);
+
+        next = job->next;
+        if (c != NULL && answer(ctl, c, job) != OTE_OK)
+            ote_ctl_conn_close(ctl, c);
+        ote_ctl_job_done(ctl, count);
+        release(ctl, job);
+    }
+}
+
+void ote_ctl_job_drop_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
+                          void (*release)(ote_ctl_t *ctl, ctl_job_t *job))
+{
+    pthread_mutex_lock(&ctl->done_lock);
+    while (*done_p != NULL) {
+        ctl_job_t *job = *done_p;
+
+        *done_p = job->next;
+        (*count)--;
+        pthread_mutex_unlock(&ctl->done_lock);
+        release(ctl, job);
+        pthread_mutex_lock(&ctl->done_lock);
+    }
     pthread_mutex_unlock(&ctl->done_lock);
 }
 

@@ -119,7 +119,6 @@ static void file_io_main(ote_proto_job_t *pj)
     file_io_job_t *job = (file_io_job_t *)pj;
     ote_ctl_t *ctl     = job->base.ctl;
     bool wr            = job->m.op == OTE_CTL_FILE_IO_WRITE;
-    uint64_t one       = 1;
 
     if (job->m.rails)
         job->status = file_io_rails(job);
@@ -131,11 +130,7 @@ static void file_io_main(ote_proto_job_t *pj)
     /* The answer counts the bytes a READ delivered. */
     if (wr)
         job->done = 0;
-    pthread_mutex_lock(&ctl->done_lock);
-    job->next      = ctl->file_done;
-    ctl->file_done = job;
-    pthread_mutex_unlock(&ctl->done_lock);
-    (void)!write(ctl->done_fd, &one, sizeof(one));
+    ote_ctl_job_end(ctl, &ctl->file_done, &job->base);
 }
 
 static ote_status_t file_io_reply(ote_ctl_t *ctl, ctl_conn_t *c, bool rails, ote_status_t st,
@@ -166,9 +161,8 @@ ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c)
     file_io_job_t *job  = calloc(1, sizeof(*job));
     ote_status_t status, st;
 
-    if (job == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = ote_ctl_file_io_decode(c->payload, c->h.length, &job->m);
+    status = job != NULL ? ote_ctl_file_io_decode(c->payload, c->h.length, &job->m)
+                         : OTE_ERR_NO_MEMORY;
     if (status != OTE_OK) {
         free(job);
         return status;
@@ -180,15 +174,12 @@ ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c)
     if (st == OTE_OK)
         st = ote_fexport_check(job->file, job->m.op == OTE_CTL_FILE_IO_WRITE, job->m.offset,
                                job->m.length);
-    if (st == OTE_OK)
-        st = ote_ctl_job_admit(ctl, &ctl->file_pool, &ctl->file_jobs, "ote-fileio",
-                               CTL_FILE_IO_THREADS, CTL_FILE_IO_MAX);
     if (st == OTE_OK) {
         /* The request's bytes go with the job: the listener does not free them. */
         job->payload = c->payload;
         c->payload   = NULL;
-        st = ote_ctl_job_submit(ctl, c, ctl->file_pool, &ctl->file_jobs, &job->base,
-                                file_io_main);
+        st = ote_ctl_job_start(ctl, c, &ctl->file_pool, &ctl->file_jobs, "ote-fileio",
+                               CTL_FILE_IO_THREADS, CTL_FILE_IO_MAX, &job->base, file_io_main);
         if (st == OTE_OK)
             return OTE_OK;
         c->payload   = job->payload;
@@ -204,25 +195,22 @@ ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c)
     return status;
 }
 
+static ote_status_t file_io_answer(ote_ctl_t *ctl, ctl_conn_t *c, ctl_job_t *base)
+{
+    file_io_job_t *job = (file_io_job_t *)base;
+
+    return file_io_reply(ctl, c, job->m.rails, job->status, job->buf, job->done);
+}
+
+static void file_io_release(ote_ctl_t *ctl, ctl_job_t *base)
+{
+    file_io_job_free(ctl, (file_io_job_t *)base);
+}
+
 void ote_ctl_file_io_answer(ote_ctl_t *ctl)
 {
-    file_io_job_t *job, *next;
-
-    pthread_mutex_lock(&ctl->done_lock);
-    job            = ctl->file_done;
-    ctl->file_done = NULL;
-    pthread_mutex_unlock(&ctl->done_lock);
-    for (; job != NULL; job = next) {
-        ctl_conn_t *c;
-
-        next = job->next;
-        c    = ote_ctl_job_conn(ctl, &job->base);
-        if (c != NULL &&
-            file_io_reply(ctl, c, job->m.rails, job->status, job->buf, job->done) != OTE_OK)
-            ote_ctl_conn_close(ctl, c);
-        ote_ctl_job_done(ctl, &ctl->file_jobs);
-        file_io_job_free(ctl, job);
-    }
+    ote_ctl_job_answer_all(ctl, &ctl->file_done, &ctl->file_jobs, file_io_answer,
+                           file_io_release);
 }
 
 void ote_ctl_file_io_stop(ote_ctl_t *ctl)
@@ -230,16 +218,8 @@ void ote_ctl_file_io_stop(ote_ctl_t *ctl)
     /* Every accepted FILE_IO runs to its end (one pread or pwrite). */
     ote_proto_jobs_destroy(ctl->file_pool);
     ctl->file_pool = NULL;
+    ote_ctl_job_drop_all(ctl, &ctl->file_done, &ctl->file_jobs, file_io_release);
     pthread_mutex_lock(&ctl->done_lock);
-    while (ctl->file_done != NULL) {
-        file_io_job_t *job = ctl->file_done;
-
-        ctl->file_done = job->next;
-        ctl->file_jobs--;
-        pthread_mutex_unlock(&ctl->done_lock);
-        file_io_job_free(ctl, job);
-        pthread_mutex_lock(&ctl->done_lock);
-    }
     for (int i = 0; i < CTL_FILE_IO_THREADS; i++) {
         file_bounce_t *b = &ctl->bounce[i];
 

@@ -48,11 +48,12 @@ typedef struct ctl_conn {
 } ctl_conn_t;
 
 /* A request served by a thread of one of the listener's pools; answered on conn_id. */
-typedef struct {
+typedef struct ctl_job {
     ote_proto_job_t job;     /* first: the pool's entry */
     ote_ctl_t      *ctl;
     uint64_t        conn_id; /* the connection the answer goes on */
     uint32_t        seq;     /* the request's sequence, the answer's */
+    struct ctl_job *next;    /* ended, not answered yet (done_lock) */
 } ctl_job_t;
 
 /* A PUTBACK served by a thread of the listener's pool, and its answer. */
@@ -61,7 +62,6 @@ typedef struct putback_job {
     ote_ctl_putback_t   m;
     ote_region_t       *region; /* the checked range's, held until answered */
     ote_status_t        status;
-    struct putback_job *next;
 } putback_job_t;
 
 /* PUTBACKs accepted at once per engine (running or queued); more are answered BUSY. */
@@ -101,7 +101,6 @@ typedef struct file_io_job {
     uint8_t            *buf;     /* READ not by rails: the bytes read */
     size_t              done;    /* READ: the bytes read (by rails: written to the initiator) */
     ote_status_t        status;
-    struct file_io_job *next;
 } file_io_job_t;
 
 /* FILE_IOs accepted at once per engine (running or queued); more are answered BUSY. */
@@ -134,12 +133,12 @@ struct ote_ctl {
     int          done_fd;      /* eventfd: a PUTBACK ended */
     pthread_mutex_t done_lock; /* done, jobs, peers */
     pthread_cond_t  done_cond;
-    putback_job_t  *done;      /* ended, not answered yet */
+    ctl_job_t      *done;      /* PUTBACKs ended, not answered yet */
     unsigned        jobs;      /* running or queued */
     ote_proto_jobs_t *pool;    /* PUTBACK threads, started on the first request */
     putback_peer_t  peers[CTL_PUTBACK_PEERS];
     unsigned long   putback_opens; /* segments opened to serve PUTBACKs, FILE_IOs by rails */
-    file_io_job_t  *file_done;     /* FILE_IOs ended, not answered yet (done_lock) */
+    ctl_job_t      *file_done;     /* FILE_IOs ended, not answered yet (done_lock) */
     unsigned        file_jobs;     /* running or queued (done_lock) */
     ote_proto_jobs_t *file_pool;   /* FILE_IO threads, started on the first request */
     file_bounce_t   bounce[CTL_FILE_IO_THREADS]; /* FILE_IOs by rails (done_lock) */
@@ -154,15 +153,14 @@ void         ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t eve
 
 /*
  * The listener's job pools (PUTBACK, FILE_IO): admit one job (BUSY when max
- * are running or queued; the pool, of threads threads, is made on the first
- * one), then submit it to run for c's current request, c not read until
- * its answer. A job that could not be submitted is no longer counted (its
- * status returned).
+ * are running or queued, *count of them; the pool, of threads threads, is
+ * made on the first one), then submit it to run for c's current request,
+ * c not read until its answer. A job that could not be admitted or
+ * submitted is not counted (its status returned).
  */
-ote_status_t ote_ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsigned *count,
-                               const char *name, unsigned threads, unsigned max);
-ote_status_t ote_ctl_job_submit(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t *pool,
-                                unsigned *count, ctl_job_t *job, ote_proto_job_cb_t run);
+ote_status_t ote_ctl_job_start(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t **pool_p,
+                               unsigned *count, const char *name, unsigned threads,
+                               unsigned max, ctl_job_t *job, ote_proto_job_cb_t run);
 /*
  * A job ended and is answered: the connection it answers on, if still
  * there and waiting for it, reads again with the job's seq as the
@@ -170,6 +168,19 @@ ote_status_t ote_ctl_job_submit(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t 
  */
 ctl_conn_t  *ote_ctl_job_conn(ote_ctl_t *ctl, const ctl_job_t *job);
 void         ote_ctl_job_done(ote_ctl_t *ctl, unsigned *count);
+/* A pool thread: the job ended; it joins *done_p and the listener is woken to answer it. */
+void         ote_ctl_job_end(ote_ctl_t *ctl, ctl_job_t **done_p, ctl_job_t *job);
+/*
+ * The listener: answer each job of *done_p on its connection if still there
+ * (answer failing: the connection closes), count it done, release it.
+ */
+void         ote_ctl_job_answer_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
+                                    ote_status_t (*answer)(ote_ctl_t *ctl, ctl_conn_t *c,
+                                                           ctl_job_t *job),
+                                    void (*release)(ote_ctl_t *ctl, ctl_job_t *job));
+/* The listener stopped, its pool drained: release the jobs ended and not answered. */
+void         ote_ctl_job_drop_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
+                                  void (*release)(ote_ctl_t *ctl, ctl_job_t *job));
 
 /* ctl_proto.c */
 ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c);

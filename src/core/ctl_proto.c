@@ -190,7 +190,6 @@ static void putback_serve_job(ote_proto_job_t *pj)
     putback_job_t *job = (putback_job_t *)pj;
     ote_ctl_t *ctl     = job->base.ctl;
     ote_segment_h seg;
-    uint64_t one = 1;
     int slot;
 
     job->status = ote_ctl_peer_seg_get(ctl, job->m.name, job->m.initiator, &seg, &slot);
@@ -200,12 +199,26 @@ static void putback_serve_job(ote_proto_job_t *pj)
     }
     ote_mem_region_put(job->region);
     job->region = NULL;
-    pthread_mutex_lock(&ctl->done_lock);
-    job->next = ctl->done;
-    ctl->done = job;
-    pthread_cond_broadcast(&ctl->done_cond);
-    pthread_mutex_unlock(&ctl->done_lock);
-    (void)!write(ctl->done_fd, &one, sizeof(one));
+    ote_ctl_job_end(ctl, &ctl->done, &job->base);
+}
+
+static ote_status_t putback_answer(ote_ctl_t *ctl, ctl_conn_t *c, ctl_job_t *base)
+{
+    putback_job_t *job = (putback_job_t *)base;
+    ote_buf_t out      = {0};
+    ote_status_t status;
+
+    status = ote_ctl_putback_ack_encode(job->status, job->m.id, &out);
+    if (status == OTE_OK)
+        status = ote_ctl_reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0);
+    free(out.data);
+    return status;
+}
+
+static void putback_release(ote_ctl_t *ctl, ctl_job_t *job)
+{
+    (void)ctl;
+    free(job);
 }
 
 void ote_ctl_putback_stop(ote_ctl_t *ctl)
@@ -213,15 +226,7 @@ void ote_ctl_putback_stop(ote_ctl_t *ctl)
     /* Every accepted PUTBACK runs to its end (bounded by the transfer timeout). */
     ote_proto_jobs_destroy(ctl->pool);
     ctl->pool = NULL;
-    pthread_mutex_lock(&ctl->done_lock);
-    while (ctl->done != NULL) {
-        putback_job_t *job = ctl->done;
-
-        ctl->done = job->next;
-        ctl->jobs--;
-        free(job);
-    }
-    pthread_mutex_unlock(&ctl->done_lock);
+    ote_ctl_job_drop_all(ctl, &ctl->done, &ctl->jobs, putback_release);
     for (int i = 0; i < CTL_PUTBACK_PEERS; i++) {
         if (ctl->peers[i].seg != NULL)
             ote_segment_close(ctl->peers[i].seg);
@@ -271,12 +276,10 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     ote_engine_h e = ctl->engine;
     putback_job_t *job = calloc(1, sizeof(*job));
-    ote_buf_t out = {0};
     ote_status_t status, st;
 
-    if (job == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = ote_ctl_putback_decode(c->payload, c->h.length, &job->m);
+    status = job != NULL ? ote_ctl_putback_decode(c->payload, c->h.length, &job->m)
+                         : OTE_ERR_NO_MEMORY;
     if (status != OTE_OK) {
         free(job);
         return status;
@@ -287,23 +290,17 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
         st = ote_mem_region_acquire(e->regions, job->m.remote, job->m.length,
                                     OTE_ACCESS_REMOTE_READ, &job->region);
     if (st == OTE_OK) {
-        st = ote_ctl_job_admit(ctl, &ctl->pool, &ctl->jobs, "ote-putback", CTL_PUTBACK_THREADS,
-                               CTL_PUTBACK_MAX);
-        if (st != OTE_OK)
-            ote_mem_region_put(job->region);
-    }
-    if (st == OTE_OK) {
-        st = ote_ctl_job_submit(ctl, c, ctl->pool, &ctl->jobs, &job->base, putback_serve_job);
+        st = ote_ctl_job_start(ctl, c, &ctl->pool, &ctl->jobs, "ote-putback",
+                               CTL_PUTBACK_THREADS, CTL_PUTBACK_MAX, &job->base,
+                               putback_serve_job);
         if (st == OTE_OK)
             return OTE_OK;
         ote_mem_region_put(job->region);
     }
     ote_debug("control peer %s: putback %#llx+%u refused: %s", c->peer,
               (unsigned long long)job->m.remote, job->m.length, ote_status_string(st));
-    status = ote_ctl_putback_ack_encode(st, job->m.id, &out);
-    if (status == OTE_OK)
-        status = ote_ctl_reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0);
-    free(out.data);
+    job->status = st;
+    status      = putback_answer(ctl, c, &job->base);
     free(job);
     return status;
 }
@@ -311,27 +308,8 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
 /* Answer the PUTBACKs that ended, on the connections still there. */
 void ote_ctl_putback_answer(ote_ctl_t *ctl)
 {
-    putback_job_t *job, *next;
     uint64_t v;
 
     (void)!read(ctl->done_fd, &v, sizeof(v));
-    pthread_mutex_lock(&ctl->done_lock);
-    job       = ctl->done;
-    ctl->done = NULL;
-    pthread_mutex_unlock(&ctl->done_lock);
-    for (; job != NULL; job = next) {
-        ctl_conn_t *c;
-        ote_buf_t out = {0};
-
-        next = job->next;
-        c    = ote_ctl_job_conn(ctl, &job->base);
-        if (c != NULL) {
-            if (ote_ctl_putback_ack_encode(job->status, job->m.id, &out) != OTE_OK ||
-                ote_ctl_reply(ctl, c, OTE_CTL_PUTBACK_ACK, out.data, out.len, NULL, 0) != OTE_OK)
-                ote_ctl_conn_close(ctl, c);
-            free(out.data);
-        }
-        ote_ctl_job_done(ctl, &ctl->jobs);
-        free(job);
-    }
+    ote_ctl_job_answer_all(ctl, &ctl->done, &ctl->jobs, putback_answer, putback_release);
 }

@@ -1,4 +1,8 @@
-/* Engine lifecycle, memory API, descriptor publication. */
+/*
+ * Engine lifecycle (the transports opened on every worker, staging, the
+ * metadata store), memory API, descriptor publication, ote_info's listing
+ * of transports.
+ */
 #include "ctl_msg.h"
 #include "engine.h"
 #include "base/dlist.h"
@@ -47,11 +51,6 @@ static void engine_open_staging(ote_engine_h e, ote_select_t *sel)
     }
 }
 
-/*
- * Open one selected resource on every worker. A resource that cannot be
- * opened, or that carries no one-sided zero-copy operation, is left out
- * with a log line: the engine runs on the others.
- */
 /* The i-th transport component an engine opens, or NULL past the last. */
 ote_tl_component_t *ote_engine_component(size_t i)
 {
@@ -62,6 +61,11 @@ ote_tl_component_t *ote_engine_component(size_t i)
     return i < n ? ote_tl_components[i] : NULL;
 }
 
+/*
+ * Open one selected resource on every worker. A resource that cannot be
+ * opened, or that carries no one-sided zero-copy operation, is left out
+ * with a log line: the engine runs on the others.
+ */
 static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
                            ote_tl_iface_params_t *params)
 {
@@ -310,7 +314,6 @@ static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
 
 static void engine_locks_init(ote_engine_h e)
 {
-    pthread_condattr_t ca;
 
     pthread_mutex_init(&e->notif_lock, NULL);
     pthread_mutex_init(&e->lane_lock, NULL);
@@ -319,10 +322,7 @@ static void engine_locks_init(ote_engine_h e)
     pthread_mutex_init(&e->admit_lock, NULL);
     ote_fexport_table_init(&e->fexports);
     /* Admission deadlines are on the monotonic clock. */
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->admit_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    ote_cond_init_monotonic(&e->admit_cond);
 }
 
 static void engine_locks_destroy(ote_engine_h e)

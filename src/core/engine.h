@@ -125,7 +125,7 @@ struct ote_engine {
     ote_mem_table_t *regions;
     ote_engine_tl_t  tls[OTE_MAX_IFACES];
     _Atomic size_t   num_tls;       /* grows while the engine runs (engine_join.c) */
-    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_SYSFS_ROOT) at creation */
+    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_RDMA_SYSFS_ROOT) at creation */
     struct ote_engine_rdma_mon *rdma_mon; /* their ports re-read (OTE_RDMA_POLL_MS) */
     uint64_t         netif_sig;   /* the network interfaces the last join round saw */
     /* A network device failed to open: the round that tries again (0: none), its back-off. */
@@ -320,7 +320,7 @@ uint64_t ote_engine_netif_sig(void);
 /* True when iface's device left the engine (see ote_engine_join_round). */
 bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface);
 
-/* engine.c: the i-th component an engine opens (transports, then protocols), NULL past the last. */
+/* engine.c: the i-th transport component an engine opens, NULL past the last. */
 ote_tl_component_t *ote_engine_component(size_t i);
 /* The engine-wide parameters every iface is opened with (no worker set). */
 void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params);

@@ -273,7 +273,6 @@ ote_status_t ote_engine_rdma_monitor_start(ote_engine_h e)
 {
     struct ote_engine_rdma_mon *m;
     ote_rdma_config_t cfg;
-    pthread_condattr_t attr;
     ote_status_t status;
 
     if (e->rdma == NULL)
@@ -290,10 +289,7 @@ ote_status_t ote_engine_rdma_monitor_start(ote_engine_h e)
     ote_config_release(&ote_rdma_config_table, &cfg);
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->poll_lock, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    ote_cond_init_monotonic(&m->cond);
     e->rdma_mon = m;
     if (m->poll_ms > 0) {
         if (pthread_create(&m->thread, NULL, monitor_main, e) != 0) {
@@ -311,10 +307,7 @@ void ote_engine_rdma_monitor_stop(ote_engine_h e)
 
     if (m == NULL)
         return;
-    pthread_mutex_lock(&m->lock);
-    m->stop = true;
-    pthread_cond_broadcast(&m->cond);
-    pthread_mutex_unlock(&m->lock);
+    ote_cond_stop(&m->lock, &m->cond, &m->stop);
     if (m->started)
         pthread_join(m->thread, NULL);
     e->rdma_mon = NULL;

@@ -379,7 +379,6 @@ out:
 ote_status_t ote_meta_create(const ote_meta_params_t *p, ote_meta_t **meta_p)
 {
     ote_meta_uri_t uri;
-    pthread_condattr_t ca;
     ote_meta_t *m;
     ote_status_t status;
 
@@ -415,10 +414,7 @@ ote_status_t ote_meta_create(const ote_meta_params_t *p, ote_meta_t **meta_p)
     m->params.name   = NULL;
     m->params.prefix = NULL;
     pthread_mutex_init(&m->lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    ote_cond_init_monotonic(&m->cond);
 
     status = m->ops->open(&uri, p->timeout_ms, &m->ctx);
     memset(&uri, 0, sizeof(uri)); /* the password */

@@ -525,39 +525,49 @@ static ote_status_t etcd_keepalive(void *ctx, const char *key, long ttl_s)
     return status;
 }
 
+/*
+ * Put value under key with our lease if the key's compare target (field,
+ * e.g. "LEASE" "lease") equals expect: one txn; *ok_p whether it matched.
+ * NOT_FOUND: the store does not know our lease.
+ */
+static ote_status_t etcd_put_if(etcd_t *c, const char *key, const void *value, size_t len,
+                                const char *target, const char *field, long long expect,
+                                bool *ok_p)
+{
+    char *k = key64(key), *v = ote_meta_base64_encode(value, len);
+    char *json = k && v ? malloc(strlen(k) * 2 + strlen(v) + 512) : NULL;
+    int64_t holder = 0;
+    ote_status_t status = OTE_ERR_NO_MEMORY;
+
+    if (json != NULL) {
+        sprintf(json,
+                "{\"compare\":[{\"key\":\"%s\",\"target\":\"%s\",\"%s\":\"%lld\","
+                "\"result\":\"EQUAL\"}],\"success\":[{\"request_put\":{\"key\":\"%s\","
+                "\"value\":\"%s\",\"lease\":\"%lld\"}}]}",
+                k, target, field, expect, k, v, (long long)c->lease);
+        status = etcd_post(c, "/v3/kv/txn", json);
+        if (status == OTE_OK)
+            status = ote_meta_etcd_decode_txn(c->body, c->body_len, ok_p, &holder);
+    }
+    free(json);
+    free(k);
+    free(v);
+    return status;
+}
+
 static ote_status_t etcd_update(void *ctx, const char *key, const void *value, size_t len,
                                 long ttl_s)
 {
     etcd_t *c = ctx;
-    char *k = key64(key), *v = ote_meta_base64_encode(value, len), *json = NULL;
-    int64_t holder = 0;
-    bool ok        = false;
+    bool ok   = false;
     ote_status_t status;
 
     (void)ttl_s;
-    if (c->lease == 0) {
-        status = OTE_ERR_NOT_FOUND;
-        goto out;
-    }
-    json = k && v ? malloc(strlen(k) * 2 + strlen(v) + 512) : NULL;
-    if (json == NULL) {
-        status = OTE_ERR_NO_MEMORY;
-        goto out;
-    }
-    sprintf(json,
-            "{\"compare\":[{\"key\":\"%s\",\"target\":\"LEASE\",\"lease\":\"%lld\","
-            "\"result\":\"EQUAL\"}],\"success\":[{\"request_put\":{\"key\":\"%s\","
-            "\"value\":\"%s\",\"lease\":\"%lld\"}}]}",
-            k, (long long)c->lease, k, v, (long long)c->lease);
-    status = etcd_post(c, "/v3/kv/txn", json);
-    if (status == OTE_OK)
-        status = ote_meta_etcd_decode_txn(c->body, c->body_len, &ok, &holder);
+    if (c->lease == 0)
+        return OTE_ERR_NOT_FOUND;
+    status = etcd_put_if(c, key, value, len, "LEASE", "lease", (long long)c->lease, &ok);
     if (status == OTE_OK && !ok)
         status = OTE_ERR_NOT_FOUND;
-out:
-    free(json);
-    free(k);
-    free(v);
     return status;
 }
 
@@ -599,44 +609,24 @@ static ote_status_t etcd_replace(void *ctx, const char *key, const void *old, si
                                  int64_t version, const void *value, size_t len, long ttl_s)
 {
     etcd_t *c = ctx;
-    char *k = key64(key), *v = ote_meta_base64_encode(value, len), *json = NULL;
-    int64_t holder = 0;
-    bool ok        = false;
+    bool ok   = false;
     ote_status_t status = OTE_OK;
 
     (void)old;
     (void)old_len;
-    if (version <= 0) {
-        status = OTE_ERR_INVALID_PARAM;
-        goto out;
-    }
-    json = k && v ? malloc(strlen(k) * 2 + strlen(v) + 512) : NULL;
-    if (json == NULL) {
-        status = OTE_ERR_NO_MEMORY;
-        goto out;
-    }
+    if (version <= 0)
+        return OTE_ERR_INVALID_PARAM;
     /* Our lease: the key lives as long as we keep it alive, the old holder's lease expires. */
     if (c->lease == 0)
         status = etcd_grant(c, ttl_s);
     if (status != OTE_OK)
-        goto out;
-    sprintf(json,
-            "{\"compare\":[{\"key\":\"%s\",\"target\":\"MOD\",\"mod_revision\":\"%lld\","
-            "\"result\":\"EQUAL\"}],\"success\":[{\"request_put\":{\"key\":\"%s\","
-            "\"value\":\"%s\",\"lease\":\"%lld\"}}]}",
-            k, (long long)version, k, v, (long long)c->lease);
-    status = etcd_post(c, "/v3/kv/txn", json);
-    if (status == OTE_OK)
-        status = ote_meta_etcd_decode_txn(c->body, c->body_len, &ok, &holder);
+        return status;
+    status = etcd_put_if(c, key, value, len, "MOD", "mod_revision", (long long)version, &ok);
     /* A lease the store no longer knows: nothing was put; the caller claims again. */
     if (status == OTE_ERR_NOT_FOUND)
         c->lease = 0;
     if ((status == OTE_OK && !ok) || status == OTE_ERR_NOT_FOUND)
         status = OTE_ERR_EXISTS;
-out:
-    free(json);
-    free(k);
-    free(v);
     return status;
 }
 

@@ -418,10 +418,7 @@ void ote_notifier_stop(ote_notifier_t *nt)
 {
     if (nt == NULL)
         return;
-    pthread_mutex_lock(&nt->lock);
-    nt->stop = true;
-    pthread_cond_signal(&nt->cond);
-    pthread_mutex_unlock(&nt->lock);
+    ote_cond_stop(&nt->lock, &nt->cond, &nt->stop);
     if (nt->started)
         pthread_join(nt->thread, NULL);
     free(nt->q);

@@ -22,13 +22,9 @@
 
 void ote_segment_reread_init(ote_segment_h seg)
 {
-    pthread_condattr_t attr;
 
     pthread_mutex_init(&seg->reread_lock, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&seg->reread_cond, &attr);
-    pthread_condattr_destroy(&attr);
+    ote_cond_init_monotonic(&seg->reread_cond);
     seg->reread_busy    = false;
     seg->reread_started = seg->reread_ended = 0;
     seg->reread_last_ns = 0;

@@ -243,20 +243,27 @@ static void seen_add(sel_list_t *l, const char *name)
     snprintf(l->seen + len, sizeof(l->seen) - len, "%s%s", len ? "," : "", name);
 }
 
-bool ote_select_tl(ote_select_t *sel, const char *tl)
+/* Whether a list lets name through, marking the tokens that named it. */
+static bool list_select(sel_list_t *l, const char *name,
+                        bool (*matches)(const char *pat, const char *name))
 {
     bool hit = false;
 
-    seen_add(&sel->tls, tl);
-    for (size_t i = 0; i < sel->tls.n; i++) {
-        if (tl_token_matches(sel->tls.tok[i].name, tl)) {
-            sel->tls.tok[i].matched = true;
+    seen_add(l, name);
+    for (size_t i = 0; i < l->n; i++) {
+        if (matches(l->tok[i].name, name)) {
+            l->tok[i].matched = true;
             hit = true;
         }
     }
-    if (sel->tls.negate)
+    if (l->negate)
         return !hit;
-    return sel->tls.all || hit;
+    return l->all || hit;
+}
+
+bool ote_select_tl(ote_select_t *sel, const char *tl)
+{
+    return list_select(&sel->tls, tl, tl_token_matches);
 }
 
 /* A device token names dev: directly, by a range, or as the device of a port. */
@@ -277,18 +284,7 @@ static bool dev_token_matches(const char *pat, const char *dev)
 
 bool ote_select_device(ote_select_t *sel, const char *dev)
 {
-    bool hit = false;
-
-    seen_add(&sel->devs, dev);
-    for (size_t i = 0; i < sel->devs.n; i++) {
-        if (dev_token_matches(sel->devs.tok[i].name, dev)) {
-            sel->devs.tok[i].matched = true;
-            hit = true;
-        }
-    }
-    if (sel->devs.negate)
-        return !hit;
-    return sel->devs.all || hit;
+    return list_select(&sel->devs, dev, dev_token_matches);
 }
 
 void ote_select_device_result(ote_select_t *sel, const char *dev, const char *why)

@@ -12,6 +12,7 @@
  * consistent), so one of the two sees the other.
  */
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -23,12 +24,7 @@ typedef struct {
 
 static void chain_add(chain_t *c, ote_slice_t *s)
 {
-    s->next = NULL;
-    if (c->tail)
-        c->tail->next = s;
-    else
-        c->head = s;
-    c->tail = s;
+    OTE_QUEUE_PUSH(c->head, c->tail, s, next);
 }
 
 /*
@@ -60,12 +56,7 @@ void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, 
     memset(chains, 0, sizeof(chains[0]) * e->num_workers);
     pthread_mutex_lock(&seg->spray_lock);
     if (head != NULL) {
-        tail->next = NULL;
-        if (seg->backlog_tail)
-            seg->backlog_tail->next = head;
-        else
-            seg->backlog_head = head;
-        seg->backlog_tail = tail;
+        OTE_QUEUE_PUSH_CHAIN(seg->backlog_head, seg->backlog_tail, head, tail, next);
         atomic_store(&seg->backlog_any, true);
     }
     while ((s = seg->backlog_head) != NULL) {

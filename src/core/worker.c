@@ -29,6 +29,7 @@
  * OTE_POLL_GRACE_US.
  */
 #include "engine.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -191,13 +192,8 @@ static void worker_lock(ote_worker_t *w)
 /* Append a chain of slices to w's queue. */
 static void worker_enqueue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 {
-    tail->next = NULL;
     pthread_mutex_lock(&w->qlock);
-    if (w->qtail)
-        w->qtail->next = head;
-    else
-        w->qhead = head;
-    w->qtail = tail;
+    OTE_QUEUE_PUSH_CHAIN(w->qhead, w->qtail, head, tail, next);
     atomic_store(&w->queued, true);
     pthread_mutex_unlock(&w->qlock);
 }

@@ -54,23 +54,6 @@ static int parse_cpu_list(const char *p, int *cpus, int max)
 }
 
 #ifdef HAVE_HWLOC
-static pthread_once_t   io_topo_once = PTHREAD_ONCE_INIT;
-static hwloc_topology_t io_topo;
-static bool             io_topo_ok;
-
-/* The topology with its network devices, loaded once per process, kept until exit. */
-static void io_topo_load(void)
-{
-    if (hwloc_topology_init(&io_topo) != 0)
-        return;
-    hwloc_topology_set_io_types_filter(io_topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-    if (hwloc_topology_load(io_topo) != 0 || !hwloc_topology_is_thissystem(io_topo)) {
-        hwloc_topology_destroy(io_topo);
-        return;
-    }
-    io_topo_ok = true;
-}
-
 /*
  * Without OTE_WORKER_CPUS: a worker whose network transports all sit on
  * devices of one locality is bound to the CPUs near them; otherwise it
@@ -79,6 +62,7 @@ static void io_topo_load(void)
 static void worker_bind_near_nic(ote_worker_t *w)
 {
     const char *devs[OTE_MAX_IFACES];
+    hwloc_topology_t io_topo;
     hwloc_bitmap_t set;
     size_t n = 0;
     char buf[256];
@@ -91,8 +75,8 @@ static void worker_bind_near_nic(ote_worker_t *w)
     }
     if (n == 0)
         return;
-    pthread_once(&io_topo_once, io_topo_load);
-    if (!io_topo_ok || (set = hwloc_bitmap_alloc()) == NULL)
+    io_topo = ote_topo_this_system();
+    if (io_topo == NULL || (set = hwloc_bitmap_alloc()) == NULL)
         return;
     if (ote_topo_nic_cpuset(io_topo, devs, n, set) == 1) {
         hwloc_bitmap_snprintf(buf, sizeof(buf), set);

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/cuda_api.h"
+#include "base/topo.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -28,30 +29,12 @@
 #define MPOL_BIND_ 2
 
 #ifdef HAVE_HWLOC
-static pthread_once_t   topo_once = PTHREAD_ONCE_INIT;
-static hwloc_topology_t topo;
-static bool             topo_ok;
-
-/* Loaded once per process: a few milliseconds, kept until exit. */
-static void topo_load(void)
-{
-    if (hwloc_topology_init(&topo) != 0)
-        return;
-    if (hwloc_topology_load(topo) != 0) {
-        hwloc_topology_destroy(topo);
-        return;
-    }
-    topo_ok = hwloc_topology_is_thissystem(topo);
-    if (!topo_ok)
-        hwloc_topology_destroy(topo);
-}
-
 static int bind_hwloc(void *p, size_t len, int numa)
 {
+    hwloc_topology_t topo = ote_topo_this_system();
     hwloc_obj_t node;
 
-    pthread_once(&topo_once, topo_load);
-    if (!topo_ok)
+    if (topo == NULL)
         return -1;
     node = hwloc_get_numanode_obj_by_os_index(topo, (unsigned)numa);
     if (node == NULL)

@@ -71,7 +71,7 @@ enum {
     OTE_MD_FLAG_GRANTS_ACCESS = 1u << 0,
     /*
      * The domain belongs to the device itself (cuda_ipc): registering GPU
-     * memory on it is not GPUDirect RDMA, and OTE_GPU_DIRECT leaves it be.
+     * memory on it is not GPUDirect RDMA, and OTE_MEM_GPU_DIRECT leaves it be.
      */
     OTE_MD_FLAG_DEVICE_NATIVE = 1u << 1,
 };
@@ -164,7 +164,7 @@ typedef struct {
      */
     bool   rcache_manual_invalidate;
     /*
-     * OTE_GPU_DIRECT: register GPU memory on network memory domains that
+     * OTE_MEM_GPU_DIRECT: register GPU memory on network memory domains that
      * can (AUTO), never (NO: such traffic is staged), or require one (YES:
      * registering GPU memory fails when none can).
      */
@@ -183,7 +183,7 @@ static inline bool ote_mem_md_reaches(const ote_mem_table_params_t *p, const ote
              p->gpu_direct == OTE_MEM_GPU_DIRECT_NO);
 }
 
-/* OTE_GPU_DIRECT: mem's own setting (an OTE_TERNARY_* value). */
+/* OTE_MEM_GPU_DIRECT: mem's own setting (an OTE_TERNARY_* value). */
 typedef struct {
     int gpu_direct;
 } ote_mem_config_t;
@@ -200,7 +200,7 @@ extern const ote_config_table_t ote_rcache_config_table;
 /* Both, NULL-terminated. */
 extern const ote_config_table_t *const ote_mem_config_tables[];
 
-/* Table params from mem's tables (OTE_GPU_DIRECT, OTE_RCACHE_*); others zero. */
+/* Table params from mem's tables (OTE_MEM_GPU_DIRECT, OTE_RCACHE_*); others zero. */
 ote_status_t ote_mem_table_params_read(ote_mem_table_params_t *params_p);
 
 ote_status_t ote_mem_table_create(const ote_mem_table_params_t *params,

@@ -9,7 +9,8 @@
 
 static const ote_cfg_entry_t mem_config_fields[] = {
     {"GPU_DIRECT", "auto", OTE_CFG_TERNARY, MEM_F(gpu_direct),
-     "Register GPU memory on network memory domains directly: auto, y, n."},
+     "Register GPU memory on network memory domains directly: auto, y, n.",
+     .alias = "GPU_DIRECT"},
 };
 
 static const ote_cfg_entry_t rcache_config_fields[] = {
@@ -21,7 +22,7 @@ static const ote_cfg_entry_t rcache_config_fields[] = {
      "Unreferenced registrations the cache keeps before LRU eviction."},
 };
 
-OTE_CONFIG_TABLE_DEFINE(ote_mem_config_table, "", "mem", mem_config_fields, ote_mem_config_t,
+OTE_CONFIG_TABLE_DEFINE(ote_mem_config_table, "MEM_", "mem", mem_config_fields, ote_mem_config_t,
                         NULL);
 
 OTE_CONFIG_TABLE_DEFINE(ote_rcache_config_table, "RCACHE_", "rcache", rcache_config_fields,

@@ -329,7 +329,7 @@ static ote_status_t region_prepare(ote_mem_table_t *t, const ote_mem_desc_t *d, 
             direct |= (t->mds[i]->mem_types & OTE_MEM_TYPE_CUDA) &&
                       !(t->mds[i]->flags & OTE_MD_FLAG_DEVICE_NATIVE);
         if (!direct) {
-            ote_error("registering %p+%zu (%s): OTE_GPU_DIRECT=y but no network memory domain "
+            ote_error("registering %p+%zu (%s): OTE_MEM_GPU_DIRECT=y but no network memory domain "
                       "can register GPU memory", d->addr, d->length, r->location);
             status = OTE_ERR_UNSUPPORTED;
             goto err_free;

@@ -5,6 +5,8 @@
  */
 #include "file_remote.h"
 
+#include "ctl_ep.h"
+
 #include "base/log.h"
 
 #include <pthread.h>
@@ -105,9 +107,7 @@ static void file_remote_main(ote_proto_job_t *job)
         ote_debug("remote file: %s %#llx+%u%s: %s", file_remote_op_name(op),
                   (unsigned long long)op->m.offset, op->m.length,
                   op->m.rails ? " by rails" : "", ote_status_string(status));
-    pthread_mutex_lock(op->hooks.base.worker_lock);
-    op->comp->func(op->comp, status);
-    pthread_mutex_unlock(op->hooks.base.worker_lock);
+    ote_proto_ctl_ep_complete(&op->hooks.base, op->comp, status);
     free(op);
 }
 
@@ -176,12 +176,7 @@ static ote_status_t file_remote_post(ote_tl_ep_t *tl_ep, uint8_t op_code, void *
     op->m.local     = (uintptr_t)local;
     snprintf(op->m.name, sizeof(op->m.name), "%s", ep->hooks.name);
     op->job.run     = file_remote_main;
-    status          = ote_proto_jobs_submit(ep->hooks.base.jobs, &op->job);
-    if (status != OTE_OK) {
-        free(op);
-        return status;
-    }
-    return OTE_INPROGRESS;
+    return ote_proto_ctl_ep_submit(&ep->hooks.base, &op->job);
 }
 
 static ote_status_t file_remote_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
@@ -206,36 +201,8 @@ static ote_status_t file_remote_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_
                             remote_addr, comp);
 }
 
-/* The rail's own accounting (rail.c) counts what is in flight. */
-static size_t file_remote_inflight_bytes(ote_tl_ep_t *tl_ep)
-{
-    (void)tl_ep;
-    return 0;
-}
-
-/* Each request is its own control exchange: nothing to rebuild. */
-static bool file_remote_is_alive(ote_tl_ep_t *tl_ep)
-{
-    (void)tl_ep;
-    return true;
-}
-
-/* A slice in flight holds its own copy of the hooks (the segment outlives its tasks). */
-static void file_remote_ep_destroy(ote_tl_ep_t *tl_ep)
-{
-    free(tl_ep);
-}
-
-static const ote_tl_ep_ops_t file_remote_ep_ops = {
-    .put_zcopy       = file_remote_put_zcopy,
-    .get_zcopy       = file_remote_get_zcopy,
-    .inflight_bytes  = file_remote_inflight_bytes,
-    .is_alive        = file_remote_is_alive,
-    .destroy         = file_remote_ep_destroy,
-    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
-    .needs_reconnect = ote_tl_no_reconnect_needed,
-    .reconnect       = ote_tl_unsupported_reconnect,
-};
+static const ote_tl_ep_ops_t file_remote_ep_ops =
+    OTE_PROTO_CTL_EP_OPS(file_remote_put_zcopy, file_remote_get_zcopy);
 
 ote_status_t ote_proto_file_remote_rail_init(ote_rail_t *rail, size_t worker,
                                              const ote_file_remote_hooks_t *hooks)

@@ -2,6 +2,7 @@
 #include "jobs.h"
 
 #include "base/log.h"
+#include "base/util.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -118,10 +119,7 @@ void ote_proto_jobs_destroy(ote_proto_jobs_t *p)
 {
     if (p == NULL)
         return;
-    pthread_mutex_lock(&p->lock);
-    p->stop = true;
-    pthread_cond_broadcast(&p->cond);
-    pthread_mutex_unlock(&p->lock);
+    ote_cond_stop(&p->lock, &p->cond, &p->stop);
     for (unsigned i = 0; i < p->nthreads; i++)
         pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->lock);

@@ -1,7 +1,8 @@
 /*
  * A bounded pool of threads for protocol steps that block on a peer (a
- * control request and its answer): remote staging slices, PUTBACK requests
- * on the initiator and on the target. At most max_threads threads, started
+ * control request and its answer): remote staging slices, PUTBACK and
+ * FILE_IO requests on the initiator and on the target (ctl_ep.h, the
+ * control listener's pools). At most max_threads threads, started
  * as work arrives and kept until the pool is destroyed; at most max_queued
  * jobs wait for one, more are refused with OTE_ERR_BUSY (never dropped).
  */
@@ -14,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The engine's pool for initiator-side requests (remote staging, PUTBACK). */
+/* The engine's pool for initiator-side requests (remote staging, PUTBACK, a peer's file). */
 #define OTE_PROTO_JOBS_THREADS 8
 #define OTE_PROTO_JOBS_QUEUED  4096
 

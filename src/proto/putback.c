@@ -6,6 +6,8 @@
  */
 #include "putback.h"
 
+#include "ctl_ep.h"
+
 #include "base/log.h"
 
 #include <pthread.h>
@@ -51,9 +53,7 @@ static void putback_read_job(ote_proto_job_t *job)
                   ote_status_string(status));
     free(resp);
     free(out.data);
-    pthread_mutex_lock(op->hooks.base.worker_lock);
-    op->comp->func(op->comp, status);
-    pthread_mutex_unlock(op->hooks.base.worker_lock);
+    ote_proto_ctl_ep_complete(&op->hooks.base, op->comp, status);
     free(op);
 }
 
@@ -64,7 +64,6 @@ static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t le
 {
     putback_ep_t *ep = (putback_ep_t *)tl_ep;
     putback_op_t *op;
-    ote_status_t status;
 
     (void)local_region;
     (void)rkey;
@@ -84,44 +83,11 @@ static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t le
     op->m.length    = (uint32_t)length;
     memcpy(op->m.name, ep->hooks.name, sizeof(op->m.name));
     op->job.run     = putback_read_job;
-    status          = ote_proto_jobs_submit(ep->hooks.base.jobs, &op->job);
-    if (status != OTE_OK) {
-        free(op);
-        return status;
-    }
-    return OTE_INPROGRESS;
+    return ote_proto_ctl_ep_submit(&ep->hooks.base, &op->job);
 }
 
-/* The rail's own accounting (rail.c) counts what is in flight. */
-static size_t putback_inflight_bytes(ote_tl_ep_t *tl_ep)
-{
-    (void)tl_ep;
-    return 0;
-}
-
-/* Each request is its own control exchange: nothing to rebuild. */
-static bool putback_is_alive(ote_tl_ep_t *tl_ep)
-{
-    (void)tl_ep;
-    return true;
-}
-
-/* A slice in flight holds its own copy of the hooks (the segment outlives its tasks). */
-static void putback_ep_destroy(ote_tl_ep_t *tl_ep)
-{
-    free(tl_ep);
-}
-
-static const ote_tl_ep_ops_t putback_ep_ops = {
-    .put_zcopy       = ote_tl_unsupported_zcopy,
-    .get_zcopy       = putback_get_zcopy,
-    .inflight_bytes  = putback_inflight_bytes,
-    .is_alive        = putback_is_alive,
-    .destroy         = putback_ep_destroy,
-    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
-    .needs_reconnect = ote_tl_no_reconnect_needed,
-    .reconnect       = ote_tl_unsupported_reconnect,
-};
+static const ote_tl_ep_ops_t putback_ep_ops =
+    OTE_PROTO_CTL_EP_OPS(ote_tl_unsupported_zcopy, putback_get_zcopy);
 
 bool ote_proto_putback_rail(const ote_rail_t *rail)
 {

@@ -11,6 +11,7 @@
 #include "stage_int.h"
 
 #include "base/config.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "uct_ext/cuda/cuda_copier.h"
@@ -258,12 +259,7 @@ static void op_pump(stage_op_t *op)
         if (c == NULL) {
             if (!op->waiting) {
                 op->waiting = true;
-                op->wnext   = NULL;
-                if (sw->wait_tail)
-                    sw->wait_tail->wnext = op;
-                else
-                    sw->wait_head = op;
-                sw->wait_tail = op;
+                OTE_QUEUE_PUSH(sw->wait_head, sw->wait_tail, op, wnext);
                 atomic_fetch_add(&ote_stage_stats.pool_waits, 1);
             }
             return;

@@ -14,51 +14,16 @@
 #include "mp_netns.h"
 #include "mp_util.h"
 
-#include <dirent.h>
 #include <time.h>
 
 enum { CYCLES = 6, SLACK = 2 };
 
 static char ns_a[32], ns_b[32]; /* ns_b: the prefix of the per-cycle namespaces */
 
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    int n = 0;
-
-    assert_non_null(d);
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] != '.')
-            n++;
-    }
-    closedir(d);
-    return n - 1; /* the directory's own descriptor */
-}
-
-static int write_one(ote_engine_h e, ote_segment_h seg, void *local, uint64_t remote, size_t len)
-{
-    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
-                        .remote_addr = remote, .length = len};
-    ote_task_status_t st;
-    ote_batch_h b;
-    size_t first;
-    int state = -1;
-
-    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
-    if (ote_batch_submit(b, &r, 1, &first) == OTE_OK) {
-        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-        assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-        state = (int)st.state;
-    }
-    ote_batch_release(b);
-    return state;
-}
-
 /* One peer's life in namespace ns_b<c> at 10.82.0.<10+c>: traffic both ways, then its end. */
 static void cycle(ote_engine_h e, uint8_t *local, int c, bool vanish)
 {
-    char ns[48], listen[64], cmd[96];
+    char ns[48], listen[64];
     const char *args[] = {"--listen", listen, "--region", "1m:rw", NULL};
     const char *wrap[] = {"ip", "netns", "exec", ns, NULL};
     ote_test_target_t t;
@@ -83,14 +48,8 @@ static void cycle(ote_engine_h e, uint8_t *local, int c, bool vanish)
     snprintf(listen, sizeof(listen), "10.82.0.%d:%u", 10 + c, 20000u + (unsigned)c);
     assert_int_equal(ote_test_target_start(&t, wrap, args), 0);
     assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
-    ote_test_fill(local, 0, 65536, seed);
-    assert_int_equal(write_one(e, seg, local, t.addr[0], 65536), OTE_TASK_COMPLETED);
-    snprintf(cmd, sizeof(cmd), "check 0 0 65536 %u", seed);
-    assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 10000), 0);
-    /* The peer writes into this engine's memory: connections this engine accepted. */
-    snprintf(cmd, sizeof(cmd), "push 0 %llx 65536 %u",
-             (unsigned long long)(uintptr_t)(local + 65536), seed);
-    assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 20000), 0);
+    /* The peer writes into this engine's memory too: connections this engine accepted. */
+    mp_traffic_both_ways(e, seg, local, t.addr[0], seed);
     /* Every byte acknowledged (delayed ACKs too): the connections are idle now. */
     usleep(500 * 1000);
     if (vanish) {
@@ -134,12 +93,12 @@ static void test_vanished_peers(void **state)
     /* Warm-up: a peer that exits cleanly, its connections closed by its FINs. */
     cycle(e, local, 0, false);
     usleep(500 * 1000);
-    base = count_fds();
+    base = mp_count_fds();
     for (int c = 1; c <= CYCLES; c++)
         cycle(e, local, c, true);
     /* Keepalive finds the dead connections within seconds; allow a generous bound. */
     for (int i = 0; i < 600; i++) {
-        now = count_fds();
+        now = mp_count_fds();
         if (now <= base + SLACK)
             break;
         usleep(100 * 1000);
@@ -160,30 +119,14 @@ static void test_vanished_peers(void **state)
 
 /* ---- parent: namespaces -------------------------------------------------------- */
 
-static void netns_delete(void)
+static int parent(const char *self, unsigned id)
 {
-    mp_cmd(true, "ip netns del %s", ns_a);
-    for (int c = 0; c <= CYCLES; c++)
-        mp_cmd(true, "ip netns del %s_%d", ns_b, c);
-}
-
-static void on_signal(int sig)
-{
-    netns_delete();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static int parent(const char *self)
-{
-    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", ns_a, ns_b, NULL};
     int rc = mp_netns_add_first("mp_fd_vanish_netns", ns_a);
 
+    (void)id;
     if (rc != 0)
         return rc;
-    atexit(netns_delete);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    mp_netns_delete_at_exit(ns_a, ns_b, CYCLES + 1);
     for (int c = 0; c <= CYCLES; c++) {
         if (mp_cmd(false, "ip netns add %s_%d", ns_b, c) != 0) {
             printf("mp_fd_vanish_netns: skipped: cannot add namespaces\n");
@@ -202,25 +145,19 @@ static int parent(const char *self)
         printf("mp_fd_vanish_netns: skipped: cannot set up the bridge\n");
         return 77;
     }
-    return mp_run(child, false);
+    return mp_netns_run_child(self, ns_a, ns_b);
+}
+
+static int in_netns_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vanished_peers),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
 
 int main(int argc, char **argv)
 {
-    char path[4096];
-    const char *self;
-
-    signal(SIGPIPE, SIG_IGN);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (mp_netns_child(argc, argv, ns_a, sizeof(ns_a), ns_b, sizeof(ns_b))) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_vanished_peers),
-        };
-
-        return cmocka_run_group_tests(tests, NULL, NULL);
-    }
-    snprintf(ns_a, sizeof(ns_a), "ote_fdv_a%u", (unsigned)getpid() % 100000u);
-    snprintf(ns_b, sizeof(ns_b), "ote_fdv_b%u", (unsigned)getpid() % 100000u);
-    self = mp_netns_self(path, sizeof(path));
-    return self != NULL ? parent(self) : 1;
+    return mp_netns_main(argc, argv, "ote_fdv", ns_a, ns_b, in_netns_tests, parent);
 }

@@ -44,66 +44,14 @@
 
 static char ns_a[32], ns_b[32];
 
-static void netns_delete(void)
-{
-    mp_cmd(true, "ip netns del %s", ns_a);
-    mp_cmd(true, "ip netns del %s", ns_b);
-}
-
-static void on_signal(int sig)
-{
-    netns_delete();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-/* One veth pair name (otl<id>a<k>/b<k>) into A and B as dev, with 10.82.<net>.1 and .2. */
-static int link_add(unsigned id, int k, const char *dev, int net)
-{
-    if (mp_cmd(false, "ip link add otl%ua%d type veth peer name otl%ub%d", id, k, id, k) != 0 ||
-        mp_cmd(false, "ip link set otl%ua%d netns %s", id, k, ns_a) != 0 ||
-        mp_cmd(false, "ip link set otl%ub%d netns %s", id, k, ns_b) != 0 ||
-        mp_cmd(false, "ip -n %s link set otl%ua%d name %s", ns_a, id, k, dev) != 0 ||
-        mp_cmd(false, "ip -n %s link set otl%ub%d name %s", ns_b, id, k, dev) != 0 ||
-        mp_cmd(false, "ip -n %s addr add 10.82.%d.1/24 dev %s", ns_a, net, dev) != 0 ||
-        mp_cmd(false, "ip -n %s addr add 10.82.%d.2/24 dev %s", ns_b, net, dev) != 0 ||
-        mp_cmd(false, "ip -n %s link set %s up", ns_a, dev) != 0 ||
-        mp_cmd(false, "ip -n %s link set %s up", ns_b, dev) != 0)
-        return -1;
-    return 0;
-}
-
+/* ctl first: the first interface's address is the engines' name. */
 static int parent(const char *self, unsigned id)
 {
-    char child_ns[2][32];
-    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", child_ns[0],
-                           child_ns[1], NULL};
-    int rc;
+    static const char *const devs[] = {"ctl", "rail0", "rail1"};
+    static const int nets[] = {9, 0, 1};
 
-    rc = mp_netns_add_first("mp_linkdown_netns", ns_a);
-    if (rc != 0)
-        return rc;
-    atexit(netns_delete);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);
-    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
-        printf("mp_linkdown_netns: skipped: cannot add a second namespace\n");
-        return 77;
-    }
-    /* ctl first: the first interface's address is the engines' name. */
-    if (link_add(id, 9, "ctl", 9) != 0 || link_add(id, 0, "rail0", 0) != 0 ||
-        link_add(id, 1, "rail1", 1) != 0) {
-        printf("mp_linkdown_netns: skipped: cannot set up the veth pairs\n");
-        return 77;
-    }
-    if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
-        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
-        return 77;
-    snprintf(child_ns[0], sizeof(child_ns[0]), "%s", ns_a);
-    snprintf(child_ns[1], sizeof(child_ns[1]), "%s", ns_b);
-    rc = mp_run(child, false);
-    return rc;
+    return mp_netns_hosts("mp_linkdown_netns", self, ns_a, ns_b, "otl", id, "10.82", devs, nets, 3,
+                          false);
 }
 
 /* ---- tests, inside namespace A --------------------------------------------------- */
@@ -276,23 +224,16 @@ static void test_links_down_then_up(void **state)
     ote_segment_close(seg2);
 }
 
+static int in_netns_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_links_down_then_up),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
+
 int main(int argc, char **argv)
 {
-    unsigned id = (unsigned)getpid() % 100000u;
-    char path[4096];
-    const char *self;
-
-    signal(SIGPIPE, SIG_IGN);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (mp_netns_child(argc, argv, ns_a, sizeof(ns_a), ns_b, sizeof(ns_b))) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_links_down_then_up),
-        };
-
-        return cmocka_run_group_tests(tests, setup, teardown);
-    }
-    snprintf(ns_a, sizeof(ns_a), "ote_ld_a%u", id);
-    snprintf(ns_b, sizeof(ns_b), "ote_ld_b%u", id);
-    self = mp_netns_self(path, sizeof(path));
-    return self != NULL ? parent(self, id) : 1;
+    return mp_netns_main(argc, argv, "ote_ld", ns_a, ns_b, in_netns_tests, parent);
 }

@@ -6,9 +6,11 @@
 #ifndef OTE_MP_NETNS_H
 #define OTE_MP_NETNS_H
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -93,6 +95,142 @@ static inline int mp_netns_add_first(const char *prog, const char *ns)
         return 77;
     }
     return 0;
+}
+
+/* The namespaces mp_netns_delete removes: A, and B (or, with b_count > 0, B_0 .. B_<b_count - 1>). */
+struct mp_netns_owned {
+    char a[32], b[32];
+    int  b_count;
+};
+
+static inline struct mp_netns_owned *mp_netns_owned(void)
+{
+    static struct mp_netns_owned owned;
+
+    return &owned;
+}
+
+static inline void mp_netns_delete(void)
+{
+    const struct mp_netns_owned *o = mp_netns_owned();
+
+    mp_cmd(true, "ip netns del %s", o->a);
+    if (o->b_count == 0)
+        mp_cmd(true, "ip netns del %s", o->b);
+    for (int c = 0; c < o->b_count; c++)
+        mp_cmd(true, "ip netns del %s_%d", o->b, c);
+}
+
+static inline void mp_netns_on_signal(int sig)
+{
+    mp_netns_delete();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* The test's namespaces (see mp_netns_owned) go however it ends: at exit or on a signal. */
+static inline void mp_netns_delete_at_exit(const char *ns_a, const char *ns_b, int b_count)
+{
+    struct mp_netns_owned *o = mp_netns_owned();
+
+    snprintf(o->a, sizeof(o->a), "%s", ns_a);
+    snprintf(o->b, sizeof(o->b), "%s", ns_b);
+    o->b_count = b_count;
+    atexit(mp_netns_delete);
+    signal(SIGINT, mp_netns_on_signal);
+    signal(SIGTERM, mp_netns_on_signal);
+    signal(SIGHUP, mp_netns_on_signal);
+}
+
+/*
+ * A veth pair <pfx><id>a<k> / <pfx><id>b<k> moved into A and B, named dev on
+ * both sides, with <net>.1/24 in A and <net>.2/24 in B (net "10.81.0"), up.
+ */
+static inline int mp_netns_veth(const char *ns_a, const char *ns_b, const char *pfx, unsigned id,
+                                int k, const char *dev, const char *net)
+{
+    if (mp_cmd(false, "ip link add %s%ua%d type veth peer name %s%ub%d", pfx, id, k, pfx, id,
+               k) != 0 ||
+        mp_cmd(false, "ip link set %s%ua%d netns %s", pfx, id, k, ns_a) != 0 ||
+        mp_cmd(false, "ip link set %s%ub%d netns %s", pfx, id, k, ns_b) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s%ua%d name %s", ns_a, pfx, id, k, dev) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s%ub%d name %s", ns_b, pfx, id, k, dev) != 0 ||
+        mp_cmd(false, "ip -n %s addr add %s.1/24 dev %s", ns_a, net, dev) != 0 ||
+        mp_cmd(false, "ip -n %s addr add %s.2/24 dev %s", ns_b, net, dev) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s up", ns_a, dev) != 0 ||
+        mp_cmd(false, "ip -n %s link set %s up", ns_b, dev) != 0)
+        return -1;
+    return 0;
+}
+
+/* Run this program (self) again inside A as `self --in-netns A B`: its exit status. */
+static inline int mp_netns_run_child(const char *self, const char *ns_a, const char *ns_b)
+{
+    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", ns_a, ns_b, NULL};
+
+    return mp_run(child, false);
+}
+
+/*
+ * The parent of a test between two "hosts" A and B joined by devs[0..n)
+ * (veth pairs <pfx><id>a<k>/b<k>, named alike on both sides, devs[k] on
+ * <net>.<nets[k]>.0/24, A .1 and B .2), loopback up: makes them, deletes
+ * them however the test ends, runs the tests in A. 77 (said why) without
+ * root, `ip netns`, or `tc` where need_tc.
+ */
+static inline int mp_netns_hosts(const char *prog, const char *self, const char *ns_a,
+                                 const char *ns_b, const char *pfx, unsigned id, const char *net,
+                                 const char *const *devs, const int *nets, int n, bool need_tc)
+{
+    int rc = mp_netns_add_first(prog, ns_a);
+
+    if (rc != 0)
+        return rc;
+    mp_netns_delete_at_exit(ns_a, ns_b, 0);
+    if (need_tc && mp_cmd(true, "tc -V") != 0) {
+        printf("%s: skipped: no tc\n", prog);
+        return 77;
+    }
+    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
+        printf("%s: skipped: cannot add a second namespace\n", prog);
+        return 77;
+    }
+    for (int k = 0; k < n; k++) {
+        char sub[32];
+
+        snprintf(sub, sizeof(sub), "%s.%d", net, nets[k]);
+        if (mp_netns_veth(ns_a, ns_b, pfx, id, k, devs[k], sub) != 0) {
+            printf("%s: skipped: cannot set up the veth pairs\n", prog);
+            return 77;
+        }
+    }
+    if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
+        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
+        return 77;
+    return mp_netns_run_child(self, ns_a, ns_b);
+}
+
+/*
+ * main() of a test between namespaces: inside them (--in-netns) in_netns_tests();
+ * outside, name them <prefix>_a<id> and <prefix>_b<id> (id from the pid)
+ * and run parent(self, id). ns_a and ns_b hold 32 bytes.
+ */
+static inline int mp_netns_main(int argc, char **argv, const char *prefix, char *ns_a,
+                                char *ns_b, int (*in_netns_tests)(void),
+                                int (*parent)(const char *self, unsigned id))
+{
+    unsigned id = (unsigned)getpid() % 100000u;
+    char path[4096];
+    const char *self;
+
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (mp_netns_child(argc, argv, ns_a, 32, ns_b, 32))
+        return in_netns_tests();
+    snprintf(ns_a, 32, "%s_a%u", prefix, id);
+    snprintf(ns_b, 32, "%s_b%u", prefix, id);
+    self = mp_netns_self(path, sizeof(path));
+    return self != NULL ? parent(self, id) : 1;
 }
 
 #endif

@@ -48,62 +48,13 @@ static char ns_a[32], ns_b[32];
 
 /* ---- parent: namespaces -------------------------------------------------------- */
 
-static void netns_delete(void)
-{
-    mp_cmd(true, "ip netns del %s", ns_a);
-    mp_cmd(true, "ip netns del %s", ns_b);
-}
-
-static void on_signal(int sig)
-{
-    netns_delete();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 static int parent(const char *self, unsigned id)
 {
-    char child_ns[2][32];
-    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", child_ns[0],
-                           child_ns[1], NULL};
-    int rc;
+    static const char *const devs[] = {"rail0", "rail1"};
+    static const int nets[] = {0, 1};
 
-    rc = mp_netns_add_first("mp_rails_netns", ns_a);
-    if (rc != 0)
-        return rc;
-    atexit(netns_delete);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);
-    if (mp_cmd(true, "tc -V") != 0) {
-        printf("mp_rails_netns: skipped: no tc\n");
-        return 77;
-    }
-    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
-        printf("mp_rails_netns: skipped: cannot add a second namespace\n");
-        return 77;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (mp_cmd(false, "ip link add otr%ua%d type veth peer name otr%ub%d", id, k, id, k) != 0 ||
-            mp_cmd(false, "ip link set otr%ua%d netns %s", id, k, ns_a) != 0 ||
-            mp_cmd(false, "ip link set otr%ub%d netns %s", id, k, ns_b) != 0 ||
-            mp_cmd(false, "ip -n %s link set otr%ua%d name rail%d", ns_a, id, k, k) != 0 ||
-            mp_cmd(false, "ip -n %s link set otr%ub%d name rail%d", ns_b, id, k, k) != 0 ||
-            mp_cmd(false, "ip -n %s addr add 10.81.%d.1/24 dev rail%d", ns_a, k, k) != 0 ||
-            mp_cmd(false, "ip -n %s addr add 10.81.%d.2/24 dev rail%d", ns_b, k, k) != 0 ||
-            mp_cmd(false, "ip -n %s link set rail%d up", ns_a, k) != 0 ||
-            mp_cmd(false, "ip -n %s link set rail%d up", ns_b, k) != 0) {
-            printf("mp_rails_netns: skipped: cannot set up the veth pairs\n");
-            return 77;
-        }
-    }
-    if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
-        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
-        return 77;
-    snprintf(child_ns[0], sizeof(child_ns[0]), "%s", ns_a);
-    snprintf(child_ns[1], sizeof(child_ns[1]), "%s", ns_b);
-    rc = mp_run(child, false);
-    return rc;
+    return mp_netns_hosts("mp_rails_netns", self, ns_a, ns_b, "otr", id, "10.81", devs, nets, 2,
+                          true);
 }
 
 /* ---- tests, inside namespace A --------------------------------------------------- */
@@ -129,31 +80,6 @@ static void rails_get(ote_segment_h seg, ote_rail_info_t out[2])
         seen[k] = true;
     }
     assert_true(seen[0] && seen[1]);
-}
-
-static void expect(const char *c, const char *want)
-{
-    assert_int_equal(ote_test_target_expect(fx->e, fx->seg, c, want, 30000), 0);
-}
-
-/* WRITE [0, len) of the region as TASK-sized tasks with pattern seed; all must complete. */
-static void write_all(size_t len, uint64_t seed)
-{
-    ote_test_fill(fx->local, 0, len, seed);
-    mp_write_tasks(fx->e, fx->seg, fx->local, fx->target.addr[0], len, TASK, 50000);
-}
-
-static void verify_all(size_t len, uint64_t seed)
-{
-    char c[128];
-
-    snprintf(c, sizeof(c), "check 0 0 %zu %llu", len, (unsigned long long)seed);
-    expect(c, "ok");
-}
-
-static double now_s(void)
-{
-    return (double)ote_time_ns() / 1e9;
 }
 
 static int setup(void **state)
@@ -196,8 +122,8 @@ static void test_both_rails_carry(void **state)
     uint64_t d0, d1;
 
     rails_get(fx->seg, before);
-    write_all(REGION, 101);
-    verify_all(REGION, 101);
+    mp_pair_write_all(fx, REGION, TASK, 101);
+    mp_pair_check_all(fx, REGION, 101);
     rails_get(fx->seg, after);
     d0 = mp_if_tx_bytes("rail0") - tx0;
     d1 = mp_if_tx_bytes("rail1") - tx1;
@@ -230,16 +156,16 @@ static void test_shaped_split(void **state)
 
     shape("rail0", "480mbit");
     shape("rail1", "160mbit");
-    write_all(32u << 20, 7); /* the estimates learn the rates */
+    mp_pair_write_all(fx, 32u << 20, TASK, 7); /* the estimates learn the rates */
     rails_get(fx->seg, before);
-    t0 = now_s();
-    write_all(REGION, 202);
+    t0 = mp_now_s();
+    mp_pair_write_all(fx, REGION, TASK, 202);
     rails_get(fx->seg, after);
     share1 = (double)(after[1].bytes - before[1].bytes) / REGION;
     printf("shaped 3:1: rail1 share %.3f (bandwidth estimates %.0f / %.0f MB/s), %.1f MB/s\n",
            share1, after[0].bandwidth / 1e6, after[1].bandwidth / 1e6,
-           REGION / (now_s() - t0) / 1e6);
-    verify_all(REGION, 202);
+           REGION / (mp_now_s() - t0) / 1e6);
+    mp_pair_check_all(fx, REGION, 202);
     assert_true(share1 >= 0.25 * 0.8 && share1 <= 0.25 * 1.2);
 }
 
@@ -261,11 +187,11 @@ static void *link_down_thread(void *arg)
     down_t *d = arg;
 
     usleep(600 * 1000);
-    d->down_at = now_s();
+    d->down_at = mp_now_s();
     mp_cmd(false, "ip link set rail1 down");
-    while (now_s() - d->down_at < 20) {
+    while (mp_now_s() - d->down_at < 20) {
         if (rail1_now().state == OTE_RAIL_COOLING) {
-            d->detected_at = now_s();
+            d->detected_at = mp_now_s();
             break;
         }
         usleep(5000);
@@ -284,10 +210,10 @@ static void test_link_down(void **state)
     shape("rail0", "240mbit");
     shape("rail1", "240mbit");
     rails_get(fx->seg, before);
-    t0 = now_s();
+    t0 = mp_now_s();
     assert_int_equal(pthread_create(&th, NULL, link_down_thread, &d), 0);
-    write_all(REGION, 303);
-    t1 = now_s();
+    mp_pair_write_all(fx, REGION, TASK, 303);
+    t1 = mp_now_s();
     pthread_join(th, NULL);
     rails_get(fx->seg, after);
     printf("link down after %.2f s of a %.2f s transfer: rail1 paused %.0f ms after; "
@@ -302,10 +228,10 @@ static void test_link_down(void **state)
     assert_true(after[1].errors > before[1].errors);
     assert_true(after[1].retries > before[1].retries);
     assert_int_equal(after[0].bytes - before[0].bytes + after[1].bytes - before[1].bytes, REGION);
-    verify_all(REGION, 303);
+    mp_pair_check_all(fx, REGION, 303);
     /* Still down: later transfers go on rail0 alone, whole. */
-    write_all(16u << 20, 304);
-    verify_all(16u << 20, 304);
+    mp_pair_write_all(fx, 16u << 20, TASK, 304);
+    mp_pair_check_all(fx, 16u << 20, 304);
 }
 
 /* rail1 up again: after its cool-down it is probed and carries again. */
@@ -316,19 +242,19 @@ static void test_link_up(void **state)
     uint64_t bytes0 = rail1_now().bytes;
 
     mp_cmd(false, "ip link set rail1 up");
-    up_at = now_s();
-    while (now_s() - up_at < 15) {
-        write_all(8u << 20, 405);
+    up_at = mp_now_s();
+    while (mp_now_s() - up_at < 15) {
+        mp_pair_write_all(fx, 8u << 20, TASK, 405);
         r = rail1_now();
         if (r.state == OTE_RAIL_ACTIVE && r.bytes > bytes0) {
-            back_at = now_s();
+            back_at = mp_now_s();
             break;
         }
         usleep(20000);
     }
     printf("link up: rail1 carries again %.0f ms later\n", (back_at - up_at) * 1e3);
     assert_true(back_at > 0);
-    verify_all(8u << 20, 405);
+    mp_pair_check_all(fx, 8u << 20, 405);
 }
 
 /* The target restarted on the same address: PEER_RESTARTED on the old segment, a new one works. */
@@ -363,31 +289,24 @@ static void test_restart(void **state)
     ote_segment_close(old);
     fx->seg = NULL;
     assert_int_equal(ote_segment_open(fx->e, fx->target.name, &fx->seg), OTE_OK);
-    write_all(16u << 20, 506);
-    verify_all(16u << 20, 506);
+    mp_pair_write_all(fx, 16u << 20, TASK, 506);
+    mp_pair_check_all(fx, 16u << 20, 506);
+}
+
+static int in_netns_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_both_rails_carry),
+        cmocka_unit_test(test_shaped_split),
+        cmocka_unit_test(test_link_down),
+        cmocka_unit_test(test_link_up),
+        cmocka_unit_test(test_restart),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
 }
 
 int main(int argc, char **argv)
 {
-    unsigned id = (unsigned)getpid() % 100000u;
-    char path[4096];
-    const char *self;
-
-    signal(SIGPIPE, SIG_IGN);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (mp_netns_child(argc, argv, ns_a, sizeof(ns_a), ns_b, sizeof(ns_b))) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_both_rails_carry),
-            cmocka_unit_test(test_shaped_split),
-            cmocka_unit_test(test_link_down),
-            cmocka_unit_test(test_link_up),
-            cmocka_unit_test(test_restart),
-        };
-
-        return cmocka_run_group_tests(tests, setup, teardown);
-    }
-    snprintf(ns_a, sizeof(ns_a), "ote_rails_a%u", id);
-    snprintf(ns_b, sizeof(ns_b), "ote_rails_b%u", id);
-    self = mp_netns_self(path, sizeof(path));
-    return self != NULL ? parent(self, id) : 1;
+    return mp_netns_main(argc, argv, "ote_rails", ns_a, ns_b, in_netns_tests, parent);
 }

@@ -39,91 +39,18 @@ static char ns_a[32], ns_b[32];
 
 /* ---- parent: namespaces -------------------------------------------------------- */
 
-static void netns_delete(void)
-{
-    mp_cmd(true, "ip netns del %s", ns_a);
-    mp_cmd(true, "ip netns del %s", ns_b);
-}
-
-static void on_signal(int sig)
-{
-    netns_delete();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 static int parent(const char *self, unsigned id)
 {
-    char child_ns[2][32];
-    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", child_ns[0],
-                           child_ns[1], NULL};
-    int rc;
+    static const char *const devs[] = {"rail0", "rail1"};
+    static const int nets[] = {0, 1};
 
-    rc = mp_netns_add_first("mp_uct_late_netns", ns_a);
-    if (rc != 0)
-        return rc;
-    atexit(netns_delete);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);
-    if (mp_cmd(true, "tc -V") != 0) {
-        printf("mp_uct_late_netns: skipped: no tc\n");
-        return 77;
-    }
-    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
-        printf("mp_uct_late_netns: skipped: cannot add a second namespace\n");
-        return 77;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (mp_cmd(false, "ip link add otl%ua%d type veth peer name otl%ub%d", id, k, id, k) != 0 ||
-            mp_cmd(false, "ip link set otl%ua%d netns %s", id, k, ns_a) != 0 ||
-            mp_cmd(false, "ip link set otl%ub%d netns %s", id, k, ns_b) != 0 ||
-            mp_cmd(false, "ip -n %s link set otl%ua%d name rail%d", ns_a, id, k, k) != 0 ||
-            mp_cmd(false, "ip -n %s link set otl%ub%d name rail%d", ns_b, id, k, k) != 0 ||
-            mp_cmd(false, "ip -n %s addr add 10.82.%d.1/24 dev rail%d", ns_a, k, k) != 0 ||
-            mp_cmd(false, "ip -n %s addr add 10.82.%d.2/24 dev rail%d", ns_b, k, k) != 0 ||
-            mp_cmd(false, "ip -n %s link set rail%d up", ns_a, k) != 0 ||
-            mp_cmd(false, "ip -n %s link set rail%d up", ns_b, k) != 0) {
-            printf("mp_uct_late_netns: skipped: cannot set up the veth pairs\n");
-            return 77;
-        }
-    }
-    if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
-        mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
-        return 77;
-    snprintf(child_ns[0], sizeof(child_ns[0]), "%s", ns_a);
-    snprintf(child_ns[1], sizeof(child_ns[1]), "%s", ns_b);
-    rc = mp_run(child, false);
-    return rc;
+    return mp_netns_hosts("mp_uct_late_netns", self, ns_a, ns_b, "otl", id, "10.82", devs, nets, 2,
+                          true);
 }
 
 /* ---- tests, inside namespace A --------------------------------------------------- */
 
 static ote_test_pair_t *fx;
-
-static void expect(const char *c, const char *want)
-{
-    assert_int_equal(ote_test_target_expect(fx->e, fx->seg, c, want, 30000), 0);
-}
-
-static void write_all(size_t len, uint64_t seed)
-{
-    ote_test_fill(fx->local, 0, len, seed);
-    mp_write_tasks(fx->e, fx->seg, fx->local, fx->target.addr[0], len, TASK, 50000);
-}
-
-static void verify_all(size_t len, uint64_t seed)
-{
-    char c[128];
-
-    snprintf(c, sizeof(c), "check 0 0 %zu %llu", len, (unsigned long long)seed);
-    expect(c, "ok");
-}
-
-static double now_s(void)
-{
-    return (double)ote_time_ns() / 1e9;
-}
 
 static int setup(void **state)
 {
@@ -165,7 +92,7 @@ static void *link_down_thread(void *arg)
     double *down_at = arg;
 
     usleep(500 * 1000);
-    *down_at = now_s();
+    *down_at = mp_now_s();
     mp_cmd(false, "ip link set rail1 down");
     return NULL;
 }
@@ -178,40 +105,33 @@ static void test_timed_out_slice_does_not_land_later(void **state)
     (void)state;
     shape("rail0", "240mbit");
     shape("rail1", "240mbit");
-    write_all(8u << 20, 11); /* both rails connected and carrying */
-    t0 = now_s();
+    mp_pair_write_all(fx, 8u << 20, TASK, 11); /* both rails connected and carrying */
+    t0 = mp_now_s();
     assert_int_equal(pthread_create(&th, NULL, link_down_thread, &down_at), 0);
-    write_all(REGION, 1001);   /* pattern A: rail1's slices time out, go to rail0 */
+    mp_pair_write_all(fx, REGION, TASK, 1001);   /* pattern A: rail1's slices time out, go to rail0 */
     pthread_join(th, NULL);
-    printf("A written in %.2f s, rail1 down at %.2f s\n", now_s() - t0, down_at - t0);
+    printf("A written in %.2f s, rail1 down at %.2f s\n", mp_now_s() - t0, down_at - t0);
     assert_true(down_at > 0);
-    verify_all(REGION, 1001);
-    write_all(REGION, 2002);   /* pattern B over the same range, rail0 alone */
-    verify_all(REGION, 2002);
+    mp_pair_check_all(fx, REGION, 1001);
+    mp_pair_write_all(fx, REGION, TASK, 2002);   /* pattern B over the same range, rail0 alone */
+    mp_pair_check_all(fx, REGION, 2002);
     printf("B written and verified; rail1 up again\n");
     mp_cmd(false, "ip link set rail1 up");
     /* Long enough for the kernel's retransmissions on rail1 to reach B. */
     sleep(12);
-    verify_all(REGION, 2002);
+    mp_pair_check_all(fx, REGION, 2002);
+}
+
+static int in_netns_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_timed_out_slice_does_not_land_later),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
 }
 
 int main(int argc, char **argv)
 {
-    unsigned id = (unsigned)getpid() % 100000u;
-    char path[4096];
-    const char *self;
-
-    signal(SIGPIPE, SIG_IGN);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (mp_netns_child(argc, argv, ns_a, sizeof(ns_a), ns_b, sizeof(ns_b))) {
-        const struct CMUnitTest tests[] = {
-            cmocka_unit_test(test_timed_out_slice_does_not_land_later),
-        };
-
-        return cmocka_run_group_tests(tests, setup, teardown);
-    }
-    snprintf(ns_a, sizeof(ns_a), "ote_late_a%u", id);
-    snprintf(ns_b, sizeof(ns_b), "ote_late_b%u", id);
-    self = mp_netns_self(path, sizeof(path));
-    return self != NULL ? parent(self, id) : 1;
+    return mp_netns_main(argc, argv, "ote_late", ns_a, ns_b, in_netns_tests, parent);
 }

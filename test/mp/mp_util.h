@@ -2,6 +2,7 @@
 #ifndef OTE_MP_UTIL_H
 #define OTE_MP_UTIL_H
 
+#include "base/util.h"
 #include "testlib.h"
 
 #include <arpa/inet.h>
@@ -221,6 +222,88 @@ static inline void mp_write_tasks(ote_engine_h e, ote_segment_h seg, uint8_t *lo
 static inline void mp_pair_expect(ote_test_pair_t *p, const char *cmd, const char *want)
 {
     assert_int_equal(ote_test_target_expect(p->e, p->seg, cmd, want, 20000), 0);
+}
+
+/* WRITE [0, len) of the pair's region in tasks of task bytes, seed's pattern; all must complete. */
+static inline void mp_pair_write_all(ote_test_pair_t *p, size_t len, size_t task, uint64_t seed)
+{
+    ote_test_fill(p->local, 0, len, seed);
+    mp_write_tasks(p->e, p->seg, p->local, p->target.addr[0], len, task, 50000);
+}
+
+/* The pair's target holds seed's pattern in [0, len) of its region. */
+static inline void mp_pair_check_all(ote_test_pair_t *p, size_t len, uint64_t seed)
+{
+    char c[128];
+
+    snprintf(c, sizeof(c), "check 0 0 %zu %llu", len, (unsigned long long)seed);
+    assert_int_equal(ote_test_target_expect(p->e, p->seg, c, "ok", 30000), 0);
+}
+
+/* Seconds on the monotonic clock, for the progress lines tests print. */
+static inline double mp_now_s(void)
+{
+    return (double)ote_time_ns() / 1e9;
+}
+
+/* This process's open descriptors (/proc/self/fd). */
+static inline int mp_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    int n = 0;
+
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] != '.')
+            n++;
+    }
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+/*
+ * One WRITE of len bytes at local to remote of seg: the task's final state,
+ * or -1 if refused at submit.
+ */
+static inline int mp_write_one(ote_engine_h e, ote_segment_h seg, void *local, uint64_t remote,
+                               size_t len)
+{
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
+                        .remote_addr = remote, .length = len};
+    ote_task_status_t st;
+    ote_batch_h b;
+    size_t first;
+    int state = -1;
+
+    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    if (ote_batch_submit(b, &r, 1, &first) == OTE_OK) {
+        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+        assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+        state = (int)st.state;
+    }
+    ote_batch_release(b);
+    return state;
+}
+
+/*
+ * Traffic both ways with seg's target: a WRITE of 64 KiB of seed's pattern
+ * that it must hold, then its own WRITE ("push") of 64 KiB into local +
+ * 64 KiB over the rails it opens to this engine (local: 128 KiB registered
+ * for remote WRITE).
+ */
+static inline void mp_traffic_both_ways(ote_engine_h e, ote_segment_h seg, uint8_t *local,
+                                        uint64_t remote, unsigned seed)
+{
+    char cmd[64];
+
+    ote_test_fill(local, 0, 65536, seed);
+    assert_int_equal(mp_write_one(e, seg, local, remote, 65536), OTE_TASK_COMPLETED);
+    snprintf(cmd, sizeof(cmd), "check 0 0 65536 %u", seed);
+    assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 10000), 0);
+    snprintf(cmd, sizeof(cmd), "push 0 %llx 65536 %u",
+             (unsigned long long)(uintptr_t)(local + 65536), seed);
+    assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 20000), 0);
 }
 
 #endif

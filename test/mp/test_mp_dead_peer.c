@@ -100,6 +100,25 @@ static void judge(ote_batch_h b, ote_status_t sub, bool restarted, tally_t *t)
     ote_batch_release(b);
 }
 
+/* A batch of PER_BATCH WRITEs to remote: every task completes, with REQ bytes. */
+static void batch_completes(ote_engine_h e, ote_segment_h seg, uint8_t *local, uint64_t remote)
+{
+    ote_batch_h b;
+    ote_status_t sub;
+
+    submit_batch(e, seg, local, remote, &b, &sub);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    for (size_t i = 0; i < PER_BATCH; i++) {
+        ote_task_status_t st;
+
+        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+        assert_int_equal(st.transferred, REQ);
+    }
+    ote_batch_release(b);
+}
+
 static void dead_peer_case(const char *tls)
 {
     char listen[64];
@@ -123,21 +142,7 @@ static void dead_peer_case(const char *tls)
     assert_int_equal(ote_segment_open(e, t1.name, &seg), OTE_OK);
     /* The segment carries data, then stays idle while its peer dies. */
     ote_test_fill(local, 0, PER_BATCH * REQ, 7);
-    {
-        ote_batch_h b;
-        ote_status_t sub;
-
-        submit_batch(e, seg, local, t1.addr[0], &b, &sub);
-        assert_int_equal(sub, OTE_OK);
-        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-        for (size_t i = 0; i < PER_BATCH; i++) {
-            ote_task_status_t st;
-
-            assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-            assert_int_equal(st.state, OTE_TASK_COMPLETED);
-        }
-        ote_batch_release(b);
-    }
+    batch_completes(e, seg, local, t1.addr[0]);
     assert_int_equal(ote_test_target_expect(e, seg, "check 0 0 16384 7", "ok", 10000), 0);
     usleep(50 * 1000);
     ote_test_target_kill(&t1);
@@ -196,22 +201,7 @@ static void dead_peer_case(const char *tls)
     }
     /* Bound to the new instance, the segment carries data again. */
     ote_test_fill(local, 0, PER_BATCH * REQ, 8);
-    {
-        ote_batch_h b;
-        ote_status_t sub;
-
-        submit_batch(e, seg, local, t2.addr[0], &b, &sub);
-        assert_int_equal(sub, OTE_OK);
-        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-        for (size_t i = 0; i < PER_BATCH; i++) {
-            ote_task_status_t st;
-
-            assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-            assert_int_equal(st.state, OTE_TASK_COMPLETED);
-            assert_int_equal(st.transferred, REQ);
-        }
-        ote_batch_release(b);
-    }
+    batch_completes(e, seg, local, t2.addr[0]);
     assert_int_equal(ote_test_target_expect(e, seg, "check 0 0 16384 8", "ok", 10000), 0);
 
     ote_segment_close(seg);

@@ -7,42 +7,6 @@
  */
 #include "mp_util.h"
 
-#include <dirent.h>
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    int n = 0;
-
-    assert_non_null(d);
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] != '.')
-            n++;
-    }
-    closedir(d);
-    return n - 1; /* the directory's own descriptor */
-}
-
-/* One WRITE of len bytes of seed's pattern; the task's final state, or -1 if refused at submit. */
-static int write_one(ote_engine_h e, ote_segment_h seg, void *local, uint64_t remote, size_t len)
-{
-    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
-                        .remote_addr = remote, .length = len};
-    ote_task_status_t st;
-    ote_batch_h b;
-    size_t first;
-    int state = -1;
-
-    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
-    if (ote_batch_submit(b, &r, 1, &first) == OTE_OK) {
-        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-        assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-        state = (int)st.state;
-    }
-    ote_batch_release(b);
-    return state;
-}
 
 static void restart_cycles(const char *tls)
 {
@@ -67,18 +31,11 @@ static void restart_cycles(const char *tls)
     for (int c = 0; c <= CYCLES; c++) {
         int restarted = -1;
         unsigned seed = 20 + (unsigned)c;
-        char cmd[64];
 
-        ote_test_fill(local, 0, 65536, seed);
-        assert_int_equal(write_one(e, seg, local, t.addr[0], 65536), OTE_TASK_COMPLETED);
-        snprintf(cmd, sizeof(cmd), "check 0 0 65536 %u", seed);
-        assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 10000), 0);
         /* The peer writes into this engine's memory too (its own rails to us). */
-        snprintf(cmd, sizeof(cmd), "push 0 %llx 65536 %u",
-                 (unsigned long long)(uintptr_t)(local + 65536), seed);
-        assert_int_equal(ote_test_target_expect(e, seg, cmd, "ok", 20000), 0);
+        mp_traffic_both_ways(e, seg, local, t.addr[0], seed);
         if (c == 1)
-            after_first = count_fds();
+            after_first = mp_count_fds();
         if (c == CYCLES)
             break;
         /* The peer goes away (kill -9 or a clean exit) and comes back under the same name. */
@@ -87,7 +44,7 @@ static void restart_cycles(const char *tls)
         else
             ote_test_target_stop(&t);
         /* Writes towards the dead instance fail (connections refused or gone). */
-        assert_true(write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
+        assert_true(mp_write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
         /* Opening and reopening towards the dead instance fail, and leave nothing open. */
         for (int k = 0; k < 3; k++) {
             ote_segment_h dead = NULL;
@@ -105,7 +62,7 @@ static void restart_cycles(const char *tls)
             assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
         }
     }
-    now = count_fds();
+    now = mp_count_fds();
     if (now > after_first + SLACK)
         fprintf(stderr, "OTE_TLS=%s: %d descriptors after the first restart, %d after %d\n", tls,
                 after_first, now, CYCLES);

@@ -488,6 +488,20 @@ static void peer_failed(unsigned j)
     }
 }
 
+/*
+ * A submit to peer j refused with s: counted (UNREACHABLE a violation), the
+ * batch released, the peer failed unless BUSY.
+ */
+static void submit_refused(unsigned j, ote_batch_h b, ote_status_t s)
+{
+    atomic_fetch_add(&submit_err[err_ix(s)], 1);
+    if (s == OTE_ERR_UNREACHABLE)
+        logf_("VIOL UNREACHABLE submit to p%u (every pair here shares a transport)", j);
+    ote_batch_release(b);
+    if (s != OTE_ERR_BUSY)
+        peer_failed(j);
+}
+
 static void note_log(unsigned j, uint64_t seq, char kind, uint64_t tsub, ote_status_t s,
                      int tasks_ok, const char *blocks)
 {
@@ -530,12 +544,7 @@ static void do_write(unsigned j)
         return;
     s = ote_batch_submit_notify(b, req, n, msg, (size_t)m + 1, &first);
     if (s != OTE_OK) {
-        atomic_fetch_add(&submit_err[err_ix(s)], 1);
-        if (s == OTE_ERR_UNREACHABLE)
-            logf_("VIOL UNREACHABLE submit to p%u (every pair here shares a transport)", j);
-        ote_batch_release(b);
-        if (s != OTE_ERR_BUSY)
-            peer_failed(j);
+        submit_refused(j, b, s);
         return;
     }
     if (batch_end(j, b, first, n, ops, t0, st) != 0) {
@@ -589,12 +598,7 @@ static void do_read(unsigned j)
     s = notify ? ote_batch_submit_notify(b, req, n, msg, (size_t)m + 1, &first)
                : ote_batch_submit(b, req, n, &first);
     if (s != OTE_OK) {
-        atomic_fetch_add(&submit_err[err_ix(s)], 1);
-        if (s == OTE_ERR_UNREACHABLE)
-            logf_("VIOL UNREACHABLE submit to p%u (every pair here shares a transport)", j);
-        ote_batch_release(b);
-        if (s != OTE_ERR_BUSY)
-            peer_failed(j);
+        submit_refused(j, b, s);
         return;
     }
     if (batch_end(j, b, first, n, ops, t0, st) != 0) {

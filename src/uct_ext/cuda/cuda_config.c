@@ -12,13 +12,8 @@ static const ote_cfg_entry_t cuda_config_fields[] = {
      "Test only: a library exporting the CUDA entry points (test double) loaded instead of libcudart/libcuda."},
 };
 
-const ote_config_table_t ote_cuda_config_table = {
-    .prefix      = "CUDA_",
-    .component   = "cuda",
-    .fields      = cuda_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(cuda_config_fields),
-    .struct_size = sizeof(ote_cuda_config_t),
-};
+OTE_CONFIG_TABLE_DEFINE(ote_cuda_config_table, "CUDA_", "cuda", cuda_config_fields,
+                        ote_cuda_config_t, NULL);
 
 ote_status_t ote_cuda_load(void)
 {

@@ -7,6 +7,7 @@
  */
 #include "cuda_int.h"
 
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -146,12 +147,7 @@ ote_status_t ote_cuda_copier_post(ote_cuda_copier_t *c, int dev, void *dst, cons
     }
     op->cb   = cb;
     op->arg  = arg;
-    op->next = NULL;
-    if (c->pending_tail)
-        c->pending_tail->next = op;
-    else
-        c->pending = op;
-    c->pending_tail = op;
+    OTE_QUEUE_PUSH(c->pending, c->pending_tail, op, next);
     c->num_pending++;
     return OTE_OK;
 }
@@ -377,4 +373,19 @@ const char *ote_cuda_unavailable(ote_tl_component_t *comp)
 {
     (void)comp;
     return ote_cuda_api_source();
+}
+
+void ote_cuda_iface_caps(ote_tl_caps_t *caps, unsigned extra_ops, unsigned mem_remote,
+                         unsigned scope, size_t slice_size, double bandwidth)
+{
+    memset(caps, 0, sizeof(*caps));
+    caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | extra_ops;
+    caps->mem_local  = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
+    caps->mem_remote = mem_remote;
+    caps->scope      = scope;
+    caps->max_iov    = 1;
+    caps->slice_size = slice_size;
+    caps->bandwidth  = bandwidth;
+    caps->latency    = 10e-6;
+    caps->conn_model = OTE_TL_CONN_TO_IFACE;
 }

@@ -106,6 +106,12 @@ ote_status_t ote_cuda_iface_open(size_t size, unsigned streams, const ote_tl_ifa
                                  ote_md_t *md, const ote_tl_iface_params_t *params,
                                  ote_tl_iface_t **iface_p);
 void         ote_cuda_iface_close(ote_tl_iface_t *iface);
+/*
+ * The capabilities both cuda ifaces share (PUT and GET of one iov, from host
+ * or cuda memory, 10 us, connected to the iface) with the ones given.
+ */
+void         ote_cuda_iface_caps(ote_tl_caps_t *caps, unsigned extra_ops, unsigned mem_remote,
+                                 unsigned scope, size_t slice_size, double bandwidth);
 int          ote_cuda_iface_event_fd(ote_tl_iface_t *iface);
 unsigned     ote_cuda_iface_progress(ote_tl_iface_t *iface);
 /* BUSY while copies run: they are polled, no fd announces their end. */

@@ -36,17 +36,9 @@ static ote_status_t cuda_copy_query_resources(ote_tl_component_t *comp,
 static void cuda_copy_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
 {
     (void)tl_iface;
-    memset(caps, 0, sizeof(*caps));
-    caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED |
-                       OTE_TL_CAP_DEVICE_PAIRS;
-    caps->mem_local  = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
-    caps->mem_remote = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
-    caps->scope      = OTE_TL_SCOPE_PROCESS;
-    caps->max_iov    = 1;
-    caps->slice_size = CUDA_COPY_SLICE;
-    caps->bandwidth  = CUDA_COPY_BANDWIDTH;
-    caps->latency    = 10e-6;
-    caps->conn_model = OTE_TL_CONN_TO_IFACE;
+    ote_cuda_iface_caps(caps, OTE_TL_CAP_CHECKED | OTE_TL_CAP_DEVICE_PAIRS,
+                        OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA, OTE_TL_SCOPE_PROCESS,
+                        CUDA_COPY_SLICE, CUDA_COPY_BANDWIDTH);
 }
 
 static ote_status_t cuda_copy_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t max,

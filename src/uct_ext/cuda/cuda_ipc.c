@@ -384,16 +384,8 @@ static void ipc_md_close(ote_tl_component_t *comp, ote_md_t *md)
 static void ipc_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
 {
     (void)tl_iface;
-    memset(caps, 0, sizeof(*caps));
-    caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY;
-    caps->mem_local  = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
-    caps->mem_remote = OTE_MEM_TYPE_CUDA;
-    caps->scope      = OTE_TL_SCOPE_HOST;
-    caps->max_iov    = 1;
-    caps->slice_size = CUDA_IPC_SLICE;
-    caps->bandwidth  = CUDA_IPC_BANDWIDTH;
-    caps->latency    = 10e-6;
-    caps->conn_model = OTE_TL_CONN_TO_IFACE;
+    ote_cuda_iface_caps(caps, 0, OTE_MEM_TYPE_CUDA, OTE_TL_SCOPE_HOST, CUDA_IPC_SLICE,
+                        CUDA_IPC_BANDWIDTH);
 }
 
 static ote_status_t ipc_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t max,

@@ -24,7 +24,7 @@
 
 typedef struct ote_file ote_file_t;
 
-/* OTE_URING_QD, OTE_FILE_DIRECT, OTE_FILE_GDS: the file transport's settings. */
+/* OTE_FILE_URING_QD, OTE_FILE_DIRECT, OTE_FILE_GDS: the file transport's settings. */
 typedef struct {
     long  uring_qd;   /* io_uring depth per worker, 1..4096             */
     int   direct;     /* OTE_TERNARY_*: O_DIRECT for file segments       */
@@ -54,7 +54,7 @@ ote_status_t ote_file_refresh(ote_file_t *file, uint64_t *size_p, unsigned *acce
 /*
  * GPUDirect Storage, process-wide: whether cuFile moves GPU memory to and
  * from files here (OTE_OK), loading it on the first call (OTE_FILE_GDS,
- * OTE_CUFILE_LIB of cfg; later calls get the first outcome). *why_p says
+ * OTE_FILE_CUFILE_LIB of cfg; later calls get the first outcome). *why_p says
  * which path a GPU<->file transfer takes and why ("cuFile from
  * libcufile.so.0", "cuFile not found ...", "cuFile driver open failed
  * ...", "OTE_FILE_GDS=n", "no CUDA").

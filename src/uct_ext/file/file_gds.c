@@ -17,6 +17,7 @@
 #include "file_int.h"
 
 #include "base/cuda_api.h"
+#include "base/dlist.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -157,7 +158,7 @@ ote_status_t ote_file_gds_md_open(ote_md_t **md_p)
     md->name      = "file:cufile";
     md->ops       = &ote_file_gds_md_ops;
     md->mem_types = OTE_MEM_TYPE_CUDA;
-    /* Not GPUDirect RDMA: OTE_GPU_DIRECT neither needs nor drops it. */
+    /* Not GPUDirect RDMA: OTE_MEM_GPU_DIRECT neither needs nor drops it. */
     md->flags     = OTE_MD_FLAG_GRANTS_ACCESS | OTE_MD_FLAG_DEVICE_NATIVE;
     *md_p         = md;
     return OTE_OK;
@@ -233,12 +234,7 @@ static void *gds_thread(void *arg)
         pthread_mutex_unlock(&g->lock);
         op->gds_status = skip ? OTE_ERR_CANCELED : gds_io(op);
         pthread_mutex_lock(&g->lock);
-        op->gds_next = NULL;
-        if (g->done_tail)
-            g->done_tail->gds_next = op;
-        else
-            g->done_head = op;
-        g->done_tail = op;
+        OTE_QUEUE_PUSH(g->done_head, g->done_tail, op, gds_next);
         atomic_fetch_add(&g->ndone, 1);
         (void)!write(iface->efd, &one, sizeof(one));
     }
@@ -265,12 +261,7 @@ ote_status_t ote_file_gds_start(file_iface_t *iface, file_op_t *op)
     op->in_gds = true;
     g->held++;
     pthread_mutex_lock(&g->lock);
-    op->gds_next = NULL;
-    if (g->queue_tail)
-        g->queue_tail->gds_next = op;
-    else
-        g->queue_head = op;
-    g->queue_tail = op;
+    OTE_QUEUE_PUSH(g->queue_head, g->queue_tail, op, gds_next);
     pthread_cond_signal(&g->cond);
     pthread_mutex_unlock(&g->lock);
     return OTE_INPROGRESS;

@@ -2,8 +2,8 @@
  * File component internals: the open files (file_obj.c), the iface with its
  * io_uring ring (file_iface.c), and operations on the ring (file_io.c).
  *
- * One iface per worker, each with its own ring of 2 * OTE_URING_QD entries:
- * at most OTE_URING_QD reads and writes in flight, the rest of the ring for
+ * One iface per worker, each with its own ring of 2 * OTE_FILE_URING_QD entries:
+ * at most OTE_FILE_URING_QD reads and writes in flight, the rest of the ring for
  * cancellations. An operation (one slice) has one request in the ring at a
  * time and is continued chunk by chunk: short reads and writes, bounce
  * chunks. Its completion is called exactly once, from progress.

@@ -16,6 +16,7 @@
 #include "file_int.h"
 
 #include "base/config.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -396,12 +397,7 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
     op->length   = length;
     op->bounce   = -1;
     op->start_ns = ote_time_ns();
-    op->prev     = iface->ops_tail;
-    if (iface->ops_tail)
-        iface->ops_tail->next = op;
-    else
-        iface->ops_head = op;
-    iface->ops_tail = op;
+    OTE_DLIST2_PUSH_BACK(iface->ops_head, iface->ops_tail, op, prev, next);
     ep->ops++;
     ep->bytes += length;
     comp->transferred = 0;

@@ -3,7 +3,7 @@
  *   <root>/class/infiniband/<dev>/ports/<n>/{state,link_layer,lid}
  *   <root>/class/infiniband/<dev>/ports/<n>/gids/<i>
  *   <root>/class/infiniband/<dev>/ports/<n>/gid_attrs/{types,ndevs}/<i>
- * The root is /sys unless OTE_SYSFS_ROOT (tests, diagnostics) says
+ * The root is /sys unless OTE_RDMA_SYSFS_ROOT (tests, diagnostics) says
  * otherwise. Discovery needs sysfs only; libibverbs, when it loads at run
  * time and the root is the real /sys, adds what sysfs does not tell (the
  * active MTU).
@@ -88,7 +88,7 @@ typedef struct ote_rdma {
 } ote_rdma_t;
 
 /*
- * OTE_SYSFS_ROOT: where discovery reads devices from; OTE_RDMA_POLL_MS: how
+ * OTE_RDMA_SYSFS_ROOT: where discovery reads devices from; OTE_RDMA_POLL_MS: how
  * often the engine reads them (and the network interfaces) again.
  */
 typedef struct {

@@ -20,21 +20,17 @@
 static const ote_cfg_entry_t rdma_config_fields[] = {
     {"SYSFS_ROOT", "/sys", OTE_CFG_STRING, RDMA_F(sysfs_root),
      "Test and diagnostics only: the sysfs tree RDMA devices, ports and GIDs are read from "
-     "(ROOT/class/infiniband/...), e.g. a fixture tree; libibverbs is asked only with /sys."},
-    {"RDMA_POLL_MS", "1000", OTE_CFG_INT, RDMA_F(poll_ms),
+     "(ROOT/class/infiniband/...), e.g. a fixture tree; libibverbs is asked only with /sys.",
+     .alias = "SYSFS_ROOT"},
+    {"POLL_MS", "1000", OTE_CFG_INT, RDMA_F(poll_ms),
      "The state of every RDMA port, the RDMA devices and the network interfaces are read "
      "again this often: a port that goes down pauses its rails, one that comes up resumes "
      "them; a device that appears joins the running engine, one that goes away pauses its "
      "rails. 0 = never."},
 };
 
-const ote_config_table_t ote_rdma_config_table = {
-    .prefix      = "",
-    .component   = "rdma",
-    .fields      = rdma_config_fields,
-    .num_fields  = OTE_CONFIG_NUM_FIELDS(rdma_config_fields),
-    .struct_size = sizeof(ote_rdma_config_t),
-};
+OTE_CONFIG_TABLE_DEFINE(ote_rdma_config_table, "RDMA_", "rdma", rdma_config_fields,
+                        ote_rdma_config_t, NULL);
 
 /* Bounds on what a sysfs tree may hold before we call it malformed. */
 #define RDMA_MAX_DEVS   256
@@ -556,11 +552,11 @@ ote_status_t ote_rdma_discover(const char *sysfs_root, ote_rdma_t **rdma_p)
         sysfs_root = "/sys";
     if (strlen(sysfs_root) >= sizeof(rdma->root) ||
         !path_fmt(class_dir, sizeof(class_dir), "%s/class/infiniband", sysfs_root)) {
-        ote_error("OTE_SYSFS_ROOT: path too long");
+        ote_error("OTE_RDMA_SYSFS_ROOT: path too long");
         return OTE_ERR_INVALID_PARAM;
     }
     if (stat(sysfs_root, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        ote_error("OTE_SYSFS_ROOT: '%s' is not a directory", sysfs_root);
+        ote_error("OTE_RDMA_SYSFS_ROOT: '%s' is not a directory", sysfs_root);
         return OTE_ERR_INVALID_PARAM;
     }
     rdma = calloc(1, sizeof(*rdma));

@@ -2,7 +2,7 @@
  * What sysfs does not tell about a port, from libibverbs: the active MTU.
  * The library is loaded at run time, so that libote runs where rdma-core is
  * not installed; it is asked only about the real /sys (a fixture tree under
- * OTE_SYSFS_ROOT names devices that verbs cannot open).
+ * OTE_RDMA_SYSFS_ROOT names devices that verbs cannot open).
  */
 #include "rdma.h"
 

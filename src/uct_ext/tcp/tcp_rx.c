@@ -64,7 +64,7 @@ static void conn_refuse(ote_tcp_conn_t *c, uint8_t type, uint64_t id)
     ote_tcp_conn_fail(c, OTE_ERR_AUTH);
 }
 
-/* Target side with a key: the handshake of core/auth.h before HELLO. */
+/* Target side with a key: the handshake of base/auth.h before HELLO. */
 static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
 {
     ote_auth_t *auth = c->iface->auth;

@@ -13,7 +13,7 @@
  * Responses come back in request order on each connection.
  *
  * With a key (OTE_AUTH_KEY) a connection opens with the handshake of
- * core/auth.h before HELLO: AUTH_HELLO (nonce_i), AUTH_PROOF from the target
+ * base/auth.h before HELLO: AUTH_HELLO (nonce_i), AUTH_PROOF from the target
  * (nonce_t, mac), AUTH_PROOF from the initiator (mac), AUTH_DONE (status).
  * A target without a key answers AUTH_HELLO with AUTH_DONE(AUTH); a target
  * with a key answers a plain HELLO with HELLO_ACK(AUTH); both then close.

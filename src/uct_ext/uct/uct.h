@@ -118,7 +118,7 @@ struct ote_uct_iface {
     uct_iface_h          iface;
     uct_iface_attr_t     attr;
     ote_tl_caps_t        caps;
-    unsigned             mem_mask;  /* OTE_GPU_DIRECT=n takes cuda out */
+    unsigned             mem_mask;  /* OTE_MEM_GPU_DIRECT=n takes cuda out */
     pthread_mutex_t     *worker_lock;
     int                  event_fd;
     unsigned             arm_events;

@@ -412,7 +412,7 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
         return OTE_ERR_INVALID_PARAM;
     }
     ote_config_release(&ote_uct_config_table, &ucfg);
-    /* OTE_GPU_DIRECT as mem reads it. */
+    /* OTE_MEM_GPU_DIRECT as mem reads it. */
     status = ote_mem_table_params_read(&mp);
     if (status != OTE_OK)
         return status;

@@ -7,6 +7,9 @@
 #include "base/log.h"
 #include "core/engine.h"
 #include "testlib.h"
+#include "mem/mem.h"
+#include "uct_ext/file/file.h"
+#include "uct_ext/rdma/rdma.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <setjmp.h>
@@ -456,6 +459,77 @@ static void test_tables_complete(void **state)
     free(buf);
 }
 
+/*
+ * Every component's table has its own prefix (only the engine's has none);
+ * the names mem, file and rdma had before they had one are still read,
+ * their new names win, and neither is warned about as unknown.
+ */
+static void warn_file_table(void)
+{
+    const ote_config_table_t *t[] = {&ote_file_config_table, &ote_mem_config_table,
+                                     &ote_rdma_config_table};
+
+    ote_config_warn_unknown(t, 3);
+}
+
+static void test_component_prefixes(void **state)
+{
+    const ote_config_table_t *tables[OTE_CONFIG_MAX_TABLES];
+    ote_file_config_t fc;
+    ote_mem_config_t mc;
+    ote_rdma_config_t rc;
+    size_t n = ote_engine_config_tables(tables, OTE_CONFIG_MAX_TABLES);
+    char *log;
+
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(tables[i]->component, "engine") != 0)
+            assert_true(tables[i]->prefix[0] != '\0');
+    }
+    assert_string_equal(ote_mem_config_table.prefix, "MEM_");
+    assert_string_equal(ote_file_config_table.prefix, "FILE_");
+    assert_string_equal(ote_rdma_config_table.prefix, "RDMA_");
+
+    setenv("OTE_URING_QD", "7", 1);
+    setenv("OTE_GPU_DIRECT", "n", 1);
+    setenv("OTE_SYSFS_ROOT", "/nonexistent/old-name", 1);
+    assert_int_equal(ote_config_fill(&ote_file_config_table, &fc), OTE_OK);
+    assert_int_equal(fc.uring_qd, 7);
+    ote_config_release(&ote_file_config_table, &fc);
+    assert_int_equal(ote_config_fill(&ote_mem_config_table, &mc), OTE_OK);
+    assert_int_equal(mc.gpu_direct, OTE_TERNARY_NO);
+    assert_int_equal(ote_config_fill(&ote_rdma_config_table, &rc), OTE_OK);
+    assert_string_equal(rc.sysfs_root, "/nonexistent/old-name");
+    ote_config_release(&ote_rdma_config_table, &rc);
+
+    setenv("OTE_FILE_URING_QD", "9", 1);
+    setenv("OTE_MEM_GPU_DIRECT", "y", 1);
+    setenv("OTE_RDMA_SYSFS_ROOT", "/nonexistent/new-name", 1);
+    assert_int_equal(ote_config_fill(&ote_file_config_table, &fc), OTE_OK);
+    assert_int_equal(fc.uring_qd, 9);
+    ote_config_release(&ote_file_config_table, &fc);
+    assert_int_equal(ote_config_fill(&ote_mem_config_table, &mc), OTE_OK);
+    assert_int_equal(mc.gpu_direct, OTE_TERNARY_YES);
+    assert_int_equal(ote_config_fill(&ote_rdma_config_table, &rc), OTE_OK);
+    assert_string_equal(rc.sysfs_root, "/nonexistent/new-name");
+    ote_config_release(&ote_rdma_config_table, &rc);
+
+    /* A bad value under the old name fails as one under the new name does. */
+    unsetenv("OTE_FILE_URING_QD");
+    setenv("OTE_URING_QD", "lots", 1);
+    assert_int_equal(ote_config_fill(&ote_file_config_table, &fc), OTE_ERR_INVALID_PARAM);
+
+    setenv("OTE_URING_QD", "7", 1);
+    ote_log_set_level(OTE_LOG_WARN);
+    log = capture_stderr(warn_file_table);
+    assert_null(strstr(log, "unknown configuration variable"));
+    free(log);
+    unsetenv("OTE_URING_QD");
+    unsetenv("OTE_GPU_DIRECT");
+    unsetenv("OTE_SYSFS_ROOT");
+    unsetenv("OTE_MEM_GPU_DIRECT");
+    unsetenv("OTE_RDMA_SYSFS_ROOT");
+}
+
 static void test_secret_not_printed(void **state)
 {
     char *buf  = NULL;
@@ -485,6 +559,7 @@ int main(void)
         cmocka_unit_test(test_engine_defaults_and_env),
         cmocka_unit_test(test_tables_complete),
         cmocka_unit_test(test_secret_not_printed),
+        cmocka_unit_test(test_component_prefixes),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -130,7 +130,7 @@ static void test_bad_root(void **state)
 
     setenv("OTE_SYSFS_ROOT", "/nonexistent/ote_sysfs", 1);
     assert_int_equal(create_logged("all", &e, &log), OTE_ERR_INVALID_PARAM);
-    assert_non_null(strstr(log, "OTE_SYSFS_ROOT: '/nonexistent/ote_sysfs' is not a directory"));
+    assert_non_null(strstr(log, "OTE_RDMA_SYSFS_ROOT: '/nonexistent/ote_sysfs' is not a directory"));
     free(log);
     setenv("OTE_SYSFS_ROOT", OTE_SYSFS_DIR "/multi", 1);
 }

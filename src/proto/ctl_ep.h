@@ -1,0 +1,43 @@
+/*
+ * What the eps of PUTBACK and of a peer's exported file share: each of
+ * their slices is one control exchange, a job of the engine's protocol
+ * pool (jobs.h), and the ep holds nothing a slice needs once posted.
+ */
+#ifndef OTE_PROTO_CTL_EP_H
+#define OTE_PROTO_CTL_EP_H
+
+#include "jobs.h"
+#include "proto.h"
+
+/*
+ * The ep ops of such a rail: put and get are the protocol's, the rest
+ * shared (no connection of its own to make or rebuild).
+ */
+#define OTE_PROTO_CTL_EP_OPS(_put_zcopy, _get_zcopy)                                           \
+    {                                                                                          \
+        .put_zcopy       = (_put_zcopy),                                                       \
+        .get_zcopy       = (_get_zcopy),                                                       \
+        .inflight_bytes  = ote_proto_ctl_ep_inflight_bytes,                                    \
+        .is_alive        = ote_proto_ctl_ep_is_alive,                                          \
+        .destroy         = ote_proto_ctl_ep_destroy,                                           \
+        .connect_to_ep   = ote_tl_unsupported_connect_to_ep,                                   \
+        .needs_reconnect = ote_tl_no_reconnect_needed,                                         \
+        .reconnect       = ote_tl_unsupported_reconnect,                                       \
+    }
+
+/* 0: the rail's own accounting (rail.c) counts what is in flight. */
+size_t       ote_proto_ctl_ep_inflight_bytes(ote_tl_ep_t *tl_ep);
+/* Always: each request is its own control exchange, nothing to rebuild. */
+bool         ote_proto_ctl_ep_is_alive(ote_tl_ep_t *tl_ep);
+/* Frees the ep (allocated whole); a slice in flight holds its own copy of the hooks. */
+void         ote_proto_ctl_ep_destroy(ote_tl_ep_t *tl_ep);
+/*
+ * Queue job, the first member of its op (allocated with malloc), on the
+ * pool: INPROGRESS, or the pool's error with the op freed.
+ */
+ote_status_t ote_proto_ctl_ep_submit(const ote_proto_ctl_hooks_t *hooks, ote_proto_job_t *job);
+/* End a slice with status, under its worker's lock. */
+void         ote_proto_ctl_ep_complete(const ote_proto_ctl_hooks_t *hooks,
+                                       ote_tl_completion_t *comp, ote_status_t status);
+
+#endif
