@@ -422,7 +422,9 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         /* Never reuse connections to the old instance; it took its side of them along. */
         ote_info("segment '%s': bound to the restarted peer's new instance %016llx", seg->name,
                  (unsigned long long)d->instance_id);
-        atomic_store(&seg->stale, true);
+        /* A restart no call on the old handle had seen yet is counted here. */
+        if (!atomic_exchange(&seg->stale, true))
+            ote_obs_peer_restart(seg->engine->obs);
         ote_wireup_destroy(seg, false, 0);
         if (seg->engine->meta != NULL) {
             /* The new instance's listener; the old one's connection is of no use. */

@@ -44,7 +44,8 @@ static inline int status_slot(ote_status_t status)
 {
     int s = -(int)status;
 
-    return (s > 0 && s < OBS_STATUS_SLOTS) ? s : 0; /* 0: any other */
+    /* A status without a label of its own counts as "other", never unseen. */
+    return (s > 0 && s < OBS_STATUS_SLOTS && ote_obs_status_label(s) != NULL) ? s : 0;
 }
 
 ote_status_t ote_obs_create(ote_engine_h e, const char *metadata, ote_obs_t **obs_p)

@@ -1,0 +1,573 @@
+/*
+ * The failure-side series against failures this test causes, through
+ * ote_engine_stats() (the samples /metrics serves, test_mp_metrics checks
+ * that they are the same), each compared exactly with what the test saw:
+ *
+ *  - a target killed with SIGKILL and restarted under the same name three
+ *    times, the restart seen each time another way (a notification, a
+ *    WRITE, a reopen alone): ote_peer_restarts_total is 3;
+ *  - WRITEs and READs that fail (past a region's end, outside every
+ *    region, to a killed peer, across a restart):
+ *    ote_transfer_failures_total{op,status} equals the tasks that ended
+ *    with that status, every status; notifications likewise in
+ *    ote_notification_failures_total{status};
+ *  - opens that succeed, find no one, or fail: ote_metadata_requests_total
+ *    {store="p2p",result} of an engine that only opens; the same with etcd
+ *    and Redis when their servers are installed (each case skipped alone
+ *    otherwise), a stopped store giving "error";
+ *  - register, alloc, deregister, free: ote_registered_bytes{memory} and
+ *    ote_registrations_total; opens and closes: ote_segments_open;
+ *  - submits past OTE_MAX_INFLIGHT_BYTES while the target is stopped:
+ *    ote_admission_rejections_total, ote_inflight_requests / _bytes.
+ */
+#include "mp_stats.h"
+#include "mp_util.h"
+#include "store_server.h"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+typedef struct {
+    unsigned long xfer[2][MP_NSTATUS]; /* [op == WRITE][-status] */
+    unsigned long notif[MP_NSTATUS];
+} tally_t;
+
+static void tally_status(unsigned long *slot_array, ote_status_t s)
+{
+    int i = -(int)s;
+
+    assert_true(i > 0 && i < MP_NSTATUS);
+    slot_array[i]++;
+}
+
+/* One request in a batch of its own; the task's status (submit refused: state FAILED, counted not). */
+static ote_status_t one(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
+                        uint64_t remote, size_t len, tally_t *t, ote_task_status_t *st)
+{
+    ote_xfer_req_t r = {.op = op, .local_addr = local, .segment = seg, .remote_addr = remote,
+                        .length = len};
+    ote_batch_h b;
+    ote_status_t sub;
+    size_t first;
+
+    memset(st, 0, sizeof(*st));
+    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
+    sub = ote_batch_submit(b, &r, 1, &first);
+    if (sub == OTE_OK) {
+        assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+        assert_int_equal(ote_batch_task_status(b, first, st), OTE_OK);
+        if (st->state != OTE_TASK_COMPLETED)
+            tally_status(t->xfer[op == OTE_OP_WRITE], st->error);
+    }
+    ote_batch_release(b);
+    return sub;
+}
+
+static void notify(ote_engine_h e, ote_segment_h seg, const char *msg, tally_t *t,
+                   unsigned long *sent)
+{
+    ote_status_t s = ote_notify_send(e, seg, msg, strlen(msg));
+
+    if (s == OTE_OK)
+        (*sent)++;
+    else
+        tally_status(t->notif, s);
+    printf("notify '%s': %s\n", msg, ote_status_string(s));
+}
+
+static void check_failures(ote_engine_h e, const tally_t *t)
+{
+    char labels[128];
+
+    for (int op = 0; op < 2; op++) {
+        for (int i = 1; i < MP_NSTATUS; i++) {
+            snprintf(labels, sizeof(labels), "op=\"%s\",status=\"%s\"", op ? "write" : "read",
+                     mp_status_label((ote_status_t)-i));
+            if (mp_stat(e, "ote_transfer_failures_total", labels) != (double)t->xfer[op][i]) {
+                fprintf(stderr, "ote_transfer_failures_total{%s} = %g, tasks %lu\n", labels,
+                        mp_stat(e, "ote_transfer_failures_total", labels), t->xfer[op][i]);
+                fail();
+            }
+        }
+    }
+    for (int i = 1; i < MP_NSTATUS; i++) {
+        snprintf(labels, sizeof(labels), "status=\"%s\"", mp_status_label((ote_status_t)-i));
+        if (mp_stat(e, "ote_notification_failures_total", labels) != (double)t->notif[i]) {
+            fprintf(stderr, "ote_notification_failures_total{%s} = %g, seen %lu\n", labels,
+                    mp_stat(e, "ote_notification_failures_total", labels), t->notif[i]);
+            fail();
+        }
+    }
+}
+
+static void start_target(ote_test_target_t *t, const char *listen)
+{
+    const char *args[] = {"--listen", listen, "--region", "1m:rw", NULL};
+
+    assert_int_equal(ote_test_target_start(t, NULL, args), 0);
+}
+
+/* Kill -9, restart under the same name (the same address). */
+static void restart_target(ote_test_target_t *t, const char *listen)
+{
+    char name[sizeof(t->name)];
+
+    snprintf(name, sizeof(name), "%s", t->name);
+    ote_test_target_kill(t);
+    start_target(t, listen);
+    assert_string_equal(t->name, name);
+}
+
+static void test_restarts_and_failures(void **state)
+{
+    char listen[64];
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_task_status_t st;
+    ote_status_t sub;
+    tally_t tally = {0};
+    unsigned long sent = 0, restarts = 0;
+    int restarted = -1;
+
+    (void)state;
+    setenv("OTE_TLS", "tcp", 1);
+    setenv("OTE_XFER_TIMEOUT_MS", "3000", 1);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", mp_free_port());
+    start_target(&t, listen);
+    e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    assert_true(mp_stat(e, "ote_peer_restarts_total", "") == 0.0);
+
+    /* Good traffic, then failures the peer's regions cause. */
+    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0], 4096, &tally, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    notify(e, seg, "hello", &tally, &sent);
+    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0] + (1 << 20) - 16, 64, &tally,
+                         &st),
+                     OTE_OK);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(one(e, seg, OTE_OP_READ, local, t.addr[0] + (1 << 20) - 8, 4096, &tally,
+                         &st),
+                     OTE_OK);
+    assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+    /* An address in no region of the peer's (below its region). */
+    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0] - (64u << 20), 128, &tally, &st),
+                     OTE_OK);
+    assert_int_equal(st.error, OTE_ERR_REMOTE_NOT_REGISTERED);
+    check_failures(e, &tally);
+
+    /* Restart 1, seen by a notification on the old handle. */
+    restart_target(&t, listen);
+    notify(e, seg, "after restart 1", &tally, &sent);
+    assert_int_equal(tally.notif[-OTE_ERR_PEER_RESTARTED], 1);
+    restarts++;
+    assert_true(mp_stat(e, "ote_peer_restarts_total", "") == (double)restarts);
+    /* Known now: refused at submit (no task, no failure), notifications too. */
+    sub = one(e, seg, OTE_OP_WRITE, local, t.addr[0], 4096, &tally, &st);
+    assert_int_equal(sub, OTE_ERR_PEER_RESTARTED);
+    notify(e, seg, "still stale", &tally, &sent);
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 1);
+    assert_true(mp_stat(e, "ote_peer_restarts_total", "") == (double)restarts);
+    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0], 4096, &tally, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+
+    /* Restart 2, seen by WRITEs (whatever they end with, each is counted by it). */
+    restart_target(&t, listen);
+    for (int i = 0; i < 3; i++) {
+        sub = one(e, seg, OTE_OP_WRITE, local, t.addr[0], 4096, &tally, &st);
+        printf("write after restart 2: submit %s, task %s\n", ote_status_string(sub),
+               ote_status_string(st.error));
+    }
+    /* The restart is known by now, or found by the reopen below: once either way. */
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 1);
+    restarts++;
+    assert_true(mp_stat(e, "ote_peer_restarts_total", "") == (double)restarts);
+
+    /* Restart 3, found by a reopen alone. */
+    restart_target(&t, listen);
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 1);
+    restarts++;
+    assert_true(mp_stat(e, "ote_peer_restarts_total", "") == (double)restarts);
+    /* A reopen that finds the same instance is no restart. */
+    assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 0);
+    assert_true(mp_stat(e, "ote_peer_restarts_total", "") == (double)restarts);
+    notify(e, seg, "on the new instance", &tally, &sent);
+
+    /* The peer gone for good: WRITEs, READs and a notification fail. */
+    ote_test_target_kill(&t);
+    for (int i = 0; i < 2; i++) {
+        sub = one(e, seg, i ? OTE_OP_READ : OTE_OP_WRITE, local, t.addr[0], 8192, &tally, &st);
+        printf("to a killed peer: submit %s, task %s %s\n", ote_status_string(sub),
+               st.state == OTE_TASK_COMPLETED ? "completed" : "failed",
+               ote_status_string(st.error));
+        if (sub == OTE_OK)
+            assert_int_not_equal(st.state, OTE_TASK_COMPLETED);
+    }
+    notify(e, seg, "to no one", &tally, &sent);
+    check_failures(e, &tally);
+    assert_true(mp_stat(e, "ote_notifications_sent_total", "") == (double)sent);
+    assert_true(mp_stat(e, "ote_peer_restarts_total", "") == (double)restarts);
+
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_XFER_TIMEOUT_MS");
+}
+
+/* A notification after a batch whose task failed: counted once, with the status it ended with. */
+static void test_batch_notification_failure(void **state)
+{
+    const char *args[] = {"--region", "1m:rw", NULL};
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_xfer_req_t r[2];
+    ote_batch_h b;
+    ote_status_t ns = OTE_INPROGRESS;
+    ote_task_status_t st;
+    tally_t tally = {0};
+    size_t first;
+
+    (void)state;
+    setenv("OTE_TLS", "tcp", 1);
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    r[0] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
+                            .remote_addr = t.addr[0], .length = 4096};
+    r[1] = r[0];
+    r[1].remote_addr = t.addr[0] + (1 << 20) - 100; /* past the end */
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(ote_batch_create(e, 2, &b), OTE_OK);
+        assert_int_equal(ote_batch_submit_notify(b, r, 2, "done", 4, &first), OTE_OK);
+        assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+        for (size_t i = 0; i < 2; i++) {
+            assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
+            if (st.state != OTE_TASK_COMPLETED)
+                tally_status(tally.xfer[1], st.error);
+        }
+        for (int i = 0; i < 3000; i++) {
+            assert_int_equal(ote_batch_notify_status(b, first, &ns), OTE_OK);
+            if (ns != OTE_INPROGRESS)
+                break;
+            usleep(1000);
+        }
+        assert_int_not_equal(ns, OTE_OK);
+        assert_int_not_equal(ns, OTE_INPROGRESS);
+        tally_status(tally.notif, ns);
+        ote_batch_release(b);
+    }
+    assert_int_equal(tally.xfer[1][-OTE_ERR_OUT_OF_BOUNDS], 2);
+    check_failures(e, &tally);
+    assert_true(mp_stat(e, "ote_notifications_sent_total", "") == 0.0);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&t);
+    unsetenv("OTE_TLS");
+}
+
+static double registered(ote_engine_h e)
+{
+    return mp_stat(e, "ote_registered_bytes", "memory=\"host\"");
+}
+
+/* Registered bytes and registrations follow register / alloc / deregister / free; segments open / close. */
+static void test_registrations_and_segments(void **state)
+{
+    const char *args[] = {"--region", "1m:rw", NULL};
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg[3], bad = NULL;
+    ote_mem_h m[2], ma, mdup;
+    ote_mem_desc_t d[2];
+    uint8_t *buf, *abuf;
+    char name[300];
+
+    (void)state;
+    setenv("OTE_TLS", "tcp", 1);
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    assert_true(registered(e) == 0.0);
+    assert_true(mp_stat(e, "ote_registrations_total", "") == 0.0);
+    assert_true(mp_stat(e, "ote_registered_bytes", "memory=\"cuda\"") == 0.0);
+    buf = aligned_alloc(4096, 3 << 20);
+    assert_non_null(buf);
+    d[0] = (ote_mem_desc_t){.addr = buf, .length = 1 << 20};
+    d[1] = (ote_mem_desc_t){.addr = buf + (2 << 20), .length = 300000};
+    assert_int_equal(ote_mem_register(e, d, 2, m), OTE_OK);
+    assert_true(registered(e) == (double)((1 << 20) + 300000));
+    assert_true(mp_stat(e, "ote_registrations_total", "") == 2.0);
+    assert_int_equal(ote_mem_alloc(e, 65536, NULL, 0, (void **)&abuf, &ma), OTE_OK);
+    assert_true(registered(e) == (double)((1 << 20) + 300000 + 65536));
+    assert_true(mp_stat(e, "ote_registrations_total", "") == 3.0);
+    /* The same range again: a reference on the same region, no new bytes, a registration. */
+    assert_int_equal(ote_mem_register(e, d, 1, &mdup), OTE_OK);
+    assert_ptr_equal(mdup, m[0]);
+    assert_true(registered(e) == (double)((1 << 20) + 300000 + 65536));
+    assert_true(mp_stat(e, "ote_registrations_total", "") == 4.0);
+    /* Refused calls are no registrations. */
+    d[1] = (ote_mem_desc_t){.addr = NULL, .length = 0};
+    assert_int_not_equal(ote_mem_register(e, &d[1], 1, &mdup), OTE_OK);
+    assert_true(mp_stat(e, "ote_registrations_total", "") == 4.0);
+    /* One reference of two gone: the region stays; then the last. */
+    assert_int_equal(ote_mem_deregister(e, m[0]), OTE_OK);
+    assert_true(registered(e) == (double)((1 << 20) + 300000 + 65536));
+    assert_int_equal(ote_mem_deregister(e, m[0]), OTE_OK);
+    assert_true(registered(e) == (double)(300000 + 65536));
+    assert_int_equal(ote_mem_free(e, ma), OTE_OK);
+    assert_true(registered(e) == 300000.0);
+    assert_int_equal(ote_mem_deregister(e, m[1]), OTE_OK);
+    assert_true(registered(e) == 0.0);
+    assert_true(mp_stat(e, "ote_registrations_total", "") == 4.0);
+
+    /* Segments: opened, one open that fails, closed. */
+    assert_true(mp_stat(e, "ote_segments_open", "") == 0.0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ote_segment_open(e, t.name, &seg[i]), OTE_OK);
+        assert_true(mp_stat(e, "ote_segments_open", "") == (double)(i + 1));
+    }
+    snprintf(name, sizeof(name), "127.0.0.1:%u", mp_free_port());
+    assert_int_not_equal(ote_segment_open(e, name, &bad), OTE_OK);
+    assert_true(mp_stat(e, "ote_segments_open", "") == 3.0);
+    assert_int_equal(ote_segment_close(seg[1]), OTE_OK);
+    assert_true(mp_stat(e, "ote_segments_open", "") == 2.0);
+    assert_int_equal(ote_segment_close(seg[0]), OTE_OK);
+    assert_int_equal(ote_segment_close(seg[2]), OTE_OK);
+    assert_true(mp_stat(e, "ote_segments_open", "") == 0.0);
+    ote_engine_destroy(e);
+    free(buf);
+    ote_test_target_stop(&t);
+    unsetenv("OTE_TLS");
+}
+
+/*
+ * Submits refused for OTE_MAX_INFLIGHT_BYTES: the target stopped (SIGSTOP)
+ * holds the first WRITE in flight, so that every later one is refused
+ * until it is let go on.
+ */
+static void test_admission_bytes(void **state)
+{
+    const char *args[] = {"--region", "1m:rw", NULL};
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_xfer_req_t r;
+    ote_batch_h b;
+    ote_task_status_t st;
+    size_t first;
+    unsigned long busy = 0, ok = 0;
+
+    (void)state;
+    setenv("OTE_TLS", "tcp", 1);
+    setenv("OTE_MAX_INFLIGHT_BYTES", "65536", 1);
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    unsetenv("OTE_MAX_INFLIGHT_BYTES");
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
+                         .remote_addr = t.addr[0], .length = 40000};
+    assert_int_equal(ote_batch_create(e, 64, &b), OTE_OK);
+    assert_int_equal(kill(t.pid, SIGSTOP), 0);
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    ok++;
+    for (int i = 0; i < 5; i++) {
+        ote_status_t s = ote_batch_submit(b, &r, 1, &first);
+
+        printf("admission: submit %d while stopped: %s\n", i, ote_status_string(s));
+        assert_true(s == OTE_OK || s == OTE_ERR_BUSY);
+        busy += s == OTE_ERR_BUSY;
+        ok += s == OTE_OK;
+    }
+    assert_true(busy > 0);
+    assert_true(mp_stat(e, "ote_admission_rejections_total", "") == (double)busy);
+    assert_true(mp_stat(e, "ote_inflight_requests", "") == (double)ok);
+    assert_true(mp_stat(e, "ote_inflight_bytes", "") == (double)(ok * 40000));
+    assert_int_equal(kill(t.pid, SIGCONT), 0);
+    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    for (size_t i = 0; i < ok; i++) {
+        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    }
+    ote_batch_release(b);
+    assert_true(mp_stat(e, "ote_admission_rejections_total", "") == (double)busy);
+    assert_true(mp_stat(e, "ote_transfer_requests_total", "op=\"write\",transport=\"tcp\"") ==
+                (double)ok);
+    assert_true(mp_stat(e, "ote_transfer_bytes_total", "op=\"write\",transport=\"tcp\"") ==
+                (double)(ok * 40000));
+    assert_true(mp_stat(e, "ote_inflight_requests", "") == 0.0);
+    assert_true(mp_stat(e, "ote_inflight_bytes", "") == 0.0);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&t);
+    unsetenv("OTE_TLS");
+}
+
+/* result label of an open's status */
+static int meta_result(ote_status_t s)
+{
+    return s == OTE_OK ? 0 : s == OTE_ERR_NOT_FOUND ? 1 : 2;
+}
+
+static void check_meta(ote_engine_h e, const char *store, const unsigned long want[3])
+{
+    static const char *const results[3] = {"ok", "not_found", "error"};
+    char labels[96];
+
+    for (int i = 0; i < 3; i++) {
+        snprintf(labels, sizeof(labels), "store=\"%s\",result=\"%s\"", store, results[i]);
+        if (mp_stat(e, "ote_metadata_requests_total", labels) != (double)want[i]) {
+            fprintf(stderr, "ote_metadata_requests_total{%s} = %g, opens %lu\n", labels,
+                    mp_stat(e, "ote_metadata_requests_total", labels), want[i]);
+            fail();
+        }
+    }
+}
+
+/* Opens on the embedded p2p metadata: one fetch each, by its result. */
+static void test_metadata_p2p(void **state)
+{
+    const char *args[] = {"--region", "1m:rw", NULL};
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    unsigned long want[3] = {0};
+    char name[300];
+    ote_status_t s;
+
+    (void)state;
+    setenv("OTE_TLS", "tcp", 1);
+    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    check_meta(e, "p2p", want);
+    for (int i = 0; i < 3; i++) {
+        s = ote_segment_open(e, t.name, &seg);
+        assert_int_equal(s, OTE_OK);
+        want[meta_result(s)]++;
+        ote_segment_close(seg);
+    }
+    /* An address where no engine listens. */
+    snprintf(name, sizeof(name), "127.0.0.1:%u", mp_free_port());
+    s = ote_segment_open(e, name, &seg);
+    printf("open of %s: %s\n", name, ote_status_string(s));
+    assert_int_not_equal(s, OTE_OK);
+    want[meta_result(s)]++;
+    check_meta(e, "p2p", want);
+    /* The peer killed under an open segment: its refresh fails. */
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    want[0]++;
+    ote_test_target_kill(&t);
+    s = ote_segment_refresh(seg);
+    printf("refresh of a killed peer: %s\n", ote_status_string(s));
+    assert_int_not_equal(s, OTE_OK);
+    want[meta_result(s)]++;
+    check_meta(e, "p2p", want);
+    ote_segment_close(seg);
+    ote_engine_destroy(e);
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+}
+
+static void metadata_store(const char *kind)
+{
+    ote_test_store_t store;
+    ote_test_target_t t;
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+    ote_engine_h e = NULL;
+    ote_segment_h seg;
+    unsigned long want[3] = {0};
+    char tname[64], ename[64];
+    const char *args[] = {"--name", tname, "--metadata", NULL, "--region", "1m:rw", NULL};
+    ote_status_t s;
+    int rc = ote_test_store_start(&store, kind, NULL);
+
+    if (rc == 77) {
+        printf("%s not installed: this case is skipped\n", kind);
+        skip();
+    }
+    assert_int_equal(rc, 0);
+    setenv("OTE_METADATA_TIMEOUT_MS", "1000", 1);
+    snprintf(tname, sizeof(tname), "obs-%s-target-%d", kind, (int)getpid());
+    snprintf(ename, sizeof(ename), "obs-%s-initiator-%d", kind, (int)getpid());
+    args[3] = store.uri;
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    p.name     = ename;
+    p.metadata = store.uri;
+    assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
+    check_meta(e, kind, want);
+    for (int i = 0; i < 2; i++) {
+        s = ote_segment_open(e, tname, &seg);
+        assert_int_equal(s, OTE_OK);
+        want[0]++;
+        ote_segment_close(seg);
+    }
+    s = ote_segment_open(e, "obs-no-such-engine", &seg);
+    assert_int_equal(s, OTE_ERR_NOT_FOUND);
+    want[1]++;
+    check_meta(e, kind, want);
+    /* The store gone: an open and a refresh fail with its status. */
+    assert_int_equal(ote_segment_open(e, tname, &seg), OTE_OK);
+    want[0]++;
+    ote_test_store_kill(&store);
+    s = ote_segment_open(e, tname, &seg);
+    printf("%s killed: open %s\n", kind, ote_status_string(s));
+    assert_int_equal(s, OTE_ERR_STORE_UNAVAILABLE);
+    want[2]++;
+    check_meta(e, kind, want);
+    ote_engine_destroy(e);
+    ote_test_target_kill(&t);
+    ote_test_store_stop(&store);
+    unsetenv("OTE_METADATA_TIMEOUT_MS");
+}
+
+static void test_metadata_etcd(void **state)
+{
+    (void)state;
+    metadata_store("etcd");
+}
+
+static void test_metadata_redis(void **state)
+{
+    (void)state;
+    metadata_store("redis");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_restarts_and_failures),
+        cmocka_unit_test(test_batch_notification_failure),
+        cmocka_unit_test(test_registrations_and_segments),
+        cmocka_unit_test(test_admission_bytes),
+        cmocka_unit_test(test_metadata_p2p),
+        cmocka_unit_test(test_metadata_etcd),
+        cmocka_unit_test(test_metadata_redis),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
