@@ -36,6 +36,27 @@ static inline double mp_stat(ote_engine_h e, const char *name, const char *label
     return f.value;
 }
 
+static int mp_stat_sum_cb(void *arg, const ote_stat_t *s)
+{
+    mp_stat_find_t *f = arg;
+
+    if (strcmp(s->name, f->name) == 0) {
+        f->value += s->value;
+        f->found++;
+    }
+    return 0;
+}
+
+/* The sum of every sample of name, whatever its labels; -1 when there is none. */
+static inline double mp_stat_sum(ote_engine_h e, const char *name)
+{
+    mp_stat_find_t f = {.name = name};
+
+    if (ote_engine_stats(e, mp_stat_sum_cb, &f) != OTE_OK || f.found == 0)
+        return -1;
+    return f.value;
+}
+
 /* The label a status has in the failure series (independent of the library's table). */
 static inline const char *mp_status_label(ote_status_t s)
 {
