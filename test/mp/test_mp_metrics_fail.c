@@ -16,7 +16,8 @@
  *    and Redis when their servers are installed (each case skipped alone
  *    otherwise), a stopped store giving "error";
  *  - register, alloc, deregister, free: ote_registered_bytes{memory} and
- *    ote_registrations_total; opens and closes: ote_segments_open;
+ *    ote_registrations_total; opens and closes: ote_segments_open, and a
+ *    target's that serves READs by PUTBACK (its own segment not counted);
  *  - submits past OTE_MAX_INFLIGHT_BYTES while the target is stopped:
  *    ote_admission_rejections_total, ote_inflight_requests / _bytes.
  */
@@ -427,6 +428,73 @@ static void test_admission_bytes(void **state)
     unsetenv("OTE_TLS");
 }
 
+/*
+ * A target that serves READs over uct_tcp by writing them back (PUTBACK)
+ * opens a segment to the initiator for it: the engine's own, not one the
+ * application opened, so its ote_segments_open stays 0; the WRITEs it made
+ * are its transfer bytes, the initiator's READ bytes the same amount.
+ */
+static void test_putback_target(void **state)
+{
+    const char *args[] = {"--region", "1m:rw", NULL};
+    char maddr[64], *text;
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_task_status_t st;
+    tally_t tally = {0};
+    size_t moved = 0;
+
+    (void)state;
+#ifndef HAVE_MHD
+    skip();
+#endif
+    setenv("OTE_TLS", "uct_tcp", 1);
+    snprintf(maddr, sizeof(maddr), "127.0.0.1:%u", mp_free_port());
+    setenv("OTE_METRICS_ADDR", maddr, 1);
+    if (ote_test_target_start(&t, NULL, args) != 0) {
+        unsetenv("OTE_METRICS_ADDR");
+        unsetenv("OTE_TLS");
+        printf("no target over uct_tcp: skipped\n");
+        skip();
+    }
+    unsetenv("OTE_METRICS_ADDR");
+    e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    /* The pattern written first (no command: the target's application opens no segment). */
+    ote_test_fill(local, 0, 262144, 5);
+    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0], 262144, &tally, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    for (size_t len = 100; len <= 262144; len *= 8) {
+        memset(local, 0, len);
+        assert_int_equal(one(e, seg, OTE_OP_READ, local, t.addr[0], len, &tally, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+        assert_int_equal(ote_test_check(local, 0, len, 5), -1);
+        moved += len;
+    }
+    text = mp_http_get(maddr, "/metrics");
+    assert_non_null(text);
+    printf("target: segments open %g, written over uct_tcp %g of %zu\n",
+           mp_scraped(text, "ote_segments_open{engine=\"%s\"}", t.name),
+           mp_scraped(text, "ote_transfer_bytes_total{engine=\"%s\",op=\"write\","
+                            "transport=\"uct_tcp\"}", t.name), moved);
+    assert_true(mp_stat(e, "ote_transfer_bytes_total", "op=\"read\",transport=\"uct_tcp\"") ==
+                (double)moved);
+    assert_true(mp_scraped(text, "ote_segments_open{engine=\"%s\"}", t.name) == 0.0);
+    assert_true(mp_scraped(text, "ote_transfer_bytes_total{engine=\"%s\",op=\"write\","
+                                 "transport=\"uct_tcp\"}", t.name) == (double)moved);
+    assert_true(mp_stat(e, "ote_segments_open", "") == 1.0);
+    free(text);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&t);
+    unsetenv("OTE_TLS");
+}
+
 /* result label of an open's status */
 static int meta_result(ote_status_t s)
 {
@@ -564,6 +632,7 @@ int main(void)
         cmocka_unit_test(test_batch_notification_failure),
         cmocka_unit_test(test_registrations_and_segments),
         cmocka_unit_test(test_admission_bytes),
+        cmocka_unit_test(test_putback_target),
         cmocka_unit_test(test_metadata_p2p),
         cmocka_unit_test(test_metadata_etcd),
         cmocka_unit_test(test_metadata_redis),

@@ -333,6 +333,6 @@ void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
     ote_mem_table_visit(e->regions, region_visit, &va);
     pthread_mutex_lock(&e->seg_lock);
     for (ote_segment_h seg = e->segments; seg != NULL; seg = seg->next)
-        snap->segments_open++;
+        snap->segments_open += !seg->internal; /* the application's only */
     pthread_mutex_unlock(&e->seg_lock);
 }
