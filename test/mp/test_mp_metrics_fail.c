@@ -429,6 +429,76 @@ static void test_admission_bytes(void **state)
 }
 
 /*
+ * WRITEs in flight to a stopped target when their segment is closed: each
+ * ends with a status (CANCELED as their connections go), counted by it;
+ * the rails count no error for a CANCELED slice.
+ */
+static void test_closed_under_tasks(void **state)
+{
+    const char *args[] = {"--region", "1m:rw", NULL};
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_xfer_req_t r[8];
+    ote_batch_h b;
+    ote_task_status_t st;
+    tally_t tally = {0};
+    size_t first;
+    uint64_t transferred = 0;
+    double errors0;
+
+    (void)state;
+    setenv("OTE_TLS", "tcp", 1);
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    errors0 = mp_stat_sum(e, "ote_rail_errors_total");
+    for (int i = 0; i < 8; i++)
+        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local + i * 131072,
+                                .segment = seg, .remote_addr = t.addr[0] + i * 131072,
+                                .length = 131072};
+    assert_int_equal(ote_batch_create(e, 8, &b), OTE_OK);
+    assert_int_equal(kill(t.pid, SIGSTOP), 0);
+    assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
+    usleep(100 * 1000);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    for (size_t i = 0; i < 8; i++) {
+        assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
+        printf("closed under task %zu: %s\n", i,
+               st.state == OTE_TASK_COMPLETED ? "completed" : ote_status_string(st.error));
+        if (st.state != OTE_TASK_COMPLETED)
+            tally_status(tally.xfer[1], st.error);
+        transferred += st.transferred;
+    }
+    ote_batch_release(b);
+    assert_true(tally.xfer[1][-OTE_ERR_CANCELED] > 0);
+    /* Bytes: what the tasks say arrived, canceled ones included. */
+    assert_true(mp_stat(e, "ote_transfer_bytes_total", "op=\"write\",transport=\"tcp\"") ==
+                (double)transferred);
+    check_failures(e, &tally);
+    /* Every task that did not complete was CANCELED: no rail counts an error. */
+    {
+        unsigned long failed = 0;
+
+        for (int i = 1; i < MP_NSTATUS; i++)
+            failed += tally.xfer[1][i];
+        assert_int_equal(failed, tally.xfer[1][-OTE_ERR_CANCELED]);
+    }
+    assert_true(mp_stat_sum(e, "ote_rail_errors_total") == errors0);
+    assert_true(mp_stat(e, "ote_inflight_requests", "") == 0.0);
+    assert_true(mp_stat(e, "ote_segments_open", "") == 0.0);
+    kill(t.pid, SIGCONT);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&t);
+    unsetenv("OTE_TLS");
+}
+
+/*
  * A target that serves READs over uct_tcp by writing them back (PUTBACK)
  * opens a segment to the initiator for it: the engine's own, not one the
  * application opened, so its ote_segments_open stays 0; the WRITEs it made
@@ -632,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_batch_notification_failure),
         cmocka_unit_test(test_registrations_and_segments),
         cmocka_unit_test(test_admission_bytes),
+        cmocka_unit_test(test_closed_under_tasks),
         cmocka_unit_test(test_putback_target),
         cmocka_unit_test(test_metadata_p2p),
         cmocka_unit_test(test_metadata_etcd),
