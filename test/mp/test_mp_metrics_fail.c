@@ -18,6 +18,9 @@
  *  - register, alloc, deregister, free: ote_registered_bytes{memory} and
  *    ote_registrations_total; opens and closes: ote_segments_open, and a
  *    target's that serves READs by PUTBACK (its own segment not counted);
+ *  - every series of the list served with its type and exactly its label
+ *    keys, nothing else, no peer's name in a label, latency buckets 1 us
+ *    to 10 s;
  *  - submits past OTE_MAX_INFLIGHT_BYTES while the target is stopped:
  *    ote_admission_rejections_total, ote_inflight_requests / _bytes.
  */
@@ -565,6 +568,180 @@ static void test_putback_target(void **state)
     unsetenv("OTE_TLS");
 }
 
+/* ---- the catalogue: every series of the issue's list, its type and label keys ---- */
+
+typedef struct {
+    const char *family, *type, *keys; /* keys: comma-separated, in order */
+    unsigned    seen;
+} family_t;
+
+static family_t catalogue[] = {
+    {"ote_transfer_bytes_total", "counter", "op,transport", 0},
+    {"ote_transfer_requests_total", "counter", "op,transport", 0},
+    {"ote_transfer_failures_total", "counter", "op,status", 0},
+    {"ote_transfer_latency_seconds", "histogram", "op", 0},
+    {"ote_transfer_size_bytes", "histogram", "op", 0},
+    {"ote_inflight_requests", "gauge", "", 0},
+    {"ote_inflight_bytes", "gauge", "", 0},
+    {"ote_rail_bytes_total", "counter", "transport,device", 0},
+    {"ote_rail_errors_total", "counter", "transport,device", 0},
+    {"ote_rail_state", "gauge", "transport,device", 0},
+    {"ote_rail_failovers_total", "counter", "transport,device", 0},
+    {"ote_notifications_sent_total", "counter", "", 0},
+    {"ote_notifications_received_total", "counter", "", 0},
+    {"ote_notification_failures_total", "counter", "status", 0},
+    {"ote_registered_bytes", "gauge", "memory", 0},
+    {"ote_registrations_total", "counter", "", 0},
+    {"ote_segments_open", "gauge", "", 0},
+    {"ote_peer_restarts_total", "counter", "", 0},
+    {"ote_metadata_requests_total", "counter", "store,result", 0},
+    {"ote_admission_rejections_total", "counter", "", 0},
+    {"ote_build_info", "gauge", "version,transports", 0},
+};
+
+typedef struct {
+    const char *peer;    /* a peer's name: no label value may hold it */
+    unsigned    bad, lat_buckets;
+    double      lat_le[32];
+} catalogue_check_t;
+
+/* The label keys of "k1=\"v1\",k2=\"v2\"" into keys ("k1,k2"); 0, or -1 when malformed. */
+static int label_keys(const char *labels, char *keys, size_t len, char *le, size_t le_len)
+{
+    size_t k = 0;
+
+    keys[0] = le[0] = '\0';
+    for (const char *p = labels; *p;) {
+        const char *eq = strchr(p, '='), *v, *end;
+
+        if (eq == NULL || eq[1] != '"')
+            return -1;
+        k += (size_t)snprintf(keys + k, len - k, "%s%.*s", k ? "," : "", (int)(eq - p), p);
+        v = eq + 2;
+        for (end = v; *end && *end != '"'; end++)
+            if (*end == '\\' && end[1])
+                end++;
+        if (*end != '"')
+            return -1;
+        if (eq - p == 2 && strncmp(p, "le", 2) == 0)
+            snprintf(le, le_len, "%.*s", (int)(end - v), v);
+        p = end + 1;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return 0;
+}
+
+static int catalogue_cb(void *arg, const ote_stat_t *st)
+{
+    catalogue_check_t *c = arg;
+    char family[128], keys[256], le[32], want[256];
+    size_t n = strlen(st->name);
+    const char *suffix = "";
+    family_t *f = NULL;
+
+    snprintf(family, sizeof(family), "%s", st->name);
+    if (strcmp(st->type, "histogram") == 0) {
+        static const char *const sfx[] = {"_bucket", "_sum", "_count"};
+
+        for (int i = 0; i < 3; i++) {
+            size_t m = strlen(sfx[i]);
+
+            if (n > m && strcmp(st->name + n - m, sfx[i]) == 0) {
+                family[n - m] = '\0';
+                suffix        = sfx[i];
+            }
+        }
+    }
+    for (size_t i = 0; i < sizeof(catalogue) / sizeof(catalogue[0]); i++)
+        if (strcmp(catalogue[i].family, family) == 0)
+            f = &catalogue[i];
+    if (f == NULL || strcmp(f->type, st->type) != 0 ||
+        label_keys(st->labels, keys, sizeof(keys), le, sizeof(le)) != 0) {
+        fprintf(stderr, "unexpected sample %s{%s} (%s)\n", st->name, st->labels, st->type);
+        c->bad++;
+        return 0;
+    }
+    snprintf(want, sizeof(want), "%s%s%s", f->keys,
+             strcmp(suffix, "_bucket") == 0 && f->keys[0] ? "," : "",
+             strcmp(suffix, "_bucket") == 0 ? "le" : "");
+    if (strcmp(keys, want) != 0 || (c->peer != NULL && strstr(st->labels, c->peer) != NULL)) {
+        fprintf(stderr, "%s{%s}: label keys %s, want %s\n", st->name, st->labels, keys, want);
+        c->bad++;
+    }
+    if (strcmp(family, "ote_transfer_latency_seconds") == 0 && strcmp(suffix, "_bucket") == 0 &&
+        strstr(st->labels, "op=\"write\"") != NULL && c->lat_buckets < 32)
+        c->lat_le[c->lat_buckets++] = strcmp(le, "+Inf") == 0 ? -1 : strtod(le, NULL);
+    if (strcmp(family, "ote_build_info") == 0) {
+        char v[64];
+
+        snprintf(v, sizeof(v), "version=\"%s\",", ote_version());
+        if (strncmp(st->labels, v, strlen(v)) != 0 || st->value != 1.0)
+            c->bad++;
+    }
+    f->seen++;
+    return 0;
+}
+
+/*
+ * Every series of the list, with its type and exactly its label keys, and
+ * nothing else; no label holds a peer's name; the latency buckets are 1 us
+ * .. 10 s (1, 2.5, 5 per decade) and +Inf.
+ */
+static void test_series_catalogue(void **state)
+{
+    const char *args[] = {"--region", "1m:rw", NULL};
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    ote_task_status_t st;
+    tally_t tally = {0};
+    catalogue_check_t c = {0};
+    double b = 1e-6;
+
+    (void)state;
+    setenv("OTE_TLS", "tcp", 1);
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0], 4096, &tally, &st), OTE_OK);
+    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0] + (1 << 20) - 1, 2, &tally, &st),
+                     OTE_OK);
+    c.peer = t.name;
+    assert_int_equal(ote_engine_stats(e, catalogue_cb, &c), OTE_OK);
+    assert_int_equal(c.bad, 0);
+    for (size_t i = 0; i < sizeof(catalogue) / sizeof(catalogue[0]); i++) {
+        if (catalogue[i].seen == 0)
+            fprintf(stderr, "%s not served\n", catalogue[i].family);
+        assert_true(catalogue[i].seen > 0);
+    }
+    assert_int_equal(c.lat_buckets, 23);
+    for (int i = 0; i < 22; i++) {
+        static const double m[3] = {1, 2.5, 5};
+        double want;
+
+        if (i % 3 == 0 && i > 0)
+            b *= 10;
+        want = b * m[i % 3];
+        if (c.lat_le[i] < want * (1 - 1e-9) || c.lat_le[i] > want * (1 + 1e-9)) {
+            fprintf(stderr, "latency bucket %d: le %g, want %g\n", i, c.lat_le[i], want);
+            fail();
+        }
+    }
+    assert_true(c.lat_le[21] == 10.0);
+    assert_true(c.lat_le[22] == -1);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&t);
+    unsetenv("OTE_TLS");
+}
+
 /* result label of an open's status */
 static int meta_result(ote_status_t s)
 {
@@ -698,6 +875,7 @@ static void test_metadata_redis(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_series_catalogue),
         cmocka_unit_test(test_restarts_and_failures),
         cmocka_unit_test(test_batch_notification_failure),
         cmocka_unit_test(test_registrations_and_segments),
