@@ -125,7 +125,7 @@ ote_status_t ote_ctl_peer_seg_get(ote_ctl_t *ctl, const char *name, uint64_t ini
     if (evict != NULL)
         ote_segment_close(evict);
 
-    status = ote_segment_open(e, name, &seg);
+    status = ote_segment_open_internal(e, name, &seg);
     if (status == OTE_OK) {
         pthread_mutex_lock(&seg->lock);
         instance = seg->desc != NULL ? seg->desc->instance_id : 0;

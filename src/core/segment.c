@@ -269,7 +269,21 @@ ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char 
     return seg;
 }
 
+static ote_status_t segment_open(ote_engine_h e, const char *name, bool internal,
+                                 ote_segment_h *seg_p);
+
 ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *seg_p)
+{
+    return segment_open(e, name, false, seg_p);
+}
+
+ote_status_t ote_segment_open_internal(ote_engine_h e, const char *name, ote_segment_h *seg_p)
+{
+    return segment_open(e, name, true, seg_p);
+}
+
+static ote_status_t segment_open(ote_engine_h e, const char *name, bool internal,
+                                 ote_segment_h *seg_p)
 {
     ote_segment_h seg;
     ote_desc_t *d = NULL;
@@ -305,7 +319,8 @@ ote_status_t ote_segment_open(ote_engine_h e, const char *name, ote_segment_h *s
             goto err;
     }
     atomic_init(&d->refs, 1);
-    seg->desc = d;
+    seg->desc     = d;
+    seg->internal = internal;
     pthread_mutex_lock(&e->seg_lock);
     OTE_DLIST_PUSH_FRONT(e->segments, seg);
     pthread_mutex_unlock(&e->seg_lock);
@@ -422,7 +437,9 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         /* Never reuse connections to the old instance; it took its side of them along. */
         ote_info("segment '%s': bound to the restarted peer's new instance %016llx", seg->name,
                  (unsigned long long)d->instance_id);
-        atomic_store(&seg->stale, true);
+        /* A restart no call on the old handle had seen yet is counted here. */
+        if (!atomic_exchange(&seg->stale, true))
+            ote_obs_peer_restart(seg->engine->obs);
         ote_wireup_destroy(seg, false, 0);
         if (seg->engine->meta != NULL) {
             /* The new instance's listener; the old one's connection is of no use. */

@@ -24,6 +24,9 @@ struct ote_segment {
     atomic_uint      ctl_seq;
     atomic_bool      closed;
     atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
+    bool             internal;      /* opened by the engine itself (the control listener's
+                                       PUTBACK), not by the application: not in
+                                       ote_segments_open; set before it is listed */
     atomic_long      refs;          /* user + one per live task */
     struct ote_file *file;          /* a file segment's file, else NULL */
     /* A peer's exported file (segment_export.c): its name there, else "" */
@@ -156,6 +159,8 @@ ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc
 ote_status_t ote_wireup_probe(ote_segment_h seg, const ote_desc_t *d, bool force);
 /* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
 void         ote_segment_mark_stale(ote_segment_h seg);
+/* ote_segment_open for the engine's own use (seg->internal). */
+ote_status_t ote_segment_open_internal(ote_engine_h e, const char *name, ote_segment_h *seg_p);
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */
 ote_desc_t  *ote_segment_desc_get(ote_segment_h seg);
 void         ote_segment_desc_put(ote_desc_t *desc);

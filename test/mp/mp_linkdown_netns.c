@@ -16,11 +16,18 @@
  * and with the rails up again the open segment and a newly opened one
  * carry WRITEs whose bytes the target verifies.
  *
+ * The engine's series say the same (ote_engine_stats): ote_rail_state 0
+ * for both rails while their links are down, every
+ * ote_transfer_failures_total{op="write",status} and
+ * ote_notification_failures_total{status} equal to the tasks and the
+ * notification that ended with that status.
+ *
  * Needs root and `ip netns`; otherwise it says why and exits 77.
  */
 #include "core/engine.h"
 #include "base/util.h"
 #include "mp_netns.h"
+#include "mp_stats.h"
 #include "mp_util.h"
 #include "testlib.h"
 
@@ -124,11 +131,55 @@ static void write_tasks(ote_segment_h seg, size_t off, uint64_t seed, const char
     ote_batch_release(b);
 }
 
+/* Failed tasks and notifications by -status, as the test saw them. */
+static unsigned long seen_xfer[MP_NSTATUS], seen_notif[MP_NSTATUS];
+
+static void tally(const ote_task_status_t st[NTASKS], const ote_status_t *notify)
+{
+    for (size_t i = 0; i < NTASKS; i++) {
+        if (st[i].state != OTE_TASK_COMPLETED && -(int)st[i].error > 0 &&
+            -(int)st[i].error < MP_NSTATUS)
+            seen_xfer[-(int)st[i].error]++;
+    }
+    if (notify != NULL && -(int)*notify > 0 && -(int)*notify < MP_NSTATUS)
+        seen_notif[-(int)*notify]++;
+}
+
+/* Every status of the failure series against what was seen. */
+static void series_match(void)
+{
+    char l[128];
+
+    for (int i = 1; i < MP_NSTATUS; i++) {
+        snprintf(l, sizeof(l), "op=\"write\",status=\"%s\"", mp_status_label((ote_status_t)-i));
+        if (mp_stat(fx->e, "ote_transfer_failures_total", l) != (double)seen_xfer[i]) {
+            printf("ote_transfer_failures_total{%s} %g, tasks %lu\n", l,
+                   mp_stat(fx->e, "ote_transfer_failures_total", l), seen_xfer[i]);
+            fail();
+        }
+        snprintf(l, sizeof(l), "status=\"%s\"", mp_status_label((ote_status_t)-i));
+        if (mp_stat(fx->e, "ote_notification_failures_total", l) != (double)seen_notif[i]) {
+            printf("ote_notification_failures_total{%s} %g, seen %lu\n", l,
+                   mp_stat(fx->e, "ote_notification_failures_total", l), seen_notif[i]);
+            fail();
+        }
+    }
+}
+
+static double rail_state(const char *dev)
+{
+    char l[96];
+
+    snprintf(l, sizeof(l), "transport=\"tcp\",device=\"%s\"", dev);
+    return mp_stat(fx->e, "ote_rail_state", l);
+}
+
 static bool write_ok(ote_segment_h seg, size_t off, uint64_t seed)
 {
     ote_task_status_t st[NTASKS];
 
     write_tasks(seg, off, seed, NULL, st, NULL);
+    tally(st, NULL);
     for (size_t i = 0; i < NTASKS; i++) {
         if (st[i].state != OTE_TASK_COMPLETED || st[i].transferred != TASK)
             return false;
@@ -183,15 +234,23 @@ static void test_links_down_then_up(void **state)
         usleep(10000);
     }
     assert_true(rails_link_down(fx->seg));
+    assert_true(rail_state("rail0") == 0.0);
+    assert_true(rail_state("rail1") == 0.0);
+    series_match();
 
     /* Tasks on the open segment: the peer is away for a while, not out of reach by configuration. */
     write_tasks(fx->seg, 0, 12, NULL, st, NULL);
+    tally(st, NULL);
     for (size_t i = 0; i < NTASKS; i++) {
         printf("links down: task %zu %s\n", i, ote_status_string(st[i].error));
         assert_int_equal(st[i].state, OTE_TASK_FAILED);
         assert_true(transient(st[i].error));
     }
     write_tasks(fx->seg, 0, 13, "linkdown", st, &notify);
+    tally(st, &notify);
+    series_match();
+    assert_true(rail_state("rail0") == 0.0);
+    assert_true(rail_state("rail1") == 0.0);
     printf("links down: notification %s\n", ote_status_string(notify));
     for (size_t i = 0; i < NTASKS; i++) {
         assert_int_equal(st[i].state, OTE_TASK_FAILED);
@@ -221,6 +280,7 @@ static void test_links_down_then_up(void **state)
     assert_int_equal(open_st, OTE_OK);
     assert_true(write_ok(seg2, NTASKS * TASK, 15));
     verify(seg2, NTASKS * TASK, NTASKS * TASK, 15);
+    series_match();
     ote_segment_close(seg2);
 }
 

@@ -15,6 +15,13 @@
  *   - the target restarted on the same address: the old segment fails
  *     with OTE_ERR_PEER_RESTARTED, a segment opened anew works.
  *
+ * The engine's series follow (ote_engine_stats, what /metrics serves):
+ * ote_rail_state{tcp,rail1} 0 while rail1 is down and 1 when it carries
+ * again, ote_rail_errors_total and ote_rail_failovers_total equal to the
+ * slices that failed on rail1 and went again on rail0, none on rail0, the
+ * bytes of the rails' and transfer series equal to the bytes written, no
+ * transfer failure; ote_peer_restarts_total 1 after the restart.
+ *
  * Needs root, `ip netns` and `tc`; otherwise it says why and exits 77. The
  * parent sets the namespaces up, runs the tests in A through `ip netns
  * exec` and deletes the namespaces however the tests end (a signal too).
@@ -22,6 +29,7 @@
 #include "core/engine.h"
 #include "base/util.h"
 #include "mp_netns.h"
+#include "mp_stats.h"
 #include "mp_util.h"
 #include "testlib.h"
 
@@ -80,6 +88,28 @@ static void rails_get(ote_segment_h seg, ote_rail_info_t out[2])
         seen[k] = true;
     }
     assert_true(seen[0] && seen[1]);
+}
+
+/* The engine's series of one rail (transport tcp). */
+typedef struct {
+    double bytes, errors, failovers, state;
+} rail_series_t;
+
+static void rail_series(const char *dev, rail_series_t *r)
+{
+    char l[96];
+
+    snprintf(l, sizeof(l), "transport=\"tcp\",device=\"%s\"", dev);
+    r->bytes     = mp_stat(fx->e, "ote_rail_bytes_total", l);
+    r->errors    = mp_stat(fx->e, "ote_rail_errors_total", l);
+    r->failovers = mp_stat(fx->e, "ote_rail_failovers_total", l);
+    r->state     = mp_stat(fx->e, "ote_rail_state", l);
+    assert_true(r->bytes >= 0 && r->errors >= 0 && r->failovers >= 0 && r->state >= 0);
+}
+
+static double written(void)
+{
+    return mp_stat(fx->e, "ote_transfer_bytes_total", "op=\"write\",transport=\"tcp\"");
 }
 
 static int setup(void **state)
@@ -203,6 +233,8 @@ static void *link_down_thread(void *arg)
 static void test_link_down(void **state)
 {
     ote_rail_info_t before[2], after[2];
+    rail_series_t m0[2], m1[2];
+    double w0, fail0;
     down_t d = {0};
     pthread_t th;
     double t0, t1;
@@ -210,6 +242,11 @@ static void test_link_down(void **state)
     shape("rail0", "240mbit");
     shape("rail1", "240mbit");
     rails_get(fx->seg, before);
+    rail_series("rail0", &m0[0]);
+    rail_series("rail1", &m0[1]);
+    assert_true(m0[0].state == 1.0 && m0[1].state == 1.0);
+    w0    = written();
+    fail0 = mp_stat_sum(fx->e, "ote_transfer_failures_total");
     t0 = mp_now_s();
     assert_int_equal(pthread_create(&th, NULL, link_down_thread, &d), 0);
     mp_pair_write_all(fx, REGION, TASK, 303);
@@ -229,6 +266,25 @@ static void test_link_down(void **state)
     assert_true(after[1].retries > before[1].retries);
     assert_int_equal(after[0].bytes - before[0].bytes + after[1].bytes - before[1].bytes, REGION);
     mp_pair_check_all(fx, REGION, 303);
+    /* The series: rail1 down, its failed slices each gone again on rail0, every byte once. */
+    rail_series("rail0", &m1[0]);
+    rail_series("rail1", &m1[1]);
+    printf("series: rail1 state %g errors +%g failovers +%g; rail0 errors +%g; "
+           "rail bytes +%g +%g; written +%g\n",
+           m1[1].state, m1[1].errors - m0[1].errors, m1[1].failovers - m0[1].failovers,
+           m1[0].errors - m0[0].errors, m1[0].bytes - m0[0].bytes, m1[1].bytes - m0[1].bytes,
+           written() - w0);
+    assert_true(m1[1].state == 0.0);
+    assert_true(m1[0].state == 1.0);
+    assert_true(m1[1].errors - m0[1].errors == (double)(after[1].errors - before[1].errors));
+    assert_true(m1[1].failovers - m0[1].failovers ==
+                (double)(after[1].retries - before[1].retries));
+    /* Every task completed: each slice that failed on rail1 went again elsewhere. */
+    assert_true(m1[1].failovers - m0[1].failovers == m1[1].errors - m0[1].errors);
+    assert_true(m1[0].errors == m0[0].errors && m1[0].failovers == m0[0].failovers);
+    assert_true(m1[0].bytes - m0[0].bytes + m1[1].bytes - m0[1].bytes == (double)REGION);
+    assert_true(written() - w0 == (double)REGION);
+    assert_true(mp_stat_sum(fx->e, "ote_transfer_failures_total") == fail0);
     /* Still down: later transfers go on rail0 alone, whole. */
     mp_pair_write_all(fx, 16u << 20, TASK, 304);
     mp_pair_check_all(fx, 16u << 20, 304);
@@ -237,7 +293,7 @@ static void test_link_down(void **state)
 /* rail1 up again: after its cool-down it is probed and carries again. */
 static void test_link_up(void **state)
 {
-    ote_rail_info_t r;
+    ote_rail_info_t r = {0};
     double up_at, back_at = 0;
     uint64_t bytes0 = rail1_now().bytes;
 
@@ -254,6 +310,13 @@ static void test_link_up(void **state)
     }
     printf("link up: rail1 carries again %.0f ms later\n", (back_at - up_at) * 1e3);
     assert_true(back_at > 0);
+    {
+        rail_series_t m;
+
+        rail_series("rail1", &m);
+        assert_true(m.state == 1.0);
+        assert_true(m.bytes == (double)r.bytes); /* one segment so far */
+    }
     mp_pair_check_all(fx, 8u << 20, 405);
 }
 
@@ -286,6 +349,7 @@ static void test_restart(void **state)
         ote_batch_release(b);
     }
     assert_int_equal(last, OTE_ERR_PEER_RESTARTED);
+    assert_true(mp_stat(fx->e, "ote_peer_restarts_total", "") == 1.0);
     ote_segment_close(old);
     fx->seg = NULL;
     assert_int_equal(ote_segment_open(fx->e, fx->target.name, &fx->seg), OTE_OK);

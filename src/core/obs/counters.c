@@ -44,7 +44,8 @@ static inline int status_slot(ote_status_t status)
 {
     int s = -(int)status;
 
-    return (s > 0 && s < OBS_STATUS_SLOTS) ? s : 0; /* 0: any other */
+    /* A status without a label of its own counts as "other", never unseen. */
+    return (s > 0 && s < OBS_STATUS_SLOTS && ote_obs_status_label(s) != NULL) ? s : 0;
 }
 
 ote_status_t ote_obs_create(ote_engine_h e, const char *metadata, ote_obs_t **obs_p)
@@ -332,6 +333,6 @@ void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
     ote_mem_table_visit(e->regions, region_visit, &va);
     pthread_mutex_lock(&e->seg_lock);
     for (ote_segment_h seg = e->segments; seg != NULL; seg = seg->next)
-        snap->segments_open++;
+        snap->segments_open += !seg->internal; /* the application's only */
     pthread_mutex_unlock(&e->seg_lock);
 }

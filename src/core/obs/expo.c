@@ -19,7 +19,7 @@ static const char *const status_labels[OBS_STATUS_SLOTS] = {
     [9] = "canceled",        [10] = "remote_disconnect", [11] = "busy",
     [12] = "io",             [13] = "unsupported",       [14] = "protocol",
     [15] = "auth",           [16] = "exists",            [17] = "peer_restarted",
-    [18] = "no_device",      [19] = "store_unavailable",
+    [18] = "no_device",      [19] = "store_unavailable",  [20] = "remote_not_registered",
 };
 
 const char *ote_obs_status_label(int slot)
