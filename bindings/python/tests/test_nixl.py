@@ -171,7 +171,9 @@ def test_metadata_signed(pair, monkeypatch):
         a.add_remote_agent(md[:-5])
     # a well-formed blob naming memory the engine does not publish
     name, engine, rows, _ = _md.decode_md(md)
-    forged = _md.encode_md(name, engine, rows + [(rows[0][0] + (1 << 40), 64, 0, 0)], False)
+    desc = _md.decode_md_desc(md)[2]
+    forged = _md.encode_md(name, engine, rows + [(rows[0][0] + (1 << 40), 64, 0, 0)], False,
+                           desc)
     with pytest.raises(nixlBind.nixlMismatchError):
         a.add_remote_agent(forged)
     # under a cluster key, a blob signed with another key is refused
@@ -184,6 +186,56 @@ def test_metadata_signed(pair, monkeypatch):
     monkeypatch.delenv("OTE_AUTH_KEY")
     with pytest.raises(nixlBind.nixlInvalidParamError):
         a.add_remote_agent(signed)
+
+
+def test_metadata_carries_signed_descriptor(monkeypatch):
+    """The blob carries OrbitTE's descriptor, checked by the engine under its own key:
+    altered inside a blob whose own tag is valid, from an engine with another key, or
+    of the old format, it is refused with nixlInvalidParamError; intact, it moves data."""
+    monkeypatch.setenv("OTE_AUTH_KEY", "cluster-key-of-the-test")
+    a, b = _agent(), _agent()
+    src = np.arange(1 << 14, dtype=np.uint32).view(np.uint8).copy()
+    dst = np.zeros(src.nbytes, dtype=np.uint8)
+    a.register_memory([(_addr(src), src.nbytes, 0, "")], "DRAM")
+    b.register_memory([(_addr(dst), dst.nbytes, 0, "")], "DRAM")
+    md = b.get_agent_metadata()
+    name, engine, desc, rows, partial = _md.decode_md_desc(md)
+    assert engine and desc[:4] == b"OTEM" and len(desc) > 48
+    refused = set()
+    for off in (13, 20, len(desc) // 2, len(desc) - 40, len(desc) - 1):
+        bad = bytearray(desc)
+        bad[off] ^= 0x01
+        forged = _md.encode_md(name, engine, rows, partial, bytes(bad))   # blob tag valid
+        with pytest.raises(nixlBind.nixlInvalidParamError, match="descriptor") as ei:
+            a.add_remote_agent(forged)
+        refused.add(ei.value.ote_status)
+    assert refused <= {orbitte.Status.AUTH, orbitte.Status.PROTOCOL}
+    assert orbitte.Status.AUTH in refused
+    with pytest.raises(nixlBind.nixlInvalidParamError, match="malformed"):   # truncated
+        a.add_remote_agent(_md.encode_md(name, engine, rows, partial, desc[:-1]))
+    # an engine under another key: its descriptor does not verify here
+    monkeypatch.setenv("OTE_AUTH_KEY", "another-key-of-the-test")
+    c = _agent()
+    cmd = _md.decode_md_desc(c.get_agent_metadata())
+    monkeypatch.setenv("OTE_AUTH_KEY", "cluster-key-of-the-test")
+    with pytest.raises(nixlBind.nixlInvalidParamError, match="signature does not match"):
+        a.add_remote_agent(_md.encode_md(cmd[0], cmd[1], cmd[3], cmd[4], cmd[2]))
+    # the format that named the engine only (version 1) is refused
+    old = bytearray(md[:-32])
+    old[6:8] = (1).to_bytes(2, "little")
+    with pytest.raises(nixlBind.nixlInvalidParamError, match="version 1"):
+        a.add_remote_agent(bytes(old) + _md._tag(bytes(old)))
+    with pytest.raises(nixlBind.nixlNotFoundError):
+        a.initialize_xfer("WRITE", a.get_xfer_descs([(_addr(src), 64, 0)], "DRAM"),
+                          a.get_xfer_descs([(_addr(dst), 64, 0)], "DRAM"), b.name)
+    # intact: loaded, and the bytes move
+    assert a.add_remote_agent(md) == b.name.encode()
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs([(_addr(src), src.nbytes, 0)], "DRAM"),
+                          a.get_xfer_descs([(_addr(dst), dst.nbytes, 0)], "DRAM"), b.name)
+    a.transfer(h)
+    _done(a, h)
+    assert np.array_equal(src, dst)
+    a.release_xfer_handle(h)
 
 
 def test_partial_metadata():
@@ -523,8 +575,9 @@ def test_shim(tmp_path):
 def test_decoders_on_damaged_and_random_bytes():
     rng = np.random.default_rng(5)
     rows = [(0x10000 * i, 4096, 0, 0) for i in range(1, 6)]
-    good = _md.encode_md("agent", "127.0.0.1:1234", rows, False)
+    good = _md.encode_md("agent", "127.0.0.1:1234", rows, False, b"OTEM descriptor bytes")
     assert _md.decode_md(good) == ("agent", "127.0.0.1:1234", rows, False)
+    assert _md.decode_md_desc(good)[2] == b"OTEM descriptor bytes"
     for _ in range(3000):
         blob = bytearray(good)
         for _ in range(int(rng.integers(1, 4))):
