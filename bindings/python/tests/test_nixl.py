@@ -366,6 +366,44 @@ def test_prepped_loopback_indices_and_merge():
     a.release_dlist_handle(remote)
 
 
+@pytest.mark.parametrize("op", ["WRITE", "READ"])
+def test_prepped_15000_descriptors(op):
+    """One make_prepped_xfer + transfer of 15,000 scattered descriptors (numpy
+    indices, lists, one list for both sides, ranges) moves exactly those blocks and
+    nothing else."""
+    n, size = 15000, 64
+    a, b = _agent(), _agent()
+    src = (np.arange(2 * n * size, dtype=np.uint64) * 2654435761 >> 7).astype(np.uint8)
+    dst = np.zeros(2 * n * size, dtype=np.uint8)
+    a.register_memory([(_addr(src if op == "WRITE" else dst), src.nbytes, 0, "")], "DRAM")
+    b.register_memory([(_addr(dst if op == "WRITE" else src), src.nbytes, 0, "")], "DRAM")
+    a.add_remote_agent(b.get_agent_metadata())
+    here, there = (src, dst) if op == "WRITE" else (dst, src)
+    rng = np.random.default_rng(34)
+    lslot = rng.permutation(2 * n)[:n].astype(np.uint64)    # no two adjacent on both sides
+    rslot = rng.permutation(2 * n)[:n].astype(np.uint64)
+    col = np.full(n, size, np.uint64), np.zeros(n, np.uint64)
+    lp = a.prep_xfer_dlist("NIXL_INIT_AGENT",
+                           np.stack([_addr(here) + lslot * size, *col], 1), "DRAM")
+    rp = a.prep_xfer_dlist(b.name, np.stack([_addr(there) + rslot * size, *col], 1), "DRAM")
+    order = rng.permutation(n)
+    shared = order.tolist()
+    for li, ri in ((order, order.copy()), (order.tolist(), order.tolist()), (shared, shared),
+                   (range(n), range(n))):
+        dst[:] = 0
+        h = a.make_prepped_xfer(op, lp, li, rp, ri)
+        assert a.transfer(h) in ("DONE", "PROC")
+        _done(a, h)
+        s_slot, d_slot = (lslot, rslot) if op == "WRITE" else (rslot, lslot)
+        got = dst.reshape(2 * n, size)
+        assert np.array_equal(got[d_slot.astype(np.int64)],
+                              src.reshape(2 * n, size)[s_slot.astype(np.int64)])
+        untouched = np.ones(2 * n, bool)
+        untouched[d_slot.astype(np.int64)] = False
+        assert not got[untouched].any()
+        a.release_xfer_handle(h)
+
+
 def test_failed_transfer_sends_no_notification(pair):
     a, b, src, dst = pair
     # the remote range is checked against the peer's metadata before posting

@@ -883,8 +883,9 @@ class _Core:
             raise nixlInvalidParamError("the local side is a list prepared for a remote agent")
         if R.agent is None:
             raise nixlInvalidParamError("the remote side is a list prepared as local")
+        same = ri is li and L.count == R.count   # one list for both sides: converted once
         li = _indices(li, L.count, "local")
-        ri = _indices(ri, R.count, "remote")
+        ri = li if same else _indices(ri, R.count, "remote")
         if len(li) != len(ri):
             raise nixlInvalidParamError(f"{len(li)} local and {len(ri)} remote indices")
         ln = L.len[li]
@@ -1049,7 +1050,9 @@ class _Core:
 
 
 def _indices(idx, n, what):
-    if isinstance(idx, np.ndarray):
+    if isinstance(idx, range):
+        a = np.arange(idx.start, idx.stop, idx.step, dtype=np.int64)
+    elif isinstance(idx, np.ndarray):
         if idx.ndim != 1:
             raise nixlInvalidParamError(f"{what} indices: a 1-D array")
         if idx.dtype.kind not in "iu":
