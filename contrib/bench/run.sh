@@ -363,7 +363,8 @@ post_all() { # PEER ENV PYTHONPATH LABEL REPS
     peer=$1 envs=$2 pp=$3 ppl=$4 reps=$5
     a="--descs 15000 --size 64 --reps $reps"
     cmd "post 15000" "$peer" "$envs PYTHONPATH=$ppl python3 contrib/bench/nixl_post.py $a"
-    v=$(tmo env $envs PYTHONPATH=$pp python3 contrib/bench/nixl_post.py $a 2>"$tmp/err" |
+    # (NIXL's log lines share stdout: the figures are the JSON line)
+    v=$(tmo env $envs PYTHONPATH=$pp python3 contrib/bench/nixl_post.py $a 2>"$tmp/err" | grep '^{' |
         python3 -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["post_ms_p50"], r["post_ms_p90"])' 2>/dev/null)
     [ -n "$v" ] || note "$peer post 15000" "$(why $? "$tmp/err")"
     rec "post 15000" "$peer" $v
@@ -440,7 +441,7 @@ for round in $(seq "$rounds"); do
     [ $have_nixl = 1 ] && nixl_all "NIXL wheel, UCX tcp" UCX_TLS=tcp "$wheels" WHEELS
     post_c
     [ $have_onixl = 1 ] && post_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS 50
-    [ $have_nixl = 1 ] && post_all "NIXL wheel, UCX tcp" UCX_TLS=tcp "$wheels" WHEELS 5
+    [ $have_nixl = 1 ] && post_all "NIXL wheel, UCX tcp" "UCX_TLS=tcp UCX_MODULES=^ib" "$wheels" WHEELS 5
 done
 
 python3 contrib/bench/table.py "$results" "$cmds" "$notes" \
