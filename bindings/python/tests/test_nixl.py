@@ -235,6 +235,27 @@ def test_metadata_carries_signed_descriptor(monkeypatch):
     a.transfer(h)
     _done(a, h)
     assert np.array_equal(src, dst)
+    # known now: new descriptor bytes are checked before the segment in use is refreshed
+    bad = bytearray(desc)
+    bad[len(desc) // 2] ^= 0x01
+    with pytest.raises(nixlBind.nixlInvalidParamError, match="descriptor"):
+        a.add_remote_agent(_md.encode_md(name, engine, rows, partial, bytes(bad)))
+    more = np.zeros(4096, dtype=np.uint8)
+    b.register_memory([(_addr(more), more.nbytes, 0, "")], "DRAM")
+    md2 = b.get_agent_metadata()
+    assert _md.decode_md_desc(md2)[2] != desc
+    assert a.add_remote_agent(md2) == b.name.encode()
+    dst[:] = 0
+    more[:] = 0
+    a.transfer(h)
+    _done(a, h)
+    assert np.array_equal(src, dst)
+    a.release_xfer_handle(h)
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs([(_addr(src), 4096, 0)], "DRAM"),
+                          a.get_xfer_descs([(_addr(more), 4096, 0)], "DRAM"), b.name)
+    a.transfer(h)
+    _done(a, h)
+    assert np.array_equal(src[:4096], more)
     a.release_xfer_handle(h)
 
 

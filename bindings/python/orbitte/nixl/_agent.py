@@ -528,29 +528,19 @@ class _Core:
                 raise nixlNotFoundError(f"partial metadata without connection info for "
                                         f"unknown agent {name!r}")
             engine, desc = old.engine, old.desc
-        if (old is not None and old.engine == engine and old.desc == desc
-                and old.disconnected is None):
-            # the same descriptor bytes were checked when loaded: read it again
+        if old is not None and old.engine == engine and old.disconnected is None:
+            # A known peer keeps its segment (transfers in flight on it go on). New
+            # descriptor bytes are checked by OrbitTE first (the bytes loaded before
+            # already were); then the segment in use reads the descriptor again.
+            if desc != old.desc:
+                self._open_desc(name, engine, desc).close()
             seg = old.segment
             try:
                 seg.refresh()
             except orbitte.Error as e:
                 raise _wrap(e, f"loadRemoteMD({name})") from None
         else:
-            # OrbitTE's descriptor carried in the blob: decoded and, under
-            # OTE_AUTH_KEY, its HMAC checked by the engine before any connection
-            try:
-                seg = self.engine.open_desc(desc, engine)
-            except orbitte.Error as e:
-                if e.status in (_S.AUTH, _S.PROTOCOL):
-                    why = ("its signature does not match OTE_AUTH_KEY (altered, unsigned or "
-                           "signed with another key)" if e.status == _S.AUTH
-                           else "it is malformed")
-                    raise nixlInvalidParamError(
-                        f"loadRemoteMD({name}): OrbitTE's descriptor of engine {engine} in "
-                        f"the metadata is refused: {why} (OrbitTE status {int(e.status)})",
-                        ote_status=_S(int(e.status))) from None
-                raise _wrap(e, f"loadRemoteMD({name}): opening {engine}") from None
+            seg = self._open_desc(name, engine, desc)
         published = _Regions((r.addr, r.length, 0, 0) for r in seg.regions())
         if rows:
             arr = np.array([(r[0], r[1]) for r in rows], dtype=np.uint64)
@@ -568,6 +558,21 @@ class _Core:
                     pass
             self.remotes[name] = _Remote(name, engine, seg, _Regions(rows), desc)
         return name.encode()
+
+    def _open_desc(self, name, engine, desc):
+        """The peer's segment from OrbitTE's descriptor carried in its metadata:
+        decoded and, under OTE_AUTH_KEY, its HMAC checked before any connection."""
+        try:
+            return self.engine.open_desc(desc, engine)
+        except orbitte.Error as e:
+            if e.status in (_S.AUTH, _S.PROTOCOL):
+                why = ("its signature does not match OTE_AUTH_KEY (altered, unsigned or "
+                       "signed with another key)" if e.status == _S.AUTH else "it is malformed")
+                raise nixlInvalidParamError(
+                    f"loadRemoteMD({name}): OrbitTE's descriptor of engine {engine} in the "
+                    f"metadata is refused: {why} (OrbitTE status {int(e.status)})",
+                    ote_status=_S(int(e.status))) from None
+            raise _wrap(e, f"loadRemoteMD({name}): opening {engine}") from None
 
     def check_md(self, name, descs):
         name = _name(name)
