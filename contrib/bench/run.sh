@@ -356,8 +356,30 @@ for line in open(sys.argv[1]):
 EOF
 }
 
+# The post of one 15,000-descriptor transfer (64-byte blocks, scattered), ms:
+# make_prepped_xfer + transfer through NIXL's API (contrib/bench/nixl_post.py),
+# and libote's own ote_batch_submit of as many requests (contrib/bench/batch_post.c)
+post_all() { # PEER ENV PYTHONPATH LABEL REPS
+    peer=$1 envs=$2 pp=$3 ppl=$4 reps=$5
+    a="--descs 15000 --size 64 --reps $reps"
+    cmd "post 15000" "$peer" "$envs PYTHONPATH=$ppl python3 contrib/bench/nixl_post.py $a"
+    # (NIXL's log lines share stdout: the figures are the JSON line)
+    v=$(tmo env $envs PYTHONPATH=$pp python3 contrib/bench/nixl_post.py $a 2>"$tmp/err" | grep '^{' |
+        python3 -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["post_ms_p50"], r["post_ms_p90"])' 2>/dev/null)
+    [ -n "$v" ] || note "$peer post 15000" "$(why $? "$tmp/err")"
+    rec "post 15000" "$peer" $v
+}
+post_c() {
+    cmd "post 15000" "ote_batch_submit tcp" "OTE_TLS=tcp batch_post 15000 64 50"
+    v=$(OTE_TLS=tcp LD_LIBRARY_PATH=$build/src/.libs tmo "$tmp/batch_post" 15000 64 50 2>"$tmp/err" |
+        python3 -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["post_ms_p50"], r["post_ms_p90"])' 2>/dev/null)
+    [ -n "$v" ] || note "ote_batch_submit tcp post 15000" "$(why $? "$tmp/err")"
+    rec "post 15000" "ote_batch_submit tcp" $v
+}
+
 # --- set-up ------------------------------------------------------------------
 cc -O2 -pthread -o "$tmp/memcpy_blocks" contrib/bench/memcpy_blocks.c || exit 1
+cc -O2 -Iinclude -o "$tmp/batch_post" contrib/bench/batch_post.c -L"$build/src/.libs" -lote || exit 1
 cc -O2 -o "$tmp/pingpong" contrib/bench/pingpong.c || exit 1
 cc -O2 -pthread -o "$tmp/sock_blocks" contrib/bench/sock_blocks.c || exit 1
 have_ucx=1 have_iperf=1 have_mc=1 have_nixl=1 have_omc=1
@@ -417,6 +439,9 @@ for round in $(seq "$rounds"); do
     [ $have_mc = 1 ] && mc_all "Mooncake wheel tcp" mooncake "$wheels" WHEELS $budget
     [ $have_onixl = 1 ] && nixl_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
     [ $have_nixl = 1 ] && nixl_all "NIXL wheel, UCX tcp" UCX_TLS=tcp "$wheels" WHEELS
+    post_c
+    [ $have_onixl = 1 ] && post_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS 50
+    [ $have_nixl = 1 ] && post_all "NIXL wheel, UCX tcp" "UCX_TLS=tcp UCX_MODULES=^ib" "$wheels" WHEELS 5
 done
 
 python3 contrib/bench/table.py "$results" "$cmds" "$notes" \

@@ -83,7 +83,12 @@ EQUIVALENTS = """\
   descriptors posted and polled to completion at a time, KV as one transfer
   of 2,048 scattered 16 KiB descriptors; 1 thread only.
 - orbitte.nixl: the same script through `python -m orbitte.nixl.shim` (NIXL's
-  Python API over the orbitte extension), `OTE_TLS=tcp`."""
+  Python API over the orbitte extension), `OTE_TLS=tcp`.
+- post 15000 (goals only): `contrib/bench/nixl_post.py --descs 15000 --size
+  64`, the time from before one `make_prepped_xfer` of 15,000 scattered
+  descriptors (numpy indices) to the return of `transfer()`, p50 of 50 posts
+  (the wheel: 5); `contrib/bench/batch_post.c 15000 64 50`, libote's own
+  `ote_batch_submit()` of 15,000 requests from C, beside it."""
 
 
 def fnum(v):
@@ -128,6 +133,26 @@ GOALS = [
      (f"1m {op} T1", TCP, "v"), ">=", 0.8)
     for sh in ("4k", "kv") for op in ("write", "read")
 ]
+# orbitte.nixl (NIXL's API over OrbitTE, contrib/bench/nixl_xfer.py through the
+# shim): at least 0.9x ote_perftest on the same workload, ahead of NIXL's wheel,
+# and one 15,000-descriptor make_prepped_xfer + transfer posted in under 5 ms
+ONIXL, NIXLW = "orbitte.nixl tcp", "NIXL wheel, UCX tcp"
+GOALS += [
+    (f"orbitte.nixl / ote_perftest tcp, {SHAPES[sh]} {op.upper()}", (f"{sh} {op} T1", ONIXL, "v"),
+     (f"{sh} {op} T1", TCP, "v"), ">=", 0.9)
+    for sh in ("kv", "4k", "64k", "1m") for op in ("write", "read")
+] + [
+    (f"orbitte.nixl / NIXL wheel, {SHAPES[sh]} {op.upper()}", (f"{sh} {op} T1", ONIXL, "v"),
+     (f"{sh} {op} T1", NIXLW, "v"), ">=", 1.0)
+    for sh in ("kv", "4k", "64k", "1m") for op in ("write", "read")
+] + [
+    ("NIXL wheel 8 B WRITE p50 / orbitte.nixl", ("lat write", NIXLW, "p50"),
+     ("lat write", ONIXL, "p50"), ">=", 1.0),
+    ("NIXL wheel 8 B READ p50 / orbitte.nixl", ("lat read", NIXLW, "p50"),
+     ("lat read", ONIXL, "p50"), ">=", 1.0),
+    ("orbitte.nixl 15,000-descriptor make_prepped_xfer + transfer, p50 ms",
+     ("post 15000", ONIXL, "v"), None, "<=", 5),
+]
 # References beside the goals, without a bound: the same ratios of the
 # host's own tcp stream, and ote's rows against it
 STREAM = "tcp stream, no library"
@@ -139,6 +164,13 @@ REFERENCES = [
     (f"tcp {SHAPES[sh]} {op.upper()} / {STREAM}", (f"{sh} {op} T1", TCP, "v"),
      (f"{sh} {op} T1", STREAM, "v"), "ref", None)
     for sh in ("1m", "kv") for op in ("write", "read")
+] + [
+    ("ote_batch_submit of 15,000 requests (C, contrib/bench/batch_post.c), p50 ms",
+     ("post 15000", "ote_batch_submit tcp", "v"), None, "ref", None),
+    ("NIXL wheel 15,000-descriptor make_prepped_xfer + transfer, p50 ms",
+     ("post 15000", NIXLW, "v"), None, "ref", None),
+    ("orbitte.nixl post / ote_batch_submit, 15,000", ("post 15000", ONIXL, "v"),
+     ("post 15000", "ote_batch_submit tcp", "v"), "ref", None),
 ]
 
 

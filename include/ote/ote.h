@@ -151,6 +151,18 @@ void ote_engine_destroy(ote_engine_h engine);
 const char *ote_engine_name(ote_engine_h engine);
 
 /*
+ * This engine's current descriptor as bytes, in the signed form it
+ * publishes (a metadata store's record): its name, instance, control
+ * address, transports and registered regions, followed by an
+ * HMAC-SHA256 under OTE_AUTH_KEY over its name and those bytes (no MAC
+ * without a key). A peer opens this engine from them with
+ * ote_segment_open_desc() without asking it first. *buf_p is allocated
+ * with malloc(); the caller frees it with free(). It is a snapshot:
+ * regions registered later are not in it.
+ */
+ote_status_t ote_engine_desc_export(ote_engine_h engine, void **buf_p, size_t *len_p);
+
+/*
  * A file descriptor that becomes readable when a task completes or a
  * notification arrives. Reading it (8 bytes) clears it. Owned by the engine.
  */
@@ -260,6 +272,23 @@ typedef struct {
  * O_DIRECT). ote_segment_refresh() takes the file's size again.
  */
 ote_status_t ote_segment_open(ote_engine_h engine, const char *name, ote_segment_h *seg_p);
+
+/*
+ * Open a peer from the bytes of its ote_engine_desc_export() (handed over
+ * by the application, e.g. inside its own metadata) instead of fetching
+ * its descriptor: the bytes are checked by the same decoder as a fetched
+ * descriptor, and with OTE_AUTH_KEY their MAC must be there and right under
+ * this engine's key (OTE_ERR_AUTH otherwise: altered, unsigned, or signed
+ * with another key); malformed, truncated or of an unknown version:
+ * OTE_ERR_PROTOCOL. Connections are then set up as ote_segment_open()
+ * does (same errors and bounds). The segment's name is the peer's engine
+ * name; from then on it behaves as one opened by that name:
+ * ote_segment_refresh(), ote_segment_reopen() and a submit naming a range
+ * the descriptor lacks read the descriptor again from the peer (or the
+ * store), so regions it registers later are found.
+ */
+ote_status_t ote_segment_open_desc(ote_engine_h engine, const void *desc, size_t len,
+                                   ote_segment_h *seg_p);
 
 /*
  * A segment is bound to the peer instance it was opened on. If that peer

@@ -584,6 +584,27 @@ void ote_engine_signal_event(ote_engine_h engine)
         (void)!write(engine->event_fd, &one, sizeof(one));
 }
 
+ote_status_t ote_engine_desc_export(ote_engine_h e, void **buf_p, size_t *len_p)
+{
+    ote_buf_t desc = {0}, rec = {0};
+    ote_status_t status;
+
+    if (e == NULL || buf_p == NULL || len_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    /* The record a store holds under our name: the same bytes, the same MAC. */
+    status = ote_engine_desc_encode(e, &desc);
+    if (status == OTE_OK)
+        status = ote_meta_record_encode(e->auth, e->name, desc.data, desc.len, &rec);
+    free(desc.data);
+    if (status != OTE_OK) {
+        free(rec.data);
+        return status;
+    }
+    *buf_p = rec.data;
+    *len_p = rec.len;
+    return OTE_OK;
+}
+
 ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
 {
     ote_desc_t *d = calloc(1, sizeof(*d));

@@ -125,6 +125,15 @@ ote_status_t ote_meta_record_encode(const ote_auth_t *auth, const char *name, co
  */
 ote_status_t ote_meta_record_check(const ote_auth_t *auth, const char *name, const uint8_t *buf,
                                    size_t len, const uint8_t **desc_p, size_t *desc_len_p);
+/*
+ * A record handed over as bytes (ote_engine_desc_export, not read under a
+ * known name): framing checked, its descriptor decoded, then the MAC
+ * checked under the name that descriptor carries (with a key in auth: AUTH
+ * when unsigned or wrong). PROTOCOL for malformed bytes. On success
+ * *desc_p is the caller's (ote_desc_free).
+ */
+ote_status_t ote_meta_record_open(const ote_auth_t *auth, const uint8_t *buf, size_t len,
+                                  ote_desc_t **desc_p);
 
 /* ---- the engine's view (meta.c) ----------------------------------------- */
 

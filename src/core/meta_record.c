@@ -92,3 +92,25 @@ ote_status_t ote_meta_record_check(const ote_auth_t *auth, const char *name, con
     *desc_len_p = desc_len;
     return OTE_OK;
 }
+
+ote_status_t ote_meta_record_open(const ote_auth_t *auth, const uint8_t *buf, size_t len,
+                                  ote_desc_t **desc_p)
+{
+    const uint8_t *dbytes;
+    size_t dlen;
+    ote_desc_t *d = NULL;
+    ote_status_t status;
+
+    /* The MAC covers the name, which only the descriptor carries: framing, decode, then MAC. */
+    status = ote_meta_record_check(NULL, "", buf, len, &dbytes, &dlen);
+    if (status == OTE_OK)
+        status = ote_desc_decode(dbytes, dlen, &d);
+    if (status == OTE_OK)
+        status = ote_meta_record_check(auth, d->name, buf, len, &dbytes, &dlen);
+    if (status != OTE_OK) {
+        ote_desc_free(d);
+        return status;
+    }
+    *desc_p = d;
+    return OTE_OK;
+}

@@ -334,6 +334,51 @@ err:
     return status;
 }
 
+ote_status_t ote_segment_open_desc(ote_engine_h e, const void *buf, size_t len,
+                                   ote_segment_h *seg_p)
+{
+    ote_segment_h seg;
+    ote_desc_t *d = NULL;
+    ote_status_t status;
+
+    if (e == NULL || buf == NULL || seg_p == NULL)
+        return OTE_ERR_INVALID_PARAM;
+    status = ote_meta_record_open(e->auth, buf, len, &d);
+    if (status != OTE_OK) {
+        ote_error("segment from a descriptor of %zu bytes: %s: refused", len,
+                  status == OTE_ERR_AUTH ? "its signature does not match OTE_AUTH_KEY"
+                                         : ote_status_string(status));
+        return status;
+    }
+    /* A name that would open a file or a peer's export is no engine's. */
+    if (d->name[0] == '\0' || ote_segment_is_file_name(d->name) ||
+        ote_segment_is_export_name(d->name)) {
+        ote_error("segment from a descriptor: it names '%s', no engine's name: refused", d->name);
+        ote_desc_free(d);
+        return OTE_ERR_PROTOCOL;
+    }
+    /* Later reads go where a fetch by name would: its listener, or the store. */
+    seg = ote_segment_new_bare(e, d->name, d->ctl_addr[0] != '\0' ? d->ctl_addr : d->name);
+    if (seg == NULL) {
+        ote_desc_free(d);
+        return OTE_ERR_NO_MEMORY;
+    }
+    status = ote_wireup_build(seg, d);
+    if (status != OTE_OK) {
+        ote_wireup_destroy(seg, true, d->instance_id);
+        ote_desc_free(d);
+        segment_free(seg);
+        return status;
+    }
+    atomic_init(&d->refs, 1);
+    seg->desc = d;
+    pthread_mutex_lock(&e->seg_lock);
+    OTE_DLIST_PUSH_FRONT(e->segments, seg);
+    pthread_mutex_unlock(&e->seg_lock);
+    *seg_p = seg;
+    return OTE_OK;
+}
+
 ote_status_t ote_segment_close(ote_segment_h seg)
 {
     ote_engine_h e;

@@ -6,7 +6,9 @@
  *   2: an etcd range response (with its mod_revision)   3: an etcd lease response
  *   4: an etcd txn response     5: base64
  * Whatever is accepted must stay inside the input, and a record's
- * descriptor goes on to the descriptor decoder, as in a lookup.
+ * descriptor goes on to the descriptor decoder, as in a lookup. Inputs 0
+ * and 1 also go through ote_meta_record_open (a record handed over as
+ * bytes, ote_segment_open_desc), which must agree with those two steps.
  */
 #include "fuzz.h"
 
@@ -53,6 +55,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(desc >= body && dlen <= len && desc + dlen <= body + len);
             if (ote_desc_decode(desc, dlen, &d) == OTE_OK) {
                 FUZZ_CHECK(strlen(d->ctl_addr) <= OTE_DESC_NAME_MAX);
+                ote_desc_free(d);
+            }
+        }
+        {
+            ote_desc_t *d = NULL;
+            ote_auth_t *auth = data[0] % 6 == 0 ? fuzz_auth() : NULL;
+
+            if (ote_meta_record_open(auth, body, len, &d) == OTE_OK) {
+                FUZZ_CHECK(ote_meta_record_check(auth, d->name, body, len, &desc, &dlen) ==
+                           OTE_OK);
+                FUZZ_CHECK(strlen(d->name) <= OTE_DESC_NAME_MAX);
+                FUZZ_CHECK(d->blob_len <= dlen);
                 ote_desc_free(d);
             }
         }

@@ -455,6 +455,67 @@ static PyObject *Engine_open(EngineObject *self, PyObject *args)
     return (PyObject *)s;
 }
 
+/* This engine's descriptor as the signed bytes of ote_engine_desc_export(). */
+static PyObject *Engine_desc_export(EngineObject *self, PyObject *unused)
+{
+    PyObject *out;
+    void *buf = NULL;
+    size_t len = 0;
+    ote_status_t st;
+
+    (void)unused;
+    if (engine_check(self) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = ote_engine_desc_export(self->e, &buf, &len);
+    Py_END_ALLOW_THREADS
+    if (st != OTE_OK)
+        return raise_status(st, "Engine.desc_export()");
+    out = PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
+    free(buf);
+    return out;
+}
+
+/* A peer opened from its desc_export() bytes (ote_segment_open_desc); name labels it. */
+static PyObject *Engine_open_desc(EngineObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"desc", "name", NULL};
+    PyObject *name_obj = NULL;
+    Py_buffer desc;
+    SegmentObject *s;
+    ote_segment_h seg;
+    ote_status_t st;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|U:open_desc", kwlist, &desc, &name_obj))
+        return NULL;
+    if (engine_check(self) < 0) {
+        PyBuffer_Release(&desc);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = ote_segment_open_desc(self->e, desc.buf, (size_t)desc.len, &seg);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&desc);
+    if (st != OTE_OK)
+        return raise_status(st, st == OTE_ERR_AUTH
+                                    ? "Engine.open_desc(): the descriptor's signature does not "
+                                      "match OTE_AUTH_KEY (altered, unsigned or another key)"
+                                    : "Engine.open_desc()");
+    s = PyObject_New(SegmentObject, &SegmentType);
+    if (s == NULL) {
+        ote_segment_close(seg);
+        return NULL;
+    }
+    if (name_obj == NULL)
+        name_obj = Py_None;
+    Py_INCREF(self);
+    s->engine = self;
+    s->seg    = seg;
+    Py_INCREF(name_obj);
+    s->name = name_obj;
+    return (PyObject *)s;
+}
+
 static PyObject *Engine_batch(EngineObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"capacity", NULL};
@@ -678,6 +739,13 @@ static PyMethodDef Engine_methods[] = {
     {"open", (PyCFunction)Engine_open, METH_VARARGS,
      "open(name)\n--\n\nOpen a peer by segment name ('host:port' with the peer-to-peer "
      "metadata); blocks for at most OTE_CONNECT_TIMEOUT_MS."},
+    {"desc_export", (PyCFunction)Engine_desc_export, METH_NOARGS,
+     "desc_export()\n--\n\nThis engine's current descriptor as bytes, signed under "
+     "OTE_AUTH_KEY as its metadata store record (ote_engine_desc_export)."},
+    {"open_desc", (PyCFunction)(void (*)(void))Engine_open_desc, METH_VARARGS | METH_KEYWORDS,
+     "open_desc(desc, name=None)\n--\n\nOpen a peer from its desc_export() bytes, checked "
+     "and verified (ConnectionError, status AUTH or PROTOCOL); name only labels the "
+     "Segment. Later re-reads go to the peer (ote_segment_open_desc)."},
     {"batch", (PyCFunction)(void (*)(void))Engine_batch, METH_VARARGS | METH_KEYWORDS,
      "batch(capacity=1024)\n--\n\nA batch holding at most capacity tasks over its life."},
     {"send", (PyCFunction)Engine_send, METH_VARARGS,

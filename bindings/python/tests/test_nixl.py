@@ -171,7 +171,9 @@ def test_metadata_signed(pair, monkeypatch):
         a.add_remote_agent(md[:-5])
     # a well-formed blob naming memory the engine does not publish
     name, engine, rows, _ = _md.decode_md(md)
-    forged = _md.encode_md(name, engine, rows + [(rows[0][0] + (1 << 40), 64, 0, 0)], False)
+    desc = _md.decode_md_desc(md)[2]
+    forged = _md.encode_md(name, engine, rows + [(rows[0][0] + (1 << 40), 64, 0, 0)], False,
+                           desc)
     with pytest.raises(nixlBind.nixlMismatchError):
         a.add_remote_agent(forged)
     # under a cluster key, a blob signed with another key is refused
@@ -184,6 +186,77 @@ def test_metadata_signed(pair, monkeypatch):
     monkeypatch.delenv("OTE_AUTH_KEY")
     with pytest.raises(nixlBind.nixlInvalidParamError):
         a.add_remote_agent(signed)
+
+
+def test_metadata_carries_signed_descriptor(monkeypatch):
+    """The blob carries OrbitTE's descriptor, checked by the engine under its own key:
+    altered inside a blob whose own tag is valid, from an engine with another key, or
+    of the old format, it is refused with nixlInvalidParamError; intact, it moves data."""
+    monkeypatch.setenv("OTE_AUTH_KEY", "cluster-key-of-the-test")
+    a, b = _agent(), _agent()
+    src = np.arange(1 << 14, dtype=np.uint32).view(np.uint8).copy()
+    dst = np.zeros(src.nbytes, dtype=np.uint8)
+    a.register_memory([(_addr(src), src.nbytes, 0, "")], "DRAM")
+    b.register_memory([(_addr(dst), dst.nbytes, 0, "")], "DRAM")
+    md = b.get_agent_metadata()
+    name, engine, desc, rows, partial = _md.decode_md_desc(md)
+    assert engine and desc[:4] == b"OTEM" and len(desc) > 48
+    refused = set()
+    for off in (13, 20, len(desc) // 2, len(desc) - 40, len(desc) - 1):
+        bad = bytearray(desc)
+        bad[off] ^= 0x01
+        forged = _md.encode_md(name, engine, rows, partial, bytes(bad))   # blob tag valid
+        with pytest.raises(nixlBind.nixlInvalidParamError, match="descriptor") as ei:
+            a.add_remote_agent(forged)
+        refused.add(ei.value.ote_status)
+    assert refused <= {orbitte.Status.AUTH, orbitte.Status.PROTOCOL}
+    assert orbitte.Status.AUTH in refused
+    with pytest.raises(nixlBind.nixlInvalidParamError, match="malformed"):   # truncated
+        a.add_remote_agent(_md.encode_md(name, engine, rows, partial, desc[:-1]))
+    # an engine under another key: its descriptor does not verify here
+    monkeypatch.setenv("OTE_AUTH_KEY", "another-key-of-the-test")
+    c = _agent()
+    cmd = _md.decode_md_desc(c.get_agent_metadata())
+    monkeypatch.setenv("OTE_AUTH_KEY", "cluster-key-of-the-test")
+    with pytest.raises(nixlBind.nixlInvalidParamError, match="signature does not match"):
+        a.add_remote_agent(_md.encode_md(cmd[0], cmd[1], cmd[3], cmd[4], cmd[2]))
+    # the format that named the engine only (version 1) is refused
+    old = bytearray(md[:-32])
+    old[6:8] = (1).to_bytes(2, "little")
+    with pytest.raises(nixlBind.nixlInvalidParamError, match="version 1"):
+        a.add_remote_agent(bytes(old) + _md._tag(bytes(old)))
+    with pytest.raises(nixlBind.nixlNotFoundError):
+        a.initialize_xfer("WRITE", a.get_xfer_descs([(_addr(src), 64, 0)], "DRAM"),
+                          a.get_xfer_descs([(_addr(dst), 64, 0)], "DRAM"), b.name)
+    # intact: loaded, and the bytes move
+    assert a.add_remote_agent(md) == b.name.encode()
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs([(_addr(src), src.nbytes, 0)], "DRAM"),
+                          a.get_xfer_descs([(_addr(dst), dst.nbytes, 0)], "DRAM"), b.name)
+    a.transfer(h)
+    _done(a, h)
+    assert np.array_equal(src, dst)
+    # known now: new descriptor bytes are checked before the segment in use is refreshed
+    bad = bytearray(desc)
+    bad[len(desc) // 2] ^= 0x01
+    with pytest.raises(nixlBind.nixlInvalidParamError, match="descriptor"):
+        a.add_remote_agent(_md.encode_md(name, engine, rows, partial, bytes(bad)))
+    more = np.zeros(4096, dtype=np.uint8)
+    b.register_memory([(_addr(more), more.nbytes, 0, "")], "DRAM")
+    md2 = b.get_agent_metadata()
+    assert _md.decode_md_desc(md2)[2] != desc
+    assert a.add_remote_agent(md2) == b.name.encode()
+    dst[:] = 0
+    more[:] = 0
+    a.transfer(h)
+    _done(a, h)
+    assert np.array_equal(src, dst)
+    a.release_xfer_handle(h)
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs([(_addr(src), 4096, 0)], "DRAM"),
+                          a.get_xfer_descs([(_addr(more), 4096, 0)], "DRAM"), b.name)
+    a.transfer(h)
+    _done(a, h)
+    assert np.array_equal(src[:4096], more)
+    a.release_xfer_handle(h)
 
 
 def test_partial_metadata():
@@ -312,6 +385,44 @@ def test_prepped_loopback_indices_and_merge():
         a.prep_xfer_dlist("nobody", hi, "DRAM")
     a.release_dlist_handle(local)
     a.release_dlist_handle(remote)
+
+
+@pytest.mark.parametrize("op", ["WRITE", "READ"])
+def test_prepped_15000_descriptors(op):
+    """One make_prepped_xfer + transfer of 15,000 scattered descriptors (numpy
+    indices, lists, one list for both sides, ranges) moves exactly those blocks and
+    nothing else."""
+    n, size = 15000, 64
+    a, b = _agent(), _agent()
+    src = (np.arange(2 * n * size, dtype=np.uint64) * 2654435761 >> 7).astype(np.uint8)
+    dst = np.zeros(2 * n * size, dtype=np.uint8)
+    a.register_memory([(_addr(src if op == "WRITE" else dst), src.nbytes, 0, "")], "DRAM")
+    b.register_memory([(_addr(dst if op == "WRITE" else src), src.nbytes, 0, "")], "DRAM")
+    a.add_remote_agent(b.get_agent_metadata())
+    here, there = (src, dst) if op == "WRITE" else (dst, src)
+    rng = np.random.default_rng(34)
+    lslot = rng.permutation(2 * n)[:n].astype(np.uint64)    # no two adjacent on both sides
+    rslot = rng.permutation(2 * n)[:n].astype(np.uint64)
+    col = np.full(n, size, np.uint64), np.zeros(n, np.uint64)
+    lp = a.prep_xfer_dlist("NIXL_INIT_AGENT",
+                           np.stack([_addr(here) + lslot * size, *col], 1), "DRAM")
+    rp = a.prep_xfer_dlist(b.name, np.stack([_addr(there) + rslot * size, *col], 1), "DRAM")
+    order = rng.permutation(n)
+    shared = order.tolist()
+    for li, ri in ((order, order.copy()), (order.tolist(), order.tolist()), (shared, shared),
+                   (range(n), range(n))):
+        dst[:] = 0
+        h = a.make_prepped_xfer(op, lp, li, rp, ri)
+        assert a.transfer(h) in ("DONE", "PROC")
+        _done(a, h)
+        s_slot, d_slot = (lslot, rslot) if op == "WRITE" else (rslot, lslot)
+        got = dst.reshape(2 * n, size)
+        assert np.array_equal(got[d_slot.astype(np.int64)],
+                              src.reshape(2 * n, size)[s_slot.astype(np.int64)])
+        untouched = np.ones(2 * n, bool)
+        untouched[d_slot.astype(np.int64)] = False
+        assert not got[untouched].any()
+        a.release_xfer_handle(h)
 
 
 def test_failed_transfer_sends_no_notification(pair):
@@ -523,8 +634,9 @@ def test_shim(tmp_path):
 def test_decoders_on_damaged_and_random_bytes():
     rng = np.random.default_rng(5)
     rows = [(0x10000 * i, 4096, 0, 0) for i in range(1, 6)]
-    good = _md.encode_md("agent", "127.0.0.1:1234", rows, False)
+    good = _md.encode_md("agent", "127.0.0.1:1234", rows, False, b"OTEM descriptor bytes")
     assert _md.decode_md(good) == ("agent", "127.0.0.1:1234", rows, False)
+    assert _md.decode_md_desc(good)[2] == b"OTEM descriptor bytes"
     for _ in range(3000):
         blob = bytearray(good)
         for _ in range(int(rng.integers(1, 4))):

@@ -3,10 +3,12 @@
 - Memory: each registration descriptor is one OrbitTE registration
   (REMOTE_READ | REMOTE_WRITE).
 - Metadata: getLocalMD() is a signed blob (see _md.py) naming the agent, its
-  engine (the "host:port" of its control listener) and its regions.
-  loadRemoteMD() checks the signature, opens the engine (which fetches and,
-  under OTE_AUTH_KEY, authenticates OrbitTE's own descriptor) and checks that
-  every region the blob names is published by that engine.
+  engine (the "host:port" of its control listener), carrying OrbitTE's signed
+  descriptor of that engine (Engine.desc_export()) and its regions.
+  loadRemoteMD() checks the signature, opens the engine from the descriptor
+  (Engine.open_desc(): decoded and, under OTE_AUTH_KEY, its HMAC checked by
+  OrbitTE; refused: nixlInvalidParamError) and checks that every region the
+  blob names is published by it.
 - Transfers: a request is three uint64 arrays (local addresses, remote
   addresses, lengths); each post is one Batch.submit_arrays() call, its
   notification attached so that the peer queues it only after every
@@ -199,9 +201,10 @@ class _Regions:
 class _Remote:
     """What this agent knows of a peer agent."""
 
-    def __init__(self, name, engine, segment, regions):
+    def __init__(self, name, engine, segment, regions, desc=b""):
         self.name = name
         self.engine = engine
+        self.desc = desc                # its engine's descriptor bytes, as loaded
         self.segment = segment
         self.regions = regions          # _Regions
         self.disconnected = None        # why, once the peer removed us
@@ -502,12 +505,18 @@ class _Core:
                     raise nixlNotFoundError("partial metadata of memory that is not registered")
                 rows = [(a, n, d, mem) for a, n, d in r.tolist()]
                 partial = True
-        return _md.encode_md(self.name, self.engine_name if conn else "", rows, partial)
+        desc = b""
+        if conn:   # after the rows: the descriptor publishes at least them
+            try:
+                desc = self.engine.desc_export()
+            except orbitte.Error as e:
+                raise _wrap(e, "getLocalMD: the engine's descriptor") from None
+        return _md.encode_md(self.name, self.engine_name if conn else "", rows, partial, desc)
 
     def load_md(self, blob):
         self._check()
         try:
-            name, engine, rows, partial = _md.decode_md(bytes(blob))
+            name, engine, desc, rows, partial = _md.decode_md_desc(bytes(blob))
         except _md.MDError as e:
             raise nixlInvalidParamError(f"loadRemoteMD: {e}") from None
         if name == self.name:
@@ -518,18 +527,20 @@ class _Core:
             if old is None:
                 raise nixlNotFoundError(f"partial metadata without connection info for "
                                         f"unknown agent {name!r}")
-            engine = old.engine
+            engine, desc = old.engine, old.desc
         if old is not None and old.engine == engine and old.disconnected is None:
+            # A known peer keeps its segment (transfers in flight on it go on). New
+            # descriptor bytes are checked by OrbitTE first (the bytes loaded before
+            # already were); then the segment in use reads the descriptor again.
+            if desc != old.desc:
+                self._open_desc(name, engine, desc).close()
             seg = old.segment
             try:
                 seg.refresh()
             except orbitte.Error as e:
                 raise _wrap(e, f"loadRemoteMD({name})") from None
         else:
-            try:
-                seg = self.engine.open(engine)
-            except orbitte.Error as e:
-                raise _wrap(e, f"loadRemoteMD({name}): opening {engine}") from None
+            seg = self._open_desc(name, engine, desc)
         published = _Regions((r.addr, r.length, 0, 0) for r in seg.regions())
         if rows:
             arr = np.array([(r[0], r[1]) for r in rows], dtype=np.uint64)
@@ -545,8 +556,23 @@ class _Core:
                     cur.segment.close()
                 except orbitte.Error:
                     pass
-            self.remotes[name] = _Remote(name, engine, seg, _Regions(rows))
+            self.remotes[name] = _Remote(name, engine, seg, _Regions(rows), desc)
         return name.encode()
+
+    def _open_desc(self, name, engine, desc):
+        """The peer's segment from OrbitTE's descriptor carried in its metadata:
+        decoded and, under OTE_AUTH_KEY, its HMAC checked before any connection."""
+        try:
+            return self.engine.open_desc(desc, engine)
+        except orbitte.Error as e:
+            if e.status in (_S.AUTH, _S.PROTOCOL):
+                why = ("its signature does not match OTE_AUTH_KEY (altered, unsigned or "
+                       "signed with another key)" if e.status == _S.AUTH else "it is malformed")
+                raise nixlInvalidParamError(
+                    f"loadRemoteMD({name}): OrbitTE's descriptor of engine {engine} in the "
+                    f"metadata is refused: {why} (OrbitTE status {int(e.status)})",
+                    ote_status=_S(int(e.status))) from None
+            raise _wrap(e, f"loadRemoteMD({name}): opening {engine}") from None
 
     def check_md(self, name, descs):
         name = _name(name)
@@ -862,8 +888,9 @@ class _Core:
             raise nixlInvalidParamError("the local side is a list prepared for a remote agent")
         if R.agent is None:
             raise nixlInvalidParamError("the remote side is a list prepared as local")
+        same = ri is li and L.count == R.count   # one list for both sides: converted once
         li = _indices(li, L.count, "local")
-        ri = _indices(ri, R.count, "remote")
+        ri = li if same else _indices(ri, R.count, "remote")
         if len(li) != len(ri):
             raise nixlInvalidParamError(f"{len(li)} local and {len(ri)} remote indices")
         ln = L.len[li]
@@ -1028,7 +1055,9 @@ class _Core:
 
 
 def _indices(idx, n, what):
-    if isinstance(idx, np.ndarray):
+    if isinstance(idx, range):
+        a = np.arange(idx.start, idx.stop, idx.step, dtype=np.int64)
+    elif isinstance(idx, np.ndarray):
         if idx.ndim != 1:
             raise nixlInvalidParamError(f"{what} indices: a 1-D array")
         if idx.dtype.kind not in "iu":

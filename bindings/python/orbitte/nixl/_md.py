@@ -2,19 +2,23 @@
 
 Metadata blob (getLocalMD), all integers little-endian::
 
-    "OTNXMD" u16 version(1) u8 flags (1: partial, 2: connection info)
+    "OTNXMD" u16 version(2) u8 flags (1: partial, 2: connection info)
     u16 len, agent name (UTF-8) | u16 len, engine name ("host:port", may be empty)
+    u32 len, OrbitTE's descriptor of the engine (Engine.desc_export(): the
+    engine's signed record, ote_engine_desc_export; empty without connection info)
     u32 count | count x (u64 addr, u64 len, u64 devId, u8 mem type)
     32-byte tag: HMAC-SHA256(key, "OTNX-MD-1" | everything before) with the
     cluster key of OrbitTE (OTE_AUTH_KEY, or the first line of
     OTE_AUTH_KEY_FILE); without a key SHA-256 of the same bytes.
 
 A blob with a wrong tag (altered, or signed with another key), truncated,
-or with lengths or counts that do not add up is refused (MDError). The
-engine name leads to OrbitTE's own descriptor, fetched from the engine
-itself (and authenticated by OrbitTE under OTE_AUTH_KEY) when the blob is
-loaded; the agent then checks that each region of the blob is published by
-that descriptor.
+or with lengths or counts that do not add up is refused (MDError); so is
+version 1 (which named the engine only). The descriptor inside is opened
+with Engine.open_desc() when the blob is loaded: OrbitTE checks it with the
+decoder of a fetched descriptor and, under OTE_AUTH_KEY, its own HMAC (a
+tampered descriptor is refused even inside a blob re-signed with the key);
+the agent then checks that each region of the blob is published by that
+descriptor.
 
 Notification frame (every OrbitTE notification this layer sends)::
 
@@ -39,7 +43,8 @@ import numpy as np
 import orbitte
 
 MD_MAGIC = b"OTNXMD"
-MD_VERSION = 1
+MD_VERSION = 2
+MAX_DESC = 16 << 20           # largest engine descriptor a blob may carry
 _F_PARTIAL = 1
 _F_CONN = 2
 _TAG = 32
@@ -91,21 +96,31 @@ def _str16(s):
     return struct.pack("<H", len(b)) + b
 
 
-def encode_md(agent, engine, rows, partial):
-    """The blob of an agent: rows are (addr, len, devId, mem type)."""
+def encode_md(agent, engine, rows, partial, desc=b""):
+    """The blob of an agent: rows are (addr, len, devId, mem type); desc is the
+    engine's descriptor (Engine.desc_export()), given with connection info."""
     flags = (_F_PARTIAL if partial else 0) | (_F_CONN if engine else 0)
+    if len(desc) > MAX_DESC:
+        raise MDError(f"engine descriptor of {len(desc)} bytes, at most {MAX_DESC}")
     arr = np.zeros(len(rows), dtype=_REGION)
     if rows:
         src = np.array(rows, dtype=np.uint64).reshape(len(rows), 4)
         arr["addr"], arr["len"], arr["dev"] = src[:, 0], src[:, 1], src[:, 2]
         arr["mem"] = src[:, 3].astype(np.uint8)
     body = b"".join([MD_MAGIC, struct.pack("<HB", MD_VERSION, flags), _str16(agent),
-                     _str16(engine), struct.pack("<I", len(rows)), arr.tobytes()])
+                     _str16(engine), struct.pack("<I", len(desc)), bytes(desc),
+                     struct.pack("<I", len(rows)), arr.tobytes()])
     return body + _tag(body)
 
 
 def decode_md(blob):
     """(agent, engine, rows, partial) of a blob, or MDError."""
+    agent, engine, _, rows, partial = decode_md_desc(blob)
+    return agent, engine, rows, partial
+
+
+def decode_md_desc(blob):
+    """(agent, engine, descriptor bytes, rows, partial) of a blob, or MDError."""
     if len(blob) < len(MD_MAGIC) + 3 + _TAG or not blob.startswith(MD_MAGIC):
         raise MDError("not orbitte.nixl agent metadata")
     body, tag = blob[:-_TAG], blob[-_TAG:]
@@ -132,6 +147,14 @@ def decode_md(blob):
         off += n
     if off + 4 > len(body):
         raise MDError("truncated metadata")
+    (dlen,) = struct.unpack_from("<I", body, off)
+    off += 4
+    if dlen > MAX_DESC or off + dlen > len(body):
+        raise MDError("truncated metadata (engine descriptor)")
+    desc = body[off:off + dlen]
+    off += dlen
+    if off + 4 > len(body):
+        raise MDError("truncated metadata")
     (count,) = struct.unpack_from("<I", body, off)
     off += 4
     if len(body) - off != count * _REGION.itemsize:
@@ -143,7 +166,10 @@ def decode_md(blob):
         raise MDError("metadata without an agent name")
     if bool(flags & _F_CONN) != bool(engine):
         raise MDError("connection flag and engine name disagree")
-    return agent, engine, rows, bool(flags & _F_PARTIAL)
+    if bool(engine) != bool(desc):
+        raise MDError("connection info without the engine's descriptor" if engine else
+                      "an engine descriptor without connection info")
+    return agent, engine, desc, rows, bool(flags & _F_PARTIAL)
 
 
 def frames(agent, kind, payload, msgid):
