@@ -269,10 +269,16 @@ static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t 
 {
     ote_segment_h seg = arg;
 
-    /* The answer comes once the target's PUT ended: bounded by the transfer timeout. */
+    /*
+     * The answer comes once the target's WRITE ended (putback_target.c):
+     * canceled past one transfer timeout, its posted slices end within
+     * another. Waiting that long (its segment open and progress on top)
+     * makes the answer, not our clock, end the slice: nothing the target
+     * posts for it comes after.
+     */
     return ote_segment_ctl_request_alone(seg, OTE_CTL_PUTBACK, req, len, OTE_CTL_PUTBACK_ACK,
                                          seg->engine->config.connect_timeout_ms +
-                                             seg->engine->config.xfer_timeout_ms,
+                                             2 * seg->engine->config.xfer_timeout_ms + 1000,
                                          resp_p, resp_len_p);
 }
 
