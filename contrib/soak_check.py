@@ -95,7 +95,9 @@ def main(out, tolerate=()):
         elif tag == "WBAD":
             wbad.append((me, t, [int(x) for x in w[2:10]]))
         elif tag == "MEM":
-            mem[me].append((t, int(w[2].split("=")[1]), int(w[3].split("=")[1])))
+            kv = dict(x.split("=", 1) for x in w[2:])
+            mem[me].append((t, int(kv["rss_kb"]), int(kv["fds"]),
+                            int(kv.get("closed_socks", -1))))
         elif tag == "RAILS":
             for kv in w[2:]:
                 rail, v = kv.rsplit("=", 1)
@@ -225,13 +227,18 @@ def main(out, tolerate=()):
         lastt = [x for x in samples if x[0] >= t1 - (t1 - t0) / 3]
         r1, r3 = max(x[1] for x in first), max(x[1] for x in lastt)
         f1, f3 = max(x[2] for x in first), max(x[2] for x in lastt)
+        # Sockets in no table of the namespace: closed connections whose
+        # descriptors are still held, or not connected yet (older logs: -1).
+        c1, c3 = max(x[3] for x in first), max(x[3] for x in lastt)
+        closed = f" (sockets in no table {c1} -> {c3})" if c1 >= 0 else ""
         ok_r = r3 <= r1 * RSS_FACTOR + RSS_SLACK_KB
         ok_f = f3 <= f1 + FD_SLACK_PER_PEER * (n_peers - 1)
-        flat_rows.append((me, r1, r3, f1, f3, ok_r, ok_f))
+        flat_rows.append((me, r1, r3, f1, f3, ok_r, ok_f, closed))
         if not ok_r:
             bad("RSS grew", f"p{me[0]}.{me[1]}: first third max {r1} kB, last third max {r3} kB")
         if not ok_f:
-            bad("open fds grew", f"p{me[0]}.{me[1]}: first third max {f1}, last third max {f3}")
+            bad("open fds grew",
+                f"p{me[0]}.{me[1]}: first third max {f1}, last third max {f3}{closed}")
 
     # The table.
     print(f"soak: {mode}")
@@ -278,8 +285,9 @@ def main(out, tolerate=()):
     print(f"notifications: {len(sent)} sent, {len(recv)} delivered, {n_amb} delivered after an "
           f"ambiguous error, {n_orphan_ok} from senders killed before logging; unverifiable by "
           "receiver's end: " + (", ".join(f"{k} {v}" for k, v in unverif_by.items()) or "none"))
-    for me, r1, r3, f1, f3, _, _ in flat_rows:
-        print(f"p{me[0]}.{me[1]}: RSS {r1} -> {r3} kB, fds {f1} -> {f3} (first third max -> last third max)")
+    for me, r1, r3, f1, f3, _, _, closed in flat_rows:
+        print(f"p{me[0]}.{me[1]}: RSS {r1} -> {r3} kB, fds {f1} -> {f3}{closed} "
+              "(first third max -> last third max)")
     # Kinds the caller named as known and open (--tolerate) are printed in
     # full but do not fail the run; every other kind does.
     known = {k: v for k, v in viol.items() if v and k in tolerate}

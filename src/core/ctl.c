@@ -705,8 +705,9 @@ void ote_ctl_stop(ote_ctl_t *ctl)
         pthread_join(ctl->thread, NULL);
     }
     /*
-     * PUTBACKs and FILE_IOs still running use the engine: they end within the
-     * transfer timeout; FILE_IOs by rails first, they use the segments the
+     * PUTBACKs and FILE_IOs still running use the engine: they end within
+     * twice the transfer timeout (canceled past one, their posted slices end
+     * within another); FILE_IOs by rails first, they use the segments the
      * PUTBACK side keeps.
      */
     ote_ctl_file_io_stop(ctl);

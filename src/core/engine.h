@@ -178,7 +178,10 @@ ote_status_t ote_ctl_run(ote_ctl_t *ctl);
 /*
  * One transfer between this engine's memory local and remote in the peer
  * seg (a segment the control listener keeps open to an initiator), waited
- * for (bounded by the transfer timeout): the status it ended with.
+ * for until it ended: past the transfer timeout it is canceled (no retry,
+ * nothing queued posted) and its posted slices end by their own timeout,
+ * so that nothing of it is posted after the answer. The status it ended
+ * with (TIMEOUT for a cancel).
  * putback: a PUTBACK's WRITE, whose destination needs only be registered
  * at the peer; else the peer's descriptor must give the access as for any
  * request (over transports that do not check at the target). Blocking:

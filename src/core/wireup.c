@@ -269,10 +269,16 @@ static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t 
 {
     ote_segment_h seg = arg;
 
-    /* The answer comes once the target's PUT ended: bounded by the transfer timeout. */
+    /*
+     * The answer comes once the target's WRITE ended (putback_target.c):
+     * canceled past one transfer timeout, its posted slices end within
+     * another. Waiting that long (its segment open and progress on top)
+     * makes the answer, not our clock, end the slice: nothing the target
+     * posts for it comes after.
+     */
     return ote_segment_ctl_request_alone(seg, OTE_CTL_PUTBACK, req, len, OTE_CTL_PUTBACK_ACK,
                                          seg->engine->config.connect_timeout_ms +
-                                             seg->engine->config.xfer_timeout_ms,
+                                             2 * seg->engine->config.xfer_timeout_ms + 1000,
                                          resp_p, resp_len_p);
 }
 
@@ -316,11 +322,39 @@ static ote_tl_peer_t rail_peer(ote_segment_h seg, const ote_desc_t *d)
 }
 
 /*
+ * Before the first uct_tcp ep of a build or repair: the instance d
+ * describes must answer at its control address. UCX 1.13's tcp leaks the
+ * socket of a connect that fails inside uct_ep_create, and a metadata
+ * store keeps a dead instance's record until its lease ends, so each
+ * attempt on a rail towards a dead peer (an open, a probe every cool-down)
+ * cost a descriptor. A control address that refuses, does not answer in
+ * OTE_CONNECT_TIMEOUT_MS or is served by another instance: NOT_FOUND, as
+ * the failed connect said, and no ep is tried; any other answer (one that
+ * asks for authentication, say) lets the connect decide. *gate holds the
+ * answer for the rest of the call (OTE_INPROGRESS: not asked yet).
+ */
+static ote_status_t peer_answers(ote_segment_h seg, const ote_desc_t *d, ote_status_t *gate)
+{
+    ote_status_t status;
+
+    if (*gate != OTE_INPROGRESS)
+        return *gate;
+    status = ote_segment_probe_holder(seg->engine, d, seg->engine->config.connect_timeout_ms);
+    if (status != OTE_ERR_NOT_FOUND && status != OTE_ERR_NO_MEMORY)
+        status = OTE_OK;
+    if (status != OTE_OK)
+        ote_debug("segment '%s': instance %016llx does not answer at %s: no ep is made to it",
+                  seg->name, (unsigned long long)d->instance_id, d->ctl_addr);
+    *gate = status;
+    return status;
+}
+
+/*
  * Connect r (iface, worker and caps set, no ep) to the peer iface d lists
- * for it; r->ep is set on success.
+ * for it; r->ep is set on success. gate: see peer_answers.
  */
 static ote_status_t rail_connect(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r,
-                                 const ote_tl_peer_t *peer)
+                                 const ote_tl_peer_t *peer, ote_status_t *gate)
 {
     ote_tl_iface_t *iface = r->iface;
     ote_status_t status   = OTE_ERR_UNREACHABLE;
@@ -333,7 +367,8 @@ static ote_status_t rail_connect(ote_segment_h seg, const ote_desc_t *d, ote_rai
             break;
         if (r->caps.conn_model == OTE_TL_CONN_TO_EP)
             status = rail_connect_to_ep(seg, d, r, peer_tl, peer_worker, peer);
-        else
+        else if (strcmp(iface->resource.tl_name, "uct_tcp") != 0 ||
+                 (status = peer_answers(seg, d, gate)) == OTE_OK)
             status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, peer,
                                            &r->ep);
         /* Another device of the peer may be reachable where this one is not. */
@@ -349,7 +384,8 @@ static ote_status_t rail_connect(ote_segment_h seg, const ote_desc_t *d, ote_rai
  * one's place under the worker lock, so that slices posted meanwhile see
  * one or the other.
  */
-static ote_status_t rail_rebuild(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r)
+static ote_status_t rail_rebuild(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r,
+                                 ote_status_t *gate)
 {
     ote_worker_t *w    = &seg->engine->workers[r->worker];
     ote_tl_peer_t peer = rail_peer(seg, d);
@@ -360,7 +396,7 @@ static ote_status_t rail_rebuild(ote_segment_h seg, const ote_desc_t *d, ote_rai
 
     fresh.ep      = NULL;
     fresh.conn_id = 0;
-    status        = rail_connect(seg, d, &fresh, &peer);
+    status        = rail_connect(seg, d, &fresh, &peer, gate);
     if (status != OTE_OK) {
         ote_warn("segment '%s': %s/%s could not be connected again: %s", seg->name,
                  r->iface->resource.tl_name, r->iface->resource.dev_name,
@@ -392,7 +428,7 @@ static ote_status_t rail_rebuild(ote_segment_h seg, const ote_desc_t *d, ote_rai
 ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebuild)
 {
     ote_engine_h e      = seg->engine;
-    ote_status_t result = OTE_OK;
+    ote_status_t result = OTE_OK, gate = OTE_INPROGRESS;
 
     for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
         ote_rail_t *r             = seg->rail_set.rails[i];
@@ -413,7 +449,7 @@ ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebu
             alive = ops->is_alive(r->ep);
             pthread_mutex_unlock(&w->lock);
             if (!alive)
-                status = rail_rebuild(seg, d, r);
+                status = rail_rebuild(seg, d, r, &gate);
         }
         if (status == OTE_ERR_PEER_RESTARTED)
             return status;
@@ -543,7 +579,7 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
 {
     ote_engine_h e   = seg->engine;
     bool same_engine = d->instance_id == e->instance_id;
-    ote_status_t last = OTE_ERR_UNREACHABLE;
+    ote_status_t last = OTE_ERR_UNREACHABLE, gate = OTE_INPROGRESS;
     bool links_down  = false;
     rail_cand_t *cand;
     size_t ncand = 0, n = 0;
@@ -590,7 +626,7 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
         r->iface     = iface;
         r->worker    = c->worker;
         r->remote_md = rail_remote_md(d, iface);
-        status = rail_connect(seg, d, r, &peer);
+        status = rail_connect(seg, d, r, &peer, &gate);
         if (status != OTE_OK) {
             if (r->ep == NULL && status == OTE_ERR_UNREACHABLE)
                 ote_debug("segment '%s': %s/%s does not reach it", seg->name,
@@ -683,6 +719,7 @@ void ote_wireup_extend(ote_segment_h seg, const ote_desc_t *d)
 {
     ote_engine_h e   = seg->engine;
     bool same_engine = d->instance_id == e->instance_id;
+    ote_status_t gate = OTE_INPROGRESS;
 
     for (size_t w = 0; w < e->num_workers; w++) {
         ote_worker_t *wk = &e->workers[w];
@@ -705,7 +742,7 @@ void ote_wireup_extend(ote_segment_h seg, const ote_desc_t *d)
                 ote_proto_rail_dominated(&fresh.caps, true, seg->rail_set.rails, n))
                 continue;
             fresh.remote_md = rail_remote_md(d, iface);
-            status          = rail_connect(seg, d, &fresh, &peer);
+            status          = rail_connect(seg, d, &fresh, &peer, &gate);
             if (status != OTE_OK) {
                 ote_debug("segment '%s': %s/%s does not reach it: %s", seg->name,
                           iface->resource.tl_name, iface->resource.dev_name,

@@ -8,6 +8,11 @@
  * (rail0 alone) and the target holds B. rail1 comes back up: what the
  * kernel still held of the timed-out slices must not be delivered over B.
  *
+ * Then ote_peer_xfer() (a target's side of a PUTBACK READ and of a FILE_IO
+ * by rails) over a rail shaped slow: it must answer only once its WRITE
+ * ended, nothing of it in flight (test_peer_xfer_ends_before_answer; a
+ * third veth pair, rail2, carries its control plane).
+ *
  * Needs root, `ip netns` and `tc`; otherwise it says why and exits 77.
  */
 #include "core/engine.h"
@@ -41,10 +46,10 @@ static char ns_a[32], ns_b[32];
 
 static int parent(const char *self, unsigned id)
 {
-    static const char *const devs[] = {"rail0", "rail1"};
-    static const int nets[] = {0, 1};
+    static const char *const devs[] = {"rail0", "rail1", "rail2"};
+    static const int nets[] = {0, 1, 2};
 
-    return mp_netns_hosts("mp_uct_late_netns", self, ns_a, ns_b, "otl", id, "10.82", devs, nets, 2,
+    return mp_netns_hosts("mp_uct_late_netns", self, ns_a, ns_b, "otl", id, "10.82", devs, nets, 3,
                           true);
 }
 
@@ -122,13 +127,95 @@ static void test_timed_out_slice_does_not_land_later(void **state)
     mp_pair_check_all(fx, REGION, 2002);
 }
 
+/* ---- A peer's request: its transfer ends before the answer ------------------------ */
+
+#define XLEN (8u << 20)
+
+static int setup_xfer(void **state)
+{
+    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
+    /* The control plane on rail2, the data on rail0 alone. */
+    const char *args_b[] = {"--listen", "10.82.2.2:0", "--region", "96m:rw", NULL};
+
+    (void)state;
+    ote_test_setenv_all((const char *const[]){
+        "OTE_NET_DEVICES=rail0", "OTE_XFER_TIMEOUT_MS=3000", "OTE_CONNECT_TIMEOUT_MS=1000",
+        "OTE_RAIL_MAX_BYTES=1m", NULL});
+    fx = ote_test_pair_start("uct_tcp", "10.82.2.1:0", wrap_b, args_b, XLEN);
+    if (fx == NULL)
+        return -1;
+    printf("target %s\n", fx->target.name);
+    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+}
+
+static int teardown_xfer(void **state)
+{
+    (void)state;
+    mp_cmd(true, "tc qdisc del dev rail0 root");
+    if (fx != NULL)
+        ote_test_pair_stop(fx);
+    fx = NULL;
+    return 0;
+}
+
+static long inflight_slices(ote_segment_h seg)
+{
+    long n = 0;
+
+    for (size_t i = 0; i < seg->rail_set.num_rails; i++)
+        n += (long)atomic_load(&seg->rail_set.rails[i]->spray.inflight_slices);
+    return n;
+}
+
+/*
+ * ote_peer_xfer() is how a target serves a PUTBACK (READ by PUTBACK over
+ * uct_tcp: its WRITE into the initiator's destination) and a FILE_IO by
+ * rails; its status is the answer the initiator ends its slice with. Here
+ * it WRITEs 8 MiB over one rail that sends at 5 Mbit/s, one 1 MiB slice at
+ * a time: some 13 s, each slice well within OTE_XFER_TIMEOUT_MS (3 s), so
+ * nothing fails on its own. It used to return TIMEOUT after a bounded wait
+ * with the WRITE going on (slices posted and queued), whose bytes then
+ * landed in the initiator's range after the initiator was answered and
+ * its task had ended, the range in use again. It must return only once
+ * the WRITE ended: canceled past the transfer timeout, nothing of it in
+ * flight on any rail.
+ */
+static void test_peer_xfer_ends_before_answer(void **state)
+{
+    ote_status_t status;
+    double t0;
+    long n;
+
+    (void)state;
+    ote_test_fill(fx->local, 0, XLEN, 4004);
+    status = ote_peer_xfer(fx->e, fx->seg, OTE_OP_WRITE, fx->local, fx->target.addr[0], 1u << 20,
+                           false); /* connected, and right */
+    assert_int_equal(status, OTE_OK);
+    assert_int_equal(mp_cmd(false, "tc qdisc add dev rail0 root tbf rate 5mbit burst 16k "
+                                   "latency 200ms"), 0);
+    t0     = mp_now_s();
+    status = ote_peer_xfer(fx->e, fx->seg, OTE_OP_WRITE, fx->local, fx->target.addr[0], XLEN,
+                           false);
+    n      = inflight_slices(fx->seg);
+    printf("8 MiB at 5 Mbit/s: %s after %.1f s, %ld slices still in flight\n",
+           ote_status_string(status), mp_now_s() - t0, n);
+    assert_int_equal(status, OTE_ERR_TIMEOUT);
+    if (n != 0)
+        fail_msg("answered with %ld slices of the transfer still in flight: their bytes "
+                 "would land after the answer", n);
+}
+
 static int in_netns_tests(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timed_out_slice_does_not_land_later),
     };
+    const struct CMUnitTest xfers[] = {
+        cmocka_unit_test(test_peer_xfer_ends_before_answer),
+    };
+    int rc = cmocka_run_group_tests_name("write", tests, setup, teardown);
 
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return rc | cmocka_run_group_tests_name("peer_xfer", xfers, setup_xfer, teardown_xfer);
 }
 
 int main(int argc, char **argv)

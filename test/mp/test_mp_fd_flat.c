@@ -6,6 +6,7 @@
  * last cycle is within a small constant of the count after the first.
  */
 #include "mp_util.h"
+#include "store_server.h"
 
 
 static void restart_cycles(const char *tls)
@@ -99,6 +100,65 @@ static void test_fd_flat_tcp_cma(void **state)
     restart_cycles("tcp,cma");
 }
 
+/*
+ * A peer killed while its record stays in a metadata store (its lease runs
+ * on): every write towards it fails, and each probe of its rails fetches
+ * the same dead instance from the store. UCX's tcp leaked the socket of
+ * each connect that failed inside uct_ep_create (one descriptor per rail
+ * per probe); the segment now asks the instance's control address first
+ * and makes no ep when nothing answers there. Over uct_tcp with Redis.
+ */
+static void test_fd_flat_uct_tcp_dead_in_store(void **state)
+{
+    enum { WRITES = 24, SLACK = 4 };
+    char listen[64];
+    const char *args[] = {"--listen", listen, "--region", "1m:rw", NULL};
+    ote_test_store_t store;
+    ote_test_target_t t;
+    ote_engine_h e;
+    ote_segment_h seg;
+    ote_mem_h mem;
+    uint8_t *local;
+    int before, now;
+
+    (void)state;
+    if (ote_test_store_start(&store, "redis", NULL) != 0)
+        skip();
+    ote_test_setenv_all((const char *const[]){
+        "OTE_TLS=uct_tcp", "OTE_CONNECT_TIMEOUT_MS=1000", "OTE_METADATA_TTL_S=60",
+        "OTE_RAIL_COOLDOWN_MS=100", "OTE_RAIL_COOLDOWN_MAX_MS=100", NULL});
+    setenv("OTE_METADATA", store.uri, 1);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", mp_free_port());
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&local,
+                                   &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
+    ote_test_fill(local, 0, 65536, 31);
+    assert_int_equal(write_one(e, seg, local, t.addr[0], 65536), OTE_TASK_COMPLETED);
+    ote_test_target_kill(&t);
+    assert_true(write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
+    before = count_fds();
+    for (int i = 0; i < WRITES; i++) {
+        assert_true(write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
+        usleep(150 * 1000); /* past the rails' cool-down: each write probes them */
+    }
+    now = count_fds();
+    fprintf(stderr, "uct_tcp, dead peer still in the store: %d descriptors, %d after %d writes\n",
+            before, now, WRITES);
+    assert_true(now <= before + SLACK);
+    ote_segment_close(seg);
+    ote_mem_free(e, mem);
+    ote_engine_destroy(e);
+    ote_test_store_stop(&store);
+    unsetenv("OTE_METADATA");
+    unsetenv("OTE_METADATA_TTL_S");
+    unsetenv("OTE_RAIL_COOLDOWN_MS");
+    unsetenv("OTE_RAIL_COOLDOWN_MAX_MS");
+    unsetenv("OTE_TLS");
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -106,6 +166,7 @@ int main(void)
         cmocka_unit_test(test_fd_flat_tcp),
         cmocka_unit_test(test_fd_flat_tcp_shm),
         cmocka_unit_test(test_fd_flat_tcp_cma),
+        cmocka_unit_test(test_fd_flat_uct_tcp_dead_in_store),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -92,6 +92,18 @@ base
 sed -i 's/^\(9000000\) MEM rss_kb=30000 fds=40/\1 MEM rss_kb=30000 fds=60/' "$tmp/run/p0.0.log"
 expect "descriptors that grew" "open fds grew"
 base
+# With the socket counts ote_soak logs now, the growth says how much of it is sockets in no table.
+sed -i 's/ MEM rss_kb=30000 fds=40$/ MEM rss_kb=30000 fds=40 socks=20 closed_socks=0/' "$tmp/run/p0.0.log"
+sed -i 's/^\(9000000\) MEM rss_kb=30000 fds=40 socks=20 closed_socks=0/\1 MEM rss_kb=30000 fds=60 socks=40 closed_socks=20/' "$tmp/run/p0.0.log"
+expect "descriptors that grew, sockets in no table" "open fds grew"
+if grep -q "first third max 40, last third max 60 (sockets in no table 0 -> 20)" "$tmp/out"; then
+    echo "ok: the growth names the sockets in no table"
+else
+    echo "FAIL: the growth does not name the sockets in no table:"
+    cat "$tmp/out"
+    fails=$((fails + 1))
+fi
+base
 echo "00:00:05 VIOL DIED p1.0 rc=139 (not killed by the soak)" >> "$tmp/run/chaos.log"
 expect "a peer that died by itself" "process died"
 base
