@@ -135,15 +135,15 @@ static void test_fd_flat_uct_tcp_dead_in_store(void **state)
                                    &mem), OTE_OK);
     assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
     ote_test_fill(local, 0, 65536, 31);
-    assert_int_equal(write_one(e, seg, local, t.addr[0], 65536), OTE_TASK_COMPLETED);
+    assert_int_equal(mp_write_one(e, seg, local, t.addr[0], 65536), OTE_TASK_COMPLETED);
     ote_test_target_kill(&t);
-    assert_true(write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
-    before = count_fds();
+    assert_true(mp_write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
+    before = mp_count_fds();
     for (int i = 0; i < WRITES; i++) {
-        assert_true(write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
+        assert_true(mp_write_one(e, seg, local, t.addr[0], 4096) != OTE_TASK_COMPLETED);
         usleep(150 * 1000); /* past the rails' cool-down: each write probes them */
     }
-    now = count_fds();
+    now = mp_count_fds();
     fprintf(stderr, "uct_tcp, dead peer still in the store: %d descriptors, %d after %d writes\n",
             before, now, WRITES);
     assert_true(now <= before + SLACK);
