@@ -6,6 +6,8 @@
  */
 #include "module.h"
 
+/* ---- Engine --------------------------------------------------------------- */
+
 int engine_check(EngineObject *eo)
 {
     if (eo->e == NULL) {
@@ -14,8 +16,6 @@ int engine_check(EngineObject *eo)
     }
     return 0;
 }
-
-/* ---- Engine --------------------------------------------------------------- */
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw)
 {

@@ -9,7 +9,7 @@
 /* ---- errors ------------------------------------------------------------- */
 
 /*
- * The exception classes are defined in Python (orbitte/_errors.py), which
+ * The exception classes are defined in Python (orbitte/__init__.py), which
  * hands them here with _set_errors(base, {status: class}).
  */
 static PyObject *Error;
