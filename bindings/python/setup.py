@@ -199,7 +199,11 @@ setup(
     ext_modules=[
         Extension(
             "orbitte._ote",
-            sources=["orbitte/_ote.c"],
+            # one C file per type, as CPython's own modules (_ote/module.h)
+            sources=["_ote/module.c", "_ote/engine.c", "_ote/memory.c", "_ote/segment.c",
+                     "_ote/batch.c", "_ote/batch_submit.c", "_ote/notify.c",
+                     "_ote/stats.c"],
+            depends=["_ote/module.h"],
             include_dirs=[],
             library_dirs=[],
             runtime_library_dirs=[],

@@ -1,0 +1,337 @@
+/*
+ * orbitte.Batch: a batch's life (Engine.batch, release), its tasks' states
+ * (orbitte.TaskStatus), waiting and cancelling, its telemetry
+ * (orbitte.BatchTelemetry) and its method table. Turning requests into
+ * submissions is batch_submit.c's.
+ */
+#include "module.h"
+
+static PyStructSequence_Field task_status_fields[] = {
+    {"state", "the task's state: PENDING, COMPLETED, FAILED, CANCELED or TIMEOUT"},
+    {"error", "why it did not complete (a status code; 0 when it did)"},
+    {"transferred", "bytes known to have arrived"},
+    {NULL, NULL}};
+PyStructSequence_Desc task_status_desc = {"orbitte.TaskStatus",
+                                                 "One task's state, error and bytes moved.",
+                                                 task_status_fields, 3};
+
+static PyStructSequence_Field batch_telemetry_fields[] = {
+    {"start_us", "first submit, microseconds since the Unix epoch (0 before any)"},
+    {"post_ns", "nanoseconds spent inside the batch's submit calls"},
+    {"xfer_ns", "nanoseconds from the first submit to the end of the last task that ended"},
+    {"bytes", "bytes transferred by the tasks that ended"},
+    {"requests", "requests submitted"},
+    {"ended", "of which ended (any state)"},
+    {"completed", "of which COMPLETED"},
+    {NULL, NULL}};
+PyStructSequence_Desc batch_telemetry_desc = {
+    "orbitte.BatchTelemetry", "What a batch did so far (ote_batch_telemetry).",
+    batch_telemetry_fields, 7};
+
+PyObject *Engine_batch(EngineObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"capacity", NULL};
+    Py_ssize_t capacity = 1024;
+    BatchObject *b;
+    ote_batch_h h;
+    ote_status_t st;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|n:batch", kwlist, &capacity))
+        return NULL;
+    if (engine_check(self) < 0)
+        return NULL;
+    if (capacity <= 0) {
+        raise_invalid(NULL, "batch: capacity must be > 0");
+        return NULL;
+    }
+    st = ote_batch_create(self->e, (size_t)capacity, &h);
+    if (st != OTE_OK)
+        return raise_status(st, "Engine.batch()");
+    b = PyObject_New(BatchObject, &BatchType);
+    if (b == NULL) {
+        ote_batch_release(h);
+        return NULL;
+    }
+    Py_INCREF(self);
+    b->engine   = self;
+    b->batch    = h;
+    b->capacity = (size_t)capacity;
+    return (PyObject *)b;
+}
+
+/* ---- Batch ---------------------------------------------------------------- */
+
+int batch_check(BatchObject *b)
+{
+    if (b->engine->e == NULL) {
+        raise_closed("engine");
+        return -1;
+    }
+    if (b->batch == NULL) {
+        raise_closed("batch");
+        return -1;
+    }
+    return 0;
+}
+
+static void batch_release(BatchObject *b)
+{
+    if (b->batch != NULL && b->engine->e != NULL)
+        ote_batch_release(b->batch);
+    b->batch = NULL;
+}
+
+static void Batch_dealloc(BatchObject *b)
+{
+    batch_release(b);
+    Py_CLEAR(b->engine);
+    PyObject_Free(b);
+}
+
+static PyObject *Batch_release(BatchObject *b, PyObject *unused)
+{
+    (void)unused;
+    batch_release(b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Batch_enter(BatchObject *b, PyObject *unused)
+{
+    (void)unused;
+    if (batch_check(b) < 0)
+        return NULL;
+    Py_INCREF(b);
+    return (PyObject *)b;
+}
+
+static PyObject *Batch_exit(BatchObject *b, PyObject *args)
+{
+    (void)args;
+    batch_release(b);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *task_status_object(const ote_task_status_t *ts)
+{
+    PyObject *o = PyStructSequence_New(&TaskStatusType);
+
+    if (o == NULL)
+        return NULL;
+    PyStructSequence_SetItem(o, 0, PyLong_FromLong(ts->state));
+    PyStructSequence_SetItem(o, 1, PyLong_FromLong(ts->error));
+    PyStructSequence_SetItem(o, 2, PyLong_FromSize_t(ts->transferred));
+    if (PyErr_Occurred()) {
+        Py_DECREF(o);
+        return NULL;
+    }
+    return o;
+}
+
+static PyObject *Batch_status(BatchObject *b, PyObject *args)
+{
+    PyObject *task_obj = Py_None;
+    ote_task_status_t ts;
+    ote_status_t st;
+
+    if (!PyArg_ParseTuple(args, "|O:status", &task_obj))
+        return NULL;
+    if (batch_check(b) < 0)
+        return NULL;
+    if (task_obj == Py_None) {
+        st = ote_batch_status(b->batch, &ts);
+        if (st != OTE_OK)
+            return raise_status(st, "Batch.status()");
+        return PyLong_FromLong(ts.state);
+    }
+    {
+        Py_ssize_t task = PyLong_AsSsize_t(task_obj);
+
+        if (task == -1 && PyErr_Occurred())
+            return NULL;
+        if (task < 0) {
+            raise_invalid(NULL, "status: no such task");
+            return NULL;
+        }
+        st = ote_batch_task_status(b->batch, (size_t)task, &ts);
+        if (st != OTE_OK)
+            return raise_status(st, "Batch.status()");
+        return task_status_object(&ts);
+    }
+}
+
+static PyObject *Batch_telemetry(BatchObject *b, PyObject *unused)
+{
+    ote_batch_telemetry_t t = {.version = OTE_BATCH_TELEMETRY_VERSION};
+    uint64_t v[7];
+    ote_status_t st;
+    PyObject *o;
+    int k;
+
+    (void)unused;
+    if (batch_check(b) < 0)
+        return NULL;
+    st = ote_batch_telemetry(b->batch, &t);
+    if (st != OTE_OK)
+        return raise_status(st, "Batch.telemetry()");
+    v[0] = t.start_us;
+    v[1] = t.post_ns;
+    v[2] = t.xfer_ns;
+    v[3] = t.bytes;
+    v[4] = t.requests;
+    v[5] = t.ended;
+    v[6] = t.completed;
+    o = PyStructSequence_New(&BatchTelemetryType);
+    if (o == NULL)
+        return NULL;
+    for (k = 0; k < 7; k++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(v[k]);
+
+        if (x == NULL) {
+            Py_DECREF(o);
+            return NULL;
+        }
+        PyStructSequence_SetItem(o, k, x);
+    }
+    return o;
+}
+
+static PyObject *Batch_notify_status(BatchObject *b, PyObject *args)
+{
+    Py_ssize_t task;
+    ote_status_t st, ns;
+
+    if (!PyArg_ParseTuple(args, "n:notify_status", &task))
+        return NULL;
+    if (batch_check(b) < 0)
+        return NULL;
+    if (task < 0) {
+        raise_invalid(NULL, "notify_status: no such task");
+        return NULL;
+    }
+    st = ote_batch_notify_status(b->batch, (size_t)task, &ns);
+    if (st != OTE_OK)
+        return raise_status(st, "Batch.notify_status()");
+    return PyLong_FromLong(ns);
+}
+
+static PyObject *Batch_wait(BatchObject *b, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"timeout", NULL};
+    PyObject *timeout_obj = Py_None;
+    int timeout_ms = -1;
+    ote_status_t st;
+    ote_task_status_t ts;
+    ote_batch_h batch;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", kwlist, &timeout_obj))
+        return NULL;
+    if (batch_check(b) < 0)
+        return NULL;
+    if (timeout_obj != Py_None) {
+        double t = PyFloat_AsDouble(timeout_obj);
+
+        if (t == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (t < 0) {
+            raise_invalid(NULL, "wait: timeout must be >= 0");
+            return NULL;
+        }
+        timeout_ms = t * 1000.0 > 2147483647.0 ? 2147483647 : (int)(t * 1000.0 + 0.5);
+    }
+    batch = b->batch;
+    Py_BEGIN_ALLOW_THREADS
+    st = ote_batch_wait(batch, timeout_ms);
+    Py_END_ALLOW_THREADS
+    if (st != OTE_OK)
+        return raise_status(st, "Batch.wait()");
+    st = ote_batch_status(b->batch, &ts);
+    if (st != OTE_OK)
+        return raise_status(st, "Batch.wait()");
+    return PyLong_FromLong(ts.state);
+}
+
+static PyObject *Batch_cancel(BatchObject *b, PyObject *args)
+{
+    Py_ssize_t task;
+    ote_status_t st;
+
+    if (!PyArg_ParseTuple(args, "n:cancel", &task))
+        return NULL;
+    if (batch_check(b) < 0)
+        return NULL;
+    if (task < 0) {
+        raise_invalid(NULL, "cancel: no such task");
+        return NULL;
+    }
+    st = ote_batch_cancel(b->batch, (size_t)task);
+    if (st != OTE_OK)
+        return raise_status(st, "Batch.cancel()");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Batch_get_capacity(BatchObject *b, void *unused)
+{
+    (void)unused;
+    return PyLong_FromSize_t(b->capacity);
+}
+
+static PyObject *Batch_get_closed(BatchObject *b, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(b->batch == NULL || b->engine->e == NULL);
+}
+
+static PyMethodDef Batch_methods[] = {
+    {"submit", (PyCFunction)(void (*)(void))Batch_submit, METH_VARARGS | METH_KEYWORDS,
+     "submit(segment, requests, notify=None)\n--\n\n"
+     "Submit requests, a sequence of (op, local, remote_addr, length) tuples (local: an int "
+     "address, a Memory, or (Memory, offset)). With notify (bytes-like), the peer receives it "
+     "once every task of this call completed. Returns the first task id; the tasks are "
+     "first .. first+len(requests)-1. Nothing is submitted when it raises."},
+    {"submit_arrays", (PyCFunction)(void (*)(void))Batch_submit_arrays,
+     METH_VARARGS | METH_KEYWORDS,
+     "submit_arrays(segment, op, local_addrs, remote_addrs, lengths, notify=None)\n--\n\n"
+     "As submit, from parallel sequences or arrays of 64-bit integers (numpy uint64); "
+     "lengths may be one int for all. Returns the first task id."},
+    {"status", (PyCFunction)Batch_status, METH_VARARGS,
+     "status(task=None)\n--\n\nWith a task id: its TaskStatus(state, error, transferred). "
+     "Without: the batch's summary state (PENDING while any task is, else FAILED if any "
+     "failed, else COMPLETED)."},
+    {"notify_status", (PyCFunction)Batch_notify_status, METH_VARARGS,
+     "notify_status(task)\n--\n\nThe status of the notification submitted with task: "
+     "INPROGRESS (1), OK (0) once the peer queued it, or why it was not delivered (<0)."},
+    {"wait", (PyCFunction)(void (*)(void))Batch_wait, METH_VARARGS | METH_KEYWORDS,
+     "wait(timeout=None)\n--\n\nBlock (GIL released) until every task ended and every "
+     "notification was delivered or failed; returns the summary state. Raises TimeoutError "
+     "after timeout seconds."},
+    {"cancel", (PyCFunction)Batch_cancel, METH_VARARGS,
+     "cancel(task)\n--\n\nCancel a task; it ends CANCELED once no posted slice can still land."},
+    {"telemetry", (PyCFunction)Batch_telemetry, METH_NOARGS,
+     "telemetry()\n--\n\nBatchTelemetry(start_us, post_ns, xfer_ns, bytes, requests, ended, "
+     "completed): what the batch did so far (ote_batch_telemetry); never blocks. Final once "
+     "ended == requests, until the next submit (the figures add up over submits)."},
+    {"release", (PyCFunction)Batch_release, METH_NOARGS,
+     "release()\n--\n\nRelease the batch; tasks in flight drain first. Idempotent; "
+     "does nothing once the engine is closed (the engine released it)."},
+    {"__enter__", (PyCFunction)Batch_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)Batch_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Batch_getset[] = {
+    {"capacity", (getter)Batch_get_capacity, NULL, "Tasks the batch can hold.", NULL},
+    {"closed", (getter)Batch_get_closed, NULL,
+     "True once released (or its engine closed).", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name      = "orbitte.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_flags     = Py_TPFLAGS_DEFAULT,
+    .tp_doc       = "A batch of READ/WRITE tasks (Engine.batch).",
+    .tp_dealloc   = (destructor)Batch_dealloc,
+    .tp_methods   = Batch_methods,
+    .tp_getset    = Batch_getset,
+};
+
+PyTypeObject TaskStatusType, BatchTelemetryType;
