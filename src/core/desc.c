@@ -92,6 +92,9 @@ void ote_desc_free(ote_desc_t *d)
     if (d == NULL)
         return;
     free(d->regions);
+    free(d->starts);
+    free(d->ends);
+    free(d->tops);
     free(d->exports);
     free(d->blob);
     free(d);
@@ -134,6 +137,26 @@ static bool decode_exports(ote_rd_t *r, ote_desc_t *d)
             (x->access & ~OTE_DESC_ACCESS_MASK))
             return false;
     }
+    return true;
+}
+
+/* The lookup index of d's sorted regions (desc.h); false when out of memory. */
+static bool index_build(ote_desc_t *d)
+{
+    size_t n = d->num_regions;
+
+    d->num_tops = (n + OTE_DESC_TOP_STRIDE - 1) / OTE_DESC_TOP_STRIDE;
+    d->starts   = malloc((n ? n : 1) * sizeof(*d->starts));
+    d->ends     = malloc((n ? n : 1) * sizeof(*d->ends));
+    d->tops     = malloc((d->num_tops ? d->num_tops : 1) * sizeof(*d->tops));
+    if (d->starts == NULL || d->ends == NULL || d->tops == NULL)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        d->starts[i] = d->regions[i].addr;
+        d->ends[i]   = d->regions[i].addr + d->regions[i].length; /* no wrap: decode checked */
+    }
+    for (size_t j = 0; j < d->num_tops; j++)
+        d->tops[j] = d->starts[j * OTE_DESC_TOP_STRIDE];
     return true;
 }
 
@@ -225,27 +248,60 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
     if (ote_rd_end(&r) != OTE_OK)
         goto err;
     qsort(d->regions, d->num_regions, sizeof(*d->regions), region_cmp);
+    if (!index_build(d))
+        goto err_nomem;
     *desc_p = d;
     return OTE_OK;
 
 err:
     ote_desc_free(d);
     return OTE_ERR_PROTOCOL;
+err_nomem:
+    ote_desc_free(d);
+    return OTE_ERR_NO_MEMORY;
 }
 
-size_t ote_desc_regions_upto(const ote_desc_t *d, uint64_t addr)
+/* How many of a[lo, hi) (sorted) are <= v, plus lo. */
+static size_t count_le(const uint64_t *a, size_t lo, size_t hi, uint64_t v)
 {
-    size_t lo = 0, hi = d->num_regions;
-
     while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
+        size_t mid = lo + (hi - lo) / 2;
 
-        if (d->regions[mid].addr <= addr)
+        if (a[mid] <= v)
             lo = mid + 1;
         else
             hi = mid;
     }
     return lo;
+}
+
+size_t ote_desc_regions_upto(const ote_desc_t *d, uint64_t addr)
+{
+    size_t j, lo, hi;
+
+    if (d->starts == NULL) {
+        /* A descriptor made without the index: search the entries. */
+        lo = 0;
+        hi = d->num_regions;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+
+            if (d->regions[mid].addr <= addr)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        return lo;
+    }
+    /* The block of OTE_DESC_TOP_STRIDE starts that holds the answer, then within it. */
+    j = count_le(d->tops, 0, d->num_tops, addr);
+    if (j == 0)
+        return 0;
+    lo = (j - 1) * OTE_DESC_TOP_STRIDE + 1; /* starts[lo - 1] <= addr */
+    hi = lo - 1 + OTE_DESC_TOP_STRIDE;      /* starts[hi] > addr when hi < n */
+    if (hi > d->num_regions)
+        hi = d->num_regions;
+    return count_le(d->starts, lo, hi, addr);
 }
 
 const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr, size_t len)
@@ -254,13 +310,14 @@ const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr
 
     if (len == 0 || addr + len < addr)
         return NULL;
-    /* Last region with start <= addr, then look back for one that covers. */
+    /*
+     * Last region with start <= addr, then look back for one that covers:
+     * the index's ends only, the region entry once it is found.
+     */
     lo = ote_desc_regions_upto(d, addr);
     for (size_t i = lo; i-- > 0;) {
-        const ote_desc_region_t *reg = &d->regions[i];
-
-        if (reg->addr + reg->length >= addr + len)
-            return reg;
+        if (ote_desc_end(d, i) >= addr + len)
+            return &d->regions[i];
         if (lo - i > 64)
             break; /* nested regions deeper than this are not worth a scan */
     }
