@@ -100,13 +100,59 @@ void ote_desc_free(ote_desc_t *d)
     free(d);
 }
 
-static int region_cmp(const void *a, const void *b)
+/* A region's sort key: by address, then length, then the peer's order (stable). */
+typedef struct {
+    uint64_t addr, length;
+    uint32_t order;
+} region_key_t;
+
+static int region_key_cmp(const void *a, const void *b)
 {
-    const ote_desc_region_t *x = a, *y = b;
+    const region_key_t *x = a, *y = b;
 
     if (x->addr != y->addr)
         return x->addr < y->addr ? -1 : 1;
-    return x->length < y->length ? -1 : (x->length > y->length);
+    if (x->length != y->length)
+        return x->length < y->length ? -1 : 1;
+    return x->order < y->order ? -1 : (x->order > y->order);
+}
+
+/*
+ * Sort d's regions by (addr, length), equal ones in the peer's order: the
+ * small keys are sorted and the entries (each over 300 bytes) moved once,
+ * not at every step of the sort; none moved when the peer registered in
+ * address order. False when out of memory.
+ */
+static bool regions_sort(ote_desc_t *d)
+{
+    size_t n = d->num_regions;
+    region_key_t *keys;
+    ote_desc_region_t *sorted;
+    bool in_order = true;
+
+    for (size_t i = 1; i < n && in_order; i++) {
+        const ote_desc_region_t *p = &d->regions[i - 1], *q = &d->regions[i];
+
+        in_order = p->addr < q->addr || (p->addr == q->addr && p->length <= q->length);
+    }
+    if (in_order)
+        return true;
+    keys   = malloc(n * sizeof(*keys));
+    sorted = malloc(n * sizeof(*sorted));
+    if (keys == NULL || sorted == NULL) {
+        free(keys);
+        free(sorted);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (region_key_t){d->regions[i].addr, d->regions[i].length, (uint32_t)i};
+    qsort(keys, n, sizeof(*keys), region_key_cmp);
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = d->regions[keys[i].order];
+    free(keys);
+    free(d->regions);
+    d->regions = sorted;
+    return true;
 }
 
 /* Smallest encoded region: addr, length, access, empty location, no rkeys. */
@@ -247,8 +293,7 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
         goto err;
     if (ote_rd_end(&r) != OTE_OK)
         goto err;
-    qsort(d->regions, d->num_regions, sizeof(*d->regions), region_cmp);
-    if (!index_build(d))
+    if (!regions_sort(d) || !index_build(d))
         goto err_nomem;
     *desc_p = d;
     return OTE_OK;

@@ -51,6 +51,18 @@ static ote_desc_t *make_desc(const rg_t *r, size_t n)
     assert_int_equal(ote_desc_decode(b.data, b.len, &d), OTE_OK);
     free(b.data);
     assert_int_equal(d->num_regions, n);
+    /* Sorted by address, then length; equal ranges in the order listed. */
+    for (size_t i = 1; i < n; i++) {
+        const ote_desc_region_t *p = &d->regions[i - 1], *q = &d->regions[i];
+
+        assert_true(p->addr < q->addr || (p->addr == q->addr && p->length < q->length) ||
+                    (p->addr == q->addr && p->length == q->length && p->order < q->order));
+    }
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(d->regions[i].addr, r[d->regions[i].order].addr);
+        assert_int_equal(d->regions[i].length, r[d->regions[i].order].length);
+        assert_int_equal(d->regions[i].access, d->regions[i].order % 3 + 1);
+    }
     assert_non_null(d->starts);
     assert_non_null(d->ends);
     assert_int_equal(d->num_tops, (n + OTE_DESC_TOP_STRIDE - 1) / OTE_DESC_TOP_STRIDE);
@@ -175,7 +187,10 @@ static void test_nested_and_equal(void **state)
     r[n++] = (rg_t){0x31000, 0x1000};          /* adjacent */
     r[n++] = (rg_t){UINT64_MAX - 0x1fff, 0x1000}; /* near the top (an end past it wraps) */
     r[n++] = (rg_t){0, 1};                     /* the first byte */
+    r[n++] = (rg_t){0x18000, 0x10};            /* the tiny one again: listed later */
     d = make_desc(r, n);
+    /* of two equal ranges, the one listed later is found (the last that covers) */
+    assert_int_equal(ote_desc_find_region(d, 0x18000, 0x10)->order, n - 1);
     /* inside the tiny inner one: the last starting at or before, that covers */
     assert_int_equal(ote_desc_find_region(d, 0x18000, 0x10)->length, 0x10);
     /* past the tiny one's end: back to a covering region (the outer) */
