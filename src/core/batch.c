@@ -317,7 +317,8 @@ static const ote_desc_region_t *remote_region(ote_segment_h seg, uint64_t addr, 
         return NULL;
     if (ctx->desc == d && rreg != NULL && addr >= rreg->addr && len <= rreg->length &&
         addr - rreg->addr <= rreg->length - len &&
-        (rreg + 1 == d->regions + d->num_regions || rreg[1].addr > addr))
+        (rreg + 1 == d->regions + d->num_regions ||
+         ote_desc_start(d, (size_t)(rreg - d->regions) + 1) > addr))
         return rreg;
     rreg = ote_desc_find_region(d, addr, len);
     if (rreg != NULL) {

@@ -20,18 +20,19 @@ static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t 
     ote_status_t best = OTE_ERR_NOT_REGISTERED;
     size_t lo = ote_desc_regions_upto(d, addr);
 
+    /* Starts and ends from the descriptor's index; a region's entry only when it covers. */
     for (size_t i = lo; i-- > 0 && lo - i <= 64;) {
-        const ote_desc_region_t *reg = &d->regions[i];
+        uint64_t start = ote_desc_start(d, i), end = ote_desc_end(d, i);
 
-        if (addr - reg->addr >= reg->length)
+        if (addr - start >= end - start)
             continue;
-        if (reg->length - (addr - reg->addr) < len) {
+        if (end - addr < len) {
             if (best == OTE_ERR_NOT_REGISTERED)
                 best = OTE_ERR_OUT_OF_BOUNDS;
             continue;
         }
-        if ((reg->access & access) == access) {
-            *reg_p = reg;
+        if ((d->regions[i].access & access) == access) {
+            *reg_p = &d->regions[i];
             return OTE_OK;
         }
         best = OTE_ERR_ACCESS;

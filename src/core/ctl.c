@@ -363,6 +363,58 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
     return status;
 }
 
+static void ctl_desc_drop(ote_ctl_t *ctl)
+{
+    free(ctl->desc_cache.data);
+    free(ctl->desc_skel.data);
+    ctl->desc_cache = (ote_buf_t){0};
+    ctl->desc_skel  = (ote_buf_t){0};
+    ctl->desc_valid = false;
+}
+
+/*
+ * The engine's descriptor for GET_DESC (*d_p, the listener's until the
+ * next call): the last one encoded while nothing it says has changed. The
+ * region table's generation moves with every region linked or unlinked
+ * and every md joined (rkeys); it is read before the regions are encoded,
+ * so a change during the encoding makes the next fetch encode again. The
+ * rest (transports, mds, exports, names) is encoded without the regions,
+ * cheap, and compared byte for byte.
+ */
+static ote_status_t ctl_desc(ote_ctl_t *ctl, const ote_buf_t **d_p)
+{
+    ote_engine_h e = ctl->engine;
+    ote_buf_t skel = {0}, full = {0};
+    uint64_t gen   = ote_mem_table_generation(e->regions);
+    ote_status_t status;
+
+    status = ote_engine_desc_skeleton(e, &skel);
+    if (status != OTE_OK) {
+        free(skel.data);
+        return status;
+    }
+    if (ctl->desc_valid && gen == ctl->desc_gen && skel.len == ctl->desc_skel.len &&
+        memcmp(skel.data, ctl->desc_skel.data, skel.len) == 0) {
+        free(skel.data);
+        *d_p = &ctl->desc_cache;
+        return OTE_OK;
+    }
+    ctl_desc_drop(ctl);
+    atomic_fetch_add(&ctl->desc_encodes, 1);
+    status = ote_engine_desc_encode(e, &full);
+    if (status != OTE_OK) {
+        free(skel.data);
+        free(full.data);
+        return status;
+    }
+    ctl->desc_cache = full;
+    ctl->desc_skel  = skel;
+    ctl->desc_gen   = gen;
+    ctl->desc_valid = true;
+    *d_p            = &ctl->desc_cache;
+    return OTE_OK;
+}
+
 /* Handle one complete request; returns non-OK to close the connection. */
 static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
@@ -374,17 +426,16 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
         return handle_auth(ctl, c);
     switch (c->h.type) {
     case OTE_CTL_GET_DESC: {
-        ote_buf_t out = {0};
+        const ote_buf_t *d = NULL;
         uint8_t st[4];
 
         if (c->h.length != 0)
             return OTE_ERR_PROTOCOL;
         atomic_fetch_add(&ctl->desc_served, 1);
-        status = ote_engine_desc_encode(e, &out);
+        status = ctl_desc(ctl, &d);
         ote_put_u32(st, (uint32_t)status);
-        status = ote_ctl_reply(ctl, c, OTE_CTL_DESC, st, 4, status == OTE_OK ? out.data : NULL,
-                       status == OTE_OK ? out.len : 0);
-        free(out.data);
+        status = ote_ctl_reply(ctl, c, OTE_CTL_DESC, st, 4, status == OTE_OK ? d->data : NULL,
+                       status == OTE_OK ? d->len : 0);
         break;
     }
     case OTE_CTL_NOTIFY: {
@@ -649,6 +700,7 @@ ote_status_t ote_ctl_start(ote_engine_h e, const char *listen_addr, ote_ctl_t **
     ctl->engine    = e;
     ctl->listen_fd = ctl->epfd = ctl->stop_fd = ctl->done_fd = -1;
     atomic_init(&ctl->desc_served, 0);
+    atomic_init(&ctl->desc_encodes, 0);
     pthread_mutex_init(&ctl->done_lock, NULL);
     pthread_cond_init(&ctl->done_cond, NULL);
     status = ote_sockaddr_parse(listen_addr, &ss, &len);
@@ -725,10 +777,16 @@ void ote_ctl_stop(ote_ctl_t *ctl)
         close(ctl->done_fd);
     pthread_mutex_destroy(&ctl->done_lock);
     pthread_cond_destroy(&ctl->done_cond);
+    ctl_desc_drop(ctl);
     free(ctl);
 }
 
 unsigned long ote_engine_desc_served(ote_engine_h e)
 {
     return e->ctl != NULL ? atomic_load(&e->ctl->desc_served) : 0;
+}
+
+unsigned long ote_engine_desc_encodes(ote_engine_h e)
+{
+    return e->ctl != NULL ? atomic_load(&e->ctl->desc_encodes) : 0;
 }

@@ -143,6 +143,16 @@ struct ote_ctl {
     ote_proto_jobs_t *file_pool;   /* FILE_IO threads, started on the first request */
     file_bounce_t   bounce[CTL_FILE_IO_THREADS]; /* FILE_IOs by rails (done_lock) */
     atomic_ulong    desc_served;   /* GET_DESC requests answered */
+    /*
+     * The last descriptor GET_DESC encoded (control thread only): served
+     * again while the region table's generation and everything else the
+     * descriptor says (its skeleton: transports, mds, exports) are unchanged.
+     */
+    ote_buf_t       desc_cache;
+    ote_buf_t       desc_skel;
+    uint64_t        desc_gen;
+    bool            desc_valid;
+    atomic_ulong    desc_encodes;  /* full encodings for GET_DESC */
 };
 
 /* Send a reply (a and b concatenated), or keep what the socket does not take. */

@@ -92,18 +92,67 @@ void ote_desc_free(ote_desc_t *d)
     if (d == NULL)
         return;
     free(d->regions);
+    free(d->starts);
+    free(d->ends);
+    free(d->tops);
     free(d->exports);
     free(d->blob);
     free(d);
 }
 
-static int region_cmp(const void *a, const void *b)
+/* A region's sort key: by address, then length, then the peer's order (stable). */
+typedef struct {
+    uint64_t addr, length;
+    uint32_t order;
+} region_key_t;
+
+static int region_key_cmp(const void *a, const void *b)
 {
-    const ote_desc_region_t *x = a, *y = b;
+    const region_key_t *x = a, *y = b;
 
     if (x->addr != y->addr)
         return x->addr < y->addr ? -1 : 1;
-    return x->length < y->length ? -1 : (x->length > y->length);
+    if (x->length != y->length)
+        return x->length < y->length ? -1 : 1;
+    return x->order < y->order ? -1 : (x->order > y->order);
+}
+
+/*
+ * Sort d's regions by (addr, length), equal ones in the peer's order: the
+ * small keys are sorted and the entries (each over 300 bytes) moved once,
+ * not at every step of the sort; none moved when the peer registered in
+ * address order. False when out of memory.
+ */
+static bool regions_sort(ote_desc_t *d)
+{
+    size_t n = d->num_regions;
+    region_key_t *keys;
+    ote_desc_region_t *sorted;
+    bool in_order = true;
+
+    for (size_t i = 1; i < n && in_order; i++) {
+        const ote_desc_region_t *p = &d->regions[i - 1], *q = &d->regions[i];
+
+        in_order = p->addr < q->addr || (p->addr == q->addr && p->length <= q->length);
+    }
+    if (in_order)
+        return true;
+    keys   = malloc(n * sizeof(*keys));
+    sorted = malloc(n * sizeof(*sorted));
+    if (keys == NULL || sorted == NULL) {
+        free(keys);
+        free(sorted);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (region_key_t){d->regions[i].addr, d->regions[i].length, (uint32_t)i};
+    qsort(keys, n, sizeof(*keys), region_key_cmp);
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = d->regions[keys[i].order];
+    free(keys);
+    free(d->regions);
+    d->regions = sorted;
+    return true;
 }
 
 /* Smallest encoded region: addr, length, access, empty location, no rkeys. */
@@ -134,6 +183,26 @@ static bool decode_exports(ote_rd_t *r, ote_desc_t *d)
             (x->access & ~OTE_DESC_ACCESS_MASK))
             return false;
     }
+    return true;
+}
+
+/* The lookup index of d's sorted regions (desc.h); false when out of memory. */
+static bool index_build(ote_desc_t *d)
+{
+    size_t n = d->num_regions;
+
+    d->num_tops = (n + OTE_DESC_TOP_STRIDE - 1) / OTE_DESC_TOP_STRIDE;
+    d->starts   = malloc((n ? n : 1) * sizeof(*d->starts));
+    d->ends     = malloc((n ? n : 1) * sizeof(*d->ends));
+    d->tops     = malloc((d->num_tops ? d->num_tops : 1) * sizeof(*d->tops));
+    if (d->starts == NULL || d->ends == NULL || d->tops == NULL)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        d->starts[i] = d->regions[i].addr;
+        d->ends[i]   = d->regions[i].addr + d->regions[i].length; /* no wrap: decode checked */
+    }
+    for (size_t j = 0; j < d->num_tops; j++)
+        d->tops[j] = d->starts[j * OTE_DESC_TOP_STRIDE];
     return true;
 }
 
@@ -224,28 +293,67 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
         goto err;
     if (ote_rd_end(&r) != OTE_OK)
         goto err;
-    qsort(d->regions, d->num_regions, sizeof(*d->regions), region_cmp);
+    if (!regions_sort(d) || !index_build(d))
+        goto err_nomem;
     *desc_p = d;
     return OTE_OK;
 
 err:
     ote_desc_free(d);
     return OTE_ERR_PROTOCOL;
+err_nomem:
+    ote_desc_free(d);
+    return OTE_ERR_NO_MEMORY;
+}
+
+/*
+ * How many of a[lo, hi) (sorted) are <= v, plus lo. Without a branch on
+ * the data (a conditional move per step): a random lookup would mispredict
+ * half of them.
+ */
+static size_t count_le(const uint64_t *a, size_t lo, size_t hi, uint64_t v)
+{
+    const uint64_t *base = a + lo;
+    size_t n             = hi - lo;
+
+    if (n == 0)
+        return lo;
+    while (n > 1) {
+        size_t half = n / 2;
+
+        base = base[half] <= v ? base + half : base;
+        n -= half;
+    }
+    return (size_t)(base - a) + (*base <= v);
 }
 
 size_t ote_desc_regions_upto(const ote_desc_t *d, uint64_t addr)
 {
-    size_t lo = 0, hi = d->num_regions;
+    size_t j, lo, hi;
 
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
+    if (d->starts == NULL) {
+        /* A descriptor made without the index: search the entries. */
+        lo = 0;
+        hi = d->num_regions;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
 
-        if (d->regions[mid].addr <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
+            if (d->regions[mid].addr <= addr)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        return lo;
     }
-    return lo;
+    /* The block of OTE_DESC_TOP_STRIDE starts that holds the answer, then within it. */
+    j = count_le(d->tops, 0, d->num_tops, addr);
+    if (j == 0)
+        return 0;
+    lo = (j - 1) * OTE_DESC_TOP_STRIDE + 1; /* starts[lo - 1] <= addr */
+    hi = lo - 1 + OTE_DESC_TOP_STRIDE;      /* starts[hi] > addr when hi < n */
+    if (hi > d->num_regions)
+        hi = d->num_regions;
+    return count_le(d->starts, lo, hi, addr);
 }
 
 const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr, size_t len)
@@ -254,13 +362,14 @@ const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr
 
     if (len == 0 || addr + len < addr)
         return NULL;
-    /* Last region with start <= addr, then look back for one that covers. */
+    /*
+     * Last region with start <= addr, then look back for one that covers:
+     * the index's ends only, the region entry once it is found.
+     */
     lo = ote_desc_regions_upto(d, addr);
     for (size_t i = lo; i-- > 0;) {
-        const ote_desc_region_t *reg = &d->regions[i];
-
-        if (reg->addr + reg->length >= addr + len)
-            return reg;
+        if (ote_desc_end(d, i) >= addr + len)
+            return &d->regions[i];
         if (lo - i > 64)
             break; /* nested regions deeper than this are not worth a scan */
     }

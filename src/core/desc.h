@@ -70,7 +70,20 @@ typedef struct {
     uint8_t           *blob;    /* the encoded bytes rkeys point into */
     size_t             blob_len;
     atomic_long        refs;    /* holders: a segment, and tasks using its rkeys */
+    /*
+     * The lookup index ote_desc_decode builds (NULL in a descriptor made
+     * otherwise: lookups then read regions): starts[i] and ends[i] are
+     * regions[i].addr and addr + length, packed so that a search touches
+     * 8 bytes per step, not a region entry; tops[j] is starts[j *
+     * OTE_DESC_TOP_STRIDE], a small first level that stays in the cache.
+     */
+    uint64_t          *starts;
+    uint64_t          *ends;
+    uint64_t          *tops;
+    size_t             num_tops;
 } ote_desc_t;
+
+#define OTE_DESC_TOP_STRIDE 16
 
 /*
  * Encode an engine's descriptor. desc->regions/blob are ignored; regions
@@ -84,6 +97,17 @@ void         ote_desc_free(ote_desc_t *desc);
 size_t ote_desc_regions_upto(const ote_desc_t *desc, uint64_t addr);
 /* Region covering [addr, addr+len) in a decoded descriptor, or NULL. */
 const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *desc, uint64_t addr, size_t len);
+/* Start and end (addr + length) of regions[i], from the index when there is one. */
+static inline uint64_t ote_desc_start(const ote_desc_t *d, size_t i)
+{
+    return d->starts != NULL ? d->starts[i] : d->regions[i].addr;
+}
+
+static inline uint64_t ote_desc_end(const ote_desc_t *d, size_t i)
+{
+    return d->ends != NULL ? d->ends[i] : d->regions[i].addr + d->regions[i].length;
+}
+
 /* The export entry of that name, or NULL. */
 const ote_desc_export_t *ote_desc_find_export(const ote_desc_t *desc, const char *name);
 

@@ -605,7 +605,8 @@ ote_status_t ote_engine_desc_export(ote_engine_h e, void **buf_p, size_t *len_p)
     return OTE_OK;
 }
 
-ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
+/* The descriptor with table's regions (none when table is NULL). */
+static ote_status_t engine_desc_encode(ote_engine_h e, ote_mem_table_t *table, ote_buf_t *out)
 {
     ote_desc_t *d = calloc(1, sizeof(*d));
 
@@ -635,7 +636,17 @@ ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
     d->num_mds = e->num_mds;
     for (size_t i = 0; i < e->num_mds; i++)
         snprintf(d->mds[i], sizeof(d->mds[i]), "%s", e->mds[i]->name);
-    return ote_fexport_desc_encode(&e->fexports, d, e->regions, out);
+    return ote_fexport_desc_encode(&e->fexports, d, table, out);
+}
+
+ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
+{
+    return engine_desc_encode(e, e->regions, out);
+}
+
+ote_status_t ote_engine_desc_skeleton(ote_engine_h e, ote_buf_t *out)
+{
+    return engine_desc_encode(e, NULL, out);
 }
 
 /* ---- memory API ------------------------------------------------------------ */

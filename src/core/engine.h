@@ -218,6 +218,13 @@ uint64_t      ote_engine_peer_rail_bytes(ote_engine_h engine, const char *tl);
 unsigned long ote_engine_desc_served(ote_engine_h engine);
 /* Encode this engine's descriptor. */
 ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
+/*
+ * The same without its regions: everything else the descriptor says (the
+ * control listener's cache of encoded descriptors compares it).
+ */
+ote_status_t ote_engine_desc_skeleton(ote_engine_h engine, ote_buf_t *out);
+/* Full descriptor encodings the control listener made for GET_DESC so far (tests). */
+unsigned long ote_engine_desc_encodes(ote_engine_h engine);
 /* Queue a received notification; BUSY when the backlog is full. */
 ote_status_t ote_engine_notif_push(ote_engine_h engine, const ote_ctl_notify_t *n);
 

@@ -156,6 +156,13 @@ struct ote_mem_table {
     ote_region_t         **handles;
     size_t                 handles_cap; /* power of two                     */
     size_t                 handles_count;
+    /*
+     * The same regions by their range (start, end): a registration of a
+     * range registered already finds it in one probe run (one or two cache
+     * lines) and the region, where the index takes a few lines per level.
+     * handles_cap slots, linear probing; tag: the range's hash, never 0.
+     */
+    struct ote_range_slot *ranges;
 };
 
 void ote_mem_table_wrlock(ote_mem_table_t *t);

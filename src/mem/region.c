@@ -103,10 +103,84 @@ static void handle_put(ote_mem_table_t *t, ote_region_t *r)
     t->handles_count++;
 }
 
-/* Under the write lock: room for extra more handles at half load. */
+/* ---- range set: the table's regions by (start, end) --------------------- */
+
+struct ote_range_slot {
+    uint64_t      tag; /* range_tag() of the region's range; 0: empty */
+    ote_region_t *r;
+};
+
+static uint64_t range_tag(uint64_t start, uint64_t end)
+{
+    uint64_t h = start * 0x9e3779b97f4a7c15ull ^ end * 0xc2b2ae3d27d4eb4full;
+
+    h ^= h >> 31;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 29;
+    return h != 0 ? h : 1;
+}
+
+static size_t range_home(const ote_mem_table_t *t, uint64_t tag)
+{
+    return (size_t)(tag >> 20) & (t->handles_cap - 1);
+}
+
+static void range_put(ote_mem_table_t *t, ote_region_t *r)
+{
+    uint64_t tag = range_tag(r->node.start, r->node.end);
+    size_t i     = range_home(t, tag);
+
+    while (t->ranges[i].tag != 0)
+        i = (i + 1) & (t->handles_cap - 1);
+    t->ranges[i] = (struct ote_range_slot){.tag = tag, .r = r};
+}
+
+static void range_remove(ote_mem_table_t *t, ote_region_t *r)
+{
+    size_t mask = t->handles_cap - 1, i, j;
+
+    for (i = range_home(t, range_tag(r->node.start, r->node.end)); t->ranges[i].r != r;
+         i = (i + 1) & mask) {
+        if (t->ranges[i].tag == 0)
+            return;
+    }
+    t->ranges[i] = (struct ote_range_slot){0};
+    /* Backward shift, as for handles. */
+    for (j = (i + 1) & mask; t->ranges[j].tag != 0; j = (j + 1) & mask) {
+        size_t home = range_home(t, t->ranges[j].tag);
+
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            t->ranges[i] = t->ranges[j];
+            t->ranges[j] = (struct ote_range_slot){0};
+            i            = j;
+        }
+    }
+}
+
+/* A region of the table over exactly [start, end) that pred accepts (read lock). */
+static ote_region_t *range_find(const ote_mem_table_t *t, uint64_t start, uint64_t end,
+                                bool (*pred)(const ote_region_t *r, void *arg), void *arg)
+{
+    uint64_t tag = range_tag(start, end);
+
+    if (t->handles_cap == 0)
+        return NULL;
+    for (size_t i = range_home(t, tag); t->ranges[i].tag != 0;
+         i = (i + 1) & (t->handles_cap - 1)) {
+        ote_region_t *r = t->ranges[i].r;
+
+        if (t->ranges[i].tag == tag && r->node.start == start && r->node.end == end &&
+            pred(r, arg))
+            return r;
+    }
+    return NULL;
+}
+
+/* Under the write lock: room for extra more handles (and ranges) at half load. */
 static ote_status_t handles_reserve(ote_mem_table_t *t, size_t extra)
 {
     ote_region_t **old = t->handles;
+    struct ote_range_slot *old_ranges = t->ranges;
     size_t old_cap     = t->handles_cap;
     size_t cap         = old_cap ? old_cap : 64;
 
@@ -117,17 +191,24 @@ static ote_status_t handles_reserve(ote_mem_table_t *t, size_t extra)
     if (cap == old_cap)
         return OTE_OK;
     t->handles = calloc(cap, sizeof(*t->handles));
-    if (t->handles == NULL) {
+    t->ranges  = calloc(cap, sizeof(*t->ranges));
+    if (t->handles == NULL || t->ranges == NULL) {
+        free(t->handles);
+        free(t->ranges);
         t->handles = old;
+        t->ranges  = old_ranges;
         return OTE_ERR_NO_MEMORY;
     }
     t->handles_cap   = cap;
     t->handles_count = 0;
     for (size_t i = 0; i < old_cap; i++) {
-        if (old[i] != NULL)
+        if (old[i] != NULL) {
             handle_put(t, old[i]);
+            range_put(t, old[i]);
+        }
     }
     free(old);
+    free(old_ranges);
     return OTE_OK;
 }
 
@@ -161,6 +242,7 @@ static void table_put(ote_mem_table_t *t)
     pthread_mutex_destroy(&t->wlock);
     pthread_rwlock_destroy(&t->md_lock);
     free(t->handles);
+    free(t->ranges);
     ote_sidx_fini(&t->index);
     free(t);
 }
@@ -387,6 +469,7 @@ static ote_status_t table_link(ote_mem_table_t *t, ote_region_t *r)
     atomic_init(&r->accessors, 0);
     atomic_store(&r->in_table, true);
     handle_put(t, r);
+    range_put(t, r);
     t->generation++;
     return OTE_OK;
 }
@@ -396,6 +479,7 @@ static void table_unlink(ote_mem_table_t *t, ote_region_t *r)
 {
     ote_sidx_remove(&t->index, &r->node);
     handle_remove(t, r);
+    range_remove(t, r);
     atomic_store(&r->in_table, false);
     t->generation++;
 }
@@ -412,21 +496,17 @@ typedef struct {
     unsigned access;
 } dup_match_t;
 
-static bool dup_match(ote_itree_node_t *node, void *arg)
+static bool dup_match(const ote_region_t *r, void *arg)
 {
-    const ote_region_t *r = REGION_OF(node);
-
     return !r->owned && r->access == ((dup_match_t *)arg)->access;
 }
 
+/* The user's region over exactly d's range with d's access (at most one: see register). */
 static ote_region_t *table_find_dup(ote_mem_table_t *t, const ote_mem_desc_t *d)
 {
     dup_match_t m = {.access = d->access};
-    ote_itree_node_t *n;
 
-    n = ote_sidx_find_range(&t->index, (uintptr_t)d->addr, (uintptr_t)d->addr + d->length,
-                            dup_match, &m);
-    return n != NULL ? REGION_OF(n) : NULL;
+    return range_find(t, (uintptr_t)d->addr, (uintptr_t)d->addr + d->length, dup_match, &m);
 }
 
 typedef struct {

@@ -115,6 +115,80 @@ static void test_duplicate_refcount(void **state)
     assert_int_equal(ote_mem_table_count(f->table), 0);
 }
 
+/*
+ * Registering a range again finds its region among many (the table's
+ * range set, grown several times): adjacent ranges, equal starts with
+ * other ends, the same range with other access; and after half of them are
+ * gone (the set's removals), the others are still found, the gone ones
+ * registered anew.
+ */
+static void test_duplicate_many(void **state)
+{
+    fixture_t *f = *state;
+    size_t n     = 1500;
+    ote_region_t **outer = calloc(n, sizeof(*outer)), **inner = calloc(n, sizeof(*inner));
+    ote_region_t **ro = calloc(n, sizeof(*ro));
+    uint64_t gen;
+    long regs;
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t a = FAKE_BASE + i * 8192;
+
+        outer[i] = reg1(f, a, 8192, RW);     /* adjacent to the next one */
+        inner[i] = reg1(f, a, 4096, RW);     /* same start, other end */
+        ro[i]    = reg1(f, a, 8192, R);      /* same range, other access */
+        assert_ptr_not_equal(outer[i], inner[i]);
+        assert_ptr_not_equal(outer[i], ro[i]);
+    }
+    assert_int_equal(ote_mem_table_count(f->table), 3 * n);
+    gen  = ote_mem_table_generation(f->table);
+    regs = f->md.regs;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (k * 7919) % n;
+        uint64_t a = FAKE_BASE + i * 8192;
+
+        assert_ptr_equal(reg1(f, a, 8192, RW), outer[i]);
+        assert_ptr_equal(reg1(f, a, 4096, RW), inner[i]);
+        assert_ptr_equal(reg1(f, a, 8192, R), ro[i]);
+        assert_int_equal(outer[i]->refs, 2);
+        assert_int_equal(ote_mem_table_deregister(f->table, outer[i]), OTE_OK);
+        assert_int_equal(ote_mem_table_deregister(f->table, inner[i]), OTE_OK);
+        assert_int_equal(ote_mem_table_deregister(f->table, ro[i]), OTE_OK);
+    }
+    assert_int_equal(ote_mem_table_generation(f->table), gen);
+    assert_int_equal(f->md.regs, regs);
+    assert_int_equal(ote_mem_table_count(f->table), 3 * n);
+    /* Half of the outer ones go. */
+    for (size_t i = 0; i < n; i += 2)
+        assert_int_equal(ote_mem_table_deregister(f->table, outer[i]), OTE_OK);
+    assert_int_equal(ote_mem_table_count(f->table), 3 * n - (n + 1) / 2);
+    for (size_t i = 1; i < n; i += 2) {
+        assert_ptr_equal(reg1(f, FAKE_BASE + i * 8192, 8192, RW), outer[i]);
+        assert_int_equal(outer[i]->refs, 2);
+        assert_int_equal(ote_mem_table_deregister(f->table, outer[i]), OTE_OK);
+        assert_ptr_equal(reg1(f, FAKE_BASE + i * 8192, 4096, RW), inner[i]);
+        assert_int_equal(ote_mem_table_deregister(f->table, inner[i]), OTE_OK);
+    }
+    assert_int_equal(ote_mem_table_count(f->table), 3 * n - (n + 1) / 2);
+    /* A gone one registered again is a new region of the table. */
+    gen = ote_mem_table_generation(f->table);
+    outer[0] = reg1(f, FAKE_BASE, 8192, RW);
+    assert_int_equal(outer[0]->refs, 1);
+    assert_int_equal(ote_mem_table_count(f->table), 3 * n - (n + 1) / 2 + 1);
+    assert_true(ote_mem_table_generation(f->table) != gen);
+    assert_int_equal(ote_mem_table_deregister(f->table, outer[0]), OTE_OK);
+    for (size_t i = 0; i < n; i++) {
+        if (i % 2 == 1)
+            assert_int_equal(ote_mem_table_deregister(f->table, outer[i]), OTE_OK);
+        assert_int_equal(ote_mem_table_deregister(f->table, inner[i]), OTE_OK);
+        assert_int_equal(ote_mem_table_deregister(f->table, ro[i]), OTE_OK);
+    }
+    assert_int_equal(ote_mem_table_count(f->table), 0);
+    free(outer);
+    free(inner);
+    free(ro);
+}
+
 static void test_duplicate_in_one_batch(void **state)
 {
     fixture_t *f = *state;
@@ -461,6 +535,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_register_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_refcount, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_in_one_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overlap_and_nested, setup, teardown),
         cmocka_unit_test_setup_teardown(test_straddle_two_regions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_access_flags, setup, teardown),
