@@ -651,10 +651,15 @@ ote_status_t ote_engine_desc_skeleton(ote_engine_h e, ote_buf_t *out)
 
 /* ---- memory API ------------------------------------------------------------ */
 
-/* What the engine publishes lists its regions: a change is announced to the metadata store. */
-static ote_status_t mem_changed(ote_engine_h e, ote_status_t status)
+/*
+ * What the engine publishes lists its regions: a change is announced to the
+ * metadata store. A call that left the region table as it was (a range
+ * registered again, one reference of it dropped) announces nothing: every
+ * announcement re-encodes and sends the whole descriptor.
+ */
+static ote_status_t mem_changed(ote_engine_h e, uint64_t gen_before, ote_status_t status)
 {
-    if (status == OTE_OK)
+    if (status == OTE_OK && ote_mem_table_generation(e->regions) != gen_before)
         ote_meta_changed(e->meta);
     return status;
 }
@@ -663,40 +668,50 @@ ote_status_t ote_mem_register(ote_engine_h e, const ote_mem_desc_t *descs, size_
                               ote_mem_h *mems_p)
 {
     ote_status_t status;
+    uint64_t gen;
 
     if (e == NULL || descs == NULL || count == 0 || mems_p == NULL)
         return OTE_ERR_INVALID_PARAM;
+    gen    = ote_mem_table_generation(e->regions);
     status = ote_mem_table_register(e->regions, descs, count, mems_p);
     if (status == OTE_OK)
         ote_obs_registered(e->obs, count);
-    return mem_changed(e, status);
+    return mem_changed(e, gen, status);
 }
 
 ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
 {
+    uint64_t gen;
+
     if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return mem_changed(e, ote_mem_table_deregister(e->regions, mem));
+    gen = ote_mem_table_generation(e->regions);
+    return mem_changed(e, gen, ote_mem_table_deregister(e->regions, mem));
 }
 
 ote_status_t ote_mem_alloc(ote_engine_h e, size_t length, const char *location, unsigned access,
                            void **addr_p, ote_mem_h *mem_p)
 {
     ote_status_t status;
+    uint64_t gen;
 
     if (e == NULL)
         return OTE_ERR_INVALID_PARAM;
+    gen    = ote_mem_table_generation(e->regions);
     status = ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p);
     if (status == OTE_OK)
         ote_obs_registered(e->obs, 1);
-    return mem_changed(e, status);
+    return mem_changed(e, gen, status);
 }
 
 ote_status_t ote_mem_free(ote_engine_h e, ote_mem_h mem)
 {
+    uint64_t gen;
+
     if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
-    return mem_changed(e, ote_mem_table_free(e->regions, mem));
+    gen = ote_mem_table_generation(e->regions);
+    return mem_changed(e, gen, ote_mem_table_free(e->regions, mem));
 }
 
 /* ---- ote_info -d ------------------------------------------------------------ */

@@ -39,6 +39,7 @@ struct ote_meta {
     bool                  dirty;     /* the descriptor changed since it was put */
     bool                  taken;     /* another engine took the name (said once) */
     bool                  said_held; /* why the name is not ours was logged */
+    unsigned long         puts;      /* descriptors sent to the store (claim or update) */
 };
 
 ote_status_t ote_meta_name_check(const char *name)
@@ -190,6 +191,7 @@ static ote_status_t meta_put(ote_meta_t *m, bool claim)
         status = ote_meta_record_encode(m->params.auth, m->name, desc.data, desc.len, &rec);
     if (status == OTE_OK) {
         m->dirty = false;
+        m->puts++;
         status   = claim ? m->ops->claim(m->ctx, m->key, rec.data, rec.len, m->params.ttl_s)
                          : m->ops->update(m->ctx, m->key, rec.data, rec.len, m->params.ttl_s);
         if (status != OTE_OK)
@@ -504,6 +506,18 @@ void ote_meta_changed(ote_meta_t *m)
         }
     }
     pthread_mutex_unlock(&m->lock);
+}
+
+unsigned long ote_meta_puts(ote_meta_t *m)
+{
+    unsigned long n;
+
+    if (m == NULL)
+        return 0;
+    pthread_mutex_lock(&m->lock);
+    n = m->puts;
+    pthread_mutex_unlock(&m->lock);
+    return n;
 }
 
 ote_status_t ote_meta_lookup(ote_meta_t *m, const char *name, ote_desc_t **desc_p)

@@ -198,6 +198,8 @@ void         ote_meta_destroy(ote_meta_t *meta);
  * the store answers, else the thread puts it when it does.
  */
 void         ote_meta_changed(ote_meta_t *meta);
+/* How many descriptors were sent to the store so far (claims and updates). */
+unsigned long ote_meta_puts(ote_meta_t *meta);
 /* Read and check the record under name, and decode its descriptor. */
 ote_status_t ote_meta_lookup(ote_meta_t *meta, const char *name, ote_desc_t **desc_p);
 /* Whether a name is acceptable as a key: 1..255 printable bytes, no space. */

@@ -23,6 +23,7 @@
 #include "store_server.h"
 
 #include "base/config.h"
+#include "core/engine.h"
 #include "core/meta.h"
 
 #include <pthread.h>
@@ -517,6 +518,40 @@ static void test_duplicate(void **state)
     ote_engine_destroy(e);
 }
 
+/*
+ * The descriptor goes to the store when the region table changed, and only
+ * then: a range registered again (the same handle, one more reference) and
+ * the drop of that reference send nothing; a new region and the last
+ * reference's removal send it once each.
+ */
+static void test_republish_only_on_change(void **state)
+{
+    ote_engine_h e = engine("decode-r");
+    static char buf[2][8192];
+    ote_mem_desc_t d = {.addr = buf[0], .length = sizeof(buf[0]), .location = "cpu:0",
+                        .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
+    ote_mem_h m1, m2, m3;
+    unsigned long p0 = ote_meta_puts(e->meta);
+
+    (void)state;
+    assert_int_equal(ote_mem_register(e, &d, 1, &m1), OTE_OK);
+    assert_int_equal(ote_meta_puts(e->meta), p0 + 1);
+    for (int i = 0; i < 50; i++) { /* the same range: no change to publish */
+        assert_int_equal(ote_mem_register(e, &d, 1, &m2), OTE_OK);
+        assert_ptr_equal(m2, m1);
+        assert_int_equal(ote_mem_deregister(e, m2), OTE_OK);
+    }
+    assert_int_equal(ote_meta_puts(e->meta), p0 + 1);
+    d.addr = buf[1];
+    assert_int_equal(ote_mem_register(e, &d, 1, &m3), OTE_OK);
+    assert_int_equal(ote_meta_puts(e->meta), p0 + 2);
+    assert_int_equal(ote_mem_deregister(e, m1), OTE_OK);
+    assert_int_equal(ote_meta_puts(e->meta), p0 + 3);
+    assert_int_equal(ote_mem_deregister(e, m3), OTE_OK);
+    assert_int_equal(ote_meta_puts(e->meta), p0 + 4);
+    ote_engine_destroy(e);
+}
+
 /* The store's own client, open, and the key of name. */
 static const ote_meta_ops_t *raw_open(const char *name, void **ctx_p, char *key, size_t key_len)
 {
@@ -680,6 +715,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_three_engines), cmocka_unit_test(test_kill_expiry),
         cmocka_unit_test(test_restart_same_name), cmocka_unit_test(test_duplicate),
+        cmocka_unit_test(test_republish_only_on_change),
         cmocka_unit_test(test_signed),       cmocka_unit_test(test_bad_uris),
         cmocka_unit_test(test_redis_password), cmocka_unit_test(test_store_loss),
         cmocka_unit_test(test_exported_file), cmocka_unit_test(test_restart_takeover),
