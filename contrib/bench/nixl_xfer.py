@@ -4,12 +4,21 @@ UCX backend, in two processes on this host, host memory (DRAM).
 
     python3 nixl_xfer.py SPEC [SPEC...] [--seconds S]
 
-SPEC is OP:SIZE:COUNT[:scatter], OP write or read: one transfer of COUNT
-blocks of SIZE bytes (one descriptor each; with "scatter" the blocks sit at
-shuffled slots of pools twice their footprint), posted again and again for
-about S seconds after a warm-up. Prints one JSON line per SPEC: GB/s (10^9
-bytes per second) and the p50 and p99 time of one transfer in microseconds.
-The transports are UCX's choice unless UCX_TLS says otherwise.
+SPEC is OP:SIZE:COUNT[:scatter[:LAYERS]], OP write or read: one transfer of
+COUNT blocks of SIZE bytes (one descriptor each; with "scatter" the blocks
+sit at shuffled slots of pools twice their footprint), posted again and
+again for about S seconds after a warm-up. The shapes are ote_perftest's,
+so that run.sh compares like with like: a SPEC of more than one block keeps
+--depth transfers in flight (default 2, ote_perftest's -D for *_bw: as many
+handles over the same descriptors, each posted again as soon as it is DONE,
+the oldest awaited first); a single block (the latency rows) one. With
+LAYERS (ote_perftest --kv LAYERS:COUNT/LAYERS), each request is LAYERS
+transfers of COUNT/LAYERS descriptors, one make_prepped_xfer per layer over
+lists prepped once (prep_xfer_dlist), all posted, then polled with
+check_xfer_state until DONE and released; requests run one after the other.
+Prints one JSON line per SPEC: GB/s (10^9 bytes per second) and the p50
+and p99 time of one transfer (or request) in microseconds, from its post to
+its DONE. The transports are UCX's choice unless UCX_TLS says otherwise.
 """
 import argparse
 import json
@@ -25,6 +34,11 @@ from nixl._api import nixl_agent, nixl_agent_config
 def parse(spec):
     f = spec.split(":")
     return f[0], int(f[1]), int(f[2]), len(f) > 3 and f[3] == "scatter"
+
+
+def layers_of(spec):
+    f = spec.split(":")
+    return int(f[4]) if len(f) > 4 else 0
 
 
 def pool_bytes(specs):
@@ -52,24 +66,40 @@ def target(args):
     return 0
 
 
-def run_spec(agent, peer, spec, laddr, raddr, seconds):
+def wait(agent, handle, spec):
+    state = agent.check_xfer_state(handle)
+    while state not in ("DONE", "ERR"):
+        state = agent.check_xfer_state(handle)
+    if state == "ERR":
+        raise RuntimeError(f"{spec}: transfer failed")
+
+
+def run_spec(agent, peer, spec, laddr, raddr, seconds, depth):
     op, size, count, scatter = parse(spec)
-    local = agent.get_xfer_descs(
-        [(laddr + i * size, size, 0) for i in slots(count, scatter, 1)], "DRAM")
-    remote = agent.get_xfer_descs(
-        [(raddr + i * size, size, 0) for i in slots(count, scatter, 2)], "DRAM")
-    handle = agent.initialize_xfer(op.upper(), local, remote, peer)
+    layers = layers_of(spec)
+    lrows = [(laddr + i * size, size, 0) for i in slots(count, scatter, 1)]
+    rrows = [(raddr + i * size, size, 0) for i in slots(count, scatter, 2)]
+    if layers:
+        return run_layers(agent, peer, spec, lrows, rrows, seconds, layers)
+    depth = depth if count > 1 else 1
+    local = agent.get_xfer_descs(lrows, "DRAM")
+    remote = agent.get_xfer_descs(rrows, "DRAM")
+    handles = [agent.initialize_xfer(op.upper(), local, remote, peer) for _ in range(depth)]
+    started = [0.0] * depth
     times = []
     end = None
+    posted = done = 0
     t_start = time.perf_counter()
     while True:
-        t0 = time.perf_counter()
-        state = agent.transfer(handle)
-        while state not in ("DONE", "ERR"):
-            state = agent.check_xfer_state(handle)
+        while posted - done < depth:          # keep `depth` transfers in flight
+            started[posted % depth] = time.perf_counter()
+            if agent.transfer(handles[posted % depth]) == "ERR":
+                raise RuntimeError(f"{spec}: post failed")
+            posted += 1
+        wait(agent, handles[done % depth], spec)
         t1 = time.perf_counter()
-        if state == "ERR":
-            raise RuntimeError(f"{spec}: transfer failed")
+        t0 = started[done % depth]
+        done += 1
         if end is None:
             if t1 - t_start > min(0.2, seconds / 4):  # warm-up done
                 end = t1 + seconds
@@ -78,11 +108,58 @@ def run_spec(agent, peer, spec, laddr, raddr, seconds):
         times.append(t1 - t0)
         if t1 >= end:
             break
-    agent.release_xfer_handle(handle)
+    while done < posted:                      # what is still in flight, out of the figures
+        wait(agent, handles[done % depth], spec)
+        done += 1
+    elapsed = t1 - t_start
+    for h in handles:
+        agent.release_xfer_handle(h)
+    return figures(spec, size * count, times, elapsed)
+
+
+def run_layers(agent, peer, spec, lrows, rrows, seconds, layers):
+    op, size, count, _ = parse(spec)
+    per = count // layers
+    if per * layers != count:
+        raise ValueError(f"{spec}: {count} blocks do not split into {layers} layers")
+    lp = agent.prep_xfer_dlist("NIXL_INIT_AGENT", lrows, "DRAM")
+    rp = agent.prep_xfer_dlist(peer, rrows, "DRAM")
+    idx = [list(range(la * per, (la + 1) * per)) for la in range(layers)]
+    times = []
+    end = None
+    t_start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        handles = []
+        for li in idx:                        # one make_prepped_xfer per layer
+            h = agent.make_prepped_xfer(op.upper(), lp, li, rp, li)
+            if agent.transfer(h) == "ERR":
+                raise RuntimeError(f"{spec}: post failed")
+            handles.append(h)
+        for h in handles:
+            wait(agent, h, spec)
+        t1 = time.perf_counter()
+        for h in handles:
+            agent.release_xfer_handle(h)
+        if end is None:
+            if t1 - t_start > min(0.2, seconds / 4):  # warm-up done
+                end = t1 + seconds
+                t_start = t1
+            continue
+        times.append(t1 - t0)
+        if t1 >= end:
+            break
+    elapsed = time.perf_counter() - t_start
+    agent.release_dlist_handle(lp)
+    agent.release_dlist_handle(rp)
+    return figures(spec, size * count, times, elapsed)
+
+
+def figures(spec, nbytes, times, elapsed):
     times.sort()
-    total = size * count * len(times)
+    total = nbytes * len(times)
     return {"spec": spec, "transfers": len(times),
-            "gbps": round(total / (time.perf_counter() - t_start) / 1e9, 4),
+            "gbps": round(total / elapsed / 1e9, 4),
             "p50_us": round(times[len(times) // 2] * 1e6, 2),
             "p99_us": round(times[min(len(times) - 1, int(len(times) * 0.99))] * 1e6, 2)}
 
@@ -105,7 +182,8 @@ def initiator(args):
         p.stdin.write(agent.get_agent_metadata().hex() + "\n")
         p.stdin.flush()
         for spec in args.spec:
-            print(json.dumps(run_spec(agent, peer, spec, laddr, info["addr"], args.seconds)),
+            print(json.dumps(run_spec(agent, peer, spec, laddr, info["addr"], args.seconds,
+                                      args.depth)),
                   flush=True)
     finally:
         p.stdin.close()
@@ -118,6 +196,8 @@ def main():
     ap.add_argument("spec", nargs="+")
     ap.add_argument("--role", choices=["initiator", "target"], default="initiator")
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--depth", type=int, default=2,
+                    help="transfers in flight for SPECs of more than one block")
     args = ap.parse_args()
     return target(args) if args.role == "target" else initiator(args)
 

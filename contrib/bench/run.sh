@@ -334,7 +334,9 @@ nixl_all() { # PEER ENV PYTHONPATH LABEL (LABEL: the PYTHONPATH as the commands 
     for sh in $shapes; do
         IFS=: read -r name size batch <<<"$sh"
         for op in write read; do
-            specs="$specs $op:$size:$batch$([ "$name" = kv ] && echo :scatter)"
+            # ote_perftest's shapes: two transfers in flight (its -D for *_bw,
+            # nixl_xfer.py's --depth), KV as --kv 32:64 (32 layers of 64 blocks)
+            specs="$specs $op:$size:$batch$([ "$name" = kv ] && echo :scatter:32)"
         done
     done
     cmd "all" "$peer" "$envs PYTHONPATH=$ppl python3 contrib/bench/nixl_xfer.py $specs --seconds $secs"

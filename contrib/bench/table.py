@@ -79,9 +79,11 @@ EQUIVALENTS = """\
   block; KV is one call of 2,048 scattered 16 KiB blocks (a whole request);
   2 threads make their calls at the same time on their own blocks.
 - NIXL's wheel: `contrib/bench/nixl_xfer.py`, two `nixl_agent`s with the UCX
-  backend in two processes, `UCX_TLS=tcp`, DRAM; one transfer of BATCH
-  descriptors posted and polled to completion at a time, KV as one transfer
-  of 2,048 scattered 16 KiB descriptors; 1 thread only.
+  backend in two processes, `UCX_TLS=tcp`, DRAM; ote_perftest's shapes: two
+  transfers of BATCH descriptors in flight (two handles, each posted again
+  once `check_xfer_state` says DONE; latency one at a time), KV as requests
+  of 32 layers of 64 scattered 16 KiB descriptors (one `make_prepped_xfer`
+  per layer over lists prepped once, all posted, then polled); 1 thread only.
 - orbitte.nixl: the same script through `python -m orbitte.nixl.shim` (NIXL's
   Python API over the orbitte extension), `OTE_TLS=tcp`.
 - post 15000 (goals only): `contrib/bench/nixl_post.py --descs 15000 --size

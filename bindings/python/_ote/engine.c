@@ -108,6 +108,26 @@ static PyObject *Engine_fileno(EngineObject *self, PyObject *unused)
     return PyLong_FromLong(ote_engine_event_fd(self->e));
 }
 
+/* One non-blocking progress pass from the calling thread (ote_engine_progress),
+ * the GIL released: a caller that polls a batch gets its answers without a hand-off
+ * to a worker thread. */
+static PyObject *Engine_progress(EngineObject *self, PyObject *unused)
+{
+    ote_engine_h e;
+    ote_status_t st;
+
+    (void)unused;
+    if (engine_check(self) < 0)
+        return NULL;
+    e = self->e;
+    Py_BEGIN_ALLOW_THREADS
+    st = ote_engine_progress(e);
+    Py_END_ALLOW_THREADS
+    if (st != OTE_OK && st != OTE_ERR_BUSY)
+        return raise_status(st, "Engine.progress()");
+    return PyBool_FromLong(st == OTE_OK);
+}
+
 static PyObject *Engine_clear_event(EngineObject *self, PyObject *unused)
 {
     uint64_t v;
@@ -127,6 +147,10 @@ static PyMethodDef Engine_methods[] = {
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS,
      "fileno()\n--\n\nThe engine's event fd: readable when a task completes or a "
      "notification arrives (for select, poll or asyncio's loop.add_reader)."},
+    {"progress", (PyCFunction)Engine_progress, METH_NOARGS,
+     "progress()\n--\n\nProgress the engine once from this thread without blocking "
+     "(ote_engine_progress); True if a worker was progressed, False if every one was "
+     "busy in another thread. For callers that poll Batch.status() in a loop."},
     {"clear_event", (PyCFunction)Engine_clear_event, METH_NOARGS,
      "clear_event()\n--\n\nRead the event fd once (clears it); True if it was set."},
     {"_register_buffer", (PyCFunction)Engine_register_buffer, METH_VARARGS, NULL},

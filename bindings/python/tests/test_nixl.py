@@ -387,6 +387,61 @@ def test_prepped_loopback_indices_and_merge():
     a.release_dlist_handle(remote)
 
 
+@pytest.mark.parametrize("tls", ["tcp", None])
+def test_check_xfer_state_progresses(monkeypatch, tls):
+    """check_xfer_state() progresses the engine from the calling thread, as NIXL's UCX
+    backend progresses its worker: with no worker thread (OTE_PROGRESS_THREAD=n) a
+    caller that polls it alone still sees its transfers complete, bytes in place."""
+    monkeypatch.setenv("OTE_PROGRESS_THREAD", "n")
+    if tls:
+        monkeypatch.setenv("OTE_TLS", tls)
+    a = _agent()
+    eng = a.agent._core.engine
+    stop = threading.Event()
+
+    def helper():                 # only while the loopback segment is opened
+        while not stop.is_set():
+            eng.progress()
+    t = threading.Thread(target=helper)
+    t.start()
+    try:
+        buf = np.zeros(1 << 16, np.uint8)
+        half = buf[:1 << 15]
+        half[:] = np.arange(1 << 15, dtype=np.uint32).astype(np.uint8)
+        a.register_memory([(_addr(buf), buf.nbytes, 0, "")], "DRAM")
+        n, bs = 32, 1024
+        lo = np.array([[_addr(buf) + (1 << 15) + i * bs, bs, 0] for i in range(n)], np.uint64)
+        hi = np.array([[_addr(buf) + i * bs, bs, 0] for i in range(n)], np.uint64)
+        local = a.prep_xfer_dlist("NIXL_INIT_AGENT", lo, "DRAM")
+        remote = a.prep_xfer_dlist(a.name, hi, "DRAM")
+        h = a.make_prepped_xfer("READ", local, [0], remote, [0])
+        a.transfer(h)
+        _done(a, h)
+        a.release_xfer_handle(h)
+    finally:
+        stop.set()
+        t.join()
+    rev = np.arange(n)[::-1].copy()
+    for op in ("READ", "WRITE"):
+        if op == "READ":
+            buf[1 << 15:] = 0           # the local half, read into
+        else:
+            half[:] = 0                 # the remote half, written back from the local one
+        h = a.make_prepped_xfer(op, local, rev, remote, np.arange(n))
+        st, polls = a.transfer(h), 0
+        while st != "DONE" and polls < 200000:       # bounded: PROC for ever without progress
+            st, polls = a.check_xfer_state(h), polls + 1
+        assert st == "DONE", f"{op}: {st} after {polls} polls of check_xfer_state"
+        lo_blocks = buf[1 << 15:].reshape(n, bs)
+        hi_blocks = buf[:1 << 15].reshape(n, bs)
+        assert np.array_equal(lo_blocks[::-1], hi_blocks)   # local block n-1-i <-> remote i
+        assert np.array_equal(half, np.arange(1 << 15, dtype=np.uint32).astype(np.uint8))
+        a.release_xfer_handle(h)
+    a.release_dlist_handle(local)
+    a.release_dlist_handle(remote)
+    assert eng.progress() in (True, False)
+
+
 @pytest.mark.parametrize("op", ["WRITE", "READ"])
 def test_prepped_15000_descriptors(op):
     """One make_prepped_xfer + transfer of 15,000 scattered descriptors (numpy

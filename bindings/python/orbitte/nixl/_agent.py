@@ -999,6 +999,14 @@ class _Core:
 
     def status(self, h):
         x = self._get(h, _Xfer)
+        if x.state is IN_PROG:
+            # as NIXL's UCX backend progresses its worker here: one non-blocking pass
+            # from this thread (GIL released) completes what arrived, without waiting
+            # for a worker thread to wake up and do it
+            try:
+                self.engine.progress()
+            except orbitte.Error:
+                pass               # a closed engine: the poll below says what it is
         with x.lock:
             was = x.state
             st = x.poll()
