@@ -2,7 +2,8 @@
  * Control-plane listener: one thread, one epoll. Serves descriptor fetches,
  * notifications and to-ep connection requests, the protocols' STAGE
  * and PUTBACK requests (ctl_proto.c) and FILE_IO on exported files
- * (ctl_file.c). Each connection first proves it
+ * (ctl_file.c), each request type through its row of the handler table
+ * (ctl_services, ctl_int.h). Each connection first proves it
  * holds the key (when the engine has one, see auth.h), then sends
  * requests: a header, then at most the payload its type allows. Anything
  * malformed closes that connection with a log line and the listener
@@ -37,6 +38,37 @@
 
 static char listen_tag, stop_tag, done_tag;
 
+static const ote_ctl_service_t ctl_core_service;
+
+/*
+ * The services the listener serves, one line each; stopped in this order
+ * (FILE_IO by rails uses the segments the PUTBACK side keeps).
+ */
+static const ote_ctl_service_t *const ctl_services[] = {
+    &ctl_core_service,
+    &ote_ctl_stage_service,
+    &ote_ctl_file_io_service,
+    &ote_ctl_putback_service,
+};
+#define NUM_SERVICES (sizeof(ctl_services) / sizeof(ctl_services[0]))
+
+const ote_ctl_service_t *const *ote_ctl_services(size_t *count_p)
+{
+    *count_p = NUM_SERVICES;
+    return ctl_services;
+}
+
+const ote_ctl_handler_t *ote_ctl_handler_find(uint8_t type)
+{
+    for (size_t i = 0; i < NUM_SERVICES; i++) {
+        for (size_t k = 0; k < ctl_services[i]->num_handlers; k++) {
+            if (ctl_services[i]->handlers[k].type == type)
+                return &ctl_services[i]->handlers[k];
+        }
+    }
+    return NULL;
+}
+
 static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
 {
     epoll_ctl(ctl->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -46,7 +78,10 @@ static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
         close(c->fd);
     OTE_DLIST_REMOVE(ctl->conns, c);
     ctl->num_conns--;
-    ote_stage_target_conn_gone(ctl->stage, (uintptr_t)c);
+    for (size_t i = 0; i < NUM_SERVICES; i++) {
+        if (ctl_services[i]->conn_gone != NULL)
+            ctl_services[i]->conn_gone(ctl, c);
+    }
     ote_auth_conn_release(ctl->engine->auth, c->ip);
     free(c->payload);
     free(c->out);
@@ -260,12 +295,10 @@ static ote_status_t handle_auth(ote_ctl_t *ctl, ctl_conn_t *c)
     switch (c->auth.state) {
     case OTE_AUTH_STATE_START:
         if (c->h.type != OTE_CTL_AUTH_HELLO) {
+            const ote_ctl_handler_t *h = ote_ctl_handler_find(c->h.type);
+
             ote_warn("control peer %s: request before authentication; refused", c->peer);
-            if (c->h.type == OTE_CTL_GET_DESC)
-                return ctl_refuse(ctl, c, OTE_CTL_DESC);
-            if (c->h.type == OTE_CTL_NOTIFY)
-                return ctl_refuse(ctl, c, OTE_CTL_NOTIFY_ACK);
-            return ctl_refuse(ctl, c, OTE_CTL_AUTH_DONE);
+            return ctl_refuse(ctl, c, h != NULL ? h->refuse_type : OTE_CTL_AUTH_DONE);
         }
         status = ote_auth_target_hello(auth, &c->auth, c->payload, c->h.length, proof);
         if (status == OTE_ERR_PROTOCOL)
@@ -415,53 +448,62 @@ static ote_status_t ctl_desc(ote_ctl_t *ctl, const ote_buf_t **d_p)
     return OTE_OK;
 }
 
+/* GET_DESC: this engine's descriptor. */
+static ote_status_t handle_get_desc(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    const ote_buf_t *d = NULL;
+    ote_status_t status;
+    uint8_t st[4];
+
+    if (c->h.length != 0)
+        return OTE_ERR_PROTOCOL;
+    atomic_fetch_add(&ctl->desc_served, 1);
+    status = ctl_desc(ctl, &d);
+    ote_put_u32(st, (uint32_t)status);
+    return ote_ctl_reply(ctl, c, OTE_CTL_DESC, st, 4, status == OTE_OK ? d->data : NULL,
+                         status == OTE_OK ? d->len : 0);
+}
+
+/* NOTIFY: a notification for this engine's application. */
+static ote_status_t handle_notify(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    ote_ctl_notify_t n;
+    ote_status_t status;
+
+    status = ote_ctl_notify_decode(c->payload, c->h.length, &n);
+    if (status != OTE_OK)
+        return status;
+    return reply_status(ctl, c, OTE_CTL_NOTIFY_ACK, ote_engine_notif_push(ctl->engine, &n));
+}
+
+/* The engine's own requests; the handshake's are served by handle_auth. */
+static const ote_ctl_handler_t ctl_core_handlers[] = {
+    {.type = OTE_CTL_AUTH_HELLO, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_auth},
+    {.type = OTE_CTL_AUTH_PROOF, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_auth},
+    {.type = OTE_CTL_GET_DESC, .refuse_type = OTE_CTL_DESC, .handle = handle_get_desc},
+    {.type = OTE_CTL_NOTIFY, .refuse_type = OTE_CTL_NOTIFY_ACK, .handle = handle_notify},
+    {.type = OTE_CTL_CONNECT, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_connect},
+};
+
+static const ote_ctl_service_t ctl_core_service = {
+    .name         = "core",
+    .handlers     = ctl_core_handlers,
+    .num_handlers = sizeof(ctl_core_handlers) / sizeof(ctl_core_handlers[0]),
+};
+
 /* Handle one complete request; returns non-OK to close the connection. */
 static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
-    ote_engine_h e = ctl->engine;
+    const ote_ctl_handler_t *h;
     ote_status_t status;
 
     if (c->h.type == OTE_CTL_AUTH_HELLO || c->h.type == OTE_CTL_AUTH_PROOF ||
-        (e->auth->enabled && c->auth.state != OTE_AUTH_STATE_DONE))
+        (ctl->engine->auth->enabled && c->auth.state != OTE_AUTH_STATE_DONE))
         return handle_auth(ctl, c);
-    switch (c->h.type) {
-    case OTE_CTL_GET_DESC: {
-        const ote_buf_t *d = NULL;
-        uint8_t st[4];
-
-        if (c->h.length != 0)
-            return OTE_ERR_PROTOCOL;
-        atomic_fetch_add(&ctl->desc_served, 1);
-        status = ctl_desc(ctl, &d);
-        ote_put_u32(st, (uint32_t)status);
-        status = ote_ctl_reply(ctl, c, OTE_CTL_DESC, st, 4, status == OTE_OK ? d->data : NULL,
-                       status == OTE_OK ? d->len : 0);
-        break;
-    }
-    case OTE_CTL_NOTIFY: {
-        ote_ctl_notify_t n;
-
-        status = ote_ctl_notify_decode(c->payload, c->h.length, &n);
-        if (status != OTE_OK)
-            return status;
-        status = reply_status(ctl, c, OTE_CTL_NOTIFY_ACK, ote_engine_notif_push(e, &n));
-        break;
-    }
-    case OTE_CTL_CONNECT:
-        status = handle_connect(ctl, c);
-        break;
-    case OTE_CTL_STAGE:
-        status = ote_ctl_handle_stage(ctl, c);
-        break;
-    case OTE_CTL_PUTBACK:
-        status = ote_ctl_handle_putback(ctl, c);
-        break;
-    case OTE_CTL_FILE_IO:
-        status = ote_ctl_handle_file_io(ctl, c);
-        break;
-    default:
+    h = ote_ctl_handler_find(c->h.type);
+    if (h == NULL)
         return OTE_ERR_PROTOCOL;
-    }
+    status = h->handle(ctl, c);
     if (status == OTE_OK)
         c->handshake_deadline = 0; /* without a key: the first good request */
     return status;
@@ -655,8 +697,13 @@ static void *ctl_main(void *arg)
             if (ev[i].data.ptr == &listen_tag)
                 ctl_accept(ctl);
             if (ev[i].data.ptr == &done_tag) {
-                ote_ctl_putback_answer(ctl);
-                ote_ctl_file_io_answer(ctl);
+                uint64_t v;
+
+                (void)!read(ctl->done_fd, &v, sizeof(v));
+                for (size_t k = 0; k < NUM_SERVICES; k++) {
+                    if (ctl_services[k]->answer != NULL)
+                        ctl_services[k]->answer(ctl);
+                }
             }
         }
         /* Connections second: an accept above must not free one we hold. */
@@ -679,7 +726,10 @@ static void *ctl_main(void *arg)
         now = ote_time_ns();
         if (now - last_sweep >= CTL_SWEEP_MS * 1000000ull) {
             ctl_sweep(ctl);
-            ote_stage_target_sweep(ctl->stage, now);
+            for (size_t i = 0; i < NUM_SERVICES; i++) {
+                if (ctl_services[i]->sweep != NULL)
+                    ctl_services[i]->sweep(ctl, now);
+            }
             last_sweep = now;
         }
     }
@@ -762,11 +812,16 @@ void ote_ctl_stop(ote_ctl_t *ctl)
      * within another); FILE_IOs by rails first, they use the segments the
      * PUTBACK side keeps.
      */
-    ote_ctl_file_io_stop(ctl);
-    ote_ctl_putback_stop(ctl);
+    for (size_t i = 0; i < NUM_SERVICES; i++) {
+        if (ctl_services[i]->stop != NULL)
+            ctl_services[i]->stop(ctl);
+    }
     while (ctl->conns)
         ote_ctl_conn_close(ctl, ctl->conns);
-    ote_stage_target_destroy(ctl->stage);
+    for (size_t i = 0; i < NUM_SERVICES; i++) {
+        if (ctl_services[i]->destroy != NULL)
+            ctl_services[i]->destroy(ctl);
+    }
     if (ctl->listen_fd >= 0)
         close(ctl->listen_fd);
     if (ctl->epfd >= 0)

@@ -155,7 +155,7 @@ static ote_status_t file_io_reply(ote_ctl_t *ctl, ctl_conn_t *c, bool rails, ote
     return status;
 }
 
-ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c)
+static ote_status_t file_io_handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     ote_engine_h e      = ctl->engine;
     file_io_job_t *job  = calloc(1, sizeof(*job));
@@ -207,13 +207,13 @@ static void file_io_release(ote_ctl_t *ctl, ctl_job_t *base)
     file_io_job_free(ctl, (file_io_job_t *)base);
 }
 
-void ote_ctl_file_io_answer(ote_ctl_t *ctl)
+static void file_io_answer_all(ote_ctl_t *ctl)
 {
     ote_ctl_job_answer_all(ctl, &ctl->file_done, &ctl->file_jobs, file_io_answer,
                            file_io_release);
 }
 
-void ote_ctl_file_io_stop(ote_ctl_t *ctl)
+static void file_io_stop(ote_ctl_t *ctl)
 {
     /* Every accepted FILE_IO runs to its end (one pread or pwrite). */
     ote_proto_jobs_destroy(ctl->file_pool);
@@ -232,3 +232,15 @@ void ote_ctl_file_io_stop(ote_ctl_t *ctl)
     }
     pthread_mutex_unlock(&ctl->done_lock);
 }
+
+static const ote_ctl_handler_t file_io_handlers[] = {
+    {.type = OTE_CTL_FILE_IO, .refuse_type = OTE_CTL_AUTH_DONE, .handle = file_io_handle},
+};
+
+const ote_ctl_service_t ote_ctl_file_io_service = {
+    .name         = "file_io",
+    .handlers     = file_io_handlers,
+    .num_handlers = sizeof(file_io_handlers) / sizeof(file_io_handlers[0]),
+    .answer       = file_io_answer_all,
+    .stop         = file_io_stop,
+};

@@ -1,8 +1,9 @@
 /*
  * Private to the control-plane listener: its connections and state, shared
- * by ctl.c (listener, connections, engine requests), ctl_proto.c (the
- * requests protocols serve: STAGE and PUTBACK, and the segments kept to
- * initiators) and ctl_file.c (FILE_IO on exported files).
+ * by ctl.c (listener, connections, engine requests, the handler table),
+ * ctl_proto.c (the requests protocols serve: STAGE and PUTBACK, and the
+ * segments kept to initiators) and ctl_file.c (FILE_IO on exported files),
+ * each registered as a service of the handler table.
  */
 #ifndef OTE_CORE_CTL_INT_H
 #define OTE_CORE_CTL_INT_H
@@ -192,9 +193,45 @@ void         ote_ctl_job_answer_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned
 void         ote_ctl_job_drop_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
                                   void (*release)(ote_ctl_t *ctl, ctl_job_t *job));
 
-/* ctl_proto.c */
-ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c);
-ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c);
+/*
+ * The listener's handler table. A service serves some request types (each
+ * with its handler and the answer type that carries AUTH when the request
+ * comes before authentication) and may keep state of the listener's: the
+ * hooks below, each optional, are called for every registered service.
+ * ctl.c registers the services, one line each (ctl_services); a request
+ * type is served by exactly one handler (test/unit/core/test_codec).
+ */
+typedef struct {
+    uint8_t type;        /* a request (ote_ctl_type_info) */
+    uint8_t refuse_type; /* its answer when refused before authentication */
+    /* A complete request (c->h, c->payload); non-OK closes the connection. */
+    ote_status_t (*handle)(ote_ctl_t *ctl, ctl_conn_t *c);
+} ote_ctl_handler_t;
+
+typedef struct {
+    const char              *name;
+    const ote_ctl_handler_t *handlers;
+    size_t                   num_handlers;
+    /* The listener thread, woken on done_fd: answer the jobs that ended. */
+    void (*answer)(ote_ctl_t *ctl);
+    /* The listener thread, every CTL_SWEEP_MS while connections exist. */
+    void (*sweep)(ote_ctl_t *ctl, uint64_t now_ns);
+    /* c is closed: forget what was kept for it. */
+    void (*conn_gone)(ote_ctl_t *ctl, ctl_conn_t *c);
+    /* The listener thread ended; connections still open. In table order. */
+    void (*stop)(ote_ctl_t *ctl);
+    /* After stop, every connection closed. */
+    void (*destroy)(ote_ctl_t *ctl);
+} ote_ctl_service_t;
+
+/* The registered services (*count_p of them), in the order they are stopped. */
+const ote_ctl_service_t *const *ote_ctl_services(size_t *count_p);
+/* The handler of a request type; NULL when no registered service serves it. */
+const ote_ctl_handler_t *ote_ctl_handler_find(uint8_t type);
+
+/* ctl_proto.c: STAGE; PUTBACK and the segments it keeps to initiators */
+extern const ote_ctl_service_t ote_ctl_stage_service;
+extern const ote_ctl_service_t ote_ctl_putback_service;
 /*
  * The segment to the initiator engine name (instance initiator), opened
  * once and shared by its PUTBACKs and FILE_IOs by rails; *slot_p is its
@@ -207,16 +244,8 @@ ote_status_t ote_ctl_peer_seg_get(ote_ctl_t *ctl, const char *name, uint64_t ini
 /* Drop the reference; a segment that failed (status) is closed by its last user. */
 void         ote_ctl_peer_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot,
                                   ote_status_t status);
-/* Answer the PUTBACKs that ended (the listener thread, on done_fd). */
-void         ote_ctl_putback_answer(ote_ctl_t *ctl);
-/* The listener stopped: end the PUTBACKs accepted, close the segments they kept. */
-void         ote_ctl_putback_stop(ote_ctl_t *ctl);
 
 /* ctl_file.c: FILE_IO requests on exported files */
-ote_status_t ote_ctl_handle_file_io(ote_ctl_t *ctl, ctl_conn_t *c);
-/* Answer the FILE_IOs that ended (the listener thread, on done_fd). */
-void         ote_ctl_file_io_answer(ote_ctl_t *ctl);
-/* The listener stopped: the FILE_IOs accepted end, unanswered; the bounce buffers go. */
-void         ote_ctl_file_io_stop(ote_ctl_t *ctl);
+extern const ote_ctl_service_t ote_ctl_file_io_service;
 
 #endif

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 /* STAGE: remote staging of this engine's GPU memory (proto/stage_target.c). */
-ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c)
+static ote_status_t stage_handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     ote_engine_h e = ctl->engine;
     ote_ctl_stage_t *m = malloc(sizeof(*m));
@@ -52,6 +52,35 @@ ote_status_t ote_ctl_handle_stage(ote_ctl_t *ctl, ctl_conn_t *c)
     free(m);
     return status;
 }
+
+static void stage_sweep(ote_ctl_t *ctl, uint64_t now_ns)
+{
+    ote_stage_target_sweep(ctl->stage, now_ns);
+}
+
+static void stage_conn_gone(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    ote_stage_target_conn_gone(ctl->stage, (uintptr_t)c);
+}
+
+static void stage_destroy(ote_ctl_t *ctl)
+{
+    ote_stage_target_destroy(ctl->stage);
+    ctl->stage = NULL;
+}
+
+static const ote_ctl_handler_t stage_handlers[] = {
+    {.type = OTE_CTL_STAGE, .refuse_type = OTE_CTL_AUTH_DONE, .handle = stage_handle},
+};
+
+const ote_ctl_service_t ote_ctl_stage_service = {
+    .name         = "stage",
+    .handlers     = stage_handlers,
+    .num_handlers = sizeof(stage_handlers) / sizeof(stage_handlers[0]),
+    .sweep        = stage_sweep,
+    .conn_gone    = stage_conn_gone,
+    .destroy      = stage_destroy,
+};
 
 /* ---- Segments to initiators, kept between requests (PUTBACK, FILE_IO) ------ */
 
@@ -221,7 +250,7 @@ static void putback_release(ote_ctl_t *ctl, ctl_job_t *job)
     free(job);
 }
 
-void ote_ctl_putback_stop(ote_ctl_t *ctl)
+static void putback_stop(ote_ctl_t *ctl)
 {
     /* Every accepted PUTBACK runs to its end (bounded by the transfer timeout). */
     ote_proto_jobs_destroy(ctl->pool);
@@ -272,7 +301,7 @@ void ote_engine_putback_stats(ote_engine_h e, unsigned long *opens_p, unsigned *
  * thread of the listener's pool PUTs it back and the answer waits for it
  * (the connection is not read meanwhile).
  */
-ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
+static ote_status_t putback_handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     ote_engine_h e = ctl->engine;
     putback_job_t *job = calloc(1, sizeof(*job));
@@ -306,10 +335,19 @@ ote_status_t ote_ctl_handle_putback(ote_ctl_t *ctl, ctl_conn_t *c)
 }
 
 /* Answer the PUTBACKs that ended, on the connections still there. */
-void ote_ctl_putback_answer(ote_ctl_t *ctl)
+static void putback_answer_all(ote_ctl_t *ctl)
 {
-    uint64_t v;
-
-    (void)!read(ctl->done_fd, &v, sizeof(v));
     ote_ctl_job_answer_all(ctl, &ctl->done, &ctl->jobs, putback_answer, putback_release);
 }
+
+static const ote_ctl_handler_t putback_handlers[] = {
+    {.type = OTE_CTL_PUTBACK, .refuse_type = OTE_CTL_AUTH_DONE, .handle = putback_handle},
+};
+
+const ote_ctl_service_t ote_ctl_putback_service = {
+    .name         = "putback",
+    .handlers     = putback_handlers,
+    .num_handlers = sizeof(putback_handlers) / sizeof(putback_handlers[0]),
+    .answer       = putback_answer_all,
+    .stop         = putback_stop,
+};

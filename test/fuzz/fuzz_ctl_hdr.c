@@ -7,6 +7,7 @@
 #include "fuzz.h"
 
 #include "base/wire_util.h"
+#include "core/ctl_int.h"
 #include "core/ctl_msg.h"
 
 #include <string.h>
@@ -44,9 +45,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(h.type != OTE_CTL_GET_DESC || req_max == 0);
             FUZZ_CHECK(h.type != OTE_CTL_NOTIFY || req_max == OTE_CTL_NOTIFY_MAX_LEN);
             FUZZ_CHECK(h.type != OTE_CTL_STAGE || req_max <= OTE_CTL_STAGE_MAX_LEN);
+            /* The listener serves it through its handler table (ctl_int.h). */
+            FUZZ_CHECK(ote_ctl_handler_find(h.type) != NULL);
+            FUZZ_CHECK(ote_ctl_handler_find(h.type)->type == h.type);
         } else {
             /* Refused as a request: a type that only travels as a response. */
             FUZZ_CHECK(!info->request && info->response);
+            FUZZ_CHECK(ote_ctl_handler_find(h.type) == NULL);
         }
         /* A status-only response follows some headers. */
         if (ote_ctl_status_decode(copy + OTE_CTL_HDR_LEN, size - OTE_CTL_HDR_LEN, &st) ==

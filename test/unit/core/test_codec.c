@@ -1,4 +1,5 @@
 /* Wire codecs: tcp data header, control header, notification, segment descriptor. */
+#include "core/ctl_int.h"
 #include "core/ctl_msg.h"
 #include "core/desc.h"
 #include "base/wire_util.h"
@@ -272,6 +273,57 @@ static void test_ctl_types(void **state)
     assert_int_equal(ote_ctl_request_max_len(OTE_CTL_NOTIFY, cfg, &max), OTE_OK);
     assert_int_equal(max, OTE_CTL_NOTIFY_MAX_LEN);
     assert_true(requests > 0 && responses > 0);
+}
+
+/*
+ * The listener's handler table: every request type of the type table has
+ * exactly one handler among the registered services, no other type has
+ * one, and a request refused before authentication is answered with a
+ * response type (GET_DESC with DESC, NOTIFY with NOTIFY_ACK, the others
+ * with AUTH_DONE).
+ */
+static void test_ctl_handlers(void **state)
+{
+    size_t nsvc, served[256] = {0}, handlers = 0, requests = 0;
+    const ote_ctl_service_t *const *svc = ote_ctl_services(&nsvc);
+
+    assert_true(nsvc >= 4);
+    for (size_t i = 0; i < nsvc; i++) {
+        assert_non_null(svc[i]->name);
+        for (size_t k = 0; k < svc[i]->num_handlers; k++) {
+            const ote_ctl_handler_t *h = &svc[i]->handlers[k];
+            const ote_ctl_type_info_t *refuse = ote_ctl_type_info(h->refuse_type);
+
+            assert_non_null(h->handle);
+            if (refuse == NULL || !refuse->response)
+                fail_msg("service %s: type %u refused with %u, not a response", svc[i]->name,
+                         h->type, h->refuse_type);
+            served[h->type]++;
+            handlers++;
+        }
+    }
+    for (unsigned t = 0; t < 256; t++) {
+        const ote_ctl_type_info_t *info = ote_ctl_type_info((uint8_t)t);
+        const ote_ctl_handler_t *h     = ote_ctl_handler_find((uint8_t)t);
+
+        if (info != NULL && info->request) {
+            if (served[t] != 1)
+                fail_msg("request %s has %zu handlers", info->name, served[t]);
+            assert_non_null(h);
+            assert_int_equal(h->type, t);
+            requests++;
+        } else {
+            if (served[t] != 0)
+                fail_msg("type %u is no request but has %zu handlers", t, served[t]);
+            assert_null(h);
+        }
+    }
+    assert_int_equal(handlers, requests);
+    assert_int_equal(ote_ctl_handler_find(OTE_CTL_GET_DESC)->refuse_type, OTE_CTL_DESC);
+    assert_int_equal(ote_ctl_handler_find(OTE_CTL_NOTIFY)->refuse_type, OTE_CTL_NOTIFY_ACK);
+    assert_int_equal(ote_ctl_handler_find(OTE_CTL_PUTBACK)->refuse_type, OTE_CTL_AUTH_DONE);
+    assert_int_equal(ote_ctl_handler_find(OTE_CTL_FILE_IO)->refuse_type, OTE_CTL_AUTH_DONE);
+    assert_int_equal(ote_ctl_handler_find(OTE_CTL_STAGE)->refuse_type, OTE_CTL_AUTH_DONE);
 }
 
 static void test_notify(void **state)
@@ -643,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_tcp_readv),
         cmocka_unit_test(test_ctl_hdr),
         cmocka_unit_test(test_ctl_types),
+        cmocka_unit_test(test_ctl_handlers),
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),
         cmocka_unit_test(test_desc_hostile_counts), cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_tcp_addr),      cmocka_unit_test(test_file_io),
