@@ -73,9 +73,10 @@ static const ote_tl_iface_ops_t shm_iface_ops =
     OTE_CMA_IFACE_OPS_INIT(shm_iface_query, shm_iface_progress, shm_iface_event_arm,
                            shm_iface_close);
 
-/* OTE_SHM_*. */
+/* OTE_SHM_*: its own, and those of cma's connection code (COPY_THREADS, STREAM_*). */
 typedef struct {
-    long unmap_timeout_ms;
+    ote_cma_config_t cma;
+    long             unmap_timeout_ms;
 } shm_config_t;
 
 #define SHM_F(_f) offsetof(shm_config_t, _f)
@@ -85,6 +86,8 @@ static const ote_cfg_entry_t shm_config_fields[] = {
      "Deregistering memory a same-host peer mapped (shm) waits this long for the peer to "
      "unmap it; then its connection is closed and the call returns.",
      .min = 1, .max = OTE_CFG_NO_MAX},
+    /* OTE_CMA_COPY_THREADS set cma's and shm's before shm had its own. */
+    OTE_CMA_CONFIG_ENTRIES(SHM_F(cma), "CMA_COPY_THREADS"),
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, shm_config_t,
@@ -113,8 +116,8 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     pthread_cond_init(&iface->cond, &attr);
     pthread_condattr_destroy(&attr);
     iface->unmap_timeout_ns = (uint64_t)cfg.unmap_timeout_ms * 1000000ull;
+    status = ote_cma_iface_setup(&iface->cma, res, params, &cfg.cma);
     ote_config_release(&ote_shm_config_table, &cfg);
-    status = ote_cma_iface_setup(&iface->cma, res, params);
     iface->copier.par = iface->cma.par;
     t->super.ops      = &shm_iface_ops;
     t->post           = ote_shm_post;

@@ -315,7 +315,12 @@ void         ote_tcp_conn_rx(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd);
 
-/* OTE_TCP_*: tcp's settings, read by tcp, cma and shm ifaces. */
+/*
+ * The settings of a stream connection iface, given to ote_tcp_iface_init by
+ * the component that opens it: tcp fills all of them from OTE_TCP_*; cma
+ * and shm only max_msg, from their own tables (<prefix>STREAM_MAX_MSG,
+ * OTE_TCP_STREAM_MAX_MSG_ENTRY), and fix the rest.
+ */
 typedef struct {
     long   conns;   /* connections per peer         */
     size_t max_msg; /* largest data message         */
@@ -327,6 +332,23 @@ typedef struct {
 
 extern const ote_config_table_t ote_tcp_config_table;
 
+/* Largest data message on a stream connection: default and bounds. */
+#define OTE_TCP_MAX_MSG_DFLT "64m"
+#define OTE_TCP_MAX_MSG_MIN  4096
+#define OTE_TCP_MAX_MSG_MAX  (1ll << 32)
+/*
+ * The entry STREAM_MAX_MSG of a component on the stream connection (cma:
+ * OTE_CMA_STREAM_MAX_MSG, shm: OTE_SHM_STREAM_MAX_MSG), nested under the
+ * component's prefix as the settings all of them share; OTE_TCP_MAX_MSG,
+ * the way these components were tuned before they had their own, is still
+ * read where it is not set. _offset: the size_t field it fills.
+ */
+#define OTE_TCP_STREAM_MAX_MSG_ENTRY(_offset)                                                   \
+    {"STREAM_MAX_MSG", OTE_TCP_MAX_MSG_DFLT, OTE_CFG_SIZE, (_offset),                           \
+     "Largest data message on this component's stream connection; a peer announcing more "      \
+     "is disconnected.",                                                                        \
+     .min = OTE_TCP_MAX_MSG_MIN, .max = OTE_TCP_MAX_MSG_MAX, .alias = "TCP_MAX_MSG"}
+
 /* tcp_iface.c */
 void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
 /*
@@ -337,12 +359,13 @@ ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
                                        const struct sockaddr_storage *ss);
 void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
 /*
- * Fields from tcp's configuration table and params, shared by tcp, cma and
- * shm. The descriptors are set to -1 first, so that ote_tcp_iface_close
+ * Fields from the component's settings (cfg) and params, shared by tcp, cma
+ * and shm. The descriptors are set to -1 first, so that ote_tcp_iface_close
  * can undo a failed init.
  */
 ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
-                                const ote_tl_iface_params_t *params);
+                                const ote_tl_iface_params_t *params,
+                                const ote_tcp_config_t *cfg);
 /* epoll set with the listening socket; iface->listen_fd must be open. */
 ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface);
 void     ote_tcp_iface_close(ote_tl_iface_t *iface);
