@@ -40,8 +40,8 @@ ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_st
 }
 
 /* The descriptor's cma address names one socket. */
-static ote_status_t cma_addr_unpack_list(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
-                                         size_t max, size_t *count_p)
+ote_status_t ote_cma_addr_unpack_list(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
+                                      size_t max, size_t *count_p)
 {
     ote_status_t status;
 
@@ -158,20 +158,16 @@ static ote_status_t cma_listen(cma_iface_t *iface)
 
 ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t *res,
                                  const ote_tl_iface_params_t *params,
-                                 const ote_cma_config_t *cfg)
+                                 const ote_cma_config_t *cfg, const ote_tcp_hooks_t *hooks)
 {
     /* Only requests travel: one connection per peer, no socket tuning. */
     const ote_tcp_config_t stream = {.conns = 1, .max_msg = cfg->max_msg};
     ote_tcp_iface_t *t = &iface->tcp;
     ote_status_t status;
 
-    status          = ote_tcp_iface_init(t, res, params, &stream);
+    status          = ote_tcp_iface_init(t, res, params, &stream, hooks);
     t->super.ops    = &cma_iface_ops;
-    t->super.ep_ops = &ote_tcp_ep_ops; /* by reference: ref_handle is set */
-    t->ref_handle   = ote_cma_target_handle;
-    t->ref_flush    = ote_cma_target_flush;
-    t->connect_hook = ote_cma_probe;
-    t->addr_unpack  = cma_addr_unpack_list;
+    t->super.ep_ops = &ote_tcp_ep_ops; /* by reference: hooks->ref_handle is set */
     if (status != OTE_OK)
         return status;
     iface->par = ote_par_create(cfg->copy_threads, "ote-copy");
@@ -182,6 +178,13 @@ ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t
         status = ote_tcp_iface_epoll_init(t);
     return status;
 }
+
+const ote_tcp_hooks_t ote_cma_hooks = {
+    .addr_unpack  = ote_cma_addr_unpack_list,
+    .connect_hook = ote_cma_probe,
+    .ref_handle   = ote_cma_target_handle,
+    .ref_flush    = ote_cma_target_flush,
+};
 
 static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
@@ -197,7 +200,7 @@ static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
-    status = ote_cma_iface_setup(iface, res, params, &cfg);
+    status = ote_cma_iface_setup(iface, res, params, &cfg, &ote_cma_hooks);
     ote_config_release(&ote_cma_config_table, &cfg);
     if (status != OTE_OK) {
         ote_cma_iface_close(&iface->tcp.super);

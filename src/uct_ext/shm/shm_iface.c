@@ -93,6 +93,18 @@ static const ote_cfg_entry_t shm_config_fields[] = {
 OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, shm_config_t,
                         NULL);
 
+/* cma's hooks, but MAP and UNMAP_ACK go to shm's target and posts through its mappings. */
+static const ote_tcp_hooks_t shm_hooks = {
+    .addr_unpack    = ote_cma_addr_unpack_list,
+    .connect_hook   = ote_cma_probe,
+    .ref_handle     = ote_shm_target_handle,
+    .ref_flush      = ote_cma_target_flush,
+    .fd_passing     = true,
+    .initiator_hook = ote_shm_initiator_hook,
+    .conn_closed    = shm_conn_closed,
+    .post           = ote_shm_post,
+};
+
 static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
                                    ote_tl_iface_t **iface_p)
@@ -116,15 +128,10 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     pthread_cond_init(&iface->cond, &attr);
     pthread_condattr_destroy(&attr);
     iface->unmap_timeout_ns = (uint64_t)cfg.unmap_timeout_ms * 1000000ull;
-    status = ote_cma_iface_setup(&iface->cma, res, params, &cfg.cma);
+    status = ote_cma_iface_setup(&iface->cma, res, params, &cfg.cma, &shm_hooks);
     ote_config_release(&ote_shm_config_table, &cfg);
     iface->copier.par = iface->cma.par;
     t->super.ops      = &shm_iface_ops;
-    t->post           = ote_shm_post;
-    t->ref_handle     = ote_shm_target_handle;
-    t->fd_passing     = true;
-    t->initiator_hook = ote_shm_initiator_hook;
-    t->conn_closed    = shm_conn_closed;
     if (status != OTE_OK) {
         shm_iface_close(&t->super);
         return status;

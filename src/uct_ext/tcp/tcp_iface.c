@@ -373,8 +373,9 @@ OTE_CONFIG_TABLE_DEFINE(ote_tcp_config_table, "TCP_", "tcp", tcp_config_fields, 
 
 ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
                                 const ote_tl_iface_params_t *params,
-                                const ote_tcp_config_t *cfg)
+                                const ote_tcp_config_t *cfg, const ote_tcp_hooks_t *hooks)
 {
+    iface->hooks             = hooks;
     iface->listen_fd         = -1;
     iface->epfd              = -1;
     iface->super.resource    = *res;
@@ -407,6 +408,9 @@ ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface)
     return OTE_OK;
 }
 
+/* tcp streams its bytes: nothing by reference, no descriptors. */
+static const ote_tcp_hooks_t tcp_hooks = {.addr_unpack = ote_tcp_addr_unpack};
+
 static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
                                    ote_tl_iface_t **iface_p)
@@ -425,11 +429,10 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
-    status              = ote_tcp_iface_init(iface, res, params, &cfg);
+    status              = ote_tcp_iface_init(iface, res, params, &cfg, &tcp_hooks);
     ote_config_release(&ote_tcp_config_table, &cfg);
     iface->super.ops    = &tcp_iface_ops;
     iface->super.ep_ops = &ote_tcp_ep_ops;
-    iface->addr_unpack  = ote_tcp_addr_unpack;
     if (status != OTE_OK)
         goto err;
 
