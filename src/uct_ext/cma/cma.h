@@ -74,12 +74,44 @@ typedef struct {
 #define OTE_CMA_PAR_PIECE (256u * 1024)
 
 /*
- * Fill a zeroed iface as cma's (hooks, listener, epoll, copy threads) but
- * for its ops tables, which the caller sets; on error the caller closes it
- * with ote_cma_iface_close.
+ * The settings of an iface on cma's connection code, each component reading
+ * them from its own table: OTE_CMA_* for cma, OTE_SHM_* for shm
+ * (OTE_CMA_CONFIG_ENTRIES).
+ */
+typedef struct {
+    long   copy_threads;
+    size_t max_msg; /* <prefix>STREAM_MAX_MSG */
+} ote_cma_config_t;
+
+/*
+ * The entries of ote_cma_config_t at _base (offset of the struct in the
+ * table's options struct): COPY_THREADS, with _threads_alias as its former
+ * name (NULL: none), and the stream settings nested as STREAM_*.
+ */
+#define OTE_CMA_CONFIG_ENTRIES(_base, _threads_alias)                                         \
+    {"COPY_THREADS", "-1", OTE_CFG_INT, (_base) + offsetof(ote_cma_config_t, copy_threads),   \
+     "Threads per worker that share a progress round's copies with the thread running it "    \
+     "once they add up to 256 KiB (cma: the target's process_vm_readv/writev; shm: the "      \
+     "initiator's memcpy through mappings); -1 = one less than the CPUs this process may "    \
+     "run on, at most 3; 0 = that thread copies alone.",                                      \
+     .min = -1, .max = OTE_PAR_MAX, .alias = (_threads_alias)},                               \
+        OTE_TCP_STREAM_MAX_MSG_ENTRY((_base) + offsetof(ote_cma_config_t, max_msg))
+
+/* Peer address blob (ote_cma_addr_unpack) as a list of one (ote_tcp_hooks_t.addr_unpack). */
+ote_status_t ote_cma_addr_unpack_list(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
+                                      size_t max, size_t *count_p);
+/* cma's hooks on the connection code (by reference, its address, the probe). */
+extern const ote_tcp_hooks_t ote_cma_hooks;
+
+/*
+ * Fill a zeroed iface as cma's (listener, epoll, copy threads) with the
+ * given hooks (ote_cma_hooks, or a component's built on them) but for its
+ * ops tables, which the caller sets; on error the caller closes it with
+ * ote_cma_iface_close.
  */
 ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t *res,
-                                 const ote_tl_iface_params_t *params);
+                                 const ote_tl_iface_params_t *params,
+                                 const ote_cma_config_t *cfg, const ote_tcp_hooks_t *hooks);
 void         ote_cma_iface_close(ote_tl_iface_t *iface);
 void         ote_cma_iface_query(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);
 ote_status_t ote_cma_iface_get_address(ote_tl_iface_t *iface, void *buf, size_t max,

@@ -40,8 +40,8 @@ ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_st
 }
 
 /* The descriptor's cma address names one socket. */
-static ote_status_t cma_addr_unpack_list(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
-                                         size_t max, size_t *count_p)
+ote_status_t ote_cma_addr_unpack_list(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
+                                      size_t max, size_t *count_p)
 {
     ote_status_t status;
 
@@ -125,22 +125,13 @@ static const ote_tl_iface_ops_t cma_iface_ops =
     OTE_CMA_IFACE_OPS_INIT(ote_cma_iface_query, ote_cma_iface_progress, ote_cma_iface_event_arm,
                            ote_cma_iface_close);
 
-/* OTE_CMA_*: what cma and shm share; their connections take OTE_TCP_*. */
-typedef struct {
-    long copy_threads;
-} cma_config_t;
-
+/* OTE_CMA_*; shm has the same entries under OTE_SHM_. */
 static const ote_cfg_entry_t cma_config_fields[] = {
-    {"COPY_THREADS", "-1", OTE_CFG_INT, offsetof(cma_config_t, copy_threads),
-     "Threads per worker that share a progress round's copies with the thread running it "
-     "once they add up to 256 KiB (cma: the target's process_vm_readv/writev; shm: the "
-     "initiator's memcpy through mappings); -1 = one less than the CPUs this process may "
-     "run on, at most 3; 0 = that thread copies alone.",
-     .min = -1, .max = OTE_PAR_MAX},
+    OTE_CMA_CONFIG_ENTRIES(0, NULL),
 };
 
-OTE_CONFIG_TABLE_DEFINE(ote_cma_config_table, "CMA_", "cma", cma_config_fields, cma_config_t,
-                        NULL);
+OTE_CONFIG_TABLE_DEFINE(ote_cma_config_table, "CMA_", "cma", cma_config_fields,
+                        ote_cma_config_t, NULL);
 
 static ote_status_t cma_listen(cma_iface_t *iface)
 {
@@ -166,31 +157,20 @@ static ote_status_t cma_listen(cma_iface_t *iface)
 }
 
 ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t *res,
-                                 const ote_tl_iface_params_t *params)
+                                 const ote_tl_iface_params_t *params,
+                                 const ote_cma_config_t *cfg, const ote_tcp_hooks_t *hooks)
 {
+    /* Only requests travel: one connection per peer, no socket tuning. */
+    const ote_tcp_config_t stream = {.conns = 1, .max_msg = cfg->max_msg};
     ote_tcp_iface_t *t = &iface->tcp;
     ote_status_t status;
-    cma_config_t cfg;
 
-    status          = ote_tcp_iface_init(t, res, params);
+    status          = ote_tcp_iface_init(t, res, params, &stream, hooks);
     t->super.ops    = &cma_iface_ops;
-    t->super.ep_ops = &ote_tcp_ep_ops; /* by reference: ref_handle is set */
-    t->ref_handle   = ote_cma_target_handle;
-    t->ref_flush    = ote_cma_target_flush;
-    t->connect_hook = ote_cma_probe;
-    t->addr_unpack  = cma_addr_unpack_list;
-    /* Only requests travel: one connection per peer, no socket tuning. */
-    t->conns_per_ep = 1;
-    t->nodelay      = false;
-    t->sndbuf       = 0;
-    t->rcvbuf       = 0;
+    t->super.ep_ops = &ote_tcp_ep_ops; /* by reference: hooks->ref_handle is set */
     if (status != OTE_OK)
         return status;
-    status = ote_config_fill(&ote_cma_config_table, &cfg);
-    if (status != OTE_OK)
-        return status;
-    iface->par = ote_par_create(cfg.copy_threads, "ote-copy");
-    ote_config_release(&ote_cma_config_table, &cfg);
+    iface->par = ote_par_create(cfg->copy_threads, "ote-copy");
     if (iface->par == NULL)
         return OTE_ERR_NO_MEMORY;
     status = cma_listen(iface);
@@ -199,16 +179,29 @@ ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t
     return status;
 }
 
+const ote_tcp_hooks_t ote_cma_hooks = {
+    .addr_unpack  = ote_cma_addr_unpack_list,
+    .connect_hook = ote_cma_probe,
+    .ref_handle   = ote_cma_target_handle,
+    .ref_flush    = ote_cma_target_flush,
+};
+
 static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
                                    ote_tl_iface_t **iface_p)
 {
-    cma_iface_t *iface = calloc(1, sizeof(*iface));
+    cma_iface_t *iface;
+    ote_cma_config_t cfg;
     ote_status_t status;
 
+    status = ote_config_fill(&ote_cma_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
+    iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
-    status = ote_cma_iface_setup(iface, res, params);
+    status = ote_cma_iface_setup(iface, res, params, &cfg, &ote_cma_hooks);
+    ote_config_release(&ote_cma_config_table, &cfg);
     if (status != OTE_OK) {
         ote_cma_iface_close(&iface->tcp.super);
         return status;
@@ -254,7 +247,7 @@ ote_status_t ote_cma_query_resources(ote_tl_component_t *comp,
     return OTE_OK;
 }
 
-/* cma runs on tcp's connection code and reads its table (OTE_TCP_MAX_MSG). */
-OTE_TL_COMPONENT_DEFINE(ote_cma_component, "cma", &ote_tcp_config_table, ote_cma_query_resources,
+/* cma runs on tcp's connection code with its own table (OTE_CMA_*). */
+OTE_TL_COMPONENT_DEFINE(ote_cma_component, "cma", &ote_cma_config_table, ote_cma_query_resources,
                         ote_tl_unsupported_md_open, ote_tl_no_md_close, cma_iface_open,
                         ote_tl_no_reason);

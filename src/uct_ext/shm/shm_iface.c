@@ -73,9 +73,10 @@ static const ote_tl_iface_ops_t shm_iface_ops =
     OTE_CMA_IFACE_OPS_INIT(shm_iface_query, shm_iface_progress, shm_iface_event_arm,
                            shm_iface_close);
 
-/* OTE_SHM_*. */
+/* OTE_SHM_*: its own, and those of cma's connection code (COPY_THREADS, STREAM_*). */
 typedef struct {
-    long unmap_timeout_ms;
+    ote_cma_config_t cma;
+    long             unmap_timeout_ms;
 } shm_config_t;
 
 #define SHM_F(_f) offsetof(shm_config_t, _f)
@@ -85,10 +86,24 @@ static const ote_cfg_entry_t shm_config_fields[] = {
      "Deregistering memory a same-host peer mapped (shm) waits this long for the peer to "
      "unmap it; then its connection is closed and the call returns.",
      .min = 1, .max = OTE_CFG_NO_MAX},
+    /* OTE_CMA_COPY_THREADS set cma's and shm's before shm had its own. */
+    OTE_CMA_CONFIG_ENTRIES(SHM_F(cma), "CMA_COPY_THREADS"),
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, shm_config_t,
                         NULL);
+
+/* cma's hooks, but MAP and UNMAP_ACK go to shm's target and posts through its mappings. */
+static const ote_tcp_hooks_t shm_hooks = {
+    .addr_unpack    = ote_cma_addr_unpack_list,
+    .connect_hook   = ote_cma_probe,
+    .ref_handle     = ote_shm_target_handle,
+    .ref_flush      = ote_cma_target_flush,
+    .fd_passing     = true,
+    .initiator_hook = ote_shm_initiator_hook,
+    .conn_closed    = shm_conn_closed,
+    .post           = ote_shm_post,
+};
 
 static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
@@ -113,15 +128,10 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     pthread_cond_init(&iface->cond, &attr);
     pthread_condattr_destroy(&attr);
     iface->unmap_timeout_ns = (uint64_t)cfg.unmap_timeout_ms * 1000000ull;
+    status = ote_cma_iface_setup(&iface->cma, res, params, &cfg.cma, &shm_hooks);
     ote_config_release(&ote_shm_config_table, &cfg);
-    status = ote_cma_iface_setup(&iface->cma, res, params);
     iface->copier.par = iface->cma.par;
     t->super.ops      = &shm_iface_ops;
-    t->post           = ote_shm_post;
-    t->ref_handle     = ote_shm_target_handle;
-    t->fd_passing     = true;
-    t->initiator_hook = ote_shm_initiator_hook;
-    t->conn_closed    = shm_conn_closed;
     if (status != OTE_OK) {
         shm_iface_close(&t->super);
         return status;

@@ -1,6 +1,7 @@
 /*
- * Native tcp component: internal objects. The cma component reuses them in
- * by-reference mode over a local stream socket (iface->ref_handle set).
+ * Native tcp component: internal objects. The cma and shm components reuse
+ * them in by-reference mode over a local stream socket, through the hooks
+ * they give their ifaces (ote_tcp_hooks_t).
  */
 #ifndef OTE_TCP_H
 #define OTE_TCP_H
@@ -93,6 +94,40 @@ typedef ote_status_t (*ote_tcp_connect_hook_t)(ote_tcp_iface_t *iface, int fd,
 typedef ote_status_t (*ote_tcp_addr_unpack_t)(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
                                               size_t max, size_t *count_p);
 
+/*
+ * What a component built on the stream connection code adds to it, given to
+ * ote_tcp_iface_init: tcp only its address format; cma by-reference
+ * requests, its address format and the probe after HELLO; shm cma's plus
+ * descriptor passing and its own post. NULL members: not used.
+ */
+typedef struct ote_tcp_hooks {
+    /* Peer address blob to socket addresses; required. */
+    ote_tcp_addr_unpack_t  addr_unpack;
+    /* Initiator: a step after HELLO_ACK on a new connection (cma: PROBE). */
+    ote_tcp_connect_hook_t connect_hook;
+    /*
+     * By-reference mode (cma, shm): the target's handler of PUT_REF, GET_REF
+     * and PROBE, and its flush (both set or both NULL). Set, the ep ops post
+     * by reference and the target offers small requests by value.
+     */
+    ote_tcp_ref_handle_t   ref_handle;
+    ote_tcp_ref_flush_t    ref_flush;
+    /*
+     * Shared mappings (shm): connections pass descriptors; MAP and
+     * UNMAP_ACK go to ref_handle on the target, MAP_ACK and UNMAP to
+     * initiator_hook; conn_closed runs once as a connection closes, before
+     * its operations fail.
+     */
+    bool                   fd_passing;
+    void                 (*initiator_hook)(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
+                                           const uint8_t *trailer);
+    void                 (*conn_closed)(ote_tcp_conn_t *c);
+    /* How the ep ops post an operation (shm: through its mappings); NULL: tcp's way. */
+    ote_status_t         (*post)(ote_tl_ep_t *ep, bool put, void *local, size_t length,
+                                 ote_region_t *local_region, uint64_t remote_addr,
+                                 ote_tl_completion_t *comp);
+} ote_tcp_hooks_t;
+
 /* An operation posted by the initiator and not yet answered. */
 typedef struct {
     ote_tl_completion_t *comp;
@@ -159,7 +194,7 @@ struct ote_tcp_conn {
     int                   peer_pidfd; /* that process, if the kernel has pidfds; else -1 */
     _Atomic uint64_t      peer_seen_ns; /* when peer_pidfd last said the process lives */
     bool                  rx_again; /* bytes left in rxbuf after the budget ran out */
-    /* descriptor passing (iface->fd_passing): received, in order */
+    /* descriptor passing (iface->hooks->fd_passing): received, in order */
     int                   rx_fds[OTE_TCP_RX_FDS];
     size_t                rx_nfds;
     void                 *ext;      /* the component's state of this connection */
@@ -242,25 +277,8 @@ struct ote_tcp_iface {
     ote_tcp_conn_t         *dirty;      /* connections with queued tx     */
     ote_tcp_conn_t         *graveyard;  /* closed target-side connections */
     uint8_t                *discard;    /* sink for refused payloads */
-    /* By-reference mode (cma); NULL in the tcp component. */
-    ote_tcp_ref_handle_t    ref_handle;
-    ote_tcp_ref_flush_t     ref_flush;
-    ote_tcp_connect_hook_t  connect_hook;
-    ote_tcp_addr_unpack_t   addr_unpack;
-    /*
-     * Shared mappings (shm): connections pass descriptors; MAP and
-     * UNMAP_ACK go to ref_handle on the target, MAP_ACK and UNMAP to
-     * initiator_hook (op: the oldest operation, NULL for UNMAP); conn_closed
-     * runs once as a connection closes, before its operations fail.
-     */
-    bool                    fd_passing;
-    void                  (*initiator_hook)(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
-                                            const uint8_t *trailer);
-    void                  (*conn_closed)(ote_tcp_conn_t *c);
-    /* How the ep ops post an operation (shm: through its mappings); NULL: tcp's way. */
-    ote_status_t          (*post)(ote_tl_ep_t *ep, bool put, void *local, size_t length,
-                                  ote_region_t *local_region, uint64_t remote_addr,
-                                  ote_tl_completion_t *comp);
+    /* What the component adds to the connection code; never NULL. */
+    const struct ote_tcp_hooks *hooks;
 };
 
 /* Transport name of a connection's iface, for logs ("tcp", "cma"). */
@@ -315,7 +333,12 @@ void         ote_tcp_conn_rx(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *conn);
 void         ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd);
 
-/* OTE_TCP_*: tcp's settings, read by tcp, cma and shm ifaces. */
+/*
+ * The settings of a stream connection iface, given to ote_tcp_iface_init by
+ * the component that opens it: tcp fills all of them from OTE_TCP_*; cma
+ * and shm only max_msg, from their own tables (<prefix>STREAM_MAX_MSG,
+ * OTE_TCP_STREAM_MAX_MSG_ENTRY), and fix the rest.
+ */
 typedef struct {
     long   conns;   /* connections per peer         */
     size_t max_msg; /* largest data message         */
@@ -327,6 +350,23 @@ typedef struct {
 
 extern const ote_config_table_t ote_tcp_config_table;
 
+/* Largest data message on a stream connection: default and bounds. */
+#define OTE_TCP_MAX_MSG_DFLT "64m"
+#define OTE_TCP_MAX_MSG_MIN  4096
+#define OTE_TCP_MAX_MSG_MAX  (1ll << 32)
+/*
+ * The entry STREAM_MAX_MSG of a component on the stream connection (cma:
+ * OTE_CMA_STREAM_MAX_MSG, shm: OTE_SHM_STREAM_MAX_MSG), nested under the
+ * component's prefix as the settings all of them share; OTE_TCP_MAX_MSG,
+ * the way these components were tuned before they had their own, is still
+ * read where it is not set. _offset: the size_t field it fills.
+ */
+#define OTE_TCP_STREAM_MAX_MSG_ENTRY(_offset)                                                   \
+    {"STREAM_MAX_MSG", OTE_TCP_MAX_MSG_DFLT, OTE_CFG_SIZE, (_offset),                           \
+     "Largest data message on this component's stream connection; a peer announcing more "      \
+     "is disconnected.",                                                                        \
+     .min = OTE_TCP_MAX_MSG_MIN, .max = OTE_TCP_MAX_MSG_MAX, .alias = "TCP_MAX_MSG"}
+
 /* tcp_iface.c */
 void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
 /*
@@ -337,12 +377,13 @@ ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
                                        const struct sockaddr_storage *ss);
 void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *conn);
 /*
- * Fields from tcp's configuration table and params, shared by tcp, cma and
- * shm. The descriptors are set to -1 first, so that ote_tcp_iface_close
+ * Fields from the component's settings (cfg), hooks and params, shared by
+ * tcp, cma and shm. The descriptors are set to -1 first, so that ote_tcp_iface_close
  * can undo a failed init.
  */
 ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
-                                const ote_tl_iface_params_t *params);
+                                const ote_tl_iface_params_t *params,
+                                const ote_tcp_config_t *cfg, const ote_tcp_hooks_t *hooks);
 /* epoll set with the listening socket; iface->listen_fd must be open. */
 ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface);
 void     ote_tcp_iface_close(ote_tl_iface_t *iface);
@@ -353,8 +394,8 @@ int      ote_tcp_iface_event_fd(ote_tl_iface_t *iface);
 
 /* tcp_ep.c */
 /*
- * The ep ops of tcp, cma (by reference: ref_handle set) and shm (its
- * mappings first: post set).
+ * The ep ops of tcp, cma (by reference: hooks->ref_handle set) and shm (its
+ * mappings first: hooks->post set).
  */
 extern const ote_tl_ep_ops_t ote_tcp_ep_ops;
 ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,

@@ -292,8 +292,8 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
     c->dead = true;
     if (c->ep != NULL)
         atomic_fetch_add(&c->ep->num_failed, 1);
-    if (c->iface->conn_closed != NULL)
-        c->iface->conn_closed(c);
+    if (c->iface->hooks->conn_closed != NULL)
+        c->iface->hooks->conn_closed(c);
     ote_debug("%s connection to %s closed: %s", OTE_TCP_CONN_TL(c), c->peer,
               ote_status_string(status));
     epoll_ctl(c->iface->epfd, EPOLL_CTL_DEL, c->fd, NULL);

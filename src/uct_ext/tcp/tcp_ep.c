@@ -201,8 +201,8 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
                  iface->super.resource.dev_name, peer->name ? peer->name : "peer");
         ote_auth_log_key_missing(who);
     }
-    if (status == OTE_OK && iface->connect_hook != NULL)
-        status = iface->connect_hook(iface, fd, peer, deadline);
+    if (status == OTE_OK && iface->hooks->connect_hook != NULL)
+        status = iface->hooks->connect_hook(iface, fd, peer, deadline);
     if (status != OTE_OK) {
         close(fd);
         return status;
@@ -223,8 +223,8 @@ static ote_status_t tcp_conn_install(ote_tcp_ep_t *ep, int fd, ote_tcp_conn_t **
     status = ote_tcp_conn_new(iface, fd, ep, &c);
     if (status != OTE_OK)
         return status;
-    c->vec_tx = iface->vector && iface->ref_handle == NULL && iface->post == NULL &&
-                (ep->peer_caps & OTE_TCP_CAP_WRITEV) != 0;
+    c->vec_tx = iface->vector && iface->hooks->ref_handle == NULL &&
+                iface->hooks->post == NULL && (ep->peer_caps & OTE_TCP_CAP_WRITEV) != 0;
     if (ep->addr.ss_family == AF_UNIX)
         snprintf(c->peer, sizeof(c->peer), "%.63s", ep->peer_name);
     else
@@ -290,7 +290,7 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     size_t nfds = 0, nall = 0, ncand;
     uint64_t caps = 0;
 
-    status = iface->addr_unpack(addr, addr_len, all, OTE_TCP_MAX_ADDRS, &nall);
+    status = iface->hooks->addr_unpack(addr, addr_len, all, OTE_TCP_MAX_ADDRS, &nall);
     if (status != OTE_OK)
         return status;
     ncand = tcp_ep_choose(iface, all, nall, cand);
@@ -548,9 +548,9 @@ static ote_status_t tcp_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local, si
     bool by_ref;
     uint8_t type;
 
-    if (iface->post != NULL)
-        return iface->post(tl_ep, put, local, length, local_region, remote_addr, comp);
-    by_ref = iface->ref_handle != NULL &&
+    if (iface->hooks->post != NULL)
+        return iface->hooks->post(tl_ep, put, local, length, local_region, remote_addr, comp);
+    by_ref = iface->hooks->ref_handle != NULL &&
              (length > OTE_TCP_INLINE_MAX ||
               !(((const ote_tcp_ep_t *)tl_ep)->peer_caps & by_value));
     if (by_ref)

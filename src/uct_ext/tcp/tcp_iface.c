@@ -353,9 +353,9 @@ static const ote_cfg_entry_t tcp_config_fields[] = {
      "TCP connections per peer; slices spread over them, small ones in runs of up to 512 KiB "
      "on one connection.",
      .min = 1, .max = 64},
-    {"MAX_MSG", "64m", OTE_CFG_SIZE, TCP_F(max_msg),
+    {"MAX_MSG", OTE_TCP_MAX_MSG_DFLT, OTE_CFG_SIZE, TCP_F(max_msg),
      "Largest TCP data message; a peer announcing more is disconnected.",
-     .min = 4096, .max = 1ll << 32},
+     .min = OTE_TCP_MAX_MSG_MIN, .max = OTE_TCP_MAX_MSG_MAX},
     {"SNDBUF", "0", OTE_CFG_SIZE, TCP_F(sndbuf),
      "SO_SNDBUF for TCP data connections; 0 = kernel autotuning."},
     {"RCVBUF", "0", OTE_CFG_SIZE, TCP_F(rcvbuf),
@@ -372,11 +372,10 @@ OTE_CONFIG_TABLE_DEFINE(ote_tcp_config_table, "TCP_", "tcp", tcp_config_fields, 
                         NULL);
 
 ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
-                                const ote_tl_iface_params_t *params)
+                                const ote_tl_iface_params_t *params,
+                                const ote_tcp_config_t *cfg, const ote_tcp_hooks_t *hooks)
 {
-    ote_tcp_config_t cfg;
-    ote_status_t status;
-
+    iface->hooks             = hooks;
     iface->listen_fd         = -1;
     iface->epfd              = -1;
     iface->super.resource    = *res;
@@ -389,16 +388,12 @@ ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t 
     iface->max_conns_per_peer = params->max_conns_per_peer;
     iface->auth              = params->auth;
     iface->handshake_timeout_ns = (uint64_t)params->handshake_timeout_ms * 1000000ull;
-    status = ote_config_fill(&ote_tcp_config_table, &cfg);
-    if (status != OTE_OK)
-        return status;
-    iface->max_msg      = cfg.max_msg;
-    iface->sndbuf       = cfg.sndbuf;
-    iface->rcvbuf       = cfg.rcvbuf;
-    iface->nodelay      = cfg.nodelay;
-    iface->vector       = cfg.vector;
-    iface->conns_per_ep = cfg.conns;
-    ote_config_release(&ote_tcp_config_table, &cfg);
+    iface->max_msg      = cfg->max_msg;
+    iface->sndbuf       = cfg->sndbuf;
+    iface->rcvbuf       = cfg->rcvbuf;
+    iface->nodelay      = cfg->nodelay;
+    iface->vector       = cfg->vector;
+    iface->conns_per_ep = cfg->conns;
     iface->discard = malloc(OTE_TCP_RXBUF);
     return iface->discard != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
 }
@@ -413,24 +408,31 @@ ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface)
     return OTE_OK;
 }
 
+/* tcp streams its bytes: nothing by reference, no descriptors. */
+static const ote_tcp_hooks_t tcp_hooks = {.addr_unpack = ote_tcp_addr_unpack};
+
 static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
                                    ote_tl_iface_t **iface_p)
 {
     ote_tcp_iface_t *iface;
     struct sockaddr_storage ss;
+    ote_tcp_config_t cfg;
     socklen_t len;
     ote_status_t status;
 
     if (res->unusable != NULL)
         return OTE_ERR_UNSUPPORTED;
+    status = ote_config_fill(&ote_tcp_config_table, &cfg);
+    if (status != OTE_OK)
+        return status;
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
-    status              = ote_tcp_iface_init(iface, res, params);
+    status              = ote_tcp_iface_init(iface, res, params, &cfg, &tcp_hooks);
+    ote_config_release(&ote_tcp_config_table, &cfg);
     iface->super.ops    = &tcp_iface_ops;
     iface->super.ep_ops = &ote_tcp_ep_ops;
-    iface->addr_unpack  = ote_tcp_addr_unpack;
     if (status != OTE_OK)
         goto err;
 

@@ -250,7 +250,7 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
         }
         /* The tcp component takes WRITEV; by reference, small WRITEs and READ_REQs. */
         ack = (ote_tcp_hdr_t){.type = OTE_TCP_HELLO_ACK, .id = h->id,
-                              .addr = iface->ref_handle == NULL
+                              .addr = iface->hooks->ref_handle == NULL
                                           ? OTE_TCP_CAP_WRITEV
                                           : OTE_TCP_CAP_INLINE_WRITE | OTE_TCP_CAP_INLINE_READ};
         ote_tcp_conn_reply(c, &ack);
@@ -258,24 +258,24 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
         c->handshake_deadline = 0;
         return;
     }
-    if (iface->ref_handle != NULL) {
+    if (iface->hooks->ref_handle != NULL) {
         if ((h->type == OTE_TCP_WRITE || h->type == OTE_TCP_READ_REQ) &&
             h->length <= OTE_TCP_INLINE_MAX) {
             /* A small write or read by value: the requests before it are answered first. */
             if (c->ref_npending)
-                iface->ref_flush(c);
+                iface->hooks->ref_flush(c);
             if (c->dead)
                 return;
         } else {
             /* By reference: no other bytes travel on this connection. */
             if (h->type != OTE_TCP_PUT_REF && h->type != OTE_TCP_GET_REF &&
                 h->type != OTE_TCP_PROBE &&
-                !(iface->fd_passing &&
+                !(iface->hooks->fd_passing &&
                   (h->type == OTE_TCP_MAP || h->type == OTE_TCP_UNMAP_ACK))) {
                 protocol_error(c, "unexpected message type on a by-reference connection");
                 return;
             }
-            iface->ref_handle(c, h,
+            iface->hooks->ref_handle(c, h,
                               ote_tcp_hdr_inline_len(h) >= OTE_TCP_REF_TRAILER_LEN
                                   ? ote_get_u64(payload)
                                   : 0);
@@ -412,20 +412,20 @@ static void initiator_vec_answer(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
 static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer)
 {
     ote_tcp_op_t *op = ote_tcp_conn_op_head(c);
-    bool by_ref      = c->iface->ref_handle != NULL;
+    bool by_ref      = c->iface->hooks->ref_handle != NULL;
     ote_tcp_op_t done;
     bool match;
 
-    if (c->iface->fd_passing && h->type == OTE_TCP_UNMAP) {
-        c->iface->initiator_hook(c, h, trailer);
+    if (c->iface->hooks->fd_passing && h->type == OTE_TCP_UNMAP) {
+        c->iface->hooks->initiator_hook(c, h, trailer);
         return;
     }
-    if (c->iface->fd_passing && h->type == OTE_TCP_MAP_ACK) {
+    if (c->iface->hooks->fd_passing && h->type == OTE_TCP_MAP_ACK) {
         if (op == NULL || op->type != OTE_TCP_MAP || op->id != h->id) {
             protocol_error(c, "MAP_ACK does not match the oldest request");
             return;
         }
-        c->iface->initiator_hook(c, h, trailer);
+        c->iface->hooks->initiator_hook(c, h, trailer);
         return;
     }
     if (!by_ref && (h->type == OTE_TCP_WRITEV_ACK || h->type == OTE_TCP_READV_RESP)) {
@@ -648,7 +648,7 @@ void ote_tcp_conn_rx(ote_tcp_conn_t *c)
         if (c->dead)
             c->ref_npending = 0;
         else
-            c->iface->ref_flush(c);
+            c->iface->hooks->ref_flush(c);
     }
 }
 
@@ -719,7 +719,7 @@ static void conn_rx(ote_tcp_conn_t *c)
                 c->rx_off = 0;
                 c->rx_len = avail;
             }
-            if (c->iface->fd_passing)
+            if (c->iface->hooks->fd_passing)
                 n = recv_fds(c, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len);
             else
                 n = recv(c->fd, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
