@@ -79,8 +79,12 @@ static inline const char *mp_status_label(ote_status_t s)
     return (i > 0 && i < (int)(sizeof(names) / sizeof(names[0]))) ? names[i] : "other";
 }
 
-/* GET path from addr ("ip:port") over HTTP/1.0: the body (malloc'd), NULL on any failure. */
-static inline char *mp_http_get(const char *addr, const char *path)
+/*
+ * GET path from addr ("ip:port") over HTTP/1.0: the body (malloc'd), NULL
+ * on any failure. With code NULL only a 200 answer's body is returned;
+ * else *code is the answer's status and its body is returned whatever it is.
+ */
+static inline char *mp_http_get(const char *addr, const char *path, int *code_p)
 {
     char host[64], req[256], *buf = NULL, *body = NULL;
     const char *colon = strrchr(addr, ':');
@@ -121,9 +125,11 @@ static inline char *mp_http_get(const char *addr, const char *path)
     close(fd);
     if (buf != NULL) {
         buf[len] = '\0';
-        if (sscanf(buf, "HTTP/1.%*d %d", &code) == 1 && code == 200 &&
+        if (sscanf(buf, "HTTP/1.%*d %d", &code) == 1 && (code == 200 || code_p != NULL) &&
             strstr(buf, "\r\n\r\n") != NULL)
             body = strdup(strstr(buf, "\r\n\r\n") + 4);
+        if (code_p != NULL)
+            *code_p = code;
     }
     free(buf);
     return body;

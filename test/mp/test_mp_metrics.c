@@ -5,6 +5,7 @@
  * refusals go through; the scraped values must equal them exactly, and
  * ote_engine_stats must give the same samples as /metrics.
  */
+#include "mp_stats.h"
 #include "testlib.h"
 
 #include <ote/ote.h>
@@ -22,48 +23,6 @@
 #include <cmocka.h>
 #include <pthread.h>
 #include <stdatomic.h>
-
-/* GET path from addr ("ip:port") over HTTP/1.0; the body (malloc'd), *code the status. */
-static char *http_get(const char *addr, const char *path, int *code)
-{
-    char host[64], req[256], *buf = NULL, *body;
-    const char *colon = strrchr(addr, ':');
-    struct sockaddr_in sin = {.sin_family = AF_INET};
-    size_t len = 0, cap = 0;
-    int fd;
-
-    assert_non_null(colon);
-    snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
-    assert_int_equal(inet_pton(AF_INET, host, &sin.sin_addr), 1);
-    sin.sin_port = htons((uint16_t)atoi(colon + 1));
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr);
-    assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
-    for (;;) {
-        ssize_t n;
-
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            buf = realloc(buf, cap);
-            assert_non_null(buf);
-        }
-        n = recv(fd, buf + len, cap - len - 1, 0);
-        assert_true(n >= 0);
-        if (n == 0)
-            break;
-        len += (size_t)n;
-    }
-    close(fd);
-    buf[len] = '\0';
-    assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", code), 1);
-    body = strstr(buf, "\r\n\r\n");
-    assert_non_null(body);
-    body = strdup(body + 4);
-    free(buf);
-    return body;
-}
 
 /* Scrapes /metrics in a loop while transfers run (no assertion: another thread). */
 typedef struct {
@@ -98,24 +57,6 @@ static void *scraper_main(void *arg)
     return NULL;
 }
 
-/* The value of the sample written exactly as series ("name{labels}"); -1 when absent. */
-static double sample(const char *text, const char *fmt, ...)
-{
-    char series[512];
-    size_t n;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(series, sizeof(series), fmt, ap);
-    va_end(ap);
-    n = strlen(series);
-    for (const char *p = text; p != NULL && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, series, n) == 0 && p[n] == ' ')
-            return strtod(p + n + 1, NULL);
-    }
-    return -1;
-}
-
 typedef struct {
     const char *text;
     const char *engine;
@@ -126,7 +67,7 @@ typedef struct {
 static int stats_cb(void *arg, const ote_stat_t *st)
 {
     stats_cmp_t *c = arg;
-    double v = sample(c->text, "%s{engine=\"%s\"%s%s}", st->name, c->engine,
+    double v = mp_scraped(c->text, "%s{engine=\"%s\"%s%s}", st->name, c->engine,
                       st->labels[0] ? "," : "", st->labels);
 
     c->count++;
@@ -135,16 +76,6 @@ static int stats_cb(void *arg, const ote_stat_t *st)
     else
         print_error("%s{%s}: stats %.17g, scrape %.17g\n", st->name, st->labels, st->value, v);
     return 0;
-}
-
-static const char *status_label(ote_status_t s)
-{
-    switch (s) {
-    case OTE_ERR_OUT_OF_BOUNDS: return "out_of_bounds";
-    case OTE_ERR_NOT_REGISTERED: return "not_registered";
-    case OTE_ERR_ACCESS: return "access";
-    default: return "other";
-    }
 }
 
 #define RLEN (1u << 20)
@@ -306,9 +237,10 @@ static void test_metrics_exact(void **state)
     assert_int_equal(ote_batch_wait(batch, 20000), OTE_OK);
     ote_batch_release(batch);
 
-    text = http_get(addr, "/metrics", &code);
+    text = mp_http_get(addr, "/metrics", &code);
+    assert_non_null(text);
     assert_int_equal(code, 200);
-#define A(fmt, ...) sample(text, fmt, na, ##__VA_ARGS__)
+#define A(fmt, ...) mp_scraped(text, fmt, na, ##__VA_ARGS__)
 #define OR0(v) ((v) < 0 ? 0 : (v))
     assert_true(A("ote_transfer_bytes_total{engine=\"%s\",op=\"write\",transport=\"tcp\"}") ==
                 (double)wr_bytes);
@@ -319,8 +251,8 @@ static void test_metrics_exact(void **state)
                     OR0(A("ote_transfer_requests_total{engine=\"%s\",op=\"write\",transport=\"none\"}")) ==
                 9.0);
     assert_true(A("ote_transfer_requests_total{engine=\"%s\",op=\"read\",transport=\"tcp\"}") == 3.0);
-    assert_true(sample(text, "ote_transfer_failures_total{engine=\"%s\",op=\"write\",status=\"%s\"}",
-                       na, status_label(st[1].error)) == 1.0);
+    assert_true(mp_scraped(text, "ote_transfer_failures_total{engine=\"%s\",op=\"write\",status=\"%s\"}",
+                       na, mp_status_label(st[1].error)) == 1.0);
     assert_true(A("ote_transfer_failures_total{engine=\"%s\",op=\"read\",status=\"timeout\"}") == 0.0);
     assert_true(A("ote_transfer_latency_seconds_count{engine=\"%s\",op=\"write\"}") == 8.0);
     assert_true(A("ote_transfer_latency_seconds_bucket{engine=\"%s\",op=\"write\",le=\"+Inf\"}") == 8.0);
@@ -339,19 +271,19 @@ static void test_metrics_exact(void **state)
     assert_true(A("ote_inflight_requests{engine=\"%s\"}") == 0.0);
     assert_true(A("ote_inflight_bytes{engine=\"%s\"}") == 0.0);
     assert_true(A("ote_notifications_sent_total{engine=\"%s\"}") == 4.0);
-    assert_true(sample(text, "ote_notifications_received_total{engine=\"%s\"}", nb) == 4.0);
-    assert_true(sample(text, "ote_notifications_sent_total{engine=\"%s\"}", nb) == 0.0);
+    assert_true(mp_scraped(text, "ote_notifications_received_total{engine=\"%s\"}", nb) == 4.0);
+    assert_true(mp_scraped(text, "ote_notifications_sent_total{engine=\"%s\"}", nb) == 0.0);
     assert_true(A("ote_registered_bytes{engine=\"%s\",memory=\"host\"}") == (double)RLEN);
-    assert_true(sample(text, "ote_registered_bytes{engine=\"%s\",memory=\"host\"}", nb) ==
+    assert_true(mp_scraped(text, "ote_registered_bytes{engine=\"%s\",memory=\"host\"}", nb) ==
                 (double)RLEN);
     assert_true(A("ote_registrations_total{engine=\"%s\"}") == 1.0);
     assert_true(A("ote_segments_open{engine=\"%s\"}") == 1.0);
-    assert_true(sample(text, "ote_segments_open{engine=\"%s\"}", nb) == 0.0);
+    assert_true(mp_scraped(text, "ote_segments_open{engine=\"%s\"}", nb) == 0.0);
     /* The open, and the re-read that the write past the region's end made
      * before it failed (the peer could have registered the range since). */
     assert_true(A("ote_metadata_requests_total{engine=\"%s\",store=\"p2p\",result=\"ok\"}") == 2.0);
     assert_true(A("ote_admission_rejections_total{engine=\"%s\"}") == 0.0);
-    assert_true(sample(text, "ote_admission_rejections_total{engine=\"%s\"}",
+    assert_true(mp_scraped(text, "ote_admission_rejections_total{engine=\"%s\"}",
                        ote_engine_name(c)) == (double)busy);
     assert_true(A("ote_build_info{engine=\"%s\",version=\"%s\",transports=\"tcp\"}",
                   ote_version()) == 1.0);
@@ -368,11 +300,13 @@ static void test_metrics_exact(void **state)
     assert_int_equal(cmp.matched, cmp.count);
     free(text);
 
-    text = http_get(addr, "/health", &code);
+    text = mp_http_get(addr, "/health", &code);
+    assert_non_null(text);
     assert_int_equal(code, 200);
     assert_string_equal(text, "ok 3 engines\n");
     free(text);
-    text = http_get(addr, "/nothing", &code);
+    text = mp_http_get(addr, "/nothing", &code);
+    assert_non_null(text);
     assert_int_equal(code, 404);
     free(text);
 
@@ -383,7 +317,8 @@ static void test_metrics_exact(void **state)
     assert_int_equal(ote_mem_free(a, ma), OTE_OK);
     ote_engine_destroy(a);
     /* The endpoint stays for b, without a's series. */
-    text = http_get(addr, "/metrics", &code);
+    text = mp_http_get(addr, "/metrics", &code);
+    assert_non_null(text);
     assert_int_equal(code, 200);
     assert_null(strstr(text, na));
     assert_non_null(strstr(text, nb));

@@ -548,7 +548,7 @@ static void test_putback_target(void **state)
         assert_int_equal(ote_test_check(local, 0, len, 5), -1);
         moved += len;
     }
-    text = mp_http_get(maddr, "/metrics");
+    text = mp_http_get(maddr, "/metrics", NULL);
     assert_non_null(text);
     printf("target: segments open %g, written over uct_tcp %g of %zu\n",
            mp_scraped(text, "ote_segments_open{engine=\"%s\"}", t.name),
