@@ -236,14 +236,40 @@ static void test_restarts_and_failures(void **state)
 }
 
 /* A notification after a batch whose task failed: counted once, with the status it ended with. */
-static void test_batch_notification_failure(void **state)
+/* The pair most tests use: a target with one 1 MiB region over tcp, an engine, 1 MiB of its memory, the open segment. */
+typedef struct {
+    ote_test_target_t t;
+    ote_engine_h      e;
+    ote_segment_h     seg;
+    ote_mem_h         mem;
+    uint8_t          *local;
+} pair_t;
+
+static void pair_start(pair_t *p)
 {
     const char *args[] = {"--region", "1m:rw", NULL};
-    ote_test_target_t t;
-    ote_engine_h e;
-    ote_segment_h seg;
-    ote_mem_h mem;
-    uint8_t *local;
+
+    setenv("OTE_TLS", "tcp", 1);
+    assert_int_equal(ote_test_target_start(&p->t, NULL, args), 0);
+    p->e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(p->e, 1 << 20, NULL, 0, (void **)&p->local, &p->mem), OTE_OK);
+    assert_int_equal(ote_segment_open(p->e, p->t.name, &p->seg), OTE_OK);
+}
+
+/* seg NULL: the test closed it. */
+static void pair_stop(pair_t *p)
+{
+    if (p->seg != NULL)
+        ote_segment_close(p->seg);
+    ote_mem_free(p->e, p->mem);
+    ote_engine_destroy(p->e);
+    ote_test_target_stop(&p->t);
+    unsetenv("OTE_TLS");
+}
+
+static void test_batch_notification_failure(void **state)
+{
+    pair_t p;
     ote_xfer_req_t r[2];
     ote_batch_h b;
     ote_status_t ns = OTE_INPROGRESS;
@@ -252,17 +278,13 @@ static void test_batch_notification_failure(void **state)
     size_t first;
 
     (void)state;
-    setenv("OTE_TLS", "tcp", 1);
-    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
-    e = ote_test_engine(NULL);
-    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
-    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
-    r[0] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
-                            .remote_addr = t.addr[0], .length = 4096};
+    pair_start(&p);
+    r[0] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = p.local, .segment = p.seg,
+                            .remote_addr = p.t.addr[0], .length = 4096};
     r[1] = r[0];
-    r[1].remote_addr = t.addr[0] + (1 << 20) - 100; /* past the end */
+    r[1].remote_addr = p.t.addr[0] + (1 << 20) - 100; /* past the end */
     for (int k = 0; k < 2; k++) {
-        assert_int_equal(ote_batch_create(e, 2, &b), OTE_OK);
+        assert_int_equal(ote_batch_create(p.e, 2, &b), OTE_OK);
         assert_int_equal(ote_batch_submit_notify(b, r, 2, "done", 4, &first), OTE_OK);
         assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
         for (size_t i = 0; i < 2; i++) {
@@ -282,13 +304,9 @@ static void test_batch_notification_failure(void **state)
         ote_batch_release(b);
     }
     assert_int_equal(tally.xfer[1][-OTE_ERR_OUT_OF_BOUNDS], 2);
-    check_failures(e, &tally);
-    assert_true(mp_stat(e, "ote_notifications_sent_total", "") == 0.0);
-    ote_segment_close(seg);
-    ote_mem_free(e, mem);
-    ote_engine_destroy(e);
-    ote_test_target_stop(&t);
-    unsetenv("OTE_TLS");
+    check_failures(p.e, &tally);
+    assert_true(mp_stat(p.e, "ote_notifications_sent_total", "") == 0.0);
+    pair_stop(&p);
 }
 
 static double registered(ote_engine_h e)
@@ -372,12 +390,7 @@ static void test_registrations_and_segments(void **state)
  */
 static void test_admission_bytes(void **state)
 {
-    const char *args[] = {"--region", "1m:rw", NULL};
-    ote_test_target_t t;
-    ote_engine_h e;
-    ote_segment_h seg;
-    ote_mem_h mem;
-    uint8_t *local;
+    pair_t p;
     ote_xfer_req_t r;
     ote_batch_h b;
     ote_task_status_t st;
@@ -385,17 +398,13 @@ static void test_admission_bytes(void **state)
     unsigned long busy = 0, ok = 0;
 
     (void)state;
-    setenv("OTE_TLS", "tcp", 1);
     setenv("OTE_MAX_INFLIGHT_BYTES", "65536", 1);
-    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
-    e = ote_test_engine(NULL);
+    pair_start(&p);
     unsetenv("OTE_MAX_INFLIGHT_BYTES");
-    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
-    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
-    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
-                         .remote_addr = t.addr[0], .length = 40000};
-    assert_int_equal(ote_batch_create(e, 64, &b), OTE_OK);
-    assert_int_equal(kill(t.pid, SIGSTOP), 0);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = p.local, .segment = p.seg,
+                         .remote_addr = p.t.addr[0], .length = 40000};
+    assert_int_equal(ote_batch_create(p.e, 64, &b), OTE_OK);
+    assert_int_equal(kill(p.t.pid, SIGSTOP), 0);
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     ok++;
     for (int i = 0; i < 5; i++) {
@@ -407,28 +416,24 @@ static void test_admission_bytes(void **state)
         ok += s == OTE_OK;
     }
     assert_true(busy > 0);
-    assert_true(mp_stat(e, "ote_admission_rejections_total", "") == (double)busy);
-    assert_true(mp_stat(e, "ote_inflight_requests", "") == (double)ok);
-    assert_true(mp_stat(e, "ote_inflight_bytes", "") == (double)(ok * 40000));
-    assert_int_equal(kill(t.pid, SIGCONT), 0);
+    assert_true(mp_stat(p.e, "ote_admission_rejections_total", "") == (double)busy);
+    assert_true(mp_stat(p.e, "ote_inflight_requests", "") == (double)ok);
+    assert_true(mp_stat(p.e, "ote_inflight_bytes", "") == (double)(ok * 40000));
+    assert_int_equal(kill(p.t.pid, SIGCONT), 0);
     assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
     for (size_t i = 0; i < ok; i++) {
         assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
         assert_int_equal(st.state, OTE_TASK_COMPLETED);
     }
     ote_batch_release(b);
-    assert_true(mp_stat(e, "ote_admission_rejections_total", "") == (double)busy);
-    assert_true(mp_stat(e, "ote_transfer_requests_total", "op=\"write\",transport=\"tcp\"") ==
+    assert_true(mp_stat(p.e, "ote_admission_rejections_total", "") == (double)busy);
+    assert_true(mp_stat(p.e, "ote_transfer_requests_total", "op=\"write\",transport=\"tcp\"") ==
                 (double)ok);
-    assert_true(mp_stat(e, "ote_transfer_bytes_total", "op=\"write\",transport=\"tcp\"") ==
+    assert_true(mp_stat(p.e, "ote_transfer_bytes_total", "op=\"write\",transport=\"tcp\"") ==
                 (double)(ok * 40000));
-    assert_true(mp_stat(e, "ote_inflight_requests", "") == 0.0);
-    assert_true(mp_stat(e, "ote_inflight_bytes", "") == 0.0);
-    ote_segment_close(seg);
-    ote_mem_free(e, mem);
-    ote_engine_destroy(e);
-    ote_test_target_stop(&t);
-    unsetenv("OTE_TLS");
+    assert_true(mp_stat(p.e, "ote_inflight_requests", "") == 0.0);
+    assert_true(mp_stat(p.e, "ote_inflight_bytes", "") == 0.0);
+    pair_stop(&p);
 }
 
 /*
@@ -438,12 +443,7 @@ static void test_admission_bytes(void **state)
  */
 static void test_closed_under_tasks(void **state)
 {
-    const char *args[] = {"--region", "1m:rw", NULL};
-    ote_test_target_t t;
-    ote_engine_h e;
-    ote_segment_h seg;
-    ote_mem_h mem;
-    uint8_t *local;
+    pair_t p;
     ote_xfer_req_t r[8];
     ote_batch_h b;
     ote_task_status_t st;
@@ -453,21 +453,17 @@ static void test_closed_under_tasks(void **state)
     double errors0;
 
     (void)state;
-    setenv("OTE_TLS", "tcp", 1);
-    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
-    e = ote_test_engine(NULL);
-    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
-    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
-    errors0 = mp_stat_sum(e, "ote_rail_errors_total");
+    pair_start(&p);
+    errors0 = mp_stat_sum(p.e, "ote_rail_errors_total");
     for (int i = 0; i < 8; i++)
-        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local + i * 131072,
-                                .segment = seg, .remote_addr = t.addr[0] + i * 131072,
+        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = p.local + i * 131072,
+                                .segment = p.seg, .remote_addr = p.t.addr[0] + i * 131072,
                                 .length = 131072};
-    assert_int_equal(ote_batch_create(e, 8, &b), OTE_OK);
-    assert_int_equal(kill(t.pid, SIGSTOP), 0);
+    assert_int_equal(ote_batch_create(p.e, 8, &b), OTE_OK);
+    assert_int_equal(kill(p.t.pid, SIGSTOP), 0);
     assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
     usleep(100 * 1000);
-    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    assert_int_equal(ote_segment_close(p.seg), OTE_OK);
     assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
     for (size_t i = 0; i < 8; i++) {
         assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
@@ -480,9 +476,9 @@ static void test_closed_under_tasks(void **state)
     ote_batch_release(b);
     assert_true(tally.xfer[1][-OTE_ERR_CANCELED] > 0);
     /* Bytes: what the tasks say arrived, canceled ones included. */
-    assert_true(mp_stat(e, "ote_transfer_bytes_total", "op=\"write\",transport=\"tcp\"") ==
+    assert_true(mp_stat(p.e, "ote_transfer_bytes_total", "op=\"write\",transport=\"tcp\"") ==
                 (double)transferred);
-    check_failures(e, &tally);
+    check_failures(p.e, &tally);
     /* Every task that did not complete was CANCELED: no rail counts an error. */
     {
         unsigned long failed = 0;
@@ -491,14 +487,12 @@ static void test_closed_under_tasks(void **state)
             failed += tally.xfer[1][i];
         assert_int_equal(failed, tally.xfer[1][-OTE_ERR_CANCELED]);
     }
-    assert_true(mp_stat_sum(e, "ote_rail_errors_total") == errors0);
-    assert_true(mp_stat(e, "ote_inflight_requests", "") == 0.0);
-    assert_true(mp_stat(e, "ote_segments_open", "") == 0.0);
-    kill(t.pid, SIGCONT);
-    ote_mem_free(e, mem);
-    ote_engine_destroy(e);
-    ote_test_target_stop(&t);
-    unsetenv("OTE_TLS");
+    assert_true(mp_stat_sum(p.e, "ote_rail_errors_total") == errors0);
+    assert_true(mp_stat(p.e, "ote_inflight_requests", "") == 0.0);
+    assert_true(mp_stat(p.e, "ote_segments_open", "") == 0.0);
+    kill(p.t.pid, SIGCONT);
+    p.seg = NULL; /* closed above */
+    pair_stop(&p);
 }
 
 /*
@@ -692,28 +686,19 @@ static int catalogue_cb(void *arg, const ote_stat_t *st)
  */
 static void test_series_catalogue(void **state)
 {
-    const char *args[] = {"--region", "1m:rw", NULL};
-    ote_test_target_t t;
-    ote_engine_h e;
-    ote_segment_h seg;
-    ote_mem_h mem;
-    uint8_t *local;
+    pair_t p;
     ote_task_status_t st;
     tally_t tally = {0};
     catalogue_check_t c = {0};
     double b = 1e-6;
 
     (void)state;
-    setenv("OTE_TLS", "tcp", 1);
-    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
-    e = ote_test_engine(NULL);
-    assert_int_equal(ote_mem_alloc(e, 1 << 20, NULL, 0, (void **)&local, &mem), OTE_OK);
-    assert_int_equal(ote_segment_open(e, t.name, &seg), OTE_OK);
-    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0], 4096, &tally, &st), OTE_OK);
-    assert_int_equal(one(e, seg, OTE_OP_WRITE, local, t.addr[0] + (1 << 20) - 1, 2, &tally, &st),
+    pair_start(&p);
+    assert_int_equal(one(p.e, p.seg, OTE_OP_WRITE, p.local, p.t.addr[0], 4096, &tally, &st), OTE_OK);
+    assert_int_equal(one(p.e, p.seg, OTE_OP_WRITE, p.local, p.t.addr[0] + (1 << 20) - 1, 2, &tally, &st),
                      OTE_OK);
-    c.peer = t.name;
-    assert_int_equal(ote_engine_stats(e, catalogue_cb, &c), OTE_OK);
+    c.peer = p.t.name;
+    assert_int_equal(ote_engine_stats(p.e, catalogue_cb, &c), OTE_OK);
     assert_int_equal(c.bad, 0);
     for (size_t i = 0; i < sizeof(catalogue) / sizeof(catalogue[0]); i++) {
         if (catalogue[i].seen == 0)
@@ -735,11 +720,7 @@ static void test_series_catalogue(void **state)
     }
     assert_true(c.lat_le[21] == 10.0);
     assert_true(c.lat_le[22] == -1);
-    ote_segment_close(seg);
-    ote_mem_free(e, mem);
-    ote_engine_destroy(e);
-    ote_test_target_stop(&t);
-    unsetenv("OTE_TLS");
+    pair_stop(&p);
 }
 
 /* result label of an open's status */
