@@ -74,6 +74,27 @@ def wait(agent, handle, spec):
         raise RuntimeError(f"{spec}: transfer failed")
 
 
+class Window:
+    """The measured window: a warm-up (0.2 s, or a quarter of the run when
+    shorter), then `seconds` of timed iterations."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.end = None
+        self.start = time.perf_counter()
+        self.times = []
+
+    def lap(self, t0, t1):
+        """Record the iteration [t0, t1] once warm; True when the window is over."""
+        if self.end is None:
+            if t1 - self.start > min(0.2, self.seconds / 4):  # warm-up done
+                self.end = t1 + self.seconds
+                self.start = t1
+            return False
+        self.times.append(t1 - t0)
+        return t1 >= self.end
+
+
 def run_spec(agent, peer, spec, laddr, raddr, seconds, depth):
     op, size, count, scatter = parse(spec)
     layers = layers_of(spec)
@@ -86,10 +107,8 @@ def run_spec(agent, peer, spec, laddr, raddr, seconds, depth):
     remote = agent.get_xfer_descs(rrows, "DRAM")
     handles = [agent.initialize_xfer(op.upper(), local, remote, peer) for _ in range(depth)]
     started = [0.0] * depth
-    times = []
-    end = None
     posted = done = 0
-    t_start = time.perf_counter()
+    win = Window(seconds)
     while True:
         while posted - done < depth:          # keep `depth` transfers in flight
             started[posted % depth] = time.perf_counter()
@@ -100,21 +119,15 @@ def run_spec(agent, peer, spec, laddr, raddr, seconds, depth):
         t1 = time.perf_counter()
         t0 = started[done % depth]
         done += 1
-        if end is None:
-            if t1 - t_start > min(0.2, seconds / 4):  # warm-up done
-                end = t1 + seconds
-                t_start = t1
-            continue
-        times.append(t1 - t0)
-        if t1 >= end:
+        if win.lap(t0, t1):
             break
     while done < posted:                      # what is still in flight, out of the figures
         wait(agent, handles[done % depth], spec)
         done += 1
-    elapsed = t1 - t_start
+    elapsed = t1 - win.start
     for h in handles:
         agent.release_xfer_handle(h)
-    return figures(spec, size * count, times, elapsed)
+    return figures(spec, size * count, win.times, elapsed)
 
 
 def run_layers(agent, peer, spec, lrows, rrows, seconds, layers):
@@ -125,9 +138,7 @@ def run_layers(agent, peer, spec, lrows, rrows, seconds, layers):
     lp = agent.prep_xfer_dlist("NIXL_INIT_AGENT", lrows, "DRAM")
     rp = agent.prep_xfer_dlist(peer, rrows, "DRAM")
     idx = [list(range(la * per, (la + 1) * per)) for la in range(layers)]
-    times = []
-    end = None
-    t_start = time.perf_counter()
+    win = Window(seconds)
     while True:
         t0 = time.perf_counter()
         handles = []
@@ -141,18 +152,12 @@ def run_layers(agent, peer, spec, lrows, rrows, seconds, layers):
         t1 = time.perf_counter()
         for h in handles:
             agent.release_xfer_handle(h)
-        if end is None:
-            if t1 - t_start > min(0.2, seconds / 4):  # warm-up done
-                end = t1 + seconds
-                t_start = t1
-            continue
-        times.append(t1 - t0)
-        if t1 >= end:
+        if win.lap(t0, t1):
             break
-    elapsed = time.perf_counter() - t_start
+    elapsed = time.perf_counter() - win.start
     agent.release_dlist_handle(lp)
     agent.release_dlist_handle(rp)
-    return figures(spec, size * count, times, elapsed)
+    return figures(spec, size * count, win.times, elapsed)
 
 
 def figures(spec, nbytes, times, elapsed):
