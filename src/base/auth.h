@@ -21,7 +21,7 @@
  * protect the bytes that follow (see docs/security.md).
  *
  * Framing is the caller's: the control plane carries these payloads in
- * OTE_CTL_AUTH_* messages, the tcp component in OTE_TCP_AUTH_* messages.
+ * OTE_CTL_AUTH_* messages, the tcp component in OTE_STREAM_AUTH_* messages.
  */
 #ifndef OTE_BASE_AUTH_H
 #define OTE_BASE_AUTH_H

@@ -9,7 +9,7 @@
 #include "base/auth.h"
 #include "base/config.h"
 #include "core/ctl_msg.h"
-#include "uct_ext/tcp/tcp_wire.h"
+#include "uct_ext/stream/stream_wire.h"
 
 #include <string.h>
 
@@ -32,13 +32,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* Split "header + payload" framing: tcp header decode, then the payload. */
 static const uint8_t *tcp_payload(const uint8_t *p, size_t n, uint8_t type, size_t *len_p)
 {
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
 
-    if (ote_tcp_hdr_decode(p, n, 0, &h) != OTE_OK || h.type != type ||
-        n < OTE_TCP_HDR_LEN + h.length)
+    if (ote_stream_hdr_decode(p, n, 0, &h) != OTE_OK || h.type != type ||
+        n < OTE_STREAM_HDR_LEN + h.length)
         return NULL;
     *len_p = (size_t)h.length;
-    return p + OTE_TCP_HDR_LEN;
+    return p + OTE_STREAM_HDR_LEN;
 }
 
 static const uint8_t *ctl_payload(const uint8_t *p, size_t n, uint8_t type, size_t *len_p)
@@ -73,9 +73,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ote_auth_session_init(&s, tcp ? OTE_AUTH_CHANNEL_TCP : OTE_AUTH_CHANNEL_CTL);
     if (mode == 0) {
         /* Target: a hello, then a proof. */
-        m1 = tcp ? tcp_payload(data, half, OTE_TCP_AUTH_HELLO, &l1)
+        m1 = tcp ? tcp_payload(data, half, OTE_STREAM_AUTH_HELLO, &l1)
                  : ctl_payload(data, half, OTE_CTL_AUTH_HELLO, &l1);
-        m2 = tcp ? tcp_payload(data + half, size - half, OTE_TCP_AUTH_PROOF, &l2)
+        m2 = tcp ? tcp_payload(data + half, size - half, OTE_STREAM_AUTH_PROOF, &l2)
                  : ctl_payload(data + half, size - half, OTE_CTL_AUTH_PROOF, &l2);
         if (m1 == NULL) {
             m1 = data;
@@ -95,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         /* Initiator: our hello, then whatever comes back as the target's proof. */
         FUZZ_CHECK(ote_auth_initiator_hello(auth, &s, out) == OTE_OK);
-        m1 = tcp ? tcp_payload(data, size, OTE_TCP_AUTH_PROOF, &l1)
+        m1 = tcp ? tcp_payload(data, size, OTE_STREAM_AUTH_PROOF, &l1)
                  : NULL;
         if (m1 == NULL) {
             m1 = data;

@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(strlen(d->tls[i].tl_name) < OTE_TL_NAME_MAX);
         /* A native tcp address: its list of addresses, each with a port. */
         if (strcmp(d->tls[i].tl_name, "tcp") == 0) {
-            ote_tcp_sockaddr_t a[OTE_TCP_MAX_ADDRS];
+            ote_stream_sockaddr_t a[OTE_TCP_MAX_ADDRS];
             size_t n = 0;
 
             if (ote_tcp_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, a, OTE_TCP_MAX_ADDRS,

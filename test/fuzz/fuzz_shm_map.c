@@ -55,31 +55,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ote_shm_grant_info_t g;
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
     uint64_t want, want_len;
     unsigned kind;
     uint8_t *copy;
     size_t tlen;
 
-    if (size < 17 + OTE_TCP_HDR_LEN)
+    if (size < 17 + OTE_STREAM_HDR_LEN)
         return 0;
     kind     = data[0] % FUZZ_KINDS;
     want     = ote_get_u64(data + 1);
     want_len = ote_get_u64(data + 9);
-    if (ote_tcp_hdr_decode(data + 17, OTE_TCP_HDR_LEN, 1u << 20, &h) != OTE_OK ||
-        h.type != OTE_TCP_MAP_ACK || h.status != OTE_OK)
+    if (ote_stream_hdr_decode(data + 17, OTE_STREAM_HDR_LEN, 1u << 20, &h) != OTE_OK ||
+        h.type != OTE_STREAM_MAP_ACK || h.status != OTE_OK)
         return 0;
     /* An exact-size copy of the trailer, so a read past it is caught by ASan. */
-    tlen = size - 17 - OTE_TCP_HDR_LEN;
+    tlen = size - 17 - OTE_STREAM_HDR_LEN;
     copy = malloc(tlen ? tlen : 1);
     if (copy == NULL)
         return 0;
-    memcpy(copy, data + 17 + OTE_TCP_HDR_LEN, tlen);
+    memcpy(copy, data + 17 + OTE_STREAM_HDR_LEN, tlen);
     if (ote_shm_map_check(&h, copy, tlen, fds[kind], want, want_len, &g) == OTE_OK) {
         volatile uint8_t *m;
 
         FUZZ_CHECK(kind == 0 || kind == 1 || kind == 3);
-        FUZZ_CHECK(tlen == OTE_TCP_MAP_ACK_TRAILER_LEN && g.grant != 0);
+        FUZZ_CHECK(tlen == OTE_STREAM_MAP_ACK_TRAILER_LEN && g.grant != 0);
         FUZZ_CHECK(g.length > 0 && g.length <= (kind == 3 ? 4096u : FUZZ_FD_LEN));
         FUZZ_CHECK(want >= g.base && want_len > 0 && want + want_len >= want &&
                    want + want_len <= g.base + g.length);

@@ -133,7 +133,7 @@ static void drain(int fd)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ote_tl_iface_t *tl;
-    ote_tcp_iface_t *iface;
+    ote_stream_iface_t *iface;
     struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(9)};
     struct sockaddr_storage ss;
     bool cma;
@@ -144,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     cma   = (data[0] & 2) != 0;
     tl    = cma ? ((data[0] & 1) ? cma_on : cma_off) : ((data[0] & 1) ? iface_on : iface_off);
-    iface = (ote_tcp_iface_t *)tl;
+    iface = (ote_stream_iface_t *)tl;
     data++;
     size--;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
@@ -156,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         peer.sin_addr.s_addr = htonl(0x7f000001);
         memcpy(&ss, &peer, sizeof(peer));
     }
-    FUZZ_CHECK(ote_tcp_iface_conn_accept(iface, sv[0], &ss) == OTE_OK);
+    FUZZ_CHECK(ote_stream_iface_conn_accept(iface, sv[0], &ss) == OTE_OK);
     FUZZ_CHECK(iface->num_accepted == 1);
     if (cma) {
         /* SO_PEERCRED named this process: the copies go to the forked one. */

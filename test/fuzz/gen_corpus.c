@@ -11,7 +11,7 @@
 #include "core/desc.h"
 #include "base/wire_util.h"
 #include "core/meta.h"
-#include "uct_ext/tcp/tcp_wire.h"
+#include "uct_ext/stream/stream_wire.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -47,10 +47,10 @@ static void put(const char *target, const char *name, const void *p, size_t len)
 static void tcp_hdr(ote_buf_t *b, uint8_t type, int32_t status, uint64_t id, uint64_t addr,
                     uint64_t length)
 {
-    uint8_t h[OTE_TCP_HDR_LEN];
-    ote_tcp_hdr_t x = {.type = type, .status = status, .id = id, .addr = addr, .length = length};
+    uint8_t h[OTE_STREAM_HDR_LEN];
+    ote_stream_hdr_t x = {.type = type, .status = status, .id = id, .addr = addr, .length = length};
 
-    ote_tcp_hdr_encode(&x, h);
+    ote_stream_hdr_encode(&x, h);
     ote_buf_put(b, h, sizeof(h));
 }
 
@@ -89,7 +89,7 @@ static void flush_encoded(const char *target, const char *name, ote_buf_t *b, ot
 static void put_statuses(ote_buf_t *b, size_t n, size_t bad, ote_status_t status)
 {
     for (size_t i = 0; i < n; i++) {
-        uint8_t st[OTE_TCP_WRITEV_STATUS_LEN];
+        uint8_t st[OTE_STREAM_WRITEV_STATUS_LEN];
 
         ote_put_u32(st, (uint32_t)(i == bad ? status : OTE_OK));
         ote_buf_put(b, st, sizeof(st));
@@ -100,34 +100,34 @@ static void gen_tcp_hdr(void)
 {
     ote_buf_t b = {0};
 
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);      flush("tcp_hdr", "hello", &b);
-    tcp_hdr(&b, OTE_TCP_HELLO_ACK, OTE_ERR_NOT_FOUND, 1, 0, 0); flush("tcp_hdr", "hello_ack", &b);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 4096);         flush("tcp_hdr", "write", &b);
-    tcp_hdr(&b, OTE_TCP_WRITE_ACK, 0, 2, 0, 4096);            flush("tcp_hdr", "write_ack", &b);
-    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 3, FUZZ_RW, 65536);      flush("tcp_hdr", "read_req", &b);
-    tcp_hdr(&b, OTE_TCP_READ_RESP, 0, 3, 0, 65536);           flush("tcp_hdr", "read_resp", &b);
-    tcp_hdr(&b, OTE_TCP_READ_RESP, OTE_ERR_OUT_OF_BOUNDS, 3, 0, 0);
+    tcp_hdr(&b, OTE_STREAM_HELLO, 0, 1, FUZZ_INSTANCE, 0);      flush("tcp_hdr", "hello", &b);
+    tcp_hdr(&b, OTE_STREAM_HELLO_ACK, OTE_ERR_NOT_FOUND, 1, 0, 0); flush("tcp_hdr", "hello_ack", &b);
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 2, FUZZ_RW, 4096);         flush("tcp_hdr", "write", &b);
+    tcp_hdr(&b, OTE_STREAM_WRITE_ACK, 0, 2, 0, 4096);            flush("tcp_hdr", "write_ack", &b);
+    tcp_hdr(&b, OTE_STREAM_READ_REQ, 0, 3, FUZZ_RW, 65536);      flush("tcp_hdr", "read_req", &b);
+    tcp_hdr(&b, OTE_STREAM_READ_RESP, 0, 3, 0, 65536);           flush("tcp_hdr", "read_resp", &b);
+    tcp_hdr(&b, OTE_STREAM_READ_RESP, OTE_ERR_OUT_OF_BOUNDS, 3, 0, 0);
     flush("tcp_hdr", "read_resp_err", &b);
-    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 4, 0, 32);             flush("tcp_hdr", "auth_hello", &b);
-    tcp_hdr(&b, OTE_TCP_WRITEV, 0, 5, 3, 96);                 flush("tcp_hdr", "writev", &b);
-    tcp_hdr(&b, OTE_TCP_WRITEV_ACK, 0, 5, 3, 96);             flush("tcp_hdr", "writev_ack", &b);
-    tcp_hdr(&b, OTE_TCP_WRITEV_ACK, OTE_ERR_ACCESS, 5, 3, 0);
+    tcp_hdr(&b, OTE_STREAM_AUTH_HELLO, 0, 4, 0, 32);             flush("tcp_hdr", "auth_hello", &b);
+    tcp_hdr(&b, OTE_STREAM_WRITEV, 0, 5, 3, 96);                 flush("tcp_hdr", "writev", &b);
+    tcp_hdr(&b, OTE_STREAM_WRITEV_ACK, 0, 5, 3, 96);             flush("tcp_hdr", "writev_ack", &b);
+    tcp_hdr(&b, OTE_STREAM_WRITEV_ACK, OTE_ERR_ACCESS, 5, 3, 0);
     put_statuses(&b, 3, 1, OTE_ERR_ACCESS);
     flush("tcp_hdr", "writev_ack_statuses", &b);
-    tcp_hdr(&b, OTE_TCP_READV_REQ, 0, 6, 2, 8192);            flush("tcp_hdr", "readv_req", &b);
-    tcp_hdr(&b, OTE_TCP_READV_RESP, 0, 6, 2, 8192);           flush("tcp_hdr", "readv_resp", &b);
-    tcp_hdr(&b, OTE_TCP_READV_RESP, OTE_ERR_OUT_OF_BOUNDS, 6, 2, 4096);
+    tcp_hdr(&b, OTE_STREAM_READV_REQ, 0, 6, 2, 8192);            flush("tcp_hdr", "readv_req", &b);
+    tcp_hdr(&b, OTE_STREAM_READV_RESP, 0, 6, 2, 8192);           flush("tcp_hdr", "readv_resp", &b);
+    tcp_hdr(&b, OTE_STREAM_READV_RESP, OTE_ERR_OUT_OF_BOUNDS, 6, 2, 4096);
     put_statuses(&b, 2, 0, OTE_ERR_OUT_OF_BOUNDS);
     flush("tcp_hdr", "readv_resp_statuses", &b);
-    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 4, 0, 64);             flush("tcp_hdr", "auth_tproof", &b);
-    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 5, 0, 32);             flush("tcp_hdr", "auth_iproof", &b);
-    tcp_hdr(&b, OTE_TCP_AUTH_DONE, OTE_ERR_AUTH, 5, 0, 0);    flush("tcp_hdr", "auth_done", &b);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 6, FUZZ_RW, 4096);        flush("tcp_hdr", "put_ref", &b);
-    tcp_hdr(&b, OTE_TCP_GET_REF, 0, 7, FUZZ_RW, 65536);       flush("tcp_hdr", "get_ref", &b);
-    tcp_hdr(&b, OTE_TCP_REF_ACK, 0, 7, 0, 65536);             flush("tcp_hdr", "ref_ack", &b);
-    tcp_hdr(&b, OTE_TCP_REF_ACK, OTE_ERR_ACCESS, 8, 0, 0);    flush("tcp_hdr", "ref_ack_err", &b);
-    tcp_hdr(&b, OTE_TCP_PROBE, 0, 9, 0, 16);                  flush("tcp_hdr", "probe", &b);
-    tcp_hdr(&b, OTE_TCP_PROBE_ACK, 0, 9, 0x1234, 0);          flush("tcp_hdr", "probe_ack", &b);
+    tcp_hdr(&b, OTE_STREAM_AUTH_PROOF, 0, 4, 0, 64);             flush("tcp_hdr", "auth_tproof", &b);
+    tcp_hdr(&b, OTE_STREAM_AUTH_PROOF, 0, 5, 0, 32);             flush("tcp_hdr", "auth_iproof", &b);
+    tcp_hdr(&b, OTE_STREAM_AUTH_DONE, OTE_ERR_AUTH, 5, 0, 0);    flush("tcp_hdr", "auth_done", &b);
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 6, FUZZ_RW, 4096);        flush("tcp_hdr", "put_ref", &b);
+    tcp_hdr(&b, OTE_STREAM_GET_REF, 0, 7, FUZZ_RW, 65536);       flush("tcp_hdr", "get_ref", &b);
+    tcp_hdr(&b, OTE_STREAM_REF_ACK, 0, 7, 0, 65536);             flush("tcp_hdr", "ref_ack", &b);
+    tcp_hdr(&b, OTE_STREAM_REF_ACK, OTE_ERR_ACCESS, 8, 0, 0);    flush("tcp_hdr", "ref_ack_err", &b);
+    tcp_hdr(&b, OTE_STREAM_PROBE, 0, 9, 0, 16);                  flush("tcp_hdr", "probe", &b);
+    tcp_hdr(&b, OTE_STREAM_PROBE_ACK, 0, 9, 0x1234, 0);          flush("tcp_hdr", "probe_ack", &b);
 }
 
 static void gen_ctl_hdr(void)
@@ -332,9 +332,9 @@ static void gen_auth(void)
     flush("auth", "target_ctl", &b);
     /* target, tcp framing */
     ote_buf_put_u8(&b, 2);
-    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);
+    tcp_hdr(&b, OTE_STREAM_AUTH_HELLO, 0, 1, 0, 32);
     ote_buf_put(&b, nonce, 32);
-    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 2, 0, 32);
+    tcp_hdr(&b, OTE_STREAM_AUTH_PROOF, 0, 2, 0, 32);
     ote_buf_put(&b, nonce, 32);
     flush("auth", "target_tcp", &b);
     /* initiator: a target's proof */
@@ -342,7 +342,7 @@ static void gen_auth(void)
     ote_buf_put(&b, nonce, 64);
     flush("auth", "initiator_raw", &b);
     ote_buf_put_u8(&b, 3);
-    tcp_hdr(&b, OTE_TCP_AUTH_PROOF, 0, 1, 0, 64);
+    tcp_hdr(&b, OTE_STREAM_AUTH_PROOF, 0, 1, 0, 64);
     ote_buf_put(&b, nonce, 64);
     flush("auth", "initiator_tcp", &b);
 }
@@ -350,16 +350,16 @@ static void gen_auth(void)
 /* A WRITEV or READV_REQ header (id) and its table of n (addr, length) entries. */
 static void vector(ote_buf_t *b, uint8_t type, uint64_t id, const uint64_t (*e)[2], size_t n)
 {
-    uint8_t t[OTE_TCP_WRITEV_ENTRY_LEN];
+    uint8_t t[OTE_STREAM_WRITEV_ENTRY_LEN];
     uint64_t total = 0;
 
     for (size_t i = 0; i < n; i++)
         total += e[i][1];
     tcp_hdr(b, type, 0, id, n, total);
     for (size_t i = 0; i < n; i++) {
-        ote_tcp_vec_entry_t x = {.addr = e[i][0], .length = e[i][1]};
+        ote_stream_vec_entry_t x = {.addr = e[i][0], .length = e[i][1]};
 
-        ote_tcp_vec_entry_encode(&x, t);
+        ote_stream_vec_entry_encode(&x, t);
         ote_buf_put(b, t, sizeof(t));
     }
 }
@@ -367,29 +367,29 @@ static void vector(ote_buf_t *b, uint8_t type, uint64_t id, const uint64_t (*e)[
 /* A WRITEV without its payload. */
 static void writev(ote_buf_t *b, uint64_t id, const uint64_t (*e)[2], size_t n)
 {
-    vector(b, OTE_TCP_WRITEV, id, e, n);
+    vector(b, OTE_STREAM_WRITEV, id, e, n);
 }
 
 static void readv_req(ote_buf_t *b, uint64_t id, const uint64_t (*e)[2], size_t n)
 {
-    vector(b, OTE_TCP_READV_REQ, id, e, n);
+    vector(b, OTE_STREAM_READV_REQ, id, e, n);
 }
 
 /* A tcp_conn input: the iface (bit 0: keyed, bit 1: cma), then HELLO as request 1. */
 static void open_hello(ote_buf_t *b, uint8_t iface)
 {
     ote_buf_put_u8(b, iface);
-    tcp_hdr(b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE, 0);
+    tcp_hdr(b, OTE_STREAM_HELLO, 0, 1, FUZZ_INSTANCE, 0);
 }
 
 /* A keyed handshake with a proof that is not the key's, then HELLO (requests 1 to 3). */
 static void keyed_hello(ote_buf_t *b, const uint8_t *payload)
 {
-    tcp_hdr(b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);
+    tcp_hdr(b, OTE_STREAM_AUTH_HELLO, 0, 1, 0, 32);
     ote_buf_put(b, payload, 32);
-    tcp_hdr(b, OTE_TCP_AUTH_PROOF, 0, 2, 0, 32);
+    tcp_hdr(b, OTE_STREAM_AUTH_PROOF, 0, 2, 0, 32);
     ote_buf_put(b, payload, 32);
-    tcp_hdr(b, OTE_TCP_HELLO, 0, 3, FUZZ_INSTANCE, 0);
+    tcp_hdr(b, OTE_STREAM_HELLO, 0, 3, FUZZ_INSTANCE, 0);
 }
 
 static void gen_tcp_conn(void)
@@ -401,16 +401,16 @@ static void gen_tcp_conn(void)
         payload[i] = (uint8_t)(i * 7);
     /* Without a key: HELLO, WRITE, READ, refused accesses, then more traffic. */
     open_hello(&b, 0);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 256);
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 2, FUZZ_RW, 256);
     ote_buf_put(&b, payload, 256);
-    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 3, FUZZ_RW, 512);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RO, 64);               /* read-only      */
+    tcp_hdr(&b, OTE_STREAM_READ_REQ, 0, 3, FUZZ_RW, 512);
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 4, FUZZ_RO, 64);               /* read-only      */
     ote_buf_put(&b, payload, 64);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 5, FUZZ_RW + 16384 - 32, 64);  /* crosses the end */
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 5, FUZZ_RW + 16384 - 32, 64);  /* crosses the end */
     ote_buf_put(&b, payload, 64);
-    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 6, FUZZ_RW - 64, 64);       /* before          */
-    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 7, FUZZ_RO, 4096);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 8, FUZZ_RW + 4096, 4096);
+    tcp_hdr(&b, OTE_STREAM_READ_REQ, 0, 6, FUZZ_RW - 64, 64);       /* before          */
+    tcp_hdr(&b, OTE_STREAM_READ_REQ, 0, 7, FUZZ_RO, 4096);
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 8, FUZZ_RW + 4096, 4096);
     ote_buf_put(&b, payload, 4096);
     flush("tcp_conn", "open_session", &b);
 
@@ -422,7 +422,7 @@ static void gen_tcp_conn(void)
     ote_buf_put(&b, payload, 101);
     writev(&b, 3, (const uint64_t[][2]){{FUZZ_RW, 64}, {FUZZ_RO, 64}}, 2);
     ote_buf_put(&b, payload, 128);
-    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 4, FUZZ_RW, 512);
+    tcp_hdr(&b, OTE_STREAM_READ_REQ, 0, 4, FUZZ_RW, 512);
     writev(&b, 5, (const uint64_t[][2]){{FUZZ_RW + 4096, 2048}, {FUZZ_RW, 2048}}, 2);
     ote_buf_put(&b, payload, 3000);
     flush("tcp_conn", "open_writev", &b);
@@ -432,36 +432,36 @@ static void gen_tcp_conn(void)
     readv_req(&b, 2, (const uint64_t[][2]){{FUZZ_RW, 100}, {FUZZ_RO + 8, 64}, {FUZZ_RW + 8192, 4096}},
               3);
     readv_req(&b, 3, (const uint64_t[][2]){{FUZZ_RW, 64}, {FUZZ_RW + 16384 - 8, 64}}, 2);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RW, 64);
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 4, FUZZ_RW, 64);
     ote_buf_put(&b, payload, 64);
     readv_req(&b, 5, (const uint64_t[][2]){{FUZZ_RW, 65536}, {FUZZ_RW, 1}}, 2);
     flush("tcp_conn", "open_readv", &b);
 
     ote_buf_put_u8(&b, 0);
-    tcp_hdr(&b, OTE_TCP_HELLO, 0, 1, FUZZ_INSTANCE ^ 1, 0);      /* stale instance */
+    tcp_hdr(&b, OTE_STREAM_HELLO, 0, 1, FUZZ_INSTANCE ^ 1, 0);      /* stale instance */
     flush("tcp_conn", "open_wrong_instance", &b);
 
     open_hello(&b, 0);
     for (int i = 0; i < 64; i++)
-        tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 10 + (uint64_t)i, FUZZ_RW + 64 * (uint64_t)i, 64);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 99, FUZZ_RW, 1000);            /* truncated payload */
+        tcp_hdr(&b, OTE_STREAM_READ_REQ, 0, 10 + (uint64_t)i, FUZZ_RW + 64 * (uint64_t)i, 64);
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 99, FUZZ_RW, 1000);            /* truncated payload */
     ote_buf_put(&b, payload, 100);
     flush("tcp_conn", "open_pipelined", &b);
 
     ote_buf_put_u8(&b, 0);
-    tcp_hdr(&b, OTE_TCP_AUTH_HELLO, 0, 1, 0, 32);                /* key vs no key */
+    tcp_hdr(&b, OTE_STREAM_AUTH_HELLO, 0, 1, 0, 32);                /* key vs no key */
     ote_buf_put(&b, payload, 32);
     flush("tcp_conn", "open_auth_hello", &b);
 
     /* With a key: the handshake, a bad proof; and a HELLO without it. */
     ote_buf_put_u8(&b, 1);
     keyed_hello(&b, payload);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RW, 64);
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 4, FUZZ_RW, 64);
     ote_buf_put(&b, payload, 64);
     flush("tcp_conn", "keyed_bad_proof", &b);
 
     open_hello(&b, 1);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 2, FUZZ_RW, 64);
     ote_buf_put(&b, payload, 64);
     flush("tcp_conn", "keyed_no_auth", &b);
 
@@ -470,51 +470,51 @@ static void gen_tcp_conn(void)
      * names the initiator's buffer (the fuzzer's forked copy of itself).
      */
     open_hello(&b, 2);
-    tcp_hdr(&b, OTE_TCP_PROBE, 0, 2, 0, 16);
+    tcp_hdr(&b, OTE_STREAM_PROBE, 0, 2, 0, 16);
     ote_buf_put_u64(&b, FUZZ_RO);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 3, FUZZ_RW, 256);
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 3, FUZZ_RW, 256);
     ote_buf_put_u64(&b, FUZZ_RO);
-    tcp_hdr(&b, OTE_TCP_GET_REF, 0, 4, FUZZ_RW, 512);
+    tcp_hdr(&b, OTE_STREAM_GET_REF, 0, 4, FUZZ_RW, 512);
     ote_buf_put_u64(&b, FUZZ_RW);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 5, FUZZ_RO, 64);               /* read-only      */
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 5, FUZZ_RO, 64);               /* read-only      */
     ote_buf_put_u64(&b, FUZZ_RW);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 6, FUZZ_RW + 16384 - 32, 64);  /* crosses the end */
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 6, FUZZ_RW + 16384 - 32, 64);  /* crosses the end */
     ote_buf_put_u64(&b, FUZZ_RW);
-    tcp_hdr(&b, OTE_TCP_GET_REF, 0, 7, FUZZ_RW - 64, 64);          /* before          */
+    tcp_hdr(&b, OTE_STREAM_GET_REF, 0, 7, FUZZ_RW - 64, 64);          /* before          */
     ote_buf_put_u64(&b, FUZZ_RW);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 8, FUZZ_RW, 64);               /* unmapped source */
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 8, FUZZ_RW, 64);               /* unmapped source */
     ote_buf_put_u64(&b, 0x10);
-    tcp_hdr(&b, OTE_TCP_GET_REF, 0, 9, FUZZ_RO, 4096);
+    tcp_hdr(&b, OTE_STREAM_GET_REF, 0, 9, FUZZ_RO, 4096);
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "cma_session", &b);
 
     /* Small WRITEs and READs by value among by-reference requests; a larger one closes. */
     open_hello(&b, 2);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 2, FUZZ_RW, 64);                 /* by value        */
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 2, FUZZ_RW, 64);                 /* by value        */
     ote_buf_put(&b, payload, 64);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 3, FUZZ_RW, 256);
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 3, FUZZ_RW, 256);
     ote_buf_put_u64(&b, FUZZ_RO);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 4, FUZZ_RW + 8, 8);              /* after the copy  */
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 4, FUZZ_RW + 8, 8);              /* after the copy  */
     ote_buf_put(&b, payload, 8);
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 5, FUZZ_RO, 8);                  /* read-only       */
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 5, FUZZ_RO, 8);                  /* read-only       */
     ote_buf_put(&b, payload, 8);
-    tcp_hdr(&b, OTE_TCP_READ_REQ, 0, 6, FUZZ_RO, 16);              /* read by value   */
-    tcp_hdr(&b, OTE_TCP_WRITE, 0, 7, FUZZ_RW, OTE_TCP_INLINE_MAX + 1); /* too large   */
+    tcp_hdr(&b, OTE_STREAM_READ_REQ, 0, 6, FUZZ_RO, 16);              /* read by value   */
+    tcp_hdr(&b, OTE_STREAM_WRITE, 0, 7, FUZZ_RW, OTE_STREAM_INLINE_MAX + 1); /* too large   */
     flush("tcp_conn", "cma_stream_write", &b);
 
     ote_buf_put_u8(&b, 2);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 1, FUZZ_RW, 64);               /* before HELLO    */
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 1, FUZZ_RW, 64);               /* before HELLO    */
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "cma_before_hello", &b);
 
     ote_buf_put_u8(&b, 3);
     keyed_hello(&b, payload);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 4, FUZZ_RW, 64);
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 4, FUZZ_RW, 64);
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "cma_keyed_bad_proof", &b);
 
     open_hello(&b, 0);
-    tcp_hdr(&b, OTE_TCP_PUT_REF, 0, 2, FUZZ_RW, 64);               /* tcp: refused    */
+    tcp_hdr(&b, OTE_STREAM_PUT_REF, 0, 2, FUZZ_RW, 64);               /* tcp: refused    */
     ote_buf_put_u64(&b, FUZZ_RW);
     flush("tcp_conn", "open_ref_on_tcp", &b);
 }
@@ -532,7 +532,7 @@ static void shm_map_seed(const char *name, uint8_t kind, uint64_t want, uint64_t
     ote_put_u64(w + 1, want);
     ote_put_u64(w + 9, want_len);
     ote_buf_put(&b, w, sizeof(w));
-    tcp_hdr(&b, OTE_TCP_MAP_ACK, status, 1, addr, length);
+    tcp_hdr(&b, OTE_STREAM_MAP_ACK, status, 1, addr, length);
     ote_put_u64(t, grant);
     ote_put_u64(t + 8, flags);
     ote_buf_put(&b, t, trailer_len);

@@ -52,7 +52,7 @@ bool     reset_within(int fd, int timeout_ms);
 /* A connection to the target's data port; data_open: past its HELLO. */
 int      data_connect(void);
 int      data_open(void);
-/* data_open(), with the OTE_TCP_CAP_* bits of the target's HELLO_ACK. */
+/* data_open(), with the OTE_STREAM_CAP_* bits of the target's HELLO_ACK. */
 int      data_open_caps(uint64_t *caps_p);
 /* A control connection past its handshake, or -1. */
 int      ctl_open(void);

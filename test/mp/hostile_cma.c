@@ -19,17 +19,17 @@ void test_cma_burst(void **state)
         void    *local;
         bool     ok;
     } q[N] = {
-        {OTE_TCP_PUT_REF, r0, K, src, true},
-        {OTE_TCP_PUT_REF, r0 + K, K, src + K, true},
-        {OTE_TCP_PUT_REF, r1, 4096, src, false},                 /* read-only region */
-        {OTE_TCP_PUT_REF, r0 + 2 * K, K, src + 2 * K, true},
-        {OTE_TCP_GET_REF, r0, 3 * K, dst, true},
-        {OTE_TCP_GET_REF, r0 + REGION_LEN - 8, 64, dst4, false}, /* crosses the end */
-        {OTE_TCP_GET_REF, r0 + K, K, dst2, true},
-        {OTE_TCP_PUT_REF, r0 + REGION_LEN, 64, src, false},      /* guard after it */
-        {OTE_TCP_GET_REF, r1, 64, dst3, true},                   /* read-only: readable */
+        {OTE_STREAM_PUT_REF, r0, K, src, true},
+        {OTE_STREAM_PUT_REF, r0 + K, K, src + K, true},
+        {OTE_STREAM_PUT_REF, r1, 4096, src, false},                 /* read-only region */
+        {OTE_STREAM_PUT_REF, r0 + 2 * K, K, src + 2 * K, true},
+        {OTE_STREAM_GET_REF, r0, 3 * K, dst, true},
+        {OTE_STREAM_GET_REF, r0 + REGION_LEN - 8, 64, dst4, false}, /* crosses the end */
+        {OTE_STREAM_GET_REF, r0 + K, K, dst2, true},
+        {OTE_STREAM_PUT_REF, r0 + REGION_LEN, 64, src, false},      /* guard after it */
+        {OTE_STREAM_GET_REF, r1, 64, dst3, true},                   /* read-only: readable */
     };
-    uint8_t burst[N * (OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN)], *p = burst;
+    uint8_t burst[N * (OTE_STREAM_HDR_LEN + OTE_STREAM_REF_TRAILER_LEN)], *p = burst;
     int fd = data_open();
 
     (void)state;
@@ -38,19 +38,19 @@ void test_cma_burst(void **state)
         src[i] = (uint8_t)(i * 7 + i / 251);
     /* Every request in one send: the target reads them together. */
     for (size_t i = 0; i < N; i++) {
-        ote_tcp_hdr_t h = {.type = q[i].type, .id = 500 + i, .addr = q[i].addr,
+        ote_stream_hdr_t h = {.type = q[i].type, .id = 500 + i, .addr = q[i].addr,
                            .length = q[i].length};
 
-        ote_tcp_hdr_encode(&h, p);
-        ote_put_u64(p + OTE_TCP_HDR_LEN, (uint64_t)(uintptr_t)q[i].local);
-        p += OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN;
+        ote_stream_hdr_encode(&h, p);
+        ote_put_u64(p + OTE_STREAM_HDR_LEN, (uint64_t)(uintptr_t)q[i].local);
+        p += OTE_STREAM_HDR_LEN + OTE_STREAM_REF_TRAILER_LEN;
     }
     assert_int_equal(sw_send(fd, burst, sizeof(burst)), 0);
     for (size_t i = 0; i < N; i++) {
-        ote_tcp_hdr_t h;
+        ote_stream_hdr_t h;
 
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-        assert_int_equal(h.type, OTE_TCP_REF_ACK);
+        assert_int_equal(h.type, OTE_STREAM_REF_ACK);
         assert_int_equal(h.id, 500 + i);
         if (q[i].ok) {
             assert_int_equal(h.status, OTE_OK);
@@ -78,12 +78,12 @@ void test_cma_burst(void **state)
 static ote_status_t write_by_value(int fd, uint64_t id, uint64_t addr, const void *bytes,
                                    size_t len)
 {
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
 
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, id, addr, len), 0);
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, id, addr, len), 0);
     assert_int_equal(sw_send(fd, bytes, len), 0);
     assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-    assert_int_equal(h.type, OTE_TCP_WRITE_ACK);
+    assert_int_equal(h.type, OTE_STREAM_WRITE_ACK);
     assert_int_equal(h.id, id);
     return (ote_status_t)h.status;
 }
@@ -93,43 +93,43 @@ static ote_status_t write_by_value(int fd, uint64_t id, uint64_t addr, const voi
  * it takes them (and no WRITEV); a WRITE read along with by-reference
  * requests is answered after those before it and lands after them, and a
  * READ_REQ after it sees its bytes; one into read-only memory is refused
- * and the connection goes on; one larger than OTE_TCP_INLINE_MAX closes
+ * and the connection goes on; one larger than OTE_STREAM_INLINE_MAX closes
  * the connection.
  */
 void test_cma_inline(void **state)
 {
-    enum { K = 4096, HR = OTE_TCP_HDR_LEN + OTE_TCP_REF_TRAILER_LEN };
+    enum { K = 4096, HR = OTE_STREAM_HDR_LEN + OTE_STREAM_REF_TRAILER_LEN };
     uint64_t r0 = region_addr(0), r1 = region_addr(1), caps = 0;
     uint8_t *src = malloc(K), *dst = calloc(1, K), small[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     uint8_t burst[3 * HR + 8], *p = burst;
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
     int fd = data_open_caps(&caps);
 
     (void)state;
     assert_non_null(src);
     assert_non_null(dst);
-    assert_true(caps & OTE_TCP_CAP_INLINE_WRITE);
-    assert_true(caps & OTE_TCP_CAP_INLINE_READ);
-    assert_false(caps & OTE_TCP_CAP_WRITEV);
+    assert_true(caps & OTE_STREAM_CAP_INLINE_WRITE);
+    assert_true(caps & OTE_STREAM_CAP_INLINE_READ);
+    assert_false(caps & OTE_STREAM_CAP_WRITEV);
     for (size_t i = 0; i < K; i++)
         src[i] = (uint8_t)(i * 13 + 5);
     /* PUT_REF of K bytes, a WRITE of 8 into the middle of them, a GET_REF of all: one send. */
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_PUT_REF, .id = 600, .addr = r0, .length = K};
-    ote_tcp_hdr_encode(&h, p);
-    ote_put_u64(p + OTE_TCP_HDR_LEN, (uint64_t)(uintptr_t)src);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_PUT_REF, .id = 600, .addr = r0, .length = K};
+    ote_stream_hdr_encode(&h, p);
+    ote_put_u64(p + OTE_STREAM_HDR_LEN, (uint64_t)(uintptr_t)src);
     p += HR;
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITE, .id = 601, .addr = r0 + 16, .length = 8};
-    ote_tcp_hdr_encode(&h, p);
-    memcpy(p + OTE_TCP_HDR_LEN, small, 8);
-    p += OTE_TCP_HDR_LEN + 8;
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_GET_REF, .id = 602, .addr = r0, .length = K};
-    ote_tcp_hdr_encode(&h, p);
-    ote_put_u64(p + OTE_TCP_HDR_LEN, (uint64_t)(uintptr_t)dst);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITE, .id = 601, .addr = r0 + 16, .length = 8};
+    ote_stream_hdr_encode(&h, p);
+    memcpy(p + OTE_STREAM_HDR_LEN, small, 8);
+    p += OTE_STREAM_HDR_LEN + 8;
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_GET_REF, .id = 602, .addr = r0, .length = K};
+    ote_stream_hdr_encode(&h, p);
+    ote_put_u64(p + OTE_STREAM_HDR_LEN, (uint64_t)(uintptr_t)dst);
     p += HR;
     assert_int_equal(sw_send(fd, burst, (size_t)(p - burst)), 0);
     for (uint64_t id = 600; id <= 602; id++) {
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-        assert_int_equal(h.type, id == 601 ? OTE_TCP_WRITE_ACK : OTE_TCP_REF_ACK);
+        assert_int_equal(h.type, id == 601 ? OTE_STREAM_WRITE_ACK : OTE_STREAM_REF_ACK);
         assert_int_equal(h.id, id);
         assert_int_equal(h.status, OTE_OK);
         assert_int_equal(h.length, id == 601 ? 8 : K);
@@ -140,9 +140,9 @@ void test_cma_inline(void **state)
     {
         uint8_t got[24];
 
-        assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, 610, r0 + 8, 24), 0);
+        assert_int_equal(sw_tcp_send(fd, OTE_STREAM_READ_REQ, 610, r0 + 8, 24), 0);
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-        assert_int_equal(h.type, OTE_TCP_READ_RESP);
+        assert_int_equal(h.type, OTE_STREAM_READ_RESP);
         assert_int_equal(h.id, 610);
         assert_int_equal(h.status, OTE_OK);
         assert_int_equal(h.length, 24);
@@ -159,12 +159,12 @@ void test_cma_inline(void **state)
     /* Larger than a by-value put or get may be: the connection is closed. */
     fd = data_open();
     /* Closed as soon as the header is read: the payload's send may fail (EPIPE, ECONNRESET). */
-    assert_true(sw_tcp_send_refused(fd, OTE_TCP_WRITE, 605, r0, OTE_TCP_INLINE_MAX + 1, src,
-                                    OTE_TCP_INLINE_MAX + 1) >= 0);
+    assert_true(sw_tcp_send_refused(fd, OTE_STREAM_WRITE, 605, r0, OTE_STREAM_INLINE_MAX + 1, src,
+                                    OTE_STREAM_INLINE_MAX + 1) >= 0);
     assert_true(sw_closed(fd, 5000, NULL));
     close(fd);
     fd = data_open();
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, 606, r0, OTE_TCP_INLINE_MAX + 1), 0);
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_READ_REQ, 606, r0, OTE_STREAM_INLINE_MAX + 1), 0);
     assert_true(sw_closed(fd, 5000, NULL));
     close(fd);
     free(src);

@@ -12,17 +12,17 @@ void test_tcp_bad_first_message(void **state)
         int32_t  status;
         uint64_t addr, length;
     } bad[] = {
-        {OTE_TCP_MAGIC ^ 0x100, OTE_TCP_VERSION, OTE_TCP_HELLO, 0, 0, 0},
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION + 1, OTE_TCP_HELLO, 0, 0, 0},
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, 0, 0, 0, 0},
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, 77, 0, 0, 0},
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, OTE_TCP_HELLO, 12345, 0, 0},     /* unknown status  */
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, OTE_TCP_HELLO, 0, 0, 1000},      /* HELLO + payload */
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, OTE_TCP_WRITE, 0, 0x1000, 64},   /* WRITE first     */
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, OTE_TCP_READ_REQ, 0, 0x1000, 64},
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, OTE_TCP_WRITE_ACK, 0, 0, 0},     /* a response      */
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, OTE_TCP_AUTH_PROOF, 0, 0, 32},   /* proof first     */
-        {OTE_TCP_MAGIC, OTE_TCP_VERSION, OTE_TCP_AUTH_HELLO, 0, 0, 31},   /* short hello     */
+        {OTE_STREAM_MAGIC ^ 0x100, OTE_STREAM_VERSION, OTE_STREAM_HELLO, 0, 0, 0},
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION + 1, OTE_STREAM_HELLO, 0, 0, 0},
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, 0, 0, 0, 0},
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, 77, 0, 0, 0},
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, OTE_STREAM_HELLO, 12345, 0, 0},     /* unknown status  */
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, OTE_STREAM_HELLO, 0, 0, 1000},      /* HELLO + payload */
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, OTE_STREAM_WRITE, 0, 0x1000, 64},   /* WRITE first     */
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, OTE_STREAM_READ_REQ, 0, 0x1000, 64},
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, OTE_STREAM_WRITE_ACK, 0, 0, 0},     /* a response      */
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, OTE_STREAM_AUTH_PROOF, 0, 0, 32},   /* proof first     */
+        {OTE_STREAM_MAGIC, OTE_STREAM_VERSION, OTE_STREAM_AUTH_HELLO, 0, 0, 31},   /* short hello     */
     };
 
     (void)state;
@@ -33,7 +33,7 @@ void test_tcp_bad_first_message(void **state)
         assert_int_equal(sw_tcp_send_raw(fd, bad[i].magic, bad[i].version, bad[i].type,
                                          bad[i].status, 1, bad[i].addr, bad[i].length),
                          0);
-        if (bad[i].type == OTE_TCP_WRITE || bad[i].type == OTE_TCP_AUTH_PROOF)
+        if (bad[i].type == OTE_STREAM_WRITE || bad[i].type == OTE_STREAM_AUTH_PROOF)
             sw_send(fd, zeros, bad[i].length < 64 ? bad[i].length : 64);
         if (!sw_closed(fd, 3000, NULL))
             fail_msg("bad first data message %zu left the connection open", i);
@@ -44,7 +44,7 @@ void test_tcp_bad_first_message(void **state)
 void test_tcp_truncated(void **state)
 {
     int fd = data_connect();
-    uint8_t half[16] = {0x4f, 0x54, OTE_TCP_VERSION, OTE_TCP_HELLO};
+    uint8_t half[16] = {0x4f, 0x54, OTE_STREAM_VERSION, OTE_STREAM_HELLO};
 
     (void)state;
     assert_int_equal(sw_send(fd, half, sizeof(half)), 0);
@@ -71,19 +71,19 @@ void test_tcp_out_of_bounds(void **state)
         uint8_t  type;
         uint64_t addr, length;
     } refused[] = {
-        {OTE_TCP_WRITE, r0 + REGION_LEN - 8, 64},   /* crosses the end         */
-        {OTE_TCP_WRITE, r0 - 64, 64},               /* guard before the region */
-        {OTE_TCP_WRITE, r0 - 8, 64},                /* crosses the start       */
-        {OTE_TCP_WRITE, r0 + REGION_LEN, 64},       /* guard after the region  */
-        {OTE_TCP_WRITE, 4096, 64},                  /* nowhere                 */
-        {OTE_TCP_WRITE, r1, 64},                    /* read-only region        */
-        {OTE_TCP_READ_REQ, r0 + REGION_LEN - 8, 64},
-        {OTE_TCP_READ_REQ, r0 - 64, 64},
-        {OTE_TCP_READ_REQ, r0 + REGION_LEN, 4096},
+        {OTE_STREAM_WRITE, r0 + REGION_LEN - 8, 64},   /* crosses the end         */
+        {OTE_STREAM_WRITE, r0 - 64, 64},               /* guard before the region */
+        {OTE_STREAM_WRITE, r0 - 8, 64},                /* crosses the start       */
+        {OTE_STREAM_WRITE, r0 + REGION_LEN, 64},       /* guard after the region  */
+        {OTE_STREAM_WRITE, 4096, 64},                  /* nowhere                 */
+        {OTE_STREAM_WRITE, r1, 64},                    /* read-only region        */
+        {OTE_STREAM_READ_REQ, r0 + REGION_LEN - 8, 64},
+        {OTE_STREAM_READ_REQ, r0 - 64, 64},
+        {OTE_STREAM_READ_REQ, r0 + REGION_LEN, 4096},
     };
     uint8_t payload[64], back[64];
     int fd = data_open();
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
 
     (void)state;
     memset(payload, 0xa5, sizeof(payload));
@@ -91,22 +91,22 @@ void test_tcp_out_of_bounds(void **state)
         assert_int_equal(sw_tcp_send(fd, refused[i].type, 100 + i, refused[i].addr,
                                      refused[i].length),
                          0);
-        if (refused[i].type == OTE_TCP_WRITE)
+        if (refused[i].type == OTE_STREAM_WRITE)
             assert_int_equal(sw_send(fd, payload, (size_t)refused[i].length), 0);
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
         assert_int_equal(h.id, 100 + i);
-        assert_int_equal(h.type, refused[i].type == OTE_TCP_WRITE ? OTE_TCP_WRITE_ACK
-                                                                  : OTE_TCP_READ_RESP);
+        assert_int_equal(h.type, refused[i].type == OTE_STREAM_WRITE ? OTE_STREAM_WRITE_ACK
+                                                                  : OTE_STREAM_READ_RESP);
         if (h.status >= 0)
             fail_msg("access %zu was not refused", i);
         assert_int_equal(h.length, 0);
     }
     /* Still usable for an access that is allowed. */
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 1, r0 + 128, sizeof(payload)), 0);
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 1, r0 + 128, sizeof(payload)), 0);
     assert_int_equal(sw_send(fd, payload, sizeof(payload)), 0);
     assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
     assert_int_equal(h.status, OTE_OK);
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, 2, r0 + 128, sizeof(back)), 0);
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_READ_REQ, 2, r0 + 128, sizeof(back)), 0);
     assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
     assert_int_equal(h.status, OTE_OK);
     assert_int_equal(h.length, sizeof(back));
@@ -130,7 +130,7 @@ void test_tcp_never_reads(void **state)
 
     (void)state;
     for (uint64_t i = 0; i < 64; i++)
-        assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, 1000 + i, region_addr(0), REGION_LEN),
+        assert_int_equal(sw_tcp_send(fd, OTE_STREAM_READ_REQ, 1000 + i, region_addr(0), REGION_LEN),
                          0);
     t0 = ote_time_ns();
     assert_int_equal(sw_fetch_desc(fx.t.name, fx.auth, &d), OTE_OK);
@@ -147,11 +147,11 @@ void test_tcp_never_reads(void **state)
 /* READ len bytes at addr on fd (open) into buf; the answer must be OK. */
 static void read_back(int fd, uint64_t id, uint64_t addr, void *buf, size_t len)
 {
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
 
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READ_REQ, id, addr, len), 0);
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_READ_REQ, id, addr, len), 0);
     assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-    assert_int_equal(h.type, OTE_TCP_READ_RESP);
+    assert_int_equal(h.type, OTE_STREAM_READ_RESP);
     assert_int_equal(h.id, id);
     assert_int_equal(h.status, OTE_OK);
     assert_int_equal(h.length, len);
@@ -159,10 +159,10 @@ static void read_back(int fd, uint64_t id, uint64_t addr, void *buf, size_t len)
 }
 
 /* Expect the WRITEV_ACK of a WRITEV of n entries with this id. */
-static void writev_ack(int fd, uint64_t id, uint64_t n, ote_tcp_hdr_t *h)
+static void writev_ack(int fd, uint64_t id, uint64_t n, ote_stream_hdr_t *h)
 {
     assert_int_equal(sw_tcp_recv(fd, h, 5000), 0);
-    assert_int_equal(h->type, OTE_TCP_WRITEV_ACK);
+    assert_int_equal(h->type, OTE_STREAM_WRITEV_ACK);
     assert_int_equal(h->id, id);
     assert_int_equal(h->addr, n);
 }
@@ -185,13 +185,13 @@ void test_tcp_writev(void **state)
     size_t total = 100 + 65536 + 1, off = 0;
     uint8_t *data = malloc(total), *back = malloc(65536), ro[16], tail[8], st[12];
     uint64_t caps = 0;
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
     int fd = data_open_caps(&caps);
 
     (void)state;
     assert_non_null(data);
     assert_non_null(back);
-    assert_true((caps & OTE_TCP_CAP_WRITEV) != 0);
+    assert_true((caps & OTE_STREAM_CAP_WRITEV) != 0);
     for (size_t i = 0; i < total; i++)
         data[i] = (uint8_t)(i * 7 + 3);
     assert_int_equal(sw_tcp_send_writev(fd, 40, addr, len, 3, data), 0);
@@ -247,9 +247,9 @@ void test_tcp_readv(void **state)
     uint64_t bad_addr[3] = {r0 + 8192, r0 + REGION_LEN - 8, r1};
     uint64_t bad_len[3]  = {300, 64, 16};
     size_t total = 300 + 65436 + 7;
-    uint8_t *back = malloc(total), *one = malloc(65536), table[3 * OTE_TCP_WRITEV_ENTRY_LEN];
+    uint8_t *back = malloc(total), *one = malloc(65536), table[3 * OTE_STREAM_WRITEV_ENTRY_LEN];
     uint8_t st[12];
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
     size_t off = 0;
     int fd = data_open();
 
@@ -257,14 +257,14 @@ void test_tcp_readv(void **state)
     assert_non_null(back);
     assert_non_null(one);
     for (size_t i = 0; i < 3; i++) {
-        ote_tcp_vec_entry_t e = {.addr = addr[i], .length = len[i]};
+        ote_stream_vec_entry_t e = {.addr = addr[i], .length = len[i]};
 
-        ote_tcp_vec_entry_encode(&e, table + i * OTE_TCP_WRITEV_ENTRY_LEN);
+        ote_stream_vec_entry_encode(&e, table + i * OTE_STREAM_WRITEV_ENTRY_LEN);
     }
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READV_REQ, 80, 3, total), 0);
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_READV_REQ, 80, 3, total), 0);
     assert_int_equal(sw_send(fd, table, sizeof(table)), 0);
     assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-    assert_int_equal(h.type, OTE_TCP_READV_RESP);
+    assert_int_equal(h.type, OTE_STREAM_READV_RESP);
     assert_int_equal(h.id, 80);
     assert_int_equal(h.addr, 3);
     assert_int_equal(h.status, OTE_OK);
@@ -277,14 +277,14 @@ void test_tcp_readv(void **state)
     }
     /* The second entry runs past region 0: only the others' bytes come. */
     for (size_t i = 0; i < 3; i++) {
-        ote_tcp_vec_entry_t e = {.addr = bad_addr[i], .length = bad_len[i]};
+        ote_stream_vec_entry_t e = {.addr = bad_addr[i], .length = bad_len[i]};
 
-        ote_tcp_vec_entry_encode(&e, table + i * OTE_TCP_WRITEV_ENTRY_LEN);
+        ote_stream_vec_entry_encode(&e, table + i * OTE_STREAM_WRITEV_ENTRY_LEN);
     }
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_READV_REQ, 90, 3, 380), 0);
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_READV_REQ, 90, 3, 380), 0);
     assert_int_equal(sw_send(fd, table, sizeof(table)), 0);
     assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-    assert_int_equal(h.type, OTE_TCP_READV_RESP);
+    assert_int_equal(h.type, OTE_STREAM_READV_RESP);
     assert_int_equal(h.status, OTE_ERR_OUT_OF_BOUNDS);
     assert_int_equal(h.length, 300 + 16);
     assert_int_equal(sw_recv(fd, st, sizeof(st), 5000), 0);
@@ -310,18 +310,18 @@ void test_tcp_bad_vector(void **state)
         uint64_t e[2][2];        /* (addr offset in region 0, length) */
     } bad[] = {
         {1, 16, 1, {{0, 16}}},                              /* one entry          */
-        {OTE_TCP_WRITEV_MAX + 1, 65, 0, {{0}}},             /* too many           */
+        {OTE_STREAM_WRITEV_MAX + 1, 65, 0, {{0}}},             /* too many           */
         {2, 32, 2, {{0, 16}, {64, 8}}},                     /* sum differs        */
         {2, 16, 2, {{0, 16}, {64, 0}}},                     /* an empty entry     */
-        {2, OTE_TCP_WRITEV_ENTRY_MAX + 2, 2,
-         {{0, OTE_TCP_WRITEV_ENTRY_MAX + 1}, {0, 1}}},      /* an entry too large */
+        {2, OTE_STREAM_WRITEV_ENTRY_MAX + 2, 2,
+         {{0, OTE_STREAM_WRITEV_ENTRY_MAX + 1}, {0, 1}}},      /* an entry too large */
         {2, 32, 2, {{UINT64_MAX - 8, 16}, {0, 16}}},        /* address wraps      */
     };
 
     (void)state;
     for (size_t i = 0; i < 2 * sizeof(bad) / sizeof(bad[0]); i++) {
-        uint8_t table[2 * OTE_TCP_WRITEV_ENTRY_LEN];
-        uint8_t type = i % 2 ? OTE_TCP_READV_REQ : OTE_TCP_WRITEV;
+        uint8_t table[2 * OTE_STREAM_WRITEV_ENTRY_LEN];
+        uint8_t type = i % 2 ? OTE_STREAM_READV_REQ : OTE_STREAM_WRITEV;
         int fd       = data_open();
 
         const size_t c = i / 2; /* each case as WRITEV, then as READV_REQ */
@@ -329,14 +329,14 @@ void test_tcp_bad_vector(void **state)
         for (size_t j = 0; j < bad[c].k; j++) {
             uint64_t a = bad[c].e[j][0] == UINT64_MAX - 8 ? bad[c].e[j][0]
                                                           : region_addr(0) + bad[c].e[j][0];
-            ote_tcp_vec_entry_t e = {.addr = a, .length = bad[c].e[j][1]};
+            ote_stream_vec_entry_t e = {.addr = a, .length = bad[c].e[j][1]};
 
-            ote_tcp_vec_entry_encode(&e, table + j * OTE_TCP_WRITEV_ENTRY_LEN);
+            ote_stream_vec_entry_encode(&e, table + j * OTE_STREAM_WRITEV_ENTRY_LEN);
         }
         /* The header alone may close it: the table's send may then fail. */
         assert_true(sw_tcp_send_refused(fd, type, 9, bad[c].n, bad[c].total,
                                         bad[c].k ? table : NULL,
-                                        bad[c].k * OTE_TCP_WRITEV_ENTRY_LEN) >= 0);
+                                        bad[c].k * OTE_STREAM_WRITEV_ENTRY_LEN) >= 0);
         if (!sw_closed(fd, 3000, NULL))
             fail_msg("bad vector %zu (type %u) left the connection open", c, type);
         close(fd);
@@ -351,25 +351,25 @@ void test_tcp_bad_after_hello(void **state)
         int32_t  status;
         uint64_t addr, length;
     } bad[] = {
-        {OTE_TCP_WRITE, 0, 0x1000, (1ull << 40)},          /* over OTE_TCP_MAX_MSG */
-        {OTE_TCP_READ_REQ, 0, 0x1000, (1ull << 40)},
-        {OTE_TCP_WRITE, 0, UINT64_MAX - 16, 64},           /* address wraps        */
-        {OTE_TCP_READ_REQ, 0, UINT64_MAX - 16, 64},
-        {OTE_TCP_WRITE, 0, 0x1000, 0},                     /* empty                */
-        {OTE_TCP_WRITE, OTE_ERR_IO, 0x1000, 64},           /* status on a request  */
-        {OTE_TCP_HELLO, 0, 0, 0},                          /* second HELLO         */
-        {OTE_TCP_READ_RESP, 0, 0, 0},                      /* a response           */
-        {OTE_TCP_HELLO_ACK, 0, 0, 0},
-        {OTE_TCP_AUTH_HELLO, 0, 0, 32},                    /* handshake again      */
-        {OTE_TCP_WRITEV_ACK, 0, 2, 32},                    /* an answer            */
-        {OTE_TCP_READV_RESP, 0, 2, 32},
+        {OTE_STREAM_WRITE, 0, 0x1000, (1ull << 40)},          /* over OTE_TCP_MAX_MSG */
+        {OTE_STREAM_READ_REQ, 0, 0x1000, (1ull << 40)},
+        {OTE_STREAM_WRITE, 0, UINT64_MAX - 16, 64},           /* address wraps        */
+        {OTE_STREAM_READ_REQ, 0, UINT64_MAX - 16, 64},
+        {OTE_STREAM_WRITE, 0, 0x1000, 0},                     /* empty                */
+        {OTE_STREAM_WRITE, OTE_ERR_IO, 0x1000, 64},           /* status on a request  */
+        {OTE_STREAM_HELLO, 0, 0, 0},                          /* second HELLO         */
+        {OTE_STREAM_READ_RESP, 0, 0, 0},                      /* a response           */
+        {OTE_STREAM_HELLO_ACK, 0, 0, 0},
+        {OTE_STREAM_AUTH_HELLO, 0, 0, 32},                    /* handshake again      */
+        {OTE_STREAM_WRITEV_ACK, 0, 2, 32},                    /* an answer            */
+        {OTE_STREAM_READV_RESP, 0, 2, 32},
     };
 
     (void)state;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int fd = data_open();
 
-        assert_int_equal(sw_tcp_send_raw(fd, OTE_TCP_MAGIC, OTE_TCP_VERSION, bad[i].type,
+        assert_int_equal(sw_tcp_send_raw(fd, OTE_STREAM_MAGIC, OTE_STREAM_VERSION, bad[i].type,
                                          bad[i].status, 5, bad[i].addr, bad[i].length),
                          0);
         if (!sw_closed(fd, 3000, NULL))
@@ -380,7 +380,7 @@ void test_tcp_bad_after_hello(void **state)
 
 void test_tcp_unauthenticated(void **state)
 {
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
     int fd;
 
     (void)state;
@@ -417,19 +417,19 @@ void test_tcp_unauthenticated(void **state)
 
         memset(junk, 0x3c, sizeof(junk));
         fd = data_connect();
-        assert_int_equal(sw_tcp_send(fd, OTE_TCP_AUTH_HELLO, 1, 0, sizeof(hello)), 0);
+        assert_int_equal(sw_tcp_send(fd, OTE_STREAM_AUTH_HELLO, 1, 0, sizeof(hello)), 0);
         assert_int_equal(sw_send(fd, hello, sizeof(hello)), 0);
         assert_int_equal(sw_tcp_recv(fd, &h, 3000), 0);
-        assert_int_equal(h.type, OTE_TCP_AUTH_PROOF);
+        assert_int_equal(h.type, OTE_STREAM_AUTH_PROOF);
         assert_int_equal(sw_recv(fd, proof, sizeof(proof), 3000), 0);
         if (k == 0) {
-            assert_int_equal(sw_tcp_send(fd, OTE_TCP_AUTH_PROOF, 2, 0, 32), 0);
+            assert_int_equal(sw_tcp_send(fd, OTE_STREAM_AUTH_PROOF, 2, 0, 32), 0);
             assert_int_equal(sw_send(fd, junk, 32), 0);
             assert_int_equal(sw_tcp_recv(fd, &h, 3000), 0);
-            assert_int_equal(h.type, OTE_TCP_AUTH_DONE);
+            assert_int_equal(h.type, OTE_STREAM_AUTH_DONE);
             assert_int_equal(h.status, OTE_ERR_AUTH);
         } else {
-            assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 2, region_addr(0), sizeof(junk)), 0);
+            assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 2, region_addr(0), sizeof(junk)), 0);
             sw_send(fd, junk, sizeof(junk));
         }
         assert_true(sw_closed(fd, 3000, NULL));

@@ -14,7 +14,7 @@
  */
 #include "core/engine.h"
 #include "security_wire.h"
-#include "uct_ext/cma/cma.h"
+#include "uct_ext/stream/stream.h"
 #include "mp_util.h"
 
 #include <ote/ote.h>
@@ -95,7 +95,7 @@ static void desc_cma_addr(const ote_desc_t *d, struct sockaddr_storage *ss, sock
 {
     for (size_t i = 0; i < d->num_tls; i++) {
         if (strcmp(d->tls[i].tl_name, "cma") == 0) {
-            assert_int_equal(ote_cma_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p),
+            assert_int_equal(ote_stream_local_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p),
                              OTE_OK);
             return;
         }
@@ -119,7 +119,7 @@ static void test_auth_key(void **state)
     ote_auth_t *auth, *other;
     struct sockaddr_storage ss;
     ote_desc_t *d = NULL;
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
     socklen_t sslen;
     fx_t *f;
     int fd;
@@ -160,43 +160,43 @@ static void test_auth_key(void **state)
     assert_int_equal(sw_tcp_open(fd, auth, d->instance_id), OTE_OK);
     {
         uint64_t probe[2];
-        uint8_t buf[64], big[OTE_TCP_INLINE_MAX + 1] = {0};
+        uint8_t buf[64], big[OTE_STREAM_INLINE_MAX + 1] = {0};
 
         probe[0] = 0x0123456789abcdefull;
         probe[1] = 0;
-        send_ref(fd, OTE_TCP_PROBE, 4, 0, 16, (uint64_t)(uintptr_t)probe);
+        send_ref(fd, OTE_STREAM_PROBE, 4, 0, 16, (uint64_t)(uintptr_t)probe);
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-        assert_int_equal(h.type, OTE_TCP_PROBE_ACK);
+        assert_int_equal(h.type, OTE_STREAM_PROBE_ACK);
         assert_int_equal(h.status, OTE_OK);
         assert_true(h.addr == probe[0]);
         assert_true(*(volatile uint64_t *)&probe[1] == ~probe[0]);
 
-        send_ref(fd, OTE_TCP_PUT_REF, 5, 0x1000, 64, (uint64_t)(uintptr_t)buf);
+        send_ref(fd, OTE_STREAM_PUT_REF, 5, 0x1000, 64, (uint64_t)(uintptr_t)buf);
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-        assert_int_equal(h.type, OTE_TCP_REF_ACK);
+        assert_int_equal(h.type, OTE_STREAM_REF_ACK);
         assert_int_equal(h.status, OTE_ERR_NOT_REGISTERED);
-        send_ref(fd, OTE_TCP_PUT_REF, 6, f->target.addr[1], 64, (uint64_t)(uintptr_t)buf);
+        send_ref(fd, OTE_STREAM_PUT_REF, 6, f->target.addr[1], 64, (uint64_t)(uintptr_t)buf);
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
         assert_int_equal(h.status, OTE_ERR_ACCESS);
-        send_ref(fd, OTE_TCP_GET_REF, 7, f->target.addr[0] + REGION - 8, 64,
+        send_ref(fd, OTE_STREAM_GET_REF, 7, f->target.addr[0] + REGION - 8, 64,
                  (uint64_t)(uintptr_t)buf);
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
         assert_int_equal(h.status, OTE_ERR_OUT_OF_BOUNDS);
         /* Small puts travel by value, checked as on tcp; larger ones close the connection. */
         memset(buf, 0, sizeof(buf));
-        assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 8, f->target.addr[1], 64), 0);
+        assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 8, f->target.addr[1], 64), 0);
         assert_int_equal(sw_send(fd, buf, 64), 0);
         assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
-        assert_int_equal(h.type, OTE_TCP_WRITE_ACK);
+        assert_int_equal(h.type, OTE_STREAM_WRITE_ACK);
         assert_int_equal(h.status, OTE_ERR_ACCESS);
         /*
          * The target may close as soon as it reads the header, before the
          * payload is all sent (the send then fails with EPIPE or
          * ECONNRESET): either way the connection must end closed.
          */
-        assert_true(sw_tcp_send_refused(fd, OTE_TCP_WRITE, 9, f->target.addr[0],
-                                        OTE_TCP_INLINE_MAX + 1, big,
-                                        OTE_TCP_INLINE_MAX + 1) >= 0);
+        assert_true(sw_tcp_send_refused(fd, OTE_STREAM_WRITE, 9, f->target.addr[0],
+                                        OTE_STREAM_INLINE_MAX + 1, big,
+                                        OTE_STREAM_INLINE_MAX + 1) >= 0);
         assert_true(sw_closed(fd, 5000, NULL));
     }
     close(fd);
@@ -208,11 +208,11 @@ static void test_auth_key(void **state)
     fd = sw_connect_addr(&ss, sslen);
     assert_true(fd >= 0);
     assert_int_equal(sw_tcp_open(fd, auth, d->instance_id), OTE_OK);
-    assert_int_equal(sw_tcp_send(fd, OTE_TCP_WRITE, 10, f->target.addr[0], OTE_TCP_INLINE_MAX + 1),
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 10, f->target.addr[0], OTE_STREAM_INLINE_MAX + 1),
                      0);
     assert_true(sw_wait_reset(fd, 5000));
     {
-        uint8_t big[OTE_TCP_INLINE_MAX + 1] = {0};
+        uint8_t big[OTE_STREAM_INLINE_MAX + 1] = {0};
 
         assert_int_equal(sw_send_refused(fd, big, sizeof(big)), 1);
     }

@@ -236,7 +236,7 @@ static void test_net_devices_across(void **state)
     assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
     for (size_t k = 0; k < f->seg->desc->num_tls; k++) {
         const ote_desc_tl_t *t = &f->seg->desc->tls[k];
-        ote_tcp_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
+        ote_stream_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
         size_t n = 0;
         char ip[64];
 

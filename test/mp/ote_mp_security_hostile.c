@@ -113,7 +113,7 @@ int data_open(void)
     return fd;
 }
 
-/* data_open(), with the OTE_TCP_CAP_* bits of the target's HELLO_ACK. */
+/* data_open(), with the OTE_STREAM_CAP_* bits of the target's HELLO_ACK. */
 int data_open_caps(uint64_t *caps_p)
 {
     int fd = data_connect();

@@ -3,7 +3,6 @@
 #include "base/config.h"
 #include "base/util.h"
 #include "base/wire_util.h"
-#include "uct_ext/cma/cma.h"
 #include "uct_ext/tcp/tcp.h"
 
 #include <errno.h>
@@ -105,11 +104,11 @@ bool sw_wait_reset(int fd, int timeout_ms)
 int sw_tcp_send_refused(int fd, uint8_t type, uint64_t id, uint64_t addr, uint64_t length,
                         const void *payload, size_t len)
 {
-    uint8_t b[OTE_TCP_HDR_LEN];
-    ote_tcp_hdr_t h = {.type = type, .id = id, .addr = addr, .length = length};
+    uint8_t b[OTE_STREAM_HDR_LEN];
+    ote_stream_hdr_t h = {.type = type, .id = id, .addr = addr, .length = length};
     int rc;
 
-    ote_tcp_hdr_encode(&h, b);
+    ote_stream_hdr_encode(&h, b);
     rc = sw_send_refused(fd, b, sizeof(b));
     return rc != 0 || payload == NULL ? rc : sw_send_refused(fd, payload, len);
 }
@@ -274,14 +273,14 @@ int sw_desc_data_addr(const ote_desc_t *d, const char *tl, struct sockaddr_stora
                       socklen_t *len_p)
 {
     for (size_t i = 0; i < d->num_tls; i++) {
-        ote_tcp_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
+        ote_stream_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
         size_t n = 0;
         ote_status_t st;
 
         if (strcmp(d->tls[i].tl_name, tl) != 0)
             continue;
         if (strcmp(tl, "cma") == 0)
-            return ote_cma_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p) == OTE_OK
+            return ote_stream_local_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p) == OTE_OK
                        ? 0
                        : -1;
         /* The first address the tcp iface publishes. */
@@ -299,7 +298,7 @@ int sw_desc_data_addr(const ote_desc_t *d, const char *tl, struct sockaddr_stora
 int sw_tcp_send_raw(int fd, uint16_t magic, uint8_t version, uint8_t type, int32_t status,
                     uint64_t id, uint64_t addr, uint64_t length)
 {
-    uint8_t b[OTE_TCP_HDR_LEN];
+    uint8_t b[OTE_STREAM_HDR_LEN];
 
     ote_put_u16(b, magic);
     b[2] = version;
@@ -313,25 +312,25 @@ int sw_tcp_send_raw(int fd, uint16_t magic, uint8_t version, uint8_t type, int32
 
 int sw_tcp_send(int fd, uint8_t type, uint64_t id, uint64_t addr, uint64_t length)
 {
-    return sw_tcp_send_raw(fd, OTE_TCP_MAGIC, OTE_TCP_VERSION, type, 0, id, addr, length);
+    return sw_tcp_send_raw(fd, OTE_STREAM_MAGIC, OTE_STREAM_VERSION, type, 0, id, addr, length);
 }
 
 int sw_tcp_send_writev(int fd, uint64_t id, const uint64_t *addr, const uint64_t *len, size_t n,
                        const uint8_t *data)
 {
-    uint8_t table[OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_ENTRY_LEN];
+    uint8_t table[OTE_STREAM_WRITEV_MAX * OTE_STREAM_WRITEV_ENTRY_LEN];
     uint64_t total = 0;
 
-    if (n > OTE_TCP_WRITEV_MAX)
+    if (n > OTE_STREAM_WRITEV_MAX)
         return -1;
     for (size_t i = 0; i < n; i++) {
-        ote_tcp_vec_entry_t e = {.addr = addr[i], .length = len[i]};
+        ote_stream_vec_entry_t e = {.addr = addr[i], .length = len[i]};
 
-        ote_tcp_vec_entry_encode(&e, table + i * OTE_TCP_WRITEV_ENTRY_LEN);
+        ote_stream_vec_entry_encode(&e, table + i * OTE_STREAM_WRITEV_ENTRY_LEN);
         total += len[i];
     }
-    if (sw_tcp_send(fd, OTE_TCP_WRITEV, id, n, total) != 0 ||
-        sw_send(fd, table, n * OTE_TCP_WRITEV_ENTRY_LEN) != 0)
+    if (sw_tcp_send(fd, OTE_STREAM_WRITEV, id, n, total) != 0 ||
+        sw_send(fd, table, n * OTE_STREAM_WRITEV_ENTRY_LEN) != 0)
         return -1;
     return total ? sw_send(fd, data, (size_t)total) : 0;
 }
@@ -339,21 +338,21 @@ int sw_tcp_send_writev(int fd, uint64_t id, const uint64_t *addr, const uint64_t
 /* A handshake message: header and payload in one send. */
 static int sw_tcp_send_msg(int fd, uint8_t type, uint64_t id, const void *payload, size_t len)
 {
-    uint8_t b[OTE_TCP_HDR_LEN + 64];
-    ote_tcp_hdr_t h = {.type = type, .id = id, .length = len};
+    uint8_t b[OTE_STREAM_HDR_LEN + 64];
+    ote_stream_hdr_t h = {.type = type, .id = id, .length = len};
 
-    ote_tcp_hdr_encode(&h, b);
-    memcpy(b + OTE_TCP_HDR_LEN, payload, len);
-    return sw_send(fd, b, OTE_TCP_HDR_LEN + len);
+    ote_stream_hdr_encode(&h, b);
+    memcpy(b + OTE_STREAM_HDR_LEN, payload, len);
+    return sw_send(fd, b, OTE_STREAM_HDR_LEN + len);
 }
 
-int sw_tcp_recv(int fd, ote_tcp_hdr_t *h, int timeout_ms)
+int sw_tcp_recv(int fd, ote_stream_hdr_t *h, int timeout_ms)
 {
-    uint8_t b[OTE_TCP_HDR_LEN];
+    uint8_t b[OTE_STREAM_HDR_LEN];
 
     if (sw_recv(fd, b, sizeof(b), timeout_ms) != 0)
         return -1;
-    return ote_tcp_hdr_decode(b, sizeof(b), 1ull << 40, h) == OTE_OK ? 0 : -1;
+    return ote_stream_hdr_decode(b, sizeof(b), 1ull << 40, h) == OTE_OK ? 0 : -1;
 }
 
 ote_status_t sw_tcp_open(int fd, const ote_auth_t *auth, uint64_t instance)
@@ -366,7 +365,7 @@ ote_status_t sw_tcp_open(int fd, const ote_auth_t *auth, uint64_t instance)
 ote_status_t sw_tcp_open_caps(int fd, const ote_auth_t *auth, uint64_t instance,
                               uint64_t *caps_p)
 {
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
 
     if (auth != NULL && auth->enabled) {
         uint8_t hello[OTE_AUTH_HELLO_LEN], tproof[OTE_AUTH_TPROOF_LEN];
@@ -376,23 +375,23 @@ ote_status_t sw_tcp_open_caps(int fd, const ote_auth_t *auth, uint64_t instance,
 
         ote_auth_session_init(&s, OTE_AUTH_CHANNEL_TCP);
         ote_auth_initiator_hello(auth, &s, hello);
-        if (sw_tcp_send_msg(fd, OTE_TCP_AUTH_HELLO, 1, hello, sizeof(hello)) != 0 ||
+        if (sw_tcp_send_msg(fd, OTE_STREAM_AUTH_HELLO, 1, hello, sizeof(hello)) != 0 ||
             sw_tcp_recv(fd, &h, 5000) != 0)
             return OTE_ERR_REMOTE_DISCONNECT;
-        if (h.type != OTE_TCP_AUTH_PROOF || sw_recv(fd, tproof, sizeof(tproof), 5000) != 0)
+        if (h.type != OTE_STREAM_AUTH_PROOF || sw_recv(fd, tproof, sizeof(tproof), 5000) != 0)
             return OTE_ERR_AUTH;
         status = ote_auth_initiator_proof(auth, &s, tproof, sizeof(tproof), iproof);
         if (status != OTE_OK)
             return status;
-        if (sw_tcp_send_msg(fd, OTE_TCP_AUTH_PROOF, 2, iproof, sizeof(iproof)) != 0 ||
+        if (sw_tcp_send_msg(fd, OTE_STREAM_AUTH_PROOF, 2, iproof, sizeof(iproof)) != 0 ||
             sw_tcp_recv(fd, &h, 5000) != 0)
             return OTE_ERR_REMOTE_DISCONNECT;
-        if (h.type != OTE_TCP_AUTH_DONE || h.status != OTE_OK)
+        if (h.type != OTE_STREAM_AUTH_DONE || h.status != OTE_OK)
             return OTE_ERR_AUTH;
     }
-    if (sw_tcp_send(fd, OTE_TCP_HELLO, 3, instance, 0) != 0 || sw_tcp_recv(fd, &h, 5000) != 0)
+    if (sw_tcp_send(fd, OTE_STREAM_HELLO, 3, instance, 0) != 0 || sw_tcp_recv(fd, &h, 5000) != 0)
         return OTE_ERR_REMOTE_DISCONNECT;
-    if (h.type != OTE_TCP_HELLO_ACK)
+    if (h.type != OTE_STREAM_HELLO_ACK)
         return OTE_ERR_PROTOCOL;
     *caps_p = h.addr;
     return (ote_status_t)h.status;

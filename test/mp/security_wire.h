@@ -11,7 +11,7 @@
 #include "core/desc.h"
 #include "base/util.h"
 #include "base/wire_util.h"
-#include "uct_ext/tcp/tcp_wire.h"
+#include "uct_ext/stream/stream_wire.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -85,10 +85,10 @@ int  sw_desc_data_addr(const ote_desc_t *d, const char *tl, struct sockaddr_stor
 int  sw_tcp_send_raw(int fd, uint16_t magic, uint8_t version, uint8_t type, int32_t status,
                      uint64_t id, uint64_t addr, uint64_t length);
 int  sw_tcp_send(int fd, uint8_t type, uint64_t id, uint64_t addr, uint64_t length);
-int  sw_tcp_recv(int fd, ote_tcp_hdr_t *h, int timeout_ms);
+int  sw_tcp_recv(int fd, ote_stream_hdr_t *h, int timeout_ms);
 /* Authenticate (auth may be NULL) and HELLO to the given instance; returns the status. */
 ote_status_t sw_tcp_open(int fd, const ote_auth_t *auth, uint64_t instance);
-/* The same; *caps_p: the OTE_TCP_CAP_* bits of the target's HELLO_ACK. */
+/* The same; *caps_p: the OTE_STREAM_CAP_* bits of the target's HELLO_ACK. */
 ote_status_t sw_tcp_open_caps(int fd, const ote_auth_t *auth, uint64_t instance,
                               uint64_t *caps_p);
 /*

@@ -1,197 +1,42 @@
-/* Native cma component: resource, iface (abstract AF_UNIX listener), address. */
-#include "cma.h"
+/*
+ * Native cma component: single-copy transfers between processes of one host
+ * with process_vm_readv/writev, checked by the target. It is the stream
+ * base's local mode (stream/stream.h: by reference over an abstract AF_UNIX
+ * socket, the target copies, a PROBE after HELLO) with its own table
+ * (OTE_CMA_*); this file opens its ifaces.
+ */
+#include "uct_ext/stream/stream.h"
 
 #include "base/config.h"
-#include "base/log.h"
-#include "base/util.h"
 
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <sys/un.h>
-#include <unistd.h>
 
-#define CMA_NAME_MAX OTE_CMA_NAME_MAX
-
-typedef ote_cma_iface_t cma_iface_t;
-
-ote_status_t ote_cma_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
-                                 socklen_t *sslen_p)
-{
-    const char *b           = buf;
-    struct sockaddr_un *un = (struct sockaddr_un *)ss;
-    size_t plen             = strlen(OTE_CMA_NAME_PREFIX);
-
-    /* Only our own kind of name: a descriptor cannot steer us to other sockets. */
-    if (buf == NULL || len <= plen || len > CMA_NAME_MAX || memcmp(b, OTE_CMA_NAME_PREFIX, plen))
-        return OTE_ERR_PROTOCOL;
-    for (size_t i = plen; i < len; i++) {
-        if (!((b[i] >= '0' && b[i] <= '9') || (b[i] >= 'a' && b[i] <= 'f') || b[i] == '.'))
-            return OTE_ERR_PROTOCOL;
-    }
-    memset(ss, 0, sizeof(*ss));
-    un->sun_family = AF_UNIX;
-    memcpy(un->sun_path + 1, b, len);
-    *sslen_p = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
-    return OTE_OK;
-}
-
-/* The descriptor's cma address names one socket. */
-ote_status_t ote_cma_addr_unpack_list(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
-                                      size_t max, size_t *count_p)
-{
-    ote_status_t status;
-
-    if (max == 0)
-        return OTE_ERR_INVALID_PARAM;
-    status = ote_cma_addr_unpack(buf, len, &out[0].ss, &out[0].len);
-    if (status == OTE_OK)
-        *count_p = 1;
-    return status;
-}
-
-void ote_cma_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
-{
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
-
-    memset(caps, 0, sizeof(*caps));
-    caps->ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;
-    caps->mem_local  = OTE_MEM_TYPE_HOST;
-    caps->mem_remote = OTE_MEM_TYPE_HOST;
-    caps->scope      = OTE_TL_SCOPE_PROCESS | OTE_TL_SCOPE_HOST;
-    caps->max_iov    = 1;
-    caps->max_msg    = iface->max_msg;
-    caps->align      = 1;
-    caps->slice_size = 1u << 20;
-    caps->bandwidth  = 10e9; /* one memory copy */
-    caps->latency    = 5e-6;
-    caps->conn_model = OTE_TL_CONN_TO_IFACE;
-}
-
-ote_status_t ote_cma_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t max,
-                                          size_t *len_p)
-{
-    cma_iface_t *iface = (cma_iface_t *)tl_iface;
-
-    if (max < iface->name_len)
-        return OTE_ERR_INVALID_PARAM;
-    memcpy(buf, iface->name, iface->name_len);
-    *len_p = iface->name_len;
-    return OTE_OK;
-}
-
-unsigned ote_cma_iface_progress(ote_tl_iface_t *tl_iface)
-{
-    cma_iface_t *iface = (cma_iface_t *)tl_iface;
-    unsigned count     = ote_tcp_iface_progress(tl_iface);
-
-    if (count)
-        iface->last_event_ns = ote_time_ns();
-    return count;
-}
-
-/*
- * A peer on this host answers a copy within microseconds: while this
- * process waits for answers that keep coming, poll for them rather than
- * sleep, which saves the peer a wake-up per answer. A peer that has not
- * answered for OTE_CMA_POLL_NS is waited for on the event fd.
- */
-ote_status_t ote_cma_iface_event_arm(ote_tl_iface_t *tl_iface)
-{
-    cma_iface_t *iface = (cma_iface_t *)tl_iface;
-
-    if (ote_time_ns() - iface->last_event_ns >= OTE_CMA_POLL_NS)
-        return OTE_OK;
-    for (ote_tcp_conn_t *c = iface->tcp.conns; c != NULL; c = c->next) {
-        if (c->ep != NULL && c->ops_count > 0 && !c->dead)
-            return OTE_ERR_BUSY;
-    }
-    return OTE_OK;
-}
-
-void ote_cma_iface_close(ote_tl_iface_t *tl_iface)
-{
-    cma_iface_t *iface = (cma_iface_t *)tl_iface;
-
-    ote_par_destroy(iface->par);
-    iface->par = NULL;
-    ote_tcp_iface_close(tl_iface);
-}
-
-static const ote_tl_iface_ops_t cma_iface_ops =
-    OTE_CMA_IFACE_OPS_INIT(ote_cma_iface_query, ote_cma_iface_progress, ote_cma_iface_event_arm,
-                           ote_cma_iface_close);
+static const ote_tl_iface_ops_t cma_iface_ops = OTE_STREAM_LOCAL_IFACE_OPS_INIT(
+    ote_stream_local_iface_query, ote_stream_local_iface_progress,
+    ote_stream_local_iface_event_arm, ote_stream_local_iface_close);
 
 /* OTE_CMA_*; shm has the same entries under OTE_SHM_. */
 static const ote_cfg_entry_t cma_config_fields[] = {
-    OTE_CMA_CONFIG_ENTRIES(0, NULL),
+    OTE_STREAM_LOCAL_CONFIG_ENTRIES(0, NULL),
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_cma_config_table, "CMA_", "cma", cma_config_fields,
-                        ote_cma_config_t, NULL);
+                        ote_stream_local_config_t, NULL);
 
-static ote_status_t cma_listen(cma_iface_t *iface)
-{
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int fd;
-
-    iface->name_len = (size_t)snprintf(iface->name, sizeof(iface->name), "%s%lx.%016llx",
-                                       OTE_CMA_NAME_PREFIX, (unsigned long)getpid(),
-                                       (unsigned long long)ote_random_u64());
-    if (ote_cma_addr_unpack(iface->name, iface->name_len, &ss, &len) != OTE_OK)
-        return OTE_ERR_INVALID_PARAM;
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return OTE_ERR_IO;
-    if (bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 128) != 0) {
-        ote_error("cma: cannot listen on an abstract socket: %s", strerror(errno));
-        close(fd);
-        return OTE_ERR_IO;
-    }
-    iface->tcp.listen_fd = fd;
-    return OTE_OK;
-}
-
-ote_status_t ote_cma_iface_setup(ote_cma_iface_t *iface, const ote_tl_resource_t *res,
-                                 const ote_tl_iface_params_t *params,
-                                 const ote_cma_config_t *cfg, const ote_tcp_hooks_t *hooks)
-{
-    /* Only requests travel: one connection per peer, no socket tuning. */
-    const ote_tcp_config_t stream = {.conns = 1, .max_msg = cfg->max_msg};
-    ote_tcp_iface_t *t = &iface->tcp;
-    ote_status_t status;
-
-    status          = ote_tcp_iface_init(t, res, params, &stream, hooks);
-    t->super.ops    = &cma_iface_ops;
-    t->super.ep_ops = &ote_tcp_ep_ops; /* by reference: hooks->ref_handle is set */
-    if (status != OTE_OK)
-        return status;
-    iface->par = ote_par_create(cfg->copy_threads, "ote-copy");
-    if (iface->par == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = cma_listen(iface);
-    if (status == OTE_OK)
-        status = ote_tcp_iface_epoll_init(t);
-    return status;
-}
-
-const ote_tcp_hooks_t ote_cma_hooks = {
-    .addr_unpack  = ote_cma_addr_unpack_list,
-    .connect_hook = ote_cma_probe,
-    .ref_handle   = ote_cma_target_handle,
-    .ref_flush    = ote_cma_target_flush,
+/* By reference, its address, the probe. */
+static const ote_stream_hooks_t cma_hooks = {
+    .addr_unpack  = ote_stream_local_addr_unpack_list,
+    .connect_hook = ote_stream_local_probe,
+    .ref_handle   = ote_stream_local_target_handle,
+    .ref_flush    = ote_stream_local_target_flush,
 };
 
 static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
                                    ote_tl_iface_t **iface_p)
 {
-    cma_iface_t *iface;
-    ote_cma_config_t cfg;
+    ote_stream_local_iface_t *iface;
+    ote_stream_local_config_t cfg;
     ote_status_t status;
 
     status = ote_config_fill(&ote_cma_config_table, &cfg);
@@ -200,54 +45,17 @@ static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
-    status = ote_cma_iface_setup(iface, res, params, &cfg, &ote_cma_hooks);
+    status = ote_stream_local_iface_setup(iface, res, params, &cfg, &cma_hooks, &cma_iface_ops);
     ote_config_release(&ote_cma_config_table, &cfg);
     if (status != OTE_OK) {
-        ote_cma_iface_close(&iface->tcp.super);
+        ote_stream_local_iface_close(&iface->stream.super);
         return status;
     }
-    *iface_p = &iface->tcp.super;
+    *iface_p = &iface->stream.super;
     return OTE_OK;
 }
 
-/* The kernel must let a process read its own memory this way, or cma is not offered. */
-bool ote_cma_available(void)
-{
-    uint64_t src = 0x636d61, dst = 0;
-    struct iovec l = {.iov_base = &dst, .iov_len = sizeof(dst)};
-    struct iovec r = {.iov_base = &src, .iov_len = sizeof(src)};
-
-    if (process_vm_readv(getpid(), &l, 1, &r, 1, 0) != (ssize_t)sizeof(dst) || dst != src) {
-        ote_debug("cma: process_vm_readv unavailable: %s", strerror(errno));
-        return false;
-    }
-    return true;
-}
-
-ote_status_t ote_cma_query_resources(ote_tl_component_t *comp,
-                                     const ote_tl_iface_params_t *params,
-                                     ote_tl_resource_t **res_p, size_t *count_p)
-{
-    ote_tl_resource_t *r;
-
-    if (!ote_cma_available()) {
-        *res_p   = NULL;
-        *count_p = 0;
-        return OTE_OK;
-    }
-    r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return OTE_ERR_NO_MEMORY;
-    snprintf(r->tl_name, sizeof(r->tl_name), "%s", comp->ops->name);
-    snprintf(r->dev_name, sizeof(r->dev_name), "memory");
-    r->is_network = false;
-    r->component  = comp;
-    *res_p        = r;
-    *count_p      = 1;
-    return OTE_OK;
-}
-
-/* cma runs on tcp's connection code with its own table (OTE_CMA_*). */
-OTE_TL_COMPONENT_DEFINE(ote_cma_component, "cma", &ote_cma_config_table, ote_cma_query_resources,
-                        ote_tl_unsupported_md_open, ote_tl_no_md_close, cma_iface_open,
-                        ote_tl_no_reason);
+/* cma runs on the stream base's local mode with its own table (OTE_CMA_*). */
+OTE_TL_COMPONENT_DEFINE(ote_cma_component, "cma", &ote_cma_config_table,
+                        ote_stream_local_query_resources, ote_tl_unsupported_md_open,
+                        ote_tl_no_md_close, cma_iface_open, ote_tl_no_reason);

@@ -1,9 +1,9 @@
 /*
  * Native shm component: single copy through shared mappings on one host.
  *
- * It is the cma component (cma/: tcp's connection code by reference over an
- * abstract AF_UNIX socket, with its handshake, authentication and probe)
- * plus descriptor passing. For a remote range the initiator has no mapping
+ * It is what cma is (the stream base's local mode, stream/stream.h: the
+ * stream connection by reference over an abstract AF_UNIX socket, with its
+ * handshake, authentication and probe) plus descriptor passing. For a remote range the initiator has no mapping
  * of, it sends MAP; the target checks the range like any request (region,
  * bounds, the copy's access flag) and, for engine-owned host memory backed
  * by a sealed memfd, answers with the memfd (SCM_RIGHTS): opened read-only
@@ -19,7 +19,7 @@
 #ifndef OTE_SHM_H
 #define OTE_SHM_H
 
-#include "uct_ext/cma/cma.h"
+#include "uct_ext/stream/stream.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -50,7 +50,7 @@ typedef struct {
  * writing if the grant says writable. OTE_ERR_PROTOCOL on any violation.
  * fd is not closed.
  */
-ote_status_t ote_shm_map_check(const ote_tcp_hdr_t *h, const uint8_t *trailer,
+ote_status_t ote_shm_map_check(const ote_stream_hdr_t *h, const uint8_t *trailer,
                                size_t trailer_len, int fd, uint64_t want, uint64_t want_len,
                                ote_shm_grant_info_t *info_p);
 

@@ -2,8 +2,8 @@
  * Native shm component: the copies through mappings. A post queues its copy
  * (ote_shm_copy_add); the iface's next progress (or anything that would
  * unmap a mapping first) runs the queue (ote_shm_copy_flush) and completes
- * its operations in order. A queue of at least OTE_CMA_PAR_SPLIT bytes is
- * cut into pieces of at most OTE_CMA_PAR_PIECE that the flushing thread and
+ * its operations in order. A queue of at least OTE_STREAM_LOCAL_PAR_SPLIT bytes is
+ * cut into pieces of at most OTE_STREAM_LOCAL_PAR_PIECE that the flushing thread and
  * the iface's copy threads (OTE_CMA_COPY_THREADS, base/par.h) share, unless
  * two of its copies touch the same bytes with one writing them: then it is
  * copied in order.
@@ -43,18 +43,18 @@ static size_t copy_cut(shm_copier_t *cp, const shm_copy_t *jobs, size_t n)
 
     for (size_t i = 0; i < n; i++) {
         if (jobs[i].status == OTE_OK)
-            count += (jobs[i].len + OTE_CMA_PAR_PIECE - 1) / OTE_CMA_PAR_PIECE;
+            count += (jobs[i].len + OTE_STREAM_LOCAL_PAR_PIECE - 1) / OTE_STREAM_LOCAL_PAR_PIECE;
     }
     if (ote_array_reserve((void **)&cp->pieces, &cp->pieces_cap, count, sizeof(*cp->pieces),
                           64) != OTE_OK)
         return 0;
     for (size_t i = 0; i < n; i++) {
         for (size_t off = 0; jobs[i].status == OTE_OK && off < jobs[i].len;
-             off += OTE_CMA_PAR_PIECE) {
+             off += OTE_STREAM_LOCAL_PAR_PIECE) {
             size_t len = jobs[i].len - off;
 
             cp->pieces[k++] = (shm_piece_t){
-                .job = i, .off = off, .len = len < OTE_CMA_PAR_PIECE ? len : OTE_CMA_PAR_PIECE};
+                .job = i, .off = off, .len = len < OTE_STREAM_LOCAL_PAR_PIECE ? len : OTE_STREAM_LOCAL_PAR_PIECE};
         }
     }
     return k;
@@ -125,7 +125,7 @@ unsigned ote_shm_copy_flush(shm_copier_t *cp)
         jobs[i].status = r == NULL || ote_mem_region_access_begin(r) ? OTE_OK
                                                                      : OTE_ERR_NOT_REGISTERED;
     }
-    if (bytes >= OTE_CMA_PAR_SPLIT && ote_par_width(cp->par) > 0 && !copies_conflict(cp, jobs, n) &&
+    if (bytes >= OTE_STREAM_LOCAL_PAR_SPLIT && ote_par_width(cp->par) > 0 && !copies_conflict(cp, jobs, n) &&
         (npieces = copy_cut(cp, jobs, n)) > 0) {
         copy_set_t set = {.jobs = jobs, .pieces = cp->pieces};
 

@@ -23,10 +23,10 @@ static void grant_wait(ote_mem_export_t *x);
 
 static const ote_mem_export_ops_t grant_ops = {.revoke = grant_revoke, .wait = grant_wait};
 
-static void map_reply(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, ote_status_t status,
+static void map_reply(ote_stream_conn_t *c, const ote_stream_hdr_t *h, ote_status_t status,
                       const ote_region_t *region)
 {
-    ote_tcp_hdr_t r = {.type = OTE_TCP_MAP_ACK, .id = h->id, .status = status};
+    ote_stream_hdr_t r = {.type = OTE_STREAM_MAP_ACK, .id = h->id, .status = status};
 
     if (status != OTE_OK)
         ote_debug("shm peer %s: MAP %#llx+%llu refused: %s", c->peer,
@@ -37,7 +37,7 @@ static void map_reply(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, ote_status_t st
         r.addr   = region->addr;
         r.length = region->length;
     }
-    ote_tcp_conn_reply(c, &r);
+    ote_stream_conn_reply(c, &r);
 }
 
 /*
@@ -54,20 +54,20 @@ static int grant_fd(const ote_region_t *r, bool writable)
     return open(path, O_RDONLY | O_CLOEXEC);
 }
 
-static void handle_map(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t then)
+static void handle_map(ote_stream_conn_t *c, const ote_stream_hdr_t *h, uint64_t then)
 {
     shm_iface_t *iface = (shm_iface_t *)c->iface;
     shm_conn_t *sc     = ote_shm_conn(c);
-    uint8_t trailer[OTE_TCP_MAP_ACK_TRAILER_LEN];
-    ote_tcp_hdr_t r;
+    uint8_t trailer[OTE_STREAM_MAP_ACK_TRAILER_LEN];
+    ote_stream_hdr_t r;
     ote_region_t *region;
     shm_grant_t *g;
     ote_status_t status;
     bool writable;
     int fd;
 
-    if (then != OTE_TCP_PUT_REF && then != OTE_TCP_GET_REF) {
-        ote_tcp_conn_protocol_error(c, "MAP for an unknown kind of copy");
+    if (then != OTE_STREAM_PUT_REF && then != OTE_STREAM_GET_REF) {
+        ote_stream_conn_protocol_error(c, "MAP for an unknown kind of copy");
         return;
     }
     if (sc == NULL) {
@@ -75,7 +75,7 @@ static void handle_map(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t then)
         return;
     }
     status = ote_mem_region_acquire(c->iface->regions, h->addr, h->length,
-                                    then == OTE_TCP_PUT_REF ? OTE_ACCESS_REMOTE_WRITE
+                                    then == OTE_STREAM_PUT_REF ? OTE_ACCESS_REMOTE_WRITE
                                                             : OTE_ACCESS_REMOTE_READ,
                                     &region);
     if (status != OTE_OK) {
@@ -127,15 +127,15 @@ static void handle_map(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t then)
         map_reply(c, h, OTE_ERR_IO, NULL);
         return;
     }
-    r = (ote_tcp_hdr_t){.type = OTE_TCP_MAP_ACK, .id = h->id, .status = OTE_OK,
+    r = (ote_stream_hdr_t){.type = OTE_STREAM_MAP_ACK, .id = h->id, .status = OTE_OK,
                         .addr = region->addr, .length = region->length};
     ote_put_u64(trailer, g->id);
     ote_put_u64(trailer + 8, writable ? OTE_SHM_MAP_WRITABLE : 0);
-    if (ote_tcp_conn_tx_push_fd(c, &r, trailer, sizeof(trailer), fd) != OTE_OK)
-        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+    if (ote_stream_conn_tx_push_fd(c, &r, trailer, sizeof(trailer), fd) != OTE_OK)
+        ote_stream_conn_fail(c, OTE_ERR_NO_MEMORY);
 }
 
-static void handle_unmap_ack(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+static void handle_unmap_ack(ote_stream_conn_t *c, const ote_stream_hdr_t *h)
 {
     shm_conn_t *sc = ote_shm_conn(c);
 
@@ -149,27 +149,27 @@ static void handle_unmap_ack(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
     /* An answer to nothing asked: harmless, ignored. */
 }
 
-void ote_shm_target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t trailer)
+void ote_shm_target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, uint64_t trailer)
 {
     switch (h->type) {
-    case OTE_TCP_MAP:
+    case OTE_STREAM_MAP:
         /* Its answer comes after those of the requests before it. */
         if (c->ref_npending)
-            ote_cma_target_flush(c);
+            ote_stream_local_target_flush(c);
         if (!c->dead)
             handle_map(c, h, trailer);
         break;
-    case OTE_TCP_UNMAP_ACK:
+    case OTE_STREAM_UNMAP_ACK:
         handle_unmap_ack(c, h);
         break;
     default:
-        ote_cma_target_handle(c, h, trailer);
+        ote_stream_local_target_handle(c, h, trailer);
         break;
     }
 }
 
 /* Under the worker lock: the connection closed; its grants end. */
-void ote_shm_target_closed(ote_tcp_conn_t *c, shm_conn_t *sc)
+void ote_shm_target_closed(ote_stream_conn_t *c, shm_conn_t *sc)
 {
     shm_iface_t *iface = (shm_iface_t *)c->iface;
     shm_grant_t *g, *next;
@@ -195,18 +195,18 @@ static void grant_revoke(ote_mem_export_t *x)
 {
     shm_grant_t *g     = (shm_grant_t *)x;
     shm_iface_t *iface = g->iface;
-    pthread_mutex_t *lock = iface->cma.tcp.worker_lock;
+    pthread_mutex_t *lock = iface->local.stream.worker_lock;
 
     pthread_mutex_lock(lock);
     g->taken       = true;
     g->deadline_ns = ote_time_ns() + iface->unmap_timeout_ns;
     if (g->conn != NULL && !g->conn->dead && !g->done) {
-        ote_tcp_hdr_t h = {.type = OTE_TCP_UNMAP, .id = g->id, .addr = g->region->addr,
+        ote_stream_hdr_t h = {.type = OTE_STREAM_UNMAP, .id = g->id, .addr = g->region->addr,
                            .length = g->region->length};
 
-        ote_tcp_conn_reply(g->conn, &h);
+        ote_stream_conn_reply(g->conn, &h);
         if (!g->conn->dead)
-            ote_tcp_conn_flush(g->conn);
+            ote_stream_conn_flush(g->conn);
     } else {
         g->done = true;
     }
@@ -236,7 +236,7 @@ static void grant_wait(ote_mem_export_t *x)
 {
     shm_grant_t *g        = (shm_grant_t *)x;
     shm_iface_t *iface    = g->iface;
-    pthread_mutex_t *lock = iface->cma.tcp.worker_lock;
+    pthread_mutex_t *lock = iface->local.stream.worker_lock;
     struct timespec ts;
 
     pthread_mutex_lock(lock);
@@ -249,7 +249,7 @@ static void grant_wait(ote_mem_export_t *x)
         ote_warn("shm peer %s did not unmap %#llx+%zu within OTE_SHM_UNMAP_TIMEOUT_MS; "
                  "its connection is closed", g->conn->peer,
                  (unsigned long long)g->region->addr, g->region->length);
-        ote_tcp_conn_fail(g->conn, OTE_ERR_TIMEOUT); /* ends the grant: done */
+        ote_stream_conn_fail(g->conn, OTE_ERR_TIMEOUT); /* ends the grant: done */
     }
     unlink_grant(g);
     pthread_mutex_unlock(lock);

@@ -1,4 +1,7 @@
-/* Native shm component: resource and iface (cma's, with descriptor passing). */
+/*
+ * Native shm component: resource and iface (the stream base's local mode,
+ * as cma's, with descriptor passing).
+ */
 #include "shm_int.h"
 
 #include "base/config.h"
@@ -8,14 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-shm_conn_t *ote_shm_conn(ote_tcp_conn_t *c)
+shm_conn_t *ote_shm_conn(ote_stream_conn_t *c)
 {
     if (c->ext == NULL && !c->dead)
         c->ext = calloc(1, sizeof(shm_conn_t));
     return c->ext;
 }
 
-static void shm_conn_closed(ote_tcp_conn_t *c)
+static void shm_conn_closed(ote_stream_conn_t *c)
 {
     shm_conn_t *sc = c->ext;
 
@@ -31,7 +34,7 @@ static void shm_conn_closed(ote_tcp_conn_t *c)
 
 static void shm_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
 {
-    ote_cma_iface_query(tl_iface, caps);
+    ote_stream_local_iface_query(tl_iface, caps);
     caps->ops |= OTE_TL_CAP_MAPPED;
     caps->bandwidth = 12e9; /* one memcpy */
     caps->latency   = 1e-6;
@@ -47,7 +50,7 @@ static unsigned shm_iface_progress(ote_tl_iface_t *tl_iface)
     shm_iface_t *iface = (shm_iface_t *)tl_iface;
     unsigned n         = ote_shm_copy_flush(&iface->copier);
 
-    return n + ote_cma_iface_progress(tl_iface);
+    return n + ote_stream_local_iface_progress(tl_iface);
 }
 
 /* Copies still queued keep the worker awake (a completion may have posted more). */
@@ -57,7 +60,7 @@ static ote_status_t shm_iface_event_arm(ote_tl_iface_t *tl_iface)
 
     if (iface->copier.njobs > 0)
         return OTE_ERR_BUSY;
-    return ote_cma_iface_event_arm(tl_iface);
+    return ote_stream_local_iface_event_arm(tl_iface);
 }
 
 static void shm_iface_close(ote_tl_iface_t *tl_iface)
@@ -66,16 +69,16 @@ static void shm_iface_close(ote_tl_iface_t *tl_iface)
 
     ote_shm_copy_flush(&iface->copier);
     ote_shm_copier_cleanup(&iface->copier);
-    ote_cma_iface_close(tl_iface);
+    ote_stream_local_iface_close(tl_iface);
 }
 
 static const ote_tl_iface_ops_t shm_iface_ops =
-    OTE_CMA_IFACE_OPS_INIT(shm_iface_query, shm_iface_progress, shm_iface_event_arm,
+    OTE_STREAM_LOCAL_IFACE_OPS_INIT(shm_iface_query, shm_iface_progress, shm_iface_event_arm,
                            shm_iface_close);
 
-/* OTE_SHM_*: its own, and those of cma's connection code (COPY_THREADS, STREAM_*). */
+/* OTE_SHM_*: its own, and the local mode's it shares with cma (COPY_THREADS, STREAM_*). */
 typedef struct {
-    ote_cma_config_t cma;
+    ote_stream_local_config_t local;
     long             unmap_timeout_ms;
 } shm_config_t;
 
@@ -87,18 +90,21 @@ static const ote_cfg_entry_t shm_config_fields[] = {
      "unmap it; then its connection is closed and the call returns.",
      .min = 1, .max = OTE_CFG_NO_MAX},
     /* OTE_CMA_COPY_THREADS set cma's and shm's before shm had its own. */
-    OTE_CMA_CONFIG_ENTRIES(SHM_F(cma), "CMA_COPY_THREADS"),
+    OTE_STREAM_LOCAL_CONFIG_ENTRIES(SHM_F(local), "CMA_COPY_THREADS"),
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, shm_config_t,
                         NULL);
 
-/* cma's hooks, but MAP and UNMAP_ACK go to shm's target and posts through its mappings. */
-static const ote_tcp_hooks_t shm_hooks = {
-    .addr_unpack    = ote_cma_addr_unpack_list,
-    .connect_hook   = ote_cma_probe,
+/*
+ * cma's hooks (the local mode of stream/stream.h), but MAP and UNMAP_ACK go
+ * to shm's target and posts through its mappings.
+ */
+static const ote_stream_hooks_t shm_hooks = {
+    .addr_unpack    = ote_stream_local_addr_unpack_list,
+    .connect_hook   = ote_stream_local_probe,
     .ref_handle     = ote_shm_target_handle,
-    .ref_flush      = ote_cma_target_flush,
+    .ref_flush      = ote_stream_local_target_flush,
     .fd_passing     = true,
     .initiator_hook = ote_shm_initiator_hook,
     .conn_closed    = shm_conn_closed,
@@ -112,7 +118,7 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     shm_iface_t *iface;
     pthread_condattr_t attr;
     shm_config_t cfg;
-    ote_tcp_iface_t *t;
+    ote_stream_iface_t *t;
     ote_status_t status;
 
     status = ote_config_fill(&ote_shm_config_table, &cfg);
@@ -121,17 +127,17 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
-    t = &iface->cma.tcp;
+    t = &iface->local.stream;
     /* Deadlines are on the monotonic clock (ote_time_ns). */
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&iface->cond, &attr);
     pthread_condattr_destroy(&attr);
     iface->unmap_timeout_ns = (uint64_t)cfg.unmap_timeout_ms * 1000000ull;
-    status = ote_cma_iface_setup(&iface->cma, res, params, &cfg.cma, &shm_hooks);
+    status = ote_stream_local_iface_setup(&iface->local, res, params, &cfg.local, &shm_hooks,
+                                          &shm_iface_ops);
     ote_config_release(&ote_shm_config_table, &cfg);
-    iface->copier.par = iface->cma.par;
-    t->super.ops      = &shm_iface_ops;
+    iface->copier.par = iface->local.par;
     if (status != OTE_OK) {
         shm_iface_close(&t->super);
         return status;
@@ -141,6 +147,6 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
 }
 
 /* Ranges outside mapped memory go by reference: it needs what cma needs. */
-OTE_TL_COMPONENT_DEFINE(ote_shm_component, "shm", &ote_shm_config_table, ote_cma_query_resources,
+OTE_TL_COMPONENT_DEFINE(ote_shm_component, "shm", &ote_shm_config_table, ote_stream_local_query_resources,
                         ote_tl_unsupported_md_open, ote_tl_no_md_close, shm_iface_open,
                         ote_tl_no_reason);

@@ -45,13 +45,13 @@ typedef struct {
     shm_copy_t  *jobs, *spare;
     size_t       njobs, cap, spare_cap, bytes;
     bool         flushing;
-    /* A large queue is cut into pieces that the cma iface's copy threads share. */
+    /* A large queue is cut into pieces that the local iface's copy threads share. */
     shm_piece_t *pieces;
     size_t       pieces_cap;
     /* Its sources and destinations, checked for overlaps first (kept between flushes). */
     ote_par_span_t *spans;
     size_t          spans_cap;
-    ote_par_t   *par; /* the cma iface's */
+    ote_par_t   *par; /* the local iface's */
 } shm_copier_t;
 
 void         ote_shm_copier_cleanup(shm_copier_t *cp);
@@ -62,7 +62,7 @@ ote_status_t ote_shm_copy_add(shm_copier_t *cp, uint8_t *dst, const uint8_t *src
 unsigned     ote_shm_copy_flush(shm_copier_t *cp);
 
 typedef struct {
-    ote_cma_iface_t cma;
+    ote_stream_local_iface_t local;
     shm_copier_t    copier;
     pthread_cond_t  cond;      /* a grant ended; with the worker lock */
     uint64_t        unmap_timeout_ns;
@@ -73,7 +73,7 @@ typedef struct {
 struct shm_grant {
     ote_mem_export_t x;
     shm_iface_t     *iface;
-    ote_tcp_conn_t  *conn;      /* NULL once the connection closed */
+    ote_stream_conn_t  *conn;      /* NULL once the connection closed */
     ote_region_t    *region;    /* a life reference                */
     uint64_t         id;
     uint64_t         deadline_ns;
@@ -85,16 +85,16 @@ struct shm_grant {
 extern atomic_uint_least64_t ote_shm_bytes_mapped, ote_shm_bytes_by_ref;
 
 /* conn->ext, made on first use; NULL on a closed connection or without memory. */
-shm_conn_t *ote_shm_conn(ote_tcp_conn_t *c);
+shm_conn_t *ote_shm_conn(ote_stream_conn_t *c);
 
 /* shm_grant.c, target side */
-void ote_shm_target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t trailer);
-void ote_shm_target_closed(ote_tcp_conn_t *c, shm_conn_t *sc);
+void ote_shm_target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, uint64_t trailer);
+void ote_shm_target_closed(ote_stream_conn_t *c, shm_conn_t *sc);
 
 /* shm_map.c, initiator side */
-void ote_shm_initiator_hook(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer);
-void ote_shm_initiator_closed(ote_tcp_conn_t *c, shm_conn_t *sc);
-/* The tcp iface's post hook: through a mapping of the peer's memory where it can. */
+void ote_shm_initiator_hook(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8_t *trailer);
+void ote_shm_initiator_closed(ote_stream_conn_t *c, shm_conn_t *sc);
+/* The stream iface's post hook: through a mapping of the peer's memory where it can. */
 ote_status_t ote_shm_post(ote_tl_ep_t *ep, bool put, void *local, size_t length,
                           ote_region_t *local_region, uint64_t remote, ote_tl_completion_t *comp);
 

@@ -26,7 +26,7 @@ void ote_shm_stats(uint64_t *mapped_p, uint64_t *by_ref_p)
     *by_ref_p = atomic_load(&ote_shm_bytes_by_ref);
 }
 
-ote_status_t ote_shm_map_check(const ote_tcp_hdr_t *h, const uint8_t *trailer,
+ote_status_t ote_shm_map_check(const ote_stream_hdr_t *h, const uint8_t *trailer,
                                size_t trailer_len, int fd, uint64_t want, uint64_t want_len,
                                ote_shm_grant_info_t *info_p)
 {
@@ -35,8 +35,8 @@ ote_status_t ote_shm_map_check(const ote_tcp_hdr_t *h, const uint8_t *trailer,
     uint64_t flags;
     int seals, mode;
 
-    if (h->type != OTE_TCP_MAP_ACK || h->status != OTE_OK || trailer == NULL ||
-        trailer_len != OTE_TCP_MAP_ACK_TRAILER_LEN || fd < 0)
+    if (h->type != OTE_STREAM_MAP_ACK || h->status != OTE_OK || trailer == NULL ||
+        trailer_len != OTE_STREAM_MAP_ACK_TRAILER_LEN || fd < 0)
         return OTE_ERR_PROTOCOL;
     info.base   = h->addr;
     info.length = h->length;
@@ -91,7 +91,7 @@ static bool refused(const shm_conn_t *sc, uint64_t addr, size_t length)
  * socket when it was not looked at lately, so that after a stop the first
  * copy finds the connection closed and drops the mappings instead.
  */
-static bool conn_fresh(ote_tcp_conn_t *c, shm_conn_t *sc)
+static bool conn_fresh(ote_stream_conn_t *c, shm_conn_t *sc)
 {
     uint64_t now = ote_time_ns();
     char b;
@@ -101,12 +101,12 @@ static bool conn_fresh(ote_tcp_conn_t *c, shm_conn_t *sc)
         return true;
     n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+        ote_stream_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
         return false;
     }
     /* Pending messages (an UNMAP) are served before the next copy. */
     if (n > 0)
-        ote_tcp_conn_rx(c);
+        ote_stream_conn_rx(c);
     if (c->dead)
         return false;
     sc->checked_ns = now;
@@ -131,11 +131,11 @@ static ote_status_t map_copy(const shm_map_t *m, void *local, ote_region_t *loca
     return OTE_OK;
 }
 
-static ote_status_t post_ref(ote_tcp_ep_t *ep, bool put, void *local, size_t length,
+static ote_status_t post_ref(ote_stream_ep_t *ep, bool put, void *local, size_t length,
                              ote_region_t *local_region, uint64_t remote,
                              ote_tl_completion_t *comp)
 {
-    ote_status_t status = ote_tcp_ep_post(ep, put ? OTE_TCP_PUT_REF : OTE_TCP_GET_REF, local,
+    ote_status_t status = ote_stream_ep_post(ep, put ? OTE_STREAM_PUT_REF : OTE_STREAM_GET_REF, local,
                                           length, local_region, remote, comp);
 
     if (status == OTE_INPROGRESS)
@@ -147,8 +147,8 @@ ote_status_t ote_shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t leng
                              ote_region_t *local_region, uint64_t remote,
                              ote_tl_completion_t *comp)
 {
-    ote_tcp_ep_t *ep  = (ote_tcp_ep_t *)tl_ep;
-    ote_tcp_conn_t *c = ote_tcp_ep_conn(ep);
+    ote_stream_ep_t *ep  = (ote_stream_ep_t *)tl_ep;
+    ote_stream_conn_t *c = ote_stream_ep_conn(ep);
     shm_conn_t *sc    = c != NULL ? ote_shm_conn(c) : NULL;
     shm_map_t *m;
 
@@ -173,7 +173,7 @@ ote_status_t ote_shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t leng
     /* Read-only mapping for a write, no mapping room, or memory not mapped: the target checks. */
     if (m != NULL || refused(sc, remote, length) || sc->num_maps >= OTE_SHM_MAX_MAPS)
         return post_ref(ep, put, local, length, local_region, remote, comp);
-    return ote_tcp_ep_post_map(ep, put ? OTE_TCP_PUT_REF : OTE_TCP_GET_REF, local, length,
+    return ote_stream_ep_post_map(ep, put ? OTE_STREAM_PUT_REF : OTE_STREAM_GET_REF, local, length,
                                local_region, remote, comp);
 }
 
@@ -205,11 +205,11 @@ static shm_map_t *map_add(shm_conn_t *sc, const ote_shm_grant_info_t *g, int fd)
     return m;
 }
 
-static void map_ack(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer)
+static void map_ack(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8_t *trailer)
 {
-    ote_tcp_op_t op  = ote_tcp_conn_op_pop(c);
-    ote_tcp_ep_t *ep = c->ep;
-    bool put         = op.then == OTE_TCP_PUT_REF;
+    ote_stream_op_t op  = ote_stream_conn_op_pop(c);
+    ote_stream_ep_t *ep = c->ep;
+    bool put         = op.then == OTE_STREAM_PUT_REF;
     shm_conn_t *sc   = ote_shm_conn(c);
     ote_shm_grant_info_t g;
     ote_status_t status;
@@ -217,14 +217,14 @@ static void map_ack(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *tr
     int fd;
 
     if (h->status == OTE_OK) {
-        fd     = ote_tcp_conn_rx_fd_pop(c);
-        status = ote_shm_map_check(h, trailer, OTE_TCP_MAP_ACK_TRAILER_LEN, fd, op.remote_addr,
+        fd     = ote_stream_conn_rx_fd_pop(c);
+        status = ote_shm_map_check(h, trailer, OTE_STREAM_MAP_ACK_TRAILER_LEN, fd, op.remote_addr,
                                    op.length, &g);
         if (status != OTE_OK) {
             if (fd >= 0)
                 close(fd);
             op.comp->func(op.comp, OTE_ERR_PROTOCOL);
-            ote_tcp_conn_protocol_error(c, "MAP_ACK without a usable memfd");
+            ote_stream_conn_protocol_error(c, "MAP_ACK without a usable memfd");
             return;
         }
         if (sc != NULL)
@@ -256,10 +256,10 @@ static void map_ack(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *tr
         op.comp->func(op.comp, status);
 }
 
-static void unmap(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+static void unmap(ote_stream_conn_t *c, const ote_stream_hdr_t *h)
 {
     shm_conn_t *sc  = ote_shm_conn(c);
-    ote_tcp_hdr_t r = {.type = OTE_TCP_UNMAP_ACK, .id = h->id};
+    ote_stream_hdr_t r = {.type = OTE_STREAM_UNMAP_ACK, .id = h->id};
 
     /* Copies posted before the UNMAP arrived land first. */
     ote_shm_copy_flush(&((shm_iface_t *)c->iface)->copier);
@@ -272,20 +272,20 @@ static void unmap(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
         }
     }
     /* Also for a grant never mapped: nothing of it is mapped here. */
-    if (ote_tcp_conn_tx_push_fd(c, &r, NULL, 0, -1) != OTE_OK)
-        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+    if (ote_stream_conn_tx_push_fd(c, &r, NULL, 0, -1) != OTE_OK)
+        ote_stream_conn_fail(c, OTE_ERR_NO_MEMORY);
 }
 
-void ote_shm_initiator_hook(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer)
+void ote_shm_initiator_hook(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8_t *trailer)
 {
-    if (h->type == OTE_TCP_UNMAP)
+    if (h->type == OTE_STREAM_UNMAP)
         unmap(c, h);
     else
         map_ack(c, h, trailer);
 }
 
 /* The connection closed: every mapping made through it goes. */
-void ote_shm_initiator_closed(ote_tcp_conn_t *c, shm_conn_t *sc)
+void ote_shm_initiator_closed(ote_stream_conn_t *c, shm_conn_t *sc)
 {
     ote_shm_copy_flush(&((shm_iface_t *)c->iface)->copier);
     for (size_t i = 0; i < sc->num_maps; i++)

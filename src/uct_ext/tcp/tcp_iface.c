@@ -1,268 +1,17 @@
-/* Native tcp component: resources, iface (listener + epoll), progress. */
+/*
+ * Native tcp component: resources (one per network interface), the iface
+ * (the stream base's, listening on the interface's addresses), its
+ * settings (OTE_TCP_*) and the choice of a peer's address.
+ */
 #include "tcp.h"
 
-#include "base/dlist.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/util.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-/* epoll tag of the listening socket. */
-static char listen_tag;
-
-void ote_tcp_iface_mark_dirty(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
-{
-    if (c->dirty)
-        return;
-    c->dirty      = true;
-    c->next_dirty = iface->dirty;
-    iface->dirty  = c;
-}
-
-void ote_tcp_iface_conn_closed(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
-{
-    ote_tcp_conn_t **pp;
-
-    if (c->dirty) {
-        for (pp = &iface->dirty; *pp != NULL; pp = &(*pp)->next_dirty) {
-            if (*pp == c) {
-                *pp = c->next_dirty;
-                break;
-            }
-        }
-        c->dirty = false;
-    }
-    OTE_DLIST_REMOVE(iface->conns, c);
-    c->next = c->prev = NULL;
-    if (c->ep == NULL) {
-        iface->num_accepted--;
-        if (c->admitted)
-            ote_auth_conn_release(iface->auth, c->ip);
-        c->admitted      = false;
-        c->next_dead     = iface->graveyard;
-        iface->graveyard = c;
-    }
-}
-
-static void iface_link(ote_tcp_iface_t *iface, ote_tcp_conn_t *c)
-{
-    OTE_DLIST_PUSH_FRONT(iface->conns, c);
-}
-
-static void flush_dirty(ote_tcp_iface_t *iface)
-{
-    while (iface->dirty != NULL) {
-        ote_tcp_conn_t *c = iface->dirty;
-
-        iface->dirty = c->next_dirty;
-        c->dirty     = false;
-        if (!c->dead)
-            ote_tcp_conn_flush(c);
-    }
-}
-
-static unsigned peer_conn_count(ote_tcp_iface_t *iface, const char *ip)
-{
-    unsigned n = 0;
-
-    for (ote_tcp_conn_t *c = iface->conns; c != NULL; c = c->next) {
-        if (c->ep == NULL && strcmp(c->ip, ip) == 0)
-            n++;
-    }
-    return n;
-}
-
-ote_status_t ote_tcp_iface_conn_accept(ote_tcp_iface_t *iface, int fd,
-                                       const struct sockaddr_storage *ss)
-{
-    ote_tcp_conn_t *c;
-    char ip[64], label[64];
-    pid_t pid = 0;
-    ote_status_t status;
-
-    if (ss->ss_family == AF_UNIX) {
-        /* A local peer: it is known by its process, as the kernel names it. */
-        struct ucred cred;
-        socklen_t clen = sizeof(cred);
-
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 && clen == sizeof(cred))
-            pid = cred.pid;
-        snprintf(ip, sizeof(ip), "pid:%ld", (long)pid);
-        snprintf(label, sizeof(label), "process %ld", (long)pid);
-    } else {
-        ote_sockaddr_ip((const struct sockaddr *)ss, ip, sizeof(ip));
-        ote_sockaddr_format((const struct sockaddr *)ss, label, sizeof(label));
-    }
-    if (iface->auth != NULL) {
-        /* Limits count every listener of the engine together. */
-        status = ote_auth_conn_admit(iface->auth, ip);
-        if (status != OTE_OK) {
-            close(fd);
-            return status;
-        }
-    } else if (iface->num_accepted >= iface->max_conns ||
-               peer_conn_count(iface, ip) >= (unsigned)iface->max_conns_per_peer) {
-        ote_warn("%s: connection from %s refused: OTE_MAX_CONNS or OTE_MAX_CONNS_PER_PEER "
-                 "reached", iface->super.resource.tl_name, label);
-        close(fd);
-        return OTE_ERR_BUSY;
-    }
-    ote_tcp_conn_set_sockopts(iface, fd);
-    status = ote_tcp_conn_new(iface, fd, NULL, &c);
-    if (status != OTE_OK) {
-        if (iface->auth != NULL)
-            ote_auth_conn_release(iface->auth, ip);
-        close(fd);
-        return status;
-    }
-    c->admitted = iface->auth != NULL;
-    c->peer_pid = pid;
-#ifdef SYS_pidfd_open
-    /* Pins the process itself: its pid may be reused once it is gone. */
-    if (pid > 0)
-        c->peer_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-#endif
-    snprintf(c->ip, sizeof(c->ip), "%s", ip);
-    snprintf(c->peer, sizeof(c->peer), "%s", label);
-    c->handshake_deadline = ote_time_ns() + iface->handshake_timeout_ns;
-    iface_link(iface, c);
-    iface->num_accepted++;
-    return OTE_OK;
-}
-
-static void iface_accept(ote_tcp_iface_t *iface)
-{
-    for (;;) {
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        int fd = accept4(iface->listen_fd, (struct sockaddr *)&ss, &len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-        if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                ote_warn("tcp accept: %s", strerror(errno));
-            return;
-        }
-        ote_tcp_iface_conn_accept(iface, fd, &ss);
-    }
-}
-
-static void free_graveyard(ote_tcp_iface_t *iface)
-{
-    while (iface->graveyard != NULL) {
-        ote_tcp_conn_t *c = iface->graveyard;
-
-        iface->graveyard = c->next_dead;
-        ote_tcp_conn_free(c);
-    }
-}
-
-unsigned ote_tcp_iface_progress(ote_tl_iface_t *tl_iface)
-{
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
-    struct epoll_event ev[64];
-    unsigned count = iface->dirty != NULL;
-    int n;
-
-    flush_dirty(iface);
-    n = epoll_wait(iface->epfd, ev, 64, 0);
-    for (int i = 0; i < n; i++) {
-        ote_tcp_conn_t *c;
-
-        if (ev[i].data.ptr == &listen_tag) {
-            iface_accept(iface);
-            continue;
-        }
-        c = ev[i].data.ptr;
-        if (c->dead)
-            continue;
-        if (c->ep == NULL && (ev[i].events & EPOLLERR)) {
-            /*
-             * The initiator reset the connection, which it does only once it
-             * has ended every request it left unanswered on it (a timeout, a
-             * cancel, a close): what is still queued in the socket must not
-             * land, even when this process ran late (stopped, descheduled).
-             */
-            ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
-            continue;
-        }
-        if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
-            ote_tcp_conn_rx(c);
-        if (!c->dead && (ev[i].events & EPOLLOUT))
-            ote_tcp_conn_flush(c);
-    }
-    /* Connections that stopped on their budget with bytes still buffered. */
-    for (ote_tcp_conn_t *c = iface->conns; c != NULL; c = c->next) {
-        if (c->rx_again && !c->dead) {
-            ote_tcp_conn_rx(c);
-            count++;
-        }
-    }
-    flush_dirty(iface);
-    free_graveyard(iface);
-    return count + (unsigned)(n > 0 ? n : 0);
-}
-
-void ote_tcp_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns)
-{
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
-    uint64_t now           = ote_time_ns();
-    ote_tcp_conn_t *c, *next;
-
-    for (c = iface->conns; c != NULL; c = next) {
-        next = c->next;
-        if (c->ep == NULL && c->handshake_deadline && now > c->handshake_deadline) {
-            ote_warn("%s peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing",
-                     OTE_TCP_CONN_TL(c), c->peer,
-                     c->rx_state == OTE_TCP_RX_AUTH ? "authentication" : "HELLO");
-            ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
-            next = iface->conns;
-            continue;
-        }
-        if (c->ep == NULL && c->tx_stall_ns && c->tx_stall_ns < deadline_ns) {
-            /* It holds our answers (and their regions) in its socket: reset, not close. */
-            ote_warn("%s peer %s: its answers have not been read for OTE_XFER_TIMEOUT_MS; "
-                     "resetting the connection", OTE_TCP_CONN_TL(c), c->peer);
-            ote_socket_set_linger0(c->fd);
-            ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
-            next = iface->conns;
-            continue;
-        }
-        if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
-            ote_warn("%s connection to %s: no answer within OTE_XFER_TIMEOUT_MS",
-                     OTE_TCP_CONN_TL(c), c->peer);
-            /*
-             * Its tasks end now: reset, so that the peer drops the requests
-             * still queued on the connection instead of carrying them out
-             * later in memory the application may use again.
-             */
-            ote_socket_set_linger0(c->fd);
-            ote_tcp_conn_fail(c, OTE_ERR_TIMEOUT);
-            /* The list may have changed under the completions. */
-            next = iface->conns;
-        }
-    }
-    free_graveyard(iface);
-}
-
-bool ote_tcp_iface_has_deadlines(ote_tl_iface_t *tl_iface)
-{
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
-
-    for (ote_tcp_conn_t *c = iface->conns; c != NULL; c = c->next) {
-        if (!c->dead && (c->tx_stall_ns || c->handshake_deadline))
-            return true;
-    }
-    return false;
-}
 
 static void tcp_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
 {
@@ -276,17 +25,12 @@ static void tcp_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     caps->scope      = iface->netif.loopback ? OTE_TL_SCOPE_HOST
                                              : OTE_TL_SCOPE_HOST | OTE_TL_SCOPE_NETWORK;
     caps->max_iov    = 1;
-    caps->max_msg    = iface->max_msg;
+    caps->max_msg    = iface->stream.max_msg;
     caps->align      = 1;
     caps->slice_size = 1u << 20;
     caps->bandwidth  = 1.25e9;
     caps->latency    = 20e-6;
     caps->conn_model = OTE_TL_CONN_TO_IFACE;
-}
-
-int ote_tcp_iface_event_fd(ote_tl_iface_t *tl_iface)
-{
-    return ((ote_tcp_iface_t *)tl_iface)->epfd;
 }
 
 static ote_status_t tcp_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t max,
@@ -311,51 +55,20 @@ static void tcp_iface_format_address(ote_tl_iface_t *tl_iface, char *buf, size_t
     }
 }
 
-void ote_tcp_iface_close(ote_tl_iface_t *tl_iface)
-{
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
+static const ote_tl_iface_ops_t tcp_iface_ops = OTE_STREAM_IFACE_OPS_INIT(
+    tcp_iface_query, tcp_iface_get_address, tcp_iface_format_address, ote_stream_iface_progress,
+    ote_tl_unsupported_event_arm, ote_stream_iface_close);
 
-    /* Target-side connections; initiator ones belong to their eps. */
-    for (ote_tcp_conn_t *c = iface->conns, *next; c != NULL; c = next) {
-        next = c->next;
-        if (c->ep == NULL)
-            ote_tcp_conn_fail(c, OTE_ERR_CANCELED);
-    }
-    free_graveyard(iface);
-    if (iface->listen_fd >= 0)
-        close(iface->listen_fd);
-    if (iface->epfd >= 0)
-        close(iface->epfd);
-    free(iface->discard);
-    free(iface);
-}
-
-static const ote_tl_iface_ops_t tcp_iface_ops = {
-    .close          = ote_tcp_iface_close,
-    .query          = tcp_iface_query,
-    .get_address    = tcp_iface_get_address,
-    .format_address = tcp_iface_format_address,
-    .event_fd       = ote_tcp_iface_event_fd,
-    .progress       = ote_tcp_iface_progress,
-    .check_timeouts = ote_tcp_iface_check_timeouts,
-    .has_deadlines  = ote_tcp_iface_has_deadlines,
-    .ep_create      = ote_tcp_ep_create,
-    .event_arm      = ote_tl_unsupported_event_arm,
-    .ep_open        = ote_tl_unsupported_ep_open,
-    .ep_accept      = ote_tl_unsupported_ep_accept,
-    .ep_release     = ote_tl_no_ep_release,
-};
-
-#define TCP_F(_f) offsetof(ote_tcp_config_t, _f)
+#define TCP_F(_f) offsetof(ote_stream_config_t, _f)
 
 static const ote_cfg_entry_t tcp_config_fields[] = {
     {"CONNS", "2", OTE_CFG_INT, TCP_F(conns),
      "TCP connections per peer; slices spread over them, small ones in runs of up to 512 KiB "
      "on one connection.",
      .min = 1, .max = 64},
-    {"MAX_MSG", OTE_TCP_MAX_MSG_DFLT, OTE_CFG_SIZE, TCP_F(max_msg),
+    {"MAX_MSG", OTE_STREAM_MAX_MSG_DFLT, OTE_CFG_SIZE, TCP_F(max_msg),
      "Largest TCP data message; a peer announcing more is disconnected.",
-     .min = OTE_TCP_MAX_MSG_MIN, .max = OTE_TCP_MAX_MSG_MAX},
+     .min = OTE_STREAM_MAX_MSG_MIN, .max = OTE_STREAM_MAX_MSG_MAX},
     {"SNDBUF", "0", OTE_CFG_SIZE, TCP_F(sndbuf),
      "SO_SNDBUF for TCP data connections; 0 = kernel autotuning."},
     {"RCVBUF", "0", OTE_CFG_SIZE, TCP_F(rcvbuf),
@@ -368,48 +81,57 @@ static const ote_cfg_entry_t tcp_config_fields[] = {
      "the peer takes them."},
 };
 
-OTE_CONFIG_TABLE_DEFINE(ote_tcp_config_table, "TCP_", "tcp", tcp_config_fields, ote_tcp_config_t,
+OTE_CONFIG_TABLE_DEFINE(ote_tcp_config_table, "TCP_", "tcp", tcp_config_fields, ote_stream_config_t,
                         NULL);
 
-ote_status_t ote_tcp_iface_init(ote_tcp_iface_t *iface, const ote_tl_resource_t *res,
-                                const ote_tl_iface_params_t *params,
-                                const ote_tcp_config_t *cfg, const ote_tcp_hooks_t *hooks)
+/*
+ * The peer's addresses this iface may connect to, best first: a loopback
+ * address names the peer only from a loopback interface (on another host it
+ * would be this host); addresses on the subnet of this iface's interface
+ * come before those that need a router.
+ */
+static size_t tcp_addr_choose(const ote_stream_iface_t *stream, const ote_stream_sockaddr_t *in,
+                              size_t n, ote_stream_sockaddr_t *out)
 {
-    iface->hooks             = hooks;
-    iface->listen_fd         = -1;
-    iface->epfd              = -1;
-    iface->super.resource    = *res;
-    iface->super.md          = NULL;
-    iface->super.md_index    = -1;
-    iface->regions           = params->regions;
-    iface->worker_lock       = params->worker_lock;
-    iface->instance_id       = params->instance_id;
-    iface->max_conns         = params->max_conns;
-    iface->max_conns_per_peer = params->max_conns_per_peer;
-    iface->auth              = params->auth;
-    iface->handshake_timeout_ns = (uint64_t)params->handshake_timeout_ms * 1000000ull;
-    iface->max_msg      = cfg->max_msg;
-    iface->sndbuf       = cfg->sndbuf;
-    iface->rcvbuf       = cfg->rcvbuf;
-    iface->nodelay      = cfg->nodelay;
-    iface->vector       = cfg->vector;
-    iface->conns_per_ep = cfg->conns;
-    iface->discard = malloc(OTE_TCP_RXBUF);
-    return iface->discard != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
+    const ote_tcp_iface_t *iface = (const ote_tcp_iface_t *)stream;
+    size_t k                     = 0;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n; i++) {
+            const struct sockaddr *sa = (const struct sockaddr *)&in[i].ss;
+            bool ip = sa->sa_family == AF_INET || sa->sa_family == AF_INET6;
+
+            if (ip && !iface->netif.loopback && ote_tcp_sockaddr_is_loopback(sa))
+                continue;
+            if ((pass == 0) != (!ip || ote_tcp_netif_on_link(&iface->netif, sa)))
+                continue;
+            out[k++] = in[i];
+        }
+    }
+    return k;
 }
 
-ote_status_t ote_tcp_iface_epoll_init(ote_tcp_iface_t *iface)
+/*
+ * An address beyond this interface's subnets that the kernel reaches from
+ * another interface's address would travel over that interface, not this
+ * one: this rail does not reach it.
+ */
+static bool tcp_addr_reaches(const ote_stream_iface_t *stream, const struct sockaddr_storage *ss,
+                             socklen_t sslen)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
+    const ote_tcp_iface_t *iface = (const ote_tcp_iface_t *)stream;
 
-    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (iface->epfd < 0 || epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->listen_fd, &ev) != 0)
-        return OTE_ERR_IO;
-    return OTE_OK;
+    return iface->netif.num_addrs == 0 || iface->netif.loopback || ss->ss_family == AF_UNIX ||
+           ote_tcp_netif_on_link(&iface->netif, (const struct sockaddr *)ss) ||
+           ote_tcp_netif_routes(&iface->netif, (const struct sockaddr *)ss, sslen);
 }
 
 /* tcp streams its bytes: nothing by reference, no descriptors. */
-static const ote_tcp_hooks_t tcp_hooks = {.addr_unpack = ote_tcp_addr_unpack};
+static const ote_stream_hooks_t tcp_hooks = {
+    .addr_unpack  = ote_tcp_addr_unpack,
+    .addr_choose  = tcp_addr_choose,
+    .addr_reaches = tcp_addr_reaches,
+};
 
 static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
@@ -417,7 +139,7 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
 {
     ote_tcp_iface_t *iface;
     struct sockaddr_storage ss;
-    ote_tcp_config_t cfg;
+    ote_stream_config_t cfg;
     socklen_t len;
     ote_status_t status;
 
@@ -429,10 +151,10 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
-    status              = ote_tcp_iface_init(iface, res, params, &cfg, &tcp_hooks);
+    status              = ote_stream_iface_init(&iface->stream, res, params, &cfg, &tcp_hooks);
     ote_config_release(&ote_tcp_config_table, &cfg);
-    iface->super.ops    = &tcp_iface_ops;
-    iface->super.ep_ops = &ote_tcp_ep_ops;
+    iface->stream.super.ops    = &tcp_iface_ops;
+    iface->stream.super.ep_ops = &ote_stream_ep_ops;
     if (status != OTE_OK)
         goto err;
 
@@ -445,10 +167,10 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     if (status != OTE_OK)
         goto err;
     ote_sockaddr_set_port((struct sockaddr *)&ss, 0);
-    status = ote_socket_listen(&ss, len, &iface->listen_fd);
+    status = ote_socket_listen(&ss, len, &iface->stream.listen_fd);
     if (status != OTE_OK)
         goto err;
-    if (getsockname(iface->listen_fd, (struct sockaddr *)&ss, &len) != 0) {
+    if (getsockname(iface->stream.listen_fd, (struct sockaddr *)&ss, &len) != 0) {
         status = OTE_ERR_IO;
         goto err;
     }
@@ -467,9 +189,9 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
         uint16_t port  = ote_sockaddr_port((struct sockaddr *)&ss);
 
         if (ss.ss_family == AF_INET6)
-            getsockopt(iface->listen_fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
+            getsockopt(iface->stream.listen_fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen);
         for (size_t i = 0; i < iface->netif.num_addrs; i++) {
-            ote_tcp_sockaddr_t *a = &iface->advertise[iface->num_advertise];
+            ote_stream_sockaddr_t *a = &iface->advertise[iface->num_advertise];
             int family            = iface->netif.addrs[i].addr.ss_family;
 
             if ((ss.ss_family == AF_INET && family != AF_INET) ||
@@ -486,14 +208,14 @@ static ote_status_t tcp_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
         status = OTE_ERR_UNSUPPORTED;
         goto err;
     }
-    status = ote_tcp_iface_epoll_init(iface);
+    status = ote_stream_iface_epoll_init(&iface->stream);
     if (status != OTE_OK)
         goto err;
-    *iface_p = &iface->super;
+    *iface_p = &iface->stream.super;
     return OTE_OK;
 
 err:
-    ote_tcp_iface_close(&iface->super);
+    ote_stream_iface_close(&iface->stream.super);
     return status;
 }
 

@@ -5,7 +5,6 @@
 #include "base/wire_util.h"
 #include "mem/mem.h"
 #include "uct_ext/tcp/tcp.h"
-#include "uct_ext/tcp/tcp_wire.h"
 
 #include <arpa/inet.h>
 
@@ -21,184 +20,184 @@
 
 static void test_tcp_hdr(void **state)
 {
-    ote_tcp_hdr_t h = {.type = OTE_TCP_WRITE, .status = 0, .id = 0x1122334455667788ull,
+    ote_stream_hdr_t h = {.type = OTE_STREAM_WRITE, .status = 0, .id = 0x1122334455667788ull,
                        .addr = 0x7f0000001000ull, .length = 4096};
-    ote_tcp_hdr_t d;
-    uint8_t b[OTE_TCP_HDR_LEN];
+    ote_stream_hdr_t d;
+    uint8_t b[OTE_STREAM_HDR_LEN];
 
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
     assert_int_equal(d.type, h.type);
     assert_true(d.id == h.id && d.addr == h.addr && d.length == h.length);
 
     /* Truncated. */
-    assert_int_equal(ote_tcp_hdr_decode(b, OTE_TCP_HDR_LEN - 1, 1 << 20, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_hdr_decode(b, OTE_STREAM_HDR_LEN - 1, 1 << 20, &d), OTE_ERR_PROTOCOL);
     /* Payload above the limit. */
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 4095, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 4095, &d), OTE_ERR_PROTOCOL);
     /* Bad magic, version, type. */
     b[0] ^= 0xff;
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     b[0] ^= 0xff;
-    b[2] = OTE_TCP_VERSION + 1;
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
-    b[2] = OTE_TCP_VERSION;
+    b[2] = OTE_STREAM_VERSION + 1;
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    b[2] = OTE_STREAM_VERSION;
     b[3] = 0;
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     b[3] = 200;
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     /* Zero-length and wrapping WRITE. */
     h.length = 0;
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     h.addr   = UINT64_MAX - 10;
     h.length = 100;
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     /* Unknown status value. */
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITE_ACK, .status = -999, .length = 0};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITE_ACK, .status = -999, .length = 0};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     /* A HELLO carries no payload. */
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_HELLO, .length = 1};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_HELLO, .length = 1};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
 }
 
 /*
  * Encode the WRITEV or READV_REQ h into b and its n entries into t, then
  * decode both back into d and out: the same fields and entries.
  */
-static void vector_roundtrip(const ote_tcp_hdr_t *h, const ote_tcp_vec_entry_t *in, size_t n,
-                             uint8_t *b, uint8_t *t, ote_tcp_hdr_t *d, ote_tcp_vec_entry_t *out)
+static void vector_roundtrip(const ote_stream_hdr_t *h, const ote_stream_vec_entry_t *in, size_t n,
+                             uint8_t *b, uint8_t *t, ote_stream_hdr_t *d, ote_stream_vec_entry_t *out)
 {
     for (size_t i = 0; i < n; i++)
-        ote_tcp_vec_entry_encode(&in[i], t + i * OTE_TCP_WRITEV_ENTRY_LEN);
-    ote_tcp_hdr_encode(h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, OTE_TCP_HDR_LEN, 1 << 20, d), OTE_OK);
-    assert_int_equal(ote_tcp_hdr_inline_len(d), n * OTE_TCP_WRITEV_ENTRY_LEN);
-    assert_int_equal(ote_tcp_vec_decode(d, t, 1 << 20, out), OTE_OK);
+        ote_stream_vec_entry_encode(&in[i], t + i * OTE_STREAM_WRITEV_ENTRY_LEN);
+    ote_stream_hdr_encode(h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, OTE_STREAM_HDR_LEN, 1 << 20, d), OTE_OK);
+    assert_int_equal(ote_stream_hdr_inline_len(d), n * OTE_STREAM_WRITEV_ENTRY_LEN);
+    assert_int_equal(ote_stream_vec_decode(d, t, 1 << 20, out), OTE_OK);
     assert_memory_equal(out, in, n * sizeof(*in));
 }
 
 /* WRITEV: its header's limits and its table, and WRITEV_ACK. */
 static void test_tcp_writev(void **state)
 {
-    ote_tcp_vec_entry_t in[3] = {{0x1000, 100}, {0x9000, 65536}, {0x20, 1}}, out[3];
-    uint8_t b[OTE_TCP_HDR_LEN], t[3 * OTE_TCP_WRITEV_ENTRY_LEN];
-    ote_tcp_hdr_t h = {.type = OTE_TCP_WRITEV, .id = 9, .addr = 3, .length = 65637}, d;
-    uint64_t all = OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_ENTRY_MAX;
+    ote_stream_vec_entry_t in[3] = {{0x1000, 100}, {0x9000, 65536}, {0x20, 1}}, out[3];
+    uint8_t b[OTE_STREAM_HDR_LEN], t[3 * OTE_STREAM_WRITEV_ENTRY_LEN];
+    ote_stream_hdr_t h = {.type = OTE_STREAM_WRITEV, .id = 9, .addr = 3, .length = 65637}, d;
+    uint64_t all = OTE_STREAM_WRITEV_MAX * OTE_STREAM_WRITEV_ENTRY_MAX;
     ote_status_t st[3];
 
     (void)state;
     vector_roundtrip(&h, in, 3, b, t, &d, out);
     /* An entry above the receiver's largest message, or above 64 KiB. */
-    assert_int_equal(ote_tcp_vec_decode(&d, t, 65535, out), OTE_ERR_PROTOCOL);
-    in[1].length = OTE_TCP_WRITEV_ENTRY_MAX + 1;
-    ote_tcp_vec_entry_encode(&in[1], t + OTE_TCP_WRITEV_ENTRY_LEN);
+    assert_int_equal(ote_stream_vec_decode(&d, t, 65535, out), OTE_ERR_PROTOCOL);
+    in[1].length = OTE_STREAM_WRITEV_ENTRY_MAX + 1;
+    ote_stream_vec_entry_encode(&in[1], t + OTE_STREAM_WRITEV_ENTRY_LEN);
     d.length = 65638;
-    assert_int_equal(ote_tcp_vec_decode(&d, t, 1ull << 30, out), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_vec_decode(&d, t, 1ull << 30, out), OTE_ERR_PROTOCOL);
     /* The sum must be the header's length; no entry may be empty or wrap. */
-    in[1] = (ote_tcp_vec_entry_t){0x9000, 65536};
-    ote_tcp_vec_entry_encode(&in[1], t + OTE_TCP_WRITEV_ENTRY_LEN);
+    in[1] = (ote_stream_vec_entry_t){0x9000, 65536};
+    ote_stream_vec_entry_encode(&in[1], t + OTE_STREAM_WRITEV_ENTRY_LEN);
     d.length = 65636;
-    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
     d.length = 65637;
-    in[2] = (ote_tcp_vec_entry_t){UINT64_MAX, 1};
-    ote_tcp_vec_entry_encode(&in[2], t + 2 * OTE_TCP_WRITEV_ENTRY_LEN);
-    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
-    in[2] = (ote_tcp_vec_entry_t){0x20, 0};
-    ote_tcp_vec_entry_encode(&in[2], t + 2 * OTE_TCP_WRITEV_ENTRY_LEN);
+    in[2] = (ote_stream_vec_entry_t){UINT64_MAX, 1};
+    ote_stream_vec_entry_encode(&in[2], t + 2 * OTE_STREAM_WRITEV_ENTRY_LEN);
+    assert_int_equal(ote_stream_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
+    in[2] = (ote_stream_vec_entry_t){0x20, 0};
+    ote_stream_vec_entry_encode(&in[2], t + 2 * OTE_STREAM_WRITEV_ENTRY_LEN);
     d.length = 65636;
-    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
     /* Header: 2..64 entries, at least a byte each, at most 64 KiB each. */
-    for (uint64_t n = 0; n <= OTE_TCP_WRITEV_MAX + 1; n++) {
-        h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV, .addr = n, .length = n};
-        ote_tcp_hdr_encode(&h, b);
-        assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d),
-                         n >= 2 && n <= OTE_TCP_WRITEV_MAX ? OTE_OK : OTE_ERR_PROTOCOL);
+    for (uint64_t n = 0; n <= OTE_STREAM_WRITEV_MAX + 1; n++) {
+        h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV, .addr = n, .length = n};
+        ote_stream_hdr_encode(&h, b);
+        assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d),
+                         n >= 2 && n <= OTE_STREAM_WRITEV_MAX ? OTE_OK : OTE_ERR_PROTOCOL);
     }
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV, .addr = 4, .length = 3};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV, .addr = OTE_TCP_WRITEV_MAX, .length = all + 1};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV, .addr = 4, .length = 3};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV, .addr = OTE_STREAM_WRITEV_MAX, .length = all + 1};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     h.length = all;
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
     /* WRITEV_ACK: an error carries no length, success at least a byte an entry. */
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV_ACK, .status = OTE_ERR_ACCESS, .addr = 2};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV_ACK, .status = OTE_ERR_ACCESS, .addr = 2};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
     h.length = 2;
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     h.status = OTE_OK;
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
     h.length = 1;
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV_ACK, .addr = 1, .length = 1};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV_ACK, .addr = 1, .length = 1};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     /* A failed WRITEV_ACK carries a status per entry: OK or a known error. */
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_WRITEV_ACK, .status = OTE_ERR_ACCESS, .addr = 3};
-    assert_int_equal(ote_tcp_hdr_inline_len(&h), 3 * OTE_TCP_WRITEV_STATUS_LEN);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV_ACK, .status = OTE_ERR_ACCESS, .addr = 3};
+    assert_int_equal(ote_stream_hdr_inline_len(&h), 3 * OTE_STREAM_WRITEV_STATUS_LEN);
     ote_put_u32(t, (uint32_t)OTE_OK);
     ote_put_u32(t + 4, (uint32_t)OTE_ERR_ACCESS);
     ote_put_u32(t + 8, (uint32_t)OTE_ERR_NOT_REGISTERED);
-    assert_int_equal(ote_tcp_vec_status_decode(&h, t, st), OTE_OK);
+    assert_int_equal(ote_stream_vec_status_decode(&h, t, st), OTE_OK);
     assert_int_equal(st[0], OTE_OK);
     assert_int_equal(st[1], OTE_ERR_ACCESS);
     assert_int_equal(st[2], OTE_ERR_NOT_REGISTERED);
     ote_put_u32(t + 8, (uint32_t)OTE_INPROGRESS);
-    assert_int_equal(ote_tcp_vec_status_decode(&h, t, st), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_vec_status_decode(&h, t, st), OTE_ERR_PROTOCOL);
     ote_put_u32(t + 8, (uint32_t)-9999);
-    assert_int_equal(ote_tcp_vec_status_decode(&h, t, st), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_vec_status_decode(&h, t, st), OTE_ERR_PROTOCOL);
     h.status = OTE_OK;
-    assert_int_equal(ote_tcp_hdr_inline_len(&h), 0);
+    assert_int_equal(ote_stream_hdr_inline_len(&h), 0);
 }
 
 /* READV_REQ: WRITEV's table and limits; READV_RESP: the bytes of the entries read. */
 static void test_tcp_readv(void **state)
 {
-    ote_tcp_vec_entry_t in[2] = {{0x1000, 100}, {0x9000, 4096}}, out[2];
-    uint8_t b[OTE_TCP_HDR_LEN], t[2 * OTE_TCP_WRITEV_ENTRY_LEN];
-    ote_tcp_hdr_t h = {.type = OTE_TCP_READV_REQ, .id = 3, .addr = 2, .length = 4196}, d;
+    ote_stream_vec_entry_t in[2] = {{0x1000, 100}, {0x9000, 4096}}, out[2];
+    uint8_t b[OTE_STREAM_HDR_LEN], t[2 * OTE_STREAM_WRITEV_ENTRY_LEN];
+    ote_stream_hdr_t h = {.type = OTE_STREAM_READV_REQ, .id = 3, .addr = 2, .length = 4196}, d;
     ote_status_t st[2];
 
     (void)state;
     vector_roundtrip(&h, in, 2, b, t, &d, out);
     d.length = 4197;
-    assert_int_equal(ote_tcp_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_READV_REQ, .addr = 1, .length = 1};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_READV_REQ, .status = OTE_ERR_IO, .addr = 2, .length = 2};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_vec_decode(&d, t, 1 << 20, out), OTE_ERR_PROTOCOL);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_READV_REQ, .addr = 1, .length = 1};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_READV_REQ, .status = OTE_ERR_IO, .addr = 2, .length = 2};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     /* READV_RESP: all the bytes on success; on error fewer, and a status each. */
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_READV_RESP, .addr = 2, .length = 4196};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
-    assert_int_equal(ote_tcp_hdr_inline_len(&d), 0);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_READV_RESP, .addr = 2, .length = 4196};
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    assert_int_equal(ote_stream_hdr_inline_len(&d), 0);
     h.length = 1;
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
-    h = (ote_tcp_hdr_t){.type = OTE_TCP_READV_RESP, .status = OTE_ERR_ACCESS, .addr = 2,
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_READV_RESP, .status = OTE_ERR_ACCESS, .addr = 2,
                         .length = 100};
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
-    assert_int_equal(ote_tcp_hdr_inline_len(&d), 2 * OTE_TCP_WRITEV_STATUS_LEN);
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_OK);
+    assert_int_equal(ote_stream_hdr_inline_len(&d), 2 * OTE_STREAM_WRITEV_STATUS_LEN);
     ote_put_u32(t, (uint32_t)OTE_OK);
     ote_put_u32(t + 4, (uint32_t)OTE_ERR_ACCESS);
-    assert_int_equal(ote_tcp_vec_status_decode(&d, t, st), OTE_OK);
+    assert_int_equal(ote_stream_vec_status_decode(&d, t, st), OTE_OK);
     assert_int_equal(st[1], OTE_ERR_ACCESS);
     /* An error leaves at least one entry out: at most 64 KiB less than all. */
-    h.length = OTE_TCP_WRITEV_ENTRY_MAX + 1;
-    ote_tcp_hdr_encode(&h, b);
-    assert_int_equal(ote_tcp_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
+    h.length = OTE_STREAM_WRITEV_ENTRY_MAX + 1;
+    ote_stream_hdr_encode(&h, b);
+    assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
 }
 
 static void test_ctl_hdr(void **state)
@@ -623,7 +622,7 @@ static void test_desc_hostile_counts(void **state)
 /* The native tcp address: a list of IPv4 and IPv6 entries, every byte checked. */
 static void test_tcp_addr(void **state)
 {
-    ote_tcp_sockaddr_t in[3], out[OTE_TCP_MAX_ADDRS];
+    ote_stream_sockaddr_t in[3], out[OTE_TCP_MAX_ADDRS];
     struct sockaddr_in *a4 = (struct sockaddr_in *)&in[0].ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&in[1].ss;
     struct sockaddr_in *b4 = (struct sockaddr_in *)&in[2].ss;

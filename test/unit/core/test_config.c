@@ -287,7 +287,7 @@ static void test_unknown_warned(void **state)
 
 static void test_tcp_table(void **state)
 {
-    ote_tcp_config_t t;
+    ote_stream_config_t t;
 
     unsetenv("OTE_TCP_CONNS");
     unsetenv("OTE_TCP_MAX_MSG");

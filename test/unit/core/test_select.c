@@ -306,7 +306,7 @@ static size_t ipv4_interfaces(char names[][IF_NAMESIZE], size_t max)
 }
 
 /* The tcp entries of e's descriptor: dev -> the addresses it lists. */
-static size_t desc_tcp_addrs(ote_engine_h e, const char *dev, ote_tcp_sockaddr_t *out)
+static size_t desc_tcp_addrs(ote_engine_h e, const char *dev, ote_stream_sockaddr_t *out)
 {
     ote_buf_t b = {0};
     ote_desc_t *d;
@@ -337,7 +337,7 @@ static void test_tcp_devices(void **state)
     ote_engine_params_t any = {.listen_addr = "0.0.0.0:0"};
     char names[32][IF_NAMESIZE];
     size_t nif = ipv4_interfaces(names, 32);
-    ote_tcp_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
+    ote_stream_sockaddr_t addrs[OTE_TCP_MAX_ADDRS];
     ote_engine_h e;
     size_t n;
 

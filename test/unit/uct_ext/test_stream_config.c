@@ -6,7 +6,7 @@
  * name is not set. Checked on the tables and on a real cma and shm iface
  * (the max_msg it reports).
  */
-#include "uct_ext/cma/cma.h"
+#include "uct_ext/stream/stream.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -136,7 +136,7 @@ static size_t iface_max_msg(ote_tl_component_t *comp)
 static void test_ifaces_take_them(void **state)
 {
     (void)state;
-    if (!ote_cma_available())
+    if (!ote_stream_local_available())
         skip();
     unset_all();
     setenv("OTE_TCP_MAX_MSG", "1m", 1);

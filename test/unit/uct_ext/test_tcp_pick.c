@@ -1,12 +1,12 @@
 /*
- * Which of a tcp ep's connections a request takes (ote_tcp_ep_conn): small
- * requests go in runs on one connection, up to OTE_TCP_PICK_RUN bytes more
+ * Which of a tcp ep's connections a request takes (ote_stream_ep_conn): small
+ * requests go in runs on one connection, up to OTE_STREAM_PICK_RUN bytes more
  * than the least loaded one holds, large ones spread, dead connections
  * are passed over. The connections here are bare structs: the pick reads
  * only whether one is dead and its bytes in flight, which the test keeps as
- * ote_tcp_conn_op_push and op_pop would.
+ * ote_stream_conn_op_push and op_pop would.
  */
-#include "uct_ext/tcp/tcp.h"
+#include "uct_ext/stream/stream.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,9 +19,9 @@
 #define NCONNS 3
 
 typedef struct {
-    ote_tcp_ep_t    ep;
-    ote_tcp_conn_t  conn[NCONNS];
-    ote_tcp_conn_t *conns[NCONNS];
+    ote_stream_ep_t    ep;
+    ote_stream_conn_t  conn[NCONNS];
+    ote_stream_conn_t *conns[NCONNS];
 } fixture_t;
 
 static fixture_t *fixture_new(size_t n)
@@ -39,23 +39,23 @@ static fixture_t *fixture_new(size_t n)
 /* Post one request of len bytes: the index of the connection it took. */
 static size_t post(fixture_t *f, size_t len)
 {
-    ote_tcp_conn_t *c = ote_tcp_ep_conn(&f->ep);
+    ote_stream_conn_t *c = ote_stream_ep_conn(&f->ep);
 
     assert_non_null(c);
     c->inflight_bytes += len;
     return (size_t)(c - f->conn);
 }
 
-/* 4 KiB requests: runs of OTE_TCP_PICK_RUN bytes on one connection, then the other. */
+/* 4 KiB requests: runs of OTE_STREAM_PICK_RUN bytes on one connection, then the other. */
 static void test_small_requests_run(void **state)
 {
     fixture_t *f   = fixture_new(2);
-    size_t per_run = OTE_TCP_PICK_RUN / 4096;
+    size_t per_run = OTE_STREAM_PICK_RUN / 4096;
 
     (void)state;
     for (size_t i = 0; i < per_run; i++)
         assert_int_equal(post(f, 4096), 0);
-    assert_int_equal(f->conn[0].inflight_bytes, OTE_TCP_PICK_RUN);
+    assert_int_equal(f->conn[0].inflight_bytes, OTE_STREAM_PICK_RUN);
     /* Conn 0 is a run ahead: conn 1 takes the next ones, until it is a run ahead. */
     for (size_t i = 0; i < 2 * per_run; i++)
         assert_int_equal(post(f, 4096), 1);
@@ -83,7 +83,7 @@ static void test_large_requests_spread(void **state)
         row  = c == prev ? row + 1 : 1;
         prev = c;
         assert_true(row <= 2);
-        assert_true((a > b ? a - b : b - a) <= len + OTE_TCP_PICK_RUN);
+        assert_true((a > b ? a - b : b - a) <= len + OTE_STREAM_PICK_RUN);
     }
     assert_int_equal(taken[0], 8);
     assert_int_equal(taken[1], 8);
@@ -96,8 +96,8 @@ static void test_answers_move_the_run(void **state)
     fixture_t *f = fixture_new(2);
 
     (void)state;
-    f->conn[0].inflight_bytes = 3 * OTE_TCP_PICK_RUN;
-    f->conn[1].inflight_bytes = 3 * OTE_TCP_PICK_RUN;
+    f->conn[0].inflight_bytes = 3 * OTE_STREAM_PICK_RUN;
+    f->conn[1].inflight_bytes = 3 * OTE_STREAM_PICK_RUN;
     f->ep.last_conn           = 0;
     assert_int_equal(post(f, 4096), 0);
     /* Conn 1's answers come back: conn 0 is now more than a run ahead. */
@@ -119,7 +119,7 @@ static void test_dead_connection_skipped(void **state)
     f->conn[1].dead = true;
     assert_int_equal(post(f, 4096), 2);
     f->conn[2].dead = true;
-    assert_null(ote_tcp_ep_conn(&f->ep));
+    assert_null(ote_stream_ep_conn(&f->ep));
     free(f);
 }
 

@@ -1,9 +1,10 @@
 /*
- * One TCP data connection: its life, its rings (messages to send,
- * operations waiting for their answer) and the send queue (writev of many
- * messages per system call). The receive path is tcp_rx.c.
+ * One stream connection (tcp's data connections, cma's and shm's local
+ * ones): its life, its rings (messages to send, operations waiting for
+ * their answer) and the send queue (writev of many messages per system
+ * call). The receive path is stream_rx.c.
  */
-#include "tcp.h"
+#include "stream.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -18,9 +19,9 @@
 #include <unistd.h>
 
 /* First capacity of the send and operation rings: a power of two (indexes are masked). */
-#define TCP_RING_FIRST 64
+#define STREAM_RING_FIRST 64
 
-void ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd)
+void ote_stream_conn_set_sockopts(ote_stream_iface_t *iface, int fd)
 {
     int one = 1;
     int v;
@@ -39,18 +40,18 @@ void ote_tcp_conn_set_sockopts(ote_tcp_iface_t *iface, int fd)
     }
 }
 
-ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
-                              ote_tcp_conn_t **conn_p)
+ote_status_t ote_stream_conn_new(ote_stream_iface_t *iface, int fd, ote_stream_ep_t *ep,
+                              ote_stream_conn_t **conn_p)
 {
-    ote_tcp_conn_t *c = calloc(1, sizeof(*c));
+    ote_stream_conn_t *c = calloc(1, sizeof(*c));
     struct epoll_event ev = {.events = EPOLLIN};
 
     if (c == NULL)
         return OTE_ERR_NO_MEMORY;
-    c->rxbuf  = malloc(OTE_TCP_RXBUF);
-    c->tx_cap = TCP_RING_FIRST;
+    c->rxbuf  = malloc(OTE_STREAM_RXBUF);
+    c->tx_cap = STREAM_RING_FIRST;
     c->tx     = calloc(c->tx_cap, sizeof(*c->tx));
-    c->ops_cap = TCP_RING_FIRST;
+    c->ops_cap = STREAM_RING_FIRST;
     c->ops    = calloc(c->ops_cap, sizeof(*c->ops));
     if (c->rxbuf == NULL || c->tx == NULL || c->ops == NULL)
         goto err;
@@ -59,11 +60,11 @@ ote_status_t ote_tcp_conn_new(ote_tcp_iface_t *iface, int fd, ote_tcp_ep_t *ep,
     c->iface      = iface;
     c->ep         = ep;
     if (ep != NULL)
-        c->rx_state = OTE_TCP_RX_HDR;
+        c->rx_state = OTE_STREAM_RX_HDR;
     else if (iface->auth != NULL && iface->auth->enabled)
-        c->rx_state = OTE_TCP_RX_AUTH;
+        c->rx_state = OTE_STREAM_RX_AUTH;
     else
-        c->rx_state = OTE_TCP_RX_HANDSHAKE;
+        c->rx_state = OTE_STREAM_RX_HANDSHAKE;
     ote_auth_session_init(&c->auth, OTE_AUTH_CHANNEL_TCP);
     ev.data.ptr = c;
     if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
@@ -79,7 +80,7 @@ err:
     return OTE_ERR_NO_MEMORY;
 }
 
-void ote_tcp_conn_free(ote_tcp_conn_t *c)
+void ote_stream_conn_free(ote_stream_conn_t *c)
 {
     if (c == NULL)
         return;
@@ -93,11 +94,11 @@ void ote_tcp_conn_free(ote_tcp_conn_t *c)
     free(c);
 }
 
-static ote_tcp_tx_t *tx_slot(ote_tcp_conn_t *c)
+static ote_stream_tx_t *tx_slot(ote_stream_conn_t *c)
 {
     if (c->tx_count == c->tx_cap) {
         if (ote_ring_grow((void **)&c->tx, &c->tx_cap, &c->tx_head, c->tx_count, sizeof(*c->tx),
-                          TCP_RING_FIRST) != OTE_OK)
+                          STREAM_RING_FIRST) != OTE_OK)
             return NULL;
     }
     return &c->tx[(c->tx_head + c->tx_count) & (c->tx_cap - 1)];
@@ -107,13 +108,13 @@ static ote_tcp_tx_t *tx_slot(ote_tcp_conn_t *c)
  * Queue the message of slot e: the header, trailer_len bytes of trailer
  * already written after it, then a payload or a descriptor.
  */
-static ote_status_t tx_queue(ote_tcp_conn_t *c, ote_tcp_tx_t *e, const ote_tcp_hdr_t *hdr,
+static ote_status_t tx_queue(ote_stream_conn_t *c, ote_stream_tx_t *e, const ote_stream_hdr_t *hdr,
                              size_t trailer_len, int fd, const void *payload, size_t payload_len,
                              ote_region_t *region, bool own_region)
 {
-    ote_tcp_hdr_encode(hdr, e->hdr);
+    ote_stream_hdr_encode(hdr, e->hdr);
     e->vhdr        = NULL;
-    e->hdr_len     = (uint16_t)(OTE_TCP_HDR_LEN + trailer_len);
+    e->hdr_len     = (uint16_t)(OTE_STREAM_HDR_LEN + trailer_len);
     e->vec         = false;
     e->fd          = fd;
     e->payload     = payload;
@@ -122,41 +123,41 @@ static ote_status_t tx_queue(ote_tcp_conn_t *c, ote_tcp_tx_t *e, const ote_tcp_h
     e->region      = region;
     e->own_region  = own_region;
     c->tx_count++;
-    ote_tcp_iface_mark_dirty(c->iface, c);
+    ote_stream_iface_mark_dirty(c->iface, c);
     return OTE_OK;
 }
 
-ote_status_t ote_tcp_conn_tx_push_ref(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
+ote_status_t ote_stream_conn_tx_push_ref(ote_stream_conn_t *c, const ote_stream_hdr_t *hdr,
                                       uint64_t trailer)
 {
-    ote_tcp_tx_t *e = tx_slot(c);
+    ote_stream_tx_t *e = tx_slot(c);
 
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
-    ote_put_u64(e->hdr + OTE_TCP_HDR_LEN, trailer);
-    return tx_queue(c, e, hdr, OTE_TCP_REF_TRAILER_LEN, -1, NULL, 0, NULL, false);
+    ote_put_u64(e->hdr + OTE_STREAM_HDR_LEN, trailer);
+    return tx_queue(c, e, hdr, OTE_STREAM_REF_TRAILER_LEN, -1, NULL, 0, NULL, false);
 }
 
-ote_status_t ote_tcp_conn_tx_push(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
+ote_status_t ote_stream_conn_tx_push(ote_stream_conn_t *c, const ote_stream_hdr_t *hdr,
                                   const void *payload, size_t payload_len, ote_region_t *region,
                                   bool own_region)
 {
-    ote_tcp_tx_t *e = tx_slot(c);
+    ote_stream_tx_t *e = tx_slot(c);
     ote_status_t status;
 
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
     status = tx_queue(c, e, hdr, 0, -1, payload, payload_len, region, own_region);
-    e->vec = c->vec_tx && (hdr->type == OTE_TCP_WRITE || hdr->type == OTE_TCP_READ_REQ) &&
-             hdr->length <= OTE_TCP_WRITEV_ENTRY_MAX;
+    e->vec = c->vec_tx && (hdr->type == OTE_STREAM_WRITE || hdr->type == OTE_STREAM_READ_REQ) &&
+             hdr->length <= OTE_STREAM_WRITEV_ENTRY_MAX;
     return status;
 }
 
-ote_status_t ote_tcp_conn_tx_push_data(ote_tcp_conn_t *c, const void *payload,
+ote_status_t ote_stream_conn_tx_push_data(ote_stream_conn_t *c, const void *payload,
                                        size_t payload_len, ote_region_t *region)
 {
-    static const ote_tcp_hdr_t none;
-    ote_tcp_tx_t *e = tx_slot(c);
+    static const ote_stream_hdr_t none;
+    ote_stream_tx_t *e = tx_slot(c);
 
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
@@ -165,28 +166,28 @@ ote_status_t ote_tcp_conn_tx_push_data(ote_tcp_conn_t *c, const void *payload,
     return OTE_OK;
 }
 
-ote_status_t ote_tcp_conn_tx_push_long(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
+ote_status_t ote_stream_conn_tx_push_long(ote_stream_conn_t *c, const ote_stream_hdr_t *hdr,
                                        const void *trailer, size_t trailer_len)
 {
-    ote_tcp_tx_t *e = tx_slot(c);
-    uint8_t *v      = malloc(OTE_TCP_HDR_LEN + trailer_len);
+    ote_stream_tx_t *e = tx_slot(c);
+    uint8_t *v      = malloc(OTE_STREAM_HDR_LEN + trailer_len);
 
-    if (e == NULL || v == NULL || OTE_TCP_HDR_LEN + trailer_len > UINT16_MAX) {
+    if (e == NULL || v == NULL || OTE_STREAM_HDR_LEN + trailer_len > UINT16_MAX) {
         free(v);
         return OTE_ERR_NO_MEMORY;
     }
-    ote_tcp_hdr_encode(hdr, v);
-    memcpy(v + OTE_TCP_HDR_LEN, trailer, trailer_len);
+    ote_stream_hdr_encode(hdr, v);
+    memcpy(v + OTE_STREAM_HDR_LEN, trailer, trailer_len);
     tx_queue(c, e, hdr, 0, -1, NULL, 0, NULL, false);
     e->vhdr    = v;
-    e->hdr_len = (uint16_t)(OTE_TCP_HDR_LEN + trailer_len);
+    e->hdr_len = (uint16_t)(OTE_STREAM_HDR_LEN + trailer_len);
     return OTE_OK;
 }
 
-ote_status_t ote_tcp_conn_tx_push_fd(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr,
+ote_status_t ote_stream_conn_tx_push_fd(ote_stream_conn_t *c, const ote_stream_hdr_t *hdr,
                                      const void *trailer, size_t trailer_len, int fd)
 {
-    ote_tcp_tx_t *e = trailer_len <= OTE_TCP_TRAILER_MAX ? tx_slot(c) : NULL;
+    ote_stream_tx_t *e = trailer_len <= OTE_STREAM_TRAILER_MAX ? tx_slot(c) : NULL;
 
     if (e == NULL) {
         if (fd >= 0)
@@ -194,11 +195,11 @@ ote_status_t ote_tcp_conn_tx_push_fd(ote_tcp_conn_t *c, const ote_tcp_hdr_t *hdr
         return OTE_ERR_NO_MEMORY;
     }
     if (trailer_len)
-        memcpy(e->hdr + OTE_TCP_HDR_LEN, trailer, trailer_len);
+        memcpy(e->hdr + OTE_STREAM_HDR_LEN, trailer, trailer_len);
     return tx_queue(c, e, hdr, trailer_len, fd, NULL, 0, NULL, false);
 }
 
-int ote_tcp_conn_rx_fd_pop(ote_tcp_conn_t *c)
+int ote_stream_conn_rx_fd_pop(ote_stream_conn_t *c)
 {
     int fd;
 
@@ -210,11 +211,11 @@ int ote_tcp_conn_rx_fd_pop(ote_tcp_conn_t *c)
     return fd;
 }
 
-ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *c, const ote_tcp_op_t *op)
+ote_status_t ote_stream_conn_op_push(ote_stream_conn_t *c, const ote_stream_op_t *op)
 {
     if (c->ops_count == c->ops_cap) {
         if (ote_ring_grow((void **)&c->ops, &c->ops_cap, &c->ops_head, c->ops_count,
-                          sizeof(*c->ops), TCP_RING_FIRST) != OTE_OK)
+                          sizeof(*c->ops), STREAM_RING_FIRST) != OTE_OK)
             return OTE_ERR_NO_MEMORY;
     }
     c->ops[(c->ops_head + c->ops_count) & (c->ops_cap - 1)] = *op;
@@ -223,14 +224,14 @@ ote_status_t ote_tcp_conn_op_push(ote_tcp_conn_t *c, const ote_tcp_op_t *op)
     return OTE_OK;
 }
 
-ote_tcp_op_t *ote_tcp_conn_op_head(ote_tcp_conn_t *c)
+ote_stream_op_t *ote_stream_conn_op_head(ote_stream_conn_t *c)
 {
     return c->ops_count ? &c->ops[c->ops_head] : NULL;
 }
 
-static ote_tcp_op_t op_pop(ote_tcp_conn_t *c)
+static ote_stream_op_t op_pop(ote_stream_conn_t *c)
 {
-    ote_tcp_op_t op = c->ops[c->ops_head];
+    ote_stream_op_t op = c->ops[c->ops_head];
 
     c->ops_head = (c->ops_head + 1) & (c->ops_cap - 1);
     c->ops_count--;
@@ -238,12 +239,12 @@ static ote_tcp_op_t op_pop(ote_tcp_conn_t *c)
     return op;
 }
 
-ote_tcp_op_t ote_tcp_conn_op_pop(ote_tcp_conn_t *c)
+ote_stream_op_t ote_stream_conn_op_pop(ote_stream_conn_t *c)
 {
     return op_pop(c);
 }
 
-static void update_events(ote_tcp_conn_t *c)
+static void update_events(ote_stream_conn_t *c)
 {
     struct epoll_event ev = {.events = (c->rx_paused ? 0 : EPOLLIN) |
                                        (c->want_out ? EPOLLOUT : 0),
@@ -253,7 +254,7 @@ static void update_events(ote_tcp_conn_t *c)
         epoll_ctl(c->iface->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-static void set_want_out(ote_tcp_conn_t *c, bool on)
+static void set_want_out(ote_stream_conn_t *c, bool on)
 {
     if (c->want_out == on || c->dead)
         return;
@@ -262,7 +263,7 @@ static void set_want_out(ote_tcp_conn_t *c, bool on)
 }
 
 /* Target side: stop reading requests while too many replies wait to be sent. */
-void ote_tcp_conn_set_rx_paused(ote_tcp_conn_t *c, bool on)
+void ote_stream_conn_set_rx_paused(ote_stream_conn_t *c, bool on)
 {
     if (c->rx_paused == on || c->dead)
         return;
@@ -270,7 +271,7 @@ void ote_tcp_conn_set_rx_paused(ote_tcp_conn_t *c, bool on)
     update_events(c);
 }
 
-static void tx_release(ote_tcp_tx_t *e)
+static void tx_release(ote_stream_tx_t *e)
 {
     free(e->vhdr);
     e->vhdr = NULL;
@@ -282,9 +283,9 @@ static void tx_release(ote_tcp_tx_t *e)
     e->fd = -1;
 }
 
-void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
+void ote_stream_conn_fail(ote_stream_conn_t *c, ote_status_t status)
 {
-    ote_tcp_op_t *ops;
+    ote_stream_op_t *ops;
     size_t n;
 
     if (c->dead)
@@ -294,7 +295,7 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
         atomic_fetch_add(&c->ep->num_failed, 1);
     if (c->iface->hooks->conn_closed != NULL)
         c->iface->hooks->conn_closed(c);
-    ote_debug("%s connection to %s closed: %s", OTE_TCP_CONN_TL(c), c->peer,
+    ote_debug("%s connection to %s closed: %s", OTE_STREAM_CONN_TL(c), c->peer,
               ote_status_string(status));
     epoll_ctl(c->iface->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
@@ -304,7 +305,7 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
         c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
         c->tx_count--;
     }
-    ote_tcp_conn_rx_regions_put(c);
+    ote_stream_conn_rx_regions_put(c);
     /* Detach the outstanding operations first: completions may post again. */
     n   = c->ops_count;
     ops = malloc((n ? n : 1) * sizeof(*ops));
@@ -313,10 +314,10 @@ void ote_tcp_conn_fail(ote_tcp_conn_t *c, ote_status_t status)
     for (size_t i = 0; ops != NULL && i < n; i++)
         ops[i].comp->func(ops[i].comp, status);
     free(ops);
-    ote_tcp_iface_conn_closed(c->iface, c);
+    ote_stream_iface_conn_closed(c->iface, c);
 }
 
-static ote_tcp_tx_t *tx_at(ote_tcp_conn_t *c, size_t i)
+static ote_stream_tx_t *tx_at(ote_stream_conn_t *c, size_t i)
 {
     return &c->tx[(c->tx_head + i) & (c->tx_cap - 1)];
 }
@@ -324,25 +325,25 @@ static ote_tcp_tx_t *tx_at(ote_tcp_conn_t *c, size_t i)
 /*
  * Initiator: merge the WRITEs, or the READ_REQs, queued from slot i on that
  * may travel together (unsent, vec, of the same type), up to
- * OTE_TCP_WRITEV_MAX of them and max_msg bytes, into one WRITEV or
+ * OTE_STREAM_WRITEV_MAX of them and max_msg bytes, into one WRITEV or
  * READV_REQ. Slot i then sends the header and table (vhdr), the others only
  * their payloads (nothing for READs); the operations stay one per request,
  * answered together by the WRITEV_ACK or READV_RESP. Fewer than two, or no
  * memory for the table: they go as they are.
  */
-static void tx_merge(ote_tcp_conn_t *c, size_t i)
+static void tx_merge(ote_stream_conn_t *c, size_t i)
 {
-    ote_tcp_hdr_t h, first;
+    ote_stream_hdr_t h, first;
     size_t k = 0, total = 0;
     uint8_t *v;
 
-    ote_tcp_hdr_peek(tx_at(c, i)->hdr, &first);
-    while (i + k < c->tx_count && k < OTE_TCP_WRITEV_MAX) {
-        const ote_tcp_tx_t *e = tx_at(c, i + k);
+    ote_stream_hdr_peek(tx_at(c, i)->hdr, &first);
+    while (i + k < c->tx_count && k < OTE_STREAM_WRITEV_MAX) {
+        const ote_stream_tx_t *e = tx_at(c, i + k);
 
         if (!e->vec || e->sent != 0)
             break;
-        ote_tcp_hdr_peek(e->hdr, &h);
+        ote_stream_hdr_peek(e->hdr, &h);
         if (h.type != first.type || h.length > c->iface->max_msg - total)
             break;
         total += (size_t)h.length;
@@ -351,24 +352,24 @@ static void tx_merge(ote_tcp_conn_t *c, size_t i)
     tx_at(c, i)->vec = false;
     if (k < 2)
         return;
-    v = malloc(OTE_TCP_HDR_LEN + k * OTE_TCP_WRITEV_ENTRY_LEN);
+    v = malloc(OTE_STREAM_HDR_LEN + k * OTE_STREAM_WRITEV_ENTRY_LEN);
     if (v == NULL)
         return;
     for (size_t j = 0; j < k; j++) {
-        ote_tcp_tx_t *e = tx_at(c, i + j);
-        ote_tcp_vec_entry_t ent;
+        ote_stream_tx_t *e = tx_at(c, i + j);
+        ote_stream_vec_entry_t ent;
 
-        ote_tcp_hdr_peek(e->hdr, &h);
-        ent = (ote_tcp_vec_entry_t){.addr = h.addr, .length = h.length};
-        ote_tcp_vec_entry_encode(&ent, v + OTE_TCP_HDR_LEN + j * OTE_TCP_WRITEV_ENTRY_LEN);
+        ote_stream_hdr_peek(e->hdr, &h);
+        ent = (ote_stream_vec_entry_t){.addr = h.addr, .length = h.length};
+        ote_stream_vec_entry_encode(&ent, v + OTE_STREAM_HDR_LEN + j * OTE_STREAM_WRITEV_ENTRY_LEN);
         e->vec     = false;
         e->hdr_len = 0;
     }
-    h = (ote_tcp_hdr_t){.type = first.type == OTE_TCP_WRITE ? OTE_TCP_WRITEV : OTE_TCP_READV_REQ,
+    h = (ote_stream_hdr_t){.type = first.type == OTE_STREAM_WRITE ? OTE_STREAM_WRITEV : OTE_STREAM_READV_REQ,
                         .id = first.id, .addr = k, .length = total};
-    ote_tcp_hdr_encode(&h, v);
+    ote_stream_hdr_encode(&h, v);
     tx_at(c, i)->vhdr    = v;
-    tx_at(c, i)->hdr_len = (uint16_t)(OTE_TCP_HDR_LEN + k * OTE_TCP_WRITEV_ENTRY_LEN);
+    tx_at(c, i)->hdr_len = (uint16_t)(OTE_STREAM_HDR_LEN + k * OTE_STREAM_WRITEV_ENTRY_LEN);
 }
 
 /*
@@ -386,10 +387,10 @@ static size_t iov_add(struct iovec *iov, size_t n, const void *base, size_t len)
     return n + 1;
 }
 
-void ote_tcp_conn_flush(ote_tcp_conn_t *c)
+void ote_stream_conn_flush(ote_stream_conn_t *c)
 {
-    struct iovec iov[2 * OTE_TCP_IOV_MAX];
-    ote_region_t *guarded[OTE_TCP_IOV_MAX];
+    struct iovec iov[2 * OTE_STREAM_IOV_MAX];
+    ote_region_t *guarded[OTE_STREAM_IOV_MAX];
     union {
         struct cmsghdr hdr;
         char           buf[CMSG_SPACE(sizeof(int))];
@@ -404,14 +405,14 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
         msg.msg_control    = NULL;
         msg.msg_controllen = 0;
         /*
-         * Up to OTE_TCP_SEND_MAX queued messages, as many as the iovec holds
+         * Up to OTE_STREAM_SEND_MAX queued messages, as many as the iovec holds
          * (a WRITEV's payloads that follow each other take one element):
          * several WRITEVs of small requests go in one call, as one large
          * request would.
          */
-        for (size_t i = 0; i < c->tx_count && i < OTE_TCP_SEND_MAX && n + 2 <= 2 * OTE_TCP_IOV_MAX;
+        for (size_t i = 0; i < c->tx_count && i < OTE_STREAM_SEND_MAX && n + 2 <= 2 * OTE_STREAM_IOV_MAX;
              i++) {
-            ote_tcp_tx_t *e = tx_at(c, i);
+            ote_stream_tx_t *e = tx_at(c, i);
             const uint8_t *hb;
 
             /* A descriptor travels with the first byte of a sendmsg: its message goes first. */
@@ -427,11 +428,11 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
              * already gone.
              */
             if (e->region != NULL && (ng == 0 || guarded[ng - 1] != e->region)) {
-                if (ng == OTE_TCP_IOV_MAX)
+                if (ng == OTE_STREAM_IOV_MAX)
                     break;
                 if (!ote_mem_region_access_begin(e->region)) {
                     if (i == 0) {
-                        ote_tcp_conn_fail(c, OTE_ERR_NOT_REGISTERED);
+                        ote_stream_conn_fail(c, OTE_ERR_NOT_REGISTERED);
                         return;
                     }
                     break;
@@ -481,14 +482,14 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
                 set_want_out(c, true);
                 return;
             }
-            ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+            ote_stream_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
             return;
         }
         if (w > 0)
             c->tx_stall_ns = 0;
         /* Messages sent whole leave the ring (READs merged into a READV_REQ have no bytes). */
         while (c->tx_count > 0) {
-            ote_tcp_tx_t *e = &c->tx[c->tx_head];
+            ote_stream_tx_t *e = &c->tx[c->tx_head];
             size_t left     = e->hdr_len + e->payload_len - e->sent;
 
             if ((size_t)w < left) {
@@ -504,8 +505,8 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
     if (c->dead)
         return;
     set_want_out(c, false);
-    if (c->rx_paused && c->tx_count < OTE_TCP_TX_PAUSE / 2) {
-        ote_tcp_conn_set_rx_paused(c, false);
+    if (c->rx_paused && c->tx_count < OTE_STREAM_TX_PAUSE / 2) {
+        ote_stream_conn_set_rx_paused(c, false);
         /*
          * Requests already buffered would get no epoll event. While deferred
          * requests are being served, newer ones wait for the next progress
@@ -515,7 +516,7 @@ void ote_tcp_conn_flush(ote_tcp_conn_t *c)
             if (c->ref_busy)
                 c->rx_again = true;
             else
-                ote_tcp_conn_rx(c);
+                ote_stream_conn_rx(c);
         }
     }
 }

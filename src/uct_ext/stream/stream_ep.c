@@ -1,5 +1,8 @@
-/* Native tcp component: endpoints (several connections per peer) and addresses. */
-#include "tcp.h"
+/*
+ * Stream base: endpoints (several connections per peer), their connection
+ * setup (authentication, HELLO) and reconnect.
+ */
+#include "stream.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -10,100 +13,23 @@
 #include <string.h>
 #include <unistd.h>
 
-ote_status_t ote_tcp_addr_pack(const ote_tcp_sockaddr_t *addrs, size_t count, void *buf,
-                               size_t max, size_t *len_p)
-{
-    uint8_t *b = buf;
-    size_t off = 0;
-
-    if (count == 0 || count > OTE_TCP_MAX_ADDRS)
-        return OTE_ERR_INVALID_PARAM;
-    for (size_t i = 0; i < count; i++) {
-        const struct sockaddr_storage *ss = &addrs[i].ss;
-
-        const struct sockaddr_in *in   = (const struct sockaddr_in *)ss;
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-        /* An entry: 4 or 6, the port, the address (network order). */
-        const void *port, *ip;
-        size_t ip_len;
-
-        if (ss->ss_family == AF_INET)
-            port = &in->sin_port, ip = &in->sin_addr, ip_len = 4;
-        else if (ss->ss_family == AF_INET6)
-            port = &in6->sin6_port, ip = &in6->sin6_addr, ip_len = 16;
-        else
-            return OTE_ERR_INVALID_PARAM;
-        if (max - off < 3 + ip_len)
-            return OTE_ERR_INVALID_PARAM;
-        b[off] = ip_len == 4 ? 4 : 6;
-        memcpy(b + off + 1, port, 2);
-        memcpy(b + off + 3, ip, ip_len);
-        off += 3 + ip_len;
-    }
-    *len_p = off;
-    return OTE_OK;
-}
-
-ote_status_t ote_tcp_addr_unpack(const void *buf, size_t len, ote_tcp_sockaddr_t *out,
-                                 size_t max, size_t *count_p)
-{
-    const uint8_t *b = buf;
-    size_t off = 0, n = 0;
-
-    if (buf == NULL || len == 0)
-        return OTE_ERR_PROTOCOL;
-    while (off < len) {
-        struct sockaddr_storage *ss;
-        struct sockaddr_in *in;
-        struct sockaddr_in6 *in6;
-        void *port, *ip;
-        size_t ip_len;
-
-        if (n == max || n == OTE_TCP_MAX_ADDRS)
-            return OTE_ERR_PROTOCOL;
-        ss = &out[n].ss;
-        memset(ss, 0, sizeof(*ss));
-        in  = (struct sockaddr_in *)ss;
-        in6 = (struct sockaddr_in6 *)ss;
-        if (b[off] == 4) {
-            in->sin_family = AF_INET;
-            port = &in->sin_port, ip = &in->sin_addr, ip_len = 4, out[n].len = sizeof(*in);
-        } else if (b[off] == 6) {
-            in6->sin6_family = AF_INET6;
-            port = &in6->sin6_port, ip = &in6->sin6_addr, ip_len = 16, out[n].len = sizeof(*in6);
-        } else {
-            return OTE_ERR_PROTOCOL;
-        }
-        if (len - off < 3 + ip_len)
-            return OTE_ERR_PROTOCOL;
-        memcpy(port, b + off + 1, 2);
-        memcpy(ip, b + off + 3, ip_len);
-        off += 3 + ip_len;
-        if (ote_sockaddr_port((struct sockaddr *)ss) == 0)
-            return OTE_ERR_PROTOCOL;
-        n++;
-    }
-    *count_p = n;
-    return OTE_OK;
-}
-
-ote_status_t ote_tcp_handshake_step(int fd, ote_tcp_hdr_t *h, const void *payload,
+ote_status_t ote_stream_handshake_step(int fd, ote_stream_hdr_t *h, const void *payload,
                                     size_t payload_len, uint64_t deadline)
 {
-    uint8_t buf[OTE_TCP_HDR_LEN + OTE_TCP_AUTH_TPROOF_LEN];
+    uint8_t buf[OTE_STREAM_HDR_LEN + OTE_STREAM_AUTH_TPROOF_LEN];
     ote_status_t status;
 
-    if (payload_len > OTE_TCP_AUTH_TPROOF_LEN)
+    if (payload_len > OTE_STREAM_AUTH_TPROOF_LEN)
         return OTE_ERR_INVALID_PARAM;
     /* Header and payload in one segment: no wait for a delayed ACK. */
-    ote_tcp_hdr_encode(h, buf);
+    ote_stream_hdr_encode(h, buf);
     if (payload_len)
-        memcpy(buf + OTE_TCP_HDR_LEN, payload, payload_len);
-    status = ote_socket_send_all(fd, buf, OTE_TCP_HDR_LEN + payload_len, deadline);
+        memcpy(buf + OTE_STREAM_HDR_LEN, payload, payload_len);
+    status = ote_socket_send_all(fd, buf, OTE_STREAM_HDR_LEN + payload_len, deadline);
     if (status == OTE_OK)
-        status = ote_socket_recv_all(fd, buf, OTE_TCP_HDR_LEN, deadline);
+        status = ote_socket_recv_all(fd, buf, OTE_STREAM_HDR_LEN, deadline);
     if (status == OTE_OK)
-        status = ote_tcp_hdr_decode(buf, OTE_TCP_HDR_LEN, 0, h);
+        status = ote_stream_hdr_decode(buf, OTE_STREAM_HDR_LEN, 0, h);
     return status;
 }
 
@@ -111,49 +37,49 @@ ote_status_t ote_tcp_handshake_step(int fd, ote_tcp_hdr_t *h, const void *payloa
 typedef struct {
     int      fd;
     uint64_t deadline;
-} tcp_auth_io_t;
+} stream_auth_io_t;
 
 /* ote_auth_exchange_t on a connection before its HELLO. */
-static ote_status_t tcp_auth_exchange(void *arg, bool proof, const uint8_t *msg, size_t len,
+static ote_status_t stream_auth_exchange(void *arg, bool proof, const uint8_t *msg, size_t len,
                                       uint8_t *tproof, bool *done_p, ote_status_t *remote_p)
 {
-    const tcp_auth_io_t *io = arg;
-    ote_tcp_hdr_t h = {.type = proof ? OTE_TCP_AUTH_PROOF : OTE_TCP_AUTH_HELLO, .length = len};
-    ote_status_t status = ote_tcp_handshake_step(io->fd, &h, msg, len, io->deadline);
+    const stream_auth_io_t *io = arg;
+    ote_stream_hdr_t h = {.type = proof ? OTE_STREAM_AUTH_PROOF : OTE_STREAM_AUTH_HELLO, .length = len};
+    ote_status_t status = ote_stream_handshake_step(io->fd, &h, msg, len, io->deadline);
 
     if (status != OTE_OK)
         return status;
-    if (h.type == OTE_TCP_AUTH_DONE) {
+    if (h.type == OTE_STREAM_AUTH_DONE) {
         *done_p   = true;
         *remote_p = h.status;
         return OTE_OK;
     }
-    if (proof || h.type != OTE_TCP_AUTH_PROOF || h.length != OTE_AUTH_TPROOF_LEN)
+    if (proof || h.type != OTE_STREAM_AUTH_PROOF || h.length != OTE_AUTH_TPROOF_LEN)
         return OTE_ERR_PROTOCOL;
     return ote_socket_recv_all(io->fd, tproof, OTE_AUTH_TPROOF_LEN, io->deadline);
 }
 
 /* Prove we hold the key, and that the target does (base/auth.h). */
-static ote_status_t tcp_authenticate(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *peer,
+static ote_status_t stream_authenticate(ote_stream_iface_t *iface, int fd, const ote_tl_peer_t *peer,
                                      uint64_t deadline)
 {
-    tcp_auth_io_t io = {.fd = fd, .deadline = deadline};
+    stream_auth_io_t io = {.fd = fd, .deadline = deadline};
     char who[160];
 
     snprintf(who, sizeof(who), "%s: %s", iface->super.resource.tl_name,
              peer->name ? peer->name : "peer");
-    return ote_auth_initiator_run(iface->auth, OTE_AUTH_CHANNEL_TCP, tcp_auth_exchange, &io, who);
+    return ote_auth_initiator_run(iface->auth, OTE_AUTH_CHANNEL_TCP, stream_auth_exchange, &io, who);
 }
 
 /*
  * Blocking connect, authentication and HELLO exchange, bounded by the
  * peer's timeout; *caps_p: what the target's HELLO_ACK says it takes.
  */
-static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockaddr_storage *ss,
+static ote_status_t stream_connect_one(ote_stream_iface_t *iface, const struct sockaddr_storage *ss,
                                     socklen_t sslen, const ote_tl_peer_t *peer, uint64_t deadline,
                                     int *fd_p, uint64_t *caps_p)
 {
-    ote_tcp_hdr_t h = {.type = OTE_TCP_HELLO, .id = peer->local_instance,
+    ote_stream_hdr_t h = {.type = OTE_STREAM_HELLO, .id = peer->local_instance,
                        .addr = peer->instance_id};
     uint64_t now    = ote_time_ns();
     ote_status_t status;
@@ -161,14 +87,7 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
 
     if (now >= deadline)
         return OTE_ERR_TIMEOUT;
-    /*
-     * An address beyond this interface's subnets that the kernel reaches
-     * from another interface's address would travel over that interface,
-     * not this one: this rail does not reach it.
-     */
-    if (iface->netif.num_addrs > 0 && !iface->netif.loopback && ss->ss_family != AF_UNIX &&
-        !ote_tcp_netif_on_link(&iface->netif, (const struct sockaddr *)ss) &&
-        !ote_tcp_netif_routes(&iface->netif, (const struct sockaddr *)ss, sslen)) {
+    if (iface->hooks->addr_reaches != NULL && !iface->hooks->addr_reaches(iface, ss, sslen)) {
         char a[80];
 
         ote_sockaddr_format((const struct sockaddr *)ss, a, sizeof(a));
@@ -179,13 +98,13 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
     status = ote_socket_connect(ss, sslen, (int)((deadline - now + 999999) / 1000000), &fd);
     if (status != OTE_OK)
         return status;
-    ote_tcp_conn_set_sockopts(iface, fd);
+    ote_stream_conn_set_sockopts(iface, fd);
     status = OTE_OK;
     if (iface->auth != NULL && iface->auth->enabled)
-        status = tcp_authenticate(iface, fd, peer, deadline);
+        status = stream_authenticate(iface, fd, peer, deadline);
     if (status == OTE_OK)
-        status = ote_tcp_handshake_step(fd, &h, NULL, 0, deadline);
-    if (status == OTE_OK && h.type != OTE_TCP_HELLO_ACK)
+        status = ote_stream_handshake_step(fd, &h, NULL, 0, deadline);
+    if (status == OTE_OK && h.type != OTE_STREAM_HELLO_ACK)
         status = OTE_ERR_PROTOCOL;
     /* The target answers NOT_FOUND to a HELLO for an instance it is not. */
     if (status == OTE_OK && h.status == OTE_ERR_NOT_FOUND)
@@ -193,7 +112,7 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
     if (status == OTE_OK && h.status != OTE_OK)
         status = (ote_status_t)h.status;
     /* A HELLO refused with AUTH: the peer has a key, and we sent no handshake. */
-    if (status == OTE_ERR_AUTH && h.type == OTE_TCP_HELLO_ACK &&
+    if (status == OTE_ERR_AUTH && h.type == OTE_STREAM_HELLO_ACK &&
         (iface->auth == NULL || !iface->auth->enabled)) {
         char who[160];
 
@@ -214,17 +133,17 @@ static ote_status_t tcp_connect_one(ote_tcp_iface_t *iface, const struct sockadd
 }
 
 /* A connected socket as a connection of ep (worker lock held). */
-static ote_status_t tcp_conn_install(ote_tcp_ep_t *ep, int fd, ote_tcp_conn_t **conn_p)
+static ote_status_t stream_conn_install(ote_stream_ep_t *ep, int fd, ote_stream_conn_t **conn_p)
 {
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)ep->super.iface;
-    ote_tcp_conn_t *c;
+    ote_stream_iface_t *iface = (ote_stream_iface_t *)ep->super.iface;
+    ote_stream_conn_t *c;
     ote_status_t status;
 
-    status = ote_tcp_conn_new(iface, fd, ep, &c);
+    status = ote_stream_conn_new(iface, fd, ep, &c);
     if (status != OTE_OK)
         return status;
     c->vec_tx = iface->vector && iface->hooks->ref_handle == NULL &&
-                iface->hooks->post == NULL && (ep->peer_caps & OTE_TCP_CAP_WRITEV) != 0;
+                iface->hooks->post == NULL && (ep->peer_caps & OTE_STREAM_CAP_WRITEV) != 0;
     if (ep->addr.ss_family == AF_UNIX)
         snprintf(c->peer, sizeof(c->peer), "%.63s", ep->peer_name);
     else
@@ -238,62 +157,41 @@ static ote_status_t tcp_conn_install(ote_tcp_ep_t *ep, int fd, ote_tcp_conn_t **
     return OTE_OK;
 }
 
-void ote_tcp_ep_destroy(ote_tl_ep_t *tl_ep)
+void ote_stream_ep_destroy(ote_tl_ep_t *tl_ep)
 {
-    ote_tcp_ep_t *ep = (ote_tcp_ep_t *)tl_ep;
+    ote_stream_ep_t *ep = (ote_stream_ep_t *)tl_ep;
 
     for (size_t i = 0; i < ep->num_conns; i++) {
-        ote_tcp_conn_fail(ep->conns[i], OTE_ERR_CANCELED);
-        ote_tcp_conn_free(ep->conns[i]);
+        ote_stream_conn_fail(ep->conns[i], OTE_ERR_CANCELED);
+        ote_stream_conn_free(ep->conns[i]);
     }
     free(ep->conns);
     free(ep);
 }
 
-/*
- * The peer's addresses this iface may connect to, best first: a loopback
- * address names the peer only from a loopback interface (on another host it
- * would be this host); addresses on the subnet of this iface's interface
- * come before those that need a router.
- */
-static size_t tcp_ep_choose(const ote_tcp_iface_t *iface, const ote_tcp_sockaddr_t *in, size_t n,
-                            ote_tcp_sockaddr_t *out)
-{
-    size_t k = 0;
-
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < n; i++) {
-            const struct sockaddr *sa = (const struct sockaddr *)&in[i].ss;
-            bool ip = sa->sa_family == AF_INET || sa->sa_family == AF_INET6;
-
-            if (ip && !iface->netif.loopback && ote_tcp_sockaddr_is_loopback(sa))
-                continue;
-            if ((pass == 0) != (!ip || ote_tcp_netif_on_link(&iface->netif, sa)))
-                continue;
-            out[k++] = in[i];
-        }
-    }
-    return k;
-}
-
-ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
+ote_status_t ote_stream_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
                                const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
 {
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_iface;
-    ote_tcp_sockaddr_t all[OTE_TCP_MAX_ADDRS], cand[OTE_TCP_MAX_ADDRS];
+    ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
+    ote_stream_sockaddr_t all[OTE_STREAM_MAX_ADDRS], cand[OTE_STREAM_MAX_ADDRS];
     struct sockaddr_storage ss;
     socklen_t sslen;
     uint64_t deadline = ote_time_ns() + (uint64_t)peer->timeout_ms * 1000000ull;
-    ote_tcp_ep_t *ep;
+    ote_stream_ep_t *ep;
     ote_status_t status;
     int *fds    = NULL;
     size_t nfds = 0, nall = 0, ncand;
     uint64_t caps = 0;
 
-    status = iface->hooks->addr_unpack(addr, addr_len, all, OTE_TCP_MAX_ADDRS, &nall);
+    status = iface->hooks->addr_unpack(addr, addr_len, all, OTE_STREAM_MAX_ADDRS, &nall);
     if (status != OTE_OK)
         return status;
-    ncand = tcp_ep_choose(iface, all, nall, cand);
+    if (iface->hooks->addr_choose != NULL) {
+        ncand = iface->hooks->addr_choose(iface, all, nall, cand);
+    } else {
+        memcpy(cand, all, nall * sizeof(*all));
+        ncand = nall;
+    }
     if (ncand == 0) {
         ote_debug("%s/%s: no address of %s is reachable from this interface",
                   tl_iface->resource.tl_name, tl_iface->resource.dev_name,
@@ -322,7 +220,7 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     }
     /* Connect and shake hands without the worker lock: the peer may be us. */
     for (nfds = 0; nfds < (size_t)iface->conns_per_ep; nfds++) {
-        status = tcp_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds], &caps);
+        status = stream_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds], &caps);
         /* The first connection finds an address that answers; the others follow it. */
         for (size_t c = 1; nfds == 0 && c < ncand &&
                            (status == OTE_ERR_UNREACHABLE || status == OTE_ERR_TIMEOUT ||
@@ -336,7 +234,7 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
                       ote_status_string(status));
             ss     = cand[c].ss;
             sslen  = cand[c].len;
-            status = tcp_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds], &caps);
+            status = stream_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds], &caps);
         }
         if (status != OTE_OK)
             goto err;
@@ -349,9 +247,9 @@ ote_status_t ote_tcp_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     ep->addr_len = sslen;
     pthread_mutex_lock(iface->worker_lock);
     for (size_t i = 0; i < nfds; i++) {
-        ote_tcp_conn_t *c;
+        ote_stream_conn_t *c;
 
-        status = tcp_conn_install(ep, fds[i], &c);
+        status = stream_conn_install(ep, fds[i], &c);
         if (status != OTE_OK) {
             pthread_mutex_unlock(iface->worker_lock);
             goto err;
@@ -373,14 +271,14 @@ err:
     }
     free(fds);
     pthread_mutex_lock(iface->worker_lock);
-    ote_tcp_ep_destroy(&ep->super);
+    ote_stream_ep_destroy(&ep->super);
     pthread_mutex_unlock(iface->worker_lock);
     return status;
 }
 
-bool ote_tcp_ep_needs_reconnect(ote_tl_ep_t *tl_ep)
+bool ote_stream_ep_needs_reconnect(ote_tl_ep_t *tl_ep)
 {
-    return atomic_load(&((ote_tcp_ep_t *)tl_ep)->num_failed) > 0;
+    return atomic_load(&((ote_stream_ep_t *)tl_ep)->num_failed) > 0;
 }
 
 /*
@@ -391,10 +289,10 @@ bool ote_tcp_ep_needs_reconnect(ote_tl_ep_t *tl_ep)
  * it was (the sockets made before it are closed). All of it is bounded by
  * the peer's connect timeout.
  */
-ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
+ote_status_t ote_stream_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
 {
-    ote_tcp_ep_t *ep       = (ote_tcp_ep_t *)tl_ep;
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)tl_ep->iface;
+    ote_stream_ep_t *ep       = (ote_stream_ep_t *)tl_ep;
+    ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_ep->iface;
     size_t want = atomic_load(&ep->num_failed), nfds = 0, placed = 0;
     uint64_t deadline   = ote_time_ns() + (uint64_t)peer->timeout_ms * 1000000ull;
     ote_status_t status = OTE_OK;
@@ -410,7 +308,7 @@ ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
     for (; nfds < want; nfds++) {
         uint64_t caps;
 
-        status = tcp_connect_one(iface, &ep->addr, ep->addr_len, peer, deadline, &fds[nfds],
+        status = stream_connect_one(iface, &ep->addr, ep->addr_len, peer, deadline, &fds[nfds],
                                  &caps);
         if (status != OTE_OK)
             break;
@@ -418,16 +316,16 @@ ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
     if (status == OTE_OK) {
         pthread_mutex_lock(iface->worker_lock);
         for (size_t i = 0; i < ep->num_conns && placed < nfds; i++) {
-            ote_tcp_conn_t *c;
+            ote_stream_conn_t *c;
 
             if (!ep->conns[i]->dead)
                 continue;
-            status = tcp_conn_install(ep, fds[placed], &c);
+            status = stream_conn_install(ep, fds[placed], &c);
             if (status != OTE_OK)
                 break;
             fds[placed++] = -1;
             /* Closed already and off every list of the iface. */
-            ote_tcp_conn_free(ep->conns[i]);
+            ote_stream_conn_free(ep->conns[i]);
             ep->conns[i] = c;
             atomic_fetch_sub(&ep->num_failed, 1);
         }
@@ -445,14 +343,14 @@ ote_status_t ote_tcp_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *peer)
     return status;
 }
 
-/* The least loaded live connection, unless the previous pick is within OTE_TCP_PICK_RUN of it. */
-static ote_tcp_conn_t *tcp_ep_pick(ote_tcp_ep_t *ep)
+/* The least loaded live connection, unless the previous pick is within OTE_STREAM_PICK_RUN of it. */
+static ote_stream_conn_t *stream_ep_pick(ote_stream_ep_t *ep)
 {
-    ote_tcp_conn_t *best = NULL, *last;
+    ote_stream_conn_t *best = NULL, *last;
     size_t best_i = 0;
 
     for (size_t i = 0; i < ep->num_conns; i++) {
-        ote_tcp_conn_t *c = ep->conns[i];
+        ote_stream_conn_t *c = ep->conns[i];
 
         if (!c->dead && (best == NULL || c->inflight_bytes < best->inflight_bytes)) {
             best   = c;
@@ -463,28 +361,28 @@ static ote_tcp_conn_t *tcp_ep_pick(ote_tcp_ep_t *ep)
         return NULL;
     if (ep->last_conn < ep->num_conns) {
         last = ep->conns[ep->last_conn];
-        if (!last->dead && last->inflight_bytes < best->inflight_bytes + OTE_TCP_PICK_RUN)
+        if (!last->dead && last->inflight_bytes < best->inflight_bytes + OTE_STREAM_PICK_RUN)
             return last;
     }
     ep->last_conn = best_i;
     return best;
 }
 
-ote_tcp_conn_t *ote_tcp_ep_conn(ote_tcp_ep_t *ep)
+ote_stream_conn_t *ote_stream_ep_conn(ote_stream_ep_t *ep)
 {
-    return tcp_ep_pick(ep);
+    return stream_ep_pick(ep);
 }
 
-static ote_status_t tcp_ep_queue_op(ote_tcp_ep_t *ep, uint8_t type, uint8_t then, void *local,
+static ote_status_t stream_ep_queue_op(ote_stream_ep_t *ep, uint8_t type, uint8_t then, void *local,
                             size_t length, ote_region_t *local_region, uint64_t remote_addr,
                             ote_tl_completion_t *comp)
 {
-    ote_tcp_iface_t *iface = (ote_tcp_iface_t *)ep->super.iface;
-    ote_tcp_conn_t *c      = tcp_ep_pick(ep);
-    bool by_ref            = type == OTE_TCP_PUT_REF || type == OTE_TCP_GET_REF;
+    ote_stream_iface_t *iface = (ote_stream_iface_t *)ep->super.iface;
+    ote_stream_conn_t *c      = stream_ep_pick(ep);
+    bool by_ref            = type == OTE_STREAM_PUT_REF || type == OTE_STREAM_GET_REF;
     ote_status_t status;
-    ote_tcp_op_t op;
-    ote_tcp_hdr_t h;
+    ote_stream_op_t op;
+    ote_stream_hdr_t h;
 
     if (c == NULL)
         return OTE_ERR_REMOTE_DISCONNECT;
@@ -499,17 +397,17 @@ static ote_status_t tcp_ep_queue_op(ote_tcp_ep_t *ep, uint8_t type, uint8_t then
     op.post_ns      = ote_round_time_ns();
     op.then         = then;
     op.remote_addr  = remote_addr;
-    h = (ote_tcp_hdr_t){.type = type, .id = op.id, .addr = remote_addr, .length = length};
-    if (ote_tcp_conn_op_push(c, &op) != OTE_OK)
+    h = (ote_stream_hdr_t){.type = type, .id = op.id, .addr = remote_addr, .length = length};
+    if (ote_stream_conn_op_push(c, &op) != OTE_OK)
         return OTE_ERR_NO_MEMORY;
-    if (type == OTE_TCP_MAP)
-        status = ote_tcp_conn_tx_push_ref(c, &h, then);
+    if (type == OTE_STREAM_MAP)
+        status = ote_stream_conn_tx_push_ref(c, &h, then);
     else if (by_ref)
-        status = ote_tcp_conn_tx_push_ref(c, &h, (uint64_t)(uintptr_t)local);
+        status = ote_stream_conn_tx_push_ref(c, &h, (uint64_t)(uintptr_t)local);
     else
-        status = ote_tcp_conn_tx_push(c, &h, type == OTE_TCP_WRITE ? local : NULL,
-                                      type == OTE_TCP_WRITE ? length : 0,
-                                      type == OTE_TCP_WRITE ? local_region : NULL, false);
+        status = ote_stream_conn_tx_push(c, &h, type == OTE_STREAM_WRITE ? local : NULL,
+                                      type == OTE_STREAM_WRITE ? length : 0,
+                                      type == OTE_STREAM_WRITE ? local_region : NULL, false);
     if (status != OTE_OK) {
         /* Undo the op push: it is the newest entry. */
         c->ops_count--;
@@ -519,51 +417,51 @@ static ote_status_t tcp_ep_queue_op(ote_tcp_ep_t *ep, uint8_t type, uint8_t then
     return OTE_INPROGRESS;
 }
 
-ote_status_t ote_tcp_ep_post(ote_tcp_ep_t *ep, uint8_t type, void *local, size_t length,
+ote_status_t ote_stream_ep_post(ote_stream_ep_t *ep, uint8_t type, void *local, size_t length,
                              ote_region_t *local_region, uint64_t remote_addr,
                              ote_tl_completion_t *comp)
 {
-    return tcp_ep_queue_op(ep, type, 0, local, length, local_region, remote_addr, comp);
+    return stream_ep_queue_op(ep, type, 0, local, length, local_region, remote_addr, comp);
 }
 
-ote_status_t ote_tcp_ep_post_map(ote_tcp_ep_t *ep, uint8_t then, void *local, size_t length,
+ote_status_t ote_stream_ep_post_map(ote_stream_ep_t *ep, uint8_t then, void *local, size_t length,
                                  ote_region_t *local_region, uint64_t remote_addr,
                                  ote_tl_completion_t *comp)
 {
-    return tcp_ep_queue_op(ep, OTE_TCP_MAP, then, local, length, local_region, remote_addr, comp);
+    return stream_ep_queue_op(ep, OTE_STREAM_MAP, then, local, length, local_region, remote_addr, comp);
 }
 
 /*
  * The bytes travel in the messages; in by-reference mode (cma) the target
  * copies them from or to the initiator's memory, except for small puts and
- * gets to a target that takes them by value (OTE_TCP_CAP_INLINE_WRITE,
- * OTE_TCP_CAP_INLINE_READ); shm posts its own way.
+ * gets to a target that takes them by value (OTE_STREAM_CAP_INLINE_WRITE,
+ * OTE_STREAM_CAP_INLINE_READ); shm posts its own way.
  */
-static ote_status_t tcp_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
+static ote_status_t stream_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
                                    ote_region_t *local_region, uint64_t remote_addr,
                                    ote_tl_completion_t *comp)
 {
-    const ote_tcp_iface_t *iface = (const ote_tcp_iface_t *)tl_ep->iface;
-    uint64_t by_value = put ? OTE_TCP_CAP_INLINE_WRITE : OTE_TCP_CAP_INLINE_READ;
+    const ote_stream_iface_t *iface = (const ote_stream_iface_t *)tl_ep->iface;
+    uint64_t by_value = put ? OTE_STREAM_CAP_INLINE_WRITE : OTE_STREAM_CAP_INLINE_READ;
     bool by_ref;
     uint8_t type;
 
     if (iface->hooks->post != NULL)
         return iface->hooks->post(tl_ep, put, local, length, local_region, remote_addr, comp);
     by_ref = iface->hooks->ref_handle != NULL &&
-             (length > OTE_TCP_INLINE_MAX ||
-              !(((const ote_tcp_ep_t *)tl_ep)->peer_caps & by_value));
+             (length > OTE_STREAM_INLINE_MAX ||
+              !(((const ote_stream_ep_t *)tl_ep)->peer_caps & by_value));
     if (by_ref)
-        type = put ? OTE_TCP_PUT_REF : OTE_TCP_GET_REF;
+        type = put ? OTE_STREAM_PUT_REF : OTE_STREAM_GET_REF;
     else
-        type = put ? OTE_TCP_WRITE : OTE_TCP_READ_REQ;
-    return ote_tcp_ep_post((ote_tcp_ep_t *)tl_ep, type, local, length, local_region,
+        type = put ? OTE_STREAM_WRITE : OTE_STREAM_READ_REQ;
+    return ote_stream_ep_post((ote_stream_ep_t *)tl_ep, type, local, length, local_region,
                            remote_addr, comp);
 }
 
-size_t ote_tcp_ep_inflight_bytes(ote_tl_ep_t *tl_ep)
+size_t ote_stream_ep_inflight_bytes(ote_tl_ep_t *tl_ep)
 {
-    ote_tcp_ep_t *ep = (ote_tcp_ep_t *)tl_ep;
+    ote_stream_ep_t *ep = (ote_stream_ep_t *)tl_ep;
     size_t n = 0;
 
     for (size_t i = 0; i < ep->num_conns; i++)
@@ -571,29 +469,29 @@ size_t ote_tcp_ep_inflight_bytes(ote_tl_ep_t *tl_ep)
     return n;
 }
 
-bool ote_tcp_ep_is_alive(ote_tl_ep_t *tl_ep)
+bool ote_stream_ep_is_alive(ote_tl_ep_t *tl_ep)
 {
-    return tcp_ep_pick((ote_tcp_ep_t *)tl_ep) != NULL;
+    return stream_ep_pick((ote_stream_ep_t *)tl_ep) != NULL;
 }
 
 /* put_zcopy and get_zcopy: the same operation in either direction. */
-#define TCP_EP_ZCOPY(_fn, _put)                                                                \
+#define STREAM_EP_ZCOPY(_fn, _put)                                                                \
     static ote_status_t _fn(ote_tl_ep_t *tl_ep, void *local, size_t length,                    \
                             ote_region_t *local_region, uint64_t remote_addr, const void *rkey, \
                             size_t rkey_len, ote_tl_completion_t *comp)                        \
     {                                                                                          \
-        return tcp_ep_post_op(tl_ep, _put, local, length, local_region, remote_addr, comp);    \
+        return stream_ep_post_op(tl_ep, _put, local, length, local_region, remote_addr, comp);    \
     }
-TCP_EP_ZCOPY(tcp_ep_put_zcopy, true)
-TCP_EP_ZCOPY(tcp_ep_get_zcopy, false)
+STREAM_EP_ZCOPY(stream_ep_put_zcopy, true)
+STREAM_EP_ZCOPY(stream_ep_get_zcopy, false)
 
-const ote_tl_ep_ops_t ote_tcp_ep_ops = {
-    .put_zcopy       = tcp_ep_put_zcopy,
-    .get_zcopy       = tcp_ep_get_zcopy,
-    .inflight_bytes  = ote_tcp_ep_inflight_bytes,
-    .is_alive        = ote_tcp_ep_is_alive,
-    .destroy         = ote_tcp_ep_destroy,
-    .needs_reconnect = ote_tcp_ep_needs_reconnect,
-    .reconnect       = ote_tcp_ep_reconnect,
+const ote_tl_ep_ops_t ote_stream_ep_ops = {
+    .put_zcopy       = stream_ep_put_zcopy,
+    .get_zcopy       = stream_ep_get_zcopy,
+    .inflight_bytes  = ote_stream_ep_inflight_bytes,
+    .is_alive        = ote_stream_ep_is_alive,
+    .destroy         = ote_stream_ep_destroy,
+    .needs_reconnect = ote_stream_ep_needs_reconnect,
+    .reconnect       = ote_stream_ep_reconnect,
     .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
 };

@@ -1,12 +1,12 @@
 /*
- * A TCP data connection's receive path: the state machine that reads
+ * A stream connection's receive path: the state machine that reads
  * headers and payloads, the target's checks and answers, the initiator's
  * completions. Payloads are received straight into their destination with
  * readv(destination, rx buffer), so the bytes of the current message never
  * pass through an intermediate buffer, and headers that follow arrive in
  * the same call.
  */
-#include "tcp.h"
+#include "stream.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -21,63 +21,63 @@
 #include <unistd.h>
 
 /* A header and what it carries inline (a WRITEV's table at most) fit the receive buffer. */
-_Static_assert(OTE_TCP_HDR_LEN + OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_ENTRY_LEN <= OTE_TCP_RXBUF,
+_Static_assert(OTE_STREAM_HDR_LEN + OTE_STREAM_WRITEV_MAX * OTE_STREAM_WRITEV_ENTRY_LEN <= OTE_STREAM_RXBUF,
                "receive buffer");
 
 /* Bytes one connection may consume per progress call before others get a turn. */
-#define OTE_TCP_RX_BUDGET (8u * 1024 * 1024)
+#define OTE_STREAM_RX_BUDGET (8u * 1024 * 1024)
 
-static void protocol_error(ote_tcp_conn_t *c, const char *what)
+static void protocol_error(ote_stream_conn_t *c, const char *what)
 {
-    ote_warn("%s peer %s: %s; closing the connection", OTE_TCP_CONN_TL(c), c->peer, what);
-    ote_tcp_conn_fail(c, OTE_ERR_PROTOCOL);
+    ote_warn("%s peer %s: %s; closing the connection", OTE_STREAM_CONN_TL(c), c->peer, what);
+    ote_stream_conn_fail(c, OTE_ERR_PROTOCOL);
 }
 
-void ote_tcp_conn_protocol_error(ote_tcp_conn_t *c, const char *what)
+void ote_stream_conn_protocol_error(ote_stream_conn_t *c, const char *what)
 {
     protocol_error(c, what);
 }
 
-static void push_reply(ote_tcp_conn_t *c, uint8_t type, uint64_t id, ote_status_t status,
+static void push_reply(ote_stream_conn_t *c, uint8_t type, uint64_t id, ote_status_t status,
                        uint64_t length, const void *payload, ote_region_t *region)
 {
-    ote_tcp_hdr_t h = {.type = type, .status = status, .id = id, .length = length};
+    ote_stream_hdr_t h = {.type = type, .status = status, .id = id, .length = length};
 
-    if (ote_tcp_conn_tx_push(c, &h, payload, payload ? length : 0, region, true) != OTE_OK) {
+    if (ote_stream_conn_tx_push(c, &h, payload, payload ? length : 0, region, true) != OTE_OK) {
         if (region != NULL)
             ote_mem_region_put(region);
-        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+        ote_stream_conn_fail(c, OTE_ERR_NO_MEMORY);
     }
 }
 
-void ote_tcp_conn_reply(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h)
+void ote_stream_conn_reply(ote_stream_conn_t *c, const ote_stream_hdr_t *h)
 {
-    if (ote_tcp_conn_tx_push(c, h, NULL, 0, NULL, false) != OTE_OK)
-        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+    if (ote_stream_conn_tx_push(c, h, NULL, 0, NULL, false) != OTE_OK)
+        ote_stream_conn_fail(c, OTE_ERR_NO_MEMORY);
 }
 
 /* Target side: answer with AUTH in the message the peer waits for, and close. */
-static void conn_refuse(ote_tcp_conn_t *c, uint8_t type, uint64_t id)
+static void conn_refuse(ote_stream_conn_t *c, uint8_t type, uint64_t id)
 {
     push_reply(c, type, id, OTE_ERR_AUTH, 0, NULL, NULL);
-    ote_tcp_conn_flush(c);
-    ote_tcp_conn_fail(c, OTE_ERR_AUTH);
+    ote_stream_conn_flush(c);
+    ote_stream_conn_fail(c, OTE_ERR_AUTH);
 }
 
 /* Target side with a key: the handshake of base/auth.h before HELLO. */
-static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
+static void target_auth(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8_t *payload)
 {
     ote_auth_t *auth = c->iface->auth;
     ote_status_t status;
 
     if (c->auth.state == OTE_AUTH_STATE_START) {
-        if (h->type == OTE_TCP_HELLO) {
-            ote_warn("%s peer %s: HELLO without authentication; refused", OTE_TCP_CONN_TL(c),
+        if (h->type == OTE_STREAM_HELLO) {
+            ote_warn("%s peer %s: HELLO without authentication; refused", OTE_STREAM_CONN_TL(c),
                      c->peer);
-            conn_refuse(c, OTE_TCP_HELLO_ACK, h->id);
+            conn_refuse(c, OTE_STREAM_HELLO_ACK, h->id);
             return;
         }
-        if (h->type != OTE_TCP_AUTH_HELLO) {
+        if (h->type != OTE_STREAM_AUTH_HELLO) {
             protocol_error(c, "first message is not AUTH_HELLO");
             return;
         }
@@ -87,13 +87,13 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
             return;
         }
         if (status != OTE_OK) {
-            conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
+            conn_refuse(c, OTE_STREAM_AUTH_DONE, h->id);
             return;
         }
-        push_reply(c, OTE_TCP_AUTH_PROOF, h->id, OTE_OK, OTE_AUTH_TPROOF_LEN, c->auth_out, NULL);
+        push_reply(c, OTE_STREAM_AUTH_PROOF, h->id, OTE_OK, OTE_AUTH_TPROOF_LEN, c->auth_out, NULL);
         return;
     }
-    if (h->type != OTE_TCP_AUTH_PROOF) {
+    if (h->type != OTE_STREAM_AUTH_PROOF) {
         protocol_error(c, "no AUTH_PROOF after AUTH_HELLO");
         return;
     }
@@ -103,16 +103,16 @@ static void target_auth(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t
         return;
     }
     if (status != OTE_OK) {
-        ote_warn("%s peer %s: authentication failed (wrong key?); closing", OTE_TCP_CONN_TL(c),
+        ote_warn("%s peer %s: authentication failed (wrong key?); closing", OTE_STREAM_CONN_TL(c),
                  c->peer);
-        conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
+        conn_refuse(c, OTE_STREAM_AUTH_DONE, h->id);
         return;
     }
-    push_reply(c, OTE_TCP_AUTH_DONE, h->id, OTE_OK, 0, NULL, NULL);
-    c->rx_state = OTE_TCP_RX_HANDSHAKE;
+    push_reply(c, OTE_STREAM_AUTH_DONE, h->id, OTE_OK, 0, NULL, NULL);
+    c->rx_state = OTE_STREAM_RX_HANDSHAKE;
 }
 
-void ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *c)
+void ote_stream_conn_rx_regions_put(ote_stream_conn_t *c)
 {
     for (size_t i = 0; i < c->rx_nregions && c->ep == NULL; i++) {
         if (c->rx_regions[i] != NULL)
@@ -126,7 +126,7 @@ void ote_tcp_conn_rx_regions_put(ote_tcp_conn_t *c)
  * any of its bytes land, holding one reference per region the ranges fall
  * in; a range refused is read and dropped, and its status answered.
  */
-static void target_write(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tcp_vec_entry_t *v,
+static void target_write(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const ote_stream_vec_entry_t *v,
                          size_t n)
 {
     c->rx_hdr       = *h;
@@ -134,12 +134,12 @@ static void target_write(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tc
     c->rx_total     = h->length;
     c->rxv_i        = 0;
     c->rxv_n        = n;
-    c->rx_state     = OTE_TCP_RX_PAYLOAD;
+    c->rx_state     = OTE_STREAM_RX_PAYLOAD;
     for (size_t i = 0; i < n; i++) {
-        ote_tcp_rxv_t *d = &c->rxv[i];
+        ote_stream_rxv_t *d = &c->rxv[i];
         ote_region_t *r  = c->rx_nregions ? c->rx_regions[c->rx_nregions - 1] : NULL;
 
-        *d = (ote_tcp_rxv_t){.dst = (uint8_t *)(uintptr_t)v[i].addr, .len = v[i].length,
+        *d = (ote_stream_rxv_t){.dst = (uint8_t *)(uintptr_t)v[i].addr, .len = v[i].length,
                              .status = OTE_OK};
         if (r == NULL ||
             !ote_mem_region_covers(r, v[i].addr, v[i].length, OTE_ACCESS_REMOTE_WRITE)) {
@@ -163,12 +163,12 @@ static void target_write(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tc
  * when any entry is refused, then the bytes of every entry allowed, each
  * sent from its region under a reference of its own.
  */
-static void target_readv(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tcp_vec_entry_t *v,
+static void target_readv(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const ote_stream_vec_entry_t *v,
                          size_t n)
 {
-    ote_tcp_hdr_t resp = {.type = OTE_TCP_READV_RESP, .status = OTE_OK, .id = h->id, .addr = n};
-    uint8_t st[OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_STATUS_LEN];
-    ote_region_t *r[OTE_TCP_WRITEV_MAX];
+    ote_stream_hdr_t resp = {.type = OTE_STREAM_READV_RESP, .status = OTE_OK, .id = h->id, .addr = n};
+    uint8_t st[OTE_STREAM_WRITEV_MAX * OTE_STREAM_WRITEV_STATUS_LEN];
+    ote_region_t *r[OTE_STREAM_WRITEV_MAX];
     ote_status_t status = OTE_OK;
     size_t i;
 
@@ -191,15 +191,15 @@ static void target_readv(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tc
         } else {
             resp.length += v[i].length;
         }
-        ote_put_u32(st + i * OTE_TCP_WRITEV_STATUS_LEN, (uint32_t)e);
+        ote_put_u32(st + i * OTE_STREAM_WRITEV_STATUS_LEN, (uint32_t)e);
     }
     if (resp.status == OTE_OK)
-        status = ote_tcp_conn_tx_push(c, &resp, NULL, 0, NULL, false);
+        status = ote_stream_conn_tx_push(c, &resp, NULL, 0, NULL, false);
     else
-        status = ote_tcp_conn_tx_push_long(c, &resp, st, n * OTE_TCP_WRITEV_STATUS_LEN);
+        status = ote_stream_conn_tx_push_long(c, &resp, st, n * OTE_STREAM_WRITEV_STATUS_LEN);
     for (i = 0; i < n && status == OTE_OK; i++) {
         if (r[i] != NULL &&
-            (status = ote_tcp_conn_tx_push_data(c, (const void *)(uintptr_t)v[i].addr,
+            (status = ote_stream_conn_tx_push_data(c, (const void *)(uintptr_t)v[i].addr,
                                                 (size_t)v[i].length, r[i])) != OTE_OK)
             break;
     }
@@ -209,7 +209,7 @@ static void target_readv(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tc
             if (r[i] != NULL)
                 ote_mem_region_put(r[i]);
         }
-        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+        ote_stream_conn_fail(c, OTE_ERR_NO_MEMORY);
     }
 }
 
@@ -217,50 +217,50 @@ static void target_readv(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ote_tc
  * Target side: a header arrived (with its payload, for handshake messages;
  * with its table, for WRITEV and READV_REQ).
  */
-static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *payload)
+static void target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8_t *payload)
 {
-    ote_tcp_iface_t *iface = c->iface;
-    ote_tcp_vec_entry_t v[OTE_TCP_WRITEV_MAX];
+    ote_stream_iface_t *iface = c->iface;
+    ote_stream_vec_entry_t v[OTE_STREAM_WRITEV_MAX];
     ote_region_t *region;
     ote_status_t status;
-    ote_tcp_hdr_t ack;
+    ote_stream_hdr_t ack;
 
-    if (c->rx_state == OTE_TCP_RX_AUTH) {
+    if (c->rx_state == OTE_STREAM_RX_AUTH) {
         target_auth(c, h, payload);
         return;
     }
-    if (c->rx_state == OTE_TCP_RX_HANDSHAKE) {
-        if (h->type == OTE_TCP_AUTH_HELLO) {
+    if (c->rx_state == OTE_STREAM_RX_HANDSHAKE) {
+        if (h->type == OTE_STREAM_AUTH_HELLO) {
             /* The initiator has a key and we have none: it cannot verify us. */
             ote_warn("%s peer %s wants to authenticate but this engine has no OTE_AUTH_KEY; "
-                     "refused", OTE_TCP_CONN_TL(c), c->peer);
-            conn_refuse(c, OTE_TCP_AUTH_DONE, h->id);
+                     "refused", OTE_STREAM_CONN_TL(c), c->peer);
+            conn_refuse(c, OTE_STREAM_AUTH_DONE, h->id);
             return;
         }
-        if (h->type != OTE_TCP_HELLO) {
+        if (h->type != OTE_STREAM_HELLO) {
             protocol_error(c, "first message is not HELLO");
             return;
         }
         if (h->addr != iface->instance_id) {
             /* The initiator holds a descriptor of an earlier instance. */
-            push_reply(c, OTE_TCP_HELLO_ACK, h->id, OTE_ERR_NOT_FOUND, 0, NULL, NULL);
-            ote_tcp_conn_flush(c);
-            ote_tcp_conn_fail(c, OTE_ERR_NOT_FOUND);
+            push_reply(c, OTE_STREAM_HELLO_ACK, h->id, OTE_ERR_NOT_FOUND, 0, NULL, NULL);
+            ote_stream_conn_flush(c);
+            ote_stream_conn_fail(c, OTE_ERR_NOT_FOUND);
             return;
         }
         /* The tcp component takes WRITEV; by reference, small WRITEs and READ_REQs. */
-        ack = (ote_tcp_hdr_t){.type = OTE_TCP_HELLO_ACK, .id = h->id,
+        ack = (ote_stream_hdr_t){.type = OTE_STREAM_HELLO_ACK, .id = h->id,
                               .addr = iface->hooks->ref_handle == NULL
-                                          ? OTE_TCP_CAP_WRITEV
-                                          : OTE_TCP_CAP_INLINE_WRITE | OTE_TCP_CAP_INLINE_READ};
-        ote_tcp_conn_reply(c, &ack);
-        c->rx_state           = OTE_TCP_RX_HDR;
+                                          ? OTE_STREAM_CAP_WRITEV
+                                          : OTE_STREAM_CAP_INLINE_WRITE | OTE_STREAM_CAP_INLINE_READ};
+        ote_stream_conn_reply(c, &ack);
+        c->rx_state           = OTE_STREAM_RX_HDR;
         c->handshake_deadline = 0;
         return;
     }
     if (iface->hooks->ref_handle != NULL) {
-        if ((h->type == OTE_TCP_WRITE || h->type == OTE_TCP_READ_REQ) &&
-            h->length <= OTE_TCP_INLINE_MAX) {
+        if ((h->type == OTE_STREAM_WRITE || h->type == OTE_STREAM_READ_REQ) &&
+            h->length <= OTE_STREAM_INLINE_MAX) {
             /* A small write or read by value: the requests before it are answered first. */
             if (c->ref_npending)
                 iface->hooks->ref_flush(c);
@@ -268,47 +268,47 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
                 return;
         } else {
             /* By reference: no other bytes travel on this connection. */
-            if (h->type != OTE_TCP_PUT_REF && h->type != OTE_TCP_GET_REF &&
-                h->type != OTE_TCP_PROBE &&
+            if (h->type != OTE_STREAM_PUT_REF && h->type != OTE_STREAM_GET_REF &&
+                h->type != OTE_STREAM_PROBE &&
                 !(iface->hooks->fd_passing &&
-                  (h->type == OTE_TCP_MAP || h->type == OTE_TCP_UNMAP_ACK))) {
+                  (h->type == OTE_STREAM_MAP || h->type == OTE_STREAM_UNMAP_ACK))) {
                 protocol_error(c, "unexpected message type on a by-reference connection");
                 return;
             }
             iface->hooks->ref_handle(c, h,
-                              ote_tcp_hdr_inline_len(h) >= OTE_TCP_REF_TRAILER_LEN
+                              ote_stream_hdr_inline_len(h) >= OTE_STREAM_REF_TRAILER_LEN
                                   ? ote_get_u64(payload)
                                   : 0);
             return;
         }
     }
     switch (h->type) {
-    case OTE_TCP_WRITE:
-        v[0] = (ote_tcp_vec_entry_t){.addr = h->addr, .length = h->length};
+    case OTE_STREAM_WRITE:
+        v[0] = (ote_stream_vec_entry_t){.addr = h->addr, .length = h->length};
         target_write(c, h, v, 1);
         break;
-    case OTE_TCP_WRITEV:
-    case OTE_TCP_READV_REQ:
-        if (ote_tcp_vec_decode(h, payload, iface->max_msg, v) != OTE_OK) {
+    case OTE_STREAM_WRITEV:
+    case OTE_STREAM_READV_REQ:
+        if (ote_stream_vec_decode(h, payload, iface->max_msg, v) != OTE_OK) {
             protocol_error(c, "malformed vector table");
             return;
         }
-        if (h->type == OTE_TCP_WRITEV)
+        if (h->type == OTE_STREAM_WRITEV)
             target_write(c, h, v, (size_t)h->addr);
         else
             target_readv(c, h, v, (size_t)h->addr);
         break;
-    case OTE_TCP_READ_REQ:
+    case OTE_STREAM_READ_REQ:
         status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
                                         OTE_ACCESS_REMOTE_READ, &region);
         if (status == OTE_OK) {
-            push_reply(c, OTE_TCP_READ_RESP, h->id, OTE_OK, h->length,
+            push_reply(c, OTE_STREAM_READ_RESP, h->id, OTE_OK, h->length,
                        (const void *)(uintptr_t)h->addr, region);
         } else {
             ote_debug("tcp peer %s: READ %#llx+%llu refused: %s", c->peer,
                       (unsigned long long)h->addr, (unsigned long long)h->length,
                       ote_status_string(status));
-            push_reply(c, OTE_TCP_READ_RESP, h->id, status, 0, NULL, NULL);
+            push_reply(c, OTE_STREAM_READ_RESP, h->id, status, 0, NULL, NULL);
         }
         break;
     default:
@@ -318,11 +318,11 @@ static void target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8
 }
 
 /* Initiator side: end the n oldest operations, each with its status st[i]. */
-static void initiator_complete(ote_tcp_conn_t *c, const ote_status_t *st, size_t n)
+static void initiator_complete(ote_stream_conn_t *c, const ote_status_t *st, size_t n)
 {
     /* A completion may close the connection, which fails what is left. */
     for (size_t i = 0; i < n && !c->dead; i++) {
-        ote_tcp_op_t done = ote_tcp_conn_op_pop(c);
+        ote_stream_op_t done = ote_stream_conn_op_pop(c);
 
         done.comp->func(done.comp, st[i]);
     }
@@ -334,7 +334,7 @@ static void initiator_complete(ote_tcp_conn_t *c, const ote_status_t *st, size_t
  * their local regions guard the receive (rx_dst_begin), without references
  * of their own: the operations hold theirs.
  */
-static void initiator_expect(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, size_t n,
+static void initiator_expect(ote_stream_conn_t *c, const ote_stream_hdr_t *h, size_t n,
                              const ote_status_t *st)
 {
     c->rx_hdr       = *h;
@@ -343,13 +343,13 @@ static void initiator_expect(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, size_t n
     c->rx_nregions  = 0;
     c->rx_remaining = h->length;
     c->rx_total     = h->length;
-    c->rx_state     = OTE_TCP_RX_PAYLOAD;
+    c->rx_state     = OTE_STREAM_RX_PAYLOAD;
     for (size_t i = 0; i < n; i++) {
-        const ote_tcp_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
-        ote_tcp_rxv_t *d       = &c->rxv[i];
+        const ote_stream_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
+        ote_stream_rxv_t *d       = &c->rxv[i];
         size_t k               = 0;
 
-        *d = (ote_tcp_rxv_t){.dst = st[i] == OTE_OK ? op->local : NULL,
+        *d = (ote_stream_rxv_t){.dst = st[i] == OTE_OK ? op->local : NULL,
                              .len = st[i] == OTE_OK ? op->length : 0, .status = st[i],
                              .region = UINT8_MAX};
         if (d->dst == NULL || op->local_region == NULL)
@@ -369,24 +369,24 @@ static void initiator_expect(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, size_t n
  * WRITEV_ACK's length is all their bytes on success; a READV_RESP's the
  * bytes of those read, which follow it in order.
  */
-static void initiator_vec_answer(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
+static void initiator_vec_answer(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
                                  const uint8_t *trailer)
 {
-    bool read  = h->type == OTE_TCP_READV_RESP;
-    uint8_t of = read ? OTE_TCP_READ_REQ : OTE_TCP_WRITE;
-    ote_status_t st[OTE_TCP_WRITEV_MAX];
+    bool read  = h->type == OTE_STREAM_READV_RESP;
+    uint8_t of = read ? OTE_STREAM_READ_REQ : OTE_STREAM_WRITE;
+    ote_status_t st[OTE_STREAM_WRITEV_MAX];
     uint64_t sum = 0;
 
     if (h->addr > c->ops_count) {
         protocol_error(c, "an answer to more requests than are outstanding");
         return;
     }
-    if (h->status != OTE_OK && ote_tcp_vec_status_decode(h, trailer, st) != OTE_OK) {
+    if (h->status != OTE_OK && ote_stream_vec_status_decode(h, trailer, st) != OTE_OK) {
         protocol_error(c, "malformed statuses in a vector's answer");
         return;
     }
     for (size_t i = 0; i < h->addr; i++) {
-        const ote_tcp_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
+        const ote_stream_op_t *op = &c->ops[(c->ops_head + i) & (c->ops_cap - 1)];
 
         if (op->type != of || (i == 0 && op->id != h->id)) {
             protocol_error(c, "response does not match the oldest request");
@@ -409,39 +409,39 @@ static void initiator_vec_answer(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h,
 }
 
 /* Initiator side: a header arrived. */
-static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const uint8_t *trailer)
+static void initiator_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8_t *trailer)
 {
-    ote_tcp_op_t *op = ote_tcp_conn_op_head(c);
+    ote_stream_op_t *op = ote_stream_conn_op_head(c);
     bool by_ref      = c->iface->hooks->ref_handle != NULL;
-    ote_tcp_op_t done;
+    ote_stream_op_t done;
     bool match;
 
-    if (c->iface->hooks->fd_passing && h->type == OTE_TCP_UNMAP) {
+    if (c->iface->hooks->fd_passing && h->type == OTE_STREAM_UNMAP) {
         c->iface->hooks->initiator_hook(c, h, trailer);
         return;
     }
-    if (c->iface->hooks->fd_passing && h->type == OTE_TCP_MAP_ACK) {
-        if (op == NULL || op->type != OTE_TCP_MAP || op->id != h->id) {
+    if (c->iface->hooks->fd_passing && h->type == OTE_STREAM_MAP_ACK) {
+        if (op == NULL || op->type != OTE_STREAM_MAP || op->id != h->id) {
             protocol_error(c, "MAP_ACK does not match the oldest request");
             return;
         }
         c->iface->hooks->initiator_hook(c, h, trailer);
         return;
     }
-    if (!by_ref && (h->type == OTE_TCP_WRITEV_ACK || h->type == OTE_TCP_READV_RESP)) {
+    if (!by_ref && (h->type == OTE_STREAM_WRITEV_ACK || h->type == OTE_STREAM_READV_RESP)) {
         initiator_vec_answer(c, h, trailer);
         return;
     }
-    if (h->type != OTE_TCP_WRITE_ACK && h->type != OTE_TCP_READ_RESP &&
-        (!by_ref || h->type != OTE_TCP_REF_ACK)) {
+    if (h->type != OTE_STREAM_WRITE_ACK && h->type != OTE_STREAM_READ_RESP &&
+        (!by_ref || h->type != OTE_STREAM_REF_ACK)) {
         protocol_error(c, "unexpected message type from target");
         return;
     }
-    if (by_ref && h->type == OTE_TCP_REF_ACK)
-        match = op != NULL && (op->type == OTE_TCP_PUT_REF || op->type == OTE_TCP_GET_REF);
+    if (by_ref && h->type == OTE_STREAM_REF_ACK)
+        match = op != NULL && (op->type == OTE_STREAM_PUT_REF || op->type == OTE_STREAM_GET_REF);
     else
         match = op != NULL &&
-                op->type == (h->type == OTE_TCP_WRITE_ACK ? OTE_TCP_WRITE : OTE_TCP_READ_REQ);
+                op->type == (h->type == OTE_STREAM_WRITE_ACK ? OTE_STREAM_WRITE : OTE_STREAM_READ_REQ);
     if (!match || op->id != h->id) {
         protocol_error(c, "response does not match the oldest request");
         return;
@@ -450,54 +450,54 @@ static void initiator_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, const ui
         protocol_error(c, "response length differs from the request");
         return;
     }
-    if (h->type == OTE_TCP_READ_RESP && h->status == OTE_OK) {
+    if (h->type == OTE_STREAM_READ_RESP && h->status == OTE_OK) {
         const ote_status_t ok = OTE_OK;
 
         initiator_expect(c, h, 1, &ok);
         return;
     }
-    done = ote_tcp_conn_op_pop(c);
+    done = ote_stream_conn_op_pop(c);
     done.comp->func(done.comp, h->status == OTE_OK ? OTE_OK : (ote_status_t)h->status);
 }
 
 /* Target side: answer the WRITE or WRITEV just received. */
-static void target_answer(ote_tcp_conn_t *c)
+static void target_answer(ote_stream_conn_t *c)
 {
-    ote_tcp_hdr_t ack = {.type = OTE_TCP_WRITE_ACK, .status = OTE_OK, .id = c->rx_hdr.id,
+    ote_stream_hdr_t ack = {.type = OTE_STREAM_WRITE_ACK, .status = OTE_OK, .id = c->rx_hdr.id,
                          .length = c->rx_total};
-    uint8_t st[OTE_TCP_WRITEV_MAX * OTE_TCP_WRITEV_STATUS_LEN];
+    uint8_t st[OTE_STREAM_WRITEV_MAX * OTE_STREAM_WRITEV_STATUS_LEN];
 
     for (size_t i = 0; i < c->rxv_n; i++) {
-        ote_put_u32(st + i * OTE_TCP_WRITEV_STATUS_LEN, (uint32_t)c->rxv[i].status);
+        ote_put_u32(st + i * OTE_STREAM_WRITEV_STATUS_LEN, (uint32_t)c->rxv[i].status);
         if (c->rxv[i].status != OTE_OK && ack.status == OTE_OK) {
             ack.status = c->rxv[i].status;
             ack.length = 0;
         }
     }
-    if (c->rx_hdr.type != OTE_TCP_WRITEV) {
-        ote_tcp_conn_reply(c, &ack);
+    if (c->rx_hdr.type != OTE_STREAM_WRITEV) {
+        ote_stream_conn_reply(c, &ack);
         return;
     }
-    ack.type = OTE_TCP_WRITEV_ACK;
+    ack.type = OTE_STREAM_WRITEV_ACK;
     ack.addr = c->rxv_n;
     if (ack.status == OTE_OK)
-        ote_tcp_conn_reply(c, &ack);
-    else if (ote_tcp_conn_tx_push_long(c, &ack, st, c->rxv_n * OTE_TCP_WRITEV_STATUS_LEN) !=
+        ote_stream_conn_reply(c, &ack);
+    else if (ote_stream_conn_tx_push_long(c, &ack, st, c->rxv_n * OTE_STREAM_WRITEV_STATUS_LEN) !=
              OTE_OK)
-        ote_tcp_conn_fail(c, OTE_ERR_NO_MEMORY);
+        ote_stream_conn_fail(c, OTE_ERR_NO_MEMORY);
 }
 
-static void payload_done(ote_tcp_conn_t *c)
+static void payload_done(ote_stream_conn_t *c)
 {
-    ote_status_t st[OTE_TCP_WRITEV_MAX];
+    ote_status_t st[OTE_STREAM_WRITEV_MAX];
 
-    c->rx_state = OTE_TCP_RX_HDR;
+    c->rx_state = OTE_STREAM_RX_HDR;
     if (c->ep == NULL) {
-        ote_tcp_conn_rx_regions_put(c);
+        ote_stream_conn_rx_regions_put(c);
         target_answer(c);
         return;
     }
-    ote_tcp_conn_rx_regions_put(c);
+    ote_stream_conn_rx_regions_put(c);
     for (size_t i = 0; i < c->rxv_n; i++)
         st[i] = c->rxv[i].status;
     initiator_complete(c, st, c->rxv_n);
@@ -511,7 +511,7 @@ static void payload_done(ote_tcp_conn_t *c)
  * target with a reference each (a region found deregistered is dropped),
  * on the initiator those of the operations being answered.
  */
-static void rx_dst_begin(ote_tcp_conn_t *c)
+static void rx_dst_begin(ote_stream_conn_t *c)
 {
     for (size_t k = 0; k < c->rx_nregions; k++) {
         if (c->rx_regions[k] == NULL || ote_mem_region_access_begin(c->rx_regions[k]))
@@ -528,7 +528,7 @@ static void rx_dst_begin(ote_tcp_conn_t *c)
     }
 }
 
-static void rx_dst_end(ote_tcp_conn_t *c)
+static void rx_dst_end(ote_stream_conn_t *c)
 {
     for (size_t k = 0; k < c->rx_nregions; k++) {
         if (c->rx_regions[k] != NULL)
@@ -537,10 +537,10 @@ static void rx_dst_end(ote_tcp_conn_t *c)
 }
 
 /* len payload bytes have arrived: copied from src (unless NULL) into rxv, or dropped. */
-static void rxv_advance(ote_tcp_conn_t *c, const uint8_t *src, size_t len)
+static void rxv_advance(ote_stream_conn_t *c, const uint8_t *src, size_t len)
 {
     while (len > 0) {
-        ote_tcp_rxv_t *d = &c->rxv[c->rxv_i];
+        ote_stream_rxv_t *d = &c->rxv[c->rxv_i];
         size_t t         = len < d->len ? len : d->len;
 
         if (d->dst != NULL) {
@@ -564,13 +564,13 @@ static void rxv_advance(ote_tcp_conn_t *c, const uint8_t *src, size_t len)
  * it), then the receive buffer for what follows. Returns the count;
  * *want_p: the payload bytes it asks for.
  */
-static int rxv_iov(ote_tcp_conn_t *c, struct iovec *iov, size_t *want_p)
+static int rxv_iov(ote_stream_conn_t *c, struct iovec *iov, size_t *want_p)
 {
     size_t k = 0, want = 0;
 
     for (size_t i = c->rxv_i; i < c->rxv_n; i++) {
-        const ote_tcp_rxv_t *d = &c->rxv[i];
-        size_t len = d->dst != NULL || d->len <= OTE_TCP_RXBUF ? d->len : OTE_TCP_RXBUF;
+        const ote_stream_rxv_t *d = &c->rxv[i];
+        size_t len = d->dst != NULL || d->len <= OTE_STREAM_RXBUF ? d->len : OTE_STREAM_RXBUF;
 
         want += len;
         if (d->dst != NULL && k > 0 &&
@@ -585,7 +585,7 @@ static int rxv_iov(ote_tcp_conn_t *c, struct iovec *iov, size_t *want_p)
             break;
     }
     iov[k].iov_base = c->rxbuf;
-    iov[k].iov_len  = OTE_TCP_RXBUF;
+    iov[k].iov_len  = OTE_STREAM_RXBUF;
     *want_p = want;
     return (int)k + 1;
 }
@@ -593,14 +593,14 @@ static int rxv_iov(ote_tcp_conn_t *c, struct iovec *iov, size_t *want_p)
 /*
  * recv() that keeps the descriptors passed along (SCM_RIGHTS), in order.
  * Only a target answering MAP sends any: descriptors from an initiator, more
- * than OTE_TCP_RX_FDS unclaimed, or a truncated control message close the
+ * than OTE_STREAM_RX_FDS unclaimed, or a truncated control message close the
  * connection (-1, errno EPROTO).
  */
-static ssize_t recv_fds(ote_tcp_conn_t *c, void *buf, size_t len)
+static ssize_t recv_fds(ote_stream_conn_t *c, void *buf, size_t len)
 {
     union {
         struct cmsghdr hdr;
-        char           buf[CMSG_SPACE(OTE_TCP_RX_FDS * sizeof(int))];
+        char           buf[CMSG_SPACE(OTE_STREAM_RX_FDS * sizeof(int))];
     } ctl;
     struct iovec iov = {.iov_base = buf, .iov_len = len};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
@@ -622,7 +622,7 @@ static ssize_t recv_fds(ote_tcp_conn_t *c, void *buf, size_t len)
             int fd;
 
             memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-            if (c->ep == NULL || c->rx_nfds == OTE_TCP_RX_FDS) {
+            if (c->ep == NULL || c->rx_nfds == OTE_STREAM_RX_FDS) {
                 close(fd);
                 bad = true;
             } else {
@@ -638,9 +638,9 @@ static ssize_t recv_fds(ote_tcp_conn_t *c, void *buf, size_t len)
     return n;
 }
 
-static void conn_rx(ote_tcp_conn_t *c);
+static void conn_rx(ote_stream_conn_t *c);
 
-void ote_tcp_conn_rx(ote_tcp_conn_t *c)
+void ote_stream_conn_rx(ote_stream_conn_t *c)
 {
     conn_rx(c);
     /* Requests deferred while reading are served now; a closed connection drops them. */
@@ -652,16 +652,16 @@ void ote_tcp_conn_rx(ote_tcp_conn_t *c)
     }
 }
 
-static void conn_rx(ote_tcp_conn_t *c)
+static void conn_rx(ote_stream_conn_t *c)
 {
-    size_t budget = OTE_TCP_RX_BUDGET;
+    size_t budget = OTE_STREAM_RX_BUDGET;
     /*
      * A read that returned less than it asked for emptied the socket: the
      * next one would only say EAGAIN. The connection's fd is level-triggered
      * in the iface's epoll, so bytes that arrive later are announced.
      */
     bool drained = false;
-    ote_tcp_hdr_t h;
+    ote_stream_hdr_t h;
     ssize_t n;
 
     c->rx_again = false;
@@ -676,16 +676,16 @@ static void conn_rx(ote_tcp_conn_t *c)
         }
         size_t avail = c->rx_len - c->rx_off;
 
-        if (c->rx_state == OTE_TCP_RX_HDR || c->rx_state == OTE_TCP_RX_HANDSHAKE ||
-            c->rx_state == OTE_TCP_RX_AUTH) {
-            if (c->ep == NULL && c->tx_count >= OTE_TCP_TX_PAUSE) {
-                ote_tcp_conn_set_rx_paused(c, true);
+        if (c->rx_state == OTE_STREAM_RX_HDR || c->rx_state == OTE_STREAM_RX_HANDSHAKE ||
+            c->rx_state == OTE_STREAM_RX_AUTH) {
+            if (c->ep == NULL && c->tx_count >= OTE_STREAM_TX_PAUSE) {
+                ote_stream_conn_set_rx_paused(c, true);
                 return;
             }
-            if (avail >= OTE_TCP_HDR_LEN) {
+            if (avail >= OTE_STREAM_HDR_LEN) {
                 size_t inline_len;
 
-                if (ote_tcp_hdr_decode(c->rxbuf + c->rx_off, avail, c->iface->max_msg, &h) !=
+                if (ote_stream_hdr_decode(c->rxbuf + c->rx_off, avail, c->iface->max_msg, &h) !=
                     OTE_OK) {
                     protocol_error(c, "malformed message header");
                     return;
@@ -695,16 +695,16 @@ static void conn_rx(ote_tcp_conn_t *c)
                  * and WRITEV_ACK statuses are small and handled with their
                  * header.
                  */
-                inline_len = ote_tcp_hdr_inline_len(&h);
-                if ((h.type == OTE_TCP_AUTH_HELLO || h.type == OTE_TCP_AUTH_PROOF) &&
-                    (c->ep != NULL || c->rx_state == OTE_TCP_RX_HDR)) {
+                inline_len = ote_stream_hdr_inline_len(&h);
+                if ((h.type == OTE_STREAM_AUTH_HELLO || h.type == OTE_STREAM_AUTH_PROOF) &&
+                    (c->ep != NULL || c->rx_state == OTE_STREAM_RX_HDR)) {
                     protocol_error(c, "handshake message on an open connection");
                     return;
                 }
-                if (avail >= OTE_TCP_HDR_LEN + inline_len) {
-                    const uint8_t *payload = c->rxbuf + c->rx_off + OTE_TCP_HDR_LEN;
+                if (avail >= OTE_STREAM_HDR_LEN + inline_len) {
+                    const uint8_t *payload = c->rxbuf + c->rx_off + OTE_STREAM_HDR_LEN;
 
-                    c->rx_off += OTE_TCP_HDR_LEN + inline_len;
+                    c->rx_off += OTE_STREAM_HDR_LEN + inline_len;
                     if (c->ep == NULL)
                         target_handle(c, &h, payload);
                     else
@@ -720,10 +720,10 @@ static void conn_rx(ote_tcp_conn_t *c)
                 c->rx_len = avail;
             }
             if (c->iface->hooks->fd_passing)
-                n = recv_fds(c, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len);
+                n = recv_fds(c, c->rxbuf + c->rx_len, OTE_STREAM_RXBUF - c->rx_len);
             else
-                n = recv(c->fd, c->rxbuf + c->rx_len, OTE_TCP_RXBUF - c->rx_len, MSG_DONTWAIT);
-            drained = n >= 0 && (size_t)n < OTE_TCP_RXBUF - c->rx_len;
+                n = recv(c->fd, c->rxbuf + c->rx_len, OTE_STREAM_RXBUF - c->rx_len, MSG_DONTWAIT);
+            drained = n >= 0 && (size_t)n < OTE_STREAM_RXBUF - c->rx_len;
         } else {
             size_t take;
 
@@ -741,7 +741,7 @@ static void conn_rx(ote_tcp_conn_t *c)
             if (drained)
                 return;
             {
-                struct iovec iov[OTE_TCP_WRITEV_MAX + 1];
+                struct iovec iov[OTE_STREAM_WRITEV_MAX + 1];
                 size_t want;
                 int k;
 
@@ -750,7 +750,7 @@ static void conn_rx(ote_tcp_conn_t *c)
                 k = rxv_iov(c, iov, &want);
                 n = readv(c->fd, iov, k);
                 rx_dst_end(c);
-                drained = n >= 0 && (size_t)n < want + OTE_TCP_RXBUF;
+                drained = n >= 0 && (size_t)n < want + OTE_STREAM_RXBUF;
                 if (n > 0) {
                     take = (size_t)n < want ? (size_t)n : want;
                     rxv_advance(c, NULL, take);
@@ -769,14 +769,14 @@ static void conn_rx(ote_tcp_conn_t *c)
             continue;
         }
         if (n == 0) {
-            ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+            ote_stream_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
             return;
         }
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return;
-        ote_tcp_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+        ote_stream_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
         return;
     }
 }

@@ -2,7 +2,7 @@
  * Wire format of the native tcp component's data connections.
  *
  * Every message starts with a fixed 32-byte header, little-endian:
- *   0  u16 magic  (OTE_TCP_MAGIC)
+ *   0  u16 magic  (OTE_STREAM_MAGIC)
  *   2  u8  version
  *   3  u8  type
  *   4  i32 status (responses)
@@ -42,25 +42,25 @@
  * did, or never held it.
  *
  * Small writes and reads by value (by-reference mode, where the target's
- * HELLO_ACK sets OTE_TCP_CAP_INLINE_WRITE and OTE_TCP_CAP_INLINE_READ in
- * addr): a put of up to OTE_TCP_INLINE_MAX bytes travels as a WRITE with
+ * HELLO_ACK sets OTE_STREAM_CAP_INLINE_WRITE and OTE_STREAM_CAP_INLINE_READ in
+ * addr): a put of up to OTE_STREAM_INLINE_MAX bytes travels as a WRITE with
  * its payload, answered by WRITE_ACK, and a get as a READ_REQ answered by
  * READ_RESP with the bytes, as on tcp; the target answers the by-reference
  * requests before them first, so the answers keep the order of the
  * requests. It saves the target a process_vm_readv or process_vm_writev,
  * which costs more than sending the bytes.
  *
- * Vectored writes and reads (tcp, where the target's HELLO_ACK sets OTE_TCP_CAP_WRITEV
+ * Vectored writes and reads (tcp, where the target's HELLO_ACK sets OTE_STREAM_CAP_WRITEV
  * in addr): WRITEV carries n = addr WRITEs of consecutive requests on the
- * connection, 2 <= n <= OTE_TCP_WRITEV_MAX, id = the first request's id,
+ * connection, 2 <= n <= OTE_STREAM_WRITEV_MAX, id = the first request's id,
  * length = their payload bytes in all; a table of n entries (u64 addr, u64
- * length; each length 1..OTE_TCP_WRITEV_ENTRY_MAX) follows the header, then
+ * length; each length 1..OTE_STREAM_WRITEV_ENTRY_MAX) follows the header, then
  * the payloads in table order. The target checks every entry before it
  * places any of its bytes; a refused entry's bytes are read and dropped,
  * the others land. WRITEV_ACK (id and addr = n echoed) answers all n
  * requests: status OK, length = the bytes of all; or, when any entry
  * failed, the first failure's status, length 0, and a trailer of n i32
- * statuses (OTE_TCP_WRITEV_STATUS_LEN each), one per entry in table order.
+ * statuses (OTE_STREAM_WRITEV_STATUS_LEN each), one per entry in table order.
  * READV_REQ is the same for READ_REQs (the same capability, addr = n,
  * length = the bytes asked for in all, the same table, no payload);
  * READV_RESP (id and addr = n echoed) carries, after its header, the bytes
@@ -68,57 +68,57 @@
  * sum: status OK when that is all of them, else the first failure's
  * status and, before the bytes, the trailer of n statuses.
  */
-#ifndef OTE_TCP_WIRE_H
-#define OTE_TCP_WIRE_H
+#ifndef OTE_STREAM_WIRE_H
+#define OTE_STREAM_WIRE_H
 
 #include <ote/ote.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define OTE_TCP_MAGIC     0x544fu
-#define OTE_TCP_VERSION   1
-#define OTE_TCP_HDR_LEN   32
-#define OTE_TCP_AUTH_HELLO_LEN  32
-#define OTE_TCP_AUTH_TPROOF_LEN 64
-#define OTE_TCP_AUTH_IPROOF_LEN 32
-#define OTE_TCP_REF_TRAILER_LEN 8  /* after PUT_REF, GET_REF, PROBE */
-#define OTE_TCP_PROBE_LEN       16
-#define OTE_TCP_MAP_ACK_TRAILER_LEN 16 /* after MAP_ACK: grant id, flags */
-#define OTE_TCP_TRAILER_MAX     16
-#define OTE_TCP_WRITEV_MAX      64          /* WRITEs one WRITEV carries  */
-#define OTE_TCP_WRITEV_ENTRY_MAX (64 * 1024) /* largest payload of one     */
-#define OTE_TCP_WRITEV_ENTRY_LEN 16         /* table entry: addr, length  */
-#define OTE_TCP_WRITEV_STATUS_LEN 4         /* WRITEV_ACK trailer: a status */
-#define OTE_TCP_CAP_WRITEV      1ull        /* HELLO_ACK addr: takes WRITEV, READV_REQ */
-#define OTE_TCP_CAP_INLINE_WRITE 2ull       /* HELLO_ACK addr, by reference: takes WRITE */
-#define OTE_TCP_CAP_INLINE_READ 4ull        /* ... and READ_REQ                          */
-#define OTE_TCP_INLINE_MAX      256         /* ... of up to this many bytes              */
+#define OTE_STREAM_MAGIC     0x544fu
+#define OTE_STREAM_VERSION   1
+#define OTE_STREAM_HDR_LEN   32
+#define OTE_STREAM_AUTH_HELLO_LEN  32
+#define OTE_STREAM_AUTH_TPROOF_LEN 64
+#define OTE_STREAM_AUTH_IPROOF_LEN 32
+#define OTE_STREAM_REF_TRAILER_LEN 8  /* after PUT_REF, GET_REF, PROBE */
+#define OTE_STREAM_PROBE_LEN       16
+#define OTE_STREAM_MAP_ACK_TRAILER_LEN 16 /* after MAP_ACK: grant id, flags */
+#define OTE_STREAM_TRAILER_MAX     16
+#define OTE_STREAM_WRITEV_MAX      64          /* WRITEs one WRITEV carries  */
+#define OTE_STREAM_WRITEV_ENTRY_MAX (64 * 1024) /* largest payload of one     */
+#define OTE_STREAM_WRITEV_ENTRY_LEN 16         /* table entry: addr, length  */
+#define OTE_STREAM_WRITEV_STATUS_LEN 4         /* WRITEV_ACK trailer: a status */
+#define OTE_STREAM_CAP_WRITEV      1ull        /* HELLO_ACK addr: takes WRITEV, READV_REQ */
+#define OTE_STREAM_CAP_INLINE_WRITE 2ull       /* HELLO_ACK addr, by reference: takes WRITE */
+#define OTE_STREAM_CAP_INLINE_READ 4ull        /* ... and READ_REQ                          */
+#define OTE_STREAM_INLINE_MAX      256         /* ... of up to this many bytes              */
 
 typedef enum {
-    OTE_TCP_HELLO     = 1, /* initiator -> target: id = initiator instance  */
-    OTE_TCP_HELLO_ACK = 2, /* target -> initiator: status                   */
-    OTE_TCP_WRITE     = 3, /* header + payload                              */
-    OTE_TCP_WRITE_ACK = 4, /* status, length = bytes placed                 */
-    OTE_TCP_READ_REQ  = 5, /* addr, length                                  */
-    OTE_TCP_READ_RESP = 6, /* status; on OK length payload bytes follow     */
-    OTE_TCP_AUTH_HELLO = 7, /* initiator: length = 32, nonce_i             */
-    OTE_TCP_AUTH_PROOF = 8, /* target: 64 (nonce_t, mac); initiator: 32    */
-    OTE_TCP_AUTH_DONE  = 9, /* target: status                              */
-    OTE_TCP_PUT_REF    = 10, /* initiator: addr, length; trailer: source   */
-    OTE_TCP_GET_REF    = 11, /* initiator: addr, length; trailer: dest     */
-    OTE_TCP_REF_ACK    = 12, /* target: status, length = bytes copied      */
-    OTE_TCP_PROBE      = 13, /* initiator: length 16; trailer: probe addr  */
-    OTE_TCP_PROBE_ACK  = 14, /* target: status, addr = value read          */
-    OTE_TCP_MAP        = 15, /* initiator: addr, length; trailer: the copy */
-    OTE_TCP_MAP_ACK    = 16, /* target: status, region; trailer + an fd    */
-    OTE_TCP_UNMAP      = 17, /* target: id = grant, addr, length           */
-    OTE_TCP_UNMAP_ACK  = 18, /* initiator: id = grant                      */
-    OTE_TCP_WRITEV     = 19, /* addr = n; table of n (addr, length); data */
-    OTE_TCP_WRITEV_ACK = 20, /* status, addr = n; on error n statuses      */
-    OTE_TCP_READV_REQ  = 21, /* addr = n; table of n (addr, length)        */
-    OTE_TCP_READV_RESP = 22, /* status, addr = n; [n statuses]; the bytes  */
-    OTE_TCP_TYPE_MAX   = 22,
-} ote_tcp_msg_type_t;
+    OTE_STREAM_HELLO     = 1, /* initiator -> target: id = initiator instance  */
+    OTE_STREAM_HELLO_ACK = 2, /* target -> initiator: status                   */
+    OTE_STREAM_WRITE     = 3, /* header + payload                              */
+    OTE_STREAM_WRITE_ACK = 4, /* status, length = bytes placed                 */
+    OTE_STREAM_READ_REQ  = 5, /* addr, length                                  */
+    OTE_STREAM_READ_RESP = 6, /* status; on OK length payload bytes follow     */
+    OTE_STREAM_AUTH_HELLO = 7, /* initiator: length = 32, nonce_i             */
+    OTE_STREAM_AUTH_PROOF = 8, /* target: 64 (nonce_t, mac); initiator: 32    */
+    OTE_STREAM_AUTH_DONE  = 9, /* target: status                              */
+    OTE_STREAM_PUT_REF    = 10, /* initiator: addr, length; trailer: source   */
+    OTE_STREAM_GET_REF    = 11, /* initiator: addr, length; trailer: dest     */
+    OTE_STREAM_REF_ACK    = 12, /* target: status, length = bytes copied      */
+    OTE_STREAM_PROBE      = 13, /* initiator: length 16; trailer: probe addr  */
+    OTE_STREAM_PROBE_ACK  = 14, /* target: status, addr = value read          */
+    OTE_STREAM_MAP        = 15, /* initiator: addr, length; trailer: the copy */
+    OTE_STREAM_MAP_ACK    = 16, /* target: status, region; trailer + an fd    */
+    OTE_STREAM_UNMAP      = 17, /* target: id = grant, addr, length           */
+    OTE_STREAM_UNMAP_ACK  = 18, /* initiator: id = grant                      */
+    OTE_STREAM_WRITEV     = 19, /* addr = n; table of n (addr, length); data */
+    OTE_STREAM_WRITEV_ACK = 20, /* status, addr = n; on error n statuses      */
+    OTE_STREAM_READV_REQ  = 21, /* addr = n; table of n (addr, length)        */
+    OTE_STREAM_READV_RESP = 22, /* status, addr = n; [n statuses]; the bytes  */
+    OTE_STREAM_TYPE_MAX   = 22,
+} ote_stream_msg_type_t;
 
 typedef struct {
     uint8_t  version;
@@ -127,11 +127,11 @@ typedef struct {
     uint64_t id;
     uint64_t addr;
     uint64_t length;
-} ote_tcp_hdr_t;
+} ote_stream_hdr_t;
 
-void ote_tcp_hdr_encode(const ote_tcp_hdr_t *hdr, uint8_t *buf);
+void ote_stream_hdr_encode(const ote_stream_hdr_t *hdr, uint8_t *buf);
 /* The fields of a header this side encoded, without checks. */
-void ote_tcp_hdr_peek(const uint8_t *buf, ote_tcp_hdr_t *hdr_p);
+void ote_stream_hdr_peek(const uint8_t *buf, ote_stream_hdr_t *hdr_p);
 
 /*
  * Decode and check magic, version, type, and that length <= max_payload for
@@ -140,8 +140,8 @@ void ote_tcp_hdr_peek(const uint8_t *buf, ote_tcp_hdr_t *hdr_p);
  * known error, and an error response carries no payload. Returns
  * OTE_ERR_PROTOCOL on any violation.
  */
-ote_status_t ote_tcp_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,
-                                ote_tcp_hdr_t *hdr_p);
+ote_status_t ote_stream_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,
+                                ote_stream_hdr_t *hdr_p);
 
 /*
  * Bytes that follow a decoded header and belong to it, handled together
@@ -149,31 +149,31 @@ ote_status_t ote_tcp_hdr_decode(const uint8_t *buf, size_t len, size_t max_paylo
  * failed WRITEV_ACK's statuses); 0 for messages whose payload is streamed
  * (WRITE, READ_RESP).
  */
-size_t ote_tcp_hdr_inline_len(const ote_tcp_hdr_t *hdr);
+size_t ote_stream_hdr_inline_len(const ote_stream_hdr_t *hdr);
 
 /* One entry of a WRITEV table. */
 typedef struct {
     uint64_t addr;
     uint64_t length;
-} ote_tcp_vec_entry_t;
+} ote_stream_vec_entry_t;
 
-void ote_tcp_vec_entry_encode(const ote_tcp_vec_entry_t *entry, uint8_t *buf);
+void ote_stream_vec_entry_encode(const ote_stream_vec_entry_t *entry, uint8_t *buf);
 
 /*
- * Decode the table of the WRITEV or READV_REQ hdr (ote_tcp_hdr_inline_len(hdr)
+ * Decode the table of the WRITEV or READV_REQ hdr (ote_stream_hdr_inline_len(hdr)
  * bytes at buf) into out[hdr->addr]: each entry 1..min(max_payload,
- * OTE_TCP_WRITEV_ENTRY_MAX) bytes without wrapping, their sum hdr->length;
+ * OTE_STREAM_WRITEV_ENTRY_MAX) bytes without wrapping, their sum hdr->length;
  * OTE_ERR_PROTOCOL otherwise.
  */
-ote_status_t ote_tcp_vec_decode(const ote_tcp_hdr_t *hdr, const uint8_t *buf,
-                                size_t max_payload, ote_tcp_vec_entry_t *out);
+ote_status_t ote_stream_vec_decode(const ote_stream_hdr_t *hdr, const uint8_t *buf,
+                                size_t max_payload, ote_stream_vec_entry_t *out);
 
 /*
  * The statuses of a failed WRITEV_ACK or READV_RESP hdr (its inline bytes at
  * buf) into out[hdr->addr]: each OK or a known error; OTE_ERR_PROTOCOL
  * otherwise.
  */
-ote_status_t ote_tcp_vec_status_decode(const ote_tcp_hdr_t *hdr, const uint8_t *buf,
+ote_status_t ote_stream_vec_status_decode(const ote_stream_hdr_t *hdr, const uint8_t *buf,
                                        ote_status_t *out);
 
 #endif

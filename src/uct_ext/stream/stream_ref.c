@@ -1,10 +1,10 @@
 /*
- * Native cma component: the copies. The target checks and copies; the
- * initiator only names its buffers (but for small puts and gets, which
- * travel by value through the tcp receive path) and probes the peer once
- * per connection.
+ * Stream base, local mode (cma, shm): the copies by reference. The target
+ * checks and copies; the initiator only names its buffers (but for small
+ * puts and gets, which travel by value through the stream receive path)
+ * and probes the peer once per connection.
  */
-#include "cma.h"
+#include "stream.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -35,7 +35,7 @@ static ote_status_t errno_status(int err)
     }
 }
 
-ote_status_t ote_cma_copy(pid_t pid, void *local, uint64_t peer_addr, size_t length,
+ote_status_t ote_stream_local_copy(pid_t pid, void *local, uint64_t peer_addr, size_t length,
                           bool to_peer)
 {
     size_t done = 0;
@@ -64,12 +64,12 @@ ote_status_t ote_cma_copy(pid_t pid, void *local, uint64_t peer_addr, size_t len
 /*
  * The connected process is still the one behind its pid: once it has gone,
  * another process may get the pid, and nothing must be copied to or from it.
- * One check stands for OTE_CMA_PEER_RECHECK_NS: a pid is given again only
+ * One check stands for OTE_STREAM_LOCAL_PEER_RECHECK_NS: a pid is given again only
  * after the kernel's counter went round pid_max, which takes far longer,
  * and the copies of the requests of a busy peer skip a system call each.
  * Copy threads call it too: the time of the last check is atomic.
  */
-static bool peer_alive(ote_tcp_conn_t *c)
+static bool peer_alive(ote_stream_conn_t *c)
 {
 #ifdef SYS_pidfd_send_signal
     uint64_t now;
@@ -78,7 +78,7 @@ static bool peer_alive(ote_tcp_conn_t *c)
         return true;
     now = ote_time_ns();
     if (now - atomic_load_explicit(&c->peer_seen_ns, memory_order_relaxed) <
-        OTE_CMA_PEER_RECHECK_NS)
+        OTE_STREAM_LOCAL_PEER_RECHECK_NS)
         return true;
     if (syscall(SYS_pidfd_send_signal, c->peer_pidfd, 0, NULL, 0) != 0)
         return false;
@@ -94,20 +94,20 @@ static bool peer_alive(ote_tcp_conn_t *c)
  * under the region's access guard: once the owner's deregistration returns,
  * nothing more lands in (or is read from) the memory.
  */
-static ote_status_t copy_guarded(ote_tcp_conn_t *c, ote_region_t *region, uint64_t addr,
+static ote_status_t copy_guarded(ote_stream_conn_t *c, ote_region_t *region, uint64_t addr,
                                  uint64_t peer_addr, size_t length, bool to_peer)
 {
     size_t off = 0;
 
     while (off < length) {
-        size_t n = length - off < OTE_CMA_GUARD_CHUNK ? length - off : OTE_CMA_GUARD_CHUNK;
+        size_t n = length - off < OTE_STREAM_LOCAL_GUARD_CHUNK ? length - off : OTE_STREAM_LOCAL_GUARD_CHUNK;
         ote_status_t status;
 
         if (!peer_alive(c))
             return OTE_ERR_REMOTE_DISCONNECT;
         if (!ote_mem_region_access_begin(region))
             return OTE_ERR_NOT_REGISTERED;
-        status = ote_cma_copy(c->peer_pid, (void *)(uintptr_t)(addr + off), peer_addr + off, n,
+        status = ote_stream_local_copy(c->peer_pid, (void *)(uintptr_t)(addr + off), peer_addr + off, n,
                               to_peer);
         ote_mem_region_access_end(region);
         if (status != OTE_OK)
@@ -117,18 +117,18 @@ static ote_status_t copy_guarded(ote_tcp_conn_t *c, ote_region_t *region, uint64
     return OTE_OK;
 }
 
-static void handle_probe(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t peer_addr)
+static void handle_probe(ote_stream_conn_t *c, const ote_stream_hdr_t *h, uint64_t peer_addr)
 {
-    ote_tcp_hdr_t r = {.type = OTE_TCP_PROBE_ACK, .id = h->id};
+    ote_stream_hdr_t r = {.type = OTE_STREAM_PROBE_ACK, .id = h->id};
     uint64_t v = 0, nv;
     ote_status_t status;
 
     errno  = 0;
-    status = peer_alive(c) ? ote_cma_copy(c->peer_pid, &v, peer_addr, sizeof(v), false)
+    status = peer_alive(c) ? ote_stream_local_copy(c->peer_pid, &v, peer_addr, sizeof(v), false)
                            : OTE_ERR_REMOTE_DISCONNECT;
     if (status == OTE_OK) {
         nv     = ~v;
-        status = ote_cma_copy(c->peer_pid, &nv, peer_addr + sizeof(v), sizeof(nv), true);
+        status = ote_stream_local_copy(c->peer_pid, &nv, peer_addr + sizeof(v), sizeof(nv), true);
     }
     if (status != OTE_OK) {
         ote_warn("cma: cannot copy to or from %s: %s (ptrace permission, Yama ptrace_scope, "
@@ -141,22 +141,22 @@ static void handle_probe(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t pee
     }
     r.status = status;
     r.addr   = status == OTE_OK ? v : 0;
-    ote_tcp_conn_reply(c, &r);
+    ote_stream_conn_reply(c, &r);
 }
 
 /* A checked request of a group, with the reference on its region. */
 typedef struct {
-    const ote_tcp_ref_req_t *req;
+    const ote_stream_ref_req_t *req;
     ote_region_t            *region;
     ote_status_t             status;
 } ref_item_t;
 
 /* The checks of one request; on success *region_p holds a reference. */
-static ote_status_t ref_check(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q,
+static ote_status_t ref_check(ote_stream_conn_t *c, const ote_stream_ref_req_t *q,
                               ote_region_t **region_p)
 {
-    const ote_tcp_hdr_t *h = &q->hdr;
-    bool put               = h->type == OTE_TCP_PUT_REF;
+    const ote_stream_hdr_t *h = &q->hdr;
+    bool put               = h->type == OTE_STREAM_PUT_REF;
     ote_status_t status;
 
     if (q->peer_addr + h->length < q->peer_addr)
@@ -171,35 +171,35 @@ static ote_status_t ref_check(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q,
     return status;
 }
 
-static void ref_reply(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, ote_status_t status)
+static void ref_reply(ote_stream_conn_t *c, const ote_stream_hdr_t *h, ote_status_t status)
 {
-    ote_tcp_hdr_t r = {.type = OTE_TCP_REF_ACK, .id = h->id, .status = status};
+    ote_stream_hdr_t r = {.type = OTE_STREAM_REF_ACK, .id = h->id, .status = status};
 
     if (status != OTE_OK)
         ote_debug("cma peer %s: %s %#llx+%llu refused: %s", c->peer,
-                  h->type == OTE_TCP_PUT_REF ? "PUT" : "GET", (unsigned long long)h->addr,
+                  h->type == OTE_STREAM_PUT_REF ? "PUT" : "GET", (unsigned long long)h->addr,
                   (unsigned long long)h->length, ote_status_string(status));
     r.length = status == OTE_OK ? h->length : 0;
-    ote_tcp_conn_reply(c, &r);
+    ote_stream_conn_reply(c, &r);
 }
 
 /*
- * Copy a group of requests of one direction, OTE_CMA_GUARD_CHUNK bytes at
+ * Copy a group of requests of one direction, OTE_STREAM_LOCAL_GUARD_CHUNK bytes at
  * most, with one system call under every region's guard; whatever that call
  * leaves undone is copied request by request, which finds each one's own
  * status.
  */
-static void copy_group(ote_tcp_conn_t *c, ref_item_t *it, size_t n, bool to_peer)
+static void copy_group(ote_stream_conn_t *c, ref_item_t *it, size_t n, bool to_peer)
 {
-    struct iovec l[OTE_TCP_REF_GATHER], r[OTE_TCP_REF_GATHER];
-    bool guarded[OTE_TCP_REF_GATHER] = {false};
+    struct iovec l[OTE_STREAM_REF_GATHER], r[OTE_STREAM_REF_GATHER];
+    bool guarded[OTE_STREAM_REF_GATHER] = {false};
     size_t cnt = 0, first_left = 0;
     ssize_t done = -1;
 
     if (n == 1 || !peer_alive(c))
         goto one_by_one;
     for (size_t i = 0; i < n; i++) {
-        const ote_tcp_hdr_t *h = &it[i].req->hdr;
+        const ote_stream_hdr_t *h = &it[i].req->hdr;
 
         guarded[i] = ote_mem_region_access_begin(it[i].region);
         if (!guarded[i])
@@ -240,12 +240,12 @@ one_by_one:
  * (ote_par_run): a piece of one large request, or a group of consecutive
  * small ones of one direction copied with one system call.
  */
-#define PAR_UNITS_MAX (OTE_TCP_REF_GATHER * 64)
+#define PAR_UNITS_MAX (OTE_STREAM_REF_GATHER * 64)
 
 typedef struct {
-    ote_tcp_conn_t *c;
+    ote_stream_conn_t *c;
     ref_item_t     *it;
-    _Atomic int     status[OTE_TCP_REF_GATHER]; /* the first failure of each request */
+    _Atomic int     status[OTE_STREAM_REF_GATHER]; /* the first failure of each request */
     struct {
         uint32_t first, count; /* count > 1: whole requests first.. */
         uint64_t off, len;     /* count == 1: this range of request first */
@@ -265,7 +265,7 @@ static void par_unit(void *arg, size_t u)
     par_set_t *set = arg;
     size_t k       = set->unit[u].first;
     ref_item_t *it = &set->it[k];
-    bool to_peer   = it->req->hdr.type == OTE_TCP_GET_REF;
+    bool to_peer   = it->req->hdr.type == OTE_STREAM_GET_REF;
 
     if (set->unit[u].count > 1) {
         copy_group(set->c, it, set->unit[u].count, to_peer);
@@ -280,7 +280,7 @@ static void par_unit(void *arg, size_t u)
 }
 
 /* Cut the checked requests into units; their count. */
-static size_t par_cut(par_set_t *set, const ote_tcp_ref_req_t *q, size_t n, uint64_t piece)
+static size_t par_cut(par_set_t *set, const ote_stream_ref_req_t *q, size_t n, uint64_t piece)
 {
     size_t nu = 0;
 
@@ -331,12 +331,12 @@ static ote_par_span_t ref_span(uint64_t start, uint64_t len, bool write)
  * they must be copied one after the other, in order. This process's ranges
  * (written by a PUT) and the peer's (written by a GET) are compared apart.
  */
-static bool refs_conflict(const ote_tcp_ref_req_t *q, size_t n)
+static bool refs_conflict(const ote_stream_ref_req_t *q, size_t n)
 {
-    ote_par_span_t here[OTE_TCP_REF_GATHER], peer[OTE_TCP_REF_GATHER];
+    ote_par_span_t here[OTE_STREAM_REF_GATHER], peer[OTE_STREAM_REF_GATHER];
 
     for (size_t i = 0; i < n; i++) {
-        bool put = q[i].hdr.type == OTE_TCP_PUT_REF;
+        bool put = q[i].hdr.type == OTE_STREAM_PUT_REF;
 
         here[i] = ref_span(q[i].hdr.addr, q[i].hdr.length, put);
         peer[i] = ref_span(q[i].peer_addr, q[i].hdr.length, !put);
@@ -345,19 +345,19 @@ static bool refs_conflict(const ote_tcp_ref_req_t *q, size_t n)
 }
 
 /*
- * The deferred requests, when they add up to OTE_CMA_PAR_SPLIT, the iface
+ * The deferred requests, when they add up to OTE_STREAM_LOCAL_PAR_SPLIT, the iface
  * has copy threads and no two of them touch the same bytes with one
  * writing (refs_conflict): every request checked in order, the copies of
- * those that pass cut into units of about OTE_CMA_PAR_PIECE (pieces of
+ * those that pass cut into units of about OTE_STREAM_LOCAL_PAR_PIECE (pieces of
  * large requests, groups of small ones) that this thread and the copy
  * threads share, then the answers in order. False when not taken (the
  * caller serves them in order, in groups).
  */
-static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, size_t n)
+static bool target_flush_shared(ote_stream_conn_t *c, const ote_stream_ref_req_t *q, size_t n)
 {
-    ote_cma_iface_t *iface = (ote_cma_iface_t *)c->iface;
-    ref_item_t it[OTE_TCP_REF_GATHER];
-    bool held[OTE_TCP_REF_GATHER]; /* checked: a reference on its region */
+    ote_stream_local_iface_t *iface = (ote_stream_local_iface_t *)c->iface;
+    ref_item_t it[OTE_STREAM_REF_GATHER];
+    bool held[OTE_STREAM_REF_GATHER]; /* checked: a reference on its region */
     uint64_t total = 0, piece;
     size_t nu;
     par_set_t *set;
@@ -366,10 +366,10 @@ static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, s
         return false;
     for (size_t i = 0; i < n; i++)
         total += q[i].hdr.length;
-    if (total < OTE_CMA_PAR_SPLIT || refs_conflict(q, n) || (set = malloc(sizeof(*set))) == NULL)
+    if (total < OTE_STREAM_LOCAL_PAR_SPLIT || refs_conflict(q, n) || (set = malloc(sizeof(*set))) == NULL)
         return false;
-    /* Pieces of OTE_CMA_PAR_PIECE, larger where the requests are too large to count. */
-    piece = OTE_CMA_PAR_PIECE;
+    /* Pieces of OTE_STREAM_LOCAL_PAR_PIECE, larger where the requests are too large to count. */
+    piece = OTE_STREAM_LOCAL_PAR_PIECE;
     while (total / piece + n > PAR_UNITS_MAX)
         piece *= 2;
     set->c  = c;
@@ -388,7 +388,7 @@ static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, s
             ote_mem_region_put(it[i].region);
     }
     free(set);
-    ote_tcp_conn_flush(c);
+    ote_stream_conn_flush(c);
     return true;
 }
 
@@ -396,13 +396,13 @@ static bool target_flush_shared(ote_tcp_conn_t *c, const ote_tcp_ref_req_t *q, s
  * Serve the deferred requests in order: shared with the copy threads when
  * they are large (target_flush_shared), else consecutive ones of one
  * direction that pass their checks are copied together
- * (OTE_CMA_GUARD_CHUNK bytes at most), each group answered as soon as it
+ * (OTE_STREAM_LOCAL_GUARD_CHUNK bytes at most), each group answered as soon as it
  * is copied.
  */
-void ote_cma_target_flush(ote_tcp_conn_t *c)
+void ote_stream_local_target_flush(ote_stream_conn_t *c)
 {
-    ote_tcp_ref_req_t q[OTE_TCP_REF_GATHER];
-    ref_item_t it[OTE_TCP_REF_GATHER];
+    ote_stream_ref_req_t q[OTE_STREAM_REF_GATHER];
+    ref_item_t it[OTE_STREAM_REF_GATHER];
     size_t n = c->ref_npending, i = 0;
 
     memcpy(q, c->ref_pending, n * sizeof(q[0]));
@@ -425,13 +425,13 @@ void ote_cma_target_flush(ote_tcp_conn_t *c)
         total       = q[i].hdr.length;
         /* Gather the next ones that pass their checks; stop at the first that does not. */
         while (i + k < n && q[i + k].hdr.type == type &&
-               total + q[i + k].hdr.length <= OTE_CMA_GUARD_CHUNK &&
+               total + q[i + k].hdr.length <= OTE_STREAM_LOCAL_GUARD_CHUNK &&
                ref_check(c, &q[i + k], &it[k].region) == OTE_OK) {
             it[k].req = &q[i + k];
             total += q[i + k].hdr.length;
             k++;
         }
-        copy_group(c, it, k, type == OTE_TCP_GET_REF);
+        copy_group(c, it, k, type == OTE_STREAM_GET_REF);
         for (size_t m = 0; m < k; m++) {
             ref_reply(c, &it[m].req->hdr, it[m].status);
             ote_mem_region_put(it[m].region);
@@ -442,25 +442,25 @@ void ote_cma_target_flush(ote_tcp_conn_t *c)
          * held back until every deferred request is copied would leave
          * this side idle while it catches up.
          */
-        if (total >= OTE_CMA_REPLY_NOW)
-            ote_tcp_conn_flush(c);
+        if (total >= OTE_STREAM_LOCAL_REPLY_NOW)
+            ote_stream_conn_flush(c);
     }
     c->ref_busy = false;
 }
 
-void ote_cma_target_handle(ote_tcp_conn_t *c, const ote_tcp_hdr_t *h, uint64_t peer_addr)
+void ote_stream_local_target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, uint64_t peer_addr)
 {
-    if (h->type == OTE_TCP_PROBE) {
+    if (h->type == OTE_STREAM_PROBE) {
         /* Its answer comes after those of the requests before it. */
         if (c->ref_npending)
-            ote_cma_target_flush(c);
+            ote_stream_local_target_flush(c);
         handle_probe(c, h, peer_addr);
         return;
     }
-    if (c->ref_npending == OTE_TCP_REF_GATHER)
-        ote_cma_target_flush(c);
+    if (c->ref_npending == OTE_STREAM_REF_GATHER)
+        ote_stream_local_target_flush(c);
     /* Served when the receive call ends, with the requests read along with it. */
-    c->ref_pending[c->ref_npending++] = (ote_tcp_ref_req_t){.hdr = *h, .peer_addr = peer_addr};
+    c->ref_pending[c->ref_npending++] = (ote_stream_ref_req_t){.hdr = *h, .peer_addr = peer_addr};
 }
 
 /*
@@ -488,17 +488,17 @@ static void allow_ptrace(void)
     fclose(f);
 }
 
-ote_status_t ote_cma_probe(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *peer,
+ote_status_t ote_stream_local_probe(ote_stream_iface_t *iface, int fd, const ote_tl_peer_t *peer,
                            uint64_t deadline)
 {
-    ote_tcp_hdr_t h = {.type = OTE_TCP_PROBE, .length = OTE_TCP_PROBE_LEN};
-    uint8_t trailer[OTE_TCP_REF_TRAILER_LEN];
+    ote_stream_hdr_t h = {.type = OTE_STREAM_PROBE, .length = OTE_STREAM_PROBE_LEN};
+    uint8_t trailer[OTE_STREAM_REF_TRAILER_LEN];
     volatile uint64_t *probe;
     ote_status_t status;
     uint64_t v;
 
     allow_ptrace();
-    probe = malloc(OTE_TCP_PROBE_LEN);
+    probe = malloc(OTE_STREAM_PROBE_LEN);
     if (probe == NULL)
         return OTE_ERR_NO_MEMORY;
     do {
@@ -507,10 +507,10 @@ ote_status_t ote_cma_probe(ote_tcp_iface_t *iface, int fd, const ote_tl_peer_t *
     probe[0] = v;
     probe[1] = 0;
     ote_put_u64(trailer, (uint64_t)(uintptr_t)probe);
-    status = ote_tcp_handshake_step(fd, &h, trailer, sizeof(trailer), deadline);
+    status = ote_stream_handshake_step(fd, &h, trailer, sizeof(trailer), deadline);
     if (status != OTE_OK)
         return status; /* the peer may still write into the probe: it stays allocated */
-    if (h.type != OTE_TCP_PROBE_ACK)
+    if (h.type != OTE_STREAM_PROBE_ACK)
         return OTE_ERR_PROTOCOL; /* likewise */
     atomic_thread_fence(memory_order_acquire);
     if (h.status != OTE_OK) {

@@ -1,0 +1,328 @@
+/*
+ * Stream base: the iface (listener, epoll, the list of connections), its
+ * progress, admission of accepted sockets and timeouts.
+ */
+#include "stream.h"
+
+#include "base/dlist.h"
+#include "base/log.h"
+#include "base/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* epoll tag of the listening socket. */
+static char listen_tag;
+
+void ote_stream_iface_mark_dirty(ote_stream_iface_t *iface, ote_stream_conn_t *c)
+{
+    if (c->dirty)
+        return;
+    c->dirty      = true;
+    c->next_dirty = iface->dirty;
+    iface->dirty  = c;
+}
+
+void ote_stream_iface_conn_closed(ote_stream_iface_t *iface, ote_stream_conn_t *c)
+{
+    ote_stream_conn_t **pp;
+
+    if (c->dirty) {
+        for (pp = &iface->dirty; *pp != NULL; pp = &(*pp)->next_dirty) {
+            if (*pp == c) {
+                *pp = c->next_dirty;
+                break;
+            }
+        }
+        c->dirty = false;
+    }
+    OTE_DLIST_REMOVE(iface->conns, c);
+    c->next = c->prev = NULL;
+    if (c->ep == NULL) {
+        iface->num_accepted--;
+        if (c->admitted)
+            ote_auth_conn_release(iface->auth, c->ip);
+        c->admitted      = false;
+        c->next_dead     = iface->graveyard;
+        iface->graveyard = c;
+    }
+}
+
+static void iface_link(ote_stream_iface_t *iface, ote_stream_conn_t *c)
+{
+    OTE_DLIST_PUSH_FRONT(iface->conns, c);
+}
+
+static void flush_dirty(ote_stream_iface_t *iface)
+{
+    while (iface->dirty != NULL) {
+        ote_stream_conn_t *c = iface->dirty;
+
+        iface->dirty = c->next_dirty;
+        c->dirty     = false;
+        if (!c->dead)
+            ote_stream_conn_flush(c);
+    }
+}
+
+static unsigned peer_conn_count(ote_stream_iface_t *iface, const char *ip)
+{
+    unsigned n = 0;
+
+    for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
+        if (c->ep == NULL && strcmp(c->ip, ip) == 0)
+            n++;
+    }
+    return n;
+}
+
+ote_status_t ote_stream_iface_conn_accept(ote_stream_iface_t *iface, int fd,
+                                       const struct sockaddr_storage *ss)
+{
+    ote_stream_conn_t *c;
+    char ip[64], label[64];
+    pid_t pid = 0;
+    ote_status_t status;
+
+    if (ss->ss_family == AF_UNIX) {
+        /* A local peer: it is known by its process, as the kernel names it. */
+        struct ucred cred;
+        socklen_t clen = sizeof(cred);
+
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 && clen == sizeof(cred))
+            pid = cred.pid;
+        snprintf(ip, sizeof(ip), "pid:%ld", (long)pid);
+        snprintf(label, sizeof(label), "process %ld", (long)pid);
+    } else {
+        ote_sockaddr_ip((const struct sockaddr *)ss, ip, sizeof(ip));
+        ote_sockaddr_format((const struct sockaddr *)ss, label, sizeof(label));
+    }
+    if (iface->auth != NULL) {
+        /* Limits count every listener of the engine together. */
+        status = ote_auth_conn_admit(iface->auth, ip);
+        if (status != OTE_OK) {
+            close(fd);
+            return status;
+        }
+    } else if (iface->num_accepted >= iface->max_conns ||
+               peer_conn_count(iface, ip) >= (unsigned)iface->max_conns_per_peer) {
+        ote_warn("%s: connection from %s refused: OTE_MAX_CONNS or OTE_MAX_CONNS_PER_PEER "
+                 "reached", iface->super.resource.tl_name, label);
+        close(fd);
+        return OTE_ERR_BUSY;
+    }
+    ote_stream_conn_set_sockopts(iface, fd);
+    status = ote_stream_conn_new(iface, fd, NULL, &c);
+    if (status != OTE_OK) {
+        if (iface->auth != NULL)
+            ote_auth_conn_release(iface->auth, ip);
+        close(fd);
+        return status;
+    }
+    c->admitted = iface->auth != NULL;
+    c->peer_pid = pid;
+#ifdef SYS_pidfd_open
+    /* Pins the process itself: its pid may be reused once it is gone. */
+    if (pid > 0)
+        c->peer_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
+    snprintf(c->ip, sizeof(c->ip), "%s", ip);
+    snprintf(c->peer, sizeof(c->peer), "%s", label);
+    c->handshake_deadline = ote_time_ns() + iface->handshake_timeout_ns;
+    iface_link(iface, c);
+    iface->num_accepted++;
+    return OTE_OK;
+}
+
+static void iface_accept(ote_stream_iface_t *iface)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(iface->listen_fd, (struct sockaddr *)&ss, &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                ote_warn("tcp accept: %s", strerror(errno));
+            return;
+        }
+        ote_stream_iface_conn_accept(iface, fd, &ss);
+    }
+}
+
+static void free_graveyard(ote_stream_iface_t *iface)
+{
+    while (iface->graveyard != NULL) {
+        ote_stream_conn_t *c = iface->graveyard;
+
+        iface->graveyard = c->next_dead;
+        ote_stream_conn_free(c);
+    }
+}
+
+unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
+{
+    ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
+    struct epoll_event ev[64];
+    unsigned count = iface->dirty != NULL;
+    int n;
+
+    flush_dirty(iface);
+    n = epoll_wait(iface->epfd, ev, 64, 0);
+    for (int i = 0; i < n; i++) {
+        ote_stream_conn_t *c;
+
+        if (ev[i].data.ptr == &listen_tag) {
+            iface_accept(iface);
+            continue;
+        }
+        c = ev[i].data.ptr;
+        if (c->dead)
+            continue;
+        if (c->ep == NULL && (ev[i].events & EPOLLERR)) {
+            /*
+             * The initiator reset the connection, which it does only once it
+             * has ended every request it left unanswered on it (a timeout, a
+             * cancel, a close): what is still queued in the socket must not
+             * land, even when this process ran late (stopped, descheduled).
+             */
+            ote_stream_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+            continue;
+        }
+        if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+            ote_stream_conn_rx(c);
+        if (!c->dead && (ev[i].events & EPOLLOUT))
+            ote_stream_conn_flush(c);
+    }
+    /* Connections that stopped on their budget with bytes still buffered. */
+    for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
+        if (c->rx_again && !c->dead) {
+            ote_stream_conn_rx(c);
+            count++;
+        }
+    }
+    flush_dirty(iface);
+    free_graveyard(iface);
+    return count + (unsigned)(n > 0 ? n : 0);
+}
+
+void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns)
+{
+    ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
+    uint64_t now           = ote_time_ns();
+    ote_stream_conn_t *c, *next;
+
+    for (c = iface->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->ep == NULL && c->handshake_deadline && now > c->handshake_deadline) {
+            ote_warn("%s peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing",
+                     OTE_STREAM_CONN_TL(c), c->peer,
+                     c->rx_state == OTE_STREAM_RX_AUTH ? "authentication" : "HELLO");
+            ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
+            next = iface->conns;
+            continue;
+        }
+        if (c->ep == NULL && c->tx_stall_ns && c->tx_stall_ns < deadline_ns) {
+            /* It holds our answers (and their regions) in its socket: reset, not close. */
+            ote_warn("%s peer %s: its answers have not been read for OTE_XFER_TIMEOUT_MS; "
+                     "resetting the connection", OTE_STREAM_CONN_TL(c), c->peer);
+            ote_socket_set_linger0(c->fd);
+            ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
+            next = iface->conns;
+            continue;
+        }
+        if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
+            ote_warn("%s connection to %s: no answer within OTE_XFER_TIMEOUT_MS",
+                     OTE_STREAM_CONN_TL(c), c->peer);
+            /*
+             * Its tasks end now: reset, so that the peer drops the requests
+             * still queued on the connection instead of carrying them out
+             * later in memory the application may use again.
+             */
+            ote_socket_set_linger0(c->fd);
+            ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
+            /* The list may have changed under the completions. */
+            next = iface->conns;
+        }
+    }
+    free_graveyard(iface);
+}
+
+bool ote_stream_iface_has_deadlines(ote_tl_iface_t *tl_iface)
+{
+    ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
+
+    for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
+        if (!c->dead && (c->tx_stall_ns || c->handshake_deadline))
+            return true;
+    }
+    return false;
+}
+
+int ote_stream_iface_event_fd(ote_tl_iface_t *tl_iface)
+{
+    return ((ote_stream_iface_t *)tl_iface)->epfd;
+}
+
+void ote_stream_iface_close(ote_tl_iface_t *tl_iface)
+{
+    ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
+
+    /* Target-side connections; initiator ones belong to their eps. */
+    for (ote_stream_conn_t *c = iface->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->ep == NULL)
+            ote_stream_conn_fail(c, OTE_ERR_CANCELED);
+    }
+    free_graveyard(iface);
+    if (iface->listen_fd >= 0)
+        close(iface->listen_fd);
+    if (iface->epfd >= 0)
+        close(iface->epfd);
+    free(iface->discard);
+    free(iface);
+}
+
+ote_status_t ote_stream_iface_init(ote_stream_iface_t *iface, const ote_tl_resource_t *res,
+                                const ote_tl_iface_params_t *params,
+                                const ote_stream_config_t *cfg, const ote_stream_hooks_t *hooks)
+{
+    iface->hooks             = hooks;
+    iface->listen_fd         = -1;
+    iface->epfd              = -1;
+    iface->super.resource    = *res;
+    iface->super.md          = NULL;
+    iface->super.md_index    = -1;
+    iface->regions           = params->regions;
+    iface->worker_lock       = params->worker_lock;
+    iface->instance_id       = params->instance_id;
+    iface->max_conns         = params->max_conns;
+    iface->max_conns_per_peer = params->max_conns_per_peer;
+    iface->auth              = params->auth;
+    iface->handshake_timeout_ns = (uint64_t)params->handshake_timeout_ms * 1000000ull;
+    iface->max_msg      = cfg->max_msg;
+    iface->sndbuf       = cfg->sndbuf;
+    iface->rcvbuf       = cfg->rcvbuf;
+    iface->nodelay      = cfg->nodelay;
+    iface->vector       = cfg->vector;
+    iface->conns_per_ep = cfg->conns;
+    iface->discard = malloc(OTE_STREAM_RXBUF);
+    return iface->discard != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
+}
+
+ote_status_t ote_stream_iface_epoll_init(ote_stream_iface_t *iface)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &listen_tag};
+
+    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (iface->epfd < 0 || epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->listen_fd, &ev) != 0)
+        return OTE_ERR_IO;
+    return OTE_OK;
+}
