@@ -95,7 +95,8 @@ static void desc_cma_addr(const ote_desc_t *d, struct sockaddr_storage *ss, sock
 {
     for (size_t i = 0; i < d->num_tls; i++) {
         if (strcmp(d->tls[i].tl_name, "cma") == 0) {
-            assert_int_equal(ote_stream_local_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p),
+            assert_int_equal(ote_stream_local_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss,
+                                                          len_p),
                              OTE_OK);
             return;
         }
@@ -208,7 +209,8 @@ static void test_auth_key(void **state)
     fd = sw_connect_addr(&ss, sslen);
     assert_true(fd >= 0);
     assert_int_equal(sw_tcp_open(fd, auth, d->instance_id), OTE_OK);
-    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 10, f->target.addr[0], OTE_STREAM_INLINE_MAX + 1),
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 10, f->target.addr[0],
+                                 OTE_STREAM_INLINE_MAX + 1),
                      0);
     assert_true(sw_wait_reset(fd, 5000));
     {

@@ -280,7 +280,8 @@ int sw_desc_data_addr(const ote_desc_t *d, const char *tl, struct sockaddr_stora
         if (strcmp(d->tls[i].tl_name, tl) != 0)
             continue;
         if (strcmp(tl, "cma") == 0)
-            return ote_stream_local_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss, len_p) == OTE_OK
+            return ote_stream_local_addr_unpack(d->tls[i].addr, d->tls[i].addr_len, ss,
+                                                len_p) == OTE_OK
                        ? 0
                        : -1;
         /* The first address the tcp iface publishes. */

@@ -74,7 +74,7 @@ static void shm_iface_close(ote_tl_iface_t *tl_iface)
 
 static const ote_tl_iface_ops_t shm_iface_ops =
     OTE_STREAM_LOCAL_IFACE_OPS_INIT(shm_iface_query, shm_iface_progress, shm_iface_event_arm,
-                           shm_iface_close);
+                                    shm_iface_close);
 
 /* OTE_SHM_*: its own, and the local mode's it shares with cma (COPY_THREADS, STREAM_*). */
 typedef struct {

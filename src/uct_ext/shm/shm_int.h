@@ -92,7 +92,8 @@ void ote_shm_target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, uint
 void ote_shm_target_closed(ote_stream_conn_t *c, shm_conn_t *sc);
 
 /* shm_map.c, initiator side */
-void ote_shm_initiator_hook(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8_t *trailer);
+void ote_shm_initiator_hook(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
+                            const uint8_t *trailer);
 void ote_shm_initiator_closed(ote_stream_conn_t *c, shm_conn_t *sc);
 /* The stream iface's post hook: through a mapping of the peer's memory where it can. */
 ote_status_t ote_shm_post(ote_tl_ep_t *ep, bool put, void *local, size_t length,

@@ -135,8 +135,8 @@ static ote_status_t post_ref(ote_stream_ep_t *ep, bool put, void *local, size_t 
                              ote_region_t *local_region, uint64_t remote,
                              ote_tl_completion_t *comp)
 {
-    ote_status_t status = ote_stream_ep_post(ep, put ? OTE_STREAM_PUT_REF : OTE_STREAM_GET_REF, local,
-                                          length, local_region, remote, comp);
+    ote_status_t status = ote_stream_ep_post(ep, put ? OTE_STREAM_PUT_REF : OTE_STREAM_GET_REF,
+                                             local, length, local_region, remote, comp);
 
     if (status == OTE_INPROGRESS)
         atomic_fetch_add_explicit(&ote_shm_bytes_by_ref, length, memory_order_relaxed);
@@ -144,8 +144,8 @@ static ote_status_t post_ref(ote_stream_ep_t *ep, bool put, void *local, size_t 
 }
 
 ote_status_t ote_shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
-                             ote_region_t *local_region, uint64_t remote,
-                             ote_tl_completion_t *comp)
+                          ote_region_t *local_region, uint64_t remote,
+                          ote_tl_completion_t *comp)
 {
     ote_stream_ep_t *ep  = (ote_stream_ep_t *)tl_ep;
     ote_stream_conn_t *c = ote_stream_ep_conn(ep);
@@ -174,7 +174,7 @@ ote_status_t ote_shm_post(ote_tl_ep_t *tl_ep, bool put, void *local, size_t leng
     if (m != NULL || refused(sc, remote, length) || sc->num_maps >= OTE_SHM_MAX_MAPS)
         return post_ref(ep, put, local, length, local_region, remote, comp);
     return ote_stream_ep_post_map(ep, put ? OTE_STREAM_PUT_REF : OTE_STREAM_GET_REF, local, length,
-                               local_region, remote, comp);
+                                  local_region, remote, comp);
 }
 
 

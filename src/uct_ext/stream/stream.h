@@ -56,7 +56,7 @@ typedef struct ote_stream_conn  ote_stream_conn_t;
  * trailer names peer_addr in the initiator's memory; answers on c.
  */
 typedef void (*ote_stream_ref_handle_t)(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
-                                     uint64_t peer_addr);
+                                        uint64_t peer_addr);
 /*
  * By-reference mode, target side: requests a handler deferred (ref_pending)
  * are carried out at the latest when a receive call ends, so that those
@@ -81,10 +81,11 @@ typedef struct {
 
 /* Initiator: an extra step after HELLO_ACK on a new blocking connection. */
 typedef ote_status_t (*ote_stream_connect_hook_t)(ote_stream_iface_t *iface, int fd,
-                                               const ote_tl_peer_t *peer, uint64_t deadline);
+                                                  const ote_tl_peer_t *peer, uint64_t deadline);
 /* Peer address blob to the socket addresses it lists (at most max). */
-typedef ote_status_t (*ote_stream_addr_unpack_t)(const void *buf, size_t len, ote_stream_sockaddr_t *out,
-                                              size_t max, size_t *count_p);
+typedef ote_status_t (*ote_stream_addr_unpack_t)(const void *buf, size_t len,
+                                                 ote_stream_sockaddr_t *out,
+                                                 size_t max, size_t *count_p);
 
 /*
  * What a component built on the stream connection code adds to it, given to
@@ -287,34 +288,34 @@ struct ote_stream_iface {
 
 /* stream_conn.c */
 ote_status_t ote_stream_conn_new(ote_stream_iface_t *iface, int fd, ote_stream_ep_t *ep,
-                              ote_stream_conn_t **conn_p);
+                                 ote_stream_conn_t **conn_p);
 void         ote_stream_conn_free(ote_stream_conn_t *conn);
 /* Close the socket and fail every outstanding operation with status. */
 void         ote_stream_conn_fail(ote_stream_conn_t *conn, ote_status_t status);
 ote_status_t ote_stream_conn_tx_push(ote_stream_conn_t *conn, const ote_stream_hdr_t *hdr,
-                                  const void *payload, size_t payload_len,
-                                  ote_region_t *region, bool own_region);
+                                     const void *payload, size_t payload_len,
+                                     ote_region_t *region, bool own_region);
 /*
  * A message whose trailer is longer than OTE_STREAM_TRAILER_MAX (a WRITEV_ACK's
  * statuses): header and trailer are copied into a buffer the message owns.
  */
 ote_status_t ote_stream_conn_tx_push_long(ote_stream_conn_t *conn, const ote_stream_hdr_t *hdr,
-                                       const void *trailer, size_t trailer_len);
+                                          const void *trailer, size_t trailer_len);
 /*
  * Bytes without a header of their own (target: the pieces of a READV_RESP),
  * sent from region, whose reference the message takes.
  */
 ote_status_t ote_stream_conn_tx_push_data(ote_stream_conn_t *conn, const void *payload,
-                                       size_t payload_len, ote_region_t *region);
+                                          size_t payload_len, ote_region_t *region);
 /* A by-reference request: header and 8-byte trailer, no payload. */
 ote_status_t ote_stream_conn_tx_push_ref(ote_stream_conn_t *conn, const ote_stream_hdr_t *hdr,
-                                      uint64_t trailer);
+                                         uint64_t trailer);
 /*
  * A message with a trailer (at most OTE_STREAM_TRAILER_MAX bytes) and, with fd
  * >= 0, a descriptor: the connection owns fd from then on, also on error.
  */
 ote_status_t ote_stream_conn_tx_push_fd(ote_stream_conn_t *conn, const ote_stream_hdr_t *hdr,
-                                     const void *trailer, size_t trailer_len, int fd);
+                                        const void *trailer, size_t trailer_len, int fd);
 /* The oldest descriptor received and not claimed, or -1. */
 int          ote_stream_conn_rx_fd_pop(ote_stream_conn_t *conn);
 /* Log what the peer did wrong and close the connection with PROTOCOL. */
@@ -373,7 +374,7 @@ void ote_stream_iface_mark_dirty(ote_stream_iface_t *iface, ote_stream_conn_t *c
  * handshake deadline). On error the socket is closed.
  */
 ote_status_t ote_stream_iface_conn_accept(ote_stream_iface_t *iface, int fd,
-                                       const struct sockaddr_storage *ss);
+                                          const struct sockaddr_storage *ss);
 void ote_stream_iface_conn_closed(ote_stream_iface_t *iface, ote_stream_conn_t *conn);
 /*
  * Fields from the component's settings (cfg), hooks and params, shared by
@@ -381,8 +382,8 @@ void ote_stream_iface_conn_closed(ote_stream_iface_t *iface, ote_stream_conn_t *
  * can undo a failed init.
  */
 ote_status_t ote_stream_iface_init(ote_stream_iface_t *iface, const ote_tl_resource_t *res,
-                                const ote_tl_iface_params_t *params,
-                                const ote_stream_config_t *cfg, const ote_stream_hooks_t *hooks);
+                                   const ote_tl_iface_params_t *params,
+                                   const ote_stream_config_t *cfg, const ote_stream_hooks_t *hooks);
 /* epoll set with the listening socket; iface->listen_fd must be open. */
 ote_status_t ote_stream_iface_epoll_init(ote_stream_iface_t *iface);
 void     ote_stream_iface_close(ote_tl_iface_t *iface);
@@ -422,7 +423,7 @@ int      ote_stream_iface_event_fd(ote_tl_iface_t *iface);
  */
 extern const ote_tl_ep_ops_t ote_stream_ep_ops;
 ote_status_t ote_stream_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
-                               const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
+                                  const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p);
 /*
  * Post one request of type on the connection stream_ep_pick chooses (the
  * previous request's, or the least loaded one past OTE_STREAM_PICK_RUN): WRITE
@@ -430,12 +431,12 @@ ote_status_t ote_stream_ep_create(ote_tl_iface_t *tl_iface, const void *addr, si
  * trailer.
  */
 ote_status_t ote_stream_ep_post(ote_stream_ep_t *ep, uint8_t type, void *local, size_t length,
-                             ote_region_t *local_region, uint64_t remote_addr,
-                             ote_tl_completion_t *comp);
+                                ote_region_t *local_region, uint64_t remote_addr,
+                                ote_tl_completion_t *comp);
 /* ote_stream_ep_post of a MAP whose copy (then: PUT_REF or GET_REF) waits for it. */
 ote_status_t ote_stream_ep_post_map(ote_stream_ep_t *ep, uint8_t then, void *local, size_t length,
-                                 ote_region_t *local_region, uint64_t remote_addr,
-                                 ote_tl_completion_t *comp);
+                                    ote_region_t *local_region, uint64_t remote_addr,
+                                    ote_tl_completion_t *comp);
 /* The connection an ep posts on now, or NULL while none is up. */
 ote_stream_conn_t *ote_stream_ep_conn(ote_stream_ep_t *ep);
 void   ote_stream_ep_destroy(ote_tl_ep_t *ep);
@@ -449,7 +450,7 @@ ote_status_t ote_stream_ep_reconnect(ote_tl_ep_t *ep, const ote_tl_peer_t *peer)
  * of payload, receive the answer's header into h.
  */
 ote_status_t ote_stream_handshake_step(int fd, ote_stream_hdr_t *h, const void *payload,
-                                    size_t payload_len, uint64_t deadline);
+                                       size_t payload_len, uint64_t deadline);
 
 /*
  * By-reference mode over a local socket (stream_local.c, stream_ref.c), the
@@ -482,23 +483,24 @@ ote_status_t ote_stream_handshake_step(int fd, ote_stream_hdr_t *h, const void *
  * UNREACHABLE, others: IO).
  */
 ote_status_t ote_stream_local_copy(pid_t pid, void *local, uint64_t peer_addr, size_t length,
-                          bool to_peer);
+                                   bool to_peer);
 
 /*
  * Target side: PUT_REF, GET_REF and PROBE (ote_stream_ref_handle_t). Copies
  * are deferred to the end of the receive call (ote_stream_local_target_flush,
  * ote_stream_ref_flush_t), which serves the requests read together in groups.
  */
-void ote_stream_local_target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, uint64_t peer_addr);
+void ote_stream_local_target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
+                                    uint64_t peer_addr);
 void ote_stream_local_target_flush(ote_stream_conn_t *c);
 
 /* Initiator side: the PROBE exchange after HELLO (ote_stream_connect_hook_t). */
 ote_status_t ote_stream_local_probe(ote_stream_iface_t *iface, int fd, const ote_tl_peer_t *peer,
-                           uint64_t deadline);
+                                    uint64_t deadline);
 
 /* Peer address blob: the abstract socket name without its leading NUL. */
 ote_status_t ote_stream_local_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
-                                 socklen_t *sslen_p);
+                                          socklen_t *sslen_p);
 
 /* Largest name: sun_path less the leading NUL of the abstract namespace. */
 #define OTE_STREAM_LOCAL_NAME_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
@@ -542,8 +544,9 @@ typedef struct {
         OTE_STREAM_MAX_MSG_ENTRY((_base) + offsetof(ote_stream_local_config_t, max_msg))
 
 /* Peer address blob (ote_stream_local_addr_unpack) as a list of one (ote_stream_hooks_t.addr_unpack). */
-ote_status_t ote_stream_local_addr_unpack_list(const void *buf, size_t len, ote_stream_sockaddr_t *out,
-                                      size_t max, size_t *count_p);
+ote_status_t ote_stream_local_addr_unpack_list(const void *buf, size_t len,
+                                               ote_stream_sockaddr_t *out,
+                                               size_t max, size_t *count_p);
 
 /*
  * Fill a zeroed iface in the local mode (abstract socket listener, epoll,
@@ -551,15 +554,16 @@ ote_status_t ote_stream_local_addr_unpack_list(const void *buf, size_t len, ote_
  * ops, the ep ops being ote_stream_ep_ops; on error the caller closes it
  * with ote_stream_local_iface_close.
  */
-ote_status_t ote_stream_local_iface_setup(ote_stream_local_iface_t *iface, const ote_tl_resource_t *res,
-                                 const ote_tl_iface_params_t *params,
+ote_status_t ote_stream_local_iface_setup(ote_stream_local_iface_t *iface,
+                                          const ote_tl_resource_t *res,
+                                          const ote_tl_iface_params_t *params,
                                           const ote_stream_local_config_t *cfg,
                                           const ote_stream_hooks_t *hooks,
                                           const ote_tl_iface_ops_t *ops);
 void         ote_stream_local_iface_close(ote_tl_iface_t *iface);
 void         ote_stream_local_iface_query(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);
 ote_status_t ote_stream_local_iface_get_address(ote_tl_iface_t *iface, void *buf, size_t max,
-                                       size_t *len_p);
+                                                size_t *len_p);
 unsigned     ote_stream_local_iface_progress(ote_tl_iface_t *iface);
 ote_status_t ote_stream_local_iface_event_arm(ote_tl_iface_t *iface);
 /* The iface ops of cma and of shm, which has its own query, progress, event_arm, close. */
@@ -573,7 +577,7 @@ bool         ote_stream_local_available(void);
  * as the component; none where process_vm_readv is not allowed.
  */
 ote_status_t ote_stream_local_query_resources(ote_tl_component_t *comp,
-                                     const ote_tl_iface_params_t *params,
-                                     ote_tl_resource_t **res_p, size_t *count_p);
+                                              const ote_tl_iface_params_t *params,
+                                              ote_tl_resource_t **res_p, size_t *count_p);
 
 #endif

@@ -41,7 +41,7 @@ void ote_stream_conn_set_sockopts(ote_stream_iface_t *iface, int fd)
 }
 
 ote_status_t ote_stream_conn_new(ote_stream_iface_t *iface, int fd, ote_stream_ep_t *ep,
-                              ote_stream_conn_t **conn_p)
+                                 ote_stream_conn_t **conn_p)
 {
     ote_stream_conn_t *c = calloc(1, sizeof(*c));
     struct epoll_event ev = {.events = EPOLLIN};
@@ -128,7 +128,7 @@ static ote_status_t tx_queue(ote_stream_conn_t *c, ote_stream_tx_t *e, const ote
 }
 
 ote_status_t ote_stream_conn_tx_push_ref(ote_stream_conn_t *c, const ote_stream_hdr_t *hdr,
-                                      uint64_t trailer)
+                                         uint64_t trailer)
 {
     ote_stream_tx_t *e = tx_slot(c);
 
@@ -139,8 +139,8 @@ ote_status_t ote_stream_conn_tx_push_ref(ote_stream_conn_t *c, const ote_stream_
 }
 
 ote_status_t ote_stream_conn_tx_push(ote_stream_conn_t *c, const ote_stream_hdr_t *hdr,
-                                  const void *payload, size_t payload_len, ote_region_t *region,
-                                  bool own_region)
+                                     const void *payload, size_t payload_len, ote_region_t *region,
+                                     bool own_region)
 {
     ote_stream_tx_t *e = tx_slot(c);
     ote_status_t status;
@@ -154,7 +154,7 @@ ote_status_t ote_stream_conn_tx_push(ote_stream_conn_t *c, const ote_stream_hdr_
 }
 
 ote_status_t ote_stream_conn_tx_push_data(ote_stream_conn_t *c, const void *payload,
-                                       size_t payload_len, ote_region_t *region)
+                                          size_t payload_len, ote_region_t *region)
 {
     static const ote_stream_hdr_t none;
     ote_stream_tx_t *e = tx_slot(c);
@@ -167,7 +167,7 @@ ote_status_t ote_stream_conn_tx_push_data(ote_stream_conn_t *c, const void *payl
 }
 
 ote_status_t ote_stream_conn_tx_push_long(ote_stream_conn_t *c, const ote_stream_hdr_t *hdr,
-                                       const void *trailer, size_t trailer_len)
+                                          const void *trailer, size_t trailer_len)
 {
     ote_stream_tx_t *e = tx_slot(c);
     uint8_t *v      = malloc(OTE_STREAM_HDR_LEN + trailer_len);
@@ -185,7 +185,7 @@ ote_status_t ote_stream_conn_tx_push_long(ote_stream_conn_t *c, const ote_stream
 }
 
 ote_status_t ote_stream_conn_tx_push_fd(ote_stream_conn_t *c, const ote_stream_hdr_t *hdr,
-                                     const void *trailer, size_t trailer_len, int fd)
+                                        const void *trailer, size_t trailer_len, int fd)
 {
     ote_stream_tx_t *e = trailer_len <= OTE_STREAM_TRAILER_MAX ? tx_slot(c) : NULL;
 

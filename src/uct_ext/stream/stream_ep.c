@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 ote_status_t ote_stream_handshake_step(int fd, ote_stream_hdr_t *h, const void *payload,
-                                    size_t payload_len, uint64_t deadline)
+                                       size_t payload_len, uint64_t deadline)
 {
     uint8_t buf[OTE_STREAM_HDR_LEN + OTE_STREAM_AUTH_TPROOF_LEN];
     ote_status_t status;
@@ -41,10 +41,11 @@ typedef struct {
 
 /* ote_auth_exchange_t on a connection before its HELLO. */
 static ote_status_t stream_auth_exchange(void *arg, bool proof, const uint8_t *msg, size_t len,
-                                      uint8_t *tproof, bool *done_p, ote_status_t *remote_p)
+                                         uint8_t *tproof, bool *done_p, ote_status_t *remote_p)
 {
     const stream_auth_io_t *io = arg;
-    ote_stream_hdr_t h = {.type = proof ? OTE_STREAM_AUTH_PROOF : OTE_STREAM_AUTH_HELLO, .length = len};
+    ote_stream_hdr_t h = {.type = proof ? OTE_STREAM_AUTH_PROOF : OTE_STREAM_AUTH_HELLO,
+                          .length = len};
     ote_status_t status = ote_stream_handshake_step(io->fd, &h, msg, len, io->deadline);
 
     if (status != OTE_OK)
@@ -60,15 +61,17 @@ static ote_status_t stream_auth_exchange(void *arg, bool proof, const uint8_t *m
 }
 
 /* Prove we hold the key, and that the target does (base/auth.h). */
-static ote_status_t stream_authenticate(ote_stream_iface_t *iface, int fd, const ote_tl_peer_t *peer,
-                                     uint64_t deadline)
+static ote_status_t stream_authenticate(ote_stream_iface_t *iface, int fd,
+                                        const ote_tl_peer_t *peer,
+                                        uint64_t deadline)
 {
     stream_auth_io_t io = {.fd = fd, .deadline = deadline};
     char who[160];
 
     snprintf(who, sizeof(who), "%s: %s", iface->super.resource.tl_name,
              peer->name ? peer->name : "peer");
-    return ote_auth_initiator_run(iface->auth, OTE_AUTH_CHANNEL_TCP, stream_auth_exchange, &io, who);
+    return ote_auth_initiator_run(iface->auth, OTE_AUTH_CHANNEL_TCP, stream_auth_exchange, &io,
+                                  who);
 }
 
 /*
@@ -76,8 +79,8 @@ static ote_status_t stream_authenticate(ote_stream_iface_t *iface, int fd, const
  * peer's timeout; *caps_p: what the target's HELLO_ACK says it takes.
  */
 static ote_status_t stream_connect_one(ote_stream_iface_t *iface, const struct sockaddr_storage *ss,
-                                    socklen_t sslen, const ote_tl_peer_t *peer, uint64_t deadline,
-                                    int *fd_p, uint64_t *caps_p)
+                                       socklen_t sslen, const ote_tl_peer_t *peer, uint64_t deadline,
+                                       int *fd_p, uint64_t *caps_p)
 {
     ote_stream_hdr_t h = {.type = OTE_STREAM_HELLO, .id = peer->local_instance,
                        .addr = peer->instance_id};
@@ -170,7 +173,7 @@ void ote_stream_ep_destroy(ote_tl_ep_t *tl_ep)
 }
 
 ote_status_t ote_stream_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_t addr_len,
-                               const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
+                                  const ote_tl_peer_t *peer, ote_tl_ep_t **ep_p)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
     ote_stream_sockaddr_t all[OTE_STREAM_MAX_ADDRS], cand[OTE_STREAM_MAX_ADDRS];
@@ -223,7 +226,7 @@ ote_status_t ote_stream_ep_create(ote_tl_iface_t *tl_iface, const void *addr, si
         status = stream_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds], &caps);
         /* The first connection finds an address that answers; the others follow it. */
         for (size_t c = 1; nfds == 0 && c < ncand &&
-                           (status == OTE_ERR_UNREACHABLE || status == OTE_ERR_TIMEOUT ||
+             (status == OTE_ERR_UNREACHABLE || status == OTE_ERR_TIMEOUT ||
                             status == OTE_ERR_IO || status == OTE_ERR_NOT_FOUND);
              c++) {
             char a[80];
@@ -309,7 +312,7 @@ ote_status_t ote_stream_ep_reconnect(ote_tl_ep_t *tl_ep, const ote_tl_peer_t *pe
         uint64_t caps;
 
         status = stream_connect_one(iface, &ep->addr, ep->addr_len, peer, deadline, &fds[nfds],
-                                 &caps);
+                                    &caps);
         if (status != OTE_OK)
             break;
     }
@@ -374,8 +377,8 @@ ote_stream_conn_t *ote_stream_ep_conn(ote_stream_ep_t *ep)
 }
 
 static ote_status_t stream_ep_queue_op(ote_stream_ep_t *ep, uint8_t type, uint8_t then, void *local,
-                            size_t length, ote_region_t *local_region, uint64_t remote_addr,
-                            ote_tl_completion_t *comp)
+                                       size_t length, ote_region_t *local_region, uint64_t remote_addr,
+                                       ote_tl_completion_t *comp)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)ep->super.iface;
     ote_stream_conn_t *c      = stream_ep_pick(ep);
@@ -406,8 +409,8 @@ static ote_status_t stream_ep_queue_op(ote_stream_ep_t *ep, uint8_t type, uint8_
         status = ote_stream_conn_tx_push_ref(c, &h, (uint64_t)(uintptr_t)local);
     else
         status = ote_stream_conn_tx_push(c, &h, type == OTE_STREAM_WRITE ? local : NULL,
-                                      type == OTE_STREAM_WRITE ? length : 0,
-                                      type == OTE_STREAM_WRITE ? local_region : NULL, false);
+                                         type == OTE_STREAM_WRITE ? length : 0,
+                                         type == OTE_STREAM_WRITE ? local_region : NULL, false);
     if (status != OTE_OK) {
         /* Undo the op push: it is the newest entry. */
         c->ops_count--;
@@ -418,17 +421,18 @@ static ote_status_t stream_ep_queue_op(ote_stream_ep_t *ep, uint8_t type, uint8_
 }
 
 ote_status_t ote_stream_ep_post(ote_stream_ep_t *ep, uint8_t type, void *local, size_t length,
-                             ote_region_t *local_region, uint64_t remote_addr,
-                             ote_tl_completion_t *comp)
+                                ote_region_t *local_region, uint64_t remote_addr,
+                                ote_tl_completion_t *comp)
 {
     return stream_ep_queue_op(ep, type, 0, local, length, local_region, remote_addr, comp);
 }
 
 ote_status_t ote_stream_ep_post_map(ote_stream_ep_t *ep, uint8_t then, void *local, size_t length,
-                                 ote_region_t *local_region, uint64_t remote_addr,
-                                 ote_tl_completion_t *comp)
+                                    ote_region_t *local_region, uint64_t remote_addr,
+                                    ote_tl_completion_t *comp)
 {
-    return stream_ep_queue_op(ep, OTE_STREAM_MAP, then, local, length, local_region, remote_addr, comp);
+    return stream_ep_queue_op(ep, OTE_STREAM_MAP, then, local, length, local_region, remote_addr,
+                              comp);
 }
 
 /*
@@ -438,8 +442,8 @@ ote_status_t ote_stream_ep_post_map(ote_stream_ep_t *ep, uint8_t then, void *loc
  * OTE_STREAM_CAP_INLINE_READ); shm posts its own way.
  */
 static ote_status_t stream_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local, size_t length,
-                                   ote_region_t *local_region, uint64_t remote_addr,
-                                   ote_tl_completion_t *comp)
+                                      ote_region_t *local_region, uint64_t remote_addr,
+                                      ote_tl_completion_t *comp)
 {
     const ote_stream_iface_t *iface = (const ote_stream_iface_t *)tl_ep->iface;
     uint64_t by_value = put ? OTE_STREAM_CAP_INLINE_WRITE : OTE_STREAM_CAP_INLINE_READ;
@@ -456,7 +460,7 @@ static ote_status_t stream_ep_post_op(ote_tl_ep_t *tl_ep, bool put, void *local,
     else
         type = put ? OTE_STREAM_WRITE : OTE_STREAM_READ_REQ;
     return ote_stream_ep_post((ote_stream_ep_t *)tl_ep, type, local, length, local_region,
-                           remote_addr, comp);
+                              remote_addr, comp);
 }
 
 size_t ote_stream_ep_inflight_bytes(ote_tl_ep_t *tl_ep)

@@ -83,7 +83,7 @@ static unsigned peer_conn_count(ote_stream_iface_t *iface, const char *ip)
 }
 
 ote_status_t ote_stream_iface_conn_accept(ote_stream_iface_t *iface, int fd,
-                                       const struct sockaddr_storage *ss)
+                                          const struct sockaddr_storage *ss)
 {
     ote_stream_conn_t *c;
     char ip[64], label[64];
@@ -291,8 +291,8 @@ void ote_stream_iface_close(ote_tl_iface_t *tl_iface)
 }
 
 ote_status_t ote_stream_iface_init(ote_stream_iface_t *iface, const ote_tl_resource_t *res,
-                                const ote_tl_iface_params_t *params,
-                                const ote_stream_config_t *cfg, const ote_stream_hooks_t *hooks)
+                                   const ote_tl_iface_params_t *params,
+                                   const ote_stream_config_t *cfg, const ote_stream_hooks_t *hooks)
 {
     iface->hooks             = hooks;
     iface->listen_fd         = -1;

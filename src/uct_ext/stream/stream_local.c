@@ -22,7 +22,7 @@
 typedef ote_stream_local_iface_t local_iface_t;
 
 ote_status_t ote_stream_local_addr_unpack(const void *buf, size_t len, struct sockaddr_storage *ss,
-                                 socklen_t *sslen_p)
+                                          socklen_t *sslen_p)
 {
     const char *b           = buf;
     struct sockaddr_un *un = (struct sockaddr_un *)ss;
@@ -43,8 +43,9 @@ ote_status_t ote_stream_local_addr_unpack(const void *buf, size_t len, struct so
 }
 
 /* The descriptor's cma address names one socket. */
-ote_status_t ote_stream_local_addr_unpack_list(const void *buf, size_t len, ote_stream_sockaddr_t *out,
-                                      size_t max, size_t *count_p)
+ote_status_t ote_stream_local_addr_unpack_list(const void *buf, size_t len,
+                                               ote_stream_sockaddr_t *out,
+                                               size_t max, size_t *count_p)
 {
     ote_status_t status;
 
@@ -75,7 +76,7 @@ void ote_stream_local_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
 }
 
 ote_status_t ote_stream_local_iface_get_address(ote_tl_iface_t *tl_iface, void *buf, size_t max,
-                                          size_t *len_p)
+                                                size_t *len_p)
 {
     local_iface_t *iface = (local_iface_t *)tl_iface;
 
@@ -147,8 +148,9 @@ static ote_status_t local_listen(local_iface_t *iface)
     return OTE_OK;
 }
 
-ote_status_t ote_stream_local_iface_setup(ote_stream_local_iface_t *iface, const ote_tl_resource_t *res,
-                                 const ote_tl_iface_params_t *params,
+ote_status_t ote_stream_local_iface_setup(ote_stream_local_iface_t *iface,
+                                          const ote_tl_resource_t *res,
+                                          const ote_tl_iface_params_t *params,
                                           const ote_stream_local_config_t *cfg,
                                           const ote_stream_hooks_t *hooks,
                                           const ote_tl_iface_ops_t *ops)
@@ -187,8 +189,8 @@ bool ote_stream_local_available(void)
 }
 
 ote_status_t ote_stream_local_query_resources(ote_tl_component_t *comp,
-                                     const ote_tl_iface_params_t *params,
-                                     ote_tl_resource_t **res_p, size_t *count_p)
+                                              const ote_tl_iface_params_t *params,
+                                              ote_tl_resource_t **res_p, size_t *count_p)
 {
     ote_tl_resource_t *r;
 

@@ -36,7 +36,7 @@ static ote_status_t errno_status(int err)
 }
 
 ote_status_t ote_stream_local_copy(pid_t pid, void *local, uint64_t peer_addr, size_t length,
-                          bool to_peer)
+                                   bool to_peer)
 {
     size_t done = 0;
 
@@ -107,8 +107,8 @@ static ote_status_t copy_guarded(ote_stream_conn_t *c, ote_region_t *region, uin
             return OTE_ERR_REMOTE_DISCONNECT;
         if (!ote_mem_region_access_begin(region))
             return OTE_ERR_NOT_REGISTERED;
-        status = ote_stream_local_copy(c->peer_pid, (void *)(uintptr_t)(addr + off), peer_addr + off, n,
-                              to_peer);
+        status = ote_stream_local_copy(c->peer_pid, (void *)(uintptr_t)(addr + off),
+                                       peer_addr + off, n, to_peer);
         ote_mem_region_access_end(region);
         if (status != OTE_OK)
             return status;
@@ -307,7 +307,7 @@ static size_t par_cut(par_set_t *set, const ote_stream_ref_req_t *q, size_t n, u
         }
         total = q[i].hdr.length;
         for (j = i + 1; j < n && set->it[j].status == OTE_OK && q[j].hdr.type == q[i].hdr.type &&
-                        q[j].hdr.length < piece && total + q[j].hdr.length <= piece;
+             q[j].hdr.length < piece && total + q[j].hdr.length <= piece;
              j++)
             total += q[j].hdr.length;
         set->unit[nu].first = (uint32_t)i;
@@ -448,7 +448,8 @@ void ote_stream_local_target_flush(ote_stream_conn_t *c)
     c->ref_busy = false;
 }
 
-void ote_stream_local_target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, uint64_t peer_addr)
+void ote_stream_local_target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
+                                    uint64_t peer_addr)
 {
     if (h->type == OTE_STREAM_PROBE) {
         /* Its answer comes after those of the requests before it. */
@@ -489,7 +490,7 @@ static void allow_ptrace(void)
 }
 
 ote_status_t ote_stream_local_probe(ote_stream_iface_t *iface, int fd, const ote_tl_peer_t *peer,
-                           uint64_t deadline)
+                                    uint64_t deadline)
 {
     ote_stream_hdr_t h = {.type = OTE_STREAM_PROBE, .length = OTE_STREAM_PROBE_LEN};
     uint8_t trailer[OTE_STREAM_REF_TRAILER_LEN];

@@ -126,8 +126,8 @@ void ote_stream_conn_rx_regions_put(ote_stream_conn_t *c)
  * any of its bytes land, holding one reference per region the ranges fall
  * in; a range refused is read and dropped, and its status answered.
  */
-static void target_write(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const ote_stream_vec_entry_t *v,
-                         size_t n)
+static void target_write(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
+                         const ote_stream_vec_entry_t *v, size_t n)
 {
     c->rx_hdr       = *h;
     c->rx_remaining = h->length;
@@ -163,10 +163,11 @@ static void target_write(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const 
  * when any entry is refused, then the bytes of every entry allowed, each
  * sent from its region under a reference of its own.
  */
-static void target_readv(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const ote_stream_vec_entry_t *v,
-                         size_t n)
+static void target_readv(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
+                         const ote_stream_vec_entry_t *v, size_t n)
 {
-    ote_stream_hdr_t resp = {.type = OTE_STREAM_READV_RESP, .status = OTE_OK, .id = h->id, .addr = n};
+    ote_stream_hdr_t resp = {.type = OTE_STREAM_READV_RESP, .status = OTE_OK, .id = h->id,
+                             .addr = n};
     uint8_t st[OTE_STREAM_WRITEV_MAX * OTE_STREAM_WRITEV_STATUS_LEN];
     ote_region_t *r[OTE_STREAM_WRITEV_MAX];
     ote_status_t status = OTE_OK;
@@ -276,9 +277,9 @@ static void target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const
                 return;
             }
             iface->hooks->ref_handle(c, h,
-                              ote_stream_hdr_inline_len(h) >= OTE_STREAM_REF_TRAILER_LEN
-                                  ? ote_get_u64(payload)
-                                  : 0);
+                                     ote_stream_hdr_inline_len(h) >= OTE_STREAM_REF_TRAILER_LEN
+                                     ? ote_get_u64(payload)
+                                     : 0);
             return;
         }
     }
@@ -409,7 +410,8 @@ static void initiator_vec_answer(ote_stream_conn_t *c, const ote_stream_hdr_t *h
 }
 
 /* Initiator side: a header arrived. */
-static void initiator_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8_t *trailer)
+static void initiator_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
+                             const uint8_t *trailer)
 {
     ote_stream_op_t *op = ote_stream_conn_op_head(c);
     bool by_ref      = c->iface->hooks->ref_handle != NULL;

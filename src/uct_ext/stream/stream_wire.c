@@ -30,7 +30,7 @@ void ote_stream_hdr_peek(const uint8_t *b, ote_stream_hdr_t *h)
 }
 
 ote_status_t ote_stream_hdr_decode(const uint8_t *b, size_t len, size_t max_payload,
-                                ote_stream_hdr_t *h)
+                                   ote_stream_hdr_t *h)
 {
     ote_stream_hdr_t x;
 
@@ -154,7 +154,7 @@ void ote_stream_vec_entry_encode(const ote_stream_vec_entry_t *v, uint8_t *b)
 }
 
 ote_status_t ote_stream_vec_decode(const ote_stream_hdr_t *h, const uint8_t *b, size_t max_payload,
-                                ote_stream_vec_entry_t *out)
+                                   ote_stream_vec_entry_t *out)
 {
     size_t max = max_payload < OTE_STREAM_WRITEV_ENTRY_MAX ? max_payload : OTE_STREAM_WRITEV_ENTRY_MAX;
     uint64_t sum = 0;
@@ -174,7 +174,7 @@ ote_status_t ote_stream_vec_decode(const ote_stream_hdr_t *h, const uint8_t *b, 
 }
 
 ote_status_t ote_stream_vec_status_decode(const ote_stream_hdr_t *h, const uint8_t *b,
-                                       ote_status_t *out)
+                                          ote_status_t *out)
 {
     if ((h->type != OTE_STREAM_WRITEV_ACK && h->type != OTE_STREAM_READV_RESP) ||
         h->status == OTE_OK || h->addr < 2 || h->addr > OTE_STREAM_WRITEV_MAX)

@@ -141,7 +141,7 @@ void ote_stream_hdr_peek(const uint8_t *buf, ote_stream_hdr_t *hdr_p);
  * OTE_ERR_PROTOCOL on any violation.
  */
 ote_status_t ote_stream_hdr_decode(const uint8_t *buf, size_t len, size_t max_payload,
-                                ote_stream_hdr_t *hdr_p);
+                                   ote_stream_hdr_t *hdr_p);
 
 /*
  * Bytes that follow a decoded header and belong to it, handled together
@@ -166,7 +166,7 @@ void ote_stream_vec_entry_encode(const ote_stream_vec_entry_t *entry, uint8_t *b
  * OTE_ERR_PROTOCOL otherwise.
  */
 ote_status_t ote_stream_vec_decode(const ote_stream_hdr_t *hdr, const uint8_t *buf,
-                                size_t max_payload, ote_stream_vec_entry_t *out);
+                                   size_t max_payload, ote_stream_vec_entry_t *out);
 
 /*
  * The statuses of a failed WRITEV_ACK or READV_RESP hdr (its inline bytes at
@@ -174,6 +174,6 @@ ote_status_t ote_stream_vec_decode(const ote_stream_hdr_t *hdr, const uint8_t *b
  * otherwise.
  */
 ote_status_t ote_stream_vec_status_decode(const ote_stream_hdr_t *hdr, const uint8_t *buf,
-                                       ote_status_t *out);
+                                          ote_status_t *out);
 
 #endif

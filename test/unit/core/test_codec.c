@@ -31,7 +31,8 @@ static void test_tcp_hdr(void **state)
     assert_true(d.id == h.id && d.addr == h.addr && d.length == h.length);
 
     /* Truncated. */
-    assert_int_equal(ote_stream_hdr_decode(b, OTE_STREAM_HDR_LEN - 1, 1 << 20, &d), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_stream_hdr_decode(b, OTE_STREAM_HDR_LEN - 1, 1 << 20, &d),
+                     OTE_ERR_PROTOCOL);
     /* Payload above the limit. */
     assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 4095, &d), OTE_ERR_PROTOCOL);
     /* Bad magic, version, type. */
@@ -119,7 +120,8 @@ static void test_tcp_writev(void **state)
     h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV, .addr = 4, .length = 3};
     ote_stream_hdr_encode(&h, b);
     assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
-    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV, .addr = OTE_STREAM_WRITEV_MAX, .length = all + 1};
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_WRITEV, .addr = OTE_STREAM_WRITEV_MAX,
+                           .length = all + 1};
     ote_stream_hdr_encode(&h, b);
     assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     h.length = all;
@@ -174,7 +176,8 @@ static void test_tcp_readv(void **state)
     h = (ote_stream_hdr_t){.type = OTE_STREAM_READV_REQ, .addr = 1, .length = 1};
     ote_stream_hdr_encode(&h, b);
     assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
-    h = (ote_stream_hdr_t){.type = OTE_STREAM_READV_REQ, .status = OTE_ERR_IO, .addr = 2, .length = 2};
+    h = (ote_stream_hdr_t){.type = OTE_STREAM_READV_REQ, .status = OTE_ERR_IO, .addr = 2,
+                           .length = 2};
     ote_stream_hdr_encode(&h, b);
     assert_int_equal(ote_stream_hdr_decode(b, sizeof(b), 1 << 20, &d), OTE_ERR_PROTOCOL);
     /* READV_RESP: all the bytes on success; on error fewer, and a status each. */
