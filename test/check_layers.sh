@@ -2,6 +2,9 @@
 # Includes run one way: core -> proto -> {mem, uct_ext} -> base. A layer
 # includes nothing of the layers above it, mem nothing of uct_ext, and
 # proto no component's private header (uct_ext/<component>/*_int.h).
+# Inside uct_ext a component folder includes of another folder only the
+# stream base's public header (uct_ext/stream/stream.h), and the stream base
+# no component's header.
 set -eu
 src="$(dirname "$0")/../src"
 bad=0
@@ -17,6 +20,26 @@ check base 'core/|proto/|mem/|uct_ext/' 'a layer above it'
 check mem 'core/|proto/|uct_ext/' 'core, proto or uct_ext'
 check uct_ext 'core/|proto/' 'core or proto'
 check proto 'core/|uct_ext/[a-z]+/[a-z_]*_int\.h' 'core or a component private header'
+# uct_ext/<component>/ includes nothing of another component, and of stream/
+# only stream.h. Known exception, until uct learns rdma's devices from the
+# rdma component's ops: uct_iface.c's use of rdma's sysfs helpers.
+allowed_cross='uct_ext/uct/uct_iface.c:#include "uct_ext/rdma/rdma.h"'
+for dir in "$src"/uct_ext/*/; do
+    comp=$(basename "$dir")
+    if [ "$comp" = stream ]; then
+        shared='^$' # the base includes no component
+    else
+        shared='#include "uct_ext/stream/stream\.h"'
+    fi
+    hits=$(cd "$src" && grep -rE '#include "(uct_ext/[a-z_]+/|\.\./)' "uct_ext/$comp" \
+               --include=*.c --include=*.h | grep -vF "#include \"uct_ext/$comp/" |
+           grep -vE "$shared" | grep -vxF "$allowed_cross" || true)
+    if [ -n "$hits" ]; then
+        echo "src/uct_ext/$comp includes another component's header (only stream/stream.h and base/ are shared):"
+        echo "$hits"
+        bad=1
+    fi
+done
 # core/obs/ reads the engine through engine.h only (its opening comment).
 check core/obs '\.\./|core/(batch|ctl|desc|fexport|meta|segment|worker)' 'core files other than engine.h'
 if [ $bad -ne 0 ]; then
