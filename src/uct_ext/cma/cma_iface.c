@@ -9,8 +9,6 @@
 
 #include "base/config.h"
 
-#include <stdlib.h>
-
 static const ote_tl_iface_ops_t cma_iface_ops = OTE_STREAM_LOCAL_IFACE_OPS_INIT(
     ote_stream_local_iface_query, ote_stream_local_iface_progress,
     ote_stream_local_iface_event_arm, ote_stream_local_iface_close);
@@ -23,12 +21,9 @@ static const ote_cfg_entry_t cma_config_fields[] = {
 OTE_CONFIG_TABLE_DEFINE(ote_cma_config_table, "CMA_", "cma", cma_config_fields,
                         ote_stream_local_config_t, NULL);
 
-/* By reference, its address, the probe. */
+/* By reference, its address, the probe: the local mode's as they are. */
 static const ote_stream_hooks_t cma_hooks = {
-    .addr_unpack  = ote_stream_local_addr_unpack_list,
-    .connect_hook = ote_stream_local_probe,
-    .ref_handle   = ote_stream_local_target_handle,
-    .ref_flush    = ote_stream_local_target_flush,
+    OTE_STREAM_LOCAL_HOOKS(ote_stream_local_target_handle),
 };
 
 static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
@@ -39,20 +34,11 @@ static ote_status_t cma_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     ote_stream_local_config_t cfg;
     ote_status_t status;
 
-    status = ote_config_fill(&ote_cma_config_table, &cfg);
-    if (status != OTE_OK)
-        return status;
-    iface = calloc(1, sizeof(*iface));
-    if (iface == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = ote_stream_local_iface_setup(iface, res, params, &cfg, &cma_hooks, &cma_iface_ops);
-    ote_config_release(&ote_cma_config_table, &cfg);
-    if (status != OTE_OK) {
-        ote_stream_local_iface_close(&iface->stream.super);
-        return status;
-    }
-    *iface_p = &iface->stream.super;
-    return OTE_OK;
+    status = ote_stream_local_iface_open(&cfg, sizeof(*iface), res, params, &cma_hooks,
+                                         &cma_iface_ops, &iface);
+    if (status == OTE_OK)
+        *iface_p = &iface->stream.super;
+    return status;
 }
 
 /* cma runs on the stream base's local mode with its own table (OTE_CMA_*). */

@@ -78,9 +78,11 @@ static const ote_tl_iface_ops_t shm_iface_ops =
 
 /* OTE_SHM_*: its own, and the local mode's it shares with cma (COPY_THREADS, STREAM_*). */
 typedef struct {
-    ote_stream_local_config_t local;
-    long             unmap_timeout_ms;
+    ote_stream_local_config_t local; /* first: where ote_stream_local_iface_open reads it */
+    long                      unmap_timeout_ms;
 } shm_config_t;
+
+_Static_assert(offsetof(shm_config_t, local) == 0, "the local mode's settings come first");
 
 #define SHM_F(_f) offsetof(shm_config_t, _f)
 
@@ -101,10 +103,7 @@ OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, 
  * to shm's target and posts through its mappings.
  */
 static const ote_stream_hooks_t shm_hooks = {
-    .addr_unpack    = ote_stream_local_addr_unpack_list,
-    .connect_hook   = ote_stream_local_probe,
-    .ref_handle     = ote_shm_target_handle,
-    .ref_flush      = ote_stream_local_target_flush,
+    OTE_STREAM_LOCAL_HOOKS(ote_shm_target_handle),
     .fd_passing     = true,
     .initiator_hook = ote_shm_initiator_hook,
     .conn_closed    = shm_conn_closed,
@@ -115,34 +114,25 @@ static ote_status_t shm_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
                                    const ote_tl_iface_params_t *params,
                                    ote_tl_iface_t **iface_p)
 {
+    ote_stream_local_iface_t *local;
     shm_iface_t *iface;
     pthread_condattr_t attr;
     shm_config_t cfg;
-    ote_stream_iface_t *t;
     ote_status_t status;
 
-    status = ote_config_fill(&ote_shm_config_table, &cfg);
+    status = ote_stream_local_iface_open(&cfg, sizeof(*iface), res, params, &shm_hooks,
+                                         &shm_iface_ops, &local);
     if (status != OTE_OK)
         return status;
-    iface = calloc(1, sizeof(*iface));
-    if (iface == NULL)
-        return OTE_ERR_NO_MEMORY;
-    t = &iface->local.stream;
+    iface = (shm_iface_t *)local;
     /* Deadlines are on the monotonic clock (ote_time_ns). */
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&iface->cond, &attr);
     pthread_condattr_destroy(&attr);
     iface->unmap_timeout_ns = (uint64_t)cfg.unmap_timeout_ms * 1000000ull;
-    status = ote_stream_local_iface_setup(&iface->local, res, params, &cfg.local, &shm_hooks,
-                                          &shm_iface_ops);
-    ote_config_release(&ote_shm_config_table, &cfg);
-    iface->copier.par = iface->local.par;
-    if (status != OTE_OK) {
-        shm_iface_close(&t->super);
-        return status;
-    }
-    *iface_p = &t->super;
+    iface->copier.par       = iface->local.par;
+    *iface_p                = &local->stream.super;
     return OTE_OK;
 }
 

@@ -560,12 +560,35 @@ ote_status_t ote_stream_local_iface_setup(ote_stream_local_iface_t *iface,
                                           const ote_stream_local_config_t *cfg,
                                           const ote_stream_hooks_t *hooks,
                                           const ote_tl_iface_ops_t *ops);
+/*
+ * Open an iface of res in the local mode: fill opts from the table of
+ * res's component (a struct that starts with ote_stream_local_config_t),
+ * allocate a zeroed iface of size bytes (a struct that starts with
+ * ote_stream_local_iface_t), set it up with hooks and ops, release the
+ * table's settings (plain numbers in opts stay readable). On error the
+ * iface is closed with ops->close.
+ */
+ote_status_t ote_stream_local_iface_open(void *opts, size_t size, const ote_tl_resource_t *res,
+                                         const ote_tl_iface_params_t *params,
+                                         const ote_stream_hooks_t *hooks,
+                                         const ote_tl_iface_ops_t *ops,
+                                         ote_stream_local_iface_t **iface_p);
 void         ote_stream_local_iface_close(ote_tl_iface_t *iface);
 void         ote_stream_local_iface_query(ote_tl_iface_t *iface, ote_tl_caps_t *caps_p);
 ote_status_t ote_stream_local_iface_get_address(ote_tl_iface_t *iface, void *buf, size_t max,
                                                 size_t *len_p);
 unsigned     ote_stream_local_iface_progress(ote_tl_iface_t *iface);
 ote_status_t ote_stream_local_iface_event_arm(ote_tl_iface_t *iface);
+/*
+ * The hooks of the local mode (its address, the probe after HELLO, the
+ * target's copies by reference deferred to ote_stream_local_target_flush),
+ * in a component's ote_stream_hooks_t; _ref_handle: the target's handler of
+ * PUT_REF, GET_REF and PROBE (cma: ote_stream_local_target_handle; shm its
+ * own, which passes those on to it).
+ */
+#define OTE_STREAM_LOCAL_HOOKS(_ref_handle)                                                    \
+    .addr_unpack = ote_stream_local_addr_unpack_list, .connect_hook = ote_stream_local_probe,  \
+    .ref_handle = (_ref_handle), .ref_flush = ote_stream_local_target_flush
 /* The iface ops of cma and of shm, which has its own query, progress, event_arm, close. */
 #define OTE_STREAM_LOCAL_IFACE_OPS_INIT(_query, _progress, _event_arm, _close)                  \
     OTE_STREAM_IFACE_OPS_INIT(_query, ote_stream_local_iface_get_address,                      \

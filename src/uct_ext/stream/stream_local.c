@@ -174,6 +174,34 @@ ote_status_t ote_stream_local_iface_setup(ote_stream_local_iface_t *iface,
     return status;
 }
 
+ote_status_t ote_stream_local_iface_open(void *opts, size_t size, const ote_tl_resource_t *res,
+                                         const ote_tl_iface_params_t *params,
+                                         const ote_stream_hooks_t *hooks,
+                                         const ote_tl_iface_ops_t *ops,
+                                         ote_stream_local_iface_t **iface_p)
+{
+    const ote_config_table_t *table = res->component->ops->config_table;
+    local_iface_t *iface;
+    ote_status_t status;
+
+    status = ote_config_fill(table, opts);
+    if (status != OTE_OK)
+        return status;
+    iface = calloc(1, size);
+    if (iface == NULL) {
+        ote_config_release(table, opts);
+        return OTE_ERR_NO_MEMORY;
+    }
+    status = ote_stream_local_iface_setup(iface, res, params, opts, hooks, ops);
+    ote_config_release(table, opts);
+    if (status != OTE_OK) {
+        ops->close(&iface->stream.super);
+        return status;
+    }
+    *iface_p = iface;
+    return OTE_OK;
+}
+
 /* The kernel must let a process read its own memory this way, or cma is not offered. */
 bool ote_stream_local_available(void)
 {
