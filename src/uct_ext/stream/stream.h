@@ -88,8 +88,9 @@ typedef ote_status_t (*ote_stream_addr_unpack_t)(const void *buf, size_t len,
                                                  size_t max, size_t *count_p);
 
 /*
- * What a component built on the stream connection code adds to it, given to
- * ote_stream_iface_init: tcp only its address format; cma by-reference
+ * What a component built on the stream base adds to it, given to
+ * ote_stream_iface_init: tcp its address format and which of a peer's
+ * addresses its interface reaches; cma by-reference
  * requests, its address format and the probe after HELLO; shm cma's plus
  * descriptor passing and its own post. NULL members: not used.
  */
@@ -128,7 +129,7 @@ typedef struct ote_stream_hooks {
     void                 (*initiator_hook)(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
                                            const uint8_t *trailer);
     void                 (*conn_closed)(ote_stream_conn_t *c);
-    /* How the ep ops post an operation (shm: through its mappings); NULL: tcp's way. */
+    /* How the ep ops post an operation (shm: through its mappings); NULL: the base's. */
     ote_status_t         (*post)(ote_tl_ep_t *ep, bool put, void *local, size_t length,
                                  ote_region_t *local_region, uint64_t remote_addr,
                                  ote_tl_completion_t *comp);

@@ -1,5 +1,6 @@
 /*
- * Wire format of the native tcp component's data connections.
+ * Wire format of the stream connections (stream.h): tcp's data connections,
+ * cma's and shm's local ones.
  *
  * Every message starts with a fixed 32-byte header, little-endian:
  *   0  u16 magic  (OTE_STREAM_MAGIC)
