@@ -176,7 +176,7 @@ ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl
                            char *bound, size_t bound_len);
 ote_status_t ote_ctl_run(ote_ctl_t *ctl);
 /*
- * One transfer between this engine's memory local and remote in the peer
+ * ctl_peer.c (the host's peer_xfer, proto/ctl_target.h): one transfer between this engine's memory local and remote in the peer
  * seg (a segment the control listener keeps open to an initiator), waited
  * for until it ended: past the transfer timeout it is canceled (no retry,
  * nothing queued posted) and its posted slices end by their own timeout,
@@ -189,15 +189,6 @@ ote_status_t ote_ctl_run(ote_ctl_t *ctl);
  */
 ote_status_t ote_peer_xfer(ote_engine_h engine, ote_segment_h seg, ote_op_t op, void *local,
                            uint64_t remote, size_t length, bool putback);
-/*
- * Serve a PUTBACK whose remote range the caller found readable in this
- * engine's region table (it holds a reference on that region): WRITE the
- * range into m->local over seg, the segment to the initiator (the instance
- * m names), and wait for the end. The status of that WRITE. Blocking: runs
- * on a thread of the control listener's PUTBACK pool.
- */
-ote_status_t ote_putback_serve(ote_engine_h engine, ote_segment_h seg,
-                               const ote_ctl_putback_t *m);
 /* The same WRITE with only the initiator's registration required (batch.c). */
 ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
                                       size_t *first_task_p);
