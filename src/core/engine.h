@@ -12,8 +12,6 @@
 #include "obs/obs.h"
 #include "proto/proto.h"
 #include "proto/stage.h"
-#include "uct_ext/file/file.h"
-#include "uct_ext/rdma/rdma.h"
 #include "uct_ext/tl.h"
 
 #include <ote/ote.h>
@@ -110,10 +108,12 @@ struct ote_engine {
     /*
      * Tables of the code core drives itself, read with the engine's own so
      * that the settings at creation hold for the engine's life: staging
-     * (the target pool is made on the first request) and file segments.
+     * (the target pool is made on the first request) and the segments a
+     * component opens itself (tl_configs[i]: the configuration of
+     * ote_tl_components[i] where it has objects, else NULL; file segments).
      */
     ote_stage_config_t  stage_config;
-    ote_file_config_t   file_config;
+    void              **tl_configs;
     ote_auth_t      *auth;          /* key and connection limits */
     char             name[OTE_DESC_NAME_MAX + 1];
     char             host_id[OTE_DESC_NAME_MAX + 1];
@@ -125,7 +125,7 @@ struct ote_engine {
     ote_mem_table_t *regions;
     ote_engine_tl_t  tls[OTE_MAX_IFACES];
     _Atomic size_t   num_tls;       /* grows while the engine runs (engine_join.c) */
-    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_RDMA_SYSFS_ROOT) at creation */
+    struct ote_rdma *rdma;        /* RDMA devices from sysfs (OTE_RDMA_SYSFS_ROOT) at creation */
     struct ote_engine_rdma_mon *rdma_mon; /* their ports re-read (OTE_RDMA_POLL_MS) */
     uint64_t         netif_sig;   /* the network interfaces the last join round saw */
     /* A network device failed to open: the round that tries again (0: none), its back-off. */
@@ -289,7 +289,7 @@ void ote_engine_topo_print(ote_engine_h e, FILE *f);
  * descriptor; when it is offered again it resumes. The monitor's thread
  * (or a caller of ote_engine_rdma_poll) only.
  */
-void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_changed);
+void ote_engine_join_round(ote_engine_h e, const struct ote_rdma *rdma, bool rdma_changed);
 /*
  * engine_join.c: md, new to the running engine, joins it: every region
  * registered so far (and what the registration cache keeps) is registered
