@@ -8,12 +8,15 @@
 
 #include <string.h>
 
-void ote_ctl_jobs_init(ote_ctl_jobs_t *q, const char *name, unsigned threads, unsigned max)
+void ote_ctl_jobs_init(ote_ctl_jobs_t *q, const char *name, unsigned threads, unsigned max,
+                       ote_ctl_job_answer_cb_t answer, ote_ctl_job_release_cb_t release)
 {
     memset(q, 0, sizeof(*q));
     q->name    = name;
     q->threads = threads;
     q->max     = max;
+    q->answer  = answer;
+    q->release = release;
     pthread_mutex_init(&q->lock, NULL);
 }
 
@@ -71,11 +74,9 @@ void ote_ctl_jobs_end(ote_ctl_job_t *job)
     job->host->wake(job->host->ctx);
 }
 
-void ote_ctl_jobs_answer_all(ote_ctl_jobs_t *q, const ote_ctl_host_t *host,
-                             ote_status_t (*answer)(const ote_ctl_host_t *host,
-                                                    ote_ctl_conn_t *c, ote_ctl_job_t *job),
-                             void (*release)(ote_ctl_job_t *job))
+void ote_ctl_jobs_answer_all(const ote_ctl_host_t *host, void *state)
 {
+    ote_ctl_jobs_t *q = state;
     ote_ctl_job_t *job, *next;
 
     pthread_mutex_lock(&q->lock);
@@ -86,15 +87,18 @@ void ote_ctl_jobs_answer_all(ote_ctl_jobs_t *q, const ote_ctl_host_t *host,
         ote_ctl_conn_t *c = host->conn_resume(host->ctx, &job->ticket);
 
         next = job->next;
-        if (c != NULL && answer(host, c, job) != OTE_OK)
+        if (c != NULL && q->answer(host, c, job) != OTE_OK)
             host->conn_close(host->ctx, c);
         jobs_done(q);
-        release(job);
+        q->release(job);
     }
 }
 
-void ote_ctl_jobs_stop(ote_ctl_jobs_t *q, void (*release)(ote_ctl_job_t *job))
+void ote_ctl_jobs_stop(const ote_ctl_host_t *host, void *state)
 {
+    ote_ctl_jobs_t *q = state;
+
+    (void)host;
     ote_proto_jobs_destroy(q->pool);
     q->pool = NULL;
     pthread_mutex_lock(&q->lock);
@@ -104,7 +108,7 @@ void ote_ctl_jobs_stop(ote_ctl_jobs_t *q, void (*release)(ote_ctl_job_t *job))
         q->done = job->next;
         q->count--;
         pthread_mutex_unlock(&q->lock);
-        release(job);
+        q->release(job);
         pthread_mutex_lock(&q->lock);
     }
     pthread_mutex_unlock(&q->lock);

@@ -166,18 +166,26 @@ typedef struct ote_ctl_job {
     struct ote_ctl_job         *next;      /* ended, not answered yet (jobs->lock) */
 } ote_ctl_job_t;
 
+/* Answer an ended job on c (non-OK: c closes); release a job answered or dropped. */
+typedef ote_status_t (*ote_ctl_job_answer_cb_t)(const ote_ctl_host_t *host, ote_ctl_conn_t *c,
+                                                ote_ctl_job_t *job);
+typedef void (*ote_ctl_job_release_cb_t)(ote_ctl_job_t *job);
+
 typedef struct ote_ctl_jobs {
-    const char       *name;
-    unsigned          threads;
-    unsigned          max;   /* accepted at once (running or queued); more are BUSY */
-    pthread_mutex_t   lock;  /* pool, count, done */
-    ote_proto_jobs_t *pool;
-    unsigned          count; /* running or queued */
-    ote_ctl_job_t    *done;  /* ended, not answered yet */
+    const char              *name;
+    unsigned                 threads;
+    unsigned                 max;   /* accepted at once (running or queued); more are BUSY */
+    ote_ctl_job_answer_cb_t  answer;
+    ote_ctl_job_release_cb_t release;
+    pthread_mutex_t          lock;  /* pool, count, done */
+    ote_proto_jobs_t        *pool;
+    unsigned                 count; /* running or queued */
+    ote_ctl_job_t           *done;  /* ended, not answered yet */
 } ote_ctl_jobs_t;
 
 void         ote_ctl_jobs_init(ote_ctl_jobs_t *q, const char *name, unsigned threads,
-                               unsigned max);
+                               unsigned max, ote_ctl_job_answer_cb_t answer,
+                               ote_ctl_job_release_cb_t release);
 /*
  * Admit job (BUSY when max are running or queued; the pool is made on the
  * first one) and run it for req, whose connection is held until its
@@ -190,19 +198,14 @@ ote_status_t ote_ctl_jobs_start(ote_ctl_jobs_t *q, const ote_ctl_host_t *host,
 /* A pool thread: the job ended; the listener is woken to answer it. */
 void         ote_ctl_jobs_end(ote_ctl_job_t *job);
 /*
- * The listener: answer each ended job on its connection if still there
- * (answer failing: the connection closes), count it done, release it.
+ * The service hooks of a service whose state begins with its jobs:
+ * answer: the listener answers each ended job on its connection if still
+ * there (answer failing: the connection closes), counts it done, releases
+ * it; stop: the listener stopped, every accepted job runs to its end, the
+ * pool goes, the jobs ended and not answered are released.
  */
-void         ote_ctl_jobs_answer_all(ote_ctl_jobs_t *q, const ote_ctl_host_t *host,
-                                     ote_status_t (*answer)(const ote_ctl_host_t *host,
-                                                            ote_ctl_conn_t *c,
-                                                            ote_ctl_job_t *job),
-                                     void (*release)(ote_ctl_job_t *job));
-/*
- * The listener stopped: every accepted job runs to its end, the pool goes,
- * the jobs ended and not answered are released.
- */
-void         ote_ctl_jobs_stop(ote_ctl_jobs_t *q, void (*release)(ote_ctl_job_t *job));
+void         ote_ctl_jobs_answer_all(const ote_ctl_host_t *host, void *state);
+void         ote_ctl_jobs_stop(const ote_ctl_host_t *host, void *state);
 void         ote_ctl_jobs_destroy(ote_ctl_jobs_t *q);
 /* Threads the pool runs now (0 before the first request). */
 unsigned     ote_ctl_jobs_threads(ote_ctl_jobs_t *q);

@@ -36,7 +36,7 @@ typedef struct {
 } file_bounce_t;
 
 typedef struct {
-    ote_ctl_jobs_t  jobs;
+    ote_ctl_jobs_t  jobs; /* first: the state the jobs' hooks take */
     pthread_mutex_t lock; /* bounce */
     file_bounce_t   bounce[FILE_IO_THREADS];
 } file_io_target_t;
@@ -249,17 +249,11 @@ static ote_status_t file_io_create(const ote_ctl_host_t *host, void **state_p)
     (void)host;
     if (t == NULL)
         return OTE_ERR_NO_MEMORY;
-    ote_ctl_jobs_init(&t->jobs, "ote-fileio", FILE_IO_THREADS, FILE_IO_MAX);
+    ote_ctl_jobs_init(&t->jobs, "ote-fileio", FILE_IO_THREADS, FILE_IO_MAX, file_io_answer,
+                      file_io_release);
     pthread_mutex_init(&t->lock, NULL);
     *state_p = t;
     return OTE_OK;
-}
-
-static void file_io_answer_all(const ote_ctl_host_t *host, void *state)
-{
-    file_io_target_t *t = state;
-
-    ote_ctl_jobs_answer_all(&t->jobs, host, file_io_answer, file_io_release);
 }
 
 static void file_io_stop(const ote_ctl_host_t *host, void *state)
@@ -267,7 +261,7 @@ static void file_io_stop(const ote_ctl_host_t *host, void *state)
     file_io_target_t *t = state;
 
     /* Every accepted FILE_IO runs to its end (one pread or pwrite). */
-    ote_ctl_jobs_stop(&t->jobs, file_io_release);
+    ote_ctl_jobs_stop(host, &t->jobs);
     pthread_mutex_lock(&t->lock);
     for (int i = 0; i < FILE_IO_THREADS; i++) {
         file_bounce_t *b = &t->bounce[i];
@@ -301,7 +295,7 @@ const ote_ctl_service_t ote_proto_file_io_service = {
     .handlers     = file_io_handlers,
     .num_handlers = sizeof(file_io_handlers) / sizeof(file_io_handlers[0]),
     .create       = file_io_create,
-    .answer       = file_io_answer_all,
+    .answer       = ote_ctl_jobs_answer_all,
     .stop         = file_io_stop,
     .destroy      = file_io_destroy,
 };

@@ -14,10 +14,6 @@
 
 #include <stdlib.h>
 
-typedef struct {
-    ote_ctl_jobs_t jobs;
-} putback_target_t;
-
 /* A PUTBACK served by a thread of the pool, and its answer. */
 typedef struct {
     ote_ctl_job_t     base;   /* first */
@@ -76,8 +72,7 @@ static void putback_release(ote_ctl_job_t *job)
 
 static ote_status_t putback_handle(const ote_ctl_host_t *host, void *state, ote_ctl_req_t *req)
 {
-    putback_target_t *t = state;
-    putback_job_t *job  = calloc(1, sizeof(*job));
+    putback_job_t *job = calloc(1, sizeof(*job));
     ote_status_t status, st;
 
     status = job != NULL ? ote_ctl_putback_decode(req->payload, req->length, &job->m)
@@ -92,7 +87,7 @@ static ote_status_t putback_handle(const ote_ctl_host_t *host, void *state, ote_
         st = ote_mem_region_acquire(host->regions, job->m.remote, job->m.length,
                                     OTE_ACCESS_REMOTE_READ, &job->region);
     if (st == OTE_OK) {
-        st = ote_ctl_jobs_start(&t->jobs, host, req, &job->base, putback_job_run);
+        st = ote_ctl_jobs_start(state, host, req, &job->base, putback_job_run);
         if (st == OTE_OK)
             return OTE_OK;
         ote_mem_region_put(job->region);
@@ -107,46 +102,27 @@ static ote_status_t putback_handle(const ote_ctl_host_t *host, void *state, ote_
 
 static ote_status_t putback_create(const ote_ctl_host_t *host, void **state_p)
 {
-    putback_target_t *t = calloc(1, sizeof(*t));
+    ote_ctl_jobs_t *jobs = calloc(1, sizeof(*jobs));
 
     (void)host;
-    if (t == NULL)
+    if (jobs == NULL)
         return OTE_ERR_NO_MEMORY;
-    ote_ctl_jobs_init(&t->jobs, "ote-putback", OTE_PUTBACK_TARGET_THREADS,
-                      OTE_PUTBACK_TARGET_MAX);
-    *state_p = t;
+    ote_ctl_jobs_init(jobs, "ote-putback", OTE_PUTBACK_TARGET_THREADS, OTE_PUTBACK_TARGET_MAX,
+                      putback_answer, putback_release);
+    *state_p = jobs;
     return OTE_OK;
-}
-
-/* Answer the PUTBACKs that ended, on the connections still there. */
-static void putback_answer_all(const ote_ctl_host_t *host, void *state)
-{
-    putback_target_t *t = state;
-
-    ote_ctl_jobs_answer_all(&t->jobs, host, putback_answer, putback_release);
-}
-
-static void putback_stop(const ote_ctl_host_t *host, void *state)
-{
-    putback_target_t *t = state;
-
-    (void)host;
-    /* Every accepted PUTBACK runs to its end (bounded by the transfer timeout). */
-    ote_ctl_jobs_stop(&t->jobs, putback_release);
 }
 
 static void putback_destroy(const ote_ctl_host_t *host, void *state)
 {
-    putback_target_t *t = state;
-
     (void)host;
-    ote_ctl_jobs_destroy(&t->jobs);
-    free(t);
+    ote_ctl_jobs_destroy(state);
+    free(state);
 }
 
 unsigned ote_proto_putback_target_threads(void *state)
 {
-    return state != NULL ? ote_ctl_jobs_threads(&((putback_target_t *)state)->jobs) : 0;
+    return state != NULL ? ote_ctl_jobs_threads(state) : 0;
 }
 
 static const ote_ctl_handler_t putback_handlers[] = {
@@ -158,7 +134,8 @@ const ote_ctl_service_t ote_proto_putback_service = {
     .handlers     = putback_handlers,
     .num_handlers = sizeof(putback_handlers) / sizeof(putback_handlers[0]),
     .create       = putback_create,
-    .answer       = putback_answer_all,
-    .stop         = putback_stop,
+    /* Every accepted PUTBACK runs to its end at stop (bounded by the transfer timeout). */
+    .answer       = ote_ctl_jobs_answer_all,
+    .stop         = ote_ctl_jobs_stop,
     .destroy      = putback_destroy,
 };

@@ -324,6 +324,12 @@ static void test_ctl_handlers(void **state)
     assert_int_equal(ote_ctl_handler_find(OTE_CTL_PUTBACK)->refuse_type, OTE_CTL_AUTH_DONE);
     assert_int_equal(ote_ctl_handler_find(OTE_CTL_FILE_IO)->refuse_type, OTE_CTL_AUTH_DONE);
     assert_int_equal(ote_ctl_handler_find(OTE_CTL_STAGE)->refuse_type, OTE_CTL_AUTH_DONE);
+    /* Each protocol serves its own requests: the rows are those of its service in proto/. */
+    assert_ptr_equal(ote_ctl_handler_find(OTE_CTL_STAGE), &ote_proto_stage_service.handlers[0]);
+    assert_ptr_equal(ote_ctl_handler_find(OTE_CTL_PUTBACK),
+                     &ote_proto_putback_service.handlers[0]);
+    assert_ptr_equal(ote_ctl_handler_find(OTE_CTL_FILE_IO),
+                     &ote_proto_file_io_service.handlers[0]);
 }
 
 static void test_notify(void **state)
