@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(h.type != OTE_CTL_GET_DESC || req_max == 0);
             FUZZ_CHECK(h.type != OTE_CTL_NOTIFY || req_max == OTE_CTL_NOTIFY_MAX_LEN);
             FUZZ_CHECK(h.type != OTE_CTL_STAGE || req_max <= OTE_CTL_STAGE_MAX_LEN);
-            /* The listener serves it through its handler table (ctl_int.h). */
+            /* The listener serves it through its handler table (ctl_int.h, proto/ctl_target.h). */
             FUZZ_CHECK(ote_ctl_handler_find(h.type) != NULL);
             FUZZ_CHECK(ote_ctl_handler_find(h.type)->type == h.type);
         } else {
