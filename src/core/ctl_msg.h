@@ -42,9 +42,10 @@ typedef enum {
      * 10..15: the protocols' own, defined with their messages in proto/:
      * OTE_CTL_STAGE, STAGE_ACK (stage_msg.h: remote staging), OTE_CTL_PUTBACK,
      * PUTBACK_ACK (putback_msg.h: READ over put-only rails), OTE_CTL_FILE_IO,
-     * FILE_IO_ACK (file_io_msg.h: READ/WRITE of an exported file).
+     * FILE_IO_ACK (file_io_msg.h: READ/WRITE of an exported file), each
+     * with its row in its service (proto/ctl_target.h).
      */
-    OTE_CTL_TYPE_MAX   = 15,
+    OTE_CTL_CORE_TYPE_MAX = 9, /* the last of core's own */
 } ote_ctl_type_t;
 
 /* The answer protocols refuse with before authentication (proto/ctl_target.h). */
@@ -112,20 +113,12 @@ ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out);
 ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notify_t *n_p);
 
 /*
- * What a control message type is, from one table in ctl_msg.c that the
- * listener's checks read (and tests and fuzz targets, rather than lists of
- * their own): a request a listener accepts, with the largest payload it
- * may announce, or a response that only travels back to an initiator
- * (AUTH_PROOF is both).
+ * What a control message type is (ote_ctl_type_info_t, proto/ctl_target.h),
+ * from the rows the listener's checks read (and tests and fuzz targets,
+ * rather than lists of their own): core's own types' in ctl_msg.c, then
+ * those of each service the listener lists (ctl.c), the protocols'.
  */
-typedef struct {
-    const char *name;        /* "OTE_CTL_GET_DESC", ... */
-    bool        request;     /* a listener accepts it */
-    bool        response;    /* a listener sends it */
-    size_t      request_max; /* request: largest payload, before the configured limit */
-} ote_ctl_type_info_t;
-
-/* The row of type; NULL for 0, a type above OTE_CTL_TYPE_MAX or one without a row. */
+/* The row of type; NULL for a type without one (0 among them). */
 const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type);
 
 /*

@@ -118,6 +118,24 @@ typedef struct ote_ctl_host {
     void         (*mem_free)(void *ctx, ote_mem_h mem);
 } ote_ctl_host_t;
 
+/*
+ * A control message type and its role: a request a listener accepts, with
+ * the largest payload it may announce, or a response that only travels
+ * back to an initiator (both: the handshake's proof). Core's codec reads
+ * the rows of its own types and of every service's (ote_ctl_type_info).
+ */
+typedef struct {
+    uint8_t     type;
+    const char *name;        /* "OTE_CTL_PUTBACK", ... */
+    bool        request;     /* a listener accepts it */
+    bool        response;    /* a listener sends it */
+    size_t      request_max; /* request: largest payload, before the configured limit */
+} ote_ctl_type_info_t;
+
+#define OTE_CTL_TYPE_REQUEST(_t, _max)                                                         \
+    {.type = (_t), .name = #_t, .request = true, .request_max = (_max)}
+#define OTE_CTL_TYPE_RESPONSE(_t) {.type = (_t), .name = #_t, .response = true}
+
 /* A request type a service serves. */
 typedef struct {
     uint8_t type;        /* a request (core's ote_ctl_type_info) */
@@ -132,6 +150,9 @@ typedef struct {
  */
 typedef struct {
     const char              *name;
+    /* The message types it defines (a protocol's requests and answers). */
+    const ote_ctl_type_info_t *types;
+    size_t                   num_types;
     const ote_ctl_handler_t *handlers;
     size_t                   num_handlers;
     /* The listener starts: make the service's state. */
