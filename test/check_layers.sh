@@ -1,7 +1,9 @@
 #!/bin/sh
 # Includes run one way: core -> proto -> {mem, uct_ext} -> base. A layer
-# includes nothing of the layers above it, mem nothing of uct_ext, and
-# proto no component's private header (uct_ext/<component>/*_int.h).
+# includes nothing of the layers above it, mem nothing of uct_ext; core and
+# proto reach the components through uct_ext/tl.h (ops and capability
+# flags) and a component's public header only where one is listed below,
+# never its private ones; core's headers name no component at all.
 # Inside uct_ext a component folder includes of another folder only the
 # stream base's public header (uct_ext/stream/stream.h), and the stream base
 # no component's header.
@@ -19,7 +21,20 @@ check() { # layer, pattern of forbidden includes, why
 check base 'core/|proto/|mem/|uct_ext/' 'a layer above it'
 check mem 'core/|proto/|uct_ext/' 'core, proto or uct_ext'
 check uct_ext 'core/|proto/' 'core or proto'
-check proto 'core/|uct_ext/[a-z]+/[a-z_]*_int\.h' 'core or a component private header'
+check proto 'core/' 'core'
+# The public headers of components core and proto may include: rdma's (RDMA
+# devices and ports, core's device monitor) and cuda's copier (staging).
+# Every other uct_ext/<component>/ header is the component's own.
+public='uct_ext/(rdma/rdma|cuda/cuda_copier)\.h"'
+for layer in core proto; do
+    hits=$(grep -rnE '#include "uct_ext/[a-z_]+/' "$src/$layer" --include=*.c --include=*.h |
+        grep -vE "$public" || true)
+    if [ -n "$hits" ]; then
+        echo "src/$layer includes a component header that is not a listed public one:"
+        echo "$hits"
+        bad=1
+    fi
+done
 # uct_ext/<component>/ includes nothing of another component, and of stream/
 # only stream.h. Known exception, until uct learns rdma's devices from the
 # rdma component's ops: uct_iface.c's use of rdma's sysfs helpers.
@@ -40,6 +55,12 @@ for dir in "$src"/uct_ext/*/; do
         bad=1
     fi
 done
+hits=$(grep -nE '#include "uct_ext/[a-z_]+/' "$src"/core/*.h "$src"/core/*/*.h || true)
+if [ -n "$hits" ]; then
+    echo "a core header names a component (core learns what a transport does from tl.h):"
+    echo "$hits"
+    bad=1
+fi
 # core/obs/ reads the engine through engine.h only (its opening comment).
 check core/obs '\.\./|core/(batch|ctl|desc|fexport|meta|segment|worker)' 'core files other than engine.h'
 if [ $bad -ne 0 ]; then

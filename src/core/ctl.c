@@ -1,9 +1,10 @@
 /*
  * Control-plane listener: one thread, one epoll. Serves descriptor fetches,
- * notifications and to-ep connection requests, the protocols' STAGE
- * and PUTBACK requests (ctl_proto.c) and FILE_IO on exported files
- * (ctl_file.c), each request type through its row of the handler table
- * (ctl_services, ctl_int.h). Each connection first proves it
+ * notifications and to-ep connection requests (the core service below)
+ * and the protocols' requests (STAGE, PUTBACK, FILE_IO: their services in
+ * proto/, ctl_target.h), each request type through its row of the handler
+ * table (ctl_services); the protocols' services reach the engine through
+ * the host this file fills (ctl_host_init). Each connection first proves it
  * holds the key (when the engine has one, see auth.h), then sends
  * requests: a header, then at most the payload its type allows. Anything
  * malformed closes that connection with a log line and the listener
@@ -24,7 +25,6 @@
 #include "ctl_msg.h"
 #include "engine.h"
 #include "base/log.h"
-#include "proto/stage.h"
 #include "base/util.h"
 #include "base/wire_util.h"
 
@@ -42,15 +42,17 @@ static const ote_ctl_service_t ctl_core_service;
 
 /*
  * The services the listener serves, one line each; stopped in this order
- * (FILE_IO by rails uses the segments the PUTBACK side keeps).
+ * (FILE_IO by rails and PUTBACK use the segments kept to initiators,
+ * closed after every service stopped).
  */
 static const ote_ctl_service_t *const ctl_services[] = {
     &ctl_core_service,
-    &ote_ctl_stage_service,
-    &ote_ctl_file_io_service,
-    &ote_ctl_putback_service,
+    &ote_proto_stage_service,
+    &ote_proto_file_io_service,
+    &ote_proto_putback_service,
 };
 #define NUM_SERVICES (sizeof(ctl_services) / sizeof(ctl_services[0]))
+_Static_assert(NUM_SERVICES <= CTL_MAX_SERVICES, "CTL_MAX_SERVICES");
 
 const ote_ctl_service_t *const *ote_ctl_services(size_t *count_p)
 {
@@ -58,13 +60,32 @@ const ote_ctl_service_t *const *ote_ctl_services(size_t *count_p)
     return ctl_services;
 }
 
-const ote_ctl_handler_t *ote_ctl_handler_find(uint8_t type)
+/* The handler of type and the index of its service; NULL when none serves it. */
+static const ote_ctl_handler_t *handler_find(uint8_t type, size_t *svc_p)
 {
     for (size_t i = 0; i < NUM_SERVICES; i++) {
         for (size_t k = 0; k < ctl_services[i]->num_handlers; k++) {
-            if (ctl_services[i]->handlers[k].type == type)
+            if (ctl_services[i]->handlers[k].type == type) {
+                *svc_p = i;
                 return &ctl_services[i]->handlers[k];
+            }
         }
+    }
+    return NULL;
+}
+
+const ote_ctl_handler_t *ote_ctl_handler_find(uint8_t type)
+{
+    size_t i;
+
+    return handler_find(type, &i);
+}
+
+void *ote_ctl_service_state(ote_ctl_t *ctl, const ote_ctl_service_t *svc)
+{
+    for (size_t i = 0; ctl != NULL && i < NUM_SERVICES; i++) {
+        if (ctl_services[i] == svc)
+            return ctl->svc_state[i];
     }
     return NULL;
 }
@@ -80,7 +101,7 @@ static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
     ctl->num_conns--;
     for (size_t i = 0; i < NUM_SERVICES; i++) {
         if (ctl_services[i]->conn_gone != NULL)
-            ctl_services[i]->conn_gone(ctl, c);
+            ctl_services[i]->conn_gone(&ctl->host, ctl->svc_state[i], c);
     }
     ote_auth_conn_release(ctl->engine->auth, c->ip);
     free(c->payload);
@@ -100,114 +121,43 @@ void ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events)
     epoll_ctl(ctl->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-static ote_status_t ctl_job_admit(ote_ctl_t *ctl, ote_proto_jobs_t **pool_p, unsigned *count,
-                                  const char *name, unsigned threads, unsigned max)
+/* The host's conn_hold: c's request is answered later; c is not read until then. */
+static void ctl_conn_hold(void *ctx, ote_ctl_conn_t *c, ote_ctl_ticket_t *ticket_p)
 {
-    ote_status_t st = OTE_OK;
-
-    pthread_mutex_lock(&ctl->done_lock);
-    if (*count >= max)
-        st = OTE_ERR_BUSY;
-    else if (*pool_p == NULL)
-        st = ote_proto_jobs_create(name, threads, max, pool_p);
-    if (st == OTE_OK)
-        (*count)++;
-    pthread_mutex_unlock(&ctl->done_lock);
-    return st;
+    ticket_p->conn_id = c->id;
+    ticket_p->seq     = c->h.seq;
+    c->waiting        = true;
+    ote_ctl_conn_set_events(ctx, c, EPOLLRDHUP);
 }
 
-ote_status_t ote_ctl_job_start(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t **pool_p,
-                               unsigned *count, const char *name, unsigned threads,
-                               unsigned max, ctl_job_t *job, ote_proto_job_cb_t run)
+/* The host's conn_resume: the held connection, read again, its reply to the ticket's request. */
+static ote_ctl_conn_t *ctl_conn_resume(void *ctx, const ote_ctl_ticket_t *ticket)
 {
-    ote_status_t st = ctl_job_admit(ctl, pool_p, count, name, threads, max);
-
-    if (st != OTE_OK)
-        return st;
-    job->ctl     = ctl;
-    job->conn_id = c->id;
-    job->seq     = c->h.seq;
-    job->job.run = run;
-    st           = ote_proto_jobs_submit(*pool_p, &job->job);
-
-    if (st == OTE_OK) {
-        c->waiting = true;
-        ote_ctl_conn_set_events(ctl, c, EPOLLRDHUP);
-        return OTE_OK;
-    }
-    ote_ctl_job_done(ctl, count);
-    return st;
-}
-
-ctl_conn_t *ote_ctl_job_conn(ote_ctl_t *ctl, const ctl_job_t *job)
-{
+    ote_ctl_t *ctl = ctx;
     ctl_conn_t *c;
 
-    for (c = ctl->conns; c != NULL && c->id != job->conn_id; c = c->next)
+    for (c = ctl->conns; c != NULL && c->id != ticket->conn_id; c = c->next)
         ;
     if (c == NULL || !c->waiting)
         return NULL;
     c->waiting = false;
-    c->h.seq   = job->seq;
+    c->h.seq   = ticket->seq;
     ote_ctl_conn_set_events(ctl, c, EPOLLIN);
     return c;
 }
 
-void ote_ctl_job_done(ote_ctl_t *ctl, unsigned *count)
+static void ctl_conn_close_op(void *ctx, ote_ctl_conn_t *c)
 {
-    pthread_mutex_lock(&ctl->done_lock);
-    (*count)--;
-    pthread_cond_broadcast(&ctl->done_cond);
-    pthread_mutex_unlock(&ctl->done_lock);
+    ote_ctl_conn_close(ctx, c);
 }
 
-void ote_ctl_job_end(ote_ctl_t *ctl, ctl_job_t **done_p, ctl_job_t *job)
+/* The host's wake: a service's job ended; the listener calls the answer hooks. */
+static void ctl_wake(void *ctx)
 {
-    uint64_t one = 1;
+    ote_ctl_t *ctl = ctx;
+    uint64_t one   = 1;
 
-    pthread_mutex_lock(&ctl->done_lock);
-    job->next = *done_p;
-    *done_p   = job;
-    pthread_cond_broadcast(&ctl->done_cond);
-    pthread_mutex_unlock(&ctl->done_lock);
     (void)!write(ctl->done_fd, &one, sizeof(one));
-}
-
-void ote_ctl_job_answer_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
-                            ote_status_t (*answer)(ote_ctl_t *ctl, ctl_conn_t *c, ctl_job_t *job),
-                            void (*release)(ote_ctl_t *ctl, ctl_job_t *job))
-{
-    ctl_job_t *job, *next;
-
-    pthread_mutex_lock(&ctl->done_lock);
-    job     = *done_p;
-    *done_p = NULL;
-    pthread_mutex_unlock(&ctl->done_lock);
-    for (; job != NULL; job = next) {
-        ctl_conn_t *c = ote_ctl_job_conn(ctl, job);
-
-        next = job->next;
-        if (c != NULL && answer(ctl, c, job) != OTE_OK)
-            ote_ctl_conn_close(ctl, c);
-        ote_ctl_job_done(ctl, count);
-        release(ctl, job);
-    }
-}
-
-void ote_ctl_job_drop_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
-                          void (*release)(ote_ctl_t *ctl, ctl_job_t *job))
-{
-    pthread_mutex_lock(&ctl->done_lock);
-    while (*done_p != NULL) {
-        ctl_job_t *job = *done_p;
-
-        *done_p = job->next;
-        (*count)--;
-        pthread_mutex_unlock(&ctl->done_lock);
-        release(ctl, job);
-        pthread_mutex_lock(&ctl->done_lock);
-    }
-    pthread_mutex_unlock(&ctl->done_lock);
 }
 
 /* Send what the socket takes of the pending reply. OTE_OK: all sent or waiting. */
@@ -476,13 +426,26 @@ static ote_status_t handle_notify(ote_ctl_t *ctl, ctl_conn_t *c)
     return reply_status(ctl, c, OTE_CTL_NOTIFY_ACK, ote_engine_notif_push(ctl->engine, &n));
 }
 
+/* The core service's rows: its handlers take the listener and the connection. */
+#define CORE_HANDLER(fn)                                                                  \
+    static ote_status_t fn##_row(const ote_ctl_host_t *host, void *state, ote_ctl_req_t *req) \
+    {                                                                                     \
+        (void)state;                                                                      \
+        return fn(host->ctx, req->conn);                                                  \
+    }
+CORE_HANDLER(handle_auth)
+CORE_HANDLER(handle_get_desc)
+CORE_HANDLER(handle_notify)
+CORE_HANDLER(handle_connect)
+#undef CORE_HANDLER
+
 /* The engine's own requests; the handshake's are served by handle_auth. */
 static const ote_ctl_handler_t ctl_core_handlers[] = {
-    {.type = OTE_CTL_AUTH_HELLO, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_auth},
-    {.type = OTE_CTL_AUTH_PROOF, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_auth},
-    {.type = OTE_CTL_GET_DESC, .refuse_type = OTE_CTL_DESC, .handle = handle_get_desc},
-    {.type = OTE_CTL_NOTIFY, .refuse_type = OTE_CTL_NOTIFY_ACK, .handle = handle_notify},
-    {.type = OTE_CTL_CONNECT, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_connect},
+    {.type = OTE_CTL_AUTH_HELLO, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_auth_row},
+    {.type = OTE_CTL_AUTH_PROOF, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_auth_row},
+    {.type = OTE_CTL_GET_DESC, .refuse_type = OTE_CTL_DESC, .handle = handle_get_desc_row},
+    {.type = OTE_CTL_NOTIFY, .refuse_type = OTE_CTL_NOTIFY_ACK, .handle = handle_notify_row},
+    {.type = OTE_CTL_CONNECT, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_connect_row},
 };
 
 static const ote_ctl_service_t ctl_core_service = {
@@ -495,15 +458,21 @@ static const ote_ctl_service_t ctl_core_service = {
 static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     const ote_ctl_handler_t *h;
+    ote_ctl_req_t req;
     ote_status_t status;
+    size_t svc;
 
     if (c->h.type == OTE_CTL_AUTH_HELLO || c->h.type == OTE_CTL_AUTH_PROOF ||
         (ctl->engine->auth->enabled && c->auth.state != OTE_AUTH_STATE_DONE))
         return handle_auth(ctl, c);
-    h = ote_ctl_handler_find(c->h.type);
+    h = handler_find(c->h.type, &svc);
     if (h == NULL)
         return OTE_ERR_PROTOCOL;
-    status = h->handle(ctl, c);
+    req = (ote_ctl_req_t){.conn = c, .peer = c->peer, .type = c->h.type,
+                          .payload = c->payload, .length = c->h.length};
+    status = h->handle(&ctl->host, ctl->svc_state[svc], &req);
+    /* A handler that kept the payload frees it. */
+    c->payload = req.payload;
     if (status == OTE_OK)
         c->handshake_deadline = 0; /* without a key: the first good request */
     return status;
@@ -702,7 +671,7 @@ static void *ctl_main(void *arg)
                 (void)!read(ctl->done_fd, &v, sizeof(v));
                 for (size_t k = 0; k < NUM_SERVICES; k++) {
                     if (ctl_services[k]->answer != NULL)
-                        ctl_services[k]->answer(ctl);
+                        ctl_services[k]->answer(&ctl->host, ctl->svc_state[k]);
                 }
             }
         }
@@ -728,12 +697,74 @@ static void *ctl_main(void *arg)
             ctl_sweep(ctl);
             for (size_t i = 0; i < NUM_SERVICES; i++) {
                 if (ctl_services[i]->sweep != NULL)
-                    ctl_services[i]->sweep(ctl, now);
+                    ctl_services[i]->sweep(&ctl->host, ctl->svc_state[i], now);
             }
             last_sweep = now;
         }
     }
     return NULL;
+}
+
+/* The host's ops over the engine's exported files and memory. */
+static ote_status_t ctl_file_acquire(void *ctx, uint64_t id, ote_ctl_file_t **f_p)
+{
+    return ote_fexport_acquire(&((ote_ctl_t *)ctx)->engine->fexports, id, f_p);
+}
+
+static void ctl_file_release(void *ctx, ote_ctl_file_t *f)
+{
+    ote_fexport_release(&((ote_ctl_t *)ctx)->engine->fexports, f);
+}
+
+static ote_status_t ctl_mem_alloc(void *ctx, size_t length, void **addr_p, ote_mem_h *mem_p)
+{
+    /* Local use only: peers reach it through no access flag of its own. */
+    return ote_mem_alloc(((ote_ctl_t *)ctx)->engine, length, NULL, 0, addr_p, mem_p);
+}
+
+static void ctl_mem_free(void *ctx, ote_mem_h mem)
+{
+    ote_mem_free(((ote_ctl_t *)ctx)->engine, mem);
+}
+
+static ote_status_t ctl_peer_xfer(void *ctx, ote_segment_h seg, ote_op_t op, void *local,
+                                  uint64_t remote, size_t length, bool putback)
+{
+    return ote_peer_xfer(((ote_ctl_t *)ctx)->engine, seg, op, local, remote, length, putback);
+}
+
+static ote_status_t ctl_reply_op(void *ctx, ote_ctl_conn_t *c, uint8_t type, const void *a,
+                                 size_t alen, const void *b, size_t blen)
+{
+    return ote_ctl_reply(ctx, c, type, a, alen, b, blen);
+}
+
+/* What the protocols' services are given (proto/ctl_target.h). */
+static void ctl_host_init(ote_ctl_t *ctl)
+{
+    ote_engine_h e = ctl->engine;
+
+    ctl->host = (ote_ctl_host_t){
+        .ctx             = ctl,
+        .instance_id     = e->instance_id,
+        .regions         = e->regions,
+        .stage_config    = &e->stage_config,
+        .xfer_timeout_ms = e->config.xfer_timeout_ms,
+        .reply           = ctl_reply_op,
+        .conn_hold       = ctl_conn_hold,
+        .conn_resume     = ctl_conn_resume,
+        .conn_close      = ctl_conn_close_op,
+        .wake            = ctl_wake,
+        .peer_seg_get    = ote_ctl_peer_seg_get,
+        .peer_seg_put    = ote_ctl_peer_seg_put,
+        .peer_xfer       = ctl_peer_xfer,
+        .file_acquire    = ctl_file_acquire,
+        .file_release    = ctl_file_release,
+        .file_check      = ote_fexport_check,
+        .file_io         = ote_fexport_io,
+        .mem_alloc       = ctl_mem_alloc,
+        .mem_free        = ctl_mem_free,
+    };
 }
 
 ote_status_t ote_ctl_start(ote_engine_h e, const char *listen_addr, ote_ctl_t **ctl_p,
@@ -751,8 +782,16 @@ ote_status_t ote_ctl_start(ote_engine_h e, const char *listen_addr, ote_ctl_t **
     ctl->listen_fd = ctl->epfd = ctl->stop_fd = ctl->done_fd = -1;
     atomic_init(&ctl->desc_served, 0);
     atomic_init(&ctl->desc_encodes, 0);
-    pthread_mutex_init(&ctl->done_lock, NULL);
-    pthread_cond_init(&ctl->done_cond, NULL);
+    pthread_mutex_init(&ctl->peer_lock, NULL);
+    pthread_cond_init(&ctl->peer_cond, NULL);
+    ctl_host_init(ctl);
+    for (size_t i = 0; i < NUM_SERVICES; i++) {
+        if (ctl_services[i]->create == NULL)
+            continue;
+        status = ctl_services[i]->create(&ctl->host, &ctl->svc_state[i]);
+        if (status != OTE_OK)
+            goto err;
+    }
     status = ote_sockaddr_parse(listen_addr, &ss, &len);
     if (status != OTE_OK) {
         ote_error("listen address '%s' is not host:port", listen_addr);
@@ -809,18 +848,21 @@ void ote_ctl_stop(ote_ctl_t *ctl)
     /*
      * PUTBACKs and FILE_IOs still running use the engine: they end within
      * twice the transfer timeout (canceled past one, their posted slices end
-     * within another); FILE_IOs by rails first, they use the segments the
-     * PUTBACK side keeps.
+     * within another); then the segments they used to reach initiators go.
+     * A service whose create failed has no state and is not stopped.
      */
     for (size_t i = 0; i < NUM_SERVICES; i++) {
-        if (ctl_services[i]->stop != NULL)
-            ctl_services[i]->stop(ctl);
+        if (ctl_services[i]->stop != NULL &&
+            (ctl_services[i]->create == NULL || ctl->svc_state[i] != NULL))
+            ctl_services[i]->stop(&ctl->host, ctl->svc_state[i]);
     }
+    ote_ctl_peers_close(ctl);
     while (ctl->conns)
         ote_ctl_conn_close(ctl, ctl->conns);
     for (size_t i = 0; i < NUM_SERVICES; i++) {
-        if (ctl_services[i]->destroy != NULL)
-            ctl_services[i]->destroy(ctl);
+        if (ctl_services[i]->destroy != NULL &&
+            (ctl_services[i]->create == NULL || ctl->svc_state[i] != NULL))
+            ctl_services[i]->destroy(&ctl->host, ctl->svc_state[i]);
     }
     if (ctl->listen_fd >= 0)
         close(ctl->listen_fd);
@@ -830,8 +872,8 @@ void ote_ctl_stop(ote_ctl_t *ctl)
         close(ctl->stop_fd);
     if (ctl->done_fd >= 0)
         close(ctl->done_fd);
-    pthread_mutex_destroy(&ctl->done_lock);
-    pthread_cond_destroy(&ctl->done_cond);
+    pthread_mutex_destroy(&ctl->peer_lock);
+    pthread_cond_destroy(&ctl->peer_cond);
     ctl_desc_drop(ctl);
     free(ctl);
 }

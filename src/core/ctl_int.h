@@ -1,9 +1,11 @@
 /*
  * Private to the control-plane listener: its connections and state, shared
- * by ctl.c (listener, connections, engine requests, the handler table),
- * ctl_proto.c (the requests protocols serve: STAGE and PUTBACK, and the
- * segments kept to initiators) and ctl_file.c (FILE_IO on exported files),
- * each registered as a service of the handler table.
+ * by ctl.c (listener, connections, the engine's own requests, the handler
+ * table and the host it hands the protocols' services) and ctl_peer.c (the
+ * segments kept open to initiators, and transfers on them, for the
+ * protocols' target sides). The protocols serve their own requests
+ * (proto/ctl_target.h: STAGE, PUTBACK, FILE_IO), each registered as a
+ * service of the handler table.
  */
 #ifndef OTE_CORE_CTL_INT_H
 #define OTE_CORE_CTL_INT_H
@@ -11,8 +13,7 @@
 #include "base/auth.h"
 #include "ctl_msg.h"
 #include "engine.h"
-#include "proto/jobs.h"
-#include "proto/stage.h"
+#include "proto/ctl_target.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -26,7 +27,8 @@
 /* Requests served per connection and wakeup: one busy peer cannot starve the others. */
 #define CTL_READ_BUDGET 16
 
-typedef struct ctl_conn {
+/* A control connection (ote_ctl_conn_t to the protocols' services). */
+typedef struct ote_ctl_conn {
     int                fd;
     char               peer[64]; /* ip:port, for logs      */
     char               ip[64];   /* for per-peer admission */
@@ -44,38 +46,12 @@ typedef struct ctl_conn {
     uint64_t           out_limit;    /* not drained by then: reset  */
     bool               close_after_send;
     uint64_t           id;       /* unique in this listener: answers find it by it */
-    bool               waiting;  /* a PUTBACK or FILE_IO is served: not read until answered */
-    struct ctl_conn   *next, *prev;
+    bool               waiting;  /* a job serves its request: not read until answered */
+    struct ote_ctl_conn *next, *prev;
 } ctl_conn_t;
 
-/* A request served by a thread of one of the listener's pools; answered on conn_id. */
-typedef struct ctl_job {
-    ote_proto_job_t job;     /* first: the pool's entry */
-    ote_ctl_t      *ctl;
-    uint64_t        conn_id; /* the connection the answer goes on */
-    uint32_t        seq;     /* the request's sequence, the answer's */
-    struct ctl_job *next;    /* ended, not answered yet (done_lock) */
-} ctl_job_t;
-
-/* A PUTBACK served by a thread of the listener's pool, and its answer. */
-typedef struct putback_job {
-    ctl_job_t           base;   /* first */
-    ote_ctl_putback_t   m;
-    ote_region_t       *region; /* the checked range's, held until answered */
-    ote_status_t        status;
-} putback_job_t;
-
-/* PUTBACKs accepted at once per engine (running or queued); more are answered BUSY. */
-#define CTL_PUTBACK_MAX 64
-/*
- * Threads that serve them: a pool of the listener's own, apart from the
- * engine's protocol pool, so that two engines reading from each other
- * cannot hold every thread waiting for answers the other's queued
- * PUTBACKs would give.
- */
-#define CTL_PUTBACK_THREADS 4
-/* Initiators whose segment stays open between their PUTBACKs. */
-#define CTL_PUTBACK_PEERS 16
+/* Initiators whose segment stays open between their PUTBACKs and FILE_IOs by rails. */
+#define CTL_PEERS 16
 
 /*
  * The segment a PUTBACK (or FILE_IO by rails) target opened to an
@@ -87,38 +63,14 @@ typedef struct {
     char          name[256];
     uint64_t      instance;
     ote_segment_h seg;      /* NULL while opening */
-    unsigned      refs;     /* PUTBACKs and FILE_IOs using it now */
+    unsigned      refs;     /* requests using it now */
     uint64_t      used_ns;
     bool          opening;
     bool          stale;    /* closed by the last user */
-} putback_peer_t;
+} ctl_peer_t;
 
-/* A FILE_IO served by a thread of the listener's file pool, and its answer. */
-typedef struct file_io_job {
-    ctl_job_t           base;    /* first */
-    ote_ctl_file_io_t   m;
-    uint8_t            *payload; /* the request (m.data points into it) */
-    ote_fexport_file_t *file;    /* held until answered */
-    uint8_t            *buf;     /* READ not by rails: the bytes read */
-    size_t              done;    /* READ: the bytes read (by rails: written to the initiator) */
-    ote_status_t        status;
-} file_io_job_t;
-
-/* FILE_IOs accepted at once per engine (running or queued); more are answered BUSY. */
-#define CTL_FILE_IO_MAX     64
-/* Threads doing their I/O (pread/pwrite block): apart from the PUTBACK pool. */
-#define CTL_FILE_IO_THREADS 4
-
-/*
- * A bounce buffer of FILE_IOs by rails (OTE_CTL_FILE_IO_MAX_BYTES, engine
- * memory registered for local use only): one per file pool thread, made on
- * first use, freed when the listener stops.
- */
-typedef struct {
-    void     *addr;
-    ote_mem_h mem;
-    bool      busy;
-} file_bounce_t;
+/* The services the listener may list (ctl.c's table, one line each). */
+#define CTL_MAX_SERVICES 8
 
 struct ote_ctl {
     ote_engine_h engine;
@@ -129,20 +81,15 @@ struct ote_ctl {
     bool         started;
     ctl_conn_t  *conns;
     long         num_conns;
-    ote_stage_target_t *stage; /* remote staging pool, made on first use */
     uint64_t     next_conn_id;
-    int          done_fd;      /* eventfd: a PUTBACK ended */
-    pthread_mutex_t done_lock; /* done, jobs, peers */
-    pthread_cond_t  done_cond;
-    ctl_job_t      *done;      /* PUTBACKs ended, not answered yet */
-    unsigned        jobs;      /* running or queued */
-    ote_proto_jobs_t *pool;    /* PUTBACK threads, started on the first request */
-    putback_peer_t  peers[CTL_PUTBACK_PEERS];
-    unsigned long   putback_opens; /* segments opened to serve PUTBACKs, FILE_IOs by rails */
-    ctl_job_t      *file_done;     /* FILE_IOs ended, not answered yet (done_lock) */
-    unsigned        file_jobs;     /* running or queued (done_lock) */
-    ote_proto_jobs_t *file_pool;   /* FILE_IO threads, started on the first request */
-    file_bounce_t   bounce[CTL_FILE_IO_THREADS]; /* FILE_IOs by rails (done_lock) */
+    int          done_fd;      /* eventfd: a service's job ended (host.wake) */
+    /* What the protocols' services are given, and the state each made. */
+    ote_ctl_host_t  host;
+    void           *svc_state[CTL_MAX_SERVICES];
+    pthread_mutex_t peer_lock; /* peers, peer_opens */
+    pthread_cond_t  peer_cond; /* a peer's segment opened */
+    ctl_peer_t      peers[CTL_PEERS];
+    unsigned long   peer_opens; /* segments opened to serve PUTBACKs, FILE_IOs by rails */
     atomic_ulong    desc_served;   /* GET_DESC requests answered */
     /*
      * The last descriptor GET_DESC encoded (control thread only): served
@@ -163,89 +110,23 @@ void         ote_ctl_conn_close(ote_ctl_t *ctl, ctl_conn_t *c);
 void         ote_ctl_conn_set_events(ote_ctl_t *ctl, ctl_conn_t *c, uint32_t events);
 
 /*
- * The listener's job pools (PUTBACK, FILE_IO): admit one job (BUSY when max
- * are running or queued, *count of them; the pool, of threads threads, is
- * made on the first one), then submit it to run for c's current request,
- * c not read until its answer. A job that could not be admitted or
- * submitted is not counted (its status returned).
+ * The listener's handler table: the services (proto/ctl_target.h) ctl.c
+ * lists, one line each; a request type is served by exactly one handler
+ * (test/unit/core/test_codec).
  */
-ote_status_t ote_ctl_job_start(ote_ctl_t *ctl, ctl_conn_t *c, ote_proto_jobs_t **pool_p,
-                               unsigned *count, const char *name, unsigned threads,
-                               unsigned max, ctl_job_t *job, ote_proto_job_cb_t run);
-/*
- * A job ended and is answered: the connection it answers on, if still
- * there and waiting for it, reads again with the job's seq as the
- * answer's; NULL otherwise. ote_ctl_job_done: the job no longer counts.
- */
-ctl_conn_t  *ote_ctl_job_conn(ote_ctl_t *ctl, const ctl_job_t *job);
-void         ote_ctl_job_done(ote_ctl_t *ctl, unsigned *count);
-/* A pool thread: the job ended; it joins *done_p and the listener is woken to answer it. */
-void         ote_ctl_job_end(ote_ctl_t *ctl, ctl_job_t **done_p, ctl_job_t *job);
-/*
- * The listener: answer each job of *done_p on its connection if still there
- * (answer failing: the connection closes), count it done, release it.
- */
-void         ote_ctl_job_answer_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
-                                    ote_status_t (*answer)(ote_ctl_t *ctl, ctl_conn_t *c,
-                                                           ctl_job_t *job),
-                                    void (*release)(ote_ctl_t *ctl, ctl_job_t *job));
-/* The listener stopped, its pool drained: release the jobs ended and not answered. */
-void         ote_ctl_job_drop_all(ote_ctl_t *ctl, ctl_job_t **done_p, unsigned *count,
-                                  void (*release)(ote_ctl_t *ctl, ctl_job_t *job));
-
-/*
- * The listener's handler table. A service serves some request types (each
- * with its handler and the answer type that carries AUTH when the request
- * comes before authentication) and may keep state of the listener's: the
- * hooks below, each optional, are called for every registered service.
- * ctl.c registers the services, one line each (ctl_services); a request
- * type is served by exactly one handler (test/unit/core/test_codec).
- */
-typedef struct {
-    uint8_t type;        /* a request (ote_ctl_type_info) */
-    uint8_t refuse_type; /* its answer when refused before authentication */
-    /* A complete request (c->h, c->payload); non-OK closes the connection. */
-    ote_status_t (*handle)(ote_ctl_t *ctl, ctl_conn_t *c);
-} ote_ctl_handler_t;
-
-typedef struct {
-    const char              *name;
-    const ote_ctl_handler_t *handlers;
-    size_t                   num_handlers;
-    /* The listener thread, woken on done_fd: answer the jobs that ended. */
-    void (*answer)(ote_ctl_t *ctl);
-    /* The listener thread, every CTL_SWEEP_MS while connections exist. */
-    void (*sweep)(ote_ctl_t *ctl, uint64_t now_ns);
-    /* c is closed: forget what was kept for it. */
-    void (*conn_gone)(ote_ctl_t *ctl, ctl_conn_t *c);
-    /* The listener thread ended; connections still open. In table order. */
-    void (*stop)(ote_ctl_t *ctl);
-    /* After stop, every connection closed. */
-    void (*destroy)(ote_ctl_t *ctl);
-} ote_ctl_service_t;
-
 /* The registered services (*count_p of them), in the order they are stopped. */
 const ote_ctl_service_t *const *ote_ctl_services(size_t *count_p);
 /* The handler of a request type; NULL when no registered service serves it. */
 const ote_ctl_handler_t *ote_ctl_handler_find(uint8_t type);
 
-/* ctl_proto.c: STAGE; PUTBACK and the segments it keeps to initiators */
-extern const ote_ctl_service_t ote_ctl_stage_service;
-extern const ote_ctl_service_t ote_ctl_putback_service;
-/*
- * The segment to the initiator engine name (instance initiator), opened
- * once and shared by its PUTBACKs and FILE_IOs by rails; *slot_p is its
- * cache entry, or -1 for a segment of this request alone (every entry
- * taken). PEER_RESTARTED unless name is served by that instance;
- * UNREACHABLE when it cannot be found. Takes a reference.
- */
-ote_status_t ote_ctl_peer_seg_get(ote_ctl_t *ctl, const char *name, uint64_t initiator,
-                                  ote_segment_h *seg_p, int *slot_p);
-/* Drop the reference; a segment that failed (status) is closed by its last user. */
-void         ote_ctl_peer_seg_put(ote_ctl_t *ctl, ote_segment_h seg, int slot,
-                                  ote_status_t status);
+/* The state service made (NULL when it is not listed or made none). */
+void        *ote_ctl_service_state(ote_ctl_t *ctl, const ote_ctl_service_t *svc);
 
-/* ctl_file.c: FILE_IO requests on exported files */
-extern const ote_ctl_service_t ote_ctl_file_io_service;
+/* ctl_peer.c: the segments kept to initiators (the host's peer_seg_get, peer_seg_put). */
+ote_status_t ote_ctl_peer_seg_get(void *ctx, const char *name, uint64_t initiator,
+                                  ote_segment_h *seg_p, int *slot_p);
+void         ote_ctl_peer_seg_put(void *ctx, ote_segment_h seg, int slot, ote_status_t status);
+/* The listener stopped, its services' jobs ended: close every kept segment. */
+void         ote_ctl_peers_close(ote_ctl_t *ctl);
 
 #endif

@@ -1,4 +1,5 @@
 #include "ctl_msg.h"
+#include "ctl_int.h"
 
 #include "base/auth.h"
 #include "base/wire_util.h"
@@ -163,40 +164,47 @@ ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_stat
 }
 
 /*
- * Every control message type: a request the listener accepts (its largest
- * payload) or a response that only travels back. A header of a type
- * without a row does not decode; test/unit/core/test_codec checks that
- * every type up to OTE_CTL_TYPE_MAX has one.
+ * Core's own control message types: a request the listener accepts (its
+ * largest payload) or a response that only travels back; the protocols'
+ * rows are in their services. A header of a type without a row does not
+ * decode; test/unit/core/test_codec checks that every type has one row.
  */
-#define CTL_REQ(t, max) [t] = {.name = #t, .request = true, .request_max = (max)}
-#define CTL_RESP(t)     [t] = {.name = #t, .response = true}
-static const ote_ctl_type_info_t ctl_types[OTE_CTL_TYPE_MAX + 1] = {
+#define CTL_REQ(t, max) [t] = OTE_CTL_TYPE_REQUEST(t, max)
+#define CTL_RESP(t)     [t] = OTE_CTL_TYPE_RESPONSE(t)
+static const ote_ctl_type_info_t ctl_types[OTE_CTL_CORE_TYPE_MAX + 1] = {
     CTL_REQ(OTE_CTL_GET_DESC, 0),
     CTL_RESP(OTE_CTL_DESC),
     CTL_REQ(OTE_CTL_NOTIFY, OTE_CTL_NOTIFY_MAX_LEN),
     CTL_RESP(OTE_CTL_NOTIFY_ACK),
     CTL_REQ(OTE_CTL_AUTH_HELLO, OTE_AUTH_HELLO_LEN),
     /* The initiator's proof is a request, the target's the answer to a hello. */
-    [OTE_CTL_AUTH_PROOF] = {.name = "OTE_CTL_AUTH_PROOF", .request = true, .response = true,
+    [OTE_CTL_AUTH_PROOF] = {.type = OTE_CTL_AUTH_PROOF, .name = "OTE_CTL_AUTH_PROOF",
+                            .request = true, .response = true,
                             .request_max = OTE_AUTH_IPROOF_LEN},
     CTL_RESP(OTE_CTL_AUTH_DONE),
     CTL_REQ(OTE_CTL_CONNECT, OTE_CTL_CONNECT_MAX_LEN),
     CTL_RESP(OTE_CTL_CONNECT_ACK),
-    CTL_REQ(OTE_CTL_STAGE, OTE_CTL_STAGE_MAX_LEN),
-    CTL_RESP(OTE_CTL_STAGE_ACK),
-    CTL_REQ(OTE_CTL_PUTBACK, OTE_CTL_PUTBACK_MAX_LEN),
-    CTL_RESP(OTE_CTL_PUTBACK_ACK),
-    CTL_REQ(OTE_CTL_FILE_IO, OTE_CTL_FILE_IO_MAX_LEN),
-    CTL_RESP(OTE_CTL_FILE_IO_ACK),
 };
 #undef CTL_REQ
 #undef CTL_RESP
 
 const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type)
 {
-    if (type == 0 || type > OTE_CTL_TYPE_MAX || ctl_types[type].name == NULL)
+    const ote_ctl_service_t *const *svc;
+    size_t n;
+
+    if (type == 0)
         return NULL;
-    return &ctl_types[type];
+    if (type <= OTE_CTL_CORE_TYPE_MAX)
+        return ctl_types[type].name != NULL ? &ctl_types[type] : NULL;
+    svc = ote_ctl_services(&n);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < svc[i]->num_types; k++) {
+            if (svc[i]->types[k].type == type)
+                return &svc[i]->types[k];
+        }
+    }
+    return NULL;
 }
 
 ote_status_t ote_ctl_request_max_len(uint8_t type, size_t cfg_max, size_t *max_p)

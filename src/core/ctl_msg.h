@@ -9,6 +9,7 @@
 #define OTE_CORE_CTL_MSG_H
 
 #include "desc.h"
+#include "proto/ctl_target.h"
 #include "proto/file_io_msg.h"
 #include "proto/putback_msg.h"
 #include "proto/stage_msg.h"
@@ -37,16 +38,18 @@ typedef enum {
     OTE_CTL_AUTH_DONE  = 7, /* i32 status                                  */
     OTE_CTL_CONNECT    = 8, /* to-ep wire-up, see ote_ctl_connect_t    -> CONNECT_ACK */
     OTE_CTL_CONNECT_ACK = 9, /* i32 status, u16 length, address blob     */
-    OTE_CTL_STAGE      = 10, /* remote staging, see ote_ctl_stage_t  -> STAGE_ACK */
-    OTE_CTL_STAGE_ACK  = 11, /* i32 status, u32 chunk size, u16 count, chunks */
-    OTE_CTL_PUTBACK    = 12, /* READ over put-only rails, see ote_ctl_putback_t
-                                -> PUTBACK_ACK once the PUT ended         */
-    OTE_CTL_PUTBACK_ACK = 13, /* i32 status, u64 id                        */
-    OTE_CTL_FILE_IO    = 14, /* READ/WRITE of an exported file, see
-                                ote_ctl_file_io_t -> FILE_IO_ACK          */
-    OTE_CTL_FILE_IO_ACK = 15, /* i32 status, u32 length, bytes read        */
-    OTE_CTL_TYPE_MAX   = 15,
+    /*
+     * 10..15: the protocols' own, defined with their messages in proto/:
+     * OTE_CTL_STAGE, STAGE_ACK (stage_msg.h: remote staging), OTE_CTL_PUTBACK,
+     * PUTBACK_ACK (putback_msg.h: READ over put-only rails), OTE_CTL_FILE_IO,
+     * FILE_IO_ACK (file_io_msg.h: READ/WRITE of an exported file), each
+     * with its row in its service (proto/ctl_target.h).
+     */
+    OTE_CTL_CORE_TYPE_MAX = 9, /* the last of core's own */
 } ote_ctl_type_t;
+
+/* The answer protocols refuse with before authentication (proto/ctl_target.h). */
+_Static_assert(OTE_CTL_REFUSE_AUTH_DONE == OTE_CTL_AUTH_DONE, "AUTH_DONE");
 
 typedef struct {
     uint8_t  type;
@@ -110,20 +113,12 @@ ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out);
 ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notify_t *n_p);
 
 /*
- * What a control message type is, from one table in ctl_msg.c that the
- * listener's checks read (and tests and fuzz targets, rather than lists of
- * their own): a request a listener accepts, with the largest payload it
- * may announce, or a response that only travels back to an initiator
- * (AUTH_PROOF is both).
+ * What a control message type is (ote_ctl_type_info_t, proto/ctl_target.h),
+ * from the rows the listener's checks read (and tests and fuzz targets,
+ * rather than lists of their own): core's own types' in ctl_msg.c, then
+ * those of each service the listener lists (ctl.c), the protocols'.
  */
-typedef struct {
-    const char *name;        /* "OTE_CTL_GET_DESC", ... */
-    bool        request;     /* a listener accepts it */
-    bool        response;    /* a listener sends it */
-    size_t      request_max; /* request: largest payload, before the configured limit */
-} ote_ctl_type_info_t;
-
-/* The row of type; NULL for 0, a type above OTE_CTL_TYPE_MAX or one without a row. */
+/* The row of type; NULL for a type without one (0 among them). */
 const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type);
 
 /*

@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
+#include "uct_ext/rdma/rdma.h"
 #include "base/util.h"
 
 #include <stdlib.h>
@@ -312,6 +313,51 @@ static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
     return status;
 }
 
+/*
+ * The configuration of each component that opens segments itself (its
+ * objects, tl.h), read once here: the settings at creation hold for the
+ * engine's life.
+ */
+static ote_status_t engine_tl_configs_fill(ote_engine_h e)
+{
+    size_t n = 0;
+
+    while (ote_tl_components[n] != NULL)
+        n++;
+    e->tl_configs = calloc(n + 1, sizeof(*e->tl_configs));
+    if (e->tl_configs == NULL)
+        return OTE_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n; i++) {
+        const ote_tl_component_ops_t *ops = ote_tl_components[i]->ops;
+        ote_status_t status;
+
+        if (ops->objects == NULL || ops->config_table == NULL)
+            continue;
+        e->tl_configs[i] = calloc(1, ops->config_table->struct_size);
+        if (e->tl_configs[i] == NULL)
+            return OTE_ERR_NO_MEMORY;
+        status = ote_config_fill(ops->config_table, e->tl_configs[i]);
+        if (status != OTE_OK) {
+            free(e->tl_configs[i]);
+            e->tl_configs[i] = NULL;
+            return status;
+        }
+    }
+    return OTE_OK;
+}
+
+static void engine_tl_configs_release(ote_engine_h e)
+{
+    for (size_t i = 0; e->tl_configs != NULL && ote_tl_components[i] != NULL; i++) {
+        if (e->tl_configs[i] != NULL) {
+            ote_config_release(ote_tl_components[i]->ops->config_table, e->tl_configs[i]);
+            free(e->tl_configs[i]);
+        }
+    }
+    free(e->tl_configs);
+    e->tl_configs = NULL;
+}
+
 static void engine_locks_init(ote_engine_h e)
 {
 
@@ -378,7 +424,7 @@ static void engine_free(ote_engine_h e)
     ote_notif_senders_destroy(e->senders);
     engine_locks_destroy(e);
     ote_auth_destroy(e->auth);
-    ote_config_release(&ote_file_config_table, &e->file_config);
+    engine_tl_configs_release(e);
     ote_config_release(&ote_stage_config_table, &e->stage_config);
     ote_engine_config_release(&e->config);
     ote_obs_destroy(e->obs);
@@ -414,7 +460,7 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     ote_log_set_level(e->config.log_level);
     status = ote_config_fill(&ote_stage_config_table, &e->stage_config);
     if (status == OTE_OK)
-        status = ote_config_fill(&ote_file_config_table, &e->file_config);
+        status = engine_tl_configs_fill(e);
     if (status != OTE_OK)
         goto err;
     status = ote_notif_senders_create(&e->senders);

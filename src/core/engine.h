@@ -12,8 +12,6 @@
 #include "obs/obs.h"
 #include "proto/proto.h"
 #include "proto/stage.h"
-#include "uct_ext/file/file.h"
-#include "uct_ext/rdma/rdma.h"
 #include "uct_ext/tl.h"
 
 #include <ote/ote.h>
@@ -110,10 +108,12 @@ struct ote_engine {
     /*
      * Tables of the code core drives itself, read with the engine's own so
      * that the settings at creation hold for the engine's life: staging
-     * (the target pool is made on the first request) and file segments.
+     * (the target pool is made on the first request) and the segments a
+     * component opens itself (tl_configs[i]: the configuration of
+     * ote_tl_components[i] where it has objects, else NULL; file segments).
      */
     ote_stage_config_t  stage_config;
-    ote_file_config_t   file_config;
+    void              **tl_configs;
     ote_auth_t      *auth;          /* key and connection limits */
     char             name[OTE_DESC_NAME_MAX + 1];
     char             host_id[OTE_DESC_NAME_MAX + 1];
@@ -125,7 +125,7 @@ struct ote_engine {
     ote_mem_table_t *regions;
     ote_engine_tl_t  tls[OTE_MAX_IFACES];
     _Atomic size_t   num_tls;       /* grows while the engine runs (engine_join.c) */
-    ote_rdma_t      *rdma;        /* RDMA devices from sysfs (OTE_RDMA_SYSFS_ROOT) at creation */
+    struct ote_rdma *rdma;        /* RDMA devices from sysfs (OTE_RDMA_SYSFS_ROOT) at creation */
     struct ote_engine_rdma_mon *rdma_mon; /* their ports re-read (OTE_RDMA_POLL_MS) */
     uint64_t         netif_sig;   /* the network interfaces the last join round saw */
     /* A network device failed to open: the round that tries again (0: none), its back-off. */
@@ -176,7 +176,7 @@ ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl
                            char *bound, size_t bound_len);
 ote_status_t ote_ctl_run(ote_ctl_t *ctl);
 /*
- * One transfer between this engine's memory local and remote in the peer
+ * ctl_peer.c (the host's peer_xfer, proto/ctl_target.h): one transfer between this engine's memory local and remote in the peer
  * seg (a segment the control listener keeps open to an initiator), waited
  * for until it ended: past the transfer timeout it is canceled (no retry,
  * nothing queued posted) and its posted slices end by their own timeout,
@@ -189,15 +189,6 @@ ote_status_t ote_ctl_run(ote_ctl_t *ctl);
  */
 ote_status_t ote_peer_xfer(ote_engine_h engine, ote_segment_h seg, ote_op_t op, void *local,
                            uint64_t remote, size_t length, bool putback);
-/*
- * Serve a PUTBACK whose remote range the caller found readable in this
- * engine's region table (it holds a reference on that region): WRITE the
- * range into m->local over seg, the segment to the initiator (the instance
- * m names), and wait for the end. The status of that WRITE. Blocking: runs
- * on a thread of the control listener's PUTBACK pool.
- */
-ote_status_t ote_putback_serve(ote_engine_h engine, ote_segment_h seg,
-                               const ote_ctl_putback_t *m);
 /* The same WRITE with only the initiator's registration required (batch.c). */
 ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
                                       size_t *first_task_p);
@@ -298,7 +289,7 @@ void ote_engine_topo_print(ote_engine_h e, FILE *f);
  * descriptor; when it is offered again it resumes. The monitor's thread
  * (or a caller of ote_engine_rdma_poll) only.
  */
-void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_changed);
+void ote_engine_join_round(ote_engine_h e, const struct ote_rdma *rdma, bool rdma_changed);
 /*
  * engine_join.c: md, new to the running engine, joins it: every region
  * registered so far (and what the registration cache keeps) is registered

@@ -10,6 +10,7 @@
  */
 #include "engine.h"
 #include "base/log.h"
+#include "uct_ext/rdma/rdma.h"
 #include "base/util.h"
 
 #include <ifaddrs.h>

@@ -6,6 +6,7 @@
 #include "engine.h"
 #include "base/cuda_api.h"
 #include "base/log.h"
+#include "uct_ext/rdma/rdma.h"
 
 #include <pthread.h>
 #include <stdio.h>

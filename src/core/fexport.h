@@ -2,7 +2,8 @@
  * Files this engine exports to its peers (ote_file_export): a table of
  * exports, each one file or the regular files of a directory, every file
  * with an id its peers name in FILE_IO requests (proto/file_io_msg.h). The
- * descriptor lists them; the control listener serves them (ctl_file.c).
+ * descriptor lists them; the control listener serves them (FILE_IO's
+ * service, proto/file_io_target.c, through the host ctl.c fills).
  */
 #ifndef OTE_CORE_FEXPORT_H
 #define OTE_CORE_FEXPORT_H

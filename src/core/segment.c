@@ -5,10 +5,11 @@
  * store, and the control plane is reached at the address it carries.
  * This file holds the API and the segment's life; segment_ctl.c is its
  * control-plane client, wireup.c builds and repairs its rails. A name
- * "file:///abs/path" opens a local file instead: its descriptor is made
- * here (one region, the file) and its rails are the file transport's
- * ifaces, one per worker (segment_open_file); "<export>@<engine name>" a
- * peer's exported file (segment_export.c).
+ * of a component's scheme ("file:///abs/path": the file component's
+ * objects, uct_ext/tl.h) opens a local object instead: the component opens
+ * it, its descriptor is made here (one region, the object) and its rails
+ * are eps of that component's ifaces, one per worker (segment_open_object);
+ * "<export>@<engine name>" a peer's exported file (segment_export.c).
  */
 #include "ctl_msg.h"
 #include "engine.h"
@@ -16,7 +17,6 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "proto/stage.h"
-#include "uct_ext/file/file.h"
 
 #include <limits.h>
 
@@ -71,9 +71,8 @@ static void desc_adopt(ote_segment_h seg, ote_desc_t *d)
 
 static void segment_free(ote_segment_h seg)
 {
-#ifdef HAVE_LIBURING
-    ote_file_put(seg->file);
-#endif
+    if (seg->file != NULL)
+        seg->object_ops->put(seg->file);
     if (seg->ctl_fd >= 0)
         close(seg->ctl_fd);
     ote_segment_ctl_pool_drain(seg);
@@ -92,14 +91,16 @@ void ote_segment_put(ote_segment_h seg)
         segment_free(seg);
 }
 
-bool ote_segment_is_file_name(const char *name)
+bool ote_segment_is_object_name(const char *name)
 {
-    return strncmp(name, "file:", 5) == 0;
+    ote_tl_component_t *comp;
+    const char *why;
+
+    return ote_tl_object_find(name, &comp, &why);
 }
 
-#ifdef HAVE_LIBURING
-/* A file segment's descriptor: this engine, and one region, [0, file size). */
-static ote_status_t file_desc(ote_segment_h seg, ote_desc_t **desc_p)
+/* A local object's descriptor: this engine, and one region, [0, its size). */
+static ote_status_t object_desc(ote_segment_h seg, ote_desc_t **desc_p)
 {
     ote_engine_h e = seg->engine;
     ote_desc_t *d;
@@ -107,7 +108,7 @@ static ote_status_t file_desc(ote_segment_h seg, ote_desc_t **desc_p)
     unsigned access;
     ote_status_t status;
 
-    status = ote_file_refresh(seg->file, &size, &access);
+    status = seg->object_ops->describe(seg->file, &size, &access);
     if (status != OTE_OK)
         return status;
     d = calloc(1, sizeof(*d));
@@ -122,18 +123,19 @@ static ote_status_t file_desc(ote_segment_h seg, ote_desc_t **desc_p)
     d->regions[0].addr    = 0;
     d->regions[0].length  = size;
     d->regions[0].access  = access;
-    snprintf(d->regions[0].location, sizeof(d->regions[0].location), "file");
+    snprintf(d->regions[0].location, sizeof(d->regions[0].location), "%s",
+             seg->object_ops->location);
     atomic_init(&d->refs, 1);
     *desc_p = d;
     return OTE_OK;
 }
 
 /*
- * GPU memory the file rails do not reach (no cuFile for this file): one
- * staging rail (proto/stage.c, pinned host chunks) in front of each, on its
- * worker. Returns the rail count.
+ * GPU memory the object's rails do not reach (for a file: no cuFile for
+ * it): one staging rail (proto/stage.c, pinned host chunks) in front of
+ * each, on its worker. Returns the rail count.
  */
-static size_t file_stage_rails_add(ote_segment_h seg, size_t n)
+static size_t object_stage_rails_add(ote_segment_h seg, size_t n)
 {
     ote_engine_h e = seg->engine;
 
@@ -149,10 +151,12 @@ static size_t file_stage_rails_add(ote_segment_h seg, size_t n)
 }
 
 /*
- * One rail per worker: an ep of its file iface on the segment's file; GPU
- * memory direct through them (cuFile) or staged in front of them.
+ * One rail per worker: an ep of its iface of the object's component on
+ * the object; the memory types those eps do not reach for this object are
+ * taken from their caps, GPU memory staged in front of them.
  */
-static ote_status_t file_rails_build(ote_segment_h seg)
+static ote_status_t object_rails_build(ote_segment_h seg, ote_tl_component_t *comp,
+                                       const void *cfg)
 {
     ote_engine_h e = seg->engine;
     uint8_t addr[OTE_TL_ADDR_MAX];
@@ -160,13 +164,13 @@ static ote_status_t file_rails_build(ote_segment_h seg)
                           .local_instance = e->instance_id,
                           .timeout_ms = e->config.connect_timeout_ms};
     size_t addr_len, n = 0;
-    bool gds_direct = false;
+    unsigned unreached = 0;
     ote_status_t status;
 
-    status = ote_file_gds_attach(seg->file, &e->file_config, &gds_direct);
+    status = seg->object_ops->attach(seg->file, cfg, &unreached);
     if (status != OTE_OK)
         return status;
-    status = ote_file_address(seg->file, addr, sizeof(addr), &addr_len);
+    status = seg->object_ops->address(seg->file, addr, sizeof(addr), &addr_len);
     if (status != OTE_OK)
         return status;
     for (size_t w = 0; w < e->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
@@ -176,12 +180,11 @@ static ote_status_t file_rails_build(ote_segment_h seg)
             ote_tl_iface_t *iface = wk->ifaces[i];
             ote_rail_t *r         = &seg->rails[n];
 
-            if (strcmp(iface->resource.tl_name, OTE_FILE_TL_NAME) != 0)
+            if (iface->resource.component != comp)
                 continue;
             memset(r, 0, sizeof(*r));
             iface->ops->query(iface, &r->caps);
-            if (!gds_direct)
-                r->caps.mem_local &= ~OTE_MEM_TYPE_CUDA;
+            r->caps.mem_local &= ~unreached;
             r->iface     = iface;
             r->worker    = w;
             r->remote_md = -1;
@@ -193,41 +196,50 @@ static ote_status_t file_rails_build(ote_segment_h seg)
         }
     }
     if (n == 0) {
-        ote_error("segment '%s': the file transport is not in use (OTE_TLS='%s'; ote_info -d "
-                  "says why where it is not usable)", seg->name, e->config.tls);
+        ote_error("segment '%s': the %s transport is not in use (OTE_TLS='%s'; ote_info -d "
+                  "says why where it is not usable)", seg->name, comp->ops->name, e->config.tls);
         return OTE_ERR_UNREACHABLE;
     }
-    if (!gds_direct)
-        seg->rail_set.num_rails = file_stage_rails_add(seg, n);
+    if (unreached & OTE_MEM_TYPE_CUDA)
+        seg->rail_set.num_rails = object_stage_rails_add(seg, n);
     return OTE_OK;
 }
 
-static ote_status_t segment_open_file(ote_segment_h seg, const char *name, ote_desc_t **desc_p)
+/* A name of a component's scheme: the component opens the object. */
+static ote_status_t segment_open_object(ote_segment_h seg, const char *name, ote_desc_t **desc_p)
 {
-    const char *path = name + strlen(OTE_FILE_SCHEME);
+    ote_engine_h e = seg->engine;
+    ote_tl_component_t *comp = NULL;
+    const char *why = NULL;
+    const void *cfg = NULL;
     ote_status_t status;
 
-    if (strncmp(name, OTE_FILE_SCHEME, strlen(OTE_FILE_SCHEME)) != 0 || path[0] != '/') {
-        ote_error("segment '%s': a file segment is named file:///abs/path (an absolute path)",
-                  seg->name);
-        return OTE_ERR_INVALID_PARAM;
+    (void)ote_tl_object_find(name, &comp, &why);
+    if (comp == NULL) {
+        ote_error("segment '%s': %s", name, why);
+        return OTE_ERR_UNSUPPORTED;
     }
-    status = ote_file_open(path, seg->engine->file_config.direct, &seg->file);
+    for (size_t i = 0; ote_tl_components[i] != NULL; i++) {
+        if (ote_tl_components[i] == comp)
+            cfg = e->tl_configs[i];
+    }
+    seg->object_ops = comp->ops->objects;
+    status = seg->object_ops->open(name, cfg, &seg->file);
     if (status == OTE_OK)
-        status = file_desc(seg, desc_p);
+        status = object_desc(seg, desc_p);
     if (status == OTE_OK)
-        status = file_rails_build(seg);
+        status = object_rails_build(seg, comp, cfg);
     return status;
 }
 
-/* A file segment's refresh: the file's size now bounds the region. */
-static ote_status_t segment_resolve_file(ote_segment_h seg, int *restarted_p)
+/* A local object's refresh: its size now bounds the region. */
+static ote_status_t segment_resolve_object(ote_segment_h seg, int *restarted_p)
 {
     ote_desc_t *d = NULL;
     ote_status_t status;
 
     pthread_mutex_lock(&seg->refresh_lock);
-    status = file_desc(seg, &d);
+    status = object_desc(seg, &d);
     if (status == OTE_OK)
         desc_adopt(seg, d);
     pthread_mutex_unlock(&seg->refresh_lock);
@@ -235,18 +247,6 @@ static ote_status_t segment_resolve_file(ote_segment_h seg, int *restarted_p)
         *restarted_p = 0;
     return status;
 }
-#else
-static ote_status_t segment_open_file(ote_segment_h seg, const char *name, ote_desc_t **desc_p)
-{
-    ote_error("segment '%s': file segments need liburing, which this build lacks", name);
-    return OTE_ERR_UNSUPPORTED;
-}
-
-static ote_status_t segment_resolve_file(ote_segment_h seg, int *restarted_p)
-{
-    return OTE_ERR_UNSUPPORTED;
-}
-#endif
 
 ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char *ctl_addr)
 {
@@ -287,21 +287,28 @@ static ote_status_t segment_open(ote_engine_h e, const char *name, bool internal
 {
     ote_segment_h seg;
     ote_desc_t *d = NULL;
-    bool file;
+    ote_tl_component_t *comp = NULL;
+    const char *why;
+    bool object;
     ote_status_t status;
 
     if (e == NULL || name == NULL || seg_p == NULL)
         return OTE_ERR_INVALID_PARAM;
-    /* A file's name is a path (PATH_MAX); a peer's fits a descriptor. */
-    file = ote_segment_is_file_name(name);
-    if (strlen(name) > (file ? strlen(OTE_FILE_SCHEME) + PATH_MAX : OTE_DESC_NAME_MAX))
+    /*
+     * A local object's name is as long as its component allows (a path; one
+     * of a component this build lacks is refused as UNSUPPORTED below); a
+     * peer's fits a descriptor.
+     */
+    object = ote_tl_object_find(name, &comp, &why);
+    if ((comp != NULL && strlen(name) > comp->ops->objects->name_max) ||
+        (!object && strlen(name) > OTE_DESC_NAME_MAX))
         return OTE_ERR_INVALID_PARAM;
     seg = ote_segment_new_bare(e, name, name);
     if (seg == NULL)
         return OTE_ERR_NO_MEMORY;
 
-    if (file) {
-        status = segment_open_file(seg, name, &d);
+    if (object) {
+        status = segment_open_object(seg, name, &d);
         if (status != OTE_OK)
             goto err;
     } else if (ote_segment_is_export_name(name)) {
@@ -351,7 +358,7 @@ ote_status_t ote_segment_open_desc(ote_engine_h e, const void *buf, size_t len,
         return status;
     }
     /* A name that would open a file or a peer's export is no engine's. */
-    if (d->name[0] == '\0' || ote_segment_is_file_name(d->name) ||
+    if (d->name[0] == '\0' || ote_segment_is_object_name(d->name) ||
         ote_segment_is_export_name(d->name)) {
         ote_error("segment from a descriptor: it names '%s', no engine's name: refused", d->name);
         ote_desc_free(d);
@@ -439,7 +446,7 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
     bool restarted;
 
     if (seg->file != NULL)
-        return segment_resolve_file(seg, restarted_p);
+        return segment_resolve_object(seg, restarted_p);
     pthread_mutex_lock(&seg->refresh_lock);
     if (seg->export_name[0] != '\0') {
         status = ote_segment_resolve_export(seg, rebind, &d, restarted_p);

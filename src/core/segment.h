@@ -28,7 +28,9 @@ struct ote_segment {
                                        PUTBACK), not by the application: not in
                                        ote_segments_open; set before it is listed */
     atomic_long      refs;          /* user + one per live task */
-    struct ote_file *file;          /* a file segment's file, else NULL */
+    /* A local object's segment (a file: uct_ext/tl.h), its object and ops, else NULL. */
+    struct ote_tl_object *file;
+    const ote_tl_object_ops_t *object_ops;
     /* A peer's exported file (segment_export.c): its name there, else "" */
     char             export_name[OTE_DESC_NAME_MAX + 1];
     char             peer_name[OTE_DESC_NAME_MAX + 1]; /* the engine exporting it */
@@ -137,8 +139,8 @@ ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebu
  * (refresh lock held, same peer instance).
  */
 void         ote_wireup_extend(ote_segment_h seg, const ote_desc_t *d);
-/* The name opens a file ("file:..."), not a peer. */
-bool         ote_segment_is_file_name(const char *name);
+/* The name opens a component's local object ("file:..."), not a peer. */
+bool         ote_segment_is_object_name(const char *name);
 
 /* segment_export.c: a peer's exported file as a segment */
 /* The name ("<export>@<engine name>") opens a peer's exported file. */

@@ -18,7 +18,7 @@
 
 bool ote_segment_is_export_name(const char *name)
 {
-    return !ote_segment_is_file_name(name) && strchr(name, '@') != NULL;
+    return !ote_segment_is_object_name(name) && strchr(name, '@') != NULL;
 }
 
 static ote_status_t export_ctl(void *arg, const void *req, size_t len, uint8_t **resp_p,

@@ -32,6 +32,8 @@
  *     the initiator's memory for a READ (length with OK, those before the
  *     end of the file with OUT_OF_BOUNDS), 0 for a WRITE.
  */
+/* Their control message types (core's ote_ctl_type_t leaves these numbers to them). */
+enum { OTE_CTL_FILE_IO = 14, OTE_CTL_FILE_IO_ACK = 15 };
 enum {
     OTE_CTL_FILE_IO_READ        = 1,
     OTE_CTL_FILE_IO_WRITE       = 2,

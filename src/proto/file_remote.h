@@ -6,7 +6,7 @@
  * ote_file_remote_mode_t), on a thread of the engine's protocol pool (jobs.h), so that the
  * blocking round trip never holds a worker. The target checks the range
  * against the exported size and the export's access, then does the I/O
- * on its file (core/ctl_file.c). Slices are at most
+ * on its file (file_io_target.c). Slices are at most
  * OTE_CTL_FILE_IO_MAX_BYTES: the rail's max_msg cuts requests into them.
  */
 #ifndef OTE_PROTO_FILE_REMOTE_H

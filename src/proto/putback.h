@@ -21,6 +21,16 @@ typedef struct {
     char             name[256];   /* this engine's name: the target opens it */
 } ote_putback_hooks_t;
 
+/* PUTBACKs a target accepts at once (running or queued); more are answered BUSY. */
+#define OTE_PUTBACK_TARGET_MAX     64
+/*
+ * Threads that serve them (putback_target.c): a pool of the control
+ * listener's own, apart from the engine's protocol pool, so that two
+ * engines reading from each other cannot hold every thread waiting for
+ * answers the other's queued PUTBACKs would give.
+ */
+#define OTE_PUTBACK_TARGET_THREADS 4
+
 /*
  * Fill rail (a free slot of the segment's rails) as the putback rail over
  * host. UNSUPPORTED unless host has PUT, no GET, and reaches host memory

@@ -20,6 +20,8 @@
  * reach the initiator).
  * PUTBACK_ACK: i32 status, u64 id (echoed).
  */
+/* Their control message types (core's ote_ctl_type_t leaves these numbers to them). */
+enum { OTE_CTL_PUTBACK = 12, OTE_CTL_PUTBACK_ACK = 13 };
 #define OTE_CTL_PUTBACK_MAX_BYTES (64u << 20)
 #define OTE_CTL_PUTBACK_MAX_LEN   (8 + 8 + 8 + 8 + 8 + 4 + 1 + 255)
 #define OTE_CTL_PUTBACK_ACK_LEN   (4 + 8)

@@ -438,16 +438,9 @@ void ote_proto_stage_worker_destroy(ote_stage_worker_t *sw)
 
 /* ---- rails ------------------------------------------------------------------ */
 
-const ote_tl_ep_ops_t ote_proto_stage_ep_ops = {
-    .put_zcopy       = ote_cuda_ep_put_zcopy,
-    .get_zcopy       = ote_cuda_ep_get_zcopy,
-    .inflight_bytes  = stage_inflight_bytes,
-    .is_alive        = stage_is_alive,
-    .destroy         = stage_ep_destroy,
-    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
-    .needs_reconnect = ote_tl_no_reconnect_needed,
-    .reconnect       = ote_tl_unsupported_reconnect,
-};
+/* The cuda base's ep ops (cuda_copier.h): put and get go to stage_post. */
+const ote_tl_ep_ops_t ote_proto_stage_ep_ops =
+    OTE_CUDA_BASE_EP_OPS(stage_inflight_bytes, stage_is_alive, stage_ep_destroy);
 
 ote_rail_t *ote_proto_stage_rail_host(const ote_rail_t *rail)
 {

@@ -21,6 +21,8 @@
  * STAGE_ACK: i32 status, u32 chunk size (0 unless PIN), u16 count,
  *            count x u64 chunk address (PIN only).
  */
+/* Their control message types (core's ote_ctl_type_t leaves these numbers to them). */
+enum { OTE_CTL_STAGE = 10, OTE_CTL_STAGE_ACK = 11 };
 enum { OTE_CTL_STAGE_PIN = 1, OTE_CTL_STAGE_DELEGATE = 2, OTE_CTL_STAGE_UNPIN = 3 };
 enum { OTE_CTL_STAGE_TO_GPU = 1, OTE_CTL_STAGE_FROM_GPU = 2 };
 #define OTE_CTL_STAGE_MAX 64

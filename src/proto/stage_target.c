@@ -2,8 +2,11 @@
  * Remote staging, target side (see stage.h): a pool of pinned host chunks
  * that initiators Pin over the control plane, reach with their host
  * transport, and have copied to or from this engine's GPU memory
- * (Delegate), then Unpin. Runs on the control listener thread only.
+ * (Delegate), then Unpin. Runs on the control listener thread only: its
+ * STAGE requests are a service of the listener's (ote_proto_stage_service,
+ * ctl_target.h), the pool made on the first request.
  */
+#include "ctl_target.h"
 #include "stage.h"
 
 #include "base/log.h"
@@ -245,3 +248,93 @@ ote_status_t ote_stage_target_request(ote_stage_target_t *t, uintptr_t conn,
         return OTE_ERR_PROTOCOL;
     }
 }
+
+/* ---- the STAGE service of the control listener (ctl_target.h) ---- */
+
+typedef struct {
+    ote_stage_target_t *target; /* made on the first request */
+} stage_service_t;
+
+static ote_status_t stage_handle(const ote_ctl_host_t *host, void *state, ote_ctl_req_t *req)
+{
+    stage_service_t *s = state;
+    ote_ctl_stage_t *m = malloc(sizeof(*m));
+    uint64_t chunks[OTE_CTL_STAGE_MAX];
+    size_t count = 0;
+    uint32_t chunk_size = 0;
+    ote_buf_t out = {0};
+    ote_status_t status, st;
+
+    if (m == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_ctl_stage_decode(req->payload, req->length, m);
+    if (status != OTE_OK) {
+        free(m);
+        return status;
+    }
+    if (m->target != host->instance_id)
+        st = OTE_ERR_NOT_FOUND;
+    else if (s->target == NULL &&
+             (st = ote_stage_target_create(host->regions, host->stage_config,
+                                           host->xfer_timeout_ms, &s->target)) != OTE_OK)
+        ;
+    else
+        st = ote_stage_target_request(s->target, (uintptr_t)req->conn, m, chunks, &count,
+                                      &chunk_size);
+    if (st != OTE_OK)
+        count = 0;
+    status = ote_ctl_stage_ack_encode(st, count ? chunk_size : 0, chunks, count, &out);
+    if (status == OTE_OK)
+        status = host->reply(host->ctx, req->conn, OTE_CTL_STAGE_ACK, out.data, out.len, NULL,
+                             0);
+    free(out.data);
+    free(m);
+    return status;
+}
+
+static ote_status_t stage_create(const ote_ctl_host_t *host, void **state_p)
+{
+    (void)host;
+    *state_p = calloc(1, sizeof(stage_service_t));
+    return *state_p != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
+}
+
+static void stage_sweep(const ote_ctl_host_t *host, void *state, uint64_t now_ns)
+{
+    (void)host;
+    ote_stage_target_sweep(((stage_service_t *)state)->target, now_ns);
+}
+
+static void stage_conn_gone(const ote_ctl_host_t *host, void *state, ote_ctl_conn_t *c)
+{
+    (void)host;
+    ote_stage_target_conn_gone(((stage_service_t *)state)->target, (uintptr_t)c);
+}
+
+static void stage_destroy(const ote_ctl_host_t *host, void *state)
+{
+    (void)host;
+    ote_stage_target_destroy(((stage_service_t *)state)->target);
+    free(state);
+}
+
+static const ote_ctl_type_info_t stage_types[] = {
+    OTE_CTL_TYPE_REQUEST(OTE_CTL_STAGE, OTE_CTL_STAGE_MAX_LEN),
+    OTE_CTL_TYPE_RESPONSE(OTE_CTL_STAGE_ACK),
+};
+
+static const ote_ctl_handler_t stage_handlers[] = {
+    {.type = OTE_CTL_STAGE, .refuse_type = OTE_CTL_REFUSE_AUTH_DONE, .handle = stage_handle},
+};
+
+const ote_ctl_service_t ote_proto_stage_service = {
+    .name         = "stage",
+    .types        = stage_types,
+    .num_types    = sizeof(stage_types) / sizeof(stage_types[0]),
+    .handlers     = stage_handlers,
+    .num_handlers = sizeof(stage_handlers) / sizeof(stage_handlers[0]),
+    .create       = stage_create,
+    .sweep        = stage_sweep,
+    .conn_gone    = stage_conn_gone,
+    .destroy      = stage_destroy,
+};

@@ -113,9 +113,14 @@ int main(int argc, char **argv)
         ote_engine_print_transports(e, stdout);
 #ifdef HAVE_LIBURING
         {
-            const char *why;
+            const char *why = "OTE_FILE_* do not parse";
+            ote_file_config_t cfg;
 
-            (void)ote_file_gds_load(&e->file_config, &why);
+            /* The engine read the same table at its creation: this one parses too. */
+            if (ote_config_fill(&ote_file_config_table, &cfg) == OTE_OK) {
+                (void)ote_file_gds_load(&cfg, &why);
+                ote_config_release(&ote_file_config_table, &cfg);
+            }
             printf("#\n# GPU memory to and from file segments: %s\n", why);
         }
 #endif

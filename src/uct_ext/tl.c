@@ -1,5 +1,7 @@
 #include "tl.h"
 
+#include <string.h>
+
 
 extern ote_tl_component_t ote_tcp_component;
 extern ote_tl_component_t ote_cma_component;
@@ -42,6 +44,41 @@ const ote_config_table_t *const ote_tl_config_tables[] = {
     &ote_rdma_config_table,
     NULL,
 };
+
+/*
+ * The schemes of components this build leaves out, so that their names are
+ * refused as theirs rather than taken for a peer's.
+ */
+static const struct {
+    const char *scheme;
+    const char *why;
+} tl_absent_schemes[] = {
+#ifndef HAVE_LIBURING
+    {"file:", "file segments need liburing, which this build lacks"},
+#endif
+    {NULL, NULL},
+};
+
+bool ote_tl_object_find(const char *name, ote_tl_component_t **comp_p, const char **why_p)
+{
+    for (size_t i = 0; ote_tl_components[i] != NULL; i++) {
+        const ote_tl_object_ops_t *o = ote_tl_components[i]->ops->objects;
+
+        if (o != NULL && strncmp(name, o->scheme, strlen(o->scheme)) == 0) {
+            *comp_p = ote_tl_components[i];
+            *why_p  = NULL;
+            return true;
+        }
+    }
+    for (size_t i = 0; tl_absent_schemes[i].scheme != NULL; i++) {
+        if (strncmp(name, tl_absent_schemes[i].scheme, strlen(tl_absent_schemes[i].scheme)) == 0) {
+            *comp_p = NULL;
+            *why_p  = tl_absent_schemes[i].why;
+            return true;
+        }
+    }
+    return false;
+}
 
 ote_status_t ote_tl_unsupported_zcopy(ote_tl_ep_t *ep, void *local, size_t length,
                                       ote_region_t *local_region, uint64_t remote_addr,

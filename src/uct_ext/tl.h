@@ -139,6 +139,41 @@ typedef struct {
     long        timeout_ms;   /* bound on connection setup          */
 } ote_tl_peer_t;
 
+/*
+ * Segments a component opens itself: local objects named by its scheme
+ * (the file component's "file:///abs/path"), not peers. Core finds the
+ * component by the segment's name (ote_tl_object_find), opens the object,
+ * makes the segment's descriptor one region [0, size) with the object's
+ * access, and its rails eps of that component's ifaces (one per worker)
+ * created from the object's address; memory those eps do not reach for
+ * this object is staged in front of them. cfg is the component's
+ * configuration (config_table) the engine read once at its creation, so
+ * that the settings at creation hold for the engine's life.
+ */
+typedef struct ote_tl_object ote_tl_object_t;
+
+typedef struct {
+    const char *scheme;   /* names that start with it are this component's ("file:") */
+    size_t      name_max; /* longest name it opens */
+    const char *location; /* its descriptor region's location ("file") */
+    /*
+     * Open the object name names (one reference to the caller); a name the
+     * component does not accept is INVALID_PARAM, with a log line.
+     */
+    ote_status_t (*open)(const char *name, const void *cfg, ote_tl_object_t **obj_p);
+    /* Drop a reference; the object goes with the last one. */
+    void (*put)(ote_tl_object_t *obj);
+    /* Its size now (the bound of WRITEs from here on) and its access (OTE_ACCESS_*). */
+    ote_status_t (*describe)(ote_tl_object_t *obj, uint64_t *size_p, unsigned *access_p);
+    /*
+     * Before its eps are made: the memory types (OTE_MEM_TYPE_*) the ifaces
+     * claim that the eps of this object do not reach (staged in front).
+     */
+    ote_status_t (*attach)(ote_tl_object_t *obj, const void *cfg, unsigned *unreached_p);
+    /* The address blob an ep of the component's ifaces is created from. */
+    ote_status_t (*address)(ote_tl_object_t *obj, void *buf, size_t max, size_t *len_p);
+} ote_tl_object_ops_t;
+
 typedef struct {
     const char *name;
     /*
@@ -164,6 +199,8 @@ typedef struct {
                                const ote_tl_iface_params_t *params, ote_tl_iface_t **iface_p);
     /* Why query_resources offers nothing here (ote_info -d), or NULL. */
     const char *(*unavailable)(ote_tl_component_t *comp);
+    /* Segments it opens itself (local objects), or NULL. */
+    const ote_tl_object_ops_t *objects;
 } ote_tl_component_ops_t;
 
 struct ote_tl_component {
@@ -334,6 +371,12 @@ ote_status_t ote_tl_unsupported_reconnect(ote_tl_ep_t *ep, const ote_tl_peer_t *
 
 /* Components compiled into this library, NULL-terminated. */
 extern ote_tl_component_t *const ote_tl_components[];
+/*
+ * Whether name opens a local object of some component's scheme, including
+ * components this build leaves out: *comp_p the component that opens it,
+ * or NULL with *why_p saying why none does here.
+ */
+bool ote_tl_object_find(const char *name, ote_tl_component_t **comp_p, const char **why_p);
 /*
  * Every configuration table of this layer, NULL-terminated: those of the
  * components, including the ones this build leaves out (their variables

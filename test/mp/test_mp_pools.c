@@ -7,9 +7,9 @@
  * segment to it.
  */
 #include "../unit/cuda/cuda_test.h"
-#include "core/ctl_int.h"
 #include "core/engine.h"
 #include "proto/jobs.h"
+#include "proto/putback.h"
 #include "testlib.h"
 
 #include <dirent.h>
@@ -197,13 +197,13 @@ static void test_many_putbacks(void **state)
     peak = sampler_stop(&s);
     if (peak - before > OTE_PROTO_JOBS_THREADS + SLACK)
         fail_msg("%d threads before, %d at the peak", before, peak);
-    /* 3 x REQS requests: at most CTL_PUTBACK_THREADS threads and one segment at the target. */
+    /* 3 x REQS requests: at most OTE_PUTBACK_TARGET_THREADS threads and one segment at the target. */
     assert_int_equal(ote_test_target_cmd(p->e, p->seg, "putbackstats", reply, sizeof(reply),
                                          20000),
                      0);
     assert_int_equal(sscanf(reply, "opens %lu threads %u", &opens, &threads), 2);
     assert_int_equal(opens, 1);
-    assert_true(threads >= 1 && threads <= CTL_PUTBACK_THREADS);
+    assert_true(threads >= 1 && threads <= OTE_PUTBACK_TARGET_THREADS);
     ote_test_pair_stop(p);
 }
 

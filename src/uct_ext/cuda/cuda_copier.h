@@ -136,14 +136,21 @@ void         ote_cuda_iface_copied(ote_cuda_iface_t *iface, size_t length);
         .ep_open = ote_tl_unsupported_ep_open, .ep_accept = ote_tl_unsupported_ep_accept,    \
         .ep_release = ote_tl_no_ep_release,                                                  \
     }
-#define OTE_CUDA_EP_OPS(_destroy)                                                            \
+/*
+ * The ep ops of the cuda base for an ep of its own (an ote_cuda_ep_t
+ * first, made by whoever owns it: staging's eps): put and get go to its
+ * post function; what differs is named.
+ */
+#define OTE_CUDA_BASE_EP_OPS(_inflight_bytes, _is_alive, _destroy)                           \
     {                                                                                        \
         .put_zcopy = ote_cuda_ep_put_zcopy, .get_zcopy = ote_cuda_ep_get_zcopy,              \
-        .inflight_bytes = ote_cuda_ep_inflight_bytes, .is_alive = ote_cuda_ep_is_alive,      \
+        .inflight_bytes = (_inflight_bytes), .is_alive = (_is_alive),                        \
         .destroy = (_destroy), .connect_to_ep = ote_tl_unsupported_connect_to_ep,            \
         .needs_reconnect = ote_tl_no_reconnect_needed,                                       \
         .reconnect = ote_tl_unsupported_reconnect,                                           \
     }
+#define OTE_CUDA_EP_OPS(_destroy)                                                            \
+    OTE_CUDA_BASE_EP_OPS(ote_cuda_ep_inflight_bytes, ote_cuda_ep_is_alive, _destroy)
 
 /* The one resource ("cuda" device) of component comp named tl_name, where CUDA loads. */
 ote_status_t ote_cuda_query_resources(ote_tl_component_t *comp, const char *tl_name,

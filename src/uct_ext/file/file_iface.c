@@ -288,6 +288,7 @@ static const ote_tl_component_ops_t file_component_ops = {
     .md_close        = file_md_close,
     .iface_open      = file_iface_open,
     .unavailable     = ote_tl_no_reason,
+    .objects         = &ote_file_object_ops,
 };
 
 ote_tl_component_t ote_file_component = {.ops = &file_component_ops};

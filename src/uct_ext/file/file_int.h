@@ -33,6 +33,9 @@
 /* How long ep destroy waits for one completion before asking again. */
 #define OTE_FILE_DRAIN_MS     100
 
+/* File segments: the files the component opens as segments (file_obj.c). */
+extern const ote_tl_object_ops_t ote_file_object_ops;
+
 struct ote_file {
     uint64_t          token;     /* the address blob names the file by it */
     atomic_long       refs;

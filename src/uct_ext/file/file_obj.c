@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,3 +231,54 @@ ote_file_t *ote_file_from_address(const void *buf, size_t len)
     memcpy(&token, (const uint8_t *)buf + 4, 8);
     return ote_file_lookup(token);
 }
+
+/* ---- file segments: the component's objects (tl.h) ---- */
+
+static ote_status_t object_open(const char *name, const void *cfg, ote_tl_object_t **obj_p)
+{
+    const ote_file_config_t *fc = cfg;
+    const char *path            = name + strlen(OTE_FILE_SCHEME);
+
+    if (strncmp(name, OTE_FILE_SCHEME, strlen(OTE_FILE_SCHEME)) != 0 || path[0] != '/') {
+        ote_error("segment '%.*s': a file segment is named file:///abs/path (an absolute path)",
+                  255, name);
+        return OTE_ERR_INVALID_PARAM;
+    }
+    return ote_file_open(path, fc->direct, (ote_file_t **)obj_p);
+}
+
+static void object_put(ote_tl_object_t *obj)
+{
+    ote_file_put((ote_file_t *)obj);
+}
+
+static ote_status_t object_describe(ote_tl_object_t *obj, uint64_t *size_p, unsigned *access_p)
+{
+    return ote_file_refresh((ote_file_t *)obj, size_p, access_p);
+}
+
+/* GPU memory direct through cuFile, or staged in front of the file's eps. */
+static ote_status_t object_attach(ote_tl_object_t *obj, const void *cfg, unsigned *unreached_p)
+{
+    bool direct = false;
+    ote_status_t status = ote_file_gds_attach((ote_file_t *)obj, cfg, &direct);
+
+    *unreached_p = direct ? 0 : OTE_MEM_TYPE_CUDA;
+    return status;
+}
+
+static ote_status_t object_address(ote_tl_object_t *obj, void *buf, size_t max, size_t *len_p)
+{
+    return ote_file_address((ote_file_t *)obj, buf, max, len_p);
+}
+
+const ote_tl_object_ops_t ote_file_object_ops = {
+    .scheme   = "file:",
+    .name_max = sizeof(OTE_FILE_SCHEME) - 1 + PATH_MAX,
+    .location = "file",
+    .open     = object_open,
+    .put      = object_put,
+    .describe = object_describe,
+    .attach   = object_attach,
+    .address  = object_address,
+};

@@ -242,14 +242,15 @@ static void test_ctl_types(void **state)
 
         ote_ctl_hdr_encode(&h, b);
         st = ote_ctl_request_max_len((uint8_t)t, cfg, &max);
-        if (t == 0 || t > OTE_CTL_TYPE_MAX) {
-            assert_null(info);
+        /* Types 1..15 are in use: core's, STAGE's, PUTBACK's, FILE_IO's. */
+        if (t >= 1 && t <= 15 && info == NULL)
+            fail_msg("control type %u has no row in the type table", t);
+        if (info == NULL) {
             assert_int_equal(ote_ctl_hdr_decode(b, sizeof(b), cfg, &d), OTE_ERR_PROTOCOL);
             assert_int_equal(st, OTE_ERR_PROTOCOL);
             continue;
         }
-        if (info == NULL)
-            fail_msg("control type %u has no row in the type table", t);
+        assert_int_equal(info->type, t);
         assert_non_null(info->name);
         assert_true(info->request || info->response);
         assert_int_equal(ote_ctl_hdr_decode(b, sizeof(b), cfg, &d), OTE_OK);
@@ -275,6 +276,42 @@ static void test_ctl_types(void **state)
     assert_int_equal(ote_ctl_request_max_len(OTE_CTL_NOTIFY, cfg, &max), OTE_OK);
     assert_int_equal(max, OTE_CTL_NOTIFY_MAX_LEN);
     assert_true(requests > 0 && responses > 0);
+    assert_null(ote_ctl_type_info(0));
+}
+
+/*
+ * The protocols' message types are rows of their services: a type has one
+ * row in all (core's own are 1..OTE_CTL_CORE_TYPE_MAX), and a protocol's
+ * request is served by its own service.
+ */
+static void test_ctl_service_types(void **state)
+{
+    size_t nsvc, rows[256] = {0};
+    const ote_ctl_service_t *const *svc = ote_ctl_services(&nsvc);
+
+    for (unsigned t = 1; t <= OTE_CTL_CORE_TYPE_MAX; t++)
+        rows[t] += ote_ctl_type_info((uint8_t)t) != NULL;
+    for (size_t i = 0; i < nsvc; i++) {
+        for (size_t k = 0; k < svc[i]->num_types; k++) {
+            const ote_ctl_type_info_t *row = &svc[i]->types[k];
+
+            if (row->type <= OTE_CTL_CORE_TYPE_MAX)
+                fail_msg("service %s defines core's type %u", svc[i]->name, row->type);
+            rows[row->type]++;
+            assert_ptr_equal(ote_ctl_type_info(row->type), row);
+            if (row->request)
+                assert_ptr_equal(ote_ctl_handler_find(row->type)->handle,
+                                 svc[i]->handlers[0].handle);
+        }
+    }
+    for (unsigned t = 0; t < 256; t++) {
+        if (rows[t] > 1)
+            fail_msg("control type %u has %zu rows", t, rows[t]);
+    }
+    assert_ptr_equal(ote_ctl_type_info(OTE_CTL_PUTBACK), &ote_proto_putback_service.types[0]);
+    assert_ptr_equal(ote_ctl_type_info(OTE_CTL_FILE_IO_ACK),
+                     &ote_proto_file_io_service.types[1]);
+    assert_ptr_equal(ote_ctl_type_info(OTE_CTL_STAGE_ACK), &ote_proto_stage_service.types[1]);
 }
 
 /*
@@ -326,6 +363,12 @@ static void test_ctl_handlers(void **state)
     assert_int_equal(ote_ctl_handler_find(OTE_CTL_PUTBACK)->refuse_type, OTE_CTL_AUTH_DONE);
     assert_int_equal(ote_ctl_handler_find(OTE_CTL_FILE_IO)->refuse_type, OTE_CTL_AUTH_DONE);
     assert_int_equal(ote_ctl_handler_find(OTE_CTL_STAGE)->refuse_type, OTE_CTL_AUTH_DONE);
+    /* Each protocol serves its own requests: the rows are those of its service in proto/. */
+    assert_ptr_equal(ote_ctl_handler_find(OTE_CTL_STAGE), &ote_proto_stage_service.handlers[0]);
+    assert_ptr_equal(ote_ctl_handler_find(OTE_CTL_PUTBACK),
+                     &ote_proto_putback_service.handlers[0]);
+    assert_ptr_equal(ote_ctl_handler_find(OTE_CTL_FILE_IO),
+                     &ote_proto_file_io_service.handlers[0]);
 }
 
 static void test_notify(void **state)
@@ -696,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_tcp_hdr),       cmocka_unit_test(test_tcp_writev),
         cmocka_unit_test(test_tcp_readv),
         cmocka_unit_test(test_ctl_hdr),
+        cmocka_unit_test(test_ctl_service_types),
         cmocka_unit_test(test_ctl_types),
         cmocka_unit_test(test_ctl_handlers),
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),

@@ -6,6 +6,7 @@
  * to the rails on it.
  */
 #include "core/engine.h"
+#include "uct_ext/rdma/rdma.h"
 #include "base/log.h"
 #include "rdma_test.h"
 #include "testlib.h"

@@ -7,6 +7,7 @@
  * fails too: the engine never falls back to the others.
  */
 #include "core/engine.h"
+#include "uct_ext/rdma/rdma.h"
 #include "rdma_test.h"
 #include "testlib.h"
 
