@@ -326,8 +326,9 @@ static const ote_desc_region_t *remote_region(ote_segment_h seg, uint64_t addr, 
         ctx->rreg   = rreg;
         ctx->remote = (ote_proto_remote_t){
             .published = true,
-            .mem_type  = strncmp(rreg->location, "cuda", 4) == 0 ? OTE_MEM_TYPE_CUDA
-                                                                 : OTE_MEM_TYPE_HOST,
+            .mem_type  = rreg->location != NULL && strncmp(rreg->location, "cuda", 4) == 0
+                             ? OTE_MEM_TYPE_CUDA
+                             : OTE_MEM_TYPE_HOST,
             .rkeys     = rreg->rkeys,
             .num_rkeys = rreg->num_rkeys};
     }
