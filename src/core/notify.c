@@ -570,14 +570,16 @@ ote_status_t ote_engine_notif_push(ote_engine_h e, const ote_ctl_notify_t *n)
 {
     ote_status_t status;
     size_t before;
+    bool added;
 
     if (!notif_for_us(e, n->from, n->target_instance))
         return OTE_ERR_PEER_RESTARTED;
     pthread_mutex_lock(&e->notif_lock);
     before = e->notif_count;
     status = notif_queue(e, n->sender_instance, n->seq, n->from, n->data, n->length);
+    added  = e->notif_count != before;
     pthread_mutex_unlock(&e->notif_lock);
-    if (status == OTE_OK && e->notif_count != before)
+    if (added)
         ote_engine_signal_event(e);
     return status;
 }
