@@ -609,6 +609,26 @@ typedef struct {
 ote_status_t ote_notify_send(ote_engine_h engine, ote_segment_h seg,
                              const void *msg, size_t len);
 
+/* One message of ote_notify_send_many(). */
+typedef struct {
+    const void *data;
+    size_t      length; /* OTE_NOTIFY_MAX at most */
+} ote_notify_msg_t;
+
+/*
+ * Send count messages to the peer, in this order, each as ote_notify_send()
+ * would (the same delivery guarantees, each with its own status); returns
+ * once every one was queued by the peer or failed. statuses (NULL: not
+ * wanted) gets each message's status; the return is OTE_OK when all are
+ * OK, else the first failure's. Messages waiting to be sent to one peer
+ * instance, from this call and from other threads, travel packed, up to
+ * 256 (64 KiB) per control message, one such message in flight per peer
+ * instance (docs/wire-protocol.md, NOTIFY_BATCH).
+ */
+ote_status_t ote_notify_send_many(ote_engine_h engine, ote_segment_h seg,
+                                  const ote_notify_msg_t *msgs, size_t count,
+                                  ote_status_t *statuses);
+
 /* Take up to max received notifications, oldest first; never blocks. */
 ote_status_t ote_notify_recv(ote_engine_h engine, ote_notif_t *notifs,
                              size_t max, size_t *count_p);

@@ -301,33 +301,61 @@ typedef struct {
     uint64_t                 begin_ns; /* the submit call began (obs) */
 } submit_ctx_t;
 
+/* Region k of d covers [addr, addr+len) and is the one ote_desc_find_region gives. */
+static bool region_is_found(const ote_desc_t *d, size_t k, uint64_t addr, size_t len)
+{
+    const ote_desc_region_t *rreg = &d->regions[k];
+
+    return addr >= rreg->addr && len <= rreg->length && addr - rreg->addr <= rreg->length - len &&
+           (k + 1 == d->num_regions || ote_desc_start(d, k + 1) > addr);
+}
+
+/*
+ * Whether hint, the region the peer checks found in the descriptor they
+ * read, is an entry of d: compared as numbers, since that descriptor may
+ * be gone (a refresh since); *k_p its index.
+ */
+static bool hint_in(const ote_desc_t *d, const ote_desc_region_t *hint, size_t *k_p)
+{
+    uintptr_t h = (uintptr_t)hint, base = (uintptr_t)d->regions;
+
+    if (hint == NULL || h < base || (h - base) / sizeof(*hint) >= d->num_regions ||
+        (h - base) % sizeof(*hint) != 0)
+        return false;
+    *k_p = (h - base) / sizeof(*hint);
+    return true;
+}
+
 /*
  * The peer's region that ote_desc_find_region gives for [addr, addr+len)
- * (seg->lock held): the last request's when it covers the range and no
- * region of the descriptor starts between the two (the search would find
- * that one first), without the search.
+ * (seg->lock held), without the search when the last request's, or the
+ * one the peer checks found (hint), is in the descriptor held now, covers
+ * the range and no region of the descriptor starts between it and addr
+ * (the search would find that one first).
  */
 static const ote_desc_region_t *remote_region(ote_segment_h seg, uint64_t addr, size_t len,
-                                              submit_ctx_t *ctx)
+                                              const ote_desc_region_t *hint, submit_ctx_t *ctx)
 {
     const ote_desc_t *d           = seg->desc;
     const ote_desc_region_t *rreg = ctx->rreg;
+    size_t k;
 
     if (d == NULL)
         return NULL;
-    if (ctx->desc == d && rreg != NULL && addr >= rreg->addr && len <= rreg->length &&
-        addr - rreg->addr <= rreg->length - len &&
-        (rreg + 1 == d->regions + d->num_regions ||
-         ote_desc_start(d, (size_t)(rreg - d->regions) + 1) > addr))
+    if (ctx->desc == d && rreg != NULL && region_is_found(d, (size_t)(rreg - d->regions), addr, len))
         return rreg;
-    rreg = ote_desc_find_region(d, addr, len);
+    if (hint_in(d, hint, &k) && region_is_found(d, k, addr, len))
+        rreg = &d->regions[k];
+    else
+        rreg = ote_desc_find_region(d, addr, len);
     if (rreg != NULL) {
         ctx->desc   = d;
         ctx->rreg   = rreg;
         ctx->remote = (ote_proto_remote_t){
             .published = true,
-            .mem_type  = strncmp(rreg->location, "cuda", 4) == 0 ? OTE_MEM_TYPE_CUDA
-                                                                 : OTE_MEM_TYPE_HOST,
+            .mem_type  = rreg->location != NULL && strncmp(rreg->location, "cuda", 4) == 0
+                             ? OTE_MEM_TYPE_CUDA
+                             : OTE_MEM_TYPE_HOST,
             .rkeys     = rreg->rkeys,
             .num_rkeys = rreg->num_rkeys};
     }
@@ -340,8 +368,8 @@ static const ote_desc_region_t *remote_region(ote_segment_h seg, uint64_t addr, 
  * FAILED at once with no slice. On an error t is left empty.
  */
 static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_req_t *r,
-                                 ote_status_t refused, ote_notify_group_t *group,
-                                 submit_ctx_t *ctx)
+                                 ote_status_t refused, const ote_desc_region_t *hint,
+                                 ote_notify_group_t *group, submit_ctx_t *ctx)
 {
     ote_engine_h e    = b->engine;
     ote_segment_h seg = r->segment;
@@ -376,7 +404,7 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
                                 .local_region = t->local_region, .remote = r->remote_addr,
                                 .length = r->length};
         pthread_mutex_lock(&seg->lock);
-        rreg = remote_region(seg, r->remote_addr, r->length, ctx);
+        rreg = remote_region(seg, r->remote_addr, r->length, hint, ctx);
         if (rreg != NULL)
             remote = ctx->remote;
         else if (seg->file == NULL && seg->export_name[0] == '\0')
@@ -470,6 +498,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     ote_engine_h e = b->engine;
     ote_notify_group_t *group = NULL;
     ote_status_t refused_stack[OTE_SUBMIT_STACK_REQS], *refused = refused_stack;
+    const ote_desc_region_t *found_stack[OTE_SUBMIT_STACK_REQS], **found = found_stack;
     size_t bytes = 0, first = 0, ready = 0;
     bool admitted = false, locked = false;
     submit_ctx_t ctx;
@@ -484,11 +513,12 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     if (msg != NULL && (group = notify_group_new(b, reqs, count, msg, msg_len)) == NULL)
         return OTE_ERR_NO_MEMORY;
     if (count > OTE_SUBMIT_STACK_REQS &&
-        (refused = malloc(count * sizeof(*refused))) == NULL) {
+        ((refused = malloc(count * sizeof(*refused))) == NULL ||
+         (found = malloc(count * sizeof(*found))) == NULL)) {
         status = OTE_ERR_NO_MEMORY;
         goto out;
     }
-    ote_batch_peer_checks(e, reqs, count, putback, refused);
+    ote_batch_peer_checks(e, reqs, count, putback, refused, found);
 
     /* Admission first (it may wait), then the batch's room under its lock. */
     status = ote_admission_reserve(e, count, bytes);
@@ -510,8 +540,8 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     ctx.desc         = NULL;
     ctx.rreg         = NULL;
     for (ready = 0; ready < count; ready++) {
-        status = task_prepare(b, &b->tasks[first + ready], &reqs[ready], refused[ready], group,
-                              &ctx);
+        status = task_prepare(b, &b->tasks[first + ready], &reqs[ready], refused[ready],
+                              found[ready], group, &ctx);
         if (status != OTE_OK)
             goto out;
     }
@@ -543,6 +573,8 @@ out:
     free(group);
     if (refused != refused_stack)
         free(refused);
+    if (found != found_stack)
+        free(found);
     ote_obs_batch_submitted(&b->tel, ctx.begin_ns, count, status);
     return status;
 }

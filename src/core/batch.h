@@ -84,10 +84,14 @@ ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
  * threads keep reading statuses): connections a timeout reset are made
  * again (a peer found restarted marks the segment stale, refused at
  * preparation); over transports that do not check at the target, each
- * remote range is checked against the peer's descriptor (refused[i]).
+ * remote range is checked against the peer's descriptor (refused[i]);
+ * found[i] is the region that covered it with the access, or NULL: a hint
+ * for the preparation, which checks it against the descriptor it then
+ * holds (a refresh may have replaced the one checked).
  */
 void         ote_batch_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
-                                   bool putback, ote_status_t *refused);
+                                   bool putback, ote_status_t *refused,
+                                   const ote_desc_region_t **found);
 
 /* admission.c */
 /*

@@ -78,7 +78,8 @@ ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
  * previous request of the run with its access, a shortcut for the next.
  */
 static ote_status_t range_verdict(const ote_desc_t *d, const ote_xfer_req_t *r, bool putback,
-                                  bool unchecked, const ote_desc_region_t **last)
+                                  bool unchecked, const ote_desc_region_t **last,
+                                  const ote_desc_region_t **found)
 {
     /* A PUTBACK's destination: the peer named it in its request; registered is enough. */
     unsigned access = putback                ? 0
@@ -87,12 +88,17 @@ static ote_status_t range_verdict(const ote_desc_t *d, const ote_xfer_req_t *r, 
     const ote_desc_region_t *reg = *last;
     ote_status_t status;
 
+    *found = NULL;
     if (d == NULL)
         return OTE_ERR_NOT_REGISTERED;
     if (reg != NULL && r->remote_addr >= reg->addr && r->length <= reg->length &&
-        r->remote_addr - reg->addr <= reg->length - r->length && (reg->access & access) == access)
+        r->remote_addr - reg->addr <= reg->length - r->length && (reg->access & access) == access) {
+        *found = reg;
         return OTE_OK;
+    }
     status = desc_range_check(d, r->remote_addr, r->length, access, last);
+    if (status == OTE_OK)
+        *found = *last;
     if (status == OTE_ERR_ACCESS && !unchecked)
         status = OTE_OK;
     return status;
@@ -117,7 +123,7 @@ static bool range_missing(ote_status_t verdict)
  * and still bring the bytes before it), except over unchecking transports.
  */
 static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, bool putback,
-                       ote_status_t *refused)
+                       ote_status_t *refused, const ote_desc_region_t **found)
 {
     const ote_desc_region_t *last = NULL;
     bool memory = seg->file == NULL && seg->export_name[0] == '\0', unchecked, missing = false;
@@ -130,7 +136,7 @@ static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, 
     unchecked = ote_proto_rails_unchecked(&seg->rail_set);
     if (memory || unchecked) {
         for (size_t i = 0; i < n; i++) {
-            refused[i] = range_verdict(seg->desc, &reqs[i], putback, unchecked, &last);
+            refused[i] = range_verdict(seg->desc, &reqs[i], putback, unchecked, &last, &found[i]);
             missing |= range_missing(refused[i]);
         }
     }
@@ -144,7 +150,7 @@ static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, 
         if (!range_missing(refused[i]))
             continue;
         if (reread == OTE_OK)
-            refused[i] = range_verdict(seg->desc, &reqs[i], putback, unchecked, &last);
+            refused[i] = range_verdict(seg->desc, &reqs[i], putback, unchecked, &last, &found[i]);
         else
             refused[i] = reread; /* whether the peer registered it since is unknown */
         if (refused[i] == OTE_ERR_NOT_REGISTERED)
@@ -161,15 +167,17 @@ static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, 
 }
 
 void ote_batch_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
-                           bool putback, ote_status_t *refused)
+                           bool putback, ote_status_t *refused, const ote_desc_region_t **found)
 {
     for (size_t i = 0, end; i < count; i = end) {
         ote_segment_h seg = reqs[i].segment;
 
-        for (end = i; end < count && reqs[end].segment == seg; end++)
+        for (end = i; end < count && reqs[end].segment == seg; end++) {
             refused[end] = OTE_OK;
+            found[end]   = NULL;
+        }
         if (atomic_load(&seg->closed) || seg->engine != e)
             continue; /* refused at preparation, with the whole call */
-        run_checks(seg, reqs + i, end - i, putback, refused + i);
+        run_checks(seg, reqs + i, end - i, putback, refused + i, found + i);
     }
 }

@@ -426,6 +426,27 @@ static ote_status_t handle_notify(ote_ctl_t *ctl, ctl_conn_t *c)
     return reply_status(ctl, c, OTE_CTL_NOTIFY_ACK, ote_engine_notif_push(ctl->engine, &n));
 }
 
+/* NOTIFY_BATCH: several notifications; the answer says how many of the first are queued. */
+static ote_status_t handle_notify_batch(ote_ctl_t *ctl, ctl_conn_t *c)
+{
+    ote_ctl_notify_batch_t *m = malloc(sizeof(*m));
+    uint8_t ack[6];
+    size_t queued = 0;
+    ote_status_t status, st;
+
+    if (m == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_ctl_notify_batch_decode(c->payload, c->h.length, m);
+    if (status == OTE_OK) {
+        st     = ote_engine_notif_push_batch(ctl->engine, m, &queued);
+        status = ote_ctl_notify_batch_ack_encode(st, queued, ack);
+    }
+    free(m);
+    if (status != OTE_OK)
+        return status;
+    return ote_ctl_reply(ctl, c, OTE_CTL_NOTIFY_BATCH_ACK, ack, sizeof(ack), NULL, 0);
+}
+
 /* The core service's rows: its handlers take the listener and the connection. */
 #define CORE_HANDLER(fn)                                                                  \
     static ote_status_t fn##_row(const ote_ctl_host_t *host, void *state, ote_ctl_req_t *req) \
@@ -436,6 +457,7 @@ static ote_status_t handle_notify(ote_ctl_t *ctl, ctl_conn_t *c)
 CORE_HANDLER(handle_auth)
 CORE_HANDLER(handle_get_desc)
 CORE_HANDLER(handle_notify)
+CORE_HANDLER(handle_notify_batch)
 CORE_HANDLER(handle_connect)
 #undef CORE_HANDLER
 
@@ -445,6 +467,8 @@ static const ote_ctl_handler_t ctl_core_handlers[] = {
     {.type = OTE_CTL_AUTH_PROOF, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_auth_row},
     {.type = OTE_CTL_GET_DESC, .refuse_type = OTE_CTL_DESC, .handle = handle_get_desc_row},
     {.type = OTE_CTL_NOTIFY, .refuse_type = OTE_CTL_NOTIFY_ACK, .handle = handle_notify_row},
+    {.type = OTE_CTL_NOTIFY_BATCH, .refuse_type = OTE_CTL_AUTH_DONE,
+     .handle = handle_notify_batch_row},
     {.type = OTE_CTL_CONNECT, .refuse_type = OTE_CTL_AUTH_DONE, .handle = handle_connect_row},
 };
 

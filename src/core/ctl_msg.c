@@ -59,6 +59,83 @@ ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notif
     return ote_rd_end(&r);
 }
 
+ote_status_t ote_ctl_notify_batch_encode(const ote_ctl_notify_batch_t *m, ote_buf_t *out)
+{
+    size_t start = out->len;
+
+    if (m->count == 0 || m->count > OTE_CTL_NOTIFY_BATCH_MAX)
+        return OTE_ERR_INVALID_PARAM;
+    ote_buf_put_u64(out, m->sender_instance);
+    ote_buf_put_u64(out, m->target_instance);
+    ote_buf_put_str8(out, m->from);
+    ote_buf_put_u16(out, (uint16_t)m->count);
+    for (size_t i = 0; i < m->count; i++) {
+        if (m->items[i].length > OTE_NOTIFY_MAX || (i > 0 && m->items[i].seq <= m->items[i - 1].seq))
+            return OTE_ERR_INVALID_PARAM;
+        ote_buf_put_u64(out, m->items[i].seq);
+        ote_buf_put_u32(out, (uint32_t)m->items[i].length);
+        ote_buf_put(out, m->items[i].data, m->items[i].length);
+    }
+    if (ote_buf_status(out) == OTE_OK && out->len - start > OTE_CTL_NOTIFY_BATCH_MAX_LEN)
+        return OTE_ERR_INVALID_PARAM;
+    return ote_buf_status(out);
+}
+
+ote_status_t ote_ctl_notify_batch_decode(const uint8_t *buf, size_t len, ote_ctl_notify_batch_t *m)
+{
+    ote_rd_t r = {.p = buf, .left = len};
+
+    if (len > OTE_CTL_NOTIFY_BATCH_MAX_LEN)
+        return OTE_ERR_PROTOCOL;
+    m->sender_instance = ote_rd_u64(&r);
+    m->target_instance = ote_rd_u64(&r);
+    ote_rd_str8(&r, m->from, sizeof(m->from));
+    m->count = ote_rd_u16(&r);
+    /* A count the bytes cannot hold is refused before any item is read. */
+    if (r.failed || m->count == 0 || m->count > OTE_CTL_NOTIFY_BATCH_MAX ||
+        m->count > r.left / OTE_CTL_NOTIFY_ITEM_HDR_LEN)
+        return OTE_ERR_PROTOCOL;
+    for (size_t i = 0; i < m->count; i++) {
+        ote_ctl_notify_item_t *it = &m->items[i];
+
+        it->seq    = ote_rd_u64(&r);
+        it->length = ote_rd_u32(&r);
+        if (r.failed || it->length > OTE_NOTIFY_MAX || it->seq == 0 ||
+            (i > 0 && it->seq <= m->items[i - 1].seq))
+            return OTE_ERR_PROTOCOL;
+        it->data = ote_rd_bytes(&r, it->length);
+        if (r.failed)
+            return OTE_ERR_PROTOCOL;
+    }
+    return ote_rd_end(&r);
+}
+
+ote_status_t ote_ctl_notify_batch_ack_encode(ote_status_t status, size_t queued, uint8_t out[6])
+{
+    if (queued > OTE_CTL_NOTIFY_BATCH_MAX)
+        return OTE_ERR_INVALID_PARAM;
+    ote_put_u32(out, (uint32_t)status);
+    ote_put_u16(out + 4, (uint16_t)queued);
+    return OTE_OK;
+}
+
+ote_status_t ote_ctl_notify_batch_ack_decode(const uint8_t *buf, size_t len,
+                                             ote_status_t *status_p, size_t *queued_p)
+{
+    int32_t s;
+    size_t q;
+
+    if (len != 6)
+        return OTE_ERR_PROTOCOL;
+    s = (int32_t)ote_get_u32(buf);
+    q = ote_get_u16(buf + 4);
+    if (!ote_status_is_known(s) || q > OTE_CTL_NOTIFY_BATCH_MAX)
+        return OTE_ERR_PROTOCOL;
+    *status_p = (ote_status_t)s;
+    *queued_p = q;
+    return OTE_OK;
+}
+
 ote_status_t ote_ctl_status_decode(const uint8_t *buf, size_t len, ote_status_t *status_p)
 {
     int32_t s;
@@ -184,9 +261,18 @@ static const ote_ctl_type_info_t ctl_types[OTE_CTL_CORE_TYPE_MAX + 1] = {
     CTL_RESP(OTE_CTL_AUTH_DONE),
     CTL_REQ(OTE_CTL_CONNECT, OTE_CTL_CONNECT_MAX_LEN),
     CTL_RESP(OTE_CTL_CONNECT_ACK),
+    CTL_REQ(OTE_CTL_NOTIFY_BATCH, OTE_CTL_NOTIFY_BATCH_MAX_LEN),
+    CTL_RESP(OTE_CTL_NOTIFY_BATCH_ACK),
 };
 #undef CTL_REQ
 #undef CTL_RESP
+
+const ote_ctl_type_info_t *ote_ctl_core_type_info(uint8_t type)
+{
+    if (type == 0 || type > OTE_CTL_CORE_TYPE_MAX || ctl_types[type].name == NULL)
+        return NULL;
+    return &ctl_types[type];
+}
 
 const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type)
 {
@@ -195,8 +281,8 @@ const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type)
 
     if (type == 0)
         return NULL;
-    if (type <= OTE_CTL_CORE_TYPE_MAX)
-        return ctl_types[type].name != NULL ? &ctl_types[type] : NULL;
+    if (type <= OTE_CTL_CORE_TYPE_MAX && ctl_types[type].name != NULL)
+        return &ctl_types[type];
     svc = ote_ctl_services(&n);
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < svc[i]->num_types; k++) {

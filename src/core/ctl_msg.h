@@ -45,7 +45,11 @@ typedef enum {
      * FILE_IO_ACK (file_io_msg.h: READ/WRITE of an exported file), each
      * with its row in its service (proto/ctl_target.h).
      */
-    OTE_CTL_CORE_TYPE_MAX = 9, /* the last of core's own */
+    OTE_CTL_NOTIFY_BATCH = 16, /* several notifications, see
+                                  ote_ctl_notify_batch_t -> NOTIFY_BATCH_ACK */
+    OTE_CTL_NOTIFY_BATCH_ACK = 17, /* i32 status, u16 queued               */
+    OTE_CTL_CORE_TYPE_MAX = 17, /* the largest of core's own */
+    OTE_CTL_TYPE_MAX   = 17,
 } ote_ctl_type_t;
 
 /* The answer protocols refuse with before authentication (proto/ctl_target.h). */
@@ -65,6 +69,43 @@ typedef struct {
     size_t   length;
     const uint8_t *data; /* points into the payload */
 } ote_ctl_notify_t;
+
+/*
+ * NOTIFY_BATCH: u64 sender instance, u64 target instance, str8 from,
+ * u16 count (1..OTE_CTL_NOTIFY_BATCH_MAX), then count times: u64 seq,
+ * u32 length (<= OTE_NOTIFY_MAX), data. The seqs strictly grow within a
+ * frame (a sender's numbers, see notify.c); the whole payload is at most
+ * OTE_CTL_NOTIFY_BATCH_MAX_LEN. The answer, NOTIFY_BATCH_ACK, is i32
+ * status, u16 queued: the first `queued` notifications of the frame are
+ * queued by the receiver (now, or by an earlier copy of the frame); status
+ * OK when all are, else why the next one is not (BUSY: backlog full,
+ * PEER_RESTARTED: another instance, nothing queued).
+ */
+#define OTE_CTL_NOTIFY_BATCH_MAX     256
+#define OTE_CTL_NOTIFY_BATCH_MAX_LEN (64 * 1024)
+#define OTE_CTL_NOTIFY_BATCH_HDR_LEN (8 + 8 + 1 + 255 + 2)
+#define OTE_CTL_NOTIFY_ITEM_HDR_LEN  (8 + 4)
+
+typedef struct {
+    uint64_t       seq;
+    size_t         length;
+    const uint8_t *data; /* points into the payload */
+} ote_ctl_notify_item_t;
+
+typedef struct {
+    uint64_t              sender_instance;
+    uint64_t              target_instance;
+    char                  from[256];
+    size_t                count;
+    ote_ctl_notify_item_t items[OTE_CTL_NOTIFY_BATCH_MAX];
+} ote_ctl_notify_batch_t;
+
+ote_status_t ote_ctl_notify_batch_encode(const ote_ctl_notify_batch_t *m, ote_buf_t *out);
+ote_status_t ote_ctl_notify_batch_decode(const uint8_t *buf, size_t len,
+                                         ote_ctl_notify_batch_t *m_p);
+ote_status_t ote_ctl_notify_batch_ack_encode(ote_status_t status, size_t queued, uint8_t out[6]);
+ote_status_t ote_ctl_notify_batch_ack_decode(const uint8_t *buf, size_t len,
+                                             ote_status_t *status_p, size_t *queued_p);
 
 /*
  * CONNECT: u8 op, u64 initiator instance, u64 target instance, then
@@ -120,6 +161,8 @@ ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notif
  */
 /* The row of type; NULL for a type without one (0 among them). */
 const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type);
+/* Core's own row of a type (its numbers are 1..9 and 16..17), NULL for a protocol's. */
+const ote_ctl_type_info_t *ote_ctl_core_type_info(uint8_t type);
 
 /*
  * Largest payload a listener accepts for a request of this type, checked

@@ -92,6 +92,13 @@ void ote_desc_free(ote_desc_t *d)
     if (d == NULL)
         return;
     free(d->regions);
+    free(d->rkeys);
+    while (d->locs != NULL) {
+        ote_desc_loc_t *l = d->locs;
+
+        d->locs = l->next;
+        free(l);
+    }
     free(d->starts);
     free(d->ends);
     free(d->tops);
@@ -119,7 +126,7 @@ static int region_key_cmp(const void *a, const void *b)
 
 /*
  * Sort d's regions by (addr, length), equal ones in the peer's order: the
- * small keys are sorted and the entries (each over 300 bytes) moved once,
+ * small keys are sorted and the entries (48 bytes each) moved once,
  * not at every step of the sort; none moved when the peer registered in
  * address order. False when out of memory.
  */
@@ -159,6 +166,61 @@ static bool regions_sort(ote_desc_t *d)
 #define DESC_REGION_MIN (8 + 8 + 4 + 1 + 1)
 /* Smallest encoded export: a 1-byte name, id, size, access. */
 #define DESC_EXPORT_MIN (1 + 1 + 8 + 8 + 1)
+
+/*
+ * How many rkeys the n regions at r hold, read ahead without decoding;
+ * what cannot be read counts as none (the decoding proper fails there).
+ */
+static size_t count_rkeys(ote_rd_t r, uint32_t n)
+{
+    size_t total = 0;
+
+    for (uint32_t i = 0; i < n && !r.failed; i++) {
+        uint8_t k;
+
+        ote_rd_bytes(&r, 8 + 8 + 4);
+        ote_rd_bytes(&r, ote_rd_u8(&r));
+        k = ote_rd_u8(&r);
+        for (uint8_t j = 0; j < k && !r.failed; j++) {
+            ote_rd_u8(&r);
+            ote_rd_bytes(&r, ote_rd_u16(&r));
+        }
+        if (!r.failed)
+            total += k;
+    }
+    return total;
+}
+
+/* Recently met locations of a decoding, the newest first. */
+#define DESC_LOC_RECENT 8
+
+/*
+ * The descriptor's copy of location name: one of the recent ones, or a new
+ * one (a descriptor with many distinct locations keeps some twice: the
+ * search stays bounded). NULL when out of memory.
+ */
+static const char *loc_intern(ote_desc_t *d, const char *name, ote_desc_loc_t **recent)
+{
+    ote_desc_loc_t *l;
+
+    for (size_t i = 0; i < DESC_LOC_RECENT && recent[i] != NULL; i++) {
+        if (strcmp(recent[i]->name, name) == 0) {
+            l = recent[i];
+            memmove(recent + 1, recent, i * sizeof(*recent));
+            recent[0] = l;
+            return l->name;
+        }
+    }
+    l = malloc(sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    l->next = d->locs;
+    d->locs = l;
+    memmove(recent + 1, recent, (DESC_LOC_RECENT - 1) * sizeof(*recent));
+    recent[0] = l;
+    return l->name;
+}
 
 /* Version 3: the exported files (a name without '@', an id not 0, some access). */
 static bool decode_exports(ote_rd_t *r, ote_desc_t *d)
@@ -266,28 +328,45 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
     d->regions     = calloc(n ? n : 1, sizeof(*d->regions));
     if (d->regions == NULL)
         goto err;
-    for (uint32_t i = 0; i < n; i++) {
-        ote_desc_region_t *reg = &d->regions[i];
+    /* Every rkey in one array, counted first: the regions point into it. */
+    {
+        size_t cap = count_rkeys(r, n), used = 0;
+        ote_desc_loc_t *recent[DESC_LOC_RECENT] = {NULL};
 
-        reg->order  = i;
-        reg->addr   = ote_rd_u64(&r);
-        reg->length = ote_rd_u64(&r);
-        reg->access = ote_rd_u32(&r);
-        ote_rd_str8(&r, reg->location, sizeof(reg->location));
-        reg->num_rkeys = ote_rd_u8(&r);
-        if (r.failed || reg->length == 0 || reg->addr + reg->length < reg->addr ||
-            (reg->access & ~OTE_DESC_ACCESS_MASK) ||
-            reg->num_rkeys > OTE_DESC_MAX_MDS)
-            goto err;
-        for (uint8_t k = 0; k < reg->num_rkeys; k++) {
-            reg->rkeys[k].md_index = ote_rd_u8(&r);
-            reg->rkeys[k].length   = ote_rd_u16(&r);
-            if (reg->rkeys[k].md_index >= d->num_mds || reg->rkeys[k].length > OTE_MEM_RKEY_MAX)
+        d->rkeys = malloc((cap ? cap : 1) * sizeof(*d->rkeys));
+        if (d->rkeys == NULL)
+            goto err_nomem;
+        for (uint32_t i = 0; i < n; i++) {
+            ote_desc_region_t *reg = &d->regions[i];
+            ote_desc_rkey_t *keys  = d->rkeys + used;
+            char loc[OTE_MEM_LOCATION_MAX];
+
+            reg->order  = i;
+            reg->addr   = ote_rd_u64(&r);
+            reg->length = ote_rd_u64(&r);
+            reg->access = ote_rd_u32(&r);
+            ote_rd_str8(&r, loc, sizeof(loc));
+            reg->num_rkeys = ote_rd_u8(&r);
+            if (r.failed || reg->length == 0 || reg->addr + reg->length < reg->addr ||
+                (reg->access & ~OTE_DESC_ACCESS_MASK) ||
+                reg->num_rkeys > OTE_DESC_MAX_MDS || reg->num_rkeys > cap - used)
                 goto err;
-            reg->rkeys[k].data = ote_rd_bytes(&r, reg->rkeys[k].length);
-            if (r.failed)
-                goto err;
+            reg->location = loc_intern(d, loc, recent);
+            if (reg->location == NULL)
+                goto err_nomem;
+            for (uint8_t k = 0; k < reg->num_rkeys; k++) {
+                keys[k].md_index = ote_rd_u8(&r);
+                keys[k].length   = ote_rd_u16(&r);
+                if (keys[k].md_index >= d->num_mds || keys[k].length > OTE_MEM_RKEY_MAX)
+                    goto err;
+                keys[k].data = ote_rd_bytes(&r, keys[k].length);
+                if (r.failed)
+                    goto err;
+            }
+            reg->rkeys = keys;
+            used += reg->num_rkeys;
         }
+        d->num_rkeys = used;
     }
     if (version >= 3 && !decode_exports(&r, d))
         goto err;

@@ -35,15 +35,28 @@ typedef struct {
 /* A region's remote key; data points into the descriptor's blob. */
 typedef ote_proto_rkey_t ote_desc_rkey_t;
 
+/*
+ * A region of a decoded descriptor: 48 bytes on 64-bit hosts
+ * (test_desc_index checks it). Its rkeys lie apart, in the descriptor's
+ * rkey array, and its location is a string the descriptor shares between
+ * the regions that name the same one, so that a search over many regions
+ * touches small entries.
+ */
 typedef struct {
-    uint64_t        addr;
-    uint64_t        length;
-    unsigned        access;
-    char            location[OTE_MEM_LOCATION_MAX];
-    uint8_t         num_rkeys;
-    ote_desc_rkey_t rkeys[OTE_DESC_MAX_MDS];
-    uint32_t        order; /* place in the encoding: the peer's registration order */
+    uint64_t               addr;
+    uint64_t               length;
+    const char            *location; /* the descriptor's (decoded), or a literal */
+    const ote_desc_rkey_t *rkeys;    /* num_rkeys of them, in the descriptor's rkeys */
+    unsigned               access;
+    uint32_t               order; /* place in the encoding: the peer's registration order */
+    uint8_t                num_rkeys;
 } ote_desc_region_t;
+
+/* A location string regions of a decoded descriptor share. */
+typedef struct ote_desc_loc {
+    struct ote_desc_loc *next;
+    char                 name[OTE_MEM_LOCATION_MAX];
+} ote_desc_loc_t;
 
 /* A file the engine exports (ote_file_export): "export" or "export/file". */
 typedef struct {
@@ -65,6 +78,9 @@ typedef struct {
     char               mds[OTE_DESC_MAX_MDS][OTE_TL_NAME_MAX * 2];
     size_t             num_regions;
     ote_desc_region_t *regions; /* sorted by addr; .order gives the peer's order */
+    ote_desc_rkey_t   *rkeys;   /* every region's rkeys (decoded descriptors) */
+    size_t             num_rkeys;
+    ote_desc_loc_t    *locs;    /* the distinct locations regions point to */
     size_t             num_exports;
     ote_desc_export_t *exports; /* files it exports (version 3) */
     uint8_t           *blob;    /* the encoded bytes rkeys point into */

@@ -218,6 +218,13 @@ ote_status_t ote_engine_desc_skeleton(ote_engine_h engine, ote_buf_t *out);
 unsigned long ote_engine_desc_encodes(ote_engine_h engine);
 /* Queue a received notification; BUSY when the backlog is full. */
 ote_status_t ote_engine_notif_push(ote_engine_h engine, const ote_ctl_notify_t *n);
+/*
+ * Queue the notifications of a NOTIFY_BATCH frame in order: *queued_p is
+ * how many of the first ones are queued (now, or earlier: a retry);
+ * OK when all are, else why the next one is not (BUSY, PEER_RESTARTED).
+ */
+ote_status_t ote_engine_notif_push_batch(ote_engine_h engine, const ote_ctl_notify_batch_t *m,
+                                         size_t *queued_p);
 
 /* select.c: OTE_TLS / OTE_NET_DEVICES */
 typedef struct ote_select ote_select_t;

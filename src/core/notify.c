@@ -6,19 +6,30 @@
  * instance it was addressed to, in send order per sender and receiver.
  *
  * Sender: every notification carries the receiver's instance and a number
- * from one counter per engine. Notifications to one receiver instance go
- * one at a time through that instance's lane, whatever segment handle or
- * thread sends them, so the numbers one receiver sees from this engine only
- * grow. A send retried on a fresh connection keeps its number.
+ * from one counter per engine, taken when it joins the lane of that
+ * receiver instance (one per instance, whatever segment handle or thread
+ * sends), so the numbers in a lane only grow in lane order. One thread at
+ * a time (the lane's flusher: a sender whose messages wait) packs what
+ * waits at the head of the lane, up to OTE_CTL_NOTIFY_BATCH_MAX
+ * notifications or OTE_CTL_NOTIFY_BATCH_MAX_LEN bytes, into one
+ * NOTIFY_BATCH frame; the answer says how many of its first ones the
+ * receiver queued, and those end OK. The rest stay at the head: sent again
+ * (the same numbers) while the backlog is full, until their
+ * OTE_NOTIFY_TIMEOUT_MS passed (then BUSY, never queued); once more on a
+ * fresh connection after a broken one; failed with any other status. While
+ * a frame is in flight, other senders' notifications join the lane and go
+ * in the next frame: one round trip carries every notification that
+ * waited for it.
  *
  * Receiver: a number at or below the last one queued from that sender is a
- * retry and is acknowledged without being queued again; one addressed to
+ * retry and counts as queued without being queued again; one addressed to
  * another instance is refused PEER_RESTARTED; a full backlog refuses BUSY
- * and queues nothing, and the sender sends again for OTE_NOTIFY_TIMEOUT_MS.
+ * and queues nothing more of the frame.
  *
  * Notifications that follow a batch are sent by a dedicated thread once
  * every task of their call completed, so the data is in the peer's memory
- * before the message arrives.
+ * before the message arrives; it takes every group that completed
+ * meanwhile into the lanes at once, so they share frames.
  */
 #include "ctl_msg.h"
 #include "engine.h"
@@ -34,10 +45,33 @@
 #define NOTIF_SENDERS_MAX     4096
 #define NOTIF_SENDERS_BUCKETS 1024
 
+/* How many a caller waits for on one lane. */
+typedef struct {
+    size_t pending;
+} notify_waiter_t;
+
+/* A notification in its lane, from its number to its end. */
+typedef struct notify_item {
+    ote_segment_h       seg;      /* the handle it was sent on: its connection */
+    const uint8_t      *data;     /* the caller's or the group's, until it ended */
+    size_t              length;
+    uint64_t            seq;
+    uint64_t            deadline; /* BUSY past this */
+    ote_status_t       *status_p; /* where its end goes */
+    ote_status_t        status;   /* a batch's end */
+    notify_waiter_t    *waiter;
+    ote_notify_group_t *group;    /* a batch's notification: ended after the lane lock */
+    struct notify_item *next;
+} notify_item_t;
+
 struct ote_notify_lane {
     uint64_t                instance;
-    pthread_mutex_t         lock; /* held over one send: its number and its exchange */
-    long                    refs; /* under engine lane_lock */
+    pthread_mutex_t         lock;
+    pthread_cond_t          cond;     /* items ended, or the flusher's role free */
+    notify_item_t          *head, *tail; /* waiting or in the frame in flight, by number */
+    bool                    flushing; /* a thread sends this lane's frames */
+    ote_ctl_notify_batch_t  frame;    /* the flusher's */
+    long                    refs;     /* under engine lane_lock */
     struct ote_notify_lane *next;
 };
 
@@ -79,6 +113,7 @@ static struct ote_notify_lane *lane_get(ote_engine_h e, uint64_t instance)
         if (l != NULL) {
             l->instance = instance;
             pthread_mutex_init(&l->lock, NULL);
+            pthread_cond_init(&l->cond, NULL);
             l->next  = e->lanes;
             e->lanes = l;
         }
@@ -103,22 +138,74 @@ static void lane_put(ote_engine_h e, struct ote_notify_lane *l)
     *pp = l->next;
     pthread_mutex_unlock(&e->lane_lock);
     pthread_mutex_destroy(&l->lock);
+    pthread_cond_destroy(&l->cond);
     free(l);
 }
 
-/* One NOTIFY exchange and the receiver's answer. */
-static ote_status_t notify_exchange(ote_segment_h seg, const ote_buf_t *out)
+/* Under the lane lock: it takes the next number of this engine. */
+static void lane_append(ote_engine_h e, struct ote_notify_lane *l, notify_item_t *it)
+{
+    it->seq  = atomic_fetch_add(&e->notify_seq, 1) + 1;
+    it->next = NULL;
+    if (l->tail != NULL)
+        l->tail->next = it;
+    else
+        l->head = it;
+    l->tail = it;
+}
+
+/*
+ * Under the lane lock: the head item ended with status. A batch's goes on
+ * *ended, to be ended once the lane lock is let go.
+ */
+static void lane_end_head(struct ote_notify_lane *l, ote_status_t status, notify_item_t **ended)
+{
+    notify_item_t *it = l->head;
+
+    l->head = it->next;
+    if (l->head == NULL)
+        l->tail = NULL;
+    if (it->status_p != NULL)
+        *it->status_p = status;
+    it->waiter->pending--;
+    if (it->group != NULL) {
+        it->next = *ended;
+        *ended   = it;
+    }
+}
+
+static void groups_end(ote_engine_h e, notify_item_t *ended)
+{
+    (void)e;
+    while (ended != NULL) {
+        notify_item_t *it = ended;
+        ote_status_t st   = *it->status_p;
+
+        ended = it->next;
+        if (st != OTE_OK)
+            ote_info("notification to %s after its tasks completed not delivered: %s",
+                     it->group->segment->name, ote_status_string(st));
+        ote_batch_notify_end(it->group, st);
+        free(it);
+    }
+}
+
+/* One NOTIFY_BATCH exchange: the receiver's status and how many it queued. */
+static ote_status_t notify_exchange(ote_segment_h seg, const ote_buf_t *out, size_t *queued_p)
 {
     uint8_t *resp = NULL;
     size_t resp_len;
     ote_status_t status, remote;
 
-    status = ote_segment_ctl_request(seg, OTE_CTL_NOTIFY, out->data, out->len,
-                                     OTE_CTL_NOTIFY_ACK, &resp, &resp_len);
+    *queued_p = 0;
+    status = ote_segment_ctl_request(seg, OTE_CTL_NOTIFY_BATCH, out->data, out->len,
+                                     OTE_CTL_NOTIFY_BATCH_ACK, &resp, &resp_len);
     if (status == OTE_OK) {
-        status = ote_ctl_status_decode(resp, resp_len, &remote);
+        status = ote_ctl_notify_batch_ack_decode(resp, resp_len, &remote, queued_p);
         if (status == OTE_OK)
             status = ote_segment_ctl_refused(seg, remote);
+        else
+            ote_warn("segment '%s': malformed NOTIFY_BATCH_ACK", seg->name);
     }
     free(resp);
     return status;
@@ -132,68 +219,225 @@ static void sleep_ms(long ms)
 }
 
 /*
- * Send one notification to the instance seg is bound to. Waits for room in
- * a full backlog up to OTE_NOTIFY_TIMEOUT_MS; retries once on a fresh
- * connection after a broken one (the same number: delivered once).
+ * The lane's flusher, lane lock held (and let go over each exchange):
+ * sends frames from the head of the lane until w's items all ended.
  */
-static ote_status_t notify_send(ote_engine_h e, ote_segment_h seg, const void *msg, size_t len)
+static void lane_flush(ote_engine_h e, struct ote_notify_lane *l, notify_waiter_t *w)
 {
-    ote_ctl_notify_t n = {.sender_instance = e->instance_id, .length = len, .data = msg};
-    uint64_t deadline  = ote_time_ns() + (uint64_t)e->config.notify_timeout_ms * 1000000ull;
-    struct ote_notify_lane *lane;
-    ote_buf_t out = {0};
-    ote_status_t status;
-    long backoff_ms = 1;
+    ote_ctl_notify_batch_t *m = &l->frame;
+    int reconnects            = 0;
+    long backoff_ms           = 1;
 
+    while (w->pending > 0) {
+        notify_item_t *it, *ended = NULL;
+        ote_segment_h seg = l->head->seg;
+        size_t bytes      = OTE_CTL_NOTIFY_BATCH_HDR_LEN, queued = 0, n = 0;
+        ote_buf_t out     = {0};
+        ote_status_t status;
+
+        /* What waits at the head, sent on one handle's connection. */
+        for (it = l->head; it != NULL && n < OTE_CTL_NOTIFY_BATCH_MAX && it->seg == seg;
+             it = it->next) {
+            if (bytes + OTE_CTL_NOTIFY_ITEM_HDR_LEN + it->length > OTE_CTL_NOTIFY_BATCH_MAX_LEN)
+                break;
+            bytes += OTE_CTL_NOTIFY_ITEM_HDR_LEN + it->length;
+            m->items[n++] = (ote_ctl_notify_item_t){.seq = it->seq, .length = it->length,
+                                                    .data = it->data};
+        }
+        m->count           = n;
+        m->sender_instance = e->instance_id;
+        m->target_instance = l->instance;
+        snprintf(m->from, sizeof(m->from), "%s", e->name);
+        pthread_mutex_unlock(&l->lock);
+        status = ote_ctl_notify_batch_encode(m, &out);
+        if (status == OTE_OK)
+            status = notify_exchange(seg, &out, &queued);
+        free(out.data);
+        if (status == OTE_OK && queued != n)
+            status = OTE_ERR_PROTOCOL; /* all queued, it said, but not as many */
+        if (queued > n) {
+            ote_warn("segment '%s': NOTIFY_BATCH_ACK says %zu queued of %zu", seg->name, queued,
+                     n);
+            queued = 0;
+            status = OTE_ERR_PROTOCOL;
+        }
+        if (status == OTE_ERR_PEER_RESTARTED)
+            ote_segment_mark_stale(seg);
+        pthread_mutex_lock(&l->lock);
+        for (size_t i = 0; i < queued; i++)
+            lane_end_head(l, OTE_OK, &ended);
+        n -= queued;
+        if (status == OTE_OK || (queued > 0 && status != OTE_ERR_BUSY)) {
+            reconnects = 0;
+            backoff_ms = 1;
+            if (status != OTE_OK) {
+                /* Why the next was not queued: it and the rest of the frame end with it. */
+                while (n-- > 0)
+                    lane_end_head(l, status, &ended);
+            }
+        } else if (status == OTE_ERR_REMOTE_DISCONNECT && reconnects++ == 0) {
+            /* Once more, on a fresh connection: the same numbers, queued once. */
+        } else if (status == OTE_ERR_BUSY) {
+            uint64_t now = ote_time_ns();
+            bool progress = queued > 0;
+
+            /* The backlog is full: those past their time end BUSY, never queued. */
+            reconnects = 0;
+            while (n > 0 && l->head->deadline <= now) {
+                lane_end_head(l, OTE_ERR_BUSY, &ended);
+                n--;
+                progress = true;
+            }
+            if (progress) {
+                backoff_ms = 1;
+            } else {
+                pthread_mutex_unlock(&l->lock);
+                sleep_ms(backoff_ms);
+                pthread_mutex_lock(&l->lock);
+                if (backoff_ms < 16)
+                    backoff_ms *= 2;
+            }
+        } else {
+            reconnects = 0;
+            while (n-- > 0)
+                lane_end_head(l, status, &ended);
+        }
+        pthread_cond_broadcast(&l->cond);
+        if (ended != NULL) {
+            pthread_mutex_unlock(&l->lock);
+            groups_end(e, ended);
+            pthread_mutex_lock(&l->lock);
+        }
+    }
+}
+
+/* Lane lock held: until w's items ended, as the flusher or waiting for it. */
+static void lane_wait(ote_engine_h e, struct ote_notify_lane *l, notify_waiter_t *w)
+{
+    while (w->pending > 0) {
+        if (!l->flushing) {
+            l->flushing = true;
+            lane_flush(e, l, w);
+            l->flushing = false;
+            /* Whoever waits behind us takes the role. */
+            pthread_cond_broadcast(&l->cond);
+        } else {
+            pthread_cond_wait(&l->cond, &l->lock);
+        }
+    }
+}
+
+/* The receiver instance seg is bound to; PEER_RESTARTED once it is stale. */
+static ote_status_t seg_instance(ote_segment_h seg, uint64_t *instance_p)
+{
     if (atomic_load(&seg->stale))
         return OTE_ERR_PEER_RESTARTED;
     pthread_mutex_lock(&seg->lock);
-    n.target_instance = seg->desc->instance_id;
+    *instance_p = seg->desc->instance_id;
     pthread_mutex_unlock(&seg->lock);
-    snprintf(n.from, sizeof(n.from), "%s", e->name);
-    lane = lane_get(e, n.target_instance);
-    if (lane == NULL)
-        return OTE_ERR_NO_MEMORY;
-    pthread_mutex_lock(&lane->lock);
-    n.seq  = atomic_fetch_add(&e->notify_seq, 1) + 1;
-    status = ote_ctl_notify_encode(&n, &out);
-    for (int reconnects = 0; status == OTE_OK;) {
-        status = notify_exchange(seg, &out);
-        if (status == OTE_ERR_REMOTE_DISCONNECT && reconnects++ == 0) {
-            status = OTE_OK; /* once more, on a fresh connection */
-            continue;
-        }
-        if (status != OTE_ERR_BUSY || ote_time_ns() >= deadline)
-            break;
-        /* The receiver's backlog is full: nothing was queued; wait for room. */
-        sleep_ms(backoff_ms);
-        if (backoff_ms < 16)
-            backoff_ms *= 2;
-        status = OTE_OK;
-    }
-    pthread_mutex_unlock(&lane->lock);
-    lane_put(e, lane);
-    free(out.data);
-    if (status == OTE_ERR_PEER_RESTARTED)
-        ote_segment_mark_stale(seg);
-    return status;
+    return OTE_OK;
 }
 
-ote_status_t ote_notify_send(ote_engine_h e, ote_segment_h seg, const void *msg, size_t len)
+/*
+ * Send count notifications to the instance seg is bound to, in order, and
+ * wait until each ended: statuses[i] is message i's.
+ */
+static ote_status_t notify_send(ote_engine_h e, ote_segment_h seg, const ote_notify_msg_t *msgs,
+                                size_t count, ote_status_t *statuses)
 {
+    uint64_t deadline = ote_time_ns() + (uint64_t)e->config.notify_timeout_ms * 1000000ull;
+    notify_item_t one, *items = count == 1 ? &one : calloc(count, sizeof(*items));
+    notify_waiter_t w = {.pending = count};
+    struct ote_notify_lane *lane;
     ote_status_t status;
+    uint64_t instance;
 
-    if (e == NULL || seg == NULL || (msg == NULL && len) || len > OTE_NOTIFY_MAX ||
-        seg->engine != e)
-        return OTE_ERR_INVALID_PARAM;
+    if (items == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = seg_instance(seg, &instance);
+    lane   = status == OTE_OK ? lane_get(e, instance) : NULL;
+    if (status == OTE_OK && lane == NULL)
+        status = OTE_ERR_NO_MEMORY;
+    if (status != OTE_OK) {
+        for (size_t i = 0; i < count; i++)
+            statuses[i] = status;
+        if (items != &one)
+            free(items);
+        return status;
+    }
+    pthread_mutex_lock(&lane->lock);
+    for (size_t i = 0; i < count; i++) {
+        items[i] = (notify_item_t){.seg = seg, .data = msgs[i].data ? msgs[i].data : "",
+                                   .length = msgs[i].length, .deadline = deadline,
+                                   .status_p = &statuses[i], .waiter = &w};
+        lane_append(e, lane, &items[i]);
+    }
+    lane_wait(e, lane, &w);
+    pthread_mutex_unlock(&lane->lock);
+    lane_put(e, lane);
+    if (items != &one)
+        free(items);
+    for (size_t i = 0; i < count; i++) {
+        if (statuses[i] != OTE_OK)
+            return statuses[i];
+    }
+    return OTE_OK;
+}
+
+static ote_status_t notify_check(ote_engine_h e, ote_segment_h seg)
+{
     if (atomic_load(&seg->closed))
         return OTE_ERR_NOT_FOUND;
     if (seg->file != NULL) {
         ote_error("segment '%s': a file segment has no peer to notify", seg->name);
         return OTE_ERR_UNSUPPORTED;
     }
-    status = notify_send(e, seg, msg ? msg : "", len);
+    (void)e;
+    return OTE_OK;
+}
+
+ote_status_t ote_notify_send(ote_engine_h e, ote_segment_h seg, const void *msg, size_t len)
+{
+    ote_notify_msg_t m = {.data = msg, .length = len};
+    ote_status_t status;
+
+    if (e == NULL || seg == NULL || (msg == NULL && len) || len > OTE_NOTIFY_MAX ||
+        seg->engine != e)
+        return OTE_ERR_INVALID_PARAM;
+    status = notify_check(e, seg);
+    if (status != OTE_OK)
+        return status;
+    notify_send(e, seg, &m, 1, &status);
     ote_obs_notify_sent(e->obs, status);
+    return status;
+}
+
+ote_status_t ote_notify_send_many(ote_engine_h e, ote_segment_h seg, const ote_notify_msg_t *msgs,
+                                  size_t count, ote_status_t *statuses)
+{
+    ote_status_t status, *st = statuses;
+
+    if (e == NULL || seg == NULL || (count && msgs == NULL) || seg->engine != e)
+        return OTE_ERR_INVALID_PARAM;
+    for (size_t i = 0; i < count; i++) {
+        if ((msgs[i].data == NULL && msgs[i].length) || msgs[i].length > OTE_NOTIFY_MAX)
+            return OTE_ERR_INVALID_PARAM;
+    }
+    if (count == 0)
+        return OTE_OK;
+    status = notify_check(e, seg);
+    if (status != OTE_OK) {
+        for (size_t i = 0; statuses != NULL && i < count; i++)
+            statuses[i] = status;
+        return status;
+    }
+    if (st == NULL && (st = malloc(count * sizeof(*st))) == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = notify_send(e, seg, msgs, count, st);
+    for (size_t i = 0; i < count; i++)
+        ote_obs_notify_sent(e->obs, st[i]);
+    if (st != statuses)
+        free(st);
     return status;
 }
 
@@ -280,45 +524,86 @@ static ote_status_t sender_record(struct ote_notif_senders *s, notif_sender_t *x
     return OTE_OK;
 }
 
-ote_status_t ote_engine_notif_push(ote_engine_h e, const ote_ctl_notify_t *n)
+/*
+ * Under notif_lock: queue one notification numbered seq from sender, or
+ * count it queued when it was (a retry); BUSY when the backlog is full.
+ */
+static ote_status_t notif_queue(ote_engine_h e, uint64_t sender, uint64_t seq, const char *from,
+                                const uint8_t *data, size_t length)
 {
+    notif_sender_t *known = sender_find(e->senders, sender);
     ote_notif_t *slot;
-    notif_sender_t *known;
-    ote_status_t status = OTE_OK;
+    ote_status_t status;
 
-    if (n->target_instance != e->instance_id) {
-        ote_debug("notification from %s for instance %016llx refused: this is %016llx", n->from,
-                  (unsigned long long)n->target_instance, (unsigned long long)e->instance_id);
-        return OTE_ERR_PEER_RESTARTED;
-    }
-    pthread_mutex_lock(&e->notif_lock);
-    known = sender_find(e->senders, n->sender_instance);
-    if (known != NULL && n->seq <= known->seq) {
-        /* A retry of a message already queued. */
-        goto out;
-    }
-    if (e->notif_count >= (size_t)e->config.max_notif_backlog) {
-        status = OTE_ERR_BUSY;
-        goto out;
-    }
+    if (known != NULL && seq <= known->seq)
+        return OTE_OK; /* a retry of a message already queued */
+    if (e->notif_count >= (size_t)e->config.max_notif_backlog)
+        return OTE_ERR_BUSY;
     if (e->notif_count == e->notif_cap) {
         status = ote_ring_grow((void **)&e->notifs, &e->notif_cap, &e->notif_head,
                                e->notif_count, sizeof(*e->notifs), 64);
         if (status != OTE_OK)
-            goto out;
+            return status;
     }
-    status = sender_record(e->senders, known, n->sender_instance, n->seq);
+    status = sender_record(e->senders, known, sender, seq);
     if (status != OTE_OK)
-        goto out;
+        return status;
     slot = &e->notifs[(e->notif_head + e->notif_count) % e->notif_cap];
-    snprintf(slot->from, sizeof(slot->from), "%s", n->from);
-    slot->length = n->length;
-    memcpy(slot->data, n->data, n->length);
+    snprintf(slot->from, sizeof(slot->from), "%s", from);
+    slot->length = length;
+    memcpy(slot->data, data, length);
     e->notif_count++;
     ote_obs_notify_received(e->obs);
-out:
+    return OTE_OK;
+}
+
+static bool notif_for_us(ote_engine_h e, const char *from, uint64_t target)
+{
+    if (target == e->instance_id)
+        return true;
+    ote_debug("notification from %s for instance %016llx refused: this is %016llx", from,
+              (unsigned long long)target, (unsigned long long)e->instance_id);
+    return false;
+}
+
+ote_status_t ote_engine_notif_push(ote_engine_h e, const ote_ctl_notify_t *n)
+{
+    ote_status_t status;
+    size_t before;
+    bool added;
+
+    if (!notif_for_us(e, n->from, n->target_instance))
+        return OTE_ERR_PEER_RESTARTED;
+    pthread_mutex_lock(&e->notif_lock);
+    before = e->notif_count;
+    status = notif_queue(e, n->sender_instance, n->seq, n->from, n->data, n->length);
+    added  = e->notif_count != before;
     pthread_mutex_unlock(&e->notif_lock);
-    if (status == OTE_OK)
+    if (added)
+        ote_engine_signal_event(e);
+    return status;
+}
+
+ote_status_t ote_engine_notif_push_batch(ote_engine_h e, const ote_ctl_notify_batch_t *m,
+                                         size_t *queued_p)
+{
+    ote_status_t status = OTE_OK;
+    size_t i, added = 0;
+
+    *queued_p = 0;
+    if (!notif_for_us(e, m->from, m->target_instance))
+        return OTE_ERR_PEER_RESTARTED;
+    pthread_mutex_lock(&e->notif_lock);
+    for (i = 0; i < m->count && status == OTE_OK; i++) {
+        size_t before = e->notif_count;
+
+        status = notif_queue(e, m->sender_instance, m->items[i].seq, m->from, m->items[i].data,
+                             m->items[i].length);
+        added += e->notif_count - before;
+    }
+    pthread_mutex_unlock(&e->notif_lock);
+    *queued_p = status == OTE_OK ? i : i - 1;
+    if (added > 0)
         ote_engine_signal_event(e);
     return status;
 }
@@ -342,30 +627,91 @@ ote_status_t ote_notify_recv(ote_engine_h e, ote_notif_t *notifs, size_t max, si
 
 /* ---- notifications after batches ------------------------------------------- */
 
+/* The lanes one notifier round put groups into, and how many each waits for. */
+#define NOTIFIER_LANES 16
+
+typedef struct {
+    struct ote_notify_lane *lane;
+    notify_waiter_t         w;
+} notifier_lane_t;
+
+/* Put g into the lane of its segment's instance (one of *lanes); ends it when it cannot. */
+static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t *lanes,
+                          size_t *num_p)
+{
+    notify_item_t *it;
+    uint64_t instance;
+    ote_status_t status;
+    size_t k;
+
+    status = atomic_load(&g->segment->closed) ? OTE_ERR_CANCELED
+                                              : seg_instance(g->segment, &instance);
+    for (k = 0; status == OTE_OK && k < *num_p && lanes[k].lane->instance != instance; k++)
+        ;
+    if (status == OTE_OK && k == *num_p) {
+        lanes[k].lane = lane_get(e, instance);
+        lanes[k].w    = (notify_waiter_t){0};
+        if (lanes[k].lane == NULL)
+            status = OTE_ERR_NO_MEMORY;
+        else
+            (*num_p)++;
+    }
+    it = status == OTE_OK ? calloc(1, sizeof(*it)) : NULL;
+    if (status == OTE_OK && it == NULL)
+        status = OTE_ERR_NO_MEMORY;
+    if (status != OTE_OK) {
+        ote_info("notification to %s after its tasks completed not delivered: %s",
+                 g->segment->name, ote_status_string(status));
+        ote_batch_notify_end(g, status);
+        return;
+    }
+    *it = (notify_item_t){.seg = g->segment, .data = (const uint8_t *)g->data,
+                          .length = g->length, .group = g, .waiter = &lanes[k].w,
+                          .deadline = ote_time_ns() +
+                                      (uint64_t)e->config.notify_timeout_ms * 1000000ull};
+    it->status_p = &it->status;
+    pthread_mutex_lock(&lanes[k].lane->lock);
+    lanes[k].w.pending++;
+    lane_append(e, lanes[k].lane, it);
+    pthread_mutex_unlock(&lanes[k].lane->lock);
+}
+
+/* Send what the lanes of this round hold, then let them go. */
+static void notifier_flush(ote_engine_h e, notifier_lane_t *lanes, size_t *num_p)
+{
+    for (size_t k = 0; k < *num_p; k++) {
+        pthread_mutex_lock(&lanes[k].lane->lock);
+        lane_wait(e, lanes[k].lane, &lanes[k].w);
+        pthread_mutex_unlock(&lanes[k].lane->lock);
+        lane_put(e, lanes[k].lane);
+    }
+    *num_p = 0;
+}
+
 static void *notifier_main(void *arg)
 {
     ote_notifier_t *nt = arg;
+    notifier_lane_t lanes[NOTIFIER_LANES];
+    size_t num_lanes = 0;
 
     pthread_mutex_lock(&nt->lock);
     for (;;) {
-        ote_notify_group_t *g;
-        ote_status_t status;
-
         while (nt->count == 0 && !nt->stop)
             pthread_cond_wait(&nt->cond, &nt->lock);
         if (nt->count == 0)
             break;
-        g        = nt->q[nt->head];
-        nt->head = (nt->head + 1) % nt->cap;
-        nt->count--;
+        /* Every group that completed meanwhile: they share the lanes' frames. */
+        while (nt->count > 0 && num_lanes < NOTIFIER_LANES) {
+            ote_notify_group_t *g = nt->q[nt->head];
+
+            nt->head = (nt->head + 1) % nt->cap;
+            nt->count--;
+            pthread_mutex_unlock(&nt->lock);
+            notifier_post(nt->engine, g, lanes, &num_lanes);
+            pthread_mutex_lock(&nt->lock);
+        }
         pthread_mutex_unlock(&nt->lock);
-        status = atomic_load(&g->segment->closed)
-                     ? OTE_ERR_CANCELED
-                     : notify_send(nt->engine, g->segment, g->data, g->length);
-        if (status != OTE_OK)
-            ote_info("notification to %s after its tasks completed not delivered: %s",
-                     g->segment->name, ote_status_string(status));
-        ote_batch_notify_end(g, status);
+        notifier_flush(nt->engine, lanes, &num_lanes);
         pthread_mutex_lock(&nt->lock);
     }
     pthread_mutex_unlock(&nt->lock);

@@ -123,8 +123,7 @@ static ote_status_t object_desc(ote_segment_h seg, ote_desc_t **desc_p)
     d->regions[0].addr    = 0;
     d->regions[0].length  = size;
     d->regions[0].access  = access;
-    snprintf(d->regions[0].location, sizeof(d->regions[0].location), "%s",
-             seg->object_ops->location);
+    d->regions[0].location = seg->object_ops->location; /* a literal of the component */
     atomic_init(&d->refs, 1);
     *desc_p = d;
     return OTE_OK;
@@ -425,7 +424,7 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions, 
         out->addr   = r->addr;
         out->length = r->length;
         out->access = r->access;
-        snprintf(out->location, sizeof(out->location), "%s", r->location);
+        snprintf(out->location, sizeof(out->location), "%s", r->location ? r->location : "");
     }
     pthread_mutex_unlock(&seg->lock);
     return OTE_OK;

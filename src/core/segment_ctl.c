@@ -55,6 +55,14 @@ static ote_status_t ctl_exchange(ote_segment_h seg, int fd, uint8_t type, const 
         memcpy(small, hdr, OTE_CTL_HDR_LEN);
         memcpy(small + OTE_CTL_HDR_LEN, payload, len);
         status = ote_socket_send_all(fd, small, OTE_CTL_HDR_LEN + len, deadline);
+    } else if (len > 0 && len <= OTE_CTL_NOTIFY_BATCH_MAX_LEN &&
+               (resp = malloc(OTE_CTL_HDR_LEN + len)) != NULL) {
+        /* A packed NOTIFY_BATCH: one send too. */
+        memcpy(resp, hdr, OTE_CTL_HDR_LEN);
+        memcpy(resp + OTE_CTL_HDR_LEN, payload, len);
+        status = ote_socket_send_all(fd, resp, OTE_CTL_HDR_LEN + len, deadline);
+        free(resp);
+        resp = NULL;
     } else {
         status = ote_socket_send_all(fd, hdr, sizeof(hdr), deadline);
         if (status == OTE_OK && len)

@@ -68,7 +68,7 @@ static ote_status_t export_desc(ote_segment_h seg, const ote_desc_t *d, ote_desc
     out->regions[0].addr   = 0;
     out->regions[0].length = x->size;
     out->regions[0].access = x->access;
-    snprintf(out->regions[0].location, sizeof(out->regions[0].location), "file");
+    out->regions[0].location = "file";
     atomic_init(&out->refs, 1);
     *file_id_p = x->id;
     *desc_p    = out;

@@ -440,6 +440,8 @@ static void usage(FILE *f)
             "  notify    N senders (engines) to one receiver\n"
             "            --counts N,...  (default 1,8,64)\n"
             "            --messages M    notifications per point (default 20000)\n"
+            "            --per-call K,...  messages per send call, a series each (default\n"
+            "                            1,64: ote_notify_send(), ote_notify_send_many())\n"
             "  OTE_TLS defaults to tcp here, OTE_MAX_INFLIGHT_TASKS to 4194304 and\n"
             "  OTE_MAX_INFLIGHT_BYTES to 64g (the largest batch is 4 GiB).\n");
 }
@@ -451,6 +453,7 @@ int main(int argc, char **argv)
         {"reps", required_argument, NULL, 'r'},   {"checks", required_argument, NULL, 'k'},
         {"per-peer", required_argument, NULL, 'p'}, {"idle", required_argument, NULL, 'i'},
         {"messages", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
+        {"per-call", required_argument, NULL, 'n'},
         {NULL, 0, NULL, 0},
     };
     const char *curve;
@@ -485,6 +488,7 @@ int main(int argc, char **argv)
         case 'p': sopt.per_peer = strtoul(optarg, NULL, 10); break;
         case 'i': sopt.idle_s = atof(optarg); break;
         case 'm': sopt.messages = strtoul(optarg, NULL, 10); break;
+        case 'n': sopt.num_per_call = parse_list(optarg, sopt.per_call); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -512,6 +516,12 @@ int main(int argc, char **argv)
     if (strcmp(curve, "notify") == 0) {
         if (sopt.num_counts == 0)
             sopt.num_counts = parse_list("1,8,64", sopt.counts);
+        if (sopt.num_per_call == 0)
+            sopt.num_per_call = parse_list("1,64", sopt.per_call);
+        for (size_t i = 0; i < sopt.num_per_call; i++) {
+            if (sopt.per_call[i] == 0 || sopt.per_call[i] > 1024)
+                scale_die("--per-call: 1 to 1024 messages per call");
+        }
         return scale_notify();
     }
     usage(stderr);

@@ -27,6 +27,8 @@ typedef struct {
     size_t num_sizes;
     size_t per_peer;                 /* peers: 4 KiB WRITEs per peer in the batch */
     size_t messages;                 /* notify: notifications per curve point */
+    size_t per_call[SCALE_MAX_POINTS]; /* notify: messages per send call (a series each) */
+    size_t num_per_call;
     size_t checks;                   /* regions: requests of the range-check batch */
     double idle_s;                   /* peers: idle window for the CPU reading */
     size_t reps;                     /* requests/regions: batches per point (median) */

@@ -340,49 +340,73 @@ int scale_peers(void)
 typedef struct {
     ote_engine_h  e;
     ote_segment_h seg;
-    size_t        count, sent, failed;
+    size_t        count, per_call, sent, failed;
     pthread_t     th;
 } sender_t;
 
-/* Each message is the CLOCK_MONOTONIC time of its send: the delay is taken at the receiver. */
+#define PER_CALL_MAX 1024
+
+/*
+ * Each message is the CLOCK_MONOTONIC time of its send call: the delay is
+ * taken at the receiver. per_call 1: ote_notify_send(); more:
+ * ote_notify_send_many() of that many.
+ */
 static void *sender_main(void *arg)
 {
     sender_t *s = arg;
+    static __thread char text[PER_CALL_MAX][32];
+    ote_notify_msg_t m[PER_CALL_MAX];
+    ote_status_t st[PER_CALL_MAX];
 
-    for (size_t i = 0; i < s->count; i++) {
-        char msg[32];
-        int len = snprintf(msg, sizeof(msg), "%.9f", now_s());
+    for (size_t i = 0; i < s->count;) {
+        size_t k = s->count - i < s->per_call ? s->count - i : s->per_call;
+        double t = now_s();
 
-        if (ote_notify_send(s->e, s->seg, msg, (size_t)len) == OTE_OK)
-            s->sent++;
+        for (size_t j = 0; j < k; j++) {
+            int len = snprintf(text[j], sizeof(text[j]), "%.9f", t);
+
+            m[j] = (ote_notify_msg_t){.data = text[j], .length = (size_t)len};
+        }
+        if (k == 1)
+            st[0] = ote_notify_send(s->e, s->seg, m[0].data, m[0].length);
         else
-            s->failed++;
+            ote_notify_send_many(s->e, s->seg, m, k, st);
+        for (size_t j = 0; j < k; j++) {
+            if (st[j] == OTE_OK)
+                s->sent++;
+            else
+                s->failed++;
+        }
+        i += k;
     }
     return NULL;
 }
 
 /*
- * ote_scale notify-send RECEIVER ENGINES COUNT: ENGINES engines, each with
- * a thread that sends COUNT notifications to RECEIVER once "go" arrives on
- * stdin; prints "ready", then "done SENT FAILED".
+ * ote_scale notify-send RECEIVER ENGINES COUNT PER_CALL: ENGINES engines,
+ * each with a thread that sends COUNT notifications to RECEIVER, PER_CALL
+ * per call, once "go" arrives on stdin; prints "ready", then "done SENT
+ * FAILED".
  */
 int scale_notify_send_main(int argc, char **argv)
 {
-    size_t k, count, sent = 0, failed = 0;
+    size_t k, count, per_call, sent = 0, failed = 0;
     sender_t *s;
     char line[64];
 
-    if (argc != 5)
-        scale_die("usage: ote_scale notify-send RECEIVER ENGINES COUNT");
-    k     = strtoul(argv[3], NULL, 10);
-    count = strtoul(argv[4], NULL, 10);
-    if (k == 0)
-        scale_die("notify-send: ENGINES must be positive");
+    if (argc != 6)
+        scale_die("usage: ote_scale notify-send RECEIVER ENGINES COUNT PER_CALL");
+    k        = strtoul(argv[3], NULL, 10);
+    count    = strtoul(argv[4], NULL, 10);
+    per_call = strtoul(argv[5], NULL, 10);
+    if (k == 0 || per_call == 0 || per_call > PER_CALL_MAX)
+        scale_die("notify-send: ENGINES must be positive, PER_CALL 1 to %d", PER_CALL_MAX);
     s = calloc(k, sizeof(*s));
     for (size_t i = 0; i < k; i++) {
         s[i].e     = scale_engine();
         s[i].seg   = open_segment(s[i].e, argv[2]);
-        s[i].count = count;
+        s[i].count    = count;
+        s[i].per_call = per_call;
     }
     printf("ready\n");
     fflush(stdout);
@@ -417,19 +441,26 @@ int scale_notify(void)
     ote_engine_h e = scale_engine();
     static ote_notif_t n[RECV_MAX];
 
+    for (size_t pi = 0; pi < sopt.num_per_call; pi++)
     for (size_t ci = 0; ci < sopt.num_counts; ci++) {
-        size_t senders = sopt.counts[ci];
+        size_t senders = sopt.counts[ci], per_call = sopt.per_call[pi];
         size_t procs = senders < SENDER_PROCS ? senders : SENDER_PROCS;
         size_t each = sopt.messages / senders > 0 ? sopt.messages / senders : 1;
         size_t want = each * senders, got = 0, sent = 0, failed = 0;
         scale_child_t *c = calloc(procs, sizeof(*c));
         double *delay = calloc(want, sizeof(double)), t_go, t_last, deadline;
-        char a[2][32], line[128];
-        const char *cv = "notify", *sr = "to one receiver";
+        char a[3][32], line[128], sr[64];
+        const char *cv = "notify";
 
+        /* One call per notification: the series of old; more: ote_notify_send_many(). */
+        if (per_call == 1)
+            snprintf(sr, sizeof(sr), "to one receiver");
+        else
+            snprintf(sr, sizeof(sr), "to one receiver %zu per call", per_call);
         snprintf(a[1], sizeof(a[1]), "%zu", each);
+        snprintf(a[2], sizeof(a[2]), "%zu", per_call);
         for (size_t i = 0; i < procs; i++) {
-            const char *args[] = {"notify-send", ote_engine_name(e), a[0], a[1], NULL};
+            const char *args[] = {"notify-send", ote_engine_name(e), a[0], a[1], a[2], NULL};
 
             snprintf(a[0], sizeof(a[0]), "%zu", senders / procs + (i < senders % procs));
             scale_spawn(&c[i], args);

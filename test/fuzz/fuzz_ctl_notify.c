@@ -1,4 +1,8 @@
-/* NOTIFY payload decoder: bounds, sender name, and an exact re-encoding. */
+/*
+ * NOTIFY and NOTIFY_BATCH payload decoders (each input goes through both):
+ * bounds, sender name, counts, numbers that grow, and an exact re-encoding;
+ * and the NOTIFY_BATCH_ACK decoder on the first bytes.
+ */
 #include "fuzz.h"
 
 #include "core/ctl_msg.h"
@@ -23,6 +27,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(ote_ctl_notify_encode(&n, &out) == OTE_OK);
         FUZZ_CHECK(out.len == size && memcmp(out.data, copy, size) == 0);
         free(out.data);
+    }
+    {
+        ote_ctl_notify_batch_t *m = malloc(sizeof(*m));
+
+        if (m != NULL && ote_ctl_notify_batch_decode(copy, size, m) == OTE_OK) {
+            ote_buf_t out = {0};
+
+            FUZZ_CHECK(size <= OTE_CTL_NOTIFY_BATCH_MAX_LEN);
+            FUZZ_CHECK(m->count >= 1 && m->count <= OTE_CTL_NOTIFY_BATCH_MAX);
+            FUZZ_CHECK(strlen(m->from) < sizeof(m->from));
+            for (size_t i = 0; i < m->count; i++) {
+                FUZZ_CHECK(m->items[i].length <= OTE_NOTIFY_MAX);
+                FUZZ_CHECK(m->items[i].seq > (i > 0 ? m->items[i - 1].seq : 0));
+                FUZZ_CHECK(m->items[i].data >= copy &&
+                           m->items[i].data + m->items[i].length <= copy + size);
+            }
+            FUZZ_CHECK(ote_ctl_notify_batch_encode(m, &out) == OTE_OK);
+            FUZZ_CHECK(out.len == size && memcmp(out.data, copy, size) == 0);
+            free(out.data);
+        }
+        free(m);
+    }
+    {
+        ote_status_t st;
+        size_t q;
+
+        if (ote_ctl_notify_batch_ack_decode(copy, size < 6 ? size : 6, &st, &q) == OTE_OK) {
+            uint8_t a[6];
+
+            FUZZ_CHECK(size >= 6 && q <= OTE_CTL_NOTIFY_BATCH_MAX);
+            FUZZ_CHECK(ote_ctl_notify_batch_ack_encode(st, q, a) == OTE_OK);
+            FUZZ_CHECK(memcmp(a, copy, 6) == 0);
+        }
     }
     free(copy);
     return 0;

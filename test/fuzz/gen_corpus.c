@@ -165,6 +165,28 @@ static void gen_ctl_notify(void)
         snprintf(m.from, sizeof(m.from), "%s", n[i].from);
         flush_encoded("ctl_notify", n[i].name, &b, ote_ctl_notify_encode(&m, &b));
     }
+    /* NOTIFY_BATCH frames: one, several, the most notifications, the most bytes. */
+    {
+        static ote_ctl_notify_batch_t m;
+        const struct { const char *name; size_t count, len; } f[] = {
+            {"batch_one", 1, 5},
+            {"batch_three", 3, 17},
+            {"batch_max_count", OTE_CTL_NOTIFY_BATCH_MAX, 0},
+            {"batch_max_bytes", 15, OTE_NOTIFY_MAX},
+        };
+
+        for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+            ote_buf_t b = {0};
+
+            m = (ote_ctl_notify_batch_t){.sender_instance = 0xabc + i, .target_instance = 0xdef,
+                                         .count = f[i].count};
+            snprintf(m.from, sizeof(m.from), "10.0.0.%zu:7000", i + 1);
+            for (size_t k = 0; k < f[i].count; k++)
+                m.items[k] = (ote_ctl_notify_item_t){.seq = 100 + 3 * k, .length = f[i].len,
+                                                     .data = big};
+            flush_encoded("ctl_notify", f[i].name, &b, ote_ctl_notify_batch_encode(&m, &b));
+        }
+    }
 }
 
 /* PUTBACK requests and answers; the first byte picks the decoder (0 request, 1 answer). */

@@ -276,6 +276,107 @@ static void test_full_backlog(void **state)
     ote_engine_destroy(rx);
 }
 
+typedef struct {
+    ote_engine_h  e;
+    ote_segment_h seg;
+    char          prefix;
+    int           failures;
+} many_sender_t;
+
+enum { MANY_THREADS = 4, MANY_CALLS = 5, MANY_PER_CALL = 300 };
+
+/* MANY_CALLS calls of MANY_PER_CALL messages "<prefix><i>", every status checked. */
+static void *many_sender_main(void *arg)
+{
+    many_sender_t *s = arg;
+    static __thread char text[MANY_PER_CALL][16];
+    ote_notify_msg_t m[MANY_PER_CALL];
+    ote_status_t st[MANY_PER_CALL];
+
+    for (size_t c = 0; c < MANY_CALLS; c++) {
+        for (size_t i = 0; i < MANY_PER_CALL; i++) {
+            int len = snprintf(text[i], sizeof(text[i]), "%c%zu", s->prefix,
+                               c * MANY_PER_CALL + i);
+
+            m[i] = (ote_notify_msg_t){.data = text[i], .length = (size_t)len};
+            st[i] = OTE_ERR_IO;
+        }
+        if (ote_notify_send_many(s->e, s->seg, m, MANY_PER_CALL, st) != OTE_OK)
+            s->failures++;
+        for (size_t i = 0; i < MANY_PER_CALL; i++)
+            s->failures += st[i] != OTE_OK;
+    }
+    return NULL;
+}
+
+/*
+ * Many notifications in flight at once, from one thread's calls of up to
+ * 300 and from threads beside it, through a backlog of 64 the receiver
+ * drains meanwhile: every one queued once, each thread's in its order.
+ */
+static void test_many_in_flight(void **state)
+{
+    enum { TOTAL = MANY_THREADS * MANY_CALLS * MANY_PER_CALL };
+    static ote_notif_t got[TOTAL + 64];
+    ote_engine_h rx, tx;
+    ote_segment_h seg;
+    many_sender_t s[MANY_THREADS];
+    pthread_t th[MANY_THREADS];
+    size_t next[MANY_THREADS] = {0}, n = 0;
+    uint64_t deadline;
+
+    (void)state;
+    setenv("OTE_MAX_NOTIF_BACKLOG", "64", 1);
+    rx = ote_test_engine(NULL);
+    unsetenv("OTE_MAX_NOTIF_BACKLOG");
+    setenv("OTE_NOTIFY_TIMEOUT_MS", "60000", 1);
+    tx = ote_test_engine(NULL);
+    unsetenv("OTE_NOTIFY_TIMEOUT_MS");
+    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+    for (int k = 0; k < MANY_THREADS; k++) {
+        s[k] = (many_sender_t){.e = tx, .seg = seg, .prefix = (char)('a' + k)};
+        assert_int_equal(pthread_create(&th[k], NULL, many_sender_main, &s[k]), 0);
+    }
+    deadline = now_ms() + 60000;
+    while (n < TOTAL && now_ms() < deadline) {
+        size_t c = 0;
+
+        assert_int_equal(ote_notify_recv(rx, got + n, TOTAL + 64 - n, &c), OTE_OK);
+        n += c;
+        if (c == 0)
+            sleep_ms(1);
+    }
+    for (int k = 0; k < MANY_THREADS; k++) {
+        pthread_join(th[k], NULL);
+        assert_int_equal(s[k].failures, 0);
+    }
+    n += drain(rx, got + n, TOTAL + 64 - n, 200);
+    assert_int_equal(n, TOTAL);
+    for (size_t i = 0; i < n; i++) {
+        int k = got[i].data[0] - 'a';
+        char want[16];
+
+        assert_true(k >= 0 && k < MANY_THREADS);
+        snprintf(want, sizeof(want), "%c%zu", 'a' + k, next[k]++);
+        assert_int_equal(got[i].length, strlen(want));
+        assert_memory_equal(got[i].data, want, got[i].length);
+    }
+    for (int k = 0; k < MANY_THREADS; k++)
+        assert_int_equal(next[k], MANY_CALLS * MANY_PER_CALL);
+    /* Bad messages are refused before any is sent. */
+    {
+        ote_notify_msg_t bad[2] = {{.data = "x", .length = 1}, {.data = NULL, .length = 3}};
+        size_t c = 0;
+
+        assert_int_equal(ote_notify_send_many(tx, seg, bad, 2, NULL), OTE_ERR_INVALID_PARAM);
+        assert_int_equal(ote_notify_recv(rx, got, 4, &c), OTE_OK);
+        assert_int_equal(c, 0);
+    }
+    ote_segment_close(seg);
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx);
+}
+
 /* A batch left open is released by ote_engine_destroy (the leak checker sees it otherwise). */
 static void test_destroy_releases_batches(void **state)
 {
@@ -313,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_segment_per_message),
         cmocka_unit_test(test_threads_one_segment),
         cmocka_unit_test(test_full_backlog),
+        cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_destroy_releases_batches),
     };
 

@@ -70,7 +70,20 @@ static void restart_case(const char *tls)
     assert_int_equal(ote_test_target_start(&t2, NULL, args), 0);
     assert_string_equal(t1.name, t2.name);
 
-    /* The old handle: a notification is refused, not handed to the new instance. */
+    /*
+     * The old handle: notifications are refused, not handed to the new
+     * instance: several in one frame (sent again on a fresh connection after
+     * the old one broke, then refused whole), each with its status; then one.
+     */
+    {
+        ote_notify_msg_t m[3] = {{"fill 0 0 4096 97", 16}, {"fill 0 0 4096 98", 16},
+                                 {"fill 0 0 4096 99", 16}};
+        ote_status_t ms[3] = {OTE_OK, OTE_OK, OTE_OK};
+
+        assert_int_equal(ote_notify_send_many(e, seg, m, 3, ms), OTE_ERR_PEER_RESTARTED);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(ms[i], OTE_ERR_PEER_RESTARTED);
+    }
     assert_int_equal(ote_notify_send(e, seg, "fill 0 0 4096 99", 16), OTE_ERR_PEER_RESTARTED);
     /* Data: refused at submit now that the restart is known. */
     write_one(e, seg, local, t2.addr[0], 4096, &sub, &st);

@@ -323,12 +323,86 @@ static void test_concurrent_lookups(void **state)
     free(r);
 }
 
+/*
+ * The decoded entries are small (48 bytes on 64-bit hosts): rkeys lie in
+ * the descriptor's one array, each region's own, and a location the
+ * regions share is one string; out of order, with 0 to 2 rkeys each.
+ */
+static void test_compact_entries(void **state)
+{
+    enum { N = 1000 };
+    ote_buf_t b = {0};
+    ote_desc_t *d = NULL;
+    size_t keys = 0;
+
+    (void)state;
+    if (sizeof(void *) == 8)
+        assert_true(sizeof(ote_desc_region_t) <= 48);
+    ote_buf_put_u32(&b, OTE_DESC_MAGIC);
+    ote_buf_put_u16(&b, OTE_DESC_VERSION);
+    ote_buf_put_u16(&b, 0);
+    ote_buf_put_u64(&b, 43);
+    ote_buf_put_str8(&b, "cmp");
+    ote_buf_put_str8(&b, "host");
+    ote_buf_put_str8(&b, "127.0.0.1:1");
+    ote_buf_put_u16(&b, 0); /* transports */
+    ote_buf_put_u16(&b, 2); /* mds */
+    ote_buf_put_str8(&b, "md0");
+    ote_buf_put_str8(&b, "md1");
+    ote_buf_put_u32(&b, N);
+    for (size_t i = 0; i < N; i++) {
+        char key[16];
+
+        ote_buf_put_u64(&b, (uint64_t)(N - i) << 16); /* descending: sorted on decode */
+        ote_buf_put_u64(&b, 4096);
+        ote_buf_put_u32(&b, 3);
+        ote_buf_put_str8(&b, i % 10 == 9 ? "cuda:1" : "cpu:0");
+        ote_buf_put_u8(&b, (uint8_t)(i % 3));
+        for (size_t k = 0; k < i % 3; k++) {
+            int len = snprintf(key, sizeof(key), "k%zu.%zu", i, k);
+
+            ote_buf_put_u8(&b, (uint8_t)k);
+            ote_buf_put_u16(&b, (uint16_t)len);
+            ote_buf_put(&b, key, (size_t)len);
+            keys++;
+        }
+    }
+    ote_buf_put_u32(&b, 0); /* exports */
+    assert_false(b.failed);
+    assert_int_equal(ote_desc_decode(b.data, b.len, &d), OTE_OK);
+    free(b.data);
+    assert_int_equal(d->num_regions, N);
+    assert_int_equal(d->num_rkeys, keys);
+    for (size_t i = 0; i < N; i++) {
+        const ote_desc_region_t *r = &d->regions[i];
+        size_t o = r->order;
+
+        assert_true(r->addr == (uint64_t)(N - o) << 16);
+        assert_string_equal(r->location, o % 10 == 9 ? "cuda:1" : "cpu:0");
+        /* One string per location here. */
+        assert_ptr_equal(r->location, o % 10 == 9 ? d->regions[N - 10].location
+                                                  : d->regions[N - 1].location);
+        assert_int_equal(r->num_rkeys, o % 3);
+        for (size_t k = 0; k < r->num_rkeys; k++) {
+            char want[16];
+
+            snprintf(want, sizeof(want), "k%zu.%zu", o, k);
+            assert_true(r->rkeys + k >= d->rkeys && r->rkeys + k < d->rkeys + d->num_rkeys);
+            assert_int_equal(r->rkeys[k].md_index, k);
+            assert_int_equal(r->rkeys[k].length, strlen(want));
+            assert_memory_equal(r->rkeys[k].data, want, strlen(want));
+        }
+    }
+    ote_desc_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adjacent_many),     cmocka_unit_test(test_nested_and_equal),
         cmocka_unit_test(test_random_against_reference), cmocka_unit_test(test_one_and_none),
         cmocka_unit_test(test_without_index),     cmocka_unit_test(test_concurrent_lookups),
+        cmocka_unit_test(test_compact_entries),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
