@@ -9,8 +9,8 @@
   (Engine.open_desc(): decoded and, under OTE_AUTH_KEY, its HMAC checked by
   OrbitTE; refused: nixlInvalidParamError) and checks that every region the
   blob names is published by it.
-- Transfers: a request is three uint64 arrays (local addresses, remote
-  addresses, lengths); each post is one Batch.submit_arrays() call, its
+- Transfers: a request is one orbitte.Transfer (local addresses, remote
+  addresses, lengths, built once); each post is one Transfer.post() call, its
   notification attached so that the peer queues it only after every
   descriptor landed, and never when one failed.
 - Notifications travel as OrbitTE notifications framed with the sender's
@@ -21,6 +21,7 @@
   (sendLocalMD / fetchRemoteMD / invalidateLocalMD travel to "ip:port").
 """
 
+import collections
 import itertools
 import logging
 import os
@@ -222,22 +223,35 @@ class _Prepped:
         self.count = len(rows)
 
 
-class _Xfer:
-    """A transfer request: arrays, its peer, its last post."""
+# check_xfer_state of a transfer in progress: a thread that polls the same
+# transfer again within REPOLL_US of the last "PROC" is polling it in a loop and
+# waits in the engine instead, up to WAIT_S (ote_batch_wait, as ote_perftest's
+# callers wait); any other poll progresses the engine once and yields the CPU.
+REPOLL_US = 50
+WAIT_S = 0.001
+_PENDING = int(orbitte._ote.PENDING)
+_COMPLETED = int(orbitte._ote.COMPLETED)
 
-    def __init__(self, op, remote, la, ra, ln, notif, backend):
+
+class _Xfer:
+    """A transfer request: its orbitte.Transfer (the requests, built once, and
+    the batch of its posts), its peer, its state and figures."""
+
+    def __init__(self, engine, op, remote, la, ra, ln, notif, backend, telemetry):
         self.lock = threading.Lock()
         self.op = op
         self.remote = remote          # agent name
-        self.la = np.ascontiguousarray(la, dtype=np.uint64)
-        self.ra = np.ascontiguousarray(ra, dtype=np.uint64)
-        self.ln = np.ascontiguousarray(ln, dtype=np.uint64)
-        self.count = len(self.la)
-        self.total = int(self.ln.sum()) if self.count else 0
+        la = np.ascontiguousarray(la, dtype=np.uint64)
+        ln = np.ascontiguousarray(ln, dtype=np.uint64)
+        self.count = len(la)
+        self.total = int(ln.sum()) if self.count else 0
+        self.t = None
+        if self.count:
+            self.t = engine.transfer(op, la, np.ascontiguousarray(ra, dtype=np.uint64), ln)
         self.notif = notif
+        self.frame_of = None          # (message, its one frame): reposts frame it once
         self.backend = backend
-        self.batch = None
-        self.first = 0
+        self.telemetry = telemetry    # figures are taken only when telemetry is on, as NIXL
         self.has_notif = False
         self.state = None             # None: never posted; IN_PROG; SUCCESS; or an exception
         self.start_us = 0
@@ -247,82 +261,70 @@ class _Xfer:
         self.tel_descs = 0
 
     def take_telemetry(self, final):
-        """Copy the batch's figures (ote_batch_telemetry) into NIXL's fields."""
-        b = self.batch
-        if b is None:
+        """The latest post's figures (Transfer.telemetry) in NIXL's fields."""
+        t = self.t
+        if t is None:
             return
         try:
-            t = b.telemetry()
+            tel = t.telemetry()
         except orbitte.Error:
             return
-        self.start_us = t.start_us
-        self.post_us = max(1, (t.post_ns + 999) // 1000)
-        self.tel_descs = t.requests
+        self.start_us = tel.start_us
+        self.post_us = max(1, (tel.post_ns + 999) // 1000)
+        self.tel_descs = tel.requests
         # NIXL reports the request's size while it runs, what moved once it ended
-        self.tel_bytes = t.bytes if t.ended == t.requests else self.total
+        self.tel_bytes = tel.bytes if tel.ended == tel.requests else self.total
         if final:
-            self.xfer_us = max(self.post_us, (t.xfer_ns + 999) // 1000)
+            self.xfer_us = max(self.post_us, (tel.xfer_ns + 999) // 1000)
 
     def _finish(self, ok_or_exc):
         self.state = ok_or_exc
-        self.take_telemetry(True)
+        if self.telemetry:
+            self.take_telemetry(True)
 
-    def poll(self):
+    def poll(self, progress=False, loop_wait=False):
         """SUCCESS / IN_PROG, or raise the transfer's error. Call under lock."""
         st = self.state
-        if st is None:
-            raise nixlNotPostedError("the request was not posted")
-        if st is SUCCESS:
-            return SUCCESS
-        if isinstance(st, Exception):
-            raise st
-        b = self.batch
-        try:
-            s = b.status()
-            if s == orbitte.PENDING:
+        if st is IN_PROG:
+            t = self.t
+            try:
+                if loop_wait:
+                    s = t.poll(True, WAIT_S, REPOLL_US, True)
+                else:
+                    s = t.poll(progress)
+            except orbitte.Error as e:
+                self._finish(_peer_status(e.status, "transfer"))
+                raise self.state from None
+            if s == _PENDING:
                 return IN_PROG
-            if s == orbitte.COMPLETED:
-                if self.has_notif:
-                    ns = b.notify_status(self.first)
-                    if ns == 1:        # INPROGRESS: the peer has not queued it yet
-                        return IN_PROG
-                    if ns != 0:
-                        self._finish(_peer_status(ns, "notification"))
-                        raise self.state
+            if s == _COMPLETED:
                 self._finish(SUCCESS)
                 return SUCCESS
-            err = None
-            for t in range(self.first, self.first + self.count):
-                ts = b.status(t)
-                if ts.state != orbitte.COMPLETED and ts.state != orbitte.PENDING:
-                    err = ts.error or int(_S.CANCELED if ts.state == orbitte.CANCELED else _S.IO)
-                    break
-            if err is None:
-                return IN_PROG
-        except orbitte.Error as e:
-            err = e.status
-        self._finish(_peer_status(err, "transfer"))
-        raise self.state
+            ne = t.notify_error
+            self._finish(_peer_status(ne, "notification") if ne else
+                         _peer_status(t.error, "transfer"))
+            raise self.state
+        if st is SUCCESS:
+            return SUCCESS
+        if st is None:
+            raise nixlNotPostedError("the request was not posted")
+        raise st
 
     def active(self):
         return self.state is IN_PROG
 
     def cancel_and_release(self, timeout):
-        b, self.batch = self.batch, None
-        if b is None:
+        t, self.t = self.t, None
+        if t is None:
             return
         if self.state is IN_PROG:
-            for t in range(self.first, self.first + self.count):
-                try:
-                    b.cancel(t)
-                except orbitte.Error:
-                    pass
             try:
-                b.wait(timeout=timeout)
+                t.cancel()
+                t.wait(timeout=timeout)
             except orbitte.Error:
                 pass
             self.state = nixlCancelledError("released while in progress")
-        b.release()
+        t.release()
 
 
 class _Core:
@@ -357,7 +359,7 @@ class _Core:
         self.handles = {}                   # int -> _Xfer / _Prepped
         self._hid = itertools.count(0x1000)
         self.closed = False
-        self.costs = []                     # (bytes, us) of recent completed transfers
+        self.costs = collections.deque(maxlen=64)   # (bytes, us) of recent completed transfers
         self.thread = None
         if cfg.useListenThread:
             port = int(self.engine_name.rsplit(":", 1)[1])
@@ -904,7 +906,7 @@ class _Core:
                 rregions = self.local
         if not skip_merge and len(la) > 1:
             la, ra, ln = self._merge(la, ra, ln, rregions)
-        x = _Xfer(_OP[int(op)], R.agent, la, ra, ln, _bytes(notif), bk)
+        x = self._xfer(_OP[int(op)], R.agent, la, ra, ln, _bytes(notif), bk)
         return self._new_handle(x)
 
     def _merge(self, la, ra, ln, rregions):
@@ -938,13 +940,44 @@ class _Core:
             raise nixlInvalidParamError("local and remote descriptor lengths differ")
         self._check_local(lr[:, 0], lr[:, 1], "createXferReq")
         self._check_remote(agent, rr[:, 0], rr[:, 1], "createXferReq")
-        x = _Xfer(_OP[int(op)], agent, lr[:, 0], rr[:, 0], lr[:, 1], _bytes(notif), bk)
+        x = self._xfer(_OP[int(op)], agent, lr[:, 0], rr[:, 0], lr[:, 1], _bytes(notif), bk)
         return self._new_handle(x)
 
+    def _xfer(self, op, remote, la, ra, ln, notif, backend):
+        try:
+            return _Xfer(self.engine, op, remote, la, ra, ln, notif, backend, self.telemetry)
+        except orbitte.Error as e:
+            raise _wrap(e, "creating the transfer request") from None
+
+    def _xfer_of(self, h):
+        # no lock: a dict lookup is atomic, and a handle is never reused
+        try:
+            o = self.handles.get(h) if type(h) is int else self.handles.get(int(h))
+        except (TypeError, ValueError):
+            o = None
+        if type(o) is not _Xfer:
+            raise nixlInvalidParamError(f"not a valid handle: {h!r}")
+        return o
+
+    def _post_frames(self, x):
+        """The notification frames of a post; a message of one frame is framed once."""
+        msg = x.notif
+        if not msg:
+            return None
+        fo = x.frame_of
+        if fo is not None and fo[0] is msg:
+            return fo[1]
+        frames = self._frames(_md.KIND_NOTIF, msg)
+        if len(frames) == 1:
+            x.frame_of = (msg, frames)
+        return frames
+
     def post(self, h, notif):
-        self._check()
-        x = self._get(h, _Xfer)
-        notif = _bytes(notif)
+        if self.closed:
+            raise nixlInvalidParamError("the agent is closed")
+        x = self._xfer_of(h)
+        if notif:
+            notif = _bytes(notif)
         self.drain()
         with x.lock:
             if x.state is IN_PROG:
@@ -960,13 +993,10 @@ class _Core:
                 seg = self._self_segment()
             else:
                 seg = self._remote(x.remote).segment
-            if x.batch is not None:
-                x.batch.release()
-                x.batch = None
-            frames = self._frames(_md.KIND_NOTIF, x.notif) if x.notif else None
+            frames = self._post_frames(x)
             x.xfer_us = 0
             try:
-                if frames:
+                if frames is not None and len(frames) > 1:
                     for f in frames[:-1]:
                         self.engine.send(seg, f)
                 if x.count == 0:
@@ -977,20 +1007,16 @@ class _Core:
                     x.post_us = x.xfer_us = x.tel_bytes = x.tel_descs = 0
                     x.state = SUCCESS
                     return SUCCESS
-                b = self.engine.batch(capacity=x.count)
-                try:
-                    x.first = b.submit_arrays(seg, x.op, x.la, x.ra, x.ln,
-                                              notify=frames[-1] if frames else None)
-                except BaseException:
-                    b.release()
-                    raise
+                s = x.t.post(seg, frames[-1] if frames else None)
             except orbitte.Error as e:
                 x.state = _peer_error(e, f"postXferReq to {x.remote}")
                 raise x.state from None
-            x.batch = b
             x.has_notif = frames is not None
             x.state = IN_PROG
-            x.take_telemetry(False)
+            if s == _PENDING:
+                if x.telemetry:
+                    x.take_telemetry(False)
+                return IN_PROG
             st = x.poll()
             if st is SUCCESS:
                 x.xfer_us = x.post_us   # done within transfer(): NIXL's post-and-finish
@@ -998,31 +1024,24 @@ class _Core:
             return st
 
     def status(self, h):
-        x = self._get(h, _Xfer)
-        if x.state is IN_PROG:
-            # as NIXL's UCX backend progresses its worker here: one non-blocking pass
-            # from this thread (GIL released) completes what arrived, without waiting
-            # for a worker thread to wake up and do it
-            try:
-                self.engine.progress()
-            except orbitte.Error:
-                pass               # a closed engine: the poll below says what it is
+        x = self._xfer_of(h)
         with x.lock:
-            was = x.state
-            st = x.poll()
-            if st is SUCCESS and was is IN_PROG:
+            if x.state is not IN_PROG:
+                return x.poll()
+            # In progress: as NIXL's UCX backend progresses its worker here, one
+            # non-blocking pass of the engine from this thread (GIL released)
+            # completes what arrived; a caller polling this transfer in a loop
+            # waits in the engine instead (REPOLL_US, WAIT_S), which leaves the
+            # CPU to the engine's threads; else the CPU is yielded.
+            st = x.poll(loop_wait=True)
+            if st is SUCCESS:
                 self._cost(x)
-        if st is IN_PROG:
-            # callers poll this in a loop: give the CPU to the engine's threads that
-            # complete the transfer (on a busy host a spinning caller starves them)
-            os.sched_yield()
         return st
 
     def _cost(self, x):
-        with self.lock:
-            self.costs.append((x.total, x.xfer_us))
-            if len(self.costs) > 64:
-                del self.costs[:32]
+        t = x.t
+        us = x.xfer_us if x.telemetry or t is None else (t.xfer_ns + 999) // 1000
+        self.costs.append((x.total, us))     # a deque: appending is atomic
 
     def estimate(self, h):
         x = self._get(h, _Xfer)
