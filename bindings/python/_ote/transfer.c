@@ -15,7 +15,9 @@
 #include <sched.h>
 #include <time.h>
 
-/* Posts a batch holds: up to 64, and about 256 tasks (one post when larger). */
+/* Posts a batch holds once the transfer was posted again: up to 64, and
+ * about 256 tasks (one post when larger). The first batch holds one post
+ * (most handles made per request are posted once). */
 #define POSTS_MAX  64
 #define TASKS_AIM  256
 
@@ -29,6 +31,7 @@ typedef struct {
     ote_batch_h            batch;      /* of the latest post; NULL before the first */
     size_t                 cap;        /* its capacity */
     size_t                 next;       /* its tasks used so far */
+    uint64_t               posts;      /* posts submitted, all batches */
     size_t                 first;      /* the latest post's first task */
     size_t                 ended;      /* its tasks first..first+ended known ended */
     int                    has_notify;
@@ -205,7 +208,7 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     if (t->batch == NULL) {
         size_t posts = TASKS_AIM / t->count;
 
-        posts = posts < 1 ? 1 : posts > POSTS_MAX ? POSTS_MAX : posts;
+        posts = posts < 1 || t->posts == 0 ? 1 : posts > POSTS_MAX ? POSTS_MAX : posts;
         st = ote_batch_create(t->engine->e, t->count * posts, &t->batch);
         if (st != OTE_OK) {
             t->batch = NULL;
@@ -238,6 +241,7 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     if (t->next == 0)
         t->batch_t0 = t0;
     t->post_t0      = t0;
+    t->posts++;
     t->first        = first;
     t->next         = first + t->count;
     t->ended        = 0;
