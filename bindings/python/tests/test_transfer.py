@@ -161,3 +161,49 @@ def test_pending_post_refuses_a_repost_and_cancels(peer, engine):
         assert t.wait(timeout=30) == orbitte.COMPLETED
         assert bytes(mine[:300]) == bytes(i % 251 for i in range(300))
         t.release()
+
+
+def test_gathered_by_indices_and_merged(bufs):
+    a, b, src, dst, seg = bufs
+    # columns of 8 blocks of 16 bytes on each side; remote block j at 16 * (7 - j)
+    la = np.arange(8, dtype=np.uint64) * 16 + _addr(src)
+    ra = (7 - np.arange(8, dtype=np.uint64)) * 16 + _addr(dst)
+    ln = np.full(8, 16, np.uint64)
+    src[:128] = np.arange(128)
+    li = [0, 1, 2, 5]
+    ri = [1, 2, 3, 6]     # remote blocks at 96, 80, 64, 16
+    for index in (li, np.array(li, np.int64), np.array(li, np.uint64), np.array(li, np.int32)):
+        t = a.transfer(orbitte.WRITE, la, ra, ln, local_index=index, remote_index=ri,
+                       remote_lengths=ln, merge=True)
+        # local 0, 1, 2 are contiguous, their remotes run backwards: no merge
+        assert (t.count, t.merged, t.bytes) == (4, 0, 64)
+        rows = np.frombuffer(t.ranges(), np.uint64).reshape(-1, 3)
+        assert rows[:, 0].tolist() == la[li].tolist() and rows[:, 1].tolist() == ra[ri].tolist()
+        t.release()
+    # forward runs on both sides merge into one request each
+    t = a.transfer(orbitte.WRITE, la, ra, ln, local_index=[0, 1, 2, 6], remote_index=[7, 6, 5, 0],
+                   remote_lengths=ln, merge=True)
+    # remote blocks 7, 6, 5 sit at 0, 16, 32: contiguous forward, as local 0, 1, 2
+    assert (t.count, t.merged, t.bytes) == (2, 2, 64)
+    rows = np.frombuffer(t.ranges(), np.uint64).reshape(-1, 3)
+    assert rows.tolist() == [[int(la[0]), int(ra[7]), 48], [int(la[6]), int(ra[0]), 16]]
+    t.post(seg)
+    assert _finish(t, progress=True) == orbitte.COMPLETED
+    assert bytes(dst[0:48]) == bytes(src[0:48]) and bytes(dst[112:128]) == bytes(src[96:112])
+    # without merge: one request each
+    t2 = a.transfer(orbitte.WRITE, la, ra, ln, local_index=[0, 1, 2, 6], remote_index=[7, 6, 5, 0],
+                    remote_lengths=ln)
+    assert (t2.count, t2.merged) == (4, 0)
+    with pytest.raises(IndexError):
+        a.transfer(orbitte.WRITE, la, ra, ln, local_index=[8], remote_index=[0], remote_lengths=ln)
+    with pytest.raises(IndexError):
+        a.transfer(orbitte.WRITE, la, ra, ln, local_index=[-1], remote_index=[0], remote_lengths=ln)
+    with pytest.raises(orbitte.InvalidParamError):   # lengths differ
+        a.transfer(orbitte.WRITE, la, ra, ln, local_index=[0], remote_index=[0],
+                   remote_lengths=np.full(8, 8, np.uint64))
+    with pytest.raises(orbitte.InvalidParamError):   # counts differ
+        a.transfer(orbitte.WRITE, la, ra, ln, local_index=[0, 1], remote_index=[0],
+                   remote_lengths=ln)
+    with pytest.raises(TypeError):
+        a.transfer(orbitte.WRITE, la, ra, ln, local_index=np.zeros(1, np.float64),
+                   remote_index=[0], remote_lengths=ln)

@@ -47,17 +47,20 @@ class _Xfer:
     """A transfer request: its orbitte.Transfer (the requests, built once, and
     the batch of its posts), its peer, its state and figures."""
 
-    def __init__(self, engine, op, remote, la, ra, ln, notif, backend, telemetry):
+    def __init__(self, engine, op, remote, la, ra, ln, notif, backend, telemetry, t=None):
         self.lock = threading.Lock()
         self.op = op
         self.remote = remote          # agent name
-        la = np.ascontiguousarray(la, dtype=np.uint64)
-        ln = np.ascontiguousarray(ln, dtype=np.uint64)
-        self.count = len(la)
-        self.total = int(ln.sum()) if self.count else 0
-        self.t = None
-        if self.count:
-            self.t = engine.transfer(op, la, np.ascontiguousarray(ra, dtype=np.uint64), ln)
+        if t is not None:             # made by the extension (Engine.transfer)
+            self.count, self.total = t.count, t.bytes
+        else:
+            la = np.ascontiguousarray(la, dtype=np.uint64)
+            ln = np.ascontiguousarray(ln, dtype=np.uint64)
+            self.count = len(la)
+            self.total = int(ln.sum()) if self.count else 0
+            if self.count:
+                t = engine.transfer(op, la, np.ascontiguousarray(ra, dtype=np.uint64), ln)
+        self.t = t
         self.notif = notif
         self.frame_of = None          # (message, its one frame): reposts frame it once
         self.backend = backend
@@ -207,6 +210,27 @@ class Transfers:
             raise nixlInvalidParamError("the local side is a list prepared for a remote agent")
         if R.agent is None:
             raise nixlInvalidParamError("the remote side is a list prepared as local")
+        if R.agent != self.name:
+            rregions = self._remote(R.agent).regions
+        else:
+            with self.lock:
+                rregions = self.local
+        with self.lock:
+            loc = self.local
+        op, notif = _OP[int(op)], _bytes(notif)
+        t = self._gathered(op, L, li, R, ri, not skip_merge)
+        if t is not None and t.merged:
+            # each merged range still inside one registration on its side
+            rows = np.frombuffer(t.ranges(), dtype=np.uint64).reshape(-1, 3)
+            if not (bool(loc.covers(rows[:, 0], rows[:, 2]).all()) and
+                    bool(rregions.covers(rows[:, 1], rows[:, 2]).all())):
+                t.release()
+                t = self._gathered(op, L, li, R, ri, False)
+        if t is not None:
+            x = _Xfer(self.engine, op, R.agent, None, None, None, notif, bk, self.telemetry, t)
+            return self._new_handle(x)
+        # lists the extension does not take, errors, no descriptors: in numpy, with
+        # NIXL's exceptions
         same = ri is li and L.count == R.count   # one list for both sides: converted once
         li = _indices(li, L.count, "local")
         ri = li if same else _indices(ri, R.count, "remote")
@@ -216,17 +240,22 @@ class Transfers:
         if not np.array_equal(ln, R.len[ri]):
             raise nixlInvalidParamError("local and remote descriptor lengths differ")
         la, ra = L.addr[li], R.addr[ri]
-        if R.agent != self.name:
-            rregions = self._remote(R.agent).regions
-        else:
-            with self.lock:
-                rregions = self.local
         if not skip_merge and len(la) > 1:
-            with self.lock:
-                loc = self.local
             la, ra, ln = merge(la, ra, ln, loc, rregions)
-        x = self._xfer(_OP[int(op)], R.agent, la, ra, ln, _bytes(notif), bk)
+        x = self._xfer(op, R.agent, la, ra, ln, notif, bk)
         return self._new_handle(x)
+
+    def _gathered(self, op, L, li, R, ri, merge_runs):
+        """The transfer of the indexed descriptors, gathered (and merged) by the
+        extension; None when it refuses them (then make() says why)."""
+        if isinstance(li, range) or isinstance(ri, range):
+            return None
+        try:
+            return self.engine.transfer(op, L.addr, R.addr, L.len, local_index=li,
+                                        remote_index=ri, remote_lengths=R.len,
+                                        merge=merge_runs)
+        except (orbitte.Error, TypeError, ValueError, IndexError, OverflowError):
+            return None
 
     def create(self, op, ldescs, rdescs, agent, notif, backends):
         self._check()
