@@ -36,6 +36,7 @@ typedef struct {
     size_t                 first;      /* the latest post's first task */
     size_t                 ended;      /* its tasks first..first+ended known ended */
     int                    has_notify;
+    int                    busy;       /* calls using the batch with the GIL released */
     int                    state;      /* -1 never posted (or the post failed), else ote_task_state_t */
     ote_status_t           error;      /* FAILED: the first failed task's error, or the notification's */
     ote_status_t           notify_error;
@@ -310,6 +311,8 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
         return NULL;
     if (s->engine != t->engine)
         return raise_invalid("Transfer.post()", "the segment belongs to another engine");
+    if (t->busy)
+        return raise_invalid("Transfer.post()", "the transfer is in use by another thread");
     transfer_update(t);
     if (t->state == OTE_TASK_PENDING)
         return raise_invalid("Transfer.post()", "the latest post is still in progress");
@@ -354,6 +357,7 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     }
     batch = t->batch;
     t0    = mono_ns();
+    t->busy++;
     Py_BEGIN_ALLOW_THREADS
     if (has_notify)
         st = ote_batch_submit_notify(batch, t->reqs, t->count, notify.buf, (size_t)notify.len,
@@ -361,6 +365,7 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     else
         st = ote_batch_submit(batch, t->reqs, t->count, &first);
     Py_END_ALLOW_THREADS
+    t->busy--;
     if (has_notify)
         PyBuffer_Release(&notify);
     if (st != OTE_OK) {
@@ -410,9 +415,11 @@ static PyObject *Transfer_poll(TransferObject *t, PyObject *args, PyObject *kw)
         /* polled again at once: wait in the engine as ote_batch_wait's callers do */
         int ms = wait * 1000.0 > 2147483647.0 ? 2147483647 : (int)(wait * 1000.0 + 0.5);
 
+        t->busy++;
         Py_BEGIN_ALLOW_THREADS
         (void)ote_batch_wait(batch, ms < 1 ? 1 : ms);
         Py_END_ALLOW_THREADS
+        t->busy--;
         transfer_update(t);
     } else if (progress) {
         Py_BEGIN_ALLOW_THREADS
@@ -458,9 +465,11 @@ static PyObject *Transfer_wait(TransferObject *t, PyObject *args, PyObject *kw)
         timeout_ms = s * 1000.0 > 2147483647.0 ? 2147483647 : (int)(s * 1000.0 + 0.5);
     }
     batch = t->batch;
+    t->busy++;
     Py_BEGIN_ALLOW_THREADS
     st = ote_batch_wait(batch, timeout_ms);
     Py_END_ALLOW_THREADS
+    t->busy--;
     transfer_update(t);
     if (st != OTE_OK && t->state == OTE_TASK_PENDING)
         return raise_status(st, "Transfer.wait()");
@@ -542,6 +551,8 @@ static PyObject *Transfer_ranges(TransferObject *t, PyObject *unused)
 static PyObject *Transfer_release(TransferObject *t, PyObject *unused)
 {
     (void)unused;
+    if (t->busy)
+        return raise_invalid("Transfer.release()", "the transfer is in use by another thread");
     transfer_drop_batch(t);
     PyMem_Free(t->reqs);
     t->reqs  = NULL;
@@ -635,7 +646,7 @@ static PyMethodDef Transfer_methods[] = {
      "per request, native uint64s (numpy.frombuffer(..., uint64).reshape(-1, 3))."},
     {"release", (PyCFunction)Transfer_release, METH_NOARGS,
      "release()\n--\n\nRelease the batch (requests in flight drain first) and the requests; "
-     "idempotent."},
+     "idempotent. InvalidParamError while another thread waits on it or posts it."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Transfer_getset[] = {
