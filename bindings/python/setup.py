@@ -202,7 +202,7 @@ setup(
             # one C file per type, as CPython's own modules (_ote/module.h)
             sources=["_ote/module.c", "_ote/engine.c", "_ote/memory.c", "_ote/segment.c",
                      "_ote/batch.c", "_ote/batch_submit.c", "_ote/notify.c",
-                     "_ote/stats.c"],
+                     "_ote/stats.c", "_ote/transfer.c"],
             depends=["_ote/module.h"],
             include_dirs=[],
             library_dirs=[],

@@ -6,10 +6,15 @@
 # the same run, and the exact commands (docs/performance.md, "All peers,
 # one command"). Nothing here is a test.
 #
-# Usage: contrib/bench/run.sh [--rounds N] [--quick] [--out FILE]
+# Usage: contrib/bench/run.sh [--rounds N] [--quick] [--only nixl] [--out FILE]
 #                             [--plot DIR] [--build DIR] [--wheels DIR]
 #   --rounds N    rounds (default 3)
 #   --quick       short measurements (a smoke run; figures are rough)
+#   --only nixl   only the rows NIXL's goals compare, in minutes: orbitte.nixl,
+#                 NIXL's wheel, ote_perftest tcp (8 B latency and the shapes
+#                 with 1 thread), the tcp ping-pong and tcp stream without a
+#                 library, and the 15,000-descriptor posts; the goals block
+#                 has their lines only
 #   --out FILE    also write the table to FILE
 #   --plot DIR    also draw the pictures of the table into DIR
 #                 (contrib/bench/plot.py, which needs matplotlib:
@@ -24,17 +29,22 @@
 # Run from anywhere; paths are taken from the repository root.
 set -u
 
-rounds=3 quick=0 out= plot= build=build
+rounds=3 quick=0 only= out= plot= build=build
 wheels=${XDG_CACHE_HOME:-$HOME/.cache}/orbitte-bench/wheels
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) rounds=$2; shift ;;
     --quick) quick=1 ;;
+    --only)
+        only=$2
+        shift
+        [ "$only" = nixl ] || { echo "run.sh: --only takes nixl, not $only" >&2; exit 2; }
+        ;;
     --out) out=$2; shift ;;
     --plot) plot=$2; shift ;;
     --build) build=$2; shift ;;
     --wheels) wheels=$2; shift ;;
-    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;; # the build directory, as a plain argument
     esac
@@ -78,6 +88,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
+# Threads of the bandwidth rows (orbitte.nixl's and the wheel's rows have one)
+threads="1 2"
+[ "$only" = nixl ] && threads=1
 # Budgets: bytes moved per bandwidth measurement, iterations per latency one
 if [ $quick = 1 ]; then
     budget=$((16 << 20)) lat_n=200 secs=0.2 tlim=30
@@ -163,7 +176,7 @@ ote_bw() { # PEER TLS BUDGET [OPTIONS]: OPTIONS go to every ote_perftest of the 
     local budget=$3 ote_extra=${4:-}
     peer=$1 tls=$2
     for op in write read; do
-        for T in 1 2; do # outside the shapes: 4 KiB, 1 MiB and KV of one T in a row
+        for T in $threads; do # outside the shapes: 4 KiB, 1 MiB and KV of one T in a row
             for sh in $shapes; do
                 IFS=: read -r name size batch <<<"$sh"
                 key="$name $op T$T"
@@ -247,7 +260,7 @@ ucx_bw_cma() {
 # --- iperf3, the bare tcp stream and memcpy ----------------------------------
 sock_all() { # the host's own tcp stream between the same block layouts (2 connections a thread, as ote's)
     local peer="tcp stream, no library"
-    for T in 1 2; do
+    for T in $threads; do
         for op in write read; do
             for sh in $shapes; do
                 IFS=: read -r name size batch <<<"$sh"
@@ -419,6 +432,19 @@ thp="THP enabled=$(thp_choice enabled), shmem_enabled=$(thp_choice shmem_enabled
 # --- rounds ------------------------------------------------------------------
 for round in $(seq "$rounds"); do
     echo "run.sh: round $round of $rounds" >&2
+    if [ "$only" = nixl ]; then
+        # NIXL's rows and what their goals compare them to, in the same minutes
+        ote_lat "ote_perftest tcp" tcp
+        pingpong_all
+        ote_bw "ote_perftest tcp" tcp $tcp_budget
+        sock_all
+        [ $have_onixl = 1 ] && nixl_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
+        [ $have_nixl = 1 ] && nixl_all "NIXL wheel, UCX tcp" UCX_TLS=tcp "$wheels" WHEELS
+        post_c
+        [ $have_onixl = 1 ] && post_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS 50
+        [ $have_nixl = 1 ] && post_all "NIXL wheel, UCX tcp" "UCX_TLS=tcp UCX_MODULES=^ib" "$wheels" WHEELS 5
+        continue
+    fi
     # Latencies first, each ote_perftest figure beside its reference in
     # the same minute (the goals compare them within a round)
     ote_lat "ote_perftest tcp" tcp
@@ -448,13 +474,13 @@ done
 
 python3 contrib/bench/table.py "$results" "$cmds" "$notes" \
     "$start" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(nproc)" \
-    "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$rounds" "$quick" "$thp" >"$tmp/table.md" || exit 1
+    "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)" "$rounds" "$quick" "$thp" "$only" >"$tmp/table.md" || exit 1
 cat "$tmp/table.md"
 [ -z "$out" ] || cp "$tmp/table.md" "$out"
 if [ -n "$plot" ]; then # the pictures, from the figures the table was made of
     cp "$results" "$cmds" "$notes" "$tmp/table.md" "$plot/" || exit 1
     echo "$start, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
-        "$rounds round(s)$([ $quick = 1 ] && echo ', --quick'), load average" \
+        "$rounds round(s)$([ $quick = 1 ] && echo ', --quick')$([ -n "$only" ] && echo ", --only $only"), load average" \
         "${load0%% *} at the start, $(cut -d' ' -f1 /proc/loadavg) at the end" >"$plot/caption.txt"
     "$plot_py" contrib/bench/plot.py --caption "$(cat "$plot/caption.txt")" "$plot/results.tsv" "$plot" >&2 || exit 1
 fi

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The Markdown table of contrib/bench/run.sh, from the figures it recorded.
 
-    table.py RESULTS COMMANDS NOTES START COMMIT CPUS LOAD0 LOAD1 ROUNDS QUICK THP
+    table.py RESULTS COMMANDS NOTES START COMMIT CPUS LOAD0 LOAD1 ROUNDS QUICK THP [ONLY]
 
 RESULTS: round, workload, peer, value, p99 (tab-separated, "-" when the
 measurement failed); COMMANDS: workload, peer, command; NOTES: peer (or
-"peer workload"), text; THP: the host's huge-page policies, as words.
+"peer workload"), text; THP: the host's huge-page policies, as words;
+ONLY: "nixl" for run.sh --only nixl (the goals and peers of NIXL's rows).
 Prints the table, the goals of the issue as ratios taken round by round,
 the notes and the commands.
 """
@@ -196,7 +197,12 @@ def median(by_round, key, peer):
     return (statistics.median(v) if v else None, statistics.median(p) if p else None, vals)
 
 
-def goals(by_round):
+# run.sh --only nixl: the peers it runs, and the goals naming NIXL's peers
+ONLY_PEERS = {"nixl": {TCP, "tcp ping-pong, no library", STREAM, ONIXL, NIXLW}}
+ONLY_GOALS = {"nixl": {ONIXL, NIXLW, "ote_batch_submit tcp"}}
+
+
+def goals(by_round, only=""):
     """Each goal's figure in every round (the ratio of two rows of the same round), their median."""
     def fig(ref, r):
         key, peer, what = ref
@@ -210,6 +216,8 @@ def goals(by_round):
     print("| goal | rounds | median | bound | met |")
     print("|---|---|---|---|---|")
     for what, num, den, op, bound in GOALS + REFERENCES:
+        if only and not ({num[1], den[1] if den else None} & ONLY_GOALS[only]):
+            continue
         per = []
         for r in sorted(by_round.get(num[:2], {}), key=int):
             a = fig(num, r)
@@ -233,6 +241,7 @@ def goals(by_round):
 def main():
     (results, commands, notes, start, commit, cpus, load0, load1, rounds,
      quick, thp) = sys.argv[1:12]
+    only = sys.argv[12] if len(sys.argv) > 12 else ""
     by_round = load(results)  # (workload, peer) -> {round: (value, p99)}, in round order
     why = dict(line.rstrip("\n").split("\t", 1) for line in open(notes) if "\t" in line)
 
@@ -247,7 +256,8 @@ def main():
 
     print(f"Taken {start}, commit {commit}, {cpus} CPUs, {thp}, load average {load0} at "
           f"the start and {load1} at the end; {rounds} interleaved round(s)"
-          f"{' (--quick: short measurements)' if quick == '1' else ''}. Median over the "
+          f"{' (--quick: short measurements)' if quick == '1' else ''}"
+          f"{f'; --only {only}: the rows of its goals alone' if only else ''}. Median over the "
           "rounds; ratio = the peer's median / the median of the ote_perftest row named "
           "in the \"against\" column (above 1: more GB/s, or a longer latency).\n")
     print("| workload | peer | median | ratio | against | rounds |")
@@ -273,10 +283,12 @@ def main():
                 per += f" ({note})"
             print(f"| {label(key)} | {peer} | {med} | {ratio} | {ref} | {per} |")
     for peer in PEERS:
+        if only and peer not in ONLY_PEERS[only]:
+            continue
         if peer not in shown:
             print(f"| all | {peer} | - | - | - | not run: {why.get(peer, 'no figures')} |")
     print()
-    goals(by_round)
+    goals(by_round, only)
     print("Latency ratios compare the p50s; rounds lists the p50 of each round "
           "(latency) or its GB/s. What each peer runs:\n")
     print(EQUIVALENTS)

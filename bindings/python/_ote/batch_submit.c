@@ -45,7 +45,7 @@ static int local_address(PyObject *o, uint64_t *addr, int *readonly)
     return -1;
 }
 
-static int op_value(PyObject *o, ote_op_t *op)
+int op_value(PyObject *o, ote_op_t *op)
 {
     long v = PyLong_AsLong(o);
 
@@ -178,7 +178,7 @@ out:
 }
 
 /* n 64-bit values from a sequence of ints or a buffer of 8-byte unsigned integers. */
-static int u64_array(PyObject *o, const char *what, uint64_t **out, Py_ssize_t *n_p)
+int u64_array(PyObject *o, const char *what, uint64_t **out, Py_ssize_t *n_p)
 {
     Py_buffer v;
 
@@ -191,7 +191,7 @@ static int u64_array(PyObject *o, const char *what, uint64_t **out, Py_ssize_t *
         if (v.itemsize != 8 || (strcmp(f, "Q") != 0 && strcmp(f, "L") != 0 &&
                                 strcmp(f, "K") != 0 && strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
             PyBuffer_Release(&v);
-            PyErr_Format(PyExc_TypeError, "submit_arrays: %s must hold 64-bit integers", what);
+            PyErr_Format(PyExc_TypeError, "%s must hold 64-bit integers", what);
             return -1;
         }
         *n_p = v.len / 8;
@@ -253,7 +253,8 @@ PyObject *Batch_submit_arrays(BatchObject *b, PyObject *args, PyObject *kw)
         return NULL;
     if (submit_prepare(b, seg_obj, notify_obj, &notify, &has_notify) < 0)
         return NULL;
-    if (u64_array(lo, "local_addrs", &la, &nl) < 0 || u64_array(ro, "remote_addrs", &ra, &nr) < 0)
+    if (u64_array(lo, "submit_arrays: local_addrs", &la, &nl) < 0 ||
+        u64_array(ro, "submit_arrays: remote_addrs", &ra, &nr) < 0)
         goto out;
     if (PyLong_Check(le)) {
         unsigned long long one = PyLong_AsUnsignedLongLong(le);
@@ -268,7 +269,7 @@ PyObject *Batch_submit_arrays(BatchObject *b, PyObject *args, PyObject *kw)
         }
         for (Py_ssize_t i = 0; i < nn; i++)
             ln[i] = one;
-    } else if (u64_array(le, "lengths", &ln, &nn) < 0) {
+    } else if (u64_array(le, "submit_arrays: lengths", &ln, &nn) < 0) {
         goto out;
     }
     if (nl != nr || nl != nn || nl == 0) {

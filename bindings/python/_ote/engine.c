@@ -171,6 +171,14 @@ static PyMethodDef Engine_methods[] = {
      "Segment. Later re-reads go to the peer (ote_segment_open_desc)."},
     {"batch", (PyCFunction)(void (*)(void))Engine_batch, METH_VARARGS | METH_KEYWORDS,
      "batch(capacity=1024)\n--\n\nA batch holding at most capacity tasks over its life."},
+    {"transfer", (PyCFunction)(void (*)(void))Engine_transfer, METH_VARARGS | METH_KEYWORDS,
+     "transfer(op, local_addrs, remote_addrs, lengths, local_index=None, remote_index=None, "
+     "remote_lengths=None, merge=False)\n--\n\nA Transfer: these requests (sequences or "
+     "arrays of 64-bit integers, at least one), posted again and again. With the indices "
+     "(sequences or 1-D arrays of 32- or 64-bit integers), request k is (local_addrs[li[k]], "
+     "remote_addrs[ri[k]], lengths[li[k]]), remote_lengths[ri[k]] equal to that length "
+     "(IndexError, InvalidParamError otherwise); with merge, runs of requests contiguous on "
+     "both sides are one request."},
     {"send", (PyCFunction)Engine_send, METH_VARARGS,
      "send(segment, msg)\n--\n\nSend a notification (bytes-like, at most NOTIFY_MAX bytes); "
      "returns once the peer queued it, exactly once. Raises BusyError when the peer's "

@@ -135,7 +135,8 @@ PyMODINIT_FUNC PyInit__ote(void)
     if (m == NULL)
         return NULL;
     if (init_type(m, &EngineType, "Engine") < 0 || init_type(m, &MemoryType, "Memory") < 0 ||
-        init_type(m, &SegmentType, "Segment") < 0 || init_type(m, &BatchType, "Batch") < 0)
+        init_type(m, &SegmentType, "Segment") < 0 || init_type(m, &BatchType, "Batch") < 0 ||
+        init_type(m, &TransferType, "Transfer") < 0)
         goto fail;
     if (PyStructSequence_InitType2(&TaskStatusType, &task_status_desc) < 0 ||
         PyStructSequence_InitType2(&RegionType, &region_desc) < 0 ||

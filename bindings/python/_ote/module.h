@@ -70,6 +70,7 @@ typedef struct {
 /* The types (engine.c, memory.c, segment.c, batch.c) and the struct sequences
  * (segment.c, batch.c, notify.c), readied by PyInit__ote (module.c). */
 extern PyTypeObject EngineType, MemoryType, SegmentType, BatchType;
+extern PyTypeObject TransferType; /* transfer.c */
 extern PyTypeObject TaskStatusType, RegionType, NotificationType, BatchTelemetryType;
 extern PyStructSequence_Desc task_status_desc, region_desc, notification_desc,
     batch_telemetry_desc;
@@ -101,6 +102,12 @@ PyObject *Engine_stats(EngineObject *self, PyObject *unused); /* stats.c */
 /* Batch methods, in Batch_methods (batch.c), defined in batch_submit.c. */
 PyObject *Batch_submit(BatchObject *b, PyObject *args, PyObject *kw);
 PyObject *Batch_submit_arrays(BatchObject *b, PyObject *args, PyObject *kw);
+
+/* batch_submit.c, also used by transfer.c: an op (READ or WRITE), and n 64-bit
+ * values copied (PyMem_Malloc) from a sequence of ints or an 8-byte integer buffer. */
+int op_value(PyObject *o, ote_op_t *op);
+int u64_array(PyObject *o, const char *what, uint64_t **out, Py_ssize_t *n_p);
+PyObject *Engine_transfer(EngineObject *self, PyObject *args, PyObject *kw); /* transfer.c */
 
 #pragma GCC visibility pop
 

@@ -40,6 +40,7 @@ from ._ote import (  # noqa: F401
     Region,
     Segment,
     TaskStatus,
+    Transfer,
     library_version,
     status_string,
 )
@@ -325,6 +326,7 @@ def version():
 
 __all__ = [
     "Engine", "Memory", "Segment", "Batch", "BatchTelemetry", "TaskStatus", "Region", "Notification",
+    "Transfer",
     "Op", "READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE", "NOTIFY_MAX",
     "TaskState", "PENDING", "COMPLETED", "FAILED", "CANCELED", "TIMEOUT", "Status",
     "Error", "InvalidParamError", "NoMemoryError", "RegionError", "NotFoundError",

@@ -329,6 +329,39 @@ def test_transfer_notification_once(pair, op):
         a.check_xfer_state(h)
 
 
+@pytest.mark.parametrize("telemetry", [True, False])
+def test_repost_many_times(pair, telemetry):
+    """A handle posted 200 times (its posts share batches, 64 at most each):
+    every post moves its own bytes, delivers its own notification once, and
+    reports its own telemetry; estimate_xfer_cost works with telemetry off."""
+    a, b, src, dst = pair
+    if not telemetry:
+        a = _agent()
+        a._src = src
+        a.register_memory([(_addr(src), src.nbytes, 0, "")], "DRAM")
+        assert a.add_remote_agent(b.get_agent_metadata()) == b.name.encode()
+    local = a.get_xfer_descs([(_addr(src), 24, 0), (_addr(src) + 100, 40, 0)], "DRAM")
+    remote = a.get_xfer_descs([(_addr(dst) + 1000, 24, 0), (_addr(dst) + 60, 40, 0)], "DRAM")
+    h = a.initialize_xfer("WRITE", local, remote, b.name, b"first")
+    for i in range(200):
+        src[:200] = (np.arange(200) + i) % 256
+        assert a.transfer(h, b"n%03d" % i if i else b"") in ("DONE", "PROC")
+        _done(a, h)
+        assert bytes(dst[1000:1024]) == bytes(src[:24]) and bytes(dst[60:100]) == bytes(src[100:140])
+        want = b"first" if i == 0 else b"n%03d" % i
+        assert _wait(b.get_new_notifs, "the notification") == {a.name: [want]}
+        if telemetry:
+            t = a.get_xfer_telemetry(h)
+            assert (t.totalBytes, t.descCount) == (64, 2), (i, t)
+            assert 0 < t.postDuration <= t.xferDuration
+        else:
+            with pytest.raises(nixlBind.nixlNoTelemetryError):
+                a.get_xfer_telemetry(h)
+    assert a.estimate_xfer_cost(h)[0] >= 0
+    assert b.get_new_notifs() == {}
+    a.release_xfer_handle(h)
+
+
 def test_send_notif_order_and_tags(pair):
     a, b, _, _ = pair
     for i in range(200):
