@@ -514,6 +514,25 @@ static int rail_remote_md(const ote_desc_t *d, const ote_tl_iface_t *iface)
     return md;
 }
 
+/*
+ * The peer runs iface's transport (its descriptor lists the transport's
+ * memory domain, which stays listed while the engine runs) but lists no
+ * device of it: every device of it left that engine for now (links down
+ * there: engine_join.c takes a gone device out of the descriptor and puts
+ * it back when it returns), not a configuration that cannot reach it.
+ * Transports without a memory domain (the native tcp) cannot say.
+ */
+static bool peer_devices_away(const ote_desc_t *d, const ote_tl_iface_t *iface)
+{
+    if (rail_remote_md(d, iface) < 0)
+        return false;
+    for (size_t k = 0; k < d->num_tls; k++) {
+        if (strcmp(d->tls[k].tl_name, iface->resource.tl_name) == 0)
+            return false;
+    }
+    return true;
+}
+
 typedef struct {
     ote_tl_iface_t *iface;
     size_t          worker;
@@ -627,6 +646,13 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
         r->worker    = c->worker;
         r->remote_md = rail_remote_md(d, iface);
         status = rail_connect(seg, d, r, &peer, &gate);
+        if (status == OTE_ERR_UNREACHABLE && r->ep == NULL && peer_devices_away(d, iface)) {
+            ote_info("segment '%s': %s/%s: the peer runs %s but its descriptor lists no device "
+                     "of it now (its links are down or just came back)",
+                     seg->name, iface->resource.tl_name, iface->resource.dev_name,
+                     iface->resource.tl_name);
+            status = OTE_ERR_REMOTE_DISCONNECT;
+        }
         if (status != OTE_OK) {
             if (r->ep == NULL && status == OTE_ERR_UNREACHABLE)
                 ote_debug("segment '%s': %s/%s does not reach it", seg->name,
@@ -664,8 +690,11 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
     seg->rail_set.num_rails = n;
     if (n == 0) {
         *links_down_p = links_down;
-        if (!links_down)
+        if (!links_down && last == OTE_ERR_UNREACHABLE)
             ote_error("segment '%s': no transport reaches it", seg->name);
+        else if (!links_down)
+            ote_error("segment '%s': no rail could be connected now: %s", seg->name,
+                      ote_status_string(last));
         return last;
     }
     return OTE_OK;
