@@ -245,6 +245,16 @@ typedef struct {
                               size_t max, size_t *out_len_p);
     /* Destroy an accepted ep; false if there is none by that key. */
     bool (*ep_release)(ote_tl_iface_t *iface, uint64_t peer_instance, uint64_t conn_id);
+    /*
+     * Quarantine: close every connection of the iface, so that nothing more
+     * of a peer's one-sided PUT can land in this process's memory through
+     * it, then open it again, at the same address where it can (*moved_p
+     * false; true: peers need the new descriptor). Its eps fail
+     * REMOTE_DISCONNECT (their operations end with that status) and are
+     * made again as after any failure. Worker lock held; event_fd may
+     * change. NULL: not supported.
+     */
+    ote_status_t (*quarantine)(ote_tl_iface_t *iface, bool *moved_p);
 } ote_tl_iface_ops_t;
 
 typedef struct {

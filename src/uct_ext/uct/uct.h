@@ -191,5 +191,12 @@ unsigned     ote_uct_ep_post_pending(ote_uct_ep_t *ep);
 void         ote_uct_ep_fail(ote_uct_ep_t *ep, ote_status_t status);
 /* Destroy an ep (worker lock held); operations still outstanding end CANCELED. */
 void         ote_uct_ep_free(ote_uct_ep_t *ep);
+/*
+ * Reset (SO_LINGER 0) this process's stream sockets bound to port (network
+ * order) on the address of UCT tcp's device address dev (NULL or not
+ * IPv4: any address), so that their close drops what they hold and leaves
+ * no TIME_WAIT behind.
+ */
+void         ote_uct_socks_reset(uint16_t port, const uint8_t *dev, size_t dev_len);
 
 #endif
