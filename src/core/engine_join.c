@@ -304,7 +304,7 @@ void ote_engine_quarantine(ote_engine_h e, const char *tl_name)
             ote_tl_iface_t *iface = wk->ifaces[i];
             bool moved            = false;
 
-            if (strcmp(iface->resource.tl_name, tl_name) != 0 || iface->ops->quarantine == NULL)
+            if (strcmp(iface->resource.tl_name, tl_name) != 0)
                 continue;
             ote_worker_iface_quarantine(wk, iface, &moved);
             moved_any = moved_any || moved;

@@ -649,14 +649,14 @@ ote_status_t ote_worker_iface_quarantine(ote_worker_t *w, ote_tl_iface_t *iface,
     int fd;
 
     *moved_p = false;
-    if (iface->ops->quarantine == NULL)
-        return OTE_ERR_UNSUPPORTED;
     pthread_mutex_lock(&w->lock);
+    /* The old event fd leaves the epoll as UCT closes it. */
+    status = ote_tl_iface_quarantine(iface, moved_p);
+    if (status == OTE_ERR_UNSUPPORTED) {
+        pthread_mutex_unlock(&w->lock);
+        return status;
+    }
     fd = iface->ops->event_fd(iface);
-    if (fd >= 0)
-        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
-    status = iface->ops->quarantine(iface, moved_p);
-    fd     = iface->ops->event_fd(iface);
     if (fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
         (errno != EEXIST || epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0))
         ote_error("worker %zu: %s/%s: its new event fd cannot be watched: %s", w->index,

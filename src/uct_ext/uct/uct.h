@@ -150,6 +150,8 @@ void         ote_uct_md_put(ote_uct_md_t *md);
 ote_status_t ote_uct_query(ote_uct_rsc_t ***list_p, size_t *count_p);
 
 /* uct_iface.c */
+/* See ote_tl_iface_quarantine (tl.h): UCT's tcp only, worker lock held. */
+ote_status_t  ote_uct_iface_quarantine(ote_tl_iface_t *iface, bool *moved_p);
 ote_uct_op_t *ote_uct_op_get(ote_uct_iface_t *iface);
 void          ote_uct_op_put(ote_uct_iface_t *iface, ote_uct_op_t *op);
 void          ote_uct_op_list_push(ote_uct_op_list_t *l, ote_uct_op_t *op);

@@ -289,7 +289,7 @@ static ote_status_t iface_uct_open(ote_uct_iface_t *iface, const ote_rdma_t *rdm
                                    const char *port_range);
 
 /*
- * Quarantine (tl.h): UCT's tcp receives a peer's PUT straight into the
+ * Quarantine (tl.h, ote_tl_iface_quarantine): UCT's tcp receives a peer's PUT straight into the
  * destination, by recv() on a socket of the iface, in its progress. Once
  * the UCT iface is closed, no socket of it is left, so nothing more lands
  * through it: bytes still in the network or in a receive queue go with the
@@ -299,7 +299,7 @@ static ote_status_t iface_uct_open(ote_uct_iface_t *iface, const ote_rdma_t *rdm
  * the same port (PORT_RANGE "P-P"), or where UCT puts it when that port is
  * taken (*moved_p: peers need the new descriptor).
  */
-static ote_status_t uct_iface_quarantine_(ote_tl_iface_t *tl_iface, bool *moved_p)
+ote_status_t ote_uct_iface_quarantine(ote_tl_iface_t *tl_iface, bool *moved_p)
 {
     ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
     uint8_t dev[OTE_TL_ADDR_MAX];
@@ -380,7 +380,6 @@ static const ote_tl_iface_ops_t uct_iface_ops = {
     .ep_release     = ote_uct_ep_release,
     .format_address = ote_tl_no_format_address,
     .has_deadlines  = ote_tl_no_deadlines,
-    .quarantine     = uct_iface_quarantine_,
 };
 
 /* The capability record from UCT's iface and md attributes. */
