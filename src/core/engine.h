@@ -325,6 +325,13 @@ bool ote_engine_ifaces_open(ote_engine_h e, ote_tl_component_t *comp,
                             ote_tl_iface_t **ifaces, ote_tl_caps_t *caps_p);
 /* A hash of the network interfaces up with an address now (what a round compares). */
 uint64_t ote_engine_netif_sig(void);
+/*
+ * engine_join.c: quarantine every iface of transport tl_name on every
+ * worker (ote_worker_iface_quarantine): when it returns, nothing more of a
+ * peer's PUT lands through them. A descriptor whose address changed is
+ * published again. Without any worker lock held.
+ */
+void ote_engine_quarantine(ote_engine_h e, const char *tl_name);
 /* True when iface's device left the engine (see ote_engine_join_round). */
 bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface);
 

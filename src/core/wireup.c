@@ -283,6 +283,12 @@ static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t 
                                          resp_p, resp_len_p);
 }
 
+/* A PUTBACK READ that may still land: see ote_engine_quarantine. */
+static void putback_quarantine(void *arg, const char *tl_name)
+{
+    ote_engine_quarantine(arg, tl_name);
+}
+
 /*
  * READs over put-only host rails (UCT's tcp): one putback rail in front of
  * each, on the same worker (proto/putback.c). Returns the new rail count.
@@ -301,6 +307,8 @@ static size_t putback_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n
         if (seg->rail_set.rails[i] != &seg->rails[i])
             continue;
         snprintf(hooks.name, sizeof(hooks.name), "%s", e->name);
+        hooks.quarantine     = putback_quarantine;
+        hooks.quarantine_arg = e;
         if (ote_proto_putback_rail_init(&seg->rails[n], &seg->rails[i], &hooks) == OTE_OK) {
             ote_debug("segment '%s': rail %zu reads by PUTBACK over %s/%s", seg->name, n,
                       seg->rails[i].iface->resource.tl_name,
@@ -515,6 +523,25 @@ static int rail_remote_md(const ote_desc_t *d, const ote_tl_iface_t *iface)
     return md;
 }
 
+/*
+ * The peer runs iface's transport (its descriptor lists the transport's
+ * memory domain, which stays listed while the engine runs) but lists no
+ * device of it: every device of it left that engine for now (links down
+ * there: engine_join.c takes a gone device out of the descriptor and puts
+ * it back when it returns), not a configuration that cannot reach it.
+ * Transports without a memory domain (the native tcp) cannot say.
+ */
+static bool peer_devices_away(const ote_desc_t *d, const ote_tl_iface_t *iface)
+{
+    if (rail_remote_md(d, iface) < 0)
+        return false;
+    for (size_t k = 0; k < d->num_tls; k++) {
+        if (strcmp(d->tls[k].tl_name, iface->resource.tl_name) == 0)
+            return false;
+    }
+    return true;
+}
+
 typedef struct {
     ote_tl_iface_t *iface;
     size_t          worker;
@@ -628,6 +655,13 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
         r->worker    = c->worker;
         r->remote_md = rail_remote_md(d, iface);
         status = rail_connect(seg, d, r, &peer, &gate);
+        if (status == OTE_ERR_UNREACHABLE && r->ep == NULL && peer_devices_away(d, iface)) {
+            ote_info("segment '%s': %s/%s: the peer runs %s but its descriptor lists no device "
+                     "of it now (its links are down or just came back)",
+                     seg->name, iface->resource.tl_name, iface->resource.dev_name,
+                     iface->resource.tl_name);
+            status = OTE_ERR_REMOTE_DISCONNECT;
+        }
         if (status != OTE_OK) {
             if (r->ep == NULL && status == OTE_ERR_UNREACHABLE)
                 ote_debug("segment '%s': %s/%s does not reach it", seg->name,
@@ -665,8 +699,11 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
     seg->rail_set.num_rails = n;
     if (n == 0) {
         *links_down_p = links_down;
-        if (!links_down)
+        if (!links_down && last == OTE_ERR_UNREACHABLE)
             ote_error("segment '%s': no transport reaches it", seg->name);
+        else if (!links_down)
+            ote_error("segment '%s': no rail could be connected now: %s", seg->name,
+                      ote_status_string(last));
         return last;
     }
     return OTE_OK;

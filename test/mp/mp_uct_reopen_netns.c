@@ -1,0 +1,165 @@
+/*
+ * A segment opened at once after a link came back is not UNREACHABLE.
+ * Namespaces A and B joined by a control link (ctl: the target's name and
+ * descriptor travel there) and two data rails, rail0 and rail1, uct_tcp
+ * alone on them (OTE_NET_DEVICES=rail0,rail1). Both rails go down: each
+ * engine takes its uct_tcp devices out of its descriptor (engine_join.c).
+ * They come up again and this engine, which sees its ports back at once
+ * (OTE_RDMA_POLL_MS=50), opens the target at once, while the target (which
+ * looks every 3 s) still publishes a descriptor without them. The target
+ * still runs uct_tcp (its memory domain is in the descriptor): every open
+ * ends OK, REMOTE_DISCONNECT or TIMEOUT, never UNREACHABLE, and once one
+ * opens its WRITEs land (the target checks the bytes).
+ *
+ * Needs root and `ip netns`; otherwise it says why and exits 77.
+ */
+#include "core/engine.h"
+#include "base/util.h"
+#include "mp_netns.h"
+#include "mp_util.h"
+#include "testlib.h"
+
+#include <ote/ote.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define REGION (4u << 20)
+#define TASK   (1u << 20)
+
+static char ns_a[32], ns_b[32];
+
+/* ctl first: the first interface's address is the engines' name. */
+static int parent(const char *self, unsigned id)
+{
+    static const char *const devs[] = {"ctl", "rail0", "rail1"};
+    static const int nets[] = {9, 0, 1};
+
+    return mp_netns_hosts("mp_uct_reopen_netns", self, ns_a, ns_b, "otu", id, "10.82", devs,
+                          nets, 3, false);
+}
+
+static ote_test_pair_t *fx;
+
+static void links(const char *state)
+{
+    assert_int_equal(mp_cmd(false, "ip link set rail0 %s", state), 0);
+    assert_int_equal(mp_cmd(false, "ip link set rail1 %s", state), 0);
+}
+
+/* Every rail of seg paused for its port (cooldown UINT64_MAX): the engine saw the links go. */
+static bool rails_link_down(ote_segment_h seg)
+{
+    ote_rail_info_t r[OTE_PROTO_MAX_RAILS];
+    size_t n = 0, down = 0;
+
+    assert_int_equal(ote_segment_rails(seg, r, OTE_PROTO_MAX_RAILS, &n), OTE_OK);
+    for (size_t i = 0; i < n && i < OTE_PROTO_MAX_RAILS; i++)
+        down += r[i].cooldown_ms == UINT64_MAX;
+    return n > 0 && down == n;
+}
+
+/* One WRITE of TASK bytes at off; the target checks them. */
+static void write_verified(ote_segment_h seg, size_t off, uint64_t seed)
+{
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = fx->local + off, .segment = seg,
+                        .remote_addr = fx->target.addr[0] + off, .length = TASK};
+    ote_task_status_t st;
+    ote_batch_h b;
+    size_t first = 0;
+    char c[128];
+
+    ote_test_fill(fx->local + off, off, TASK, seed);
+    assert_int_equal(ote_batch_create(fx->e, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+    ote_batch_release(b);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    snprintf(c, sizeof(c), "check 0 %zu %u %llu", off, TASK, (unsigned long long)seed);
+    assert_int_equal(ote_test_target_expect(fx->e, seg, c, "ok", 30000), 0);
+}
+
+static int setup(void **state)
+{
+    /* The target looks at its interfaces every 3 s: its descriptor lags. */
+    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, "env", "OTE_RDMA_POLL_MS=3000", NULL};
+    const char *args_b[] = {"--listen", "0.0.0.0:0", "--region", "4m:rw", NULL};
+
+    (void)state;
+    ote_test_setenv_all((const char *const[]){
+        "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=3000",
+        "OTE_RAIL_COOLDOWN_MS=200", "OTE_RAIL_COOLDOWN_MAX_MS=800", "OTE_RDMA_POLL_MS=50", NULL});
+    fx = ote_test_pair_start("uct_tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
+    if (fx == NULL)
+        return -1;
+    printf("target %s\n", fx->target.name);
+    if (strncmp(fx->target.name, "10.82.9.2:", 10) != 0) {
+        printf("the target's name is not on the ctl link\n");
+        return -1;
+    }
+    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (fx != NULL)
+        ote_test_pair_stop(fx);
+    return 0;
+}
+
+static void test_open_right_after_link_up(void **state)
+{
+    ote_segment_h seg2 = NULL;
+    ote_status_t st    = OTE_ERR_TIMEOUT;
+    int transient      = 0;
+
+    (void)state;
+    write_verified(fx->seg, 0, 21);
+    links("down");
+    for (int k = 0; k < 1000 && !rails_link_down(fx->seg); k++) {
+        ote_engine_progress(fx->e);
+        usleep(10000);
+    }
+    assert_true(rails_link_down(fx->seg));
+    /* Two of the target's rounds: it took its devices out of its descriptor. */
+    usleep(6500 * 1000);
+    links("up");
+    for (int k = 0; k < 200 && st != OTE_OK; k++) {
+        st = ote_segment_open(fx->e, fx->target.name, &seg2);
+        printf("open %d after the links came up: %s\n", k, ote_status_string(st));
+        assert_int_not_equal(st, OTE_ERR_UNREACHABLE);
+        if (st != OTE_OK) {
+            assert_true(st == OTE_ERR_REMOTE_DISCONNECT || st == OTE_ERR_TIMEOUT);
+            assert_null(seg2);
+            transient++;
+            usleep(50000);
+        }
+    }
+    printf("%d opens ended transient before one opened\n", transient);
+    assert_int_equal(st, OTE_OK);
+    write_verified(seg2, TASK, 22);
+    ote_segment_close(seg2);
+}
+
+static int in_netns_tests(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_right_after_link_up),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
+
+int main(int argc, char **argv)
+{
+    return mp_netns_main(argc, argv, "ote_uro", ns_a, ns_b, in_netns_tests, parent);
+}
