@@ -7,15 +7,21 @@
  * worker thread parked while a caller waits (not woken per answer), woken
  * by a caller that stops waiting before its batch ended, and back within
  * OTE_POLL_PARK_US after one whose batch ended; requests beyond the rail's
- * room posted by the waiting thread without waking it.
+ * room posted by the waiting thread without waking it; the waiting thread
+ * reading a stream transport's answers without an epoll_wait reporting them.
  * Runs over the transport OTE_TLS names (tcp_mp_progress.sh,
  * cma_mp_progress.sh), or whatever the engine selects.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* RTLD_NEXT; as config.h defines it */
+#endif
 #include "mp_util.h"
 #include "core/engine.h"
 #include "base/util.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
+#include <sys/epoll.h>
 #include <stdlib.h>
 #include <time.h>
 #include <pthread.h>
@@ -34,6 +40,26 @@
 #define PER_ROUND 4      /* tasks per batch: WRITEs, then as many READs */
 #define BLOCK     4096
 #define REGION    (THREADS * PER_ROUND * BLOCK)
+
+/*
+ * epoll_wait of this process, counted: the calls of a thread that set
+ * epoll_count_me which reported events.
+ */
+static _Thread_local bool epoll_count_me;
+static atomic_long        epoll_hits;
+
+int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
+{
+    static int (*real)(int, struct epoll_event *, int, int);
+    int n;
+
+    if (real == NULL)
+        *(void **)&real = dlsym(RTLD_NEXT, "epoll_wait");
+    n = real(epfd, ev, max, timeout);
+    if (n > 0 && epoll_count_me)
+        atomic_fetch_add(&epoll_hits, 1);
+    return n;
+}
 
 typedef struct {
     ote_test_target_t t;
@@ -456,6 +482,46 @@ static void test_worker_parks(void **state)
 }
 
 /*
+ * A thread waiting on one round trip after another over a stream transport
+ * (tcp, cma) reads each answer from the one connection that waits for it,
+ * without an epoll_wait that reports it first: one system call less on the
+ * path of every round trip. The epoll set is still consulted every
+ * OTE_STREAM_EPOLL_EVERY-th round, so an answer may now and then arrive
+ * just before one of those.
+ */
+static void test_caller_reads_directly(void **state)
+{
+    enum { N = 2000 };
+    const char *tls = getenv("OTE_TLS");
+    uint64_t med;
+    long hits;
+    fx_t f;
+
+    (void)state;
+    if (tls == NULL || (strcmp(tls, "tcp") != 0 && strcmp(tls, "cma") != 0)) {
+        printf("# the direct read is the stream transports' (OTE_TLS=tcp or cma)\n");
+        skip();
+    }
+    /* The caller polls through every round trip, however slow the host: no hand-off. */
+    setenv("OTE_POLL_GRACE_US", "100000", 1);
+    setenv("OTE_POLL_SPIN_MAX_US", "100000", 1);
+    fx_start(&f, "y");
+    wait_loop(&f, 200, &med);
+    atomic_store(&epoll_hits, 0);
+    epoll_count_me = true;
+    wait_loop(&f, N, &med);
+    epoll_count_me = false;
+    hits = atomic_load(&epoll_hits);
+    printf("# %d round trips, median %llu us: %ld epoll_wait calls of this thread reported "
+           "events\n", N, (unsigned long long)med, hits);
+    /* Found by epoll_wait first, every answer would have been reported: about N. */
+    assert_true(hits < N / 10);
+    fx_stop(&f);
+    unsetenv("OTE_POLL_GRACE_US");
+    unsetenv("OTE_POLL_SPIN_MAX_US");
+}
+
+/*
  * A parked worker thread takes over: at once from a caller that stops
  * waiting before its batch ended, and within OTE_POLL_PARK_US after a
  * caller whose batch ended (here nobody progresses afterwards).
@@ -654,6 +720,7 @@ int main(void)
         cmocka_unit_test(test_worker_unparks),
         cmocka_unit_test(test_submit_no_wait),
         cmocka_unit_test(test_backlog_caller_posts),
+        cmocka_unit_test(test_caller_reads_directly),
     };
 
     signal(SIGPIPE, SIG_IGN);

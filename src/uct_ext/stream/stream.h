@@ -41,6 +41,12 @@
  * requests; a peer that sends and never reads cannot grow our queue.
  */
 #define OTE_STREAM_TX_PAUSE 4096
+/*
+ * While one initiator connection alone waits for answers, progress reads
+ * it directly and consults the epoll set (other connections, accepts,
+ * EPOLLOUT) every this many rounds.
+ */
+#define OTE_STREAM_EPOLL_EVERY 8
 /* Addresses of a peer one ep considers at most (tcp publishes up to this many). */
 #define OTE_STREAM_MAX_ADDRS 16
 
@@ -279,6 +285,15 @@ struct ote_stream_iface {
     ote_stream_conn_t         *conns;      /* live connections, both sides   */
     ote_stream_conn_t         *dirty;      /* connections with queued tx     */
     ote_stream_conn_t         *graveyard;  /* closed target-side connections */
+    /*
+     * Initiator connections with operations waiting for their answer, and
+     * the last one an operation was queued on. While that one is the only
+     * one, progress reads it directly and looks at the epoll set every
+     * OTE_STREAM_EPOLL_EVERY-th round only (stream_iface.c).
+     */
+    size_t                  ops_conns;
+    ote_stream_conn_t      *rx_hint;
+    unsigned                direct_rounds;
     uint8_t                *discard;    /* sink for refused payloads */
     /* What the component adds to the connection code; never NULL. */
     const struct ote_stream_hooks *hooks;

@@ -84,6 +84,10 @@ void ote_stream_conn_free(ote_stream_conn_t *c)
 {
     if (c == NULL)
         return;
+    if (c->ops_count != 0)
+        c->iface->ops_conns--;
+    if (c->iface->rx_hint == c)
+        c->iface->rx_hint = NULL;
     for (size_t i = 0; i < c->rx_nfds; i++)
         close(c->rx_fds[i]);
     if (c->peer_pidfd >= 0)
@@ -219,7 +223,9 @@ ote_status_t ote_stream_conn_op_push(ote_stream_conn_t *c, const ote_stream_op_t
             return OTE_ERR_NO_MEMORY;
     }
     c->ops[(c->ops_head + c->ops_count) & (c->ops_cap - 1)] = *op;
-    c->ops_count++;
+    if (c->ops_count++ == 0)
+        c->iface->ops_conns++;
+    c->iface->rx_hint = c;
     c->inflight_bytes += op->length;
     return OTE_OK;
 }
@@ -234,7 +240,8 @@ static ote_stream_op_t op_pop(ote_stream_conn_t *c)
     ote_stream_op_t op = c->ops[c->ops_head];
 
     c->ops_head = (c->ops_head + 1) & (c->ops_cap - 1);
-    c->ops_count--;
+    if (--c->ops_count == 0)
+        c->iface->ops_conns--;
     c->inflight_bytes -= op.length;
     return op;
 }
@@ -291,6 +298,8 @@ void ote_stream_conn_fail(ote_stream_conn_t *c, ote_status_t status)
     if (c->dead)
         return;
     c->dead = true;
+    if (c->iface->rx_hint == c)
+        c->iface->rx_hint = NULL;
     if (c->ep != NULL)
         atomic_fetch_add(&c->ep->num_failed, 1);
     if (c->iface->hooks->conn_closed != NULL)
