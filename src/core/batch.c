@@ -5,10 +5,14 @@
  * answers come fast, then sleep on the batch's condition variable,
  * signalled once the batch drains.
  */
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "batch.h"
+#include "engine.h"
+#include "notify.h"
+#include "segment.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -21,12 +21,18 @@
  */
 #include "base/auth.h"
 #include "base/dlist.h"
-#include "ctl_int.h"
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "base/wire_util.h"
+#include "batch.h"
+#include "ctl.h"
+#include "ctl_int.h"
+#include "ctl_msg.h"
+#include "engine.h"
+#include "fexport.h"
+#include "notify.h"
+#include "segment.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <stdlib.h>

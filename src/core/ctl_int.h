@@ -11,6 +11,7 @@
 #define OTE_CORE_CTL_INT_H
 
 #include "base/auth.h"
+#include "ctl.h"
 #include "ctl_msg.h"
 #include "engine.h"
 #include "proto/ctl_target.h"

@@ -3,12 +3,17 @@
  * metadata store), memory API, descriptor publication, ote_info's listing
  * of transports.
  */
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
-#include "uct_ext/rdma/rdma.h"
 #include "base/util.h"
+#include "batch.h"
+#include "ctl.h"
+#include "ctl_msg.h"
+#include "engine.h"
+#include "notify.h"
+#include "segment.h"
+#include "uct_ext/rdma/rdma.h"
+#include "worker.h"
 
 #include <stdlib.h>
 #include <string.h>

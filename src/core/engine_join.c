@@ -8,10 +8,12 @@
  * longer offered leaves the descriptor and pauses its rails, until it is
  * offered again.
  */
-#include "engine.h"
 #include "base/log.h"
-#include "uct_ext/rdma/rdma.h"
 #include "base/util.h"
+#include "engine.h"
+#include "segment.h"
+#include "uct_ext/rdma/rdma.h"
+#include "worker.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>

@@ -5,6 +5,7 @@
 #include "fexport.h"
 
 #include "engine.h"
+#include "segment.h"
 
 #include "base/dlist.h"
 #include "base/log.h"

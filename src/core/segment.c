@@ -11,12 +11,15 @@
  * are eps of that component's ifaces, one per worker (segment_open_object);
  * "<export>@<engine name>" a peer's exported file (segment_export.c).
  */
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "batch.h"
+#include "ctl_msg.h"
+#include "engine.h"
 #include "proto/stage.h"
+#include "segment.h"
+#include "worker.h"
 
 #include <limits.h>
 

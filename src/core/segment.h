@@ -1,10 +1,10 @@
 /*
  * Segments: peers (or files) opened by name, their control client and rails.
- * Part of engine.h, which includes it where the core's types are known:
- * include engine.h, not this file.
  */
 #ifndef OTE_CORE_SEGMENT_H
 #define OTE_CORE_SEGMENT_H
+
+#include "engine.h"
 
 /* Idle control connections a segment keeps for requests that run side by side. */
 #define OTE_SEGMENT_CTL_POOL 8

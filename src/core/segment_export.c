@@ -8,6 +8,8 @@
  * bytes inside them, or over the engines' data rails: OTE_FILE_REMOTE).
  */
 #include "engine.h"
+#include "segment.h"
+#include "worker.h"
 
 #include "base/log.h"
 #include "base/util.h"

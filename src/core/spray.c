@@ -11,10 +11,13 @@
  * slice frees its room before it reads backlog_any (both sequentially
  * consistent), so one of the two sees the other.
  */
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "batch.h"
+#include "engine.h"
+#include "segment.h"
+#include "worker.h"
 
 #include <string.h>
 

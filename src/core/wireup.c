@@ -5,12 +5,14 @@
  * to-ep model through CONNECT requests; staging rails over host rails; and
  * the repair of rails whose connections failed.
  */
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "ctl_msg.h"
+#include "engine.h"
 #include "proto/putback.h"
 #include "proto/stage.h"
+#include "segment.h"
+#include "worker.h"
 
 #include <net/if.h>
 #include <stdlib.h>

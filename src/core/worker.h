@@ -1,10 +1,10 @@
 /*
  * Workers: the threads (or callers) that progress transports.
- * Part of engine.h, which includes it where the core's types are known:
- * include engine.h, not this file.
  */
 #ifndef OTE_CORE_WORKER_H
 #define OTE_CORE_WORKER_H
+
+#include "engine.h"
 
 /* Protocol progress registered on a worker (ote_worker_progress_register). */
 #define OTE_WORKER_MAX_PROGRESS 8

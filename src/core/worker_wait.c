@@ -6,8 +6,9 @@
  * ote_engine_progress() runs one round of every free worker. What the
  * worker thread does meanwhile (it parks) is in worker.c.
  */
-#include "engine.h"
 #include "base/util.h"
+#include "engine.h"
+#include "worker.h"
 
 #include <sys/epoll.h>
 #include <unistd.h>

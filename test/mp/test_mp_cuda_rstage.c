@@ -10,6 +10,7 @@
 #include "../unit/cuda/cuda_test.h"
 #include "core/ctl_msg.h"
 #include "core/engine.h"
+#include "core/segment.h"
 #include "stage_fx.h"
 
 #include <signal.h>

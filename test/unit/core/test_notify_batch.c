@@ -7,6 +7,7 @@
  */
 #include "core/ctl_msg.h"
 #include "core/engine.h"
+#include "core/notify.h"
 #include "base/wire_util.h"
 #include "testlib.h"
 
