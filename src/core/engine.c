@@ -6,14 +6,14 @@
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "batch.h"
-#include "ctl.h"
-#include "ctl_msg.h"
+#include "core/xfer/batch.h"
+#include "core/ctl/ctl.h"
+#include "core/wire/ctl_msg.h"
 #include "engine.h"
-#include "notify.h"
-#include "segment.h"
+#include "core/xfer/notify.h"
+#include "core/segment/segment.h"
 #include "uct_ext/rdma/rdma.h"
-#include "worker.h"
+#include "core/xfer/worker.h"
 
 #include <stdlib.h>
 #include <string.h>

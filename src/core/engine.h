@@ -10,10 +10,10 @@
 
 #include "base/auth.h"
 #include "base/config.h"
-#include "desc.h"
-#include "fexport.h"
+#include "core/wire/desc.h"
+#include "core/segment/fexport.h"
 #include "mem/mem.h"
-#include "meta.h"
+#include "core/meta/meta.h"
 #include "obs/obs.h"
 #include "proto/proto.h"
 #include "proto/stage.h"

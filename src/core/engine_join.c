@@ -11,9 +11,9 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "engine.h"
-#include "segment.h"
+#include "core/segment/segment.h"
 #include "uct_ext/rdma/rdma.h"
-#include "worker.h"
+#include "core/xfer/worker.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>

@@ -13,8 +13,8 @@
  * deletes the namespaces whatever the tests did.
  */
 #include "core/engine.h"
-#include "core/segment.h"
-#include "core/worker.h"
+#include "core/segment/segment.h"
+#include "core/xfer/worker.h"
 #include "base/util.h"
 #include "mp_netns.h"
 #include "mp_util.h"

@@ -13,8 +13,8 @@
  */
 #include "mp_util.h"
 #include "core/engine.h"
-#include "core/batch.h"
-#include "core/worker.h"
+#include "core/xfer/batch.h"
+#include "core/xfer/worker.h"
 #include "base/util.h"
 
 #include <dirent.h>

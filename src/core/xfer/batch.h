@@ -4,7 +4,7 @@
 #ifndef OTE_CORE_BATCH_H
 #define OTE_CORE_BATCH_H
 
-#include "engine.h"
+#include "core/engine.h"
 
 struct ote_notif_senders;
 

@@ -4,7 +4,7 @@
  */
 #include "base/log.h"
 #include "base/topo.h"
-#include "engine.h"
+#include "core/engine.h"
 #include "worker.h"
 
 #ifdef HAVE_HWLOC

@@ -4,7 +4,7 @@
 #ifndef OTE_CORE_WORKER_H
 #define OTE_CORE_WORKER_H
 
-#include "engine.h"
+#include "core/engine.h"
 
 /* Protocol progress registered on a worker (ote_worker_progress_register). */
 #define OTE_WORKER_MAX_PROGRESS 8

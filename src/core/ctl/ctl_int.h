@@ -12,8 +12,8 @@
 
 #include "base/auth.h"
 #include "ctl.h"
-#include "ctl_msg.h"
-#include "engine.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 #include "proto/ctl_target.h"
 
 #include <pthread.h>

@@ -15,8 +15,8 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "batch.h"
-#include "engine.h"
-#include "segment.h"
+#include "core/engine.h"
+#include "core/segment/segment.h"
 #include "worker.h"
 
 #include <string.h>

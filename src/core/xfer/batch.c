@@ -9,9 +9,9 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "batch.h"
-#include "engine.h"
+#include "core/engine.h"
 #include "notify.h"
-#include "segment.h"
+#include "core/segment/segment.h"
 #include "worker.h"
 
 #include <errno.h>

@@ -16,7 +16,7 @@
  */
 #include "base/log.h"
 #include "base/util.h"
-#include "engine.h"
+#include "core/engine.h"
 #include "segment.h"
 
 #include <time.h>

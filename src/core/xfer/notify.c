@@ -34,10 +34,10 @@
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "ctl_msg.h"
-#include "engine.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 #include "notify.h"
-#include "segment.h"
+#include "core/segment/segment.h"
 #include "worker.h"
 
 #include <stdlib.h>

@@ -6,8 +6,8 @@
 #define OTE_CORE_NOTIFY_H
 
 #include "batch.h"
-#include "ctl_msg.h"
-#include "engine.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 
 /* notify.c: sender thread for notifications after batches */
 ote_status_t ote_notifier_start(ote_engine_h engine, ote_notifier_t **n_p);

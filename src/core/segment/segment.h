@@ -4,7 +4,7 @@
 #ifndef OTE_CORE_SEGMENT_H
 #define OTE_CORE_SEGMENT_H
 
-#include "engine.h"
+#include "core/engine.h"
 
 /* Idle control connections a segment keeps for requests that run side by side. */
 #define OTE_SEGMENT_CTL_POOL 8

@@ -14,12 +14,12 @@
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "batch.h"
-#include "ctl_msg.h"
-#include "engine.h"
+#include "core/xfer/batch.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 #include "proto/stage.h"
 #include "segment.h"
-#include "worker.h"
+#include "core/xfer/worker.h"
 
 #include <limits.h>
 

@@ -7,8 +7,8 @@
  */
 #include "base/log.h"
 #include "batch.h"
-#include "engine.h"
-#include "segment.h"
+#include "core/engine.h"
+#include "core/segment/segment.h"
 
 /*
  * What the peer's descriptor says of [addr, addr+len) for an access: OK

@@ -4,7 +4,7 @@
  */
 #include "base/util.h"
 #include "batch.h"
-#include "engine.h"
+#include "core/engine.h"
 
 #include <time.h>
 

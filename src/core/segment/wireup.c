@@ -7,12 +7,12 @@
  */
 #include "base/log.h"
 #include "base/util.h"
-#include "ctl_msg.h"
-#include "engine.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 #include "proto/putback.h"
 #include "proto/stage.h"
 #include "segment.h"
-#include "worker.h"
+#include "core/xfer/worker.h"
 
 #include <net/if.h>
 #include <stdlib.h>

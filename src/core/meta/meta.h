@@ -14,7 +14,7 @@
 
 #include "base/auth.h"
 #include "base/config.h"
-#include "desc.h"
+#include "core/wire/desc.h"
 
 #include <ote/ote.h>
 #include <stdbool.h>

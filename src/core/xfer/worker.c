@@ -32,7 +32,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "batch.h"
-#include "engine.h"
+#include "core/engine.h"
 #include "worker.h"
 
 #include <errno.h>

@@ -7,7 +7,7 @@
  * worker thread does meanwhile (it parks) is in worker.c.
  */
 #include "base/util.h"
-#include "engine.h"
+#include "core/engine.h"
 #include "worker.h"
 
 #include <sys/epoll.h>

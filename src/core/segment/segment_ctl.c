@@ -5,8 +5,8 @@
  */
 #include "base/log.h"
 #include "base/util.h"
-#include "ctl_msg.h"
-#include "engine.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 #include "segment.h"
 
 #include <stdlib.h>

@@ -24,15 +24,15 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "base/wire_util.h"
-#include "batch.h"
+#include "core/xfer/batch.h"
 #include "ctl.h"
 #include "ctl_int.h"
-#include "ctl_msg.h"
-#include "engine.h"
-#include "fexport.h"
-#include "notify.h"
-#include "segment.h"
-#include "worker.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
+#include "core/segment/fexport.h"
+#include "core/xfer/notify.h"
+#include "core/segment/segment.h"
+#include "core/xfer/worker.h"
 
 #include <errno.h>
 #include <stdlib.h>
