@@ -13,7 +13,7 @@
 #include "core/xfer/notify.h"
 #include "core/segment/segment.h"
 #include "uct_ext/rdma/rdma.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
 #include "engine.h"
 #include "core/segment/segment.h"
 #include "uct_ext/rdma/rdma.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>

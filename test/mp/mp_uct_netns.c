@@ -14,7 +14,7 @@
  */
 #include "core/engine.h"
 #include "core/segment/segment.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 #include "base/util.h"
 #include "mp_netns.h"
 #include "mp_util.h"

@@ -14,7 +14,7 @@
 #include "mp_util.h"
 #include "core/engine.h"
 #include "core/xfer/batch.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 #include "base/util.h"
 
 #include <dirent.h>

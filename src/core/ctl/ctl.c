@@ -32,7 +32,7 @@
 #include "core/segment/fexport.h"
 #include "core/xfer/notify.h"
 #include "core/segment/segment.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -19,7 +19,7 @@
 #include "core/engine.h"
 #include "proto/stage.h"
 #include "segment.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 
 #include <limits.h>
 

@@ -9,7 +9,7 @@
  */
 #include "core/engine.h"
 #include "segment.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 
 #include "base/log.h"
 #include "base/util.h"

@@ -12,7 +12,7 @@
 #include "proto/putback.h"
 #include "proto/stage.h"
 #include "segment.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 
 #include <net/if.h>
 #include <stdlib.h>

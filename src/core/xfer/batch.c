@@ -12,7 +12,7 @@
 #include "core/engine.h"
 #include "notify.h"
 #include "core/segment/segment.h"
-#include "worker.h"
+#include "core/worker/worker.h"
 
 #include <errno.h>
 #include <stdlib.h>

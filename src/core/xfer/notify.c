@@ -38,7 +38,7 @@
 #include "core/engine.h"
 #include "notify.h"
 #include "core/segment/segment.h"
-#include "worker.h"
+#include "core/worker/worker.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * verified and nothing left behind.
  */
 #include "core/engine.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 #include "cuda_test.h"
 #include "mem/mem.h"
 #include "proto/stage.h"

@@ -6,7 +6,7 @@
  */
 #include "core/engine.h"
 #include "core/segment/segment.h"
-#include "core/xfer/worker.h"
+#include "core/worker/worker.h"
 #include "self_fixture.h"
 #include "proto/putback.h"
 #include "uct_ext/uct/uct.h"

@@ -31,7 +31,7 @@
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "batch.h"
+#include "core/xfer/batch.h"
 #include "core/engine.h"
 #include "worker.h"
 

@@ -14,10 +14,10 @@
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "batch.h"
+#include "core/xfer/batch.h"
 #include "core/engine.h"
-#include "core/segment/segment.h"
-#include "worker.h"
+#include "segment.h"
+#include "core/worker/worker.h"
 
 #include <string.h>
 
