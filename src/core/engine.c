@@ -627,14 +627,6 @@ int ote_engine_event_fd(ote_engine_h e)
     return e->event_fd;
 }
 
-void ote_engine_signal_event(ote_engine_h engine)
-{
-    uint64_t one = 1;
-
-    if (atomic_load_explicit(&engine->event_fd_used, memory_order_relaxed))
-        (void)!write(engine->event_fd, &one, sizeof(one));
-}
-
 ote_status_t ote_engine_desc_export(ote_engine_h e, void **buf_p, size_t *len_p)
 {
     ote_buf_t desc = {0}, rec = {0};

@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #define OTE_MAX_WORKERS      64
 #define OTE_MAX_IFACES       32
@@ -249,8 +250,24 @@ bool ote_engine_ifaces_open(ote_engine_h e, ote_tl_component_t *comp,
                             ote_tl_iface_t **ifaces, ote_tl_caps_t *caps_p);
 /* A hash of the network interfaces up with an address now (what a round compares). */
 uint64_t ote_engine_netif_sig(void);
-/* True when iface's device left the engine (see ote_engine_join_round). */
-bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface);
+/*
+ * True when iface's device left the engine (see ote_engine_join_round):
+ * the gone flag engine_join.c sets on its transport (inline: segments and
+ * the wire-up read it without calling up into the engine's files).
+ */
+static inline bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface)
+{
+    size_t n = atomic_load(&e->num_tls);
+
+    for (size_t k = 0; k < n; k++) {
+        const ote_engine_tl_t *tl = &e->tls[k];
+
+        if (strcmp(tl->resource.tl_name, iface->resource.tl_name) == 0 &&
+            strcmp(tl->resource.dev_name, iface->resource.dev_name) == 0)
+            return atomic_load(&tl->gone);
+    }
+    return false;
+}
 
 /* engine.c: encode this engine's descriptor. */
 ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);

@@ -66,13 +66,6 @@ static ote_engine_tl_t *tl_find(ote_engine_h e, const char *tl_name, const char 
     return NULL;
 }
 
-bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface)
-{
-    const ote_engine_tl_t *tl = tl_find(e, iface->resource.tl_name, iface->resource.dev_name);
-
-    return tl != NULL && atomic_load(&tl->gone);
-}
-
 bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_name, ote_md_t *md)
 {
     size_t k = e->num_mds;

@@ -14,7 +14,6 @@
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
-#include "core/xfer/batch.h"
 #include "core/wire/ctl_msg.h"
 #include "core/engine.h"
 #include "proto/stage.h"

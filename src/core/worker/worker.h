@@ -118,6 +118,7 @@ bool         ote_engine_poll_wait(ote_engine_h engine, atomic_long *pending,
                                   uint64_t deadline_ns);
 /* A wait took ns: the budget of the next ones follows it. */
 void         ote_engine_wait_note(ote_engine_h engine, uint64_t ns);
+/* Wake the user waiting on the engine's event fd (ote_engine_event_fd), if one was asked for. */
 void         ote_engine_signal_event(ote_engine_h engine);
 
 #endif

@@ -185,3 +185,11 @@ bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadlin
         worker_leave(&e->workers[i], gen[i], progressed[i], done);
     return done;
 }
+
+void ote_engine_signal_event(ote_engine_h engine)
+{
+    uint64_t one = 1;
+
+    if (atomic_load_explicit(&engine->event_fd_used, memory_order_relaxed))
+        (void)!write(engine->event_fd, &one, sizeof(one));
+}
