@@ -1,6 +1,16 @@
 /*
- * The control-plane listener as the engine sees it: start, run and stop it,
- * and its counters (tests). Its internals are ctl_int.h's.
+ * src/core/ctl/: the control-plane listener.
+ *
+ * Owns: the listener thread, its connections, the handler table of core's
+ * own message types and of the protocols' services (proto/ctl_target.h)
+ * and the host it hands them (ctl.c); the segments kept open to
+ * initiators and the transfers on them for the protocols' target sides
+ * (ctl_peer.c). ctl_int.h is private to this folder.
+ *
+ * May call: xfer/ (batches for ote_peer_xfer, the received-notification
+ * queue), segment/ (segments to initiators, exported files, rails), the
+ * rooms below them, and the engine's header; proto and below. Only the
+ * engine's files call in (start, run, stop) and tests (the counters).
  */
 #ifndef OTE_CORE_CTL_H
 #define OTE_CORE_CTL_H

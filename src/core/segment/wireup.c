@@ -273,7 +273,7 @@ static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t 
 
     /*
      * The answer comes once the target's WRITE ended (proto/putback_target.c,
-     * core/ctl_peer.c):
+     * core/ctl/ctl_peer.c):
      * canceled past one transfer timeout, its posted slices end within
      * another. Waiting that long (its segment open and progress on top)
      * makes the answer, not our clock, end the slice: nothing the target

@@ -1,5 +1,14 @@
 /*
- * Workers: the threads (or callers) that progress transports.
+ * src/core/worker/: the workers, threads (or callers) that progress the
+ * transports.
+ *
+ * Owns: each worker's ifaces, queue and progress (worker.c), its CPU
+ * binding (worker_bind.c), the waits of callers that progress the workers
+ * themselves and the engine's event fd (worker_wait.c).
+ *
+ * May call: the engine's header, proto and below; of the rooms above it
+ * only a slice's end, reported to its task (worker.c -> xfer/batch.h: the
+ * submit <-> completion circle).
  */
 #ifndef OTE_CORE_WORKER_H
 #define OTE_CORE_WORKER_H

@@ -1,5 +1,16 @@
 /*
- * Batches, their tasks and the notifications that follow them; admission.
+ * src/core/xfer/: transfers as the user submits them.
+ *
+ * Owns: batches and their tasks (batch.c: submit, wait, cancel, a task's
+ * slices and their ends), the checks before a submit talks to the peer
+ * (batch_check.c), admission (admission.c: bytes and tasks in flight) and
+ * notifications, sent after batches and received (notify.c, notify.h).
+ *
+ * May call: segment/ (a request's segment, its descriptor, its spray),
+ * worker/ (waiting on the workers), meta/, wire/, the engine's header;
+ * proto and below. Called by the engine's files, ctl/ and, for a slice's
+ * end only (ote_task_slice_done/_end: the submit <-> completion circle),
+ * worker/worker.c and segment/spray.c.
  */
 #ifndef OTE_CORE_BATCH_H
 #define OTE_CORE_BATCH_H
