@@ -3,12 +3,17 @@
  * metadata store), memory API, descriptor publication, ote_info's listing
  * of transports.
  */
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
-#include "uct_ext/rdma/rdma.h"
 #include "base/util.h"
+#include "core/xfer/batch.h"
+#include "core/ctl/ctl.h"
+#include "core/wire/ctl_msg.h"
+#include "engine.h"
+#include "core/xfer/notify.h"
+#include "core/segment/segment.h"
+#include "uct_ext/rdma/rdma.h"
+#include "core/worker/worker.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -620,14 +625,6 @@ int ote_engine_event_fd(ote_engine_h e)
         return -1;
     atomic_store(&e->event_fd_used, true);
     return e->event_fd;
-}
-
-void ote_engine_signal_event(ote_engine_h engine)
-{
-    uint64_t one = 1;
-
-    if (atomic_load_explicit(&engine->event_fd_used, memory_order_relaxed))
-        (void)!write(engine->event_fd, &one, sizeof(one));
 }
 
 ote_status_t ote_engine_desc_export(ote_engine_h e, void **buf_p, size_t *len_p)

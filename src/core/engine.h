@@ -1,17 +1,23 @@
-/* Core internals: engine, workers, batches, tasks, segments. */
+/*
+ * The engine: its settings, its lifetime, and the facts about it the other
+ * core objects need (struct ote_engine, the transports it selected, the
+ * device monitor and joins). Each object has its own header (worker.h,
+ * batch.h, notify.h, segment.h, ctl.h, meta.h, select.h): include those
+ * for their functions.
+ */
 #ifndef OTE_CORE_ENGINE_H
 #define OTE_CORE_ENGINE_H
 
 #include "base/auth.h"
 #include "base/config.h"
-#include "ctl_msg.h"
-#include "desc.h"
-#include "fexport.h"
-#include "meta.h"
+#include "core/wire/desc.h"
+#include "core/segment/fexport.h"
 #include "mem/mem.h"
+#include "core/meta/meta.h"
 #include "obs/obs.h"
 #include "proto/proto.h"
 #include "proto/stage.h"
+#include "select.h"
 #include "uct_ext/tl.h"
 
 #include <ote/ote.h>
@@ -19,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #define OTE_MAX_WORKERS      64
 #define OTE_MAX_IFACES       32
@@ -98,11 +105,7 @@ typedef struct {
     atomic_bool       gone;
 } ote_engine_tl_t;
 
-/* The engine's objects, one header each (they need what is above). */
-#include "worker.h"
-#include "batch.h"
-#include "segment.h"
-
+/* The engine, whose fields the core objects read (each says who owns it). */
 struct ote_engine {
     ote_engine_config_t config;
     /*
@@ -171,84 +174,6 @@ struct ote_engine {
     ote_obs_t       *obs;
 };
 
-/* ctl.c: the control-plane listener */
-ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl_t **ctl_p,
-                           char *bound, size_t bound_len);
-ote_status_t ote_ctl_run(ote_ctl_t *ctl);
-/*
- * ctl_peer.c (the host's peer_xfer, proto/ctl_target.h): one transfer between this engine's memory local and remote in the peer
- * seg (a segment the control listener keeps open to an initiator), waited
- * for until it ended: past the transfer timeout it is canceled (no retry,
- * nothing queued posted) and its posted slices end by their own timeout,
- * so that nothing of it is posted after the answer. The status it ended
- * with (TIMEOUT for a cancel).
- * putback: a PUTBACK's WRITE, whose destination needs only be registered
- * at the peer; else the peer's descriptor must give the access as for any
- * request (over transports that do not check at the target). Blocking:
- * runs on a thread of the listener's PUTBACK or file pool.
- */
-ote_status_t ote_peer_xfer(ote_engine_h engine, ote_segment_h seg, ote_op_t op, void *local,
-                           uint64_t remote, size_t length, bool putback);
-/* The same WRITE with only the initiator's registration required (batch.c). */
-ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
-                                      size_t *first_task_p);
-void         ote_ctl_stop(ote_ctl_t *ctl);
-/*
- * Segments opened to serve PUTBACKs (and FILE_IOs by rails) so far, and the
- * threads serving PUTBACKs (tests).
- */
-void          ote_engine_putback_stats(ote_engine_h engine, unsigned long *opens_p,
-                                       unsigned *threads_p);
-/*
- * Bytes delivered so far on the rails of transport tl ("tcp", "uct_tcp",
- * ...) of the segments the control listener keeps open to initiators
- * (PUTBACKs and FILE_IOs by rails), open ones only (tests).
- */
-uint64_t      ote_engine_peer_rail_bytes(ote_engine_h engine, const char *tl);
-/* Descriptor fetches (GET_DESC) the control listener answered so far (tests). */
-unsigned long ote_engine_desc_served(ote_engine_h engine);
-/* Encode this engine's descriptor. */
-ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
-/*
- * The same without its regions: everything else the descriptor says (the
- * control listener's cache of encoded descriptors compares it).
- */
-ote_status_t ote_engine_desc_skeleton(ote_engine_h engine, ote_buf_t *out);
-/* Full descriptor encodings the control listener made for GET_DESC so far (tests). */
-unsigned long ote_engine_desc_encodes(ote_engine_h engine);
-/* Queue a received notification; BUSY when the backlog is full. */
-ote_status_t ote_engine_notif_push(ote_engine_h engine, const ote_ctl_notify_t *n);
-/*
- * Queue the notifications of a NOTIFY_BATCH frame in order: *queued_p is
- * how many of the first ones are queued (now, or earlier: a retry);
- * OK when all are, else why the next one is not (BUSY, PEER_RESTARTED).
- */
-ote_status_t ote_engine_notif_push_batch(ote_engine_h engine, const ote_ctl_notify_batch_t *m,
-                                         size_t *queued_p);
-
-/* select.c: OTE_TLS / OTE_NET_DEVICES */
-typedef struct ote_select ote_select_t;
-ote_status_t ote_select_parse(const char *tls, const char *devices, ote_select_t **sel_p);
-bool         ote_select_tl(ote_select_t *sel, const char *tl_name);
-bool         ote_select_device(ote_select_t *sel, const char *dev_name);
-/*
- * A device that passed ote_select_device was used (why NULL), or why it
- * could not be. A name listed without ^ whose devices all came back with a
- * reason fails ote_select_check_unmatched, with those reasons: a device
- * named explicitly is used or the engine does not start.
- */
-void         ote_select_device_result(ote_select_t *sel, const char *dev_name,
-                                      const char *why);
-/*
- * Names listed explicitly that matched nothing offered here (every resource
- * passed through ote_select_tl and, if a network one, ote_select_device),
- * or only devices reported unusable: OTE_ERR_NO_DEVICE, with a log line
- * naming them and what is here.
- */
-ote_status_t ote_select_check_unmatched(ote_select_t *sel);
-/* OTE_TLS is an exclusion list (^...) that names tl_name. */
-bool         ote_select_excludes(const ote_select_t *sel, const char *tl_name);
-void         ote_select_free(ote_select_t *sel);
 
 /*
  * engine_rdma.c: the RDMA ports against OTE_NET_DEVICES once the transports
@@ -332,9 +257,32 @@ uint64_t ote_engine_netif_sig(void);
  * published again. Without any worker lock held.
  */
 void ote_engine_quarantine(ote_engine_h e, const char *tl_name);
-/* True when iface's device left the engine (see ote_engine_join_round). */
-bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface);
+/*
+ * True when iface's device left the engine (see ote_engine_join_round):
+ * the gone flag engine_join.c sets on its transport (inline: segments and
+ * the wire-up read it without calling up into the engine's files).
+ */
+static inline bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface)
+{
+    size_t n = atomic_load(&e->num_tls);
 
+    for (size_t k = 0; k < n; k++) {
+        const ote_engine_tl_t *tl = &e->tls[k];
+
+        if (strcmp(tl->resource.tl_name, iface->resource.tl_name) == 0 &&
+            strcmp(tl->resource.dev_name, iface->resource.dev_name) == 0)
+            return atomic_load(&tl->gone);
+    }
+    return false;
+}
+
+/* engine.c: encode this engine's descriptor. */
+ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
+/*
+ * The same without its regions: everything else the descriptor says (the
+ * control listener's cache of encoded descriptors compares it).
+ */
+ote_status_t ote_engine_desc_skeleton(ote_engine_h engine, ote_buf_t *out);
 /* engine.c: the i-th transport component an engine opens, NULL past the last. */
 ote_tl_component_t *ote_engine_component(size_t i);
 /* The engine-wide parameters every iface is opened with (no worker set). */

@@ -8,10 +8,12 @@
  * longer offered leaves the descriptor and pauses its rails, until it is
  * offered again.
  */
-#include "engine.h"
 #include "base/log.h"
-#include "uct_ext/rdma/rdma.h"
 #include "base/util.h"
+#include "engine.h"
+#include "core/segment/segment.h"
+#include "uct_ext/rdma/rdma.h"
+#include "core/worker/worker.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -62,13 +64,6 @@ static ote_engine_tl_t *tl_find(ote_engine_h e, const char *tl_name, const char 
             return &e->tls[k];
     }
     return NULL;
-}
-
-bool ote_engine_iface_gone(ote_engine_h e, const ote_tl_iface_t *iface)
-{
-    const ote_engine_tl_t *tl = tl_find(e, iface->resource.tl_name, iface->resource.dev_name);
-
-    return tl != NULL && atomic_load(&tl->gone);
 }
 
 bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_name, ote_md_t *md)

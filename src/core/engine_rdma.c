@@ -3,10 +3,12 @@
  * discovery found (uct_ext/rdma), their state read again while the engine
  * runs (a port down pauses its rails), and what ote_info -d says of them.
  */
-#include "engine.h"
 #include "base/log.h"
-#include "uct_ext/rdma/rdma.h"
 #include "base/util.h"
+#include "engine.h"
+#include "core/segment/segment.h"
+#include "uct_ext/rdma/rdma.h"
+#include "core/worker/worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,9 +3,9 @@
  * the machine (base/topo.h), which ranks the rails of each request
  * (ote_proto_rails_rank), and what ote_info -d says of it.
  */
-#include "engine.h"
 #include "base/cuda_api.h"
 #include "base/log.h"
+#include "engine.h"
 #include "uct_ext/rdma/rdma.h"
 
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* Host identity: peers with the same one may use intra-host transports. */
-#include "engine.h"
+#include "select.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -12,8 +12,9 @@
  * unusable (ote_select_device_result: an RDMA port that is down, or that no
  * transport runs on).
  */
-#include "engine.h"
 #include "base/log.h"
+#include "engine.h"
+#include "select.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * serves, each with its handler and the answer that refuses it before
  * authentication, and hooks on the listener's events (answer the jobs that
  * ended, the periodic sweep, a connection closed, stop, destroy), each with
- * the state its create hook made. The listener (core/ctl.c) dispatches
+ * the state its create hook made. The listener (core/ctl/ctl.c) dispatches
  * every request through the table of the services it lists, one line each,
  * and never switches on a message type.
  *

@@ -15,8 +15,8 @@
  */
 #include <ote/ote.h>
 
-#include "core/desc.h"
-#include "core/meta.h"
+#include "core/wire/desc.h"
+#include "core/meta/meta.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

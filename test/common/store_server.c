@@ -1,6 +1,6 @@
 #include "store_server.h"
 
-#include "core/meta.h"
+#include "core/meta/meta.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

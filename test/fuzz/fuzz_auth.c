@@ -8,7 +8,7 @@
 
 #include "base/auth.h"
 #include "base/config.h"
-#include "core/ctl_msg.h"
+#include "core/wire/ctl_msg.h"
 #include "uct_ext/stream/stream_wire.h"
 
 #include <string.h>

@@ -7,8 +7,8 @@
 #include "fuzz.h"
 
 #include "base/wire_util.h"
-#include "core/ctl_int.h"
-#include "core/ctl_msg.h"
+#include "core/ctl/ctl_int.h"
+#include "core/wire/ctl_msg.h"
 
 #include <string.h>
 

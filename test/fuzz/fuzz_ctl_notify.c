@@ -5,7 +5,7 @@
  */
 #include "fuzz.h"
 
-#include "core/ctl_msg.h"
+#include "core/wire/ctl_msg.h"
 
 #include <string.h>
 

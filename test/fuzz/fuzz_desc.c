@@ -5,7 +5,7 @@
  */
 #include "fuzz.h"
 
-#include "core/desc.h"
+#include "core/wire/desc.h"
 #include "base/wire_util.h"
 #include "uct_ext/tcp/tcp.h"
 

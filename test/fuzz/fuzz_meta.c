@@ -13,8 +13,8 @@
 #include "fuzz.h"
 
 #include "base/config.h"
-#include "core/desc.h"
-#include "core/meta.h"
+#include "core/wire/desc.h"
+#include "core/meta/meta.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,11 +6,11 @@
  *   build/test/fuzz/fuzz_gen_corpus test/fuzz/corpus
  */
 #include "base/auth.h"
-#include "core/ctl_msg.h"
+#include "core/wire/ctl_msg.h"
 #include "base/config.h"
-#include "core/desc.h"
+#include "core/wire/desc.h"
 #include "base/wire_util.h"
-#include "core/meta.h"
+#include "core/meta/meta.h"
 #include "uct_ext/stream/stream_wire.h"
 
 #include <errno.h>

@@ -13,6 +13,7 @@
  * skipped otherwise.
  */
 #include "core/engine.h"
+#include "core/segment/segment.h"
 #include "security_wire.h"
 #include "uct_ext/stream/stream.h"
 #include "mp_util.h"

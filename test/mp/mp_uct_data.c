@@ -9,6 +9,7 @@
  * statuses, and a peer that dies under load: every task ends, none hangs.
  */
 #include "core/engine.h"
+#include "core/segment/segment.h"
 #include "proto/putback.h"
 #include "testlib.h"
 

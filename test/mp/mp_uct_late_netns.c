@@ -16,6 +16,8 @@
  * Needs root, `ip netns` and `tc`; otherwise it says why and exits 77.
  */
 #include "core/engine.h"
+#include "core/ctl/ctl.h"
+#include "core/segment/segment.h"
 #include "base/util.h"
 #include "mp_netns.h"
 #include "mp_util.h"

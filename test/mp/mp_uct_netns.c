@@ -13,6 +13,8 @@
  * deletes the namespaces whatever the tests did.
  */
 #include "core/engine.h"
+#include "core/segment/segment.h"
+#include "core/worker/worker.h"
 #include "base/util.h"
 #include "mp_netns.h"
 #include "mp_util.h"

@@ -7,8 +7,8 @@
 #define OTE_TEST_SECURITY_WIRE_H
 
 #include "base/auth.h"
-#include "core/ctl_msg.h"
-#include "core/desc.h"
+#include "core/wire/ctl_msg.h"
+#include "core/wire/desc.h"
 #include "base/util.h"
 #include "base/wire_util.h"
 #include "uct_ext/stream/stream_wire.h"

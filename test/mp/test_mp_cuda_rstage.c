@@ -8,8 +8,9 @@
  * initiator killed mid-transfer.
  */
 #include "../unit/cuda/cuda_test.h"
-#include "core/ctl_msg.h"
+#include "core/wire/ctl_msg.h"
 #include "core/engine.h"
+#include "core/segment/segment.h"
 #include "stage_fx.h"
 
 #include <signal.h>

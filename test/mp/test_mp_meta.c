@@ -24,7 +24,7 @@
 
 #include "base/config.h"
 #include "core/engine.h"
-#include "core/meta.h"
+#include "core/meta/meta.h"
 
 #include <pthread.h>
 #include <setjmp.h>

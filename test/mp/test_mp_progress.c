@@ -17,6 +17,8 @@
 #endif
 #include "mp_util.h"
 #include "core/engine.h"
+#include "core/xfer/batch.h"
+#include "core/worker/worker.h"
 #include "base/util.h"
 
 #include <dirent.h>

@@ -8,7 +8,8 @@
  * endpoint (OTE_METRICS_ADDR: libmicrohttpd on a thread of its own, shared
  * by the engines of one process that ask for the same address).
  *
- * May call: core's engine internals through engine.h, read only (names,
+ * May call: core's engine internals through engine.h, batch.h and
+ * segment.h, read only (names,
  * transports, the admission counters, ote_engine_rails, the region table's
  * visit), and base. Core calls in through this header only; nothing here
  * is called by proto, mem or uct_ext.

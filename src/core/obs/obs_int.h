@@ -5,7 +5,9 @@
 #ifndef OTE_CORE_OBS_OBS_INT_H
 #define OTE_CORE_OBS_OBS_INT_H
 
+#include "core/xfer/batch.h"
 #include "core/engine.h"
+#include "core/segment/segment.h"
 
 #include <pthread.h>
 

@@ -1,7 +1,7 @@
 /* Wire codecs: tcp data header, control header, notification, segment descriptor. */
-#include "core/ctl_int.h"
-#include "core/ctl_msg.h"
-#include "core/desc.h"
+#include "core/ctl/ctl_int.h"
+#include "core/wire/ctl_msg.h"
+#include "core/wire/desc.h"
 #include "base/wire_util.h"
 #include "mem/mem.h"
 #include "uct_ext/tcp/tcp.h"

@@ -1,5 +1,5 @@
 /* CONNECT / CONNECT_ACK (to-ep wire-up): round trips and malformed input. */
-#include "core/ctl_msg.h"
+#include "core/wire/ctl_msg.h"
 
 #include <ote/ote.h>
 #include <setjmp.h>

@@ -5,7 +5,7 @@
  * regions, the first and the last, misses, across the index's blocks, and
  * lookups from several threads on one descriptor.
  */
-#include "core/desc.h"
+#include "core/wire/desc.h"
 #include "base/buf.h"
 
 #include <pthread.h>

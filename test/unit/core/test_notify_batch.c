@@ -5,8 +5,9 @@
  * the frame comes (a sender resends it after a lost answer), up to its
  * backlog (BUSY with how many it queued).
  */
-#include "core/ctl_msg.h"
+#include "core/wire/ctl_msg.h"
 #include "core/engine.h"
+#include "core/xfer/notify.h"
 #include "base/wire_util.h"
 #include "testlib.h"
 

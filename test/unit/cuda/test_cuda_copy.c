@@ -6,6 +6,7 @@
  * verified and nothing left behind.
  */
 #include "core/engine.h"
+#include "core/worker/worker.h"
 #include "cuda_test.h"
 #include "mem/mem.h"
 #include "proto/stage.h"

@@ -11,6 +11,7 @@
 #include "testlib.h"
 
 #include "core/engine.h"
+#include "core/worker/worker.h"
 #include "proto/proto.h"
 #include "proto/stage.h"
 #include "uct_ext/tl.h"

@@ -10,7 +10,7 @@
 #include "fake_md.h"
 
 #include "base/buf.h"
-#include "core/desc.h"
+#include "core/wire/desc.h"
 
 #include <stdatomic.h>
 

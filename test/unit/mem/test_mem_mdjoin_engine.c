@@ -8,7 +8,7 @@
  * descriptor as it was. No component here brings a domain of its own, so
  * a fake one stands in and the data moves over tcp.
  */
-#include "core/desc.h"
+#include "core/wire/desc.h"
 #include "core/engine.h"
 #include "fake_md.h"
 #include "testlib.h"

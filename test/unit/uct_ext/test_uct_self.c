@@ -5,6 +5,8 @@
  * descriptor refresh for ranges registered after the segment was opened.
  */
 #include "core/engine.h"
+#include "core/segment/segment.h"
+#include "core/worker/worker.h"
 #include "self_fixture.h"
 #include "proto/putback.h"
 #include "uct_ext/uct/uct.h"

@@ -6,8 +6,9 @@
  * ote_engine_progress() runs one round of every free worker. What the
  * worker thread does meanwhile (it parks) is in worker.c.
  */
-#include "engine.h"
 #include "base/util.h"
+#include "core/engine.h"
+#include "worker.h"
 
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -183,4 +184,12 @@ bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadlin
     for (size_t i = 0; i < nw; i++)
         worker_leave(&e->workers[i], gen[i], progressed[i], done);
     return done;
+}
+
+void ote_engine_signal_event(ote_engine_h engine)
+{
+    uint64_t one = 1;
+
+    if (atomic_load_explicit(&engine->event_fd_used, memory_order_relaxed))
+        (void)!write(engine->event_fd, &one, sizeof(one));
 }

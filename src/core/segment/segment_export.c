@@ -7,7 +7,9 @@
  * worker, whose slices are FILE_IO requests to the peer's listener (the
  * bytes inside them, or over the engines' data rails: OTE_FILE_REMOTE).
  */
-#include "engine.h"
+#include "core/engine.h"
+#include "segment.h"
+#include "core/worker/worker.h"
 
 #include "base/log.h"
 #include "base/util.h"

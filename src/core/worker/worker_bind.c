@@ -2,9 +2,10 @@
  * Where a worker thread runs: the CPUs OTE_WORKER_CPUS lists, or else the
  * CPUs near the NICs of its network ifaces (hwloc), or anywhere.
  */
-#include "engine.h"
 #include "base/log.h"
 #include "base/topo.h"
+#include "core/engine.h"
+#include "worker.h"
 
 #ifdef HAVE_HWLOC
 #include <hwloc.h>

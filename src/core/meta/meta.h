@@ -1,5 +1,5 @@
 /*
- * Metadata stores: where engines find each other's descriptors by name
+ * src/core/meta/: metadata stores, where engines find each other's descriptors by name
  * when the metadata is not peer-to-peer.
  *
  * meta.c parses the URI, picks a backend (one ops table per store:
@@ -8,13 +8,17 @@
  * carries an HMAC under the cluster key when there is one. A store is a
  * place anybody with access may write: every byte read from it is checked
  * (record framing, version, lengths, MAC, then the descriptor decoder).
+ *
+ * May call: wire/ (the descriptor codec), base. Nothing else of core: the
+ * engine hands the store what it publishes through callbacks
+ * (ote_meta_params_t).
  */
 #ifndef OTE_CORE_META_H
 #define OTE_CORE_META_H
 
 #include "base/auth.h"
 #include "base/config.h"
-#include "desc.h"
+#include "core/wire/desc.h"
 
 #include <ote/ote.h>
 #include <stdbool.h>

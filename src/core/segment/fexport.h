@@ -8,7 +8,7 @@
 #ifndef OTE_CORE_FEXPORT_H
 #define OTE_CORE_FEXPORT_H
 
-#include "desc.h"
+#include "core/wire/desc.h"
 
 #include <ote/ote.h>
 #include <pthread.h>

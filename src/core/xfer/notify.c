@@ -31,11 +31,14 @@
  * before the message arrives; it takes every group that completed
  * meanwhile into the lanes at once, so they share frames.
  */
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
+#include "notify.h"
+#include "core/segment/segment.h"
+#include "core/worker/worker.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,21 @@
 /*
- * Batches, their tasks and the notifications that follow them; admission.
- * Part of engine.h, which includes it where the core's types are known:
- * include engine.h, not this file.
+ * src/core/xfer/: transfers as the user submits them.
+ *
+ * Owns: batches and their tasks (batch.c: submit, wait, cancel, a task's
+ * slices and their ends), the checks before a submit talks to the peer
+ * (batch_check.c), admission (admission.c: bytes and tasks in flight) and
+ * notifications, sent after batches and received (notify.c, notify.h).
+ *
+ * May call: segment/ (a request's segment, its descriptor, its spray),
+ * worker/ (waiting on the workers), meta/, wire/, the engine's header;
+ * proto and below. Called by the engine's files, ctl/ and, for a slice's
+ * end only (ote_task_slice_done/_end: the submit <-> completion circle),
+ * worker/worker.c and segment/spray.c.
  */
 #ifndef OTE_CORE_BATCH_H
 #define OTE_CORE_BATCH_H
+
+#include "core/engine.h"
 
 struct ote_notif_senders;
 
@@ -71,6 +82,9 @@ void ote_task_slice_done(ote_slice_t *slice, ote_status_t status);
 /* batch.c: a slice ends for its task as it is, never posted again. */
 void ote_task_slice_end(ote_slice_t *slice, ote_status_t status);
 
+/* batch.c: a PUTBACK's WRITE (ote_peer_xfer): the initiator's registration alone checked. */
+ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
+                                      size_t *first_task_p);
 /* batch.c: a call's notification ended: OK (the peer queued it) or why not. */
 void ote_batch_notify_end(ote_notify_group_t *group, ote_status_t status);
 /* batch.c: release the batches the user still holds (engine destroy). */
@@ -100,14 +114,5 @@ void         ote_batch_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, s
  */
 ote_status_t ote_admission_reserve(ote_engine_h e, size_t tasks, size_t bytes);
 void         ote_admission_release(ote_engine_h e, size_t tasks, size_t bytes);
-
-/* notify.c: sender thread for notifications after batches */
-ote_status_t ote_notifier_start(ote_engine_h engine, ote_notifier_t **n_p);
-/* Sends what is queued (or ends it CANCELED where its segment closed), then stops. */
-void         ote_notifier_stop(ote_notifier_t *n);
-void         ote_notifier_queue(ote_notifier_t *n, ote_notify_group_t *group);
-/* notify.c: the receiver's memory of its senders' sequence numbers */
-ote_status_t ote_notif_senders_create(struct ote_notif_senders **s_p);
-void         ote_notif_senders_destroy(struct ote_notif_senders *s);
 
 #endif

@@ -11,8 +11,9 @@
 #define OTE_CORE_CTL_INT_H
 
 #include "base/auth.h"
-#include "ctl_msg.h"
-#include "engine.h"
+#include "ctl.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 #include "proto/ctl_target.h"
 
 #include <pthread.h>

@@ -28,10 +28,12 @@
  * between events when that is below OTE_POLL_SPIN_MAX_US, else for
  * OTE_POLL_GRACE_US.
  */
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/xfer/batch.h"
+#include "core/engine.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <sched.h>

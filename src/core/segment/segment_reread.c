@@ -14,9 +14,10 @@
  * look-up, so a region registered before the request was submitted is in
  * what it reads.
  */
-#include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/engine.h"
+#include "segment.h"
 
 #include <time.h>
 

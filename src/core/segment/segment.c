@@ -11,12 +11,14 @@
  * are eps of that component's ifaces, one per worker (segment_open_object);
  * "<export>@<engine name>" a peer's exported file (segment_export.c).
  */
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 #include "proto/stage.h"
+#include "segment.h"
+#include "core/worker/worker.h"
 
 #include <limits.h>
 

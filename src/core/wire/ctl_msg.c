@@ -1,5 +1,5 @@
 #include "ctl_msg.h"
-#include "ctl_int.h"
+#include "core/ctl/ctl_int.h"
 
 #include "base/auth.h"
 #include "base/wire_util.h"

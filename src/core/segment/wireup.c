@@ -5,12 +5,14 @@
  * to-ep model through CONNECT requests; staging rails over host rails; and
  * the repair of rails whose connections failed.
  */
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
 #include "proto/putback.h"
 #include "proto/stage.h"
+#include "segment.h"
+#include "core/worker/worker.h"
 
 #include <net/if.h>
 #include <stdlib.h>
@@ -271,7 +273,7 @@ static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t 
 
     /*
      * The answer comes once the target's WRITE ended (proto/putback_target.c,
-     * core/ctl_peer.c):
+     * core/ctl/ctl_peer.c):
      * canceled past one transfer timeout, its posted slices end within
      * another. Waiting that long (its segment open and progress on top)
      * makes the answer, not our clock, end the slice: nothing the target

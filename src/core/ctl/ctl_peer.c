@@ -6,7 +6,9 @@
  * by PUTBACKs and FILE_IOs by rails; and the one transfer such a request
  * makes over one, a batch of one task waited for.
  */
+#include "core/xfer/batch.h"
 #include "ctl_int.h"
+#include "core/segment/segment.h"
 
 #include "base/log.h"
 #include "base/util.h"

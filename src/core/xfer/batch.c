@@ -5,10 +5,14 @@
  * answers come fast, then sleep on the batch's condition variable,
  * signalled once the batch drains.
  */
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "batch.h"
+#include "core/engine.h"
+#include "notify.h"
+#include "core/segment/segment.h"
+#include "core/worker/worker.h"
 
 #include <errno.h>
 #include <stdlib.h>

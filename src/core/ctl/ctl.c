@@ -21,12 +21,18 @@
  */
 #include "base/auth.h"
 #include "base/dlist.h"
-#include "ctl_int.h"
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "base/wire_util.h"
+#include "core/xfer/batch.h"
+#include "ctl.h"
+#include "ctl_int.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
+#include "core/segment/fexport.h"
+#include "core/xfer/notify.h"
+#include "core/segment/segment.h"
+#include "core/worker/worker.h"
 
 #include <errno.h>
 #include <stdlib.h>

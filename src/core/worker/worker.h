@@ -1,10 +1,19 @@
 /*
- * Workers: the threads (or callers) that progress transports.
- * Part of engine.h, which includes it where the core's types are known:
- * include engine.h, not this file.
+ * src/core/worker/: the workers, threads (or callers) that progress the
+ * transports.
+ *
+ * Owns: each worker's ifaces, queue and progress (worker.c), its CPU
+ * binding (worker_bind.c), the waits of callers that progress the workers
+ * themselves and the engine's event fd (worker_wait.c).
+ *
+ * May call: the engine's header, proto and below; of the rooms above it
+ * only a slice's end, reported to its task (worker.c -> xfer/batch.h: the
+ * submit <-> completion circle).
  */
 #ifndef OTE_CORE_WORKER_H
 #define OTE_CORE_WORKER_H
+
+#include "core/engine.h"
 
 /* Protocol progress registered on a worker (ote_worker_progress_register). */
 #define OTE_WORKER_MAX_PROGRESS 8
@@ -123,6 +132,7 @@ bool         ote_engine_poll_wait(ote_engine_h engine, atomic_long *pending,
                                   uint64_t deadline_ns);
 /* A wait took ns: the budget of the next ones follows it. */
 void         ote_engine_wait_note(ote_engine_h engine, uint64_t ns);
+/* Wake the user waiting on the engine's event fd (ote_engine_event_fd), if one was asked for. */
 void         ote_engine_signal_event(ote_engine_h engine);
 
 #endif

@@ -5,8 +5,10 @@
  * re-read of the descriptor when it is not (segment_reread.c), and with
  * the access where the transport does not check at the target.
  */
-#include "engine.h"
 #include "base/log.h"
+#include "batch.h"
+#include "core/engine.h"
+#include "core/segment/segment.h"
 
 /*
  * What the peer's descriptor says of [addr, addr+len) for an access: OK

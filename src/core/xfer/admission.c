@@ -2,8 +2,9 @@
  * Admission: the engine's limits on tasks and bytes in flight
  * (OTE_MAX_INFLIGHT_TASKS, OTE_MAX_INFLIGHT_BYTES, OTE_SUBMIT_TIMEOUT_MS).
  */
-#include "engine.h"
 #include "base/util.h"
+#include "batch.h"
+#include "core/engine.h"
 
 #include <time.h>
 

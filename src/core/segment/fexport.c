@@ -4,7 +4,8 @@
  */
 #include "fexport.h"
 
-#include "engine.h"
+#include "core/engine.h"
+#include "segment.h"
 
 #include "base/dlist.h"
 #include "base/log.h"

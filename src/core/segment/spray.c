@@ -11,10 +11,13 @@
  * slice frees its room before it reads backlog_any (both sequentially
  * consistent), so one of the two sees the other.
  */
-#include "engine.h"
 #include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/xfer/batch.h"
+#include "core/engine.h"
+#include "segment.h"
+#include "core/worker/worker.h"
 
 #include <string.h>
 

@@ -1,10 +1,21 @@
 /*
- * Segments: peers (or files) opened by name, their control client and rails.
- * Part of engine.h, which includes it where the core's types are known:
- * include engine.h, not this file.
+ * src/core/segment/: segments, peers (or files) opened by name.
+ *
+ * Owns: a segment's life and descriptor (segment.c), its control client
+ * and pool (segment_ctl.c), re-reads of its descriptor (segment_reread.c),
+ * a peer's exported file as a segment (segment_export.c) and this engine's
+ * exports (fexport.c), its rails' wire-up (wireup.c) and the spray of its
+ * slices onto them (spray.c).
+ *
+ * May call: worker/ (the ifaces rails are opened on, the workers that
+ * post slices), meta/ (lookups), wire/ (descriptor and control codecs),
+ * the engine's header; proto and below. Never ctl/ or xfer/, but for a
+ * slice's end reported to its task (spray.c -> xfer/batch.h).
  */
 #ifndef OTE_CORE_SEGMENT_H
 #define OTE_CORE_SEGMENT_H
+
+#include "core/engine.h"
 
 /* Idle control connections a segment keeps for requests that run side by side. */
 #define OTE_SEGMENT_CTL_POOL 8

@@ -3,10 +3,11 @@
  * (authenticated with OTE_AUTH_KEY), request/response exchanges on it, and
  * the descriptor fetch of the peer-to-peer metadata.
  */
-#include "ctl_msg.h"
-#include "engine.h"
 #include "base/log.h"
 #include "base/util.h"
+#include "core/wire/ctl_msg.h"
+#include "core/engine.h"
+#include "segment.h"
 
 #include <stdlib.h>
 #include <string.h>
