@@ -6,7 +6,7 @@
 # the same run, and the exact commands (docs/performance.md, "All peers,
 # one command"). Nothing here is a test.
 #
-# Usage: contrib/bench/run.sh [--rounds N] [--quick] [--only nixl] [--out FILE]
+# Usage: contrib/bench/run.sh [--rounds N] [--quick] [--only nixl|python] [--out FILE]
 #                             [--plot DIR] [--build DIR] [--wheels DIR]
 #   --rounds N    rounds (default 3)
 #   --quick       short measurements (a smoke run; figures are rough)
@@ -15,6 +15,10 @@
 #                 with 1 thread), the tcp ping-pong and tcp stream without a
 #                 library, and the 15,000-descriptor posts; the goals block
 #                 has their lines only
+#   --only python the rows the Python goals compare: ote_perftest tcp's
+#                 bandwidth (depth 2, its default, and depth 1: one batch in
+#                 flight, as a sync call has) and orbitte.mooncake's
+#                 batch_transfer_sync_write/read, 1 thread
 #   --out FILE    also write the table to FILE
 #   --plot DIR    also draw the pictures of the table into DIR
 #                 (contrib/bench/plot.py, which needs matplotlib:
@@ -38,7 +42,7 @@ while [ $# -gt 0 ]; do
     --only)
         only=$2
         shift
-        [ "$only" = nixl ] || { echo "run.sh: --only takes nixl, not $only" >&2; exit 2; }
+        case $only in nixl | python) ;; *) echo "run.sh: --only takes nixl or python, not $only" >&2; exit 2 ;; esac
         ;;
     --out) out=$2; shift ;;
     --plot) plot=$2; shift ;;
@@ -91,6 +95,7 @@ trap 'exit 130' INT TERM HUP
 # Threads of the bandwidth rows (orbitte.nixl's and the wheel's rows have one)
 threads="1 2"
 [ "$only" = nixl ] && threads=1
+[ "$only" = python ] && threads=1
 # Budgets: bytes moved per bandwidth measurement, iterations per latency one
 if [ $quick = 1 ]; then
     budget=$((16 << 20)) lat_n=200 secs=0.2 tlim=30
@@ -327,7 +332,7 @@ mc_all() { # PEER IMPL PYTHONPATH LABEL BUDGET (LABEL: the PYTHONPATH as the com
         for sh in $shapes; do
             IFS=: read -r name size batch <<<"$sh"
             sc=$([ "$name" = kv ] && echo " --scatter")
-            for T in 1 2; do
+            for T in $threads; do
                 it=$((budget / (size * batch) / T / 2 + 2))
                 a="--impl $impl --op $op --count $batch --size $size --threads $T --iters $it$sc"
                 cmd "$name $op T$T" "$peer" "PYTHONPATH=$ppl python3 $mc $a"
@@ -443,6 +448,13 @@ for round in $(seq "$rounds"); do
         post_c
         [ $have_onixl = 1 ] && post_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS 50
         [ $have_nixl = 1 ] && post_all "NIXL wheel, UCX tcp" "UCX_TLS=tcp UCX_MODULES=^ib" "$wheels" WHEELS 5
+        continue
+    fi
+    if [ "$only" = python ]; then
+        # orbitte.mooncake's sync batch calls and ote_perftest in the same minutes
+        ote_bw "ote_perftest tcp" tcp $tcp_budget
+        ote_bw "ote_perftest tcp, depth 1" tcp $tcp_budget "-D 1"
+        [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py" ORBITTE $tcp_budget
         continue
     fi
     # Latencies first, each ote_perftest figure beside its reference in

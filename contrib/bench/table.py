@@ -16,6 +16,7 @@ import sys
 # peer: the ote_perftest row its ratio is taken against
 PEERS = {
     "ote_perftest tcp": "ote_perftest tcp",
+    "ote_perftest tcp, depth 1": "ote_perftest tcp",
     "ucx_perftest tcp": "ote_perftest tcp",
     "iperf3": "ote_perftest tcp",
     "tcp ping-pong, no library": "ote_perftest tcp",
@@ -74,6 +75,9 @@ EQUIVALENTS = """\
   pool to another in one process (KV: shuffled slots of pools twice the
   footprint), one pool pair per thread; WRITE and READ are the same copy,
   measured twice.
+- ote_perftest tcp, depth 1 (`--only python`): `-D 1`, one batch in flight
+  per thread, as a sync call of the Python API has (ote_perftest's default
+  keeps two).
 - orbitte.mooncake and Mooncake's wheel: `bindings/python/bench/mc_batch_write.py`,
   one `batch_transfer_sync_write|read` call of BATCH blocks at a time, target
   in a second process, tcp, P2PHANDSHAKE; latency is one call of one 8-byte
@@ -156,6 +160,19 @@ GOALS += [
     ("orbitte.nixl 15,000-descriptor make_prepped_xfer + transfer, p50 ms",
      ("post 15000", ONIXL, "v"), None, "<=", 5),
 ]
+# orbitte.mooncake's sync batch calls (mc_batch_write.py): at least 0.9x
+# ote_perftest at 64 KiB and 1 MiB; beside them, the same against
+# ote_perftest with one batch in flight (-D 1), as a sync call has
+OMC, TCP1 = "orbitte.mooncake tcp", "ote_perftest tcp, depth 1"
+GOALS += [
+    (f"orbitte.mooncake / ote_perftest tcp, {SHAPES[sh]} {op.upper()}", (f"{sh} {op} T1", OMC, "v"),
+     (f"{sh} {op} T1", TCP, "v"), ">=", 0.9)
+    for sh in ("64k", "1m") for op in ("write", "read")
+] + [
+    (f"orbitte.mooncake / ote_perftest tcp depth 1, {SHAPES[sh]} {op.upper()}",
+     (f"{sh} {op} T1", OMC, "v"), (f"{sh} {op} T1", TCP1, "v"), "ref", None)
+    for sh in ("64k", "1m") for op in ("write", "read")
+]
 # References beside the goals, without a bound: the same ratios of the
 # host's own tcp stream, and ote's rows against it
 STREAM = "tcp stream, no library"
@@ -198,8 +215,9 @@ def median(by_round, key, peer):
 
 
 # run.sh --only nixl: the peers it runs, and the goals naming NIXL's peers
-ONLY_PEERS = {"nixl": {TCP, "tcp ping-pong, no library", STREAM, ONIXL, NIXLW}}
-ONLY_GOALS = {"nixl": {ONIXL, NIXLW, "ote_batch_submit tcp"}}
+ONLY_PEERS = {"nixl": {TCP, "tcp ping-pong, no library", STREAM, ONIXL, NIXLW},
+              "python": {TCP, TCP1, OMC}}
+ONLY_GOALS = {"nixl": {ONIXL, NIXLW, "ote_batch_submit tcp"}, "python": {OMC}}
 
 
 def goals(by_round, only=""):

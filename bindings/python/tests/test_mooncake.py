@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -537,3 +538,86 @@ def test_module_names():
     assert mooncake.Write == TransferOpcode.Write == 1 and mooncake.Read == 0
     assert TransferNotify("a", "b") == TransferNotify("a", "b")
     assert mooncake.P2PHANDSHAKE == "P2PHANDSHAKE"
+
+
+# ---- argument kinds and polling ----------------------------------------------------
+
+
+def test_sync_batch_argument_kinds_every_byte(te, target, caplog):
+    """Lists of ints go to submit_arrays unconverted; tuples, ranges, numpy
+    arrays and lists of numpy scalars are converted: every kind moves
+    every byte. An item that is no number is refused with -1, nothing moved."""
+    n, blk = 8, 4 * KIB
+    local = te.allocate_managed_buffer(n * blk)
+    lv = view(local, n * blk)
+    kinds = [
+        lambda xs: list(xs),
+        lambda xs: tuple(xs),
+        lambda xs: np.array(xs, dtype=np.uint64),
+        lambda xs: [np.uint64(x) for x in xs],
+        lambda xs: [np.int64(x) for x in xs],
+    ]
+    for k, kind in enumerate(kinds):
+        lv[:] = seeded(k, n * blk)
+        srcs = [local + i * blk for i in range(n)]
+        dsts = [target.addr + (n - 1 - i) * blk for i in range(n)]  # reversed slots
+        assert te.batch_transfer_sync_write(target.name, kind(srcs), kind(dsts),
+                                            kind([blk] * n)) == 0, k
+        for i in range(n):
+            assert target.check((n - 1 - i) * blk, blk, (k + i * blk) % 256) == "ok", (k, i)
+        lv[:] = 0
+        assert te.batch_transfer_sync_read(target.name, kind(srcs), kind(dsts),
+                                           kind([blk] * n)) == 0, k
+        assert np.array_equal(lv, seeded(k, n * blk)), k
+    assert te.batch_transfer_sync_write(target.name, range(local, local + 2 * blk, blk),
+                                        [target.addr, target.addr + blk], range(blk, blk + 2)) == 0
+    assert te.batch_transfer_sync_write(target.name, [local, "x"], [target.addr] * 2,
+                                        [8, 8]) == -1
+    assert "batch_transfer_sync_write" in caplog.text
+    assert te.batch_transfer_sync_write(target.name, [local], [target.addr], [-8]) == -1
+
+
+def test_check_status_polled_back_to_back_waits_with_the_gil_released(te, target):
+    """A pending id polled again at once is waited for in the engine with
+    the GIL released: another Python thread runs during a loop of polls
+    (the switch interval is raised so that the interpreter alone would not
+    let it in), and the id reports 1 with the bytes landed once the peer
+    runs again."""
+    slot = 64 * KIB
+    local = te.allocate_managed_buffer(slot)
+    view(local, slot)[:] = seeded(9, slot)
+    assert te.transfer_sync_write(target.name, local, target.addr + MIB, 8) == 0  # opened
+    stop(target.proc.pid)
+    ran = []
+    go = threading.Event()
+    quit_ = threading.Event()
+
+    def other():
+        go.wait()
+        while not quit_.is_set():
+            ran.append(1)
+            time.sleep(0)
+
+    t = threading.Thread(target=other)
+    t.start()
+    old = sys.getswitchinterval()
+    try:
+        bid = te.transfer_submit_write(target.name, local, target.addr + MIB, slot)
+        assert bid != 0
+        sys.setswitchinterval(5.0)
+        go.set()
+        polls = [te.transfer_check_status(bid) for _ in range(20)]
+        sys.setswitchinterval(old)
+        assert polls == [0] * 20
+        assert ran, "no other thread ran while transfer_check_status was polled"
+    finally:
+        sys.setswitchinterval(old)
+        quit_.set()
+        go.set()
+        t.join()
+        os.kill(target.proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while (r := te.transfer_check_status(bid)) == 0:
+        assert time.monotonic() < deadline
+    assert r == 1
+    assert target.check(MIB, slot, 9) == "ok"

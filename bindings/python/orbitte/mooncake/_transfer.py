@@ -11,13 +11,22 @@ log = logging.getLogger("orbitte.mooncake")
 
 
 class _AsyncBatch:
-    __slots__ = ("batch", "tasks", "start", "deadline")
+    __slots__ = ("batch", "tasks", "start", "deadline", "polled")
 
     def __init__(self, batch, tasks, start, deadline):
         self.batch = batch
         self.tasks = tasks
         self.start = start
         self.deadline = deadline
+        self.polled = 0.0  # when transfer_check_status last found it pending
+
+
+# A batch polled again within this long (seconds) is waited for in the
+# engine instead, for at most _POLL_WAIT: a loop that calls
+# transfer_check_status back to back would otherwise hold the GIL and a
+# core that the engine's worker thread needs to move its bytes (docs/python.md).
+_POLL_AGAIN = 50e-6
+_POLL_WAIT = 1e-3
 
 
 class _TransferCalls:
@@ -32,10 +41,19 @@ class _TransferCalls:
         """(segment, batch, tasks, total bytes) or None (logged)."""
         if not self._ready(what):
             return None
+        # Lists (the usual call) go to submit_arrays as they are, which
+        # converts their ints in C; other iterables become lists here, and
+        # items that are not ints (numpy scalars, digit strings) are
+        # converted below when submit_arrays refuses them.
         try:
-            bufs = [int(b) for b in buffers]
-            peer_addrs = [int(p) for p in peers]
-            lens = [int(n) for n in lengths]
+            bufs = buffers if type(buffers) is list else [int(b) for b in buffers]
+            peer_addrs = peers if type(peers) is list else [int(p) for p in peers]
+            lens = lengths if type(lengths) is list else [int(n) for n in lengths]
+            try:
+                total = sum(lens)
+            except TypeError:
+                lens = [int(n) for n in lens]
+                total = sum(lens)
         except (TypeError, ValueError) as e:
             log.error("%s: %s", what, e)
             return None
@@ -58,14 +76,21 @@ class _TransferCalls:
             return seg, None, 0, 0
         batch = self._engine.batch(capacity=n)
         try:
-            batch.submit_arrays(seg, op, bufs, peer_addrs, lens, notify=frame)
-        except (Error, ValueError, OverflowError) as e:
+            try:
+                batch.submit_arrays(seg, op, bufs, peer_addrs, lens, notify=frame)
+            except TypeError:  # items that are not ints: nothing was submitted
+                bufs = [int(b) for b in bufs]
+                peer_addrs = [int(p) for p in peer_addrs]
+                lens = [int(n) for n in lens]
+                total = sum(lens)
+                batch.submit_arrays(seg, op, bufs, peer_addrs, lens, notify=frame)
+        except (Error, TypeError, ValueError, OverflowError) as e:
             batch.release()
             log.error("%s to %s: %s", what, target, e)
             if isinstance(e, ConnectionError):
                 self._drop_segment(target, seg)
             return None
-        return seg, batch, n, sum(lens)
+        return seg, batch, n, total
 
     def _finish(self, what, target, seg, batch, tasks, deadline, notify):
         """Wait for the batch until deadline; 0 when every task completed (and
@@ -249,7 +274,15 @@ class _TransferCalls:
             return 1
         state = rec.batch.status()
         if state == PENDING:
-            return 0
+            now = time.monotonic()
+            if now - rec.polled < _POLL_AGAIN:
+                try:
+                    state = rec.batch.wait(timeout=min(_POLL_WAIT, max(0.0, rec.deadline - now)))
+                except Error:
+                    state = rec.batch.status()
+            rec.polled = time.monotonic()
+            if state == PENDING:
+                return 0
         self._take(batch_id)
         timed_out = any(rec.batch.status(t).state == TIMEOUT for t in range(rec.tasks))
         rec.batch.release()
