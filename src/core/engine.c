@@ -653,8 +653,10 @@ static ote_status_t engine_desc_encode(ote_engine_h e, ote_mem_table_t *table, o
 {
     ote_desc_t *d = calloc(1, sizeof(*d));
 
-    if (d == NULL)
+    if (d == NULL || (d->tls = calloc(OTE_DESC_MAX_TLS, sizeof(*d->tls))) == NULL) {
+        free(d);
         return OTE_ERR_NO_MEMORY;
+    }
     d->instance_id = e->instance_id;
     snprintf(d->name, sizeof(d->name), "%s", e->name);
     snprintf(d->host_id, sizeof(d->host_id), "%s", e->host_id);

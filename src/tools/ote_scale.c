@@ -290,6 +290,8 @@ int scale_serve_main(int argc, char **argv)
         bufs[i] = mmap(NULL, n * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (mems[i] == NULL || bufs[i] == MAP_FAILED)
             scale_die("serve: %zu regions of %zu bytes: out of memory", n, size);
+        /* Touched now: the RSS the curves read later is the engine's, not these pages'. */
+        memset(bufs[i], 0, n * size);
         if (i == 0)
             printf("desc_bytes_empty %zu\n", desc_bytes(ote_engine_name(e[0])));
         t0 = now_s();

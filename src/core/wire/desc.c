@@ -91,6 +91,7 @@ void ote_desc_free(ote_desc_t *d)
 {
     if (d == NULL)
         return;
+    free(d->tls);
     free(d->regions);
     free(d->rkeys);
     while (d->locs != NULL) {
@@ -105,6 +106,18 @@ void ote_desc_free(ote_desc_t *d)
     free(d->exports);
     free(d->blob);
     free(d);
+}
+
+size_t ote_desc_footprint(const ote_desc_t *d)
+{
+    size_t n = sizeof(*d) + d->num_tls * sizeof(*d->tls) + d->blob_len +
+               d->num_regions * (sizeof(*d->regions) + 2 * sizeof(uint64_t)) +
+               d->num_tops * sizeof(uint64_t) + d->num_rkeys * sizeof(*d->rkeys) +
+               d->num_exports * sizeof(*d->exports);
+
+    for (const ote_desc_loc_t *l = d->locs; l != NULL; l = l->next)
+        n += sizeof(*l);
+    return n;
 }
 
 /* A region's sort key: by address, then length, then the peer's order (stable). */
@@ -303,6 +316,9 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
     d->num_tls = ote_rd_u16(&r);
     if (r.failed || d->num_tls > OTE_DESC_MAX_TLS)
         goto err;
+    d->tls = calloc(d->num_tls ? d->num_tls : 1, sizeof(*d->tls));
+    if (d->tls == NULL)
+        goto err_nomem;
     for (size_t i = 0; i < d->num_tls; i++) {
         const uint8_t *a;
 

@@ -80,7 +80,13 @@ typedef struct {
     char               ctl_addr[OTE_DESC_NAME_MAX + 1]; /* control listener, host:port; */
                                                         /* empty in version 1           */
     size_t             num_tls;
-    ote_desc_tl_t      tls[OTE_DESC_MAX_TLS];
+    /*
+     * num_tls of them (at most OTE_DESC_MAX_TLS), allocated to that count
+     * (freed by ote_desc_free): a segment holds its peer's decoded
+     * descriptor, and a table of OTE_DESC_MAX_TLS entries inline was 39 KiB
+     * per open segment where one or two transports are used.
+     */
+    ote_desc_tl_t     *tls;
     size_t             num_mds;
     char               mds[OTE_DESC_MAX_MDS][OTE_TL_NAME_MAX * 2];
     size_t             num_regions;
@@ -116,6 +122,8 @@ ote_status_t ote_desc_encode(const ote_desc_t *desc, ote_mem_table_t *table, ote
 /* Decode; on success *desc_p is owned by the caller (ote_desc_free). */
 ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p);
 void         ote_desc_free(ote_desc_t *desc);
+/* The bytes a decoded descriptor holds on the heap (its struct and arrays). */
+size_t       ote_desc_footprint(const ote_desc_t *desc);
 /* How many regions (sorted by addr) start at or below addr. */
 size_t ote_desc_regions_upto(const ote_desc_t *desc, uint64_t addr);
 /* Region covering [addr, addr+len) in a decoded descriptor, or NULL. */

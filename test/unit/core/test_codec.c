@@ -445,6 +445,8 @@ static void test_desc_roundtrip(void **state)
     snprintf(in->name, sizeof(in->name), "10.0.0.1:1234");
     snprintf(in->host_id, sizeof(in->host_id), "host-a");
     in->num_tls = 2;
+    in->tls     = calloc(2, sizeof(*in->tls));
+    assert_non_null(in->tls);
     snprintf(in->tls[0].tl_name, sizeof(in->tls[0].tl_name), "tcp");
     snprintf(in->tls[0].dev_name, sizeof(in->tls[0].dev_name), "lo");
     in->tls[0].addr_len = 7;
@@ -494,6 +496,14 @@ static void test_desc_roundtrip(void **state)
     /* Range checks on the decoded copy. */
     assert_null(ote_desc_find_region(out, (uintptr_t)mem[1], 101));
     assert_non_null(ote_desc_find_region(out, (uintptr_t)mem[0] + 8000, 192));
+    /*
+     * What a segment holds for its peer's descriptor grows with what the
+     * peer has (2 transports, 3 regions, 2 exports here), not with the
+     * largest table it could have: a table of every possible transport
+     * inline was 39 KiB per open segment.
+     */
+    assert_true(ote_desc_footprint(out) >= buf.len + 2 * sizeof(ote_desc_tl_t));
+    assert_true(ote_desc_footprint(out) <= 8192);
     ote_desc_free(out);
 
     /* Every truncation and every single-byte corruption of the header area fails cleanly. */
@@ -514,6 +524,7 @@ static void test_desc_roundtrip(void **state)
     }
     free(buf.data);
     free(in->exports);
+    free(in->tls);
     free(in);
     for (size_t i = 0; i < 3; i++)
         assert_int_equal(ote_mem_table_deregister(table, regions[i]), OTE_OK);
