@@ -3,6 +3,8 @@
  */
 #include "perftest_stats.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -34,4 +36,16 @@ double perftest_mean(const double *v, size_t n)
     for (size_t i = 0; i < n; i++)
         sum += v[i];
     return sum / (double)n;
+}
+
+void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", tool_name);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
 }
