@@ -446,6 +446,16 @@ int main(int argc, char **argv)
         {"per-call", required_argument, NULL, 'n'},
         {NULL, 0, NULL, 0},
     };
+    /* The curves and their --counts, --sizes and --per-call when not given (NULL: none). */
+    static const struct {
+        const char *name, *counts, *sizes, *per_call;
+        int (*run)(void);
+    } curves[] = {
+        {"requests", "1,16,256,4096,65536,1048576", "64,4096", NULL, scale_requests},
+        {"regions", "1,10,100,1000,10000,100000", NULL, NULL, scale_regions},
+        {"peers", "1,4,16,64,256", NULL, NULL, scale_peers},
+        {"notify", "1,8,64", NULL, "1,64", scale_notify},
+    };
     const char *curve;
     int c;
 
@@ -486,33 +496,22 @@ int main(int argc, char **argv)
     if (sopt.reps == 0 || sopt.checks == 0 || sopt.per_peer == 0 || sopt.messages == 0 ||
         sopt.idle_s <= 0)
         die("--reps, --checks, --per-peer, --messages and --idle must be positive");
-    if (strcmp(curve, "requests") == 0) {
+    for (size_t i = 0; i < sizeof(curves) / sizeof(curves[0]); i++) {
+        if (strcmp(curve, curves[i].name) != 0)
+            continue;
         if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list("1,16,256,4096,65536,1048576", sopt.counts);
-        if (sopt.num_sizes == 0)
-            sopt.num_sizes = parse_list("64,4096", sopt.sizes);
-        return scale_requests();
-    }
-    if (strcmp(curve, "regions") == 0) {
-        if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list("1,10,100,1000,10000,100000", sopt.counts);
-        return scale_regions();
-    }
-    if (strcmp(curve, "peers") == 0) {
-        if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list("1,4,16,64,256", sopt.counts);
-        return scale_peers();
-    }
-    if (strcmp(curve, "notify") == 0) {
-        if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list("1,8,64", sopt.counts);
-        if (sopt.num_per_call == 0)
-            sopt.num_per_call = parse_list("1,64", sopt.per_call);
-        for (size_t i = 0; i < sopt.num_per_call; i++) {
-            if (sopt.per_call[i] == 0 || sopt.per_call[i] > 1024)
-                die("--per-call: 1 to 1024 messages per call");
+            sopt.num_counts = parse_list(curves[i].counts, sopt.counts);
+        if (sopt.num_sizes == 0 && curves[i].sizes != NULL)
+            sopt.num_sizes = parse_list(curves[i].sizes, sopt.sizes);
+        if (curves[i].per_call != NULL) {
+            if (sopt.num_per_call == 0)
+                sopt.num_per_call = parse_list(curves[i].per_call, sopt.per_call);
+            for (size_t j = 0; j < sopt.num_per_call; j++) {
+                if (sopt.per_call[j] == 0 || sopt.per_call[j] > 1024)
+                    die("--per-call: 1 to 1024 messages per call");
+            }
         }
-        return scale_notify();
+        return curves[i].run();
     }
     usage(stderr);
     return 2;
