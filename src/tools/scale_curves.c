@@ -7,7 +7,6 @@
  */
 #include "scale.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -481,11 +480,7 @@ int scale_notify(void)
 
             ote_notify_recv(e, n, RECV_MAX, &count);
             if (count == 0) {
-                struct pollfd pfd = {.fd = ote_engine_event_fd(e), .events = POLLIN};
-                uint64_t v;
-
-                if (poll(&pfd, 1, 10) > 0)
-                    (void)!read(pfd.fd, &v, sizeof(v));
+                engine_event_wait(e, 10);
                 continue;
             }
             t_last = now_s();
