@@ -724,14 +724,21 @@ ote_status_t ote_mem_register(ote_engine_h e, const ote_mem_desc_t *descs, size_
     return mem_changed(e, gen, status);
 }
 
-ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
+/* Drop mem from the region table with drop (deregister or free), announcing the change. */
+static ote_status_t mem_drop(ote_engine_h e, ote_mem_h mem,
+                             ote_status_t (*drop)(ote_mem_table_t *table, ote_region_t *region))
 {
     uint64_t gen;
 
     if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
     gen = ote_mem_table_generation(e->regions);
-    return mem_changed(e, gen, ote_mem_table_deregister(e->regions, mem));
+    return mem_changed(e, gen, drop(e->regions, mem));
+}
+
+ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
+{
+    return mem_drop(e, mem, ote_mem_table_deregister);
 }
 
 ote_status_t ote_mem_alloc(ote_engine_h e, size_t length, const char *location, unsigned access,
@@ -751,12 +758,7 @@ ote_status_t ote_mem_alloc(ote_engine_h e, size_t length, const char *location, 
 
 ote_status_t ote_mem_free(ote_engine_h e, ote_mem_h mem)
 {
-    uint64_t gen;
-
-    if (e == NULL || mem == NULL)
-        return OTE_ERR_INVALID_PARAM;
-    gen = ote_mem_table_generation(e->regions);
-    return mem_changed(e, gen, ote_mem_table_free(e->regions, mem));
+    return mem_drop(e, mem, ote_mem_table_free);
 }
 
 /* ---- ote_info -d ------------------------------------------------------------ */

@@ -286,21 +286,12 @@ static void file_io_destroy(const ote_ctl_host_t *host, void *state)
     free(t);
 }
 
-static const ote_ctl_type_info_t file_io_types[] = {
-    OTE_CTL_TYPE_REQUEST(OTE_CTL_FILE_IO, OTE_CTL_FILE_IO_MAX_LEN),
-    OTE_CTL_TYPE_RESPONSE(OTE_CTL_FILE_IO_ACK),
-};
-
-static const ote_ctl_handler_t file_io_handlers[] = {
-    {.type = OTE_CTL_FILE_IO, .refuse_type = OTE_CTL_REFUSE_AUTH_DONE, .handle = file_io_handle},
-};
+OTE_CTL_ONE_REQUEST_TABLES(file_io, OTE_CTL_FILE_IO, OTE_CTL_FILE_IO_MAX_LEN, OTE_CTL_FILE_IO_ACK,
+                           file_io_handle);
 
 const ote_ctl_service_t ote_proto_file_io_service = {
     .name         = "file_io",
-    .types        = file_io_types,
-    .num_types    = sizeof(file_io_types) / sizeof(file_io_types[0]),
-    .handlers     = file_io_handlers,
-    .num_handlers = sizeof(file_io_handlers) / sizeof(file_io_handlers[0]),
+    OTE_CTL_SERVICE_TABLES(file_io),
     .create       = file_io_create,
     .answer       = ote_ctl_jobs_answer_all,
     .stop         = file_io_stop,

@@ -125,21 +125,12 @@ unsigned ote_proto_putback_target_threads(void *state)
     return state != NULL ? ote_ctl_jobs_threads(state) : 0;
 }
 
-static const ote_ctl_type_info_t putback_types[] = {
-    OTE_CTL_TYPE_REQUEST(OTE_CTL_PUTBACK, OTE_CTL_PUTBACK_MAX_LEN),
-    OTE_CTL_TYPE_RESPONSE(OTE_CTL_PUTBACK_ACK),
-};
-
-static const ote_ctl_handler_t putback_handlers[] = {
-    {.type = OTE_CTL_PUTBACK, .refuse_type = OTE_CTL_REFUSE_AUTH_DONE, .handle = putback_handle},
-};
+OTE_CTL_ONE_REQUEST_TABLES(putback, OTE_CTL_PUTBACK, OTE_CTL_PUTBACK_MAX_LEN, OTE_CTL_PUTBACK_ACK,
+                           putback_handle);
 
 const ote_ctl_service_t ote_proto_putback_service = {
     .name         = "putback",
-    .types        = putback_types,
-    .num_types    = sizeof(putback_types) / sizeof(putback_types[0]),
-    .handlers     = putback_handlers,
-    .num_handlers = sizeof(putback_handlers) / sizeof(putback_handlers[0]),
+    OTE_CTL_SERVICE_TABLES(putback),
     .create       = putback_create,
     /* Every accepted PUTBACK runs to its end at stop (bounded by the transfer timeout). */
     .answer       = ote_ctl_jobs_answer_all,

@@ -318,21 +318,12 @@ static void stage_destroy(const ote_ctl_host_t *host, void *state)
     free(state);
 }
 
-static const ote_ctl_type_info_t stage_types[] = {
-    OTE_CTL_TYPE_REQUEST(OTE_CTL_STAGE, OTE_CTL_STAGE_MAX_LEN),
-    OTE_CTL_TYPE_RESPONSE(OTE_CTL_STAGE_ACK),
-};
-
-static const ote_ctl_handler_t stage_handlers[] = {
-    {.type = OTE_CTL_STAGE, .refuse_type = OTE_CTL_REFUSE_AUTH_DONE, .handle = stage_handle},
-};
+OTE_CTL_ONE_REQUEST_TABLES(stage, OTE_CTL_STAGE, OTE_CTL_STAGE_MAX_LEN, OTE_CTL_STAGE_ACK,
+                           stage_handle);
 
 const ote_ctl_service_t ote_proto_stage_service = {
     .name         = "stage",
-    .types        = stage_types,
-    .num_types    = sizeof(stage_types) / sizeof(stage_types[0]),
-    .handlers     = stage_handlers,
-    .num_handlers = sizeof(stage_handlers) / sizeof(stage_handlers[0]),
+    OTE_CTL_SERVICE_TABLES(stage),
     .create       = stage_create,
     .sweep        = stage_sweep,
     .conn_gone    = stage_conn_gone,

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -102,11 +101,7 @@ static int run_target(void)
              * that woke every few milliseconds would take a core from the
              * worker answering the initiator now and then.
              */
-            struct pollfd pfd = {.fd = ote_engine_event_fd(e), .events = POLLIN};
-            uint64_t v;
-
-            if (poll(&pfd, 1, 1000) > 0)
-                (void)!read(pfd.fd, &v, sizeof(v));
+            engine_event_wait(e, 1000);
             continue;
         }
         for (size_t i = 0; i < count; i++) {

@@ -28,21 +28,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+const char tool_name[] = "ote_scale";
+
 scale_opts_t sopt = {
     .per_peer = 16, .messages = 20000, .checks = 4096, .idle_s = 5, .reps = 5,
 };
-
-void scale_die(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    fprintf(stderr, "ote_scale: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
 
 void scale_row(const char *curve, const char *series, size_t x, const char *metric, double v)
 {
@@ -57,7 +47,7 @@ ote_engine_h scale_engine(void)
     ote_status_t st = ote_engine_create(&p, &e);
 
     if (st != OTE_OK)
-        scale_die("engine: %s", ote_status_string(st));
+        die("engine: %s", ote_status_string(st));
     return e;
 }
 
@@ -78,10 +68,10 @@ void scale_spawn(scale_child_t *c, const char *const *args)
     argv[n] = NULL;
     /* Close-on-exec: a later child must not hold this one's stdin open. */
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
-        scale_die("pipe: %s", strerror(errno));
+        die("pipe: %s", strerror(errno));
     c->pid = fork();
     if (c->pid < 0)
-        scale_die("fork: %s", strerror(errno));
+        die("fork: %s", strerror(errno));
     if (c->pid == 0) {
         /* Never outlive the measuring process. */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
@@ -97,13 +87,13 @@ void scale_spawn(scale_child_t *c, const char *const *args)
     c->in  = fdopen(in[1], "w");
     c->out = fdopen(out[0], "r");
     if (c->in == NULL || c->out == NULL)
-        scale_die("fdopen: %s", strerror(errno));
+        die("fdopen: %s", strerror(errno));
 }
 
 void scale_child_line(scale_child_t *c, char *line, size_t len)
 {
     if (fgets(line, (int)len, c->out) == NULL)
-        scale_die("child %d ended early (see its messages above)", (int)c->pid);
+        die("child %d ended early (see its messages above)", (int)c->pid);
     line[strcspn(line, "\n")] = '\0';
 }
 
@@ -119,7 +109,7 @@ void scale_child_end(scale_child_t *c)
         if (waited++ == 1000) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
-            scale_die("child %d did not end within 10 s of its stdin closing", (int)pid);
+            die("child %d did not end within 10 s of its stdin closing", (int)pid);
         }
         usleep(10000);
     }
@@ -127,7 +117,7 @@ void scale_child_end(scale_child_t *c)
     c->pid = 0;
     /* A child that failed (a sanitizer's report included) fails the curve. */
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        scale_die("child %d ended with status %#x", (int)pid, (unsigned)status);
+        die("child %d ended with status %#x", (int)pid, (unsigned)status);
 }
 
 /* ------------------------------------------------------------------ */
@@ -275,12 +265,12 @@ int scale_serve_main(int argc, char **argv)
     char line[64];
 
     if (argc != 5)
-        scale_die("usage: ote_scale serve ENGINES REGIONS SIZE");
+        die("usage: ote_scale serve ENGINES REGIONS SIZE");
     k    = strtoul(argv[2], NULL, 10);
     n    = strtoul(argv[3], NULL, 10);
     size = strtoul(argv[4], NULL, 10);
     if (k == 0 || n == 0 || size == 0)
-        scale_die("serve: ENGINES, REGIONS and SIZE must be positive");
+        die("serve: ENGINES, REGIONS and SIZE must be positive");
     e    = calloc(k, sizeof(*e));
     mems = calloc(k, sizeof(*mems));
     bufs = calloc(k, sizeof(*bufs));
@@ -289,7 +279,7 @@ int scale_serve_main(int argc, char **argv)
         mems[i] = calloc(n, sizeof(**mems));
         bufs[i] = mmap(NULL, n * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (mems[i] == NULL || bufs[i] == MAP_FAILED)
-            scale_die("serve: %zu regions of %zu bytes: out of memory", n, size);
+            die("serve: %zu regions of %zu bytes: out of memory", n, size);
         /* Touched now: the RSS the curves read later is the engine's, not these pages'. */
         memset(bufs[i], 0, n * size);
         if (i == 0)
@@ -301,7 +291,7 @@ int scale_serve_main(int argc, char **argv)
             ote_status_t st = ote_mem_register(e[i], &d, 1, &mems[i][r]);
 
             if (st != OTE_OK)
-                scale_die("serve: registering region %zu: %s", r, ote_status_string(st));
+                die("serve: registering region %zu: %s", r, ote_status_string(st));
         }
         t1 = now_s();
         if (i == 0)
@@ -388,7 +378,7 @@ void scale_target_start(scale_target_t *t, size_t engines, size_t regions, size_
         }
     }
     if (k != engines)
-        scale_die("target named %zu of its %zu engines", k, engines);
+        die("target named %zu of its %zu engines", k, engines);
 }
 
 void scale_target_stop(scale_target_t *t)
@@ -413,13 +403,13 @@ static size_t parse_list(const char *s, size_t *out)
         unsigned long v = strtoul(t, &end, 10);
 
         if (n == SCALE_MAX_POINTS)
-            scale_die("at most %d points", SCALE_MAX_POINTS);
+            die("at most %d points", SCALE_MAX_POINTS);
         if (*end == 'k' || *end == 'K')
             v <<= 10, end++;
         else if (*end == 'm' || *end == 'M')
             v <<= 20, end++;
         if (*end != '\0' || v == 0)
-            scale_die("bad number '%s'", t);
+            die("bad number '%s'", t);
         out[n++] = v;
     }
     return n;
@@ -457,6 +447,16 @@ int main(int argc, char **argv)
         {"messages", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
         {"per-call", required_argument, NULL, 'n'},
         {NULL, 0, NULL, 0},
+    };
+    /* The curves and their --counts, --sizes and --per-call when not given (NULL: none). */
+    static const struct {
+        const char *name, *counts, *sizes, *per_call;
+        int (*run)(void);
+    } curves[] = {
+        {"requests", "1,16,256,4096,65536,1048576", "64,4096", NULL, scale_requests},
+        {"regions", "1,10,100,1000,10000,100000", NULL, NULL, scale_regions},
+        {"peers", "1,4,16,64,256", NULL, NULL, scale_peers},
+        {"notify", "1,8,64", NULL, "1,64", scale_notify},
     };
     const char *curve;
     int c;
@@ -497,34 +497,23 @@ int main(int argc, char **argv)
     }
     if (sopt.reps == 0 || sopt.checks == 0 || sopt.per_peer == 0 || sopt.messages == 0 ||
         sopt.idle_s <= 0)
-        scale_die("--reps, --checks, --per-peer, --messages and --idle must be positive");
-    if (strcmp(curve, "requests") == 0) {
+        die("--reps, --checks, --per-peer, --messages and --idle must be positive");
+    for (size_t i = 0; i < sizeof(curves) / sizeof(curves[0]); i++) {
+        if (strcmp(curve, curves[i].name) != 0)
+            continue;
         if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list("1,16,256,4096,65536,1048576", sopt.counts);
-        if (sopt.num_sizes == 0)
-            sopt.num_sizes = parse_list("64,4096", sopt.sizes);
-        return scale_requests();
-    }
-    if (strcmp(curve, "regions") == 0) {
-        if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list("1,10,100,1000,10000,100000", sopt.counts);
-        return scale_regions();
-    }
-    if (strcmp(curve, "peers") == 0) {
-        if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list("1,4,16,64,256", sopt.counts);
-        return scale_peers();
-    }
-    if (strcmp(curve, "notify") == 0) {
-        if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list("1,8,64", sopt.counts);
-        if (sopt.num_per_call == 0)
-            sopt.num_per_call = parse_list("1,64", sopt.per_call);
-        for (size_t i = 0; i < sopt.num_per_call; i++) {
-            if (sopt.per_call[i] == 0 || sopt.per_call[i] > 1024)
-                scale_die("--per-call: 1 to 1024 messages per call");
+            sopt.num_counts = parse_list(curves[i].counts, sopt.counts);
+        if (sopt.num_sizes == 0 && curves[i].sizes != NULL)
+            sopt.num_sizes = parse_list(curves[i].sizes, sopt.sizes);
+        if (curves[i].per_call != NULL) {
+            if (sopt.num_per_call == 0)
+                sopt.num_per_call = parse_list(curves[i].per_call, sopt.per_call);
+            for (size_t j = 0; j < sopt.num_per_call; j++) {
+                if (sopt.per_call[j] == 0 || sopt.per_call[j] > 1024)
+                    die("--per-call: 1 to 1024 messages per call");
+            }
         }
-        return scale_notify();
+        return curves[i].run();
     }
     usage(stderr);
     return 2;

@@ -67,7 +67,6 @@ extern opts_t opt;
  */
 void perftest_mem_get(ote_engine_h e, size_t len, unsigned access, void **buf_p, ote_mem_h *mem_p);
 void perftest_mem_put(ote_engine_h e, void *buf, ote_mem_h mem);
-void   die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* Parse argv into opt: -1 to go on, else the exit code (--help, bad usage). */
 int  perftest_parse(int argc, char **argv);
 /* Dies unless memory type m is one this build has. */

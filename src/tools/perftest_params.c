@@ -13,23 +13,13 @@
 const char *const test_names[NUM_TESTS] = {"write_bw", "read_bw",  "write_lat",
                                            "read_lat", "kv_write", "kv_read"};
 
+const char tool_name[] = "ote_perftest";
+
 opts_t opt = {
     .test = T_WRITE_BW, .batch = 0, .iters = 0, .threads = 1, .depth = 0,
     .local_mem = "host", .remote_mem = "host", .region = 512ul << 20,
     .kv_layers = 32, .kv_blocks = 64,
 };
-
-void die(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    fprintf(stderr, "ote_perftest: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
 
 static size_t parse_size(const char *s)
 {

@@ -1,10 +1,16 @@
 /*
- * The clock and the statistics of the benchmark tools (perftest_stats.h).
+ * The clock, the statistics, the notification wait and die() of the benchmark
+ * tools (perftest_stats.h).
  */
 #include "perftest_stats.h"
 
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 double now_s(void)
 {
@@ -34,4 +40,25 @@ double perftest_mean(const double *v, size_t n)
     for (size_t i = 0; i < n; i++)
         sum += v[i];
     return sum / (double)n;
+}
+
+void die(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", tool_name);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+void engine_event_wait(ote_engine_h e, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = ote_engine_event_fd(e), .events = POLLIN};
+    uint64_t v;
+
+    if (poll(&pfd, 1, timeout_ms) > 0)
+        (void)!read(pfd.fd, &v, sizeof(v));
 }

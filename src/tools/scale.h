@@ -36,7 +36,6 @@ typedef struct {
 
 extern scale_opts_t sopt;
 
-void scale_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* One CSV row on stdout. */
 void scale_row(const char *curve, const char *series, size_t x, const char *metric, double v);
 

@@ -7,7 +7,6 @@
  */
 #include "scale.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +27,7 @@ static ote_segment_h open_segment(ote_engine_h e, const char *name)
     ote_status_t st = ote_segment_open(e, name, &seg);
 
     if (st != OTE_OK)
-        scale_die("opening %s: %s", name, ote_status_string(st));
+        die("opening %s: %s", name, ote_status_string(st));
     return seg;
 }
 
@@ -38,7 +37,7 @@ static void *alloc_local(ote_engine_h e, size_t len, ote_mem_h *mem_p)
     ote_status_t st = ote_mem_alloc(e, len, NULL, 0, &buf, mem_p);
 
     if (st != OTE_OK)
-        scale_die("allocating %zu bytes: %s", len, ote_status_string(st));
+        die("allocating %zu bytes: %s", len, ote_status_string(st));
     memset(buf, 0x5a, len);
     return buf;
 }
@@ -59,16 +58,16 @@ static void run_batch(ote_engine_h e, const ote_xfer_req_t *reqs, size_t n, doub
     if (st == OTE_OK)
         st = ote_batch_submit(b, reqs, n, &first);
     if (st != OTE_OK)
-        scale_die("submitting %zu requests: %s", n, ote_status_string(st));
+        die("submitting %zu requests: %s", n, ote_status_string(st));
     t1 = now_s();
     st = ote_batch_wait(b, 600000);
     t2 = now_s();
     if (st != OTE_OK)
-        scale_die("waiting for %zu requests: %s", n, ote_status_string(st));
+        die("waiting for %zu requests: %s", n, ote_status_string(st));
     memset(tel, 0, sizeof(*tel));
     tel->version = OTE_BATCH_TELEMETRY_VERSION;
     if (ote_batch_telemetry(b, tel) != OTE_OK)
-        scale_die("batch telemetry");
+        die("batch telemetry");
     ote_batch_release(b);
     *submit_s   = t1 - t0;
     *complete_s = t2 - t0;
@@ -109,7 +108,7 @@ int scale_requests(void)
             bool peak;
 
             if (reqs == NULL)
-                scale_die("%zu requests: out of memory", count);
+                die("%zu requests: out of memory", count);
             for (size_t i = 0; i < count; i++) {
                 size_t off = (i % slots) * size;
 
@@ -180,7 +179,7 @@ int scale_regions(void)
             ote_status_t st = ote_segment_refresh(seg);
 
             if (st != OTE_OK)
-                scale_die("refreshing %s: %s", t.names[0], ote_status_string(st));
+                die("refreshing %s: %s", t.names[0], ote_status_string(st));
             refresh[i] = now_s() - r0;
         }
         ote_segment_regions(seg, regions, n, &seen);
@@ -195,7 +194,7 @@ int scale_regions(void)
         scale_row(cv, sr, n, "lookup_ns", t.lookup_ns);
         scale_row(cv, sr, n, "lookup_found", t.lookup_hits > 0 ? 1 : 0);
         if (seen != n)
-            scale_die("the segment lists %zu regions, the target registered %zu", seen, n);
+            die("the segment lists %zu regions, the target registered %zu", seen, n);
         /* m requests of 64 B spread over every region: the remote range checks. */
         for (size_t i = 0; i < m; i++)
             reqs[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = local + i * 64,
@@ -395,12 +394,12 @@ int scale_notify_send_main(int argc, char **argv)
     char line[64];
 
     if (argc != 6)
-        scale_die("usage: ote_scale notify-send RECEIVER ENGINES COUNT PER_CALL");
+        die("usage: ote_scale notify-send RECEIVER ENGINES COUNT PER_CALL");
     k        = strtoul(argv[3], NULL, 10);
     count    = strtoul(argv[4], NULL, 10);
     per_call = strtoul(argv[5], NULL, 10);
     if (k == 0 || per_call == 0 || per_call > PER_CALL_MAX)
-        scale_die("notify-send: ENGINES must be positive, PER_CALL 1 to %d", PER_CALL_MAX);
+        die("notify-send: ENGINES must be positive, PER_CALL 1 to %d", PER_CALL_MAX);
     s = calloc(k, sizeof(*s));
     for (size_t i = 0; i < k; i++) {
         s[i].e     = scale_engine();
@@ -414,7 +413,7 @@ int scale_notify_send_main(int argc, char **argv)
         return 1;
     for (size_t i = 0; i < k; i++) {
         if (pthread_create(&s[i].th, NULL, sender_main, &s[i]) != 0)
-            scale_die("notify-send: cannot start a thread");
+            die("notify-send: cannot start a thread");
     }
     for (size_t i = 0; i < k; i++) {
         pthread_join(s[i].th, NULL);
@@ -468,7 +467,7 @@ int scale_notify(void)
         for (size_t i = 0; i < procs; i++) {
             scale_child_line(&c[i], line, sizeof(line));
             if (strcmp(line, "ready") != 0)
-                scale_die("sender said '%s'", line);
+                die("sender said '%s'", line);
         }
         t_go = t_last = now_s();
         for (size_t i = 0; i < procs; i++) {
@@ -481,11 +480,7 @@ int scale_notify(void)
 
             ote_notify_recv(e, n, RECV_MAX, &count);
             if (count == 0) {
-                struct pollfd pfd = {.fd = ote_engine_event_fd(e), .events = POLLIN};
-                uint64_t v;
-
-                if (poll(&pfd, 1, 10) > 0)
-                    (void)!read(pfd.fd, &v, sizeof(v));
+                engine_event_wait(e, 10);
                 continue;
             }
             t_last = now_s();
@@ -503,7 +498,7 @@ int scale_notify(void)
 
             scale_child_line(&c[i], line, sizeof(line));
             if (sscanf(line, "done %llu %llu", &ok, &bad) != 2)
-                scale_die("sender said '%s'", line);
+                die("sender said '%s'", line);
             sent += ok;
             failed += bad;
             scale_child_end(&c[i]);

@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,16 +178,6 @@ static void f_size(emit_t *em, const ote_obs_snap_t *s)
     }
 }
 
-static void f_inflight_reqs(emit_t *em, const ote_obs_snap_t *s)
-{
-    emit(em, s, "ote_inflight_requests", (double)s->inflight_reqs, "%s", "");
-}
-
-static void f_inflight_bytes(emit_t *em, const ote_obs_snap_t *s)
-{
-    emit(em, s, "ote_inflight_bytes", (double)s->inflight_bytes, "%s", "");
-}
-
 static void by_rail(emit_t *em, const ote_obs_snap_t *s, const char *name, const uint64_t *v,
                     const int *state)
 {
@@ -220,16 +211,6 @@ static void f_rail_failovers(emit_t *em, const ote_obs_snap_t *s)
     by_rail(em, s, "ote_rail_failovers_total", s->rail_failovers, NULL);
 }
 
-static void f_notif_sent(emit_t *em, const ote_obs_snap_t *s)
-{
-    emit(em, s, "ote_notifications_sent_total", (double)s->notif_sent, "%s", "");
-}
-
-static void f_notif_recv(emit_t *em, const ote_obs_snap_t *s)
-{
-    emit(em, s, "ote_notifications_received_total", (double)s->notif_recv, "%s", "");
-}
-
 static void f_notif_fail(emit_t *em, const ote_obs_snap_t *s)
 {
     for (int st = 0; st < OBS_STATUS_SLOTS; st++)
@@ -245,31 +226,11 @@ static void f_registered(emit_t *em, const ote_obs_snap_t *s)
              mem_labels[m]);
 }
 
-static void f_registrations(emit_t *em, const ote_obs_snap_t *s)
-{
-    emit(em, s, "ote_registrations_total", (double)s->registrations, "%s", "");
-}
-
-static void f_segments(emit_t *em, const ote_obs_snap_t *s)
-{
-    emit(em, s, "ote_segments_open", (double)s->segments_open, "%s", "");
-}
-
-static void f_restarts(emit_t *em, const ote_obs_snap_t *s)
-{
-    emit(em, s, "ote_peer_restarts_total", (double)s->peer_restarts, "%s", "");
-}
-
 static void f_meta(emit_t *em, const ote_obs_snap_t *s)
 {
     for (int r = 0; r < OBS_META_RESULTS; r++)
         emit(em, s, "ote_metadata_requests_total", (double)s->meta[r],
              "store=\"%s\",result=\"%s\"", s->store, meta_labels[r]);
-}
-
-static void f_admission(emit_t *em, const ote_obs_snap_t *s)
-{
-    emit(em, s, "ote_admission_rejections_total", (double)s->admission_rej, "%s", "");
 }
 
 static void f_build(emit_t *em, const ote_obs_snap_t *s)
@@ -281,7 +242,11 @@ static void f_build(emit_t *em, const ote_obs_snap_t *s)
 typedef struct {
     const char *name, *type, *help;
     void (*render)(emit_t *em, const ote_obs_snap_t *s);
+    /* render NULL: one sample without labels, the snapshot's uint64_t at this offset. */
+    size_t value;
 } family_t;
+
+#define SNAP_VALUE(_field) .value = offsetof(ote_obs_snap_t, _field)
 
 static const family_t families[] = {
     {"ote_transfer_bytes_total", "counter",
@@ -295,9 +260,10 @@ static const family_t families[] = {
     {"ote_transfer_latency_seconds", "histogram",
      "Submit to completion of requests that completed", f_latency},
     {"ote_transfer_size_bytes", "histogram", "Length of requests that completed", f_size},
-    {"ote_inflight_requests", "gauge", "Requests admitted and not yet ended", f_inflight_reqs},
+    {"ote_inflight_requests", "gauge", "Requests admitted and not yet ended",
+     SNAP_VALUE(inflight_reqs)},
     {"ote_inflight_bytes", "gauge", "Bytes of requests admitted and not yet ended",
-     f_inflight_bytes},
+     SNAP_VALUE(inflight_bytes)},
     {"ote_rail_bytes_total", "counter", "Bytes delivered on the rails of a transport and device",
      f_rail_bytes},
     {"ote_rail_errors_total", "counter", "Slices that failed on the rails of a transport and device",
@@ -308,23 +274,25 @@ static const family_t families[] = {
     {"ote_rail_failovers_total", "counter",
      "Slices that failed on this transport and device and were posted on another rail",
      f_rail_failovers},
-    {"ote_notifications_sent_total", "counter", "Notifications the peer queued", f_notif_sent},
+    {"ote_notifications_sent_total", "counter", "Notifications the peer queued",
+     SNAP_VALUE(notif_sent)},
     {"ote_notifications_received_total", "counter", "Notifications queued for ote_notify_recv",
-     f_notif_recv},
+     SNAP_VALUE(notif_recv)},
     {"ote_notification_failures_total", "counter", "Notifications not delivered, by status",
      f_notif_fail},
     {"ote_registered_bytes", "gauge", "Bytes of the registered regions, by memory type",
      f_registered},
     {"ote_registrations_total", "counter", "Regions registered (ote_mem_register, ote_mem_alloc)",
-     f_registrations},
+     SNAP_VALUE(registrations)},
     {"ote_segments_open", "gauge", "Segments the application opened and did not close",
-     f_segments},
+     SNAP_VALUE(segments_open)},
     {"ote_peer_restarts_total", "counter", "Segments that found their peer restarted",
-     f_restarts},
+     SNAP_VALUE(peer_restarts)},
     {"ote_metadata_requests_total", "counter",
      "Descriptor fetches from the metadata (p2p peers or the store), by result", f_meta},
     {"ote_admission_rejections_total", "counter",
-     "Submits refused BUSY for OTE_MAX_INFLIGHT_TASKS / OTE_MAX_INFLIGHT_BYTES", f_admission},
+     "Submits refused BUSY for OTE_MAX_INFLIGHT_TASKS / OTE_MAX_INFLIGHT_BYTES",
+     SNAP_VALUE(admission_rej)},
     {"ote_build_info", "gauge", "The library's version and the engine's transports", f_build},
 };
 
@@ -336,8 +304,14 @@ int ote_obs_render(const ote_obs_snap_t *const *snaps, size_t count, ote_obs_sin
         if (sink->family != NULL)
             sink->family(sink, families[f].name, families[f].type, families[f].help);
         em.type = families[f].type;
-        for (size_t i = 0; i < count && !em.stop; i++)
-            families[f].render(&em, snaps[i]);
+        for (size_t i = 0; i < count && !em.stop; i++) {
+            if (families[f].render != NULL)
+                families[f].render(&em, snaps[i]);
+            else
+                emit(&em, snaps[i], families[f].name,
+                     (double)*(const uint64_t *)((const char *)snaps[i] + families[f].value),
+                     "%s", "");
+        }
     }
     return em.stop;
 }
