@@ -163,6 +163,24 @@ static inline int mp_netns_veth(const char *ns_a, const char *ns_b, const char *
     return 0;
 }
 
+/*
+ * Wait, up to 10 s, until dev in ns is running (operstate "up"): the kernel
+ * sets IFF_RUNNING from a deferred work item that it rate-limits while
+ * other links change (a test beside this one taking its links down), so
+ * `ip link set up` returning does not mean the engine sees the device yet.
+ * 0 once it is up, -1 if it never came.
+ */
+static inline int mp_netns_wait_up(const char *ns, const char *dev)
+{
+    for (int i = 0; i < 200; i++) {
+        if (mp_cmd(true, "ip netns exec %s grep -qx up /sys/class/net/%s/operstate", ns, dev) ==
+            0)
+            return 0;
+        usleep(50000);
+    }
+    return -1;
+}
+
 /* Run this program (self) again inside A as `self --in-netns A B`: its exit status. */
 static inline int mp_netns_run_child(const char *self, const char *ns_a, const char *ns_b)
 {
@@ -207,6 +225,12 @@ static inline int mp_netns_hosts(const char *prog, const char *self, const char 
     if (mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
         mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0)
         return 77;
+    for (int k = 0; k < n; k++) {
+        if (mp_netns_wait_up(ns_a, devs[k]) != 0 || mp_netns_wait_up(ns_b, devs[k]) != 0) {
+            printf("%s: %s not up within 10 s of `ip link set up`\n", prog, devs[k]);
+            return 1;
+        }
+    }
     return mp_netns_run_child(self, ns_a, ns_b);
 }
 
