@@ -145,6 +145,10 @@ static int parent(const char *self, unsigned id)
         printf("mp_fd_vanish_netns: skipped: cannot set up the bridge\n");
         return 77;
     }
+    if (mp_netns_wait_up(ns_a, "br0") != 0) {
+        printf("mp_fd_vanish_netns: br0 is not up within 10 s of `ip link set up`\n");
+        return 1;
+    }
     return mp_netns_run_child(self, ns_a, ns_b);
 }
 

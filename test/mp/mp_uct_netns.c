@@ -70,6 +70,11 @@ static int parent(const char *self)
         netns_delete();
         return 77;
     }
+    if (mp_netns_wait_up(ns_a, veth_a) != 0 || mp_netns_wait_up(ns_b, veth_b) != 0) {
+        printf("mp_uct_netns: the veth pair is not up within 10 s of `ip link set up`\n");
+        netns_delete();
+        return 1;
+    }
     rc = mp_run(child, false);
     netns_delete();
     return rc;
