@@ -251,13 +251,6 @@ bool ote_engine_ifaces_open(ote_engine_h e, ote_tl_component_t *comp,
 /* A hash of the network interfaces up with an address now (what a round compares). */
 uint64_t ote_engine_netif_sig(void);
 /*
- * engine_join.c: quarantine every iface of transport tl_name on every
- * worker (ote_worker_iface_quarantine): when it returns, nothing more of a
- * peer's PUT lands through them. A descriptor whose address changed is
- * published again. Without any worker lock held.
- */
-void ote_engine_quarantine(ote_engine_h e, const char *tl_name);
-/*
  * True when iface's device left the engine (see ote_engine_join_round):
  * the gone flag engine_join.c sets on its transport (inline: segments and
  * the wire-up read it without calling up into the engine's files).

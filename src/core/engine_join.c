@@ -288,25 +288,3 @@ void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_cha
     if (changed)
         ote_meta_changed(e->meta);
 }
-
-void ote_engine_quarantine(ote_engine_h e, const char *tl_name)
-{
-    bool moved_any = false;
-
-    for (size_t w = 0; w < e->num_workers; w++) {
-        ote_worker_t *wk = &e->workers[w];
-
-        for (size_t i = 0; i < wk->num_ifaces; i++) {
-            ote_tl_iface_t *iface = wk->ifaces[i];
-            bool moved            = false;
-
-            if (strcmp(iface->resource.tl_name, tl_name) != 0)
-                continue;
-            ote_worker_iface_quarantine(wk, iface, &moved);
-            moved_any = moved_any || moved;
-        }
-    }
-    /* The p2p metadata serves the descriptor as it is now; a store is told. */
-    if (moved_any)
-        ote_meta_changed(e->meta);
-}

@@ -643,27 +643,3 @@ void ote_worker_cleanup(ote_worker_t *w)
     pthread_mutex_destroy(&w->qlock);
     pthread_mutex_destroy(&w->progress_lock);
 }
-
-ote_status_t ote_worker_iface_quarantine(ote_worker_t *w, ote_tl_iface_t *iface, bool *moved_p)
-{
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = iface};
-    ote_status_t status;
-    int fd;
-
-    *moved_p = false;
-    pthread_mutex_lock(&w->lock);
-    /* The old event fd leaves the epoll as UCT closes it. */
-    status = ote_tl_iface_quarantine(iface, moved_p);
-    if (status == OTE_ERR_UNSUPPORTED) {
-        pthread_mutex_unlock(&w->lock);
-        return status;
-    }
-    fd = iface->ops->event_fd(iface);
-    if (fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
-        (errno != EEXIST || epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0))
-        ote_error("worker %zu: %s/%s: its new event fd cannot be watched: %s", w->index,
-                  iface->resource.tl_name, iface->resource.dev_name, strerror(errno));
-    pthread_mutex_unlock(&w->lock);
-    ote_worker_wake(w);
-    return status;
-}

@@ -77,11 +77,6 @@ void         ote_worker_cleanup(ote_worker_t *w);
  * joins the worker's epoll and the iface its list, under the worker lock.
  */
 ote_status_t ote_worker_iface_add(ote_worker_t *w, ote_tl_iface_t *iface);
-/*
- * Quarantine iface (tl.h, ote_tl_iface_quarantine) under w's lock, its new
- * event fd in w's epoll. UNSUPPORTED when its transport has none.
- */
-ote_status_t ote_worker_iface_quarantine(ote_worker_t *w, ote_tl_iface_t *iface, bool *moved_p);
 /* Queue a chain of slices for posting; wakes the worker if it sleeps. */
 void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
 /* Queue a chain of slices for posting by the worker only (callable from any worker). */

@@ -150,8 +150,6 @@ void         ote_uct_md_put(ote_uct_md_t *md);
 ote_status_t ote_uct_query(ote_uct_rsc_t ***list_p, size_t *count_p);
 
 /* uct_iface.c */
-/* See ote_tl_iface_quarantine (tl.h): UCT's tcp only, worker lock held. */
-ote_status_t  ote_uct_iface_quarantine(ote_tl_iface_t *iface, bool *moved_p);
 ote_uct_op_t *ote_uct_op_get(ote_uct_iface_t *iface);
 void          ote_uct_op_put(ote_uct_iface_t *iface, ote_uct_op_t *op);
 void          ote_uct_op_list_push(ote_uct_op_list_t *l, ote_uct_op_t *op);
@@ -193,12 +191,5 @@ unsigned     ote_uct_ep_post_pending(ote_uct_ep_t *ep);
 void         ote_uct_ep_fail(ote_uct_ep_t *ep, ote_status_t status);
 /* Destroy an ep (worker lock held); operations still outstanding end CANCELED. */
 void         ote_uct_ep_free(ote_uct_ep_t *ep);
-/*
- * Reset (SO_LINGER 0) this process's stream sockets bound to port (network
- * order) on the address of UCT tcp's device address dev (NULL or not
- * IPv4: any address), so that their close drops what they hold and leaves
- * no TIME_WAIT behind.
- */
-void         ote_uct_socks_reset(uint16_t port, const uint8_t *dev, size_t dev_len);
 
 #endif
