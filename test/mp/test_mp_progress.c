@@ -50,13 +50,18 @@
 static _Thread_local bool epoll_count_me;
 static atomic_long        epoll_hits;
 
+typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
+static _Atomic(epoll_wait_fn) real_epoll_wait; /* every thread calls it: set once, atomically */
+
 int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
 {
-    static int (*real)(int, struct epoll_event *, int, int);
+    epoll_wait_fn real = atomic_load(&real_epoll_wait);
     int n;
 
-    if (real == NULL)
+    if (real == NULL) {
         *(void **)&real = dlsym(RTLD_NEXT, "epoll_wait");
+        atomic_store(&real_epoll_wait, real);
+    }
     n = real(epfd, ev, max, timeout);
     if (n > 0 && epoll_count_me)
         atomic_fetch_add(&epoll_hits, 1);
