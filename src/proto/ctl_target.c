@@ -65,13 +65,14 @@ ote_status_t ote_ctl_jobs_start(ote_ctl_jobs_t *q, const ote_ctl_host_t *host,
 
 void ote_ctl_jobs_end(ote_ctl_job_t *job)
 {
-    ote_ctl_jobs_t *q = job->jobs;
+    ote_ctl_jobs_t *q          = job->jobs;
+    const ote_ctl_host_t *host = job->host; /* job is the listener's once on q->done */
 
     pthread_mutex_lock(&q->lock);
     job->next = q->done;
     q->done   = job;
     pthread_mutex_unlock(&q->lock);
-    job->host->wake(job->host->ctx);
+    host->wake(host->ctx);
 }
 
 void ote_ctl_jobs_answer_all(const ote_ctl_host_t *host, void *state)
