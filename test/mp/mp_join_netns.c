@@ -23,6 +23,7 @@
  * deletes the namespaces however the tests end (a signal too).
  */
 #include "base/util.h"
+#include "mp_netns.h"
 #include "mp_util.h"
 #include "testlib.h"
 
@@ -149,7 +150,6 @@ static void write_all(size_t len, uint64_t seed)
 
 static int setup(void **state)
 {
-    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
     const char *args_b[] = {"--listen", "0.0.0.0:0", "--region", "64m:rw", NULL};
 
     (void)state;
@@ -157,19 +157,14 @@ static int setup(void **state)
     setenv("OTE_RDMA_POLL_MS", "100", 1);
     setenv("OTE_RAIL_MAX_BYTES", "4m", 1);
     /* Listening on every address: an engine bound to one uses that interface alone. */
-    fx = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
-    if (fx == NULL)
-        return -1;
-    printf("target %s\n", fx->target.name);
-    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+    return mp_netns_pair_open(&fx, ns_b, NULL, "tcp", "0.0.0.0:0", args_b, REGION, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
     sh(false, "ip link del join1");
-    if (fx != NULL)
-        ote_test_pair_stop(fx);
+    mp_netns_pair_stop(&fx, NULL);
     return 0;
 }
 

@@ -73,23 +73,7 @@ static void verify(ote_segment_h seg, size_t off, size_t len, uint64_t seed)
     assert_int_equal(ote_test_target_expect(fx->e, seg, c, "ok", 30000), 0);
 }
 
-/* Both rails of seg paused for their ports (cooldown UINT64_MAX): the engine saw the links go. */
-static bool rails_link_down(ote_segment_h seg)
-{
-    ote_rail_info_t r[OTE_PROTO_MAX_RAILS];
-    size_t n = 0, down = 0;
-
-    assert_int_equal(ote_segment_rails(seg, r, OTE_PROTO_MAX_RAILS, &n), OTE_OK);
-    for (size_t i = 0; i < n && i < OTE_PROTO_MAX_RAILS; i++)
-        down += r[i].cooldown_ms == UINT64_MAX;
-    return n > 0 && down == n;
-}
-
-static void links(const char *state)
-{
-    assert_int_equal(mp_cmd(false, "ip link set rail0 %s", state), 0);
-    assert_int_equal(mp_cmd(false, "ip link set rail1 %s", state), 0);
-}
+static const char *const rails[] = {"rail0", "rail1", NULL};
 
 static bool transient(ote_status_t st)
 {
@@ -189,30 +173,20 @@ static bool write_ok(ote_segment_h seg, size_t off, uint64_t seed)
 
 static int setup(void **state)
 {
-    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
     const char *args_b[] = {"--listen", "0.0.0.0:0", "--region", "16m:rw", NULL};
 
     (void)state;
     ote_test_setenv_all((const char *const[]){
         "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=1000",
         "OTE_RAIL_COOLDOWN_MS=200", "OTE_RAIL_COOLDOWN_MAX_MS=800", NULL});
-    fx = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
-    if (fx == NULL)
-        return -1;
-    printf("target %s\n", fx->target.name);
     /* Its name must travel over ctl, which stays up. */
-    if (strncmp(fx->target.name, "10.82.9.2:", 10) != 0) {
-        printf("the target's name is not on the ctl link\n");
-        return -1;
-    }
-    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+    return mp_netns_pair_open(&fx, ns_b, NULL, "tcp", "0.0.0.0:0", args_b, REGION, "10.82.9.2:");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    if (fx != NULL)
-        ote_test_pair_stop(fx);
+    mp_netns_pair_stop(&fx, NULL);
     return 0;
 }
 
@@ -228,12 +202,12 @@ static void test_links_down_then_up(void **state)
     assert_true(write_ok(fx->seg, 0, 11));
     verify(fx->seg, 0, NTASKS * TASK, 11);
 
-    links("down");
-    for (int k = 0; k < 1000 && !rails_link_down(fx->seg); k++) {
+    mp_netns_links_set(rails, "down");
+    for (int k = 0; k < 1000 && !mp_rails_link_down(fx->seg); k++) {
         ote_engine_progress(fx->e);
         usleep(10000);
     }
-    assert_true(rails_link_down(fx->seg));
+    assert_true(mp_rails_link_down(fx->seg));
     assert_true(rail_state("rail0") == 0.0);
     assert_true(rail_state("rail1") == 0.0);
     series_match();
@@ -264,7 +238,7 @@ static void test_links_down_then_up(void **state)
     assert_int_equal(open_st, OTE_ERR_TIMEOUT);
     assert_null(seg2);
 
-    links("up");
+    mp_netns_links_set(rails, "up");
     /* The rails are probed again once their ports are up; the bytes land. */
     for (int k = 0; k < 100 && !ok; k++) {
         ok = write_ok(fx->seg, 0, 14);

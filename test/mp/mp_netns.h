@@ -6,6 +6,9 @@
 #ifndef OTE_MP_NETNS_H
 #define OTE_MP_NETNS_H
 
+#include "mp_util.h"
+#include "proto/proto.h"
+
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -255,6 +258,77 @@ static inline int mp_netns_main(int argc, char **argv, const char *prefix, char 
     snprintf(ns_b, 32, "%s_b%u", prefix, id);
     self = mp_netns_self(path, sizeof(path));
     return self != NULL ? parent(self, id) : 1;
+}
+
+/* ---- An engine pair across the namespaces (the tests inside A) -------------------- */
+
+/*
+ * The usual group setup of these tests: start the engine pair (this engine on
+ * tls listening on listen_a, the test target in namespace B as `ip netns exec
+ * B [env ENV_B] ote_test_target ARGS_B`, env_b NULL for none, region bytes of
+ * local memory), say the target's name, check that it begins with name_on
+ * where that is not NULL (the link the name and descriptor must travel on,
+ * "10.82.9.2:"), and open the target's segment into (*fx_p)->seg. 0, or -1
+ * having said why; a pair that started is in *fx_p for the teardown.
+ */
+static inline int mp_netns_pair_open(ote_test_pair_t **fx_p, const char *ns_b, const char *env_b,
+                                     const char *tls, const char *listen_a,
+                                     const char *const *args_b, size_t region,
+                                     const char *name_on)
+{
+    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, env_b != NULL ? "env" : NULL, env_b,
+                            NULL};
+    ote_test_pair_t *fx  = ote_test_pair_start(tls, listen_a, wrap_b, args_b, region);
+
+    *fx_p = fx;
+    if (fx == NULL)
+        return -1;
+    printf("target %s\n", fx->target.name);
+    if (name_on != NULL && strncmp(fx->target.name, name_on, strlen(name_on)) != 0) {
+        printf("the target's name is not on the link of %s\n", name_on);
+        return -1;
+    }
+    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+}
+
+/*
+ * The usual group teardown: the root qdisc of each of tc_devs (NULL-terminated,
+ * or NULL) removed (where a test shaped the link), then the pair stopped.
+ */
+static inline void mp_netns_pair_stop(ote_test_pair_t **fx_p, const char *const *tc_devs)
+{
+    for (size_t i = 0; tc_devs != NULL && tc_devs[i] != NULL; i++)
+        mp_cmd(true, "tc qdisc del dev %s root", tc_devs[i]);
+    if (*fx_p != NULL)
+        ote_test_pair_stop(*fx_p);
+    *fx_p = NULL;
+}
+
+/* dev's bandwidth limited to rate (tc's words: "100mbit"), its former qdisc removed; 0 on success. */
+static inline int mp_netns_shape(const char *dev, const char *rate)
+{
+    mp_cmd(true, "tc qdisc del dev %s root", dev);
+    return mp_cmd(false, "tc qdisc add dev %s root tbf rate %s burst 512k latency 200ms", dev,
+                  rate);
+}
+
+/* `ip link set DEV state` for each of devs (NULL-terminated), each asserted to succeed. */
+static inline void mp_netns_links_set(const char *const *devs, const char *state)
+{
+    for (size_t i = 0; devs[i] != NULL; i++)
+        assert_int_equal(mp_cmd(false, "ip link set %s %s", devs[i], state), 0);
+}
+
+/* Every rail of seg paused for its port (cooldown UINT64_MAX): the engine saw the links go. */
+static inline bool mp_rails_link_down(ote_segment_h seg)
+{
+    ote_rail_info_t r[OTE_PROTO_MAX_RAILS];
+    size_t n = 0, down = 0;
+
+    assert_int_equal(ote_segment_rails(seg, r, OTE_PROTO_MAX_RAILS, &n), OTE_OK);
+    for (size_t i = 0; i < n && i < OTE_PROTO_MAX_RAILS; i++)
+        down += r[i].cooldown_ms == UINT64_MAX;
+    return n > 0 && down == n;
 }
 
 #endif

@@ -114,7 +114,6 @@ static double written(void)
 
 static int setup(void **state)
 {
-    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
     const char *args_b[] = {"--listen", "0.0.0.0:0", "--region", "96m:rw", NULL};
     const char *port;
 
@@ -123,24 +122,19 @@ static int setup(void **state)
         "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=1000",
         "OTE_RAIL_COOLDOWN_MS=300", "OTE_RAIL_COOLDOWN_MAX_MS=1200", "OTE_RAIL_MAX_BYTES=4m", NULL});
     /* Listening on every address: an engine bound to one uses that interface alone. */
-    fx = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
-    if (fx == NULL)
+    if (mp_netns_pair_open(&fx, ns_b, NULL, "tcp", "0.0.0.0:0", args_b, REGION, NULL) != 0)
         return -1;
     port = strrchr(fx->target.name, ':');
     if (port == NULL)
         return -1;
     snprintf(target_listen, sizeof(target_listen), "0.0.0.0%s", port);
-    printf("target %s\n", fx->target.name);
-    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+    return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    mp_cmd(true, "tc qdisc del dev rail0 root");
-    mp_cmd(true, "tc qdisc del dev rail1 root");
-    if (fx != NULL)
-        ote_test_pair_stop(fx);
+    mp_netns_pair_stop(&fx, (const char *const[]){"rail0", "rail1", NULL});
     return 0;
 }
 
@@ -170,22 +164,14 @@ static void test_both_rails_carry(void **state)
     assert_int_equal(after[1].state, OTE_RAIL_ACTIVE);
 }
 
-static void shape(const char *dev, const char *rate)
-{
-    mp_cmd(true, "tc qdisc del dev %s root", dev);
-    assert_int_equal(
-        mp_cmd(false, "tc qdisc add dev %s root tbf rate %s burst 512k latency 200ms", dev, rate),
-        0);
-}
-
 /* rail1 at a third of rail0: the bytes split 3:1, within 20%. */
 static void test_shaped_split(void **state)
 {
     ote_rail_info_t before[2], after[2];
     double share1, t0;
 
-    shape("rail0", "480mbit");
-    shape("rail1", "160mbit");
+    assert_int_equal(mp_netns_shape("rail0", "480mbit"), 0);
+    assert_int_equal(mp_netns_shape("rail1", "160mbit"), 0);
     mp_pair_write_all(fx, 32u << 20, TASK, 7); /* the estimates learn the rates */
     rails_get(fx->seg, before);
     t0 = mp_now_s();
@@ -239,8 +225,8 @@ static void test_link_down(void **state)
     pthread_t th;
     double t0, t1;
 
-    shape("rail0", "240mbit");
-    shape("rail1", "240mbit");
+    assert_int_equal(mp_netns_shape("rail0", "240mbit"), 0);
+    assert_int_equal(mp_netns_shape("rail1", "240mbit"), 0);
     rails_get(fx->seg, before);
     rail_series("rail0", &m0[0]);
     rail_series("rail1", &m0[1]);

@@ -61,37 +61,21 @@ static ote_test_pair_t *fx;
 
 static int setup(void **state)
 {
-    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
     const char *args_b[] = {"--listen", "0.0.0.0:0", "--region", "96m:rw", NULL};
 
     (void)state;
     ote_test_setenv_all((const char *const[]){
         "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=1000",
         "OTE_RAIL_COOLDOWN_MS=20000", "OTE_RAIL_COOLDOWN_MAX_MS=20000", "OTE_RAIL_MAX_BYTES=4m", NULL});
-    fx = ote_test_pair_start("uct_tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
-    if (fx == NULL)
-        return -1;
-    printf("target %s\n", fx->target.name);
-    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+    return mp_netns_pair_open(&fx, ns_b, NULL, "uct_tcp", "0.0.0.0:0", args_b, REGION, NULL);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    mp_cmd(true, "tc qdisc del dev rail0 root");
-    mp_cmd(true, "tc qdisc del dev rail1 root");
     mp_cmd(true, "ip link set rail1 up");
-    if (fx != NULL)
-        ote_test_pair_stop(fx);
+    mp_netns_pair_stop(&fx, (const char *const[]){"rail0", "rail1", NULL});
     return 0;
-}
-
-static void shape(const char *dev, const char *rate)
-{
-    mp_cmd(true, "tc qdisc del dev %s root", dev);
-    assert_int_equal(
-        mp_cmd(false, "tc qdisc add dev %s root tbf rate %s burst 512k latency 200ms", dev, rate),
-        0);
 }
 
 static void *link_down_thread(void *arg)
@@ -110,8 +94,8 @@ static void test_timed_out_slice_does_not_land_later(void **state)
     pthread_t th;
 
     (void)state;
-    shape("rail0", "240mbit");
-    shape("rail1", "240mbit");
+    assert_int_equal(mp_netns_shape("rail0", "240mbit"), 0);
+    assert_int_equal(mp_netns_shape("rail1", "240mbit"), 0);
     mp_pair_write_all(fx, 8u << 20, TASK, 11); /* both rails connected and carrying */
     t0 = mp_now_s();
     assert_int_equal(pthread_create(&th, NULL, link_down_thread, &down_at), 0);
@@ -135,7 +119,6 @@ static void test_timed_out_slice_does_not_land_later(void **state)
 
 static int setup_xfer(void **state)
 {
-    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, NULL};
     /* The control plane on rail2, the data on rail0 alone. */
     const char *args_b[] = {"--listen", "10.82.2.2:0", "--region", "96m:rw", NULL};
 
@@ -143,20 +126,13 @@ static int setup_xfer(void **state)
     ote_test_setenv_all((const char *const[]){
         "OTE_NET_DEVICES=rail0", "OTE_XFER_TIMEOUT_MS=3000", "OTE_CONNECT_TIMEOUT_MS=1000",
         "OTE_RAIL_MAX_BYTES=1m", NULL});
-    fx = ote_test_pair_start("uct_tcp", "10.82.2.1:0", wrap_b, args_b, XLEN);
-    if (fx == NULL)
-        return -1;
-    printf("target %s\n", fx->target.name);
-    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+    return mp_netns_pair_open(&fx, ns_b, NULL, "uct_tcp", "10.82.2.1:0", args_b, XLEN, NULL);
 }
 
 static int teardown_xfer(void **state)
 {
     (void)state;
-    mp_cmd(true, "tc qdisc del dev rail0 root");
-    if (fx != NULL)
-        ote_test_pair_stop(fx);
-    fx = NULL;
+    mp_netns_pair_stop(&fx, (const char *const[]){"rail0", NULL});
     return 0;
 }
 

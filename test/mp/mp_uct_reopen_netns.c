@@ -48,23 +48,7 @@ static int parent(const char *self, unsigned id)
 
 static ote_test_pair_t *fx;
 
-static void links(const char *state)
-{
-    assert_int_equal(mp_cmd(false, "ip link set rail0 %s", state), 0);
-    assert_int_equal(mp_cmd(false, "ip link set rail1 %s", state), 0);
-}
-
-/* Every rail of seg paused for its port (cooldown UINT64_MAX): the engine saw the links go. */
-static bool rails_link_down(ote_segment_h seg)
-{
-    ote_rail_info_t r[OTE_PROTO_MAX_RAILS];
-    size_t n = 0, down = 0;
-
-    assert_int_equal(ote_segment_rails(seg, r, OTE_PROTO_MAX_RAILS, &n), OTE_OK);
-    for (size_t i = 0; i < n && i < OTE_PROTO_MAX_RAILS; i++)
-        down += r[i].cooldown_ms == UINT64_MAX;
-    return n > 0 && down == n;
-}
+static const char *const rails[] = {"rail0", "rail1", NULL};
 
 /* One WRITE of TASK bytes at off; the target checks them. */
 static void write_verified(ote_segment_h seg, size_t off, uint64_t seed)
@@ -89,30 +73,21 @@ static void write_verified(ote_segment_h seg, size_t off, uint64_t seed)
 
 static int setup(void **state)
 {
-    /* The target looks at its interfaces every 3 s: its descriptor lags. */
-    const char *wrap_b[] = {"ip", "netns", "exec", ns_b, "env", "OTE_RDMA_POLL_MS=3000", NULL};
     const char *args_b[] = {"--listen", "0.0.0.0:0", "--region", "4m:rw", NULL};
 
     (void)state;
     ote_test_setenv_all((const char *const[]){
         "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=3000",
         "OTE_RAIL_COOLDOWN_MS=200", "OTE_RAIL_COOLDOWN_MAX_MS=800", "OTE_RDMA_POLL_MS=50", NULL});
-    fx = ote_test_pair_start("uct_tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
-    if (fx == NULL)
-        return -1;
-    printf("target %s\n", fx->target.name);
-    if (strncmp(fx->target.name, "10.82.9.2:", 10) != 0) {
-        printf("the target's name is not on the ctl link\n");
-        return -1;
-    }
-    return ote_segment_open(fx->e, fx->target.name, &fx->seg) == OTE_OK ? 0 : -1;
+    /* The target looks at its interfaces every 3 s: its descriptor lags. */
+    return mp_netns_pair_open(&fx, ns_b, "OTE_RDMA_POLL_MS=3000", "uct_tcp", "0.0.0.0:0", args_b,
+                              REGION, "10.82.9.2:");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    if (fx != NULL)
-        ote_test_pair_stop(fx);
+    mp_netns_pair_stop(&fx, NULL);
     return 0;
 }
 
@@ -124,15 +99,15 @@ static void test_open_right_after_link_up(void **state)
 
     (void)state;
     write_verified(fx->seg, 0, 21);
-    links("down");
-    for (int k = 0; k < 1000 && !rails_link_down(fx->seg); k++) {
+    mp_netns_links_set(rails, "down");
+    for (int k = 0; k < 1000 && !mp_rails_link_down(fx->seg); k++) {
         ote_engine_progress(fx->e);
         usleep(10000);
     }
-    assert_true(rails_link_down(fx->seg));
+    assert_true(mp_rails_link_down(fx->seg));
     /* Two of the target's rounds: it took its devices out of its descriptor. */
     usleep(6500 * 1000);
-    links("up");
+    mp_netns_links_set(rails, "up");
     for (int k = 0; k < 200 && st != OTE_OK; k++) {
         st = ote_segment_open(fx->e, fx->target.name, &seg2);
         printf("open %d after the links came up: %s\n", k, ote_status_string(st));
