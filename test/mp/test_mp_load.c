@@ -21,13 +21,7 @@
 
 #include <cmocka.h>
 
-typedef struct {
-    ote_test_target_t t;
-    ote_engine_h      e;
-    ote_segment_h     seg;
-    ote_mem_h         mem;
-    uint8_t          *local;
-} fx_t;
+typedef mp_fx_t fx_t;
 
 #define LOCAL (16u << 20)
 
@@ -48,10 +42,7 @@ static void fx_start(fx_t *f)
 {
     static const char *const args[] = {"--region", "32m:rw", NULL};
 
-    assert_int_equal(ote_test_target_start(&f->t, NULL, args), 0);
-    f->e = ote_test_engine(NULL);
-    assert_int_equal(ote_segment_open(f->e, f->t.name, &f->seg), OTE_OK);
-    assert_int_equal(ote_mem_alloc(f->e, LOCAL, NULL, 0, (void **)&f->local, &f->mem), OTE_OK);
+    mp_fx_start(f, args, LOCAL);
 }
 
 static void fx_stop(fx_t *f)

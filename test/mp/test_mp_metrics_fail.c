@@ -237,33 +237,20 @@ static void test_restarts_and_failures(void **state)
 
 /* A notification after a batch whose task failed: counted once, with the status it ended with. */
 /* The pair most tests use: a target with one 1 MiB region over tcp, an engine, 1 MiB of its memory, the open segment. */
-typedef struct {
-    ote_test_target_t t;
-    ote_engine_h      e;
-    ote_segment_h     seg;
-    ote_mem_h         mem;
-    uint8_t          *local;
-} pair_t;
+typedef mp_fx_t pair_t;
 
 static void pair_start(pair_t *p)
 {
     const char *args[] = {"--region", "1m:rw", NULL};
 
     setenv("OTE_TLS", "tcp", 1);
-    assert_int_equal(ote_test_target_start(&p->t, NULL, args), 0);
-    p->e = ote_test_engine(NULL);
-    assert_int_equal(ote_mem_alloc(p->e, 1 << 20, NULL, 0, (void **)&p->local, &p->mem), OTE_OK);
-    assert_int_equal(ote_segment_open(p->e, p->t.name, &p->seg), OTE_OK);
+    mp_fx_start(p, args, 1 << 20);
 }
 
-/* seg NULL: the test closed it. */
+/* seg NULL: the test closed it (mp_fx_stop's close of NULL does nothing). */
 static void pair_stop(pair_t *p)
 {
-    if (p->seg != NULL)
-        ote_segment_close(p->seg);
-    ote_mem_free(p->e, p->mem);
-    ote_engine_destroy(p->e);
-    ote_test_target_stop(&p->t);
+    mp_fx_stop(p, false);
     unsetenv("OTE_TLS");
 }
 
