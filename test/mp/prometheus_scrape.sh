@@ -9,13 +9,7 @@ if ! command -v prometheus >/dev/null 2>&1; then
     echo "SKIP: prometheus not installed (apt-get install prometheus; contrib/install-deps.sh)"
     exit 77
 fi
-for tool in curl python3; do
-    command -v $tool >/dev/null 2>&1 || { echo "SKIP: $tool not installed"; exit 77; }
-done
-if ! grep -q '^#define HAVE_MHD 1' "${ORBITTE_TEST_BUILDDIR:-.}/../config.h" 2>/dev/null; then
-    echo "SKIP: this build has no metrics endpoint (libmicrohttpd not found by configure)"
-    exit 77
-fi
+. "$(dirname "$0")/metrics_skip.sh"
 peer="${ORBITTE_TEST_BUILDDIR:-$(dirname "$0")/..}/mp/metrics_peer"
 d=$(mktemp -d)
 pids=""

@@ -18,10 +18,7 @@ if [ -z "$py" ]; then
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+. "$(dirname "$0")/tally.sh"
 
 # Three rounds of every workload of every peer the table knows; a value
 # derived from the round, workload and peer, some rounds "-", the Mooncake
@@ -148,5 +145,4 @@ elif ! grep -q "no figures" "$dir/empty.out" || [ -e "$dir/none/latency.png" ]; 
 else
     ok
 fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tally_end

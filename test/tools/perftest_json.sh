@@ -13,11 +13,7 @@ doc="$(cd "$(dirname "$0")/../.." && pwd)/docs/performance.md"
 region=$(((5120 + $$ % 4096) * 4096))
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+. "$(dirname "$0")/tally.sh"
 
 # name | ote_perftest arguments | what the checker expects (kind:sizes:batch:iters)
 runs="bw_tcp|-x tcp -t write_bw -s 64k,256k -b 4 -n 50|result:65536,262144:4:50
@@ -129,5 +125,4 @@ if [ -n "$left" ]; then
     bad "target(s) left running: $left"
     kill -s KILL $left
 fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tally_end

@@ -9,14 +9,10 @@ set -u
 perftest="${ORBITTE_TEST_BUILDDIR:?run under make check}/../src/tools/ote_perftest"
 # A region size of our own (page multiple) names this script's targets.
 region=$(((1024 + $$ % 4096) * 4096))
-pass=0
-fail=0
+. "$(dirname "$0")/tally.sh"
 # Output goes to a file: an orphaned target holding a pipe must not hang us.
 out_file=$(mktemp)
 trap 'rm -f "$out_file"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 
 # Pids of targets of this script still running ("... -M host --region N [--malloc]").
 targets() { pgrep -f -- "-M host --region $region( --malloc)?\$"; }
@@ -156,5 +152,4 @@ for sig in TERM KILL; do
     fi
 done
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+tally_end
