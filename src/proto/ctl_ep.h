@@ -20,9 +20,7 @@
         .inflight_bytes  = ote_proto_ctl_ep_inflight_bytes,                                    \
         .is_alive        = ote_proto_ctl_ep_is_alive,                                          \
         .destroy         = ote_proto_ctl_ep_destroy,                                           \
-        .connect_to_ep   = ote_tl_unsupported_connect_to_ep,                                   \
-        .needs_reconnect = ote_tl_no_reconnect_needed,                                         \
-        .reconnect       = ote_tl_unsupported_reconnect,                                       \
+        OTE_TL_EP_OPS_NO_CONNECTION,                                                           \
     }
 
 /* 0: the rail's own accounting (rail.c) counts what is in flight. */

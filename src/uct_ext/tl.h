@@ -215,6 +215,11 @@ struct ote_tl_component {
  */
 #define OTE_TL_COMPONENT_DEFINE(_var, _name, _config_table, _query_resources, _md_open,       \
                                 _md_close, _iface_open, _unavailable)                          \
+    OTE_TL_OBJECT_COMPONENT_DEFINE(_var, _name, _config_table, _query_resources, _md_open,    \
+                                   _md_close, _iface_open, _unavailable, NULL)
+/* The same for a component that also opens segments of its own (_objects, ote_tl_object_ops_t). */
+#define OTE_TL_OBJECT_COMPONENT_DEFINE(_var, _name, _config_table, _query_resources, _md_open, \
+                                       _md_close, _iface_open, _unavailable, _objects)         \
     static const ote_tl_component_ops_t _var##_ops = {                                         \
         .name            = (_name),                                                            \
         .config_table    = (_config_table),                                                    \
@@ -223,6 +228,7 @@ struct ote_tl_component {
         .md_close        = (_md_close),                                                        \
         .iface_open      = (_iface_open),                                                      \
         .unavailable     = (_unavailable),                                                     \
+        .objects         = (_objects),                                                         \
     };                                                                                         \
     ote_tl_component_t _var = {.ops = &_var##_ops}
 
@@ -368,6 +374,23 @@ ote_status_t ote_tl_unsupported_connect_to_ep(ote_tl_ep_t *ep, const void *addr,
                                               size_t addr_len);
 bool         ote_tl_no_reconnect_needed(ote_tl_ep_t *ep);
 ote_status_t ote_tl_unsupported_reconnect(ote_tl_ep_t *ep, const ote_tl_peer_t *peer);
+
+/*
+ * The iface ops entries of the to-ep model (ep_open, ep_accept, ep_release)
+ * in the ops of an iface of the to-iface model: its eps are made from its
+ * address alone (ep_create), never through the engine's exchange.
+ */
+#define OTE_TL_IFACE_OPS_TO_IFACE_ONLY                                                         \
+    .ep_open = ote_tl_unsupported_ep_open, .ep_accept = ote_tl_unsupported_ep_accept,          \
+    .ep_release = ote_tl_no_ep_release
+/*
+ * The ep ops entries of connection setup (connect_to_ep, needs_reconnect,
+ * reconnect) in the ops of an ep with no connection of its own to make
+ * through the engine or to rebuild.
+ */
+#define OTE_TL_EP_OPS_NO_CONNECTION                                                            \
+    .connect_to_ep = ote_tl_unsupported_connect_to_ep,                                         \
+    .needs_reconnect = ote_tl_no_reconnect_needed, .reconnect = ote_tl_unsupported_reconnect
 
 /* Components compiled into this library, NULL-terminated. */
 extern ote_tl_component_t *const ote_tl_components[];

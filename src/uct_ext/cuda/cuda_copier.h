@@ -133,8 +133,7 @@ void         ote_cuda_iface_copied(ote_cuda_iface_t *iface, size_t length);
         .ep_create = (_ep_create), .event_arm = ote_cuda_iface_event_arm,                    \
         .format_address = ote_tl_no_format_address,                                          \
         .check_timeouts = ote_tl_no_check_timeouts, .has_deadlines = ote_tl_no_deadlines,    \
-        .ep_open = ote_tl_unsupported_ep_open, .ep_accept = ote_tl_unsupported_ep_accept,    \
-        .ep_release = ote_tl_no_ep_release,                                                  \
+        OTE_TL_IFACE_OPS_TO_IFACE_ONLY,                                                      \
     }
 /*
  * The ep ops of the cuda base for an ep of its own (an ote_cuda_ep_t
@@ -145,9 +144,7 @@ void         ote_cuda_iface_copied(ote_cuda_iface_t *iface, size_t length);
     {                                                                                        \
         .put_zcopy = ote_cuda_ep_put_zcopy, .get_zcopy = ote_cuda_ep_get_zcopy,              \
         .inflight_bytes = (_inflight_bytes), .is_alive = (_is_alive),                        \
-        .destroy = (_destroy), .connect_to_ep = ote_tl_unsupported_connect_to_ep,            \
-        .needs_reconnect = ote_tl_no_reconnect_needed,                                       \
-        .reconnect = ote_tl_unsupported_reconnect,                                           \
+        .destroy = (_destroy), OTE_TL_EP_OPS_NO_CONNECTION,                                  \
     }
 #define OTE_CUDA_EP_OPS(_destroy)                                                            \
     OTE_CUDA_BASE_EP_OPS(ote_cuda_ep_inflight_bytes, ote_cuda_ep_is_alive, _destroy)

@@ -138,14 +138,6 @@ static ote_status_t cuda_copy_iface_open(const ote_tl_resource_t *res, ote_md_t 
                                &cuda_copy_ep_ops, res, md, params, iface_p);
 }
 
-static const ote_tl_component_ops_t cuda_copy_component_ops = {
-    .name            = "cuda_copy",
-    .config_table    = &ote_cuda_config_table,
-    .query_resources = cuda_copy_query_resources,
-    .iface_open      = cuda_copy_iface_open,
-    .unavailable     = ote_cuda_unavailable,
-    .md_open         = ote_tl_unsupported_md_open,
-    .md_close        = ote_tl_no_md_close,
-};
-
-ote_tl_component_t ote_cuda_copy_component = {.ops = &cuda_copy_component_ops};
+OTE_TL_COMPONENT_DEFINE(ote_cuda_copy_component, "cuda_copy", &ote_cuda_config_table,
+                        cuda_copy_query_resources, ote_tl_unsupported_md_open, ote_tl_no_md_close,
+                        cuda_copy_iface_open, ote_cuda_unavailable);

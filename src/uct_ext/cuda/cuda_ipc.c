@@ -517,14 +517,6 @@ static ote_status_t ipc_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
     return status;
 }
 
-static const ote_tl_component_ops_t ipc_component_ops = {
-    .name            = "cuda_ipc",
-    .config_table    = &ote_cuda_config_table,
-    .query_resources = ipc_query_resources,
-    .md_open         = ipc_md_open,
-    .md_close        = ipc_md_close,
-    .iface_open      = ipc_iface_open,
-    .unavailable     = ote_cuda_unavailable,
-};
-
-ote_tl_component_t ote_cuda_ipc_component = {.ops = &ipc_component_ops};
+OTE_TL_COMPONENT_DEFINE(ote_cuda_ipc_component, "cuda_ipc", &ote_cuda_config_table,
+                        ipc_query_resources, ipc_md_open, ipc_md_close, ipc_iface_open,
+                        ote_cuda_unavailable);

@@ -105,9 +105,7 @@ static const ote_tl_ep_ops_t file_ep_ops = {
     .inflight_bytes  = file_ep_inflight_bytes,
     .is_alive        = file_ep_is_alive,
     .destroy         = file_ep_destroy,
-    .connect_to_ep   = ote_tl_unsupported_connect_to_ep,
-    .needs_reconnect = ote_tl_no_reconnect_needed,
-    .reconnect       = ote_tl_unsupported_reconnect,
+    OTE_TL_EP_OPS_NO_CONNECTION,
 };
 
 /* Touches no iface state: safe without the worker lock. */
@@ -164,9 +162,7 @@ static const ote_tl_iface_ops_t file_iface_ops = {
     .ep_create      = file_ep_create,
     .format_address = ote_tl_no_format_address,
     .has_deadlines  = ote_tl_no_deadlines,
-    .ep_open        = ote_tl_unsupported_ep_open,
-    .ep_accept      = ote_tl_unsupported_ep_accept,
-    .ep_release     = ote_tl_no_ep_release,
+    OTE_TL_IFACE_OPS_TO_IFACE_ONLY,
 };
 
 static ote_status_t file_iface_open(const ote_tl_resource_t *res, ote_md_t *md,
@@ -280,15 +276,6 @@ static void file_md_close(ote_tl_component_t *comp, ote_md_t *md)
     ote_file_gds_md_close(md);
 }
 
-static const ote_tl_component_ops_t file_component_ops = {
-    .name            = OTE_FILE_TL_NAME,
-    .config_table    = &ote_file_config_table,
-    .query_resources = file_query_resources,
-    .md_open         = file_md_open,
-    .md_close        = file_md_close,
-    .iface_open      = file_iface_open,
-    .unavailable     = ote_tl_no_reason,
-    .objects         = &ote_file_object_ops,
-};
-
-ote_tl_component_t ote_file_component = {.ops = &file_component_ops};
+OTE_TL_OBJECT_COMPONENT_DEFINE(ote_file_component, OTE_FILE_TL_NAME, &ote_file_config_table,
+                               file_query_resources, file_md_open, file_md_close, file_iface_open,
+                               ote_tl_no_reason, &ote_file_object_ops);

@@ -427,9 +427,7 @@ int      ote_stream_iface_event_fd(ote_tl_iface_t *iface);
         .check_timeouts = ote_stream_iface_check_timeouts,                                     \
         .has_deadlines  = ote_stream_iface_has_deadlines,                                      \
         .ep_create      = ote_stream_ep_create,                                                \
-        .ep_open        = ote_tl_unsupported_ep_open,                                          \
-        .ep_accept      = ote_tl_unsupported_ep_accept,                                        \
-        .ep_release     = ote_tl_no_ep_release,                                                \
+        OTE_TL_IFACE_OPS_TO_IFACE_ONLY,                                                        \
     }
 
 /* stream_ep.c */
