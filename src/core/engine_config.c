@@ -187,6 +187,27 @@ size_t ote_engine_config_tables(const ote_config_table_t **tables, size_t max)
     return n;
 }
 
+/*
+ * Read table into a struct of its own (every value parsed and checked),
+ * print it to stream where that is not NULL, and let it go.
+ */
+static ote_status_t table_check(const ote_config_table_t *table, FILE *stream)
+{
+    void *opts = calloc(1, table->struct_size);
+    ote_status_t status;
+
+    if (opts == NULL)
+        return OTE_ERR_NO_MEMORY;
+    status = ote_config_fill(table, opts);
+    if (status == OTE_OK) {
+        if (stream != NULL)
+            ote_config_print(table, opts, stream);
+        ote_config_release(table, opts);
+    }
+    free(opts);
+    return status;
+}
+
 ote_status_t ote_engine_config_read(ote_engine_config_t *cfg)
 {
     const ote_config_table_t *tables[OTE_CONFIG_MAX_TABLES];
@@ -203,15 +224,9 @@ ote_status_t ote_engine_config_read(ote_engine_config_t *cfg)
      * is opened.
      */
     for (size_t i = 0; i < n; i++) {
-        void *opts;
-
         if (tables[i] == &ote_engine_config_table)
             continue;
-        opts   = calloc(1, tables[i]->struct_size);
-        status = opts != NULL ? ote_config_fill(tables[i], opts) : OTE_ERR_NO_MEMORY;
-        if (status == OTE_OK)
-            ote_config_release(tables[i], opts);
-        free(opts);
+        status = table_check(tables[i], NULL);
         if (status != OTE_OK) {
             ote_config_release(&ote_engine_config_table, cfg);
             return status;
@@ -232,19 +247,10 @@ ote_status_t ote_engine_config_print(FILE *stream)
 
     ote_config_warn_unknown(tables, n);
     for (size_t i = 0; i < n; i++) {
-        void *opts = calloc(1, tables[i]->struct_size);
-        ote_status_t status;
+        ote_status_t status = table_check(tables[i], stream);
 
-        if (opts == NULL)
-            return OTE_ERR_NO_MEMORY;
-        status = ote_config_fill(tables[i], opts);
-        if (status != OTE_OK) {
-            free(opts);
+        if (status != OTE_OK)
             return status;
-        }
-        ote_config_print(tables[i], opts, stream);
-        ote_config_release(tables[i], opts);
-        free(opts);
     }
     return OTE_OK;
 }
