@@ -66,33 +66,13 @@ static int sh(bool loud, const char *fmt, ...)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-static void netns_delete(void)
-{
-    sh(false, "ip netns del %s", ns_a);
-    sh(false, "ip netns del %s", ns_b);
-}
-
-static void on_signal(int sig)
-{
-    netns_delete();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 static int parent(const char *self)
 {
-    if (geteuid() != 0) {
-        printf("mp_join_netns: skipped: needs root to create network namespaces\n");
-        return 77;
-    }
-    if (sh(false, "ip netns add %s", ns_a) != 0) {
-        printf("mp_join_netns: skipped: `ip netns add` failed (no ip tool or no permission)\n");
-        return 77;
-    }
-    atexit(netns_delete);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);
+    int rc = mp_netns_add_first("mp_join_netns", ns_a);
+
+    if (rc != 0)
+        return rc;
+    mp_netns_delete_at_exit(ns_a, ns_b, 0);
     if (sh(true, "ip netns add %s", ns_b) != 0 ||
         sh(true, "ip link add oja%u type veth peer name ojb%u", id, id) != 0 ||
         sh(true, "ip link set oja%u netns %s && ip link set ojb%u netns %s", id, ns_a, id,
