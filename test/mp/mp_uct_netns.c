@@ -42,20 +42,13 @@ static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
 
 /* ---- parent: namespaces ------------------------------------------------------ */
 
-static void netns_delete(void)
-{
-    mp_cmd(true, "ip netns del %s", ns_a);
-    mp_cmd(true, "ip netns del %s", ns_b);
-}
-
 static int parent(const char *self)
 {
-    const char *child[] = {"ip", "netns", "exec", ns_a, self, "--in-netns", ns_a, ns_b, NULL};
-    int rc;
+    int rc = mp_netns_add_first("mp_uct_netns", ns_a);
 
-    rc = mp_netns_add_first("mp_uct_netns", ns_a);
     if (rc != 0)
         return rc;
+    mp_netns_delete_at_exit(ns_a, ns_b, 0);
     if (mp_cmd(false, "ip netns add %s", ns_b) != 0 ||
         mp_cmd(false, "ip link add %s type veth peer name %s", veth_a, veth_b) != 0 ||
         mp_cmd(false, "ip link set %s netns %s", veth_a, ns_a) != 0 ||
@@ -67,17 +60,13 @@ static int parent(const char *self)
         mp_cmd(false, "ip -n %s link set lo up", ns_a) != 0 ||
         mp_cmd(false, "ip -n %s link set lo up", ns_b) != 0) {
         printf("mp_uct_netns: skipped: cannot set up the veth pair between namespaces\n");
-        netns_delete();
         return 77;
     }
     if (mp_netns_wait_up(ns_a, veth_a) != 0 || mp_netns_wait_up(ns_b, veth_b) != 0) {
         printf("mp_uct_netns: the veth pair is not up within 10 s of `ip link set up`\n");
-        netns_delete();
         return 1;
     }
-    rc = mp_run(child, false);
-    netns_delete();
-    return rc;
+    return mp_netns_run_child(self, ns_a, ns_b);
 }
 
 /* ---- tests, inside namespace A ------------------------------------------------- */
