@@ -68,13 +68,11 @@ static int sh(bool loud, const char *fmt, ...)
 
 static int parent(const char *self)
 {
-    int rc = mp_netns_add_first("mp_join_netns", ns_a);
+    int rc = mp_netns_add_both("mp_join_netns", ns_a, ns_b);
 
     if (rc != 0)
         return rc;
-    mp_netns_delete_at_exit(ns_a, ns_b, 0);
-    if (sh(true, "ip netns add %s", ns_b) != 0 ||
-        sh(true, "ip link add oja%u type veth peer name ojb%u", id, id) != 0 ||
+    if (sh(true, "ip link add oja%u type veth peer name ojb%u", id, id) != 0 ||
         sh(true, "ip link set oja%u netns %s && ip link set ojb%u netns %s", id, ns_a, id,
            ns_b) != 0 ||
         sh(true, "ip -n %s link set oja%u name join0 && ip -n %s link set ojb%u name join0",

@@ -146,6 +146,24 @@ static inline void mp_netns_delete_at_exit(const char *ns_a, const char *ns_b, i
 }
 
 /*
+ * Add namespaces A and B (prog names the test), both deleted however the
+ * test ends: 0, or 77 having said why they cannot be.
+ */
+static inline int mp_netns_add_both(const char *prog, const char *ns_a, const char *ns_b)
+{
+    int rc = mp_netns_add_first(prog, ns_a);
+
+    if (rc != 0)
+        return rc;
+    mp_netns_delete_at_exit(ns_a, ns_b, 0);
+    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
+        printf("%s: skipped: cannot add a second namespace\n", prog);
+        return 77;
+    }
+    return 0;
+}
+
+/*
  * A veth pair <pfx><id>a<k> / <pfx><id>b<k> moved into A and B, named dev on
  * both sides, with <net>.1/24 in A and <net>.2/24 in B (net "10.81.0"), up.
  */
@@ -203,17 +221,12 @@ static inline int mp_netns_hosts(const char *prog, const char *self, const char 
                                  const char *ns_b, const char *pfx, unsigned id, const char *net,
                                  const char *const *devs, const int *nets, int n, bool need_tc)
 {
-    int rc = mp_netns_add_first(prog, ns_a);
+    int rc = mp_netns_add_both(prog, ns_a, ns_b);
 
     if (rc != 0)
         return rc;
-    mp_netns_delete_at_exit(ns_a, ns_b, 0);
     if (need_tc && mp_cmd(true, "tc -V") != 0) {
         printf("%s: skipped: no tc\n", prog);
-        return 77;
-    }
-    if (mp_cmd(false, "ip netns add %s", ns_b) != 0) {
-        printf("%s: skipped: cannot add a second namespace\n", prog);
         return 77;
     }
     for (int k = 0; k < n; k++) {

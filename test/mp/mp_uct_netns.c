@@ -44,13 +44,11 @@ static char ns_a[32], ns_b[32], veth_a[16], veth_b[16];
 
 static int parent(const char *self)
 {
-    int rc = mp_netns_add_first("mp_uct_netns", ns_a);
+    int rc = mp_netns_add_both("mp_uct_netns", ns_a, ns_b);
 
     if (rc != 0)
         return rc;
-    mp_netns_delete_at_exit(ns_a, ns_b, 0);
-    if (mp_cmd(false, "ip netns add %s", ns_b) != 0 ||
-        mp_cmd(false, "ip link add %s type veth peer name %s", veth_a, veth_b) != 0 ||
+    if (mp_cmd(false, "ip link add %s type veth peer name %s", veth_a, veth_b) != 0 ||
         mp_cmd(false, "ip link set %s netns %s", veth_a, ns_a) != 0 ||
         mp_cmd(false, "ip link set %s netns %s", veth_b, ns_b) != 0 ||
         mp_cmd(false, "ip -n %s addr add " ADDR_A "/24 dev %s", ns_a, veth_a) != 0 ||
