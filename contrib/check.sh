@@ -39,10 +39,11 @@ mkdir -p build-check
         make -j"$jobs" > make.log &&
         make -j"$jobs" check
 ) || failed build-check
-# Two kinds are known and open (docs/reliability.md, "Known open"): they
-# are printed with their counts but do not fail the step; every other does.
+# One kind is known and open (docs/reliability.md, "Known open": late
+# uct_tcp PUT bytes, read_bad/write_bad uct_tcp): printed with its counts,
+# it does not fail the step; every other kind does.
 bash contrib/soak.sh --minutes 2 --build build-check --out build-check/soak \
-    --tolerate "unreachable,read_bad uct_tcp,write_bad uct_tcp" ||
+    --tolerate "read_bad uct_tcp,write_bad uct_tcp" ||
     { echo "check.sh: the soak failed (logs in build-check/soak)"; exit 1; }
 
 mkdir -p build-asan

@@ -653,7 +653,9 @@ static ote_status_t engine_desc_encode(ote_engine_h e, ote_mem_table_t *table, o
 {
     ote_desc_t *d = calloc(1, sizeof(*d));
 
-    if (d == NULL || (d->tls = calloc(OTE_DESC_MAX_TLS, sizeof(*d->tls))) == NULL) {
+    if (d == NULL || (d->tls = calloc(OTE_DESC_MAX_TLS, sizeof(*d->tls))) == NULL ||
+        (d->runs = calloc(OTE_DESC_MAX_TLS, sizeof(*d->runs))) == NULL) {
+        free(d != NULL ? d->tls : NULL);
         free(d);
         return OTE_ERR_NO_MEMORY;
     }
@@ -667,6 +669,8 @@ static ote_status_t engine_desc_encode(ote_engine_h e, ote_mem_table_t *table, o
         for (size_t i = 0; i < wk->num_ifaces && d->num_tls < OTE_DESC_MAX_TLS; i++) {
             ote_desc_tl_t *t = &d->tls[d->num_tls];
 
+            /* Run, and said so, even while no device of it is up. */
+            ote_desc_runs_add(d, wk->ifaces[i]->resource.tl_name);
             if (ote_engine_iface_gone(e, wk->ifaces[i]))
                 continue;
 

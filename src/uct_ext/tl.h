@@ -66,6 +66,13 @@ enum {
      * other intra-host transport.
      */
     OTE_TL_CAP_MAPPED = 1u << 6,
+    /*
+     * An ep to a peer that is gone costs what the component cannot take
+     * back (UCX 1.13's tcp leaks the socket of a connect that fails inside
+     * uct_ep_create): the engine asks the peer's control address first and
+     * makes no ep to an instance that does not answer there.
+     */
+    OTE_TL_CAP_PROBE_PEER = 1u << 7,
 };
 
 enum {

@@ -277,8 +277,10 @@ static void gen_desc(void)
     uint8_t addrs[7 + 19] = {4, 0x1f, 0x91, 192, 0, 2, 2, 6, 0x1f, 0x91, 0xfd, 0, 0, 0, 0, 0,
                              0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
 
-    for (int variant = 0; variant < 3; variant++) {
-        uint32_t regions = variant == 0 ? 0 : variant == 1 ? 2 : 5;
+    /* Variant 3: an engine whose network links are all down: no device, two transports run. */
+    for (int variant = 0; variant < 4; variant++) {
+        uint32_t regions = variant == 0 || variant == 3 ? 0 : variant == 1 ? 2 : 5;
+        static const char *const runs[] = {"tcp", "uct_rc_mlx5", "cma"};
 
         ote_buf_put_u32(&b, OTE_DESC_MAGIC);
         ote_buf_put_u16(&b, OTE_DESC_VERSION);
@@ -287,18 +289,19 @@ static void gen_desc(void)
         ote_buf_put_str8(&b, "127.0.0.1:4000");
         ote_buf_put_str8(&b, "host-a");
         ote_buf_put_str8(&b, "127.0.0.1:4000");
-        ote_buf_put_u16(&b, variant == 0 ? 1 : 2);
-        ote_buf_put_str8(&b, "tcp");
+        ote_buf_put_u16(&b, variant == 3 ? 0 : variant == 0 ? 1 : 2);
         if (variant == 2) {
+            ote_buf_put_str8(&b, "tcp");
             ote_buf_put_str8(&b, "eth0");
             ote_buf_put_u16(&b, sizeof(addrs));
             ote_buf_put(&b, addrs, sizeof(addrs));
-        } else {
+        } else if (variant != 3) {
+            ote_buf_put_str8(&b, "tcp");
             ote_buf_put_str8(&b, "lo");
             ote_buf_put_u16(&b, sizeof(addr));
             ote_buf_put(&b, addr, sizeof(addr));
         }
-        if (variant != 0) {
+        if (variant == 1 || variant == 2) {
             ote_buf_put_str8(&b, "uct_rc_mlx5");
             ote_buf_put_str8(&b, "mlx5_0:1");
             ote_buf_put_u16(&b, 16);
@@ -323,13 +326,17 @@ static void gen_desc(void)
             }
         }
         /* Exported files: none, one, a directory's two. */
-        ote_buf_put_u32(&b, (uint32_t)variant);
-        for (int x = 0; x < variant; x++) {
+        ote_buf_put_u32(&b, (uint32_t)(variant % 3));
+        for (int x = 0; x < variant % 3; x++) {
             ote_buf_put_str8(&b, variant == 1 ? "kv" : x == 0 ? "dir/f1" : "dir/f2");
             ote_buf_put_u64(&b, 0x1000 + (uint64_t)x);
             ote_buf_put_u64(&b, (1ull << 30) + (uint64_t)x);
             ote_buf_put_u8(&b, (uint8_t)(1 + x));
         }
+        /* The transports it runs: 1, 2, 3, and 2 with no device listed. */
+        ote_buf_put_u16(&b, (uint16_t)(variant == 3 ? 2 : variant + 1));
+        for (int t = 0; t < (variant == 3 ? 2 : variant + 1); t++)
+            ote_buf_put_str8(&b, runs[t]);
         {
             char name[16];
 

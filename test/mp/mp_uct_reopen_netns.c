@@ -1,15 +1,17 @@
 /*
  * A segment opened at once after a link came back is not UNREACHABLE.
  * Namespaces A and B joined by a control link (ctl: the target's name and
- * descriptor travel there) and two data rails, rail0 and rail1, uct_tcp
- * alone on them (OTE_NET_DEVICES=rail0,rail1). Both rails go down: each
- * engine takes its uct_tcp devices out of its descriptor (engine_join.c).
- * They come up again and this engine, which sees its ports back at once
- * (OTE_RDMA_POLL_MS=50), opens the target at once, while the target (which
- * looks every 3 s) still publishes a descriptor without them. The target
- * still runs uct_tcp (its memory domain is in the descriptor): every open
- * ends OK, REMOTE_DISCONNECT or TIMEOUT, never UNREACHABLE, and once one
- * opens its WRITEs land (the target checks the bytes).
+ * descriptor travel there) and two data rails, rail0 and rail1, one
+ * network transport alone on them (OTE_NET_DEVICES=rail0,rail1): uct_tcp,
+ * or the native tcp built with REOPEN_NATIVE_TCP (mp_tcp_reopen_netns).
+ * Both rails go down: each engine takes its devices of the transport out
+ * of its descriptor (engine_join.c). They come up again and this engine,
+ * which sees its ports back at once (OTE_RDMA_POLL_MS=50), opens the
+ * target at once, while the target (which looks every 3 s) still
+ * publishes a descriptor without them. The target still runs the
+ * transport (its descriptor says so: desc.h, runs): every open ends OK,
+ * REMOTE_DISCONNECT or TIMEOUT, never UNREACHABLE, and once one opens its
+ * WRITEs land (the target checks the bytes).
  *
  * Needs root and `ip netns`; otherwise it says why and exits 77.
  */
@@ -31,6 +33,16 @@
 
 #include <cmocka.h>
 
+#ifdef REOPEN_NATIVE_TCP
+#define REOPEN_TLS  "tcp"
+#define REOPEN_NS   "ote_tro"
+#define REOPEN_VETH "ott"
+#else
+#define REOPEN_TLS  "uct_tcp"
+#define REOPEN_NS   "ote_uro"
+#define REOPEN_VETH "otu"
+#endif
+
 #define REGION (4u << 20)
 #define TASK   (1u << 20)
 
@@ -42,8 +54,8 @@ static int parent(const char *self, unsigned id)
     static const char *const devs[] = {"ctl", "rail0", "rail1"};
     static const int nets[] = {9, 0, 1};
 
-    return mp_netns_hosts("mp_uct_reopen_netns", self, ns_a, ns_b, "otu", id, "10.82", devs,
-                          nets, 3, false);
+    return mp_netns_hosts(REOPEN_NS, self, ns_a, ns_b, REOPEN_VETH, id, "10.82", devs, nets, 3,
+                          false);
 }
 
 static ote_test_pair_t *fx;
@@ -80,7 +92,7 @@ static int setup(void **state)
         "OTE_NET_DEVICES=rail0,rail1", "OTE_XFER_TIMEOUT_MS=1500", "OTE_CONNECT_TIMEOUT_MS=3000",
         "OTE_RAIL_COOLDOWN_MS=200", "OTE_RAIL_COOLDOWN_MAX_MS=800", "OTE_RDMA_POLL_MS=50", NULL});
     /* The target looks at its interfaces every 3 s: its descriptor lags. */
-    return mp_netns_pair_open(&fx, ns_b, "OTE_RDMA_POLL_MS=3000", "uct_tcp", "0.0.0.0:0", args_b,
+    return mp_netns_pair_open(&fx, ns_b, "OTE_RDMA_POLL_MS=3000", REOPEN_TLS, "0.0.0.0:0", args_b,
                               REGION, "10.82.9.2:");
 }
 
@@ -108,6 +120,9 @@ static void test_open_right_after_link_up(void **state)
     /* Two of the target's rounds: it took its devices out of its descriptor. */
     usleep(6500 * 1000);
     mp_netns_links_set(rails, "up");
+    /* This side's links running again (the target's descriptor still lags). */
+    assert_int_equal(mp_netns_wait_up(ns_a, "rail0"), 0);
+    assert_int_equal(mp_netns_wait_up(ns_a, "rail1"), 0);
     for (int k = 0; k < 200 && st != OTE_OK; k++) {
         st = ote_segment_open(fx->e, fx->target.name, &seg2);
         printf("open %d after the links came up: %s\n", k, ote_status_string(st));
@@ -136,5 +151,5 @@ static int in_netns_tests(void)
 
 int main(int argc, char **argv)
 {
-    return mp_netns_main(argc, argv, "ote_uro", ns_a, ns_b, in_netns_tests, parent);
+    return mp_netns_main(argc, argv, REOPEN_NS, ns_a, ns_b, in_netns_tests, parent);
 }

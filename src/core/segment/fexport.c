@@ -106,6 +106,7 @@ ote_status_t ote_fexport_desc_encode(ote_fexport_table_t *t, ote_desc_t *d,
         status = ote_desc_encode(d, regions, out);
     free(d->exports);
     free(d->tls);
+    free(d->runs);
     free(d);
     return status;
 }

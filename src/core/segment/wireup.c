@@ -325,9 +325,10 @@ static ote_tl_peer_t rail_peer(ote_segment_h seg, const ote_desc_t *d)
 }
 
 /*
- * Before the first uct_tcp ep of a build or repair: the instance d
- * describes must answer at its control address. UCX 1.13's tcp leaks the
- * socket of a connect that fails inside uct_ep_create, and a metadata
+ * Before the first ep of a build or repair on a transport that asks for it
+ * (OTE_TL_CAP_PROBE_PEER): the instance d describes must answer at its
+ * control address. UCX 1.13's tcp leaks the socket of a connect that fails
+ * inside uct_ep_create, and a metadata
  * store keeps a dead instance's record until its lease ends, so each
  * attempt on a rail towards a dead peer (an open, a probe every cool-down)
  * cost a descriptor. A control address that refuses, does not answer in
@@ -370,7 +371,7 @@ static ote_status_t rail_connect(ote_segment_h seg, const ote_desc_t *d, ote_rai
             break;
         if (r->caps.conn_model == OTE_TL_CONN_TO_EP)
             status = rail_connect_to_ep(seg, d, r, peer_tl, peer_worker, peer);
-        else if (strcmp(iface->resource.tl_name, "uct_tcp") != 0 ||
+        else if (!(r->caps.ops & OTE_TL_CAP_PROBE_PEER) ||
                  (status = peer_answers(seg, d, gate)) == OTE_OK)
             status = iface->ops->ep_create(iface, peer_tl->addr, peer_tl->addr_len, peer,
                                            &r->ep);
@@ -518,22 +519,21 @@ static int rail_remote_md(const ote_desc_t *d, const ote_tl_iface_t *iface)
 }
 
 /*
- * The peer runs iface's transport (its descriptor lists the transport's
- * memory domain, which stays listed while the engine runs) but lists no
- * device of it: every device of it left that engine for now (links down
- * there: engine_join.c takes a gone device out of the descriptor and puts
- * it back when it returns), not a configuration that cannot reach it.
- * Transports without a memory domain (the native tcp) cannot say.
+ * The peer runs iface's transport but lists no device of it: every device
+ * of it left that engine for now (links down there: engine_join.c takes a
+ * gone device out of the descriptor and puts it back when it returns), not
+ * a configuration that cannot reach it. A descriptor says which transports
+ * its engine runs (version 4: desc.h, runs); an older one says it only for
+ * a transport with a memory domain (which stays listed while the engine
+ * runs).
  */
 static bool peer_devices_away(const ote_desc_t *d, const ote_tl_iface_t *iface)
 {
-    if (rail_remote_md(d, iface) < 0)
+    const char *tl = iface->resource.tl_name;
+
+    if (ote_desc_has_device(d, tl))
         return false;
-    for (size_t k = 0; k < d->num_tls; k++) {
-        if (strcmp(d->tls[k].tl_name, iface->resource.tl_name) == 0)
-            return false;
-    }
-    return true;
+    return ote_desc_runs(d, tl) || rail_remote_md(d, iface) >= 0;
 }
 
 typedef struct {

@@ -81,6 +81,9 @@ ote_status_t ote_desc_encode(const ote_desc_t *d, ote_mem_table_t *table, ote_bu
         ote_buf_put_u64(out, d->exports[i].size);
         ote_buf_put_u8(out, (uint8_t)d->exports[i].access);
     }
+    ote_buf_put_u16(out, (uint16_t)d->num_runs);
+    for (size_t i = 0; i < d->num_runs; i++)
+        ote_buf_put_str8(out, d->runs[i]);
     if (out->failed)
         return OTE_ERR_NO_MEMORY;
     ote_put_u32(out->data + count_pos, ctx.count);
@@ -104,6 +107,7 @@ void ote_desc_free(ote_desc_t *d)
     free(d->ends);
     free(d->tops);
     free(d->exports);
+    free(d->runs);
     free(d->blob);
     free(d);
 }
@@ -113,7 +117,7 @@ size_t ote_desc_footprint(const ote_desc_t *d)
     size_t n = sizeof(*d) + d->num_tls * sizeof(*d->tls) + d->blob_len +
                d->num_regions * (sizeof(*d->regions) + 2 * sizeof(uint64_t)) +
                d->num_tops * sizeof(uint64_t) + d->num_rkeys * sizeof(*d->rkeys) +
-               d->num_exports * sizeof(*d->exports);
+               d->num_exports * sizeof(*d->exports) + d->num_runs * sizeof(*d->runs);
 
     for (const ote_desc_loc_t *l = d->locs; l != NULL; l = l->next)
         n += sizeof(*l);
@@ -261,6 +265,32 @@ static bool decode_exports(ote_rd_t *r, ote_desc_t *d)
     return true;
 }
 
+/*
+ * Version 4: the transports the engine runs, each named (not empty) and
+ * once, at most OTE_DESC_MAX_TLS of them.
+ */
+static bool decode_runs(ote_rd_t *r, ote_desc_t *d)
+{
+    uint16_t n = ote_rd_u16(r);
+
+    if (r->failed || n > OTE_DESC_MAX_TLS || n > r->left / 2)
+        return false;
+    d->runs = calloc(n ? n : 1, sizeof(*d->runs));
+    if (d->runs == NULL)
+        return false;
+    d->num_runs = n;
+    for (uint16_t i = 0; i < n; i++) {
+        ote_rd_str8(r, d->runs[i], sizeof(d->runs[i]));
+        if (r->failed || d->runs[i][0] == '\0')
+            return false;
+        for (uint16_t j = 0; j < i; j++) {
+            if (strcmp(d->runs[j], d->runs[i]) == 0)
+                return false;
+        }
+    }
+    return true;
+}
+
 /* The lookup index of d's sorted regions (desc.h); false when out of memory. */
 static bool index_build(ote_desc_t *d)
 {
@@ -386,6 +416,8 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
     }
     if (version >= 3 && !decode_exports(&r, d))
         goto err;
+    if (version >= 4 && !decode_runs(&r, d))
+        goto err;
     if (ote_rd_end(&r) != OTE_OK)
         goto err;
     if (!regions_sort(d) || !index_build(d))
@@ -469,6 +501,34 @@ const ote_desc_region_t *ote_desc_find_region(const ote_desc_t *d, uint64_t addr
             break; /* nested regions deeper than this are not worth a scan */
     }
     return NULL;
+}
+
+void ote_desc_runs_add(ote_desc_t *d, const char *tl_name)
+{
+    for (size_t k = 0; k < d->num_runs; k++) {
+        if (strcmp(d->runs[k], tl_name) == 0)
+            return;
+    }
+    if (d->num_runs < OTE_DESC_MAX_TLS && tl_name[0] != '\0')
+        snprintf(d->runs[d->num_runs++], sizeof(d->runs[0]), "%s", tl_name);
+}
+
+bool ote_desc_has_device(const ote_desc_t *d, const char *tl_name)
+{
+    for (size_t k = 0; k < d->num_tls; k++) {
+        if (strcmp(d->tls[k].tl_name, tl_name) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool ote_desc_runs(const ote_desc_t *d, const char *tl_name)
+{
+    for (size_t k = 0; k < d->num_runs; k++) {
+        if (strcmp(d->runs[k], tl_name) == 0)
+            return true;
+    }
+    return ote_desc_has_device(d, tl_name);
 }
 
 const ote_desc_export_t *ote_desc_find_export(const ote_desc_t *d, const char *name)

@@ -20,12 +20,16 @@
 
 #include <ote/ote.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define OTE_DESC_MAGIC      0x4445544fu /* "OTED" */
-/* 3 added exported files, 2 the control address; 1 and 2 are still read */
-#define OTE_DESC_VERSION    3
+/*
+ * 4 added the transports the engine runs, 3 exported files, 2 the control
+ * address; 1 to 3 are still read
+ */
+#define OTE_DESC_VERSION    4
 #define OTE_DESC_NAME_MAX   255
 #define OTE_DESC_MAX_TLS    64
 #define OTE_DESC_MAX_MDS    OTE_MEM_MAX_MDS
@@ -96,6 +100,15 @@ typedef struct {
     ote_desc_loc_t    *locs;    /* the distinct locations regions point to */
     size_t             num_exports;
     ote_desc_export_t *exports; /* files it exports (version 3) */
+    /*
+     * The transports the engine runs (version 4; 0 in older ones), each
+     * once, whether or not a device of it is in tls now: one whose links
+     * are all down there leaves tls until a link comes back, and stays
+     * here. num_runs of them (at most OTE_DESC_MAX_TLS), allocated to that
+     * count.
+     */
+    size_t             num_runs;
+    char             (*runs)[OTE_TL_NAME_MAX];
     uint8_t           *blob;    /* the encoded bytes rkeys point into */
     size_t             blob_len;
     atomic_long        refs;    /* holders: a segment, and tasks using its rkeys */
@@ -138,6 +151,19 @@ static inline uint64_t ote_desc_end(const ote_desc_t *d, size_t i)
 {
     return d->ends != NULL ? d->ends[i] : d->regions[i].addr + d->regions[i].length;
 }
+
+/*
+ * Whether d says its engine runs transport tl_name: it lists it among the
+ * transports it runs (version 4), or (older descriptors) a device of it.
+ */
+bool ote_desc_runs(const ote_desc_t *desc, const char *tl_name);
+/*
+ * Add tl_name to d->runs (allocated by the caller to OTE_DESC_MAX_TLS
+ * entries) unless it is there; one over that count is not added.
+ */
+void ote_desc_runs_add(ote_desc_t *desc, const char *tl_name);
+/* Whether d lists a device of transport tl_name now. */
+bool ote_desc_has_device(const ote_desc_t *desc, const char *tl_name);
 
 /* The export entry of that name, or NULL. */
 const ote_desc_export_t *ote_desc_find_export(const ote_desc_t *desc, const char *name);

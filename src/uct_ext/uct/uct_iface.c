@@ -346,6 +346,9 @@ static void iface_caps(ote_uct_iface_t *iface, bool force_ep)
     c->slice_size = c->max_msg && c->max_msg < OTE_UCT_SLICE ? c->max_msg : OTE_UCT_SLICE;
     c->bandwidth  = a->bandwidth.dedicated + a->bandwidth.shared;
     c->latency    = a->latency.c;
+    /* UCX's tcp leaks the socket of a connect that fails in uct_ep_create. */
+    if (c->ops != 0 && strcmp(iface->rsc.tl_name, "tcp") == 0)
+        c->ops |= OTE_TL_CAP_PROBE_PEER;
 }
 
 /*

@@ -464,6 +464,14 @@ static void test_desc_roundtrip(void **state)
     in->exports[1] = (ote_desc_export_t){.name = "dir/f", .id = 8, .size = 1,
                                          .access = OTE_ACCESS_REMOTE_READ |
                                                    OTE_ACCESS_REMOTE_WRITE};
+    /* It runs uct_tcp too, no device of which is up now. */
+    in->runs = calloc(OTE_DESC_MAX_TLS, sizeof(*in->runs));
+    assert_non_null(in->runs);
+    ote_desc_runs_add(in, "tcp");
+    ote_desc_runs_add(in, "uct_tcp");
+    ote_desc_runs_add(in, "tcp");
+    ote_desc_runs_add(in, "cma");
+    assert_int_equal(in->num_runs, 3);
 
     assert_int_equal(ote_desc_encode(in, table, &buf), OTE_OK);
     assert_int_equal(ote_desc_decode(buf.data, buf.len, &out), OTE_OK);
@@ -480,6 +488,11 @@ static void test_desc_roundtrip(void **state)
     assert_true(ote_desc_find_export(out, "kv")->size == 1u << 20);
     assert_int_equal(ote_desc_find_export(out, "kv")->access, OTE_ACCESS_REMOTE_READ);
     assert_null(ote_desc_find_export(out, "dir"));
+    assert_int_equal(out->num_runs, 3);
+    assert_string_equal(out->runs[1], "uct_tcp");
+    assert_true(ote_desc_runs(out, "uct_tcp") && !ote_desc_has_device(out, "uct_tcp"));
+    assert_true(ote_desc_runs(out, "tcp") && ote_desc_has_device(out, "tcp"));
+    assert_false(ote_desc_runs(out, "shm") || ote_desc_has_device(out, "shm"));
     assert_int_equal(out->num_regions, 3);
     for (size_t i = 0; i < 3; i++) {
         const ote_desc_region_t *r = ote_desc_find_region(out, (uintptr_t)mem[i], 1);
@@ -524,6 +537,7 @@ static void test_desc_roundtrip(void **state)
     }
     free(buf.data);
     free(in->exports);
+    free(in->runs);
     free(in->tls);
     free(in);
     for (size_t i = 0; i < 3; i++)
@@ -676,6 +690,74 @@ static void test_desc_hostile_counts(void **state)
     free(b.data);
 }
 
+/*
+ * The transports a descriptor's engine runs (version 4): a list after the
+ * exported files, each named once; version 3 has none, and there a
+ * transport is run only when a device of it is listed.
+ */
+static ote_buf_t desc_runs(uint16_t version, uint16_t count, const char *const *names)
+{
+    ote_buf_t b = desc_head(version, true);
+
+    ote_buf_put_str8(&b, "x:1"); /* control address */
+    ote_buf_put_u16(&b, 1);      /* one device: tcp on lo */
+    ote_buf_put_str8(&b, "tcp");
+    ote_buf_put_str8(&b, "lo");
+    ote_buf_put_u16(&b, 0);
+    ote_buf_put_u16(&b, 0); /* no memory domain */
+    ote_buf_put_u32(&b, 0); /* no region */
+    ote_buf_put_u32(&b, 0); /* no export */
+    if (version >= 4) {
+        ote_buf_put_u16(&b, count);
+        for (uint16_t i = 0; names != NULL && names[i] != NULL; i++)
+            ote_buf_put_str8(&b, names[i]);
+    }
+    return b;
+}
+
+static void test_desc_runs(void **state)
+{
+    static const char *const two[] = {"tcp", "uct_tcp", NULL};
+    static const char *const twice[] = {"tcp", "tcp", NULL};
+    static const char *const empty[] = {"tcp", "", NULL};
+    ote_desc_t *out = NULL;
+    ote_buf_t b;
+
+    (void)state;
+    b = desc_runs(4, 2, two);
+    assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_OK);
+    assert_int_equal(out->num_runs, 2);
+    assert_true(ote_desc_runs(out, "uct_tcp") && !ote_desc_has_device(out, "uct_tcp"));
+    ote_desc_free(out);
+    /* Trailing bytes, a cut list, a count beyond the bytes or the bound, a name twice, empty. */
+    ote_buf_put_u8(&b, 0);
+    assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_desc_decode(b.data, b.len - 2, &out), OTE_ERR_PROTOCOL);
+    free(b.data);
+    b = desc_runs(4, 3, two);
+    assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_ERR_PROTOCOL);
+    free(b.data);
+    b = desc_runs(4, OTE_DESC_MAX_TLS + 1, NULL);
+    for (int i = 0; i <= OTE_DESC_MAX_TLS; i++)
+        ote_buf_put_str8(&b, i % 2 ? "a" : "b");
+    assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_ERR_PROTOCOL);
+    free(b.data);
+    b = desc_runs(4, 2, twice);
+    assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_ERR_PROTOCOL);
+    free(b.data);
+    b = desc_runs(4, 2, empty);
+    assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_ERR_PROTOCOL);
+    free(b.data);
+    /* Version 3: still read; what it runs is what it lists a device of. */
+    b = desc_runs(3, 0, NULL);
+    assert_int_equal(ote_desc_decode(b.data, b.len, &out), OTE_OK);
+    assert_int_equal(out->num_runs, 0);
+    assert_true(ote_desc_runs(out, "tcp"));
+    assert_false(ote_desc_runs(out, "uct_tcp"));
+    ote_desc_free(out);
+    free(b.data);
+}
+
 /* The native tcp address: a list of IPv4 and IPv6 entries, every byte checked. */
 static void test_tcp_addr(void **state)
 {
@@ -755,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_ctl_handlers),
         cmocka_unit_test(test_notify),        cmocka_unit_test(test_desc_roundtrip),
         cmocka_unit_test(test_desc_hostile_counts), cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_desc_runs),
         cmocka_unit_test(test_tcp_addr),      cmocka_unit_test(test_file_io),
         cmocka_unit_test(test_file_io_rails),
     };

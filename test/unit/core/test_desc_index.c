@@ -30,7 +30,7 @@ static ote_desc_t *make_desc(const rg_t *r, size_t n)
     ote_desc_t *d = NULL;
 
     ote_buf_put_u32(&b, OTE_DESC_MAGIC);
-    ote_buf_put_u16(&b, OTE_DESC_VERSION);
+    ote_buf_put_u16(&b, 3);
     ote_buf_put_u16(&b, 0);
     ote_buf_put_u64(&b, 42);
     ote_buf_put_str8(&b, "idx");
@@ -339,7 +339,7 @@ static void test_compact_entries(void **state)
     if (sizeof(void *) == 8)
         assert_true(sizeof(ote_desc_region_t) <= 48);
     ote_buf_put_u32(&b, OTE_DESC_MAGIC);
-    ote_buf_put_u16(&b, OTE_DESC_VERSION);
+    ote_buf_put_u16(&b, 3);
     ote_buf_put_u16(&b, 0);
     ote_buf_put_u64(&b, 43);
     ote_buf_put_str8(&b, "cmp");
