@@ -54,7 +54,7 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The transfer this thread polled last, and when that poll returned PENDING. */
+/* The transfer this thread polled (or posted) last, and when that left it PENDING. */
 static _Thread_local const void *last_polled;
 static _Thread_local uint64_t    last_polled_ns;
 
@@ -386,6 +386,13 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     t->xfer_ns      = 0;
     t->state        = OTE_TASK_PENDING;
     transfer_update(t);
+    if (t->state == OTE_TASK_PENDING) {
+        /* The posting thread's next poll of it, if at once, is a loop's (see poll). */
+        last_polled    = t;
+        last_polled_ns = mono_ns();
+    } else if (last_polled == (const void *)t) {
+        last_polled = NULL;
+    }
     return PyLong_FromLong(t->state);
 }
 
@@ -628,9 +635,9 @@ static PyMethodDef Transfer_methods[] = {
      "poll(progress=False, wait=0.0, repoll_us=0, yield_cpu=False)\n--\n\n"
      "The latest post's state: PENDING until every request ended and its notification "
      "was queued by the peer (or failed), then COMPLETED or FAILED (see error). While "
-     "PENDING: with wait and repoll_us, when this thread's previous poll was of this "
-     "transfer and returned PENDING less than repoll_us microseconds ago (a caller polling "
-     "it in a loop), it waits up to wait seconds in the engine (ote_batch_wait, at least "
+     "PENDING: with wait and repoll_us, when this thread's previous poll (or post) was of "
+     "this transfer and left it PENDING less than repoll_us microseconds ago (a caller "
+     "polling it in a loop), it waits up to wait seconds in the engine (ote_batch_wait, at least "
      "1 ms), else with progress it progresses the engine once (ote_engine_progress) and, "
      "with yield_cpu, yields the CPU if still PENDING; the GIL released in each."},
     {"wait", (PyCFunction)(void (*)(void))Transfer_wait, METH_VARARGS | METH_KEYWORDS,

@@ -34,9 +34,10 @@ IN_PROG = nixl_status_t.NIXL_IN_PROG
 _OP = {int(nixl_xfer_op_t.NIXL_READ): orbitte.READ, int(nixl_xfer_op_t.NIXL_WRITE): orbitte.WRITE}
 
 # check_xfer_state of a transfer in progress: a thread that polls the same
-# transfer again within REPOLL_US of the last "PROC" is polling it in a loop and
-# waits in the engine instead, up to WAIT_S (ote_batch_wait, as ote_perftest's
-# callers wait); any other poll progresses the engine once and yields the CPU.
+# transfer again within REPOLL_US of the last "PROC" (of its poll, or of the
+# transfer() it posted) is polling it in a loop and waits in the engine
+# instead, up to WAIT_S (ote_batch_wait, as ote_perftest waits after its
+# submit); any other poll progresses the engine once and yields the CPU.
 REPOLL_US = 50
 WAIT_S = 0.001
 _PENDING = int(orbitte._ote.PENDING)
