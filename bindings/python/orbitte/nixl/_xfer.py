@@ -365,9 +365,20 @@ class Transfers:
             # In progress: as NIXL's UCX backend progresses its worker here, one
             # non-blocking pass of the engine from this thread (GIL released)
             # completes what arrived; a caller polling this transfer in a loop
-            # waits in the engine instead (REPOLL_US, WAIT_S), which leaves the
-            # CPU to the engine's threads; else the CPU is yielded.
-            st = x.poll(loop_wait=True)
+            # (or right after posting it) waits in the engine instead
+            # (REPOLL_US, WAIT_S), which leaves the CPU to the engine's threads;
+            # else the CPU is yielded. The common answers without a frame more.
+            try:
+                s = x.t.poll(True, WAIT_S, REPOLL_US, True)
+            except orbitte.Error:
+                s = None
+            if s == _PENDING:
+                return IN_PROG
+            if s == _COMPLETED:
+                x._finish(SUCCESS)
+                self._cost(x)
+                return SUCCESS
+            st = x.poll()            # ended otherwise (or raised): its error, as poll says
             if st is SUCCESS:
                 self._cost(x)
         return st
