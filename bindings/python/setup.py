@@ -202,8 +202,8 @@ setup(
             # one C file per type, as CPython's own modules (_ote/module.h)
             sources=["_ote/module.c", "_ote/engine.c", "_ote/memory.c", "_ote/segment.c",
                      "_ote/batch.c", "_ote/batch_submit.c", "_ote/notify.c",
-                     "_ote/stats.c", "_ote/transfer.c"],
-            depends=["_ote/module.h"],
+                     "_ote/stats.c", "_ote/transfer.c", "_ote/transfer_build.c"],
+            depends=["_ote/module.h", "_ote/transfer.h"],
             include_dirs=[],
             library_dirs=[],
             runtime_library_dirs=[],

@@ -18,7 +18,8 @@
 #   --only python the rows the Python goals compare: ote_perftest tcp's
 #                 bandwidth (depth 2, its default, and depth 1: one batch in
 #                 flight, as a sync call has) and orbitte.mooncake's
-#                 batch_transfer_sync_write/read, 1 thread
+#                 batch_transfer_sync_write/read and its async calls two in
+#                 flight (--depth 2), 1 thread
 #   --out FILE    also write the table to FILE
 #   --plot DIR    also draw the pictures of the table into DIR
 #                 (contrib/bench/plot.py, which needs matplotlib:
@@ -48,7 +49,7 @@ while [ $# -gt 0 ]; do
     --plot) plot=$2; shift ;;
     --build) build=$2; shift ;;
     --wheels) wheels=$2; shift ;;
-    -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;; # the build directory, as a plain argument
     esac
@@ -319,12 +320,12 @@ memcpy_all() {
 }
 
 # --- Python peers: Mooncake's wheel, orbitte.mooncake, NIXL's wheel ----------
-mc_all() { # PEER IMPL PYTHONPATH LABEL BUDGET (LABEL: the PYTHONPATH as the commands show it)
+mc_all() { # PEER IMPL PYTHONPATH LABEL BUDGET [MORE ARGS] (LABEL: the PYTHONPATH as the commands show it)
     peer=$1 impl=$2 pp=$3 ppl=$4
-    local budget=$5
+    local budget=$5 more=${6:-}
     mc=bindings/python/bench/mc_batch_write.py
     for op in write read; do
-        a="--impl $impl --op $op --count 1 --size 8 --iters $((lat_n / 4)) --warmup 20"
+        a="--impl $impl --op $op --count 1 --size 8 --iters $((lat_n / 4)) --warmup 20$more"
         cmd "lat $op" "$peer" "PYTHONPATH=$ppl python3 $mc $a"
         set -- $(PYTHONPATH=$pp tmo python3 $mc $a 2>"$tmp/err" |
             python3 -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["p50_us"], r["p99_us"])' 2>/dev/null)
@@ -334,7 +335,7 @@ mc_all() { # PEER IMPL PYTHONPATH LABEL BUDGET (LABEL: the PYTHONPATH as the com
             sc=$([ "$name" = kv ] && echo " --scatter")
             for T in $threads; do
                 it=$((budget / (size * batch) / T / 2 + 2))
-                a="--impl $impl --op $op --count $batch --size $size --threads $T --iters $it$sc"
+                a="--impl $impl --op $op --count $batch --size $size --threads $T --iters $it$sc$more"
                 cmd "$name $op T$T" "$peer" "PYTHONPATH=$ppl python3 $mc $a"
                 PYTHONPATH=$pp tmo python3 $mc $a >"$tmp/mc.out" 2>"$tmp/err"
                 rc=$?
@@ -455,6 +456,9 @@ for round in $(seq "$rounds"); do
         ote_bw "ote_perftest tcp" tcp $tcp_budget
         ote_bw "ote_perftest tcp, depth 1" tcp $tcp_budget "-D 1"
         [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py" ORBITTE $tcp_budget
+        # async calls, two in flight: ote_perftest's default depth
+        [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp, async depth 2" orbitte "$tmp/py" ORBITTE \
+            $tcp_budget " --depth 2"
         continue
     fi
     # Latencies first, each ote_perftest figure beside its reference in

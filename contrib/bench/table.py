@@ -22,6 +22,7 @@ PEERS = {
     "tcp ping-pong, no library": "ote_perftest tcp",
     "tcp stream, no library": "ote_perftest tcp",
     "orbitte.mooncake tcp": "ote_perftest tcp",
+    "orbitte.mooncake tcp, async depth 2": "ote_perftest tcp",
     "Mooncake wheel tcp": "ote_perftest tcp",
     "NIXL wheel, UCX tcp": "ote_perftest tcp",
     "orbitte.nixl tcp": "ote_perftest tcp",
@@ -83,6 +84,10 @@ EQUIVALENTS = """\
   in a second process, tcp, P2PHANDSHAKE; latency is one call of one 8-byte
   block; KV is one call of 2,048 scattered 16 KiB blocks (a whole request);
   2 threads make their calls at the same time on their own blocks.
+- orbitte.mooncake, async depth 2 (`--only python`): the same script with
+  `--depth 2`: two `batch_transfer_async_write|read` calls in flight, each
+  awaited in turn with `get_batch_transfer_status` and followed by the
+  next (ote_perftest's default depth; each call one `Batch.submit_arrays`).
 - NIXL's wheel: `contrib/bench/nixl_xfer.py`, two `nixl_agent`s with the UCX
   backend in two processes, `UCX_TLS=tcp`, DRAM; ote_perftest's shapes: two
   transfers of BATCH descriptors in flight (two handles, each posted again
@@ -164,7 +169,12 @@ GOALS += [
 # ote_perftest at 64 KiB and 1 MiB; beside them, the same against
 # ote_perftest with one batch in flight (-D 1), as a sync call has
 OMC, TCP1 = "orbitte.mooncake tcp", "ote_perftest tcp, depth 1"
+OMC2 = "orbitte.mooncake tcp, async depth 2"
 GOALS += [
+    (f"orbitte.mooncake async depth 2 / ote_perftest tcp, {SHAPES[sh]} {op.upper()}",
+     (f"{sh} {op} T1", OMC2, "v"), (f"{sh} {op} T1", TCP, "v"), ">=", 0.9)
+    for sh in ("64k", "1m") for op in ("write", "read")
+] + [
     (f"orbitte.mooncake / ote_perftest tcp, {SHAPES[sh]} {op.upper()}", (f"{sh} {op} T1", OMC, "v"),
      (f"{sh} {op} T1", TCP, "v"), ">=", 0.9)
     for sh in ("64k", "1m") for op in ("write", "read")
@@ -216,8 +226,8 @@ def median(by_round, key, peer):
 
 # run.sh --only nixl: the peers it runs, and the goals naming NIXL's peers
 ONLY_PEERS = {"nixl": {TCP, "tcp ping-pong, no library", STREAM, ONIXL, NIXLW},
-              "python": {TCP, TCP1, OMC}}
-ONLY_GOALS = {"nixl": {ONIXL, NIXLW, "ote_batch_submit tcp"}, "python": {OMC}}
+              "python": {TCP, TCP1, OMC, OMC2}}
+ONLY_GOALS = {"nixl": {ONIXL, NIXLW, "ote_batch_submit tcp"}, "python": {OMC, OMC2}}
 
 
 def goals(by_round, only=""):

@@ -6,6 +6,8 @@
  */
 #include "module.h"
 
+#include <sched.h>
+
 static PyStructSequence_Field task_status_fields[] = {
     {"state", "the task's state: PENDING, COMPLETED, FAILED, CANCELED or TIMEOUT"},
     {"error", "why it did not complete (a status code; 0 when it did)"},
@@ -127,36 +129,71 @@ static PyObject *task_status_object(const ote_task_status_t *ts)
     return o;
 }
 
+/*
+ * One non-blocking progress pass of the engine from this thread (the GIL
+ * released), for a status poll that found a task pending. A caller that polls
+ * without ever waiting would otherwise get no answer until a worker thread
+ * looks: one parked by an earlier wait (Batch.wait, Transfer.poll) looks again
+ * only every OTE_POLL_PARK_US (5 ms by default), and with
+ * OTE_PROGRESS_THREAD=n nothing else reads the answer at all.
+ */
+static void batch_poll_progress(BatchObject *b)
+{
+    ote_engine_h e = b->engine->e;
+
+    Py_BEGIN_ALLOW_THREADS
+    (void)ote_engine_progress(e);
+    Py_END_ALLOW_THREADS
+}
+
+/* Still pending after that pass: leave the CPU to the threads that complete it (the
+ * peer's, the engine's own) before the caller polls again, as ote_batch_wait's polling does. */
+static void batch_poll_yield(void)
+{
+    Py_BEGIN_ALLOW_THREADS
+    sched_yield();
+    Py_END_ALLOW_THREADS
+}
+
 static PyObject *Batch_status(BatchObject *b, PyObject *args)
 {
     PyObject *task_obj = Py_None;
     ote_task_status_t ts;
     ote_status_t st;
+    Py_ssize_t task = -1;
 
     if (!PyArg_ParseTuple(args, "|O:status", &task_obj))
         return NULL;
     if (batch_check(b) < 0)
         return NULL;
-    if (task_obj == Py_None) {
-        st = ote_batch_status(b->batch, &ts);
-        if (st != OTE_OK)
-            return raise_status(st, "Batch.status()");
-        return PyLong_FromLong(ts.state);
-    }
-    {
-        Py_ssize_t task = PyLong_AsSsize_t(task_obj);
-
+    if (task_obj != Py_None) {
+        task = PyLong_AsSsize_t(task_obj);
         if (task == -1 && PyErr_Occurred())
             return NULL;
         if (task < 0) {
             raise_invalid(NULL, "status: no such task");
             return NULL;
         }
-        st = ote_batch_task_status(b->batch, (size_t)task, &ts);
+    }
+    for (int pass = 0;; pass++) {
+        st = task < 0 ? ote_batch_status(b->batch, &ts)
+                      : ote_batch_task_status(b->batch, (size_t)task, &ts);
         if (st != OTE_OK)
             return raise_status(st, "Batch.status()");
-        return task_status_object(&ts);
+        if (ts.state != OTE_TASK_PENDING)
+            break;
+        if (pass == 1) {
+            batch_poll_yield();
+            break;
+        }
+        batch_poll_progress(b);
+        /* another thread may have released the batch or closed the engine meanwhile */
+        if (batch_check(b) < 0)
+            return NULL;
     }
+    if (task < 0)
+        return PyLong_FromLong(ts.state);
+    return task_status_object(&ts);
 }
 
 static PyObject *Batch_telemetry(BatchObject *b, PyObject *unused)
@@ -296,7 +333,9 @@ static PyMethodDef Batch_methods[] = {
     {"status", (PyCFunction)Batch_status, METH_VARARGS,
      "status(task=None)\n--\n\nWith a task id: its TaskStatus(state, error, transferred). "
      "Without: the batch's summary state (PENDING while any task is, else FAILED if any "
-     "failed, else COMPLETED)."},
+     "failed, else COMPLETED). A poll that finds the task (or the batch) PENDING progresses "
+     "the engine once from this thread (ote_engine_progress, the GIL released) and looks "
+     "again, so that a loop of status() calls completes its transfers by itself."},
     {"notify_status", (PyCFunction)Batch_notify_status, METH_VARARGS,
      "notify_status(task)\n--\n\nThe status of the notification submitted with task: "
      "INPROGRESS (1), OK (0) once the peer queued it, or why it was not delivered (<0)."},

@@ -103,11 +103,11 @@ PyObject *Engine_stats(EngineObject *self, PyObject *unused); /* stats.c */
 PyObject *Batch_submit(BatchObject *b, PyObject *args, PyObject *kw);
 PyObject *Batch_submit_arrays(BatchObject *b, PyObject *args, PyObject *kw);
 
-/* batch_submit.c, also used by transfer.c: an op (READ or WRITE), and n 64-bit
+/* batch_submit.c, also used by transfer_build.c: an op (READ or WRITE), and n 64-bit
  * values copied (PyMem_Malloc) from a sequence of ints or an 8-byte integer buffer. */
 int op_value(PyObject *o, ote_op_t *op);
 int u64_array(PyObject *o, const char *what, uint64_t **out, Py_ssize_t *n_p);
-PyObject *Engine_transfer(EngineObject *self, PyObject *args, PyObject *kw); /* transfer.c */
+PyObject *Engine_transfer(EngineObject *self, PyObject *args, PyObject *kw); /* transfer_build.c */
 
 #pragma GCC visibility pop
 

@@ -1,16 +1,16 @@
 /*
  * orbitte.Transfer (Engine.transfer): one fixed list of requests (an op,
  * local and remote addresses, lengths) posted again and again, as NIXL's
- * transfer handles are. The requests are built once; each post is one
- * ote_batch_submit (or ote_batch_submit_notify) of all of them with the GIL
- * released, into the batch of the previous post while that one completed
+ * transfer handles are. The requests are built once (transfer_build.c);
+ * each post is one ote_batch_submit (or ote_batch_submit_notify) of all of
+ * them with the GIL released, into the batch of the previous post while that one completed
  * and the batch has room (a batch holds capacity tasks over its life, so a
  * batch takes several posts), else into a new one. Its state, the figures
  * of its latest post (the batch's telemetry less what earlier posts added)
  * and the polling policy of orbitte.nixl's check_xfer_state live here, so
  * that a repost and a poll cost no Python object but the answer.
  */
-#include "module.h"
+#include "transfer.h"
 
 #include <sched.h>
 #include <time.h>
@@ -21,31 +21,6 @@
 #define POSTS_MAX  64
 #define TASKS_AIM  256
 
-typedef struct {
-    PyObject_HEAD
-    EngineObject          *engine;
-    ote_xfer_req_t        *reqs;
-    size_t                 count;
-    size_t                 merged;     /* requests merged into their predecessor */
-    uint64_t               bytes;
-    ote_segment_h          seg;        /* the segment reqs name (NULL: none yet) */
-    ote_batch_h            batch;      /* of the latest post; NULL before the first */
-    size_t                 cap;        /* its capacity */
-    size_t                 next;       /* its tasks used so far */
-    uint64_t               posts;      /* posts submitted, all batches */
-    size_t                 first;      /* the latest post's first task */
-    size_t                 ended;      /* its tasks first..first+ended known ended */
-    int                    has_notify;
-    int                    busy;       /* calls using the batch with the GIL released */
-    int                    state;      /* -1 never posted (or the post failed), else ote_task_state_t */
-    ote_status_t           error;      /* FAILED: the first failed task's error, or the notification's */
-    ote_status_t           notify_error;
-    ote_batch_telemetry_t  base;       /* the batch's figures before the latest post */
-    uint64_t               batch_t0;   /* monotonic ns before the batch's first submit */
-    uint64_t               post_t0;    /* monotonic ns before the latest post */
-    uint64_t               xfer_ns;    /* the latest post, once it ended */
-} TransferObject;
-
 static uint64_t mono_ns(void)
 {
     struct timespec ts;
@@ -54,7 +29,7 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The transfer this thread polled last, and when that poll returned PENDING. */
+/* The transfer this thread polled (or posted) last, and when that left it PENDING. */
 static _Thread_local const void *last_polled;
 static _Thread_local uint64_t    last_polled_ns;
 
@@ -72,186 +47,6 @@ static void transfer_drop_batch(TransferObject *t)
     if (t->batch != NULL && t->engine->e != NULL)
         ote_batch_release(t->batch);
     t->batch = NULL;
-}
-
-/* n indices, each below bound, from a sequence of ints or a 1-D buffer of
- * 4- or 8-byte integers (PyMem_Malloc'd); -1 with an exception otherwise. */
-static int index_array(PyObject *o, Py_ssize_t bound, const char *what, Py_ssize_t **out,
-                       Py_ssize_t *n_p)
-{
-    Py_buffer v;
-    Py_ssize_t n, *a;
-
-    if (PyObject_CheckBuffer(o)) {
-        const char *f;
-        int sgn;
-
-        if (PyObject_GetBuffer(o, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-            return -1;
-        f = v.format ? v.format : "B";
-        if (*f == '<' || *f == '=' || *f == '@')
-            f++;
-        sgn = strchr("qlin", *f) != NULL;
-        if (v.ndim != 1 || f[0] == '\0' || f[1] != '\0' || strchr("qlinQLIN", *f) == NULL ||
-            (v.itemsize != 8 && v.itemsize != 4)) {
-            PyBuffer_Release(&v);
-            PyErr_Format(PyExc_TypeError, "transfer: %s must be 1-D 32- or 64-bit integers", what);
-            return -1;
-        }
-        n = v.len / v.itemsize;
-        a = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*a));
-        if (a == NULL) {
-            PyBuffer_Release(&v);
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            long long x;
-
-            if (v.itemsize == 8)
-                x = sgn ? ((const int64_t *)v.buf)[i]
-                        : (((const uint64_t *)v.buf)[i] > (uint64_t)PY_SSIZE_T_MAX
-                               ? -1 : (long long)((const uint64_t *)v.buf)[i]);
-            else
-                x = sgn ? ((const int32_t *)v.buf)[i] : (long long)((const uint32_t *)v.buf)[i];
-            if (x < 0 || x >= bound) {
-                PyBuffer_Release(&v);
-                PyMem_Free(a);
-                PyErr_Format(PyExc_IndexError, "transfer: %s %zd out of range", what, i);
-                return -1;
-            }
-            a[i] = (Py_ssize_t)x;
-        }
-        PyBuffer_Release(&v);
-    } else {
-        PyObject *seq = PySequence_Fast(o, "transfer: indices are a sequence or an array");
-
-        if (seq == NULL)
-            return -1;
-        n = PySequence_Fast_GET_SIZE(seq);
-        a = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(*a));
-        if (a == NULL) {
-            Py_DECREF(seq);
-            PyErr_NoMemory();
-            return -1;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t x = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
-
-            if (x == -1 && PyErr_Occurred()) {
-                Py_DECREF(seq);
-                PyMem_Free(a);
-                return -1;
-            }
-            if (x < 0 || x >= bound) {
-                Py_DECREF(seq);
-                PyMem_Free(a);
-                PyErr_Format(PyExc_IndexError, "transfer: %s %zd out of range", what, i);
-                return -1;
-            }
-            a[i] = x;
-        }
-        Py_DECREF(seq);
-    }
-    *out = a;
-    *n_p = n;
-    return 0;
-}
-
-PyObject *Engine_transfer(EngineObject *self, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = {"op", "local_addrs", "remote_addrs", "lengths", "local_index",
-                             "remote_index", "remote_lengths", "merge", NULL};
-    PyObject *op_obj, *lo, *ro, *le, *lio = Py_None, *rio = Py_None, *rlo = Py_None;
-    uint64_t *la = NULL, *ra = NULL, *ln = NULL, *rl = NULL;
-    Py_ssize_t nl = 0, nr = 0, nn = 0, nrl = 0, n, *li = NULL, *ri = NULL;
-    TransferObject *t = NULL;
-    int merge = 0;
-    ote_op_t op;
-
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|OOOp:transfer", kwlist, &op_obj, &lo, &ro,
-                                     &le, &lio, &rio, &rlo, &merge))
-        return NULL;
-    if (engine_check(self) < 0 || op_value(op_obj, &op) < 0)
-        return NULL;
-    if (u64_array(lo, "transfer: local_addrs", &la, &nl) < 0 ||
-        u64_array(ro, "transfer: remote_addrs", &ra, &nr) < 0 ||
-        u64_array(le, "transfer: lengths", &ln, &nn) < 0)
-        goto out;
-    if ((lio == Py_None) != (rio == Py_None) || (lio != Py_None && rlo == Py_None)) {
-        raise_invalid("Engine.transfer()",
-                      "local_index, remote_index and remote_lengths go together");
-        goto out;
-    }
-    if (lio != Py_None) {
-        Py_ssize_t nri;
-
-        if (u64_array(rlo, "transfer: remote_lengths", &rl, &nrl) < 0)
-            goto out;
-        if (nl != nn || nr != nrl) {
-            raise_invalid("Engine.transfer()", "an address column and its lengths differ in size");
-            goto out;
-        }
-        if (index_array(lio, nl, "local index", &li, &n) < 0 ||
-            index_array(rio, nr, "remote index", &ri, &nri) < 0)
-            goto out;
-        if (n != nri) {
-            raise_invalid("Engine.transfer()", "as many local as remote indices");
-            goto out;
-        }
-    } else {
-        n = nl;
-        if (nl != nr || nl != nn) {
-            raise_invalid("Engine.transfer()", "as many local, remote addresses and lengths");
-            goto out;
-        }
-    }
-    if (n == 0) {
-        raise_invalid("Engine.transfer()", "no requests");
-        goto out;
-    }
-    t = PyObject_New(TransferObject, &TransferType);
-    if (t == NULL)
-        goto out;
-    memset((char *)t + sizeof(PyObject), 0, sizeof(*t) - sizeof(PyObject));
-    t->state = -1;
-    t->reqs  = PyMem_Calloc((size_t)n, sizeof(*t->reqs));
-    Py_INCREF(self);
-    t->engine = self;
-    if (t->reqs == NULL) {
-        Py_CLEAR(t);
-        PyErr_NoMemory();
-        goto out;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t a = li ? la[li[i]] : la[i], r = ri ? ra[ri[i]] : ra[i];
-        uint64_t l = li ? ln[li[i]] : ln[i];
-        ote_xfer_req_t *cur = t->count ? &t->reqs[t->count - 1] : NULL;
-
-        if (ri && rl[ri[i]] != l) {
-            Py_CLEAR(t);
-            raise_invalid("Engine.transfer()", "local and remote lengths differ");
-            goto out;
-        }
-        t->bytes += l;
-        /* a run contiguous on both sides is one request */
-        if (merge && cur && (uint64_t)(uintptr_t)cur->local_addr + cur->length == a &&
-            cur->remote_addr + cur->length == r) {
-            cur->length += (size_t)l;
-            continue;
-        }
-        t->reqs[t->count++] = (ote_xfer_req_t){.op = op, .local_addr = (void *)(uintptr_t)a,
-                                               .remote_addr = r, .length = (size_t)l};
-    }
-    t->merged = (size_t)n - t->count;
-out:
-    PyMem_Free(la);
-    PyMem_Free(ra);
-    PyMem_Free(ln);
-    PyMem_Free(rl);
-    PyMem_Free(li);
-    PyMem_Free(ri);
-    return (PyObject *)t;
 }
 
 /* Move the latest post's state on from what its tasks (and notification) say. */
@@ -386,6 +181,13 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     t->xfer_ns      = 0;
     t->state        = OTE_TASK_PENDING;
     transfer_update(t);
+    if (t->state == OTE_TASK_PENDING) {
+        /* The posting thread's next poll of it, if at once, is a loop's (see poll). */
+        last_polled    = t;
+        last_polled_ns = mono_ns();
+    } else if (last_polled == (const void *)t) {
+        last_polled = NULL;
+    }
     return PyLong_FromLong(t->state);
 }
 
@@ -628,9 +430,9 @@ static PyMethodDef Transfer_methods[] = {
      "poll(progress=False, wait=0.0, repoll_us=0, yield_cpu=False)\n--\n\n"
      "The latest post's state: PENDING until every request ended and its notification "
      "was queued by the peer (or failed), then COMPLETED or FAILED (see error). While "
-     "PENDING: with wait and repoll_us, when this thread's previous poll was of this "
-     "transfer and returned PENDING less than repoll_us microseconds ago (a caller polling "
-     "it in a loop), it waits up to wait seconds in the engine (ote_batch_wait, at least "
+     "PENDING: with wait and repoll_us, when this thread's previous poll (or post) was of "
+     "this transfer and left it PENDING less than repoll_us microseconds ago (a caller "
+     "polling it in a loop), it waits up to wait seconds in the engine (ote_batch_wait, at least "
      "1 ms), else with progress it progresses the engine once (ote_engine_progress) and, "
      "with yield_cpu, yields the CPU if still PENDING; the GIL released in each."},
     {"wait", (PyCFunction)(void (*)(void))Transfer_wait, METH_VARARGS | METH_KEYWORDS,

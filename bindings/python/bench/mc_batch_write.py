@@ -3,14 +3,18 @@
 TransferEngine, target in a second process on loopback (tcp, P2PHANDSHAKE).
 
     python3 mc_batch_write.py --impl orbitte|mooncake [--count 2048] [--size 16384]
-        [--iters 20] [--warmup 3] [--op write|read] [--scatter] [--threads T]
+        [--iters 20] [--warmup 3] [--op write|read] [--scatter] [--threads T] [--depth D]
 
 --impl orbitte uses orbitte.mooncake; --impl mooncake imports mooncake.engine
 (Mooncake's wheel, wherever PYTHONPATH finds it). --op read calls
 batch_transfer_sync_read instead; --scatter puts the blocks at shuffled
 slots of buffers twice their footprint on both sides (the KV-cache pattern);
 --threads T runs T threads, each with its own blocks, making the same calls
-at the same time. Prints one JSON line: the median, min and max GB/s (10^9
+at the same time. --depth D (D > 1) keeps D calls in flight per thread, as
+ote_perftest's -D: batch_transfer_async_write/read calls, each awaited in
+turn with get_batch_transfer_status([id]) and followed by the next call
+(the time of a call: from its submission to the return of its status).
+Prints one JSON line: the median, min and max GB/s (10^9
 bytes per second) over the timed calls of one thread, the aggregate GB/s of
 all threads over the timed calls, and the p50 and p99 time of one call.
 """
@@ -79,6 +83,12 @@ def initiator(args):
             srcs = [src + o for o in block_offsets(args, t, 1)]
             dsts = [info["addr"] + o for o in block_offsets(args, t, 2)]
             lens = [args.size] * args.count
+            if args.depth > 1:
+                start = async_loop(t, srcs, dsts, lens)
+                if start is None:
+                    return
+                spans[t] = time.perf_counter() - start
+                return
             for i in range(args.warmup + args.iters):
                 if i == args.warmup:
                     ready.wait()
@@ -94,6 +104,42 @@ def initiator(args):
                     times[t].append(dt)
             spans[t] = time.perf_counter() - start
 
+        def async_loop(t, srcs, dsts, lens):
+            """--depth: args.depth async calls in flight; the start of the timed ones."""
+            submit = te.batch_transfer_async_read if args.op == "read" else \
+                te.batch_transfer_async_write
+            n = args.warmup + args.iters
+            ids, started = [], []
+            posted = done = 0
+            start = None
+            while done < n:
+                while posted < n and posted - done < args.depth:
+                    if posted == args.warmup and start is None:
+                        # the warm-up calls drain first, so that the timed ones start together
+                        while done < posted:
+                            if te.get_batch_transfer_status([ids[done]]) != 0:
+                                failed.append(-1)
+                                return None
+                            done += 1
+                        ready.wait()
+                        start = time.perf_counter()
+                    started.append(time.perf_counter())
+                    bid = submit(info["name"], srcs, dsts, lens)
+                    if bid == 0:
+                        failed.append(0)
+                        return None
+                    ids.append(bid)
+                    posted += 1
+                if te.get_batch_transfer_status([ids[done]]) != 0:
+                    failed.append(-1)
+                    return None
+                dt = time.perf_counter() - started[done]
+                if done >= args.warmup:
+                    rates[t].append(total / dt / 1e9)
+                    times[t].append(dt)
+                done += 1
+            return start
+
         workers = [threading.Thread(target=loop, args=(t,)) for t in range(args.threads)]
         for w in workers:
             w.start()
@@ -103,7 +149,7 @@ def initiator(args):
         per_call = sorted(dt for ts in times for dt in ts)
         aggregate = sum(total * args.iters / span for span in spans) / 1e9
         print(json.dumps({"impl": args.impl, "op": args.op, "count": args.count,
-                          "size": args.size, "scatter": args.scatter, "threads": args.threads,
+                          "size": args.size, "scatter": args.scatter, "threads": args.threads, "depth": args.depth,
                           "median_GBps": round(statistics.median(rates[0]), 3),
                           "min_GBps": round(min(rates[0]), 3),
                           "max_GBps": round(max(rates[0]), 3),
@@ -128,6 +174,7 @@ def main():
     ap.add_argument("--op", choices=["write", "read"], default="write")
     ap.add_argument("--scatter", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--depth", type=int, default=1)
     args = ap.parse_args()
     return target(args) if args.role == "target" else initiator(args)
 

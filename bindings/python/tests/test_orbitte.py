@@ -482,3 +482,42 @@ def test_no_leak_over_many_cycles(engine):
     assert grown < 256 * KIB, f"Python heap grew {grown} bytes over {cycles} cycles"
     assert rss1 - rss0 < 16 * 1024, f"RSS grew {rss1 - rss0} KiB over {cycles} cycles"
     assert dst[:64] == b"\x5a" * 64
+
+
+def test_status_polled_alone_completes(monkeypatch):
+    """Batch.status() polled in a loop, with no wait() and no progress() call,
+    completes the transfer by itself: a poll that finds it PENDING progresses the
+    engine once. With no worker thread in the initiator (OTE_PROGRESS_THREAD=n)
+    nothing else reads the answer; with workers, one parked by an earlier wait()
+    only looked again every OTE_POLL_PARK_US, so such a loop stalled for up to
+    that long per transfer."""
+    with orbitte.Engine(listen_addr="127.0.0.1:0") as target:
+        monkeypatch.setenv("OTE_PROGRESS_THREAD", "n")
+        with orbitte.Engine(listen_addr="127.0.0.1:0") as init:
+            monkeypatch.delenv("OTE_PROGRESS_THREAD")
+            dst = bytearray(4096)
+            src = bytearray(os.urandom(4096))
+            md, ms = target.register(dst), init.register(src, access=0)
+            seg = init.open(target.name)
+            for i, (off, n) in enumerate([(0, 8), (64, 1000), (2048, 2048)]):
+                src[off:off + n] = bytes((i + k) % 256 for k in range(n))
+                with init.batch(capacity=2) as b:
+                    b.submit(seg, [(orbitte.WRITE, (ms, off), md.addr + off, n)])
+                    polls = 0
+                    # bounded: without progress it stays PENDING for ever
+                    while b.status() == orbitte.PENDING and polls < 2_000_000:
+                        polls += 1
+                    assert b.status() == orbitte.COMPLETED, f"PENDING after {polls} polls"
+                    ts = b.status(0)
+                    assert (ts.state, ts.error, ts.transferred) == (orbitte.COMPLETED, 0, n)
+                assert dst[off:off + n] == src[off:off + n]
+            # a task's own status polls progress too
+            src[:16] = b"polled-by-task.."
+            with init.batch() as b:
+                task = b.submit(seg, [(orbitte.WRITE, ms, md.addr + 100, 16)])
+                polls = 0
+                while b.status(task).state == orbitte.PENDING and polls < 2_000_000:
+                    polls += 1
+                assert b.status(task).state == orbitte.COMPLETED, f"after {polls} polls"
+            assert dst[100:116] == b"polled-by-task.."
+            seg.close()

@@ -207,3 +207,44 @@ def test_gathered_by_indices_and_merged(bufs):
     with pytest.raises(TypeError):
         a.transfer(orbitte.WRITE, la, ra, ln, local_index=np.zeros(1, np.float64),
                    remote_index=[0], remote_lengths=ln)
+
+
+def test_first_poll_after_the_post_waits(monkeypatch):
+    """The posting thread's first poll of a pending post, right after it, is a
+    loop's (as NIXL callers poll: transfer(), then check_xfer_state() until
+    DONE): it waits in the engine at once (ote_batch_wait, up to `wait`)
+    instead of progressing once and yielding. With no worker thread in the
+    initiator (OTE_PROGRESS_THREAD=n) only that wait can complete the post, so
+    one poll returns COMPLETED, the bytes in place."""
+    with orbitte.Engine(listen_addr="127.0.0.1:0") as b:
+        monkeypatch.setenv("OTE_PROGRESS_THREAD", "n")
+        with orbitte.Engine(listen_addr="127.0.0.1:0") as a:
+            monkeypatch.delenv("OTE_PROGRESS_THREAD")
+            src = np.zeros(4096, dtype=np.uint8)
+            dst = np.zeros(4096, dtype=np.uint8)
+            ma, mb = a.register(src), b.register(dst)
+            seg = a.open(b.name)
+            t = a.transfer(orbitte.WRITE, [_addr(src)], [_addr(dst) + 8], [64])
+            pending = 0
+            for i in range(20):
+                src[:64] = (np.arange(64) + i) % 256
+                if t.post(seg) == orbitte.PENDING:
+                    pending += 1
+                    # repoll_us: a minute, so that a loaded host cannot make it "late"
+                    st = t.poll(progress=True, wait=60.0, repoll_us=60_000_000, yield_cpu=True)
+                    assert st == orbitte.COMPLETED, f"post {i}: state {st} after one poll"
+                else:
+                    assert t.state == orbitte.COMPLETED
+                assert bytes(dst[8:72]) == bytes(src[:64]), i
+            assert pending > 0       # over tcp the answer takes a round trip
+            # a poll of another transfer in between: the first one's next poll does not wait
+            t2 = a.transfer(orbitte.WRITE, [_addr(src) + 100], [_addr(dst) + 200], [8])
+            assert t.post(seg) in (orbitte.PENDING, orbitte.COMPLETED)
+            assert t2.post(seg) in (orbitte.PENDING, orbitte.COMPLETED)
+            assert _finish(t, progress=True, wait=60.0, repoll_us=60_000_000) == orbitte.COMPLETED
+            assert _finish(t2, progress=True) == orbitte.COMPLETED
+            t.release()
+            t2.release()
+            seg.close()
+            ma.deregister()
+            mb.deregister()

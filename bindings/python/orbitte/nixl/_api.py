@@ -150,6 +150,10 @@ class nixl_agent:
         cfg.lthrDelay = 100000
         cfg.captureTelemetry = nixl_conf.capture_telemetry
         self.agent = nixlBind.nixlAgent(agent_name, cfg)
+        # transfer() and check_xfer_state() call the agent's core directly: one
+        # Python frame less on the path of every transfer
+        core = self.agent._core
+        self._post, self._status = core.post, core.status
 
         self.name = agent_name
         self.notifs: dict = {}
@@ -285,10 +289,10 @@ class nixl_agent:
         return nixl_xfer_handle(self.agent, h)
 
     def transfer(self, handle: nixl_xfer_handle, notif_msg: bytes = b"") -> str:
-        return _STATE.get(self.agent.postXferReq(handle._handle, notif_msg), "ERR")
+        return _STATE.get(self._post(handle._handle, notif_msg), "ERR")
 
     def check_xfer_state(self, handle: nixl_xfer_handle) -> str:
-        return _STATE.get(self.agent.getXferStatus(handle._handle), "ERR")
+        return _STATE.get(self._status(handle._handle), "ERR")
 
     def get_xfer_telemetry(self, handle: nixl_xfer_handle):
         return self.agent.getXferTelemetry(handle._handle)

@@ -34,9 +34,10 @@ IN_PROG = nixl_status_t.NIXL_IN_PROG
 _OP = {int(nixl_xfer_op_t.NIXL_READ): orbitte.READ, int(nixl_xfer_op_t.NIXL_WRITE): orbitte.WRITE}
 
 # check_xfer_state of a transfer in progress: a thread that polls the same
-# transfer again within REPOLL_US of the last "PROC" is polling it in a loop and
-# waits in the engine instead, up to WAIT_S (ote_batch_wait, as ote_perftest's
-# callers wait); any other poll progresses the engine once and yields the CPU.
+# transfer again within REPOLL_US of the last "PROC" (of its poll, or of the
+# transfer() it posted) is polling it in a loop and waits in the engine
+# instead, up to WAIT_S (ote_batch_wait, as ote_perftest waits after its
+# submit); any other poll progresses the engine once and yields the CPU.
 REPOLL_US = 50
 WAIT_S = 0.001
 _PENDING = int(orbitte._ote.PENDING)
@@ -364,9 +365,20 @@ class Transfers:
             # In progress: as NIXL's UCX backend progresses its worker here, one
             # non-blocking pass of the engine from this thread (GIL released)
             # completes what arrived; a caller polling this transfer in a loop
-            # waits in the engine instead (REPOLL_US, WAIT_S), which leaves the
-            # CPU to the engine's threads; else the CPU is yielded.
-            st = x.poll(loop_wait=True)
+            # (or right after posting it) waits in the engine instead
+            # (REPOLL_US, WAIT_S), which leaves the CPU to the engine's threads;
+            # else the CPU is yielded. The common answers without a frame more.
+            try:
+                s = x.t.poll(True, WAIT_S, REPOLL_US, True)
+            except orbitte.Error:
+                s = None
+            if s == _PENDING:
+                return IN_PROG
+            if s == _COMPLETED:
+                x._finish(SUCCESS)
+                self._cost(x)
+                return SUCCESS
+            st = x.poll()            # ended otherwise (or raised): its error, as poll says
             if st is SUCCESS:
                 self._cost(x)
         return st

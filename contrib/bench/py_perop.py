@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""What one transfer through a Python path costs, in counts that do not
+depend on the host's load: system calls, context switches and CPU time per
+transfer of each thread of both processes (perf stat --per-thread, attached
+around the timed transfers only), and the polls a transfer took.
+
+    python3 py_perop.py MODE [--n N] [--size SIZE] [--count COUNT] [--depth D]
+
+MODE:
+  nixl     NIXL's API (import nixl: the shim of `python -m orbitte.nixl.shim`
+           or NIXL's wheel): transfer(), then check_xfer_state() until DONE
+           (--depth transfers in flight over as many handles)
+  status   orbitte: a batch, submit_arrays, then Batch.status() in a loop
+           (no wait(), no progress()), after a wait() of another batch each
+           time (which leaves the engine's worker thread parked)
+  wait     orbitte: a batch, submit_arrays, Batch.wait()
+  mcsync   orbitte.mooncake: batch_transfer_sync_write
+
+WRITEs of COUNT blocks of SIZE bytes (default one of 8), target in a second
+process on loopback, N timed transfers after 200 untimed ones. Needs perf
+(linux-perf) and the rights to attach it; without perf (--no-perf) only the
+polls and the time per transfer are printed. Compare with ote_perftest's
+threads measured the same way (docs/performance.md, "The per-transfer
+cost"). Not a test: a measurement.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+EVENTS = ("task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_futex,"
+          "syscalls:sys_enter_sched_yield,syscalls:sys_enter_epoll_wait,"
+          "syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendmsg")
+WARM = 200
+
+
+def target(args):
+    pool = max(args.size * args.count, 4096)
+    if args.mode == "nixl":
+        import numpy as np
+        from nixl._api import nixl_agent, nixl_agent_config
+        a = nixl_agent("target", nixl_agent_config(backends=["UCX"]))
+        buf = np.ones(pool, dtype=np.uint8)
+        a.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+        info = {"addr": buf.ctypes.data, "meta": a.get_agent_metadata().hex()}
+    elif args.mode == "mcsync":
+        from orbitte.mooncake import TransferEngine
+        te = TransferEngine()
+        assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+        info = {"addr": te.allocate_managed_buffer(pool),
+                "name": f"127.0.0.1:{te.get_rpc_port()}"}
+    else:
+        import orbitte
+        e = orbitte.Engine(listen_addr="127.0.0.1:0")
+        m = e.alloc(pool)
+        info = {"addr": m.addr, "name": e.name}
+    # NIXL may print to stdout too: the line for the initiator is marked
+    print("py_perop " + json.dumps(info), flush=True)
+    sys.stdin.read()
+    return 0
+
+
+class Perf:
+    """perf stat --per-thread attached to both processes while the transfers run."""
+
+    def __init__(self, pids, enabled):
+        self.p = None
+        self.out = tempfile.NamedTemporaryFile(suffix=".perf", delete=False).name
+        if enabled:
+            self.p = subprocess.Popen(["perf", "stat", "--per-thread", "-x,", "-e", EVENTS,
+                                       "-p", ",".join(map(str, pids)), "-o", self.out])
+            time.sleep(0.5)   # attached before the first timed transfer
+
+    def stop(self, n):
+        if self.p is None:
+            return {}
+        self.p.send_signal(signal.SIGINT)
+        self.p.wait()
+        rows = {}
+        for line in open(self.out):
+            f = line.strip().split(",")
+            if len(f) < 4:
+                continue
+            try:
+                v = float(f[1])
+            except ValueError:
+                continue
+            ev = f[3].split(":")[-1].replace("sys_enter_", "")
+            rows.setdefault(f[0], {})[ev if ev != "sys_enter" else "syscalls"] = v
+        os.unlink(self.out)
+        # threads that did something per transfer: counts per transfer, CPU in us
+        return {th: {k: round(v * (1000 if k == "task-clock" else 1) / n, 3)
+                     for k, v in ev.items()}
+                for th, ev in rows.items()
+                if ev.get("syscalls", 0) >= 0.05 * n or ev.get("task-clock", 0) >= 1}
+
+
+def initiator(args):
+    p = subprocess.Popen([sys.executable, __file__, args.mode, "--role", "target",
+                          "--size", str(args.size), "--count", str(args.count)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        while not line.startswith("py_perop "):
+            if not line:
+                raise SystemExit("py_perop: the target did not start")
+            line = p.stdout.readline()
+        info = json.loads(line.split(" ", 1)[1])
+        run = {"nixl": run_nixl, "mcsync": run_mcsync}.get(args.mode, run_orbitte)
+        out = run(args, info, [os.getpid(), p.pid])
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
+    out.update(mode=args.mode, size=args.size, count=args.count, n=args.n)
+    print(json.dumps(out))
+    return 0
+
+
+def run_nixl(args, info, pids):
+    import numpy as np
+    from nixl._api import nixl_agent, nixl_agent_config
+    a = nixl_agent("init", nixl_agent_config(backends=["UCX"]))
+    buf = np.zeros(max(args.size * args.count, 4096), dtype=np.uint8)
+    a.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+    peer = a.add_remote_agent(bytes.fromhex(info["meta"]))
+    rows = lambda base: [(base + i * args.size, args.size, 0) for i in range(args.count)]
+    loc = a.get_xfer_descs(rows(buf.ctypes.data), "DRAM")
+    rem = a.get_xfer_descs(rows(info["addr"]), "DRAM")
+    hs = [a.initialize_xfer("WRITE", loc, rem, peer) for _ in range(args.depth)]
+    total = args.n + WARM
+    posted = done = inline = polls = 0
+    perf = None
+    while done < total:
+        while posted < total and posted - done < args.depth:
+            if posted == WARM:
+                while done < posted:      # the untimed ones end first
+                    while a.check_xfer_state(hs[done % args.depth]) != "DONE":
+                        pass
+                    done += 1
+                perf, polls, inline, t0 = Perf(pids, args.perf), 0, 0, time.perf_counter()
+            s = a.transfer(hs[posted % args.depth])
+            posted += 1
+            if s == "ERR":
+                raise SystemExit("py_perop: transfer() said ERR")
+            inline += s == "DONE"
+        s = a.check_xfer_state(hs[done % args.depth])
+        polls += 1
+        while s != "DONE":
+            if s == "ERR":
+                raise SystemExit("py_perop: check_xfer_state() said ERR")
+            s = a.check_xfer_state(hs[done % args.depth])
+            polls += 1
+        done += 1
+    us = (time.perf_counter() - t0) / args.n * 1e6
+    return {"threads": perf.stop(args.n), "polls_per_transfer": polls / args.n,
+            "done_by_transfer": inline / args.n, "us_per_transfer": round(us, 2)}
+
+
+def run_orbitte(args, info, pids):
+    import orbitte
+    e = orbitte.Engine(listen_addr="127.0.0.1:0")
+    m = e.alloc(max(args.size * args.count, 4096))
+    seg = e.open(info["name"])
+    la = [m.addr + i * args.size for i in range(args.count)]
+    ra = [info["addr"] + i * args.size for i in range(args.count)]
+    perf, polls, lat = None, 0, []
+    for i in range(args.n + WARM):
+        if i == WARM:
+            perf, polls, lat = Perf(pids, args.perf), 0, []
+        if args.mode == "status":
+            with e.batch(capacity=args.count) as b:   # leaves the worker parked
+                b.submit_arrays(seg, orbitte.WRITE, la, ra, args.size)
+                b.wait()
+        t0 = time.perf_counter()
+        with e.batch(capacity=args.count) as b:
+            b.submit_arrays(seg, orbitte.WRITE, la, ra, args.size)
+            if args.mode == "wait":
+                b.wait()
+            while b.status() == orbitte.PENDING:
+                polls += 1
+            if b.status() != orbitte.COMPLETED:
+                raise SystemExit("py_perop: a transfer failed")
+        lat.append(time.perf_counter() - t0)
+    lat.sort()
+    # in status mode each timed transfer comes with one waited for before it
+    return {"threads": perf.stop(args.n), "polls_per_transfer": polls / args.n,
+            "p50_us": round(lat[len(lat) // 2] * 1e6, 2),
+            "p90_us": round(lat[int(len(lat) * 0.9)] * 1e6, 2)}
+
+
+def run_mcsync(args, info, pids):
+    from orbitte.mooncake import TransferEngine
+    te = TransferEngine()
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    src = te.allocate_managed_buffer(max(args.size * args.count, 4096))
+    srcs = [src + i * args.size for i in range(args.count)]
+    dsts = [info["addr"] + i * args.size for i in range(args.count)]
+    lens = [args.size] * args.count
+    perf = None
+    for i in range(args.n + WARM):
+        if i == WARM:
+            perf, t0 = Perf(pids, args.perf), time.perf_counter()
+        if te.batch_transfer_sync_write(info["name"], srcs, dsts, lens) != 0:
+            raise SystemExit("py_perop: batch_transfer_sync_write failed")
+    us = (time.perf_counter() - t0) / args.n * 1e6
+    return {"threads": perf.stop(args.n), "us_per_transfer": round(us, 2)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("mode", choices=["nixl", "status", "wait", "mcsync"])
+    ap.add_argument("--role", choices=["initiator", "target"], default="initiator")
+    ap.add_argument("--n", type=int, default=10000)
+    ap.add_argument("--size", type=int, default=8)
+    ap.add_argument("--count", type=int, default=1)
+    ap.add_argument("--depth", type=int, default=1)
+    ap.add_argument("--no-perf", dest="perf", action="store_false")
+    args = ap.parse_args()
+    return target(args) if args.role == "target" else initiator(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
