@@ -74,7 +74,7 @@ typedef struct {
  * NOTIFY_BATCH: u64 sender instance, u64 target instance, str8 from,
  * u16 count (1..OTE_CTL_NOTIFY_BATCH_MAX), then count times: u64 seq,
  * u32 length (<= OTE_NOTIFY_MAX), data. The seqs strictly grow within a
- * frame (a sender's numbers, see notify.c); the whole payload is at most
+ * frame (a sender's numbers, see notify_send.c); the whole payload is at most
  * OTE_CTL_NOTIFY_BATCH_MAX_LEN. The answer, NOTIFY_BATCH_ACK, is i32
  * status, u16 queued: the first `queued` notifications of the frame are
  * queued by the receiver (now, or by an earlier copy of the frame); status

@@ -4,7 +4,8 @@
  * Owns: batches and their tasks (batch.c: submit, wait, cancel, a task's
  * slices and their ends), the checks before a submit talks to the peer
  * (batch_check.c), admission (admission.c: bytes and tasks in flight) and
- * notifications, sent after batches and received (notify.c, notify.h).
+ * notifications: the sender's lanes and frames (notify_send.c) and the
+ * receiver's backlog (notify_recv.c), declared in notify.h.
  *
  * May call: segment/ (a request's segment, its descriptor, its spray),
  * worker/ (waiting on the workers), meta/, wire/, the engine's header;
