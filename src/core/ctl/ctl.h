@@ -15,7 +15,7 @@
 #ifndef OTE_CORE_CTL_H
 #define OTE_CORE_CTL_H
 
-#include "core/engine.h"
+#include "core/engine_facts.h"
 
 /* ctl.c */
 ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl_t **ctl_p,

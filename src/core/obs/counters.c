@@ -177,7 +177,7 @@ static void hist_add(_Atomic uint64_t *buckets, const uint64_t *bounds, size_t n
 void ote_obs_task_end(struct ote_task *t, ote_status_t err)
 {
     ote_batch_h b   = t->batch;
-    ote_obs_t *obs  = b->engine->obs;
+    ote_obs_t *obs  = ote_engine_facts(b->engine)->obs;
     obs_shard_t *sh = shard(obs);
     int op          = t->op == OTE_OP_WRITE;
     uint8_t p       = atomic_load_explicit(&t->obs_tl, memory_order_relaxed);
@@ -263,28 +263,29 @@ static void region_visit(ote_region_t *r, void *arg)
 
 void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
 {
-    ote_obs_t *obs = e->obs;
+    ote_obs_t *obs         = ote_engine_facts(e)->obs;
     ote_rail_info_t *rails = NULL;
     size_t nrails = 0, len = 0;
     visit_arg_t va;
 
     memset(snap, 0, sizeof(*snap));
-    snprintf(snap->engine, sizeof(snap->engine), "%s", e->name);
+    snprintf(snap->engine, sizeof(snap->engine), "%s", ote_engine_facts(e)->name);
     snprintf(snap->store, sizeof(snap->store), "%s", obs->store);
-    for (size_t i = 0, n = atomic_load(&e->num_tls); i < n; i++) {
-        const char *tl = e->tls[i].resource.tl_name;
+    for (size_t i = 0, n = atomic_load(&ote_engine_facts(e)->num_tls); i < n; i++) {
+        const char *tl = ote_engine_facts(e)->tls[i].resource.tl_name;
         bool seen      = false;
 
         for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(e->tls[j].resource.tl_name, tl) == 0;
+            seen = strcmp(ote_engine_facts(e)->tls[j].resource.tl_name, tl) == 0;
         if (!seen && len + strlen(tl) + 2 < sizeof(snap->transports))
             len += (size_t)snprintf(snap->transports + len, sizeof(snap->transports) - len,
                                     "%s%s", len ? "," : "", tl);
     }
     /* Every transport and device the engine runs has its rail series, at 0 until used. */
     pthread_mutex_lock(&obs->lock);
-    for (size_t i = 0, n = atomic_load(&e->num_tls); i < n; i++)
-        (void)pair_intern_locked(obs, e->tls[i].resource.tl_name, e->tls[i].resource.dev_name);
+    for (size_t i = 0, n = atomic_load(&ote_engine_facts(e)->num_tls); i < n; i++)
+        (void)pair_intern_locked(obs, ote_engine_facts(e)->tls[i].resource.tl_name,
+                                 ote_engine_facts(e)->tls[i].resource.dev_name);
     pthread_mutex_unlock(&obs->lock);
     /* Rail states: every rail of an open segment joins the pairs. */
     if (ote_engine_rails(e, NULL, 0, &nrails) == OTE_OK && nrails > 0 &&
@@ -324,15 +325,15 @@ void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
         snap->admission_rej += atomic_load(&sh->admission_rej);
     }
     {
-        long t = atomic_load(&e->inflight_tasks);
+        long t = atomic_load(&ote_xfer_state(e)->inflight_tasks);
 
         snap->inflight_reqs  = t > 0 ? (uint64_t)t : 0;
-        snap->inflight_bytes = atomic_load(&e->inflight_bytes);
+        snap->inflight_bytes = atomic_load(&ote_xfer_state(e)->inflight_bytes);
     }
     va.bytes = snap->registered_bytes;
-    ote_mem_table_visit(e->regions, region_visit, &va);
-    pthread_mutex_lock(&e->seg_lock);
-    for (ote_segment_h seg = e->segments; seg != NULL; seg = seg->next)
+    ote_mem_table_visit(ote_engine_facts(e)->regions, region_visit, &va);
+    pthread_mutex_lock(&ote_segment_table(e)->seg_lock);
+    for (ote_segment_h seg = ote_segment_table(e)->segments; seg != NULL; seg = seg->next)
         snap->segments_open += !seg->internal; /* the application's only */
-    pthread_mutex_unlock(&e->seg_lock);
+    pthread_mutex_unlock(&ote_segment_table(e)->seg_lock);
 }

@@ -6,7 +6,7 @@
 #define OTE_CORE_OBS_OBS_INT_H
 
 #include "core/xfer/batch.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "core/segment/segment.h"
 
 #include <pthread.h>

@@ -15,7 +15,23 @@
 #ifndef OTE_CORE_SEGMENT_H
 #define OTE_CORE_SEGMENT_H
 
-#include "core/engine.h"
+#include "core/engine_facts.h"
+#include "fexport.h"
+
+#include <pthread.h>
+
+/* What segment/ owns of the engine (the engine embeds it). */
+struct ote_segment_table {
+    pthread_mutex_t     seg_lock;
+    struct ote_segment *segments;   /* open segments */
+    /* files exported to peers (fexport.c), served by the control listener */
+    ote_fexport_table_t fexports;
+};
+
+static inline ote_segment_table_t *ote_segment_table(ote_engine_h e)
+{
+    return ote_engine_facts(e)->segs;
+}
 
 /* Idle control connections a segment keeps for requests that run side by side. */
 #define OTE_SEGMENT_CTL_POOL 8

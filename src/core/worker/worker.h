@@ -13,7 +13,25 @@
 #ifndef OTE_CORE_WORKER_H
 #define OTE_CORE_WORKER_H
 
-#include "core/engine.h"
+#include "core/engine_facts.h"
+
+#include <pthread.h>
+
+/*
+ * What worker/ owns of the engine besides the workers themselves (the
+ * engine embeds it): the waits of callers that progress the workers.
+ */
+struct ote_worker_set {
+    int              event_fd;      /* ote_engine_event_fd, -1 until created */
+    atomic_bool      event_fd_used;
+    int              poll_epfd;     /* every worker's epoll fd: waits without worker threads */
+    _Atomic uint64_t wait_ns;       /* recent time ote_batch_wait() took (its polling budget) */
+};
+
+static inline ote_worker_set_t *ote_worker_set(ote_engine_h e)
+{
+    return ote_engine_facts(e)->wset;
+}
 
 /* Protocol progress registered on a worker (ote_worker_progress_register). */
 #define OTE_WORKER_MAX_PROGRESS 8

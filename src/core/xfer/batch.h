@@ -16,9 +16,45 @@
 #ifndef OTE_CORE_BATCH_H
 #define OTE_CORE_BATCH_H
 
-#include "core/engine.h"
+#include "core/engine_facts.h"
+#include "core/obs/obs.h"
+
+#include <pthread.h>
 
 struct ote_notif_senders;
+struct ote_notify_lane;
+
+/*
+ * What xfer/ owns of the engine (the engine embeds it; the engine's files
+ * create and destroy it): admission, the batches the user holds, and the
+ * notifications sent and received.
+ */
+struct ote_xfer_state {
+    /* admission (admission.c): reserved at submit, given back as tasks end */
+    atomic_size_t    inflight_bytes;
+    atomic_long      inflight_tasks;
+    atomic_int       admit_waiters; /* submitters sleeping on admit_cond */
+    pthread_mutex_t  admit_lock;
+    pthread_cond_t   admit_cond;    /* CLOCK_MONOTONIC */
+    /* batches the user holds, released at destroy */
+    pthread_mutex_t  batch_lock;
+    struct ote_batch *batches;
+    /* notifications sent (notify_send.c): one sequence counter; one lane per receiver instance */
+    ote_notifier_t   *notifier;     /* the thread that sends them after batches */
+    _Atomic uint64_t notify_seq;
+    pthread_mutex_t  lane_lock;
+    struct ote_notify_lane *lanes;
+    /* received notifications (notify_recv.c) */
+    pthread_mutex_t  notif_lock;
+    ote_notif_t     *notifs;
+    size_t           notif_head, notif_count, notif_cap;
+    struct ote_notif_senders *senders; /* last sequence per sender (under notif_lock) */
+};
+
+static inline ote_xfer_state_t *ote_xfer_state(ote_engine_h e)
+{
+    return ote_engine_facts(e)->xfer;
+}
 
 /*
  * The notification of one ote_batch_submit_notify() call: sent once every

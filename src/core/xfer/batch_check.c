@@ -7,7 +7,7 @@
  */
 #include "base/log.h"
 #include "batch.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "core/segment/segment.h"
 
 /*

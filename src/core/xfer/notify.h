@@ -8,7 +8,7 @@
 
 #include "batch.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 
 /* notify_send.c: sender thread for notifications after batches */
 ote_status_t ote_notifier_start(ote_engine_h engine, ote_notifier_t **n_p);

@@ -12,7 +12,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "notify.h"
 #include "core/worker/worker.h"
 
@@ -125,38 +125,41 @@ static ote_status_t sender_record(struct ote_notif_senders *s, notif_sender_t *x
 static ote_status_t notif_queue(ote_engine_h e, uint64_t sender, uint64_t seq, const char *from,
                                 const uint8_t *data, size_t length)
 {
-    notif_sender_t *known = sender_find(e->senders, sender);
+    notif_sender_t *known = sender_find(ote_xfer_state(e)->senders, sender);
     ote_notif_t *slot;
     ote_status_t status;
 
     if (known != NULL && seq <= known->seq)
         return OTE_OK; /* a retry of a message already queued */
-    if (e->notif_count >= (size_t)e->config.max_notif_backlog)
+    if (ote_xfer_state(e)->notif_count >= (size_t)ote_engine_facts(e)->config.max_notif_backlog)
         return OTE_ERR_BUSY;
-    if (e->notif_count == e->notif_cap) {
-        status = ote_ring_grow((void **)&e->notifs, &e->notif_cap, &e->notif_head,
-                               e->notif_count, sizeof(*e->notifs), 64);
+    if (ote_xfer_state(e)->notif_count == ote_xfer_state(e)->notif_cap) {
+        status = ote_ring_grow((void **)&ote_xfer_state(e)->notifs, &ote_xfer_state(e)->notif_cap,
+                               &ote_xfer_state(e)->notif_head, ote_xfer_state(e)->notif_count,
+                               sizeof(*ote_xfer_state(e)->notifs), 64);
         if (status != OTE_OK)
             return status;
     }
-    status = sender_record(e->senders, known, sender, seq);
+    status = sender_record(ote_xfer_state(e)->senders, known, sender, seq);
     if (status != OTE_OK)
         return status;
-    slot = &e->notifs[(e->notif_head + e->notif_count) % e->notif_cap];
+    slot = &ote_xfer_state(e)
+                ->notifs[(ote_xfer_state(e)->notif_head + ote_xfer_state(e)->notif_count) %
+                         ote_xfer_state(e)->notif_cap];
     snprintf(slot->from, sizeof(slot->from), "%s", from);
     slot->length = length;
     memcpy(slot->data, data, length);
-    e->notif_count++;
-    ote_obs_notify_received(e->obs);
+    ote_xfer_state(e)->notif_count++;
+    ote_obs_notify_received(ote_engine_facts(e)->obs);
     return OTE_OK;
 }
 
 static bool notif_for_us(ote_engine_h e, const char *from, uint64_t target)
 {
-    if (target == e->instance_id)
+    if (target == ote_engine_facts(e)->instance_id)
         return true;
     ote_debug("notification from %s for instance %016llx refused: this is %016llx", from,
-              (unsigned long long)target, (unsigned long long)e->instance_id);
+              (unsigned long long)target, (unsigned long long)ote_engine_facts(e)->instance_id);
     return false;
 }
 
@@ -168,11 +171,11 @@ ote_status_t ote_engine_notif_push(ote_engine_h e, const ote_ctl_notify_t *n)
 
     if (!notif_for_us(e, n->from, n->target_instance))
         return OTE_ERR_PEER_RESTARTED;
-    pthread_mutex_lock(&e->notif_lock);
-    before = e->notif_count;
+    pthread_mutex_lock(&ote_xfer_state(e)->notif_lock);
+    before = ote_xfer_state(e)->notif_count;
     status = notif_queue(e, n->sender_instance, n->seq, n->from, n->data, n->length);
-    added  = e->notif_count != before;
-    pthread_mutex_unlock(&e->notif_lock);
+    added  = ote_xfer_state(e)->notif_count != before;
+    pthread_mutex_unlock(&ote_xfer_state(e)->notif_lock);
     if (added)
         ote_engine_signal_event(e);
     return status;
@@ -187,15 +190,15 @@ ote_status_t ote_engine_notif_push_batch(ote_engine_h e, const ote_ctl_notify_ba
     *queued_p = 0;
     if (!notif_for_us(e, m->from, m->target_instance))
         return OTE_ERR_PEER_RESTARTED;
-    pthread_mutex_lock(&e->notif_lock);
+    pthread_mutex_lock(&ote_xfer_state(e)->notif_lock);
     for (i = 0; i < m->count && status == OTE_OK; i++) {
-        size_t before = e->notif_count;
+        size_t before = ote_xfer_state(e)->notif_count;
 
         status = notif_queue(e, m->sender_instance, m->items[i].seq, m->from, m->items[i].data,
                              m->items[i].length);
-        added += e->notif_count - before;
+        added += ote_xfer_state(e)->notif_count - before;
     }
-    pthread_mutex_unlock(&e->notif_lock);
+    pthread_mutex_unlock(&ote_xfer_state(e)->notif_lock);
     *queued_p = status == OTE_OK ? i : i - 1;
     if (added > 0)
         ote_engine_signal_event(e);
@@ -208,13 +211,14 @@ ote_status_t ote_notify_recv(ote_engine_h e, ote_notif_t *notifs, size_t max, si
 
     if (e == NULL || count_p == NULL || (max && notifs == NULL))
         return OTE_ERR_INVALID_PARAM;
-    pthread_mutex_lock(&e->notif_lock);
-    while (n < max && e->notif_count > 0) {
-        notifs[n++]   = e->notifs[e->notif_head];
-        e->notif_head = (e->notif_head + 1) % e->notif_cap;
-        e->notif_count--;
+    pthread_mutex_lock(&ote_xfer_state(e)->notif_lock);
+    while (n < max && ote_xfer_state(e)->notif_count > 0) {
+        notifs[n++] = ote_xfer_state(e)->notifs[ote_xfer_state(e)->notif_head];
+        ote_xfer_state(e)->notif_head =
+            (ote_xfer_state(e)->notif_head + 1) % ote_xfer_state(e)->notif_cap;
+        ote_xfer_state(e)->notif_count--;
     }
-    pthread_mutex_unlock(&e->notif_lock);
+    pthread_mutex_unlock(&ote_xfer_state(e)->notif_lock);
     *count_p = n;
     return OTE_OK;
 }

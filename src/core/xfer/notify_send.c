@@ -31,7 +31,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "notify.h"
 #include "core/segment/segment.h"
 #include "core/worker/worker.h"
@@ -88,8 +88,8 @@ static struct ote_notify_lane *lane_get(ote_engine_h e, uint64_t instance)
 {
     struct ote_notify_lane *l;
 
-    pthread_mutex_lock(&e->lane_lock);
-    for (l = e->lanes; l != NULL && l->instance != instance; l = l->next)
+    pthread_mutex_lock(&ote_xfer_state(e)->lane_lock);
+    for (l = ote_xfer_state(e)->lanes; l != NULL && l->instance != instance; l = l->next)
         ;
     if (l == NULL) {
         l = calloc(1, sizeof(*l));
@@ -97,13 +97,13 @@ static struct ote_notify_lane *lane_get(ote_engine_h e, uint64_t instance)
             l->instance = instance;
             pthread_mutex_init(&l->lock, NULL);
             pthread_cond_init(&l->cond, NULL);
-            l->next  = e->lanes;
-            e->lanes = l;
+            l->next                  = ote_xfer_state(e)->lanes;
+            ote_xfer_state(e)->lanes = l;
         }
     }
     if (l != NULL)
         l->refs++;
-    pthread_mutex_unlock(&e->lane_lock);
+    pthread_mutex_unlock(&ote_xfer_state(e)->lane_lock);
     return l;
 }
 
@@ -111,15 +111,15 @@ static void lane_put(ote_engine_h e, struct ote_notify_lane *l)
 {
     struct ote_notify_lane **pp;
 
-    pthread_mutex_lock(&e->lane_lock);
+    pthread_mutex_lock(&ote_xfer_state(e)->lane_lock);
     if (--l->refs > 0) {
-        pthread_mutex_unlock(&e->lane_lock);
+        pthread_mutex_unlock(&ote_xfer_state(e)->lane_lock);
         return;
     }
-    for (pp = &e->lanes; *pp != l; pp = &(*pp)->next)
+    for (pp = &ote_xfer_state(e)->lanes; *pp != l; pp = &(*pp)->next)
         ;
     *pp = l->next;
-    pthread_mutex_unlock(&e->lane_lock);
+    pthread_mutex_unlock(&ote_xfer_state(e)->lane_lock);
     pthread_mutex_destroy(&l->lock);
     pthread_cond_destroy(&l->cond);
     free(l);
@@ -128,7 +128,7 @@ static void lane_put(ote_engine_h e, struct ote_notify_lane *l)
 /* Under the lane lock: it takes the next number of this engine. */
 static void lane_append(ote_engine_h e, struct ote_notify_lane *l, notify_item_t *it)
 {
-    it->seq  = atomic_fetch_add(&e->notify_seq, 1) + 1;
+    it->seq  = atomic_fetch_add(&ote_xfer_state(e)->notify_seq, 1) + 1;
     it->next = NULL;
     if (l->tail != NULL)
         l->tail->next = it;
@@ -228,9 +228,9 @@ static void lane_flush(ote_engine_h e, struct ote_notify_lane *l, notify_waiter_
                                                     .data = it->data};
         }
         m->count           = n;
-        m->sender_instance = e->instance_id;
+        m->sender_instance = ote_engine_facts(e)->instance_id;
         m->target_instance = l->instance;
-        snprintf(m->from, sizeof(m->from), "%s", e->name);
+        snprintf(m->from, sizeof(m->from), "%s", ote_engine_facts(e)->name);
         pthread_mutex_unlock(&l->lock);
         status = ote_ctl_notify_batch_encode(m, &out);
         if (status == OTE_OK)
@@ -328,7 +328,8 @@ static ote_status_t seg_instance(ote_segment_h seg, uint64_t *instance_p)
 static ote_status_t notify_send(ote_engine_h e, ote_segment_h seg, const ote_notify_msg_t *msgs,
                                 size_t count, ote_status_t *statuses)
 {
-    uint64_t deadline = ote_time_ns() + (uint64_t)e->config.notify_timeout_ms * 1000000ull;
+    uint64_t deadline =
+        ote_time_ns() + (uint64_t)ote_engine_facts(e)->config.notify_timeout_ms * 1000000ull;
     notify_item_t one, *items = count == 1 ? &one : calloc(count, sizeof(*items));
     notify_waiter_t w = {.pending = count};
     struct ote_notify_lane *lane;
@@ -391,7 +392,7 @@ ote_status_t ote_notify_send(ote_engine_h e, ote_segment_h seg, const void *msg,
     if (status != OTE_OK)
         return status;
     notify_send(e, seg, &m, 1, &status);
-    ote_obs_notify_sent(e->obs, status);
+    ote_obs_notify_sent(ote_engine_facts(e)->obs, status);
     return status;
 }
 
@@ -418,7 +419,7 @@ ote_status_t ote_notify_send_many(ote_engine_h e, ote_segment_h seg, const ote_n
         return OTE_ERR_NO_MEMORY;
     status = notify_send(e, seg, msgs, count, st);
     for (size_t i = 0; i < count; i++)
-        ote_obs_notify_sent(e->obs, st[i]);
+        ote_obs_notify_sent(ote_engine_facts(e)->obs, st[i]);
     if (st != statuses)
         free(st);
     return status;
@@ -464,10 +465,14 @@ static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t
         ote_batch_notify_end(g, status);
         return;
     }
-    *it = (notify_item_t){.seg = g->segment, .data = (const uint8_t *)g->data,
-                          .length = g->length, .group = g, .waiter = &lanes[k].w,
-                          .deadline = ote_time_ns() +
-                                      (uint64_t)e->config.notify_timeout_ms * 1000000ull};
+    *it          = (notify_item_t){.seg    = g->segment,
+                                   .data   = (const uint8_t *)g->data,
+                                   .length = g->length,
+                                   .group  = g,
+                                   .waiter = &lanes[k].w,
+                                   .deadline =
+                                       ote_time_ns() +
+                                       (uint64_t)ote_engine_facts(e)->config.notify_timeout_ms * 1000000ull};
     it->status_p = &it->status;
     pthread_mutex_lock(&lanes[k].lane->lock);
     lanes[k].w.pending++;
