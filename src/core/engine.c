@@ -57,16 +57,6 @@ static void engine_open_staging(ote_engine_h e, ote_select_t *sel)
     }
 }
 
-/* The i-th transport component an engine opens, or NULL past the last. */
-ote_tl_component_t *ote_engine_component(size_t i)
-{
-    size_t n = 0;
-
-    while (ote_tl_components[n] != NULL)
-        n++;
-    return i < n ? ote_tl_components[i] : NULL;
-}
-
 /*
  * Open one selected resource on every worker. A resource that cannot be
  * opened, or that carries no one-sided zero-copy operation, is left out
@@ -152,27 +142,6 @@ static void engine_note_exclusions(ote_engine_h e, const ote_select_t *sel)
     }
 }
 
-/* The engine-wide limits every iface applies to the connections it accepts. */
-static void engine_iface_limits(ote_engine_h e, ote_tl_iface_params_t *params)
-{
-    params->max_conns            = e->facts.config.max_conns;
-    params->max_conns_per_peer   = e->facts.config.max_conns_per_peer;
-    params->handshake_timeout_ms = e->facts.config.handshake_timeout_ms;
-}
-
-void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params)
-{
-    *params = (ote_tl_iface_params_t){
-        .regions      = e->facts.regions,
-        .instance_id  = e->facts.instance_id,
-        .bind_ip      = e->bind_ip,
-        .advertise_ip = e->advertise_ip,
-        .auth         = e->facts.auth,
-        .rdma         = e->rdma,
-    };
-    engine_iface_limits(e, params);
-}
-
 static ote_status_t engine_open_transports(ote_engine_h e)
 {
     ote_tl_iface_params_t params = {
@@ -186,7 +155,7 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     ote_select_t *sel;
     ote_status_t status;
 
-    engine_iface_limits(e, &params);
+    ote_engine_iface_limits(e, &params);
     status = ote_config_fill(&ote_rdma_config_table, &rdma_cfg);
     if (status != OTE_OK)
         return status;
@@ -436,6 +405,21 @@ static void engine_free(ote_engine_h e)
     free(e);
 }
 
+/* What a metrics snapshot reads of xfer/ and segment/ (obs/ sits below them). */
+static void engine_obs_load(ote_engine_h e, uint64_t *tasks_p, uint64_t *bytes_p,
+                            uint64_t *segments_p)
+{
+    long t = atomic_load(&e->xfer.inflight_tasks);
+
+    *tasks_p    = t > 0 ? (uint64_t)t : 0;
+    *bytes_p    = atomic_load(&e->xfer.inflight_bytes);
+    *segments_p = 0;
+    pthread_mutex_lock(&e->segs.seg_lock);
+    for (ote_segment_h seg = e->segs.segments; seg != NULL; seg = seg->next)
+        *segments_p += !seg->internal; /* the application's only */
+    pthread_mutex_unlock(&e->segs.seg_lock);
+}
+
 ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *engine_p)
 {
     ote_engine_params_t none = {0};
@@ -494,7 +478,9 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         goto err;
 
     metadata = params->metadata ? params->metadata : e->facts.config.metadata;
-    status   = ote_obs_create(e, metadata, &e->facts.obs);
+    status   = ote_obs_create(e, metadata,
+                              &(ote_obs_sources_t){.rails = ote_engine_rails, .load = engine_obs_load},
+                              &e->facts.obs);
     if (status != OTE_OK)
         goto err;
     if (strcmp(metadata, "p2p") != 0) {
@@ -784,7 +770,7 @@ static ote_status_t engine_probe_tl(ote_engine_h e, ote_tl_component_t *comp,
     ote_md_t *md = NULL;
     ote_status_t status;
 
-    engine_iface_limits(e, &params);
+    ote_engine_iface_limits(e, &params);
     status = comp->ops->md_open(comp, res, &md);
     if (status != OTE_OK && status != OTE_ERR_UNSUPPORTED)
         return status;
@@ -845,7 +831,7 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
                                     .advertise_ip = e->advertise_ip, .rdma = e->rdma};
     ote_select_t *sel = NULL;
 
-    engine_iface_limits(e, &params);
+    ote_engine_iface_limits(e, &params);
     fprintf(f, "# engine %s, host %s\n", e->facts.name, e->facts.host_id);
     fprintf(f, "# OTE_TLS=%s OTE_NET_DEVICES=%s\n", e->facts.config.tls, e->facts.config.net_devices);
     if (ote_select_parse(e->facts.config.tls, e->facts.config.net_devices, &sel) != OTE_OK)

@@ -59,7 +59,7 @@ void         ote_engine_rdma_poll(ote_engine_h e);
  * rooms ask through ote_engine_rdma_port_down, engine_facts.h).
  */
 bool         ote_engine_rdma_port_is_down(ote_engine_h e, const char *dev);
-/* The port (device) dev went down or came up: pause or resume every rail on it. */
+/* The port (device) dev went down or came up: pause or resume every rail on it (ote_segments_link). */
 void         ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up);
 
 /*
@@ -120,10 +120,12 @@ ote_status_t ote_engine_desc_encode(ote_engine_h engine, ote_buf_t *out);
  * control listener's cache of encoded descriptors compares it).
  */
 ote_status_t ote_engine_desc_skeleton(ote_engine_h engine, ote_buf_t *out);
-/* engine.c: the i-th transport component an engine opens, NULL past the last. */
+/* engine_join.c: the i-th transport component an engine opens, NULL past the last. */
 ote_tl_component_t *ote_engine_component(size_t i);
 /* The engine-wide parameters every iface is opened with (no worker set). */
 void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params);
+/* The engine-wide limits every iface applies to the connections it accepts. */
+void ote_engine_iface_limits(ote_engine_h e, ote_tl_iface_params_t *params);
 
 /* host.c */
 void ote_host_id(char *buf, size_t len);

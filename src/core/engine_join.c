@@ -21,6 +21,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The i-th transport component an engine opens, or NULL past the last. */
+ote_tl_component_t *ote_engine_component(size_t i)
+{
+    size_t n = 0;
+
+    while (ote_tl_components[n] != NULL)
+        n++;
+    return i < n ? ote_tl_components[i] : NULL;
+}
+
+/* The engine-wide limits every iface applies to the connections it accepts. */
+void ote_engine_iface_limits(ote_engine_h e, ote_tl_iface_params_t *params)
+{
+    params->max_conns            = e->facts.config.max_conns;
+    params->max_conns_per_peer   = e->facts.config.max_conns_per_peer;
+    params->handshake_timeout_ms = e->facts.config.handshake_timeout_ms;
+}
+
+void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params)
+{
+    *params = (ote_tl_iface_params_t){
+        .regions      = e->facts.regions,
+        .instance_id  = e->facts.instance_id,
+        .bind_ip      = e->bind_ip,
+        .advertise_ip = e->advertise_ip,
+        .auth         = e->facts.auth,
+        .rdma         = e->rdma,
+    };
+    ote_engine_iface_limits(e, params);
+}
+
 static uint64_t fnv1a(uint64_t h, const void *p, size_t len)
 {
     const uint8_t *b = p;
@@ -226,7 +257,7 @@ static bool join_component(ote_engine_h e, ote_tl_component_t *comp, ote_select_
             atomic_store(&tl->gone, false);
             ote_info("transport %s/%s: back; its rails resume", res[r].tl_name,
                      res[r].dev_name);
-            ote_engine_rdma_port_event(e, res[r].dev_name, true);
+            ote_segments_link(e, res[r].dev_name, true);
             changed = true;
         }
     }
@@ -240,7 +271,7 @@ static bool join_component(ote_engine_h e, ote_tl_component_t *comp, ote_select_
         atomic_store(&tl->gone, true);
         ote_info("transport %s/%s: gone; its rails pause until it is back",
                  tl->resource.tl_name, tl->resource.dev_name);
-        ote_engine_rdma_port_event(e, tl->resource.dev_name, false);
+        ote_segments_link(e, tl->resource.dev_name, false);
         changed = true;
     }
     free(res);

@@ -149,29 +149,10 @@ bool ote_engine_rdma_port_is_down(ote_engine_h e, const char *dev)
     return down;
 }
 
+
 void ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up)
 {
-    uint64_t now = ote_time_ns();
-    size_t n     = 0;
-
-    pthread_mutex_lock(&e->segs.seg_lock);
-    for (ote_segment_h seg = e->segs.segments; seg != NULL; seg = seg->next) {
-        pthread_mutex_lock(&seg->lock);
-        for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
-            ote_rail_t *r = seg->rail_set.rails[i];
-
-            /* A transport gone from the device stays paused (engine_join.c). */
-            if (r->iface != NULL && strcmp(r->iface->resource.dev_name, dev) == 0 &&
-                !(up && ote_engine_iface_gone(e, r->iface))) {
-                ote_proto_rail_link(r, up, now);
-                n++;
-            }
-        }
-        pthread_mutex_unlock(&seg->lock);
-    }
-    pthread_mutex_unlock(&e->segs.seg_lock);
-    ote_debug("device %s: %s: %zu rail(s) %s", dev, up ? "up" : "down", n,
-              up ? "resumed" : "paused");
+    ote_segments_link(e, dev, up);
 }
 
 /* A port's change between two discoveries: log it, and act on its rails. */

@@ -188,6 +188,12 @@ ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc
 ote_status_t ote_wireup_probe(ote_segment_h seg, const ote_desc_t *d, bool force);
 /* The segment's peer instance is gone: later calls fail PEER_RESTARTED. */
 void         ote_segment_mark_stale(ote_segment_h seg);
+/*
+ * The device dev went down (up false) or came up: pause or resume every
+ * rail on it of every open segment; a transport gone from the engine
+ * stays paused (the device monitor and engine_join.c call it).
+ */
+void         ote_segments_link(ote_engine_h e, const char *dev, bool up);
 /* ote_segment_open for the engine's own use (seg->internal). */
 ote_status_t ote_segment_open_internal(ote_engine_h e, const char *name, ote_segment_h *seg_p);
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */

@@ -178,7 +178,9 @@ static void task_finalize(ote_task_t *t)
     }
     if (err == OTE_ERR_PEER_RESTARTED)
         ote_segment_mark_stale(t->segment);
-    ote_obs_task_end(t, err);
+    ote_obs_task_end(ote_engine_facts(engine)->obs, &t->batch->tel, t->op == OTE_OP_WRITE,
+                     atomic_load_explicit(&t->obs_tl, memory_order_relaxed), t->start_ns, t->length,
+                     atomic_load_explicit(&t->transferred, memory_order_relaxed), err);
     ote_admission_release(engine, 1, t->length);
     if (t->notify != NULL)
         notify_group_task_done(engine, t->notify, err);
