@@ -71,9 +71,7 @@ fi
 # state through its own header (meta/ and wire/ not even that). The one
 # arrow back up is the completion of the submit <-> completion circle: a
 # slice's end reported to its task (xfer/batch.h) by the worker that
-# posted it and by the spray that could not. Known exception, until the
-# protocols' message types are registered with the codec: wire/ctl_msg.c
-# reads the listener's services (ctl/ctl_int.h) for their types.
+# posted it and by the spray that could not.
 hits=$(cd "$src/core" && grep -rlE '#include "(core/)?engine_int\.h"' . --include=*.c --include=*.h |
        grep -vxE '\./(engine[a-z_]*\.c|host\.c)' || true)
 if [ -n "$hits" ]; then
@@ -82,10 +80,9 @@ if [ -n "$hits" ]; then
     bad=1
 fi
 completion='^(worker/worker\.c|segment/spray\.c):#include "core/xfer/batch\.h"$'
-codec='^wire/ctl_msg\.c:#include "core/ctl/ctl_int\.h"$'
 room() { # room, pattern of forbidden includes, why
     hits=$(cd "$src/core" && grep -rnE "#include \"(\.\./|$2)" "$1" --include=*.c --include=*.h |
-           sed -E 's/:[0-9]+:/:/' | grep -vE "$completion" | grep -vE "$codec" || true)
+           sed -E 's/:[0-9]+:/:/' | grep -vE "$completion" || true)
     if [ -n "$hits" ]; then
         echo "src/core/$1 includes $3:"
         echo "$hits"

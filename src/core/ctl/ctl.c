@@ -47,15 +47,13 @@ static char listen_tag, stop_tag, done_tag;
 static const ote_ctl_service_t ctl_core_service;
 
 /*
- * The services the listener serves, one line each; stopped in this order
+ * The services the listener serves: its own, then the protocols'; stopped in this order
  * (FILE_IO by rails and PUTBACK use the segments kept to initiators,
  * closed after every service stopped).
  */
 static const ote_ctl_service_t *const ctl_services[] = {
     &ctl_core_service,
-    &ote_proto_stage_service,
-    &ote_proto_file_io_service,
-    &ote_proto_putback_service,
+    OTE_CTL_PROTO_SERVICES, /* wire/ctl_msg.h: the protocols, registered there */
 };
 #define NUM_SERVICES (sizeof(ctl_services) / sizeof(ctl_services[0]))
 _Static_assert(NUM_SERVICES <= CTL_MAX_SERVICES, "CTL_MAX_SERVICES");

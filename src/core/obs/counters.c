@@ -11,6 +11,22 @@
 #include <string.h>
 #include <time.h>
 
+/* The status label of each failure slot (expo.c renders them). */
+static const char *const status_labels[OBS_STATUS_SLOTS] = {
+    [0] = "other",           [1] = "invalid_param",      [2] = "no_memory",
+    [3] = "not_registered",  [4] = "out_of_bounds",      [5] = "access",
+    [6] = "unreachable",     [7] = "not_found",          [8] = "timeout",
+    [9] = "canceled",        [10] = "remote_disconnect", [11] = "busy",
+    [12] = "io",             [13] = "unsupported",       [14] = "protocol",
+    [15] = "auth",           [16] = "exists",            [17] = "peer_restarted",
+    [18] = "no_device",      [19] = "store_unavailable",  [20] = "remote_not_registered",
+};
+
+const char *ote_obs_status_label(int slot)
+{
+    return (slot >= 0 && slot < OBS_STATUS_SLOTS) ? status_labels[slot] : NULL;
+}
+
 /* Request to completion: 1 us to 10 s, 1-2.5-5 per decade. */
 const uint64_t ote_obs_lat_bounds_ns[OBS_LAT_BOUNDS] = {
     1000ull,       2500ull,       5000ull,       10000ull,      25000ull,       50000ull,

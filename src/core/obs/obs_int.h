@@ -112,7 +112,7 @@ int ote_obs_render(const ote_obs_snap_t *const *snaps, size_t count, ote_obs_sin
 /* The exposition text of snaps, malloc'ed (NULL: no memory). */
 char *ote_obs_expose(const ote_obs_snap_t *const *snaps, size_t count, size_t *len_p);
 
-/* A short, stable, lower-case name of a status for labels ("timeout"). */
+/* counters.c: a short, stable, lower-case name of a status for labels ("timeout"). */
 const char *ote_obs_status_label(int slot);
 
 #endif

@@ -19,6 +19,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The protocols' services, the one line a protocol registers on: the
+ * control listener serves them after its own (ctl/ctl.c, in this order:
+ * they stop in it), and the codec knows their message types from them
+ * (ote_ctl_type_info).
+ */
+#define OTE_CTL_PROTO_SERVICES \
+    &ote_proto_stage_service, &ote_proto_file_io_service, &ote_proto_putback_service
+
 #define OTE_CTL_MAGIC    0x4354454fu /* "OTEC" */
 #define OTE_CTL_VERSION  1
 #define OTE_CTL_HDR_LEN  16
@@ -157,7 +166,7 @@ ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notif
  * What a control message type is (ote_ctl_type_info_t, proto/ctl_target.h),
  * from the rows the listener's checks read (and tests and fuzz targets,
  * rather than lists of their own): core's own types' in ctl_msg.c, then
- * those of each service the listener lists (ctl.c), the protocols'.
+ * those of each protocol's service (OTE_CTL_PROTO_SERVICES).
  */
 /* The row of type; NULL for a type without one (0 among them). */
 const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type);
