@@ -6,7 +6,7 @@
 
 #include "core/engine_facts.h"
 #include "core/meta/meta.h"
-#include "segment.h"
+#include "segment_def.h"
 
 #include "base/dlist.h"
 #include "base/log.h"

@@ -3,7 +3,7 @@
  * (OTE_MAX_INFLIGHT_TASKS, OTE_MAX_INFLIGHT_BYTES, OTE_SUBMIT_TIMEOUT_MS).
  */
 #include "base/util.h"
-#include "batch.h"
+#include "admission.h"
 #include "core/engine_facts.h"
 
 #include <time.h>

@@ -9,6 +9,8 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "batch.h"
+#include "admission.h"
+#include "batch_check.h"
 #include "core/engine_facts.h"
 #include "notify.h"
 #include "core/segment/segment.h"
@@ -130,6 +132,7 @@ void ote_batch_notify_end(ote_notify_group_t *g, ote_status_t status)
 static void notify_group_task_done(ote_engine_h engine, ote_notify_group_t *g, ote_status_t err)
 {
     int expected = OTE_OK;
+    ote_notifier_t *nt;
 
     if (err != OTE_OK)
         atomic_compare_exchange_strong(&g->task_error, &expected, err);
@@ -142,7 +145,13 @@ static void notify_group_task_done(ote_engine_h engine, ote_notify_group_t *g, o
         ote_batch_notify_end(g, err);
         return;
     }
-    ote_notifier_queue(ote_xfer_state(engine)->notifier, g);
+    nt = ote_xfer_state(engine)->notifier;
+    if (nt == NULL) {
+        /* The engine is going: its notifier has stopped. */
+        ote_batch_notify_end(g, OTE_ERR_CANCELED);
+        return;
+    }
+    ote_notifier_queue(nt, g);
 }
 
 static void task_finalize(ote_task_t *t)
@@ -275,6 +284,7 @@ static ote_notify_group_t *notify_group_new(ote_batch_h b, const ote_xfer_req_t 
     atomic_init(&g->status, OTE_INPROGRESS);
     g->segment = reqs[0].segment;
     g->batch   = b;
+    g->end     = ote_batch_notify_end;
     g->next    = NULL;
     g->length  = msg_len;
     memcpy(g->data, msg, msg_len);

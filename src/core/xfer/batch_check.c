@@ -6,7 +6,7 @@
  * the access where the transport does not check at the target.
  */
 #include "base/log.h"
-#include "batch.h"
+#include "batch_check.h"
 #include "core/engine_facts.h"
 #include "core/segment/segment.h"
 

@@ -5,7 +5,7 @@
  * requests. Kept in the batch by the submit path and task_finalize
  * (obs/counters.c), read here without a lock.
  */
-#include "batch.h"
+#include "xfer_def.h"
 
 ote_status_t ote_batch_telemetry(ote_batch_h b, ote_batch_telemetry_t *t)
 {

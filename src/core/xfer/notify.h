@@ -6,7 +6,7 @@
 #ifndef OTE_CORE_NOTIFY_H
 #define OTE_CORE_NOTIFY_H
 
-#include "batch.h"
+#include "xfer_def.h"
 #include "core/wire/ctl_msg.h"
 #include "core/engine_facts.h"
 
@@ -14,6 +14,7 @@
 ote_status_t ote_notifier_start(ote_engine_h engine, ote_notifier_t **n_p);
 /* Sends what is queued (or ends it CANCELED where its segment closed), then stops. */
 void         ote_notifier_stop(ote_notifier_t *n);
+/* Queue group, whose tasks all ended, to be sent; it ends through group->end. */
 void         ote_notifier_queue(ote_notifier_t *n, ote_notify_group_t *group);
 /* notify_recv.c: the receiver's memory of its senders' sequence numbers */
 ote_status_t ote_notif_senders_create(struct ote_notif_senders **s_p);

@@ -33,6 +33,7 @@
 #include "core/wire/ctl_msg.h"
 #include "core/engine_facts.h"
 #include "notify.h"
+#include "xfer_def.h"
 #include "core/segment/segment.h"
 #include "core/worker/worker.h"
 
@@ -168,7 +169,7 @@ static void groups_end(ote_engine_h e, notify_item_t *ended)
         if (st != OTE_OK)
             ote_info("notification to %s after its tasks completed not delivered: %s",
                      it->group->segment->name, ote_status_string(st));
-        ote_batch_notify_end(it->group, st);
+        it->group->end(it->group, st);
         free(it);
     }
 }
@@ -462,7 +463,7 @@ static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t
     if (status != OTE_OK) {
         ote_info("notification to %s after its tasks completed not delivered: %s",
                  g->segment->name, ote_status_string(status));
-        ote_batch_notify_end(g, status);
+        g->end(g, status);
         return;
     }
     *it          = (notify_item_t){.seg    = g->segment,
@@ -544,18 +545,13 @@ ote_status_t ote_notifier_start(ote_engine_h e, ote_notifier_t **n_p)
 
 void ote_notifier_queue(ote_notifier_t *nt, ote_notify_group_t *g)
 {
-    if (nt == NULL) {
-        /* The engine is going: its notifier has stopped. */
-        ote_batch_notify_end(g, OTE_ERR_CANCELED);
-        return;
-    }
     pthread_mutex_lock(&nt->lock);
     if (nt->count == nt->cap &&
         ote_ring_grow((void **)&nt->q, &nt->cap, &nt->head, nt->count, sizeof(*nt->q), 16) !=
             OTE_OK) {
         pthread_mutex_unlock(&nt->lock);
         ote_error("notification to %s not sent: out of memory", g->segment->name);
-        ote_batch_notify_end(g, OTE_ERR_NO_MEMORY);
+        g->end(g, OTE_ERR_NO_MEMORY);
         return;
     }
     nt->q[(nt->head + nt->count) % nt->cap] = g;
