@@ -923,3 +923,14 @@ unsigned long ote_engine_desc_encodes(ote_engine_h e)
     return ote_engine_facts(e)->ctl != NULL ? atomic_load(&ote_engine_facts(e)->ctl->desc_encodes)
                                             : 0;
 }
+
+void ote_engine_putback_stats(ote_engine_h e, unsigned long *opens_p, unsigned *threads_p)
+{
+    ote_ctl_t *ctl = ote_engine_facts(e)->ctl;
+
+    pthread_mutex_lock(&ctl->peer_lock);
+    *opens_p = ctl->peer_opens;
+    pthread_mutex_unlock(&ctl->peer_lock);
+    *threads_p = ote_proto_putback_target_threads(
+        ote_ctl_service_state(ctl, &ote_proto_putback_service));
+}

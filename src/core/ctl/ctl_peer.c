@@ -236,15 +236,3 @@ uint64_t ote_engine_peer_rail_bytes(ote_engine_h e, const char *tl)
     pthread_mutex_unlock(&ctl->peer_lock);
     return bytes;
 }
-
-void ote_engine_putback_stats(ote_engine_h e, unsigned long *opens_p, unsigned *threads_p)
-{
-    ote_ctl_t *ctl = ote_engine_facts(e)->ctl;
-
-    pthread_mutex_lock(&ctl->peer_lock);
-    *opens_p = ctl->peer_opens;
-    pthread_mutex_unlock(&ctl->peer_lock);
-    *threads_p = ote_proto_putback_target_threads(
-        ote_ctl_service_state(ctl, &ote_proto_putback_service));
-}
-

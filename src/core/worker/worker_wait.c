@@ -8,7 +8,7 @@
  */
 #include "base/util.h"
 #include "core/engine_facts.h"
-#include "worker.h"
+#include "worker_wait.h"
 
 #include <sys/epoll.h>
 #include <unistd.h>

@@ -14,7 +14,7 @@
 #include "core/wire/ctl_msg.h"
 #include "core/engine_facts.h"
 #include "notify.h"
-#include "core/worker/worker.h"
+#include "core/worker/worker_wait.h"
 
 #include <stdlib.h>
 #include <string.h>
