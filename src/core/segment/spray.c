@@ -16,7 +16,7 @@
 #include "base/util.h"
 #include "core/xfer/batch.h"
 #include "core/engine_facts.h"
-#include "segment.h"
+#include "spray.h"
 #include "core/worker/worker.h"
 
 #include <string.h>

@@ -11,7 +11,8 @@
 #include "core/engine_facts.h"
 #include "proto/putback.h"
 #include "proto/stage.h"
-#include "segment.h"
+#include "segment_ctl.h"
+#include "wireup.h"
 #include "core/worker/worker.h"
 
 #include <net/if.h>
