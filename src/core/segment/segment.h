@@ -1,15 +1,19 @@
 /*
  * src/core/segment/: segments, peers (or files) opened by name.
  *
- * Owns: a segment's life and descriptor (segment.c), its control client
- * and pool (segment_ctl.c), re-reads of its descriptor (segment_reread.c),
- * a peer's exported file as a segment (segment_export.c) and this engine's
- * exports (fexport.c), its rails' wire-up (wireup.c) and the spray of its
- * slices onto them (spray.c).
+ * Owns: its state in the engine (ote_segment_table_t: open segments,
+ * file exports) and struct ote_segment, the types in segment_def.h; a
+ * segment's life and descriptor (segment.c, this header), its control
+ * client and pool (segment_ctl.c), re-reads of its descriptor
+ * (segment_reread.c), a peer's exported file as a segment
+ * (segment_export.c) and this engine's exports (fexport.c), its rails'
+ * wire-up (wireup.c) and the spray of its slices onto them (spray.c);
+ * each file declares its functions in the header of its name, which
+ * this header includes for the rooms above.
  *
  * May call: worker/ (the ifaces rails are opened on, the workers that
- * post slices), meta/ (lookups), wire/ (descriptor and control codecs),
- * the engine's header; proto and below. Never ctl/ or xfer/, but for a
+ * post slices), obs/, meta/ (lookups), wire/ (descriptor and control
+ * codecs), the engine's facts (core/engine_facts.h); proto and below. Never ctl/ or xfer/, but for a
  * slice's end reported to its task (spray.c -> xfer/batch.h).
  */
 #ifndef OTE_CORE_SEGMENT_H

@@ -2,11 +2,12 @@
  * src/core/worker/: the workers, threads (or callers) that progress the
  * transports.
  *
- * Owns: each worker's ifaces, queue and progress (worker.c), its CPU
- * binding (worker_bind.c), the waits of callers that progress the workers
- * themselves and the engine's event fd (worker_wait.c).
+ * Owns: its state in the engine (ote_worker_set_t), each worker's ifaces,
+ * queue and progress (worker.c), its CPU binding (worker_bind.c), the
+ * waits of callers that progress the workers themselves and the engine's
+ * event fd (worker_wait.c, declared in worker_wait.h).
  *
- * May call: the engine's header, proto and below; of the rooms above it
+ * May call: the engine's facts (core/engine_facts.h), proto and below; of the rooms above it
  * only a slice's end, reported to its task (worker.c -> xfer/batch.h: the
  * submit <-> completion circle).
  */

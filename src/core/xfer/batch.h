@@ -1,15 +1,18 @@
 /*
  * src/core/xfer/: transfers as the user submits them.
  *
- * Owns: batches and their tasks (batch.c: submit, wait, cancel, a task's
- * slices and their ends), the checks before a submit talks to the peer
- * (batch_check.c), admission (admission.c: bytes and tasks in flight) and
+ * Owns: its state in the engine (ote_xfer_state_t) and its objects, the
+ * types in xfer_def.h; batches and their tasks (batch.c: submit, wait,
+ * cancel, a task's slices and their ends; batch_telemetry.c), the checks
+ * before a submit talks to the peer (batch_check.c, batch_check.h),
+ * admission (admission.c, admission.h: bytes and tasks in flight) and
  * notifications: the sender's lanes and frames (notify_send.c) and the
- * receiver's backlog (notify_recv.c), declared in notify.h.
+ * receiver's backlog (notify_recv.c), declared in notify.h; the notifier
+ * ends a group through group->end, never calling batch.c.
  *
  * May call: segment/ (a request's segment, its descriptor, its spray),
- * worker/ (waiting on the workers), meta/, wire/, the engine's header;
- * proto and below. Called by the engine's files, ctl/ and, for a slice's
+ * worker/ (waiting on the workers, worker_wait.h), obs/, meta/, wire/,
+ * the engine's facts (core/engine_facts.h); proto and below. Called by the engine's files, ctl/ and, for a slice's
  * end only (ote_task_slice_done/_end: the submit <-> completion circle),
  * worker/worker.c and segment/spray.c.
  */
