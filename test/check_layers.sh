@@ -63,35 +63,43 @@ if [ -n "$hits" ]; then
 fi
 # Inside core the rooms run one way, the engine at the top (src/core/*.c):
 #   ctl/ -> xfer/ -> segment/ -> worker/ -> meta/ -> wire/
-# a room includes nothing of the rooms left of it; every room but meta/ and
-# wire/ may include core/engine.h (the engine's facts: its settings, struct
-# and transports), none an engine file's other header (core/select.h), and
-# nothing outside its room by "../". The one arrow back up is the
-# completion of the submit <-> completion circle: a slice's end reported to
-# its task (xfer/batch.h) by the worker that posted it and by the spray
-# that could not. Known exception, until the protocols' message types are
-# registered with the codec: wire/ctl_msg.c reads the listener's services
-# (ctl/ctl_int.h) for their types.
+# a room includes nothing of the rooms left of it, and nothing outside its
+# room by "../". The engine's struct is private to the engine's own files:
+# core/engine_int.h (struct ote_engine) is included only by
+# src/core/engine*.c and host.c; core/engine.h (the engine's functions) by
+# no room. A room reads the engine through core/engine_facts.h and its own
+# state through its own header (meta/ and wire/ not even that). The one
+# arrow back up is the completion of the submit <-> completion circle: a
+# slice's end reported to its task (xfer/batch.h) by the worker that
+# posted it and by the spray that could not.
+hits=$(cd "$src/core" && grep -rlE '#include "(core/)?engine_int\.h"' . --include=*.c --include=*.h |
+       grep -vxE '\./(engine[a-z_]*\.c|host\.c)' || true)
+if [ -n "$hits" ]; then
+    echo "core/engine_int.h (struct ote_engine) is included outside the engine's files (engine*.c, host.c):"
+    echo "$hits"
+    bad=1
+fi
 completion='^(worker/worker\.c|segment/spray\.c):#include "core/xfer/batch\.h"$'
-codec='^wire/ctl_msg\.c:#include "core/ctl/ctl_int\.h"$'
 room() { # room, pattern of forbidden includes, why
     hits=$(cd "$src/core" && grep -rnE "#include \"(\.\./|$2)" "$1" --include=*.c --include=*.h |
-           sed -E 's/:[0-9]+:/:/' | grep -vE "$completion" | grep -vE "$codec" || true)
+           sed -E 's/:[0-9]+:/:/' | grep -vE "$completion" || true)
     if [ -n "$hits" ]; then
         echo "src/core/$1 includes $3:"
         echo "$hits"
         bad=1
     fi
 }
-room ctl     'core/select\.h' 'an engine file'
-room xfer    'core/(select\.h|ctl/)' 'ctl or an engine file'
-room segment 'core/(select\.h|ctl/|xfer/)' 'ctl, xfer or an engine file'
-room worker  'core/(select\.h|ctl/|xfer/|segment/)' 'ctl, xfer, segment or an engine file'
-room meta    'core/(engine\.h|select\.h|ctl/|xfer/|segment/|worker/)' 'the engine or a room above meta'
-room wire    'core/(engine\.h|select\.h|ctl/|xfer/|segment/|worker/|meta/)' 'the engine or another room of core'
-# core/obs/ reads the engine through engine.h, batch.h and segment.h only
-# (its opening comment).
-check core/obs '\.\./|core/(select\.h|ctl/|wire/|meta/|worker/|xfer/notify|segment/(fexport|spray))' 'core files other than engine.h, xfer/batch.h, segment/segment.h'
+eng='engine\.h|engine_int\.h|select\.h'
+room ctl     "core/($eng)" 'an engine file'
+room xfer    "core/($eng|ctl/)" 'ctl or an engine file'
+room segment "core/($eng|ctl/|xfer/)" 'ctl, xfer or an engine file'
+room worker  "core/($eng|ctl/|xfer/|segment/)" 'ctl, xfer, segment or an engine file'
+room meta    "core/($eng|engine_facts\.h|ctl/|xfer/|segment/|worker/)" 'the engine or a room above meta'
+room wire    "core/($eng|engine_facts\.h|ctl/|xfer/|segment/|worker/|meta/)" 'the engine or another room of core'
+# core/obs/ reads the engine through engine_facts.h only, and what it
+# reads of the rooms above through the sources the engine gives it (its
+# opening comment): it includes no other file of core.
+check core/obs '\.\./|core/(engine\.h|engine_int\.h|select\.h|ctl/|wire/|meta/|worker/|xfer/|segment/)' 'core files other than engine_facts.h'
 if [ $bad -ne 0 ]; then
     echo "0 passed, 1 failed"
     exit 1

@@ -9,7 +9,7 @@
 #include "core/xfer/batch.h"
 #include "core/ctl/ctl.h"
 #include "core/wire/ctl_msg.h"
-#include "engine.h"
+#include "core/engine_int.h"
 #include "core/xfer/notify.h"
 #include "core/segment/segment.h"
 #include "uct_ext/rdma/rdma.h"
@@ -43,28 +43,18 @@ static void engine_open_staging(ote_engine_h e, ote_select_t *sel)
 {
     if (!ote_proto_stage_available() || !ote_select_tl(sel, OTE_PROTO_STAGE_NAME))
         return;
-    for (size_t w = 0; w < e->num_workers; w++) {
+    for (size_t w = 0; w < e->facts.num_workers; w++) {
         ote_proto_progress_hooks_t hooks = {.add    = engine_progress_add,
                                             .remove = engine_progress_remove,
-                                            .worker = &e->workers[w]};
-        ote_status_t status = ote_proto_stage_worker_create(e->regions, &e->stage_config,
-                                                            &hooks, &e->workers[w].stage);
+                                            .worker = &e->facts.workers[w]};
+        ote_status_t status = ote_proto_stage_worker_create(e->facts.regions, &e->facts.stage_config,
+                                                            &hooks, &e->facts.workers[w].stage);
 
         if (status != OTE_OK) {
             ote_warn("staging: not available on worker %zu: %s", w, ote_status_string(status));
-            e->workers[w].stage = NULL;
+            e->facts.workers[w].stage = NULL;
         }
     }
-}
-
-/* The i-th transport component an engine opens, or NULL past the last. */
-ote_tl_component_t *ote_engine_component(size_t i)
-{
-    size_t n = 0;
-
-    while (ote_tl_components[n] != NULL)
-        n++;
-    return i < n ? ote_tl_components[i] : NULL;
 }
 
 /*
@@ -75,7 +65,7 @@ ote_tl_component_t *ote_engine_component(size_t i)
 static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resource_t *res,
                            ote_tl_iface_params_t *params)
 {
-    ote_engine_tl_t *tl = &e->tls[e->num_tls];
+    ote_engine_tl_t *tl = &e->facts.tls[e->facts.num_tls];
     ote_tl_iface_t *ifaces[OTE_MAX_WORKERS];
     ote_md_t *md = NULL;
     ote_tl_caps_t caps;
@@ -94,28 +84,28 @@ static void engine_open_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_t
     w = 0;
     if (!ote_engine_ifaces_open(e, comp, res, md, params, false, ifaces, &caps))
         goto err_close;
-    w = e->num_workers;
-    for (k = 0; md != NULL && k < e->num_mds && e->mds[k] != md; k++)
+    w = e->facts.num_workers;
+    for (k = 0; md != NULL && k < e->facts.num_mds && e->facts.mds[k] != md; k++)
         ;
-    if (md != NULL && k == e->num_mds) {
-        if (e->num_mds == OTE_MEM_MAX_MDS || ote_mem_table_add_md(e->regions, md) != OTE_OK) {
+    if (md != NULL && k == e->facts.num_mds) {
+        if (e->facts.num_mds == OTE_MEM_MAX_MDS || ote_mem_table_add_md(e->facts.regions, md) != OTE_OK) {
             ote_warn("transport %s/%s: no room for its memory domain", res->tl_name,
                      res->dev_name);
             goto err_close;
         }
-        e->mds[e->num_mds++] = md;
+        e->facts.mds[e->facts.num_mds++] = md;
     }
     tl->resource = *res;
     tl->md       = md;
     tl->md_index = md != NULL ? (int)k : -1;
     tl->caps     = caps;
-    for (w = 0; w < e->num_workers; w++) {
-        ote_worker_t *wk = &e->workers[w];
+    for (w = 0; w < e->facts.num_workers; w++) {
+        ote_worker_t *wk = &e->facts.workers[w];
 
         ifaces[w]->md_index           = tl->md_index;
         wk->ifaces[wk->num_ifaces++] = ifaces[w];
     }
-    e->num_tls++;
+    e->facts.num_tls++;
     return;
 
 err_close:
@@ -140,11 +130,11 @@ static void engine_note_exclusions(ote_engine_h e, const ote_select_t *sel)
         snprintf(uct_name, sizeof(uct_name), "uct_%s", natives[i]);
         if (!ote_select_excludes(sel, natives[i]) || ote_select_excludes(sel, uct_name))
             continue;
-        for (size_t k = 0; k < e->num_tls; k++) {
-            if (strcmp(e->tls[k].resource.tl_name, uct_name) == 0) {
+        for (size_t k = 0; k < e->facts.num_tls; k++) {
+            if (strcmp(e->facts.tls[k].resource.tl_name, uct_name) == 0) {
                 ote_info("OTE_TLS='%s' excludes the native %s only: UCT's (%s) is selected "
                          "and carries its traffic, without checks at the target; exclude "
-                         "both with ^%s,%s", e->config.tls, natives[i], uct_name, natives[i],
+                         "both with ^%s,%s", e->facts.config.tls, natives[i], uct_name, natives[i],
                          uct_name);
                 break;
             }
@@ -152,41 +142,20 @@ static void engine_note_exclusions(ote_engine_h e, const ote_select_t *sel)
     }
 }
 
-/* The engine-wide limits every iface applies to the connections it accepts. */
-static void engine_iface_limits(ote_engine_h e, ote_tl_iface_params_t *params)
-{
-    params->max_conns            = e->config.max_conns;
-    params->max_conns_per_peer   = e->config.max_conns_per_peer;
-    params->handshake_timeout_ms = e->config.handshake_timeout_ms;
-}
-
-void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params)
-{
-    *params = (ote_tl_iface_params_t){
-        .regions      = e->regions,
-        .instance_id  = e->instance_id,
-        .bind_ip      = e->bind_ip,
-        .advertise_ip = e->advertise_ip,
-        .auth         = e->auth,
-        .rdma         = e->rdma,
-    };
-    engine_iface_limits(e, params);
-}
-
 static ote_status_t engine_open_transports(ote_engine_h e)
 {
     ote_tl_iface_params_t params = {
-        .regions      = e->regions,
-        .instance_id  = e->instance_id,
+        .regions      = e->facts.regions,
+        .instance_id  = e->facts.instance_id,
         .bind_ip      = e->bind_ip,
         .advertise_ip = e->advertise_ip,
-        .auth         = e->auth,
+        .auth         = e->facts.auth,
     };
     ote_rdma_config_t rdma_cfg;
     ote_select_t *sel;
     ote_status_t status;
 
-    engine_iface_limits(e, &params);
+    ote_engine_iface_limits(e, &params);
     status = ote_config_fill(&ote_rdma_config_table, &rdma_cfg);
     if (status != OTE_OK)
         return status;
@@ -197,7 +166,7 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     params.rdma = e->rdma;
     /* What the monitor compares with, to see an interface join (engine_join.c). */
     e->netif_sig = ote_engine_netif_sig();
-    status = ote_select_parse(e->config.tls, e->config.net_devices, &sel);
+    status = ote_select_parse(e->facts.config.tls, e->facts.config.net_devices, &sel);
     if (status != OTE_OK)
         return status;
     for (size_t c = 0; ote_tl_components[c] != NULL; c++) {
@@ -218,7 +187,7 @@ static ote_status_t engine_open_transports(ote_engine_h e)
                          res[r].unusable);
                 continue;
             }
-            if (e->num_tls == OTE_MAX_IFACES) {
+            if (e->facts.num_tls == OTE_MAX_IFACES) {
                 ote_warn("transport %s/%s: more than %d transports; left out", res[r].tl_name,
                          res[r].dev_name, OTE_MAX_IFACES);
                 continue;
@@ -235,9 +204,9 @@ static ote_status_t engine_open_transports(ote_engine_h e)
     ote_select_free(sel);
     if (status != OTE_OK)
         return status;
-    if (e->num_tls == 0) {
+    if (e->facts.num_tls == 0) {
         ote_error("no usable transport selected (OTE_TLS='%s', OTE_NET_DEVICES='%s'; see "
-                  "ote_info -d)", e->config.tls, e->config.net_devices);
+                  "ote_info -d)", e->facts.config.tls, e->facts.config.net_devices);
         return OTE_ERR_UNREACHABLE;
     }
     return OTE_OK;
@@ -303,17 +272,17 @@ static ote_status_t engine_meta_start(ote_engine_h e, const char *metadata)
         return status;
     mp = (ote_meta_params_t){
         .uri        = metadata,
-        .name       = e->name,
+        .name       = e->facts.name,
         .prefix     = cfg.prefix,
         .ttl_s      = cfg.ttl_s,
         .timeout_ms = cfg.timeout_ms,
-        .auth       = e->auth,
+        .auth       = e->facts.auth,
         .desc_cb    = engine_desc_cb,
         .desc_arg   = e,
         .holder_cb  = engine_holder_cb,
         .probe_ms   = cfg.probe_ms,
     };
-    status = ote_meta_create(&mp, &e->meta);
+    status = ote_meta_create(&mp, &e->facts.meta);
     ote_config_release(&ote_meta_config_table, &cfg);
     return status;
 }
@@ -329,8 +298,8 @@ static ote_status_t engine_tl_configs_fill(ote_engine_h e)
 
     while (ote_tl_components[n] != NULL)
         n++;
-    e->tl_configs = calloc(n + 1, sizeof(*e->tl_configs));
-    if (e->tl_configs == NULL)
+    e->facts.tl_configs = calloc(n + 1, sizeof(*e->facts.tl_configs));
+    if (e->facts.tl_configs == NULL)
         return OTE_ERR_NO_MEMORY;
     for (size_t i = 0; i < n; i++) {
         const ote_tl_component_ops_t *ops = ote_tl_components[i]->ops;
@@ -338,13 +307,13 @@ static ote_status_t engine_tl_configs_fill(ote_engine_h e)
 
         if (ops->objects == NULL || ops->config_table == NULL)
             continue;
-        e->tl_configs[i] = calloc(1, ops->config_table->struct_size);
-        if (e->tl_configs[i] == NULL)
+        e->facts.tl_configs[i] = calloc(1, ops->config_table->struct_size);
+        if (e->facts.tl_configs[i] == NULL)
             return OTE_ERR_NO_MEMORY;
-        status = ote_config_fill(ops->config_table, e->tl_configs[i]);
+        status = ote_config_fill(ops->config_table, e->facts.tl_configs[i]);
         if (status != OTE_OK) {
-            free(e->tl_configs[i]);
-            e->tl_configs[i] = NULL;
+            free(e->facts.tl_configs[i]);
+            e->facts.tl_configs[i] = NULL;
             return status;
         }
     }
@@ -353,38 +322,38 @@ static ote_status_t engine_tl_configs_fill(ote_engine_h e)
 
 static void engine_tl_configs_release(ote_engine_h e)
 {
-    for (size_t i = 0; e->tl_configs != NULL && ote_tl_components[i] != NULL; i++) {
-        if (e->tl_configs[i] != NULL) {
-            ote_config_release(ote_tl_components[i]->ops->config_table, e->tl_configs[i]);
-            free(e->tl_configs[i]);
+    for (size_t i = 0; e->facts.tl_configs != NULL && ote_tl_components[i] != NULL; i++) {
+        if (e->facts.tl_configs[i] != NULL) {
+            ote_config_release(ote_tl_components[i]->ops->config_table, e->facts.tl_configs[i]);
+            free(e->facts.tl_configs[i]);
         }
     }
-    free(e->tl_configs);
-    e->tl_configs = NULL;
+    free(e->facts.tl_configs);
+    e->facts.tl_configs = NULL;
 }
 
 static void engine_locks_init(ote_engine_h e)
 {
 
-    pthread_mutex_init(&e->notif_lock, NULL);
-    pthread_mutex_init(&e->lane_lock, NULL);
-    pthread_mutex_init(&e->batch_lock, NULL);
-    pthread_mutex_init(&e->seg_lock, NULL);
-    pthread_mutex_init(&e->admit_lock, NULL);
-    ote_fexport_table_init(&e->fexports);
+    pthread_mutex_init(&e->xfer.notif_lock, NULL);
+    pthread_mutex_init(&e->xfer.lane_lock, NULL);
+    pthread_mutex_init(&e->xfer.batch_lock, NULL);
+    pthread_mutex_init(&e->segs.seg_lock, NULL);
+    pthread_mutex_init(&e->xfer.admit_lock, NULL);
+    ote_fexport_table_init(&e->segs.fexports);
     /* Admission deadlines are on the monotonic clock. */
-    ote_cond_init_monotonic(&e->admit_cond);
+    ote_cond_init_monotonic(&e->xfer.admit_cond);
 }
 
 static void engine_locks_destroy(ote_engine_h e)
 {
-    pthread_mutex_destroy(&e->notif_lock);
-    pthread_mutex_destroy(&e->lane_lock);
-    pthread_mutex_destroy(&e->batch_lock);
-    pthread_mutex_destroy(&e->seg_lock);
-    pthread_mutex_destroy(&e->admit_lock);
-    pthread_cond_destroy(&e->admit_cond);
-    ote_fexport_table_destroy(&e->fexports); /* the listener stopped: nothing uses them */
+    pthread_mutex_destroy(&e->xfer.notif_lock);
+    pthread_mutex_destroy(&e->xfer.lane_lock);
+    pthread_mutex_destroy(&e->xfer.batch_lock);
+    pthread_mutex_destroy(&e->segs.seg_lock);
+    pthread_mutex_destroy(&e->xfer.admit_lock);
+    pthread_cond_destroy(&e->xfer.admit_cond);
+    ote_fexport_table_destroy(&e->segs.fexports); /* the listener stopped: nothing uses them */
 }
 
 static void engine_free(ote_engine_h e)
@@ -393,47 +362,62 @@ static void engine_free(ote_engine_h e)
     ote_obs_endpoint_detach(e);
     ote_engine_rdma_monitor_stop(e);
     /* The listener first (its pools open segments through the store), then the key. */
-    if (e->ctl != NULL)
-        ote_ctl_stop(e->ctl);
-    e->ctl = NULL;
-    ote_meta_destroy(e->meta);
-    e->meta = NULL;
-    OTE_DLIST_DRAIN(&e->seg_lock, e->segments, ote_segment_h, ote_segment_close);
+    if (e->facts.ctl != NULL)
+        ote_ctl_stop(e->facts.ctl);
+    e->facts.ctl = NULL;
+    ote_meta_destroy(e->facts.meta);
+    e->facts.meta = NULL;
+    OTE_DLIST_DRAIN(&e->segs.seg_lock, e->segs.segments, ote_segment_h, ote_segment_close);
     /* Remote staging and PUTBACK requests in flight end (their rails are gone). */
-    ote_proto_jobs_destroy(e->proto_jobs);
-    e->proto_jobs = NULL;
+    ote_proto_jobs_destroy(e->facts.proto_jobs);
+    e->facts.proto_jobs = NULL;
     /* Workers first: every task ends, and queues its notification, before the notifier goes. */
-    for (size_t w = 0; e->workers && w < e->num_workers; w++)
-        ote_worker_stop(&e->workers[w]);
-    ote_notifier_stop(e->notifier);
-    e->notifier = NULL;
+    for (size_t w = 0; e->facts.workers && w < e->facts.num_workers; w++)
+        ote_worker_stop(&e->facts.workers[w]);
+    ote_notifier_stop(e->xfer.notifier);
+    e->xfer.notifier = NULL;
     ote_batch_release_all(e);
-    for (size_t w = 0; e->workers && w < e->num_workers; w++)
-        ote_worker_cleanup(&e->workers[w]);
-    free(e->workers);
-    ote_mem_table_destroy(e->regions);
+    for (size_t w = 0; e->facts.workers && w < e->facts.num_workers; w++)
+        ote_worker_cleanup(&e->facts.workers[w]);
+    free(e->facts.workers);
+    ote_mem_table_destroy(e->facts.regions);
     /* One md_close for every md_open (resources may share an md). */
-    for (size_t i = 0; i < e->num_tls; i++) {
-        ote_engine_tl_t *tl = &e->tls[i];
+    for (size_t i = 0; i < e->facts.num_tls; i++) {
+        ote_engine_tl_t *tl = &e->facts.tls[i];
 
         if (tl->md != NULL)
             tl->resource.component->ops->md_close(tl->resource.component, tl->md);
     }
-    if (e->event_fd >= 0)
-        close(e->event_fd);
-    if (e->poll_epfd >= 0)
-        close(e->poll_epfd);
+    if (e->wset.event_fd >= 0)
+        close(e->wset.event_fd);
+    if (e->wset.poll_epfd >= 0)
+        close(e->wset.poll_epfd);
     ote_engine_topo_close(e);
     ote_rdma_free(e->rdma);
-    free(e->notifs);
-    ote_notif_senders_destroy(e->senders);
+    free(e->xfer.notifs);
+    ote_notif_senders_destroy(e->xfer.senders);
     engine_locks_destroy(e);
-    ote_auth_destroy(e->auth);
+    ote_auth_destroy(e->facts.auth);
     engine_tl_configs_release(e);
-    ote_config_release(&ote_stage_config_table, &e->stage_config);
-    ote_engine_config_release(&e->config);
-    ote_obs_destroy(e->obs);
+    ote_config_release(&ote_stage_config_table, &e->facts.stage_config);
+    ote_engine_config_release(&e->facts.config);
+    ote_obs_destroy(e->facts.obs);
     free(e);
+}
+
+/* What a metrics snapshot reads of xfer/ and segment/ (obs/ sits below them). */
+static void engine_obs_load(ote_engine_h e, uint64_t *tasks_p, uint64_t *bytes_p,
+                            uint64_t *segments_p)
+{
+    long t = atomic_load(&e->xfer.inflight_tasks);
+
+    *tasks_p    = t > 0 ? (uint64_t)t : 0;
+    *bytes_p    = atomic_load(&e->xfer.inflight_bytes);
+    *segments_p = 0;
+    pthread_mutex_lock(&e->segs.seg_lock);
+    for (ote_segment_h seg = e->segs.segments; seg != NULL; seg = seg->next)
+        *segments_p += !seg->internal; /* the application's only */
+    pthread_mutex_unlock(&e->segs.seg_lock);
 }
 
 ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *engine_p)
@@ -453,40 +437,50 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     e = calloc(1, sizeof(*e));
     if (e == NULL)
         return OTE_ERR_NO_MEMORY;
-    e->event_fd  = -1;
-    e->poll_epfd = -1;
+    e->facts.xfer = &e->xfer;
+    e->facts.wset = &e->wset;
+    e->facts.segs = &e->segs;
+    e->facts.svc  = (ote_engine_services_t){.desc_encode    = ote_engine_desc_encode,
+                                            .desc_skeleton  = ote_engine_desc_skeleton,
+                                            .mem_alloc      = ote_mem_alloc,
+                                            .mem_free       = ote_mem_free,
+                                            .rdma_port_down = ote_engine_rdma_port_is_down};
+    e->wset.event_fd  = -1;
+    e->wset.poll_epfd = -1;
     engine_locks_init(e);
-    status = ote_engine_config_read(&e->config);
+    status = ote_engine_config_read(&e->facts.config);
     if (status != OTE_OK) {
         engine_locks_destroy(e);
         free(e);
         return status;
     }
-    ote_log_set_level(e->config.log_level);
-    status = ote_config_fill(&ote_stage_config_table, &e->stage_config);
+    ote_log_set_level(e->facts.config.log_level);
+    status = ote_config_fill(&ote_stage_config_table, &e->facts.stage_config);
     if (status == OTE_OK)
         status = engine_tl_configs_fill(e);
     if (status != OTE_OK)
         goto err;
-    status = ote_notif_senders_create(&e->senders);
+    status = ote_notif_senders_create(&e->xfer.senders);
     if (status == OTE_OK)
         status = ote_proto_jobs_create("ote-proto", OTE_PROTO_JOBS_THREADS, OTE_PROTO_JOBS_QUEUED,
-                                       &e->proto_jobs);
+                                       &e->facts.proto_jobs);
     if (status != OTE_OK)
         goto err;
-    status = ote_auth_create(&(ote_auth_params_t){.key      = e->config.auth_key,
-                                                  .key_file = e->config.auth_key_file,
-                                                  .max_conns = e->config.max_conns,
+    status = ote_auth_create(&(ote_auth_params_t){.key      = e->facts.config.auth_key,
+                                                  .key_file = e->facts.config.auth_key_file,
+                                                  .max_conns = e->facts.config.max_conns,
                                                   .max_conns_per_peer =
-                                                      e->config.max_conns_per_peer,
+                                                      e->facts.config.max_conns_per_peer,
                                                   .handshake_timeout_ms =
-                                                      e->config.handshake_timeout_ms},
-                             &e->auth);
+                                                      e->facts.config.handshake_timeout_ms},
+                             &e->facts.auth);
     if (status != OTE_OK)
         goto err;
 
-    metadata = params->metadata ? params->metadata : e->config.metadata;
-    status   = ote_obs_create(e, metadata, &e->obs);
+    metadata = params->metadata ? params->metadata : e->facts.config.metadata;
+    status   = ote_obs_create(e, metadata,
+                              &(ote_obs_sources_t){.rails = ote_engine_rails, .load = engine_obs_load},
+                              &e->facts.obs);
     if (status != OTE_OK)
         goto err;
     if (strcmp(metadata, "p2p") != 0) {
@@ -500,7 +494,7 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         store = true;
     }
     name = params->name ? params->name
-         : e->config.engine_name[0] ? e->config.engine_name
+         : e->facts.config.engine_name[0] ? e->facts.config.engine_name
                                     : NULL;
     if (store && name != NULL) {
         status = ote_meta_name_check(name);
@@ -509,21 +503,21 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     }
 
     do {
-        e->instance_id = ote_random_u64();
-    } while (e->instance_id == 0);
-    if (e->config.host_id && e->config.host_id[0])
-        snprintf(e->host_id, sizeof(e->host_id), "%s", e->config.host_id);
+        e->facts.instance_id = ote_random_u64();
+    } while (e->facts.instance_id == 0);
+    if (e->facts.config.host_id && e->facts.config.host_id[0])
+        snprintf(e->facts.host_id, sizeof(e->facts.host_id), "%s", e->facts.config.host_id);
     else
-        ote_host_id(e->host_id, sizeof(e->host_id));
+        ote_host_id(e->facts.host_id, sizeof(e->facts.host_id));
 
     status = ote_mem_table_params_read(&mp);
     if (status != OTE_OK)
         goto err;
-    status = ote_mem_table_create(&mp, &e->regions);
+    status = ote_mem_table_create(&mp, &e->facts.regions);
     if (status != OTE_OK)
         goto err;
 
-    status = ote_ctl_start(e, params->listen_addr ? params->listen_addr : "0.0.0.0:0", &e->ctl,
+    status = ote_ctl_start(e, params->listen_addr ? params->listen_addr : "0.0.0.0:0", &e->facts.ctl,
                            bound, sizeof(bound));
     if (status != OTE_OK)
         goto err;
@@ -535,34 +529,34 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
         ote_sockaddr_ip((struct sockaddr *)&ss, e->bind_ip, sizeof(e->bind_ip));
         if (ote_sockaddr_is_any((struct sockaddr *)&ss)) {
             ote_default_ip(e->advertise_ip, sizeof(e->advertise_ip));
-            snprintf(e->name, sizeof(e->name), strchr(e->advertise_ip, ':') ? "[%s]:%u" : "%s:%u",
+            snprintf(e->facts.name, sizeof(e->facts.name), strchr(e->advertise_ip, ':') ? "[%s]:%u" : "%s:%u",
                      e->advertise_ip, ote_sockaddr_port((struct sockaddr *)&ss));
         } else {
             snprintf(e->advertise_ip, sizeof(e->advertise_ip), "%s", e->bind_ip);
-            snprintf(e->name, sizeof(e->name), "%s", bound);
+            snprintf(e->facts.name, sizeof(e->facts.name), "%s", bound);
         }
         /* Peers reach the listener here whatever the name (a store's names are not addresses). */
-        snprintf(e->ctl_addr, sizeof(e->ctl_addr), "%s", e->name);
+        snprintf(e->facts.ctl_addr, sizeof(e->facts.ctl_addr), "%s", e->facts.name);
         if (name != NULL) {
             if (!store) {
                 status = engine_name_check(name, ote_sockaddr_port((struct sockaddr *)&ss));
                 if (status != OTE_OK)
                     goto err;
             }
-            snprintf(e->name, sizeof(e->name), "%s", name);
+            snprintf(e->facts.name, sizeof(e->facts.name), "%s", name);
         }
     }
 
-    e->num_workers = (size_t)e->config.num_workers;
-    e->workers     = calloc(e->num_workers, sizeof(*e->workers));
-    if (e->workers == NULL) {
+    e->facts.num_workers = (size_t)e->facts.config.num_workers;
+    e->facts.workers     = calloc(e->facts.num_workers, sizeof(*e->facts.workers));
+    if (e->facts.workers == NULL) {
         status = OTE_ERR_NO_MEMORY;
         goto err;
     }
-    for (size_t w = 0; w < e->num_workers; w++) {
-        status = ote_worker_init(e, &e->workers[w], w);
+    for (size_t w = 0; w < e->facts.num_workers; w++) {
+        status = ote_worker_init(e, &e->facts.workers[w], w);
         if (status != OTE_OK) {
-            e->num_workers = w;
+            e->facts.num_workers = w;
             goto err;
         }
     }
@@ -570,21 +564,21 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     if (status != OTE_OK)
         goto err;
     ote_engine_topo_open(e);
-    e->event_fd  = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    e->poll_epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (e->event_fd < 0 || e->poll_epfd < 0) {
+    e->wset.event_fd  = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    e->wset.poll_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (e->wset.event_fd < 0 || e->wset.poll_epfd < 0) {
         status = OTE_ERR_IO;
         goto err;
     }
-    status = ote_notifier_start(e, &e->notifier);
+    status = ote_notifier_start(e, &e->xfer.notifier);
     if (status != OTE_OK)
         goto err;
-    for (size_t w = 0; w < e->num_workers; w++) {
-        status = ote_worker_start(&e->workers[w]);
+    for (size_t w = 0; w < e->facts.num_workers; w++) {
+        status = ote_worker_start(&e->facts.workers[w]);
         if (status != OTE_OK)
             goto err;
     }
-    status = ote_ctl_run(e->ctl);
+    status = ote_ctl_run(e->facts.ctl);
     if (status != OTE_OK)
         goto err;
     status = ote_engine_rdma_monitor_start(e);
@@ -598,8 +592,8 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     status = ote_obs_endpoint_attach(e);
     if (status != OTE_OK)
         goto err;
-    ote_info("engine %s started (instance %016llx, %zu transports, %zu workers)", e->name,
-             (unsigned long long)e->instance_id, e->num_tls, e->num_workers);
+    ote_info("engine %s started (instance %016llx, %zu transports, %zu workers)", e->facts.name,
+             (unsigned long long)e->facts.instance_id, e->facts.num_tls, e->facts.num_workers);
     *engine_p = e;
     return OTE_OK;
 
@@ -616,15 +610,15 @@ void ote_engine_destroy(ote_engine_h e)
 
 const char *ote_engine_name(ote_engine_h e)
 {
-    return e ? e->name : NULL;
+    return e ? e->facts.name : NULL;
 }
 
 int ote_engine_event_fd(ote_engine_h e)
 {
     if (e == NULL)
         return -1;
-    atomic_store(&e->event_fd_used, true);
-    return e->event_fd;
+    atomic_store(&e->wset.event_fd_used, true);
+    return e->wset.event_fd;
 }
 
 ote_status_t ote_engine_desc_export(ote_engine_h e, void **buf_p, size_t *len_p)
@@ -637,7 +631,7 @@ ote_status_t ote_engine_desc_export(ote_engine_h e, void **buf_p, size_t *len_p)
     /* The record a store holds under our name: the same bytes, the same MAC. */
     status = ote_engine_desc_encode(e, &desc);
     if (status == OTE_OK)
-        status = ote_meta_record_encode(e->auth, e->name, desc.data, desc.len, &rec);
+        status = ote_meta_record_encode(e->facts.auth, e->facts.name, desc.data, desc.len, &rec);
     free(desc.data);
     if (status != OTE_OK) {
         free(rec.data);
@@ -659,12 +653,12 @@ static ote_status_t engine_desc_encode(ote_engine_h e, ote_mem_table_t *table, o
         free(d);
         return OTE_ERR_NO_MEMORY;
     }
-    d->instance_id = e->instance_id;
-    snprintf(d->name, sizeof(d->name), "%s", e->name);
-    snprintf(d->host_id, sizeof(d->host_id), "%s", e->host_id);
-    snprintf(d->ctl_addr, sizeof(d->ctl_addr), "%s", e->ctl_addr);
-    for (size_t w = 0; w < e->num_workers; w++) {
-        ote_worker_t *wk = &e->workers[w];
+    d->instance_id = e->facts.instance_id;
+    snprintf(d->name, sizeof(d->name), "%s", e->facts.name);
+    snprintf(d->host_id, sizeof(d->host_id), "%s", e->facts.host_id);
+    snprintf(d->ctl_addr, sizeof(d->ctl_addr), "%s", e->facts.ctl_addr);
+    for (size_t w = 0; w < e->facts.num_workers; w++) {
+        ote_worker_t *wk = &e->facts.workers[w];
 
         for (size_t i = 0; i < wk->num_ifaces && d->num_tls < OTE_DESC_MAX_TLS; i++) {
             ote_desc_tl_t *t = &d->tls[d->num_tls];
@@ -682,15 +676,15 @@ static ote_status_t engine_desc_encode(ote_engine_h e, ote_mem_table_t *table, o
             d->num_tls++;
         }
     }
-    d->num_mds = e->num_mds;
-    for (size_t i = 0; i < e->num_mds; i++)
-        snprintf(d->mds[i], sizeof(d->mds[i]), "%s", e->mds[i]->name);
-    return ote_fexport_desc_encode(&e->fexports, d, table, out);
+    d->num_mds = e->facts.num_mds;
+    for (size_t i = 0; i < e->facts.num_mds; i++)
+        snprintf(d->mds[i], sizeof(d->mds[i]), "%s", e->facts.mds[i]->name);
+    return ote_fexport_desc_encode(&e->segs.fexports, d, table, out);
 }
 
 ote_status_t ote_engine_desc_encode(ote_engine_h e, ote_buf_t *out)
 {
-    return engine_desc_encode(e, e->regions, out);
+    return engine_desc_encode(e, e->facts.regions, out);
 }
 
 ote_status_t ote_engine_desc_skeleton(ote_engine_h e, ote_buf_t *out)
@@ -708,8 +702,8 @@ ote_status_t ote_engine_desc_skeleton(ote_engine_h e, ote_buf_t *out)
  */
 static ote_status_t mem_changed(ote_engine_h e, uint64_t gen_before, ote_status_t status)
 {
-    if (status == OTE_OK && ote_mem_table_generation(e->regions) != gen_before)
-        ote_meta_changed(e->meta);
+    if (status == OTE_OK && ote_mem_table_generation(e->facts.regions) != gen_before)
+        ote_meta_changed(e->facts.meta);
     return status;
 }
 
@@ -721,10 +715,10 @@ ote_status_t ote_mem_register(ote_engine_h e, const ote_mem_desc_t *descs, size_
 
     if (e == NULL || descs == NULL || count == 0 || mems_p == NULL)
         return OTE_ERR_INVALID_PARAM;
-    gen    = ote_mem_table_generation(e->regions);
-    status = ote_mem_table_register(e->regions, descs, count, mems_p);
+    gen    = ote_mem_table_generation(e->facts.regions);
+    status = ote_mem_table_register(e->facts.regions, descs, count, mems_p);
     if (status == OTE_OK)
-        ote_obs_registered(e->obs, count);
+        ote_obs_registered(e->facts.obs, count);
     return mem_changed(e, gen, status);
 }
 
@@ -736,8 +730,8 @@ static ote_status_t mem_drop(ote_engine_h e, ote_mem_h mem,
 
     if (e == NULL || mem == NULL)
         return OTE_ERR_INVALID_PARAM;
-    gen = ote_mem_table_generation(e->regions);
-    return mem_changed(e, gen, drop(e->regions, mem));
+    gen = ote_mem_table_generation(e->facts.regions);
+    return mem_changed(e, gen, drop(e->facts.regions, mem));
 }
 
 ote_status_t ote_mem_deregister(ote_engine_h e, ote_mem_h mem)
@@ -753,10 +747,10 @@ ote_status_t ote_mem_alloc(ote_engine_h e, size_t length, const char *location, 
 
     if (e == NULL)
         return OTE_ERR_INVALID_PARAM;
-    gen    = ote_mem_table_generation(e->regions);
-    status = ote_mem_table_alloc(e->regions, length, location, access, addr_p, mem_p);
+    gen    = ote_mem_table_generation(e->facts.regions);
+    status = ote_mem_table_alloc(e->facts.regions, length, location, access, addr_p, mem_p);
     if (status == OTE_OK)
-        ote_obs_registered(e->obs, 1);
+        ote_obs_registered(e->facts.obs, 1);
     return mem_changed(e, gen, status);
 }
 
@@ -772,15 +766,15 @@ static ote_status_t engine_probe_tl(ote_engine_h e, ote_tl_component_t *comp,
                                     const ote_tl_resource_t *res, ote_tl_caps_t *caps_p,
                                     char *md_name, size_t md_name_len)
 {
-    ote_tl_iface_params_t params = {.regions = e->regions,
-                                    .instance_id = e->instance_id, .bind_ip = e->bind_ip,
+    ote_tl_iface_params_t params = {.regions = e->facts.regions,
+                                    .instance_id = e->facts.instance_id, .bind_ip = e->bind_ip,
                                     .advertise_ip = e->advertise_ip,
-                                    .worker_lock = &e->workers[0].lock};
+                                    .worker_lock = &e->facts.workers[0].lock};
     ote_tl_iface_t *iface;
     ote_md_t *md = NULL;
     ote_status_t status;
 
-    engine_iface_limits(e, &params);
+    ote_engine_iface_limits(e, &params);
     status = comp->ops->md_open(comp, res, &md);
     if (status != OTE_OK && status != OTE_ERR_UNSUPPORTED)
         return status;
@@ -819,7 +813,7 @@ static void print_caps(FILE *f, const ote_tl_caps_t *c, const char *md_name)
 /* What peers are given for a selected resource (worker 0's iface). */
 static void print_addresses(FILE *f, ote_engine_h e, const ote_tl_resource_t *res)
 {
-    ote_worker_t *wk = &e->workers[0];
+    ote_worker_t *wk = &e->facts.workers[0];
 
     for (size_t i = 0; i < wk->num_ifaces; i++) {
         ote_tl_iface_t *iface = wk->ifaces[i];
@@ -841,10 +835,10 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
                                     .advertise_ip = e->advertise_ip, .rdma = e->rdma};
     ote_select_t *sel = NULL;
 
-    engine_iface_limits(e, &params);
-    fprintf(f, "# engine %s, host %s\n", e->name, e->host_id);
-    fprintf(f, "# OTE_TLS=%s OTE_NET_DEVICES=%s\n", e->config.tls, e->config.net_devices);
-    if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)
+    ote_engine_iface_limits(e, &params);
+    fprintf(f, "# engine %s, host %s\n", e->facts.name, e->facts.host_id);
+    fprintf(f, "# OTE_TLS=%s OTE_NET_DEVICES=%s\n", e->facts.config.tls, e->facts.config.net_devices);
+    if (ote_select_parse(e->facts.config.tls, e->facts.config.net_devices, &sel) != OTE_OK)
         sel = NULL;
     for (size_t c = 0; ote_tl_components[c] != NULL; c++) {
         ote_tl_component_t *comp = ote_tl_components[c];
@@ -866,10 +860,10 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
             ote_tl_caps_t caps;
             ote_status_t status = OTE_OK;
 
-            for (size_t k = 0; k < e->num_tls; k++) {
-                if (strcmp(e->tls[k].resource.tl_name, res[r].tl_name) == 0 &&
-                    strcmp(e->tls[k].resource.dev_name, res[r].dev_name) == 0)
-                    tl = &e->tls[k];
+            for (size_t k = 0; k < e->facts.num_tls; k++) {
+                if (strcmp(e->facts.tls[k].resource.tl_name, res[r].tl_name) == 0 &&
+                    strcmp(e->facts.tls[k].resource.dev_name, res[r].dev_name) == 0)
+                    tl = &e->facts.tls[k];
             }
             if (tl != NULL) {
                 caps = tl->caps;
@@ -905,7 +899,7 @@ void ote_engine_print_transports(ote_engine_h e, FILE *f)
         free(res);
     }
     fprintf(f, "#\n# protocol %s (GPU memory through pinned host chunks)\n#   selected: %s\n",
-            OTE_PROTO_STAGE_NAME, e->workers[0].stage != NULL ? "yes"
+            OTE_PROTO_STAGE_NAME, e->facts.workers[0].stage != NULL ? "yes"
                                   : !ote_proto_stage_available() ? "no (CUDA unavailable)"
                                                                  : "no (not in OTE_TLS)");
     ote_engine_rdma_print(e, sel, f);

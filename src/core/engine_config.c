@@ -3,7 +3,7 @@
  * the list of every table an engine reads: its own, the metadata store's,
  * proto's, mem's and those of the transport components.
  */
-#include "engine.h"
+#include "core/engine_int.h"
 
 #include "base/log.h"
 

@@ -10,7 +10,7 @@
  */
 #include "base/log.h"
 #include "base/util.h"
-#include "engine.h"
+#include "core/engine_int.h"
 #include "core/segment/segment.h"
 #include "uct_ext/rdma/rdma.h"
 #include "core/worker/worker.h"
@@ -20,6 +20,37 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The i-th transport component an engine opens, or NULL past the last. */
+ote_tl_component_t *ote_engine_component(size_t i)
+{
+    size_t n = 0;
+
+    while (ote_tl_components[n] != NULL)
+        n++;
+    return i < n ? ote_tl_components[i] : NULL;
+}
+
+/* The engine-wide limits every iface applies to the connections it accepts. */
+void ote_engine_iface_limits(ote_engine_h e, ote_tl_iface_params_t *params)
+{
+    params->max_conns            = e->facts.config.max_conns;
+    params->max_conns_per_peer   = e->facts.config.max_conns_per_peer;
+    params->handshake_timeout_ms = e->facts.config.handshake_timeout_ms;
+}
+
+void ote_engine_iface_params(ote_engine_h e, ote_tl_iface_params_t *params)
+{
+    *params = (ote_tl_iface_params_t){
+        .regions      = e->facts.regions,
+        .instance_id  = e->facts.instance_id,
+        .bind_ip      = e->bind_ip,
+        .advertise_ip = e->advertise_ip,
+        .auth         = e->facts.auth,
+        .rdma         = e->rdma,
+    };
+    ote_engine_iface_limits(e, params);
+}
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t len)
 {
@@ -56,19 +87,19 @@ uint64_t ote_engine_netif_sig(void)
 
 static ote_engine_tl_t *tl_find(ote_engine_h e, const char *tl_name, const char *dev_name)
 {
-    size_t n = e->num_tls;
+    size_t n = e->facts.num_tls;
 
     for (size_t k = 0; k < n; k++) {
-        if (strcmp(e->tls[k].resource.tl_name, tl_name) == 0 &&
-            strcmp(e->tls[k].resource.dev_name, dev_name) == 0)
-            return &e->tls[k];
+        if (strcmp(e->facts.tls[k].resource.tl_name, tl_name) == 0 &&
+            strcmp(e->facts.tls[k].resource.dev_name, dev_name) == 0)
+            return &e->facts.tls[k];
     }
     return NULL;
 }
 
 bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_name, ote_md_t *md)
 {
-    size_t k = e->num_mds;
+    size_t k = e->facts.num_mds;
     ote_status_t status;
 
     if (k == OTE_MEM_MAX_MDS) {
@@ -76,7 +107,7 @@ bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_nam
                  OTE_MEM_MAX_MDS);
         return false;
     }
-    status = ote_mem_table_add_md(e->regions, md);
+    status = ote_mem_table_add_md(e->facts.regions, md);
     if (status != OTE_OK) {
         ote_warn("transport %s/%s: cannot join: registering the engine's memory on its "
                  "memory domain %s failed: %s", tl_name, dev_name, md->name,
@@ -84,8 +115,8 @@ bool ote_engine_md_join(ote_engine_h e, const char *tl_name, const char *dev_nam
         return false;
     }
     /* The table publishes md's rkeys only for descriptors that list it. */
-    e->mds[k]  = md;
-    e->num_mds = k + 1;
+    e->facts.mds[k]  = md;
+    e->facts.num_mds = k + 1;
     ote_info("transport %s/%s: its memory domain %s joined the running engine", tl_name,
              dev_name, md->name);
     return true;
@@ -100,9 +131,9 @@ bool ote_engine_ifaces_open(ote_engine_h e, ote_tl_component_t *comp,
     ote_status_t status = OTE_OK;
     size_t w;
 
-    for (w = 0; w < e->num_workers && status == OTE_OK; w++) {
+    for (w = 0; w < e->facts.num_workers && status == OTE_OK; w++) {
         params->worker_index = w;
-        params->worker_lock  = &e->workers[w].lock;
+        params->worker_lock  = &e->facts.workers[w].lock;
         status = comp->ops->iface_open(res, md, params, &ifaces[w]);
     }
     if (status != OTE_OK) {
@@ -130,7 +161,7 @@ static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resou
                     ote_tl_iface_params_t *params)
 {
     ote_tl_iface_t *ifaces[OTE_MAX_WORKERS];
-    size_t slot = e->num_tls, w, k = 0;
+    size_t slot = e->facts.num_tls, w, k = 0;
     ote_engine_tl_t *tl;
     ote_md_t *md = NULL;
     ote_tl_caps_t caps;
@@ -148,41 +179,41 @@ static bool join_tl(ote_engine_h e, ote_tl_component_t *comp, const ote_tl_resou
         ote_engine_join_failed(e);
         return false;
     }
-    while (md != NULL && k < e->num_mds && e->mds[k] != md)
+    while (md != NULL && k < e->facts.num_mds && e->facts.mds[k] != md)
         k++;
     w = 0;
     if (!ote_engine_ifaces_open(e, comp, res, md, params, true, ifaces, &caps))
         goto err_close;
-    for (w = 0; w < e->num_workers; w++)
+    for (w = 0; w < e->facts.num_workers; w++)
         ifaces[w]->md_index = md != NULL ? (int)k : -1;
     /* The ifaces carry no traffic before the workers have them. */
-    if (md != NULL && k == e->num_mds &&
+    if (md != NULL && k == e->facts.num_mds &&
         !ote_engine_md_join(e, res->tl_name, res->dev_name, md)) {
         ote_engine_join_failed(e);
         goto err_close;
     }
-    tl           = &e->tls[slot];
+    tl           = &e->facts.tls[slot];
     tl->resource = *res;
     tl->md       = md;
     tl->md_index = md != NULL ? (int)k : -1;
     tl->caps     = caps;
     atomic_store(&tl->gone, false);
-    e->num_tls = slot + 1;
-    for (w = 0; w < e->num_workers; w++) {
-        if (ote_worker_iface_add(&e->workers[w], ifaces[w]) != OTE_OK)
+    e->facts.num_tls = slot + 1;
+    for (w = 0; w < e->facts.num_workers; w++) {
+        if (ote_worker_iface_add(&e->facts.workers[w], ifaces[w]) != OTE_OK)
             break;
     }
-    if (w < e->num_workers) {
+    if (w < e->facts.num_workers) {
         /* Those added stay (closed with the worker); the transport is not used. */
         ote_warn("transport %s/%s: cannot join: worker %zu cannot wait on it", res->tl_name,
                  res->dev_name, w);
         atomic_store(&tl->gone, true);
-        for (; w < e->num_workers; w++)
+        for (; w < e->facts.num_workers; w++)
             ifaces[w]->ops->close(ifaces[w]);
         return false;
     }
     ote_info("transport %s/%s: joined the running engine (%zu workers)", res->tl_name,
-             res->dev_name, e->num_workers);
+             res->dev_name, e->facts.num_workers);
     return true;
 
 err_close:
@@ -226,13 +257,13 @@ static bool join_component(ote_engine_h e, ote_tl_component_t *comp, ote_select_
             atomic_store(&tl->gone, false);
             ote_info("transport %s/%s: back; its rails resume", res[r].tl_name,
                      res[r].dev_name);
-            ote_engine_rdma_port_event(e, res[r].dev_name, true);
+            ote_segments_link(e, res[r].dev_name, true);
             changed = true;
         }
     }
-    ntls = e->num_tls;
+    ntls = e->facts.num_tls;
     for (size_t k = 0; k < ntls; k++) {
-        ote_engine_tl_t *tl = &e->tls[k];
+        ote_engine_tl_t *tl = &e->facts.tls[k];
 
         if (tl->resource.component != comp || !tl->resource.is_network ||
             atomic_load(&tl->gone) || res_offered(res, nres, tl))
@@ -240,7 +271,7 @@ static bool join_component(ote_engine_h e, ote_tl_component_t *comp, ote_select_
         atomic_store(&tl->gone, true);
         ote_info("transport %s/%s: gone; its rails pause until it is back",
                  tl->resource.tl_name, tl->resource.dev_name);
-        ote_engine_rdma_port_event(e, tl->resource.dev_name, false);
+        ote_segments_link(e, tl->resource.dev_name, false);
         changed = true;
     }
     free(res);
@@ -277,7 +308,7 @@ void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_cha
                            : "network interfaces changed");
     ote_engine_iface_params(e, &params);
     params.rdma = rdma;
-    if (ote_select_parse(e->config.tls, e->config.net_devices, &sel) != OTE_OK)
+    if (ote_select_parse(e->facts.config.tls, e->facts.config.net_devices, &sel) != OTE_OK)
         return;
     for (size_t c = 0; ote_engine_component(c) != NULL; c++)
         changed |= join_component(e, ote_engine_component(c), sel, &params);
@@ -286,5 +317,5 @@ void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_cha
         e->join_retry_gap_ns = 0;
     /* The p2p metadata serves the descriptor as it is now; a store is told. */
     if (changed)
-        ote_meta_changed(e->meta);
+        ote_meta_changed(e->facts.meta);
 }

@@ -5,7 +5,7 @@
  */
 #include "base/log.h"
 #include "base/util.h"
-#include "engine.h"
+#include "core/engine_int.h"
 #include "core/segment/segment.h"
 #include "uct_ext/rdma/rdma.h"
 #include "core/worker/worker.h"
@@ -33,11 +33,11 @@ struct ote_engine_rdma_mon {
 static void port_transports(ote_engine_h e, const ote_rdma_port_t *port, char *buf, size_t len)
 {
     buf[0] = '\0';
-    for (size_t k = 0; k < e->num_tls; k++) {
+    for (size_t k = 0; k < e->facts.num_tls; k++) {
         size_t n = strlen(buf);
 
-        if (strcmp(e->tls[k].resource.dev_name, port->name) == 0)
-            snprintf(buf + n, len - n, "%s%s", n ? ", " : "", e->tls[k].resource.tl_name);
+        if (strcmp(e->facts.tls[k].resource.dev_name, port->name) == 0)
+            snprintf(buf + n, len - n, "%s%s", n ? ", " : "", e->facts.tls[k].resource.tl_name);
     }
 }
 
@@ -134,7 +134,7 @@ void ote_engine_rdma_print(ote_engine_h e, ote_select_t *sel, FILE *f)
         pthread_mutex_unlock(&m->lock);
 }
 
-bool ote_engine_rdma_port_down(ote_engine_h e, const char *dev)
+bool ote_engine_rdma_port_is_down(ote_engine_h e, const char *dev)
 {
     struct ote_engine_rdma_mon *m = e->rdma_mon;
     const ote_rdma_port_t *port;
@@ -149,29 +149,10 @@ bool ote_engine_rdma_port_down(ote_engine_h e, const char *dev)
     return down;
 }
 
+
 void ote_engine_rdma_port_event(ote_engine_h e, const char *dev, bool up)
 {
-    uint64_t now = ote_time_ns();
-    size_t n     = 0;
-
-    pthread_mutex_lock(&e->seg_lock);
-    for (ote_segment_h seg = e->segments; seg != NULL; seg = seg->next) {
-        pthread_mutex_lock(&seg->lock);
-        for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
-            ote_rail_t *r = seg->rail_set.rails[i];
-
-            /* A transport gone from the device stays paused (engine_join.c). */
-            if (r->iface != NULL && strcmp(r->iface->resource.dev_name, dev) == 0 &&
-                !(up && ote_engine_iface_gone(e, r->iface))) {
-                ote_proto_rail_link(r, up, now);
-                n++;
-            }
-        }
-        pthread_mutex_unlock(&seg->lock);
-    }
-    pthread_mutex_unlock(&e->seg_lock);
-    ote_debug("device %s: %s: %zu rail(s) %s", dev, up ? "up" : "down", n,
-              up ? "resumed" : "paused");
+    ote_segments_link(e, dev, up);
 }
 
 /* A port's change between two discoveries: log it, and act on its rails. */

@@ -5,7 +5,7 @@
  */
 #include "base/cuda_api.h"
 #include "base/log.h"
-#include "engine.h"
+#include "core/engine_int.h"
 #include "uct_ext/rdma/rdma.h"
 
 #include <pthread.h>
@@ -27,9 +27,9 @@ static size_t engine_nics(ote_engine_h e, const char **nics, size_t max)
 {
     size_t n = 0;
 
-    for (size_t k = 0; k < e->num_tls && n < max; k++) {
-        if (e->tls[k].resource.is_network)
-            nics[n++] = e->tls[k].resource.dev_name;
+    for (size_t k = 0; k < e->facts.num_tls && n < max; k++) {
+        if (e->facts.tls[k].resource.is_network)
+            nics[n++] = e->facts.tls[k].resource.dev_name;
     }
     for (size_t d = 0; e->rdma != NULL && d < e->rdma->num_devs; d++) {
         for (size_t p = 0; p < e->rdma->devs[d].num_ports && n < max; p++)
@@ -59,16 +59,16 @@ void ote_engine_topo_open(ote_engine_h e)
     char ids[OTE_TOPO_MAX_PLACES][OTE_TOPO_PLACE_MAX];
     const char *gpus[OTE_TOPO_MAX_PLACES];
     const char *nics[OTE_TOPO_MAX_NICS];
-    const char *xml = e->config.hwloc_xml;
+    const char *xml = e->facts.config.hwloc_xml;
     ote_topo_t *topo;
     size_t ngpus;
 
     if (xml != NULL && xml[0] != '\0') {
-        if (ote_topo_open(xml, &e->topo) != OTE_OK) {
+        if (ote_topo_open(xml, &e->facts.topo) != OTE_OK) {
             ote_warn("OTE_HWLOC_XML=%s does not load: rails are not ranked by topology", xml);
             return;
         }
-        topo = e->topo;
+        topo = e->facts.topo;
     } else {
         pthread_once(&machine_once, machine_load);
         topo = machine_topo;
@@ -79,22 +79,22 @@ void ote_engine_topo_open(ote_engine_h e)
     }
     ngpus = engine_gpus(ids, gpus, OTE_TOPO_MAX_PLACES);
     if (ote_topo_table_build(topo, nics, engine_nics(e, nics, OTE_TOPO_MAX_NICS), gpus, ngpus,
-                             &e->topo_table) != OTE_OK)
-        e->topo_table = NULL;
+                             &e->facts.topo_table) != OTE_OK)
+        e->facts.topo_table = NULL;
 }
 
 void ote_engine_topo_close(ote_engine_h e)
 {
-    ote_topo_table_free(e->topo_table);
-    e->topo_table = NULL;
-    ote_topo_close(e->topo); /* the XML one; this machine's stays */
-    e->topo = NULL;
+    ote_topo_table_free(e->facts.topo_table);
+    e->facts.topo_table = NULL;
+    ote_topo_close(e->facts.topo); /* the XML one; this machine's stays */
+    e->facts.topo = NULL;
 }
 
 void ote_engine_topo_print(ote_engine_h e, FILE *f)
 {
-    const ote_topo_t *topo = e->topo != NULL ? e->topo : machine_topo;
-    const ote_topo_table_t *t = e->topo_table;
+    const ote_topo_t *topo    = e->facts.topo != NULL ? e->facts.topo : machine_topo;
+    const ote_topo_table_t *t = e->facts.topo_table;
 
     fprintf(f, "#\n# Rails by topology (hwloc: %s)\n", topo != NULL ? ote_topo_source(topo)
                                                                    : "not available");

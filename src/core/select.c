@@ -13,10 +13,11 @@
  * transport runs on).
  */
 #include "base/log.h"
-#include "engine.h"
 #include "select.h"
+#include "uct_ext/tl.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -12,7 +12,7 @@
  * `ip netns exec` (which also gives UCT A's view of /sys/class/net), and
  * deletes the namespaces whatever the tests did.
  */
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "core/segment/segment.h"
 #include "core/worker/worker.h"
 #include "base/util.h"
@@ -136,7 +136,7 @@ static void test_other_namespace(void **state)
 
     assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
     assert_false(f->seg->same_host);
-    assert_string_not_equal(f->seg->desc->host_id, f->e->host_id);
+    assert_string_not_equal(f->seg->desc->host_id, f->e->facts.host_id);
     assert_true(f->seg->rail_set.num_rails > 0);
     for (size_t i = 0; i < f->seg->rail_set.num_rails; i++) {
         ote_rail_t *r = f->seg->rail_set.rails[i];
@@ -170,7 +170,7 @@ static void test_cma_never_across(void **state)
 
     for (size_t i = 0; i < sizeof(sels) / sizeof(sels[0]); i++) {
         fx_t *f = fx_start(sels[i], true);
-        ote_worker_t *w = &f->e->workers[0];
+        ote_worker_t *w   = &f->e->facts.workers[0];
         ote_segment_h seg = NULL;
 
         assert_true(w->num_ifaces > 0);
@@ -224,9 +224,9 @@ static void test_net_devices_across(void **state)
     setenv("OTE_NET_DEVICES", veth_a, 1);
     f = ote_test_pair_start("tcp", "0.0.0.0:0", wrap_b, args_b, REGION);
     assert_non_null(f);
-    assert_int_equal(f->e->num_tls, 1);
-    assert_string_equal(f->e->tls[0].resource.tl_name, "tcp");
-    assert_string_equal(f->e->tls[0].resource.dev_name, veth_a);
+    assert_int_equal(f->e->facts.num_tls, 1);
+    assert_string_equal(f->e->facts.tls[0].resource.tl_name, "tcp");
+    assert_string_equal(f->e->facts.tls[0].resource.dev_name, veth_a);
     assert_int_equal(ote_segment_open(f->e, f->target.name, &f->seg), OTE_OK);
     for (size_t k = 0; k < f->seg->desc->num_tls; k++) {
         const ote_desc_tl_t *t = &f->seg->desc->tls[k];

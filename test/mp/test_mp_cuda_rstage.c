@@ -9,7 +9,7 @@
  */
 #include "../unit/cuda/cuda_test.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "core/segment/segment.h"
 #include "stage_fx.h"
 
@@ -139,7 +139,7 @@ static ote_status_t stage_req(ote_segment_h seg, ote_ctl_stage_t *m, uint64_t *c
     uint64_t dummy[OTE_CTL_STAGE_MAX];
     ote_status_t remote = OTE_ERR_IO;
 
-    m->initiator = seg->engine->instance_id;
+    m->initiator = seg->engine->facts.instance_id;
     m->target    = seg->desc->instance_id;
     assert_int_equal(ote_ctl_stage_encode(m, &out), OTE_OK);
     assert_int_equal(ote_segment_ctl_request(seg, OTE_CTL_STAGE, out.data, out.len,

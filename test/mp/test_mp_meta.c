@@ -23,7 +23,7 @@
 #include "store_server.h"
 
 #include "base/config.h"
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "core/meta/meta.h"
 
 #include <pthread.h>
@@ -531,24 +531,24 @@ static void test_republish_only_on_change(void **state)
     ote_mem_desc_t d = {.addr = buf[0], .length = sizeof(buf[0]), .location = "cpu:0",
                         .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
     ote_mem_h m1, m2, m3;
-    unsigned long p0 = ote_meta_puts(e->meta);
+    unsigned long p0 = ote_meta_puts(e->facts.meta);
 
     (void)state;
     assert_int_equal(ote_mem_register(e, &d, 1, &m1), OTE_OK);
-    assert_int_equal(ote_meta_puts(e->meta), p0 + 1);
+    assert_int_equal(ote_meta_puts(e->facts.meta), p0 + 1);
     for (int i = 0; i < 50; i++) { /* the same range: no change to publish */
         assert_int_equal(ote_mem_register(e, &d, 1, &m2), OTE_OK);
         assert_ptr_equal(m2, m1);
         assert_int_equal(ote_mem_deregister(e, m2), OTE_OK);
     }
-    assert_int_equal(ote_meta_puts(e->meta), p0 + 1);
+    assert_int_equal(ote_meta_puts(e->facts.meta), p0 + 1);
     d.addr = buf[1];
     assert_int_equal(ote_mem_register(e, &d, 1, &m3), OTE_OK);
-    assert_int_equal(ote_meta_puts(e->meta), p0 + 2);
+    assert_int_equal(ote_meta_puts(e->facts.meta), p0 + 2);
     assert_int_equal(ote_mem_deregister(e, m1), OTE_OK);
-    assert_int_equal(ote_meta_puts(e->meta), p0 + 3);
+    assert_int_equal(ote_meta_puts(e->facts.meta), p0 + 3);
     assert_int_equal(ote_mem_deregister(e, m3), OTE_OK);
-    assert_int_equal(ote_meta_puts(e->meta), p0 + 4);
+    assert_int_equal(ote_meta_puts(e->facts.meta), p0 + 4);
     ote_engine_destroy(e);
 }
 

@@ -7,7 +7,7 @@
  * segment to it.
  */
 #include "../unit/cuda/cuda_test.h"
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "proto/jobs.h"
 #include "proto/putback.h"
 #include "testlib.h"
@@ -162,7 +162,7 @@ static void test_many_remote_staged(void **state)
         peak = read_peak;
     if (peak - before > OTE_PROTO_JOBS_THREADS + SLACK)
         fail_msg("%d threads before, %d at the peak", before, peak);
-    assert_true(ote_proto_jobs_threads(p->e->proto_jobs) <= OTE_PROTO_JOBS_THREADS);
+    assert_true(ote_proto_jobs_threads(p->e->facts.proto_jobs) <= OTE_PROTO_JOBS_THREADS);
     ote_test_pair_stop(p);
 }
 

@@ -16,7 +16,7 @@
 #define _GNU_SOURCE 1 /* RTLD_NEXT; as config.h defines it */
 #endif
 #include "mp_util.h"
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "core/xfer/batch.h"
 #include "core/worker/worker.h"
 #include "base/util.h"
@@ -93,8 +93,8 @@ static void fx_start(fx_t *f, const char *progress_thread)
 static void fx_stop(fx_t *f)
 {
     /* Nothing in flight, nothing counted twice: admission is back to zero. */
-    assert_int_equal(atomic_load(&f->e->inflight_tasks), 0);
-    assert_int_equal(atomic_load(&f->e->inflight_bytes), 0);
+    assert_int_equal(atomic_load(&f->e->xfer.inflight_tasks), 0);
+    assert_int_equal(atomic_load(&f->e->xfer.inflight_bytes), 0);
     assert_int_equal(ote_segment_close(f->seg), OTE_OK);
     assert_int_equal(ote_mem_free(f->e, f->mem), OTE_OK);
     ote_engine_destroy(f->e);
@@ -305,12 +305,12 @@ static void test_progress_workers_asleep(void **state)
      * waited for (20 s at most), not assumed after a fixed sleep, which a
      * loaded machine can outlast.
      */
-    for (size_t i = 0; i < f.e->num_workers; i++) {
+    for (size_t i = 0; i < f.e->facts.num_workers; i++) {
         uint64_t end = ote_time_ns() + 20000000000ull;
 
-        while (!atomic_load(&f.e->workers[i].idle_sleep) && ote_time_ns() < end)
+        while (!atomic_load(&f.e->facts.workers[i].idle_sleep) && ote_time_ns() < end)
             usleep(10 * 1000);
-        if (!atomic_load(&f.e->workers[i].idle_sleep))
+        if (!atomic_load(&f.e->facts.workers[i].idle_sleep))
             fail_msg("worker %zu still has a timer 20 s after the last transfer", i);
     }
     assert_int_equal(ote_engine_progress(f.e), OTE_OK);

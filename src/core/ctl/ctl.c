@@ -28,7 +28,7 @@
 #include "ctl.h"
 #include "ctl_int.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "core/segment/fexport.h"
 #include "core/xfer/notify.h"
 #include "core/segment/segment.h"
@@ -47,15 +47,13 @@ static char listen_tag, stop_tag, done_tag;
 static const ote_ctl_service_t ctl_core_service;
 
 /*
- * The services the listener serves, one line each; stopped in this order
+ * The services the listener serves: its own, then the protocols'; stopped in this order
  * (FILE_IO by rails and PUTBACK use the segments kept to initiators,
  * closed after every service stopped).
  */
 static const ote_ctl_service_t *const ctl_services[] = {
     &ctl_core_service,
-    &ote_proto_stage_service,
-    &ote_proto_file_io_service,
-    &ote_proto_putback_service,
+    OTE_CTL_PROTO_SERVICES, /* wire/ctl_msg.h: the protocols, registered there */
 };
 #define NUM_SERVICES (sizeof(ctl_services) / sizeof(ctl_services[0]))
 _Static_assert(NUM_SERVICES <= CTL_MAX_SERVICES, "CTL_MAX_SERVICES");
@@ -109,7 +107,7 @@ static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
         if (ctl_services[i]->conn_gone != NULL)
             ctl_services[i]->conn_gone(&ctl->host, ctl->svc_state[i], c);
     }
-    ote_auth_conn_release(ctl->engine->auth, c->ip);
+    ote_auth_conn_release(ote_engine_facts(ctl->engine)->auth, c->ip);
     free(c->payload);
     free(c->out);
     free(c);
@@ -238,7 +236,7 @@ static ote_status_t ctl_refuse(ote_ctl_t *ctl, ctl_conn_t *c, uint8_t type)
 
 static ote_status_t handle_auth(ote_ctl_t *ctl, ctl_conn_t *c)
 {
-    ote_auth_t *auth = ctl->engine->auth;
+    ote_auth_t *auth = ote_engine_facts(ctl->engine)->auth;
     uint8_t proof[OTE_AUTH_TPROOF_LEN];
     ote_status_t status;
 
@@ -304,17 +302,18 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
         free(m);
         return status;
     }
-    if (m->target != e->instance_id) {
+    if (m->target != ote_engine_facts(e)->instance_id) {
         /* The initiator's descriptor is of an earlier instance of this engine. */
         st = OTE_ERR_NOT_FOUND;
     } else if (m->op == OTE_CTL_CONNECT_OP_CONNECT) {
-        ote_tl_peer_t peer = {.instance_id = m->initiator, .name = c->peer,
-                              .local_instance = e->instance_id,
-                              .timeout_ms = e->config.connect_timeout_ms};
+        ote_tl_peer_t peer    = {.instance_id    = m->initiator,
+                                 .name           = c->peer,
+                                 .local_instance = ote_engine_facts(e)->instance_id,
+                                 .timeout_ms     = ote_engine_facts(e)->config.connect_timeout_ms};
         ote_tl_iface_t *iface = NULL;
 
-        if (m->worker < e->num_workers) {
-            ote_worker_t *w = &e->workers[m->worker];
+        if (m->worker < ote_engine_facts(e)->num_workers) {
+            ote_worker_t *w = &ote_engine_facts(e)->workers[m->worker];
 
             for (size_t i = 0; i < w->num_ifaces && iface == NULL; i++) {
                 if (strcmp(w->ifaces[i]->resource.tl_name, m->tl_name) == 0 &&
@@ -335,9 +334,9 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
                       m->dev_name, ote_status_string(st));
         }
     } else {
-        for (size_t w = 0; w < e->num_workers; w++) {
-            for (size_t i = 0; i < e->workers[w].num_ifaces; i++) {
-                ote_tl_iface_t *iface = e->workers[w].ifaces[i];
+        for (size_t w = 0; w < ote_engine_facts(e)->num_workers; w++) {
+            for (size_t i = 0; i < ote_engine_facts(e)->workers[w].num_ifaces; i++) {
+                ote_tl_iface_t *iface = ote_engine_facts(e)->workers[w].ifaces[i];
 
                 for (size_t k = 0; k < m->num_ids; k++)
                     iface->ops->ep_release(iface, m->initiator, m->ids[k]);
@@ -374,10 +373,10 @@ static ote_status_t ctl_desc(ote_ctl_t *ctl, const ote_buf_t **d_p)
 {
     ote_engine_h e = ctl->engine;
     ote_buf_t skel = {0}, full = {0};
-    uint64_t gen   = ote_mem_table_generation(e->regions);
+    uint64_t gen = ote_mem_table_generation(ote_engine_facts(e)->regions);
     ote_status_t status;
 
-    status = ote_engine_desc_skeleton(e, &skel);
+    status = ote_engine_facts(e)->svc.desc_skeleton(e, &skel);
     if (status != OTE_OK) {
         free(skel.data);
         return status;
@@ -390,7 +389,7 @@ static ote_status_t ctl_desc(ote_ctl_t *ctl, const ote_buf_t **d_p)
     }
     ctl_desc_drop(ctl);
     atomic_fetch_add(&ctl->desc_encodes, 1);
-    status = ote_engine_desc_encode(e, &full);
+    status = ote_engine_facts(e)->svc.desc_encode(e, &full);
     if (status != OTE_OK) {
         free(skel.data);
         free(full.data);
@@ -493,7 +492,7 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
     size_t svc;
 
     if (c->h.type == OTE_CTL_AUTH_HELLO || c->h.type == OTE_CTL_AUTH_PROOF ||
-        (ctl->engine->auth->enabled && c->auth.state != OTE_AUTH_STATE_DONE))
+        (ote_engine_facts(ctl->engine)->auth->enabled && c->auth.state != OTE_AUTH_STATE_DONE))
         return handle_auth(ctl, c);
     h = handler_find(c->h.type, &svc);
     if (h == NULL)
@@ -513,12 +512,13 @@ static ote_status_t conn_header(ote_ctl_t *ctl, ctl_conn_t *c)
 {
     size_t max;
 
-    if (ote_ctl_hdr_decode(c->hdr, OTE_CTL_HDR_LEN, ctl->engine->config.max_ctl_msg, &c->h) !=
-        OTE_OK) {
+    if (ote_ctl_hdr_decode(c->hdr, OTE_CTL_HDR_LEN,
+                           ote_engine_facts(ctl->engine)->config.max_ctl_msg, &c->h) != OTE_OK) {
         ote_warn("control peer %s: malformed header; closing", c->peer);
         return OTE_ERR_PROTOCOL;
     }
-    if (ote_ctl_request_max_len(c->h.type, ctl->engine->config.max_ctl_msg, &max) != OTE_OK) {
+    if (ote_ctl_request_max_len(c->h.type, ote_engine_facts(ctl->engine)->config.max_ctl_msg,
+                                &max) != OTE_OK) {
         ote_warn("control peer %s: message type %u is not a request; closing", c->peer,
                  c->h.type);
         return OTE_ERR_PROTOCOL;
@@ -614,7 +614,7 @@ static void ctl_sweep(ote_ctl_t *ctl)
         next = c->next;
         if (c->handshake_deadline && now > c->handshake_deadline) {
             ote_warn("control peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing", c->peer,
-                     ctl->engine->auth->enabled ? "authentication" : "request");
+                     ote_engine_facts(ctl->engine)->auth->enabled ? "authentication" : "request");
             ote_ctl_conn_close(ctl, c);
         } else if (c->out_deadline && (now > c->out_deadline || now > c->out_limit)) {
             /* A reset: the reply it does not read is dropped, not left in the kernel. */
@@ -642,13 +642,13 @@ static void ctl_accept(ote_ctl_t *ctl)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){CTL_SNDBUF}, sizeof(int));
         ote_socket_set_keepalive(fd);
         ote_sockaddr_ip((struct sockaddr *)&ss, ip, sizeof(ip));
-        if (ote_auth_conn_admit(e->auth, ip) != OTE_OK) {
+        if (ote_auth_conn_admit(ote_engine_facts(e)->auth, ip) != OTE_OK) {
             close(fd);
             continue;
         }
         c = calloc(1, sizeof(*c));
         if (c == NULL) {
-            ote_auth_conn_release(e->auth, ip);
+            ote_auth_conn_release(ote_engine_facts(e)->auth, ip);
             close(fd);
             continue;
         }
@@ -658,10 +658,10 @@ static void ctl_accept(ote_ctl_t *ctl)
         ote_sockaddr_format((struct sockaddr *)&ss, c->peer, sizeof(c->peer));
         ote_auth_session_init(&c->auth, OTE_AUTH_CHANNEL_CTL);
         c->handshake_deadline =
-            ote_time_ns() + (uint64_t)e->config.handshake_timeout_ms * 1000000ull;
+            ote_time_ns() + (uint64_t)ote_engine_facts(e)->config.handshake_timeout_ms * 1000000ull;
         ev.data.ptr = c;
         if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            ote_auth_conn_release(e->auth, ip);
+            ote_auth_conn_release(ote_engine_facts(e)->auth, ip);
             close(fd);
             free(c);
             continue;
@@ -738,23 +738,27 @@ static void *ctl_main(void *arg)
 /* The host's ops over the engine's exported files and memory. */
 static ote_status_t ctl_file_acquire(void *ctx, uint64_t id, ote_ctl_file_t **f_p)
 {
-    return ote_fexport_acquire(&((ote_ctl_t *)ctx)->engine->fexports, id, f_p);
+    return ote_fexport_acquire(&ote_segment_table(((ote_ctl_t *)ctx)->engine)->fexports, id, f_p);
 }
 
 static void ctl_file_release(void *ctx, ote_ctl_file_t *f)
 {
-    ote_fexport_release(&((ote_ctl_t *)ctx)->engine->fexports, f);
+    ote_fexport_release(&ote_segment_table(((ote_ctl_t *)ctx)->engine)->fexports, f);
 }
 
 static ote_status_t ctl_mem_alloc(void *ctx, size_t length, void **addr_p, ote_mem_h *mem_p)
 {
     /* Local use only: peers reach it through no access flag of its own. */
-    return ote_mem_alloc(((ote_ctl_t *)ctx)->engine, length, NULL, 0, addr_p, mem_p);
+    ote_engine_h e = ((ote_ctl_t *)ctx)->engine;
+
+    return ote_engine_facts(e)->svc.mem_alloc(e, length, NULL, 0, addr_p, mem_p);
 }
 
 static void ctl_mem_free(void *ctx, ote_mem_h mem)
 {
-    ote_mem_free(((ote_ctl_t *)ctx)->engine, mem);
+    ote_engine_h e = ((ote_ctl_t *)ctx)->engine;
+
+    ote_engine_facts(e)->svc.mem_free(e, mem);
 }
 
 static ote_status_t ctl_peer_xfer(void *ctx, ote_segment_h seg, ote_op_t op, void *local,
@@ -776,10 +780,10 @@ static void ctl_host_init(ote_ctl_t *ctl)
 
     ctl->host = (ote_ctl_host_t){
         .ctx             = ctl,
-        .instance_id     = e->instance_id,
-        .regions         = e->regions,
-        .stage_config    = &e->stage_config,
-        .xfer_timeout_ms = e->config.xfer_timeout_ms,
+        .instance_id     = ote_engine_facts(e)->instance_id,
+        .regions         = ote_engine_facts(e)->regions,
+        .stage_config    = &ote_engine_facts(e)->stage_config,
+        .xfer_timeout_ms = ote_engine_facts(e)->config.xfer_timeout_ms,
         .reply           = ctl_reply_op,
         .conn_hold       = ctl_conn_hold,
         .conn_resume     = ctl_conn_resume,
@@ -910,10 +914,23 @@ void ote_ctl_stop(ote_ctl_t *ctl)
 
 unsigned long ote_engine_desc_served(ote_engine_h e)
 {
-    return e->ctl != NULL ? atomic_load(&e->ctl->desc_served) : 0;
+    return ote_engine_facts(e)->ctl != NULL ? atomic_load(&ote_engine_facts(e)->ctl->desc_served)
+                                            : 0;
 }
 
 unsigned long ote_engine_desc_encodes(ote_engine_h e)
 {
-    return e->ctl != NULL ? atomic_load(&e->ctl->desc_encodes) : 0;
+    return ote_engine_facts(e)->ctl != NULL ? atomic_load(&ote_engine_facts(e)->ctl->desc_encodes)
+                                            : 0;
+}
+
+void ote_engine_putback_stats(ote_engine_h e, unsigned long *opens_p, unsigned *threads_p)
+{
+    ote_ctl_t *ctl = ote_engine_facts(e)->ctl;
+
+    pthread_mutex_lock(&ctl->peer_lock);
+    *opens_p = ctl->peer_opens;
+    pthread_mutex_unlock(&ctl->peer_lock);
+    *threads_p = ote_proto_putback_target_threads(
+        ote_ctl_service_state(ctl, &ote_proto_putback_service));
 }

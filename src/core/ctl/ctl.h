@@ -5,17 +5,21 @@
  * own message types and of the protocols' services (proto/ctl_target.h)
  * and the host it hands them (ctl.c); the segments kept open to
  * initiators and the transfers on them for the protocols' target sides
- * (ctl_peer.c). ctl_int.h is private to this folder.
+ * (ctl_peer.c). ctl_int.h is private to this folder. The protocols'
+ * services it serves after its own are listed in wire/ctl_msg.h
+ * (OTE_CTL_PROTO_SERVICES).
  *
  * May call: xfer/ (batches for ote_peer_xfer, the received-notification
  * queue), segment/ (segments to initiators, exported files, rails), the
- * rooms below them, and the engine's header; proto and below. Only the
- * engine's files call in (start, run, stop) and tests (the counters).
+ * rooms below them, and the engine's facts (core/engine_facts.h: the
+ * descriptor and ote_mem_alloc/free through its services); proto and
+ * below. ctl.c calls ctl_peer.c, never the other way. Only the engine's
+ * files call in (start, run, stop) and tests (the counters).
  */
 #ifndef OTE_CORE_CTL_H
 #define OTE_CORE_CTL_H
 
-#include "core/engine.h"
+#include "core/engine_facts.h"
 
 /* ctl.c */
 ote_status_t ote_ctl_start(ote_engine_h engine, const char *listen_addr, ote_ctl_t **ctl_p,

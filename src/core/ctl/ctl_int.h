@@ -13,7 +13,7 @@
 #include "base/auth.h"
 #include "ctl.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "proto/ctl_target.h"
 
 #include <pthread.h>

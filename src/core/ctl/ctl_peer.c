@@ -165,9 +165,11 @@ static ote_status_t peer_xfer_wait_end(ote_engine_h e, ote_batch_h b)
     ote_status_t status;
 
     while ((status = ote_batch_wait(b, 1000)) == OTE_ERR_TIMEOUT) {
-        if (!warned && ote_time_ns() - start > 2ull * (uint64_t)e->config.xfer_timeout_ms * 1000000ull) {
+        if (!warned &&
+            ote_time_ns() - start >
+                2ull * (uint64_t)ote_engine_facts(e)->config.xfer_timeout_ms * 1000000ull) {
             ote_warn("a transfer for a peer's request has not ended %ld ms after its cancel",
-                     2 * e->config.xfer_timeout_ms);
+                     2 * ote_engine_facts(e)->config.xfer_timeout_ms);
             warned = true;
         }
     }
@@ -190,7 +192,7 @@ ote_status_t ote_peer_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void 
     status = putback ? ote_batch_submit_putback(b, &req, &first)
                      : ote_batch_submit(b, &req, 1, &first);
     if (status == OTE_OK)
-        status = ote_batch_wait(b, (int)e->config.xfer_timeout_ms);
+        status = ote_batch_wait(b, (int)ote_engine_facts(e)->config.xfer_timeout_ms);
     if (status == OTE_ERR_TIMEOUT) {
         /*
          * Never answer while the task lives: a slice retried or still
@@ -215,7 +217,7 @@ ote_status_t ote_peer_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void 
 
 uint64_t ote_engine_peer_rail_bytes(ote_engine_h e, const char *tl)
 {
-    ote_ctl_t *ctl = e->ctl;
+    ote_ctl_t *ctl = ote_engine_facts(e)->ctl;
     uint64_t bytes = 0;
 
     pthread_mutex_lock(&ctl->peer_lock);
@@ -234,15 +236,3 @@ uint64_t ote_engine_peer_rail_bytes(ote_engine_h e, const char *tl)
     pthread_mutex_unlock(&ctl->peer_lock);
     return bytes;
 }
-
-void ote_engine_putback_stats(ote_engine_h e, unsigned long *opens_p, unsigned *threads_p)
-{
-    ote_ctl_t *ctl = e->ctl;
-
-    pthread_mutex_lock(&ctl->peer_lock);
-    *opens_p = ctl->peer_opens;
-    pthread_mutex_unlock(&ctl->peer_lock);
-    *threads_p = ote_proto_putback_target_threads(
-        ote_ctl_service_state(ctl, &ote_proto_putback_service));
-}
-

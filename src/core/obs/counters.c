@@ -11,6 +11,22 @@
 #include <string.h>
 #include <time.h>
 
+/* The status label of each failure slot (expo.c renders them). */
+static const char *const status_labels[OBS_STATUS_SLOTS] = {
+    [0] = "other",           [1] = "invalid_param",      [2] = "no_memory",
+    [3] = "not_registered",  [4] = "out_of_bounds",      [5] = "access",
+    [6] = "unreachable",     [7] = "not_found",          [8] = "timeout",
+    [9] = "canceled",        [10] = "remote_disconnect", [11] = "busy",
+    [12] = "io",             [13] = "unsupported",       [14] = "protocol",
+    [15] = "auth",           [16] = "exists",            [17] = "peer_restarted",
+    [18] = "no_device",      [19] = "store_unavailable",  [20] = "remote_not_registered",
+};
+
+const char *ote_obs_status_label(int slot)
+{
+    return (slot >= 0 && slot < OBS_STATUS_SLOTS) ? status_labels[slot] : NULL;
+}
+
 /* Request to completion: 1 us to 10 s, 1-2.5-5 per decade. */
 const uint64_t ote_obs_lat_bounds_ns[OBS_LAT_BOUNDS] = {
     1000ull,       2500ull,       5000ull,       10000ull,      25000ull,       50000ull,
@@ -48,14 +64,16 @@ static inline int status_slot(ote_status_t status)
     return (s > 0 && s < OBS_STATUS_SLOTS && ote_obs_status_label(s) != NULL) ? s : 0;
 }
 
-ote_status_t ote_obs_create(ote_engine_h e, const char *metadata, ote_obs_t **obs_p)
+ote_status_t ote_obs_create(ote_engine_h e, const char *metadata, const ote_obs_sources_t *sources,
+                            ote_obs_t **obs_p)
 {
     ote_obs_t *obs = aligned_alloc(64, (sizeof(*obs) + 63) / 64 * 64);
 
     if (obs == NULL)
         return OTE_ERR_NO_MEMORY;
     memset(obs, 0, sizeof(*obs));
-    obs->engine = e;
+    obs->engine  = e;
+    obs->sources = *sources;
     pthread_mutex_init(&obs->lock, NULL);
     if (metadata != NULL && strncmp(metadata, "etcd", 4) == 0)
         snprintf(obs->store, sizeof(obs->store), "etcd");
@@ -174,36 +192,34 @@ static void hist_add(_Atomic uint64_t *buckets, const uint64_t *bounds, size_t n
     ADD(buckets[i], 1);
 }
 
-void ote_obs_task_end(struct ote_task *t, ote_status_t err)
+void ote_obs_task_end(ote_obs_t *obs, ote_obs_batch_t *tel, bool write, uint8_t pair,
+                      uint64_t start_ns, size_t length, uint64_t bytes, ote_status_t err)
 {
-    ote_batch_h b   = t->batch;
-    ote_obs_t *obs  = b->engine->obs;
     obs_shard_t *sh = shard(obs);
-    int op          = t->op == OTE_OP_WRITE;
-    uint8_t p       = atomic_load_explicit(&t->obs_tl, memory_order_relaxed);
+    int op          = write;
+    uint8_t p       = pair;
     uint64_t now    = ote_time_ns();
-    uint64_t bytes  = atomic_load_explicit(&t->transferred, memory_order_relaxed);
     uint64_t end;
 
     ADD(sh->xfer_reqs[op][p], 1);
     if (err == OTE_OK) {
-        uint64_t lat = now > t->start_ns ? now - t->start_ns : 0;
+        uint64_t lat = now > start_ns ? now - start_ns : 0;
 
         hist_add(sh->lat[op], ote_obs_lat_bounds_ns, OBS_LAT_BOUNDS, lat);
         ADD(sh->lat_sum_ns[op], lat);
-        hist_add(sh->size[op], ote_obs_size_bounds, OBS_SIZE_BOUNDS, t->length);
-        ADD(sh->size_sum[op], t->length);
+        hist_add(sh->size[op], ote_obs_size_bounds, OBS_SIZE_BOUNDS, length);
+        ADD(sh->size_sum[op], length);
     } else {
         ADD(sh->xfer_fail[op][status_slot(err)], 1);
     }
     /* The batch's telemetry: its latest end, its bytes. */
-    end = atomic_load_explicit(&b->tel.end_ns, memory_order_relaxed);
-    while (end < now && !atomic_compare_exchange_weak(&b->tel.end_ns, &end, now))
+    end = atomic_load_explicit(&tel->end_ns, memory_order_relaxed);
+    while (end < now && !atomic_compare_exchange_weak(&tel->end_ns, &end, now))
         ;
-    atomic_fetch_add_explicit(&b->tel.bytes, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tel->bytes, bytes, memory_order_relaxed);
     if (err == OTE_OK)
-        atomic_fetch_add_explicit(&b->tel.completed, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&b->tel.ended, 1, memory_order_release);
+        atomic_fetch_add_explicit(&tel->completed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tel->ended, 1, memory_order_release);
 }
 
 void ote_obs_notify_sent(ote_obs_t *obs, ote_status_t status)
@@ -263,33 +279,34 @@ static void region_visit(ote_region_t *r, void *arg)
 
 void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
 {
-    ote_obs_t *obs = e->obs;
+    ote_obs_t *obs         = ote_engine_facts(e)->obs;
     ote_rail_info_t *rails = NULL;
     size_t nrails = 0, len = 0;
     visit_arg_t va;
 
     memset(snap, 0, sizeof(*snap));
-    snprintf(snap->engine, sizeof(snap->engine), "%s", e->name);
+    snprintf(snap->engine, sizeof(snap->engine), "%s", ote_engine_facts(e)->name);
     snprintf(snap->store, sizeof(snap->store), "%s", obs->store);
-    for (size_t i = 0, n = atomic_load(&e->num_tls); i < n; i++) {
-        const char *tl = e->tls[i].resource.tl_name;
+    for (size_t i = 0, n = atomic_load(&ote_engine_facts(e)->num_tls); i < n; i++) {
+        const char *tl = ote_engine_facts(e)->tls[i].resource.tl_name;
         bool seen      = false;
 
         for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(e->tls[j].resource.tl_name, tl) == 0;
+            seen = strcmp(ote_engine_facts(e)->tls[j].resource.tl_name, tl) == 0;
         if (!seen && len + strlen(tl) + 2 < sizeof(snap->transports))
             len += (size_t)snprintf(snap->transports + len, sizeof(snap->transports) - len,
                                     "%s%s", len ? "," : "", tl);
     }
     /* Every transport and device the engine runs has its rail series, at 0 until used. */
     pthread_mutex_lock(&obs->lock);
-    for (size_t i = 0, n = atomic_load(&e->num_tls); i < n; i++)
-        (void)pair_intern_locked(obs, e->tls[i].resource.tl_name, e->tls[i].resource.dev_name);
+    for (size_t i = 0, n = atomic_load(&ote_engine_facts(e)->num_tls); i < n; i++)
+        (void)pair_intern_locked(obs, ote_engine_facts(e)->tls[i].resource.tl_name,
+                                 ote_engine_facts(e)->tls[i].resource.dev_name);
     pthread_mutex_unlock(&obs->lock);
     /* Rail states: every rail of an open segment joins the pairs. */
-    if (ote_engine_rails(e, NULL, 0, &nrails) == OTE_OK && nrails > 0 &&
+    if (obs->sources.rails(e, NULL, 0, &nrails) == OTE_OK && nrails > 0 &&
         (rails = calloc(nrails, sizeof(*rails))) != NULL &&
-        ote_engine_rails(e, rails, nrails, &nrails) == OTE_OK) {
+        obs->sources.rails(e, rails, nrails, &nrails) == OTE_OK) {
         pthread_mutex_lock(&obs->lock);
         for (size_t i = 0; i < nrails; i++) {
             uint8_t p = pair_intern_locked(obs, rails[i].transport, rails[i].device);
@@ -323,16 +340,7 @@ void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
         snap->peer_restarts += atomic_load(&sh->peer_restarts);
         snap->admission_rej += atomic_load(&sh->admission_rej);
     }
-    {
-        long t = atomic_load(&e->inflight_tasks);
-
-        snap->inflight_reqs  = t > 0 ? (uint64_t)t : 0;
-        snap->inflight_bytes = atomic_load(&e->inflight_bytes);
-    }
+    obs->sources.load(e, &snap->inflight_reqs, &snap->inflight_bytes, &snap->segments_open);
     va.bytes = snap->registered_bytes;
-    ote_mem_table_visit(e->regions, region_visit, &va);
-    pthread_mutex_lock(&e->seg_lock);
-    for (ote_segment_h seg = e->segments; seg != NULL; seg = seg->next)
-        snap->segments_open += !seg->internal; /* the application's only */
-    pthread_mutex_unlock(&e->seg_lock);
+    ote_mem_table_visit(ote_engine_facts(e)->regions, region_visit, &va);
 }

@@ -25,9 +25,10 @@
 
 const char *ote_engine_metrics_addr(ote_engine_h e)
 {
-    if (e == NULL || e->obs == NULL || e->obs->endpoint_addr[0] == '\0')
+    if (e == NULL || ote_engine_facts(e)->obs == NULL ||
+        ote_engine_facts(e)->obs->endpoint_addr[0] == '\0')
         return NULL;
-    return e->obs->endpoint_addr;
+    return ote_engine_facts(e)->obs->endpoint_addr;
 }
 
 #ifdef HAVE_MHD
@@ -196,11 +197,12 @@ ote_status_t ote_obs_endpoint_attach(ote_engine_h e)
     obs_endpoint_t *ep;
     ote_status_t status;
 
-    if (e->config.metrics_addr == NULL || e->config.metrics_addr[0] == '\0')
+    if (ote_engine_facts(e)->config.metrics_addr == NULL ||
+        ote_engine_facts(e)->config.metrics_addr[0] == '\0')
         return OTE_OK;
-    if (addr_normalize(e->config.metrics_addr, asked, sizeof(asked)) != OTE_OK) {
+    if (addr_normalize(ote_engine_facts(e)->config.metrics_addr, asked, sizeof(asked)) != OTE_OK) {
         ote_error("OTE_METRICS_ADDR='%s': expected port, host:port or [v6]:port",
-                  e->config.metrics_addr);
+                  ote_engine_facts(e)->config.metrics_addr);
         return OTE_ERR_INVALID_PARAM;
     }
     pthread_mutex_lock(&registry_lock);
@@ -229,9 +231,10 @@ ote_status_t ote_obs_endpoint_attach(ote_engine_h e)
         ep->cap_engines = cap;
     }
     ep->engines[ep->num_engines++] = e;
-    snprintf(e->obs->endpoint_addr, sizeof(e->obs->endpoint_addr), "%s", ep->bound);
+    snprintf(ote_engine_facts(e)->obs->endpoint_addr,
+             sizeof(ote_engine_facts(e)->obs->endpoint_addr), "%s", ep->bound);
     pthread_mutex_unlock(&registry_lock);
-    ote_info("engine %s: metrics on http://%s/metrics", e->name, ep->bound);
+    ote_info("engine %s: metrics on http://%s/metrics", ote_engine_facts(e)->name, ep->bound);
     return OTE_OK;
 }
 
@@ -239,7 +242,7 @@ void ote_obs_endpoint_detach(ote_engine_h e)
 {
     obs_endpoint_t *ep, **pp, *stop = NULL;
 
-    if (e->obs == NULL || e->obs->endpoint_addr[0] == '\0')
+    if (ote_engine_facts(e)->obs == NULL || ote_engine_facts(e)->obs->endpoint_addr[0] == '\0')
         return;
     pthread_mutex_lock(&registry_lock);
     for (pp = &endpoints; (ep = *pp) != NULL; pp = &ep->next) {
@@ -256,7 +259,7 @@ void ote_obs_endpoint_detach(ote_engine_h e)
         }
         break;
     }
-    e->obs->endpoint_addr[0] = '\0';
+    ote_engine_facts(e)->obs->endpoint_addr[0] = '\0';
     pthread_mutex_unlock(&registry_lock);
     /* Outside the lock: a scrape in flight waits on it, and stopping joins its thread. */
     if (stop != NULL)
@@ -267,11 +270,12 @@ void ote_obs_endpoint_detach(ote_engine_h e)
 
 ote_status_t ote_obs_endpoint_attach(ote_engine_h e)
 {
-    if (e->config.metrics_addr == NULL || e->config.metrics_addr[0] == '\0')
+    if (ote_engine_facts(e)->config.metrics_addr == NULL ||
+        ote_engine_facts(e)->config.metrics_addr[0] == '\0')
         return OTE_OK;
     ote_error("OTE_METRICS_ADDR='%s': this build has no metrics endpoint (configure found no "
               "libmicrohttpd; install libmicrohttpd-dev and configure again)",
-              e->config.metrics_addr);
+              ote_engine_facts(e)->config.metrics_addr);
     return OTE_ERR_UNSUPPORTED;
 }
 

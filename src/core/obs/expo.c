@@ -13,21 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const status_labels[OBS_STATUS_SLOTS] = {
-    [0] = "other",           [1] = "invalid_param",      [2] = "no_memory",
-    [3] = "not_registered",  [4] = "out_of_bounds",      [5] = "access",
-    [6] = "unreachable",     [7] = "not_found",          [8] = "timeout",
-    [9] = "canceled",        [10] = "remote_disconnect", [11] = "busy",
-    [12] = "io",             [13] = "unsupported",       [14] = "protocol",
-    [15] = "auth",           [16] = "exists",            [17] = "peer_restarted",
-    [18] = "no_device",      [19] = "store_unavailable",  [20] = "remote_not_registered",
-};
-
-const char *ote_obs_status_label(int slot)
-{
-    return (slot >= 0 && slot < OBS_STATUS_SLOTS) ? status_labels[slot] : NULL;
-}
-
 static const char *const op_labels[OBS_OPS]            = {"read", "write"};
 static const char *const meta_labels[OBS_META_RESULTS] = {"ok", "not_found", "error"};
 static const char *const mem_labels[OBS_MEM_TYPES]     = {"host", "cuda"};
@@ -128,9 +113,9 @@ static void f_xfer_fail(emit_t *em, const ote_obs_snap_t *s)
 {
     for (int op = 0; op < OBS_OPS; op++)
         for (int st = 0; st < OBS_STATUS_SLOTS; st++)
-            if (status_labels[st] != NULL)
+            if (ote_obs_status_label(st) != NULL)
                 emit(em, s, "ote_transfer_failures_total", (double)s->xfer_fail[op][st],
-                     "op=\"%s\",status=\"%s\"", op_labels[op], status_labels[st]);
+                     "op=\"%s\",status=\"%s\"", op_labels[op], ote_obs_status_label(st));
 }
 
 static void f_latency(emit_t *em, const ote_obs_snap_t *s)
@@ -214,9 +199,9 @@ static void f_rail_failovers(emit_t *em, const ote_obs_snap_t *s)
 static void f_notif_fail(emit_t *em, const ote_obs_snap_t *s)
 {
     for (int st = 0; st < OBS_STATUS_SLOTS; st++)
-        if (status_labels[st] != NULL)
+        if (ote_obs_status_label(st) != NULL)
             emit(em, s, "ote_notification_failures_total", (double)s->notif_fail[st],
-                 "status=\"%s\"", status_labels[st]);
+                 "status=\"%s\"", ote_obs_status_label(st));
 }
 
 static void f_registered(emit_t *em, const ote_obs_snap_t *s)

@@ -3,21 +3,22 @@
  *
  * Owns: the counters and histograms the data path bumps (one shard per
  * thread slot, relaxed atomics: the data path takes no lock for them), the
- * per-batch telemetry (ote_batch_telemetry), their snapshot and rendering
+ * per-batch telemetry a batch keeps (read by ote_batch_telemetry in
+ * xfer/batch_telemetry.c), their snapshot and rendering
  * (Prometheus text exposition 0.0.4, ote_engine_stats), and the metrics
  * endpoint (OTE_METRICS_ADDR: libmicrohttpd on a thread of its own, shared
  * by the engines of one process that ask for the same address).
  *
- * May call: core's engine internals through engine.h, batch.h and
- * segment.h, read only (names,
- * transports, the admission counters, ote_engine_rails, the region table's
- * visit), and base. Core calls in through this header only; nothing here
- * is called by proto, mem or uct_ext.
+ * May call: the engine's facts (engine_facts.h: names, transports, the
+ * region table's visit), proto and base; what a snapshot reads of the
+ * rooms above it (rails, admission, open segments) it asks through the
+ * ote_obs_sources_t the engine gives at creation. Core calls in through
+ * this header only; nothing here is called by proto, mem or uct_ext.
  *
  * Locks: a scrape copies counters under no lock of the data path; it takes
  * the process's endpoint registry lock (never held by the data path), the
- * engine's seg_lock and each segment's lock for as long as
- * ote_engine_rails copies rail states, and the region table's read lock
+ * engine's seg_lock and each segment's lock for as long as the rails
+ * source (ote_engine_rails) copies rail states, and the region table's read lock
  * for a walk of the regions.
  */
 #ifndef OTE_CORE_OBS_OBS_H
@@ -49,10 +50,23 @@ typedef struct {
 } ote_obs_batch_t;
 
 /*
- * Create the engine's counters. metadata: the engine's metadata URI ("p2p",
- * "etcd://...", "redis://...") for the store label.
+ * What a snapshot reads of the rooms above obs/, asked through functions
+ * the engine gives at creation (obs/ calls no room above it).
  */
-ote_status_t ote_obs_create(ote_engine_h e, const char *metadata, ote_obs_t **obs_p);
+typedef struct {
+    /* The rails of the open segments, as ote_engine_rails (ote.h) gives them. */
+    ote_status_t (*rails)(ote_engine_h e, ote_rail_info_t *out, size_t max, size_t *count_p);
+    /* Tasks and bytes in flight (admission), segments the application holds open. */
+    void (*load)(ote_engine_h e, uint64_t *tasks_p, uint64_t *bytes_p, uint64_t *segments_p);
+} ote_obs_sources_t;
+
+/*
+ * Create the engine's counters. metadata: the engine's metadata URI ("p2p",
+ * "etcd://...", "redis://...") for the store label; sources: what a
+ * snapshot reads of the engine (copied).
+ */
+ote_status_t ote_obs_create(ote_engine_h e, const char *metadata, const ote_obs_sources_t *sources,
+                            ote_obs_t **obs_p);
 void         ote_obs_destroy(ote_obs_t *obs);
 
 /*
@@ -82,9 +96,14 @@ void ote_obs_slice_end(ote_obs_t *obs, const ote_slice_t *s, const ote_rail_t *r
  */
 void ote_obs_batch_submitted(ote_obs_batch_t *tel, uint64_t begin_ns, size_t count,
                              ote_status_t status);
-/* A task ended with err (task_finalize): requests, failures, histograms, telemetry. */
-struct ote_task;
-void ote_obs_task_end(struct ote_task *t, ote_status_t err);
+/*
+ * A task of the batch whose telemetry is tel ended with err (task_finalize):
+ * requests, failures, histograms, telemetry. write: a WRITE (else READ);
+ * pair: the transport/device pair that carried it (ote_obs_pair); start_ns:
+ * its submit; length: its size; bytes: what it transferred.
+ */
+void ote_obs_task_end(ote_obs_t *obs, ote_obs_batch_t *tel, bool write, uint8_t pair,
+                      uint64_t start_ns, size_t length, uint64_t bytes, ote_status_t err);
 /* A notification (standalone or after a batch) ended with status. */
 void ote_obs_notify_sent(ote_obs_t *obs, ote_status_t status);
 /* A notification was queued for ote_notify_recv (duplicates are not). */

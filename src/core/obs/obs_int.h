@@ -5,9 +5,8 @@
 #ifndef OTE_CORE_OBS_OBS_INT_H
 #define OTE_CORE_OBS_OBS_INT_H
 
-#include "core/xfer/batch.h"
-#include "core/engine.h"
-#include "core/segment/segment.h"
+#include "core/engine_facts.h"
+#include "obs.h"
 
 #include <pthread.h>
 
@@ -51,6 +50,7 @@ typedef struct {
 
 struct ote_obs {
     ote_engine_h     engine;
+    ote_obs_sources_t sources;
     char             store[8];         /* p2p, etcd, redis */
     pthread_mutex_t  lock;             /* interning only (first slice of an iface) */
     obs_pair_t       pairs[OBS_TL_MAX];
@@ -112,7 +112,7 @@ int ote_obs_render(const ote_obs_snap_t *const *snaps, size_t count, ote_obs_sin
 /* The exposition text of snaps, malloc'ed (NULL: no memory). */
 char *ote_obs_expose(const ote_obs_snap_t *const *snaps, size_t count, size_t *len_p);
 
-/* A short, stable, lower-case name of a status for labels ("timeout"). */
+/* counters.c: a short, stable, lower-case name of a status for labels ("timeout"). */
 const char *ote_obs_status_label(int slot);
 
 #endif

@@ -4,8 +4,9 @@
  */
 #include "fexport.h"
 
-#include "core/engine.h"
-#include "segment.h"
+#include "core/engine_facts.h"
+#include "core/meta/meta.h"
+#include "segment_def.h"
 
 #include "base/dlist.h"
 #include "base/log.h"
@@ -351,7 +352,7 @@ ote_status_t ote_file_export(ote_engine_h e, const char *name, const char *path,
     }
     if (status != OTE_OK)
         goto err;
-    t = &e->fexports;
+    t = &ote_segment_table(e)->fexports;
     pthread_mutex_lock(&t->lock);
     for (struct ote_file_export *y = t->exports; y != NULL; y = y->next) {
         if (strcmp(y->name, name) == 0) {
@@ -363,7 +364,7 @@ ote_status_t ote_file_export(ote_engine_h e, const char *name, const char *path,
     }
     OTE_DLIST_PUSH_FRONT(t->exports, x);
     pthread_mutex_unlock(&t->lock);
-    ote_meta_changed(e->meta);
+    ote_meta_changed(ote_engine_facts(e)->meta);
     ote_debug("file export '%s': '%s', %zu file(s)", name, path, x->num_files);
     *export_p = x;
     return OTE_OK;
@@ -385,11 +386,11 @@ ote_status_t ote_file_unexport(ote_file_export_h x)
     if (x == NULL)
         return OTE_ERR_INVALID_PARAM;
     e = x->engine;
-    pthread_mutex_lock(&e->fexports.lock);
-    OTE_DLIST_REMOVE(e->fexports.exports, x);
+    pthread_mutex_lock(&ote_segment_table(e)->fexports.lock);
+    OTE_DLIST_REMOVE(ote_segment_table(e)->fexports.exports, x);
     /* Requests in flight keep their file open until they end; new ones get NOT_FOUND. */
     export_free_locked(x);
-    pthread_mutex_unlock(&e->fexports.lock);
-    ote_meta_changed(e->meta);
+    pthread_mutex_unlock(&ote_segment_table(e)->fexports.lock);
+    ote_meta_changed(ote_engine_facts(e)->meta);
     return OTE_OK;
 }

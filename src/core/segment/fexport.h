@@ -29,7 +29,7 @@ typedef struct ote_fexport_file {
     unsigned refs;   /* under the engine's export lock */
 } ote_fexport_file_t;
 
-/* Engine state (engine.h holds one). */
+/* Engine state (segment_def.h's ote_segment_table_t holds one). */
 typedef struct {
     pthread_mutex_t          lock;
     struct ote_file_export  *exports;

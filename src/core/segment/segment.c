@@ -15,7 +15,9 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
+#include "core/meta/meta.h"
+#include "core/obs/obs.h"
 #include "proto/stage.h"
 #include "segment.h"
 #include "core/worker/worker.h"
@@ -51,7 +53,7 @@ ote_desc_t *ote_segment_desc_get(ote_segment_h seg)
 void ote_segment_mark_stale(ote_segment_h seg)
 {
     if (!atomic_exchange(&seg->stale, true)) {
-        ote_obs_peer_restart(seg->engine->obs);
+        ote_obs_peer_restart(ote_engine_facts(seg->engine)->obs);
         ote_info("segment '%s': the peer restarted; calls on this segment fail until "
                  "ote_segment_reopen()", seg->name);
     }
@@ -118,9 +120,9 @@ static ote_status_t object_desc(ote_segment_h seg, ote_desc_t **desc_p)
         free(d);
         return OTE_ERR_NO_MEMORY;
     }
-    d->instance_id = e->instance_id;
+    d->instance_id = ote_engine_facts(e)->instance_id;
     snprintf(d->name, sizeof(d->name), "%s", seg->name);
-    snprintf(d->host_id, sizeof(d->host_id), "%s", e->host_id);
+    snprintf(d->host_id, sizeof(d->host_id), "%s", ote_engine_facts(e)->host_id);
     d->num_regions        = 1;
     d->regions[0].addr    = 0;
     d->regions[0].length  = size;
@@ -141,7 +143,7 @@ static size_t object_stage_rails_add(ote_segment_h seg, size_t n)
     ote_engine_h e = seg->engine;
 
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
-        ote_stage_worker_t *sw = e->workers[seg->rails[i].worker].stage;
+        ote_stage_worker_t *sw = ote_engine_facts(e)->workers[seg->rails[i].worker].stage;
 
         if (sw != NULL && ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], sw) == OTE_OK) {
             seg->rail_set.rails[n] = &seg->rails[n];
@@ -161,9 +163,10 @@ static ote_status_t object_rails_build(ote_segment_h seg, ote_tl_component_t *co
 {
     ote_engine_h e = seg->engine;
     uint8_t addr[OTE_TL_ADDR_MAX];
-    ote_tl_peer_t peer = {.instance_id = e->instance_id, .name = seg->name,
-                          .local_instance = e->instance_id,
-                          .timeout_ms = e->config.connect_timeout_ms};
+    ote_tl_peer_t peer = {.instance_id    = ote_engine_facts(e)->instance_id,
+                          .name           = seg->name,
+                          .local_instance = ote_engine_facts(e)->instance_id,
+                          .timeout_ms     = ote_engine_facts(e)->config.connect_timeout_ms};
     size_t addr_len, n = 0;
     unsigned unreached = 0;
     ote_status_t status;
@@ -174,8 +177,8 @@ static ote_status_t object_rails_build(ote_segment_h seg, ote_tl_component_t *co
     status = seg->object_ops->address(seg->file, addr, sizeof(addr), &addr_len);
     if (status != OTE_OK)
         return status;
-    for (size_t w = 0; w < e->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
-        ote_worker_t *wk = &e->workers[w];
+    for (size_t w = 0; w < ote_engine_facts(e)->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
+        ote_worker_t *wk = &ote_engine_facts(e)->workers[w];
 
         for (size_t i = 0; i < wk->num_ifaces && n < OTE_PROTO_MAX_RAILS; i++) {
             ote_tl_iface_t *iface = wk->ifaces[i];
@@ -198,7 +201,8 @@ static ote_status_t object_rails_build(ote_segment_h seg, ote_tl_component_t *co
     }
     if (n == 0) {
         ote_error("segment '%s': the %s transport is not in use (OTE_TLS='%s'; ote_info -d "
-                  "says why where it is not usable)", seg->name, comp->ops->name, e->config.tls);
+                  "says why where it is not usable)",
+                  seg->name, comp->ops->name, ote_engine_facts(e)->config.tls);
         return OTE_ERR_UNREACHABLE;
     }
     if (unreached & OTE_MEM_TYPE_CUDA)
@@ -222,7 +226,7 @@ static ote_status_t segment_open_object(ote_segment_h seg, const char *name, ote
     }
     for (size_t i = 0; ote_tl_components[i] != NULL; i++) {
         if (ote_tl_components[i] == comp)
-            cfg = e->tl_configs[i];
+            cfg = ote_engine_facts(e)->tl_configs[i];
     }
     seg->object_ops = comp->ops->objects;
     status = seg->object_ops->open(name, cfg, &seg->file);
@@ -320,7 +324,7 @@ static ote_status_t segment_open(ote_engine_h e, const char *name, bool internal
         status = ote_segment_fetch_desc(seg, &d);
         if (status != OTE_OK)
             goto err;
-        if (e->meta != NULL)
+        if (ote_engine_facts(e)->meta != NULL)
             snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", d->ctl_addr);
         status = ote_wireup_build(seg, d);
         if (status != OTE_OK)
@@ -329,9 +333,9 @@ static ote_status_t segment_open(ote_engine_h e, const char *name, bool internal
     atomic_init(&d->refs, 1);
     seg->desc     = d;
     seg->internal = internal;
-    pthread_mutex_lock(&e->seg_lock);
-    OTE_DLIST_PUSH_FRONT(e->segments, seg);
-    pthread_mutex_unlock(&e->seg_lock);
+    pthread_mutex_lock(&ote_segment_table(e)->seg_lock);
+    OTE_DLIST_PUSH_FRONT(ote_segment_table(e)->segments, seg);
+    pthread_mutex_unlock(&ote_segment_table(e)->seg_lock);
     *seg_p = seg;
     return OTE_OK;
 
@@ -351,7 +355,7 @@ ote_status_t ote_segment_open_desc(ote_engine_h e, const void *buf, size_t len,
 
     if (e == NULL || buf == NULL || seg_p == NULL)
         return OTE_ERR_INVALID_PARAM;
-    status = ote_meta_record_open(e->auth, buf, len, &d);
+    status = ote_meta_record_open(ote_engine_facts(e)->auth, buf, len, &d);
     if (status != OTE_OK) {
         ote_error("segment from a descriptor of %zu bytes: %s: refused", len,
                   status == OTE_ERR_AUTH ? "its signature does not match OTE_AUTH_KEY"
@@ -380,9 +384,9 @@ ote_status_t ote_segment_open_desc(ote_engine_h e, const void *buf, size_t len,
     }
     atomic_init(&d->refs, 1);
     seg->desc = d;
-    pthread_mutex_lock(&e->seg_lock);
-    OTE_DLIST_PUSH_FRONT(e->segments, seg);
-    pthread_mutex_unlock(&e->seg_lock);
+    pthread_mutex_lock(&ote_segment_table(e)->seg_lock);
+    OTE_DLIST_PUSH_FRONT(ote_segment_table(e)->segments, seg);
+    pthread_mutex_unlock(&ote_segment_table(e)->seg_lock);
     *seg_p = seg;
     return OTE_OK;
 }
@@ -396,9 +400,9 @@ ote_status_t ote_segment_close(ote_segment_h seg)
     e = seg->engine;
     if (atomic_exchange(&seg->closed, true))
         return OTE_ERR_INVALID_PARAM;
-    pthread_mutex_lock(&e->seg_lock);
-    OTE_DLIST_REMOVE(e->segments, seg);
-    pthread_mutex_unlock(&e->seg_lock);
+    pthread_mutex_lock(&ote_segment_table(e)->seg_lock);
+    OTE_DLIST_REMOVE(ote_segment_table(e)->segments, seg);
+    pthread_mutex_unlock(&ote_segment_table(e)->seg_lock);
     /* Operations still posted end CANCELED as their eps go. */
     ote_wireup_destroy(seg, true, seg->desc->instance_id);
     /* Slices still waiting for a rail end CANCELED too. */
@@ -492,9 +496,9 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
                  (unsigned long long)d->instance_id);
         /* A restart no call on the old handle had seen yet is counted here. */
         if (!atomic_exchange(&seg->stale, true))
-            ote_obs_peer_restart(seg->engine->obs);
+            ote_obs_peer_restart(ote_engine_facts(seg->engine)->obs);
         ote_wireup_destroy(seg, false, 0);
-        if (seg->engine->meta != NULL) {
+        if (ote_engine_facts(seg->engine)->meta != NULL) {
             /* The new instance's listener; the old one's connection is of no use. */
             pthread_mutex_lock(&seg->lock);
             ote_segment_ctl_close(seg);
@@ -543,7 +547,7 @@ ote_status_t ote_segment_reopen(ote_segment_h seg, int *restarted_p)
  */
 static bool rail_dead_for_good(ote_segment_h seg, ote_rail_t *r, bool force, uint64_t now)
 {
-    ote_worker_t *w = &seg->engine->workers[r->worker];
+    ote_worker_t *w = &ote_engine_facts(seg->engine)->workers[r->worker];
     bool alive;
 
     if (r->ep == NULL || r->iface->ep_ops->needs_reconnect(r->ep) ||
@@ -616,4 +620,29 @@ ote_status_t ote_segment_repair(ote_segment_h seg)
             status = OTE_ERR_PEER_RESTARTED;
     }
     return status;
+}
+
+void ote_segments_link(ote_engine_h e, const char *dev, bool up)
+{
+    uint64_t now = ote_time_ns();
+    size_t n     = 0;
+
+    pthread_mutex_lock(&ote_segment_table(e)->seg_lock);
+    for (ote_segment_h seg = ote_segment_table(e)->segments; seg != NULL; seg = seg->next) {
+        pthread_mutex_lock(&seg->lock);
+        for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+            ote_rail_t *r = seg->rail_set.rails[i];
+
+            /* A transport gone from the device stays paused (engine_join.c). */
+            if (r->iface != NULL && strcmp(r->iface->resource.dev_name, dev) == 0 &&
+                !(up && ote_engine_iface_gone(e, r->iface))) {
+                ote_proto_rail_link(r, up, now);
+                n++;
+            }
+        }
+        pthread_mutex_unlock(&seg->lock);
+    }
+    pthread_mutex_unlock(&ote_segment_table(e)->seg_lock);
+    ote_debug("device %s: %s: %zu rail(s) %s", dev, up ? "up" : "down", n,
+              up ? "resumed" : "paused");
 }

@@ -6,7 +6,9 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
+#include "core/meta/meta.h"
+#include "core/obs/obs.h"
 #include "segment.h"
 
 #include <stdlib.h>
@@ -17,7 +19,7 @@ ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status)
 {
     char who[OTE_DESC_NAME_MAX + 16];
 
-    if (status == OTE_ERR_AUTH && !seg->engine->auth->enabled) {
+    if (status == OTE_ERR_AUTH && !ote_engine_facts(seg->engine)->auth->enabled) {
         snprintf(who, sizeof(who), "segment '%s'", seg->name);
         ote_auth_log_key_missing(who);
     }
@@ -73,7 +75,7 @@ static ote_status_t ctl_exchange(ote_segment_h seg, int fd, uint8_t type, const 
         status = ote_socket_recv_all(fd, hdr, sizeof(hdr), deadline);
     if (status != OTE_OK)
         return status;
-    status = ote_ctl_hdr_decode(hdr, sizeof(hdr), e->config.max_ctl_msg, &h);
+    status = ote_ctl_hdr_decode(hdr, sizeof(hdr), ote_engine_facts(e)->config.max_ctl_msg, &h);
     for (size_t i = 0; i < nexpect; i++)
         known |= h.type == expect[i];
     if (status == OTE_OK && !known && h.type == OTE_CTL_AUTH_DONE && h.seq == seq &&
@@ -153,8 +155,8 @@ static ote_status_t ctl_authenticate(ote_segment_h seg, int fd, uint64_t deadlin
     char who[300];
 
     snprintf(who, sizeof(who), "segment '%s': the peer", seg->name);
-    return ote_auth_initiator_run(seg->engine->auth, OTE_AUTH_CHANNEL_CTL, ctl_auth_exchange, &io,
-                                  who);
+    return ote_auth_initiator_run(ote_engine_facts(seg->engine)->auth, OTE_AUTH_CHANNEL_CTL,
+                                  ctl_auth_exchange, &io, who);
 }
 
 /* A new control connection to addr (seg->ctl_addr or a copy), authenticated. */
@@ -172,7 +174,7 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
         status = OTE_ERR_INVALID_PARAM;
     if (status == OTE_ERR_NOT_FOUND && strchr(ctl_addr, ':') == NULL)
         status = OTE_ERR_INVALID_PARAM;
-    if (status == OTE_ERR_INVALID_PARAM && e->meta != NULL) {
+    if (status == OTE_ERR_INVALID_PARAM && ote_engine_facts(e)->meta != NULL) {
         ote_error("segment '%s': its descriptor's control address '%s' is not host:port",
                   seg->name, ctl_addr);
         return OTE_ERR_PROTOCOL;
@@ -189,7 +191,7 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
     }
     {
         uint64_t now = ote_time_ns();
-        long ms      = e->config.connect_timeout_ms;
+        long ms      = ote_engine_facts(e)->config.connect_timeout_ms;
 
         /* Within the request's own bound too (a probe's is shorter). */
         if (now >= deadline)
@@ -203,7 +205,7 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
         return status;
     }
     ote_socket_set_keepalive(fd);
-    if (e->auth->enabled) {
+    if (ote_engine_facts(e)->auth->enabled) {
         status = ctl_authenticate(seg, fd, deadline);
         if (status != OTE_OK) {
             ote_debug("segment '%s': authentication: %s", seg->name, ote_status_string(status));
@@ -228,7 +230,8 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
                                      size_t *resp_len_p)
 {
     ote_engine_h e    = seg->engine;
-    uint64_t deadline = ote_time_ns() + (uint64_t)e->config.connect_timeout_ms * 1000000ull;
+    uint64_t deadline =
+        ote_time_ns() + (uint64_t)ote_engine_facts(e)->config.connect_timeout_ms * 1000000ull;
     uint8_t got;
     ote_status_t status;
 
@@ -341,7 +344,7 @@ ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
 {
     ote_status_t status = segment_fetch_desc(seg, desc_p);
 
-    ote_obs_metadata_request(seg->engine->obs, status);
+    ote_obs_metadata_request(ote_engine_facts(seg->engine)->obs, status);
     return status;
 }
 
@@ -352,8 +355,8 @@ static ote_status_t segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
     ote_status_t status, remote;
 
     /* A store: resolved at every open, refresh and reopen (no cache to go stale). */
-    if (seg->engine->meta != NULL)
-        return ote_meta_lookup(seg->engine->meta,
+    if (ote_engine_facts(seg->engine)->meta != NULL)
+        return ote_meta_lookup(ote_engine_facts(seg->engine)->meta,
                                seg->peer_name[0] != '\0' ? seg->peer_name : seg->name, desc_p);
 
     status = ote_segment_ctl_request(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, &resp, &len);

@@ -7,7 +7,7 @@
  * worker, whose slices are FILE_IO requests to the peer's listener (the
  * bytes inside them, or over the engines' data rails: OTE_FILE_REMOTE).
  */
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "segment.h"
 #include "core/worker/worker.h"
 
@@ -34,8 +34,8 @@ static ote_status_t export_ctl(void *arg, const void *req, size_t len, uint8_t *
      * same I/O again.
      */
     return ote_segment_ctl_request_pooled(seg, OTE_CTL_FILE_IO, req, len, OTE_CTL_FILE_IO_ACK,
-                                          seg->engine->config.xfer_timeout_ms, resp_p,
-                                          resp_len_p);
+                                          ote_engine_facts(seg->engine)->config.xfer_timeout_ms,
+                                          resp_p, resp_len_p);
 }
 
 /*
@@ -83,33 +83,35 @@ static ote_status_t export_rails_build(ote_segment_h seg, uint64_t instance, uin
     ote_engine_h e  = seg->engine;
     size_t max      = OTE_CTL_FILE_IO_MAX_BYTES, n = 0;
     ote_rail_params_t params = {
-        .max_bytes       = e->config.rail_max_bytes,
-        .max_slices      = (unsigned)e->config.rail_max_slices,
-        .cooldown_ns     = (uint64_t)e->config.rail_cooldown_ms * 1000000ull,
-        .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull,
+        .max_bytes       = ote_engine_facts(e)->config.rail_max_bytes,
+        .max_slices      = (unsigned)ote_engine_facts(e)->config.rail_max_slices,
+        .cooldown_ns     = (uint64_t)ote_engine_facts(e)->config.rail_cooldown_ms * 1000000ull,
+        .cooldown_max_ns = (uint64_t)ote_engine_facts(e)->config.rail_cooldown_max_ms * 1000000ull,
         .topo            = NULL};
     uint32_t gen;
     ote_status_t status;
 
     /* A request and its answer fit OTE_MAX_CTL_MSG on both ends. */
-    if (e->config.max_ctl_msg < OTE_CTL_FILE_IO_HDR_LEN + max)
-        max = e->config.max_ctl_msg - OTE_CTL_FILE_IO_HDR_LEN;
+    if (ote_engine_facts(e)->config.max_ctl_msg < OTE_CTL_FILE_IO_HDR_LEN + max)
+        max = ote_engine_facts(e)->config.max_ctl_msg - OTE_CTL_FILE_IO_HDR_LEN;
     gen = atomic_fetch_add(&seg->rails_gen, 1) + 1;
     /* A new instance may reach this engine again. */
     atomic_store(&seg->export_rails_off, false);
-    for (size_t w = 0; w < e->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
-        ote_file_remote_hooks_t hooks = {.base = {.ctl = export_ctl, .ctl_arg = seg,
-                                                  .worker_lock = &e->workers[w].lock,
-                                                  .jobs = e->proto_jobs,
-                                                  .initiator = e->instance_id,
-                                                  .target = instance},
-                                         .file_id = file_id,
-                                         .max_bytes = max,
-                                         .mode = ote_proto_file_remote_mode(e->config.file_remote),
-                                         .rails_off = &seg->export_rails_off};
+    for (size_t w = 0; w < ote_engine_facts(e)->num_workers && n < OTE_PROTO_MAX_RAILS; w++) {
+        ote_file_remote_hooks_t hooks = {
+            .base      = {.ctl         = export_ctl,
+                          .ctl_arg     = seg,
+                          .worker_lock = &ote_engine_facts(e)->workers[w].lock,
+                          .jobs        = ote_engine_facts(e)->proto_jobs,
+                          .initiator   = ote_engine_facts(e)->instance_id,
+                          .target      = instance},
+            .file_id   = file_id,
+            .max_bytes = max,
+            .mode      = ote_proto_file_remote_mode(ote_engine_facts(e)->config.file_remote),
+            .rails_off = &seg->export_rails_off};
 
         /* By rails the target opens this engine by this name, as for a PUTBACK. */
-        snprintf(hooks.name, sizeof(hooks.name), "%s", e->name);
+        snprintf(hooks.name, sizeof(hooks.name), "%s", ote_engine_facts(e)->name);
         status = ote_proto_file_remote_rail_init(&seg->rails[n], w, &hooks);
         if (status != OTE_OK)
             return status;
@@ -155,7 +157,7 @@ ote_status_t ote_segment_open_export(ote_segment_h seg, const char *name, ote_de
                   ote_status_string(status));
         return status;
     }
-    if (seg->engine->meta != NULL)
+    if (ote_engine_facts(seg->engine)->meta != NULL)
         snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", peer->ctl_addr);
     status = export_desc(seg, peer, &d, &file_id);
     if (status == OTE_OK)
@@ -196,7 +198,7 @@ ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc
         /* Connections to the old instance serve it no more. */
         ote_segment_ctl_pool_drain(seg);
         pthread_mutex_lock(&seg->lock);
-        if (seg->engine->meta != NULL)
+        if (ote_engine_facts(seg->engine)->meta != NULL)
             snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", peer->ctl_addr);
         pthread_mutex_unlock(&seg->lock);
         status = export_rails_build(seg, peer->instance_id, file_id);

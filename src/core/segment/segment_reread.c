@@ -16,7 +16,7 @@
  */
 #include "base/log.h"
 #include "base/util.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "segment.h"
 
 #include <time.h>
@@ -82,7 +82,7 @@ static ote_status_t reread_run(ote_segment_h seg)
 
 ote_status_t ote_segment_reread(ote_segment_h seg, uint64_t ticket)
 {
-    const ote_engine_config_t *cfg = &seg->engine->config;
+    const ote_engine_config_t *cfg = &ote_engine_facts(seg->engine)->config;
     uint64_t interval_ns = (uint64_t)cfg->desc_reread_interval_ms * 1000000ull;
     uint64_t deadline    = ote_time_ns() + interval_ns +
                         2 * (uint64_t)cfg->connect_timeout_ms * 1000000ull;

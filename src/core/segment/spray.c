@@ -15,8 +15,8 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/xfer/batch.h"
-#include "core/engine.h"
-#include "segment.h"
+#include "core/engine_facts.h"
+#include "spray.h"
 #include "core/worker/worker.h"
 
 #include <string.h>
@@ -56,7 +56,7 @@ void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, 
     if (head == NULL && !atomic_load(&seg->backlog_any))
         return;
     now = ote_time_ns();
-    memset(chains, 0, sizeof(chains[0]) * e->num_workers);
+    memset(chains, 0, sizeof(chains[0]) * ote_engine_facts(e)->num_workers);
     pthread_mutex_lock(&seg->spray_lock);
     if (head != NULL) {
         OTE_QUEUE_PUSH_CHAIN(seg->backlog_head, seg->backlog_tail, head, tail, next);
@@ -92,13 +92,13 @@ void ote_segment_spray(ote_segment_h seg, ote_slice_t *head, ote_slice_t *tail, 
         ended.head = s->next;
         ote_task_slice_end(s, s->last_error);
     }
-    for (size_t w = 0; w < e->num_workers; w++) {
+    for (size_t w = 0; w < ote_engine_facts(e)->num_workers; w++) {
         if (chains[w].head == NULL)
             continue;
         if (direct)
-            ote_worker_post(&e->workers[w], chains[w].head, chains[w].tail);
+            ote_worker_post(&ote_engine_facts(e)->workers[w], chains[w].head, chains[w].tail);
         else
-            ote_worker_queue(&e->workers[w], chains[w].head, chains[w].tail);
+            ote_worker_queue(&ote_engine_facts(e)->workers[w], chains[w].head, chains[w].tail);
     }
 }
 
@@ -162,8 +162,9 @@ ote_status_t ote_engine_rails(ote_engine_h e, ote_rail_info_t *out, size_t max,
 
     if (e == NULL || count_p == NULL || (out == NULL && max > 0))
         return OTE_ERR_INVALID_PARAM;
-    pthread_mutex_lock(&e->seg_lock);
-    for (ote_segment_h seg = e->segments; seg != NULL && status == OTE_OK; seg = seg->next) {
+    pthread_mutex_lock(&ote_segment_table(e)->seg_lock);
+    for (ote_segment_h seg = ote_segment_table(e)->segments; seg != NULL && status == OTE_OK;
+         seg = seg->next) {
         size_t k = 0;
 
         (void)ote_segment_rails(seg, one, OTE_PROTO_MAX_RAILS, &k);
@@ -190,7 +191,7 @@ ote_status_t ote_engine_rails(ote_engine_h e, ote_rail_info_t *out, size_t max,
             all[n++] = one[i];
         }
     }
-    pthread_mutex_unlock(&e->seg_lock);
+    pthread_mutex_unlock(&ote_segment_table(e)->seg_lock);
     if (status == OTE_OK) {
         if (n > 0 && max > 0)
             memcpy(out, all, (n < max ? n : max) * sizeof(*all));

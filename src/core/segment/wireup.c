@@ -8,10 +8,11 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "proto/putback.h"
 #include "proto/stage.h"
-#include "segment.h"
+#include "segment_ctl.h"
+#include "wireup.h"
 #include "core/worker/worker.h"
 
 #include <net/if.h>
@@ -46,7 +47,7 @@ static void rails_release(ote_segment_h seg, uint64_t peer_instance, const uint6
         if (m == NULL)
             return;
         m->op        = OTE_CTL_CONNECT_OP_RELEASE;
-        m->initiator = e->instance_id;
+        m->initiator = ote_engine_facts(e)->instance_id;
         m->target    = peer_instance;
         m->num_ids   = k;
         memcpy(m->ids, ids, k * sizeof(ids[0]));
@@ -73,7 +74,7 @@ void ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_instance)
 
     for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
         ote_rail_t *r    = seg->rail_set.rails[i];
-        ote_worker_t *w  = &e->workers[r->worker];
+        ote_worker_t *w  = &ote_engine_facts(e)->workers[r->worker];
         ote_tl_ep_t *ep;
 
         pthread_mutex_lock(&w->lock);
@@ -173,7 +174,7 @@ static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, o
         m->conn_id = ote_random_u64();
     } while (m->conn_id == 0);
     m->op        = OTE_CTL_CONNECT_OP_CONNECT;
-    m->initiator = e->instance_id;
+    m->initiator = ote_engine_facts(e)->instance_id;
     m->target    = d->instance_id;
     m->worker    = (uint16_t)peer_worker;
     m->addr      = mine;
@@ -196,7 +197,7 @@ static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, o
     free(resp);
     free(out.data);
     if (status != OTE_OK) {
-        ote_worker_t *w = &e->workers[r->worker];
+        ote_worker_t *w = &ote_engine_facts(e)->workers[r->worker];
 
         pthread_mutex_lock(&w->lock);
         iface->ep_ops->destroy(r->ep);
@@ -230,7 +231,7 @@ static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
     size_t host_rails = n, local_end;
 
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
-        ote_stage_worker_t *sw = e->workers[seg->rails[i].worker].stage;
+        ote_stage_worker_t *sw = ote_engine_facts(e)->workers[seg->rails[i].worker].stage;
 
         if (ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], sw) == OTE_OK) {
             ote_debug("segment '%s': rail %zu stages GPU memory over %s/%s", seg->name, n,
@@ -242,13 +243,13 @@ static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
     }
     local_end = n;
     for (size_t i = 0; i < host_rails && n < OTE_PROTO_MAX_RAILS; i++) {
-        ote_worker_t *w   = &e->workers[seg->rails[i].worker];
+        ote_worker_t *w   = &ote_engine_facts(e)->workers[seg->rails[i].worker];
         ote_rail_t *local = NULL;
         ote_stage_remote_hooks_t hooks = {
             .base = {.ctl = stage_ctl, .ctl_arg = seg, .worker_lock = &w->lock,
-                     .jobs = e->proto_jobs, .initiator = e->instance_id,
+                     .jobs = ote_engine_facts(e)->proto_jobs, .initiator = ote_engine_facts(e)->instance_id,
                      .target = d->instance_id},
-            .worker_wake_fd = w->wake_fd, .timeout_ms = e->config.xfer_timeout_ms};
+            .worker_wake_fd = w->wake_fd, .timeout_ms = ote_engine_facts(e)->config.xfer_timeout_ms};
 
         for (size_t j = host_rails; j < local_end; j++) {
             if (ote_proto_stage_rail_host(&seg->rails[j]) == &seg->rails[i])
@@ -280,8 +281,8 @@ static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t 
      * posts for it comes after.
      */
     return ote_segment_ctl_request_alone(seg, OTE_CTL_PUTBACK, req, len, OTE_CTL_PUTBACK_ACK,
-                                         seg->engine->config.connect_timeout_ms +
-                                             2 * seg->engine->config.xfer_timeout_ms + 1000,
+                                         ote_engine_facts(seg->engine)->config.connect_timeout_ms +
+                                             2 * ote_engine_facts(seg->engine)->config.xfer_timeout_ms + 1000,
                                          resp_p, resp_len_p);
 }
 
@@ -294,15 +295,15 @@ static size_t putback_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n
     ote_engine_h e = seg->engine;
 
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
-        ote_worker_t *w           = &e->workers[seg->rails[i].worker];
+        ote_worker_t *w           = &ote_engine_facts(e)->workers[seg->rails[i].worker];
         ote_putback_hooks_t hooks = {.base = {.ctl = putback_ctl, .ctl_arg = seg,
-                                              .worker_lock = &w->lock, .jobs = e->proto_jobs,
-                                              .initiator = e->instance_id,
+                                              .worker_lock = &w->lock, .jobs = ote_engine_facts(e)->proto_jobs,
+                                              .initiator = ote_engine_facts(e)->instance_id,
                                               .target = d->instance_id}};
 
         if (seg->rail_set.rails[i] != &seg->rails[i])
             continue;
-        snprintf(hooks.name, sizeof(hooks.name), "%s", e->name);
+        snprintf(hooks.name, sizeof(hooks.name), "%s", ote_engine_facts(e)->name);
         if (ote_proto_putback_rail_init(&seg->rails[n], &seg->rails[i], &hooks) == OTE_OK) {
             ote_debug("segment '%s': rail %zu reads by PUTBACK over %s/%s", seg->name, n,
                       seg->rails[i].iface->resource.tl_name,
@@ -320,8 +321,8 @@ static ote_tl_peer_t rail_peer(ote_segment_h seg, const ote_desc_t *d)
     ote_engine_h e = seg->engine;
 
     return (ote_tl_peer_t){.instance_id = d->instance_id, .name = seg->name,
-                           .local_instance = e->instance_id,
-                           .timeout_ms = e->config.connect_timeout_ms};
+                           .local_instance = ote_engine_facts(e)->instance_id,
+                           .timeout_ms = ote_engine_facts(e)->config.connect_timeout_ms};
 }
 
 /*
@@ -343,7 +344,7 @@ static ote_status_t peer_answers(ote_segment_h seg, const ote_desc_t *d, ote_sta
 
     if (*gate != OTE_INPROGRESS)
         return *gate;
-    status = ote_segment_probe_holder(seg->engine, d, seg->engine->config.connect_timeout_ms);
+    status = ote_segment_probe_holder(seg->engine, d, ote_engine_facts(seg->engine)->config.connect_timeout_ms);
     if (status != OTE_ERR_NOT_FOUND && status != OTE_ERR_NO_MEMORY)
         status = OTE_OK;
     if (status != OTE_OK)
@@ -391,7 +392,7 @@ static ote_status_t rail_connect(ote_segment_h seg, const ote_desc_t *d, ote_rai
 static ote_status_t rail_rebuild(ote_segment_h seg, const ote_desc_t *d, ote_rail_t *r,
                                  ote_status_t *gate)
 {
-    ote_worker_t *w    = &seg->engine->workers[r->worker];
+    ote_worker_t *w    = &ote_engine_facts(seg->engine)->workers[r->worker];
     ote_tl_peer_t peer = rail_peer(seg, d);
     ote_rail_t fresh   = *r;
     ote_tl_ep_t *old;
@@ -437,7 +438,7 @@ ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebu
     for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
         ote_rail_t *r             = seg->rail_set.rails[i];
         const ote_tl_ep_ops_t *ops = r->iface->ep_ops;
-        ote_worker_t *w           = &e->workers[r->worker];
+        ote_worker_t *w           = &ote_engine_facts(e)->workers[r->worker];
         ote_status_t status       = OTE_OK;
         bool alive;
 
@@ -494,11 +495,11 @@ static void rail_start(ote_segment_h seg, ote_rail_t *r, uint32_t gen)
 {
     ote_engine_h e           = seg->engine;
     ote_rail_params_t params = {
-        .max_bytes       = e->config.rail_max_bytes,
-        .max_slices      = (unsigned)e->config.rail_max_slices,
-        .cooldown_ns     = (uint64_t)e->config.rail_cooldown_ms * 1000000ull,
-        .cooldown_max_ns = (uint64_t)e->config.rail_cooldown_max_ms * 1000000ull,
-        .topo            = e->topo_table};
+        .max_bytes       = ote_engine_facts(e)->config.rail_max_bytes,
+        .max_slices      = (unsigned)ote_engine_facts(e)->config.rail_max_slices,
+        .cooldown_ns     = (uint64_t)ote_engine_facts(e)->config.rail_cooldown_ms * 1000000ull,
+        .cooldown_max_ns = (uint64_t)ote_engine_facts(e)->config.rail_cooldown_max_ms * 1000000ull,
+        .topo            = ote_engine_facts(e)->topo_table};
 
     ote_proto_rail_init(r, &params, gen);
     /* Built on an RDMA port that is down now: paused until it is up. */
@@ -600,7 +601,7 @@ static bool iface_link_down(ote_engine_h e, const ote_tl_iface_t *iface)
 static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bool *links_down_p)
 {
     ote_engine_h e   = seg->engine;
-    bool same_engine = d->instance_id == e->instance_id;
+    bool same_engine = d->instance_id == ote_engine_facts(e)->instance_id;
     ote_status_t last = OTE_ERR_UNREACHABLE, gate = OTE_INPROGRESS;
     bool links_down  = false;
     rail_cand_t *cand;
@@ -608,12 +609,12 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
 
     *links_down_p = false;
 
-    seg->same_host = strcmp(d->host_id, e->host_id) == 0;
-    cand = calloc(e->num_workers * OTE_MAX_IFACES, sizeof(*cand));
+    seg->same_host = strcmp(d->host_id, ote_engine_facts(e)->host_id) == 0;
+    cand = calloc(ote_engine_facts(e)->num_workers * OTE_MAX_IFACES, sizeof(*cand));
     if (cand == NULL)
         return OTE_ERR_NO_MEMORY;
-    for (size_t w = 0; w < e->num_workers; w++) {
-        ote_worker_t *wk = &e->workers[w];
+    for (size_t w = 0; w < ote_engine_facts(e)->num_workers; w++) {
+        ote_worker_t *wk = &ote_engine_facts(e)->workers[w];
 
         for (size_t i = 0; i < wk->num_ifaces; i++) {
             rail_cand_t *c = &cand[ncand];
@@ -706,7 +707,7 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
 ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
 {
     ote_engine_h e    = seg->engine;
-    uint64_t deadline = ote_time_ns() + (uint64_t)e->config.connect_timeout_ms * 1000000ull;
+    uint64_t deadline = ote_time_ns() + (uint64_t)ote_engine_facts(e)->config.connect_timeout_ms * 1000000ull;
     bool links_down;
     ote_status_t status;
 
@@ -725,7 +726,7 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
         nanosleep(&(struct timespec){.tv_nsec = 20 * 1000000L}, NULL);
     }
     ote_error("segment '%s': the links that reach it are down here; none came back within "
-              "OTE_CONNECT_TIMEOUT_MS (%ld ms)", seg->name, (long)e->config.connect_timeout_ms);
+              "OTE_CONNECT_TIMEOUT_MS (%ld ms)", seg->name, (long)ote_engine_facts(e)->config.connect_timeout_ms);
     return OTE_ERR_TIMEOUT;
 }
 
@@ -750,11 +751,11 @@ static bool iface_has_rail(ote_segment_h seg, const ote_tl_iface_t *iface)
 void ote_wireup_extend(ote_segment_h seg, const ote_desc_t *d)
 {
     ote_engine_h e   = seg->engine;
-    bool same_engine = d->instance_id == e->instance_id;
+    bool same_engine = d->instance_id == ote_engine_facts(e)->instance_id;
     ote_status_t gate = OTE_INPROGRESS;
 
-    for (size_t w = 0; w < e->num_workers; w++) {
-        ote_worker_t *wk = &e->workers[w];
+    for (size_t w = 0; w < ote_engine_facts(e)->num_workers; w++) {
+        ote_worker_t *wk = &ote_engine_facts(e)->workers[w];
 
         for (size_t i = 0; i < wk->num_ifaces; i++) {
             ote_tl_iface_t *iface = wk->ifaces[i];

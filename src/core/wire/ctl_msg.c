@@ -1,5 +1,4 @@
 #include "ctl_msg.h"
-#include "core/ctl/ctl_int.h"
 
 #include "base/auth.h"
 #include "base/wire_util.h"
@@ -274,16 +273,17 @@ const ote_ctl_type_info_t *ote_ctl_core_type_info(uint8_t type)
     return &ctl_types[type];
 }
 
+static const ote_ctl_service_t *const proto_services[] = {OTE_CTL_PROTO_SERVICES};
+
 const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type)
 {
-    const ote_ctl_service_t *const *svc;
-    size_t n;
+    const ote_ctl_service_t *const *svc = proto_services;
+    size_t n = sizeof(proto_services) / sizeof(proto_services[0]);
 
     if (type == 0)
         return NULL;
     if (type <= OTE_CTL_CORE_TYPE_MAX && ctl_types[type].name != NULL)
         return &ctl_types[type];
-    svc = ote_ctl_services(&n);
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < svc[i]->num_types; k++) {
             if (svc[i]->types[k].type == type)

@@ -19,6 +19,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The protocols' services, the one line a protocol registers on: the
+ * control listener serves them after its own (ctl/ctl.c, in this order:
+ * they stop in it), and the codec knows their message types from them
+ * (ote_ctl_type_info).
+ */
+#define OTE_CTL_PROTO_SERVICES \
+    &ote_proto_stage_service, &ote_proto_file_io_service, &ote_proto_putback_service
+
 #define OTE_CTL_MAGIC    0x4354454fu /* "OTEC" */
 #define OTE_CTL_VERSION  1
 #define OTE_CTL_HDR_LEN  16
@@ -74,7 +83,7 @@ typedef struct {
  * NOTIFY_BATCH: u64 sender instance, u64 target instance, str8 from,
  * u16 count (1..OTE_CTL_NOTIFY_BATCH_MAX), then count times: u64 seq,
  * u32 length (<= OTE_NOTIFY_MAX), data. The seqs strictly grow within a
- * frame (a sender's numbers, see notify.c); the whole payload is at most
+ * frame (a sender's numbers, see notify_send.c); the whole payload is at most
  * OTE_CTL_NOTIFY_BATCH_MAX_LEN. The answer, NOTIFY_BATCH_ACK, is i32
  * status, u16 queued: the first `queued` notifications of the frame are
  * queued by the receiver (now, or by an earlier copy of the frame); status
@@ -157,7 +166,7 @@ ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notif
  * What a control message type is (ote_ctl_type_info_t, proto/ctl_target.h),
  * from the rows the listener's checks read (and tests and fuzz targets,
  * rather than lists of their own): core's own types' in ctl_msg.c, then
- * those of each service the listener lists (ctl.c), the protocols'.
+ * those of each protocol's service (OTE_CTL_PROTO_SERVICES).
  */
 /* The row of type; NULL for a type without one (0 among them). */
 const ote_ctl_type_info_t *ote_ctl_type_info(uint8_t type);

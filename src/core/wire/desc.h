@@ -2,9 +2,8 @@
  * src/core/wire/: the codecs of what engines send each other: the segment
  * descriptor (desc.c, this header) and the control-plane messages
  * (ctl_msg.c, ctl_msg.h). They decode untrusted bytes with bounds checks.
- * May call: proto, mem, base; nothing of core (one exception left:
- * ctl_msg.c reads the listener's services for the protocols' message
- * types, ote_ctl_services).
+ * May call: proto, mem, base; nothing of core (the protocols' message
+ * types come from their services, OTE_CTL_PROTO_SERVICES in ctl_msg.h).
  *
  * Segment descriptor: what a peer publishes about itself (name, instance,
  * host identity, control-plane address, transports with addresses, memory domains, regions with

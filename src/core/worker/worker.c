@@ -32,7 +32,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/xfer/batch.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -221,7 +221,7 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
         return;
     }
     /* Without worker threads a caller may sleep on the workers' fds. */
-    if (atomic_load(&w->sleeping) || !w->engine->config.progress_thread)
+    if (atomic_load(&w->sleeping) || !ote_engine_facts(w->engine)->config.progress_thread)
         ote_worker_wake(w);
 }
 
@@ -362,7 +362,7 @@ static bool worker_has_deadlines(ote_worker_t *w)
 
 static void worker_check_timeouts(ote_worker_t *w)
 {
-    uint64_t limit = (uint64_t)w->engine->config.xfer_timeout_ms * 1000000ull;
+    uint64_t limit = (uint64_t)ote_engine_facts(w->engine)->config.xfer_timeout_ms * 1000000ull;
     uint64_t now   = ote_time_ns();
 
     if (now <= limit)
@@ -380,7 +380,7 @@ static void worker_check_timeouts(ote_worker_t *w)
  */
 static void worker_park(ote_worker_t *w, uint64_t end_ns)
 {
-    uint64_t step = (uint64_t)w->engine->config.poll_park_us * 1000ull;
+    uint64_t step = (uint64_t)ote_engine_facts(w->engine)->config.poll_park_us * 1000ull;
 
     atomic_store(&w->parked, true);
     while (!atomic_load(&w->stop) && atomic_load(&w->callers) > 0) {
@@ -456,15 +456,16 @@ static bool worker_queued(ote_worker_t *w)
 static void *worker_main(void *arg)
 {
     ote_worker_t *w       = arg;
-    uint64_t grace_ns     = (uint64_t)w->engine->config.poll_grace_us * 1000ull;
-    uint64_t max_ns       = (uint64_t)w->engine->config.poll_spin_max_us * 1000ull;
+    uint64_t grace_ns     = (uint64_t)ote_engine_facts(w->engine)->config.poll_grace_us * 1000ull;
+    uint64_t max_ns = (uint64_t)ote_engine_facts(w->engine)->config.poll_spin_max_us * 1000ull;
     uint64_t last_event   = ote_time_ns();
     uint64_t next_yield   = last_event + YIELD_NS;
     uint64_t quiet_since  = 0; /* first round without events after some, 0 while busy */
     bool woke             = false;
     /* After this long without events, nothing of a transport's own can be due. */
-    uint64_t idle_ns = (uint64_t)w->engine->config.handshake_timeout_ms * 1000000ull +
-                       2 * OTE_WORKER_TIMEOUT_CHECK_NS;
+    uint64_t idle_ns =
+        (uint64_t)ote_engine_facts(w->engine)->config.handshake_timeout_ms * 1000000ull +
+        2 * OTE_WORKER_TIMEOUT_CHECK_NS;
 
     pthread_mutex_lock(&w->lock);
     w->event_gap_ns = max_ns + 1;
@@ -544,7 +545,7 @@ static void *worker_main(void *arg)
              * idle_sleep and wakes us (ote_worker_post); one that queues
              * sees sleeping. Both are set while we hold the lock.
              */
-            if (cap_ms < 0 && atomic_load(&w->engine->inflight_tasks) == 0 &&
+            if (cap_ms < 0 && atomic_load(&ote_xfer_state(w->engine)->inflight_tasks) == 0 &&
                 /* signed: a submitter may have stamped it after our now */
                 (int64_t)(now - atomic_load_explicit(&w->active_ns, memory_order_relaxed)) >
                     (int64_t)idle_ns &&
@@ -576,12 +577,13 @@ ote_status_t ote_worker_start(ote_worker_t *w)
         if (fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
             return OTE_ERR_IO;
     }
-    if (!w->engine->config.progress_thread) {
+    if (!ote_engine_facts(w->engine)->config.progress_thread) {
         /* Callers progress; waiting ones sleep on every worker's fds at once. */
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
 
-        return epoll_ctl(w->engine->poll_epfd, EPOLL_CTL_ADD, w->epfd, &ev) == 0 ? OTE_OK
-                                                                                  : OTE_ERR_IO;
+        return epoll_ctl(ote_worker_set(w->engine)->poll_epfd, EPOLL_CTL_ADD, w->epfd, &ev) == 0
+                   ? OTE_OK
+                   : OTE_ERR_IO;
     }
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
         return OTE_ERR_NO_MEMORY;

@@ -2,18 +2,37 @@
  * src/core/worker/: the workers, threads (or callers) that progress the
  * transports.
  *
- * Owns: each worker's ifaces, queue and progress (worker.c), its CPU
- * binding (worker_bind.c), the waits of callers that progress the workers
- * themselves and the engine's event fd (worker_wait.c).
+ * Owns: its state in the engine (ote_worker_set_t), each worker's ifaces,
+ * queue and progress (worker.c), its CPU binding (worker_bind.c), the
+ * waits of callers that progress the workers themselves and the engine's
+ * event fd (worker_wait.c, declared in worker_wait.h).
  *
- * May call: the engine's header, proto and below; of the rooms above it
+ * May call: the engine's facts (core/engine_facts.h), proto and below; of the rooms above it
  * only a slice's end, reported to its task (worker.c -> xfer/batch.h: the
  * submit <-> completion circle).
  */
 #ifndef OTE_CORE_WORKER_H
 #define OTE_CORE_WORKER_H
 
-#include "core/engine.h"
+#include "core/engine_facts.h"
+
+#include <pthread.h>
+
+/*
+ * What worker/ owns of the engine besides the workers themselves (the
+ * engine embeds it): the waits of callers that progress the workers.
+ */
+struct ote_worker_set {
+    int              event_fd;      /* ote_engine_event_fd, -1 until created */
+    atomic_bool      event_fd_used;
+    int              poll_epfd;     /* every worker's epoll fd: waits without worker threads */
+    _Atomic uint64_t wait_ns;       /* recent time ote_batch_wait() took (its polling budget) */
+};
+
+static inline ote_worker_set_t *ote_worker_set(ote_engine_h e)
+{
+    return ote_engine_facts(e)->wset;
+}
 
 /* Protocol progress registered on a worker (ote_worker_progress_register). */
 #define OTE_WORKER_MAX_PROGRESS 8
@@ -113,21 +132,4 @@ void         ote_worker_hand_back(ote_worker_t *w);
  * progress. *cap_ms_p bounds the sleep when an iface can only be polled.
  */
 bool         ote_worker_arm(ote_worker_t *w, int *cap_ms_p);
-/* worker_wait.c: progress from the callers' threads. */
-/* Progress w from the calling thread if its worker is idle; false if busy. */
-bool         ote_worker_try_progress(ote_worker_t *w);
-/*
- * Progress the engine's workers from the calling thread until *pending is
- * 0 (true) or deadline_ns (CLOCK_MONOTONIC ns, 0: none) passes or, with
- * worker threads, the polling budget runs out (false: sleep, the worker
- * threads progress). Without worker threads it sleeps on the workers'
- * event fds between rounds instead of giving up.
- */
-bool         ote_engine_poll_wait(ote_engine_h engine, atomic_long *pending,
-                                  uint64_t deadline_ns);
-/* A wait took ns: the budget of the next ones follows it. */
-void         ote_engine_wait_note(ote_engine_h engine, uint64_t ns);
-/* Wake the user waiting on the engine's event fd (ote_engine_event_fd), if one was asked for. */
-void         ote_engine_signal_event(ote_engine_h engine);
-
 #endif

@@ -4,7 +4,7 @@
  */
 #include "base/log.h"
 #include "base/topo.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "worker.h"
 
 #ifdef HAVE_HWLOC
@@ -92,7 +92,7 @@ static void worker_bind_near_nic(ote_worker_t *w)
 
 void ote_worker_bind(ote_worker_t *w)
 {
-    const char *list = w->engine->config.worker_cpus;
+    const char *list = ote_engine_facts(w->engine)->config.worker_cpus;
     cpu_set_t set;
     int n, cpu;
 

@@ -7,8 +7,8 @@
  * worker thread does meanwhile (it parks) is in worker.c.
  */
 #include "base/util.h"
-#include "core/engine.h"
-#include "worker.h"
+#include "core/engine_facts.h"
+#include "worker_wait.h"
 
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -29,17 +29,17 @@ ote_status_t ote_engine_progress(ote_engine_h engine)
 
     if (engine == NULL)
         return OTE_ERR_INVALID_PARAM;
-    for (size_t i = 0; i < engine->num_workers; i++)
-        any |= ote_worker_try_progress(&engine->workers[i]);
+    for (size_t i = 0; i < ote_engine_facts(engine)->num_workers; i++)
+        any |= ote_worker_try_progress(&ote_engine_facts(engine)->workers[i]);
     return any ? OTE_OK : OTE_ERR_BUSY;
 }
 
 /* How long a waiter polls before it sleeps: twice the recent waits, when they are short. */
 static uint64_t wait_budget_ns(ote_engine_h e)
 {
-    uint64_t grace = (uint64_t)e->config.poll_grace_us * 1000ull;
-    uint64_t max   = (uint64_t)e->config.poll_spin_max_us * 1000ull;
-    uint64_t recent = atomic_load_explicit(&e->wait_ns, memory_order_relaxed);
+    uint64_t grace  = (uint64_t)ote_engine_facts(e)->config.poll_grace_us * 1000ull;
+    uint64_t max    = (uint64_t)ote_engine_facts(e)->config.poll_spin_max_us * 1000ull;
+    uint64_t recent = atomic_load_explicit(&ote_worker_set(e)->wait_ns, memory_order_relaxed);
     uint64_t b      = 2 * recent;
 
     if (recent > max)
@@ -51,12 +51,12 @@ static uint64_t wait_budget_ns(ote_engine_h e)
 
 void ote_engine_wait_note(ote_engine_h e, uint64_t ns)
 {
-    uint64_t cap    = 4 * (uint64_t)e->config.poll_spin_max_us * 1000ull;
-    uint64_t recent = atomic_load_explicit(&e->wait_ns, memory_order_relaxed);
+    uint64_t cap    = 4 * (uint64_t)ote_engine_facts(e)->config.poll_spin_max_us * 1000ull;
+    uint64_t recent = atomic_load_explicit(&ote_worker_set(e)->wait_ns, memory_order_relaxed);
 
     if (ns > cap)
         ns = cap;
-    atomic_store_explicit(&e->wait_ns, (3 * recent + ns) / 4, memory_order_relaxed);
+    atomic_store_explicit(&ote_worker_set(e)->wait_ns, (3 * recent + ns) / 4, memory_order_relaxed);
 }
 
 /*
@@ -108,8 +108,8 @@ static void engine_poll_sleep(ote_engine_h e, uint64_t now, uint64_t deadline_ns
     uint64_t wait_ns = OTE_WORKER_TIMEOUT_CHECK_NS;
     int cap_ms       = -1;
 
-    for (size_t i = 0; i < e->num_workers; i++) {
-        ote_worker_t *w = &e->workers[i];
+    for (size_t i = 0; i < ote_engine_facts(e)->num_workers; i++) {
+        ote_worker_t *w = &ote_engine_facts(e)->workers[i];
         bool busy;
 
         if (pthread_mutex_trylock(&w->lock) != 0)
@@ -124,17 +124,17 @@ static void engine_poll_sleep(ote_engine_h e, uint64_t now, uint64_t deadline_ns
 
     if (deadline_ns != 0 && deadline_ns - now < wait_ns)
         wait_ns = deadline_ns - now;
-    (void)epoll_wait(e->poll_epfd, ev, 8, (int)((wait_ns + 999999) / 1000000));
-    for (size_t i = 0; i < e->num_workers; i++) {
+    (void)epoll_wait(ote_worker_set(e)->poll_epfd, ev, 8, (int)((wait_ns + 999999) / 1000000));
+    for (size_t i = 0; i < ote_engine_facts(e)->num_workers; i++) {
         uint64_t v;
 
-        (void)!read(e->workers[i].wake_fd, &v, sizeof(v));
+        (void)!read(ote_engine_facts(e)->workers[i].wake_fd, &v, sizeof(v));
     }
 }
 
 bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadline_ns)
 {
-    size_t nw = e->num_workers;
+    size_t nw = ote_engine_facts(e)->num_workers;
     uint64_t gen[OTE_MAX_WORKERS];
     bool progressed[OTE_MAX_WORKERS];
     uint64_t budget = wait_budget_ns(e);
@@ -142,8 +142,8 @@ bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadlin
     bool done       = false;
 
     for (size_t i = 0; i < nw; i++) {
-        atomic_fetch_add(&e->workers[i].callers, 1);
-        gen[i]        = atomic_load(&e->workers[i].missed);
+        atomic_fetch_add(&ote_engine_facts(e)->workers[i].callers, 1);
+        gen[i]        = atomic_load(&ote_engine_facts(e)->workers[i].missed);
         progressed[i] = false;
     }
     for (;;) {
@@ -151,7 +151,7 @@ bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadlin
         uint64_t now;
 
         for (size_t i = 0; i < nw; i++) {
-            ote_worker_t *w = &e->workers[i];
+            ote_worker_t *w = &ote_engine_facts(e)->workers[i];
 
             if (pthread_mutex_trylock(&w->lock) != 0)
                 continue;
@@ -176,13 +176,13 @@ bool ote_engine_poll_wait(ote_engine_h e, atomic_long *pending, uint64_t deadlin
             continue;
         }
         /* Answers do not come fast: sleep, while the worker threads progress. */
-        if (e->config.progress_thread)
+        if (ote_engine_facts(e)->config.progress_thread)
             break;
         engine_poll_sleep(e, now, deadline_ns);
         last = ote_time_ns();
     }
     for (size_t i = 0; i < nw; i++)
-        worker_leave(&e->workers[i], gen[i], progressed[i], done);
+        worker_leave(&ote_engine_facts(e)->workers[i], gen[i], progressed[i], done);
     return done;
 }
 
@@ -190,6 +190,6 @@ void ote_engine_signal_event(ote_engine_h engine)
 {
     uint64_t one = 1;
 
-    if (atomic_load_explicit(&engine->event_fd_used, memory_order_relaxed))
-        (void)!write(engine->event_fd, &one, sizeof(one));
+    if (atomic_load_explicit(&ote_worker_set(engine)->event_fd_used, memory_order_relaxed))
+        (void)!write(ote_worker_set(engine)->event_fd, &one, sizeof(one));
 }

@@ -3,8 +3,8 @@
  * (OTE_MAX_INFLIGHT_TASKS, OTE_MAX_INFLIGHT_BYTES, OTE_SUBMIT_TIMEOUT_MS).
  */
 #include "base/util.h"
-#include "batch.h"
-#include "core/engine.h"
+#include "admission.h"
+#include "core/engine_facts.h"
 
 #include <time.h>
 
@@ -17,35 +17,37 @@
  */
 static bool admission_try(ote_engine_h e, size_t tasks, size_t bytes)
 {
-    long max_tasks   = e->config.max_inflight_tasks;
-    size_t max_bytes = e->config.max_inflight_bytes;
-    long cur_t       = atomic_load(&e->inflight_tasks);
+    long max_tasks   = ote_engine_facts(e)->config.max_inflight_tasks;
+    size_t max_bytes = ote_engine_facts(e)->config.max_inflight_bytes;
+    long cur_t       = atomic_load(&ote_xfer_state(e)->inflight_tasks);
     size_t cur_b;
 
     do {
         if (cur_t > 0 && ((long)tasks > max_tasks || cur_t > max_tasks - (long)tasks))
             return false;
-    } while (!atomic_compare_exchange_weak(&e->inflight_tasks, &cur_t, cur_t + (long)tasks));
-    cur_b = atomic_load(&e->inflight_bytes);
+    } while (!atomic_compare_exchange_weak(&ote_xfer_state(e)->inflight_tasks, &cur_t,
+                                           cur_t + (long)tasks));
+    cur_b = atomic_load(&ote_xfer_state(e)->inflight_bytes);
     do {
         if (cur_b > 0 && (bytes > max_bytes || cur_b > max_bytes - bytes)) {
             /* Through release: a submitter refused meanwhile is woken up. */
             ote_admission_release(e, tasks, 0);
             return false;
         }
-    } while (!atomic_compare_exchange_weak(&e->inflight_bytes, &cur_b, cur_b + bytes));
+    } while (
+        !atomic_compare_exchange_weak(&ote_xfer_state(e)->inflight_bytes, &cur_b, cur_b + bytes));
     return true;
 }
 
 /* Give back what admission_try reserved; wakes submitters waiting for room. */
 void ote_admission_release(ote_engine_h e, size_t tasks, size_t bytes)
 {
-    atomic_fetch_sub(&e->inflight_bytes, bytes);
-    atomic_fetch_sub(&e->inflight_tasks, (long)tasks);
-    if (atomic_load(&e->admit_waiters) > 0) {
-        pthread_mutex_lock(&e->admit_lock);
-        pthread_cond_broadcast(&e->admit_cond);
-        pthread_mutex_unlock(&e->admit_lock);
+    atomic_fetch_sub(&ote_xfer_state(e)->inflight_bytes, bytes);
+    atomic_fetch_sub(&ote_xfer_state(e)->inflight_tasks, (long)tasks);
+    if (atomic_load(&ote_xfer_state(e)->admit_waiters) > 0) {
+        pthread_mutex_lock(&ote_xfer_state(e)->admit_lock);
+        pthread_cond_broadcast(&ote_xfer_state(e)->admit_cond);
+        pthread_mutex_unlock(&ote_xfer_state(e)->admit_lock);
     }
 }
 
@@ -61,12 +63,12 @@ ote_status_t ote_admission_reserve(ote_engine_h e, size_t tasks, size_t bytes)
 
     if (admission_try(e, tasks, bytes))
         return OTE_OK;
-    if (e->config.submit_timeout_ms <= 0)
+    if (ote_engine_facts(e)->config.submit_timeout_ms <= 0)
         return OTE_ERR_BUSY;
-    deadline = ote_time_ns() + (uint64_t)e->config.submit_timeout_ms * 1000000ull;
+    deadline = ote_time_ns() + (uint64_t)ote_engine_facts(e)->config.submit_timeout_ms * 1000000ull;
     /* Counted before the retry: a task ending after it sees the waiter. */
-    atomic_fetch_add(&e->admit_waiters, 1);
-    pthread_mutex_lock(&e->admit_lock);
+    atomic_fetch_add(&ote_xfer_state(e)->admit_waiters, 1);
+    pthread_mutex_lock(&ote_xfer_state(e)->admit_lock);
     for (;;) {
         uint64_t now = ote_time_ns();
         struct timespec ts;
@@ -76,9 +78,9 @@ ote_status_t ote_admission_reserve(ote_engine_h e, size_t tasks, size_t bytes)
             break;
         ts.tv_sec  = (time_t)(deadline / 1000000000ull);
         ts.tv_nsec = (long)(deadline % 1000000000ull);
-        pthread_cond_timedwait(&e->admit_cond, &e->admit_lock, &ts);
+        pthread_cond_timedwait(&ote_xfer_state(e)->admit_cond, &ote_xfer_state(e)->admit_lock, &ts);
     }
-    pthread_mutex_unlock(&e->admit_lock);
-    atomic_fetch_sub(&e->admit_waiters, 1);
+    pthread_mutex_unlock(&ote_xfer_state(e)->admit_lock);
+    atomic_fetch_sub(&ote_xfer_state(e)->admit_waiters, 1);
     return ok ? OTE_OK : OTE_ERR_BUSY;
 }

@@ -9,10 +9,12 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "batch.h"
-#include "core/engine.h"
+#include "admission.h"
+#include "batch_check.h"
+#include "core/engine_facts.h"
 #include "notify.h"
 #include "core/segment/segment.h"
-#include "core/worker/worker.h"
+#include "core/worker/worker_wait.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -44,9 +46,9 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     atomic_init(&b->refs, 1);
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
-    pthread_mutex_lock(&engine->batch_lock);
-    OTE_DLIST_PUSH_FRONT(engine->batches, b);
-    pthread_mutex_unlock(&engine->batch_lock);
+    pthread_mutex_lock(&ote_xfer_state(engine)->batch_lock);
+    OTE_DLIST_PUSH_FRONT(ote_xfer_state(engine)->batches, b);
+    pthread_mutex_unlock(&ote_xfer_state(engine)->batch_lock);
     *batch_p = b;
     return OTE_OK;
 }
@@ -82,13 +84,13 @@ static bool batch_unlist(ote_batch_h b)
     ote_engine_h e = b->engine;
     bool listed;
 
-    pthread_mutex_lock(&e->batch_lock);
+    pthread_mutex_lock(&ote_xfer_state(e)->batch_lock);
     listed = !b->released;
     if (listed) {
         b->released = true;
-        OTE_DLIST_REMOVE(e->batches, b);
+        OTE_DLIST_REMOVE(ote_xfer_state(e)->batches, b);
     }
-    pthread_mutex_unlock(&e->batch_lock);
+    pthread_mutex_unlock(&ote_xfer_state(e)->batch_lock);
     return listed;
 }
 
@@ -100,7 +102,8 @@ void ote_batch_release(ote_batch_h b)
 
 void ote_batch_release_all(ote_engine_h e)
 {
-    OTE_DLIST_DRAIN(&e->batch_lock, e->batches, ote_batch_h, ote_batch_release);
+    OTE_DLIST_DRAIN(&ote_xfer_state(e)->batch_lock, ote_xfer_state(e)->batches, ote_batch_h,
+                    ote_batch_release);
 }
 
 /* Something the batch waits for (a task, a notification) ended. */
@@ -118,7 +121,7 @@ void ote_batch_notify_end(ote_notify_group_t *g, ote_status_t status)
 {
     ote_batch_h b = g->batch;
 
-    ote_obs_notify_sent(b->engine->obs, status);
+    ote_obs_notify_sent(ote_engine_facts(b->engine)->obs, status);
     atomic_store(&g->status, status);
     ote_segment_put(g->segment);
     batch_pending_done(b);
@@ -129,6 +132,7 @@ void ote_batch_notify_end(ote_notify_group_t *g, ote_status_t status)
 static void notify_group_task_done(ote_engine_h engine, ote_notify_group_t *g, ote_status_t err)
 {
     int expected = OTE_OK;
+    ote_notifier_t *nt;
 
     if (err != OTE_OK)
         atomic_compare_exchange_strong(&g->task_error, &expected, err);
@@ -141,7 +145,13 @@ static void notify_group_task_done(ote_engine_h engine, ote_notify_group_t *g, o
         ote_batch_notify_end(g, err);
         return;
     }
-    ote_notifier_queue(engine->notifier, g);
+    nt = ote_xfer_state(engine)->notifier;
+    if (nt == NULL) {
+        /* The engine is going: its notifier has stopped. */
+        ote_batch_notify_end(g, OTE_ERR_CANCELED);
+        return;
+    }
+    ote_notifier_queue(nt, g);
 }
 
 static void task_finalize(ote_task_t *t)
@@ -177,7 +187,9 @@ static void task_finalize(ote_task_t *t)
     }
     if (err == OTE_ERR_PEER_RESTARTED)
         ote_segment_mark_stale(t->segment);
-    ote_obs_task_end(t, err);
+    ote_obs_task_end(ote_engine_facts(engine)->obs, &t->batch->tel, t->op == OTE_OP_WRITE,
+                     atomic_load_explicit(&t->obs_tl, memory_order_relaxed), t->start_ns, t->length,
+                     atomic_load_explicit(&t->transferred, memory_order_relaxed), err);
     ote_admission_release(engine, 1, t->length);
     if (t->notify != NULL)
         notify_group_task_done(engine, t->notify, err);
@@ -213,7 +225,8 @@ void ote_task_slice_end(ote_slice_t *s, ote_status_t status)
     ote_task_t *t = s->task;
     bool bound    = s->rail != NULL;
 
-    ote_obs_slice_end(t->batch->engine->obs, s, s->rail, status, false, &t->obs_tl);
+    ote_obs_slice_end(ote_engine_facts(t->batch->engine)->obs, s, s->rail, status, false,
+                      &t->obs_tl);
     (void)ote_proto_slice_end(s, status, ote_time_ns());
     /* Its room on the rail is free: slices waiting may go (the task holds the segment). */
     if (bound)
@@ -233,9 +246,9 @@ void ote_task_slice_done(ote_slice_t *s, ote_status_t status)
      * semantics allow). Never after a cancel or once the segment closed.
      */
     again = ote_proto_slice_end(s, status, ote_round_time_ns()) &&
-            s->retries < (unsigned)t->batch->engine->config.retry_count &&
+            s->retries < (unsigned)ote_engine_facts(t->batch->engine)->config.retry_count &&
             !atomic_load(&t->cancel) && !atomic_load(&t->segment->closed);
-    ote_obs_slice_end(t->batch->engine->obs, s, from, status, again, &t->obs_tl);
+    ote_obs_slice_end(ote_engine_facts(t->batch->engine)->obs, s, from, status, again, &t->obs_tl);
     if (again) {
         s->retries++;
         ote_proto_slice_retried(from);
@@ -271,6 +284,7 @@ static ote_notify_group_t *notify_group_new(ote_batch_h b, const ote_xfer_req_t 
     atomic_init(&g->status, OTE_INPROGRESS);
     g->segment = reqs[0].segment;
     g->batch   = b;
+    g->end     = ote_batch_notify_end;
     g->next    = NULL;
     g->length  = msg_len;
     memcpy(g->data, msg, msg_len);
@@ -395,8 +409,8 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
         t->local_region = ctx->local_region;
         status          = OTE_OK;
     } else {
-        status = ote_mem_region_acquire(e->regions, (uintptr_t)r->local_addr, r->length, 0,
-                                        &t->local_region);
+        status = ote_mem_region_acquire(ote_engine_facts(e)->regions, (uintptr_t)r->local_addr,
+                                        r->length, 0, &t->local_region);
     }
     if (status != OTE_OK) {
         ote_debug("submit: local range %p+%zu: %s", r->local_addr, r->length,
@@ -418,8 +432,9 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
             ctx->memo.valid = false;
         ctx->memo_gen = t->route.gen;
         if (refused == OTE_OK)
-            status = ote_proto_plan(&seg->rail_set, &req, &remote, e->config.slice_size,
-                                    &ctx->memo, &t->route, &t->inline_slice, &t->slices, &n);
+            status = ote_proto_plan(&seg->rail_set, &req, &remote,
+                                    ote_engine_facts(e)->config.slice_size, &ctx->memo, &t->route,
+                                    &t->inline_slice, &t->slices, &n);
         if (refused == OTE_OK && status == OTE_OK && rreg != NULL) {
             /* The slices point at its rkeys: a refresh must not free it under them. */
             t->desc = seg->desc;
@@ -527,7 +542,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     /* Admission first (it may wait), then the batch's room under its lock. */
     status = ote_admission_reserve(e, count, bytes);
     if (status != OTE_OK) {
-        ote_obs_admission_rejected(e->obs);
+        ote_obs_admission_rejected(ote_engine_facts(e)->obs);
         goto out;
     }
     admitted = true;

@@ -1,77 +1,25 @@
 /*
  * src/core/xfer/: transfers as the user submits them.
  *
- * Owns: batches and their tasks (batch.c: submit, wait, cancel, a task's
- * slices and their ends), the checks before a submit talks to the peer
- * (batch_check.c), admission (admission.c: bytes and tasks in flight) and
- * notifications, sent after batches and received (notify.c, notify.h).
+ * Owns: its state in the engine (ote_xfer_state_t) and its objects, the
+ * types in xfer_def.h; batches and their tasks (batch.c: submit, wait,
+ * cancel, a task's slices and their ends; batch_telemetry.c), the checks
+ * before a submit talks to the peer (batch_check.c, batch_check.h),
+ * admission (admission.c, admission.h: bytes and tasks in flight) and
+ * notifications: the sender's lanes and frames (notify_send.c) and the
+ * receiver's backlog (notify_recv.c), declared in notify.h; the notifier
+ * ends a group through group->end, never calling batch.c.
  *
  * May call: segment/ (a request's segment, its descriptor, its spray),
- * worker/ (waiting on the workers), meta/, wire/, the engine's header;
- * proto and below. Called by the engine's files, ctl/ and, for a slice's
+ * worker/ (waiting on the workers, worker_wait.h), obs/, meta/, wire/,
+ * the engine's facts (core/engine_facts.h); proto and below. Called by the engine's files, ctl/ and, for a slice's
  * end only (ote_task_slice_done/_end: the submit <-> completion circle),
  * worker/worker.c and segment/spray.c.
  */
 #ifndef OTE_CORE_BATCH_H
 #define OTE_CORE_BATCH_H
 
-#include "core/engine.h"
-
-struct ote_notif_senders;
-
-/*
- * The notification of one ote_batch_submit_notify() call: sent once every
- * task of the call completed. It counts as pending in its batch (and holds
- * a reference to it) until it ended; the batch frees it.
- */
-typedef struct ote_notify_group {
-    atomic_long              remaining;  /* tasks of the call not yet ended */
-    _Atomic int              task_error; /* first error of a task that did not complete */
-    _Atomic int              status;     /* INPROGRESS, then OK or why it was not delivered */
-    ote_segment_h            segment;
-    ote_batch_h              batch;
-    struct ote_notify_group *next;       /* the batch's groups */
-    size_t                   length;
-    char                     data[];
-} ote_notify_group_t;
-
-struct ote_task {
-    _Atomic int          state;        /* ote_task_state_t */
-    ote_status_t         error;
-    atomic_size_t        transferred;
-    atomic_long          pending;      /* slices not yet ended */
-    atomic_bool          cancel;
-    _Atomic int          first_error;  /* ote_status_t of the first failed slice */
-    size_t               length;
-    size_t               num_slices;
-    ote_slice_t         *slices;       /* inline_slice or allocated */
-    ote_slice_t          inline_slice;
-    ote_region_t        *local_region;
-    ote_desc_t          *desc;         /* peer descriptor whose rkeys the slices use */
-    ote_proto_route_t    route;        /* the rails its slices may take */
-    ote_segment_h        segment;
-    ote_batch_h          batch;
-    ote_notify_group_t  *notify;
-    ote_op_t             op;
-    uint64_t             start_ns;     /* its submit call began (obs: latency) */
-    _Atomic uint8_t      obs_tl;       /* obs: the transport its last slice ended on */
-};
-
-struct ote_batch {
-    ote_engine_h     engine;
-    size_t           capacity;
-    atomic_size_t    used;          /* grows under lock; read without it */
-    ote_task_t      *tasks;
-    atomic_long      pending;       /* tasks not yet ended */
-    atomic_long      refs;          /* user + one per pending task */
-    pthread_mutex_t  lock;
-    pthread_cond_t   cond;
-    int              waiters;
-    ote_notify_group_t *groups;     /* under lock; freed with the batch */
-    bool             released;      /* the user released it (under engine batch_lock) */
-    struct ote_batch *next, *prev;  /* batches the user still holds (engine batch_lock) */
-    ote_obs_batch_t  tel;           /* ote_batch_telemetry (obs/) */
-};
+#include "xfer_def.h"
 
 /*
  * batch.c: a slice ended (worker thread, or a submitter posting directly):
@@ -89,30 +37,5 @@ ote_status_t ote_batch_submit_putback(ote_batch_h b, const ote_xfer_req_t *req,
 void ote_batch_notify_end(ote_notify_group_t *group, ote_status_t status);
 /* batch.c: release the batches the user still holds (engine destroy). */
 void ote_batch_release_all(ote_engine_h engine);
-
-/* batch_check.c. The arguments alone: requests well formed, their bytes counted. */
-ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
-                                       const void *msg, size_t msg_len, size_t *bytes_p);
-/*
- * What may talk to the peer, before any lock of the batch is taken (other
- * threads keep reading statuses): connections a timeout reset are made
- * again (a peer found restarted marks the segment stale, refused at
- * preparation); over transports that do not check at the target, each
- * remote range is checked against the peer's descriptor (refused[i]);
- * found[i] is the region that covered it with the access, or NULL: a hint
- * for the preparation, which checks it against the descriptor it then
- * holds (a refresh may have replaced the one checked).
- */
-void         ote_batch_peer_checks(ote_engine_h e, const ote_xfer_req_t *reqs, size_t count,
-                                   bool putback, ote_status_t *refused,
-                                   const ote_desc_region_t **found);
-
-/* admission.c */
-/*
- * Reserve room for tasks and bytes in flight, or BUSY with nothing taken
- * (waiting up to OTE_SUBMIT_TIMEOUT_MS for room); release gives it back.
- */
-ote_status_t ote_admission_reserve(ote_engine_h e, size_t tasks, size_t bytes);
-void         ote_admission_release(ote_engine_h e, size_t tasks, size_t bytes);
 
 #endif

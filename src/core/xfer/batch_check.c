@@ -6,8 +6,8 @@
  * the access where the transport does not check at the target.
  */
 #include "base/log.h"
-#include "batch.h"
-#include "core/engine.h"
+#include "batch_check.h"
+#include "core/engine_facts.h"
 #include "core/segment/segment.h"
 
 /*

@@ -1,20 +1,22 @@
 /*
  * Notifications: the sender thread that follows batches (one lane per
- * receiver instance) and the queue of received ones (notify.c).
+ * receiver instance, notify_send.c) and the queue of received ones
+ * (notify_recv.c).
  */
 #ifndef OTE_CORE_NOTIFY_H
 #define OTE_CORE_NOTIFY_H
 
-#include "batch.h"
+#include "xfer_def.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 
-/* notify.c: sender thread for notifications after batches */
+/* notify_send.c: sender thread for notifications after batches */
 ote_status_t ote_notifier_start(ote_engine_h engine, ote_notifier_t **n_p);
 /* Sends what is queued (or ends it CANCELED where its segment closed), then stops. */
 void         ote_notifier_stop(ote_notifier_t *n);
+/* Queue group, whose tasks all ended, to be sent; it ends through group->end. */
 void         ote_notifier_queue(ote_notifier_t *n, ote_notify_group_t *group);
-/* notify.c: the receiver's memory of its senders' sequence numbers */
+/* notify_recv.c: the receiver's memory of its senders' sequence numbers */
 ote_status_t ote_notif_senders_create(struct ote_notif_senders **s_p);
 void         ote_notif_senders_destroy(struct ote_notif_senders *s);
 

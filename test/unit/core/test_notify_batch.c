@@ -6,7 +6,7 @@
  * backlog (BUSY with how many it queued).
  */
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "core/xfer/notify.h"
 #include "base/wire_util.h"
 #include "testlib.h"
@@ -180,14 +180,14 @@ static void test_receiver_exactly_once(void **state)
     e = ote_test_engine(NULL);
     unsetenv("OTE_MAX_NOTIF_BACKLOG");
     /* Another instance's frame: nothing queued. */
-    m = frame(3, 1, e->instance_id + 1);
+    m = frame(3, 1, e->facts.instance_id + 1);
     assert_int_equal(ote_engine_notif_push_batch(e, m, &q), OTE_ERR_PEER_RESTARTED);
     assert_int_equal(q, 0);
     expect_queue(e, 1, 0);
     free(m);
 
     /* A frame, then the same frame again (its answer was lost): queued once. */
-    m = frame(5, 1, e->instance_id);
+    m = frame(5, 1, e->facts.instance_id);
     assert_int_equal(ote_engine_notif_push_batch(e, m, &q), OTE_OK);
     assert_int_equal(q, 5);
     assert_int_equal(ote_engine_notif_push_batch(e, m, &q), OTE_OK);
@@ -196,7 +196,7 @@ static void test_receiver_exactly_once(void **state)
     free(m);
 
     /* A backlog of 8: 12 sent, the first 8 queued, BUSY for the rest. */
-    m = frame(12, 6, e->instance_id);
+    m = frame(12, 6, e->facts.instance_id);
     assert_int_equal(ote_engine_notif_push_batch(e, m, &q), OTE_ERR_BUSY);
     assert_int_equal(q, 8);
     expect_queue(e, 6, 8);

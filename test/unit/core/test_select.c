@@ -4,7 +4,7 @@
  * its descriptor entries carry.
  */
 #include "base/config.h"
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "base/util.h"
 #include "testlib.h"
 #include "uct_ext/tcp/tcp.h"
@@ -344,13 +344,13 @@ static void test_tcp_devices(void **state)
     setenv("OTE_TLS", "tcp", 1);
     unsetenv("OTE_NET_DEVICES");
     assert_int_equal(ote_engine_create(&any, &e), OTE_OK);
-    assert_int_equal(e->num_tls, nif);
+    assert_int_equal(e->facts.num_tls, nif);
     for (size_t k = 0; k < nif; k++) {
         bool found = false;
 
-        for (size_t t = 0; t < e->num_tls; t++)
-            found |= strcmp(e->tls[t].resource.dev_name, names[k]) == 0 &&
-                     strcmp(e->tls[t].resource.tl_name, "tcp") == 0;
+        for (size_t t = 0; t < e->facts.num_tls; t++)
+            found |= strcmp(e->facts.tls[t].resource.dev_name, names[k]) == 0 &&
+                     strcmp(e->facts.tls[t].resource.tl_name, "tcp") == 0;
         if (!found)
             fail_msg("no tcp device for interface %s", names[k]);
         /* Each publishes its own interface's addresses, with a port. */
@@ -360,11 +360,11 @@ static void test_tcp_devices(void **state)
 
     setenv("OTE_NET_DEVICES", "lo", 1);
     assert_int_equal(ote_engine_create(&any, &e), OTE_OK);
-    assert_int_equal(e->num_tls, 1);
-    assert_string_equal(e->tls[0].resource.tl_name, "tcp");
-    assert_string_equal(e->tls[0].resource.dev_name, "lo");
+    assert_int_equal(e->facts.num_tls, 1);
+    assert_string_equal(e->facts.tls[0].resource.tl_name, "tcp");
+    assert_string_equal(e->facts.tls[0].resource.dev_name, "lo");
     /* Loopback reaches this host only. */
-    assert_int_equal(e->tls[0].caps.scope, OTE_TL_SCOPE_HOST);
+    assert_int_equal(e->facts.tls[0].caps.scope, OTE_TL_SCOPE_HOST);
     n = desc_tcp_addrs(e, "lo", addrs);
     assert_int_equal(n, 1);
     assert_int_equal(addrs[0].ss.ss_family, AF_INET);
@@ -378,8 +378,8 @@ static void test_tcp_devices(void **state)
         ote_engine_params_t lo = {.listen_addr = "127.0.0.1:0"};
 
         assert_int_equal(ote_engine_create(&lo, &e), OTE_OK);
-        assert_int_equal(e->num_tls, 1);
-        assert_string_equal(e->tls[0].resource.dev_name, "lo");
+        assert_int_equal(e->facts.num_tls, 1);
+        assert_string_equal(e->facts.tls[0].resource.dev_name, "lo");
         ote_engine_destroy(e);
     }
 }
@@ -471,9 +471,9 @@ static void test_exclude_cma(void **state)
     setenv("OTE_LOG_LEVEL", "info", 1);
     setenv("OTE_TLS", "^cma", 1);
     assert_int_equal(create_logged(&p, &e, &log), OTE_OK);
-    for (size_t t = 0; t < e->num_tls; t++) {
-        cma |= strcmp(e->tls[t].resource.tl_name, "cma") == 0;
-        uct_cma |= strcmp(e->tls[t].resource.tl_name, "uct_cma") == 0;
+    for (size_t t = 0; t < e->facts.num_tls; t++) {
+        cma |= strcmp(e->facts.tls[t].resource.tl_name, "cma") == 0;
+        uct_cma |= strcmp(e->facts.tls[t].resource.tl_name, "uct_cma") == 0;
     }
     assert_false(cma);
 #ifdef HAVE_UCX
@@ -490,8 +490,8 @@ static void test_exclude_cma(void **state)
 
     setenv("OTE_TLS", "^cma,uct_cma", 1);
     assert_int_equal(create_logged(&p, &e, &log), OTE_OK);
-    for (size_t t = 0; t < e->num_tls; t++)
-        assert_null(strstr(e->tls[t].resource.tl_name, "cma"));
+    for (size_t t = 0; t < e->facts.num_tls; t++)
+        assert_null(strstr(e->facts.tls[t].resource.tl_name, "cma"));
     assert_null(strstr(log, "excludes the native"));
     free(log);
     ote_engine_destroy(e);

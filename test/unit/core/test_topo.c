@@ -3,7 +3,7 @@
  * exports of real machines.
  */
 #include "base/topo.h"
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "testlib.h"
 
 #include <setjmp.h>
@@ -234,10 +234,11 @@ static void test_info_print(void **state)
     setenv("OTE_AUTH_KEY", "test-topo-print-shared-key", 1);
     e = ote_test_engine("127.0.0.1:0");
     unsetenv("OTE_HWLOC_XML");
-    assert_non_null(e->topo);
-    assert_non_null(e->topo_table);
-    ote_topo_table_free(e->topo_table);
-    assert_int_equal(ote_topo_table_build(e->topo, nics, 3, NULL, 0, &e->topo_table), OTE_OK);
+    assert_non_null(e->facts.topo);
+    assert_non_null(e->facts.topo_table);
+    ote_topo_table_free(e->facts.topo_table);
+    assert_int_equal(ote_topo_table_build(e->facts.topo, nics, 3, NULL, 0, &e->facts.topo_table),
+                     OTE_OK);
     f = open_memstream(&text, &size);
     assert_non_null(f);
     ote_engine_topo_print(e, f);

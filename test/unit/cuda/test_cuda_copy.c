@@ -5,7 +5,7 @@
  * (host<->GPU, GPU<->GPU, bounds checked at the target), with every byte
  * verified and nothing left behind.
  */
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "core/worker/worker.h"
 #include "cuda_test.h"
 #include "mem/mem.h"
@@ -216,7 +216,7 @@ static void test_gpu_direct(void **state)
 static void test_stage_rail_skipped_for_gpu_direct(void **state)
 {
     ote_engine_h e = ote_test_engine("127.0.0.1:0");
-    ote_stage_worker_t *stage = e->workers[0].stage;
+    ote_stage_worker_t *stage = e->facts.workers[0].stage;
     ote_rail_t host = {0}, rail;
     ote_tl_iface_t host_iface = {0};
     ote_tl_ep_t dummy = {0};

@@ -5,7 +5,7 @@
  * GPU 03:00.0 and is across the sockets from the GPU 84:00.0; mlx5_0:1
  * comes from a sysfs fixture tree (OTE_SYSFS_ROOT).
  */
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "cuda_test.h"
 #include "testlib.h"
 
@@ -36,12 +36,12 @@ static ote_engine_h engine(void)
 
 static float score(ote_engine_h e, const char *place, const char *nic)
 {
-    int p = ote_topo_table_place(e->topo_table, place);
-    int k = ote_topo_table_nic(e->topo_table, nic);
+    int p = ote_topo_table_place(e->facts.topo_table, place);
+    int k = ote_topo_table_nic(e->facts.topo_table, nic);
 
     assert_true(p >= 0);
     assert_true(k >= 0);
-    return e->topo_table->score[p][k];
+    return e->facts.topo_table->score[p][k];
 }
 
 static void test_gpus_by_pci_address(void **state)
@@ -56,10 +56,10 @@ static void test_gpus_by_pci_address(void **state)
     ote_engine_destroy(e);
     skip();
 #endif
-    assert_non_null(e->topo_table);
-    assert_string_equal(e->topo_table->where[ote_topo_table_place(e->topo_table, "cuda:0")],
+    assert_non_null(e->facts.topo_table);
+    assert_string_equal(e->facts.topo_table->where[ote_topo_table_place(e->facts.topo_table, "cuda:0")],
                         "pci:0000:84:00.0");
-    assert_string_equal(e->topo_table->where[ote_topo_table_place(e->topo_table, "cuda:1")],
+    assert_string_equal(e->facts.topo_table->where[ote_topo_table_place(e->facts.topo_table, "cuda:1")],
                         "pci:0000:03:00.0");
     /* cuda:1 shares mlx5_0's root port; cuda:0 is across the sockets from it. */
     assert_true(score(e, "cuda:1", "mlx5_0:1") == 1.0f);
@@ -96,12 +96,12 @@ static void test_visible_devices(void **state)
 
         setenv("CUDA_VISIBLE_DEVICES", "1", 1);
         e  = engine();
-        ok = e->topo_table != NULL &&
-             ote_topo_table_place(e->topo_table, "cuda:1") == -1 &&
-             ote_topo_table_place(e->topo_table, "cuda:0") >= 0 &&
-             ote_topo_table_nic(e->topo_table, "mlx5_0:1") >= 0 &&
-             e->topo_table->score[ote_topo_table_place(e->topo_table, "cuda:0")]
-                                 [ote_topo_table_nic(e->topo_table, "mlx5_0:1")] == 1.0f;
+        ok = e->facts.topo_table != NULL &&
+             ote_topo_table_place(e->facts.topo_table, "cuda:1") == -1 &&
+             ote_topo_table_place(e->facts.topo_table, "cuda:0") >= 0 &&
+             ote_topo_table_nic(e->facts.topo_table, "mlx5_0:1") >= 0 &&
+             e->facts.topo_table->score[ote_topo_table_place(e->facts.topo_table, "cuda:0")]
+                                 [ote_topo_table_nic(e->facts.topo_table, "mlx5_0:1")] == 1.0f;
         ote_engine_destroy(e);
         _exit(ok ? 0 : 1);
     }

@@ -10,7 +10,7 @@
 #include "cuda_test.h"
 #include "testlib.h"
 
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "core/worker/worker.h"
 #include "proto/proto.h"
 #include "proto/stage.h"
@@ -71,9 +71,9 @@ static void test_iface_and_ep_tables(void **state)
     e = ote_test_engine("127.0.0.1:0");
     assert_non_null(e);
     assert_int_equal(ote_segment_open(e, ote_engine_name(e), &self), OTE_OK);
-    for (size_t w = 0; w < e->num_workers; w++) {
-        for (size_t i = 0; i < e->workers[w].num_ifaces; i++) {
-            ote_tl_iface_t *iface = e->workers[w].ifaces[i];
+    for (size_t w = 0; w < e->facts.num_workers; w++) {
+        for (size_t i = 0; i < e->facts.workers[w].num_ifaces; i++) {
+            ote_tl_iface_t *iface = e->facts.workers[w].ifaces[i];
             const char *name      = iface->resource.tl_name;
 
             ASSERT_ALL_SET(iface->ops, "iface ops", name);
@@ -83,11 +83,11 @@ static void test_iface_and_ep_tables(void **state)
             assert_string_not_equal(name, OTE_PROTO_STAGE_NAME);
             seen++;
         }
-        stage = e->workers[w].stage != NULL;
+        stage = e->facts.workers[w].stage != NULL;
     }
-    for (size_t k = 0; k < e->num_mds; k++) {
-        ASSERT_ALL_SET(e->mds[k]->ops, "md ops", e->mds[k]->name);
-        cufile_md |= strcmp(e->mds[k]->name, "file:cufile") == 0;
+    for (size_t k = 0; k < e->facts.num_mds; k++) {
+        ASSERT_ALL_SET(e->facts.mds[k]->ops, "md ops", e->facts.mds[k]->name);
+        cufile_md |= strcmp(e->facts.mds[k]->name, "file:cufile") == 0;
     }
     assert_int_equal(ote_segment_close(self), OTE_OK);
     ote_engine_destroy(e);

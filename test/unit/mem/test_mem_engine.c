@@ -3,7 +3,7 @@
  * engine-owned memory (page-aligned, NUMA-bound, registered in the same
  * call), and OTE_RCACHE_* read from the environment.
  */
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "testlib.h"
 
 #include <stdarg.h>
@@ -57,7 +57,7 @@ static void test_invalid_locations(void **state)
         ote_mem_h mems[2];
 
         assert_int_equal(ote_mem_register(e, d, 2, mems), OTE_ERR_INVALID_PARAM);
-        assert_int_equal(ote_mem_table_count(e->regions), 0);
+        assert_int_equal(ote_mem_table_count(e->facts.regions), 0);
     }
     munmap(buf, len);
 }
@@ -123,7 +123,7 @@ static void test_alloc_owned(void **state)
         assert_true(mem->owned);
         assert_int_equal(mem->length, len);
         /* Registered in the same call: a lookup finds it. */
-        assert_int_equal(ote_mem_region_acquire(e->regions, (uintptr_t)addr, len,
+        assert_int_equal(ote_mem_region_acquire(e->facts.regions, (uintptr_t)addr, len,
                                                 OTE_ACCESS_REMOTE_WRITE, &got),
                          OTE_OK);
         assert_ptr_equal(got, mem);
@@ -141,7 +141,7 @@ static void test_alloc_owned(void **state)
         /* Engine-owned memory goes with ote_mem_free only. */
         assert_int_equal(ote_mem_deregister(e, mem), OTE_ERR_INVALID_PARAM);
         assert_int_equal(ote_mem_free(e, mem), OTE_OK);
-        assert_int_equal(ote_mem_region_acquire(e->regions, (uintptr_t)addr, 1, 0, &got),
+        assert_int_equal(ote_mem_region_acquire(e->facts.regions, (uintptr_t)addr, 1, 0, &got),
                          OTE_ERR_NOT_REGISTERED);
     }
     {
@@ -151,7 +151,7 @@ static void test_alloc_owned(void **state)
         assert_int_equal(ote_mem_alloc(e, 0, NULL, 0, &addr, &mem), OTE_ERR_INVALID_PARAM);
         assert_int_equal(ote_mem_alloc(e, 4096, NULL, 1u << 9, &addr, &mem),
                          OTE_ERR_INVALID_PARAM);
-        assert_int_equal(ote_mem_table_count(e->regions), 0);
+        assert_int_equal(ote_mem_table_count(e->facts.regions), 0);
     }
     /* A user registration is not freed with ote_mem_free. */
     {
@@ -186,7 +186,7 @@ static void rcache_env(bool enable)
         assert_int_equal(ote_mem_register(e, &d, 1, &m), OTE_OK);
         assert_int_equal(ote_mem_deregister(e, m), OTE_OK);
     }
-    ote_mem_table_rcache_stats(e->regions, &s);
+    ote_mem_table_rcache_stats(e->facts.regions, &s);
     if (!enable) {
         assert_false(s.retains);
         assert_int_equal(s.hits, 0);
@@ -199,7 +199,7 @@ static void rcache_env(bool enable)
         /* Unmapping the memory drops what was kept of it. */
         munmap(buf, len);
         buf = NULL;
-        ote_mem_table_rcache_stats(e->regions, &s);
+        ote_mem_table_rcache_stats(e->facts.regions, &s);
         assert_int_equal(s.unreferenced, 0);
     }
     if (buf != NULL)

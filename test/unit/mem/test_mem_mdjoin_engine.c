@@ -9,7 +9,7 @@
  * a fake one stands in and the data moves over tcp.
  */
 #include "core/wire/desc.h"
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "fake_md.h"
 #include "testlib.h"
 
@@ -67,20 +67,20 @@ static void test_engine_md_join(void **state)
     d = (ote_mem_desc_t){.addr = remote, .length = LEN, .access = OTE_ACCESS_REMOTE_WRITE};
     assert_int_equal(ote_mem_register(e, &d, 1, &mremote), OTE_OK);
     assert_int_equal(ote_segment_open(e, ote_engine_name(e), &seg), OTE_OK);
-    k = e->num_mds;
+    k = e->facts.num_mds;
 
     /* A join whose first registration fails: nothing on it, nothing published. */
     bad.fail_at = counter + 1;
     assert_false(ote_engine_md_join(e, "test", "fake1", &bad.md));
     assert_int_equal(fake_md_live(&bad), 0);
-    assert_int_equal(e->num_mds, k);
+    assert_int_equal(e->facts.num_mds, k);
     desc = engine_desc(e);
     assert_int_equal(desc->num_mds, k);
     ote_desc_free(desc);
 
     /* Joined: every region is registered on it and published with its rkey. */
     assert_true(ote_engine_md_join(e, "test", "fake0", &good.md));
-    assert_int_equal(e->num_mds, k + 1);
+    assert_int_equal(e->facts.num_mds, k + 1);
     assert_int_equal(fake_md_live(&good), 2);
     desc = engine_desc(e);
     assert_int_equal(desc->num_mds, k + 1);

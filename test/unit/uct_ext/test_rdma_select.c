@@ -6,7 +6,7 @@
  * syntax. No UCX transport runs on fixture ports, so a pinned usable port
  * fails too: the engine never falls back to the others.
  */
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "uct_ext/rdma/rdma.h"
 #include "rdma_test.h"
 #include "testlib.h"

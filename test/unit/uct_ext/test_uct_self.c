@@ -4,7 +4,7 @@
  * access checks that stand in for the target's on UCT transports, and the
  * descriptor refresh for ranges registered after the segment was opened.
  */
-#include "core/engine.h"
+#include "core/engine_int.h"
 #include "core/segment/segment.h"
 #include "core/worker/worker.h"
 #include "self_fixture.h"
@@ -183,7 +183,7 @@ static void test_uct_tcp(void **state)
              * connections. The PUTBACK target's segment to its initiator
              * (this engine) stays open for the next READs, and so do its.
              */
-            ote_worker_t *w = &f->e->workers[0];
+            ote_worker_t *w = &f->e->facts.workers[0];
             size_t before = 0, accepted = 0, own = 0;
 
             for (size_t i = 0; i < f->self->rail_set.num_rails; i++)

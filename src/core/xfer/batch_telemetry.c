@@ -3,9 +3,9 @@
  * transfer: when the batch was first submitted to, how long its submit
  * calls took, how long from then to the end of its last task, its bytes and
  * requests. Kept in the batch by the submit path and task_finalize
- * (counters.c), read here without a lock.
+ * (obs/counters.c), read here without a lock.
  */
-#include "obs_int.h"
+#include "xfer_def.h"
 
 ote_status_t ote_batch_telemetry(ote_batch_h b, ote_batch_telemetry_t *t)
 {

@@ -1,5 +1,6 @@
 /*
- * Notifications: small messages to a peer over the control plane.
+ * Notifications, the sender's side: small messages to a peer over the
+ * control plane (the receiver's side is notify_recv.c).
  *
  * Delivery contract (ote.h): a notification whose send returned OK, or
  * whose batch notification status is OK, was queued exactly once by the
@@ -21,11 +22,6 @@
  * in the next frame: one round trip carries every notification that
  * waited for it.
  *
- * Receiver: a number at or below the last one queued from that sender is a
- * retry and counts as queued without being queued again; one addressed to
- * another instance is refused PEER_RESTARTED; a full backlog refuses BUSY
- * and queues nothing more of the frame.
- *
  * Notifications that follow a batch are sent by a dedicated thread once
  * every task of their call completed, so the data is in the peer's memory
  * before the message arrives; it takes every group that completed
@@ -35,18 +31,15 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "core/wire/ctl_msg.h"
-#include "core/engine.h"
+#include "core/engine_facts.h"
 #include "notify.h"
+#include "xfer_def.h"
 #include "core/segment/segment.h"
 #include "core/worker/worker.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* Senders whose last sequence number a receiver remembers. */
-#define NOTIF_SENDERS_MAX     4096
-#define NOTIF_SENDERS_BUCKETS 1024
 
 /* How many a caller waits for on one lane. */
 typedef struct {
@@ -78,18 +71,6 @@ struct ote_notify_lane {
     struct ote_notify_lane *next;
 };
 
-typedef struct notif_sender {
-    uint64_t             sender, seq;
-    struct notif_sender *hnext;              /* bucket chain */
-    struct notif_sender *newer, *older;      /* by last message */
-} notif_sender_t;
-
-struct ote_notif_senders {
-    notif_sender_t *bucket[NOTIF_SENDERS_BUCKETS];
-    notif_sender_t *newest, *oldest;
-    size_t          count;
-};
-
 struct ote_notifier {
     ote_engine_h        engine;
     pthread_t           thread;
@@ -108,8 +89,8 @@ static struct ote_notify_lane *lane_get(ote_engine_h e, uint64_t instance)
 {
     struct ote_notify_lane *l;
 
-    pthread_mutex_lock(&e->lane_lock);
-    for (l = e->lanes; l != NULL && l->instance != instance; l = l->next)
+    pthread_mutex_lock(&ote_xfer_state(e)->lane_lock);
+    for (l = ote_xfer_state(e)->lanes; l != NULL && l->instance != instance; l = l->next)
         ;
     if (l == NULL) {
         l = calloc(1, sizeof(*l));
@@ -117,13 +98,13 @@ static struct ote_notify_lane *lane_get(ote_engine_h e, uint64_t instance)
             l->instance = instance;
             pthread_mutex_init(&l->lock, NULL);
             pthread_cond_init(&l->cond, NULL);
-            l->next  = e->lanes;
-            e->lanes = l;
+            l->next                  = ote_xfer_state(e)->lanes;
+            ote_xfer_state(e)->lanes = l;
         }
     }
     if (l != NULL)
         l->refs++;
-    pthread_mutex_unlock(&e->lane_lock);
+    pthread_mutex_unlock(&ote_xfer_state(e)->lane_lock);
     return l;
 }
 
@@ -131,15 +112,15 @@ static void lane_put(ote_engine_h e, struct ote_notify_lane *l)
 {
     struct ote_notify_lane **pp;
 
-    pthread_mutex_lock(&e->lane_lock);
+    pthread_mutex_lock(&ote_xfer_state(e)->lane_lock);
     if (--l->refs > 0) {
-        pthread_mutex_unlock(&e->lane_lock);
+        pthread_mutex_unlock(&ote_xfer_state(e)->lane_lock);
         return;
     }
-    for (pp = &e->lanes; *pp != l; pp = &(*pp)->next)
+    for (pp = &ote_xfer_state(e)->lanes; *pp != l; pp = &(*pp)->next)
         ;
     *pp = l->next;
-    pthread_mutex_unlock(&e->lane_lock);
+    pthread_mutex_unlock(&ote_xfer_state(e)->lane_lock);
     pthread_mutex_destroy(&l->lock);
     pthread_cond_destroy(&l->cond);
     free(l);
@@ -148,7 +129,7 @@ static void lane_put(ote_engine_h e, struct ote_notify_lane *l)
 /* Under the lane lock: it takes the next number of this engine. */
 static void lane_append(ote_engine_h e, struct ote_notify_lane *l, notify_item_t *it)
 {
-    it->seq  = atomic_fetch_add(&e->notify_seq, 1) + 1;
+    it->seq  = atomic_fetch_add(&ote_xfer_state(e)->notify_seq, 1) + 1;
     it->next = NULL;
     if (l->tail != NULL)
         l->tail->next = it;
@@ -188,7 +169,7 @@ static void groups_end(ote_engine_h e, notify_item_t *ended)
         if (st != OTE_OK)
             ote_info("notification to %s after its tasks completed not delivered: %s",
                      it->group->segment->name, ote_status_string(st));
-        ote_batch_notify_end(it->group, st);
+        it->group->end(it->group, st);
         free(it);
     }
 }
@@ -248,9 +229,9 @@ static void lane_flush(ote_engine_h e, struct ote_notify_lane *l, notify_waiter_
                                                     .data = it->data};
         }
         m->count           = n;
-        m->sender_instance = e->instance_id;
+        m->sender_instance = ote_engine_facts(e)->instance_id;
         m->target_instance = l->instance;
-        snprintf(m->from, sizeof(m->from), "%s", e->name);
+        snprintf(m->from, sizeof(m->from), "%s", ote_engine_facts(e)->name);
         pthread_mutex_unlock(&l->lock);
         status = ote_ctl_notify_batch_encode(m, &out);
         if (status == OTE_OK)
@@ -348,7 +329,8 @@ static ote_status_t seg_instance(ote_segment_h seg, uint64_t *instance_p)
 static ote_status_t notify_send(ote_engine_h e, ote_segment_h seg, const ote_notify_msg_t *msgs,
                                 size_t count, ote_status_t *statuses)
 {
-    uint64_t deadline = ote_time_ns() + (uint64_t)e->config.notify_timeout_ms * 1000000ull;
+    uint64_t deadline =
+        ote_time_ns() + (uint64_t)ote_engine_facts(e)->config.notify_timeout_ms * 1000000ull;
     notify_item_t one, *items = count == 1 ? &one : calloc(count, sizeof(*items));
     notify_waiter_t w = {.pending = count};
     struct ote_notify_lane *lane;
@@ -411,7 +393,7 @@ ote_status_t ote_notify_send(ote_engine_h e, ote_segment_h seg, const void *msg,
     if (status != OTE_OK)
         return status;
     notify_send(e, seg, &m, 1, &status);
-    ote_obs_notify_sent(e->obs, status);
+    ote_obs_notify_sent(ote_engine_facts(e)->obs, status);
     return status;
 }
 
@@ -438,194 +420,10 @@ ote_status_t ote_notify_send_many(ote_engine_h e, ote_segment_h seg, const ote_n
         return OTE_ERR_NO_MEMORY;
     status = notify_send(e, seg, msgs, count, st);
     for (size_t i = 0; i < count; i++)
-        ote_obs_notify_sent(e->obs, st[i]);
+        ote_obs_notify_sent(ote_engine_facts(e)->obs, st[i]);
     if (st != statuses)
         free(st);
     return status;
-}
-
-/* ---- receiver -------------------------------------------------------------- */
-
-ote_status_t ote_notif_senders_create(struct ote_notif_senders **s_p)
-{
-    *s_p = calloc(1, sizeof(**s_p));
-    return *s_p != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
-}
-
-void ote_notif_senders_destroy(struct ote_notif_senders *s)
-{
-    if (s == NULL)
-        return;
-    while (s->newest != NULL) {
-        notif_sender_t *x = s->newest;
-
-        s->newest = x->older;
-        free(x);
-    }
-    free(s);
-}
-
-static size_t sender_bucket(uint64_t sender)
-{
-    return (size_t)((sender * 0x9e3779b97f4a7c15ull) >> 54) % NOTIF_SENDERS_BUCKETS;
-}
-
-static notif_sender_t *sender_find(struct ote_notif_senders *s, uint64_t sender)
-{
-    notif_sender_t *x = s->bucket[sender_bucket(sender)];
-
-    while (x != NULL && x->sender != sender)
-        x = x->hnext;
-    return x;
-}
-
-static void sender_unlink_age(struct ote_notif_senders *s, notif_sender_t *x)
-{
-    OTE_DLIST2_REMOVE(s->newest, s->oldest, x, newer, older);
-}
-
-static void sender_make_newest(struct ote_notif_senders *s, notif_sender_t *x)
-{
-    OTE_DLIST2_PUSH_FRONT(s->newest, s->oldest, x, newer, older);
-}
-
-/* Forget the sender heard from longest ago. */
-static void sender_evict_oldest(struct ote_notif_senders *s)
-{
-    notif_sender_t *x = s->oldest, **pp;
-
-    sender_unlink_age(s, x);
-    for (pp = &s->bucket[sender_bucket(x->sender)]; *pp != x; pp = &(*pp)->hnext)
-        ;
-    *pp = x->hnext;
-    s->count--;
-    free(x);
-}
-
-/* Remember seq as the last queued from sender. */
-static ote_status_t sender_record(struct ote_notif_senders *s, notif_sender_t *x, uint64_t sender,
-                                  uint64_t seq)
-{
-    if (x == NULL) {
-        size_t b;
-
-        if (s->count == NOTIF_SENDERS_MAX)
-            sender_evict_oldest(s);
-        x = calloc(1, sizeof(*x));
-        if (x == NULL)
-            return OTE_ERR_NO_MEMORY;
-        b            = sender_bucket(sender);
-        x->sender    = sender;
-        x->hnext     = s->bucket[b];
-        s->bucket[b] = x;
-        s->count++;
-    } else {
-        sender_unlink_age(s, x);
-    }
-    x->seq = seq;
-    sender_make_newest(s, x);
-    return OTE_OK;
-}
-
-/*
- * Under notif_lock: queue one notification numbered seq from sender, or
- * count it queued when it was (a retry); BUSY when the backlog is full.
- */
-static ote_status_t notif_queue(ote_engine_h e, uint64_t sender, uint64_t seq, const char *from,
-                                const uint8_t *data, size_t length)
-{
-    notif_sender_t *known = sender_find(e->senders, sender);
-    ote_notif_t *slot;
-    ote_status_t status;
-
-    if (known != NULL && seq <= known->seq)
-        return OTE_OK; /* a retry of a message already queued */
-    if (e->notif_count >= (size_t)e->config.max_notif_backlog)
-        return OTE_ERR_BUSY;
-    if (e->notif_count == e->notif_cap) {
-        status = ote_ring_grow((void **)&e->notifs, &e->notif_cap, &e->notif_head,
-                               e->notif_count, sizeof(*e->notifs), 64);
-        if (status != OTE_OK)
-            return status;
-    }
-    status = sender_record(e->senders, known, sender, seq);
-    if (status != OTE_OK)
-        return status;
-    slot = &e->notifs[(e->notif_head + e->notif_count) % e->notif_cap];
-    snprintf(slot->from, sizeof(slot->from), "%s", from);
-    slot->length = length;
-    memcpy(slot->data, data, length);
-    e->notif_count++;
-    ote_obs_notify_received(e->obs);
-    return OTE_OK;
-}
-
-static bool notif_for_us(ote_engine_h e, const char *from, uint64_t target)
-{
-    if (target == e->instance_id)
-        return true;
-    ote_debug("notification from %s for instance %016llx refused: this is %016llx", from,
-              (unsigned long long)target, (unsigned long long)e->instance_id);
-    return false;
-}
-
-ote_status_t ote_engine_notif_push(ote_engine_h e, const ote_ctl_notify_t *n)
-{
-    ote_status_t status;
-    size_t before;
-    bool added;
-
-    if (!notif_for_us(e, n->from, n->target_instance))
-        return OTE_ERR_PEER_RESTARTED;
-    pthread_mutex_lock(&e->notif_lock);
-    before = e->notif_count;
-    status = notif_queue(e, n->sender_instance, n->seq, n->from, n->data, n->length);
-    added  = e->notif_count != before;
-    pthread_mutex_unlock(&e->notif_lock);
-    if (added)
-        ote_engine_signal_event(e);
-    return status;
-}
-
-ote_status_t ote_engine_notif_push_batch(ote_engine_h e, const ote_ctl_notify_batch_t *m,
-                                         size_t *queued_p)
-{
-    ote_status_t status = OTE_OK;
-    size_t i, added = 0;
-
-    *queued_p = 0;
-    if (!notif_for_us(e, m->from, m->target_instance))
-        return OTE_ERR_PEER_RESTARTED;
-    pthread_mutex_lock(&e->notif_lock);
-    for (i = 0; i < m->count && status == OTE_OK; i++) {
-        size_t before = e->notif_count;
-
-        status = notif_queue(e, m->sender_instance, m->items[i].seq, m->from, m->items[i].data,
-                             m->items[i].length);
-        added += e->notif_count - before;
-    }
-    pthread_mutex_unlock(&e->notif_lock);
-    *queued_p = status == OTE_OK ? i : i - 1;
-    if (added > 0)
-        ote_engine_signal_event(e);
-    return status;
-}
-
-ote_status_t ote_notify_recv(ote_engine_h e, ote_notif_t *notifs, size_t max, size_t *count_p)
-{
-    size_t n = 0;
-
-    if (e == NULL || count_p == NULL || (max && notifs == NULL))
-        return OTE_ERR_INVALID_PARAM;
-    pthread_mutex_lock(&e->notif_lock);
-    while (n < max && e->notif_count > 0) {
-        notifs[n++]   = e->notifs[e->notif_head];
-        e->notif_head = (e->notif_head + 1) % e->notif_cap;
-        e->notif_count--;
-    }
-    pthread_mutex_unlock(&e->notif_lock);
-    *count_p = n;
-    return OTE_OK;
 }
 
 /* ---- notifications after batches ------------------------------------------- */
@@ -665,13 +463,17 @@ static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t
     if (status != OTE_OK) {
         ote_info("notification to %s after its tasks completed not delivered: %s",
                  g->segment->name, ote_status_string(status));
-        ote_batch_notify_end(g, status);
+        g->end(g, status);
         return;
     }
-    *it = (notify_item_t){.seg = g->segment, .data = (const uint8_t *)g->data,
-                          .length = g->length, .group = g, .waiter = &lanes[k].w,
-                          .deadline = ote_time_ns() +
-                                      (uint64_t)e->config.notify_timeout_ms * 1000000ull};
+    *it          = (notify_item_t){.seg    = g->segment,
+                                   .data   = (const uint8_t *)g->data,
+                                   .length = g->length,
+                                   .group  = g,
+                                   .waiter = &lanes[k].w,
+                                   .deadline =
+                                       ote_time_ns() +
+                                       (uint64_t)ote_engine_facts(e)->config.notify_timeout_ms * 1000000ull};
     it->status_p = &it->status;
     pthread_mutex_lock(&lanes[k].lane->lock);
     lanes[k].w.pending++;
@@ -743,18 +545,13 @@ ote_status_t ote_notifier_start(ote_engine_h e, ote_notifier_t **n_p)
 
 void ote_notifier_queue(ote_notifier_t *nt, ote_notify_group_t *g)
 {
-    if (nt == NULL) {
-        /* The engine is going: its notifier has stopped. */
-        ote_batch_notify_end(g, OTE_ERR_CANCELED);
-        return;
-    }
     pthread_mutex_lock(&nt->lock);
     if (nt->count == nt->cap &&
         ote_ring_grow((void **)&nt->q, &nt->cap, &nt->head, nt->count, sizeof(*nt->q), 16) !=
             OTE_OK) {
         pthread_mutex_unlock(&nt->lock);
         ote_error("notification to %s not sent: out of memory", g->segment->name);
-        ote_batch_notify_end(g, OTE_ERR_NO_MEMORY);
+        g->end(g, OTE_ERR_NO_MEMORY);
         return;
     }
     nt->q[(nt->head + nt->count) % nt->cap] = g;

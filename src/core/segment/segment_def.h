@@ -1,0 +1,78 @@
+/*
+ * The objects of src/core/segment/ (segment.h says what the room owns and
+ * may call): the room's own state in the engine and a segment. Types
+ * only, so that the room's files (wire-up, spray, exports) and the rooms
+ * above read them without drawing an arrow to segment.c.
+ */
+#ifndef OTE_CORE_SEGMENT_DEF_H
+#define OTE_CORE_SEGMENT_DEF_H
+
+#include "core/engine_facts.h"
+#include "fexport.h"
+
+#include <pthread.h>
+
+/* What segment/ owns of the engine (the engine embeds it). */
+struct ote_segment_table {
+    pthread_mutex_t     seg_lock;
+    struct ote_segment *segments;   /* open segments */
+    /* files exported to peers (fexport.c), served by the control listener */
+    ote_fexport_table_t fexports;
+};
+
+static inline ote_segment_table_t *ote_segment_table(ote_engine_h e)
+{
+    return ote_engine_facts(e)->segs;
+}
+
+/* Idle control connections a segment keeps for requests that run side by side. */
+#define OTE_SEGMENT_CTL_POOL 8
+
+struct ote_segment {
+    ote_engine_h     engine;
+    char             name[OTE_DESC_NAME_MAX + 1];
+    char             ctl_addr[OTE_DESC_NAME_MAX + 1]; /* the bound instance's listener (seg->lock) */
+    pthread_mutex_t  lock;          /* desc, ctl connection */
+    pthread_mutex_t  refresh_lock;  /* one descriptor fetch at a time */
+    atomic_uint      desc_gen;      /* descriptors adopted so far */
+    ote_desc_t      *desc;          /* of the instance the segment is bound to */
+    bool             same_host;
+    ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
+    ote_rail_set_t   rail_set;
+    int              ctl_fd;        /* request connection, -1 until needed */
+    atomic_uint      ctl_seq;
+    atomic_bool      closed;
+    atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */
+    bool             internal;      /* opened by the engine itself (the control listener's
+                                       PUTBACK), not by the application: not in
+                                       ote_segments_open; set before it is listed */
+    atomic_long      refs;          /* user + one per live task */
+    /* A local object's segment (a file: uct_ext/tl.h), its object and ops, else NULL. */
+    struct ote_tl_object *file;
+    const ote_tl_object_ops_t *object_ops;
+    /* A peer's exported file (segment_export.c): its name there, else "" */
+    char             export_name[OTE_DESC_NAME_MAX + 1];
+    char             peer_name[OTE_DESC_NAME_MAX + 1]; /* the engine exporting it */
+    uint64_t         export_file_id; /* the file's id at that engine's instance */
+    /* OTE_FILE_REMOTE=auto: the peer's rails did not reach this engine, by ctl from now on */
+    atomic_bool      export_rails_off;
+    /* Idle control connections for requests that run side by side (FILE_IO) */
+    pthread_mutex_t  ctl_pool_lock;
+    int              ctl_pool[OTE_SEGMENT_CTL_POOL];
+    size_t           ctl_pool_len;
+    _Atomic uint32_t rails_gen;     /* builds of the rails so far */
+    pthread_mutex_t  spray_lock;    /* slices waiting for a rail; picking rails */
+    ote_slice_t     *backlog_head, *backlog_tail;
+    atomic_bool      backlog_any;   /* the backlog holds slices (set under spray_lock) */
+    struct ote_segment *next, *prev;
+    /* Re-reads of the descriptor for remote ranges it lacks (segment_reread.c) */
+    pthread_mutex_t  reread_lock;
+    pthread_cond_t   reread_cond;   /* a re-read ended, or the interval may have */
+    bool             reread_busy;   /* one is in flight */
+    uint64_t         reread_started; /* re-reads started so far */
+    uint64_t         reread_ended;  /* and ended */
+    uint64_t         reread_last_ns; /* when the last one started (0: none yet) */
+    ote_status_t     reread_status; /* how the last one ended */
+};
+
+#endif
