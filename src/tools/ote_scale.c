@@ -173,13 +173,58 @@ long scale_proc_fds(pid_t pid)
     return self ? n - 1 : n; /* less the descriptor opendir holds, when it is our own */
 }
 
+/*
+ * Sum over the threads of pid (/proc/PID/task/TID/FILE) of the number that
+ * follows key in FILE (key NULL: its first number). -1 when none could be read.
+ */
+static double proc_tasks_sum(pid_t pid, const char *file, const char *key)
+{
+    char path[320], line[256];
+    DIR *d;
+    struct dirent *de;
+    double sum = 0;
+    bool any   = false;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)(pid == 0 ? getpid() : pid));
+    d = opendir(path);
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL) {
+        FILE *f;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%s/%s", (int)(pid == 0 ? getpid() : pid),
+                 de->d_name, file);
+        f = fopen(path, "r");
+        if (f == NULL)
+            continue; /* the thread ended meanwhile */
+        while (fgets(line, sizeof(line), f) != NULL) {
+            if (key == NULL || strncmp(line, key, strlen(key)) == 0) {
+                sum += strtod(line + (key ? strlen(key) : 0), NULL);
+                any = true;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return any ? sum : -1;
+}
+
 double scale_proc_cpu_s(pid_t pid)
 {
-    FILE *f = proc_open(pid, "stat");
+    FILE *f;
     char buf[1024], *p;
     unsigned long utime = 0, stime = 0;
     size_t n;
+    /* Nanoseconds on a CPU, per thread (the scheduler's own count). */
+    double ns = proc_tasks_sum(pid, "schedstat", NULL);
 
+    if (ns >= 0)
+        return ns / 1e9;
+    /* No schedstat in this kernel: utime + stime, in clock ticks. */
+    f = proc_open(pid, "stat");
     if (f == NULL)
         return -1;
     n = fread(buf, 1, sizeof(buf) - 1, f);
@@ -191,6 +236,11 @@ double scale_proc_cpu_s(pid_t pid)
                             &stime) != 2)
         return -1;
     return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+double scale_proc_wakeups(pid_t pid)
+{
+    return proc_tasks_sum(pid, "status", "voluntary_ctxt_switches:");
 }
 
 bool scale_peak_reset(void)
