@@ -153,7 +153,9 @@ for x in (1, 100, 1000):
 PEER = ["segments", "open_ms_per_seg", "open_ms_p50", "requests", "completed", "bytes",
         "write_ms", "write_gbps", "init_rss_kib_per_seg", "init_fds_per_seg",
         "target_rss_kib_per_seg", "target_fds_per_seg", "idle_s", "init_idle_cpu_pct",
-        "target_idle_cpu_pct_per_seg"]
+        "target_idle_cpu_pct_per_seg", "init_idle_wakeups_per_s",
+        "target_idle_wakeups_per_s_per_seg", "init_rss_kib_per_seg_idle",
+        "target_rss_kib_per_seg_idle"]
 for x in (1, 4):
     for m in point("peers", "tcp", x, PEER):
         tag = f"peers x={x}"
@@ -168,6 +170,9 @@ for x in (1, 4):
               f"{tag}: fds per segment {m['init_fds_per_seg']}, {m['target_fds_per_seg']}")
         check(m["idle_s"] >= 0.2 and m["init_idle_cpu_pct"] >= 0 and
               m["target_idle_cpu_pct_per_seg"] >= 0, f"{tag}: idle reading {m}")
+        # the measuring thread sleeps once in its window: at least one wake-up
+        check(m["init_idle_wakeups_per_s"] * m["idle_s"] >= 1 and
+              m["target_idle_wakeups_per_s_per_seg"] >= 0, f"{tag}: wake-ups {m}")
 
 # notifications
 NOTE = ["senders", "sent", "send_failures", "received", "notif_per_s", "delay_p50_us",
