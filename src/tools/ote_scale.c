@@ -61,6 +61,18 @@ void scale_spawn(scale_child_t *c, const char *const *args)
     pid_t parent = getpid();
     size_t n = 0;
     const char *argv[40];
+    /*
+     * This program's path, read before the fork: under valgrind the link
+     * names the program, where exec of /proc/self/exe would start valgrind
+     * itself; the children then run without it.
+     */
+    char exe[4096];
+    ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+    if (exe_len <= 0)
+        snprintf(exe, sizeof(exe), "/proc/self/exe");
+    else
+        exe[exe_len] = '\0';
 
     argv[n++] = "ote_scale";
     for (; *args != NULL && n < 38; args++)
@@ -79,7 +91,7 @@ void scale_spawn(scale_child_t *c, const char *const *args)
         dup2(in[0], STDIN_FILENO);
         dup2(out[1], STDOUT_FILENO);
         close(in[0]); close(in[1]); close(out[0]); close(out[1]);
-        execv("/proc/self/exe", (char *const *)argv);
+        execv(exe, (char *const *)argv);
         _exit(127);
     }
     close(in[0]);

@@ -2,7 +2,8 @@
  * src/core/segment/: segments, peers (or files) opened by name.
  *
  * Owns: a segment's life and descriptor (segment.c), its control client
- * and pool (segment_ctl.c), re-reads of its descriptor (segment_reread.c),
+ * and pool (segment_ctl.c), re-reads of its descriptor (segment_reread.c)
+ * and its page index for the remote-range checks (range_index.c),
  * a peer's exported file as a segment (segment_export.c) and this engine's
  * exports (fexport.c), its rails' wire-up (wireup.c) and the spray of its
  * slices onto them (spray.c).
@@ -28,6 +29,10 @@ struct ote_segment {
     pthread_mutex_t  refresh_lock;  /* one descriptor fetch at a time */
     atomic_uint      desc_gen;      /* descriptors adopted so far */
     ote_desc_t      *desc;          /* of the instance the segment is bound to */
+    /* Page index of desc for the range checks (xfer/batch_check.c; seg->lock), built for */
+    struct ote_range_index *range_index; /* range_index_desc at desc_gen range_index_gen */
+    const ote_desc_t *range_index_desc;
+    unsigned         range_index_gen;
     bool             same_host;
     ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
     ote_rail_set_t   rail_set;
