@@ -32,6 +32,9 @@ typedef struct {
     size_t checks;                   /* regions: requests of the range-check batch */
     double idle_s;                   /* peers: idle window for the CPU reading */
     size_t reps;                     /* requests/regions: batches per point (median) */
+    char   listen_ip[64];            /* --listen: this process's engines (default 127.0.0.1) */
+    char   target_netns[64];         /* --target-netns NS: children run there ("": here) */
+    char   target_ip[64];            /* --target-ip: their engines' address (with the above) */
 } scale_opts_t;
 
 extern scale_opts_t sopt;

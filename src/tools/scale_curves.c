@@ -261,7 +261,7 @@ int scale_peers(void)
         ote_engine_h e;
         ote_mem_h mem;
         uint8_t *local;
-        const char *cv = "peers", *sr = "tcp";
+        const char *cv = "peers", *sr = sopt.target_netns[0] != '\0' ? "tcp netns" : "tcp";
 
         for (size_t i = 0; i < procs; i++) {
             size_t n = p / procs + (i < p % procs);
