@@ -7,7 +7,7 @@
 # test; test/tools/scale_quick.sh runs --quick as a smoke test.
 #
 # Usage: contrib/bench/scale.sh [--quick] [--rounds N] [--out DIR]
-#                               [--build DIR] [--curves LIST]
+#                               [--build DIR] [--curves LIST] [--no-netns]
 #   --quick       every curve, small points, in seconds (a smoke run;
 #                 its figures are not results)
 #   --rounds N    rounds (default 3; 2 with --quick)
@@ -19,19 +19,24 @@
 #   --build DIR   the configured and built tree (default build)
 #   --curves LIST a comma list of requests,regions,peers,notify,python
 #                 (default all)
+#   --no-netns    the peers curve on loopback only; by default, as root
+#                 with `ip netns`, it also runs between two network
+#                 namespaces joined by a veth pair (series "tcp netns"),
+#                 which this script makes and deletes however it ends
 # Exit status 1 when a curve failed in a round (the rest is still written).
 # Run from anywhere; paths are taken from the repository root.
 set -u
 
-rounds= quick=0 out=scale-out build=build curves=requests,regions,peers,notify,python
+rounds= quick=0 out=scale-out build=build curves=requests,regions,peers,notify,python netns=1
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) quick=1 ;;
+    --no-netns) netns=0 ;;
     --rounds) rounds=$2; shift ;;
     --out) out=$2; shift ;;
     --build) build=$2; shift ;;
     --curves) curves=$2; shift ;;
-    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "scale.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -71,6 +76,7 @@ else
     a_notify="--counts 1,8,64 --messages 64000"
     a_python="--counts 1,16,256,1024,4096,15000,65536,262144,1048576 --sizes 64,4096 --reps 3"
 fi
+a_peers_netns=$a_peers
 
 : >"$out/raw.csv"
 : >"$out/skipped.txt"
@@ -100,10 +106,52 @@ if [[ ,$curves, == *,python,* ]]; then
     fi
 fi
 
+# The peers curve between two namespaces: the initiator in ns_i (10.199.N.1),
+# the targets in ns_t (10.199.N.2), a veth pair between them.
+ns_i= ns_t=
+netns_down() {
+    [ -n "$ns_i" ] && ip netns del "$ns_i" 2>/dev/null
+    [ -n "$ns_t" ] && ip netns del "$ns_t" 2>/dev/null
+    ns_i= ns_t=
+}
+if [ $netns = 1 ] && [[ ,$curves, == *,peers,* ]]; then
+    id=$(($$ % 250 + 1))
+    if [ "$(id -u)" != 0 ]; then
+        echo "peers netns: needs root to create network namespaces (loopback only)" >>"$out/skipped.txt"
+    elif ! ip netns add "osc$$i" 2>/dev/null; then
+        echo "peers netns: \`ip netns add\` failed (no ip tool or no permission; loopback only)" >>"$out/skipped.txt"
+    else
+        ns_i=osc$$i
+        trap 'netns_down' EXIT
+        trap 'netns_down; exit 130' INT TERM HUP
+        ns_t=osc$$t
+        if ! { ip netns add "$ns_t" &&
+            ip link add "osc$$a" type veth peer name "osc$$b" &&
+            ip link set "osc$$a" netns "$ns_i" && ip link set "osc$$b" netns "$ns_t" &&
+            ip -n "$ns_i" addr add "10.199.$id.1/24" dev "osc$$a" &&
+            ip -n "$ns_t" addr add "10.199.$id.2/24" dev "osc$$b" &&
+            ip -n "$ns_i" link set "osc$$a" up && ip -n "$ns_t" link set "osc$$b" up &&
+            ip -n "$ns_i" link set lo up && ip -n "$ns_t" link set lo up; } 2>>"$out/skipped.txt"; then
+            echo "peers netns: the namespaces could not be set up (loopback only)" >>"$out/skipped.txt"
+            netns_down
+        else
+            # The veth pair up (the kernel marks it running a little later).
+            for _ in $(seq 100); do
+                ip netns exec "$ns_i" grep -qx up "/sys/class/net/osc$$a/operstate" && break
+                sleep 0.05
+            done
+        fi
+    fi
+fi
+
 run_curve() { # CURVE ROUND
     local c=$1 r=$2 args rc
     eval "args=\$a_$c"
-    if [ "$c" = python ]; then
+    if [ "$c" = peers_netns ]; then
+        [ -n "$ns_i" ] || return 0
+        set -- ip netns exec "$ns_i" "$scale" peers $a_peers --listen "10.199.$id.1" \
+            --target-netns "$ns_t" --target-ip "10.199.$id.2"
+    elif [ "$c" = python ]; then
         [ -n "$pypath" ] || return 0
         set -- env PYTHONPATH="$pypath" "$py" "$top/contrib/bench/scale_py.py" --scale "$scale" $args
     else
@@ -130,6 +178,10 @@ for r in $(seq 1 "$rounds"); do
         esac
         echo "scale.sh: round $r/$rounds, $c" >&2
         run_curve "$c" "$r"
+        if [ "$c" = peers ] && [ -n "$ns_i" ]; then
+            echo "scale.sh: round $r/$rounds, peers between namespaces" >&2
+            run_curve peers_netns "$r"
+        fi
     done
 done
 "$plot_py" "$top/contrib/bench/scale_plot.py" "$out/raw.csv" "$out/scale.csv" --png "$out" || exit 1

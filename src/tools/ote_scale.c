@@ -32,6 +32,7 @@ const char tool_name[] = "ote_scale";
 
 scale_opts_t sopt = {
     .per_peer = 16, .messages = 20000, .checks = 4096, .idle_s = 5, .reps = 5,
+    .listen_ip = "127.0.0.1",
 };
 
 void scale_row(const char *curve, const char *series, size_t x, const char *metric, double v)
@@ -42,9 +43,13 @@ void scale_row(const char *curve, const char *series, size_t x, const char *metr
 
 ote_engine_h scale_engine(void)
 {
-    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+    char addr[80];
+    ote_engine_params_t p = {.listen_addr = addr};
     ote_engine_h e;
-    ote_status_t st = ote_engine_create(&p, &e);
+    ote_status_t st;
+
+    snprintf(addr, sizeof(addr), "%s:0", sopt.listen_ip);
+    st = ote_engine_create(&p, &e);
 
     if (st != OTE_OK)
         die("engine: %s", ote_status_string(st));
@@ -60,11 +65,36 @@ void scale_spawn(scale_child_t *c, const char *const *args)
     int in[2], out[2];
     pid_t parent = getpid();
     size_t n = 0;
-    const char *argv[40];
+    const char *argv[48];
+    /*
+     * This program's path, read before the fork: under valgrind the link
+     * names the program, where exec of /proc/self/exe would start valgrind
+     * itself; the children then run without it.
+     */
+    char exe[4096];
+    ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
-    argv[n++] = "ote_scale";
-    for (; *args != NULL && n < 38; args++)
+    if (exe_len <= 0)
+        snprintf(exe, sizeof(exe), "/proc/self/exe");
+    else
+        exe[exe_len] = '\0';
+
+    if (sopt.target_netns[0] != '\0') {
+        /* In the targets' namespace: `ip netns exec` runs this program in the same process. */
+        argv[n++] = "ip";
+        argv[n++] = "netns";
+        argv[n++] = "exec";
+        argv[n++] = sopt.target_netns;
+        argv[n++] = exe;
+    } else {
+        argv[n++] = "ote_scale";
+    }
+    for (; *args != NULL && n < 44; args++)
         argv[n++] = *args;
+    if (sopt.target_netns[0] != '\0') {
+        argv[n++] = "--listen";
+        argv[n++] = sopt.target_ip;
+    }
     argv[n] = NULL;
     /* Close-on-exec: a later child must not hold this one's stdin open. */
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
@@ -79,7 +109,10 @@ void scale_spawn(scale_child_t *c, const char *const *args)
         dup2(in[0], STDIN_FILENO);
         dup2(out[1], STDOUT_FILENO);
         close(in[0]); close(in[1]); close(out[0]); close(out[1]);
-        execv("/proc/self/exe", (char *const *)argv);
+        if (sopt.target_netns[0] != '\0')
+            execvp("ip", (char *const *)argv);
+        else
+            execv(exe, (char *const *)argv);
         _exit(127);
     }
     close(in[0]);
@@ -173,13 +206,58 @@ long scale_proc_fds(pid_t pid)
     return self ? n - 1 : n; /* less the descriptor opendir holds, when it is our own */
 }
 
+/*
+ * Sum over the threads of pid (/proc/PID/task/TID/FILE) of the number that
+ * follows key in FILE (key NULL: its first number). -1 when none could be read.
+ */
+static double proc_tasks_sum(pid_t pid, const char *file, const char *key)
+{
+    char path[320], line[256];
+    DIR *d;
+    struct dirent *de;
+    double sum = 0;
+    bool any   = false;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)(pid == 0 ? getpid() : pid));
+    d = opendir(path);
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL) {
+        FILE *f;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%s/%s", (int)(pid == 0 ? getpid() : pid),
+                 de->d_name, file);
+        f = fopen(path, "r");
+        if (f == NULL)
+            continue; /* the thread ended meanwhile */
+        while (fgets(line, sizeof(line), f) != NULL) {
+            if (key == NULL || strncmp(line, key, strlen(key)) == 0) {
+                sum += strtod(line + (key ? strlen(key) : 0), NULL);
+                any = true;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return any ? sum : -1;
+}
+
 double scale_proc_cpu_s(pid_t pid)
 {
-    FILE *f = proc_open(pid, "stat");
+    FILE *f;
     char buf[1024], *p;
     unsigned long utime = 0, stime = 0;
     size_t n;
+    /* Nanoseconds on a CPU, per thread (the scheduler's own count). */
+    double ns = proc_tasks_sum(pid, "schedstat", NULL);
 
+    if (ns >= 0)
+        return ns / 1e9;
+    /* No schedstat in this kernel: utime + stime, in clock ticks. */
+    f = proc_open(pid, "stat");
     if (f == NULL)
         return -1;
     n = fread(buf, 1, sizeof(buf) - 1, f);
@@ -191,6 +269,11 @@ double scale_proc_cpu_s(pid_t pid)
                             &stime) != 2)
         return -1;
     return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+double scale_proc_wakeups(pid_t pid)
+{
+    return proc_tasks_sum(pid, "status", "voluntary_ctxt_switches:");
 }
 
 bool scale_peak_reset(void)
@@ -434,6 +517,9 @@ static void usage(FILE *f)
             "            --messages M    notifications per point (default 20000)\n"
             "            --per-call K,...  messages per send call, a series each (default\n"
             "                            1,64: ote_notify_send(), ote_notify_send_many())\n"
+            "  --listen IP       this process's engines listen there (default 127.0.0.1)\n"
+            "  --target-netns NS --target-ip IP  targets and senders run in network\n"
+            "                    namespace NS (`ip netns exec`, root), listening on IP\n"
             "  OTE_TLS defaults to tcp here, OTE_MAX_INFLIGHT_TASKS to 4194304 and\n"
             "  OTE_MAX_INFLIGHT_BYTES to 64g (the largest batch is 4 GiB).\n");
 }
@@ -446,6 +532,8 @@ int main(int argc, char **argv)
         {"per-peer", required_argument, NULL, 'p'}, {"idle", required_argument, NULL, 'i'},
         {"messages", required_argument, NULL, 'm'}, {"help", no_argument, NULL, 'h'},
         {"per-call", required_argument, NULL, 'n'},
+        {"listen", required_argument, NULL, 'l'}, {"target-netns", required_argument, NULL, 'N'},
+        {"target-ip", required_argument, NULL, 'T'},
         {NULL, 0, NULL, 0},
     };
     /* The curves and their --counts, --sizes and --per-call when not given (NULL: none). */
@@ -476,6 +564,13 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     curve = argv[1];
+    /* Children started in another namespace end with --listen IP (scale_spawn). */
+    if (argc >= 4 && strcmp(argv[argc - 2], "--listen") == 0 &&
+        (strcmp(curve, "serve") == 0 || strcmp(curve, "notify-send") == 0)) {
+        snprintf(sopt.listen_ip, sizeof(sopt.listen_ip), "%s", argv[argc - 1]);
+        argc -= 2;
+        argv[argc] = NULL;
+    }
     if (strcmp(curve, "serve") == 0)
         return scale_serve_main(argc, argv);
     if (strcmp(curve, "notify-send") == 0)
@@ -491,6 +586,9 @@ int main(int argc, char **argv)
         case 'i': sopt.idle_s = atof(optarg); break;
         case 'm': sopt.messages = strtoul(optarg, NULL, 10); break;
         case 'n': sopt.num_per_call = parse_list(optarg, sopt.per_call); break;
+        case 'l': snprintf(sopt.listen_ip, sizeof(sopt.listen_ip), "%s", optarg); break;
+        case 'N': snprintf(sopt.target_netns, sizeof(sopt.target_netns), "%s", optarg); break;
+        case 'T': snprintf(sopt.target_ip, sizeof(sopt.target_ip), "%s", optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -498,6 +596,8 @@ int main(int argc, char **argv)
     if (sopt.reps == 0 || sopt.checks == 0 || sopt.per_peer == 0 || sopt.messages == 0 ||
         sopt.idle_s <= 0)
         die("--reps, --checks, --per-peer, --messages and --idle must be positive");
+    if ((sopt.target_netns[0] != '\0') != (sopt.target_ip[0] != '\0'))
+        die("--target-netns and --target-ip go together");
     for (size_t i = 0; i < sizeof(curves) / sizeof(curves[0]); i++) {
         if (strcmp(curve, curves[i].name) != 0)
             continue;

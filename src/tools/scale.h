@@ -32,6 +32,9 @@ typedef struct {
     size_t checks;                   /* regions: requests of the range-check batch */
     double idle_s;                   /* peers: idle window for the CPU reading */
     size_t reps;                     /* requests/regions: batches per point (median) */
+    char   listen_ip[64];            /* --listen: this process's engines (default 127.0.0.1) */
+    char   target_netns[64];         /* --target-netns NS: children run there ("": here) */
+    char   target_ip[64];            /* --target-ip: their engines' address (with the above) */
 } scale_opts_t;
 
 extern scale_opts_t sopt;
@@ -56,7 +59,10 @@ void scale_child_end(scale_child_t *c);
 /* /proc readings of process pid (0: this one). */
 long   scale_proc_kib(pid_t pid, const char *field); /* "VmRSS:", "VmHWM:" */
 long   scale_proc_fds(pid_t pid);
-double scale_proc_cpu_s(pid_t pid); /* utime + stime of /proc/pid/stat */
+/* CPU time of its threads (/proc/PID/task/TID/schedstat, ns; else ticks of /proc/PID/stat). */
+double scale_proc_cpu_s(pid_t pid);
+/* Times its threads went to sleep (voluntary_ctxt_switches of /proc/PID/task/TID/status). */
+double scale_proc_wakeups(pid_t pid);
 /* Reset this process's VmHWM to its VmRSS (/proc/self/clear_refs "5"). */
 bool   scale_peak_reset(void);
 

@@ -229,17 +229,18 @@ int scale_regions(void)
 
 typedef struct {
     long   rss_kib, fds;
-    double cpu_s;
+    double cpu_s, wakeups;
 } proc_use_t;
 
 static proc_use_t targets_use(const scale_target_t *t, size_t procs)
 {
-    proc_use_t u = {0, 0, 0};
+    proc_use_t u = {0, 0, 0, 0};
 
     for (size_t i = 0; i < procs; i++) {
         u.rss_kib += scale_proc_kib(t[i].child.pid, "VmRSS:");
         u.fds += scale_proc_fds(t[i].child.pid);
         u.cpu_s += scale_proc_cpu_s(t[i].child.pid);
+        u.wakeups += scale_proc_wakeups(t[i].child.pid);
     }
     return u;
 }
@@ -253,14 +254,14 @@ int scale_peers(void)
         scale_target_t *t = calloc(procs, sizeof(*t));
         ote_segment_h *segs = calloc(p, sizeof(*segs));
         ote_xfer_req_t *reqs = calloc(p * k, sizeof(*reqs));
-        double *open_s = calloc(p, sizeof(double)), sub, comp, cpu0, cpu1, total_open = 0;
+        double *open_s = calloc(p, sizeof(double)), sub, comp, cpu0, cpu1, wk0, wk1, total_open = 0;
         proc_use_t t0, t1;
-        long rss0, fds0, rss1, fds1;
+        long rss0, fds0, rss1, fds1, t0rss;
         ote_batch_telemetry_t tel;
         ote_engine_h e;
         ote_mem_h mem;
         uint8_t *local;
-        const char *cv = "peers", *sr = "tcp";
+        const char *cv = "peers", *sr = sopt.target_netns[0] != '\0' ? "tcp netns" : "tcp";
 
         for (size_t i = 0; i < procs; i++) {
             size_t n = p / procs + (i < p % procs);
@@ -272,6 +273,7 @@ int scale_peers(void)
         rss0  = scale_proc_kib(0, "VmRSS:");
         fds0  = scale_proc_fds(0);
         t0    = targets_use(t, procs);
+        t0rss = t0.rss_kib;
         for (size_t i = 0; i < procs; i++) {
             for (size_t j = 0; j < t[i].engines; j++, at++) {
                 double s0 = now_s();
@@ -303,20 +305,37 @@ int scale_peers(void)
         scale_row(cv, sr, p, "init_fds_per_seg", (double)(fds1 - fds0) / (double)p);
         scale_row(cv, sr, p, "target_rss_kib_per_seg", (double)(t1.rss_kib - t0.rss_kib) / (double)p);
         scale_row(cv, sr, p, "target_fds_per_seg", (double)(t1.fds - t0.fds) / (double)p);
-        /* Idle: every segment open, nothing submitted. */
-        cpu0 = scale_proc_cpu_s(0);
-        t0   = targets_use(t, procs);
+        /*
+         * Idle: every segment open, nothing submitted. Reading the targets'
+         * threads costs this process CPU that grows with them: it is done
+         * outside this process's own window, each side with its own.
+         */
         {
-            double w0 = now_s(), w;
+            double tw0 = now_s(), w0, w, tw;
 
+            t0   = targets_use(t, procs);
+            w0   = now_s();
+            cpu0 = scale_proc_cpu_s(0);
+            wk0  = scale_proc_wakeups(0);
             usleep((useconds_t)(sopt.idle_s * 1e6));
-            w    = now_s() - w0;
             cpu1 = scale_proc_cpu_s(0);
+            wk1  = scale_proc_wakeups(0);
+            w    = now_s() - w0;
             t1   = targets_use(t, procs);
+            tw   = now_s() - tw0;
             scale_row(cv, sr, p, "idle_s", w);
             scale_row(cv, sr, p, "init_idle_cpu_pct", (cpu1 - cpu0) * 100 / w);
             scale_row(cv, sr, p, "target_idle_cpu_pct_per_seg",
-                      (t1.cpu_s - t0.cpu_s) * 100 / w / (double)p);
+                      (t1.cpu_s - t0.cpu_s) * 100 / tw / (double)p);
+            /* The measuring thread's own sleep is one of the initiator's. */
+            scale_row(cv, sr, p, "init_idle_wakeups_per_s", (wk1 - wk0) / w);
+            scale_row(cv, sr, p, "target_idle_wakeups_per_s_per_seg",
+                      (t1.wakeups - t0.wakeups) / tw / (double)p);
+            /* RSS as above, after the window (idle connections freed their receive buffers). */
+            scale_row(cv, sr, p, "init_rss_kib_per_seg_idle",
+                      (double)(scale_proc_kib(0, "VmRSS:") - rss0) / (double)p);
+            scale_row(cv, sr, p, "target_rss_kib_per_seg_idle",
+                      (double)(t1.rss_kib - t0rss) / (double)p);
         }
         for (size_t i = 0; i < p; i++)
             ote_segment_close(segs[i]);

@@ -20,6 +20,7 @@
 #include "core/obs/obs.h"
 #include "proto/stage.h"
 #include "segment.h"
+#include "range_index.h"
 #include "core/worker/worker.h"
 
 #include <limits.h>
@@ -82,6 +83,7 @@ static void segment_free(ote_segment_h seg)
     ote_segment_ctl_pool_drain(seg);
     pthread_mutex_destroy(&seg->ctl_pool_lock);
     ote_segment_desc_put(seg->desc);
+    ote_range_index_free(seg->range_index);
     pthread_mutex_destroy(&seg->lock);
     pthread_mutex_destroy(&seg->refresh_lock);
     pthread_mutex_destroy(&seg->spray_lock);

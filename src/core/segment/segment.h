@@ -5,7 +5,8 @@
  * file exports) and struct ote_segment, the types in segment_def.h; a
  * segment's life and descriptor (segment.c, this header), its control
  * client and pool (segment_ctl.c), re-reads of its descriptor
- * (segment_reread.c), a peer's exported file as a segment
+ * (segment_reread.c) and its page index for the remote-range checks
+ * (range_index.c), a peer's exported file as a segment
  * (segment_export.c) and this engine's exports (fexport.c), its rails'
  * wire-up (wireup.c) and the spray of its slices onto them (spray.c);
  * each file declares its functions in the header of its name, which

@@ -36,6 +36,10 @@ struct ote_segment {
     pthread_mutex_t  refresh_lock;  /* one descriptor fetch at a time */
     atomic_uint      desc_gen;      /* descriptors adopted so far */
     ote_desc_t      *desc;          /* of the instance the segment is bound to */
+    /* Page index of desc for the range checks (xfer/batch_check.c; seg->lock), built for */
+    struct ote_range_index *range_index; /* range_index_desc at desc_gen range_index_gen */
+    const ote_desc_t *range_index_desc;
+    unsigned         range_index_gen;
     bool             same_host;
     ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
     ote_rail_set_t   rail_set;

@@ -8,19 +8,21 @@
 #include "base/log.h"
 #include "batch_check.h"
 #include "core/engine_facts.h"
+#include "core/segment/range_index.h"
 #include "core/segment/segment.h"
 
 /*
  * What the peer's descriptor says of [addr, addr+len) for an access: OK
  * when a region covers it with the access (*reg_p: that region), else the
  * status a checking target would answer (NOT_REGISTERED, OUT_OF_BOUNDS,
- * ACCESS).
+ * ACCESS). idx: d's page index, or NULL (the descriptor's search).
  */
-static ote_status_t desc_range_check(const ote_desc_t *d, uint64_t addr, size_t len,
-                                     unsigned access, const ote_desc_region_t **reg_p)
+static ote_status_t desc_range_check(const ote_desc_t *d, const ote_range_index_t *idx,
+                                     uint64_t addr, size_t len, unsigned access,
+                                     const ote_desc_region_t **reg_p)
 {
     ote_status_t best = OTE_ERR_NOT_REGISTERED;
-    size_t lo = ote_desc_regions_upto(d, addr);
+    size_t lo = idx != NULL ? ote_range_index_upto(idx, d, addr) : ote_desc_regions_upto(d, addr);
 
     /* Starts and ends from the descriptor's index; a region's entry only when it covers. */
     for (size_t i = lo; i-- > 0 && lo - i <= 64;) {
@@ -79,9 +81,9 @@ ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
  * target checks the access. last: the peer's region that covered the
  * previous request of the run with its access, a shortcut for the next.
  */
-static ote_status_t range_verdict(const ote_desc_t *d, const ote_xfer_req_t *r, bool putback,
-                                  bool unchecked, const ote_desc_region_t **last,
-                                  const ote_desc_region_t **found)
+static ote_status_t range_verdict(const ote_desc_t *d, const ote_range_index_t *idx,
+                                  const ote_xfer_req_t *r, bool putback, bool unchecked,
+                                  const ote_desc_region_t **last, const ote_desc_region_t **found)
 {
     /* A PUTBACK's destination: the peer named it in its request; registered is enough. */
     unsigned access = putback                ? 0
@@ -98,12 +100,33 @@ static ote_status_t range_verdict(const ote_desc_t *d, const ote_xfer_req_t *r, 
         *found = reg;
         return OTE_OK;
     }
-    status = desc_range_check(d, r->remote_addr, r->length, access, last);
+    status = desc_range_check(d, idx, r->remote_addr, r->length, access, last);
     if (status == OTE_OK)
         *found = *last;
     if (status == OTE_ERR_ACCESS && !unchecked)
         status = OTE_OK;
     return status;
+}
+
+/*
+ * The page index of the segment's descriptor (seg->lock held): built at the
+ * first check after the segment adopted a descriptor; NULL (the
+ * descriptor's search) without one or without memory for it.
+ */
+static const ote_range_index_t *range_index(ote_segment_h seg)
+{
+    unsigned gen = atomic_load(&seg->desc_gen);
+
+    if (seg->desc == NULL)
+        return NULL;
+    if (seg->range_index == NULL || seg->range_index_desc != seg->desc ||
+        seg->range_index_gen != gen) {
+        ote_range_index_free(seg->range_index);
+        seg->range_index      = ote_range_index_build(seg->desc);
+        seg->range_index_desc = seg->desc;
+        seg->range_index_gen  = gen;
+    }
+    return seg->range_index;
 }
 
 /* A verdict that a descriptor read again may change: the range is (partly) in no region. */
@@ -128,6 +151,7 @@ static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, 
                        ote_status_t *refused, const ote_desc_region_t **found)
 {
     const ote_desc_region_t *last = NULL;
+    const ote_range_index_t *idx;
     bool memory = seg->file == NULL && seg->export_name[0] == '\0', unchecked, missing = false;
     uint64_t ticket;
     ote_status_t reread;
@@ -137,8 +161,10 @@ static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, 
     pthread_mutex_lock(&seg->lock);
     unchecked = ote_proto_rails_unchecked(&seg->rail_set);
     if (memory || unchecked) {
+        idx = range_index(seg);
         for (size_t i = 0; i < n; i++) {
-            refused[i] = range_verdict(seg->desc, &reqs[i], putback, unchecked, &last, &found[i]);
+            refused[i] = range_verdict(seg->desc, idx, &reqs[i], putback, unchecked, &last,
+                                       &found[i]);
             missing |= range_missing(refused[i]);
         }
     }
@@ -148,11 +174,13 @@ static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, 
     reread = ote_segment_reread(seg, ticket);
     last   = NULL;
     pthread_mutex_lock(&seg->lock);
+    idx = range_index(seg); /* the descriptor read again */
     for (size_t i = 0; i < n; i++) {
         if (!range_missing(refused[i]))
             continue;
         if (reread == OTE_OK)
-            refused[i] = range_verdict(seg->desc, &reqs[i], putback, unchecked, &last, &found[i]);
+            refused[i] = range_verdict(seg->desc, idx, &reqs[i], putback, unchecked, &last,
+                                       &found[i]);
         else
             refused[i] = reread; /* whether the peer registered it since is unknown */
         if (refused[i] == OTE_ERR_NOT_REGISTERED)

@@ -25,7 +25,16 @@
 #include <sys/types.h>
 #include <sys/un.h>
 
-#define OTE_STREAM_RXBUF    (64 * 1024)
+/*
+ * A connection's receive buffer (headers, the bytes that come with them,
+ * what a read takes ahead): allocated at OTE_STREAM_RXBUF_FIRST bytes on
+ * the first read, doubled up to OTE_STREAM_RXBUF after a read that filled
+ * it (a busy connection) or to hold a message's header and inline bytes;
+ * freed while the connection is idle (ote_stream_iface_check_timeouts), so
+ * that an open connection that carries little costs little.
+ */
+#define OTE_STREAM_RXBUF       (64 * 1024)
+#define OTE_STREAM_RXBUF_FIRST (4 * 1024)
 #define OTE_STREAM_IOV_MAX  64
 /*
  * Requests stay on the connection the previous one took while its bytes in
@@ -233,8 +242,10 @@ struct ote_stream_conn {
 
     /* rx */
     ote_stream_rx_state_t    rx_state;
-    uint8_t              *rxbuf;
-    size_t                rx_off, rx_len;
+    uint8_t              *rxbuf;    /* rx_cap bytes; NULL (0) until a read, and while idle */
+    size_t                rx_off, rx_len, rx_cap;
+    bool                  rx_full;  /* the last read filled rxbuf: the next one doubles it */
+    bool                  rx_recent; /* a receive call since the previous idle check */
     ote_stream_rxv_t         rxv[OTE_STREAM_WRITEV_MAX]; /* the payload's destinations */
     size_t                rxv_i, rxv_n; /* the one being filled; how many */
     size_t                rx_remaining; /* payload bytes still to come */
@@ -306,6 +317,12 @@ struct ote_stream_iface {
 ote_status_t ote_stream_conn_new(ote_stream_iface_t *iface, int fd, ote_stream_ep_t *ep,
                                  ote_stream_conn_t **conn_p);
 void         ote_stream_conn_free(ote_stream_conn_t *conn);
+/*
+ * Called every idle check (ote_stream_iface_check_timeouts): a connection
+ * that received nothing since the previous one and holds no bytes read
+ * ahead frees its receive buffer; the next read allocates it again.
+ */
+void         ote_stream_conn_rx_idle(ote_stream_conn_t *conn);
 /* Close the socket and fail every outstanding operation with status. */
 void         ote_stream_conn_fail(ote_stream_conn_t *conn, ote_status_t status);
 ote_status_t ote_stream_conn_tx_push(ote_stream_conn_t *conn, const ote_stream_hdr_t *hdr,

@@ -48,12 +48,12 @@ ote_status_t ote_stream_conn_new(ote_stream_iface_t *iface, int fd, ote_stream_e
 
     if (c == NULL)
         return OTE_ERR_NO_MEMORY;
-    c->rxbuf  = malloc(OTE_STREAM_RXBUF);
+    /* The receive buffer comes with the first read (ote_stream_conn_rx). */
     c->tx_cap = STREAM_RING_FIRST;
     c->tx     = calloc(c->tx_cap, sizeof(*c->tx));
     c->ops_cap = STREAM_RING_FIRST;
     c->ops    = calloc(c->ops_cap, sizeof(*c->ops));
-    if (c->rxbuf == NULL || c->tx == NULL || c->ops == NULL)
+    if (c->tx == NULL || c->ops == NULL)
         goto err;
     c->fd         = fd;
     c->peer_pidfd = -1;
@@ -73,7 +73,6 @@ ote_status_t ote_stream_conn_new(ote_stream_iface_t *iface, int fd, ote_stream_e
     return OTE_OK;
 
 err:
-    free(c->rxbuf);
     free(c->tx);
     free(c->ops);
     free(c);

@@ -293,7 +293,10 @@ void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline
             ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
             /* The list may have changed under the completions. */
             next = iface->conns;
+            continue;
         }
+        if (!c->dead)
+            ote_stream_conn_rx_idle(c);
     }
     free_graveyard(iface);
 }

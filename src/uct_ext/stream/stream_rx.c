@@ -562,8 +562,8 @@ static void rxv_advance(ote_stream_conn_t *c, const uint8_t *src, size_t len)
 /*
  * The iovec of a readv for the rest of the payload: each destination (one
  * element for destinations that follow each other in memory), the discard
- * buffer for bytes dropped (one buffer's worth at most, and nothing after
- * it), then the receive buffer for what follows. Returns the count;
+ * buffer for bytes dropped (OTE_STREAM_RXBUF at most, and nothing after
+ * it), then the receive buffer (rx_cap bytes) for what follows. Returns the count;
  * *want_p: the payload bytes it asks for.
  */
 static int rxv_iov(ote_stream_conn_t *c, struct iovec *iov, size_t *want_p)
@@ -587,7 +587,7 @@ static int rxv_iov(ote_stream_conn_t *c, struct iovec *iov, size_t *want_p)
             break;
     }
     iov[k].iov_base = c->rxbuf;
-    iov[k].iov_len  = OTE_STREAM_RXBUF;
+    iov[k].iov_len  = c->rx_cap;
     *want_p = want;
     return (int)k + 1;
 }
@@ -640,6 +640,51 @@ static ssize_t recv_fds(ote_stream_conn_t *c, void *buf, size_t len)
     return n;
 }
 
+/*
+ * The receive buffer for the next read, with room for need bytes from its
+ * start (a header and its inline bytes): OTE_STREAM_RXBUF_FIRST bytes at
+ * first, twice as many after a read that filled it, at most
+ * OTE_STREAM_RXBUF (need never exceeds it). Its bytes are kept. False:
+ * out of memory, the connection is closed.
+ */
+static bool rx_reserve(ote_stream_conn_t *c, size_t need)
+{
+    size_t cap = c->rx_cap != 0 ? c->rx_cap : OTE_STREAM_RXBUF_FIRST;
+    uint8_t *buf;
+
+    if (c->rx_full)
+        cap *= 2;
+    while (cap < need)
+        cap *= 2;
+    if (cap > OTE_STREAM_RXBUF)
+        cap = OTE_STREAM_RXBUF;
+    c->rx_full = false;
+    if (cap == c->rx_cap)
+        return true;
+    buf = realloc(c->rxbuf, cap);
+    if (buf == NULL) {
+        ote_warn("%s peer %s: no memory for a %zu-byte receive buffer; closing the connection",
+                 OTE_STREAM_CONN_TL(c), c->peer, cap);
+        ote_stream_conn_fail(c, OTE_ERR_NO_MEMORY);
+        return false;
+    }
+    c->rxbuf  = buf;
+    c->rx_cap = cap;
+    return true;
+}
+
+void ote_stream_conn_rx_idle(ote_stream_conn_t *c)
+{
+    if (!c->rx_recent && c->rxbuf != NULL && c->rx_off == c->rx_len && !c->rx_again) {
+        free(c->rxbuf);
+        c->rxbuf  = NULL;
+        c->rx_cap = 0;
+        c->rx_off = c->rx_len = 0;
+        c->rx_full = false;
+    }
+    c->rx_recent = false;
+}
+
 static void conn_rx(ote_stream_conn_t *c);
 
 void ote_stream_conn_rx(ote_stream_conn_t *c)
@@ -666,7 +711,8 @@ static void conn_rx(ote_stream_conn_t *c)
     ote_stream_hdr_t h;
     ssize_t n;
 
-    c->rx_again = false;
+    c->rx_again  = false;
+    c->rx_recent = true;
     while (!c->dead) {
         if (budget == 0) {
             /*
@@ -680,6 +726,8 @@ static void conn_rx(ote_stream_conn_t *c)
 
         if (c->rx_state == OTE_STREAM_RX_HDR || c->rx_state == OTE_STREAM_RX_HANDSHAKE ||
             c->rx_state == OTE_STREAM_RX_AUTH) {
+            size_t need = OTE_STREAM_HDR_LEN; /* bytes of the next message the buffer must hold */
+
             if (c->ep == NULL && c->tx_count >= OTE_STREAM_TX_PAUSE) {
                 ote_stream_conn_set_rx_paused(c, true);
                 return;
@@ -713,6 +761,7 @@ static void conn_rx(ote_stream_conn_t *c)
                         initiator_handle(c, &h, payload);
                     continue;
                 }
+                need = OTE_STREAM_HDR_LEN + inline_len;
             }
             if (drained)
                 return;
@@ -721,11 +770,14 @@ static void conn_rx(ote_stream_conn_t *c)
                 c->rx_off = 0;
                 c->rx_len = avail;
             }
+            if (!rx_reserve(c, need))
+                return;
             if (c->iface->hooks->fd_passing)
-                n = recv_fds(c, c->rxbuf + c->rx_len, OTE_STREAM_RXBUF - c->rx_len);
+                n = recv_fds(c, c->rxbuf + c->rx_len, c->rx_cap - c->rx_len);
             else
-                n = recv(c->fd, c->rxbuf + c->rx_len, OTE_STREAM_RXBUF - c->rx_len, MSG_DONTWAIT);
-            drained = n >= 0 && (size_t)n < OTE_STREAM_RXBUF - c->rx_len;
+                n = recv(c->fd, c->rxbuf + c->rx_len, c->rx_cap - c->rx_len, MSG_DONTWAIT);
+            drained    = n >= 0 && (size_t)n < c->rx_cap - c->rx_len;
+            c->rx_full = n > 0 && !drained;
         } else {
             size_t take;
 
@@ -748,11 +800,14 @@ static void conn_rx(ote_stream_conn_t *c)
                 int k;
 
                 c->rx_off = c->rx_len = 0;
+                if (!rx_reserve(c, 0))
+                    return;
                 rx_dst_begin(c);
                 k = rxv_iov(c, iov, &want);
                 n = readv(c->fd, iov, k);
                 rx_dst_end(c);
-                drained = n >= 0 && (size_t)n < want + OTE_STREAM_RXBUF;
+                drained    = n >= 0 && (size_t)n < want + c->rx_cap;
+                c->rx_full = n > 0 && !drained;
                 if (n > 0) {
                     take = (size_t)n < want ? (size_t)n : want;
                     rxv_advance(c, NULL, take);

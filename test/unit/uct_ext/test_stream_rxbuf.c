@@ -1,0 +1,324 @@
+/*
+ * A stream connection's receive buffer grows with what it receives and is
+ * given back while the connection is idle (stream.h, OTE_STREAM_RXBUF_FIRST):
+ * a tcp target iface takes one end of a socketpair as an accepted
+ * connection; the test is its initiator on the other end, sends HELLO,
+ * WRITEs and WRITEVs, and checks the buffer's size, the bytes that landed
+ * and the answers.
+ */
+#include "uct_ext/stream/stream.h"
+
+#include "base/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+extern ote_tl_component_t ote_tcp_component;
+
+#define INSTANCE   0x1122334455667788ull
+#define REGION_LEN (1u << 20)
+
+typedef struct {
+    ote_mem_table_t    *table;
+    ote_auth_t         *auth;
+    ote_tl_iface_t     *tl;
+    ote_stream_iface_t *iface;
+    ote_stream_conn_t  *conn;
+    uint8_t            *region;
+    int                 fd;    /* the initiator's end */
+    size_t              acked; /* WRITE_ACKs and WRITEV_ACKs with status OK read */
+    size_t              acked_bytes;
+    size_t              in_len;  /* bytes of a partial answer in in[] */
+    uint8_t             in[OTE_STREAM_HDR_LEN];
+} fixture_t;
+
+static fixture_t f;
+
+/* Read every whole answer waiting on the initiator's end. */
+static void read_answers(void)
+{
+    for (;;) {
+        ssize_t n = recv(f.fd, f.in + f.in_len, sizeof(f.in) - f.in_len, MSG_DONTWAIT);
+        ote_stream_hdr_t h;
+
+        if (n <= 0) {
+            assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+            return;
+        }
+        f.in_len += (size_t)n;
+        if (f.in_len < OTE_STREAM_HDR_LEN)
+            continue;
+        f.in_len = 0;
+        assert_int_equal(ote_stream_hdr_decode(f.in, OTE_STREAM_HDR_LEN, 1u << 30, &h), OTE_OK);
+        if (h.type == OTE_STREAM_HELLO_ACK)
+            continue;
+        assert_true(h.type == OTE_STREAM_WRITE_ACK || h.type == OTE_STREAM_WRITEV_ACK);
+        assert_int_equal(h.status, OTE_OK);
+        f.acked++;
+        f.acked_bytes += h.length;
+    }
+}
+
+/* Progress the target until it has nothing left to do and every answer is read. */
+static void settle(void)
+{
+    for (int i = 0; i < 1000; i++) {
+        unsigned n = f.tl->ops->progress(f.tl);
+
+        read_answers();
+        if (n == 0 && i > 4)
+            break;
+    }
+}
+
+/* Send len bytes, progressing the target whenever the socket is full. */
+static void send_all(const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = send(f.fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+        if (n < 0) {
+            assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+            f.tl->ops->progress(f.tl);
+            read_answers();
+            continue;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void send_hdr(const ote_stream_hdr_t *h)
+{
+    uint8_t buf[OTE_STREAM_HDR_LEN];
+
+    ote_stream_hdr_encode(h, buf);
+    send_all(buf, sizeof(buf));
+}
+
+static int setup(void **state)
+{
+    ote_tl_iface_params_t p = {.instance_id = INSTANCE, .bind_ip = "127.0.0.1",
+                               .advertise_ip = "127.0.0.1", .max_conns = 64,
+                               .max_conns_per_peer = 64, .handshake_timeout_ms = 10000};
+    static const ote_auth_params_t limits = {
+        .max_conns = 64, .max_conns_per_peer = 64, .handshake_timeout_ms = 10000};
+    ote_mem_table_params_t mp = {0};
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(9),
+                               .sin_addr.s_addr = htonl(0x7f000001)};
+    struct sockaddr_storage ss = {0};
+    ote_tl_resource_t *res = NULL;
+    ote_mem_desc_t d;
+    ote_region_t *r;
+    size_t n = 0;
+    int sv[2];
+
+    (void)state;
+    memset(&f, 0, sizeof(f));
+    f.region = calloc(1, REGION_LEN);
+    assert_non_null(f.region);
+    assert_int_equal(ote_mem_table_create(&mp, &f.table), OTE_OK);
+    d = (ote_mem_desc_t){.addr = f.region, .length = REGION_LEN, .location = "cpu:0",
+                         .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
+    assert_int_equal(ote_mem_table_register(f.table, &d, 1, &r), OTE_OK);
+    assert_int_equal(ote_auth_create(&limits, &f.auth), OTE_OK);
+    p.regions = f.table;
+    p.auth    = f.auth;
+    assert_int_equal(ote_tcp_component.ops->query_resources(&ote_tcp_component, &p, &res, &n),
+                     OTE_OK);
+    assert_true(n >= 1);
+    assert_int_equal(ote_tcp_component.ops->iface_open(&res[0], NULL, &p, &f.tl), OTE_OK);
+    free(res);
+    f.iface = (ote_stream_iface_t *)f.tl;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    memcpy(&ss, &peer, sizeof(peer));
+    assert_int_equal(ote_stream_iface_conn_accept(f.iface, sv[0], &ss), OTE_OK);
+    f.conn = f.iface->conns;
+    f.fd   = sv[1];
+    assert_non_null(f.conn);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    close(f.fd);
+    f.tl->ops->close(f.tl);
+    ote_mem_table_destroy(f.table);
+    ote_auth_destroy(f.auth);
+    free(f.region);
+    return 0;
+}
+
+static void hello(void)
+{
+    send_hdr(&(ote_stream_hdr_t){.type = OTE_STREAM_HELLO, .id = 7, .addr = INSTANCE});
+    settle();
+    assert_int_equal(f.iface->num_accepted, 1);
+    assert_int_equal(f.conn->rx_state, OTE_STREAM_RX_HDR);
+}
+
+/* count WRITEs of len bytes each, at off + i * len, filled with (i + seed). */
+static void send_writes(size_t count, size_t len, size_t off, uint8_t seed)
+{
+    size_t msg = OTE_STREAM_HDR_LEN + len, total = count * msg;
+    uint8_t *buf = malloc(total);
+
+    assert_non_null(buf);
+    for (size_t i = 0; i < count; i++) {
+        ote_stream_hdr_t h = {.type = OTE_STREAM_WRITE, .id = i,
+                              .addr = (uint64_t)(uintptr_t)(f.region + off + i * len),
+                              .length = len};
+
+        ote_stream_hdr_encode(&h, buf + i * msg);
+        memset(buf + i * msg + OTE_STREAM_HDR_LEN, (int)(uint8_t)(i + seed), len);
+    }
+    send_all(buf, total);
+    free(buf);
+}
+
+static void check_writes(size_t count, size_t len, size_t off, uint8_t seed)
+{
+    for (size_t i = 0; i < count; i++)
+        for (size_t j = 0; j < len; j++)
+            assert_int_equal(f.region[off + i * len + j], (uint8_t)(i + seed));
+}
+
+/*
+ * Small messages one at a time: the buffer stays at its first size; a
+ * connection before its first read has none.
+ */
+static void test_small_stays_small(void **state)
+{
+    (void)state;
+    assert_null(f.conn->rxbuf);
+    assert_int_equal(f.conn->rx_cap, 0);
+    hello();
+    assert_int_equal(f.conn->rx_cap, OTE_STREAM_RXBUF_FIRST);
+    for (size_t i = 0; i < 32; i++) {
+        send_writes(1, 64, i * 64, (uint8_t)(3 * i));
+        settle();
+    }
+    for (size_t i = 0; i < 32; i++)
+        check_writes(1, 64, i * 64, (uint8_t)(3 * i));
+    assert_int_equal(f.acked, 32);
+    assert_int_equal(f.acked_bytes, 32 * 64);
+    assert_int_equal(f.conn->rx_cap, OTE_STREAM_RXBUF_FIRST);
+}
+
+/*
+ * A WRITEV with the largest table (its header and table read together, more
+ * than the first size when the table is large enough): the buffer holds
+ * it, and every byte lands.
+ */
+static void test_largest_table(void **state)
+{
+    size_t n = OTE_STREAM_WRITEV_MAX, len = 512, tbl = n * OTE_STREAM_WRITEV_ENTRY_LEN;
+    uint8_t *buf = malloc(OTE_STREAM_HDR_LEN + tbl + n * len);
+
+    (void)state;
+    assert_non_null(buf);
+    hello();
+    ote_stream_hdr_encode(&(ote_stream_hdr_t){.type = OTE_STREAM_WRITEV, .id = 1, .addr = n,
+                                              .length = n * len},
+                          buf);
+    for (size_t i = 0; i < n; i++) {
+        ote_stream_vec_entry_t e = {.addr = (uint64_t)(uintptr_t)(f.region + i * len),
+                                    .length = len};
+
+        ote_stream_vec_entry_encode(&e, buf + OTE_STREAM_HDR_LEN + i * OTE_STREAM_WRITEV_ENTRY_LEN);
+        memset(buf + OTE_STREAM_HDR_LEN + tbl + i * len, (int)(uint8_t)(i + 9), len);
+    }
+    send_all(buf, OTE_STREAM_HDR_LEN + tbl + n * len);
+    settle();
+    free(buf);
+    check_writes(n, len, 0, 9);
+    assert_int_equal(f.acked, 1);
+    assert_int_equal(f.acked_bytes, n * len);
+    assert_true(f.conn->rx_cap >= OTE_STREAM_HDR_LEN + tbl);
+    assert_true(f.conn->rx_cap <= OTE_STREAM_RXBUF);
+}
+
+/*
+ * Many messages waiting at once: reads fill the buffer, which doubles up
+ * to OTE_STREAM_RXBUF and no further; every byte lands. Two idle checks
+ * without a receive between them free it; the next message allocates
+ * the first size again.
+ */
+static void test_grows_then_idle_frees(void **state)
+{
+    size_t count = 4096, len = 64;
+
+    (void)state;
+    hello();
+    send_writes(count, len, 0, 1);
+    settle();
+    check_writes(count, len, 0, 1);
+    assert_int_equal(f.acked, count);
+    assert_int_equal(f.acked_bytes, count * len);
+    assert_int_equal(f.conn->rx_cap, OTE_STREAM_RXBUF);
+
+    /* The first check sees the receive since the previous one; the second frees. */
+    f.tl->ops->check_timeouts(f.tl, 0);
+    assert_int_equal(f.conn->rx_cap, OTE_STREAM_RXBUF);
+    f.tl->ops->check_timeouts(f.tl, 0);
+    assert_null(f.conn->rxbuf);
+    assert_int_equal(f.conn->rx_cap, 0);
+    assert_int_equal(f.iface->num_accepted, 1);
+
+    send_writes(4, len, 0, 77);
+    settle();
+    check_writes(4, len, 0, 77);
+    assert_int_equal(f.acked, count + 4);
+    assert_int_equal(f.conn->rx_cap, OTE_STREAM_RXBUF_FIRST);
+}
+
+/* Bytes read ahead and not yet handled keep the buffer through idle checks. */
+static void test_idle_keeps_pending_bytes(void **state)
+{
+    ote_stream_hdr_t h = {.type = OTE_STREAM_WRITE, .id = 1,
+                          .addr = (uint64_t)(uintptr_t)f.region, .length = 8};
+    uint8_t buf[OTE_STREAM_HDR_LEN];
+
+    (void)state;
+    hello();
+    /* Half a header: read into the buffer, not yet a message. */
+    ote_stream_hdr_encode(&h, buf);
+    send_all(buf, OTE_STREAM_HDR_LEN / 2);
+    settle();
+    assert_int_equal(f.conn->rx_len - f.conn->rx_off, OTE_STREAM_HDR_LEN / 2);
+    f.tl->ops->check_timeouts(f.tl, 0);
+    f.tl->ops->check_timeouts(f.tl, 0);
+    f.tl->ops->check_timeouts(f.tl, 0);
+    assert_non_null(f.conn->rxbuf);
+    send_all(buf + OTE_STREAM_HDR_LEN / 2, OTE_STREAM_HDR_LEN / 2);
+    send_all("abcdefgh", 8);
+    settle();
+    assert_memory_equal(f.region, "abcdefgh", 8);
+    assert_int_equal(f.acked, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_small_stays_small, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_largest_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grows_then_idle_frees, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_keeps_pending_bytes, setup, teardown),
+    };
+
+    ote_log_set_level(OTE_LOG_WARN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
