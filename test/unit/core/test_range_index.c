@@ -53,6 +53,7 @@ static ote_desc_t *make_desc(const rg_t *r, size_t n)
         ote_buf_put_u8(&b, 0); /* no rkeys */
     }
     ote_buf_put_u32(&b, 0); /* exports */
+    ote_buf_put_u16(&b, 0); /* transports it runs (version 4) */
     assert_false(b.failed);
     assert_int_equal(ote_desc_decode(b.data, b.len, &d), OTE_OK);
     free(b.data);
