@@ -72,6 +72,7 @@ def main(out, tolerate=()):
     rails_max = {}
     bound_ms = None
     tls = {}  # (peer, incarnation): its OTE_TLS, from its START line
+    read_bad = []  # (instance, words) of each VIOL READ_BAD line
     n_peers = 1 + max(int(re.match(r"p(\d+)", os.path.basename(p)).group(1))
                       for p in glob.glob(os.path.join(out, "p*.log")))
     def parse(me, w, cnt):
@@ -116,11 +117,10 @@ def main(out, tolerate=()):
             tls[me] = w[5]
         elif tag == "VIOL":
             kind = w[2].lower()
-            # READs by an instance whose only transport is uct_tcp are counted
-            # apart (docs/reliability.md, "Known open")
-            if kind == "read_bad" and tls.get(me) == "uct_tcp":
-                kind = "read_bad uct_tcp"
-            bad(kind, f"p{me[0]}.{me[1]}: " + " ".join(w[3:]))
+            if kind == "read_bad":
+                read_bad.append((me, w))  # classified once every START is read
+            else:
+                bad(kind, f"p{me[0]}.{me[1]}: " + " ".join(w[3:]))
         elif tag == "FATAL":
             bad("fatal", f"p{me[0]}.{me[1]}: " + " ".join(w[2:]))
         return cnt
@@ -150,6 +150,23 @@ def main(out, tolerate=()):
                 other[(what, int(err))] += int(v)
             else:
                 other[(key, None)] += int(v)
+
+    # Wrong READ blocks counted apart (docs/reliability.md, "Known open"):
+    # those read by an instance whose only transport is uct_tcp, and those
+    # whose header names as their writer an instance whose only transport is
+    # uct_tcp (its region's bytes, which reached this reader only over
+    # uct_tcp: a late PUT of an abandoned READ, docs/reliability.md).
+    for me, w in read_bad:
+        kind = "read_bad"
+        if tls.get(me) == "uct_tcp":
+            kind = "read_bad uct_tcp"
+        else:
+            m = re.search(r"header ([0-9a-f]{16}) ([0-9a-f]{16}) ", " ".join(w))
+            if m is not None:
+                wi = int(m.group(2), 16)
+                if tls.get((wi >> 32, wi & 0xFFFFFFFF)) == "uct_tcp":
+                    kind = "read_bad uct_tcp"
+        bad(kind, f"p{me[0]}.{me[1]}: " + " ".join(w[3:]))
 
     # Notifications.
     n_dup = n_failed_deliv = n_amb = n_owed = n_missing = n_unverif = 0

@@ -93,6 +93,17 @@ sed -i 's/ START 0 0 1000 all / START 0 0 1000 uct_tcp /' "$tmp/run/p0.0.log"
 echo "5000 VIOL READ_BAD p1 block 3 (task COMPLETED, bytes differ)" >> "$tmp/run/p0.0.log"
 expect "a READ block wrong, read by a uct_tcp-only instance" "read_bad uct_tcp"
 base
+# Bytes of a uct_tcp-only instance (p1.1, header writer 1, incarnation 1) read by an instance of all.
+echo "1000 START 1 1 1002 uct_tcp bound_ms=7300" > "$tmp/run/p1.1.log"
+echo "9500000 END clean" >> "$tmp/run/p1.1.log"
+echo "5000 VIOL READ_BAD p1 block 3 of a READ of 4 (task COMPLETED, bytes differ: header 4f54455f534f414b 0000000100000001 0, 0 leading zero bytes)" >> "$tmp/run/p0.0.log"
+expect "a READ block wrong, the bytes of a uct_tcp-only instance" "read_bad uct_tcp"
+base
+echo "1000 START 1 1 1002 tcp bound_ms=7300" > "$tmp/run/p1.1.log"
+echo "9500000 END clean" >> "$tmp/run/p1.1.log"
+echo "5000 VIOL READ_BAD p1 block 3 of a READ of 4 (task COMPLETED, bytes differ: header 4f54455f534f414b 0000000100000001 0, 0 leading zero bytes)" >> "$tmp/run/p0.0.log"
+expect "a READ block wrong, the bytes of a tcp instance" read_bad
+base
 echo "5000 VIOL TASK_HUNG batch of 2 still pending after 7300 ms" >> "$tmp/run/p0.0.log"
 expect "a batch that did not end" task_hung
 base
