@@ -4,7 +4,7 @@ depend on the host's load: system calls, context switches and CPU time per
 transfer of each thread of both processes (perf stat --per-thread, attached
 around the timed transfers only), and the polls a transfer took.
 
-    python3 py_perop.py MODE [--n N] [--size SIZE] [--count COUNT] [--depth D]
+    python3 py_perop.py MODE [--n N] [--size SIZE] [--count COUNT] [--depth D] [--op OP]
 
 MODE:
   nixl     NIXL's API (import nixl: the shim of `python -m orbitte.nixl.shim`
@@ -15,9 +15,15 @@ MODE:
            time (which leaves the engine's worker thread parked)
   wait     orbitte: a batch, submit_arrays, Batch.wait()
   mcsync   orbitte.mooncake: batch_transfer_sync_write
+  perftest the reference: ote_perftest --loopback (--perftest PATH) with
+           OP_bw (OP_lat for one block), -b COUNT -D DEPTH -n N; perf is
+           attached to both its processes once the initiator's engine
+           started: its N + 200 batches are counted, connection set-up
+           included
 
-WRITEs of COUNT blocks of SIZE bytes (default one of 8), target in a second
-process on loopback, N timed transfers after 200 untimed ones. Needs perf
+WRITEs (nixl and perftest: --op write or read) of COUNT blocks of SIZE
+bytes (default one of 8), target in a second process on loopback, N timed
+transfers after 200 untimed ones. Needs perf
 (linux-perf) and the rights to attach it; without perf (--no-perf) only the
 polls and the time per transfer are printed. Compare with ote_perftest's
 threads measured the same way (docs/performance.md, "The per-transfer
@@ -26,6 +32,7 @@ cost"). Not a test: a measurement.
 import argparse
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -38,8 +45,20 @@ EVENTS = ("task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter
 WARM = 200
 
 
+def pool_bytes(args):
+    """KV requests scatter their blocks over twice their footprint (nixl_xfer.py)."""
+    return max(args.size * args.count * (2 if args.layers else 1), 4096)
+
+
+def scattered(base, args, seed):
+    """COUNT blocks at shuffled slots of a pool of twice as many, so that none merge."""
+    order = list(range(2 * args.count))
+    random.Random(seed).shuffle(order)
+    return [(base + i * args.size, args.size, 0) for i in order[:args.count]]
+
+
 def target(args):
-    pool = max(args.size * args.count, 4096)
+    pool = pool_bytes(args)
     if args.mode == "nixl":
         import numpy as np
         from nixl._api import nixl_agent, nixl_agent_config
@@ -99,9 +118,60 @@ class Perf:
                 if ev.get("syscalls", 0) >= 0.05 * n or ev.get("task-clock", 0) >= 1}
 
 
+def children(pid):
+    """The child processes of pid (its main thread's)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def run_perftest(args):
+    """ote_perftest --loopback, counted as the Python paths are: its initiator
+    and the target process it starts."""
+    n = args.n + WARM
+    kind = f"{args.op}_lat" if args.count == 1 else f"{args.op}_bw"
+    cmd = [args.perftest, "--loopback", "-q", "-x", "tcp", "-t", kind, "-s", str(args.size),
+           "-n", str(n)]
+    if args.layers:
+        region = max(64 << 20, 3 * args.count * args.size)
+        cmd = [args.perftest, "--loopback", "-q", "-x", "tcp", "-t", f"kv_{args.op}",
+               "--kv", f"{args.layers}:{args.count // args.layers}", "-s", str(args.size),
+               "--region", str(region), "-T", "1", "-n", str(n)]
+    elif args.count > 1:
+        cmd += ["-b", str(args.count), "-T", "1", "-D", str(args.depth)]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    t_end = time.time() + 30
+    kids = children(p.pid)
+    while not kids and p.poll() is None and time.time() < t_end:
+        time.sleep(0.01)
+        kids = children(p.pid)
+    if not kids:
+        p.kill()
+        raise SystemExit("py_perop: ote_perftest's target did not start: " + " ".join(cmd))
+    # perf follows the threads there are when it attaches: the initiator's
+    # engine (its worker thread) first
+    while len(os.listdir(f"/proc/{p.pid}/task")) < 2 and p.poll() is None and time.time() < t_end:
+        time.sleep(0.001)
+    perf = Perf([p.pid] + kids, args.perf)
+    _, err = p.communicate()
+    if p.returncode != 0:
+        raise SystemExit(f"py_perop: {' '.join(cmd)}: exit status {p.returncode}: {err[-300:]}")
+    # counted over every batch it ran (n + its warm-up), set-up included
+    return {"threads": perf.stop(n), "command": " ".join(cmd)}
+
+
 def initiator(args):
+    if args.mode == "perftest":
+        out = run_perftest(args)
+        out.update(mode=args.mode, op=args.op, size=args.size, count=args.count,
+                   depth=args.depth, layers=args.layers, n=args.n + WARM)
+        print(json.dumps(out))
+        return 0
     p = subprocess.Popen([sys.executable, __file__, args.mode, "--role", "target",
-                          "--size", str(args.size), "--count", str(args.count)],
+                          "--size", str(args.size), "--count", str(args.count),
+                          "--layers", str(args.layers)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
@@ -115,7 +185,8 @@ def initiator(args):
     finally:
         p.stdin.close()
         p.wait(timeout=30)
-    out.update(mode=args.mode, size=args.size, count=args.count, n=args.n)
+    out.update(mode=args.mode, op=args.op, size=args.size, count=args.count,
+               depth=args.depth, layers=args.layers, n=args.n)
     print(json.dumps(out))
     return 0
 
@@ -124,13 +195,16 @@ def run_nixl(args, info, pids):
     import numpy as np
     from nixl._api import nixl_agent, nixl_agent_config
     a = nixl_agent("init", nixl_agent_config(backends=["UCX"]))
-    buf = np.zeros(max(args.size * args.count, 4096), dtype=np.uint8)
+    buf = np.zeros(pool_bytes(args), dtype=np.uint8)
     a.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
     peer = a.add_remote_agent(bytes.fromhex(info["meta"]))
     rows = lambda base: [(base + i * args.size, args.size, 0) for i in range(args.count)]
+    if args.layers:
+        return run_nixl_layers(args, a, peer, scattered(buf.ctypes.data, args, 1),
+                               scattered(info["addr"], args, 2), pids)
     loc = a.get_xfer_descs(rows(buf.ctypes.data), "DRAM")
     rem = a.get_xfer_descs(rows(info["addr"]), "DRAM")
-    hs = [a.initialize_xfer("WRITE", loc, rem, peer) for _ in range(args.depth)]
+    hs = [a.initialize_xfer(args.op.upper(), loc, rem, peer) for _ in range(args.depth)]
     total = args.n + WARM
     posted = done = inline = polls = 0
     perf = None
@@ -158,6 +232,39 @@ def run_nixl(args, info, pids):
     us = (time.perf_counter() - t0) / args.n * 1e6
     return {"threads": perf.stop(args.n), "polls_per_transfer": polls / args.n,
             "done_by_transfer": inline / args.n, "us_per_transfer": round(us, 2)}
+
+
+def run_nixl_layers(args, a, peer, lrows, rrows, pids):
+    """nixl_xfer.py's KV requests: LAYERS handles of COUNT/LAYERS descriptors,
+    one make_prepped_xfer each over lists prepped once, all posted, then each
+    polled until DONE and released; one request at a time."""
+    per = args.count // args.layers
+    lp = a.prep_xfer_dlist("NIXL_INIT_AGENT", lrows, "DRAM")
+    rp = a.prep_xfer_dlist(peer, rrows, "DRAM")
+    idx = [list(range(k * per, (k + 1) * per)) for k in range(args.layers)]
+    perf, polls = None, 0
+    for i in range(args.n + WARM):
+        if i == WARM:
+            perf, polls, t0 = Perf(pids, args.perf), 0, time.perf_counter()
+        hs = []
+        for li in idx:
+            h = a.make_prepped_xfer(args.op.upper(), lp, li, rp, li)
+            if a.transfer(h) == "ERR":
+                raise SystemExit("py_perop: transfer() said ERR")
+            hs.append(h)
+        for h in hs:
+            polls += 1
+            s = a.check_xfer_state(h)
+            while s != "DONE":
+                if s == "ERR":
+                    raise SystemExit("py_perop: check_xfer_state() said ERR")
+                polls += 1
+                s = a.check_xfer_state(h)
+        for h in hs:
+            a.release_xfer_handle(h)
+    us = (time.perf_counter() - t0) / args.n * 1e6
+    return {"threads": perf.stop(args.n), "polls_per_request": polls / args.n,
+            "us_per_request": round(us, 2)}
 
 
 def run_orbitte(args, info, pids):
@@ -212,12 +319,19 @@ def run_mcsync(args, info, pids):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["nixl", "status", "wait", "mcsync"])
+    ap.add_argument("mode", choices=["nixl", "status", "wait", "mcsync", "perftest"])
     ap.add_argument("--role", choices=["initiator", "target"], default="initiator")
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--size", type=int, default=8)
     ap.add_argument("--count", type=int, default=1)
     ap.add_argument("--depth", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=0,
+                    help="nixl and perftest: KV requests of LAYERS transfers of COUNT/LAYERS "
+                         "blocks each (nixl_xfer.py's scatter:LAYERS, ote_perftest --kv)")
+    ap.add_argument("--op", choices=["write", "read"], default="write",
+                    help="nixl and perftest: the operation")
+    ap.add_argument("--perftest", default="ote_perftest",
+                    help="perftest: the ote_perftest to run (a build's src/tools/ote_perftest)")
     ap.add_argument("--no-perf", dest="perf", action="store_false")
     args = ap.parse_args()
     return target(args) if args.role == "target" else initiator(args)

@@ -10,8 +10,9 @@
 #                             [--plot DIR] [--build DIR] [--wheels DIR]
 #   --rounds N    rounds (default 3)
 #   --quick       short measurements (a smoke run; figures are rough)
-#   --only nixl   only the rows NIXL's goals compare, in minutes: orbitte.nixl,
-#                 NIXL's wheel, ote_perftest tcp (8 B latency and the shapes
+#   --only nixl   only the rows NIXL's goals compare, in minutes: orbitte.nixl
+#                 (on lo alone, as ote_perftest --loopback, and on all
+#                 interfaces), NIXL's wheel, ote_perftest tcp (8 B latency and the shapes
 #                 with 1 thread), the tcp ping-pong and tcp stream without a
 #                 library, and the 15,000-descriptor posts; the goals block
 #                 has their lines only
@@ -423,7 +424,15 @@ PYTHONPATH=$wheels python3 -c 'import mooncake.engine' 2>"$tmp/err" ||
     { have_mc=0; note "Mooncake wheel tcp" "cannot import mooncake.engine from $wheels: $(lastline "$tmp/err")"; }
 PYTHONPATH=$wheels python3 -c 'from nixl._api import nixl_agent' 2>"$tmp/err" ||
     { have_nixl=0; note "NIXL wheel, UCX tcp" "cannot import nixl._api from $wheels: $(lastline "$tmp/err")"; }
-# orbitte.nixl runs the same script through the import shim (numpy from the wheels' directory)
+# orbitte.nixl runs the same script through the import shim (numpy from the wheels' directory).
+# Its row compared with ote_perftest uses what ote_perftest --loopback uses: both
+# processes on the loopback interface alone (ote_perftest's listen on 127.0.0.1,
+# one tcp interface, one connection). A NIXL agent's engine listens on every
+# interface (0.0.0.0): on this host lo and eth0, and libote sprays a peer's
+# slices over both rails, two connections to the same host; that row
+# ("all interfaces") is shown beside it, without a goal.
+onixl_env="OTE_TLS=tcp OTE_NET_DEVICES=lo"
+onixl_all="orbitte.nixl tcp, all interfaces"
 have_onixl=$have_omc
 [ $have_onixl = 1 ] && { PYTHONPATH=$tmp/py:$wheels python3 -m orbitte.nixl.shim "$tmp/shim" >/dev/null 2>"$tmp/err" &&
     PYTHONPATH=$tmp/shim:$tmp/py:$wheels python3 -c 'import numpy, nixl; assert nixl.__orbitte__' >/dev/null 2>"$tmp/err"; } ||
@@ -444,7 +453,8 @@ for round in $(seq "$rounds"); do
         pingpong_all
         ote_bw "ote_perftest tcp" tcp $tcp_budget
         sock_all
-        [ $have_onixl = 1 ] && nixl_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
+        [ $have_onixl = 1 ] && nixl_all "orbitte.nixl tcp" "$onixl_env" "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
+        [ $have_onixl = 1 ] && nixl_all "$onixl_all" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
         [ $have_nixl = 1 ] && nixl_all "NIXL wheel, UCX tcp" UCX_TLS=tcp "$wheels" WHEELS
         post_c
         [ $have_onixl = 1 ] && post_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS 50
@@ -481,7 +491,8 @@ for round in $(seq "$rounds"); do
     ote_bw "ote_perftest shm" shm $host_budget
     [ $have_omc = 1 ] && mc_all "orbitte.mooncake tcp" orbitte "$tmp/py" ORBITTE $tcp_budget
     [ $have_mc = 1 ] && mc_all "Mooncake wheel tcp" mooncake "$wheels" WHEELS $budget
-    [ $have_onixl = 1 ] && nixl_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
+    [ $have_onixl = 1 ] && nixl_all "orbitte.nixl tcp" "$onixl_env" "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
+    [ $have_onixl = 1 ] && nixl_all "$onixl_all" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS
     [ $have_nixl = 1 ] && nixl_all "NIXL wheel, UCX tcp" UCX_TLS=tcp "$wheels" WHEELS
     post_c
     [ $have_onixl = 1 ] && post_all "orbitte.nixl tcp" OTE_TLS=tcp "$tmp/shim:$tmp/py:$wheels" SHIM:ORBITTE:WHEELS 50

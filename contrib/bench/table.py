@@ -26,6 +26,7 @@ PEERS = {
     "Mooncake wheel tcp": "ote_perftest tcp",
     "NIXL wheel, UCX tcp": "ote_perftest tcp",
     "orbitte.nixl tcp": "ote_perftest tcp",
+    "orbitte.nixl tcp, all interfaces": "ote_perftest tcp",
     "ote_perftest cma": "ote_perftest cma",
     "ucx_perftest cma": "ote_perftest cma",
     "ucx_perftest cma, 8 MiB": "ote_perftest cma",
@@ -95,7 +96,12 @@ EQUIVALENTS = """\
   of 32 layers of 64 scattered 16 KiB descriptors (one `make_prepped_xfer`
   per layer over lists prepped once, all posted, then polled); 1 thread only.
 - orbitte.nixl: the same script through `python -m orbitte.nixl.shim` (NIXL's
-  Python API over the orbitte extension), `OTE_TLS=tcp`.
+  Python API over the orbitte extension), `OTE_TLS=tcp OTE_NET_DEVICES=lo`:
+  one tcp interface and one connection between the two processes, as
+  ote_perftest --loopback has (both its processes listen on 127.0.0.1).
+  "all interfaces": `OTE_TLS=tcp` alone, the agents' engines on 0.0.0.0
+  (here lo and eth0), each peer's slices sprayed over both rails: two
+  connections to the same host (no goal compares it).
 - post 15000 (goals only): `contrib/bench/nixl_post.py --descs 15000 --size
   64`, the time from before one `make_prepped_xfer` of 15,000 scattered
   descriptors (numpy indices) to the return of `transfer()`, p50 of 50 posts
@@ -225,7 +231,8 @@ def median(by_round, key, peer):
 
 
 # run.sh --only nixl: the peers it runs, and the goals naming NIXL's peers
-ONLY_PEERS = {"nixl": {TCP, "tcp ping-pong, no library", STREAM, ONIXL, NIXLW},
+ONLY_PEERS = {"nixl": {TCP, "tcp ping-pong, no library", STREAM, ONIXL,
+                        "orbitte.nixl tcp, all interfaces", NIXLW},
               "python": {TCP, TCP1, OMC, OMC2}}
 ONLY_GOALS = {"nixl": {ONIXL, NIXLW, "ote_batch_submit tcp"}, "python": {OMC, OMC2}}
 
