@@ -645,18 +645,14 @@ ote_status_t ote_engine_desc_export(ote_engine_h e, void **buf_p, size_t *len_p)
 /* The descriptor with table's regions (none when table is NULL). */
 static ote_status_t engine_desc_encode(ote_engine_h e, ote_mem_table_t *table, ote_buf_t *out)
 {
-    ote_desc_t *d = calloc(1, sizeof(*d));
+    ote_desc_t *d = ote_desc_new(e->facts.instance_id, e->facts.name, e->facts.host_id,
+                                 e->facts.ctl_addr, 0);
 
     if (d == NULL || (d->tls = calloc(OTE_DESC_MAX_TLS, sizeof(*d->tls))) == NULL ||
         (d->runs = calloc(OTE_DESC_MAX_TLS, sizeof(*d->runs))) == NULL) {
-        free(d != NULL ? d->tls : NULL);
-        free(d);
+        ote_desc_free(d);
         return OTE_ERR_NO_MEMORY;
     }
-    d->instance_id = e->facts.instance_id;
-    snprintf(d->name, sizeof(d->name), "%s", e->facts.name);
-    snprintf(d->host_id, sizeof(d->host_id), "%s", e->facts.host_id);
-    snprintf(d->ctl_addr, sizeof(d->ctl_addr), "%s", e->facts.ctl_addr);
     for (size_t w = 0; w < e->facts.num_workers; w++) {
         ote_worker_t *wk = &e->facts.workers[w];
 

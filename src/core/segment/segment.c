@@ -117,20 +117,14 @@ static ote_status_t object_desc(ote_segment_h seg, ote_desc_t **desc_p)
     status = seg->object_ops->describe(seg->file, &size, &access);
     if (status != OTE_OK)
         return status;
-    d = calloc(1, sizeof(*d));
-    if (d == NULL || (d->regions = calloc(1, sizeof(*d->regions))) == NULL) {
-        free(d);
+    d = ote_desc_new(ote_engine_facts(e)->instance_id, seg->name, ote_engine_facts(e)->host_id,
+                     NULL, 1);
+    if (d == NULL)
         return OTE_ERR_NO_MEMORY;
-    }
-    d->instance_id = ote_engine_facts(e)->instance_id;
-    snprintf(d->name, sizeof(d->name), "%s", seg->name);
-    snprintf(d->host_id, sizeof(d->host_id), "%s", ote_engine_facts(e)->host_id);
-    d->num_regions        = 1;
-    d->regions[0].addr    = 0;
-    d->regions[0].length  = size;
-    d->regions[0].access  = access;
+    d->regions[0].addr     = 0;
+    d->regions[0].length   = size;
+    d->regions[0].access   = access;
     d->regions[0].location = seg->object_ops->location; /* a literal of the component */
-    atomic_init(&d->refs, 1);
     *desc_p = d;
     return OTE_OK;
 }

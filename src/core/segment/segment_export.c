@@ -57,21 +57,13 @@ static ote_status_t export_desc(ote_segment_h seg, const ote_desc_t *d, ote_desc
         ote_error("segment '%s': the exported file is empty", seg->name);
         return OTE_ERR_INVALID_PARAM;
     }
-    out = calloc(1, sizeof(*out));
-    if (out == NULL || (out->regions = calloc(1, sizeof(*out->regions))) == NULL) {
-        free(out);
+    out = ote_desc_new(d->instance_id, d->name, d->host_id, d->ctl_addr, 1);
+    if (out == NULL)
         return OTE_ERR_NO_MEMORY;
-    }
-    out->instance_id = d->instance_id;
-    snprintf(out->name, sizeof(out->name), "%s", d->name);
-    snprintf(out->host_id, sizeof(out->host_id), "%s", d->host_id);
-    snprintf(out->ctl_addr, sizeof(out->ctl_addr), "%s", d->ctl_addr);
-    out->num_regions       = 1;
-    out->regions[0].addr   = 0;
-    out->regions[0].length = x->size;
-    out->regions[0].access = x->access;
+    out->regions[0].addr     = 0;
+    out->regions[0].length   = x->size;
+    out->regions[0].access   = x->access;
     out->regions[0].location = "file";
-    atomic_init(&out->refs, 1);
     *file_id_p = x->id;
     *desc_p    = out;
     return OTE_OK;
