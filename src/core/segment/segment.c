@@ -21,7 +21,7 @@
 #include "proto/stage.h"
 #include "segment.h"
 #include "range_index.h"
-#include "core/worker/worker.h"
+#include "core/worker/worker_def.h"
 
 #include <limits.h>
 

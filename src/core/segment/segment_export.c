@@ -9,7 +9,7 @@
  */
 #include "core/engine_facts.h"
 #include "segment.h"
-#include "core/worker/worker.h"
+#include "core/worker/worker_def.h"
 
 #include "base/log.h"
 #include "base/util.h"

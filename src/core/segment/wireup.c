@@ -13,7 +13,7 @@
 #include "proto/stage.h"
 #include "segment_ctl.h"
 #include "wireup.h"
-#include "core/worker/worker.h"
+#include "core/worker/worker_def.h"
 
 #include <net/if.h>
 #include <stdlib.h>

@@ -35,7 +35,6 @@
 #include "notify.h"
 #include "xfer_def.h"
 #include "core/segment/segment.h"
-#include "core/worker/worker.h"
 
 #include <stdlib.h>
 #include <string.h>
