@@ -12,6 +12,7 @@
 #include "core/engine_int.h"
 #include "core/xfer/notify.h"
 #include "core/segment/segment.h"
+#include "core/segment/spray.h"
 #include "uct_ext/rdma/rdma.h"
 #include "core/worker/worker.h"
 
@@ -254,6 +255,15 @@ static ote_status_t engine_desc_cb(void *arg, ote_buf_t *out)
     return ote_engine_desc_encode(arg, out);
 }
 
+/*
+ * segment/'s backlog_end (segment_def.h): the slices waiting for the rails
+ * of a segment that closed or rebuilt them end through the spray.
+ */
+static void engine_backlog_end(ote_segment_h seg)
+{
+    ote_segment_spray(seg, NULL, NULL, false);
+}
+
 /* Whether a name's holder still serves it (meta.h): asked at its control address. */
 static ote_status_t engine_holder_cb(void *arg, const ote_desc_t *holder, long probe_ms)
 {
@@ -440,6 +450,7 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     e->facts.xfer = &e->xfer;
     e->facts.wset = &e->wset;
     e->facts.segs = &e->segs;
+    e->segs.backlog_end = engine_backlog_end;
     e->facts.svc  = (ote_engine_services_t){.desc_encode    = ote_engine_desc_encode,
                                             .desc_skeleton  = ote_engine_desc_skeleton,
                                             .mem_alloc      = ote_mem_alloc,

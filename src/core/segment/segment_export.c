@@ -8,7 +8,10 @@
  * bytes inside them, or over the engines' data rails: OTE_FILE_REMOTE).
  */
 #include "core/engine_facts.h"
-#include "segment.h"
+#include "segment_ctl.h"
+#include "segment_export.h"
+#include "segment_ref.h"
+#include "wireup.h"
 #include "core/worker/worker_def.h"
 
 #include "base/log.h"
@@ -195,7 +198,7 @@ ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc
         pthread_mutex_unlock(&seg->lock);
         status = export_rails_build(seg, peer->instance_id, file_id);
         /* Slices of the old instance still waiting for a rail end CANCELED. */
-        ote_segment_spray(seg, NULL, NULL, false);
+        ote_segment_backlog_end(seg);
     }
     ote_desc_free(peer);
     if (status != OTE_OK) {

@@ -12,6 +12,7 @@
 #include "proto/putback.h"
 #include "proto/stage.h"
 #include "segment_ctl.h"
+#include "segment_ref.h"
 #include "wireup.h"
 #include "core/worker/worker_def.h"
 
