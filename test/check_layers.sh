@@ -96,6 +96,39 @@ room segment "core/($eng|ctl/|xfer/)" 'ctl, xfer or an engine file'
 room worker  "core/($eng|ctl/|xfer/|segment/)" 'ctl, xfer, segment or an engine file'
 room meta    "core/($eng|engine_facts\.h|ctl/|xfer/|segment/|worker/)" 'the engine or a room above meta'
 room wire    "core/($eng|engine_facts\.h|ctl/|xfer/|segment/|worker/|meta/)" 'the engine or another room of core'
+# Inside segment/ the files run one way, top first: segment_reread.c ->
+# segment.c -> segment_export.c -> wireup.c -> segment_ref.c ->
+# segment_ctl.c (a file includes no header of a file above it), and
+# only spray.c, the room's one file in the submit <-> completion circle,
+# includes worker.h (the others read a worker's fields from
+# worker_def.h) or spray.h; a segment's life ends waiting slices through
+# the table's backlog_end.
+seg_above() { # file stem, headers of the files above it
+    if [ ! -f "$src/core/segment/$1.c" ]; then
+        echo "src/core/segment/$1.c is gone: say in check_layers.sh where segment/ runs now"
+        bad=1
+        return
+    fi
+    hits=$(cd "$src/core/segment" && grep -nE "#include \"(core/segment/)?($2)\.h\"" \
+               "$1.c" $( [ -f "$1.h" ] && echo "$1.h") || true)
+    if [ -n "$hits" ]; then
+        echo "src/core/segment/$1 includes the header of a file above it in segment/:"
+        echo "$hits"
+        bad=1
+    fi
+}
+seg_above segment_ctl 'segment|segment_ref|wireup|segment_export|segment_reread|spray'
+seg_above segment_ref 'segment|wireup|segment_export|segment_reread|spray'
+seg_above wireup 'segment|segment_export|segment_reread|spray'
+seg_above segment_export 'segment|segment_reread|spray'
+seg_above segment 'segment_reread|spray'
+hits=$(cd "$src/core" && grep -rnE '#include "(core/worker/worker(_wait)?|(core/segment/)?spray)\.h"' segment |
+       grep -vE '^segment/spray\.c:' || true)
+if [ -n "$hits" ]; then
+    echo "src/core/segment: only spray.c includes worker.h, worker_wait.h or spray.h (the circle's one file there):"
+    echo "$hits"
+    bad=1
+fi
 # core/obs/ reads the engine through engine_facts.h only, and what it
 # reads of the rooms above through the sources the engine gives it (its
 # opening comment): it includes no other file of core.
@@ -104,5 +137,5 @@ if [ $bad -ne 0 ]; then
     echo "0 passed, 1 failed"
     exit 1
 fi
-echo "includes run one way: core -> proto -> {mem, uct_ext} -> base; in core: ctl -> xfer -> segment -> worker -> meta -> wire"
+echo "includes run one way: core -> proto -> {mem, uct_ext} -> base; in core: ctl -> xfer -> segment -> worker -> meta -> wire; in segment/: reread -> segment -> export -> wireup -> ref -> ctl"
 echo "1 passed, 0 failed"

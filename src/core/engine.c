@@ -12,6 +12,7 @@
 #include "core/engine_int.h"
 #include "core/xfer/notify.h"
 #include "core/segment/segment.h"
+#include "core/segment/spray.h"
 #include "uct_ext/rdma/rdma.h"
 #include "core/worker/worker.h"
 
@@ -254,6 +255,15 @@ static ote_status_t engine_desc_cb(void *arg, ote_buf_t *out)
     return ote_engine_desc_encode(arg, out);
 }
 
+/*
+ * segment/'s backlog_end (segment_def.h): the slices waiting for the rails
+ * of a segment that closed or rebuilt them end through the spray.
+ */
+static void engine_backlog_end(ote_segment_h seg)
+{
+    ote_segment_spray(seg, NULL, NULL, false);
+}
+
 /* Whether a name's holder still serves it (meta.h): asked at its control address. */
 static ote_status_t engine_holder_cb(void *arg, const ote_desc_t *holder, long probe_ms)
 {
@@ -440,6 +450,7 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     e->facts.xfer = &e->xfer;
     e->facts.wset = &e->wset;
     e->facts.segs = &e->segs;
+    e->segs.backlog_end = engine_backlog_end;
     e->facts.svc  = (ote_engine_services_t){.desc_encode    = ote_engine_desc_encode,
                                             .desc_skeleton  = ote_engine_desc_skeleton,
                                             .mem_alloc      = ote_mem_alloc,
@@ -645,18 +656,14 @@ ote_status_t ote_engine_desc_export(ote_engine_h e, void **buf_p, size_t *len_p)
 /* The descriptor with table's regions (none when table is NULL). */
 static ote_status_t engine_desc_encode(ote_engine_h e, ote_mem_table_t *table, ote_buf_t *out)
 {
-    ote_desc_t *d = calloc(1, sizeof(*d));
+    ote_desc_t *d = ote_desc_new(e->facts.instance_id, e->facts.name, e->facts.host_id,
+                                 e->facts.ctl_addr, 0);
 
     if (d == NULL || (d->tls = calloc(OTE_DESC_MAX_TLS, sizeof(*d->tls))) == NULL ||
         (d->runs = calloc(OTE_DESC_MAX_TLS, sizeof(*d->runs))) == NULL) {
-        free(d != NULL ? d->tls : NULL);
-        free(d);
+        ote_desc_free(d);
         return OTE_ERR_NO_MEMORY;
     }
-    d->instance_id = e->facts.instance_id;
-    snprintf(d->name, sizeof(d->name), "%s", e->facts.name);
-    snprintf(d->host_id, sizeof(d->host_id), "%s", e->facts.host_id);
-    snprintf(d->ctl_addr, sizeof(d->ctl_addr), "%s", e->facts.ctl_addr);
     for (size_t w = 0; w < e->facts.num_workers; w++) {
         ote_worker_t *wk = &e->facts.workers[w];
 

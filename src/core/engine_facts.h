@@ -4,8 +4,9 @@
  * the objects it created for every room to use, and the services a room
  * asks of it. It is the first member of struct ote_engine (engine_int.h,
  * the engine's files only), so ote_engine_facts() is a cast, no call.
- * A room's own state (ote_xfer_state_t in xfer/batch.h, ote_worker_set_t
- * in worker/worker.h, ote_segment_table_t in segment/segment.h) is
+ * A room's own state (ote_xfer_state_t in xfer/xfer_def.h,
+ * ote_worker_set_t in worker/worker_def.h, ote_segment_table_t in
+ * segment/segment_def.h) is
  * reached from here through its pointer; only the room that owns it, and
  * the engine that creates it, see its fields.
  *

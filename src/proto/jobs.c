@@ -1,6 +1,7 @@
 /* Bounded job pool (see jobs.h). */
 #include "jobs.h"
 
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -94,12 +95,7 @@ ote_status_t ote_proto_jobs_submit(ote_proto_jobs_t *p, ote_proto_job_t *job)
     } else if (p->queued >= p->max_queued) {
         status = OTE_ERR_BUSY;
     } else {
-        job->next = NULL;
-        if (p->tail != NULL)
-            p->tail->next = job;
-        else
-            p->head = job;
-        p->tail = job;
+        OTE_QUEUE_PUSH(p->head, p->tail, job, next);
         p->queued++;
         jobs_grow(p);
         if (p->nthreads == 0) {

@@ -3,8 +3,12 @@
  * is the peer's control-plane address and the descriptor is fetched from
  * there; with a metadata store (meta.h) the descriptor is read from the
  * store, and the control plane is reached at the address it carries.
- * This file holds the API and the segment's life; segment_ctl.c is its
- * control-plane client, wireup.c builds and repairs its rails. A name
+ * This file holds the API and the segment's life (open, close, refresh,
+ * reopen, repair); segment_ref.c makes, counts and frees the object,
+ * segment_ctl.c is its control-plane client, wireup.c builds and repairs
+ * its rails. A close or a new instance's rails end the slices still
+ * waiting for the old ones through ote_segment_backlog_end (the spray,
+ * which this file does not call: segment.h). A name
  * of a component's scheme ("file:///abs/path": the file component's
  * objects, uct_ext/tl.h) opens a local object instead: the component opens
  * it, its descriptor is made here (one region, the object) and its rails
@@ -20,45 +24,13 @@
 #include "core/obs/obs.h"
 #include "proto/stage.h"
 #include "segment.h"
-#include "range_index.h"
-#include "core/worker/worker.h"
+#include "core/worker/worker_def.h"
 
 #include <limits.h>
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-void ote_segment_get(ote_segment_h seg)
-{
-    atomic_fetch_add(&seg->refs, 1);
-}
-
-void ote_segment_desc_put(ote_desc_t *d)
-{
-    if (d != NULL && atomic_fetch_sub(&d->refs, 1) == 1)
-        ote_desc_free(d);
-}
-
-ote_desc_t *ote_segment_desc_get(ote_segment_h seg)
-{
-    ote_desc_t *d;
-
-    pthread_mutex_lock(&seg->lock);
-    d = seg->desc;
-    atomic_fetch_add(&d->refs, 1);
-    pthread_mutex_unlock(&seg->lock);
-    return d;
-}
-
-void ote_segment_mark_stale(ote_segment_h seg)
-{
-    if (!atomic_exchange(&seg->stale, true)) {
-        ote_obs_peer_restart(ote_engine_facts(seg->engine)->obs);
-        ote_info("segment '%s': the peer restarted; calls on this segment fail until "
-                 "ote_segment_reopen()", seg->name);
-    }
-}
 
 /* The segment's descriptor is d from now on (a reference moves in). */
 static void desc_adopt(ote_segment_h seg, ote_desc_t *d)
@@ -74,37 +46,6 @@ static void desc_adopt(ote_segment_h seg, ote_desc_t *d)
     ote_segment_desc_put(old);
 }
 
-static void segment_free(ote_segment_h seg)
-{
-    if (seg->file != NULL)
-        seg->object_ops->put(seg->file);
-    if (seg->ctl_fd >= 0)
-        close(seg->ctl_fd);
-    ote_segment_ctl_pool_drain(seg);
-    pthread_mutex_destroy(&seg->ctl_pool_lock);
-    ote_segment_desc_put(seg->desc);
-    ote_range_index_free(seg->range_index);
-    pthread_mutex_destroy(&seg->lock);
-    pthread_mutex_destroy(&seg->refresh_lock);
-    pthread_mutex_destroy(&seg->spray_lock);
-    ote_segment_reread_fini(seg);
-    free(seg);
-}
-
-void ote_segment_put(ote_segment_h seg)
-{
-    if (atomic_fetch_sub(&seg->refs, 1) == 1)
-        segment_free(seg);
-}
-
-bool ote_segment_is_object_name(const char *name)
-{
-    ote_tl_component_t *comp;
-    const char *why;
-
-    return ote_tl_object_find(name, &comp, &why);
-}
-
 /* A local object's descriptor: this engine, and one region, [0, its size). */
 static ote_status_t object_desc(ote_segment_h seg, ote_desc_t **desc_p)
 {
@@ -117,20 +58,14 @@ static ote_status_t object_desc(ote_segment_h seg, ote_desc_t **desc_p)
     status = seg->object_ops->describe(seg->file, &size, &access);
     if (status != OTE_OK)
         return status;
-    d = calloc(1, sizeof(*d));
-    if (d == NULL || (d->regions = calloc(1, sizeof(*d->regions))) == NULL) {
-        free(d);
+    d = ote_desc_new(ote_engine_facts(e)->instance_id, seg->name, ote_engine_facts(e)->host_id,
+                     NULL, 1);
+    if (d == NULL)
         return OTE_ERR_NO_MEMORY;
-    }
-    d->instance_id = ote_engine_facts(e)->instance_id;
-    snprintf(d->name, sizeof(d->name), "%s", seg->name);
-    snprintf(d->host_id, sizeof(d->host_id), "%s", ote_engine_facts(e)->host_id);
-    d->num_regions        = 1;
-    d->regions[0].addr    = 0;
-    d->regions[0].length  = size;
-    d->regions[0].access  = access;
+    d->regions[0].addr     = 0;
+    d->regions[0].length   = size;
+    d->regions[0].access   = access;
     d->regions[0].location = seg->object_ops->location; /* a literal of the component */
-    atomic_init(&d->refs, 1);
     *desc_p = d;
     return OTE_OK;
 }
@@ -255,27 +190,6 @@ static ote_status_t segment_resolve_object(ote_segment_h seg, int *restarted_p)
     return status;
 }
 
-ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char *ctl_addr)
-{
-    ote_segment_h seg = calloc(1, sizeof(*seg));
-
-    if (seg == NULL)
-        return NULL;
-    seg->engine = e;
-    seg->ctl_fd = -1;
-    /* A long file path is cut in the name logs show; the file keeps it whole. */
-    snprintf(seg->name, sizeof(seg->name), "%.*s", (int)sizeof(seg->name) - 1, name);
-    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%.*s", (int)sizeof(seg->ctl_addr) - 1,
-             ctl_addr);
-    pthread_mutex_init(&seg->lock, NULL);
-    pthread_mutex_init(&seg->refresh_lock, NULL);
-    pthread_mutex_init(&seg->spray_lock, NULL);
-    pthread_mutex_init(&seg->ctl_pool_lock, NULL);
-    ote_segment_reread_init(seg);
-    atomic_init(&seg->refs, 1);
-    return seg;
-}
-
 static ote_status_t segment_open(ote_engine_h e, const char *name, bool internal,
                                  ote_segment_h *seg_p);
 
@@ -344,7 +258,7 @@ static ote_status_t segment_open(ote_engine_h e, const char *name, bool internal
 err:
     ote_wireup_destroy(seg, d != NULL, d != NULL ? d->instance_id : 0);
     ote_desc_free(d);
-    segment_free(seg);
+    ote_segment_put(seg);
     return status;
 }
 
@@ -381,7 +295,7 @@ ote_status_t ote_segment_open_desc(ote_engine_h e, const void *buf, size_t len,
     if (status != OTE_OK) {
         ote_wireup_destroy(seg, true, d->instance_id);
         ote_desc_free(d);
-        segment_free(seg);
+        ote_segment_put(seg);
         return status;
     }
     atomic_init(&d->refs, 1);
@@ -408,7 +322,7 @@ ote_status_t ote_segment_close(ote_segment_h seg)
     /* Operations still posted end CANCELED as their eps go. */
     ote_wireup_destroy(seg, true, seg->desc->instance_id);
     /* Slices still waiting for a rail end CANCELED too. */
-    ote_segment_spray(seg, NULL, NULL, false);
+    ote_segment_backlog_end(seg);
     ote_segment_put(seg);
     return OTE_OK;
 }
@@ -509,7 +423,7 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         }
         status = ote_wireup_build(seg, d);
         /* Slices of the old instance still waiting for a rail end CANCELED. */
-        ote_segment_spray(seg, NULL, NULL, false);
+        ote_segment_backlog_end(seg);
         if (status != OTE_OK) {
             ote_segment_desc_put(d);
             goto out;

@@ -9,7 +9,7 @@
 #include "core/engine_facts.h"
 #include "core/meta/meta.h"
 #include "core/obs/obs.h"
-#include "segment.h"
+#include "segment_ctl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -380,54 +380,5 @@ static ote_status_t segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p)
             ote_warn("segment '%s': malformed descriptor", seg->name);
     }
     free(resp);
-    return status;
-}
-
-
-ote_status_t ote_segment_probe_holder(ote_engine_h e, const ote_desc_t *holder, long probe_ms)
-{
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    ote_segment_h seg;
-    ote_desc_t *d = NULL;
-    uint8_t *resp = NULL;
-    size_t len    = 0;
-    ote_status_t status, remote;
-
-    /* Only an address that parses: a name that does not resolve proves nothing. */
-    if (ote_sockaddr_parse(holder->ctl_addr, &ss, &sslen) != OTE_OK ||
-        ote_sockaddr_port((struct sockaddr *)&ss) == 0)
-        return OTE_ERR_INVALID_PARAM;
-    seg = ote_segment_new_bare(e, holder->name, holder->ctl_addr);
-    if (seg == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = ote_segment_ctl_request_alone(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, probe_ms,
-                                           &resp, &len);
-    ote_segment_put(seg);
-    if (status == OTE_ERR_NOT_FOUND || status == OTE_ERR_TIMEOUT) {
-        ote_debug("metadata: '%s' instance %016llx at %s: %s", holder->name,
-                  (unsigned long long)holder->instance_id, holder->ctl_addr,
-                  status == OTE_ERR_TIMEOUT ? "no answer in time" : "connection refused");
-        return OTE_ERR_NOT_FOUND;
-    }
-    if (status != OTE_OK)
-        return status;
-    if (len < 4 || ote_ctl_status_decode(resp, 4, &remote) != OTE_OK)
-        status = OTE_ERR_PROTOCOL;
-    else if (remote != OTE_OK)
-        status = remote == OTE_ERR_NOT_FOUND ? OTE_ERR_PROTOCOL : remote;
-    else
-        status = ote_desc_decode(resp + 4, len - 4, &d);
-    free(resp);
-    if (status != OTE_OK)
-        return status;
-    /* Whoever listens there now: the holder itself, or another engine (a restart, us). */
-    status = d->instance_id == holder->instance_id && strcmp(d->name, holder->name) == 0
-                 ? OTE_OK
-                 : OTE_ERR_NOT_FOUND;
-    ote_debug("metadata: '%s' instance %016llx at %s: answered by '%s' instance %016llx",
-              holder->name, (unsigned long long)holder->instance_id, holder->ctl_addr, d->name,
-              (unsigned long long)d->instance_id);
-    ote_desc_free(d);
     return status;
 }

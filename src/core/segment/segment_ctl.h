@@ -13,17 +13,6 @@
  * peer requires OTE_AUTH_KEY.
  */
 ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status);
-/*
- * Whether the engine holder describes still serves its name, asked for its
- * descriptor at holder->ctl_addr within probe_ms (connect, authentication
- * and answer): OTE_OK when that instance of that name answered;
- * OTE_ERR_NOT_FOUND when the connection was refused, nothing answered in
- * time, or another instance or name answered there; another status when
- * that cannot be told (an address that does not parse or resolve,
- * authentication, a malformed or error answer, a connection closed
- * without one). A meta.h holder_cb.
- */
-ote_status_t ote_segment_probe_holder(ote_engine_h e, const ote_desc_t *holder, long probe_ms);
 /* Close the segment's control connection (the next request opens another). */
 void         ote_segment_ctl_close(ote_segment_h seg);
 /* The peer's descriptor from its control listener (peer-to-peer metadata). */

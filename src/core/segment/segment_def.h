@@ -18,6 +18,13 @@ struct ote_segment_table {
     struct ote_segment *segments;   /* open segments */
     /* files exported to peers (fexport.c), served by the control listener */
     ote_fexport_table_t fexports;
+    /*
+     * Ends the slices waiting in seg's backlog that no rail may carry now
+     * (the segment closed, or its rails were built anew): the spray's
+     * (spray.c), set by the engine. A segment's life calls it, not
+     * spray.c, which reports slices' ends up to xfer/.
+     */
+    void (*backlog_end)(ote_segment_h seg);
 };
 
 static inline ote_segment_table_t *ote_segment_table(ote_engine_h e)
@@ -78,5 +85,11 @@ struct ote_segment {
     uint64_t         reread_last_ns; /* when the last one started (0: none yet) */
     ote_status_t     reread_status; /* how the last one ended */
 };
+
+/* After a close or a rebuild of seg's rails: its waiting slices end (backlog_end). */
+static inline void ote_segment_backlog_end(ote_segment_h seg)
+{
+    ote_segment_table(seg->engine)->backlog_end(seg);
+}
 
 #endif

@@ -8,8 +8,11 @@
  * bytes inside them, or over the engines' data rails: OTE_FILE_REMOTE).
  */
 #include "core/engine_facts.h"
-#include "segment.h"
-#include "core/worker/worker.h"
+#include "segment_ctl.h"
+#include "segment_export.h"
+#include "segment_ref.h"
+#include "wireup.h"
+#include "core/worker/worker_def.h"
 
 #include "base/log.h"
 #include "base/util.h"
@@ -57,21 +60,13 @@ static ote_status_t export_desc(ote_segment_h seg, const ote_desc_t *d, ote_desc
         ote_error("segment '%s': the exported file is empty", seg->name);
         return OTE_ERR_INVALID_PARAM;
     }
-    out = calloc(1, sizeof(*out));
-    if (out == NULL || (out->regions = calloc(1, sizeof(*out->regions))) == NULL) {
-        free(out);
+    out = ote_desc_new(d->instance_id, d->name, d->host_id, d->ctl_addr, 1);
+    if (out == NULL)
         return OTE_ERR_NO_MEMORY;
-    }
-    out->instance_id = d->instance_id;
-    snprintf(out->name, sizeof(out->name), "%s", d->name);
-    snprintf(out->host_id, sizeof(out->host_id), "%s", d->host_id);
-    snprintf(out->ctl_addr, sizeof(out->ctl_addr), "%s", d->ctl_addr);
-    out->num_regions       = 1;
-    out->regions[0].addr   = 0;
-    out->regions[0].length = x->size;
-    out->regions[0].access = x->access;
+    out->regions[0].addr     = 0;
+    out->regions[0].length   = x->size;
+    out->regions[0].access   = x->access;
     out->regions[0].location = "file";
-    atomic_init(&out->refs, 1);
     *file_id_p = x->id;
     *desc_p    = out;
     return OTE_OK;
@@ -203,7 +198,7 @@ ote_status_t ote_segment_resolve_export(ote_segment_h seg, bool rebind, ote_desc
         pthread_mutex_unlock(&seg->lock);
         status = export_rails_build(seg, peer->instance_id, file_id);
         /* Slices of the old instance still waiting for a rail end CANCELED. */
-        ote_segment_spray(seg, NULL, NULL, false);
+        ote_segment_backlog_end(seg);
     }
     ote_desc_free(peer);
     if (status != OTE_OK) {

@@ -13,30 +13,17 @@
  * the range up; a re-read numbered above the ticket started after that
  * look-up, so a region registered before the request was submitted is in
  * what it reads.
+ *
+ * A re-read is a refresh (segment.c), so this file stands above the
+ * segment's life and nothing of the room calls it; the state it keeps in
+ * the segment is set up and torn down with the segment (segment_ref.c).
  */
 #include "base/log.h"
 #include "base/util.h"
 #include "core/engine_facts.h"
-#include "segment.h"
+#include "segment_reread.h"
 
 #include <time.h>
-
-void ote_segment_reread_init(ote_segment_h seg)
-{
-
-    pthread_mutex_init(&seg->reread_lock, NULL);
-    ote_cond_init_monotonic(&seg->reread_cond);
-    seg->reread_busy    = false;
-    seg->reread_started = seg->reread_ended = 0;
-    seg->reread_last_ns = 0;
-    seg->reread_status  = OTE_OK;
-}
-
-void ote_segment_reread_fini(ote_segment_h seg)
-{
-    pthread_cond_destroy(&seg->reread_cond);
-    pthread_mutex_destroy(&seg->reread_lock);
-}
 
 uint64_t ote_segment_reread_ticket(ote_segment_h seg)
 {

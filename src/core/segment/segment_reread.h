@@ -25,8 +25,5 @@ uint64_t     ote_segment_reread_ticket(ote_segment_h seg);
  * OTE_ERR_PEER_RESTARTED, OTE_ERR_REMOTE_DISCONNECT, ...).
  */
 ote_status_t ote_segment_reread(ote_segment_h seg, uint64_t ticket);
-/* Set up and tear down the segment's re-read state (segment.c). */
-void         ote_segment_reread_init(ote_segment_h seg);
-void         ote_segment_reread_fini(ote_segment_h seg);
 
 #endif

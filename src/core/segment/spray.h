@@ -1,5 +1,9 @@
 /*
- * spray.c: a segment's slices onto its rails.
+ * spray.c: a segment's slices onto its rails. The room's one file in the
+ * submit <-> completion circle (it posts through worker.c and reports
+ * slices' ends to xfer/batch.c); the rooms above include this header
+ * themselves, and the segment's life reaches the spray only through
+ * backlog_end (segment_def.h).
  */
 #ifndef OTE_CORE_SPRAY_H
 #define OTE_CORE_SPRAY_H

@@ -12,8 +12,9 @@
 #include "proto/putback.h"
 #include "proto/stage.h"
 #include "segment_ctl.h"
+#include "segment_ref.h"
 #include "wireup.h"
-#include "core/worker/worker.h"
+#include "core/worker/worker_def.h"
 
 #include <net/if.h>
 #include <stdlib.h>

@@ -2,6 +2,7 @@
 
 #include "base/wire_util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,26 @@ ote_status_t ote_desc_encode(const ote_desc_t *d, ote_mem_table_t *table, ote_bu
         return OTE_ERR_NO_MEMORY;
     ote_put_u32(out->data + count_pos, ctx.count);
     return OTE_OK;
+}
+
+ote_desc_t *ote_desc_new(uint64_t instance, const char *name, const char *host_id,
+                         const char *ctl_addr, size_t num_regions)
+{
+    ote_desc_t *d = calloc(1, sizeof(*d));
+
+    if (d == NULL)
+        return NULL;
+    if (num_regions > 0 && (d->regions = calloc(num_regions, sizeof(*d->regions))) == NULL) {
+        free(d);
+        return NULL;
+    }
+    d->num_regions = num_regions;
+    d->instance_id = instance;
+    snprintf(d->name, sizeof(d->name), "%s", name);
+    snprintf(d->host_id, sizeof(d->host_id), "%s", host_id);
+    snprintf(d->ctl_addr, sizeof(d->ctl_addr), "%s", ctl_addr != NULL ? ctl_addr : "");
+    atomic_init(&d->refs, 1);
+    return d;
 }
 
 void ote_desc_free(ote_desc_t *d)

@@ -131,6 +131,14 @@ typedef struct {
  * from table; exports from desc.
  */
 ote_status_t ote_desc_encode(const ote_desc_t *desc, ote_mem_table_t *table, ote_buf_t *out);
+/*
+ * A descriptor made here, not decoded (ote_desc_free frees it): the
+ * header of an engine (instance, name, host_id; ctl_addr, or none with
+ * NULL), room for num_regions regions (num_regions says so; none with 0),
+ * one reference. NULL: no memory.
+ */
+ote_desc_t  *ote_desc_new(uint64_t instance, const char *name, const char *host_id,
+                          const char *ctl_addr, size_t num_regions);
 /* Decode; on success *desc_p is owned by the caller (ote_desc_free). */
 ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p);
 void         ote_desc_free(ote_desc_t *desc);

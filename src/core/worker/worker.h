@@ -2,8 +2,9 @@
  * src/core/worker/: the workers, threads (or callers) that progress the
  * transports.
  *
- * Owns: its state in the engine (ote_worker_set_t), each worker's ifaces,
- * queue and progress (worker.c), its CPU binding (worker_bind.c), the
+ * Owns: its state in the engine (ote_worker_set_t) and struct ote_worker,
+ * the types in worker_def.h; each worker's ifaces, queue and progress
+ * (worker.c), its CPU binding (worker_bind.c), the
  * waits of callers that progress the workers themselves and the engine's
  * event fd (worker_wait.c, declared in worker_wait.h).
  *
@@ -14,75 +15,7 @@
 #ifndef OTE_CORE_WORKER_H
 #define OTE_CORE_WORKER_H
 
-#include "core/engine_facts.h"
-
-#include <pthread.h>
-
-/*
- * What worker/ owns of the engine besides the workers themselves (the
- * engine embeds it): the waits of callers that progress the workers.
- */
-struct ote_worker_set {
-    int              event_fd;      /* ote_engine_event_fd, -1 until created */
-    atomic_bool      event_fd_used;
-    int              poll_epfd;     /* every worker's epoll fd: waits without worker threads */
-    _Atomic uint64_t wait_ns;       /* recent time ote_batch_wait() took (its polling budget) */
-};
-
-static inline ote_worker_set_t *ote_worker_set(ote_engine_h e)
-{
-    return ote_engine_facts(e)->wset;
-}
-
-/* Protocol progress registered on a worker (ote_worker_progress_register). */
-#define OTE_WORKER_MAX_PROGRESS 8
-
-typedef struct {
-    _Atomic(ote_proto_progress_cb_t) progress; /* NULL: free slot */
-    ote_proto_pending_cb_t           pending;
-    void                            *arg;
-} ote_worker_progress_t;
-
-struct ote_worker {
-    ote_engine_h     engine;
-    size_t           index;
-    pthread_t        thread;
-    bool             started;
-    pthread_mutex_t  lock;        /* held while progressing; ep setup takes it */
-    int              epfd;
-    int              wake_fd;
-    ote_tl_iface_t  *ifaces[OTE_MAX_IFACES];
-    /* Grows while the engine runs (a device joins): read the count, then the entries. */
-    _Atomic size_t   num_ifaces;
-    pthread_mutex_t  qlock;
-    ote_slice_t     *qhead, *qtail;
-    atomic_bool      queued;      /* qhead != NULL: written under qlock, read without */
-    atomic_bool      sleeping;
-    atomic_bool      idle_sleep;  /* asleep with no timer: nothing was in flight */
-    _Atomic uint64_t active_ns;   /* last time progress handled events */
-    atomic_bool      stop;
-    /*
-     * Threads in ote_batch_wait() that progress this worker themselves. While
-     * there are some, the worker thread leaves the events that wake it to
-     * them (it counts each time in missed), so that an answer wakes one
-     * thread, not two.
-     */
-    atomic_int       callers;
-    _Atomic uint64_t missed;
-    /*
-     * The worker thread waits on its wake-up fd alone while callers
-     * progress it (worker_park): a caller that stops polling before its
-     * task ended wakes it; one whose task ended does not, and the thread
-     * sees it gone within the park interval.
-     */
-    atomic_bool      parked;
-    atomic_bool      handoff;     /* a caller stopped polling before its task ended */
-    uint64_t         next_timeout;  /* next check of OTE_XFER_TIMEOUT_MS (under lock) */
-    uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
-    ote_worker_progress_t progress[OTE_WORKER_MAX_PROGRESS];
-    pthread_mutex_t  progress_lock; /* registrations */
-    ote_stage_worker_t *stage;      /* staging context (proto/stage.h), or NULL */
-};
+#include "worker_def.h"
 
 /* worker.c */
 ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index);

@@ -14,6 +14,7 @@
 #include "core/engine_facts.h"
 #include "notify.h"
 #include "core/segment/segment.h"
+#include "core/segment/spray.h"
 #include "core/worker/worker_wait.h"
 
 #include <errno.h>

@@ -10,6 +10,7 @@
 #include "core/engine_facts.h"
 #include "core/segment/range_index.h"
 #include "core/segment/segment.h"
+#include "core/segment/segment_reread.h"
 
 /*
  * What the peer's descriptor says of [addr, addr+len) for an access: OK

@@ -35,7 +35,6 @@
 #include "notify.h"
 #include "xfer_def.h"
 #include "core/segment/segment.h"
-#include "core/worker/worker.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -129,13 +128,8 @@ static void lane_put(ote_engine_h e, struct ote_notify_lane *l)
 /* Under the lane lock: it takes the next number of this engine. */
 static void lane_append(ote_engine_h e, struct ote_notify_lane *l, notify_item_t *it)
 {
-    it->seq  = atomic_fetch_add(&ote_xfer_state(e)->notify_seq, 1) + 1;
-    it->next = NULL;
-    if (l->tail != NULL)
-        l->tail->next = it;
-    else
-        l->head = it;
-    l->tail = it;
+    it->seq = atomic_fetch_add(&ote_xfer_state(e)->notify_seq, 1) + 1;
+    OTE_QUEUE_PUSH(l->head, l->tail, it, next);
 }
 
 /*
