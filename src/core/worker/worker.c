@@ -645,3 +645,93 @@ void ote_worker_cleanup(ote_worker_t *w)
     pthread_mutex_destroy(&w->qlock);
     pthread_mutex_destroy(&w->progress_lock);
 }
+
+/* Under w's lock: iface's event fd (if any) joins w's epoll. */
+static void iface_watch(ote_worker_t *w, ote_tl_iface_t *iface)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = iface};
+    int fd                = iface->ops->event_fd(iface);
+
+    if (fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
+        (errno != EEXIST || epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0))
+        ote_error("worker %zu: %s/%s: its new event fd cannot be watched: %s", w->index,
+                  iface->resource.tl_name, iface->resource.dev_name, strerror(errno));
+}
+
+ote_status_t ote_worker_iface_quarantine(ote_worker_t *w, ote_tl_iface_t *iface, bool *moved_p)
+{
+    ote_status_t status;
+    int fd;
+
+    *moved_p = false;
+    pthread_mutex_lock(&w->lock);
+    /* Out of the epoll before UCT closes it: a number reused later is not ours. */
+    fd = iface->ops->event_fd(iface);
+    if (fd >= 0)
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+    status = ote_tl_iface_quarantine(iface, moved_p);
+    iface_watch(w, iface);
+    pthread_mutex_unlock(&w->lock);
+    ote_worker_wake(w);
+    return status;
+}
+
+ote_status_t ote_worker_iface_reopen(ote_worker_t *w, ote_tl_iface_t *iface, bool *moved_p)
+{
+    ote_status_t status;
+
+    *moved_p = false;
+    if (!ote_tl_iface_closed(iface))
+        return OTE_ERR_EXISTS;
+    pthread_mutex_lock(&w->lock);
+    status = ote_tl_iface_reopen(iface, moved_p);
+    if (status == OTE_OK)
+        iface_watch(w, iface);
+    pthread_mutex_unlock(&w->lock);
+    if (status == OTE_OK)
+        ote_worker_wake(w);
+    return status;
+}
+
+bool ote_worker_quarantine_tl(ote_engine_h e, const char *tl_name)
+{
+    ote_engine_facts_t *f = ote_engine_facts(e);
+    bool changed          = false;
+
+    for (size_t w = 0; w < f->num_workers; w++) {
+        ote_worker_t *wk = &f->workers[w];
+        size_t n         = atomic_load(&wk->num_ifaces);
+
+        for (size_t i = 0; i < n; i++) {
+            ote_tl_iface_t *iface = wk->ifaces[i];
+            bool moved            = false;
+            ote_status_t status;
+
+            if (strcmp(iface->resource.tl_name, tl_name) != 0)
+                continue;
+            status  = ote_worker_iface_quarantine(wk, iface, &moved);
+            changed = changed || moved || (status != OTE_OK && status != OTE_ERR_UNSUPPORTED);
+        }
+    }
+    return changed;
+}
+
+bool ote_worker_reopen_closed(ote_engine_h e)
+{
+    ote_engine_facts_t *f = ote_engine_facts(e);
+    bool changed          = false;
+
+    for (size_t w = 0; w < f->num_workers; w++) {
+        ote_worker_t *wk = &f->workers[w];
+        size_t n         = atomic_load(&wk->num_ifaces);
+
+        for (size_t i = 0; i < n; i++) {
+            bool moved = false;
+
+            /* Open again, at the old port or not: its address is back in the descriptor. */
+            if (ote_worker_iface_reopen(wk, wk->ifaces[i], &moved) == OTE_OK)
+                changed = true;
+        }
+    }
+    return changed;
+}
