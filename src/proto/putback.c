@@ -34,9 +34,10 @@ typedef struct {
 
 /*
  * Whether bytes of the target's PUT may still land: not for a READ that
- * completed, nor for one the target refused after its range check (nothing
- * moved), nor when no request left; for every other end (a timeout, a
- * failed WRITE, no or a bad answer) the target may have sent some.
+ * completed, nor for one the target refused after its range check or
+ * could not send at all (UNREACHABLE: nothing moved), nor when no request
+ * left; for every other end (a timeout, a failed WRITE, no or a bad
+ * answer) the target may have sent some.
  */
 static bool putback_may_land(ote_status_t sent, bool answered, ote_status_t remote)
 {
@@ -45,7 +46,8 @@ static bool putback_may_land(ote_status_t sent, bool answered, ote_status_t remo
     if (!answered)
         return true;
     return remote != OTE_OK && remote != OTE_ERR_NOT_REGISTERED &&
-           remote != OTE_ERR_OUT_OF_BOUNDS && remote != OTE_ERR_ACCESS;
+           remote != OTE_ERR_OUT_OF_BOUNDS && remote != OTE_ERR_ACCESS &&
+           remote != OTE_ERR_UNREACHABLE;
 }
 
 static void putback_read_job(ote_proto_job_t *job)

@@ -381,8 +381,9 @@ ote_status_t ote_tl_iface_quarantine(ote_tl_iface_t *iface, bool *moved_p);
 /*
  * An iface a quarantine closed and could not open again (its device not
  * up): no UCT object behind it, event_fd -1, progress does nothing, its
- * eps cannot be made (REMOTE_DISCONNECT) and get_address answers
- * NO_DEVICE. ote_tl_iface_closed says so from any thread;
+ * eps cannot be made (REMOTE_DISCONNECT) and get_address answers the
+ * address it had (peers fail to connect there as to a link that is down).
+ * ote_tl_iface_closed says so from any thread;
  * ote_tl_iface_reopen (worker lock held) tries again: OK when it is open
  * (*moved_p as for a quarantine), EXISTS when it was not closed.
  */

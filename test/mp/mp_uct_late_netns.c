@@ -394,7 +394,7 @@ static void test_quarantine_link_down_reopens_later(void **state)
     uint8_t *want = malloc(PBLEN);
     ote_task_status_t st;
     ote_tl_iface_t *iface;
-    ote_worker_t *w;
+    ote_worker_t *w = NULL;
     pthread_t th;
     int old_fd, fd;
     bool ok = false;

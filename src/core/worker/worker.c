@@ -705,12 +705,11 @@ bool ote_worker_quarantine_tl(ote_engine_h e, const char *tl_name)
         for (size_t i = 0; i < n; i++) {
             ote_tl_iface_t *iface = wk->ifaces[i];
             bool moved            = false;
-            ote_status_t status;
 
             if (strcmp(iface->resource.tl_name, tl_name) != 0)
                 continue;
-            status  = ote_worker_iface_quarantine(wk, iface, &moved);
-            changed = changed || moved || (status != OTE_OK && status != OTE_ERR_UNSUPPORTED);
+            (void)ote_worker_iface_quarantine(wk, iface, &moved);
+            changed = changed || moved;
         }
     }
     return changed;
@@ -728,8 +727,7 @@ bool ote_worker_reopen_closed(ote_engine_h e)
         for (size_t i = 0; i < n; i++) {
             bool moved = false;
 
-            /* Open again, at the old port or not: its address is back in the descriptor. */
-            if (ote_worker_iface_reopen(wk, wk->ifaces[i], &moved) == OTE_OK)
+            if (ote_worker_iface_reopen(wk, wk->ifaces[i], &moved) == OTE_OK && moved)
                 changed = true;
         }
     }

@@ -108,11 +108,11 @@ ote_status_t ote_worker_iface_reopen(ote_worker_t *w, ote_tl_iface_t *iface, boo
 /*
  * Quarantine every iface of transport tl_name on every worker of e: when
  * it returns, nothing more of a peer's PUT lands through them. True when
- * the descriptor changed (an address moved, or an iface stayed closed).
+ * the descriptor changed (an address moved).
  * Without any worker lock held.
  */
 bool         ote_worker_quarantine_tl(ote_engine_h e, const char *tl_name);
-/* Every closed iface of e's workers tried again; true when one opened (the descriptor changed). */
+/* Every closed iface of e's workers tried again; true when one opened on another port. */
 bool         ote_worker_reopen_closed(ote_engine_h e);
 /* Queue a chain of slices for posting; wakes the worker if it sleeps. */
 void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);

@@ -138,7 +138,7 @@ struct ote_uct_iface {
      * The address get_address publishes, copied at each open: descriptor
      * builds (control and metadata threads) read it here under addr_lock,
      * never from the UCT iface, which a quarantine closes and opens again
-     * under the worker lock. addr_status: NO_DEVICE while closed.
+     * under the worker lock. Kept while closed (iface_reopen).
      */
     pthread_mutex_t      addr_lock;
     uint8_t              addr[4 + 2 * OTE_TL_ADDR_MAX];

@@ -348,7 +348,15 @@ static ote_status_t iface_reopen(ote_uct_iface_t *iface, bool *moved_p)
         status   = iface_uct_open(iface, NULL, NULL);
         *moved_p = status == OTE_OK;
     }
-    iface_addr_cache(iface);
+    /*
+     * Closed, the iface keeps publishing the address it had, as a device
+     * that went down does until the engine sees it gone: a peer's connect
+     * there fails as towards any link that is down, and no descriptor
+     * drops a transport both ends run (which a peer would take for
+     * UNREACHABLE).
+     */
+    if (status == OTE_OK)
+        iface_addr_cache(iface);
     atomic_store(&iface->closed, status != OTE_OK);
     return status;
 }
@@ -393,10 +401,7 @@ ote_status_t ote_uct_iface_quarantine(ote_tl_iface_t *tl_iface, bool *moved_p)
             ote_uct_ep_fail(ep, OTE_ERR_REMOTE_DISCONNECT);
         }
     }
-    /*
-     * Descriptors built meanwhile still read the old address (the same
-     * port, mostly); iface_reopen replaces it, or takes it out.
-     */
+    /* Descriptors built meanwhile read the old address; iface_reopen replaces it. */
     atomic_store(&iface->closed, true);
     if (iface->iface != NULL) {
         if (port != 0)
