@@ -298,12 +298,6 @@ void ote_engine_join_round(ote_engine_h e, const ote_rdma_t *rdma, bool rdma_cha
     ote_select_t *sel;
     bool changed = false;
 
-    /*
-     * An iface a quarantine left closed (its device was down) opens again
-     * on this tick once it can, before its rails resume below.
-     */
-    if (ote_worker_reopen_closed(e))
-        ote_meta_changed(e->facts.meta);
     if (!rdma_changed && sig == e->netif_sig && !retry)
         return;
     e->netif_sig     = sig;

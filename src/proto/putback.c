@@ -11,7 +11,6 @@
 #include "base/log.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,26 +28,7 @@ typedef struct {
     ote_ctl_putback_t    m;
     ote_tl_completion_t *comp;
     ote_putback_hooks_t  hooks;
-    char                 tl_name[OTE_TL_NAME_MAX]; /* the host rail's transport */
 } putback_op_t;
-
-/*
- * Whether bytes of the target's PUT may still land: not for a READ that
- * completed, nor for one the target refused after its range check or
- * could not send at all (UNREACHABLE: nothing moved), nor when no request
- * left; for every other end (a timeout, a failed WRITE, no or a bad
- * answer) the target may have sent some.
- */
-static bool putback_may_land(ote_status_t sent, bool answered, ote_status_t remote)
-{
-    if (sent != OTE_OK)
-        return false;
-    if (!answered)
-        return true;
-    return remote != OTE_OK && remote != OTE_ERR_NOT_REGISTERED &&
-           remote != OTE_ERR_OUT_OF_BOUNDS && remote != OTE_ERR_ACCESS &&
-           remote != OTE_ERR_UNREACHABLE;
-}
 
 static void putback_read_job(ote_proto_job_t *job)
 {
@@ -59,27 +39,15 @@ static void putback_read_job(ote_proto_job_t *job)
     uint64_t id      = 0;
     ote_status_t status, remote = OTE_OK;
 
-    ote_status_t encoded;
-    bool answered = false;
-
-    status = encoded = ote_ctl_putback_encode(&op->m, &out);
+    status = ote_ctl_putback_encode(&op->m, &out);
     if (status == OTE_OK)
         status = op->hooks.base.ctl(op->hooks.base.ctl_arg, out.data, out.len, &resp, &len);
     if (status == OTE_OK)
         status = ote_ctl_putback_ack_decode(resp, len, &remote, &id);
     if (status == OTE_OK && id != op->m.id)
         status = OTE_ERR_PROTOCOL;
-    if (status == OTE_OK) {
-        answered = true;
-        status   = remote;
-    }
-    /* Nothing of the READ may land after its slice ends: see putback.h. */
-    if (op->hooks.quarantine != NULL && putback_may_land(encoded, answered, remote)) {
-        ote_warn("putback: read %#llx+%u ended %s: closing the %s connections its bytes "
-                 "could still arrive on", (unsigned long long)op->m.remote, op->m.length,
-                 ote_status_string(status), op->tl_name);
-        op->hooks.quarantine(op->hooks.quarantine_arg, op->tl_name);
-    }
+    if (status == OTE_OK)
+        status = remote;
     if (status != OTE_OK)
         ote_debug("putback: read %#llx+%u: %s", (unsigned long long)op->m.remote, op->m.length,
                   ote_status_string(status));
@@ -107,7 +75,6 @@ static ote_status_t putback_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t le
         return OTE_ERR_NO_MEMORY;
     op->comp        = comp;
     op->hooks       = ep->hooks;
-    snprintf(op->tl_name, sizeof(op->tl_name), "%s", ep->iface.resource.tl_name);
     op->m.initiator = ep->hooks.base.initiator;
     op->m.target    = ep->hooks.base.target;
     op->m.id        = atomic_fetch_add(&ep->next_id, 1) + 1;

@@ -19,13 +19,6 @@
 typedef struct {
     ote_proto_ctl_hooks_t base;   /* ctl: PUTBACK, answered by PUTBACK_ACK */
     char             name[256];   /* this engine's name: the target opens it */
-    /*
-     * A READ that did not complete, whose target may have PUT some of it:
-     * close every connection of tl_name's ifaces it could land through
-     * (ote_worker_quarantine_tl) before the slice ends. NULL: none.
-     */
-    void (*quarantine)(void *arg, const char *tl_name);
-    void            *quarantine_arg;
 } ote_putback_hooks_t;
 
 /* PUTBACKs a target accepts at once (running or queued); more are answered BUSY. */

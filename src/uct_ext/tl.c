@@ -13,10 +13,6 @@ extern ote_tl_component_t ote_file_component;
 #endif
 #ifdef HAVE_UCX
 extern ote_tl_component_t ote_uct_component;
-/* uct_iface.c (ote_tl_iface_quarantine). */
-ote_status_t ote_uct_iface_quarantine(ote_tl_iface_t *iface, bool *moved_p);
-ote_status_t ote_uct_iface_reopen(ote_tl_iface_t *iface, bool *moved_p);
-bool         ote_uct_iface_closed(const ote_tl_iface_t *iface);
 #endif
 
 extern const ote_config_table_t ote_tcp_config_table;
@@ -121,38 +117,6 @@ ote_status_t ote_tl_unsupported_event_arm(ote_tl_iface_t *iface)
 
 void ote_tl_no_check_timeouts(ote_tl_iface_t *iface, uint64_t deadline_ns)
 {
-}
-
-ote_status_t ote_tl_iface_quarantine(ote_tl_iface_t *iface, bool *moved_p)
-{
-    *moved_p = false;
-#ifdef HAVE_UCX
-    if (iface->resource.component == &ote_uct_component)
-        return ote_uct_iface_quarantine(iface, moved_p);
-#endif
-    (void)iface;
-    return OTE_ERR_UNSUPPORTED;
-}
-
-ote_status_t ote_tl_iface_reopen(ote_tl_iface_t *iface, bool *moved_p)
-{
-    *moved_p = false;
-#ifdef HAVE_UCX
-    if (iface->resource.component == &ote_uct_component)
-        return ote_uct_iface_reopen(iface, moved_p);
-#endif
-    (void)iface;
-    return OTE_ERR_UNSUPPORTED;
-}
-
-bool ote_tl_iface_closed(const ote_tl_iface_t *iface)
-{
-#ifdef HAVE_UCX
-    if (iface->resource.component == &ote_uct_component)
-        return ote_uct_iface_closed(iface);
-#endif
-    (void)iface;
-    return false;
 }
 
 bool ote_tl_no_deadlines(ote_tl_iface_t *iface)

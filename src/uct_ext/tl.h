@@ -368,27 +368,6 @@ void         ote_tl_no_format_address(ote_tl_iface_t *iface, char *buf, size_t l
 ote_status_t ote_tl_unsupported_event_arm(ote_tl_iface_t *iface);
 void         ote_tl_no_check_timeouts(ote_tl_iface_t *iface, uint64_t deadline_ns);
 bool         ote_tl_no_deadlines(ote_tl_iface_t *iface);
-/*
- * Quarantine a worker iface: close every connection of it, so that nothing
- * more of a peer's one-sided PUT can land in this process's memory through
- * it, then open it again, at the same address where it can (*moved_p
- * false; true: peers need the new descriptor). Its eps fail
- * REMOTE_DISCONNECT (their operations end with that status) and are made
- * again as after any failure. Worker lock held; event_fd may change.
- * UNSUPPORTED (nothing done) for every transport but UCT's tcp.
- */
-ote_status_t ote_tl_iface_quarantine(ote_tl_iface_t *iface, bool *moved_p);
-/*
- * An iface a quarantine closed and could not open again (its device not
- * up): no UCT object behind it, event_fd -1, progress does nothing, its
- * eps cannot be made (REMOTE_DISCONNECT) and get_address answers the
- * address it had (peers fail to connect there as to a link that is down).
- * ote_tl_iface_closed says so from any thread;
- * ote_tl_iface_reopen (worker lock held) tries again: OK when it is open
- * (*moved_p as for a quarantine), EXISTS when it was not closed.
- */
-ote_status_t ote_tl_iface_reopen(ote_tl_iface_t *iface, bool *moved_p);
-bool         ote_tl_iface_closed(const ote_tl_iface_t *iface);
 ote_status_t ote_tl_unsupported_ep_open(ote_tl_iface_t *iface, const void *peer_addr,
                                         size_t peer_addr_len, const ote_tl_peer_t *peer,
                                         ote_tl_ep_t **ep_p, void *addr, size_t max,

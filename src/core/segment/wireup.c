@@ -9,7 +9,6 @@
 #include "base/util.h"
 #include "core/wire/ctl_msg.h"
 #include "core/engine_facts.h"
-#include "core/meta/meta.h"
 #include "proto/putback.h"
 #include "proto/stage.h"
 #include "segment_ctl.h"
@@ -287,14 +286,6 @@ static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t 
                                          resp_p, resp_len_p);
 }
 
-/* A PUTBACK READ that may still land: see ote_worker_quarantine_tl. */
-static void putback_quarantine(void *arg, const char *tl_name)
-{
-    /* The p2p metadata serves the descriptor as it is now; a store is told. */
-    if (ote_worker_quarantine_tl(arg, tl_name))
-        ote_meta_changed(ote_engine_facts(arg)->meta);
-}
-
 /*
  * READs over put-only host rails (UCT's tcp): one putback rail in front of
  * each, on the same worker (proto/putback.c). Returns the new rail count.
@@ -313,8 +304,6 @@ static size_t putback_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n
         if (seg->rail_set.rails[i] != &seg->rails[i])
             continue;
         snprintf(hooks.name, sizeof(hooks.name), "%s", ote_engine_facts(e)->name);
-        hooks.quarantine     = putback_quarantine;
-        hooks.quarantine_arg = e;
         if (ote_proto_putback_rail_init(&seg->rails[n], &seg->rails[i], &hooks) == OTE_OK) {
             ote_debug("segment '%s': rail %zu reads by PUTBACK over %s/%s", seg->name, n,
                       seg->rails[i].iface->resource.tl_name,

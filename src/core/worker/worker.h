@@ -96,24 +96,6 @@ void         ote_worker_cleanup(ote_worker_t *w);
  * joins the worker's epoll and the iface its list, under the worker lock.
  */
 ote_status_t ote_worker_iface_add(ote_worker_t *w, ote_tl_iface_t *iface);
-/*
- * Quarantine iface (tl.h, ote_tl_iface_quarantine) under w's lock: its event
- * fd leaves w's epoll before the iface closes, the new one (if it opened
- * again) joins. UNSUPPORTED when its transport has none; another error: it
- * stays closed (ote_tl_iface_closed) until ote_worker_iface_reopen.
- */
-ote_status_t ote_worker_iface_quarantine(ote_worker_t *w, ote_tl_iface_t *iface, bool *moved_p);
-/* A closed iface (ote_tl_iface_closed) opened again under w's lock, its event fd watched. */
-ote_status_t ote_worker_iface_reopen(ote_worker_t *w, ote_tl_iface_t *iface, bool *moved_p);
-/*
- * Quarantine every iface of transport tl_name on every worker of e: when
- * it returns, nothing more of a peer's PUT lands through them. True when
- * the descriptor changed (an address moved).
- * Without any worker lock held.
- */
-bool         ote_worker_quarantine_tl(ote_engine_h e, const char *tl_name);
-/* Every closed iface of e's workers tried again; true when one opened on another port. */
-bool         ote_worker_reopen_closed(ote_engine_h e);
 /* Queue a chain of slices for posting; wakes the worker if it sleeps. */
 void         ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail);
 /* Queue a chain of slices for posting by the worker only (callable from any worker). */

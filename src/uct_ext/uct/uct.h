@@ -134,19 +134,6 @@ struct ote_uct_iface {
     size_t               num_errs;
     atomic_bool          have_errs;
     bool                 errs_overflow;
-    /*
-     * The address get_address publishes, copied at each open: descriptor
-     * builds (control and metadata threads) read it here under addr_lock,
-     * never from the UCT iface, which a quarantine closes and opens again
-     * under the worker lock. Kept while closed (iface_reopen).
-     */
-    pthread_mutex_t      addr_lock;
-    uint8_t              addr[4 + 2 * OTE_TL_ADDR_MAX];
-    size_t               addr_len;
-    ote_status_t         addr_status;
-    /* UCT tcp: the port (network order) of the last open, kept across a closed spell. */
-    uint16_t             port;
-    atomic_bool          closed;    /* a quarantine could not open it again */
 };
 
 /* uct_md.c */
@@ -163,12 +150,6 @@ void         ote_uct_md_put(ote_uct_md_t *md);
 ote_status_t ote_uct_query(ote_uct_rsc_t ***list_p, size_t *count_p);
 
 /* uct_iface.c */
-/* See ote_tl_iface_quarantine (tl.h): UCT's tcp only, worker lock held. */
-ote_status_t  ote_uct_iface_quarantine(ote_tl_iface_t *iface, bool *moved_p);
-/* See ote_tl_iface_reopen (tl.h): worker lock held. */
-ote_status_t  ote_uct_iface_reopen(ote_tl_iface_t *iface, bool *moved_p);
-/* See ote_tl_iface_closed (tl.h): any thread. */
-bool          ote_uct_iface_closed(const ote_tl_iface_t *iface);
 ote_uct_op_t *ote_uct_op_get(ote_uct_iface_t *iface);
 void          ote_uct_op_put(ote_uct_iface_t *iface, ote_uct_op_t *op);
 void          ote_uct_op_list_push(ote_uct_op_list_t *l, ote_uct_op_t *op);
@@ -210,12 +191,5 @@ unsigned     ote_uct_ep_post_pending(ote_uct_ep_t *ep);
 void         ote_uct_ep_fail(ote_uct_ep_t *ep, ote_status_t status);
 /* Destroy an ep (worker lock held); operations still outstanding end CANCELED. */
 void         ote_uct_ep_free(ote_uct_ep_t *ep);
-/*
- * Reset (SO_LINGER 0) this process's stream sockets bound to port (network
- * order) on the address of UCT tcp's device address dev (NULL or not
- * IPv4: any address), so that their close drops what they hold and leaves
- * no TIME_WAIT behind.
- */
-void         ote_uct_socks_reset(uint16_t port, const uint8_t *dev, size_t dev_len);
 
 #endif

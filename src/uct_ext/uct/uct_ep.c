@@ -6,8 +6,6 @@
 #include "base/util.h"
 
 #include <dirent.h>
-#include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,35 +534,6 @@ static int socks_list(ep_sock_t *out, int max)
     return n;
 }
 
-void ote_uct_socks_reset(uint16_t port, const uint8_t *dev, size_t dev_len)
-{
-    struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    ep_sock_t *v     = malloc(sizeof(*v) * EP_SOCKS_MAX);
-    struct in_addr ip;
-    bool have_ip;
-    int n;
-
-    if (v == NULL)
-        return;
-    /* UCT 1.13's tcp device address: flags, sa_family, then the address. */
-    have_ip = dev != NULL && dev_len >= 2 + sizeof(ip) && dev[1] == AF_INET;
-    if (have_ip)
-        memcpy(&ip, dev + 2, sizeof(ip));
-    n = socks_list(v, EP_SOCKS_MAX);
-    for (int i = 0; i < n; i++) {
-        struct sockaddr_in a;
-        socklen_t al = sizeof(a);
-
-        if (getsockname(v[i].fd, (struct sockaddr *)&a, &al) != 0 || al < sizeof(a) ||
-            a.sin_family != AF_INET || a.sin_port != port ||
-            (have_ip && a.sin_addr.s_addr != ip.s_addr))
-            continue;
-        if (setsockopt(v[i].fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) != 0)
-            ote_debug("uct tcp: socket %d: SO_LINGER: %s", v[i].fd, strerror(errno));
-    }
-    free(v);
-}
-
 /* Before uct_ep_create: the sockets already there (NULL when not tcp or unknown). */
 static ep_sock_t *ep_socks_before(const ote_uct_iface_t *iface, int *n_p)
 {
@@ -662,12 +631,6 @@ ote_status_t ote_uct_ep_create(ote_tl_iface_t *tl_iface, const void *addr, size_
     if (ep == NULL)
         return OTE_ERR_NO_MEMORY;
     pthread_mutex_lock(iface->worker_lock);
-    if (iface->iface == NULL) {
-        /* A quarantine could not open it again (uct_iface.c). */
-        pthread_mutex_unlock(iface->worker_lock);
-        free(ep);
-        return OTE_ERR_REMOTE_DISCONNECT; /* closed: see ote_tl_iface_closed */
-    }
     if (!uct_iface_is_reachable(iface->iface, (const uct_device_addr_t *)dev,
                                 (const uct_iface_addr_t *)ifa)) {
         pthread_mutex_unlock(iface->worker_lock);
@@ -782,9 +745,7 @@ ote_status_t ote_uct_ep_open(ote_tl_iface_t *tl_iface, const void *peer_addr,
     if (ep == NULL)
         return OTE_ERR_NO_MEMORY;
     pthread_mutex_lock(iface->worker_lock);
-    if (iface->iface == NULL)
-        status = OTE_ERR_REMOTE_DISCONNECT; /* closed: see ote_tl_iface_closed */
-    else if (!uct_iface_is_reachable(iface->iface, (const uct_device_addr_t *)dev, NULL))
+    if (!uct_iface_is_reachable(iface->iface, (const uct_device_addr_t *)dev, NULL))
         status = OTE_ERR_UNREACHABLE;
     else
         status = ep_open_locked(iface, ep, addr, max, len_p);
@@ -829,11 +790,6 @@ ote_status_t ote_uct_ep_accept(ote_tl_iface_t *tl_iface, const ote_tl_peer_t *pe
             free(ep);
             return OTE_ERR_EXISTS;
         }
-    }
-    if (iface->iface == NULL) {
-        pthread_mutex_unlock(iface->worker_lock);
-        free(ep);
-        return OTE_ERR_REMOTE_DISCONNECT; /* closed: see ote_tl_iface_closed */
     }
     if ((long)iface->num_accepted >= iface->max_accepted) {
         pthread_mutex_unlock(iface->worker_lock);

@@ -8,7 +8,6 @@
 #include "uct_config.h"
 #include "uct_ext/rdma/rdma.h"
 
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,58 +169,27 @@ static void uct_iface_query_caps(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     *caps = ((ote_uct_iface_t *)tl_iface)->caps;
 }
 
-/*
- * Copy the address of the UCT iface just opened (worker lock held, or
- * before the iface is in use) where get_address reads it.
- */
-static void iface_addr_cache(ote_uct_iface_t *iface)
-{
-    uint8_t dev[OTE_TL_ADDR_MAX], ifa[OTE_TL_ADDR_MAX], blob[sizeof(iface->addr)];
-    size_t ifa_len = 0, len = 0;
-    ote_status_t status = OTE_ERR_NO_DEVICE;
-    ucs_status_t s;
-
-    if (iface->iface != NULL) {
-        status = OTE_ERR_UNSUPPORTED;
-        if (iface->attr.device_addr_len > sizeof(dev) ||
-            iface->attr.iface_addr_len > sizeof(ifa))
-            goto out;
-        s = uct_iface_get_device_address(iface->iface, (uct_device_addr_t *)dev);
-        /* To-ep transports publish their device only: ep addresses come later. */
-        if (s == UCS_OK && iface->caps.conn_model == OTE_TL_CONN_TO_IFACE) {
-            s       = uct_iface_get_address(iface->iface, (uct_iface_addr_t *)ifa);
-            ifa_len = iface->attr.iface_addr_len;
-        }
-        status = s != UCS_OK ? ote_uct_status(s)
-                             : ote_uct_blob_pack(dev, iface->attr.device_addr_len, ifa,
-                                                 ifa_len, blob, sizeof(blob), &len);
-    }
-out:
-    pthread_mutex_lock(&iface->addr_lock);
-    iface->addr_status = status;
-    iface->addr_len    = status == OTE_OK ? len : 0;
-    if (status == OTE_OK)
-        memcpy(iface->addr, blob, len);
-    pthread_mutex_unlock(&iface->addr_lock);
-}
-
-/* Any thread: the copy iface_addr_cache made (the UCT iface may be closing). */
 static ote_status_t uct_iface_get_address_(ote_tl_iface_t *tl_iface, void *buf, size_t max,
                                            size_t *len_p)
 {
     ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
-    ote_status_t status;
+    uint8_t dev[OTE_TL_ADDR_MAX], ifa[OTE_TL_ADDR_MAX];
+    size_t ifa_len = 0;
+    ucs_status_t s;
 
-    pthread_mutex_lock(&iface->addr_lock);
-    status = iface->addr_status;
-    if (status == OTE_OK && iface->addr_len > max)
-        status = OTE_ERR_INVALID_PARAM;
-    if (status == OTE_OK) {
-        memcpy(buf, iface->addr, iface->addr_len);
-        *len_p = iface->addr_len;
+    if (iface->attr.device_addr_len > sizeof(dev) || iface->attr.iface_addr_len > sizeof(ifa))
+        return OTE_ERR_UNSUPPORTED;
+    s = uct_iface_get_device_address(iface->iface, (uct_device_addr_t *)dev);
+    if (s != UCS_OK)
+        return ote_uct_status(s);
+    /* To-ep transports publish their device only: ep addresses come later. */
+    if (iface->caps.conn_model == OTE_TL_CONN_TO_IFACE) {
+        s = uct_iface_get_address(iface->iface, (uct_iface_addr_t *)ifa);
+        if (s != UCS_OK)
+            return ote_uct_status(s);
+        ifa_len = iface->attr.iface_addr_len;
     }
-    pthread_mutex_unlock(&iface->addr_lock);
-    return status;
+    return ote_uct_blob_pack(dev, iface->attr.device_addr_len, ifa, ifa_len, buf, max, len_p);
 }
 
 static int uct_iface_event_fd_(ote_tl_iface_t *tl_iface)
@@ -240,7 +208,7 @@ static ote_status_t uct_iface_event_arm_(ote_tl_iface_t *tl_iface)
         if (ep->pending.head)
             return OTE_ERR_BUSY;
     }
-    if (iface->arm_events && iface->iface != NULL) {
+    if (iface->arm_events) {
         s = uct_iface_event_arm(iface->iface, iface->arm_events);
         if (s == UCS_ERR_BUSY || (s != UCS_OK && iface->outstanding))
             return OTE_ERR_BUSY;
@@ -254,12 +222,8 @@ static ote_status_t uct_iface_event_arm_(ote_tl_iface_t *tl_iface)
 static unsigned uct_iface_progress_(ote_tl_iface_t *tl_iface)
 {
     ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
-    unsigned n;
+    unsigned n             = uct_worker_progress(iface->worker);
 
-    /* Closed by a quarantine that could not open it again: nothing of UCT's to touch. */
-    if (iface->iface == NULL)
-        return iface_handle_errs(iface);
-    n = uct_worker_progress(iface->worker);
     if (atomic_load_explicit(&iface->have_errs, memory_order_relaxed))
         n += iface_handle_errs(iface);
     if (iface->outstanding) {
@@ -314,151 +278,7 @@ static void uct_iface_close_(ote_tl_iface_t *tl_iface)
         free(op);
     }
     pthread_mutex_destroy(&iface->err_lock);
-    pthread_mutex_destroy(&iface->addr_lock);
     free(iface);
-}
-
-static ote_status_t iface_uct_open(ote_uct_iface_t *iface, const ote_rdma_t *rdma,
-                                   const char *port_range);
-
-/*
- * Open the UCT iface again after a quarantine closed it: on the port it had
- * (PORT_RANGE "P-P"), or where UCT puts it when that port is taken
- * (*moved_p: peers need the new descriptor). A fresh uct_worker each time,
- * so that nothing the closed iface registered on the old one can run.
- * Worker lock held. On failure the iface stays closed (closed true).
- */
-static ote_status_t iface_reopen(ote_uct_iface_t *iface, bool *moved_p)
-{
-    ote_status_t status = OTE_ERR_NO_DEVICE;
-    char range[32];
-
-    *moved_p = false;
-    if (iface->worker == NULL &&
-        uct_worker_create(iface->async, UCS_THREAD_MODE_SERIALIZED, &iface->worker) != UCS_OK) {
-        iface->worker = NULL;
-        return OTE_ERR_NO_MEMORY;
-    }
-    if (iface->port != 0) {
-        snprintf(range, sizeof(range), "%u-%u", (unsigned)ntohs(iface->port),
-                 (unsigned)ntohs(iface->port));
-        status = iface_uct_open(iface, NULL, range);
-    }
-    if (status != OTE_OK) {
-        status   = iface_uct_open(iface, NULL, NULL);
-        *moved_p = status == OTE_OK;
-    }
-    /*
-     * Closed, the iface keeps publishing the address it had, as a device
-     * that went down does until the engine sees it gone: a peer's connect
-     * there fails as towards any link that is down, and no descriptor
-     * drops a transport both ends run (which a peer would take for
-     * UNREACHABLE).
-     */
-    if (status == OTE_OK)
-        iface_addr_cache(iface);
-    atomic_store(&iface->closed, status != OTE_OK);
-    return status;
-}
-
-/*
- * Quarantine (tl.h, ote_tl_iface_quarantine): UCT's tcp receives a peer's
- * PUT straight into the destination, by recv() on a socket of the iface,
- * in its progress. Once the UCT iface is closed, no socket of it is left,
- * so nothing more lands through it: bytes still in the network or in a
- * receive queue go with the sockets. The eps fail first (their operations
- * end REMOTE_DISCONNECT); connections accepted on the listening port are
- * reset, so that no TIME_WAIT keeps the port from a new listener. Then
- * iface_reopen. The caller took the event fd out of its epoll first.
- */
-ote_status_t ote_uct_iface_quarantine(ote_tl_iface_t *tl_iface, bool *moved_p)
-{
-    ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
-    uint8_t dev[OTE_TL_ADDR_MAX];
-    uint16_t port = 0; /* network order, as UCT's tcp iface address */
-    bool have_dev = false;
-    ote_status_t status;
-
-    *moved_p = false;
-    if (strcmp(iface->rsc.tl_name, "tcp") != 0)
-        return OTE_ERR_UNSUPPORTED;
-    if (iface->iface != NULL) {
-        if (iface->attr.iface_addr_len == sizeof(port) &&
-            uct_iface_get_address(iface->iface, (uct_iface_addr_t *)&port) != UCS_OK)
-            port = 0;
-        have_dev = iface->attr.device_addr_len <= sizeof(dev) &&
-                   uct_iface_get_device_address(iface->iface, (uct_device_addr_t *)dev) ==
-                       UCS_OK;
-        if (port != 0)
-            iface->port = port;
-    }
-    for (ote_uct_ep_t *ep = iface->eps, *next; ep != NULL; ep = next) {
-        next = ep->next;
-        if (ep->accepted) {
-            iface->num_accepted--;
-            ote_uct_ep_free(ep);
-        } else {
-            ote_uct_ep_fail(ep, OTE_ERR_REMOTE_DISCONNECT);
-        }
-    }
-    /* Descriptors built meanwhile read the old address; iface_reopen replaces it. */
-    atomic_store(&iface->closed, true);
-    if (iface->iface != NULL) {
-        if (port != 0)
-            ote_uct_socks_reset(port, have_dev ? dev : NULL, iface->attr.device_addr_len);
-        uct_iface_close(iface->iface);
-        iface->iface = NULL;
-    }
-    if (iface->worker != NULL)
-        uct_worker_destroy(iface->worker);
-    iface->worker   = NULL;
-    iface->event_fd = -1;
-    pthread_mutex_lock(&iface->err_lock);
-    iface->num_errs      = 0;
-    iface->errs_overflow = false;
-    atomic_store(&iface->have_errs, false);
-    pthread_mutex_unlock(&iface->err_lock);
-    /* UCT completes nothing of the old iface any more. */
-    while (iface->orphans.head != NULL) {
-        ote_uct_op_t *op = iface->orphans.head;
-
-        ote_uct_op_list_remove(&iface->orphans, op);
-        ote_uct_op_put(iface, op);
-    }
-    status = iface_reopen(iface, moved_p);
-    if (status != OTE_OK)
-        ote_warn("%s/%s: closed; opened again once its device is up (%s now)",
-                 tl_iface->resource.tl_name, tl_iface->resource.dev_name,
-                 ote_status_string(status));
-    else
-        ote_info("%s/%s: quarantined: every connection closed, listening again %s",
-                 tl_iface->resource.tl_name, tl_iface->resource.dev_name,
-                 *moved_p ? "on another port" : "on the same port");
-    return status;
-}
-
-ote_status_t ote_uct_iface_reopen(ote_tl_iface_t *tl_iface, bool *moved_p)
-{
-    ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
-    ote_status_t status;
-
-    *moved_p = false;
-    if (!atomic_load(&iface->closed))
-        return OTE_ERR_EXISTS;
-    status = iface_reopen(iface, moved_p);
-    if (status == OTE_OK)
-        ote_info("%s/%s: open again after its quarantine, listening %s",
-                 tl_iface->resource.tl_name, tl_iface->resource.dev_name,
-                 *moved_p ? "on another port" : "on the same port");
-    else
-        ote_debug("%s/%s: still closed: %s", tl_iface->resource.tl_name,
-                  tl_iface->resource.dev_name, ote_status_string(status));
-    return status;
-}
-
-bool ote_uct_iface_closed(const ote_tl_iface_t *tl_iface)
-{
-    return atomic_load(&((const ote_uct_iface_t *)tl_iface)->closed);
 }
 
 static const ote_tl_iface_ops_t uct_iface_ops = {
@@ -563,82 +383,13 @@ ote_status_t ote_uct_iface_config_gid(const char *tl_name, const char *dev_name,
     return OTE_OK;
 }
 
-/*
- * Open UCT's iface of iface->rsc on iface->worker and read what it offers
- * (attributes, event fd and events). port_range: UCT tcp's PORT_RANGE
- * ("P-P" pins the port), NULL for UCT's default.
- */
-static ote_status_t iface_uct_open(ote_uct_iface_t *iface, const ote_rdma_t *rdma,
-                                   const char *port_range)
-{
-    uct_iface_attr_t attr;
-    uct_iface_config_t *cfg;
-    uct_iface_params_t ip;
-    ucs_status_t s;
-    ote_status_t status;
-
-    s = uct_md_iface_config_read(iface->md->md, iface->rsc.tl_name, NULL, NULL, &cfg);
-    if (s != UCS_OK)
-        goto err;
-    status = ote_uct_iface_config_gid(iface->rsc.tl_name, iface->rsc.dev_name, rdma, cfg);
-    if (status != OTE_OK) {
-        uct_config_release(cfg);
-        return status;
-    }
-    if (port_range != NULL && uct_config_modify(cfg, "PORT_RANGE", port_range) != UCS_OK) {
-        uct_config_release(cfg);
-        return OTE_ERR_UNSUPPORTED;
-    }
-    memset(&ip, 0, sizeof(ip));
-    ip.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
-                    UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
-                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
-                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
-    ip.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
-    ip.mode.device.tl_name  = iface->rsc.tl_name;
-    ip.mode.device.dev_name = iface->rsc.dev_name;
-    ip.stats_root           = NULL;
-    ip.err_handler          = iface_err_handler;
-    ip.err_handler_arg      = iface;
-    ip.err_handler_flags    = UCT_CB_FLAG_ASYNC;
-    s = uct_iface_open(iface->md->md, iface->worker, &ip, cfg, &iface->iface);
-    uct_config_release(cfg);
-    if (s != UCS_OK) {
-        iface->iface = NULL;
-        goto err;
-    }
-    uct_iface_progress_enable(iface->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-    /* Readers outside the worker lock (ep_create's length checks): written only if changed. */
-    s = uct_iface_query(iface->iface, &attr);
-    if (s == UCS_OK && memcmp(&attr, &iface->attr, sizeof(attr)) != 0)
-        iface->attr = attr;
-    if (s != UCS_OK) {
-        uct_iface_close(iface->iface);
-        iface->iface = NULL;
-        goto err;
-    }
-    iface->event_fd   = -1;
-    iface->arm_events = 0;
-    if (iface->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_FD) {
-        if (uct_iface_event_fd_get(iface->iface, &iface->event_fd) != UCS_OK)
-            iface->event_fd = -1;
-    }
-    if (iface->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_SEND_COMP)
-        iface->arm_events |= UCT_EVENT_SEND_COMP;
-    if (iface->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_RECV)
-        iface->arm_events |= UCT_EVENT_RECV;
-    return OTE_OK;
-
-err:
-    ote_debug("uct %s/%s: %s", iface->rsc.tl_name, iface->rsc.dev_name, ucs_status_string(s));
-    return ote_uct_status(s);
-}
-
 static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
                                     const ote_tl_iface_params_t *params,
                                     ote_tl_iface_t **iface_p)
 {
     ote_uct_iface_t *iface;
+    uct_iface_config_t *cfg;
+    uct_iface_params_t ip;
     ote_uct_config_t ucfg;
     ote_mem_table_params_t mp;
     bool ep_mode;
@@ -672,8 +423,6 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     if (iface == NULL)
         return OTE_ERR_NO_MEMORY;
     pthread_mutex_init(&iface->err_lock, NULL);
-    pthread_mutex_init(&iface->addr_lock, NULL);
-    iface->addr_status    = OTE_ERR_NO_DEVICE;
     iface->super.ops      = &uct_iface_ops;
     iface->super.ep_ops   = &ote_uct_ep_ops;
     iface->super.resource = *res;
@@ -694,11 +443,45 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     s = uct_worker_create(iface->async, UCS_THREAD_MODE_SERIALIZED, &iface->worker);
     if (s != UCS_OK)
         goto err;
-    status = iface_uct_open(iface, params->rdma, NULL);
-    if (status != OTE_OK)
+    s = uct_md_iface_config_read(iface->md->md, iface->rsc.tl_name, NULL, NULL, &cfg);
+    if (s != UCS_OK)
+        goto err;
+    status = ote_uct_iface_config_gid(iface->rsc.tl_name, iface->rsc.dev_name, params->rdma,
+                                      cfg);
+    if (status != OTE_OK) {
+        uct_config_release(cfg);
+        goto err;
+    }
+    status = OTE_ERR_IO;
+    memset(&ip, 0, sizeof(ip));
+    ip.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
+                    UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
+                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
+                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
+    ip.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+    ip.mode.device.tl_name  = iface->rsc.tl_name;
+    ip.mode.device.dev_name = iface->rsc.dev_name;
+    ip.stats_root           = NULL;
+    ip.err_handler          = iface_err_handler;
+    ip.err_handler_arg      = iface;
+    ip.err_handler_flags    = UCT_CB_FLAG_ASYNC;
+    s = uct_iface_open(iface->md->md, iface->worker, &ip, cfg, &iface->iface);
+    uct_config_release(cfg);
+    if (s != UCS_OK)
+        goto err;
+    uct_iface_progress_enable(iface->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    s = uct_iface_query(iface->iface, &iface->attr);
+    if (s != UCS_OK)
         goto err;
     iface_caps(iface, ep_mode);
-    iface_addr_cache(iface);
+    if (iface->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_FD) {
+        if (uct_iface_event_fd_get(iface->iface, &iface->event_fd) != UCS_OK)
+            iface->event_fd = -1;
+    }
+    if (iface->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_SEND_COMP)
+        iface->arm_events |= UCT_EVENT_SEND_COMP;
+    if (iface->attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_RECV)
+        iface->arm_events |= UCT_EVENT_RECV;
     *iface_p = &iface->super;
     return OTE_OK;
 
