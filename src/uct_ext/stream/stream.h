@@ -53,7 +53,8 @@
 /*
  * While one initiator connection alone waits for answers, progress reads
  * it directly and consults the epoll set (other connections, accepts,
- * EPOLLOUT) every this many rounds.
+ * EPOLLOUT) every this many rounds; an iface without connections looks
+ * for accepts as often.
  */
 #define OTE_STREAM_EPOLL_EVERY 8
 /* Addresses of a peer one ep considers at most (tcp publishes up to this many). */
@@ -305,6 +306,12 @@ struct ote_stream_iface {
     size_t                  ops_conns;
     ote_stream_conn_t      *rx_hint;
     unsigned                direct_rounds;
+    /*
+     * Rounds of an iface without connections (only accepts can arrive): it
+     * looks at its epoll set every OTE_STREAM_EPOLL_EVERY-th one, and on the
+     * round after the worker saw its fd fire (super.event_seen).
+     */
+    unsigned                idle_rounds;
     uint8_t                *discard;    /* sink for refused payloads */
     /* What the component adds to the connection code; never NULL. */
     const struct ote_stream_hooks *hooks;

@@ -195,13 +195,28 @@ static bool direct_rx(ote_stream_conn_t *c)
            c->rx_remaining != rem;
 }
 
+/*
+ * The worker took an edge of our epoll fd (worker.c, worker_sleep): what
+ * it announced is still in the epoll set, which this round must look at,
+ * since the worker will not be woken for it again. One atomic load per
+ * round while unset.
+ */
+static bool event_seen_take(ote_stream_iface_t *iface)
+{
+    atomic_bool *seen = &iface->super.event_seen;
+
+    return atomic_load_explicit(seen, memory_order_relaxed) &&
+           atomic_exchange_explicit(seen, false, memory_order_acquire);
+}
+
 unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
     struct epoll_event ev[64];
     unsigned count = iface->dirty != NULL;
     ote_stream_conn_t *d;
-    int n = 0;
+    bool skip = false;
+    int n     = 0;
 
     flush_dirty(iface);
     /*
@@ -209,14 +224,21 @@ unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
      * stream): read it directly, and look at the others, at accepts and
      * at EPOLLOUT every OTE_STREAM_EPOLL_EVERY-th round. Its fd stays in
      * the epoll set (level-triggered), so bytes left unread are announced
-     * there too.
+     * there too. An iface without connections (an engine listening on
+     * 0.0.0.0 has one per interface, most of them unused) can only see
+     * accepts: it looks as often, and at once after the worker saw its fd
+     * fire, which may have been the worker's only wake-up for an accept
+     * (the worker's fds are edge-triggered; it may sleep without a timer).
      */
     d = direct_conn(iface);
     if (d != NULL) {
         count += direct_rx(d);
-        if (++iface->direct_rounds % OTE_STREAM_EPOLL_EVERY != 0)
-            goto rest;
+        skip = ++iface->direct_rounds % OTE_STREAM_EPOLL_EVERY != 0;
+    } else if (iface->conns == NULL) {
+        skip = ++iface->idle_rounds % OTE_STREAM_EPOLL_EVERY != 0 && !event_seen_take(iface);
     }
+    if (skip)
+        goto rest;
     n = epoll_wait(iface->epfd, ev, 64, 0);
     for (int i = 0; i < n; i++) {
         ote_stream_conn_t *c;
