@@ -392,6 +392,43 @@ static long worker0_switches(void)
     return v;
 }
 
+/* Voluntary context switches (sleeps) of the threads of process pid (0: this one) named name. */
+static long thread_sleeps(int pid, const char *name)
+{
+    char dir[64], want[32];
+    DIR *d;
+    struct dirent *de;
+    long sum = 0;
+
+    snprintf(dir, sizeof(dir), pid ? "/proc/%d/task" : "/proc/self/task", pid);
+    snprintf(want, sizeof(want), "%s\n", name);
+    assert_non_null(d = opendir(dir));
+    while ((de = readdir(d)) != NULL) {
+        char path[400], line[128] = "";
+        long v = -1;
+        FILE *fp;
+        bool match;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s/comm", dir, de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        match = fgets(line, sizeof(line), fp) != NULL && strcmp(line, want) == 0;
+        fclose(fp);
+        snprintf(path, sizeof(path), "%s/%s/status", dir, de->d_name);
+        if (!match || (fp = fopen(path, "r")) == NULL)
+            continue;
+        while (fgets(line, sizeof(line), fp) != NULL)
+            if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
+                break;
+        fclose(fp);
+        sum += v > 0 ? v : 0;
+    }
+    closedir(d);
+    return sum;
+}
+
 static uint64_t now_us(void)
 {
     struct timespec ts;
@@ -671,6 +708,34 @@ static void test_idle_iface_accepts(void **state)
 }
 
 /*
+ * An idle target engine whose control listener holds an initiator's open
+ * control connection (every open segment keeps one) sleeps without a
+ * timer: nothing is pending once the handshake is done. Its listener
+ * thread (ote-ctl) is counted over a second of the target process,
+ * after the first segment's WRITEs and READs: before, it woke every
+ * 100 ms while any control connection was open.
+ */
+static void test_ctl_idle(void **state)
+{
+    long before, woken;
+    fx_t f;
+
+    (void)state;
+    fx_start(&f, "y");
+    progress_round_trip(&f, 11);
+    assert_true(thread_sleeps(f.t.pid, "ote-ctl") > 0); /* named, and it served us */
+    usleep(200 * 1000);
+    before = thread_sleeps(f.t.pid, "ote-ctl");
+    usleep(1000 * 1000);
+    woken = thread_sleeps(f.t.pid, "ote-ctl") - before;
+    printf("# the target's control listener, one control connection open, idle: "
+           "%ld sleeps in a second\n", woken);
+    assert_true(woken <= 1);
+    progress_round_trip(&f, 12); /* still served */
+    fx_stop(&f);
+}
+
+/*
  * A parked worker thread takes over: at once from a caller that stops
  * waiting before its batch ended, and within OTE_POLL_PARK_US after a
  * caller whose batch ended (here nobody progresses afterwards).
@@ -872,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_caller_reads_directly),
         cmocka_unit_test(test_idle_iface_epoll),
         cmocka_unit_test(test_idle_iface_accepts),
+        cmocka_unit_test(test_ctl_idle),
     };
 
     signal(SIGPIPE, SIG_IGN);
