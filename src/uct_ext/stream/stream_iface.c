@@ -29,8 +29,42 @@ void ote_stream_iface_mark_dirty(ote_stream_iface_t *iface, ote_stream_conn_t *c
     iface->dirty  = c;
 }
 
+void ote_stream_iface_watch(ote_stream_iface_t *iface, ote_stream_conn_t *c)
+{
+    /* A closed connection is in no list of the iface's (ote_stream_iface_conn_closed). */
+    if (c->watched || c->dead)
+        return;
+    c->watched    = true;
+    c->prev_watch = NULL;
+    c->next_watch = iface->watch;
+    if (iface->watch != NULL)
+        iface->watch->prev_watch = c;
+    iface->watch = c;
+}
+
+void ote_stream_iface_unwatch(ote_stream_iface_t *iface, ote_stream_conn_t *c)
+{
+    if (!c->watched)
+        return;
+    if (c->prev_watch != NULL)
+        c->prev_watch->next_watch = c->next_watch;
+    else
+        iface->watch = c->next_watch;
+    if (c->next_watch != NULL)
+        c->next_watch->prev_watch = c->prev_watch;
+    c->next_watch = c->prev_watch = NULL;
+    c->watched                    = false;
+}
+
+/* Something of c's the timeout check must look at again. */
+static bool conn_watch_needed(const ote_stream_conn_t *c)
+{
+    return !c->dead && (c->handshake_deadline || c->tx_stall_ns || c->ops_count || c->rxbuf);
+}
+
 void ote_stream_iface_conn_closed(ote_stream_iface_t *iface, ote_stream_conn_t *c)
 {
+    ote_stream_iface_unwatch(iface, c);
     ote_stream_conn_t **pp;
 
     if (c->dirty) {
@@ -136,6 +170,7 @@ ote_status_t ote_stream_iface_conn_accept(ote_stream_iface_t *iface, int fd,
     snprintf(c->peer, sizeof(c->peer), "%s", label);
     c->handshake_deadline = ote_time_ns() + iface->handshake_timeout_ns;
     iface_link(iface, c);
+    ote_stream_iface_watch(iface, c);
     iface->num_accepted++;
     return OTE_OK;
 }
@@ -278,20 +313,26 @@ rest:
     return count + (unsigned)(n > 0 ? n : 0);
 }
 
+/*
+ * The worker's timeout check (every OTE_WORKER_TIMEOUT_CHECK_NS while it
+ * ticks): only the watched connections, each dropped from the list once it
+ * has nothing left to watch. A connection that failed may end operations
+ * of others and change the list: the walk starts again.
+ */
 void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
     uint64_t now           = ote_time_ns();
     ote_stream_conn_t *c, *next;
 
-    for (c = iface->conns; c != NULL; c = next) {
-        next = c->next;
+    for (c = iface->watch; c != NULL; c = next) {
+        next = c->next_watch;
         if (c->ep == NULL && c->handshake_deadline && now > c->handshake_deadline) {
             ote_warn("%s peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing",
                      OTE_STREAM_CONN_TL(c), c->peer,
                      c->rx_state == OTE_STREAM_RX_AUTH ? "authentication" : "HELLO");
             ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
-            next = iface->conns;
+            next = iface->watch;
             continue;
         }
         if (c->ep == NULL && c->tx_stall_ns && c->tx_stall_ns < deadline_ns) {
@@ -300,7 +341,7 @@ void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline
                      "resetting the connection", OTE_STREAM_CONN_TL(c), c->peer);
             ote_socket_set_linger0(c->fd);
             ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
-            next = iface->conns;
+            next = iface->watch;
             continue;
         }
         if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
@@ -314,11 +355,13 @@ void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline
             ote_socket_set_linger0(c->fd);
             ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
             /* The list may have changed under the completions. */
-            next = iface->conns;
+            next = iface->watch;
             continue;
         }
         if (!c->dead)
             ote_stream_conn_rx_idle(c);
+        if (!conn_watch_needed(c))
+            ote_stream_iface_unwatch(iface, c);
     }
     free_graveyard(iface);
 }
@@ -327,7 +370,7 @@ bool ote_stream_iface_has_deadlines(ote_tl_iface_t *tl_iface)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
 
-    for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
+    for (ote_stream_conn_t *c = iface->watch; c != NULL; c = c->next_watch) {
         if (!c->dead && (c->tx_stall_ns || c->handshake_deadline))
             return true;
     }

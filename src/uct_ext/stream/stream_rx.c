@@ -670,6 +670,8 @@ static bool rx_reserve(ote_stream_conn_t *c, size_t need)
     }
     c->rxbuf  = buf;
     c->rx_cap = cap;
+    /* Freed by the timeout check once the connection is idle. */
+    ote_stream_iface_watch(c->iface, c);
     return true;
 }
 
