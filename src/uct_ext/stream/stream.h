@@ -308,6 +308,7 @@ struct ote_stream_iface {
      * these: its cost follows the busy connections, not the open ones.
      */
     ote_stream_conn_t         *watch;
+    bool                       rx_again_conns; /* a connection set rx_again since the last walk */
     /*
      * Initiator connections with operations waiting for their answer, and
      * the last one an operation was queued on. While that one is the only

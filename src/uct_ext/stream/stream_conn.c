@@ -526,8 +526,10 @@ void ote_stream_conn_flush(ote_stream_conn_t *c)
          * call, so that the answers keep the order of the requests.
          */
         if (c->rx_len > c->rx_off) {
-            if (c->ref_busy)
-                c->rx_again = true;
+            if (c->ref_busy) {
+                c->rx_again              = true;
+                c->iface->rx_again_conns = true;
+            }
             else
                 ote_stream_conn_rx(c);
         }

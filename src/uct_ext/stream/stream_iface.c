@@ -301,11 +301,18 @@ unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
             ote_stream_conn_flush(c);
     }
 rest:
-    /* Connections that stopped on their budget with bytes still buffered. */
-    for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
-        if (c->rx_again && !c->dead) {
-            ote_stream_conn_rx(c);
-            count++;
+    /*
+     * Connections that stopped on their budget with bytes still buffered;
+     * looked for only when one did (a walk of every connection per round
+     * would cost an idle engine's rounds in proportion to its peers).
+     */
+    if (iface->rx_again_conns) {
+        iface->rx_again_conns = false; /* set again by one that stops again */
+        for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
+            if (c->rx_again && !c->dead) {
+                ote_stream_conn_rx(c);
+                count++;
+            }
         }
     }
     flush_dirty(iface);

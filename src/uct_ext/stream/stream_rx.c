@@ -721,7 +721,8 @@ static void conn_rx(ote_stream_conn_t *c)
              * Give other connections a turn. Bytes already read ahead into
              * rxbuf will not raise another epoll event: ask for a rerun.
              */
-            c->rx_again = true;
+            c->rx_again              = true;
+            c->iface->rx_again_conns = true;
             return;
         }
         size_t avail = c->rx_len - c->rx_off;
