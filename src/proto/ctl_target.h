@@ -82,6 +82,12 @@ typedef struct ote_ctl_host {
     void (*conn_close)(void *ctx, ote_ctl_conn_t *c);
     /* Any thread: the listener calls every service's answer hook soon. */
     void (*wake)(void *ctx);
+    /*
+     * The listener thread (a handler): the service's sweep is due at when_ns.
+     * The listener keeps no periodic timer: a deadline it is not told of
+     * is seen only at the next sweep that another one causes.
+     */
+    void (*sweep_at)(void *ctx, uint64_t when_ns);
 
     /*
      * The segment to the initiator engine name (instance initiator), kept
@@ -159,8 +165,13 @@ typedef struct {
     ote_status_t (*create)(const ote_ctl_host_t *host, void **state_p);
     /* The listener thread, woken (host->wake): answer the jobs that ended. */
     void (*answer)(const ote_ctl_host_t *host, void *state);
-    /* The listener thread, periodically while connections exist. */
-    void (*sweep)(const ote_ctl_host_t *host, void *state, uint64_t now_ns);
+    /*
+     * The listener thread, at the time the service asked for
+     * (host->sweep_at) or later, and whenever another deadline fell due:
+     * release what expired by now_ns. Returns when it is due next (the
+     * earliest deadline still pending), 0 when nothing is.
+     */
+    uint64_t (*sweep)(const ote_ctl_host_t *host, void *state, uint64_t now_ns);
     /* c is closed: forget what was kept for it. */
     void (*conn_gone)(const ote_ctl_host_t *host, void *state, ote_ctl_conn_t *c);
     /* The listener thread ended; connections still open. In table order. */

@@ -111,8 +111,11 @@ ote_status_t ote_stage_target_request(ote_stage_target_t *t, uintptr_t conn,
                                       size_t *count_p, uint32_t *chunk_size_p);
 /* Release the chunks of a connection that went away. */
 void         ote_stage_target_conn_gone(ote_stage_target_t *t, uintptr_t conn);
-/* Release chunks pinned longer than the timeout. */
-void         ote_stage_target_sweep(ote_stage_target_t *t, uint64_t now_ns);
+/*
+ * Release chunks pinned longer than the timeout. Returns the earliest
+ * deadline of the chunks still pinned, 0 when none is (or t is NULL).
+ */
+uint64_t     ote_stage_target_sweep(ote_stage_target_t *t, uint64_t now_ns);
 /* Target chunks pinned now, all engines of the process. */
 long         ote_stage_target_pinned_now(void);
 

@@ -115,14 +115,21 @@ void ote_stage_target_conn_gone(ote_stage_target_t *t, uintptr_t conn)
         ote_debug("staging: %u chunks of a closed control connection released", n);
 }
 
-void ote_stage_target_sweep(ote_stage_target_t *t, uint64_t now)
+uint64_t ote_stage_target_sweep(ote_stage_target_t *t, uint64_t now)
 {
+    uint64_t next = 0;
+
     for (unsigned i = 0; t != NULL && i < t->nchunks; i++) {
-        if (t->chunks[i].owner != 0 && now > t->chunks[i].deadline) {
+        if (t->chunks[i].owner == 0)
+            continue;
+        if (now > t->chunks[i].deadline) {
             ote_warn("staging: chunk %u pinned past OTE_XFER_TIMEOUT_MS; released", i);
             chunk_release(&t->chunks[i]);
+        } else if (next == 0 || t->chunks[i].deadline < next) {
+            next = t->chunks[i].deadline;
         }
     }
+    return next;
 }
 
 /* The chunk at addr pinned by conn whose range holds [addr, addr+len). */
@@ -283,6 +290,13 @@ static ote_status_t stage_handle(const ote_ctl_host_t *host, void *state, ote_ct
                                       &chunk_size);
     if (st != OTE_OK)
         count = 0;
+    /* A PIN or DELEGATE set deadlines: the listener sweeps at the earliest. */
+    if (s->target != NULL && m->op != OTE_CTL_STAGE_UNPIN) {
+        uint64_t due = ote_stage_target_sweep(s->target, ote_time_ns());
+
+        if (due != 0)
+            host->sweep_at(host->ctx, due);
+    }
     status = ote_ctl_stage_ack_encode(st, count ? chunk_size : 0, chunks, count, &out);
     if (status == OTE_OK)
         status = host->reply(host->ctx, req->conn, OTE_CTL_STAGE_ACK, out.data, out.len, NULL,
@@ -299,10 +313,10 @@ static ote_status_t stage_create(const ote_ctl_host_t *host, void **state_p)
     return *state_p != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
 }
 
-static void stage_sweep(const ote_ctl_host_t *host, void *state, uint64_t now_ns)
+static uint64_t stage_sweep(const ote_ctl_host_t *host, void *state, uint64_t now_ns)
 {
     (void)host;
-    ote_stage_target_sweep(((stage_service_t *)state)->target, now_ns);
+    return ote_stage_target_sweep(((stage_service_t *)state)->target, now_ns);
 }
 
 static void stage_conn_gone(const ote_ctl_host_t *host, void *state, ote_ctl_conn_t *c)

@@ -342,6 +342,13 @@ struct ote_tl_iface {
     ote_tl_resource_t         resource;
     ote_md_t                 *md;
     int                       md_index; /* index in the region table, -1 if none */
+    /*
+     * Set by the worker, from any thread and without its lock, when it
+     * took a readiness report of event_fd (an edge of its epoll set) that
+     * the iface's own progress has not seen: the next progress looks at
+     * everything behind event_fd, even where it would skip that round.
+     */
+    atomic_bool               event_seen;
 };
 
 struct ote_tl_ep {

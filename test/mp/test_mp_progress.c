@@ -49,6 +49,9 @@
  */
 static _Thread_local bool epoll_count_me;
 static atomic_long        epoll_hits;
+/* Calls of such a thread on two epoll fds, hits or not (-1: none watched). */
+static atomic_int  epoll_fd_a = -1, epoll_fd_b = -1;
+static atomic_long epoll_calls_a, epoll_calls_b;
 
 typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
 static _Atomic(epoll_wait_fn) real_epoll_wait; /* every thread calls it: set once, atomically */
@@ -65,6 +68,10 @@ int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
     n = real(epfd, ev, max, timeout);
     if (n > 0 && epoll_count_me)
         atomic_fetch_add(&epoll_hits, 1);
+    if (epoll_count_me && epfd == atomic_load(&epoll_fd_a))
+        atomic_fetch_add(&epoll_calls_a, 1);
+    if (epoll_count_me && epfd == atomic_load(&epoll_fd_b))
+        atomic_fetch_add(&epoll_calls_b, 1);
     return n;
 }
 
@@ -385,6 +392,43 @@ static long worker0_switches(void)
     return v;
 }
 
+/* Voluntary context switches (sleeps) of the threads of process pid (0: this one) named name. */
+static long thread_sleeps(int pid, const char *name)
+{
+    char dir[64], want[32];
+    DIR *d;
+    struct dirent *de;
+    long sum = 0;
+
+    snprintf(dir, sizeof(dir), pid ? "/proc/%d/task" : "/proc/self/task", pid);
+    snprintf(want, sizeof(want), "%s\n", name);
+    assert_non_null(d = opendir(dir));
+    while ((de = readdir(d)) != NULL) {
+        char path[400], line[128] = "";
+        long v = -1;
+        FILE *fp;
+        bool match;
+
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s/comm", dir, de->d_name);
+        if ((fp = fopen(path, "r")) == NULL)
+            continue;
+        match = fgets(line, sizeof(line), fp) != NULL && strcmp(line, want) == 0;
+        fclose(fp);
+        snprintf(path, sizeof(path), "%s/%s/status", dir, de->d_name);
+        if (!match || (fp = fopen(path, "r")) == NULL)
+            continue;
+        while (fgets(line, sizeof(line), fp) != NULL)
+            if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
+                break;
+        fclose(fp);
+        sum += v > 0 ? v : 0;
+    }
+    closedir(d);
+    return sum;
+}
+
 static uint64_t now_us(void)
 {
     struct timespec ts;
@@ -526,6 +570,169 @@ static void test_caller_reads_directly(void **state)
     fx_stop(&f);
     unsetenv("OTE_POLL_GRACE_US");
     unsetenv("OTE_POLL_SPIN_MAX_US");
+}
+
+/*
+ * An engine that listens on 0.0.0.0 has one tcp iface per interface (lo
+ * and eth0, say); one without connections can only see accepts, and looks
+ * for them every OTE_STREAM_EPOLL_EVERY-th round: a thread waiting on round
+ * trips over lo calls epoll_wait on the unused iface's fd about as often as
+ * on lo's (which it reads directly), not on every round.
+ */
+static void test_idle_iface_epoll(void **state)
+{
+    enum { N = 2000 };
+    const char *tls = getenv("OTE_TLS");
+    ote_tl_iface_t *lo = NULL, *other = NULL;
+    uint64_t med;
+    long on_lo, on_other;
+    fx_t f;
+
+    (void)state;
+    if (tls == NULL || strcmp(tls, "tcp") != 0) {
+        printf("# one tcp iface per interface (OTE_TLS=tcp)\n");
+        skip();
+    }
+    setenv("OTE_POLL_GRACE_US", "100000", 1);
+    setenv("OTE_POLL_SPIN_MAX_US", "100000", 1);
+    assert_int_equal(ote_test_target_start(&f.t, NULL, (const char *const[]){"--region",
+                                                                             "1m:rw", NULL}),
+                     0);
+    setenv("OTE_PROGRESS_THREAD", "y", 1);
+    f.e = ote_test_engine("0.0.0.0:0");
+    unsetenv("OTE_PROGRESS_THREAD");
+    assert_int_equal(ote_segment_open(f.e, f.t.name, &f.seg), OTE_OK);
+    assert_int_equal(ote_mem_alloc(f.e, 2 * REGION, NULL, 0, (void **)&f.local, &f.mem),
+                     OTE_OK);
+    for (size_t i = 0; i < f.e->facts.num_workers; i++) {
+        ote_worker_t *w = &f.e->facts.workers[i];
+
+        for (size_t k = 0; k < w->num_ifaces; k++) {
+            ote_tl_iface_t *x = w->ifaces[k];
+
+            if (strcmp(x->resource.tl_name, "tcp") != 0)
+                continue;
+            if (strcmp(x->resource.dev_name, "lo") == 0)
+                lo = x;
+            else if (other == NULL)
+                other = x;
+        }
+    }
+    if (lo == NULL || other == NULL) {
+        printf("# no interface with an IPv4 address besides lo: one tcp iface only\n");
+        fx_stop(&f);
+        unsetenv("OTE_POLL_GRACE_US");
+        unsetenv("OTE_POLL_SPIN_MAX_US");
+        skip();
+    }
+    wait_loop(&f, 200, &med);
+    atomic_store(&epoll_fd_a, lo->ops->event_fd(lo));
+    atomic_store(&epoll_fd_b, other->ops->event_fd(other));
+    atomic_store(&epoll_calls_a, 0);
+    atomic_store(&epoll_calls_b, 0);
+    epoll_count_me = true;
+    wait_loop(&f, N, &med);
+    epoll_count_me = false;
+    on_lo    = atomic_load(&epoll_calls_a);
+    on_other = atomic_load(&epoll_calls_b);
+    atomic_store(&epoll_fd_a, -1);
+    atomic_store(&epoll_fd_b, -1);
+    printf("# %d round trips over lo, median %llu us: epoll_wait of this thread on lo's iface "
+           "%ld, on %s's (no connection) %ld\n", N, (unsigned long long)med, on_lo,
+           other->resource.dev_name, on_other);
+    /* Looked at on every round, the unused iface's fd would take several calls per lo one. */
+    assert_true(on_other <= on_lo + N / 10);
+    fx_stop(&f);
+    unsetenv("OTE_POLL_GRACE_US");
+    unsetenv("OTE_POLL_SPIN_MAX_US");
+}
+
+/*
+ * The worker thread of an engine listening on 0.0.0.0, asleep without a
+ * timer, is woken by a connection to an iface that had none, and that
+ * iface accepts it although it looks at its epoll set only every few
+ * rounds: a peer engine reaches it, again and again (each time after the
+ * worker went back to sleep), and the bytes land.
+ */
+static void test_idle_iface_accepts(void **state)
+{
+    enum { TIMES = 6 };
+    ote_engine_h a, b;
+    ote_mem_h amem, bmem;
+    uint8_t *abuf, *bbuf;
+
+    (void)state;
+    /* The worker sleeps without a timer this long after its last event. */
+    setenv("OTE_HANDSHAKE_TIMEOUT_MS", "200", 1);
+    setenv("OTE_PROGRESS_THREAD", "y", 1);
+    a = ote_test_engine("0.0.0.0:0");
+    unsetenv("OTE_HANDSHAKE_TIMEOUT_MS");
+    assert_int_equal(ote_mem_alloc(a, BLOCK * TIMES, NULL,
+                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                                   (void **)&abuf, &amem),
+                     OTE_OK);
+    memset(abuf, 0, BLOCK * TIMES);
+    for (int i = 0; i < TIMES; i++) {
+        ote_xfer_req_t req;
+        ote_segment_h seg;
+        ote_batch_h bt;
+        size_t first;
+        uint64_t t0;
+
+        usleep(700 * 1000); /* past a's 200 ms + two timeout checks: asleep */
+        b = ote_test_engine(NULL);
+        assert_int_equal(ote_mem_alloc(b, BLOCK, NULL, 0, (void **)&bbuf, &bmem), OTE_OK);
+        ote_test_fill(bbuf, 0, BLOCK, (uint64_t)i + 77);
+        t0 = now_us();
+        assert_int_equal(ote_segment_open(b, ote_engine_name(a), &seg), OTE_OK);
+        req = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = bbuf, .segment = seg,
+                               .remote_addr = (uintptr_t)(abuf + (size_t)i * BLOCK),
+                               .length = BLOCK};
+        assert_int_equal(ote_batch_create(b, 1, &bt), OTE_OK);
+        assert_int_equal(ote_batch_submit(bt, &req, 1, &first), OTE_OK);
+        assert_int_equal(ote_batch_wait(bt, 20000), OTE_OK);
+        printf("# connection %d: the WRITE ended %llu us after the open\n", i,
+               (unsigned long long)(now_us() - t0));
+        assert_int_equal(batch_all_completed(bt, 1, BLOCK), 0);
+        ote_batch_release(bt);
+        assert_int_equal(memcmp(abuf + (size_t)i * BLOCK, bbuf, BLOCK), 0);
+        assert_int_equal(ote_segment_close(seg), OTE_OK);
+        assert_int_equal(ote_mem_free(b, bmem), OTE_OK);
+        ote_engine_destroy(b);
+    }
+    printf("# %d connections to an engine listening on 0.0.0.0, each while its worker slept\n",
+           TIMES);
+    assert_int_equal(ote_mem_free(a, amem), OTE_OK);
+    ote_engine_destroy(a);
+    unsetenv("OTE_PROGRESS_THREAD");
+}
+
+/*
+ * An idle target engine whose control listener holds an initiator's open
+ * control connection (every open segment keeps one) sleeps without a
+ * timer: nothing is pending once the handshake is done. Its listener
+ * thread (ote-ctl) is counted over a second of the target process,
+ * after the first segment's WRITEs and READs: before, it woke every
+ * 100 ms while any control connection was open.
+ */
+static void test_ctl_idle(void **state)
+{
+    long before, woken;
+    fx_t f;
+
+    (void)state;
+    fx_start(&f, "y");
+    progress_round_trip(&f, 11);
+    assert_true(thread_sleeps(f.t.pid, "ote-ctl") > 0); /* named, and it served us */
+    usleep(200 * 1000);
+    before = thread_sleeps(f.t.pid, "ote-ctl");
+    usleep(1000 * 1000);
+    woken = thread_sleeps(f.t.pid, "ote-ctl") - before;
+    printf("# the target's control listener, one control connection open, idle: "
+           "%ld sleeps in a second\n", woken);
+    assert_true(woken <= 1);
+    progress_round_trip(&f, 12); /* still served */
+    fx_stop(&f);
 }
 
 /*
@@ -728,6 +935,9 @@ int main(void)
         cmocka_unit_test(test_submit_no_wait),
         cmocka_unit_test(test_backlog_caller_posts),
         cmocka_unit_test(test_caller_reads_directly),
+        cmocka_unit_test(test_idle_iface_epoll),
+        cmocka_unit_test(test_idle_iface_accepts),
+        cmocka_unit_test(test_ctl_idle),
     };
 
     signal(SIGPIPE, SIG_IGN);

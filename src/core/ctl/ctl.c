@@ -35,6 +35,7 @@
 #include "core/worker/worker.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -92,6 +93,19 @@ void *ote_ctl_service_state(ote_ctl_t *ctl, const ote_ctl_service_t *svc)
             return ctl->svc_state[i];
     }
     return NULL;
+}
+
+/* A deadline (0: none) the listener must sweep at (listener thread). */
+static void ctl_due(ote_ctl_t *ctl, uint64_t when_ns)
+{
+    if (when_ns != 0 && when_ns < ctl->next_sweep)
+        ctl->next_sweep = when_ns;
+}
+
+/* The host's sweep_at: a service's handler set a deadline. */
+static void ctl_sweep_at(void *ctx, uint64_t when_ns)
+{
+    ctl_due(ctx, when_ns);
 }
 
 static void conn_drop(ote_ctl_t *ctl, ctl_conn_t *c, bool reset)
@@ -185,6 +199,8 @@ static ote_status_t conn_flush(ote_ctl_t *ctl, ctl_conn_t *c)
 
                 c->out_deadline = now + CTL_REPLY_TIMEOUT_NS;
                 c->out_limit    = now + CTL_REPLY_MAX_NS;
+                /* Pushed later as the reply progresses: the sweep then looks again. */
+                ctl_due(ctl, c->out_deadline);
                 ote_ctl_conn_set_events(ctl, c, EPOLLOUT);
             }
             return OTE_OK;
@@ -605,13 +621,22 @@ static void conn_write(ote_ctl_t *ctl, ctl_conn_t *c)
         conn_read(ctl, c);
 }
 
-/* Close connections that missed a deadline. */
-static void ctl_sweep(ote_ctl_t *ctl)
+/* The earlier of two deadlines, 0 meaning none. */
+static uint64_t due_min(uint64_t a, uint64_t b)
 {
-    uint64_t now = ote_time_ns();
+    return a == 0 ? b : b == 0 ? a : a < b ? a : b;
+}
 
-    for (ctl_conn_t *c = ctl->conns, *next; c != NULL; c = next) {
-        next = c->next;
+/*
+ * Close connections that missed a deadline; the earliest deadline of those
+ * left, 0 when none has one.
+ */
+static uint64_t ctl_sweep(ote_ctl_t *ctl, uint64_t now)
+{
+    uint64_t next = 0;
+
+    for (ctl_conn_t *c = ctl->conns, *next_c; c != NULL; c = next_c) {
+        next_c = c->next;
         if (c->handshake_deadline && now > c->handshake_deadline) {
             ote_warn("control peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing", c->peer,
                      ote_engine_facts(ctl->engine)->auth->enabled ? "authentication" : "request");
@@ -620,8 +645,38 @@ static void ctl_sweep(ote_ctl_t *ctl)
             /* A reset: the reply it does not read is dropped, not left in the kernel. */
             ote_warn("control peer %s does not read its replies; closing", c->peer);
             conn_drop(ctl, c, true);
+        } else {
+            next = due_min(next, c->handshake_deadline);
+            if (c->out_deadline)
+                next = due_min(next, due_min(c->out_deadline, c->out_limit));
         }
     }
+    return next;
+}
+
+/* Every deadline due by now: connections, then the services; the next one set. */
+static void ctl_sweep_all(ote_ctl_t *ctl, uint64_t now)
+{
+    uint64_t next = ctl_sweep(ctl, now);
+
+    for (size_t i = 0; i < NUM_SERVICES; i++) {
+        if (ctl_services[i]->sweep != NULL)
+            next = due_min(next, ctl_services[i]->sweep(&ctl->host, ctl->svc_state[i], now));
+    }
+    ctl->next_sweep = next != 0 ? next : UINT64_MAX;
+}
+
+/* epoll_wait's timeout until next_sweep: -1 (none), 0 (due), else ms rounded up. */
+static int ctl_timeout_ms(const ote_ctl_t *ctl)
+{
+    uint64_t now = ote_time_ns(), ms;
+
+    if (ctl->next_sweep == UINT64_MAX)
+        return -1;
+    if (ctl->next_sweep <= now)
+        return 0;
+    ms = (ctl->next_sweep - now + 999999) / 1000000;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
 static void ctl_accept(ote_ctl_t *ctl)
@@ -659,6 +714,7 @@ static void ctl_accept(ote_ctl_t *ctl)
         ote_auth_session_init(&c->auth, OTE_AUTH_CHANNEL_CTL);
         c->handshake_deadline =
             ote_time_ns() + (uint64_t)ote_engine_facts(e)->config.handshake_timeout_ms * 1000000ull;
+        ctl_due(ctl, c->handshake_deadline);
         ev.data.ptr = c;
         if (epoll_ctl(ctl->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             ote_auth_conn_release(ote_engine_facts(e)->auth, ip);
@@ -680,14 +736,18 @@ static bool conn_alive(ote_ctl_t *ctl, ctl_conn_t *c)
     return false;
 }
 
+/*
+ * The listener thread. It sleeps in epoll_wait until a request, an ended
+ * job or stop, or until the earliest pending deadline (next_sweep): with
+ * none pending, however many connections are open, it has no timer.
+ */
 static void *ctl_main(void *arg)
 {
-    ote_ctl_t *ctl     = arg;
-    uint64_t last_sweep = ote_time_ns();
+    ote_ctl_t *ctl = arg;
     struct epoll_event ev[32];
 
     for (;;) {
-        int n = epoll_wait(ctl->epfd, ev, 32, ctl->conns ? CTL_SWEEP_MS : -1);
+        int n = epoll_wait(ctl->epfd, ev, 32, ctl_timeout_ms(ctl));
         uint64_t now;
 
         for (int i = 0; i < n; i++) {
@@ -723,14 +783,8 @@ static void *ctl_main(void *arg)
                 conn_read(ctl, c);
         }
         now = ote_time_ns();
-        if (now - last_sweep >= CTL_SWEEP_MS * 1000000ull) {
-            ctl_sweep(ctl);
-            for (size_t i = 0; i < NUM_SERVICES; i++) {
-                if (ctl_services[i]->sweep != NULL)
-                    ctl_services[i]->sweep(&ctl->host, ctl->svc_state[i], now);
-            }
-            last_sweep = now;
-        }
+        if (now >= ctl->next_sweep)
+            ctl_sweep_all(ctl, now);
     }
     return NULL;
 }
@@ -789,6 +843,7 @@ static void ctl_host_init(ote_ctl_t *ctl)
         .conn_resume     = ctl_conn_resume,
         .conn_close      = ctl_conn_close_op,
         .wake            = ctl_wake,
+        .sweep_at        = ctl_sweep_at,
         .peer_seg_get    = ote_ctl_peer_seg_get,
         .peer_seg_put    = ote_ctl_peer_seg_put,
         .peer_xfer       = ctl_peer_xfer,
@@ -838,6 +893,7 @@ ote_status_t ote_ctl_start(ote_engine_h e, const char *listen_addr, ote_ctl_t **
     len = sizeof(ss);
     getsockname(ctl->listen_fd, (struct sockaddr *)&ss, &len);
     ote_sockaddr_format((struct sockaddr *)&ss, bound, bound_len);
+    ctl->next_sweep = UINT64_MAX;
     ctl->epfd    = epoll_create1(EPOLL_CLOEXEC);
     ctl->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     ctl->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -866,6 +922,8 @@ ote_status_t ote_ctl_run(ote_ctl_t *ctl)
     if (pthread_create(&ctl->thread, NULL, ctl_main, ctl) != 0)
         return OTE_ERR_NO_MEMORY;
     ctl->started = true;
+    /* Visible in /proc/<pid>/task/<tid>/comm, top -H, gdb. */
+    pthread_setname_np(ctl->thread, "ote-ctl");
     return OTE_OK;
 }
 

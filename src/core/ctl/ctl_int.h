@@ -23,8 +23,6 @@
 #define CTL_REPLY_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
 #define CTL_REPLY_MAX_NS     (20ull * 1000 * 1000 * 1000)
 #define CTL_SNDBUF           (64 * 1024)
-/* How often deadlines are checked while connections exist. */
-#define CTL_SWEEP_MS 100
 /* Requests served per connection and wakeup: one busy peer cannot starve the others. */
 #define CTL_READ_BUDGET 16
 
@@ -84,6 +82,15 @@ struct ote_ctl {
     long         num_conns;
     uint64_t     next_conn_id;
     int          done_fd;      /* eventfd: a service's job ended (host.wake) */
+    /*
+     * Listener thread: when the earliest deadline it was told of falls due
+     * (a handshake, a reply the peer does not read, a service's sweep);
+     * UINT64_MAX when none is pending. The listener sleeps until then, or
+     * without a timer: an idle engine's open control connections cost it
+     * no wake-up. A deadline that went away (a handshake that ended) costs
+     * one sweep at its time, which computes the next from what is left.
+     */
+    uint64_t     next_sweep;
     /* What the protocols' services are given, and the state each made. */
     ote_ctl_host_t  host;
     void           *svc_state[CTL_MAX_SERVICES];

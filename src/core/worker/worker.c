@@ -399,6 +399,22 @@ static void worker_park(ote_worker_t *w, uint64_t end_ns)
 }
 
 /*
+ * An iface's event fd fired and this thread took the edge (the fds are
+ * edge-triggered): the iface's next progress, whoever runs it, must look
+ * at everything its fd announces, even on a round it would skip (an idle
+ * stream iface looks for accepts only every few rounds).
+ */
+static void worker_event_seen(ote_worker_t *w, const void *ptr)
+{
+    for (size_t i = 0; i < w->num_ifaces; i++) {
+        if (w->ifaces[i] == ptr) {
+            atomic_store_explicit(&w->ifaces[i]->event_seen, true, memory_order_release);
+            return;
+        }
+    }
+}
+
+/*
  * Sleep on the worker's fds (lock not held) for at most timeout_ms (-1:
  * no limit). Events that wake it while a caller progresses this worker
  * are left to that caller, and the thread parks until the callers are
@@ -418,6 +434,8 @@ static void worker_sleep(ote_worker_t *w, int timeout_ms)
 
             (void)!read(w->wake_fd, &v, sizeof(v));
             woken = true;
+        } else {
+            worker_event_seen(w, ev[i].data.ptr);
         }
     }
     if (n <= 0 || woken || atomic_load(&w->stop) || atomic_load(&w->callers) == 0)

@@ -53,7 +53,8 @@
 /*
  * While one initiator connection alone waits for answers, progress reads
  * it directly and consults the epoll set (other connections, accepts,
- * EPOLLOUT) every this many rounds.
+ * EPOLLOUT) every this many rounds; an iface without connections looks
+ * for accepts as often.
  */
 #define OTE_STREAM_EPOLL_EVERY 8
 /* Addresses of a peer one ep considers at most (tcp publishes up to this many). */
@@ -223,6 +224,9 @@ struct ote_stream_conn {
     struct ote_stream_conn  *next_dirty;
     struct ote_stream_conn  *next, *prev; /* iface's list of live connections */
     struct ote_stream_conn  *next_dead;   /* closed, freed after progress     */
+    /* iface's watch list: what its timeout check must look at (stream_iface.c) */
+    struct ote_stream_conn  *next_watch, *prev_watch;
+    bool                  watched;
     char                  peer[64];
 
     /* by-reference target: requests read and not yet served, in order */
@@ -297,6 +301,15 @@ struct ote_stream_iface {
     ote_stream_conn_t         *dirty;      /* connections with queued tx     */
     ote_stream_conn_t         *graveyard;  /* closed target-side connections */
     /*
+     * Connections the timeout check looks at: those with a handshake
+     * deadline, answers stalled, operations in flight or a receive buffer
+     * to free when idle (ote_stream_iface_watch). The check leaves out the
+     * rest, and drops a connection from the list once it has none of
+     * these: its cost follows the busy connections, not the open ones.
+     */
+    ote_stream_conn_t         *watch;
+    bool                       rx_again_conns; /* a connection set rx_again since the last walk */
+    /*
      * Initiator connections with operations waiting for their answer, and
      * the last one an operation was queued on. While that one is the only
      * one, progress reads it directly and looks at the epoll set every
@@ -305,6 +318,12 @@ struct ote_stream_iface {
     size_t                  ops_conns;
     ote_stream_conn_t      *rx_hint;
     unsigned                direct_rounds;
+    /*
+     * Rounds of an iface without connections (only accepts can arrive): it
+     * looks at its epoll set every OTE_STREAM_EPOLL_EVERY-th one, and on the
+     * round after the worker saw its fd fire (super.event_seen).
+     */
+    unsigned                idle_rounds;
     uint8_t                *discard;    /* sink for refused payloads */
     /* What the component adds to the connection code; never NULL. */
     const struct ote_stream_hooks *hooks;
@@ -409,6 +428,9 @@ void ote_stream_iface_mark_dirty(ote_stream_iface_t *iface, ote_stream_conn_t *c
 ote_status_t ote_stream_iface_conn_accept(ote_stream_iface_t *iface, int fd,
                                           const struct sockaddr_storage *ss);
 void ote_stream_iface_conn_closed(ote_stream_iface_t *iface, ote_stream_conn_t *conn);
+/* conn has something the timeout check must watch (see watch above); idempotent. */
+void ote_stream_iface_watch(ote_stream_iface_t *iface, ote_stream_conn_t *conn);
+void ote_stream_iface_unwatch(ote_stream_iface_t *iface, ote_stream_conn_t *conn);
 /*
  * Fields from the component's settings (cfg), hooks and params, shared by
  * tcp, cma and shm. The descriptors are set to -1 first, so that ote_stream_iface_close

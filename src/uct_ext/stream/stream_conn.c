@@ -87,6 +87,7 @@ void ote_stream_conn_free(ote_stream_conn_t *c)
         c->iface->ops_conns--;
     if (c->iface->rx_hint == c)
         c->iface->rx_hint = NULL;
+    ote_stream_iface_unwatch(c->iface, c);
     for (size_t i = 0; i < c->rx_nfds; i++)
         close(c->rx_fds[i]);
     if (c->peer_pidfd >= 0)
@@ -222,8 +223,10 @@ ote_status_t ote_stream_conn_op_push(ote_stream_conn_t *c, const ote_stream_op_t
             return OTE_ERR_NO_MEMORY;
     }
     c->ops[(c->ops_head + c->ops_count) & (c->ops_cap - 1)] = *op;
-    if (c->ops_count++ == 0)
+    if (c->ops_count++ == 0) {
         c->iface->ops_conns++;
+        ote_stream_iface_watch(c->iface, c);
+    }
     c->iface->rx_hint = c;
     c->inflight_bytes += op->length;
     return OTE_OK;
@@ -485,8 +488,10 @@ void ote_stream_conn_flush(ote_stream_conn_t *c)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 /* Target: a peer that stops reading its answers is timed out. */
-                if (c->ep == NULL && c->tx_stall_ns == 0)
+                if (c->ep == NULL && c->tx_stall_ns == 0) {
                     c->tx_stall_ns = ote_time_ns();
+                    ote_stream_iface_watch(c->iface, c);
+                }
                 set_want_out(c, true);
                 return;
             }
@@ -521,8 +526,10 @@ void ote_stream_conn_flush(ote_stream_conn_t *c)
          * call, so that the answers keep the order of the requests.
          */
         if (c->rx_len > c->rx_off) {
-            if (c->ref_busy)
-                c->rx_again = true;
+            if (c->ref_busy) {
+                c->rx_again              = true;
+                c->iface->rx_again_conns = true;
+            }
             else
                 ote_stream_conn_rx(c);
         }

@@ -29,8 +29,42 @@ void ote_stream_iface_mark_dirty(ote_stream_iface_t *iface, ote_stream_conn_t *c
     iface->dirty  = c;
 }
 
+void ote_stream_iface_watch(ote_stream_iface_t *iface, ote_stream_conn_t *c)
+{
+    /* A closed connection is in no list of the iface's (ote_stream_iface_conn_closed). */
+    if (c->watched || c->dead)
+        return;
+    c->watched    = true;
+    c->prev_watch = NULL;
+    c->next_watch = iface->watch;
+    if (iface->watch != NULL)
+        iface->watch->prev_watch = c;
+    iface->watch = c;
+}
+
+void ote_stream_iface_unwatch(ote_stream_iface_t *iface, ote_stream_conn_t *c)
+{
+    if (!c->watched)
+        return;
+    if (c->prev_watch != NULL)
+        c->prev_watch->next_watch = c->next_watch;
+    else
+        iface->watch = c->next_watch;
+    if (c->next_watch != NULL)
+        c->next_watch->prev_watch = c->prev_watch;
+    c->next_watch = c->prev_watch = NULL;
+    c->watched                    = false;
+}
+
+/* Something of c's the timeout check must look at again. */
+static bool conn_watch_needed(const ote_stream_conn_t *c)
+{
+    return !c->dead && (c->handshake_deadline || c->tx_stall_ns || c->ops_count || c->rxbuf);
+}
+
 void ote_stream_iface_conn_closed(ote_stream_iface_t *iface, ote_stream_conn_t *c)
 {
+    ote_stream_iface_unwatch(iface, c);
     ote_stream_conn_t **pp;
 
     if (c->dirty) {
@@ -136,6 +170,7 @@ ote_status_t ote_stream_iface_conn_accept(ote_stream_iface_t *iface, int fd,
     snprintf(c->peer, sizeof(c->peer), "%s", label);
     c->handshake_deadline = ote_time_ns() + iface->handshake_timeout_ns;
     iface_link(iface, c);
+    ote_stream_iface_watch(iface, c);
     iface->num_accepted++;
     return OTE_OK;
 }
@@ -195,13 +230,28 @@ static bool direct_rx(ote_stream_conn_t *c)
            c->rx_remaining != rem;
 }
 
+/*
+ * The worker took an edge of our epoll fd (worker.c, worker_sleep): what
+ * it announced is still in the epoll set, which this round must look at,
+ * since the worker will not be woken for it again. One atomic load per
+ * round while unset.
+ */
+static bool event_seen_take(ote_stream_iface_t *iface)
+{
+    atomic_bool *seen = &iface->super.event_seen;
+
+    return atomic_load_explicit(seen, memory_order_relaxed) &&
+           atomic_exchange_explicit(seen, false, memory_order_acquire);
+}
+
 unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
     struct epoll_event ev[64];
     unsigned count = iface->dirty != NULL;
     ote_stream_conn_t *d;
-    int n = 0;
+    bool skip = false;
+    int n     = 0;
 
     flush_dirty(iface);
     /*
@@ -209,14 +259,21 @@ unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
      * stream): read it directly, and look at the others, at accepts and
      * at EPOLLOUT every OTE_STREAM_EPOLL_EVERY-th round. Its fd stays in
      * the epoll set (level-triggered), so bytes left unread are announced
-     * there too.
+     * there too. An iface without connections (an engine listening on
+     * 0.0.0.0 has one per interface, most of them unused) can only see
+     * accepts: it looks as often, and at once after the worker saw its fd
+     * fire, which may have been the worker's only wake-up for an accept
+     * (the worker's fds are edge-triggered; it may sleep without a timer).
      */
     d = direct_conn(iface);
     if (d != NULL) {
         count += direct_rx(d);
-        if (++iface->direct_rounds % OTE_STREAM_EPOLL_EVERY != 0)
-            goto rest;
+        skip = ++iface->direct_rounds % OTE_STREAM_EPOLL_EVERY != 0;
+    } else if (iface->conns == NULL) {
+        skip = ++iface->idle_rounds % OTE_STREAM_EPOLL_EVERY != 0 && !event_seen_take(iface);
     }
+    if (skip)
+        goto rest;
     n = epoll_wait(iface->epfd, ev, 64, 0);
     for (int i = 0; i < n; i++) {
         ote_stream_conn_t *c;
@@ -244,11 +301,18 @@ unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
             ote_stream_conn_flush(c);
     }
 rest:
-    /* Connections that stopped on their budget with bytes still buffered. */
-    for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
-        if (c->rx_again && !c->dead) {
-            ote_stream_conn_rx(c);
-            count++;
+    /*
+     * Connections that stopped on their budget with bytes still buffered;
+     * looked for only when one did (a walk of every connection per round
+     * would cost an idle engine's rounds in proportion to its peers).
+     */
+    if (iface->rx_again_conns) {
+        iface->rx_again_conns = false; /* set again by one that stops again */
+        for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
+            if (c->rx_again && !c->dead) {
+                ote_stream_conn_rx(c);
+                count++;
+            }
         }
     }
     flush_dirty(iface);
@@ -256,20 +320,26 @@ rest:
     return count + (unsigned)(n > 0 ? n : 0);
 }
 
+/*
+ * The worker's timeout check (every OTE_WORKER_TIMEOUT_CHECK_NS while it
+ * ticks): only the watched connections, each dropped from the list once it
+ * has nothing left to watch. A connection that failed may end operations
+ * of others and change the list: the walk starts again.
+ */
 void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline_ns)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
     uint64_t now           = ote_time_ns();
     ote_stream_conn_t *c, *next;
 
-    for (c = iface->conns; c != NULL; c = next) {
-        next = c->next;
+    for (c = iface->watch; c != NULL; c = next) {
+        next = c->next_watch;
         if (c->ep == NULL && c->handshake_deadline && now > c->handshake_deadline) {
             ote_warn("%s peer %s: no %s within OTE_HANDSHAKE_TIMEOUT_MS; closing",
                      OTE_STREAM_CONN_TL(c), c->peer,
                      c->rx_state == OTE_STREAM_RX_AUTH ? "authentication" : "HELLO");
             ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
-            next = iface->conns;
+            next = iface->watch;
             continue;
         }
         if (c->ep == NULL && c->tx_stall_ns && c->tx_stall_ns < deadline_ns) {
@@ -278,7 +348,7 @@ void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline
                      "resetting the connection", OTE_STREAM_CONN_TL(c), c->peer);
             ote_socket_set_linger0(c->fd);
             ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
-            next = iface->conns;
+            next = iface->watch;
             continue;
         }
         if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
@@ -292,11 +362,13 @@ void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline
             ote_socket_set_linger0(c->fd);
             ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
             /* The list may have changed under the completions. */
-            next = iface->conns;
+            next = iface->watch;
             continue;
         }
         if (!c->dead)
             ote_stream_conn_rx_idle(c);
+        if (!conn_watch_needed(c))
+            ote_stream_iface_unwatch(iface, c);
     }
     free_graveyard(iface);
 }
@@ -305,7 +377,7 @@ bool ote_stream_iface_has_deadlines(ote_tl_iface_t *tl_iface)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
 
-    for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
+    for (ote_stream_conn_t *c = iface->watch; c != NULL; c = c->next_watch) {
         if (!c->dead && (c->tx_stall_ns || c->handshake_deadline))
             return true;
     }

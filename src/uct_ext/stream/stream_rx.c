@@ -670,6 +670,8 @@ static bool rx_reserve(ote_stream_conn_t *c, size_t need)
     }
     c->rxbuf  = buf;
     c->rx_cap = cap;
+    /* Freed by the timeout check once the connection is idle. */
+    ote_stream_iface_watch(c->iface, c);
     return true;
 }
 
@@ -719,7 +721,8 @@ static void conn_rx(ote_stream_conn_t *c)
              * Give other connections a turn. Bytes already read ahead into
              * rxbuf will not raise another epoll event: ask for a rerun.
              */
-            c->rx_again = true;
+            c->rx_again              = true;
+            c->iface->rx_again_conns = true;
             return;
         }
         size_t avail = c->rx_len - c->rx_off;

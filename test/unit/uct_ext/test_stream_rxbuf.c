@@ -4,7 +4,8 @@
  * a tcp target iface takes one end of a socketpair as an accepted
  * connection; the test is its initiator on the other end, sends HELLO,
  * WRITEs and WRITEVs, and checks the buffer's size, the bytes that landed
- * and the answers.
+ * and the answers, and that the timeout check's watch list holds the
+ * connection exactly while it has a buffer (or a handshake) to watch.
  */
 #include "uct_ext/stream/stream.h"
 
@@ -277,12 +278,22 @@ static void test_grows_then_idle_frees(void **state)
     assert_null(f.conn->rxbuf);
     assert_int_equal(f.conn->rx_cap, 0);
     assert_int_equal(f.iface->num_accepted, 1);
+    /* Nothing left to watch (handshake done, no buffer): the next checks skip it. */
+    assert_false(f.conn->watched);
+    assert_null(f.iface->watch);
 
     send_writes(4, len, 0, 77);
     settle();
     check_writes(4, len, 0, 77);
     assert_int_equal(f.acked, count + 4);
     assert_int_equal(f.conn->rx_cap, OTE_STREAM_RXBUF_FIRST);
+    /* A buffer again: watched until the checks free it. */
+    assert_true(f.conn->watched);
+    assert_ptr_equal(f.iface->watch, f.conn);
+    f.tl->ops->check_timeouts(f.tl, 0);
+    f.tl->ops->check_timeouts(f.tl, 0);
+    assert_null(f.conn->rxbuf);
+    assert_null(f.iface->watch);
 }
 
 /* Bytes read ahead and not yet handled keep the buffer through idle checks. */
