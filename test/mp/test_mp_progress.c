@@ -565,8 +565,14 @@ static void test_caller_reads_directly(void **state)
     hits = atomic_load(&epoll_hits);
     printf("# %d round trips, median %llu us: %ld epoll_wait calls of this thread reported "
            "events\n", N, (unsigned long long)med, hits);
-    /* Found by epoll_wait first, every answer would have been reported: about N. */
-    assert_true(hits < N / 10);
+    /*
+     * Found by epoll_wait first, every answer would have been reported:
+     * about N. Read directly, only the answers that arrive just before an
+     * every-8th-round epoll_wait are: at most N / 8 however slow the host
+     * (on a loaded one a round trip may take a single round), so the bound
+     * sits between the two.
+     */
+    assert_true(hits < N / 4);
     fx_stop(&f);
     unsetenv("OTE_POLL_GRACE_US");
     unsetenv("OTE_POLL_SPIN_MAX_US");
