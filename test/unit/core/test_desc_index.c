@@ -19,38 +19,19 @@
 
 #include <cmocka.h>
 
-typedef struct {
-    uint64_t addr, length;
-} rg_t;
+#include "desc_fixture.h"
+
+/* Region i's access: read, write, both, in turn. */
+static uint32_t access_rotating(size_t i)
+{
+    return (uint32_t)(i % 3 + 1);
+}
 
 /* A version 3 descriptor with these regions (no transports, mds or exports), decoded. */
 static ote_desc_t *make_desc(const rg_t *r, size_t n)
 {
-    ote_buf_t b = {0};
-    ote_desc_t *d = NULL;
+    ote_desc_t *d = desc_fixture(r, n, 3, access_rotating);
 
-    ote_buf_put_u32(&b, OTE_DESC_MAGIC);
-    ote_buf_put_u16(&b, 3);
-    ote_buf_put_u16(&b, 0);
-    ote_buf_put_u64(&b, 42);
-    ote_buf_put_str8(&b, "idx");
-    ote_buf_put_str8(&b, "host");
-    ote_buf_put_str8(&b, "127.0.0.1:1");
-    ote_buf_put_u16(&b, 0); /* transports */
-    ote_buf_put_u16(&b, 0); /* mds */
-    ote_buf_put_u32(&b, (uint32_t)n);
-    for (size_t i = 0; i < n; i++) {
-        ote_buf_put_u64(&b, r[i].addr);
-        ote_buf_put_u64(&b, r[i].length);
-        ote_buf_put_u32(&b, (uint32_t)(i % 3 + 1)); /* access: read, write, both */
-        ote_buf_put_str8(&b, "cpu:0");
-        ote_buf_put_u8(&b, 0); /* no rkeys */
-    }
-    ote_buf_put_u32(&b, 0); /* exports */
-    assert_false(b.failed);
-    assert_int_equal(ote_desc_decode(b.data, b.len, &d), OTE_OK);
-    free(b.data);
-    assert_int_equal(d->num_regions, n);
     /* Sorted by address, then length; equal ranges in the order listed. */
     for (size_t i = 1; i < n; i++) {
         const ote_desc_region_t *p = &d->regions[i - 1], *q = &d->regions[i];

@@ -25,40 +25,18 @@
 
 #include <cmocka.h>
 
-typedef struct {
-    uint64_t addr, length;
-} rg_t;
+#include "desc_fixture.h"
+
+static uint32_t access_rw(size_t i)
+{
+    (void)i;
+    return OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE;
+}
 
 /* A decoded descriptor with these regions (no transports, mds or exports). */
 static ote_desc_t *make_desc(const rg_t *r, size_t n)
 {
-    ote_buf_t b = {0};
-    ote_desc_t *d = NULL;
-
-    ote_buf_put_u32(&b, OTE_DESC_MAGIC);
-    ote_buf_put_u16(&b, OTE_DESC_VERSION);
-    ote_buf_put_u16(&b, 0);
-    ote_buf_put_u64(&b, 42);
-    ote_buf_put_str8(&b, "idx");
-    ote_buf_put_str8(&b, "host");
-    ote_buf_put_str8(&b, "127.0.0.1:1");
-    ote_buf_put_u16(&b, 0); /* transports */
-    ote_buf_put_u16(&b, 0); /* mds */
-    ote_buf_put_u32(&b, (uint32_t)n);
-    for (size_t i = 0; i < n; i++) {
-        ote_buf_put_u64(&b, r[i].addr);
-        ote_buf_put_u64(&b, r[i].length);
-        ote_buf_put_u32(&b, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE);
-        ote_buf_put_str8(&b, "cpu:0");
-        ote_buf_put_u8(&b, 0); /* no rkeys */
-    }
-    ote_buf_put_u32(&b, 0); /* exports */
-    ote_buf_put_u16(&b, 0); /* transports it runs (version 4) */
-    assert_false(b.failed);
-    assert_int_equal(ote_desc_decode(b.data, b.len, &d), OTE_OK);
-    free(b.data);
-    assert_int_equal(d->num_regions, n);
-    return d;
+    return desc_fixture(r, n, OTE_DESC_VERSION, access_rw);
 }
 
 /* Regions of r starting at or below addr, counted one by one. */
