@@ -93,6 +93,7 @@ struct ote_batch {
     size_t           capacity;
     atomic_size_t    used;          /* grows under lock; read without it */
     ote_task_t      *tasks;
+    size_t           tasks_mapped;  /* bytes of tasks' own mapping (ote_mmap_huge), 0: malloc'd */
     atomic_long      pending;       /* tasks not yet ended */
     atomic_long      refs;          /* user + one per pending task */
     pthread_mutex_t  lock;
