@@ -107,7 +107,7 @@ ote_status_t ote_proto_putback_rail_init(ote_rail_t *rail, ote_rail_t *host,
     ep = calloc(1, sizeof(*ep));
     if (ep == NULL)
         return OTE_ERR_NO_MEMORY;
-    ep->iface        = *host->iface;
+    ote_tl_iface_copy(&ep->iface, host->iface);
     ep->iface.ep_ops = &putback_ep_ops;
     ep->super.iface  = &ep->iface;
     ep->host         = host;

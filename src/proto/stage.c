@@ -456,7 +456,7 @@ stage_ep_t *ote_stage_ep_new(ote_rail_t *rail, ote_rail_t *host, stage_worker_t 
     if (ep == NULL)
         return NULL;
     /* The rail's iface names staging; its operations are the staging ep's. */
-    ep->iface        = *host->iface;
+    ote_tl_iface_copy(&ep->iface, host->iface);
     ep->iface.ep_ops = &ote_proto_stage_ep_ops;
     ep->iface.md     = NULL;
     ep->iface.md_index = -1;

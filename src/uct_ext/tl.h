@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define OTE_TL_NAME_MAX   32
 #define OTE_TL_DEV_MAX    64
@@ -347,9 +348,21 @@ struct ote_tl_iface {
      * took a readiness report of event_fd (an edge of its epoll set) that
      * the iface's own progress has not seen: the next progress looks at
      * everything behind event_fd, even where it would skip that round.
+     * The last member: ote_tl_iface_copy copies what comes before it.
      */
     atomic_bool               event_seen;
 };
+
+/*
+ * *dst = *src but for event_seen, which the worker may set at any moment
+ * and a plain struct copy would read unsynchronised: dst's starts clear.
+ * For the protocols' ifaces that borrow a transport's (putback, stage).
+ */
+static inline void ote_tl_iface_copy(struct ote_tl_iface *dst, const struct ote_tl_iface *src)
+{
+    memcpy(dst, src, offsetof(struct ote_tl_iface, event_seen));
+    atomic_init(&dst->event_seen, false);
+}
 
 struct ote_tl_ep {
     ote_tl_iface_t *iface;
