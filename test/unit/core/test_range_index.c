@@ -192,19 +192,10 @@ static void test_random(void **state)
 static ote_task_status_t one_write(ote_engine_h e, ote_segment_h seg, void *local, uint64_t addr,
                                    size_t len)
 {
-    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = local, .segment = seg,
-                        .remote_addr = addr, .length = len};
     ote_task_status_t st;
-    ote_batch_h b;
-    ote_status_t ws;
-    size_t first;
 
-    assert_int_equal(ote_batch_create(e, 1, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
-    ws = ote_batch_wait(b, 10000); /* every task ended, failed ones too */
-    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-    assert_int_equal(ws, OTE_OK);
-    ote_batch_release(b);
+    /* Submitted, and every task ended (failed ones too) within 10 s. */
+    assert_int_equal(ote_test_xfer(e, seg, OTE_OP_WRITE, local, addr, len, 10000, &st), OTE_OK);
     return st;
 }
 
