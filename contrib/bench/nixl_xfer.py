@@ -22,6 +22,7 @@ its DONE. The transports are UCX's choice unless UCX_TLS says otherwise.
 """
 import argparse
 import json
+import mmap
 import random
 import subprocess
 import sys
@@ -45,6 +46,24 @@ def pool_bytes(specs):
     return max(s * c * (2 if sc else 1) for _, s, c, sc in map(parse, specs))
 
 
+_maps = []  # the pools' mappings, alive as long as the process
+
+
+def pool(nbytes, fill):
+    """A pool of nbytes set to fill, in anonymous memory with transparent
+    huge pages asked for (madvise), as ote_perftest and ucx_perftest ask for
+    their buffers: the scattered KV blocks then cost the same TLB misses in
+    both processes as in ote_perftest's (numpy's own allocation gets 4 KiB
+    pages where THP is "madvise")."""
+    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        m.madvise(mmap.MADV_HUGEPAGE)
+    _maps.append(m)
+    buf = np.frombuffer(m, dtype=np.uint8)
+    buf[:] = fill
+    return buf
+
+
 def slots(count, scatter, seed):
     if not scatter:
         return list(range(count))
@@ -55,7 +74,7 @@ def slots(count, scatter, seed):
 
 def target(args):
     agent = nixl_agent("target", nixl_agent_config(backends=["UCX"]))
-    buf = np.ones(pool_bytes(args.spec), dtype=np.uint8)
+    buf = pool(pool_bytes(args.spec), 1)
     addr = buf.ctypes.data
     agent.register_memory([(addr, buf.nbytes, 0, "")], "DRAM")
     # NIXL may print to stdout too: the line for the initiator is marked
@@ -180,7 +199,7 @@ def initiator(args):
             raise RuntimeError("the target process ended before it was ready")
         info = json.loads(line[len("target "):])
         agent = nixl_agent("initiator", nixl_agent_config(backends=["UCX"]))
-        buf = np.full(pool_bytes(args.spec), 7, dtype=np.uint8)
+        buf = pool(pool_bytes(args.spec), 7)
         laddr = buf.ctypes.data
         agent.register_memory([(laddr, buf.nbytes, 0, "")], "DRAM")
         peer = agent.add_remote_agent(bytes.fromhex(info["meta"]))
