@@ -113,6 +113,14 @@ const char *ote_test_program(const char *name);
 /* Create an engine on 127.0.0.1 with an optional OTE_TLS; asserts on failure. */
 ote_engine_h ote_test_engine(const char *listen);
 
+/*
+ * A cmocka test that runs one case function for one argument (a transport
+ * list, a store kind: a string literal): _fn(state) finds it in *state,
+ * and cmocka names the test "_fn(_arg)". One function serves each of its
+ * arguments without a wrapper per argument.
+ */
+#define OTE_TEST_CASE(_fn, _arg) {#_fn "(" _arg ")", (_fn), NULL, NULL, (void *)(_arg)}
+
 /* Set every "NAME=VALUE" of a NULL-terminated list in the environment. */
 void ote_test_setenv_all(const char *const *settings);
 
