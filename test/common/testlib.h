@@ -44,6 +44,14 @@ ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *
 ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
                            uint64_t remote, size_t len, int timeout_ms, ote_task_status_t *st);
 /*
+ * Fill len bytes of local with seed's pattern and WRITE them to remote,
+ * memory of this process that seg reaches (one request, timeout_ms): true
+ * when the task completed and every byte at remote is the pattern; false,
+ * with what went wrong on stderr, otherwise.
+ */
+bool ote_test_write_lands(ote_engine_h e, ote_segment_h seg, void *local, void *remote,
+                          size_t len, uint64_t seed, int timeout_ms);
+/*
  * n requests in one batch, waited for as ote_test_xfer does; when OK, st[i]
  * holds the status of request i.
  */
