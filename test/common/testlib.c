@@ -131,6 +131,14 @@ bool ote_test_write_lands(ote_engine_h e, ote_segment_h seg, void *local, void *
     return true;
 }
 
+void ote_test_setenv_or_unset(const char *name, const char *value)
+{
+    if (value != NULL)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+}
+
 uint64_t ote_test_hash(const void *p, size_t len)
 {
     const uint8_t *b = p;
@@ -355,10 +363,7 @@ ote_test_pair_t *ote_test_pair_start(const char *tls, const char *listen,
 
     if (p == NULL)
         return NULL;
-    if (tls)
-        setenv("OTE_TLS", tls, 1);
-    else
-        unsetenv("OTE_TLS");
+    ote_test_setenv_or_unset("OTE_TLS", tls);
     p->e = ote_test_engine(listen);
     if (ote_test_target_start(&p->target, wrapper, argv_extra) != 0) {
         fprintf(stderr, "test pair: the target did not start\n");

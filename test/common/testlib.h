@@ -129,6 +129,9 @@ ote_engine_h ote_test_engine(const char *listen);
  */
 #define OTE_TEST_CASE(_fn, _arg) {#_fn "(" _arg ")", (_fn), NULL, NULL, (void *)(_arg)}
 
+/* setenv(name, value), or unsetenv(name) when value is NULL. */
+void ote_test_setenv_or_unset(const char *name, const char *value);
+
 /* Set every "NAME=VALUE" of a NULL-terminated list in the environment. */
 void ote_test_setenv_all(const char *const *settings);
 

@@ -28,10 +28,7 @@ static ote_engine_h engine_keyed(const char *key)
     ote_engine_h e = NULL;
     ote_status_t st;
 
-    if (key != NULL)
-        setenv("OTE_AUTH_KEY", key, 1);
-    else
-        unsetenv("OTE_AUTH_KEY");
+    ote_test_setenv_or_unset("OTE_AUTH_KEY", key);
     st = ote_engine_create(&p, &e);
     unsetenv("OTE_AUTH_KEY");
     if (st == OTE_ERR_UNSUPPORTED && key != NULL)

@@ -42,10 +42,7 @@ static ote_engine_h engine(const char *direct, const char *workers)
 {
     ote_engine_h e;
 
-    if (direct)
-        setenv("OTE_FILE_DIRECT", direct, 1);
-    else
-        unsetenv("OTE_FILE_DIRECT");
+    ote_test_setenv_or_unset("OTE_FILE_DIRECT", direct);
     setenv("OTE_NUM_WORKERS", workers ? workers : "2", 1);
     e = ote_test_engine("127.0.0.1:0");
     unsetenv("OTE_FILE_DIRECT");
