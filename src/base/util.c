@@ -3,6 +3,7 @@
 #include "log.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -375,6 +376,45 @@ void *ote_mmap_huge(size_t len, int prot, int flags, int fd)
     if (p != MAP_FAILED && len >= OTE_HUGE_ALIGN)
         (void)madvise(p, len, MADV_HUGEPAGE);
     return p;
+}
+
+int ote_read_attr(const char *path, char *buf, size_t len)
+{
+    size_t n = 0;
+    ssize_t r;
+    char extra;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    buf[0] = '\0';
+    if (fd < 0)
+        return -1;
+    while (n < len - 1) {
+        r = read(fd, buf + n, len - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+
+            close(fd);
+            buf[0] = '\0';
+            errno   = e;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n == len - 1 && read(fd, &extra, 1) > 0) {
+        close(fd);
+        buf[0] = '\0';
+        errno  = EOVERFLOW;
+        return -1;
+    }
+    close(fd);
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        n--;
+    buf[n] = '\0';
+    return 0;
 }
 
 ote_status_t ote_status_from_io_errno(int err)

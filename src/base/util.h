@@ -138,6 +138,14 @@ void ote_default_ip(char *buf, size_t len);
 uint64_t ote_random_u64(void);
 
 /*
+ * A small text file of the kernel's (a sysfs or procfs attribute, a
+ * one-line file such as /etc/machine-id) into buf, NUL-terminated, its
+ * trailing white space cut. -1 with errno, and buf empty: unreadable, or
+ * longer than buf can hold (EOVERFLOW).
+ */
+int ote_read_attr(const char *path, char *buf, size_t len);
+
+/*
  * The status of a failed file read or write (errno, or io_uring's -res):
  * EACCES, EPERM, EROFS are ACCESS; EINVAL (the file system refused the
  * request's alignment) INVALID_PARAM; ECANCELED CANCELED; ENOMEM

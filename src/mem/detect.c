@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "base/cuda_api.h"
+#include "base/util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -60,13 +61,9 @@ static void numa_parse_list(const char *s)
 static void numa_init(void)
 {
     char line[4096];
-    FILE *f = fopen("/sys/devices/system/node/online", "r");
 
-    if (f != NULL) {
-        if (fgets(line, sizeof(line), f) != NULL)
-            numa_parse_list(line);
-        fclose(f);
-    }
+    if (ote_read_attr("/sys/devices/system/node/online", line, sizeof(line)) == 0)
+        numa_parse_list(line);
     if (numa_count == 0)
         numa_mark(0); /* no NUMA support in the kernel: one node */
 }

@@ -179,27 +179,19 @@ static ote_status_t file_remote_post(ote_tl_ep_t *tl_ep, uint8_t op_code, void *
     return ote_proto_ctl_ep_submit(&ep->hooks.base, &op->job);
 }
 
-static ote_status_t file_remote_put_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
-                                          ote_region_t *local_region, uint64_t remote_addr,
-                                          const void *rkey, size_t rkey_len,
-                                          ote_tl_completion_t *comp)
-{
-    (void)rkey;
-    (void)rkey_len;
-    return file_remote_post(tl_ep, OTE_CTL_FILE_IO_WRITE, local, length, local_region,
-                            remote_addr, comp);
-}
-
-static ote_status_t file_remote_get_zcopy(ote_tl_ep_t *tl_ep, void *local, size_t length,
-                                          ote_region_t *local_region, uint64_t remote_addr,
-                                          const void *rkey, size_t rkey_len,
-                                          ote_tl_completion_t *comp)
-{
-    (void)rkey;
-    (void)rkey_len;
-    return file_remote_post(tl_ep, OTE_CTL_FILE_IO_READ, local, length, local_region,
-                            remote_addr, comp);
-}
+/* put_zcopy and get_zcopy: one FILE_IO request, WRITE or READ; no rkey (the file is the peer's). */
+#define FILE_REMOTE_ZCOPY(_fn, _op_code)                                                        \
+    static ote_status_t _fn(ote_tl_ep_t *tl_ep, void *local, size_t length,                    \
+                            ote_region_t *local_region, uint64_t remote_addr, const void *rkey, \
+                            size_t rkey_len, ote_tl_completion_t *comp)                        \
+    {                                                                                          \
+        (void)rkey;                                                                            \
+        (void)rkey_len;                                                                        \
+        return file_remote_post(tl_ep, _op_code, local, length, local_region, remote_addr,     \
+                                comp);                                                         \
+    }
+FILE_REMOTE_ZCOPY(file_remote_put_zcopy, OTE_CTL_FILE_IO_WRITE)
+FILE_REMOTE_ZCOPY(file_remote_get_zcopy, OTE_CTL_FILE_IO_READ)
 
 static const ote_tl_ep_ops_t file_remote_ep_ops =
     OTE_PROTO_CTL_EP_OPS(file_remote_put_zcopy, file_remote_get_zcopy);

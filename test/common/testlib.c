@@ -107,6 +107,38 @@ ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void 
     return ote_test_batch_run(e, &r, 1, timeout_ms, st);
 }
 
+bool ote_test_write_lands(ote_engine_h e, ote_segment_h seg, void *local, void *remote,
+                          size_t len, uint64_t seed, int timeout_ms)
+{
+    ote_task_status_t st = {0};
+    ote_status_t status;
+    long bad;
+
+    ote_test_fill(local, 0, len, seed);
+    status = ote_test_xfer(e, seg, OTE_OP_WRITE, local, (uint64_t)(uintptr_t)remote, len,
+                           timeout_ms, &st);
+    if (status != OTE_OK || st.state != OTE_TASK_COMPLETED) {
+        fprintf(stderr, "# WRITE of %zu bytes to %p: %s, task state %d (%s)\n", len, remote,
+                ote_status_string(status), (int)st.state, ote_status_string(st.error));
+        return false;
+    }
+    bad = ote_test_check(remote, 0, len, seed);
+    if (bad >= 0) {
+        fprintf(stderr, "# WRITE of %zu bytes to %p completed, byte %ld is wrong\n", len, remote,
+                bad);
+        return false;
+    }
+    return true;
+}
+
+void ote_test_setenv_or_unset(const char *name, const char *value)
+{
+    if (value != NULL)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+}
+
 uint64_t ote_test_hash(const void *p, size_t len)
 {
     const uint8_t *b = p;
@@ -331,10 +363,7 @@ ote_test_pair_t *ote_test_pair_start(const char *tls, const char *listen,
 
     if (p == NULL)
         return NULL;
-    if (tls)
-        setenv("OTE_TLS", tls, 1);
-    else
-        unsetenv("OTE_TLS");
+    ote_test_setenv_or_unset("OTE_TLS", tls);
     p->e = ote_test_engine(listen);
     if (ote_test_target_start(&p->target, wrapper, argv_extra) != 0) {
         fprintf(stderr, "test pair: the target did not start\n");

@@ -44,6 +44,14 @@ ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *
 ote_status_t ote_test_xfer(ote_engine_h e, ote_segment_h seg, ote_op_t op, void *local,
                            uint64_t remote, size_t len, int timeout_ms, ote_task_status_t *st);
 /*
+ * Fill len bytes of local with seed's pattern and WRITE them to remote,
+ * memory of this process that seg reaches (one request, timeout_ms): true
+ * when the task completed and every byte at remote is the pattern; false,
+ * with what went wrong on stderr, otherwise.
+ */
+bool ote_test_write_lands(ote_engine_h e, ote_segment_h seg, void *local, void *remote,
+                          size_t len, uint64_t seed, int timeout_ms);
+/*
  * n requests in one batch, waited for as ote_test_xfer does; when OK, st[i]
  * holds the status of request i.
  */
@@ -112,6 +120,17 @@ const char *ote_test_program(const char *name);
 
 /* Create an engine on 127.0.0.1 with an optional OTE_TLS; asserts on failure. */
 ote_engine_h ote_test_engine(const char *listen);
+
+/*
+ * A cmocka test that runs one case function for one argument (a transport
+ * list, a store kind: a string literal): _fn(state) finds it in *state,
+ * and cmocka names the test "_fn(_arg)". One function serves each of its
+ * arguments without a wrapper per argument.
+ */
+#define OTE_TEST_CASE(_fn, _arg) {#_fn "(" _arg ")", (_fn), NULL, NULL, (void *)(_arg)}
+
+/* setenv(name, value), or unsetenv(name) when value is NULL. */
+void ote_test_setenv_or_unset(const char *name, const char *value);
 
 /* Set every "NAME=VALUE" of a NULL-terminated list in the environment. */
 void ote_test_setenv_all(const char *const *settings);

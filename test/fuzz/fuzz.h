@@ -21,6 +21,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
     } while (0)
 
 /*
+ * What a decoder accepted encodes again to exactly its input: _encoded is
+ * the encoder's call, which writes _out (an ote_buf_t, freed here).
+ */
+#define FUZZ_CHECK_REENCODES(_encoded, _out, _p, _len)                                   \
+    do {                                                                               \
+        FUZZ_CHECK((_encoded) == OTE_OK);                                              \
+        FUZZ_CHECK((_out).len == (_len) && memcmp((_out).data, (_p), (_len)) == 0);    \
+        free((_out).data);                                                             \
+    } while (0)
+
+/*
  * A target of a request decoder and its answer's: the first input byte
  * picks one (even: request, odd: answer), which gets the rest in a buffer
  * of its own, so that a read past it is caught.

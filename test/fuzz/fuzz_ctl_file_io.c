@@ -36,9 +36,7 @@ static void request(const uint8_t *p, size_t len)
                        len == OTE_CTL_FILE_IO_HDR_LEN + m.length);
         else
             FUZZ_CHECK(m.data == NULL && len == OTE_CTL_FILE_IO_HDR_LEN);
-        FUZZ_CHECK(ote_ctl_file_io_encode(&m, &out) == OTE_OK);
-        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
-        free(out.data);
+        FUZZ_CHECK_REENCODES(ote_ctl_file_io_encode(&m, &out), out, p, len);
     }
 }
 
@@ -54,9 +52,8 @@ static void rails_answer(const uint8_t *p, size_t len)
 
         FUZZ_CHECK(status != OTE_INPROGRESS && n <= OTE_CTL_FILE_IO_MAX_BYTES);
         FUZZ_CHECK(len == OTE_CTL_FILE_IO_ACK_HDR_LEN);
-        FUZZ_CHECK(ote_ctl_file_io_rails_ack_encode(status, (uint32_t)n, &out) == OTE_OK);
-        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
-        free(out.data);
+        FUZZ_CHECK_REENCODES(ote_ctl_file_io_rails_ack_encode(status, (uint32_t)n, &out),
+                             out, p, len);
         if (n > 0)
             FUZZ_CHECK(ote_ctl_file_io_rails_ack_decode(p, len, n - 1, &status, &n) ==
                        OTE_ERR_PROTOCOL);
@@ -77,9 +74,7 @@ static void answer(const uint8_t *p, size_t len)
         FUZZ_CHECK(status != OTE_INPROGRESS && n <= OTE_CTL_FILE_IO_MAX_BYTES);
         FUZZ_CHECK(len == OTE_CTL_FILE_IO_ACK_HDR_LEN + n);
         FUZZ_CHECK(n == 0 || (data >= p && data + n == p + len));
-        FUZZ_CHECK(ote_ctl_file_io_ack_encode(status, data, n, &out) == OTE_OK);
-        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
-        free(out.data);
+        FUZZ_CHECK_REENCODES(ote_ctl_file_io_ack_encode(status, data, n, &out), out, p, len);
         /* A smaller bound refuses what exceeds it. */
         if (n > 0)
             FUZZ_CHECK(ote_ctl_file_io_ack_decode(p, len, n - 1, &status, &data, &n) ==

@@ -22,9 +22,7 @@ static void request(const uint8_t *p, size_t len)
         FUZZ_CHECK(m.remote + m.length > m.remote);
         FUZZ_CHECK(m.local + m.length > m.local);
         FUZZ_CHECK(m.name[0] != '\0' && strlen(m.name) <= 255);
-        FUZZ_CHECK(ote_ctl_putback_encode(&m, &out) == OTE_OK);
-        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
-        free(out.data);
+        FUZZ_CHECK_REENCODES(ote_ctl_putback_encode(&m, &out), out, p, len);
     }
 }
 
@@ -38,9 +36,7 @@ static void answer(const uint8_t *p, size_t len)
 
         FUZZ_CHECK(len == OTE_CTL_PUTBACK_ACK_LEN);
         FUZZ_CHECK(status != OTE_INPROGRESS);
-        FUZZ_CHECK(ote_ctl_putback_ack_encode(status, id, &out) == OTE_OK);
-        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
-        free(out.data);
+        FUZZ_CHECK_REENCODES(ote_ctl_putback_ack_encode(status, id, &out), out, p, len);
     }
 }
 

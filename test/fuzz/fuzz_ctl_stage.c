@@ -28,9 +28,7 @@ static void request(const uint8_t *p, size_t len)
             FUZZ_CHECK(m->e[i].gpu + m->e[i].length > m->e[i].gpu);
             FUZZ_CHECK(m->e[i].chunk + m->e[i].length > m->e[i].chunk);
         }
-        FUZZ_CHECK(ote_ctl_stage_encode(m, &out) == OTE_OK);
-        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
-        free(out.data);
+        FUZZ_CHECK_REENCODES(ote_ctl_stage_encode(m, &out), out, p, len);
     }
     free(m);
 }
@@ -48,9 +46,7 @@ static void answer(const uint8_t *p, size_t len)
         FUZZ_CHECK(n <= OTE_CTL_STAGE_MAX);
         FUZZ_CHECK(status == OTE_OK || n == 0);
         FUZZ_CHECK(n == 0 || cs > 0);
-        FUZZ_CHECK(ote_ctl_stage_ack_encode(status, cs, chunks, n, &out) == OTE_OK);
-        FUZZ_CHECK(out.len == len && memcmp(out.data, p, len) == 0);
-        free(out.data);
+        FUZZ_CHECK_REENCODES(ote_ctl_stage_ack_encode(status, cs, chunks, n, &out), out, p, len);
     }
 }
 

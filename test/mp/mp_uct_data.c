@@ -63,14 +63,8 @@ static size_t block_off(size_t i)
 static void set_env(const tl_case_t *tc)
 {
     setenv("OTE_TLS", tc->tls, 1);
-    if (tc->connect)
-        setenv("OTE_UCT_CONNECT", tc->connect, 1);
-    else
-        unsetenv("OTE_UCT_CONNECT");
-    if (tc->workers)
-        setenv("OTE_NUM_WORKERS", tc->workers, 1);
-    else
-        unsetenv("OTE_NUM_WORKERS");
+    ote_test_setenv_or_unset("OTE_UCT_CONNECT", tc->connect);
+    ote_test_setenv_or_unset("OTE_NUM_WORKERS", tc->workers);
     setenv("OTE_XFER_TIMEOUT_MS", "5000", 1);
 }
 

@@ -226,10 +226,7 @@ static ote_status_t open_with_key(const char *target_name, const char *key)
     ote_segment_h seg;
     ote_status_t st;
 
-    if (key)
-        setenv("OTE_AUTH_KEY", key, 1);
-    else
-        unsetenv("OTE_AUTH_KEY");
+    ote_test_setenv_or_unset("OTE_AUTH_KEY", key);
     e = ote_test_engine(NULL);
     unsetenv("OTE_AUTH_KEY");
     st = ote_segment_open(e, target_name, &seg);

@@ -105,10 +105,7 @@ static ote_status_t open_logged(const char *name, const char *key, const char *m
     ote_status_t st;
     capture_t c;
 
-    if (key)
-        setenv("OTE_AUTH_KEY", key, 1);
-    else
-        unsetenv("OTE_AUTH_KEY");
+    ote_test_setenv_or_unset("OTE_AUTH_KEY", key);
     assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
     unsetenv("OTE_AUTH_KEY");
     capture_begin(&c);

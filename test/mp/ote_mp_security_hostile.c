@@ -72,10 +72,7 @@ static int group_teardown(void **state)
 
 void set_key_env(const char *key)
 {
-    if (key)
-        setenv("OTE_AUTH_KEY", key, 1);
-    else
-        unsetenv("OTE_AUTH_KEY");
+    ote_test_setenv_or_unset("OTE_AUTH_KEY", key);
 }
 
 uint64_t region_addr(int r)

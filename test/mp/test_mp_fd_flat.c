@@ -9,8 +9,10 @@
 #include "store_server.h"
 
 
-static void restart_cycles(const char *tls)
+/* One transport list (*state, see OTE_TEST_CASE). */
+static void restart_cycles(void **state)
 {
+    const char *tls = *state;
     enum { CYCLES = 12, SLACK = 4 };
     char listen[64];
     const char *args[] = {"--listen", listen, "--region", "1m:rw", NULL};
@@ -76,30 +78,6 @@ static void restart_cycles(const char *tls)
     unsetenv("OTE_CONNECT_TIMEOUT_MS");
 }
 
-static void test_fd_flat_uct_tcp(void **state)
-{
-    (void)state;
-    restart_cycles("uct_tcp");
-}
-
-static void test_fd_flat_tcp(void **state)
-{
-    (void)state;
-    restart_cycles("tcp");
-}
-
-static void test_fd_flat_tcp_shm(void **state)
-{
-    (void)state;
-    restart_cycles("tcp,shm");
-}
-
-static void test_fd_flat_tcp_cma(void **state)
-{
-    (void)state;
-    restart_cycles("tcp,cma");
-}
-
 /*
  * A peer killed while its record stays in a metadata store (its lease runs
  * on): every write towards it fails, and each probe of its rails fetches
@@ -162,10 +140,10 @@ static void test_fd_flat_uct_tcp_dead_in_store(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fd_flat_uct_tcp),
-        cmocka_unit_test(test_fd_flat_tcp),
-        cmocka_unit_test(test_fd_flat_tcp_shm),
-        cmocka_unit_test(test_fd_flat_tcp_cma),
+        OTE_TEST_CASE(restart_cycles, "uct_tcp"),
+        OTE_TEST_CASE(restart_cycles, "tcp"),
+        OTE_TEST_CASE(restart_cycles, "tcp,shm"),
+        OTE_TEST_CASE(restart_cycles, "tcp,cma"),
         cmocka_unit_test(test_fd_flat_uct_tcp_dead_in_store),
     };
 

@@ -776,8 +776,10 @@ static void test_metadata_p2p(void **state)
     unsetenv("OTE_CONNECT_TIMEOUT_MS");
 }
 
-static void metadata_store(const char *kind)
+/* One store kind (*state, see OTE_TEST_CASE). */
+static void metadata_store(void **state)
 {
+    const char *kind = *state;
     ote_test_store_t store;
     ote_test_target_t t;
     ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
@@ -828,18 +830,6 @@ static void metadata_store(const char *kind)
     unsetenv("OTE_METADATA_TIMEOUT_MS");
 }
 
-static void test_metadata_etcd(void **state)
-{
-    (void)state;
-    metadata_store("etcd");
-}
-
-static void test_metadata_redis(void **state)
-{
-    (void)state;
-    metadata_store("redis");
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -851,8 +841,8 @@ int main(void)
         cmocka_unit_test(test_closed_under_tasks),
         cmocka_unit_test(test_putback_target),
         cmocka_unit_test(test_metadata_p2p),
-        cmocka_unit_test(test_metadata_etcd),
-        cmocka_unit_test(test_metadata_redis),
+        OTE_TEST_CASE(metadata_store, "etcd"),
+        OTE_TEST_CASE(metadata_store, "redis"),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -181,6 +181,22 @@ static void test_threads_one_segment(void **state)
     ote_engine_destroy(rx);
 }
 
+/*
+ * A receiving engine that queues up to backlog notifications and a sending
+ * engine that waits timeout_ms for room, with the sender's segment of it.
+ */
+static void notify_pair(const char *backlog, const char *timeout_ms, ote_engine_h *rx_p,
+                        ote_engine_h *tx_p, ote_segment_h *seg_p)
+{
+    setenv("OTE_MAX_NOTIF_BACKLOG", backlog, 1);
+    *rx_p = ote_test_engine(NULL);
+    unsetenv("OTE_MAX_NOTIF_BACKLOG");
+    setenv("OTE_NOTIFY_TIMEOUT_MS", timeout_ms, 1);
+    *tx_p = ote_test_engine(NULL);
+    unsetenv("OTE_NOTIFY_TIMEOUT_MS");
+    assert_int_equal(ote_segment_open(*tx_p, ote_engine_name(*rx_p), seg_p), OTE_OK);
+}
+
 typedef struct {
     ote_engine_h e;
     long         delay_ms;
@@ -216,13 +232,7 @@ static void test_full_backlog(void **state)
     pthread_t th;
 
     (void)state;
-    setenv("OTE_MAX_NOTIF_BACKLOG", "4", 1);
-    rx = ote_test_engine(NULL);
-    unsetenv("OTE_MAX_NOTIF_BACKLOG");
-    setenv("OTE_NOTIFY_TIMEOUT_MS", "300", 1);
-    tx = ote_test_engine(NULL);
-    unsetenv("OTE_NOTIFY_TIMEOUT_MS");
-    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+    notify_pair("4", "300", &rx, &tx, &seg);
     for (size_t i = 0; i < 4; i++)
         assert_int_equal(send_str(tx, seg, "f", i), OTE_OK);
     /* Full: BUSY after the timeout, nothing queued. */
@@ -326,13 +336,7 @@ static void test_many_in_flight(void **state)
     uint64_t deadline;
 
     (void)state;
-    setenv("OTE_MAX_NOTIF_BACKLOG", "64", 1);
-    rx = ote_test_engine(NULL);
-    unsetenv("OTE_MAX_NOTIF_BACKLOG");
-    setenv("OTE_NOTIFY_TIMEOUT_MS", "60000", 1);
-    tx = ote_test_engine(NULL);
-    unsetenv("OTE_NOTIFY_TIMEOUT_MS");
-    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+    notify_pair("64", "60000", &rx, &tx, &seg);
     for (int k = 0; k < MANY_THREADS; k++) {
         s[k] = (many_sender_t){.e = tx, .seg = seg, .prefix = (char)('a' + k)};
         assert_int_equal(pthread_create(&th[k], NULL, many_sender_main, &s[k]), 0);

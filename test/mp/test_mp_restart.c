@@ -37,8 +37,10 @@ static void write_one(ote_engine_h e, ote_segment_h seg, void *local, uint64_t r
     ote_batch_release(b);
 }
 
-static void restart_case(const char *tls)
+/* One transport list (*state, see OTE_TEST_CASE; NULL: no OTE_TLS). */
+static void restart_case(void **state)
 {
+    const char *tls = *state;
     static const char *const base_args[] = {"--region", "1m:rw", NULL};
     char listen[64], cmd[128];
     const char *args[8] = {"--listen", listen, "--region", "1m:rw", NULL};
@@ -127,22 +129,10 @@ static void restart_case(const char *tls)
     unsetenv("OTE_TLS");
 }
 
-static void test_restart_tcp(void **state)
-{
-    (void)state;
-    restart_case("tcp");
-}
-
-static void test_restart_cma(void **state)
-{
-    (void)state;
-    restart_case("cma");
-}
-
+/* No OTE_TLS: what the engine picks on its own (*state is NULL). */
 static void test_restart_auto(void **state)
 {
-    (void)state;
-    restart_case(NULL);
+    restart_case(state);
 }
 
 static void test_names(void **state)
@@ -264,8 +254,10 @@ static void test_uct_failed_lookups_flat(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_restart_tcp),       cmocka_unit_test(test_restart_cma),
-        cmocka_unit_test(test_restart_auto),      cmocka_unit_test(test_names),
+        OTE_TEST_CASE(restart_case, "tcp"),
+        OTE_TEST_CASE(restart_case, "cma"),
+        cmocka_unit_test(test_restart_auto),
+        cmocka_unit_test(test_names),
         cmocka_unit_test(test_refresh_memory_flat),
         cmocka_unit_test(test_uct_failed_lookups_flat),
     };

@@ -309,23 +309,16 @@ static void mixed_blocks(size_t *off, size_t *len, size_t *total_p, unsigned see
 static void mixed_run(fx_t *f, ote_op_t op, const size_t *off, const size_t *len)
 {
     ote_xfer_req_t r[MIXED_N];
-    ote_batch_h b;
-    size_t first;
+    ote_task_status_t st[MIXED_N];
 
     for (int i = 0; i < MIXED_N; i++)
         r[i] = (ote_xfer_req_t){.op = op, .local_addr = f->local + off[i], .segment = f->seg,
                                 .remote_addr = f->t.addr[R_RW] + off[i], .length = len[i]};
-    assert_int_equal(ote_batch_create(f->e, MIXED_N, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, MIXED_N, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    assert_int_equal(ote_test_batch_run(f->e, r, MIXED_N, 20000, st), OTE_OK);
     for (size_t i = 0; i < MIXED_N; i++) {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
-        assert_int_equal(st.state, OTE_TASK_COMPLETED);
-        assert_int_equal(st.transferred, len[i]);
+        assert_int_equal(st[i].state, OTE_TASK_COMPLETED);
+        assert_int_equal(st[i].transferred, len[i]);
     }
-    ote_batch_release(b);
 }
 
 /*
@@ -338,8 +331,7 @@ static void mixed_refusal(fx_t *f, unsigned seed)
     enum { N = 5, BAD = 2 };
     const size_t len = 1u << 20;
     ote_xfer_req_t r[N];
-    ote_batch_h b;
-    size_t first;
+    ote_task_status_t st[N];
 
     ote_test_fill(f->local, 0, N * len, seed);
     mp_target_ok(f->e, f->seg, "zero %d 0 %lu", R_RW, BIG);
@@ -349,22 +341,16 @@ static void mixed_refusal(fx_t *f, unsigned seed)
                                 .remote_addr = i == BAD ? f->t.addr[R_RW] + BIG - len / 2
                                                         : f->t.addr[R_RW] + (size_t)i * len,
                                 .length = len};
-    assert_int_equal(ote_batch_create(f->e, N, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, N, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    assert_int_equal(ote_test_batch_run(f->e, r, N, 20000, st), OTE_OK);
     for (size_t i = 0; i < N; i++) {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_task_status(b, i, &st), OTE_OK);
         if (i == BAD) {
-            assert_int_equal(st.state, OTE_TASK_FAILED);
-            assert_int_equal(st.error, OTE_ERR_OUT_OF_BOUNDS);
+            assert_int_equal(st[i].state, OTE_TASK_FAILED);
+            assert_int_equal(st[i].error, OTE_ERR_OUT_OF_BOUNDS);
         } else {
-            assert_int_equal(st.state, OTE_TASK_COMPLETED);
+            assert_int_equal(st[i].state, OTE_TASK_COMPLETED);
             mp_target_ok(f->e, f->seg, "check %d %zu %zu %u", R_RW, i * len, len, seed);
         }
     }
-    ote_batch_release(b);
     /* Nothing of the refused one landed: the end of the region is still zero. */
     {
         uint8_t *zeros = calloc(1, len / 2);

@@ -1,7 +1,7 @@
 /*
  * Native cma component: single-copy transfers between processes of one host
  * with process_vm_readv/writev, checked by the target. It is the stream
- * base's local mode (stream/stream.h: by reference over an abstract AF_UNIX
+ * base's local mode (stream/stream_local.h: by reference over an abstract AF_UNIX
  * socket, the target copies, a PROBE after HELLO) with its own table
  * (OTE_CMA_*); this file opens its ifaces.
  */

@@ -2,6 +2,7 @@
 #include "rdma.h"
 
 #include "base/log.h"
+#include "base/util.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -47,46 +48,6 @@ enum {
     RANK_ROCE_V2_IP4 = 4,
     RANK_IB          = 4,
 };
-
-/*
- * One sysfs attribute into buf (NUL-terminated, trailing whitespace cut).
- * -1 with errno: unreadable, or longer than buf can hold (EOVERFLOW).
- */
-static int sysfs_read(const char *path, char *buf, size_t len)
-{
-    size_t n = 0;
-    ssize_t r;
-    char extra;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-    if (fd < 0)
-        return -1;
-    while (n < len - 1) {
-        r = read(fd, buf + n, len - 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int e = errno;
-
-            close(fd);
-            errno = e;
-            return -1;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    if (n == len - 1 && read(fd, &extra, 1) > 0) {
-        close(fd);
-        errno = EOVERFLOW;
-        return -1;
-    }
-    close(fd);
-    while (n > 0 && isspace((unsigned char)buf[n - 1]))
-        n--;
-    buf[n] = '\0';
-    return 0;
-}
 
 /* snprintf into a path buffer; false if it did not fit. */
 static bool path_fmt(char *buf, size_t len, const char *fmt, ...)
@@ -248,7 +209,7 @@ static void gid_classify(const char *port_dir, ote_rdma_link_t link, ote_rdma_gi
     gid->type = OTE_RDMA_GID_UNKNOWN;
     gid->rank = RANK_NONE;
     if (!path_fmt(path, sizeof(path), "%s/gid_attrs/types/%u", port_dir, gid->index) ||
-        sysfs_read(path, val, sizeof(val)) != 0) {
+        ote_read_attr(path, val, sizeof(val)) != 0) {
         snprintf(gid->why, sizeof(gid->why), "its type cannot be read (gid_attrs/types/%u)",
                  gid->index);
         return;
@@ -262,7 +223,7 @@ static void gid_classify(const char *port_dir, ote_rdma_link_t link, ote_rdma_gi
         return;
     }
     if (path_fmt(path, sizeof(path), "%s/gid_attrs/ndevs/%u", port_dir, gid->index) &&
-        sysfs_read(path, val, sizeof(val)) == 0 && ndev_valid(val))
+        ote_read_attr(path, val, sizeof(val)) == 0 && ndev_valid(val))
         name_copy(gid->ndev, sizeof(gid->ndev), val);
     if (link == OTE_RDMA_LINK_IB) {
         if (gid->type != OTE_RDMA_GID_IB) {
@@ -321,7 +282,7 @@ static ote_status_t port_read_gids(const char *port_dir, ote_rdma_port_t *port)
         }
         gid.index = index;
         if (!path_fmt(path, sizeof(path), "%s/gids/%u", port_dir, index) ||
-            sysfs_read(path, val, sizeof(val)) != 0)
+            ote_read_attr(path, val, sizeof(val)) != 0)
             continue; /* an entry the kernel does not fill reads as an error */
         if (!gid_parse(val, gid.raw)) {
             snprintf(gid.why, sizeof(gid.why), "cannot parse '%.40s'", val);
@@ -433,7 +394,7 @@ static ote_status_t port_read(const char *dev_dir, const char *dev, unsigned num
         return OTE_ERR_INVALID_PARAM;
 
     if (path_fmt(path, sizeof(path), "%s/link_layer", dir) &&
-        sysfs_read(path, val, sizeof(val)) == 0) {
+        ote_read_attr(path, val, sizeof(val)) == 0) {
         if (strcmp(val, "InfiniBand") == 0)
             port->link = OTE_RDMA_LINK_IB;
         else if (strcmp(val, "Ethernet") == 0)
@@ -445,14 +406,14 @@ static ote_status_t port_read(const char *dev_dir, const char *dev, unsigned num
     port_choose_gid(port);
 
     if (!path_fmt(path, sizeof(path), "%s/state", dir) ||
-        sysfs_read(path, val, sizeof(val)) != 0 ||
+        ote_read_attr(path, val, sizeof(val)) != 0 ||
         !state_parse(val, &port->state, port->state_name, sizeof(port->state_name))) {
         port->state = -1;
         snprintf(port->state_name, sizeof(port->state_name), "unknown");
     }
     if (port->link == OTE_RDMA_LINK_IB &&
         (!path_fmt(path, sizeof(path), "%s/lid", dir) ||
-         sysfs_read(path, val, sizeof(val)) != 0 || !lid_parse(val, &port->lid)))
+         ote_read_attr(path, val, sizeof(val)) != 0 || !lid_parse(val, &port->lid)))
         port->lid = 0;
 
     /* One reason, the first to act on: state, link layer, LID, GIDs. */
@@ -659,7 +620,7 @@ bool ote_rdma_changed(const ote_rdma_t *rdma)
 
             if (!path_fmt(path, sizeof(path), "%s/%s/ports/%u/state", class_dir,
                           rdma->devs[i].name, port->num) ||
-                sysfs_read(path, val, sizeof(val)) != 0 ||
+                ote_read_attr(path, val, sizeof(val)) != 0 ||
                 !state_parse(val, &state, name, sizeof(name)))
                 state = -1;
             if (state != port->state)

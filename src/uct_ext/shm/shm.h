@@ -1,7 +1,7 @@
 /*
  * Native shm component: single copy through shared mappings on one host.
  *
- * It is what cma is (the stream base's local mode, stream/stream.h: the
+ * It is what cma is (the stream base's local mode, stream/stream_local.h: the
  * stream connection by reference over an abstract AF_UNIX socket, with its
  * handshake, authentication and probe) plus descriptor passing. For a remote range the initiator has no mapping
  * of, it sends MAP; the target checks the range like any request (region,

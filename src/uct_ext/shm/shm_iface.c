@@ -99,7 +99,7 @@ OTE_CONFIG_TABLE_DEFINE(ote_shm_config_table, "SHM_", "shm", shm_config_fields, 
                         NULL);
 
 /*
- * cma's hooks (the local mode of stream/stream.h), but MAP and UNMAP_ACK go
+ * cma's hooks (the local mode of stream/stream_local.h), but MAP and UNMAP_ACK go
  * to shm's target and posts through its mappings.
  */
 static const ote_stream_hooks_t shm_hooks = {

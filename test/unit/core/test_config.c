@@ -472,12 +472,27 @@ static void warn_file_table(void)
     ote_config_warn_unknown(t, 3);
 }
 
+/* What the file, mem and rdma tables read from the environment as it is now. */
+static void expect_component_tables(long uring_qd, int gpu_direct, const char *sysfs_root)
+{
+    ote_file_config_t fc;
+    ote_mem_config_t mc;
+    ote_rdma_config_t rc;
+
+    assert_int_equal(ote_config_fill(&ote_file_config_table, &fc), OTE_OK);
+    assert_int_equal(fc.uring_qd, uring_qd);
+    ote_config_release(&ote_file_config_table, &fc);
+    assert_int_equal(ote_config_fill(&ote_mem_config_table, &mc), OTE_OK);
+    assert_int_equal(mc.gpu_direct, gpu_direct);
+    assert_int_equal(ote_config_fill(&ote_rdma_config_table, &rc), OTE_OK);
+    assert_string_equal(rc.sysfs_root, sysfs_root);
+    ote_config_release(&ote_rdma_config_table, &rc);
+}
+
 static void test_component_prefixes(void **state)
 {
     const ote_config_table_t *tables[OTE_CONFIG_MAX_TABLES];
     ote_file_config_t fc;
-    ote_mem_config_t mc;
-    ote_rdma_config_t rc;
     size_t n = ote_engine_config_tables(tables, OTE_CONFIG_MAX_TABLES);
     char *log;
 
@@ -492,26 +507,12 @@ static void test_component_prefixes(void **state)
     setenv("OTE_URING_QD", "7", 1);
     setenv("OTE_GPU_DIRECT", "n", 1);
     setenv("OTE_SYSFS_ROOT", "/nonexistent/old-name", 1);
-    assert_int_equal(ote_config_fill(&ote_file_config_table, &fc), OTE_OK);
-    assert_int_equal(fc.uring_qd, 7);
-    ote_config_release(&ote_file_config_table, &fc);
-    assert_int_equal(ote_config_fill(&ote_mem_config_table, &mc), OTE_OK);
-    assert_int_equal(mc.gpu_direct, OTE_TERNARY_NO);
-    assert_int_equal(ote_config_fill(&ote_rdma_config_table, &rc), OTE_OK);
-    assert_string_equal(rc.sysfs_root, "/nonexistent/old-name");
-    ote_config_release(&ote_rdma_config_table, &rc);
+    expect_component_tables(7, OTE_TERNARY_NO, "/nonexistent/old-name");
 
     setenv("OTE_FILE_URING_QD", "9", 1);
     setenv("OTE_MEM_GPU_DIRECT", "y", 1);
     setenv("OTE_RDMA_SYSFS_ROOT", "/nonexistent/new-name", 1);
-    assert_int_equal(ote_config_fill(&ote_file_config_table, &fc), OTE_OK);
-    assert_int_equal(fc.uring_qd, 9);
-    ote_config_release(&ote_file_config_table, &fc);
-    assert_int_equal(ote_config_fill(&ote_mem_config_table, &mc), OTE_OK);
-    assert_int_equal(mc.gpu_direct, OTE_TERNARY_YES);
-    assert_int_equal(ote_config_fill(&ote_rdma_config_table, &rc), OTE_OK);
-    assert_string_equal(rc.sysfs_root, "/nonexistent/new-name");
-    ote_config_release(&ote_rdma_config_table, &rc);
+    expect_component_tables(9, OTE_TERNARY_YES, "/nonexistent/new-name");
 
     /* A bad value under the old name fails as one under the new name does. */
     unsetenv("OTE_FILE_URING_QD");

@@ -28,10 +28,7 @@ static ote_engine_h engine_keyed(const char *key)
     ote_engine_h e = NULL;
     ote_status_t st;
 
-    if (key != NULL)
-        setenv("OTE_AUTH_KEY", key, 1);
-    else
-        unsetenv("OTE_AUTH_KEY");
+    ote_test_setenv_or_unset("OTE_AUTH_KEY", key);
     st = ote_engine_create(&p, &e);
     unsetenv("OTE_AUTH_KEY");
     if (st == OTE_ERR_UNSUPPORTED && key != NULL)
@@ -83,11 +80,7 @@ static void test_open_and_move(void **state)
     assert_int_equal(ote_segment_open_desc(b, buf, len, &seg), OTE_OK);
     assert_int_equal(ote_segment_open_desc(b, NULL, len, &seg), OTE_ERR_INVALID_PARAM);
 
-    ote_test_fill(local, 0, LEN, 7);
-    assert_int_equal(ote_test_xfer(b, seg, OTE_OP_WRITE, local, (uint64_t)(uintptr_t)target, LEN,
-                                   10000, &st), OTE_OK);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    assert_int_equal(ote_test_check(target, 0, LEN, 7), -1);
+    assert_true(ote_test_write_lands(b, seg, local, target, LEN, 7, 10000));
     ote_test_fill(target, 0, LEN, 8);
     assert_int_equal(ote_test_xfer(b, seg, OTE_OP_READ, local, (uint64_t)(uintptr_t)target, LEN,
                                    10000, &st), OTE_OK);
@@ -97,11 +90,7 @@ static void test_open_and_move(void **state)
     /* Registered after the export: the submit's miss reads the descriptor from a. */
     late = map(LEN);
     ml   = reg(a, late, LEN);
-    ote_test_fill(local, 0, LEN, 9);
-    assert_int_equal(ote_test_xfer(b, seg, OTE_OP_WRITE, local, (uint64_t)(uintptr_t)late, LEN,
-                                   10000, &st), OTE_OK);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    assert_int_equal(ote_test_check(late, 0, LEN, 9), -1);
+    assert_true(ote_test_write_lands(b, seg, local, late, LEN, 9, 10000));
     assert_int_equal(ote_segment_refresh(seg), OTE_OK);
 
     assert_int_equal(ote_segment_close(seg), OTE_OK);
@@ -187,7 +176,6 @@ static void test_unkeyed(void **state)
     uint8_t *target = map(LEN), *local = map(LEN);
     ote_mem_h mt = reg(a, target, LEN), ml = reg(b, local, LEN);
     ote_segment_h seg;
-    ote_task_status_t st;
     void *buf = NULL;
     size_t len = 0;
 
@@ -195,11 +183,7 @@ static void test_unkeyed(void **state)
     assert_int_equal(ote_engine_desc_export(a, &buf, &len), OTE_OK);
     assert_int_equal(ote_segment_open_desc(b, buf, len - 1, &seg), OTE_ERR_PROTOCOL);
     assert_int_equal(ote_segment_open_desc(b, buf, len, &seg), OTE_OK);
-    ote_test_fill(local, 0, LEN, 11);
-    assert_int_equal(ote_test_xfer(b, seg, OTE_OP_WRITE, local, (uint64_t)(uintptr_t)target, LEN,
-                                   10000, &st), OTE_OK);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    assert_int_equal(ote_test_check(target, 0, LEN, 11), -1);
+    assert_true(ote_test_write_lands(b, seg, local, target, LEN, 11, 10000));
     assert_int_equal(ote_segment_close(seg), OTE_OK);
     free(buf);
     assert_int_equal(ote_mem_deregister(a, mt), OTE_OK);

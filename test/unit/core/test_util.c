@@ -297,6 +297,51 @@ static void test_pattern_words(void **state)
     assert_true(ote_pattern_word(1, 0) != ote_pattern_word(1, 1));
 }
 
+/* Write text to a fresh file under /tmp; its path in path. */
+static void attr_file(char *path, size_t len, const char *text)
+{
+    int fd;
+
+    snprintf(path, len, "/tmp/ote_attr_XXXXXX");
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+/*
+ * ote_read_attr: the whole file, trailing white space cut; a file one byte
+ * longer than the buffer holds is EOVERFLOW with the buffer empty, as is a
+ * file that is not there (its errno).
+ */
+static void test_read_attr(void **state)
+{
+    char path[64], buf[8];
+
+    (void)state;
+    attr_file(path, sizeof(path), "0-3 5\n\n");
+    assert_int_equal(ote_read_attr(path, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "0-3 5");
+    unlink(path);
+
+    attr_file(path, sizeof(path), "1234567"); /* exactly fits with its NUL */
+    assert_int_equal(ote_read_attr(path, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "1234567");
+    unlink(path);
+
+    attr_file(path, sizeof(path), "12345678");
+    errno = 0;
+    assert_int_equal(ote_read_attr(path, buf, sizeof(buf)), -1);
+    assert_int_equal(errno, EOVERFLOW);
+    assert_string_equal(buf, "");
+    unlink(path);
+
+    errno = 0;
+    assert_int_equal(ote_read_attr(path, buf, sizeof(buf)), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_string_equal(buf, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_ring_grow_overflow),
         cmocka_unit_test(test_mmap_huge),
         cmocka_unit_test(test_pattern_words),
+        cmocka_unit_test(test_read_attr),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

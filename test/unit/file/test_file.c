@@ -42,10 +42,7 @@ static ote_engine_h engine(const char *direct, const char *workers)
 {
     ote_engine_h e;
 
-    if (direct)
-        setenv("OTE_FILE_DIRECT", direct, 1);
-    else
-        unsetenv("OTE_FILE_DIRECT");
+    ote_test_setenv_or_unset("OTE_FILE_DIRECT", direct);
     setenv("OTE_NUM_WORKERS", workers ? workers : "2", 1);
     e = ote_test_engine("127.0.0.1:0");
     unsetenv("OTE_FILE_DIRECT");
@@ -284,8 +281,7 @@ static void test_large_file(void **state)
     for (int pass = 0; pass < 2; pass++) {
         for (uint64_t off = 0; off < flen; off += blen) {
             ote_xfer_req_t r[16];
-            ote_batch_h b;
-            size_t first;
+            ote_task_status_t st[16];
 
             if (pass == 0)
                 ote_test_fill(f.buf, off, blen, 77);
@@ -295,16 +291,9 @@ static void test_large_file(void **state)
                 r[k] = (ote_xfer_req_t){.op = pass == 0 ? OTE_OP_WRITE : OTE_OP_READ,
                                         .local_addr = f.buf + k * req, .segment = f.seg,
                                         .remote_addr = off + k * req, .length = req};
-            assert_int_equal(ote_batch_create(f.e, 16, &b), OTE_OK);
-            assert_int_equal(ote_batch_submit(b, r, 16, &first), OTE_OK);
-            assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
-            for (size_t k = 0; k < 16; k++) {
-                ote_task_status_t st;
-
-                assert_int_equal(ote_batch_task_status(b, first + k, &st), OTE_OK);
-                expect_ok(st, req);
-            }
-            ote_batch_release(b);
+            assert_int_equal(ote_test_batch_run(f.e, r, 16, WAIT_MS, st), OTE_OK);
+            for (size_t k = 0; k < 16; k++)
+                expect_ok(st[k], req);
             if (pass == 0) {
                 assert_int_equal(pread(fd, check, blen, (off_t)off), (ssize_t)blen);
                 assert_int_equal(ote_test_check(check, off, blen, 77), -1);
@@ -716,12 +705,12 @@ static void test_timeout(void **state)
 {
     char path[4200], name[4300], path2[4200], name2[4300], fifo[4200];
     ote_xfer_req_t r[2];
+    ote_task_status_t st[2];
     ote_engine_h e;
     ote_segment_h seg, seg2;
-    ote_batch_h b;
     ote_mem_h m;
     uint8_t *buf;
-    size_t first, swapped = 0;
+    size_t swapped = 0;
     int pfd;
     DIR *d;
     struct dirent *de;
@@ -763,18 +752,12 @@ static void test_timeout(void **state)
                             .remote_addr = 0, .length = 4096};
     r[1] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = buf + 4096, .segment = seg,
                             .remote_addr = 4096, .length = 4096};
-    assert_int_equal(ote_batch_create(e, 2, &b), OTE_OK);
-    assert_int_equal(ote_batch_submit(b, r, 2, &first), OTE_OK);
-    assert_int_equal(ote_batch_wait(b, WAIT_MS), OTE_OK);
+    assert_int_equal(ote_test_batch_run(e, r, 2, WAIT_MS, st), OTE_OK);
     for (size_t k = 0; k < 2; k++) {
-        ote_task_status_t st;
-
-        assert_int_equal(ote_batch_task_status(b, first + k, &st), OTE_OK);
-        assert_int_equal(st.state, OTE_TASK_TIMEOUT);
-        assert_int_equal(st.error, OTE_ERR_TIMEOUT);
-        assert_int_equal(st.transferred, 0);
+        assert_int_equal(st[k].state, OTE_TASK_TIMEOUT);
+        assert_int_equal(st[k].error, OTE_ERR_TIMEOUT);
+        assert_int_equal(st[k].transferred, 0);
     }
-    ote_batch_release(b);
     /* The ring goes on serving: another file on the same worker. */
     assert_int_equal(ote_segment_open(e, name2, &seg2), OTE_OK);
     expect_ok(xfer(e, seg2, OTE_OP_READ, buf, 0, 65536), 65536);

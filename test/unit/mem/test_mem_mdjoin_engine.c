@@ -51,7 +51,6 @@ static void test_engine_md_join(void **state)
     long counter = 0;
     ote_mem_h mlocal, mremote, mlater;
     ote_segment_h seg;
-    ote_task_status_t st;
     ote_mem_desc_t d;
     ote_desc_t *desc;
     char *local, *remote, *later;
@@ -91,11 +90,7 @@ static void test_engine_md_join(void **state)
 
     /* The peer's segment takes the new descriptor and carries data. */
     assert_int_equal(ote_segment_refresh(seg), OTE_OK);
-    ote_test_fill(local, 0, LEN, 11);
-    assert_int_equal(ote_test_xfer(e, seg, OTE_OP_WRITE, local, (uintptr_t)remote, LEN, 20000,
-                                   &st), OTE_OK);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    assert_int_equal(ote_test_check(remote, 0, LEN, 11), -1);
+    assert_true(ote_test_write_lands(e, seg, local, remote, LEN, 11, 20000));
 
     /* Registered afterwards: on the new domain too, and published. */
     d = (ote_mem_desc_t){.addr = later, .length = LEN, .access = OTE_ACCESS_REMOTE_WRITE};
@@ -105,11 +100,7 @@ static void test_engine_md_join(void **state)
     has_rkey(desc, k, (uintptr_t)later, LEN);
     ote_desc_free(desc);
     assert_int_equal(ote_segment_refresh(seg), OTE_OK);
-    ote_test_fill(local, 0, LEN, 12);
-    assert_int_equal(ote_test_xfer(e, seg, OTE_OP_WRITE, local, (uintptr_t)later, LEN, 20000,
-                                   &st), OTE_OK);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    assert_int_equal(ote_test_check(later, 0, LEN, 12), -1);
+    assert_true(ote_test_write_lands(e, seg, local, later, LEN, 12, 20000));
 
     assert_int_equal(ote_segment_close(seg), OTE_OK);
     assert_int_equal(ote_mem_deregister(e, mlater), OTE_OK);

@@ -1,6 +1,6 @@
 /*
  * A stream connection's receive buffer grows with what it receives and is
- * given back while the connection is idle (stream.h, OTE_STREAM_RXBUF_FIRST):
+ * given back while the connection is idle (stream_conn.h, OTE_STREAM_RXBUF_FIRST):
  * a tcp target iface takes one end of a socketpair as an accepted
  * connection; the test is its initiator on the other end, sends HELLO,
  * WRITEs and WRITEVs, and checks the buffer's size, the bytes that landed
