@@ -436,3 +436,67 @@ void test_tcp_unauthenticated(void **state)
         close(fd);
     }
 }
+
+/* Read system calls of process pid so far (/proc/PID/io syscr: read, readv, ...). */
+static long proc_syscr(pid_t pid)
+{
+    char path[64], line[128];
+    long v = -1;
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "/proc/%d/io", (int)pid);
+    fp = fopen(path, "r");
+    assert_non_null(fp);
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        if (sscanf(line, "syscr: %ld", &v) == 1)
+            break;
+    }
+    fclose(fp);
+    assert_true(v >= 0);
+    return v;
+}
+
+/*
+ * A WRITE whose payload comes in pieces, a few milliseconds apart: the
+ * target is told of the connection again only once the rest of the payload
+ * is there (SO_RCVLOWAT), and reads it with one readv, not one a piece (as
+ * a peer streaming 1 MiB messages would have it read as the bytes trickle
+ * in). Its read system calls are counted (/proc/PID/io); the bytes land.
+ */
+void test_tcp_payload_pieces(void **state)
+{
+    enum { PIECES = 32, PIECE = 16384, LEN = PIECES * PIECE };
+    uint64_t r0 = region_addr(0);
+    uint8_t *data = malloc(LEN), *back = malloc(LEN);
+    struct timespec pause = {0, 3000000};
+    ote_stream_hdr_t h;
+    long before, reads;
+    int fd = data_open();
+
+    (void)state;
+    assert_non_null(data);
+    assert_non_null(back);
+    for (size_t i = 0; i < LEN; i++)
+        data[i] = (uint8_t)(i * 13 + 5);
+    before = proc_syscr(fx.t.pid);
+    assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 90, r0, LEN), 0);
+    for (size_t k = 0; k < PIECES; k++) {
+        assert_int_equal(send(fd, data + k * PIECE, PIECE, MSG_NOSIGNAL), PIECE);
+        nanosleep(&pause, NULL);
+    }
+    assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+    reads = proc_syscr(fx.t.pid) - before;
+    assert_int_equal(h.type, OTE_STREAM_WRITE_ACK);
+    assert_int_equal(h.id, 90);
+    assert_int_equal(h.status, OTE_OK);
+    assert_int_equal(h.length, LEN);
+    read_back(fd, 91, r0, back, LEN);
+    assert_memory_equal(back, data, LEN);
+    printf("# a %d-byte WRITE in %d pieces %ld ms apart: %ld read system calls on the target\n",
+           LEN, PIECES, pause.tv_nsec / 1000000, reads);
+    /* The header (and what came with it), then the rest: a read a piece before. */
+    assert_true(reads <= 4);
+    close(fd);
+    free(data);
+    free(back);
+}

@@ -59,6 +59,7 @@ ote_status_t ote_stream_conn_new(ote_stream_iface_t *iface, int fd, ote_stream_e
     c->peer_pidfd = -1;
     c->iface      = iface;
     c->ep         = ep;
+    c->rx_lowat   = ep == NULL && strcmp(iface->super.resource.tl_name, "tcp") == 0 ? 1 : -1;
     if (ep != NULL)
         c->rx_state = OTE_STREAM_RX_HDR;
     else if (iface->auth != NULL && iface->auth->enabled)

@@ -23,6 +23,8 @@
  */
 #define OTE_STREAM_RXBUF       (64 * 1024)
 #define OTE_STREAM_RXBUF_FIRST (4 * 1024)
+/* Target, tcp: the most payload bytes a read waits for (SO_RCVLOWAT, stream_rx.c). */
+#define OTE_STREAM_RX_LOWAT_MAX (1024 * 1024)
 #define OTE_STREAM_IOV_MAX  64
 /* Queued messages one sendmsg takes at most (four full WRITEVs). */
 #define OTE_STREAM_SEND_MAX (4 * OTE_STREAM_WRITEV_MAX)
@@ -146,6 +148,7 @@ struct ote_stream_conn {
     ote_stream_rxv_t         rxv[OTE_STREAM_WRITEV_MAX]; /* the payload's destinations */
     size_t                rxv_i, rxv_n; /* the one being filled; how many */
     size_t                rx_remaining; /* payload bytes still to come */
+    int                   rx_lowat; /* target, tcp: SO_RCVLOWAT set (1: default); -1: not used */
     size_t                rx_total;
     ote_stream_hdr_t         rx_hdr;   /* header of the message being received */
     /*

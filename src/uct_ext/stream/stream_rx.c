@@ -687,6 +687,24 @@ void ote_stream_conn_rx_idle(ote_stream_conn_t *c)
     c->rx_recent = false;
 }
 
+/*
+ * Target side, tcp: the epoll set reports the connection once `bytes`
+ * bytes wait in its socket (SO_RCVLOWAT; a reset or a close still at
+ * once). While a payload is arriving, one report and one readv per
+ * OTE_STREAM_RX_LOWAT_MAX bytes instead of one for every piece that
+ * arrived since the last look; back to 1 before a header is waited for.
+ */
+static void rx_lowat(ote_stream_conn_t *c, size_t bytes)
+{
+    int v = bytes < OTE_STREAM_RX_LOWAT_MAX ? (int)bytes : OTE_STREAM_RX_LOWAT_MAX;
+
+    if (c->rx_lowat < 0 || c->rx_lowat == v)
+        return;
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) != 0)
+        v = -1; /* not again on this connection */
+    c->rx_lowat = v;
+}
+
 static void conn_rx(ote_stream_conn_t *c);
 
 void ote_stream_conn_rx(ote_stream_conn_t *c)
@@ -731,6 +749,8 @@ static void conn_rx(ote_stream_conn_t *c)
             c->rx_state == OTE_STREAM_RX_AUTH) {
             size_t need = OTE_STREAM_HDR_LEN; /* bytes of the next message the buffer must hold */
 
+            if (c->rx_lowat > 1)
+                rx_lowat(c, 1);
             if (c->ep == NULL && c->tx_count >= OTE_STREAM_TX_PAUSE) {
                 ote_stream_conn_set_rx_paused(c, true);
                 return;
@@ -819,6 +839,8 @@ static void conn_rx(ote_stream_conn_t *c)
                     budget    = budget > (size_t)n ? budget - (size_t)n : 0;
                     if (c->rx_remaining == 0)
                         payload_done(c);
+                    else if (drained && c->rx_lowat > 0)
+                        rx_lowat(c, c->rx_remaining);
                     continue;
                 }
             }
