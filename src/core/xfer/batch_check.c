@@ -12,39 +12,6 @@
 #include "core/segment/segment.h"
 #include "core/segment/segment_reread.h"
 
-/*
- * What the peer's descriptor says of [addr, addr+len) for an access: OK
- * when a region covers it with the access (*reg_p: that region), else the
- * status a checking target would answer (NOT_REGISTERED, OUT_OF_BOUNDS,
- * ACCESS). idx: d's page index, or NULL (the descriptor's search).
- */
-static ote_status_t desc_range_check(const ote_desc_t *d, const ote_range_index_t *idx,
-                                     uint64_t addr, size_t len, unsigned access,
-                                     const ote_desc_region_t **reg_p)
-{
-    ote_status_t best = OTE_ERR_NOT_REGISTERED;
-    size_t lo = idx != NULL ? ote_range_index_upto(idx, d, addr) : ote_desc_regions_upto(d, addr);
-
-    /* Starts and ends from the descriptor's index; a region's entry only when it covers. */
-    for (size_t i = lo; i-- > 0 && lo - i <= 64;) {
-        uint64_t start = ote_desc_start(d, i), end = ote_desc_end(d, i);
-
-        if (addr - start >= end - start)
-            continue;
-        if (end - addr < len) {
-            if (best == OTE_ERR_NOT_REGISTERED)
-                best = OTE_ERR_OUT_OF_BOUNDS;
-            continue;
-        }
-        if ((d->regions[i].access & access) == access) {
-            *reg_p = &d->regions[i];
-            return OTE_OK;
-        }
-        best = OTE_ERR_ACCESS;
-    }
-    return best;
-}
-
 ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
                                        const void *msg, size_t msg_len, size_t *bytes_p)
 {
@@ -101,7 +68,7 @@ static ote_status_t range_verdict(const ote_desc_t *d, const ote_range_index_t *
         *found = reg;
         return OTE_OK;
     }
-    status = desc_range_check(d, idx, r->remote_addr, r->length, access, last);
+    status = ote_range_index_check(idx, d, r->remote_addr, r->length, access, last);
     if (status == OTE_OK)
         *found = *last;
     if (status == OTE_ERR_ACCESS && !unchecked)
