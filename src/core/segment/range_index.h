@@ -110,9 +110,19 @@ static inline size_t ote_range_index_upto(const ote_range_index_t *idx, const ot
 }
 
 /*
+ * A region the check found, with its range and access: what a shortcut for
+ * the next request compares without reading the region's entry.
+ */
+typedef struct {
+    const ote_desc_region_t *reg; /* NULL: none */
+    uint64_t                 start, end;
+    unsigned                 access;
+} ote_range_hit_t;
+
+/*
  * What d says of [addr, addr + len) for an access (OTE_ACCESS_REMOTE_*
- * bits, 0: any): OK when a region covers it with the access (*reg_p: that
- * region), else the status a checking target would answer:
+ * bits, 0: any): OK when a region covers it with the access (*hit: that
+ * region, its start, end and access; untouched otherwise), else the status a checking target would answer:
  * OTE_ERR_ACCESS where a region covers it without the access,
  * OTE_ERR_OUT_OF_BOUNDS where one holds addr but ends before addr + len,
  * OTE_ERR_NOT_REGISTERED where none holds addr. The regions looked at are
@@ -122,8 +132,7 @@ static inline size_t ote_range_index_upto(const ote_range_index_t *idx, const ot
  */
 static inline ote_status_t ote_range_index_check(const ote_range_index_t *idx,
                                                  const ote_desc_t *d, uint64_t addr, size_t len,
-                                                 unsigned access,
-                                                 const ote_desc_region_t **reg_p)
+                                                 unsigned access, ote_range_hit_t *hit)
 {
     ote_status_t best = OTE_ERR_NOT_REGISTERED;
     size_t lo;
@@ -137,7 +146,8 @@ static inline ote_status_t ote_range_index_check(const ote_range_index_t *idx,
          */
         if (e != NULL && e->count == 1 && addr - e->start < e->end - e->start &&
             e->end - addr >= len && (e->access & access) == access) {
-            *reg_p = &d->regions[e->first];
+            *hit = (ote_range_hit_t){.reg = &d->regions[e->first], .start = e->start,
+                                     .end = e->end, .access = e->access};
             return OTE_OK;
         }
         lo = e != NULL ? ote_range_index_upto_in(e, d, addr) : ote_desc_regions_upto(d, addr);
@@ -156,7 +166,8 @@ static inline ote_status_t ote_range_index_check(const ote_range_index_t *idx,
             continue;
         }
         if ((d->regions[i].access & access) == access) {
-            *reg_p = &d->regions[i];
+            *hit = (ote_range_hit_t){.reg = &d->regions[i], .start = start, .end = end,
+                                     .access = d->regions[i].access};
             return OTE_OK;
         }
         best = OTE_ERR_ACCESS;

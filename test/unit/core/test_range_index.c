@@ -250,11 +250,23 @@ static void expect_verdict(const ote_range_index_t *idx, const ote_desc_t *d, ui
                          size_t len)
 {
     for (size_t a = 0; a < 4; a++) {
-        const ote_desc_region_t *ri = NULL, *rs = NULL, *rr = NULL;
-        ote_status_t si = ote_range_index_check(idx, d, addr, len, check_access[a], &ri);
-        ote_status_t ss = ote_range_index_check(NULL, d, addr, len, check_access[a], &rs);
+        ote_range_hit_t hi = {0}, hs = {0};
+        const ote_desc_region_t *rr = NULL, *ri, *rs;
+        ote_status_t si = ote_range_index_check(idx, d, addr, len, check_access[a], &hi);
+        ote_status_t ss = ote_range_index_check(NULL, d, addr, len, check_access[a], &hs);
         ote_status_t sr = ref_check(d, addr, len, check_access[a], &rr);
 
+        ri = hi.reg;
+        rs = hs.reg;
+        /* A region found comes with its own range and access. */
+        if (ri != NULL && (hi.start != ri->addr || hi.end != ri->addr + ri->length ||
+                           hi.access != ri->access))
+            fail_msg("%#llx+%zu: the index's hit does not describe region %zd",
+                     (unsigned long long)addr, len, ri - d->regions);
+        if (rs != NULL && (hs.start != rs->addr || hs.end != rs->addr + rs->length ||
+                           hs.access != rs->access))
+            fail_msg("%#llx+%zu: the search's hit does not describe region %zd",
+                     (unsigned long long)addr, len, rs - d->regions);
         if (si != sr || ss != sr || ri != rr || rs != rr)
             fail_msg("%#llx+%zu access %u: index %s (region %zd), search %s (%zd), "
                      "reference %s (%zd)",
@@ -299,7 +311,7 @@ static void test_check_cases(void **state)
     uint32_t acc[] = {R | W, R, W, 0, R | W, R, W};
     ote_desc_t *d;
     ote_range_index_t *idx;
-    const ote_desc_region_t *g = NULL;
+    ote_range_hit_t g;
 
     (void)state;
     case_access = acc;
@@ -308,10 +320,10 @@ static void test_check_cases(void **state)
     assert_non_null(idx);
 #define CHECK(_addr, _len, _acc, _want, _reg)                                               \
     do {                                                                                     \
-        g = NULL;                                                                            \
+        g = (ote_range_hit_t){0};                                                            \
         assert_int_equal(ote_range_index_check(idx, d, (_addr), (_len), (_acc), &g), (_want)); \
         if ((_want) == OTE_OK)                                                               \
-            assert_ptr_equal(g, &d->regions[_reg]);                                          \
+            assert_ptr_equal(g.reg, &d->regions[_reg]);                                      \
         expect_verdict(idx, d, (_addr), (_len));                                               \
     } while (0)
     CHECK(B, P, W, OTE_OK, 0);                        /* whole region from its slot */
