@@ -122,12 +122,13 @@ typedef struct {
 /*
  * What d says of [addr, addr + len) for an access (OTE_ACCESS_REMOTE_*
  * bits, 0: any): OK when a region covers it with the access (*hit: that
- * region, its start, end and access; untouched otherwise), else the status a checking target would answer:
- * OTE_ERR_ACCESS where a region covers it without the access,
- * OTE_ERR_OUT_OF_BOUNDS where one holds addr but ends before addr + len,
- * OTE_ERR_NOT_REGISTERED where none holds addr. The regions looked at are
- * the 64 last ones starting at or below addr, the nearest first. idx:
- * d's page index, or NULL (the descriptor's search); both give the same.
+ * region, its start, end and access; untouched otherwise), else the status
+ * a checking target would answer: OTE_ERR_ACCESS where a region covers it
+ * without the access, OTE_ERR_OUT_OF_BOUNDS where one holds addr but ends
+ * before addr + len, OTE_ERR_NOT_REGISTERED where none holds addr. The
+ * regions looked at are the 64 last ones starting at or below addr, the
+ * nearest first. idx: d's page index, or NULL (the descriptor's search);
+ * both give the same.
  * Inline: it is the check's step per request.
  */
 static inline ote_status_t ote_range_index_check(const ote_range_index_t *idx,
