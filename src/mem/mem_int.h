@@ -159,8 +159,10 @@ struct ote_mem_table {
     /*
      * The same regions by their range (start, end): a registration of a
      * range registered already finds it in one probe run (one or two cache
-     * lines) and the region, where the index takes a few lines per level.
-     * handles_cap slots, linear probing; tag: the range's hash, never 0.
+     * lines; a slot holds the range, access and owned of its region, so
+     * the region itself is read only for its reference count), where the
+     * index takes a few lines per level. handles_cap slots, linear
+     * probing, home from a hash of the range (region.c).
      */
     struct ote_range_slot *ranges;
 };

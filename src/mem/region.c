@@ -105,10 +105,20 @@ static void handle_put(ote_mem_table_t *t, ote_region_t *r)
 
 /* ---- range set: the table's regions by (start, end) --------------------- */
 
+/*
+ * A slot holds what a registration of a range registered already compares
+ * (start, end, access, owned), so that the lookup reads the slot's cache
+ * line and not the region: 32 bytes, 32-byte aligned (handles_reserve).
+ * access and owned do not change while the region is in the table.
+ */
 struct ote_range_slot {
-    uint64_t      tag; /* range_tag() of the region's range; 0: empty */
-    ote_region_t *r;
+    uint64_t      start, end;
+    ote_region_t *r; /* NULL: empty */
+    unsigned      access;
+    bool          owned;
 };
+
+_Static_assert(sizeof(struct ote_range_slot) <= 32, "a range slot is one aligned 32-byte block");
 
 static uint64_t range_tag(uint64_t start, uint64_t end)
 {
@@ -117,37 +127,36 @@ static uint64_t range_tag(uint64_t start, uint64_t end)
     h ^= h >> 31;
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 29;
-    return h != 0 ? h : 1;
+    return h;
 }
 
-static size_t range_home(const ote_mem_table_t *t, uint64_t tag)
+static size_t range_home(const ote_mem_table_t *t, uint64_t start, uint64_t end)
 {
-    return (size_t)(tag >> 20) & (t->handles_cap - 1);
+    return (size_t)(range_tag(start, end) >> 20) & (t->handles_cap - 1);
 }
 
 static void range_put(ote_mem_table_t *t, ote_region_t *r)
 {
-    uint64_t tag = range_tag(r->node.start, r->node.end);
-    size_t i     = range_home(t, tag);
+    size_t i = range_home(t, r->node.start, r->node.end);
 
-    while (t->ranges[i].tag != 0)
+    while (t->ranges[i].r != NULL)
         i = (i + 1) & (t->handles_cap - 1);
-    t->ranges[i] = (struct ote_range_slot){.tag = tag, .r = r};
+    t->ranges[i] = (struct ote_range_slot){.start = r->node.start, .end = r->node.end, .r = r,
+                                           .access = r->access, .owned = r->owned};
 }
 
 static void range_remove(ote_mem_table_t *t, ote_region_t *r)
 {
     size_t mask = t->handles_cap - 1, i, j;
 
-    for (i = range_home(t, range_tag(r->node.start, r->node.end)); t->ranges[i].r != r;
-         i = (i + 1) & mask) {
-        if (t->ranges[i].tag == 0)
+    for (i = range_home(t, r->node.start, r->node.end); t->ranges[i].r != r; i = (i + 1) & mask) {
+        if (t->ranges[i].r == NULL)
             return;
     }
     t->ranges[i] = (struct ote_range_slot){0};
     /* Backward shift, as for handles. */
-    for (j = (i + 1) & mask; t->ranges[j].tag != 0; j = (j + 1) & mask) {
-        size_t home = range_home(t, t->ranges[j].tag);
+    for (j = (i + 1) & mask; t->ranges[j].r != NULL; j = (j + 1) & mask) {
+        size_t home = range_home(t, t->ranges[j].start, t->ranges[j].end);
 
         if (((j - home) & mask) >= ((j - i) & mask)) {
             t->ranges[i] = t->ranges[j];
@@ -157,21 +166,18 @@ static void range_remove(ote_mem_table_t *t, ote_region_t *r)
     }
 }
 
-/* A region of the table over exactly [start, end) that pred accepts (read lock). */
+/* The user's region of the table over exactly [start, end) with that access (read lock). */
 static ote_region_t *range_find(const ote_mem_table_t *t, uint64_t start, uint64_t end,
-                                bool (*pred)(const ote_region_t *r, void *arg), void *arg)
+                                unsigned access)
 {
-    uint64_t tag = range_tag(start, end);
-
     if (t->handles_cap == 0)
         return NULL;
-    for (size_t i = range_home(t, tag); t->ranges[i].tag != 0;
+    for (size_t i = range_home(t, start, end); t->ranges[i].r != NULL;
          i = (i + 1) & (t->handles_cap - 1)) {
-        ote_region_t *r = t->ranges[i].r;
+        const struct ote_range_slot *s = &t->ranges[i];
 
-        if (t->ranges[i].tag == tag && r->node.start == start && r->node.end == end &&
-            pred(r, arg))
-            return r;
+        if (s->start == start && s->end == end && s->access == access && !s->owned)
+            return s->r;
     }
     return NULL;
 }
@@ -191,7 +197,9 @@ static ote_status_t handles_reserve(ote_mem_table_t *t, size_t extra)
     if (cap == old_cap)
         return OTE_OK;
     t->handles = calloc(cap, sizeof(*t->handles));
-    t->ranges  = calloc(cap, sizeof(*t->ranges));
+    t->ranges  = aligned_alloc(32, cap * sizeof(*t->ranges)); /* cap >= 64 */
+    if (t->ranges != NULL)
+        memset(t->ranges, 0, cap * sizeof(*t->ranges));
     if (t->handles == NULL || t->ranges == NULL) {
         free(t->handles);
         free(t->ranges);
@@ -492,21 +500,10 @@ static void region_retire(ote_region_t *r)
     ote_mem_region_put(r);
 }
 
-typedef struct {
-    unsigned access;
-} dup_match_t;
-
-static bool dup_match(const ote_region_t *r, void *arg)
-{
-    return !r->owned && r->access == ((dup_match_t *)arg)->access;
-}
-
 /* The user's region over exactly d's range with d's access (at most one: see register). */
 static ote_region_t *table_find_dup(ote_mem_table_t *t, const ote_mem_desc_t *d)
 {
-    dup_match_t m = {.access = d->access};
-
-    return range_find(t, (uintptr_t)d->addr, (uintptr_t)d->addr + d->length, dup_match, &m);
+    return range_find(t, (uintptr_t)d->addr, (uintptr_t)d->addr + d->length, d->access);
 }
 
 typedef struct {

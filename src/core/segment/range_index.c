@@ -1,12 +1,14 @@
 /*
  * The page index of a decoded descriptor (range_index.h): an open-addressing
  * hash table from page number to the first region that starts in that page
- * and how many do (the regions are sorted by address, so they follow each
- * other), at most 3/4 full.
+ * (its place, start, end and access) and how many do (the regions are
+ * sorted by address, so they follow each other), at most 3/4 full, its
+ * slots aligned to their size so that none straddles two cache lines.
  */
 #include "range_index.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 ote_range_index_t *ote_range_index_build(const ote_desc_t *d)
 {
@@ -28,11 +30,12 @@ ote_range_index_t *ote_range_index_build(const ote_desc_t *d)
     idx = malloc(sizeof(*idx));
     if (idx == NULL)
         return NULL;
-    idx->slots = calloc(cap, sizeof(*idx->slots));
+    idx->slots = aligned_alloc(sizeof(*idx->slots), cap * sizeof(*idx->slots));
     if (idx->slots == NULL) {
         free(idx);
         return NULL;
     }
+    memset(idx->slots, 0, cap * sizeof(*idx->slots));
     idx->mask  = cap - 1;
     idx->shift = 64 - bits;
     for (size_t i = 0; i < n;) {
@@ -44,8 +47,9 @@ ote_range_index_t *ote_range_index_build(const ote_desc_t *d)
             j++;
         for (s = ote_range_index_slot(idx, page); idx->slots[s].count != 0; s = (s + 1) & idx->mask)
             ;
-        idx->slots[s] = (ote_range_slot_t){.page = page, .first = (uint32_t)i,
-                                       .count = (uint32_t)(j - i)};
+        idx->slots[s] = (ote_range_slot_t){.start = ote_desc_start(d, i), .end = ote_desc_end(d, i),
+                                           .first = (uint32_t)i, .count = (uint32_t)(j - i),
+                                           .access = d->regions[i].access};
         i = j;
     }
     return idx;

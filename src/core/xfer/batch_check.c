@@ -12,39 +12,6 @@
 #include "core/segment/segment.h"
 #include "core/segment/segment_reread.h"
 
-/*
- * What the peer's descriptor says of [addr, addr+len) for an access: OK
- * when a region covers it with the access (*reg_p: that region), else the
- * status a checking target would answer (NOT_REGISTERED, OUT_OF_BOUNDS,
- * ACCESS). idx: d's page index, or NULL (the descriptor's search).
- */
-static ote_status_t desc_range_check(const ote_desc_t *d, const ote_range_index_t *idx,
-                                     uint64_t addr, size_t len, unsigned access,
-                                     const ote_desc_region_t **reg_p)
-{
-    ote_status_t best = OTE_ERR_NOT_REGISTERED;
-    size_t lo = idx != NULL ? ote_range_index_upto(idx, d, addr) : ote_desc_regions_upto(d, addr);
-
-    /* Starts and ends from the descriptor's index; a region's entry only when it covers. */
-    for (size_t i = lo; i-- > 0 && lo - i <= 64;) {
-        uint64_t start = ote_desc_start(d, i), end = ote_desc_end(d, i);
-
-        if (addr - start >= end - start)
-            continue;
-        if (end - addr < len) {
-            if (best == OTE_ERR_NOT_REGISTERED)
-                best = OTE_ERR_OUT_OF_BOUNDS;
-            continue;
-        }
-        if ((d->regions[i].access & access) == access) {
-            *reg_p = &d->regions[i];
-            return OTE_OK;
-        }
-        best = OTE_ERR_ACCESS;
-    }
-    return best;
-}
-
 ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
                                        const void *msg, size_t msg_len, size_t *bytes_p)
 {
@@ -80,30 +47,31 @@ ote_status_t ote_batch_submit_validate(const ote_xfer_req_t *reqs, size_t count,
  * it is refused with. unchecked: the transport does not check at the
  * target, so a region without the access refuses it here too; else the
  * target checks the access. last: the peer's region that covered the
- * previous request of the run with its access, a shortcut for the next.
+ * previous request of the run with its access, a shortcut for the next
+ * (its range and access kept with it: its entry is not read again).
  */
 static ote_status_t range_verdict(const ote_desc_t *d, const ote_range_index_t *idx,
                                   const ote_xfer_req_t *r, bool putback, bool unchecked,
-                                  const ote_desc_region_t **last, const ote_desc_region_t **found)
+                                  ote_range_hit_t *last, const ote_desc_region_t **found)
 {
     /* A PUTBACK's destination: the peer named it in its request; registered is enough. */
     unsigned access = putback                ? 0
                       : r->op == OTE_OP_WRITE ? OTE_ACCESS_REMOTE_WRITE
                                               : OTE_ACCESS_REMOTE_READ;
-    const ote_desc_region_t *reg = *last;
+    uint64_t length = last->end - last->start;
     ote_status_t status;
 
     *found = NULL;
     if (d == NULL)
         return OTE_ERR_NOT_REGISTERED;
-    if (reg != NULL && r->remote_addr >= reg->addr && r->length <= reg->length &&
-        r->remote_addr - reg->addr <= reg->length - r->length && (reg->access & access) == access) {
-        *found = reg;
+    if (last->reg != NULL && r->remote_addr >= last->start && r->length <= length &&
+        r->remote_addr - last->start <= length - r->length && (last->access & access) == access) {
+        *found = last->reg;
         return OTE_OK;
     }
-    status = desc_range_check(d, idx, r->remote_addr, r->length, access, last);
+    status = ote_range_index_check(idx, d, r->remote_addr, r->length, access, last);
     if (status == OTE_OK)
-        *found = *last;
+        *found = last->reg;
     if (status == OTE_ERR_ACCESS && !unchecked)
         status = OTE_OK;
     return status;
@@ -151,7 +119,7 @@ static bool range_missing(ote_status_t verdict)
 static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, bool putback,
                        ote_status_t *refused, const ote_desc_region_t **found)
 {
-    const ote_desc_region_t *last = NULL;
+    ote_range_hit_t last = {0};
     const ote_range_index_t *idx;
     bool memory = seg->file == NULL && seg->export_name[0] == '\0', unchecked, missing = false;
     uint64_t ticket;
@@ -173,7 +141,7 @@ static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, 
     if (!missing)
         return;
     reread = ote_segment_reread(seg, ticket);
-    last   = NULL;
+    last   = (ote_range_hit_t){0};
     pthread_mutex_lock(&seg->lock);
     idx = range_index(seg); /* the descriptor read again */
     for (size_t i = 0; i < n; i++) {

@@ -189,6 +189,34 @@ static void test_duplicate_many(void **state)
     free(ro);
 }
 
+/*
+ * A user registration of the exact range of engine-owned memory is a
+ * region of its own, never the owned one (the range set's slot tells them
+ * apart without reading the region), and is found again as the duplicate.
+ */
+static void test_duplicate_not_owned(void **state)
+{
+    fixture_t *f = *state;
+    ote_region_t *own, *a, *b;
+    void *addr;
+
+    assert_int_equal(ote_mem_table_alloc(f->table, 65536, NULL, RW, &addr, &own), OTE_OK);
+    assert_true(own->owned);
+    a = reg1(f, (uintptr_t)addr, 65536, RW);
+    assert_ptr_not_equal(a, own);
+    assert_false(a->owned);
+    assert_int_equal(a->refs, 1);
+    b = reg1(f, (uintptr_t)addr, 65536, RW);
+    assert_ptr_equal(b, a);
+    assert_int_equal(a->refs, 2);
+    assert_int_equal(own->refs, 1);
+    assert_int_equal(ote_mem_table_count(f->table), 2);
+    assert_int_equal(ote_mem_table_deregister(f->table, a), OTE_OK);
+    assert_int_equal(ote_mem_table_deregister(f->table, b), OTE_OK);
+    assert_int_equal(ote_mem_table_free(f->table, own), OTE_OK);
+    assert_int_equal(ote_mem_table_count(f->table), 0);
+}
+
 static void test_duplicate_in_one_batch(void **state)
 {
     fixture_t *f = *state;
@@ -534,6 +562,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_register_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_refcount, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_not_owned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_in_one_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overlap_and_nested, setup, teardown),
