@@ -14,14 +14,18 @@ MODE:
            (no wait(), no progress()), after a wait() of another batch each
            time (which leaves the engine's worker thread parked)
   wait     orbitte: a batch, submit_arrays, Batch.wait()
-  mcsync   orbitte.mooncake: batch_transfer_sync_write
+  mcsync   orbitte.mooncake: batch_transfer_sync_write (--op read:
+           batch_transfer_sync_read)
+  mcasync  orbitte.mooncake: batch_transfer_async_write (read) calls, --depth
+           of them in flight, each awaited in turn with
+           get_batch_transfer_status([id]) (mc_batch_write.py --depth)
   perftest the reference: ote_perftest --loopback (--perftest PATH) with
            OP_bw (OP_lat for one block), -b COUNT -D DEPTH -n N; perf is
            attached to both its processes once the initiator's engine
            started: its N + 200 batches are counted, connection set-up
            included
 
-WRITEs (nixl and perftest: --op write or read) of COUNT blocks of SIZE
+WRITEs (nixl, mcsync, mcasync and perftest: --op write or read) of COUNT blocks of SIZE
 bytes (default one of 8), target in a second process on loopback, N timed
 transfers after 200 untimed ones. Needs perf
 (linux-perf) and the rights to attach it; without perf (--no-perf) only the
@@ -66,7 +70,7 @@ def target(args):
         buf = np.ones(pool, dtype=np.uint8)
         a.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
         info = {"addr": buf.ctypes.data, "meta": a.get_agent_metadata().hex()}
-    elif args.mode == "mcsync":
+    elif args.mode in ("mcsync", "mcasync"):
         from orbitte.mooncake import TransferEngine
         te = TransferEngine()
         assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
@@ -180,7 +184,8 @@ def initiator(args):
                 raise SystemExit("py_perop: the target did not start")
             line = p.stdout.readline()
         info = json.loads(line.split(" ", 1)[1])
-        run = {"nixl": run_nixl, "mcsync": run_mcsync}.get(args.mode, run_orbitte)
+        run = {"nixl": run_nixl, "mcsync": run_mcsync,
+               "mcasync": run_mcasync}.get(args.mode, run_orbitte)
         out = run(args, info, [os.getpid(), p.pid])
     finally:
         p.stdin.close()
@@ -299,27 +304,106 @@ def run_orbitte(args, info, pids):
             "p90_us": round(lat[int(len(lat) * 0.9)] * 1e6, 2)}
 
 
-def run_mcsync(args, info, pids):
+def mc_engine(args, info):
+    """orbitte.mooncake's engine and the lists of one call: COUNT blocks of
+    SIZE bytes, back to back on both sides (as ote_perftest -b COUNT)."""
     from orbitte.mooncake import TransferEngine
     te = TransferEngine()
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
     src = te.allocate_managed_buffer(max(args.size * args.count, 4096))
     srcs = [src + i * args.size for i in range(args.count)]
     dsts = [info["addr"] + i * args.size for i in range(args.count)]
-    lens = [args.size] * args.count
+    return te, srcs, dsts, [args.size] * args.count
+
+
+class PyCalls:
+    """Python function calls (cProfile's count) over --pycalls transfers
+    after the perf-counted ones: cProfile slows them, so they are apart."""
+
+    def __init__(self, n):
+        self.n, self.prof = n, None
+
+    def start(self):
+        if self.n:
+            import cProfile
+            self.prof = cProfile.Profile()
+            self.prof.enable()
+
+    def stop(self):
+        if self.prof is None:
+            return {}
+        self.prof.disable()
+        import pstats
+        st = pstats.Stats(self.prof)
+        return {"python_calls_per_transfer": round(st.total_calls / self.n, 2)}
+
+
+def run_mcsync(args, info, pids):
+    te, srcs, dsts, lens = mc_engine(args, info)
+    call = te.batch_transfer_sync_read if args.op == "read" else te.batch_transfer_sync_write
     perf = None
     for i in range(args.n + WARM):
         if i == WARM:
             perf, t0 = Perf(pids, args.perf), time.perf_counter()
-        if te.batch_transfer_sync_write(info["name"], srcs, dsts, lens) != 0:
-            raise SystemExit("py_perop: batch_transfer_sync_write failed")
+        if call(info["name"], srcs, dsts, lens) != 0:
+            raise SystemExit(f"py_perop: batch_transfer_sync_{args.op} failed")
     us = (time.perf_counter() - t0) / args.n * 1e6
-    return {"threads": perf.stop(args.n), "us_per_transfer": round(us, 2)}
+    out = {"threads": perf.stop(args.n), "us_per_transfer": round(us, 2)}
+    pc = PyCalls(args.pycalls)
+    pc.start()
+    for i in range(args.pycalls):
+        call(info["name"], srcs, dsts, lens)
+    out.update(pc.stop())
+    return out
+
+
+def run_mcasync(args, info, pids):
+    """mc_batch_write.py --depth D's loop: D async calls in flight, the
+    oldest awaited with get_batch_transfer_status([id]), then the next
+    submitted; counted over N calls after 200 untimed ones (drained first)."""
+    te, srcs, dsts, lens = mc_engine(args, info)
+    submit = te.batch_transfer_async_read if args.op == "read" else te.batch_transfer_async_write
+    status = te.get_batch_transfer_status
+    name = info["name"]
+
+    def loop(n, on_warm=None):
+        ids = []
+        posted = done = 0
+        while done < n:
+            while posted < n and posted - done < args.depth:
+                if on_warm is not None and posted == WARM:
+                    while done < posted:          # the untimed ones end first
+                        if status([ids[done]]) != 0:
+                            raise SystemExit("py_perop: get_batch_transfer_status failed")
+                        done += 1
+                    on_warm()
+                bid = submit(name, srcs, dsts, lens)
+                if bid == 0:
+                    raise SystemExit("py_perop: batch_transfer_async failed")
+                ids.append(bid)
+                posted += 1
+            if status([ids[done]]) != 0:
+                raise SystemExit("py_perop: get_batch_transfer_status failed")
+            done += 1
+
+    box = {}
+
+    def warm():
+        box["perf"], box["t0"] = Perf(pids, args.perf), time.perf_counter()
+
+    loop(args.n + WARM, warm)
+    us = (time.perf_counter() - box["t0"]) / args.n * 1e6
+    out = {"threads": box["perf"].stop(args.n), "us_per_transfer": round(us, 2)}
+    pc = PyCalls(args.pycalls)
+    pc.start()
+    loop(args.pycalls)
+    out.update(pc.stop())
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["nixl", "status", "wait", "mcsync", "perftest"])
+    ap.add_argument("mode", choices=["nixl", "status", "wait", "mcsync", "mcasync", "perftest"])
     ap.add_argument("--role", choices=["initiator", "target"], default="initiator")
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--size", type=int, default=8)
@@ -329,7 +413,10 @@ def main():
                     help="nixl and perftest: KV requests of LAYERS transfers of COUNT/LAYERS "
                          "blocks each (nixl_xfer.py's scatter:LAYERS, ote_perftest --kv)")
     ap.add_argument("--op", choices=["write", "read"], default="write",
-                    help="nixl and perftest: the operation")
+                    help="nixl, mcsync, mcasync and perftest: the operation")
+    ap.add_argument("--pycalls", type=int, default=0,
+                    help="mcsync, mcasync: after the counted transfers, count the Python "
+                         "function calls of this many more (cProfile)")
     ap.add_argument("--perftest", default="ote_perftest",
                     help="perftest: the ote_perftest to run (a build's src/tools/ote_perftest)")
     ap.add_argument("--no-perf", dest="perf", action="store_false")
