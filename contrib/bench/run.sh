@@ -335,8 +335,15 @@ mc_all() { # PEER IMPL PYTHONPATH LABEL BUDGET [MORE ARGS] (LABEL: the PYTHONPAT
             IFS=: read -r name size batch <<<"$sh"
             sc=$([ "$name" = kv ] && echo " --scatter")
             for T in $threads; do
-                it=$((budget / (size * batch) / T / 2 + 2))
-                a="--impl $impl --op $op --count $batch --size $size --threads $T --iters $it$sc$more"
+                if [ "$name" = kv ]; then
+                    it=$((budget / (size * batch) / T / 2 + 2)) wu=""
+                else
+                    # ote_perftest's -n for the shape and its warm-up (n/10, 1 to
+                    # 100): the same calls timed after the same untimed ones
+                    it=$((budget / (size * batch) / T + 1)) wu=$((it / 10))
+                    wu=" --warmup $((wu < 1 ? 1 : wu > 100 ? 100 : wu))"
+                fi
+                a="--impl $impl --op $op --count $batch --size $size --threads $T --iters $it$wu$sc$more"
                 cmd "$name $op T$T" "$peer" "PYTHONPATH=$ppl python3 $mc $a"
                 PYTHONPATH=$pp tmo python3 $mc $a >"$tmp/mc.out" 2>"$tmp/err"
                 rc=$?
