@@ -3,6 +3,7 @@ error path, the GIL released while waiting, no leaks."""
 import asyncio
 import gc
 import os
+import random
 import signal
 import threading
 import time
@@ -89,6 +90,45 @@ def test_numpy_arrays_and_submit_arrays(pair):
     for i in range(n):
         o = int(order[i])
         assert np.array_equal(pool[o * blk:(o + 1) * blk], src[i * blk:(i + 1) * blk])
+
+
+def test_submit_arrays_lists_of_ints(pair):
+    """Lists of Python ints (addresses: ints of several digits) convert to
+    64 bits in C: the bytes land where they say; an item below 0, at 2^64 or
+    that is not an int refuses the whole call and posts nothing."""
+    a, b = pair
+    n, blk = 32, 4 * KIB
+    pmem = b.alloc(2 * n * blk)
+    src = pattern(n * blk, 5)
+    smem = a.alloc(n * blk)  # mapped: an address above 2^30, as buffers have
+    with memoryview(smem) as v:
+        v[:] = src
+    slots = list(range(2 * n))
+    random.Random(7).shuffle(slots)
+    local = [smem.addr + i * blk for i in range(n)]
+    remote = [pmem.addr + slots[i] * blk for i in range(n)]
+    assert min(local + remote) >= 1 << 30, (hex(min(local)), hex(min(remote)))  # several digits
+    view = memoryview(pmem)
+    with a.open(b.name) as seg, a.batch(n + 1) as bt:
+        for bad, exc in (([-1], OverflowError), ([1 << 64], OverflowError),
+                         ([float(smem.addr)], TypeError), (["1"], TypeError)) + (
+                             (([np.uint64(smem.addr)], TypeError),) if np is not None else ()):
+            with pytest.raises(exc):
+                bt.submit_arrays(seg, orbitte.WRITE, bad * n, remote, blk)
+            with pytest.raises(exc):
+                bt.submit_arrays(seg, orbitte.WRITE, local, remote[:-1] + bad, blk)
+            with pytest.raises(exc):
+                bt.submit_arrays(seg, orbitte.WRITE, local, remote, [blk] * (n - 1) + bad)
+        assert bt.submit_arrays(seg, orbitte.WRITE, local, remote, [blk] * n) == 0
+        assert bt.wait(10) == orbitte.COMPLETED
+        # a remote address past 2^63 converts, and fails as an address
+        assert bt.submit_arrays(seg, orbitte.WRITE, local[:1], [1 << 63], blk) == n
+        assert bt.wait(10) != orbitte.COMPLETED
+        assert bt.status(n).state != orbitte.COMPLETED
+    for i in range(n):
+        o = slots[i] * blk
+        assert view[o:o + blk].tobytes() == bytes(src[i * blk:(i + 1) * blk])
+    view.release()
 
 
 def test_alloc_exports_a_buffer(pair):
