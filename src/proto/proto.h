@@ -68,6 +68,13 @@ typedef struct {
     ote_status_t      last_error; /* of the last failure of the rail */
     bool              probe_busy; /* PROBING: the probe slice is in flight */
     bool              link_down;  /* its port is down: paused until it is up */
+    /*
+     * Set (under lock) whenever state turns COOLING, cleared (under lock)
+     * only by ote_proto_rail_cooling finding it not COOLING: never false
+     * while the rail cools, so a reader without the lock that sees it false
+     * knows there is no cool-down to look at (ote_proto_rail_calm).
+     */
+    atomic_bool       maybe_cooling;
     uint32_t          gen;        /* slices bound before a rebuild are not counted */
     ote_rail_params_t params;
 } ote_rail_spray_t;
@@ -297,6 +304,7 @@ void         ote_proto_slice_retried(ote_rail_t *from);
 bool         ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now_ns);
 /* True while r is paused after a failure (not for a port that is down). */
 bool         ote_proto_rail_cooling(ote_rail_t *r);
+bool         ote_proto_rail_calm(ote_rail_t *r);
 void         ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now_ns);
 /* True when some rail of set may carry now or after its cool-down (not closed). */
 bool         ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now_ns);

@@ -3,7 +3,8 @@
  * to the rail with the earliest predicted completion, rails have quotas of
  * bytes and slices in flight, the bandwidth estimate follows what a rail
  * delivered, and a rail that failed cools down, doubling up to a cap, and
- * is probed before it carries again.
+ * is probed before it carries again; the lock-free hint that a rail has
+ * no cool-down to look at (ote_proto_rail_calm).
  */
 #include "proto/proto.h"
 
@@ -413,6 +414,60 @@ static void test_topology_rank(void **state)
  * a failure meanwhile changes nothing; up, the rail is probed with one
  * slice and then carries.
  */
+/*
+ * ote_proto_rail_calm, the hint a segment's repair reads without locks:
+ * never true while the rail cools (a failure, a port down, a port up
+ * again), true again only once ote_proto_rail_cooling, under the lock,
+ * found the rail out of its cool-down.
+ */
+static void test_calm_hint(void **state)
+{
+    static rails_t r;
+    ote_slice_t s[2];
+    uint64_t t = 1000 * MS;
+
+    rails_reset(&r, &no_limits, 2, 1e9, 1e9);
+    assert_true(ote_proto_rail_calm(&r.rail[0]));
+    assert_true(ote_proto_rail_calm(&r.rail[1]));
+
+    /* A failure pauses rail 0: not calm, and its look under the lock leaves it so. */
+    assert_int_equal(pick_bind(&r, &s[0], MIB, t, NULL), 0);
+    assert_true(ote_proto_slice_end(&s[0], OTE_ERR_TIMEOUT, t));
+    assert_false(ote_proto_rail_calm(&r.rail[0]));
+    assert_true(ote_proto_rail_calm(&r.rail[1]));
+    assert_true(ote_proto_rail_cooling(&r.rail[0]));
+    assert_false(ote_proto_rail_calm(&r.rail[0]));
+
+    /* Cool-down over: the probe slice takes it out (PROBING); calm once looked at. */
+    t += 100 * MS;
+    assert_int_equal(pick_bind(&r, &s[1], MIB, t, NULL), 0);
+    assert_int_equal(info(&r, 0, t).state, OTE_RAIL_PROBING);
+    assert_false(ote_proto_rail_calm(&r.rail[0]));
+    assert_false(ote_proto_rail_cooling(&r.rail[0]));
+    assert_true(ote_proto_rail_calm(&r.rail[0]));
+    /* The probe fails: paused anew, not calm. */
+    assert_true(ote_proto_slice_end(&s[1], OTE_ERR_IO, t));
+    assert_false(ote_proto_rail_calm(&r.rail[0]));
+    t += 200 * MS;
+    ote_proto_rail_probed(&r.rail[0], OTE_OK, t);
+    assert_false(ote_proto_rail_cooling(&r.rail[0]));
+    assert_true(ote_proto_rail_calm(&r.rail[0]));
+
+    /* A port down, and up again (probed first): not calm either time. */
+    ote_proto_rail_link(&r.rail[1], false, t);
+    assert_false(ote_proto_rail_calm(&r.rail[1]));
+    assert_false(ote_proto_rail_cooling(&r.rail[1])); /* down is not a cool-down... */
+    assert_false(ote_proto_rail_calm(&r.rail[1]));    /* ...but stays looked at */
+    ote_proto_rail_link(&r.rail[1], true, t);
+    assert_true(ote_proto_rail_cooling(&r.rail[1]));
+    assert_false(ote_proto_rail_calm(&r.rail[1]));
+    ote_proto_rail_probed(&r.rail[1], OTE_OK, t);
+    assert_int_equal(info(&r, 1, t).state, OTE_RAIL_PROBING);
+    assert_false(ote_proto_rail_calm(&r.rail[1]));
+    assert_false(ote_proto_rail_cooling(&r.rail[1]));
+    assert_true(ote_proto_rail_calm(&r.rail[1]));
+}
+
 static void test_link_down_up(void **state)
 {
     static rails_t r;
@@ -459,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_idle_peer_lost),
         cmocka_unit_test(test_topology_rank),
         cmocka_unit_test(test_link_down_up),
+        cmocka_unit_test(test_calm_hint),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
