@@ -217,14 +217,14 @@ typedef struct {
 
 /*
  * The rails ote_proto_plan chose last, kept by a caller that plans
- * requests in a row (a batch submission): the next request with the same
- * inputs (the same rails in the same order, the same of them connected,
- * the same op, memory types and local location) takes the same choice
- * without making it again. Zero it before the first request; the caller
- * clears valid where rails may have been built again in place (a new
- * generation of them), and keeps the local region of the last request
- * planned alive while it uses the memo (it is compared by address before
- * its location is).
+ * requests in a row (a segment's submissions, one after another): the next
+ * request with the same inputs (the same rails in the same order, the same
+ * of them connected, the same op, memory types and local location) takes
+ * the same choice without making it again. Zero it before the first
+ * request; the caller clears valid where rails may have been built again
+ * in place (a new generation of them) and serialises its users. The local
+ * location is compared as the whole fixed-size array (regions are zeroed
+ * before theirs is written), so no region needs to stay alive for it.
  */
 typedef struct {
     bool           valid;
@@ -233,7 +233,6 @@ typedef struct {
     uint32_t       live; /* bit i: in[i] had its ep */
     ote_op_t       op;
     unsigned       local_mem, remote_mem;
-    const void    *local_region; /* where location was read from */
     char           location[OTE_MEM_LOCATION_MAX];
     ote_status_t   status;
     ote_rail_set_t rails;

@@ -50,6 +50,9 @@ struct ote_segment {
     bool             same_host;
     ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
     ote_rail_set_t   rail_set;
+    /* The rails the last request's plan chose, for rails_gen plan_memo_gen (seg->lock). */
+    ote_proto_plan_memo_t plan_memo;
+    uint32_t         plan_memo_gen;
     int              ctl_fd;        /* request connection, -1 until needed */
     atomic_uint      ctl_seq;
     atomic_bool      closed;
