@@ -83,7 +83,8 @@ struct ote_segment {
     pthread_mutex_t  reread_lock;
     pthread_cond_t   reread_cond;   /* a re-read ended, or the interval may have */
     bool             reread_busy;   /* one is in flight */
-    uint64_t         reread_started; /* re-reads started so far */
+    _Atomic uint64_t reread_started; /* re-reads started so far (written under reread_lock,
+                                        read without it: ote_segment_reread_ticket) */
     uint64_t         reread_ended;  /* and ended */
     uint64_t         reread_last_ns; /* when the last one started (0: none yet) */
     ote_status_t     reread_status; /* how the last one ended */
