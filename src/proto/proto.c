@@ -239,8 +239,7 @@ static bool memo_matches(const ote_proto_plan_memo_t *m, const ote_rail_set_t *a
 {
     if (!m->valid || m->num != all->num_rails || m->op != req->op ||
         m->local_mem != req->local_region->mem_type || m->remote_mem != remote_mem ||
-        (m->local_region != req->local_region &&
-         strcmp(m->location, req->local_region->location) != 0))
+        memcmp(m->location, req->local_region->location, sizeof(m->location)) != 0)
         return false;
     for (size_t i = 0; i < m->num; i++) {
         if (m->in[i] != all->rails[i] || ((m->live >> i) & 1) != (all->rails[i]->ep != NULL))
@@ -276,7 +275,6 @@ static ote_status_t plan_rails(const ote_rail_set_t *all, const ote_proto_req_t 
         m->op           = req->op;
         m->local_mem    = req->local_region->mem_type;
         m->remote_mem   = remote_mem;
-        m->local_region = req->local_region;
         m->status       = status;
         m->rails        = *rails;
         /*

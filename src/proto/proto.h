@@ -68,6 +68,13 @@ typedef struct {
     ote_status_t      last_error; /* of the last failure of the rail */
     bool              probe_busy; /* PROBING: the probe slice is in flight */
     bool              link_down;  /* its port is down: paused until it is up */
+    /*
+     * Set (under lock) whenever state turns COOLING, cleared (under lock)
+     * only by ote_proto_rail_cooling finding it not COOLING: never false
+     * while the rail cools, so a reader without the lock that sees it false
+     * knows there is no cool-down to look at (ote_proto_rail_calm).
+     */
+    atomic_bool       maybe_cooling;
     uint32_t          gen;        /* slices bound before a rebuild are not counted */
     ote_rail_params_t params;
 } ote_rail_spray_t;
@@ -210,14 +217,14 @@ typedef struct {
 
 /*
  * The rails ote_proto_plan chose last, kept by a caller that plans
- * requests in a row (a batch submission): the next request with the same
- * inputs (the same rails in the same order, the same of them connected,
- * the same op, memory types and local location) takes the same choice
- * without making it again. Zero it before the first request; the caller
- * clears valid where rails may have been built again in place (a new
- * generation of them), and keeps the local region of the last request
- * planned alive while it uses the memo (it is compared by address before
- * its location is).
+ * requests in a row (a segment's submissions, one after another): the next
+ * request with the same inputs (the same rails in the same order, the same
+ * of them connected, the same op, memory types and local location) takes
+ * the same choice without making it again. Zero it before the first
+ * request; the caller clears valid where rails may have been built again
+ * in place (a new generation of them) and serialises its users. The local
+ * location is compared as the whole fixed-size array (regions are zeroed
+ * before theirs is written), so no region needs to stay alive for it.
  */
 typedef struct {
     bool           valid;
@@ -226,7 +233,6 @@ typedef struct {
     uint32_t       live; /* bit i: in[i] had its ep */
     ote_op_t       op;
     unsigned       local_mem, remote_mem;
-    const void    *local_region; /* where location was read from */
     char           location[OTE_MEM_LOCATION_MAX];
     ote_status_t   status;
     ote_rail_set_t rails;
@@ -297,6 +303,7 @@ void         ote_proto_slice_retried(ote_rail_t *from);
 bool         ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now_ns);
 /* True while r is paused after a failure (not for a port that is down). */
 bool         ote_proto_rail_cooling(ote_rail_t *r);
+bool         ote_proto_rail_calm(ote_rail_t *r);
 void         ote_proto_rail_probed(ote_rail_t *r, ote_status_t status, uint64_t now_ns);
 /* True when some rail of set may carry now or after its cool-down (not closed). */
 bool         ote_proto_rails_usable(const ote_rail_set_t *set, uint64_t now_ns);

@@ -33,6 +33,7 @@ void ote_proto_rail_init(ote_rail_t *r, const ote_rail_params_t *params, uint32_
     ote_rail_spray_t *sp = &r->spray;
 
     memset(sp, 0, sizeof(*sp));
+    atomic_init(&sp->maybe_cooling, false);
     pthread_mutex_init(&sp->lock, NULL);
     sp->params      = *params;
     sp->state       = OTE_RAIL_ACTIVE;
@@ -162,6 +163,7 @@ static void rail_pause(ote_rail_t *r, uint64_t now)
     if (sp->state == OTE_RAIL_COOLING)
         return;
     sp->state     = OTE_RAIL_COOLING;
+    atomic_store_explicit(&sp->maybe_cooling, true, memory_order_release);
     sp->resume_ns = now + sp->cooldown_ns;
     ote_info("rail %s/%s paused for %llu ms", r->iface->resource.tl_name,
              r->iface->resource.dev_name, (unsigned long long)(sp->cooldown_ns / 1000000));
@@ -229,8 +231,22 @@ bool ote_proto_rail_cooling(ote_rail_t *r)
 
     pthread_mutex_lock(&r->spray.lock);
     cooling = !r->spray.link_down && r->spray.state == OTE_RAIL_COOLING;
+    /* Seen out of its cool-down under the lock: the hint may go. */
+    if (r->spray.state != OTE_RAIL_COOLING)
+        atomic_store_explicit(&r->spray.maybe_cooling, false, memory_order_release);
     pthread_mutex_unlock(&r->spray.lock);
     return cooling;
+}
+
+/*
+ * Without the lock: true when the rail has not been paused since a check
+ * under the lock last found it out of its cool-down, so no cool-down, no
+ * probe and no port down are there to look at. False may be stale (then
+ * the caller looks under the lock, as before).
+ */
+bool ote_proto_rail_calm(ote_rail_t *r)
+{
+    return !atomic_load_explicit(&r->spray.maybe_cooling, memory_order_acquire);
 }
 
 bool ote_proto_rail_probe_due(ote_rail_t *r, uint64_t now)
@@ -346,6 +362,7 @@ void ote_proto_rail_link(ote_rail_t *r, bool up, uint64_t now)
     if (!up && !sp->link_down) {
         sp->link_down = true;
         sp->state     = OTE_RAIL_COOLING;
+        atomic_store_explicit(&sp->maybe_cooling, true, memory_order_release);
         sp->resume_ns = UINT64_MAX;
         ote_info("rail %s/%s paused: its port is down", r->iface->resource.tl_name,
                  r->iface->resource.dev_name);
@@ -353,6 +370,7 @@ void ote_proto_rail_link(ote_rail_t *r, bool up, uint64_t now)
         /* Probed first, as after a cool-down; the next pause starts short. */
         sp->link_down   = false;
         sp->state       = OTE_RAIL_COOLING;
+        atomic_store_explicit(&sp->maybe_cooling, true, memory_order_release);
         sp->resume_ns   = now;
         sp->cooldown_ns = sp->params.cooldown_ns;
         ote_info("rail %s/%s: its port is up again; probing it", r->iface->resource.tl_name,

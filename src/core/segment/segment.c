@@ -476,13 +476,36 @@ static bool rail_dead_for_good(ote_segment_h seg, ote_rail_t *r, bool force, uin
     return !alive;
 }
 
+/*
+ * Nothing for repair to do (refresh lock held): every rail with an ep has
+ * all its connections and has not been paused since it was last seen out
+ * of its cool-down. Only atomics are read: no clock, no rail lock. What
+ * is not calm is looked at as before.
+ */
+static bool rails_calm(ote_segment_h seg)
+{
+    for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+        ote_rail_t *r = seg->rail_set.rails[i];
+
+        if (r->ep != NULL &&
+            (!ote_proto_rail_calm(r) || r->iface->ep_ops->needs_reconnect(r->ep)))
+            return false;
+    }
+    return true;
+}
+
 ote_status_t ote_segment_repair(ote_segment_h seg)
 {
     ote_status_t status = OTE_OK;
-    uint64_t now        = ote_time_ns();
+    uint64_t now;
     bool needed = false, rebuild = false, force;
 
     pthread_mutex_lock(&seg->refresh_lock);
+    if (rails_calm(seg)) {
+        pthread_mutex_unlock(&seg->refresh_lock);
+        return OTE_OK;
+    }
+    now = ote_time_ns();
     if (!atomic_load(&seg->closed) && !atomic_load(&seg->stale)) {
         /*
          * A rail cooling down after errors is probed once its cool-down

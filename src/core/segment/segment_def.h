@@ -50,6 +50,9 @@ struct ote_segment {
     bool             same_host;
     ote_rail_t       rails[OTE_PROTO_MAX_RAILS];
     ote_rail_set_t   rail_set;
+    /* The rails the last request's plan chose, for rails_gen plan_memo_gen (seg->lock). */
+    ote_proto_plan_memo_t plan_memo;
+    uint32_t         plan_memo_gen;
     int              ctl_fd;        /* request connection, -1 until needed */
     atomic_uint      ctl_seq;
     atomic_bool      closed;
@@ -80,7 +83,8 @@ struct ote_segment {
     pthread_mutex_t  reread_lock;
     pthread_cond_t   reread_cond;   /* a re-read ended, or the interval may have */
     bool             reread_busy;   /* one is in flight */
-    uint64_t         reread_started; /* re-reads started so far */
+    _Atomic uint64_t reread_started; /* re-reads started so far (written under reread_lock,
+                                        read without it: ote_segment_reread_ticket) */
     uint64_t         reread_ended;  /* and ended */
     uint64_t         reread_last_ns; /* when the last one started (0: none yet) */
     ote_status_t     reread_status; /* how the last one ended */

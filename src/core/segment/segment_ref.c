@@ -27,7 +27,8 @@ static void reread_state_init(ote_segment_h seg)
     pthread_mutex_init(&seg->reread_lock, NULL);
     ote_cond_init_monotonic(&seg->reread_cond);
     seg->reread_busy    = false;
-    seg->reread_started = seg->reread_ended = 0;
+    atomic_init(&seg->reread_started, 0);
+    seg->reread_ended   = 0;
     seg->reread_last_ns = 0;
     seg->reread_status  = OTE_OK;
 }

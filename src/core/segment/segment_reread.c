@@ -27,12 +27,8 @@
 
 uint64_t ote_segment_reread_ticket(ote_segment_h seg)
 {
-    uint64_t t;
-
-    pthread_mutex_lock(&seg->reread_lock);
-    t = seg->reread_started;
-    pthread_mutex_unlock(&seg->reread_lock);
-    return t;
+    /* One counter, only ever raised: its value now, without the lock. */
+    return atomic_load_explicit(&seg->reread_started, memory_order_acquire);
 }
 
 /* Wait on the segment's condition (reread_lock held) until woken or until (monotonic). */
@@ -88,13 +84,17 @@ ote_status_t ote_segment_reread(ote_segment_h seg, uint64_t ticket)
             (seg->reread_last_ns == 0 || now - seg->reread_last_ns >= interval_ns)) {
             seg->reread_busy    = true;
             seg->reread_last_ns = now;
-            seg->reread_started++;
+            atomic_store_explicit(&seg->reread_started,
+                                  atomic_load_explicit(&seg->reread_started,
+                                                       memory_order_relaxed) + 1,
+                                  memory_order_release);
             pthread_mutex_unlock(&seg->reread_lock);
             status = reread_run(seg);
             pthread_mutex_lock(&seg->reread_lock);
             seg->reread_busy   = false;
             seg->reread_status = status;
-            seg->reread_ended  = seg->reread_started;
+            seg->reread_ended  = atomic_load_explicit(&seg->reread_started,
+                                                      memory_order_relaxed);
             pthread_cond_broadcast(&seg->reread_cond);
             break;
         }

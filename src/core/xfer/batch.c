@@ -336,13 +336,12 @@ static void task_unprepare(ote_task_t *t)
 /*
  * What preparing one request leaves for the next of the same submission:
  * the local region it took (the next range in it takes another reference
- * without a table lookup) and the rails its plan chose (memo, valid for
- * one generation of the rails).
+ * without a table lookup). The rails its plan chose stay in the segment
+ * (seg->plan_memo, valid for one generation of the rails) for every
+ * submission after it.
  */
 typedef struct {
     ote_region_t            *local_region;
-    ote_proto_plan_memo_t    memo;
-    uint32_t                 memo_gen;
     const ote_desc_t        *desc; /* the descriptor rreg is in */
     const ote_desc_region_t *rreg; /* the peer's region of the last request */
     ote_proto_remote_t       remote;
@@ -458,12 +457,13 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
         else if (seg->file == NULL && seg->export_name[0] == '\0')
             refused = OTE_ERR_REMOTE_NOT_REGISTERED; /* a re-read since the checks dropped it */
         t->route.gen = atomic_load(&seg->rails_gen);
-        if (ctx->memo_gen != t->route.gen)
-            ctx->memo.valid = false;
-        ctx->memo_gen = t->route.gen;
+        if (seg->plan_memo_gen != t->route.gen)
+            seg->plan_memo.valid = false;
+        seg->plan_memo_gen = t->route.gen;
         if (refused == OTE_OK)
             status = ote_proto_plan(&seg->rail_set, &req, &remote,
-                                    ote_engine_facts(e)->config.slice_size, &ctx->memo, &t->route,
+                                    ote_engine_facts(e)->config.slice_size, &seg->plan_memo,
+                                    &t->route,
                                     &t->inline_slice, &t->slices, &n);
         if (refused == OTE_OK && status == OTE_OK && rreg != NULL) {
             /* The slices point at its rkeys: a refresh must not free it under them. */
@@ -584,8 +584,6 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
         goto out;
     }
     ctx.local_region = NULL;
-    ctx.memo.valid   = false;
-    ctx.memo_gen     = 0;
     ctx.desc         = NULL;
     ctx.rreg         = NULL;
     for (ready = 0; ready < count; ready++) {
