@@ -313,10 +313,31 @@ static void test_idle_peer_lost(void **state)
 }
 
 /*
- * Ranked by topology for a memory: a table with NUMA node 0 near eth0 and
- * eth1 at half its score, and a GPU near eth1 with eth0 far (1/16); eth2 not
- * placed. For cpu:0 the weights split slices 2:1 at equal bandwidth; for
- * cuda:0 eth0 is left out and eth1 comes first.
+ * The topology table of the ranking tests: NUMA node 0 (cpu:0) near eth0
+ * and eth1 at half its score; with a GPU (cuda:0), the GPU near eth1 and
+ * eth0 far (1/16); eth2 not placed.
+ */
+static void topo_two_nics(ote_topo_table_t *table, bool with_gpu)
+{
+    memset(table, 0, sizeof(*table));
+    table->num_places = with_gpu ? 2 : 1;
+    table->num_nics   = 2;
+    snprintf(table->place[0], OTE_TOPO_PLACE_MAX, "cpu:0");
+    snprintf(table->nic[0], OTE_TOPO_NIC_MAX, "eth0");
+    snprintf(table->nic[1], OTE_TOPO_NIC_MAX, "eth1");
+    table->score[0][0] = 1;
+    table->score[0][1] = 0.5f;
+    if (with_gpu) {
+        snprintf(table->place[1], OTE_TOPO_PLACE_MAX, "cuda:0");
+        table->score[1][0] = 0.0625f;
+        table->score[1][1] = 1;
+    }
+}
+
+/*
+ * Ranked by topology for a memory (topo_two_nics with the GPU): for cpu:0
+ * the weights split slices 2:1 at equal bandwidth; for cuda:0 eth0 is left
+ * out and eth1 comes first.
  */
 static void test_topology_rank(void **state)
 {
@@ -328,17 +349,7 @@ static void test_topology_rank(void **state)
     unsigned count[3] = {0, 0, 0};
 
     memset(&r, 0, sizeof(r));
-    memset(&table, 0, sizeof(table));
-    table.num_places = 2;
-    table.num_nics   = 2;
-    snprintf(table.place[0], OTE_TOPO_PLACE_MAX, "cpu:0");
-    snprintf(table.place[1], OTE_TOPO_PLACE_MAX, "cuda:0");
-    snprintf(table.nic[0], OTE_TOPO_NIC_MAX, "eth0");
-    snprintf(table.nic[1], OTE_TOPO_NIC_MAX, "eth1");
-    table.score[0][0] = 1;
-    table.score[0][1] = 0.5f;
-    table.score[1][0] = 0.0625f;
-    table.score[1][1] = 1;
+    topo_two_nics(&table, true);
     p.topo = &table;
     for (int i = 0; i < 3; i++) {
         r.iface[i].resource.is_network = true;
@@ -493,14 +504,7 @@ static void test_plan_memo_location(void **state)
     (void)state;
     assert_non_null(region);
     memset(&r, 0, sizeof(r));
-    memset(&table, 0, sizeof(table));
-    table.num_places = 1;
-    table.num_nics   = 2;
-    snprintf(table.place[0], OTE_TOPO_PLACE_MAX, "cpu:0");
-    snprintf(table.nic[0], OTE_TOPO_NIC_MAX, "eth0");
-    snprintf(table.nic[1], OTE_TOPO_NIC_MAX, "eth1");
-    table.score[0][0] = 1;
-    table.score[0][1] = 0.5f;
+    topo_two_nics(&table, false);
     p.topo = &table;
     for (int i = 0; i < 3; i++) {
         r.iface[i].resource.is_network = true;
