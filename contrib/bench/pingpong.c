@@ -12,9 +12,11 @@
  * round (32 40). tcp+epoll: tcp, both sides polling an epoll set that holds
  * the socket (epoll_wait with a zero timeout) and reading only what it
  * reports, as ote's stream ifaces poll: the host's cost of that readiness
- * check on the round trip. Nothing here is a test.
+ * check on the round trip. tcp+tepoll: the target alone polls through epoll
+ * (as ote's tcp target does; ote's waiting initiator reads its connection
+ * directly). Nothing here is a test.
  *
- *   pingpong ITERATIONS OUT IN [tcp|tcp+epoll|unix|unix+vm]
+ *   pingpong ITERATIONS OUT IN [tcp|tcp+epoll|tcp+tepoll|unix|unix+vm]
  */
 #define _GNU_SOURCE /* process_vm_readv */
 #include <arpa/inet.h>
@@ -127,10 +129,12 @@ int main(int argc, char **argv)
     if (argc < 4 || argc > 5 || (iters = atol(argv[1])) <= 0 ||
         (out = strtoul(argv[2], NULL, 0)) == 0 || (in = strtoul(argv[3], NULL, 0)) == 0 ||
         out > MAXMSG || in > MAXMSG ||
-        (strcmp(mode, "tcp") != 0 && strcmp(mode, "tcp+epoll") != 0 && strcmp(mode, "unix") != 0 &&
+        (strcmp(mode, "tcp") != 0 && strcmp(mode, "tcp+epoll") != 0 &&
+         strcmp(mode, "tcp+tepoll") != 0 && strcmp(mode, "unix") != 0 &&
          strcmp(mode, "unix+vm") != 0)) {
         fprintf(stderr,
-                "usage: pingpong ITERATIONS OUT IN [tcp|tcp+epoll|unix|unix+vm] (bytes 1..%d)\n",
+                "usage: pingpong ITERATIONS OUT IN [tcp|tcp+epoll|tcp+tepoll|unix|unix+vm] "
+                "(bytes 1..%d)\n",
                 MAXMSG);
         return 2;
     }
@@ -151,7 +155,7 @@ int main(int argc, char **argv)
 
         /* The initiator's end closes in both processes, so that its close ends this loop. */
         close(fds[0]);
-        if (c < 0 || (strcmp(mode, "tcp+epoll") == 0 && !epoll_on(c)))
+        if (c < 0 || (strncmp(mode, "tcp+", 4) == 0 && !epoll_on(c)))
             _exit(1);
         setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         while (poll_recv(c, buf, out) &&

@@ -15,7 +15,8 @@
 #                 interfaces), NIXL's wheel, ote_perftest tcp (8 B latency and the shapes
 #                 with 1 thread), the tcp ping-pong and tcp stream without a
 #                 library, and the 15,000-descriptor posts; the goals block
-#                 has their lines only
+#                 has their lines only (NIXL's, and tcp's small end against
+#                 the bare ping-pong and stream)
 #   --only python the rows the Python goals compare: ote_perftest tcp's
 #                 bandwidth (depth 2, its default, and depth 1: one batch in
 #                 flight, as a sync call has) and orbitte.mooncake's
