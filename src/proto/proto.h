@@ -70,9 +70,11 @@ typedef struct {
     bool              link_down;  /* its port is down: paused until it is up */
     /*
      * Set (under lock) whenever state turns COOLING, cleared (under lock)
-     * only by ote_proto_rail_cooling finding it not COOLING: never false
-     * while the rail cools, so a reader without the lock that sees it false
-     * knows there is no cool-down to look at (ote_proto_rail_calm).
+     * by ote_proto_rail_cooling finding it not COOLING, and false when
+     * ote_proto_rail_init makes the rail anew (under the segment's refresh
+     * lock, which ote_proto_rail_calm's readers hold): never false while
+     * the rail cools, so a reader without the rail's lock that sees it
+     * false knows there is no cool-down to look at (ote_proto_rail_calm).
      */
     atomic_bool       maybe_cooling;
     uint32_t          gen;        /* slices bound before a rebuild are not counted */

@@ -500,3 +500,56 @@ void test_tcp_payload_pieces(void **state)
     free(data);
     free(back);
 }
+
+/*
+ * A refused WRITE (its payload is read and thrown away) whose payload
+ * comes in three pieces: a few bytes with the header, then exactly the
+ * target's largest SO_RCVLOWAT (1 MiB, OTE_STREAM_RX_LOWAT_MAX in
+ * stream_conn.h), then less than that. The second piece is
+ * read in full reads that may empty the socket without the read that
+ * finds it empty taking a byte; the target must still be told of the
+ * third piece (its SO_RCVLOWAT no higher than what is left to come) and
+ * answer. Several first pieces, on fresh connections, put the reads'
+ * boundaries in different places; after a first piece of 128 KiB the
+ * target once set the mark to what was left of the payload counting the
+ * bytes it had already read ahead into its buffer, 20 KiB above what was
+ * to come, and never answered.
+ */
+void test_tcp_discard_pieces(void **state)
+{
+    static const size_t first[] = {0, 32, 4064, 4096, 8192, 12256, 65536, 131072};
+    enum { LOWAT_MAX = 1024 * 1024, REST = 256 * 1024 };
+    struct timespec pause = {0, 20000000};
+    uint8_t *junk = calloc(1, LOWAT_MAX);
+    uint64_t r0 = region_addr(0);
+
+    (void)state;
+    assert_non_null(junk);
+    for (size_t i = 0; i < sizeof(first) / sizeof(first[0]); i++) {
+        size_t len = first[i] + LOWAT_MAX + REST;
+        ote_stream_hdr_t h;
+        int fd = data_open();
+
+        assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 200 + i, 4096, len), 0);
+        if (first[i] > 0)
+            assert_int_equal(sw_send(fd, junk, first[i]), 0);
+        nanosleep(&pause, NULL);
+        assert_int_equal(sw_send(fd, junk, LOWAT_MAX), 0);
+        nanosleep(&pause, NULL);
+        assert_int_equal(sw_send(fd, junk, REST), 0);
+        if (sw_tcp_recv(fd, &h, 5000) != 0)
+            fail_msg("first piece of %zu bytes: no answer to the refused %zu-byte WRITE", first[i],
+                     len);
+        assert_int_equal(h.type, OTE_STREAM_WRITE_ACK);
+        assert_int_equal(h.id, 200 + i);
+        assert_true(h.status < 0);
+        /* The connection is still in step: an allowed WRITE lands. */
+        assert_int_equal(sw_tcp_send(fd, OTE_STREAM_WRITE, 300 + i, r0, 64), 0);
+        assert_int_equal(sw_send(fd, junk, 64), 0);
+        assert_int_equal(sw_tcp_recv(fd, &h, 5000), 0);
+        assert_int_equal(h.id, 300 + i);
+        assert_int_equal(h.status, OTE_OK);
+        close(fd);
+    }
+    free(junk);
+}

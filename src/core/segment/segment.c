@@ -480,15 +480,18 @@ static bool rail_dead_for_good(ote_segment_h seg, ote_rail_t *r, bool force, uin
  * Nothing for repair to do (refresh lock held): every rail with an ep has
  * all its connections and has not been paused since it was last seen out
  * of its cool-down. Only atomics are read: no clock, no rail lock. What
- * is not calm is looked at as before.
+ * is not calm is looked at as before. A closed segment's eps are being
+ * destroyed (ote_segment_close): not looked at.
  */
 static bool rails_calm(ote_segment_h seg)
 {
+    if (atomic_load(&seg->closed))
+        return true;
     for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
         ote_rail_t *r = seg->rail_set.rails[i];
+        ote_tl_ep_t *ep = r->ep;
 
-        if (r->ep != NULL &&
-            (!ote_proto_rail_calm(r) || r->iface->ep_ops->needs_reconnect(r->ep)))
+        if (ep != NULL && (!ote_proto_rail_calm(r) || r->iface->ep_ops->needs_reconnect(ep)))
             return false;
     }
     return true;

@@ -148,7 +148,8 @@ struct ote_stream_conn {
     ote_stream_rxv_t         rxv[OTE_STREAM_WRITEV_MAX]; /* the payload's destinations */
     size_t                rxv_i, rxv_n; /* the one being filled; how many */
     size_t                rx_remaining; /* payload bytes still to come */
-    int                   rx_lowat; /* target, tcp: SO_RCVLOWAT set (1: default); -1: not used */
+    int                   rx_lowat; /* target, tcp: SO_RCVLOWAT set (1: default); -1: not used
+                                     * (not tcp's target, or it failed while at 1) */
     size_t                rx_total;
     ote_stream_hdr_t         rx_hdr;   /* header of the message being received */
     /*

@@ -693,16 +693,28 @@ void ote_stream_conn_rx_idle(ote_stream_conn_t *c)
  * once). While a payload is arriving, one report and one readv per
  * OTE_STREAM_RX_LOWAT_MAX bytes instead of one for every piece that
  * arrived since the last look; back to 1 before a header is waited for.
+ * The mark is never above the payload bytes still to come (ote_stream_conn_rx),
+ * or the last of them would not be reported. False where the mark could not
+ * be lowered and the connection was failed.
  */
-static void rx_lowat(ote_stream_conn_t *c, size_t bytes)
+static bool rx_lowat(ote_stream_conn_t *c, size_t bytes)
 {
     int v = bytes < OTE_STREAM_RX_LOWAT_MAX ? (int)bytes : OTE_STREAM_RX_LOWAT_MAX;
 
     if (c->rx_lowat < 0 || c->rx_lowat == v)
-        return;
-    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) != 0)
-        v = -1; /* not again on this connection */
+        return true;
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) != 0) {
+        if (c->rx_lowat > 1) {
+            /* The socket keeps a mark that what comes next may never reach. */
+            ote_warn("%s peer %s: SO_RCVLOWAT %d failed (%s); closing the connection",
+                     OTE_STREAM_CONN_TL(c), c->peer, v, strerror(errno));
+            ote_stream_conn_fail(c, OTE_ERR_IO);
+            return false;
+        }
+        v = -1; /* still at 1: not again on this connection */
+    }
     c->rx_lowat = v;
+    return true;
 }
 
 static void conn_rx(ote_stream_conn_t *c);
@@ -710,6 +722,15 @@ static void conn_rx(ote_stream_conn_t *c);
 void ote_stream_conn_rx(ote_stream_conn_t *c)
 {
     conn_rx(c);
+    /*
+     * Left in a payload: a read that filled its buffers may have emptied
+     * the socket without the mark following (it follows reads that come
+     * back short), and a mark above the bytes still to come is never
+     * reached.
+     */
+    if (!c->dead && c->rx_state == OTE_STREAM_RX_PAYLOAD && c->rx_lowat > 1 &&
+        (size_t)c->rx_lowat > c->rx_remaining)
+        rx_lowat(c, c->rx_remaining);
     /* Requests deferred while reading are served now; a closed connection drops them. */
     if (c->ref_npending != 0) {
         if (c->dead)
@@ -749,8 +770,8 @@ static void conn_rx(ote_stream_conn_t *c)
             c->rx_state == OTE_STREAM_RX_AUTH) {
             size_t need = OTE_STREAM_HDR_LEN; /* bytes of the next message the buffer must hold */
 
-            if (c->rx_lowat > 1)
-                rx_lowat(c, 1);
+            if (c->rx_lowat > 1 && !rx_lowat(c, 1))
+                return;
             if (c->ep == NULL && c->tx_count >= OTE_STREAM_TX_PAUSE) {
                 ote_stream_conn_set_rx_paused(c, true);
                 return;
@@ -839,8 +860,11 @@ static void conn_rx(ote_stream_conn_t *c)
                     budget    = budget > (size_t)n ? budget - (size_t)n : 0;
                     if (c->rx_remaining == 0)
                         payload_done(c);
-                    else if (drained && c->rx_lowat > 0)
-                        rx_lowat(c, c->rx_remaining);
+                    else if (drained && c->rx_lowat > 0 &&
+                             !rx_lowat(c, c->rx_remaining > c->rx_len
+                                              ? c->rx_remaining - c->rx_len /* not read ahead */
+                                              : 1))
+                        return;
                     continue;
                 }
             }
