@@ -506,7 +506,9 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
  * runs past the end of a region with OTE_ERR_OUT_OF_BOUNDS (transferred
  * 0, the call itself succeeds, the other requests of the call go on); when
  * the descriptor could not be read, with that read's error
- * (OTE_ERR_PEER_RESTARTED, OTE_ERR_REMOTE_DISCONNECT, OTE_ERR_TIMEOUT).
+ * (OTE_ERR_PEER_RESTARTED, OTE_ERR_REMOTE_DISCONNECT for a peer that
+ * refuses or reset, OTE_ERR_TIMEOUT, OTE_ERR_STORE_UNAVAILABLE when the
+ * metadata store did not answer).
  * The access flag is checked by the target (native tcp, cma, shm: it
  * answers OTE_ERR_ACCESS, and OTE_ERR_NOT_REGISTERED for a region it
  * deregistered since the descriptor was read), or here over transports

@@ -185,8 +185,9 @@ static int remaining_ms(uint64_t deadline_ns)
     return (int)OTE_MIN((deadline_ns - now + 999999) / 1000000, (uint64_t)INT32_MAX);
 }
 
-ote_status_t ote_socket_connect(const struct sockaddr_storage *ss, socklen_t len,
-                                int timeout_ms, int *fd_p)
+/* ote_socket_connect, and in *errno_p the connect's errno where it failed (else 0). */
+static ote_status_t socket_connect(const struct sockaddr_storage *ss, socklen_t len,
+                                   int timeout_ms, int *fd_p, int *errno_p)
 {
     uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
     int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -223,9 +224,30 @@ err:
                            errno == ENETUNREACH)
                               ? OTE_ERR_NOT_FOUND
                               : OTE_ERR_IO;
+
+        *errno_p = errno;
         close(fd);
         return st;
     }
+}
+
+ote_status_t ote_socket_connect(const struct sockaddr_storage *ss, socklen_t len,
+                                int timeout_ms, int *fd_p)
+{
+    int err = 0;
+
+    return socket_connect(ss, len, timeout_ms, fd_p, &err);
+}
+
+bool ote_socket_refuses(const struct sockaddr_storage *ss, socklen_t len, int timeout_ms)
+{
+    int fd, err = 0;
+
+    if (socket_connect(ss, len, timeout_ms, &fd, &err) == OTE_OK) {
+        close(fd);
+        return false;
+    }
+    return err == ECONNREFUSED;
 }
 
 static ote_status_t wait_fd(int fd, short events, uint64_t deadline_ns)

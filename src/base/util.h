@@ -103,9 +103,19 @@ void         ote_sockaddr_set_port(struct sockaddr *sa, uint16_t port);
 
 /* A non-blocking-capable listening socket bound to ss (port 0 = any). */
 ote_status_t ote_socket_listen(const struct sockaddr_storage *ss, socklen_t len, int *fd_p);
-/* Connect within timeout_ms; the socket is returned in blocking mode. */
+/*
+ * Connect within timeout_ms; the socket is returned in blocking mode.
+ * OTE_ERR_NOT_FOUND: refused, or no route to the host or its network;
+ * OTE_ERR_TIMEOUT: no answer in time.
+ */
 ote_status_t ote_socket_connect(const struct sockaddr_storage *ss, socklen_t len,
                                 int timeout_ms, int *fd_p);
+/*
+ * Whether a connect within timeout_ms is refused (ECONNREFUSED: the host
+ * answered that nothing listens there); false for a listener, no route
+ * from here (EHOSTUNREACH, ENETUNREACH) and no answer.
+ */
+bool         ote_socket_refuses(const struct sockaddr_storage *ss, socklen_t len, int timeout_ms);
 /* Send/receive exactly len bytes before deadline_ns (monotonic). */
 ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns);
 ote_status_t ote_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns);

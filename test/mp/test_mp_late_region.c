@@ -11,7 +11,11 @@
  *   the submission itself succeeds and the valid requests beside them land;
  * - many threads submitting such requests at once cause a bounded number of
  *   descriptor fetches at the target: at most one per
- *   OTE_DESC_REREAD_INTERVAL_MS of the burst, plus one.
+ *   OTE_DESC_REREAD_INTERVAL_MS of the burst, plus one;
+ * - once the target is killed, a range that would need a re-read ends as
+ *   the known range beside it does, REMOTE_DISCONNECT or TIMEOUT (a dead
+ *   peer), never NOT_FOUND from the refused re-read (the last test: it
+ *   kills the target).
  */
 #include "mp_util.h"
 
@@ -229,6 +233,33 @@ static void test_bad_burst_bounded_fetches(void **state)
         mp_target_ok(fx.e, fx.seg, "check 0 %zu %lu %zu", k * 8 * KIB, 4 * KIB, 40 + k);
 }
 
+/* A dead peer: the re-read a range outside its descriptor asks for fails as the peer does. */
+static void test_dead_peer_unknown_range(void **state)
+{
+    (void)state;
+    ote_test_target_kill(&fx.t);
+    for (int i = 0; i < 3; i++) {
+        ote_xfer_req_t r[2] = {
+            {.op = OTE_OP_WRITE, .local_addr = fx.local, .segment = fx.seg,
+             .remote_addr = BAD_ADDR, .length = 4 * KIB},
+            {.op = OTE_OP_WRITE, .local_addr = fx.local, .segment = fx.seg,
+             .remote_addr = fx.t.addr[0], .length = 4 * KIB},
+        };
+        ote_task_status_t st[2];
+
+        assert_int_equal(ote_test_batch_run(fx.e, r, 2, 60000, st), OTE_OK);
+        for (int k = 0; k < 2; k++) {
+            if (st[k].state != OTE_TASK_FAILED || (st[k].error != OTE_ERR_REMOTE_DISCONNECT &&
+                                                   st[k].error != OTE_ERR_TIMEOUT))
+                fail_msg("round %d, %s range: state %d, %s; expected FAILED, "
+                         "REMOTE_DISCONNECT or TIMEOUT",
+                         i, k == 0 ? "unknown" : "known", st[k].state,
+                         ote_status_string(st[k].error));
+            assert_int_equal(st[k].transferred, 0);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -236,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_late_region_small_first),
         cmocka_unit_test(test_never_registered),
         cmocka_unit_test(test_bad_burst_bounded_fetches),
+        cmocka_unit_test(test_dead_peer_unknown_range),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -496,6 +496,18 @@ static ote_batch_h submit_one(fx_t *f, uint64_t seed)
 }
 
 /* Round trips submitted and waited for one at a time; median in *med_us. */
+/* Insertion sort: n is small. */
+static void sort_u64(uint64_t *t, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            uint64_t x = t[j];
+
+            t[j]     = t[j - 1];
+            t[j - 1] = x;
+        }
+}
+
 static void wait_loop(fx_t *f, int n, uint64_t *med_us)
 {
     uint64_t *t = calloc((size_t)n, sizeof(*t));
@@ -510,13 +522,7 @@ static void wait_loop(fx_t *f, int n, uint64_t *med_us)
         assert_int_equal(batch_all_completed(b, 1, BLOCK), 0);
         ote_batch_release(b);
     }
-    for (int i = 1; i < n; i++) /* insertion sort: n is small */
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            uint64_t x = t[j];
-
-            t[j]     = t[j - 1];
-            t[j - 1] = x;
-        }
+    sort_u64(t, n);
     *med_us = t[n / 2];
     free(t);
 }
@@ -619,6 +625,80 @@ static void test_caller_reads_directly(void **state)
     fx_stop(&f);
     unsetenv("OTE_POLL_GRACE_US");
     unsetenv("OTE_POLL_SPIN_MAX_US");
+}
+
+/*
+ * An engine whose one request in flight waits on a stopped peer (its
+ * worker reads that connection directly and looks at its epoll set every
+ * eighth round) serves another peer at once: the worker's wake-up for the
+ * new peer's accept and WRITEs makes the next round look at the epoll set.
+ * Before, the worker ran one round per wake-up, skipped the epoll set in
+ * seven of eight, and slept until its 100 ms timeout check: each WRITE of
+ * the other peer took hundreds of milliseconds.
+ */
+static void test_direct_read_serves_others(void **state)
+{
+    enum { TIMES = 5 };
+    const char *tls = getenv("OTE_TLS");
+    uint64_t took[TIMES], t0;
+    ote_xfer_req_t req;
+    ote_segment_h cseg;
+    ote_batch_h stuck, bt;
+    ote_mem_h amem, cmem;
+    uint8_t *abuf, *cbuf;
+    ote_engine_h c;
+    size_t first;
+    fx_t f;
+
+    (void)state;
+    if (tls == NULL || strcmp(tls, "tcp") != 0) {
+        printf("# the direct read of an initiator, then another peer's accept: OTE_TLS=tcp\n");
+        skip();
+    }
+    fx_start(&f, "y");
+    progress_round_trip(&f, 21); /* connected */
+    assert_int_equal(ote_mem_alloc(f.e, BLOCK * TIMES, NULL,
+                                   OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
+                                   (void **)&abuf, &amem),
+                     OTE_OK);
+    assert_int_equal(kill(f.t.pid, SIGSTOP), 0);
+    req = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = f.local, .segment = f.seg,
+                           .remote_addr = remote_block(&f, 0, 0), .length = BLOCK};
+    assert_int_equal(ote_batch_create(f.e, 1, &stuck), OTE_OK);
+    assert_int_equal(ote_batch_submit(stuck, &req, 1, &first), OTE_OK);
+    usleep(300 * 1000); /* the worker sleeps between its timeout checks */
+    c = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(c, BLOCK, NULL, 0, (void **)&cbuf, &cmem), OTE_OK);
+    assert_int_equal(ote_segment_open(c, ote_engine_name(f.e), &cseg), OTE_OK);
+    for (int i = 0; i < TIMES; i++) {
+        ote_test_fill(cbuf, 0, BLOCK, (uint64_t)i + 90);
+        req = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = cbuf, .segment = cseg,
+                               .remote_addr = (uintptr_t)(abuf + (size_t)i * BLOCK),
+                               .length = BLOCK};
+        t0 = now_us();
+        assert_int_equal(ote_batch_create(c, 1, &bt), OTE_OK);
+        assert_int_equal(ote_batch_submit(bt, &req, 1, &first), OTE_OK);
+        assert_int_equal(ote_batch_wait(bt, 20000), OTE_OK);
+        took[i] = now_us() - t0;
+        assert_int_equal(batch_all_completed(bt, 1, BLOCK), 0);
+        ote_batch_release(bt);
+        assert_int_equal(memcmp(abuf + (size_t)i * BLOCK, cbuf, BLOCK), 0);
+        usleep(150 * 1000);
+    }
+    sort_u64(took, TIMES);
+    printf("# another peer's WRITEs while the one request in flight waits on a stopped peer: "
+           "median %llu us, longest %llu us\n",
+           (unsigned long long)took[TIMES / 2], (unsigned long long)took[TIMES - 1]);
+    assert_true(took[TIMES / 2] < 100 * 1000);
+    assert_int_equal(ote_segment_close(cseg), OTE_OK);
+    assert_int_equal(ote_mem_free(c, cmem), OTE_OK);
+    ote_engine_destroy(c);
+    assert_int_equal(kill(f.t.pid, SIGCONT), 0);
+    assert_int_equal(ote_batch_wait(stuck, 20000), OTE_OK);
+    assert_int_equal(batch_all_completed(stuck, 1, BLOCK), 0);
+    ote_batch_release(stuck);
+    assert_int_equal(ote_mem_free(f.e, amem), OTE_OK);
+    fx_stop(&f);
 }
 
 /*
@@ -1020,6 +1100,7 @@ int main(void)
         cmocka_unit_test(test_submit_no_wait),
         cmocka_unit_test(test_backlog_caller_posts),
         cmocka_unit_test(test_caller_reads_directly),
+        cmocka_unit_test(test_direct_read_serves_others),
         cmocka_unit_test(test_round_trip_no_calloc),
         cmocka_unit_test(test_idle_iface_epoll),
         cmocka_unit_test(test_idle_iface_accepts),

@@ -294,7 +294,8 @@ static const ote_cfg_entry_t meta_config_fields[] = {
     {"PROBE_MS", "1000", OTE_CFG_INT, META_F(probe_ms),
      "An engine whose name is held in the store asks the holder's control address for its "
      "descriptor, for at most this long: refused, no answer in time or another instance "
-     "answering, the name is taken over at once; the holder answering, EXISTS.",
+     "answering, the name is taken over at once; the holder answering, or no route to its "
+     "address from here, EXISTS.",
      .min = 1, .max = 600000},
 };
 

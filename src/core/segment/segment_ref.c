@@ -142,6 +142,17 @@ ote_status_t ote_segment_probe_holder(ote_engine_h e, const ote_desc_t *holder, 
     status = ote_segment_ctl_request_alone(seg, OTE_CTL_GET_DESC, NULL, 0, OTE_CTL_DESC, probe_ms,
                                            &resp, &len);
     ote_segment_put(seg);
+    /*
+     * Refused proves nothing listens there; no route from here (this host's
+     * own routes, an unreachable report from a router) says nothing of the
+     * holder: checked again with a connect whose errno is seen.
+     */
+    if (status == OTE_ERR_NOT_FOUND && !ote_socket_refuses(&ss, sslen, (int)probe_ms)) {
+        ote_debug("metadata: '%s' instance %016llx at %s: not reachable from here; whether it "
+                  "still serves the name is unknown",
+                  holder->name, (unsigned long long)holder->instance_id, holder->ctl_addr);
+        return OTE_ERR_IO;
+    }
     if (status == OTE_ERR_NOT_FOUND || status == OTE_ERR_TIMEOUT) {
         ote_debug("metadata: '%s' instance %016llx at %s: %s", holder->name,
                   (unsigned long long)holder->instance_id, holder->ctl_addr,

@@ -33,9 +33,9 @@ bool         ote_segment_is_object_name(const char *name);
  * and answer): OTE_OK when that instance of that name answered;
  * OTE_ERR_NOT_FOUND when the connection was refused, nothing answered in
  * time, or another instance or name answered there; another status when
- * that cannot be told (an address that does not parse or resolve,
- * authentication, a malformed or error answer, a connection closed
- * without one). A meta.h holder_cb.
+ * that cannot be told (an address that does not parse or resolve, one
+ * with no route from here, authentication, a malformed or error answer,
+ * a connection closed without one). A meta.h holder_cb.
  */
 ote_status_t ote_segment_probe_holder(ote_engine_h e, const ote_desc_t *holder, long probe_ms);
 

@@ -150,8 +150,8 @@ static void run_checks(ote_segment_h seg, const ote_xfer_req_t *reqs, size_t n, 
         if (reread == OTE_OK)
             refused[i] = range_verdict(seg->desc, idx, &reqs[i], putback, unchecked, &last,
                                        &found[i]);
-        else
-            refused[i] = reread; /* whether the peer registered it since is unknown */
+        else /* whether the peer registered it since is unknown; a dead peer is named so */
+            refused[i] = ote_proto_peer_lost_status(reread);
         if (refused[i] == OTE_ERR_NOT_REGISTERED)
             refused[i] = OTE_ERR_REMOTE_NOT_REGISTERED;
     }

@@ -254,6 +254,13 @@ ote_stream_op_t ote_stream_conn_op_pop(ote_stream_conn_t *c)
     return op_pop(c);
 }
 
+void ote_stream_conn_op_unpush(ote_stream_conn_t *c)
+{
+    c->inflight_bytes -= c->ops[(c->ops_head + c->ops_count - 1) & (c->ops_cap - 1)].length;
+    if (--c->ops_count == 0)
+        c->iface->ops_conns--;
+}
+
 static void update_events(ote_stream_conn_t *c)
 {
     struct epoll_event ev = {.events = (c->rx_paused ? 0 : EPOLLIN) |

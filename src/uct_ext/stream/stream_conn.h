@@ -214,6 +214,8 @@ ote_stream_op_t *ote_stream_conn_op_head(ote_stream_conn_t *c);
 /* Stop (true) or resume reading the connection. */
 void          ote_stream_conn_set_rx_paused(ote_stream_conn_t *c, bool on);
 ote_status_t ote_stream_conn_op_push(ote_stream_conn_t *conn, const ote_stream_op_t *op);
+/* Take back the newest push, whose message could not be queued. */
+void         ote_stream_conn_op_unpush(ote_stream_conn_t *conn);
 void         ote_stream_conn_flush(ote_stream_conn_t *conn);
 void         ote_stream_conn_rx(ote_stream_conn_t *conn);
 /* Forget the regions a payload was going to (the target drops its references on them). */

@@ -412,9 +412,7 @@ static ote_status_t stream_ep_queue_op(ote_stream_ep_t *ep, uint8_t type, uint8_
                                          type == OTE_STREAM_WRITE ? length : 0,
                                          type == OTE_STREAM_WRITE ? local_region : NULL, false);
     if (status != OTE_OK) {
-        /* Undo the op push: it is the newest entry. */
-        c->ops_count--;
-        c->inflight_bytes -= length;
+        ote_stream_conn_op_unpush(c);
         return OTE_ERR_NO_MEMORY;
     }
     return OTE_INPROGRESS;

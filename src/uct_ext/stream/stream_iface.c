@@ -261,14 +261,15 @@ unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
      * the epoll set (level-triggered), so bytes left unread are announced
      * there too. An iface without connections (an engine listening on
      * 0.0.0.0 has one per interface, most of them unused) can only see
-     * accepts: it looks as often, and at once after the worker saw its fd
-     * fire, which may have been the worker's only wake-up for an accept
-     * (the worker's fds are edge-triggered; it may sleep without a timer).
+     * accepts: it looks as often. Both look at once after the worker saw
+     * the iface's fd fire, which may have been the worker's only wake-up
+     * for what fired (another peer's request, an accept, EPOLLOUT: the
+     * worker's fds are edge-triggered; it may sleep until its timer).
      */
     d = direct_conn(iface);
     if (d != NULL) {
         count += direct_rx(d);
-        skip = ++iface->direct_rounds % OTE_STREAM_EPOLL_EVERY != 0;
+        skip = ++iface->direct_rounds % OTE_STREAM_EPOLL_EVERY != 0 && !event_seen_take(iface);
     } else if (iface->conns == NULL) {
         skip = ++iface->idle_rounds % OTE_STREAM_EPOLL_EVERY != 0 && !event_seen_take(iface);
     }
@@ -308,10 +309,18 @@ rest:
      */
     if (iface->rx_again_conns) {
         iface->rx_again_conns = false; /* set again by one that stops again */
-        for (ote_stream_conn_t *c = iface->conns; c != NULL; c = c->next) {
+        for (ote_stream_conn_t *c = iface->conns, *next; c != NULL; c = next) {
+            next = c->next;
             if (c->rx_again && !c->dead) {
                 ote_stream_conn_rx(c);
                 count++;
+                /*
+                 * One that failed left the list (its next is gone) and may
+                 * have ended others: the walk starts again; those read
+                 * already have rx_again clear unless they stopped again.
+                 */
+                if (c->dead)
+                    next = iface->conns;
             }
         }
     }

@@ -3,10 +3,18 @@
  * ote_ring_grow), from no capacity, past a first capacity of 0, and sizes
  * past SIZE_MAX refused without a change; mappings placed for huge pages
  * (ote_mmap_huge); base/pattern.h's word-at-a-time fill and check against
- * the pattern's definition byte by byte.
+ * the pattern's definition byte by byte; a connect that is refused told
+ * from one that has no route (ote_socket_refuses).
  */
+#define _GNU_SOURCE 1 /* unshare; as config.h defines it */
 #include "base/pattern.h"
 #include "base/util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <errno.h>
 #include <setjmp.h>
@@ -342,6 +350,64 @@ static void test_read_attr(void **state)
     assert_string_equal(buf, "");
 }
 
+static socklen_t inet_addr_of(struct sockaddr_storage *ss, const char *ip, uint16_t port)
+{
+    struct sockaddr_in *a = (struct sockaddr_in *)ss;
+
+    memset(ss, 0, sizeof(*ss));
+    a->sin_family = AF_INET;
+    a->sin_port   = htons(port);
+    assert_int_equal(inet_pton(AF_INET, ip, &a->sin_addr), 1);
+    return sizeof(*a);
+}
+
+/*
+ * Only a refused connect counts as refused: a listener does not, and no
+ * route from here (a network namespace without routes, as root) neither,
+ * though ote_socket_connect says OTE_ERR_NOT_FOUND for both failures.
+ */
+static void test_socket_refuses(void **state)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int lfd, fd, status;
+    uint16_t port;
+    pid_t pid;
+
+    (void)state;
+    len = inet_addr_of(&ss, "127.0.0.1", 0);
+    assert_int_equal(ote_socket_listen(&ss, len, &lfd), OTE_OK);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&ss, &len), 0);
+    port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    assert_false(ote_socket_refuses(&ss, len, 1000));
+    close(lfd); /* nothing listens there now */
+    assert_true(ote_socket_refuses(&ss, len, 1000));
+    assert_int_equal(ote_socket_connect(&ss, len, 1000, &fd), OTE_ERR_NOT_FOUND);
+
+    if (geteuid() != 0) {
+        printf("# no route from here: needs root (a network namespace)\n");
+        return;
+    }
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* A new namespace: its lo down and no route at all (ENETUNREACH). */
+        if (unshare(CLONE_NEWNET) != 0)
+            _exit(3);
+        len = inet_addr_of(&ss, "10.11.12.13", port);
+        if (ote_socket_connect(&ss, len, 1000, &fd) != OTE_ERR_NOT_FOUND)
+            _exit(1);
+        _exit(ote_socket_refuses(&ss, len, 1000) ? 2 : 0);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 3) {
+        printf("# no route from here: unshare(CLONE_NEWNET) refused\n");
+        return;
+    }
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_mmap_huge),
         cmocka_unit_test(test_pattern_words),
         cmocka_unit_test(test_read_attr),
+        cmocka_unit_test(test_socket_refuses),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

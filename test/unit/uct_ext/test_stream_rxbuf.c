@@ -321,6 +321,61 @@ static void test_idle_keeps_pending_bytes(void **state)
     assert_int_equal(f.acked, 1);
 }
 
+/*
+ * Two connections that stopped on their read budget with messages still in
+ * their buffers and nothing in their sockets (no epoll event will come for
+ * them) are read again in the next round's walk; the first one walked
+ * fails there (a malformed header in its buffer). The walk went on from a
+ * failed connection's next, which leaving the list had cleared: the
+ * connection after it was never read again and its WRITE never answered.
+ */
+static void test_rerun_after_failed_conn(void **state)
+{
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(10),
+                               .sin_addr.s_addr = htonl(0x7f000001)};
+    ote_stream_hdr_t h = {.type = OTE_STREAM_WRITE, .id = 5,
+                          .addr = (uint64_t)(uintptr_t)f.region, .length = 8};
+    struct sockaddr_storage ss = {0};
+    ote_stream_conn_t *x, *y = f.conn;
+    int sv[2];
+
+    (void)state;
+    hello();
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    memcpy(&ss, &peer, sizeof(peer));
+    assert_int_equal(ote_stream_iface_conn_accept(f.iface, sv[0], &ss), OTE_OK);
+    x = f.iface->conns; /* accepted last: walked first */
+    assert_true(x != y && x->next == y);
+    {
+        uint8_t buf[OTE_STREAM_HDR_LEN];
+
+        ote_stream_hdr_encode(&(ote_stream_hdr_t){.type = OTE_STREAM_HELLO, .id = 8,
+                                                  .addr = INSTANCE},
+                              buf);
+        assert_int_equal(send(sv[1], buf, sizeof(buf), MSG_NOSIGNAL), (ssize_t)sizeof(buf));
+        settle();
+        assert_int_equal(x->rx_state, OTE_STREAM_RX_HDR);
+    }
+    /* As a budget stop leaves them: whole messages in the buffers, sockets empty. */
+    assert_non_null(x->rxbuf);
+    assert_non_null(y->rxbuf);
+    assert_true(x->rx_cap >= OTE_STREAM_HDR_LEN && y->rx_cap >= OTE_STREAM_HDR_LEN + 8);
+    memset(x->rxbuf, 0xff, OTE_STREAM_HDR_LEN);
+    x->rx_off = 0;
+    x->rx_len = OTE_STREAM_HDR_LEN;
+    ote_stream_hdr_encode(&h, y->rxbuf);
+    memcpy(y->rxbuf + OTE_STREAM_HDR_LEN, "ABCDEFGH", 8);
+    y->rx_off = 0;
+    y->rx_len = OTE_STREAM_HDR_LEN + 8;
+    x->rx_again = y->rx_again = true;
+    f.iface->rx_again_conns = true;
+    settle();
+    assert_true(f.iface->conns == y && y->next == NULL); /* x failed and left */
+    assert_memory_equal(f.region, "ABCDEFGH", 8);
+    assert_int_equal(f.acked, 1);
+    close(sv[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +383,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_largest_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grows_then_idle_frees, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_keeps_pending_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rerun_after_failed_conn, setup, teardown),
     };
 
     ote_log_set_level(OTE_LOG_WARN);
