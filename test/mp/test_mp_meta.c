@@ -14,6 +14,9 @@
  *  - kill -9 and an immediate restart under the same name: the name is
  *    taken over (its holder no longer answers), EXISTS while it does, one
  *    winner of two racing engines; the writer sees PEER_RESTARTED, reopens;
+ *  - a holder stopped long enough to lose its name to a new engine, then
+ *    running again, sees that the key is no longer its own: once the new
+ *    engine is gone it puts the name again;
  *  - with OTE_AUTH_KEY a tampered, unsigned or foreign-key record is
  *    refused with AUTH;
  *  - malformed URIs, an unreachable store, a wrong password.
@@ -452,6 +455,43 @@ static void test_restart_takeover(void **state)
     setenv("OTE_METADATA_TTL_S", TTL_S, 1);
 }
 
+/*
+ * A holder that was stopped (SIGSTOP) past OTE_METADATA_PROBE_MS while
+ * another engine asked for its name loses the name; running again, its
+ * keepalive finds the key under another's lease (etcd) or value (Redis)
+ * and it asks for the name again on every round: EXISTS while the other
+ * engine holds it, and the name is its own again once that engine is gone.
+ * Before, on etcd it kept renewing its own lease as if the key were its,
+ * and the name stayed unknown after the other engine left.
+ */
+static void test_evicted_holder(void **state)
+{
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = "decode-v",
+                             .metadata = store.uri};
+    ote_engine_h e = engine("prefill-v"), other = NULL;
+    ote_test_target_t a;
+    ote_segment_h seg;
+    char reply[64];
+    double took;
+
+    (void)state;
+    target(&a, "decode-v");
+    mp_stop_process(a.pid);
+    assert_int_equal(ote_engine_create(&p, &other), OTE_OK); /* the probe got no answer */
+    assert_int_equal(kill(a.pid, SIGCONT), 0);
+    sleep(2); /* keepalive rounds of the stopped holder, now running */
+    ote_engine_destroy(other); /* its key goes with it */
+    took = until_open_status(e, "decode-v", OTE_OK, 15);
+    fprintf(stderr, "# the evicted holder's name back %.1f s after the other engine left\n",
+            took);
+    assert_int_equal(ote_segment_open(e, "decode-v", &seg), OTE_OK);
+    /* The holder process answers under the name. */
+    assert_int_equal(ote_test_target_cmd(e, seg, "sum 0 0 16", reply, sizeof(reply), 10000), 0);
+    ote_segment_close(seg);
+    ote_engine_destroy(e);
+    ote_test_target_stop(&a);
+}
+
 static void test_store_loss(void **state)
 {
     ote_test_target_t a;
@@ -719,6 +759,7 @@ int main(void)
         cmocka_unit_test(test_signed),       cmocka_unit_test(test_bad_uris),
         cmocka_unit_test(test_redis_password), cmocka_unit_test(test_store_loss),
         cmocka_unit_test(test_exported_file), cmocka_unit_test(test_restart_takeover),
+        cmocka_unit_test(test_evicted_holder),
     };
 
     return cmocka_run_group_tests_name(OTE_TEST_STORE, tests, group_setup, group_teardown);

@@ -505,14 +505,23 @@ static ote_status_t etcd_claim(void *ctx, const char *key, const void *value, si
     return status;
 }
 
+static ote_status_t etcd_range(etcd_t *c, const char *key, uint8_t **value_p, size_t *len_p,
+                               int64_t *lease_p, int64_t *rev_p);
+
+/*
+ * Our lease renewed, and the key still ours: a key under another lease (an
+ * engine took the name over while this one did not answer) or gone (the
+ * store lost it) is NOT_FOUND, as is a lease the store no longer knows.
+ */
 static ote_status_t etcd_keepalive(void *ctx, const char *key, long ttl_s)
 {
     etcd_t *c = ctx;
     char json[64];
-    int64_t id = 0, ttl = 0;
+    int64_t id = 0, ttl = 0, lease = 0, rev = 0;
+    uint8_t *value = NULL;
+    size_t len;
     ote_status_t status;
 
-    (void)key;
     (void)ttl_s;
     if (c->lease == 0)
         return OTE_ERR_NOT_FOUND;
@@ -520,8 +529,16 @@ static ote_status_t etcd_keepalive(void *ctx, const char *key, long ttl_s)
     status = etcd_post(c, "/v3/lease/keepalive", json);
     if (status == OTE_OK)
         status = ote_meta_etcd_decode_lease(c->body, c->body_len, &id, &ttl);
-    if (status == OTE_ERR_NOT_FOUND)
+    if (status == OTE_ERR_NOT_FOUND) {
         c->lease = 0;
+        return status;
+    }
+    if (status != OTE_OK)
+        return status;
+    status = etcd_range(c, key, &value, &len, &lease, &rev);
+    free(value);
+    if (status == OTE_OK && lease != c->lease)
+        status = OTE_ERR_NOT_FOUND;
     return status;
 }
 
@@ -571,12 +588,11 @@ static ote_status_t etcd_update(void *ctx, const char *key, const void *value, s
     return status;
 }
 
-static ote_status_t etcd_get_versioned(void *ctx, const char *key, uint8_t **value_p,
-                                       size_t *len_p, int64_t *version_p)
+/* The key's value, its lease (0: none) and its mod_revision; NOT_FOUND: no such key. */
+static ote_status_t etcd_range(etcd_t *c, const char *key, uint8_t **value_p, size_t *len_p,
+                               int64_t *lease_p, int64_t *rev_p)
 {
-    etcd_t *c = ctx;
-    char *k   = key64(key), *json;
-    int64_t lease, rev = 0;
+    char *k = key64(key), *json;
     ote_status_t status;
 
     if (k == NULL)
@@ -589,12 +605,21 @@ static ote_status_t etcd_get_versioned(void *ctx, const char *key, uint8_t **val
     sprintf(json, "{\"key\":\"%s\"}", k);
     status = etcd_post(c, "/v3/kv/range", json);
     if (status == OTE_OK)
-        status = ote_meta_etcd_decode_range_rev(c->body, c->body_len, value_p, len_p, &lease,
-                                                &rev);
-    if (status == OTE_OK)
-        *version_p = rev;
+        status = ote_meta_etcd_decode_range_rev(c->body, c->body_len, value_p, len_p, lease_p,
+                                                rev_p);
     free(json);
     free(k);
+    return status;
+}
+
+static ote_status_t etcd_get_versioned(void *ctx, const char *key, uint8_t **value_p,
+                                       size_t *len_p, int64_t *version_p)
+{
+    int64_t lease, rev = 0;
+    ote_status_t status = etcd_range(ctx, key, value_p, len_p, &lease, &rev);
+
+    if (status == OTE_OK)
+        *version_p = rev;
     return status;
 }
 
