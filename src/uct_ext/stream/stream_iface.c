@@ -315,11 +315,12 @@ rest:
                 ote_stream_conn_rx(c);
                 count++;
                 /*
-                 * One that failed left the list (its next is gone) and may
-                 * have ended others: the walk starts again; those read
+                 * One that failed left the list (its next is gone), and a
+                 * read may end others (the next among them; freed only at
+                 * the end of the round): the walk starts again; those read
                  * already have rx_again clear unless they stopped again.
                  */
-                if (c->dead)
+                if (c->dead || (next != NULL && next->dead))
                     next = iface->conns;
             }
         }
