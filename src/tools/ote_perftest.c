@@ -19,6 +19,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop_flag;
+static atomic_int stop_flag; /* lock-free: set by a signal handler on any thread */
 
 /* The --loopback target process while it runs, else 0. */
 static volatile pid_t target_pid;

@@ -36,13 +36,14 @@
 #include "testlib.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop;
+static atomic_int stop; /* lock-free: set by a signal handler on any thread */
 
 /* Library-internal (proto/stage.h, core/engine.h), exported with the ote_ symbols. */
 long ote_stage_target_pinned_now(void);

@@ -61,7 +61,7 @@ static uint8_t     *local;     /* sources of WRITEs, destinations of READs */
 static ote_engine_h engine;
 static long         bound_ms;  /* a batch must end within this */
 
-static volatile sig_atomic_t stop_send, stop_all, slow_req;
+static atomic_int stop_send, stop_all, slow_req; /* lock-free: set by signal handlers on any thread */
 static atomic_bool           sender_done;
 
 /* ---- log and counters ----------------------------------------------------------------- */
