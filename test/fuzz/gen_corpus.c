@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define FUZZ_BASE     0x600000000000ull /* as in fuzz_tcp_conn.c */
+#define FUZZ_BASE     0x500000000000ull /* as in fuzz_tcp_conn.c */
 #define FUZZ_RW       (FUZZ_BASE + 4096)
 #define FUZZ_RO       (FUZZ_BASE + 4096 + 16384 + 4096)
 #define FUZZ_INSTANCE 0x1122334455667788ull
