@@ -391,7 +391,7 @@ static void test_admission_bytes(void **state)
     r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = p.local, .segment = p.seg,
                          .remote_addr = p.t.addr[0], .length = 40000};
     assert_int_equal(ote_batch_create(p.e, 64, &b), OTE_OK);
-    assert_int_equal(kill(p.t.pid, SIGSTOP), 0);
+    mp_stop_process(p.t.pid); /* stopped indeed before the first WRITE */
     assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
     ok++;
     for (int i = 0; i < 5; i++) {
@@ -447,7 +447,7 @@ static void test_closed_under_tasks(void **state)
                                 .segment = p.seg, .remote_addr = p.t.addr[0] + i * 131072,
                                 .length = 131072};
     assert_int_equal(ote_batch_create(p.e, 8, &b), OTE_OK);
-    assert_int_equal(kill(p.t.pid, SIGSTOP), 0);
+    mp_stop_process(p.t.pid);
     assert_int_equal(ote_batch_submit(b, r, 8, &first), OTE_OK);
     usleep(100 * 1000);
     assert_int_equal(ote_segment_close(p.seg), OTE_OK);

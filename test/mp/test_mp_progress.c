@@ -661,7 +661,7 @@ static void test_direct_read_serves_others(void **state)
                                    OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE,
                                    (void **)&abuf, &amem),
                      OTE_OK);
-    assert_int_equal(kill(f.t.pid, SIGSTOP), 0);
+    mp_stop_process(f.t.pid);
     req = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = f.local, .segment = f.seg,
                            .remote_addr = remote_block(&f, 0, 0), .length = BLOCK};
     assert_int_equal(ote_batch_create(f.e, 1, &stuck), OTE_OK);
