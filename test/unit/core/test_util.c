@@ -10,8 +10,6 @@
 #include "base/pattern.h"
 #include "base/util.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -350,17 +348,6 @@ static void test_read_attr(void **state)
     assert_string_equal(buf, "");
 }
 
-static socklen_t inet_addr_of(struct sockaddr_storage *ss, const char *ip, uint16_t port)
-{
-    struct sockaddr_in *a = (struct sockaddr_in *)ss;
-
-    memset(ss, 0, sizeof(*ss));
-    a->sin_family = AF_INET;
-    a->sin_port   = htons(port);
-    assert_int_equal(inet_pton(AF_INET, ip, &a->sin_addr), 1);
-    return sizeof(*a);
-}
-
 /*
  * Only a refused connect counts as refused: a listener does not, and no
  * route from here (a network namespace without routes, as root) neither,
@@ -375,10 +362,10 @@ static void test_socket_refuses(void **state)
     pid_t pid;
 
     (void)state;
-    len = inet_addr_of(&ss, "127.0.0.1", 0);
+    assert_int_equal(ote_sockaddr_parse("127.0.0.1:0", &ss, &len), OTE_OK);
     assert_int_equal(ote_socket_listen(&ss, len, &lfd), OTE_OK);
     assert_int_equal(getsockname(lfd, (struct sockaddr *)&ss, &len), 0);
-    port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    port = ote_sockaddr_port((struct sockaddr *)&ss);
     assert_false(ote_socket_refuses(&ss, len, 1000));
     close(lfd); /* nothing listens there now */
     assert_true(ote_socket_refuses(&ss, len, 1000));
@@ -391,10 +378,14 @@ static void test_socket_refuses(void **state)
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        char addr[32];
+
         /* A new namespace: its lo down and no route at all (ENETUNREACH). */
         if (unshare(CLONE_NEWNET) != 0)
             _exit(3);
-        len = inet_addr_of(&ss, "10.11.12.13", port);
+        snprintf(addr, sizeof(addr), "10.11.12.13:%u", (unsigned)port);
+        if (ote_sockaddr_parse(addr, &ss, &len) != OTE_OK)
+            _exit(4);
         if (ote_socket_connect(&ss, len, 1000, &fd) != OTE_ERR_NOT_FOUND)
             _exit(1);
         _exit(ote_socket_refuses(&ss, len, 1000) ? 2 : 0);
