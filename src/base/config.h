@@ -42,6 +42,8 @@ typedef struct {
 
 /* The max of an entry bounded only below. */
 #define OTE_CFG_NO_MAX LLONG_MAX
+/* The max of a time in ms or µs (100 years of ms): in ns it still fits 64 bits. */
+#define OTE_CFG_TIME_MAX (100ll * 365 * 86400 * 1000)
 
 /*
  * A table describes one options struct: the variables OTE_<prefix><name> of

@@ -516,6 +516,10 @@ ote_status_t ote_engine_create(const ote_engine_params_t *params, ote_engine_h *
     do {
         e->facts.instance_id = ote_random_u64();
     } while (e->facts.instance_id == 0);
+    /* Never published: peers that do not know it cannot speak for this sender. */
+    do {
+        e->xfer.notify_key = ote_random_u64();
+    } while (e->xfer.notify_key == 0 || e->xfer.notify_key == e->facts.instance_id);
     if (e->facts.config.host_id && e->facts.config.host_id[0])
         snprintf(e->facts.host_id, sizeof(e->facts.host_id), "%s", e->facts.config.host_id);
     else

@@ -57,6 +57,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint8_t a[6];
 
             FUZZ_CHECK(size >= 6 && q <= OTE_CTL_NOTIFY_BATCH_MAX);
+            /* Only what a receiver answers. */
+            FUZZ_CHECK(st == OTE_OK || st == OTE_ERR_BUSY || st == OTE_ERR_NO_MEMORY ||
+                       (st == OTE_ERR_PEER_RESTARTED && q == 0));
             FUZZ_CHECK(ote_ctl_notify_batch_ack_encode(st, q, a) == OTE_OK);
             FUZZ_CHECK(memcmp(a, copy, 6) == 0);
         }

@@ -158,7 +158,7 @@ static void gen_ctl_notify(void)
 
     memset(big, 'x', sizeof(big));
     for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++) {
-        ote_ctl_notify_t m = {.sender_instance = 0x1234 + i, .target_instance = 0x5678 + i,
+        ote_ctl_notify_t m = {.sender_key = 0x1234 + i, .target_instance = 0x5678 + i,
                               .seq = i + 1, .length = n[i].len, .data = big};
         ote_buf_t b = {0};
 
@@ -178,7 +178,7 @@ static void gen_ctl_notify(void)
         for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
             ote_buf_t b = {0};
 
-            m = (ote_ctl_notify_batch_t){.sender_instance = 0xabc + i, .target_instance = 0xdef,
+            m = (ote_ctl_notify_batch_t){.sender_key = 0xabc + i, .target_instance = 0xdef,
                                          .count = f[i].count};
             snprintf(m.from, sizeof(m.from), "10.0.0.%zu:7000", i + 1);
             for (size_t k = 0; k < f[i].count; k++)

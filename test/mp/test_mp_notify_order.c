@@ -6,6 +6,9 @@
  * control listeners on loopback.
  */
 #include "mp_util.h"
+#include "security_wire.h"
+
+#include <signal.h>
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -412,12 +415,158 @@ static void test_destroy_releases_batches(void **state)
     ote_engine_destroy(rx);
 }
 
+typedef struct {
+    ote_engine_h  e;
+    ote_segment_h seg;
+    ote_status_t  status;
+} busy_sender_t;
+
+static void *busy_sender_main(void *arg)
+{
+    busy_sender_t *s = arg;
+
+    s->status = send_str(s->e, s->seg, "x", 0);
+    return NULL;
+}
+
+/*
+ * The handle a sender waits on is closed under it (the receiver's backlog
+ * is full, so the sender keeps sending): the call still ends, not OK,
+ * and nothing it touches was freed (the ASan pass sees the rest).
+ */
+static void test_close_while_sending(void **state)
+{
+    static ote_notif_t got[4];
+    ote_engine_h rx, tx;
+    busy_sender_t s;
+    pthread_t th;
+
+    (void)state;
+    notify_pair("1", "1500", &rx, &tx, &s.seg);
+    s.e = tx;
+    assert_int_equal(send_str(tx, s.seg, "f", 0), OTE_OK);
+    assert_int_equal(pthread_create(&th, NULL, busy_sender_main, &s), 0);
+    sleep_ms(300);
+    assert_int_equal(ote_segment_close(s.seg), OTE_OK);
+    pthread_join(th, NULL);
+    assert_int_not_equal(s.status, OTE_OK);
+    assert_int_equal(drain(rx, got, 4, 100), 1);
+    assert_memory_equal(got[0].data, "f0", 2);
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx);
+}
+
+/*
+ * A third party that knows the sender's instance id (it is in the
+ * sender's descriptor) sends a NOTIFY_BATCH in its name with the largest
+ * number: the sender's next notifications must still be queued, not taken
+ * for retries of what the receiver already has.
+ */
+static void test_spoofed_sender(void **state)
+{
+    static ote_notif_t got[8];
+    ote_engine_h rx = ote_test_engine(NULL), tx = ote_test_engine(NULL);
+    static ote_ctl_notify_batch_t m;
+    ote_desc_t *dtx, *drx;
+    ote_buf_t out = {0};
+    ote_ctl_hdr_t h;
+    uint8_t *resp = NULL;
+    ote_segment_h seg;
+    ote_status_t st;
+    size_t q;
+    int fd;
+
+    (void)state;
+    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx), &seg), OTE_OK);
+    assert_int_equal(send_str(tx, seg, "a", 0), OTE_OK);
+    assert_sequence(got, drain(rx, got, 8, 100), 1, "a");
+
+    assert_int_equal(sw_fetch_desc(ote_engine_name(tx), NULL, &dtx), OTE_OK);
+    assert_int_equal(sw_fetch_desc(ote_engine_name(rx), NULL, &drx), OTE_OK);
+    m.sender_key      = dtx->instance_id;
+    m.target_instance = drx->instance_id;
+    snprintf(m.from, sizeof(m.from), "%s", ote_engine_name(tx));
+    m.count    = 1;
+    m.items[0] = (ote_ctl_notify_item_t){.seq = UINT64_MAX, .length = 4,
+                                         .data = (const uint8_t *)"evil"};
+    assert_int_equal(ote_ctl_notify_batch_encode(&m, &out), OTE_OK);
+    fd = sw_connect_name(ote_engine_name(rx));
+    assert_true(fd >= 0);
+    assert_int_equal(sw_ctl_send(fd, OTE_CTL_NOTIFY_BATCH, 1, out.data, out.len), 0);
+    assert_int_equal(sw_ctl_recv(fd, &h, &resp, 5000), 0);
+    assert_int_equal(h.type, OTE_CTL_NOTIFY_BATCH_ACK);
+    assert_int_equal(ote_ctl_notify_batch_ack_decode(resp, h.length, &st, &q), OTE_OK);
+    assert_int_equal(st, OTE_OK);
+    free(resp);
+    close(fd);
+    free(out.data);
+    assert_int_equal(drain(rx, got, 8, 100), 1);
+    assert_memory_equal(got[0].data, "evil", 4);
+
+    /* The real sender's next ones arrive, each once. */
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(send_str(tx, seg, "b", i), OTE_OK);
+    assert_sequence(got, drain(rx, got, 8, 200), 3, "b");
+    ote_desc_free(dtx);
+    ote_desc_free(drx);
+    ote_segment_close(seg);
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx);
+}
+
+/*
+ * A receiver that does not answer costs one exchange (OTE_CONNECT_TIMEOUT_MS,
+ * twice at most), not one per frame: 1,000 notifications of 4 KiB (67
+ * frames) to a stopped peer all fail within that bound.
+ */
+static void test_stopped_receiver_bound(void **state)
+{
+    enum { N = 1000, LEN = 4096 };
+    static const char *const args[] = {"--region", "4k:rw", NULL};
+    static uint8_t data[LEN];
+    static ote_notify_msg_t msgs[N];
+    static ote_status_t st[N];
+    ote_test_target_t t;
+    ote_segment_h seg;
+    ote_engine_h tx;
+    uint64_t t0, took;
+
+    (void)state;
+    assert_int_equal(ote_test_target_start(&t, NULL, args), 0);
+    setenv("OTE_CONNECT_TIMEOUT_MS", "300", 1);
+    tx = ote_test_engine(NULL);
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+    assert_non_null(tx);
+    assert_int_equal(ote_segment_open(tx, t.name, &seg), OTE_OK);
+    assert_int_equal(send_str(tx, seg, "s", 0), OTE_OK);
+    for (size_t i = 0; i < N; i++)
+        msgs[i] = (ote_notify_msg_t){.data = data, .length = LEN};
+    mp_stop_process(t.pid);
+    t0 = now_ms();
+    assert_int_not_equal(ote_notify_send_many(tx, seg, msgs, N, st), OTE_OK);
+    took = now_ms() - t0;
+    kill(t.pid, SIGCONT);
+    for (size_t i = 0; i < N; i++) {
+        if (st[i] == OTE_OK)
+            fail_msg("message %zu to a stopped peer reported OK", i);
+    }
+    if (took > 2000)
+        fail_msg("1000 notifications to a stopped peer took %llu ms to fail (bound 2 x 300 ms)",
+                 (unsigned long long)took);
+    ote_segment_close(seg);
+    ote_engine_destroy(tx);
+    ote_test_target_stop(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment_per_message),
         cmocka_unit_test(test_threads_one_segment),
         cmocka_unit_test(test_full_backlog),
+        cmocka_unit_test(test_close_while_sending),
+        cmocka_unit_test(test_spoofed_sender),
+        cmocka_unit_test(test_stopped_receiver_bound),
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_destroy_releases_batches),
     };

@@ -290,7 +290,7 @@ static const ote_cfg_entry_t meta_config_fields[] = {
     {"TIMEOUT_MS", "2000", OTE_CFG_INT, META_F(timeout_ms),
      "Bound on one request to an etcd endpoint or to Redis; past it the call fails "
      "STORE_UNAVAILABLE (etcd: after every endpoint was tried).",
-     .min = 1, .max = OTE_CFG_NO_MAX},
+     .min = 1, .max = OTE_CFG_TIME_MAX},
     {"PROBE_MS", "1000", OTE_CFG_INT, META_F(probe_ms),
      "An engine whose name is held in the store asks the holder's control address for its "
      "descriptor, for at most this long: refused, no answer in time or another instance "

@@ -34,7 +34,7 @@ ote_status_t ote_ctl_notify_encode(const ote_ctl_notify_t *n, ote_buf_t *out)
 {
     if (n->length > OTE_NOTIFY_MAX)
         return OTE_ERR_INVALID_PARAM;
-    ote_buf_put_u64(out, n->sender_instance);
+    ote_buf_put_u64(out, n->sender_key);
     ote_buf_put_u64(out, n->target_instance);
     ote_buf_put_u64(out, n->seq);
     ote_buf_put_str8(out, n->from);
@@ -47,7 +47,7 @@ ote_status_t ote_ctl_notify_decode(const uint8_t *buf, size_t len, ote_ctl_notif
 {
     ote_rd_t r = {.p = buf, .left = len};
 
-    n->sender_instance = ote_rd_u64(&r);
+    n->sender_key = ote_rd_u64(&r);
     n->target_instance = ote_rd_u64(&r);
     n->seq             = ote_rd_u64(&r);
     ote_rd_str8(&r, n->from, sizeof(n->from));
@@ -64,7 +64,7 @@ ote_status_t ote_ctl_notify_batch_encode(const ote_ctl_notify_batch_t *m, ote_bu
 
     if (m->count == 0 || m->count > OTE_CTL_NOTIFY_BATCH_MAX)
         return OTE_ERR_INVALID_PARAM;
-    ote_buf_put_u64(out, m->sender_instance);
+    ote_buf_put_u64(out, m->sender_key);
     ote_buf_put_u64(out, m->target_instance);
     ote_buf_put_str8(out, m->from);
     ote_buf_put_u16(out, (uint16_t)m->count);
@@ -86,7 +86,7 @@ ote_status_t ote_ctl_notify_batch_decode(const uint8_t *buf, size_t len, ote_ctl
 
     if (len > OTE_CTL_NOTIFY_BATCH_MAX_LEN)
         return OTE_ERR_PROTOCOL;
-    m->sender_instance = ote_rd_u64(&r);
+    m->sender_key = ote_rd_u64(&r);
     m->target_instance = ote_rd_u64(&r);
     ote_rd_str8(&r, m->from, sizeof(m->from));
     m->count = ote_rd_u16(&r);
@@ -128,7 +128,10 @@ ote_status_t ote_ctl_notify_batch_ack_decode(const uint8_t *buf, size_t len,
         return OTE_ERR_PROTOCOL;
     s = (int32_t)ote_get_u32(buf);
     q = ote_get_u16(buf + 4);
-    if (!ote_status_is_known(s) || q > OTE_CTL_NOTIFY_BATCH_MAX)
+    /* Only what a receiver answers (ote_engine_notif_push_batch). */
+    if ((s != OTE_OK && s != OTE_ERR_BUSY && s != OTE_ERR_NO_MEMORY &&
+         !(s == OTE_ERR_PEER_RESTARTED && q == 0)) ||
+        q > OTE_CTL_NOTIFY_BATCH_MAX)
         return OTE_ERR_PROTOCOL;
     *status_p = (ote_status_t)s;
     *queued_p = q;

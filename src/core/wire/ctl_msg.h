@@ -71,7 +71,7 @@ typedef struct {
 } ote_ctl_hdr_t;
 
 typedef struct {
-    uint64_t sender_instance;
+    uint64_t sender_key;      /* the sender's notification key (notify_send.c) */
     uint64_t target_instance; /* the receiver it was addressed to */
     uint64_t seq;
     char     from[256];
@@ -80,7 +80,7 @@ typedef struct {
 } ote_ctl_notify_t;
 
 /*
- * NOTIFY_BATCH: u64 sender instance, u64 target instance, str8 from,
+ * NOTIFY_BATCH: u64 sender key, u64 target instance, str8 from,
  * u16 count (1..OTE_CTL_NOTIFY_BATCH_MAX), then count times: u64 seq,
  * u32 length (<= OTE_NOTIFY_MAX), data. The seqs strictly grow within a
  * frame (a sender's numbers, see notify_send.c); the whole payload is at most
@@ -88,7 +88,8 @@ typedef struct {
  * status, u16 queued: the first `queued` notifications of the frame are
  * queued by the receiver (now, or by an earlier copy of the frame); status
  * OK when all are, else why the next one is not (BUSY: backlog full,
- * PEER_RESTARTED: another instance, nothing queued).
+ * PEER_RESTARTED: another instance, nothing queued; NO_MEMORY); the
+ * decoder refuses any other status.
  */
 #define OTE_CTL_NOTIFY_BATCH_MAX     256
 #define OTE_CTL_NOTIFY_BATCH_MAX_LEN (64 * 1024)
@@ -102,7 +103,7 @@ typedef struct {
 } ote_ctl_notify_item_t;
 
 typedef struct {
-    uint64_t              sender_instance;
+    uint64_t              sender_key;
     uint64_t              target_instance;
     char                  from[256];
     size_t                count;

@@ -1,7 +1,7 @@
 /*
  * Notifications, the receiver's side: the backlog of received
- * notifications and each sender's last sequence number (the sender's
- * side is notify_send.c).
+ * notifications and each sender's last sequence number, by the sender's
+ * key (the sender's side is notify_send.c).
  *
  * A number at or below the last one queued from that sender is a retry and
  * counts as queued without being queued again; one addressed to another
@@ -173,7 +173,7 @@ ote_status_t ote_engine_notif_push(ote_engine_h e, const ote_ctl_notify_t *n)
         return OTE_ERR_PEER_RESTARTED;
     pthread_mutex_lock(&ote_xfer_state(e)->notif_lock);
     before = ote_xfer_state(e)->notif_count;
-    status = notif_queue(e, n->sender_instance, n->seq, n->from, n->data, n->length);
+    status = notif_queue(e, n->sender_key, n->seq, n->from, n->data, n->length);
     added  = ote_xfer_state(e)->notif_count != before;
     pthread_mutex_unlock(&ote_xfer_state(e)->notif_lock);
     if (added)
@@ -194,7 +194,7 @@ ote_status_t ote_engine_notif_push_batch(ote_engine_h e, const ote_ctl_notify_ba
     for (i = 0; i < m->count && status == OTE_OK; i++) {
         size_t before = ote_xfer_state(e)->notif_count;
 
-        status = notif_queue(e, m->sender_instance, m->items[i].seq, m->from, m->items[i].data,
+        status = notif_queue(e, m->sender_key, m->items[i].seq, m->from, m->items[i].data,
                              m->items[i].length);
         added += ote_xfer_state(e)->notif_count - before;
     }

@@ -6,10 +6,13 @@
  * whose batch notification status is OK, was queued exactly once by the
  * instance it was addressed to, in send order per sender and receiver.
  *
- * Sender: every notification carries the receiver's instance and a number
- * from one counter per engine, taken when it joins the lane of that
- * receiver instance (one per instance, whatever segment handle or thread
- * sends), so the numbers in a lane only grow in lane order. One thread at
+ * Sender: every notification carries the receiver's instance, this
+ * engine's notification key (random, drawn at start and never published,
+ * so no other peer can pass for this sender in the receiver's memory of
+ * numbers) and a number from one counter per engine, taken when it joins
+ * the lane of that receiver instance (one per instance, whatever segment
+ * handle or thread sends), so the numbers in a lane only grow in lane
+ * order. One thread at
  * a time (the lane's flusher: a sender whose messages wait) packs what
  * waits at the head of the lane, up to OTE_CTL_NOTIFY_BATCH_MAX
  * notifications or OTE_CTL_NOTIFY_BATCH_MAX_LEN bytes, into one
@@ -17,15 +20,26 @@
  * receiver queued, and those end OK. The rest stay at the head: sent again
  * (the same numbers) while the backlog is full, until their
  * OTE_NOTIFY_TIMEOUT_MS passed (then BUSY, never queued); once more on a
- * fresh connection after a broken one; failed with any other status. While
- * a frame is in flight, other senders' notifications join the lane and go
- * in the next frame: one round trip carries every notification that
- * waited for it.
+ * fresh connection after a broken one; failed with any other status, and
+ * with them every notification behind them in the lane that would go on
+ * the same handle (all of the lane on PEER_RESTARTED): a peer that does
+ * not answer costs one exchange, not one per frame. While a frame is in
+ * flight, notifications sent on other handles to that instance, and those
+ * of the batch notifier, join the lane and go in the next frame; a sender
+ * on the handle of the frame in flight joins once its exchange ended (the
+ * handle's lock is held through it).
  *
  * Notifications that follow a batch are sent by a dedicated thread once
  * every task of their call completed, so the data is in the peer's memory
  * before the message arrives; it takes every group that completed
- * meanwhile into the lanes at once, so they share frames.
+ * meanwhile into the lanes at once, so they share frames, then flushes the
+ * lanes one after the other. A group's OTE_NOTIFY_TIMEOUT_MS starts when
+ * its lane's turn comes, so the time spent on an earlier lane (a peer that
+ * does not answer: at most two exchanges) does not eat into it.
+ *
+ * Each sender holds a reference on its segment handle until its call
+ * returns (a group holds one until it ended), so a handle closed meanwhile
+ * stays valid for the frames that go on it.
  */
 #include "base/dlist.h"
 #include "base/log.h"
@@ -51,7 +65,7 @@ typedef struct notify_item {
     const uint8_t      *data;     /* the caller's or the group's, until it ended */
     size_t              length;
     uint64_t            seq;
-    uint64_t            deadline; /* BUSY past this */
+    uint64_t            deadline; /* BUSY past this; NO_DEADLINE until its lane's turn */
     ote_status_t       *status_p; /* where its end goes */
     ote_status_t        status;   /* a batch's end */
     notify_waiter_t    *waiter;
@@ -83,6 +97,13 @@ struct ote_notifier {
 };
 
 /* ---- sender ---------------------------------------------------------------- */
+
+#define NO_DEADLINE UINT64_MAX
+
+static uint64_t notify_timeout_ns(ote_engine_h e)
+{
+    return (uint64_t)ote_engine_facts(e)->config.notify_timeout_ms * 1000000ull;
+}
 
 static struct ote_notify_lane *lane_get(ote_engine_h e, uint64_t instance)
 {
@@ -168,6 +189,21 @@ static void groups_end(ote_engine_h e, notify_item_t *ended)
     }
 }
 
+/*
+ * A PEER_RESTARTED answer from the lane's instance makes seg stale only
+ * while seg is still bound to that instance (a reopen may have moved it on).
+ */
+static void mark_stale_if_bound(ote_segment_h seg, uint64_t instance)
+{
+    bool bound;
+
+    pthread_mutex_lock(&seg->lock);
+    bound = seg->desc != NULL && seg->desc->instance_id == instance;
+    pthread_mutex_unlock(&seg->lock);
+    if (bound)
+        ote_segment_mark_stale(seg);
+}
+
 /* One NOTIFY_BATCH exchange: the receiver's status and how many it queued. */
 static ote_status_t notify_exchange(ote_segment_h seg, const ote_buf_t *out, size_t *queued_p)
 {
@@ -223,7 +259,7 @@ static void lane_flush(ote_engine_h e, struct ote_notify_lane *l, notify_waiter_
                                                     .data = it->data};
         }
         m->count           = n;
-        m->sender_instance = ote_engine_facts(e)->instance_id;
+        m->sender_key      = ote_xfer_state(e)->notify_key;
         m->target_instance = l->instance;
         snprintf(m->from, sizeof(m->from), "%s", ote_engine_facts(e)->name);
         pthread_mutex_unlock(&l->lock);
@@ -240,7 +276,7 @@ static void lane_flush(ote_engine_h e, struct ote_notify_lane *l, notify_waiter_
             status = OTE_ERR_PROTOCOL;
         }
         if (status == OTE_ERR_PEER_RESTARTED)
-            ote_segment_mark_stale(seg);
+            mark_stale_if_bound(seg, l->instance);
         pthread_mutex_lock(&l->lock);
         for (size_t i = 0; i < queued; i++)
             lane_end_head(l, OTE_OK, &ended);
@@ -278,6 +314,9 @@ static void lane_flush(ote_engine_h e, struct ote_notify_lane *l, notify_waiter_
         } else {
             reconnects = 0;
             while (n-- > 0)
+                lane_end_head(l, status, &ended);
+            /* What would go next on this handle (to this instance) fails alike. */
+            while (l->head != NULL && (l->head->seg == seg || status == OTE_ERR_PEER_RESTARTED))
                 lane_end_head(l, status, &ended);
         }
         pthread_cond_broadcast(&l->cond);
@@ -323,19 +362,15 @@ static ote_status_t seg_instance(ote_segment_h seg, uint64_t *instance_p)
 static ote_status_t notify_send(ote_engine_h e, ote_segment_h seg, const ote_notify_msg_t *msgs,
                                 size_t count, ote_status_t *statuses)
 {
-    uint64_t deadline =
-        ote_time_ns() + (uint64_t)ote_engine_facts(e)->config.notify_timeout_ms * 1000000ull;
     notify_item_t one, *items = count == 1 ? &one : calloc(count, sizeof(*items));
     notify_waiter_t w = {.pending = count};
-    struct ote_notify_lane *lane;
-    ote_status_t status;
-    uint64_t instance;
+    struct ote_notify_lane *lane = NULL;
+    ote_status_t status = items != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
+    uint64_t instance, deadline;
 
-    if (items == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = seg_instance(seg, &instance);
-    lane   = status == OTE_OK ? lane_get(e, instance) : NULL;
-    if (status == OTE_OK && lane == NULL)
+    if (status == OTE_OK)
+        status = seg_instance(seg, &instance);
+    if (status == OTE_OK && (lane = lane_get(e, instance)) == NULL)
         status = OTE_ERR_NO_MEMORY;
     if (status != OTE_OK) {
         for (size_t i = 0; i < count; i++)
@@ -344,7 +379,10 @@ static ote_status_t notify_send(ote_engine_h e, ote_segment_h seg, const ote_not
             free(items);
         return status;
     }
+    ote_segment_get(seg); /* the items' handle, whoever closes it meanwhile */
     pthread_mutex_lock(&lane->lock);
+    /* Taken under the lane lock: deadlines grow in lane order, as the numbers do. */
+    deadline = ote_time_ns() + notify_timeout_ns(e);
     for (size_t i = 0; i < count; i++) {
         items[i] = (notify_item_t){.seg = seg, .data = msgs[i].data ? msgs[i].data : "",
                                    .length = msgs[i].length, .deadline = deadline,
@@ -354,6 +392,7 @@ static ote_status_t notify_send(ote_engine_h e, ote_segment_h seg, const ote_not
     lane_wait(e, lane, &w);
     pthread_mutex_unlock(&lane->lock);
     lane_put(e, lane);
+    ote_segment_put(seg);
     if (items != &one)
         free(items);
     for (size_t i = 0; i < count; i++) {
@@ -465,9 +504,7 @@ static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t
                                    .length = g->length,
                                    .group  = g,
                                    .waiter = &lanes[k].w,
-                                   .deadline =
-                                       ote_time_ns() +
-                                       (uint64_t)ote_engine_facts(e)->config.notify_timeout_ms * 1000000ull};
+                                   .deadline = NO_DEADLINE};
     it->status_p = &it->status;
     pthread_mutex_lock(&lanes[k].lane->lock);
     lanes[k].w.pending++;
@@ -479,7 +516,15 @@ static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t
 static void notifier_flush(ote_engine_h e, notifier_lane_t *lanes, size_t *num_p)
 {
     for (size_t k = 0; k < *num_p; k++) {
+        uint64_t deadline;
+
         pthread_mutex_lock(&lanes[k].lane->lock);
+        /* The lane's turn: its groups' time to wait out a full backlog starts now. */
+        deadline = ote_time_ns() + notify_timeout_ns(e);
+        for (notify_item_t *it = lanes[k].lane->head; it != NULL; it = it->next) {
+            if (it->waiter == &lanes[k].w && it->deadline == NO_DEADLINE)
+                it->deadline = deadline;
+        }
         lane_wait(e, lanes[k].lane, &lanes[k].w);
         pthread_mutex_unlock(&lanes[k].lane->lock);
         lane_put(e, lanes[k].lane);

@@ -34,6 +34,7 @@ struct ote_xfer_state {
     /* notifications sent (notify_send.c): one sequence counter; one lane per receiver instance */
     ote_notifier_t   *notifier;     /* the thread that sends them after batches */
     _Atomic uint64_t notify_seq;
+    uint64_t         notify_key;    /* the sender key of its notifications: random, never published */
     pthread_mutex_t  lane_lock;
     struct ote_notify_lane *lanes;
     /* received notifications (notify_recv.c) */

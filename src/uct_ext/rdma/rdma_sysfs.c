@@ -27,7 +27,8 @@ static const ote_cfg_entry_t rdma_config_fields[] = {
      "The state of every RDMA port, the RDMA devices and the network interfaces are read "
      "again this often: a port that goes down pauses its rails, one that comes up resumes "
      "them; a device that appears joins the running engine, one that goes away pauses its "
-     "rails. 0 = never."},
+     "rails. 0 = never.",
+     .min = 0, .max = OTE_CFG_TIME_MAX},
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_rdma_config_table, "RDMA_", "rdma", rdma_config_fields,

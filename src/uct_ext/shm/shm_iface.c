@@ -90,7 +90,7 @@ static const ote_cfg_entry_t shm_config_fields[] = {
     {"UNMAP_TIMEOUT_MS", "1000", OTE_CFG_INT, SHM_F(unmap_timeout_ms),
      "Deregistering memory a same-host peer mapped (shm) waits this long for the peer to "
      "unmap it; then its connection is closed and the call returns.",
-     .min = 1, .max = OTE_CFG_NO_MAX},
+     .min = 1, .max = OTE_CFG_TIME_MAX},
     /* OTE_CMA_COPY_THREADS set cma's and shm's before shm had its own. */
     OTE_STREAM_LOCAL_CONFIG_ENTRIES(SHM_F(local), "CMA_COPY_THREADS"),
 };

@@ -374,7 +374,7 @@ static void test_ctl_handlers(void **state)
 static void test_notify(void **state)
 {
     uint8_t data[OTE_NOTIFY_MAX];
-    ote_ctl_notify_t n = {.sender_instance = 9, .target_instance = 11, .seq = 3,
+    ote_ctl_notify_t n = {.sender_key = 9, .target_instance = 11, .seq = 3,
                           .length = sizeof(data), .data = data};
     ote_ctl_notify_t d;
     ote_buf_t out = {0};
@@ -387,7 +387,7 @@ static void test_notify(void **state)
     assert_string_equal(d.from, n.from);
     assert_int_equal(d.length, sizeof(data));
     assert_memory_equal(d.data, data, sizeof(data));
-    assert_true(d.seq == 3 && d.sender_instance == 9 && d.target_instance == 11);
+    assert_true(d.seq == 3 && d.sender_key == 9 && d.target_instance == 11);
     /* Every truncation and one extra byte are rejected. */
     for (size_t l = 0; l < out.len; l++)
         assert_int_equal(ote_ctl_notify_decode(out.data, l, &d), OTE_ERR_PROTOCOL);

@@ -364,7 +364,18 @@ static void test_engine_defaults_and_env(void **state)
                                                        "OTE_GPU_DIRECT=sometimes",
                                                        "OTE_CUDA_IPC_CACHE_ENTRIES=x",
                                                        "OTE_NUM_WORKERS=65",
-                                                       "OTE_LOG_LEVEL=loud", 0};
+                                                       "OTE_LOG_LEVEL=loud",
+                                                       /* times whose ns would pass 64 bits */
+                                                       "OTE_NOTIFY_TIMEOUT_MS=18446744073709",
+                                                       "OTE_SUBMIT_TIMEOUT_MS=9223372036854775807",
+                                                       "OTE_XFER_TIMEOUT_MS=4000000000000",
+                                                       "OTE_CONNECT_TIMEOUT_MS=4000000000000",
+                                                       "OTE_METADATA_TIMEOUT_MS=4000000000000",
+                                                       "OTE_POLL_GRACE_US=4000000000000",
+                                                       /* negative times */
+                                                       "OTE_SUBMIT_TIMEOUT_MS=-1",
+                                                       "OTE_POLL_SPIN_MAX_US=-5",
+                                                       "OTE_RAIL_COOLDOWN_MAX_MS=-1", 0};
          *v; v++) {
         char name[64];
         const char *eq = strchr(*v, '=');

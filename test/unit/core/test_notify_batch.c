@@ -27,7 +27,7 @@ static ote_ctl_notify_batch_t *frame(size_t count, uint64_t first_seq, uint64_t 
     ote_ctl_notify_batch_t *m = calloc(1, sizeof(*m));
 
     assert_non_null(m);
-    m->sender_instance = 0x5e4d;
+    m->sender_key = 0x5e4d;
     m->target_instance = target;
     snprintf(m->from, sizeof(m->from), "%s", "127.0.0.1:4000");
     m->count = count;
@@ -48,7 +48,7 @@ static void test_roundtrip(void **state)
     assert_int_equal(ote_ctl_notify_batch_encode(m, &b), OTE_OK);
     assert_int_equal(ote_ctl_notify_batch_decode(b.data, b.len, d), OTE_OK);
     assert_int_equal(d->count, 3);
-    assert_true(d->sender_instance == 0x5e4d && d->target_instance == 0x77);
+    assert_true(d->sender_key == 0x5e4d && d->target_instance == 0x77);
     assert_string_equal(d->from, "127.0.0.1:4000");
     for (size_t i = 0; i < 3; i++) {
         assert_true(d->items[i].seq == 10 + i);
@@ -149,6 +149,34 @@ static void test_ack(void **state)
     assert_int_equal(ote_ctl_notify_batch_ack_decode(a, 6, &st, &q), OTE_ERR_PROTOCOL);
     assert_int_equal(ote_ctl_notify_batch_ack_encode(OTE_OK, OTE_CTL_NOTIFY_BATCH_MAX + 1, a),
                      OTE_ERR_INVALID_PARAM);
+    /* Only what a receiver answers: OK, BUSY, NO_MEMORY, PEER_RESTARTED with none queued. */
+    {
+        static const struct {
+            ote_status_t status;
+            size_t       queued;
+            ote_status_t want;
+        } acks[] = {
+            {OTE_OK, 3, OTE_OK},
+            {OTE_ERR_BUSY, 0, OTE_OK},
+            {OTE_ERR_NO_MEMORY, 2, OTE_OK},
+            {OTE_ERR_PEER_RESTARTED, 0, OTE_OK},
+            {OTE_ERR_PEER_RESTARTED, 1, OTE_ERR_PROTOCOL},
+            {OTE_INPROGRESS, 0, OTE_ERR_PROTOCOL},
+            {OTE_ERR_INVALID_PARAM, 0, OTE_ERR_PROTOCOL},
+            {OTE_ERR_TIMEOUT, 0, OTE_ERR_PROTOCOL},
+            {OTE_ERR_REMOTE_DISCONNECT, 0, OTE_ERR_PROTOCOL},
+        };
+
+        for (size_t i = 0; i < sizeof(acks) / sizeof(acks[0]); i++) {
+            assert_int_equal(ote_ctl_notify_batch_ack_encode(acks[i].status, acks[i].queued, a),
+                             OTE_OK);
+            if (ote_ctl_notify_batch_ack_decode(a, 6, &st, &q) != acks[i].want)
+                fail_msg("ack %zu (status %d, %zu queued) decoded wrongly", i,
+                         (int)acks[i].status, acks[i].queued);
+            if (acks[i].want == OTE_OK)
+                assert_true(st == acks[i].status && q == acks[i].queued);
+        }
+    }
 }
 
 /* Take every queued notification; their texts must be "n<first>" .. in order. */
