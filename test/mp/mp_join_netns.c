@@ -88,6 +88,12 @@ static int parent(const char *self)
         printf("mp_join_netns: skipped: cannot set up the namespaces and their veth pair\n");
         return 77;
     }
+    /* Running, not only up: an engine made before would find no device (mp_netns_wait_up). */
+    if (mp_netns_wait_up(ns_a, "join0") != 0 || mp_netns_wait_up(ns_b, "join0") != 0 ||
+        mp_netns_wait_up(ns_a, "join2") != 0) {
+        printf("mp_join_netns: join0 or join2 not up within 10 s of `ip link set up`\n");
+        return 1;
+    }
     return sh(true, "ip netns exec %s '%s' --in-netns %s %s %u", ns_a, self, ns_a, ns_b, id);
 }
 
