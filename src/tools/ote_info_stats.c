@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define STATS_MAX (64u << 20) /* a larger answer is not an endpoint's */
@@ -21,6 +23,7 @@ int ote_info_stats(const char *addr, bool nonzero, FILE *out)
     char req[512], *buf = NULL, *body, *line, *save = NULL;
     size_t got = 0, cap = 0;
     int fd = -1, code = 0, rc = 1;
+    uint64_t deadline;
 
     if (ote_sockaddr_parse(addr, &ss, &len) != OTE_OK || ote_sockaddr_port((struct sockaddr *)&ss) == 0) {
         fprintf(stderr, "ote_info: --stats %s: expected HOST:PORT of a metrics endpoint\n", addr);
@@ -31,6 +34,9 @@ int ote_info_stats(const char *addr, bool nonzero, FILE *out)
         return 1;
     }
     snprintf(req, sizeof(req), "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", addr);
+    /* The whole answer within 10 s: each recv waits at most 1 s, then the deadline is looked at. */
+    deadline = ote_time_ns() + 10000000000ull;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){.tv_sec = 1}, sizeof(struct timeval));
     if (ote_socket_send_all(fd, req, strlen(req), ote_time_ns() + 5000000000ull) != OTE_OK)
         goto out;
     for (;;) {
@@ -49,7 +55,13 @@ int ote_info_stats(const char *addr, bool nonzero, FILE *out)
                 goto out;
             buf = b;
         }
+        if (ote_time_ns() > deadline) {
+            fprintf(stderr, "ote_info: --stats: %s did not answer within 10 s\n", addr);
+            goto out;
+        }
         n = recv(fd, buf + got, cap - got - 1, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            continue;
         if (n < 0) {
             fprintf(stderr, "ote_info: --stats: connection to %s failed\n", addr);
             goto out;

@@ -6,7 +6,10 @@
  * ote_engine_stats must give the same samples as /metrics.
  */
 #include "mp_stats.h"
+#include "mp_util.h"
 #include "testlib.h"
+#include "core/engine_facts.h"
+#include "core/obs/obs_int.h"
 
 #include <ote/ote.h>
 #include <setjmp.h>
@@ -358,11 +361,187 @@ static void test_metrics_addr_taken(void **state)
     ote_engine_destroy(e);
 }
 
+/* A rails source whose second answer counts more rails than the first: only max were copied. */
+static size_t fake_calls;
+
+static ote_status_t growing_rails(ote_engine_h e, ote_rail_info_t *out, size_t max,
+                                  size_t *count_p)
+{
+    (void)e;
+    if (max >= 1) {
+        memset(&out[0], 0, sizeof(out[0]));
+        snprintf(out[0].transport, sizeof(out[0].transport), "faketl");
+        snprintf(out[0].device, sizeof(out[0].device), "fakedev");
+        out[0].state = OTE_RAIL_ACTIVE;
+    }
+    *count_p = fake_calls++ == 0 ? 1 : 40; /* rails came meanwhile */
+    return OTE_OK;
+}
+
+/*
+ * The snapshot asks for the rails twice (how many, then a copy); when
+ * more came between the two, it reads only what was copied (the ASan pass
+ * sees a read past the copy), and the pairs it lists are the real ones.
+ */
+static void test_metrics_rails_grow(void **state)
+{
+    static ote_obs_snap_t snap;
+    ote_engine_h e = ote_test_engine(NULL);
+    ote_obs_t *obs;
+    size_t before, i;
+
+    (void)state;
+    assert_non_null(e);
+    obs = ote_engine_facts(e)->obs;
+    ote_obs_snapshot(e, &snap);
+    before = snap.num_pairs;
+    obs->sources.rails = growing_rails;
+    fake_calls = 0;
+    ote_obs_snapshot(e, &snap);
+    assert_int_equal(fake_calls, 2);
+    assert_int_equal(snap.num_pairs, before + 1);
+    for (i = 0; i < snap.num_pairs; i++) {
+        if (strcmp(snap.pairs[i].transport, "faketl") == 0)
+            break;
+    }
+    assert_true(i < snap.num_pairs);
+    assert_string_equal(snap.pairs[i].device, "fakedev");
+    assert_int_equal(snap.rail_state[i], 1);
+    ote_engine_destroy(e);
+}
+
+/*
+ * Clients that connect to the endpoint and say nothing take at most its
+ * 32 connections (the rest wait in the backlog), not file descriptors
+ * without end; once they are gone it answers again.
+ */
+static void test_metrics_conns_bounded(void **state)
+{
+    enum { CLIENTS = 100 };
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fds[CLIENTS], before, during, code = 0;
+    const char *addr;
+    ote_engine_h e;
+    char *text;
+
+    (void)state;
+#ifndef HAVE_MHD
+    skip();
+#endif
+    setenv("OTE_METRICS_ADDR", "0", 1);
+    e = ote_test_engine(NULL);
+    unsetenv("OTE_METRICS_ADDR");
+    assert_non_null(e);
+    addr = ote_engine_metrics_addr(e);
+    assert_non_null(addr);
+    assert_int_equal(ote_sockaddr_parse(addr, &ss, &len), OTE_OK);
+    before = mp_count_fds();
+    for (int i = 0; i < CLIENTS; i++) {
+        fds[i] = socket(ss.ss_family, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&ss, len), 0);
+    }
+    usleep(500 * 1000); /* the endpoint's thread accepts what it will */
+    during = mp_count_fds();
+    printf("%d idle clients: %d more descriptors in this process (theirs and the endpoint's)\n",
+           CLIENTS, during - before);
+    assert_true(during - before <= CLIENTS + 32 + 4);
+    for (int i = 0; i < CLIENTS; i++)
+        close(fds[i]);
+    text = NULL;
+    for (int i = 0; i < 100 && (text == NULL || code != 200); i++) {
+        free(text);
+        usleep(50 * 1000);
+        text = mp_http_get(addr, "/health", &code);
+    }
+    assert_non_null(text);
+    assert_int_equal(code, 200);
+    free(text);
+    ote_engine_destroy(e);
+}
+
+typedef struct {
+    ote_batch_h       b;
+    ote_xfer_req_t    r;
+    _Atomic int       go;  /* rounds to submit, one request each */
+    _Atomic int       done;
+} tel_submitter_t;
+
+static void *tel_submitter_main(void *arg)
+{
+    tel_submitter_t *t = arg;
+    size_t first;
+
+    for (int round = 1; round <= atomic_load(&t->go); round++) {
+        while (atomic_load(&t->done) < round - 1)
+            ;
+        assert_int_equal(ote_batch_submit(t->b, &t->r, 1, &first), OTE_OK);
+    }
+    return NULL;
+}
+
+/*
+ * Another thread that sees a task end reads telemetry that already counts
+ * its request and has the batch's start: the request is counted before
+ * the task is posted (a task can end before its submit call returns).
+ */
+static void test_batch_telemetry_counts_first(void **state)
+{
+    enum { ROUNDS = 2000, LEN = 64 };
+    ote_engine_h a = ote_test_engine(NULL), b = ote_test_engine(NULL);
+    tel_submitter_t t;
+    ote_segment_h seg;
+    ote_mem_h ma, mb;
+    uint8_t *la, *rb;
+    pthread_t th;
+    int bad = 0;
+
+    (void)state;
+    assert_int_equal(ote_mem_alloc(a, 4096, NULL, 0, (void **)&la, &ma), OTE_OK);
+    assert_int_equal(ote_mem_alloc(b, 4096, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&rb, &mb),
+                     OTE_OK);
+    assert_int_equal(ote_segment_open(a, ote_engine_name(b), &seg), OTE_OK);
+    t.r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = la, .segment = seg,
+                           .remote_addr = (uint64_t)(uintptr_t)rb, .length = LEN};
+    assert_int_equal(ote_batch_create(a, ROUNDS, &t.b), OTE_OK);
+    atomic_init(&t.go, ROUNDS);
+    atomic_init(&t.done, 0);
+    assert_int_equal(pthread_create(&th, NULL, tel_submitter_main, &t), 0);
+    for (int round = 0; round < ROUNDS; round++) {
+        ote_batch_telemetry_t tel = {.version = OTE_BATCH_TELEMETRY_VERSION};
+        ote_task_status_t ts;
+
+        /* The task of this round, once it ended. */
+        while (ote_batch_task_status(t.b, (size_t)round, &ts) != OTE_OK ||
+               ts.state == OTE_TASK_PENDING)
+            ote_engine_progress(a);
+        assert_int_equal(ts.state, OTE_TASK_COMPLETED);
+        assert_int_equal(ote_batch_telemetry(t.b, &tel), OTE_OK);
+        if (tel.ended > tel.requests || tel.start_us == 0)
+            bad++;
+        atomic_store(&t.done, round + 1);
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(ote_batch_wait(t.b, 20000), OTE_OK);
+    if (bad > 0)
+        fail_msg("%d of %d rounds: a task had ended before its request was counted", bad, ROUNDS);
+    ote_batch_release(t.b);
+    ote_segment_close(seg);
+    ote_mem_free(a, ma);
+    ote_mem_free(b, mb);
+    ote_engine_destroy(a);
+    ote_engine_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics_exact),
         cmocka_unit_test(test_metrics_addr_taken),
+        cmocka_unit_test(test_metrics_rails_grow),
+        cmocka_unit_test(test_metrics_conns_bounded),
+        cmocka_unit_test(test_batch_telemetry_counts_first),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -79,7 +79,11 @@ PyObject *Engine_stats(EngineObject *self, PyObject *unused)
     list = PyList_New(0);
     if (list == NULL)
         return NULL;
-    /* The GIL stays held: the callback builds Python objects (the walk never waits). */
+    /*
+     * The GIL stays held: the callback builds Python objects. The walk takes
+     * the engine's segment and region locks for as long as a copy takes
+     * (docs/observability.md), never a wait on I/O or on a peer.
+     */
     st = ote_engine_stats(self->e, stats_cb, list);
     if (PyErr_Occurred() || st != OTE_OK) {
         Py_DECREF(list);

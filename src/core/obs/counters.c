@@ -163,24 +163,25 @@ void ote_obs_slice_end(ote_obs_t *obs, const ote_slice_t *s, const ote_rail_t *r
         atomic_store_explicit(task_tl, p, memory_order_relaxed);
 }
 
-void ote_obs_batch_submitted(ote_obs_batch_t *tel, uint64_t begin_ns, size_t count,
-                             ote_status_t status)
+void ote_obs_batch_posting(ote_obs_batch_t *tel, uint64_t begin_ns, size_t count)
 {
-    uint64_t now = ote_time_ns(), zero = 0;
+    uint64_t zero = 0;
 
-    atomic_fetch_add_explicit(&tel->post_ns, now - begin_ns, memory_order_relaxed);
-    if (status != OTE_OK)
-        return;
-    atomic_fetch_add_explicit(&tel->requests, count, memory_order_relaxed);
+    atomic_fetch_add(&tel->requests, count);
     if (atomic_load_explicit(&tel->start_ns, memory_order_relaxed) == 0 &&
         atomic_compare_exchange_strong(&tel->start_ns, &zero, begin_ns)) {
+        uint64_t now = ote_time_ns(), real_ns;
         struct timespec ts;
-        uint64_t real_ns;
 
         clock_gettime(CLOCK_REALTIME, &ts);
         real_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec - (now - begin_ns);
         atomic_store(&tel->start_real_us, real_ns / 1000u);
     }
+}
+
+void ote_obs_batch_submitted(ote_obs_batch_t *tel, uint64_t begin_ns)
+{
+    atomic_fetch_add_explicit(&tel->post_ns, ote_time_ns() - begin_ns, memory_order_relaxed);
 }
 
 static void hist_add(_Atomic uint64_t *buckets, const uint64_t *bounds, size_t nb, uint64_t v)
@@ -281,7 +282,7 @@ void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
 {
     ote_obs_t *obs         = ote_engine_facts(e)->obs;
     ote_rail_info_t *rails = NULL;
-    size_t nrails = 0, len = 0;
+    size_t nrails = 0, cap = 0, len = 0;
     visit_arg_t va;
 
     memset(snap, 0, sizeof(*snap));
@@ -303,10 +304,16 @@ void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
         (void)pair_intern_locked(obs, ote_engine_facts(e)->tls[i].resource.tl_name,
                                  ote_engine_facts(e)->tls[i].resource.dev_name);
     pthread_mutex_unlock(&obs->lock);
-    /* Rail states: every rail of an open segment joins the pairs. */
+    /*
+     * Rail states: every rail of an open segment joins the pairs. The
+     * second call says how many there are now, which may be more than
+     * the first: only those that fit were copied.
+     */
     if (obs->sources.rails(e, NULL, 0, &nrails) == OTE_OK && nrails > 0 &&
-        (rails = calloc(nrails, sizeof(*rails))) != NULL &&
-        obs->sources.rails(e, rails, nrails, &nrails) == OTE_OK) {
+        (rails = calloc(cap = nrails, sizeof(*rails))) != NULL &&
+        obs->sources.rails(e, rails, cap, &nrails) == OTE_OK) {
+        if (nrails > cap)
+            nrails = cap;
         pthread_mutex_lock(&obs->lock);
         for (size_t i = 0; i < nrails; i++) {
             uint8_t p = pair_intern_locked(obs, rails[i].transport, rails[i].device);

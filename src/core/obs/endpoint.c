@@ -58,6 +58,13 @@ typedef struct obs_endpoint {
     struct obs_endpoint *next;
 } obs_endpoint_t;
 
+/*
+ * Connections an endpoint serves at once; more wait in the listen backlog
+ * (or are refused), so clients of the endpoint cannot take the file
+ * descriptors the engine's own connections need.
+ */
+#define OBS_HTTP_CONNS_MAX 32
+
 static pthread_mutex_t  registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static obs_endpoint_t  *endpoints;
 
@@ -73,6 +80,8 @@ static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", type);
+    if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, "Allow", "GET, HEAD");
     ret = MHD_queue_response(conn, code, r);
     MHD_destroy_response(r);
     return ret;
@@ -172,6 +181,7 @@ static ote_status_t endpoint_start(const char *asked, obs_endpoint_t **ep_p)
                                       (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
                                   0, NULL, NULL, handle, ep, MHD_OPTION_LISTEN_SOCKET, ep->fd,
                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)OBS_HTTP_CONNS_MAX,
                                   MHD_OPTION_END);
     if (ep->daemon == NULL) {
         ote_error("metrics endpoint on %s: libmicrohttpd did not start", ep->bound);

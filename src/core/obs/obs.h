@@ -18,8 +18,11 @@
  * Locks: a scrape copies counters under no lock of the data path; it takes
  * the process's endpoint registry lock (never held by the data path), the
  * engine's seg_lock and each segment's lock for as long as the rails
- * source (ote_engine_rails) copies rail states, and the region table's read lock
- * for a walk of the regions.
+ * source (ote_engine_rails) copies rail states, the region table's read lock
+ * for a walk of the regions, and the counters' own lock (obs->lock) to
+ * list the (transport, device) pairs. The data path takes obs->lock only
+ * the first time a slice ends on an interface (to learn its pair; after
+ * OBS_IFACE_CACHE interfaces, on every slice of the interfaces beyond).
  */
 #ifndef OTE_CORE_OBS_OBS_H
 #define OTE_CORE_OBS_OBS_H
@@ -91,11 +94,13 @@ void         ote_obs_endpoint_detach(ote_engine_h e);
 void ote_obs_slice_end(ote_obs_t *obs, const ote_slice_t *s, const ote_rail_t *rail,
                        ote_status_t status, bool failover, _Atomic uint8_t *task_tl);
 /*
- * A submit call of the batch that began at begin_ns returned status (OK:
- * its count requests count, and the first one starts the batch's clock).
+ * A submit call of the batch that began at begin_ns is about to post its
+ * count tasks (they may end at once): they count as requests, and the
+ * first starts the batch's clock.
  */
-void ote_obs_batch_submitted(ote_obs_batch_t *tel, uint64_t begin_ns, size_t count,
-                             ote_status_t status);
+void ote_obs_batch_posting(ote_obs_batch_t *tel, uint64_t begin_ns, size_t count);
+/* A submit call that began at begin_ns returns, whatever its status: its time. */
+void ote_obs_batch_submitted(ote_obs_batch_t *tel, uint64_t begin_ns);
 /*
  * A task of the batch whose telemetry is tel ended with err (task_finalize):
  * requests, failures, histograms, telemetry. write: a WRITE (else READ);

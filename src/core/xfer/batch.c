@@ -605,6 +605,7 @@ static ote_status_t batch_submit(ote_batch_h b, const ote_xfer_req_t *reqs, size
     }
     pthread_mutex_unlock(&b->lock);
     locked = false;
+    ote_obs_batch_posting(&b->tel, ctx.begin_ns, count); /* before any task can end */
     submit_post(b, first, count);
     *first_task_p = first;
 
@@ -622,7 +623,7 @@ out:
         free(refused);
     if (found != found_stack)
         free(found);
-    ote_obs_batch_submitted(&b->tel, ctx.begin_ns, count, status);
+    ote_obs_batch_submitted(&b->tel, ctx.begin_ns);
     return status;
 }
 
