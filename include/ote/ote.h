@@ -205,7 +205,9 @@ typedef struct {
 /*
  * Register count regions. mems_p receives count handles. All or nothing: on
  * error nothing from this call stays registered. Registering a range that is
- * already registered returns the same handle with a reference added.
+ * already registered with the same access returns the same handle with a
+ * reference added (its location stays the first registration's); the same
+ * range with other access is a region of its own.
  */
 ote_status_t ote_mem_register(ote_engine_h engine, const ote_mem_desc_t *descs,
                               size_t count, ote_mem_h *mems_p);
@@ -213,7 +215,9 @@ ote_status_t ote_mem_register(ote_engine_h engine, const ote_mem_desc_t *descs,
 /*
  * Drop one reference. When the last one goes, the region disappears from
  * lookups at once (new transfers get OTE_ERR_NOT_REGISTERED) and its
- * registration is kept until transfers already using it drain.
+ * registration is kept until transfers already using it drain. The handle
+ * is then void, as a pointer after free(): OTE_ERR_NOT_REGISTERED until a
+ * later registration gets the same handle, which it then names.
  */
 ote_status_t ote_mem_deregister(ote_engine_h engine, ote_mem_h mem);
 

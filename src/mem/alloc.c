@@ -183,7 +183,10 @@ void ote_mem_host_free(void *addr, size_t alloc_len)
 
     if (addr == NULL)
         return;
-    munmap(addr, alloc_len);
+    /*
+     * Out of the list before the range is unmapped: once it is, another
+     * allocation may get the same base and list its own memfd there.
+     */
     pthread_mutex_lock(&memfd_lock);
     for (pp = &memfd_list; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->base == addr) {
@@ -193,6 +196,7 @@ void ote_mem_host_free(void *addr, size_t alloc_len)
         }
     }
     pthread_mutex_unlock(&memfd_lock);
+    munmap(addr, alloc_len);
     if (m != NULL) {
         close(m->fd);
         free(m);

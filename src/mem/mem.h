@@ -158,7 +158,7 @@ typedef struct {
     size_t rcache_max_size;    /* bytes of unreferenced entries kept          */
     long   rcache_max_regions; /* unreferenced entries kept                   */
     /*
-     * Keep unreferenced entries although no memory-event hook is installed:
+     * Share and keep entries although no memory-event hook is installed:
      * the caller promises to report unmapped memory itself with
      * ote_mem_table_invalidate() (tests, benchmarks).
      */

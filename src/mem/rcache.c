@@ -46,7 +46,7 @@ struct ote_rcache {
     ote_mem_table_params_t params;
     ote_md_t *const      *mds;
     const size_t         *num_mds;
-    bool                  enable;   /* share and index entries           */
+    bool                  enable;   /* share and index entries (when it hears of unmaps) */
     bool                  retains;  /* keep unreferenced entries         */
     bool                  hooked;   /* memory-event handler installed    */
     size_t                max_size;
@@ -230,24 +230,27 @@ ote_status_t ote_rcache_create(const ote_mem_table_params_t *params, ote_md_t *c
     rc->enable  = params->rcache_enable;
     rc->max_size    = params->rcache_max_size;
     rc->max_regions = params->rcache_max_regions > 0 ? (size_t)params->rcache_max_regions : 0;
-    if (rc->enable && rc->max_regions > 0 && rc->max_size > 0) {
-        if (params->rcache_manual_invalidate) {
-            rc->retains = true;
-        } else {
+    /*
+     * Sharing an entry, even among regions in use, needs word of unmaps:
+     * a region inside a deregistered one keeps that one's entry alive, and
+     * memory mapped anew beside it must not find those old pages.
+     */
+    if (rc->enable && !params->rcache_manual_invalidate) {
 #ifdef HAVE_UCX
-            ucs_status_t us = ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 1000,
-                                                    rcache_vm_unmapped, rc);
+        ucs_status_t us =
+            ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 1000, rcache_vm_unmapped, rc);
 
-            rc->hooked  = us == UCS_OK;
-            rc->retains = rc->hooked;
-            if (!rc->hooked)
-                ote_debug("registration cache: UCX memory events: %s", ucs_status_string(us));
+        rc->hooked = us == UCS_OK;
+        if (!rc->hooked)
+            ote_debug("registration cache: UCX memory events: %s", ucs_status_string(us));
 #endif
-            if (!rc->retains)
-                ote_debug("registration cache: no memory-event hooks; registrations are "
-                          "shared while in use but not kept after deregistration");
+        if (!rc->hooked) {
+            ote_debug("registration cache: no memory-event hooks; every region registers "
+                      "on its own, nothing is shared or kept");
+            rc->enable = false;
         }
     }
+    rc->retains = rc->enable && rc->max_regions > 0 && rc->max_size > 0;
     *rc_p = rc;
     return OTE_OK;
 
@@ -393,7 +396,9 @@ void ote_rcache_put(ote_rcache_t *rc, ote_mem_reg_t *g, bool discard)
 
     pthread_mutex_lock(&rc->lock);
     if (--g->users == 0) {
-        if (!discard && rc->retains && g->indexed && !g->stale) {
+        /* GPU memory is not kept: cudaFree is no unmap the hooks hear of. */
+        if (!discard && rc->retains && g->indexed && !g->stale &&
+            g->mem_type == OTE_MEM_TYPE_HOST) {
             lru_push_tail(rc, g);
             rcache_evict(rc, &chain);
         } else {

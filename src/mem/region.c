@@ -2,9 +2,12 @@
  * Region table: the regions users registered, in a sorted interval index
  * (sidx.c) so that "which region covers [a, a+len)" is O(log n) and touches
  * few cache lines, under a read lock. Handles are validated through a
- * pointer set before they are touched, so a stale or foreign handle is an
- * error code, not a use after free. Registration and removal take the write
- * lock; md registration happens outside it, in the registration cache.
+ * pointer set before they are touched, so a foreign handle, or one whose
+ * region is gone, is an error code, not a use after free; but a handle is
+ * the region's address, and once a later registration got that address
+ * again, the old handle names the new region (as a pointer after free()
+ * does). Registration and removal take the write lock; md registration
+ * happens outside it, in the registration cache.
  */
 #include "mem_int.h"
 
@@ -594,8 +597,12 @@ err_unwind_locked:
 
         if (--r->refs == 0) {
             table_unlink(t, r);
-            /* Registrations made for this call are undone, not cached. */
-            r->discard_reg = undo[k].linked && r->reg_fresh;
+            /*
+             * Registrations made for this call are undone, not cached: every
+             * region it linked discards, for the one that drops a shared
+             * entry last may be one that found it made by another of the call.
+             */
+            r->discard_reg = undo[k].linked;
         } else {
             undo[k].region = NULL;
         }
@@ -608,9 +615,10 @@ err_unwind_locked:
     for (i = 0; i < count; i++)
         regions_p[i] = NULL;
 out:
+    /* Prepared and not linked: on a failure none of their registrations stays cached. */
     for (i = 0; fresh != NULL && i < count; i++) {
         if (fresh[i] != NULL)
-            region_release(fresh[i], fresh[i]->reg_fresh);
+            region_release(fresh[i], status != OTE_OK || fresh[i]->reg_fresh);
     }
     free(fresh);
     free(undo);

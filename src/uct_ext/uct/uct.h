@@ -142,6 +142,12 @@ ote_status_t ote_uct_status(ucs_status_t status);
 /* The UCT handle behind a region's memh entry of a uct md. */
 uct_mem_h    ote_uct_md_memh(void *memh);
 ote_status_t ote_uct_md_get(ote_uct_md_entry_t *entry, ote_uct_md_t **md_p);
+/*
+ * The ote md flags of a UCT domain with these capability flags: one that
+ * registers memory and whose peers need its rkey (RDMA: the NIC checks
+ * nothing else) grants access by its registration (OTE_MD_FLAG_GRANTS_ACCESS).
+ */
+unsigned     ote_uct_md_flags(uint64_t cap_flags);
 void         ote_uct_md_put(ote_uct_md_t *md);
 /*
  * Every UCT resource here, in UCX's order. The records live until exit;

@@ -177,6 +177,13 @@ static ote_uct_md_entry_t *registry_find(uct_component_h comp, const char *md_na
     return e;
 }
 
+unsigned ote_uct_md_flags(uint64_t cap_flags)
+{
+    return (cap_flags & UCT_MD_FLAG_REG) && (cap_flags & UCT_MD_FLAG_NEED_RKEY)
+               ? OTE_MD_FLAG_GRANTS_ACCESS
+               : 0;
+}
+
 ote_status_t ote_uct_md_get(ote_uct_md_entry_t *entry, ote_uct_md_t **md_p)
 {
     ote_uct_md_t *md;
@@ -214,6 +221,8 @@ ote_status_t ote_uct_md_get(ote_uct_md_entry_t *entry, ote_uct_md_t **md_p)
     md->super.mem_types = (md->attr.cap.flags & UCT_MD_FLAG_REG)
                               ? mem_types_of(md->attr.cap.reg_mem_types)
                               : 0;
+    /* An rkey that the NIC honours is never kept or shared past its region. */
+    md->super.flags = ote_uct_md_flags(md->attr.cap.flags);
     entry->md = md;
     *md_p     = md;
     pthread_mutex_unlock(&registry_lock);

@@ -10,9 +10,11 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -217,6 +219,61 @@ static void test_rcache_env_on(void **state)
     rcache_env(true);
 }
 
+enum { MEMFD_ROUNDS = 20000 };
+
+/* Allocate and free host memory in a loop; count allocations whose memfd is not theirs. */
+static void *memfd_churn(void *arg)
+{
+    long *bad = arg;
+
+    for (int i = 0; i < MEMFD_ROUNDS; i++) {
+        size_t len = 0;
+        void *p;
+        struct stat st;
+        unsigned char b = 0, mark = (unsigned char)(i | 1);
+        int fd;
+
+        if (ote_mem_host_alloc(65536, -1, &p, &len) != OTE_OK) {
+            (*bad)++;
+            continue;
+        }
+        fd = ote_mem_host_memfd(p);
+        ((volatile unsigned char *)p)[100] = mark;
+        if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size != len ||
+            pread(fd, &b, 1, 100) != 1 || b != mark)
+            (*bad)++;
+        ote_mem_host_free(p, len);
+    }
+    return NULL;
+}
+
+/*
+ * Threads that allocate and free at once: each allocation's memfd is the
+ * one behind its pages (a free that unmapped before it left the list could
+ * take the entry of a new allocation at the same address and close its fd).
+ */
+static void test_memfd_alloc_free_threads(void **state)
+{
+    long bad[2] = {0, 0};
+    pthread_t th;
+    int probe;
+    size_t len;
+    void *p;
+
+    (void)state;
+    assert_int_equal(ote_mem_host_alloc(4096, -1, &p, &len), OTE_OK);
+    probe = ote_mem_host_memfd(p);
+    ote_mem_host_free(p, len);
+    if (probe < 0)
+        skip(); /* no memfd here: nothing to mix up */
+    assert_int_equal(pthread_create(&th, NULL, memfd_churn, &bad[1]), 0);
+    memfd_churn(&bad[0]);
+    pthread_join(th, NULL);
+    if (bad[0] + bad[1] > 0)
+        fail_msg("%ld of %d allocations had another allocation's memfd or none",
+                 bad[0] + bad[1], 2 * MEMFD_ROUNDS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -225,6 +282,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_alloc_owned, setup, teardown),
         cmocka_unit_test(test_rcache_env_off),
         cmocka_unit_test(test_rcache_env_on),
+        cmocka_unit_test(test_memfd_alloc_free_threads),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

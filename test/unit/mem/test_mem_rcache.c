@@ -5,6 +5,7 @@
  * memory-event hooks with a real munmap).
  */
 #include "fake_md.h"
+#include "mem/mem_int.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -404,9 +405,56 @@ static void test_munmap_hook(void **state)
     fixture_fini(&f);
 }
 
+/*
+ * GPU memory is not kept after its last user: the cache hears of munmap,
+ * not of cudaFree, so a kept entry could outlive its allocation and be
+ * found again for a new one at the same address. Host memory is kept.
+ */
+static void test_gpu_not_kept(void **state)
+{
+    ote_mem_table_params_t p = {.rcache_enable = true, .rcache_max_size = SIZE_MAX,
+                                .rcache_max_regions = 100, .rcache_manual_invalidate = true};
+    ote_mem_rcache_stats_t s;
+    ote_mem_reg_t *a, *b;
+    ote_rcache_t *rc;
+    fake_md_t md;
+    ote_md_t *mds[1] = {&md.md};
+    size_t num_mds = 1;
+    long counter = 0;
+    bool fresh;
+
+    (void)state;
+    fake_md_init(&md, "md", 0, &counter);
+    md.md.mem_types = OTE_MEM_TYPE_HOST | OTE_MEM_TYPE_CUDA;
+    assert_int_equal(ote_rcache_create(&p, mds, &num_mds, &rc), OTE_OK);
+    assert_int_equal(ote_rcache_get(rc, FAKE_BASE, 65536, OTE_MEM_TYPE_CUDA, RW, true, &a, &fresh),
+                     OTE_OK);
+    /* Shared while in use... */
+    assert_int_equal(ote_rcache_get(rc, FAKE_BASE + 4096, 4096, OTE_MEM_TYPE_CUDA, RW, true, &b,
+                                    &fresh),
+                     OTE_OK);
+    assert_ptr_equal(a, b);
+    assert_false(fresh);
+    ote_rcache_put(rc, a, false);
+    ote_rcache_put(rc, b, false);
+    /* ...not kept. */
+    ote_rcache_stats(rc, &s);
+    assert_int_equal(s.unreferenced, 0);
+    assert_int_equal(fake_md_live(&md), 0);
+    /* Host memory is. */
+    assert_int_equal(ote_rcache_get(rc, FAKE_BASE, 65536, OTE_MEM_TYPE_HOST, RW, true, &a, &fresh),
+                     OTE_OK);
+    ote_rcache_put(rc, a, false);
+    ote_rcache_stats(rc, &s);
+    assert_int_equal(s.unreferenced, 1);
+    ote_rcache_destroy(rc);
+    assert_int_equal(fake_md_live(&md), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_not_kept),
         cmocka_unit_test(test_hit_after_deregister),
         cmocka_unit_test(test_covered_and_access),
         cmocka_unit_test(test_evict_by_count_lru),

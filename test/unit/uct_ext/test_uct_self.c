@@ -223,9 +223,27 @@ static void test_auto_choice(void **state)
     carries_both_ways("all", "shm", true);
 }
 
+/*
+ * A UCT domain whose registrations peers reach by rkey alone (RDMA: it
+ * registers, and its peers need the rkey) grants access by registration:
+ * its registrations are per region and never cached: ib's (and UCT's self
+ * and tcp, UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY too, whose registrations
+ * cost nothing); not cma's (UCT_MD_FLAG_REG alone) nor the mm domains'.
+ */
+static void test_uct_md_grant_flag(void **state)
+{
+    (void)state;
+    assert_int_equal(ote_uct_md_flags(UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY),
+                     OTE_MD_FLAG_GRANTS_ACCESS);
+    assert_int_equal(ote_uct_md_flags(UCT_MD_FLAG_REG), 0);
+    assert_int_equal(ote_uct_md_flags(UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_ALLOC), 0);
+    assert_int_equal(ote_uct_md_flags(0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_uct_md_grant_flag),
         cmocka_unit_test(test_uct_cma),
         cmocka_unit_test(test_uct_cma_access_checks),
         cmocka_unit_test(test_uct_tcp),
