@@ -164,10 +164,14 @@ static PyObject *Batch_status(BatchObject *b, PyObject *args)
 
     if (!PyArg_ParseTuple(args, "|O:status", &task_obj))
         return NULL;
-    if (batch_check(b) < 0)
-        return NULL;
     if (task_obj != Py_None) {
-        task = PyLong_AsSsize_t(task_obj);
+        /* any integer with __index__ (numpy's too), as cancel and notify_status take */
+        PyObject *i = PyNumber_Index(task_obj);
+
+        if (i == NULL)
+            return NULL;
+        task = PyLong_AsSsize_t(i);
+        Py_DECREF(i);
         if (task == -1 && PyErr_Occurred())
             return NULL;
         if (task < 0) {
@@ -175,6 +179,8 @@ static PyObject *Batch_status(BatchObject *b, PyObject *args)
             return NULL;
         }
     }
+    if (batch_check(b) < 0)
+        return NULL;
     for (int pass = 0;; pass++) {
         st = task < 0 ? ote_batch_status(b->batch, &ts)
                       : ote_batch_task_status(b->batch, (size_t)task, &ts);
@@ -262,19 +268,10 @@ static PyObject *Batch_wait(BatchObject *b, PyObject *args, PyObject *kw)
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", kwlist, &timeout_obj))
         return NULL;
+    if (timeout_ms_value(timeout_obj, "Batch.wait()", &timeout_ms) < 0)
+        return NULL;
     if (batch_check(b) < 0)
         return NULL;
-    if (timeout_obj != Py_None) {
-        double t = PyFloat_AsDouble(timeout_obj);
-
-        if (t == -1.0 && PyErr_Occurred())
-            return NULL;
-        if (t < 0) {
-            raise_invalid(NULL, "wait: timeout must be >= 0");
-            return NULL;
-        }
-        timeout_ms = t * 1000.0 > 2147483647.0 ? 2147483647 : (int)(t * 1000.0 + 0.5);
-    }
     batch = b->batch;
     Py_BEGIN_ALLOW_THREADS
     st = ote_batch_wait(batch, timeout_ms);
@@ -331,7 +328,8 @@ static PyMethodDef Batch_methods[] = {
      "As submit, from parallel sequences or arrays of 64-bit integers (numpy uint64); "
      "lengths may be one int for all. Returns the first task id."},
     {"status", (PyCFunction)Batch_status, METH_VARARGS,
-     "status(task=None)\n--\n\nWith a task id: its TaskStatus(state, error, transferred). "
+     "status(task=None)\n--\n\nWith a task id (any int, numpy's included): its "
+     "TaskStatus(state, error, transferred). "
      "Without: the batch's summary state (PENDING while any task is, else FAILED if any "
      "failed, else COMPLETED). A poll that finds the task (or the batch) PENDING progresses "
      "the engine once from this thread (ote_engine_progress, the GIL released) and looks "
@@ -342,7 +340,8 @@ static PyMethodDef Batch_methods[] = {
     {"wait", (PyCFunction)(void (*)(void))Batch_wait, METH_VARARGS | METH_KEYWORDS,
      "wait(timeout=None)\n--\n\nBlock (GIL released) until every task ended and every "
      "notification was delivered or failed; returns the summary state. Raises TimeoutError "
-     "after timeout seconds."},
+     "after timeout seconds (None: no limit; at most 2147483.647 s, about 24.8 days: a longer "
+     "one, infinity included, waits that long; NaN or < 0: InvalidParamError)."},
     {"cancel", (PyCFunction)Batch_cancel, METH_VARARGS,
      "cancel(task)\n--\n\nCancel a task; it ends CANCELED once no posted slice can still land."},
     {"telemetry", (PyCFunction)Batch_telemetry, METH_NOARGS,

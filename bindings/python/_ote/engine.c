@@ -157,8 +157,9 @@ static PyMethodDef Engine_methods[] = {
     {"_register_ptr", (PyCFunction)Engine_register_ptr, METH_VARARGS, NULL},
     {"alloc", (PyCFunction)(void (*)(void))Engine_alloc, METH_VARARGS | METH_KEYWORDS,
      "alloc(length, location=None, access=REMOTE_READ|REMOTE_WRITE)\n--\n\n"
-     "Engine-owned page-aligned memory, registered; host memory exports the buffer "
-     "protocol (memoryview(mem))."},
+     "Engine-owned page-aligned memory, registered; host memory (location None, 'cpu:N' "
+     "or pinned 'cuda_host:N'; not 'cuda:N') exports the buffer protocol "
+     "(memoryview(mem))."},
     {"open", (PyCFunction)Engine_open, METH_VARARGS,
      "open(name)\n--\n\nOpen a peer by segment name ('host:port' with the peer-to-peer "
      "metadata); blocks for at most OTE_CONNECT_TIMEOUT_MS."},

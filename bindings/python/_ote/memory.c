@@ -56,7 +56,8 @@ PyObject *Engine_register_buffer(EngineObject *self, PyObject *args)
     unsigned int access;
     MemoryObject *m;
 
-    if (!PyArg_ParseTuple(args, "OzI:_register_buffer", &obj, &location, &access))
+    if (!PyArg_ParseTuple(args, "OzO&:_register_buffer", &obj, &location, access_converter,
+                          &access))
         return NULL;
     if (engine_check(self) < 0)
         return NULL;
@@ -86,27 +87,52 @@ PyObject *Engine_register_buffer(EngineObject *self, PyObject *args)
     return (PyObject *)m;
 }
 
+/* An address or length argument of _register_ptr: an int, 0 .. 2^64-1 (OverflowError). */
+static int u64_arg(PyObject *o, const char *name, uint64_t *v_p)
+{
+    unsigned long long v;
+
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "register: %s must be an int", name);
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *v_p = v;
+    return 0;
+}
+
 /*
  * _register_ptr(addr, nbytes, location, access, keep, host, readonly):
  * registers raw memory; keep is held until deregistration.
  */
 PyObject *Engine_register_ptr(EngineObject *self, PyObject *args)
 {
-    unsigned long long addr, nbytes;
+    PyObject *addr_obj, *nbytes_obj;
+    uint64_t addr, nbytes;
     const char *location = NULL;
     unsigned int access;
     PyObject *keep;
     int host, readonly;
     MemoryObject *m;
 
-    if (!PyArg_ParseTuple(args, "KKzIOpp:_register_ptr", &addr, &nbytes, &location, &access,
-                          &keep, &host, &readonly))
+    if (!PyArg_ParseTuple(args, "OOzO&Opp:_register_ptr", &addr_obj, &nbytes_obj, &location,
+                          access_converter, &access, &keep, &host, &readonly))
+        return NULL;
+    if (u64_arg(addr_obj, "the address", &addr) < 0 ||
+        u64_arg(nbytes_obj, "the length", &nbytes) < 0)
         return NULL;
     if (engine_check(self) < 0)
         return NULL;
     if (addr == 0 || nbytes == 0) {
         raise_invalid(NULL,
                         "register: address and length must be nonzero");
+        return NULL;
+    }
+    if (addr + nbytes < addr || nbytes > SIZE_MAX) {
+        PyErr_SetString(PyExc_OverflowError,
+                        "register: the range passes the end of the address space");
         return NULL;
     }
     if (readonly && (access & OTE_ACCESS_REMOTE_WRITE)) {
@@ -144,8 +170,8 @@ PyObject *Engine_alloc(EngineObject *self, PyObject *args, PyObject *kw)
     void *addr;
     ote_status_t st;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|zI:alloc", kwlist, &length, &location,
-                                     &access))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|zO&:alloc", kwlist, &length, &location,
+                                     access_converter, &access))
         return NULL;
     if (engine_check(self) < 0)
         return NULL;
@@ -168,7 +194,8 @@ PyObject *Engine_alloc(EngineObject *self, PyObject *args, PyObject *kw)
     m->length = (size_t)length;
     m->access = access;
     m->owned  = 1;
-    m->host   = location == NULL || strncmp(location, "cuda", 4) != 0;
+    /* device memory is "cuda:N"; "cuda_host:N" is pinned host memory */
+    m->host   = location == NULL || strncmp(location, "cuda:", 5) != 0;
     return (PyObject *)m;
 }
 

@@ -6,6 +6,9 @@
  */
 #include "module.h"
 
+#include <limits.h>
+#include <math.h>
+
 /* ---- errors ------------------------------------------------------------- */
 
 /*
@@ -48,6 +51,49 @@ PyObject *raise_invalid(const char *what, const char *why)
     PyErr_SetObject(cls, exc);
     Py_DECREF(exc);
     return NULL;
+}
+
+int timeout_ms_value(PyObject *o, const char *what, int *ms_p)
+{
+    double s;
+
+    if (o == Py_None) {
+        *ms_p = -1;
+        return 0;
+    }
+    s = PyFloat_AsDouble(o);
+    if (s == -1.0 && PyErr_Occurred())
+        return -1;
+    if (isnan(s)) {
+        raise_invalid(what, "timeout is NaN");
+        return -1;
+    }
+    if (s < 0) {
+        raise_invalid(what, "timeout must be >= 0");
+        return -1;
+    }
+    /* The library's limit (int milliseconds): longer ones, infinity included, wait that long. */
+    *ms_p = s * 1000.0 >= (double)INT_MAX ? INT_MAX : (int)(s * 1000.0 + 0.5);
+    return 0;
+}
+
+int access_converter(PyObject *o, void *access_p)
+{
+    PyObject *i = PyNumber_Index(o);
+    unsigned long v;
+
+    if (i == NULL)
+        return 0;
+    v = PyLong_AsUnsignedLong(i);
+    Py_DECREF(i);
+    if (v == (unsigned long)-1 && PyErr_Occurred())
+        return 0;
+    if (v > UINT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "access flags out of range");
+        return 0;
+    }
+    *(unsigned *)access_p = (unsigned)v;
+    return 1;
 }
 
 PyObject *raise_closed(const char *what)

@@ -82,6 +82,12 @@ PyObject *raise_invalid(const char *what, const char *why);
 /* InvalidParamError "the <what> is closed"; NULL. */
 PyObject *raise_closed(const char *what);
 
+/* A timeout in seconds (None: -1, no limit) as the int milliseconds of the
+ * library: InvalidParamError when NaN or negative; at most INT_MAX. -1 on error. */
+int timeout_ms_value(PyObject *o, const char *what, int *ms_p);
+/* An access flags argument (unsigned int), for PyArg's O&: OverflowError out of range. */
+int access_converter(PyObject *o, void *access_p);
+
 /* -1 with the exception set when the object (or its engine) is closed, else 0. */
 int engine_check(EngineObject *eo);
 int segment_check(SegmentObject *s);

@@ -12,6 +12,8 @@
  */
 #include "transfer.h"
 
+#include <limits.h>
+#include <math.h>
 #include <sched.h>
 #include <time.h>
 
@@ -203,6 +205,8 @@ static PyObject *Transfer_poll(TransferObject *t, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|pdLp:poll", kwlist, &progress, &wait,
                                      &repoll_us, &yield_cpu))
         return NULL;
+    if (isnan(wait))
+        return raise_invalid("Transfer.poll()", "wait is NaN");
     if (transfer_check(t) < 0)
         return NULL;
     if (t->state < 0)
@@ -215,7 +219,7 @@ static PyObject *Transfer_poll(TransferObject *t, PyObject *args, PyObject *kw)
     if (wait > 0 && repoll_us > 0 && last_polled == (const void *)t &&
         mono_ns() - last_polled_ns < (uint64_t)repoll_us * 1000ull) {
         /* polled again at once: wait in the engine as ote_batch_wait's callers do */
-        int ms = wait * 1000.0 > 2147483647.0 ? 2147483647 : (int)(wait * 1000.0 + 0.5);
+        int ms = wait * 1000.0 >= (double)INT_MAX ? INT_MAX : (int)(wait * 1000.0 + 0.5);
 
         t->busy++;
         Py_BEGIN_ALLOW_THREADS
@@ -253,19 +257,12 @@ static PyObject *Transfer_wait(TransferObject *t, PyObject *args, PyObject *kw)
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", kwlist, &timeout_obj))
         return NULL;
+    if (timeout_ms_value(timeout_obj, "Transfer.wait()", &timeout_ms) < 0)
+        return NULL;
     if (transfer_check(t) < 0)
         return NULL;
     if (t->state < 0)
         return raise_invalid("Transfer.wait()", "not posted");
-    if (timeout_obj != Py_None) {
-        double s = PyFloat_AsDouble(timeout_obj);
-
-        if (s == -1.0 && PyErr_Occurred())
-            return NULL;
-        if (s < 0)
-            return raise_invalid("Transfer.wait()", "timeout must be >= 0");
-        timeout_ms = s * 1000.0 > 2147483647.0 ? 2147483647 : (int)(s * 1000.0 + 0.5);
-    }
     batch = t->batch;
     t->busy++;
     Py_BEGIN_ALLOW_THREADS
@@ -437,7 +434,8 @@ static PyMethodDef Transfer_methods[] = {
      "with yield_cpu, yields the CPU if still PENDING; the GIL released in each."},
     {"wait", (PyCFunction)(void (*)(void))Transfer_wait, METH_VARARGS | METH_KEYWORDS,
      "wait(timeout=None)\n--\n\nBlock (GIL released) until the latest post ended; returns "
-     "its state. TimeoutError after timeout seconds."},
+     "its state. TimeoutError after timeout seconds (None: no limit; at most 2147483.647 s: "
+     "a longer one, infinity included, waits that long; NaN or < 0: InvalidParamError)."},
     {"cancel", (PyCFunction)Transfer_cancel, METH_NOARGS,
      "cancel()\n--\n\nCancel the latest post's requests that did not end (ote_batch_cancel)."},
     {"telemetry", (PyCFunction)Transfer_telemetry, METH_NOARGS,
