@@ -46,10 +46,15 @@ PyObject *Engine_batch(EngineObject *self, PyObject *args, PyObject *kw)
         raise_invalid(NULL, "batch: capacity must be > 0");
         return NULL;
     }
+    if (self->nparked > 0) {
+        engine_reap(self);
+        if (engine_check(self) < 0)
+            return NULL;
+    }
     st = ote_batch_create(self->e, (size_t)capacity, &h);
     if (st != OTE_OK)
         return raise_status(st, "Engine.batch()");
-    b = PyObject_New(BatchObject, &BatchType);
+    b = PyObject_GC_New(BatchObject, &BatchType);
     if (b == NULL) {
         ote_batch_release(h);
         return NULL;
@@ -58,6 +63,11 @@ PyObject *Engine_batch(EngineObject *self, PyObject *args, PyObject *kw)
     b->engine   = self;
     b->batch    = h;
     b->capacity = (size_t)capacity;
+    b->calls    = NULL;
+    b->held     = NULL;
+    b->nheld    = 0;
+    b->held_cap = 0;
+    PyObject_GC_Track(b);
     return (PyObject *)b;
 }
 
@@ -76,24 +86,151 @@ int batch_check(BatchObject *b)
     return 0;
 }
 
-static void batch_release(BatchObject *b)
+/* ---- the memory a batch holds ------------------------------------------------- */
+
+void memory_unhold(MemoryObject *m)
 {
-    if (b->batch != NULL && b->engine->e != NULL)
-        ote_batch_release(b->batch);
-    b->batch = NULL;
+    /* deregistered while held: its export and kept object were left to here */
+    if (--m->holders == 0 && m->mem == NULL)
+        memory_drop_export(m);
+    Py_DECREF(m);
+}
+
+void batch_unhold(MemoryObject **held, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        memory_unhold(held[i]);
+    PyMem_Free(held);
+}
+
+/* Whether tasks of the batch are still in flight (a status that cannot be read: no). */
+static int batch_pending(ote_batch_h h)
+{
+    ote_task_status_t ts;
+
+    return ote_batch_status(h, &ts) == OTE_OK && ts.state == OTE_TASK_PENDING;
+}
+
+/* Keep a released batch (NULL: the engine is being destroyed) and what it holds. */
+static int engine_park(EngineObject *eo, ote_batch_h h, MemoryObject **held, size_t n)
+{
+    if (eo->nparked == eo->parked_cap) {
+        size_t cap = eo->parked_cap ? 2 * eo->parked_cap : 4;
+        parked_batch_t *p = PyMem_Realloc(eo->parked, cap * sizeof(*p));
+
+        if (p == NULL)
+            return -1;
+        eo->parked     = p;
+        eo->parked_cap = cap;
+    }
+    eo->parked[eo->nparked++] = (parked_batch_t){.batch = h, .held = held, .nheld = n};
+    return 0;
+}
+
+void engine_reap(EngineObject *eo)
+{
+    parked_batch_t *done;
+    size_t keep = 0, ndone = 0;
+
+    if (eo->e == NULL || eo->nparked == 0)
+        return;
+    done = PyMem_Malloc(eo->nparked * sizeof(*done));
+    if (done == NULL)
+        return; /* the next reap */
+    for (size_t i = 0; i < eo->nparked; i++) {
+        if (eo->parked[i].batch != NULL && !batch_pending(eo->parked[i].batch))
+            done[ndone++] = eo->parked[i];
+        else
+            eo->parked[keep++] = eo->parked[i];
+    }
+    eo->nparked = keep;
+    /* every release before the first Py_DECREF: that may run code that closes the engine */
+    for (size_t i = 0; i < ndone; i++)
+        ote_batch_release(done[i].batch);
+    for (size_t i = 0; i < ndone; i++)
+        batch_unhold(done[i].held, done[i].nheld);
+    PyMem_Free(done);
+}
+
+void engine_unpark_all(EngineObject *eo)
+{
+    parked_batch_t *p = eo->parked;
+    size_t n          = eo->nparked;
+
+    eo->parked     = NULL;
+    eo->nparked    = 0;
+    eo->parked_cap = 0;
+    for (size_t i = 0; i < n; i++)
+        batch_unhold(p[i].held, p[i].nheld);
+    PyMem_Free(p);
+}
+
+/*
+ * Release the handle (refused while another thread is inside a call using
+ * it). The memory its submits held goes once its tasks ended: a batch with
+ * tasks in flight is parked on the engine until then (ote_batch_release
+ * returns at once and the library drains them), as while the engine is
+ * being destroyed. Where no memory is left to park it, the batch and what
+ * it holds are kept for ever: a leak, not memory freed under a transfer.
+ */
+static int batch_release(BatchObject *b, const char *what)
+{
+    EngineObject *eo     = b->engine;
+    ote_batch_h h        = b->batch;
+    MemoryObject **held  = b->held;
+    size_t nheld         = b->nheld;
+
+    if (h != NULL && calls_refuse(b->calls, what, "batch") < 0)
+        return -1;
+    b->batch    = NULL;
+    b->held     = NULL;
+    b->nheld    = 0;
+    b->held_cap = 0;
+    if (h != NULL && eo->e != NULL) {
+        if (nheld > 0 && batch_pending(h)) {
+            if (engine_park(eo, h, held, nheld) < 0)
+                return 0;
+            held = NULL;
+            h    = NULL;
+        }
+        if (h != NULL)
+            ote_batch_release(h);
+    } else if (nheld > 0 && eo->destroying) {
+        if (engine_park(eo, NULL, held, nheld) < 0)
+            return 0;
+        held = NULL;
+    }
+    if (held != NULL)
+        batch_unhold(held, nheld);
+    engine_reap(eo);
+    return 0;
+}
+
+static int Batch_traverse(BatchObject *b, visitproc visit, void *arg)
+{
+    Py_VISIT(b->engine);
+    for (size_t i = 0; i < b->nheld; i++)
+        Py_VISIT(b->held[i]);
+    return 0;
 }
 
 static void Batch_dealloc(BatchObject *b)
 {
-    batch_release(b);
+    PyObject *t, *v, *tb;
+
+    PyObject_GC_UnTrack(b);
+    PyErr_Fetch(&t, &v, &tb);
+    (void)batch_release(b, "Batch.__del__()"); /* no call can be in flight: each holds b */
+    PyErr_Restore(t, v, tb);
     Py_CLEAR(b->engine);
-    PyObject_Free(b);
+    Py_TYPE(b)->tp_free((PyObject *)b);
 }
 
 static PyObject *Batch_release(BatchObject *b, PyObject *unused)
 {
     (void)unused;
-    batch_release(b);
+    if (batch_release(b, "Batch.release()") < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -109,7 +246,8 @@ static PyObject *Batch_enter(BatchObject *b, PyObject *unused)
 static PyObject *Batch_exit(BatchObject *b, PyObject *args)
 {
     (void)args;
-    batch_release(b);
+    if (batch_release(b, "Batch.__exit__()") < 0)
+        return NULL;
     Py_RETURN_FALSE;
 }
 
@@ -140,10 +278,13 @@ static PyObject *task_status_object(const ote_task_status_t *ts)
 static void batch_poll_progress(BatchObject *b)
 {
     ote_engine_h e = b->engine->e;
+    py_call_t c;
 
+    call_enter(&b->engine->calls, &c, "Batch.status()");
     Py_BEGIN_ALLOW_THREADS
     (void)ote_engine_progress(e);
     Py_END_ALLOW_THREADS
+    call_leave(&b->engine->calls, &c);
 }
 
 /* Still pending after that pass: leave the CPU to the threads that complete it (the
@@ -265,6 +406,7 @@ static PyObject *Batch_wait(BatchObject *b, PyObject *args, PyObject *kw)
     ote_status_t st;
     ote_task_status_t ts;
     ote_batch_h batch;
+    py_call_t c, ce;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", kwlist, &timeout_obj))
         return NULL;
@@ -273,9 +415,13 @@ static PyObject *Batch_wait(BatchObject *b, PyObject *args, PyObject *kw)
     if (batch_check(b) < 0)
         return NULL;
     batch = b->batch;
+    call_enter(&b->calls, &c, "Batch.wait()");
+    call_enter(&b->engine->calls, &ce, "Batch.wait()");
     Py_BEGIN_ALLOW_THREADS
     st = ote_batch_wait(batch, timeout_ms);
     Py_END_ALLOW_THREADS
+    call_leave(&b->engine->calls, &ce);
+    call_leave(&b->calls, &c);
     if (st != OTE_OK)
         return raise_status(st, "Batch.wait()");
     st = ote_batch_status(b->batch, &ts);
@@ -321,12 +467,16 @@ static PyMethodDef Batch_methods[] = {
      "Submit requests, a sequence of (op, local, remote_addr, length) tuples (local: an int "
      "address, a Memory, or (Memory, offset)). With notify (bytes-like), the peer receives it "
      "once every task of this call completed. Returns the first task id; the tasks are "
-     "first .. first+len(requests)-1. Nothing is submitted when it raises."},
+     "first .. first+len(requests)-1. Nothing is submitted when it raises; a READ into a "
+     "read-only registration raises InvalidParamError. The batch holds each Memory given as "
+     "a local (and so the object registered) until it is released and its tasks have ended; "
+     "an int address is the caller's to keep registered and alive."},
     {"submit_arrays", (PyCFunction)(void (*)(void))Batch_submit_arrays,
      METH_VARARGS | METH_KEYWORDS,
      "submit_arrays(segment, op, local_addrs, remote_addrs, lengths, notify=None)\n--\n\n"
      "As submit, from parallel sequences or arrays of 64-bit integers (numpy uint64); "
-     "lengths may be one int for all. Returns the first task id."},
+     "lengths may be one int for all. Returns the first task id. The addresses are ints: "
+     "the memory is the caller's to keep registered and alive until the tasks ended."},
     {"status", (PyCFunction)Batch_status, METH_VARARGS,
      "status(task=None)\n--\n\nWith a task id (any int, numpy's included): its "
      "TaskStatus(state, error, transferred). "
@@ -349,8 +499,11 @@ static PyMethodDef Batch_methods[] = {
      "completed): what the batch did so far (ote_batch_telemetry); never blocks. Final once "
      "ended == requests, until the next submit (the figures add up over submits)."},
     {"release", (PyCFunction)Batch_release, METH_NOARGS,
-     "release()\n--\n\nRelease the batch; tasks in flight drain first. Idempotent; "
-     "does nothing once the engine is closed (the engine released it)."},
+     "release()\n--\n\nRelease the batch; tasks in flight drain first (it returns at once). "
+     "The Memory objects its submits took as locals are let go of once its tasks have ended "
+     "(until then the engine keeps them). Idempotent; once the engine is closed (it released "
+     "the batch) it only lets go of them. Raises BusyError, the batch left open, while "
+     "another thread is inside wait() or a submit on it."},
     {"__enter__", (PyCFunction)Batch_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Batch_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
@@ -365,9 +518,11 @@ PyTypeObject BatchType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name      = "orbitte.Batch",
     .tp_basicsize = sizeof(BatchObject),
-    .tp_flags     = Py_TPFLAGS_DEFAULT,
+    .tp_flags     = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc       = "A batch of READ/WRITE tasks (Engine.batch).",
     .tp_dealloc   = (destructor)Batch_dealloc,
+    .tp_traverse  = (traverseproc)Batch_traverse,
+    .tp_free      = PyObject_GC_Del,
     .tp_methods   = Batch_methods,
     .tp_getset    = Batch_getset,
 };

@@ -45,28 +45,78 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static void engine_close(EngineObject *self)
+/* Destroy the engine, then let go of what its parked batches held. While
+ * the library destroys it (the GIL released) its tasks may still land:
+ * destroying tells the releasing calls of other threads to keep memory. */
+static void engine_destroy(EngineObject *self)
 {
     ote_engine_h e = self->e;
 
     if (e == NULL)
         return;
-    self->e = NULL;
+    self->e          = NULL;
+    self->destroying = 1;
     Py_BEGIN_ALLOW_THREADS
     ote_engine_destroy(e);
     Py_END_ALLOW_THREADS
+    self->destroying = 0;
+    ro_clear(self);
+    engine_unpark_all(self);
 }
 
+/* Close unless a call is in flight on the engine or any of its objects, or a
+ * view of memory it allocated is exported: then -1 with the exception set. */
+static int engine_close(EngineObject *self, const char *what)
+{
+    if (self->e == NULL)
+        return 0;
+    if (calls_refuse(self->calls, what, "engine") < 0)
+        return -1;
+    if (self->owned_views > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: %zd view%s of memory this engine allocated (Engine.alloc) %s still "
+                     "exported; release %s first (the engine stays open)",
+                     what, self->owned_views, self->owned_views > 1 ? "s" : "",
+                     self->owned_views > 1 ? "are" : "is", self->owned_views > 1 ? "them" : "it");
+        return -1;
+    }
+    engine_destroy(self);
+    return 0;
+}
+
+/* The parked batches hold Memory objects, which hold the engine. */
+static int Engine_traverse(EngineObject *self, visitproc visit, void *arg)
+{
+    for (size_t i = 0; i < self->nparked; i++)
+        for (size_t k = 0; k < self->parked[i].nheld; k++)
+            Py_VISIT(self->parked[i].held[k]);
+    return 0;
+}
+
+/* Unreachable with parked batches: destroyed, which ends their tasks and lets
+ * their memory go (an orbitte.Engine's __dict__ was cleared before). */
+static int Engine_clear(EngineObject *self)
+{
+    if (self->nparked > 0 && self->calls == NULL && self->owned_views == 0)
+        engine_destroy(self);
+    return 0;
+}
+
+/* No call can be in flight and no view exported here: each holds the engine. */
 static void Engine_dealloc(EngineObject *self)
 {
-    engine_close(self);
+    PyObject_GC_UnTrack(self);
+    engine_destroy(self);
+    PyMem_Free(self->ro);
+    PyMem_Free(self->parked);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *Engine_close(EngineObject *self, PyObject *unused)
 {
     (void)unused;
-    engine_close(self);
+    if (engine_close(self, "Engine.close()") < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -82,7 +132,8 @@ static PyObject *Engine_enter(EngineObject *self, PyObject *unused)
 static PyObject *Engine_exit(EngineObject *self, PyObject *args)
 {
     (void)args;
-    engine_close(self);
+    if (engine_close(self, "Engine.__exit__()") < 0)
+        return NULL;
     Py_RETURN_FALSE;
 }
 
@@ -115,14 +166,17 @@ static PyObject *Engine_progress(EngineObject *self, PyObject *unused)
 {
     ote_engine_h e;
     ote_status_t st;
+    py_call_t c;
 
     (void)unused;
     if (engine_check(self) < 0)
         return NULL;
     e = self->e;
+    call_enter(&self->calls, &c, "Engine.progress()");
     Py_BEGIN_ALLOW_THREADS
     st = ote_engine_progress(e);
     Py_END_ALLOW_THREADS
+    call_leave(&self->calls, &c);
     if (st != OTE_OK && st != OTE_ERR_BUSY)
         return raise_status(st, "Engine.progress()");
     return PyBool_FromLong(st == OTE_OK);
@@ -141,7 +195,10 @@ static PyObject *Engine_clear_event(EngineObject *self, PyObject *unused)
 static PyMethodDef Engine_methods[] = {
     {"close", (PyCFunction)Engine_close, METH_NOARGS,
      "close()\n--\n\nDestroy the engine: tasks in flight end CANCELED; its batches, segments "
-     "and registrations are released. Idempotent."},
+     "and registrations are released. Idempotent. Raises BusyError while another thread is "
+     "inside a call on the engine or any of its objects that waits (the GIL released), and "
+     "BufferError while views of memory it allocated (memoryview(Engine.alloc(...))) are "
+     "exported; the engine stays open then."},
     {"__enter__", (PyCFunction)Engine_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Engine_exit, METH_VARARGS, NULL},
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS,
@@ -201,12 +258,15 @@ PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name      = "orbitte._ote.Engine",
     .tp_basicsize = sizeof(EngineObject),
-    .tp_flags     = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_flags     = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc       = "Engine(name=None, listen_addr=None, metadata=None)\n--\n\n"
                     "An engine (ote_engine_create): reads the OTE_* environment.",
     .tp_new       = PyType_GenericNew,
     .tp_init      = (initproc)Engine_init,
     .tp_dealloc   = (destructor)Engine_dealloc,
+    .tp_traverse  = (traverseproc)Engine_traverse,
+    .tp_clear     = (inquiry)Engine_clear,
+    .tp_free      = PyObject_GC_Del,
     .tp_methods   = Engine_methods,
     .tp_getset    = Engine_getset,
 };

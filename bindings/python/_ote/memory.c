@@ -7,7 +7,7 @@
 
 static MemoryObject *memory_new(EngineObject *engine)
 {
-    MemoryObject *m = PyObject_New(MemoryObject, &MemoryType);
+    MemoryObject *m = PyObject_GC_New(MemoryObject, &MemoryType);
 
     if (m == NULL)
         return NULL;
@@ -23,25 +23,137 @@ static MemoryObject *memory_new(EngineObject *engine)
     m->exports  = 0;
     m->has_view = 0;
     m->keep     = NULL;
+    m->holders  = 0;
+    m->mark     = 0;
     memset(&m->view, 0, sizeof(m->view));
+    PyObject_GC_Track(m);
     return m;
 }
+
+/* ---- read-only registrations ------------------------------------------------ */
+
+/* Sorted by start; m's range is removed when m is deregistered (ro_remove). */
+static int ro_add(EngineObject *eo, MemoryObject *m)
+{
+    uint64_t start = (uint64_t)(uintptr_t)m->addr;
+    size_t lo = 0, hi = eo->nro;
+
+    if (eo->nro == eo->ro_cap) {
+        size_t cap = eo->ro_cap ? 2 * eo->ro_cap : 4;
+        ro_range_t *ro = PyMem_Realloc(eo->ro, cap * sizeof(*ro));
+
+        if (ro == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        eo->ro     = ro;
+        eo->ro_cap = cap;
+    }
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (eo->ro[mid].start <= start)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    memmove(&eo->ro[lo + 1], &eo->ro[lo], (eo->nro - lo) * sizeof(eo->ro[0]));
+    eo->ro[lo] = (ro_range_t){.start = start, .end = start + m->length, .owner = m};
+    eo->nro++;
+    if (m->length > eo->ro_maxlen)
+        eo->ro_maxlen = m->length;
+    return 0;
+}
+
+static void ro_remove(EngineObject *eo, MemoryObject *m)
+{
+    for (size_t i = 0; i < eo->nro; i++) {
+        if (eo->ro[i].owner != m)
+            continue;
+        memmove(&eo->ro[i], &eo->ro[i + 1], (eo->nro - i - 1) * sizeof(eo->ro[0]));
+        eo->nro--;
+        eo->ro_maxlen = 0;
+        for (size_t k = 0; k < eo->nro; k++)
+            if (eo->ro[k].end - eo->ro[k].start > eo->ro_maxlen)
+                eo->ro_maxlen = eo->ro[k].end - eo->ro[k].start;
+        return;
+    }
+}
+
+void ro_clear(EngineObject *eo)
+{
+    PyMem_Free(eo->ro);
+    eo->ro        = NULL;
+    eo->nro       = 0;
+    eo->ro_cap    = 0;
+    eo->ro_maxlen = 0;
+}
+
+int ro_check(EngineObject *eo, uint64_t addr, uint64_t length, const char *what,
+             Py_ssize_t request)
+{
+    uint64_t end = addr + length < addr ? UINT64_MAX : addr + length;
+    size_t lo = 0, hi = eo->nro;
+
+    if (length == 0)
+        return 0;
+    /* the ranges before lo start below end */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (eo->ro[mid].start < end)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    while (lo-- > 0) {
+        const ro_range_t *r = &eo->ro[lo];
+        char why[200];
+
+        if (r->end > addr) {
+            snprintf(why, sizeof(why),
+                     "request %zd READs into [0x%llx, 0x%llx), which overlaps read-only memory "
+                     "registered at [0x%llx, 0x%llx)",
+                     request, (unsigned long long)addr, (unsigned long long)end,
+                     (unsigned long long)r->start, (unsigned long long)r->end);
+            raise_invalid(what, why);
+            return -1;
+        }
+        /* this one and those before it start ro_maxlen or more below addr: they end by it */
+        if (r->start <= addr && addr - r->start >= eo->ro_maxlen)
+            break;
+    }
+    return 0;
+}
+
+/* ---- registration ----------------------------------------------------------- */
 
 static int memory_register(MemoryObject *m, const char *location)
 {
     ote_mem_desc_t d = {.addr = m->addr, .length = m->length, .location = location,
                         .access = m->access};
+    EngineObject *eo = m->engine;
     ote_mem_h h;
     ote_status_t st;
+    py_call_t c;
 
+    if (engine_check(eo) < 0) /* taking the buffer may have run code that closed it */
+        return -1;
+    call_enter(&eo->calls, &c, "Engine.register()");
     Py_BEGIN_ALLOW_THREADS
-    st = ote_mem_register(m->engine->e, &d, 1, &h);
+    st = ote_mem_register(eo->e, &d, 1, &h);
     Py_END_ALLOW_THREADS
+    call_leave(&eo->calls, &c);
     if (st != OTE_OK) {
         raise_status(st, "Engine.register()");
         return -1;
     }
     m->mem = h;
+    if (m->readonly && ro_add(eo, m) < 0) {
+        m->mem = NULL;
+        (void)ote_mem_deregister(eo->e, h);
+        return -1;
+    }
     return 0;
 }
 
@@ -169,6 +281,7 @@ PyObject *Engine_alloc(EngineObject *self, PyObject *args, PyObject *kw)
     ote_mem_h h;
     void *addr;
     ote_status_t st;
+    py_call_t c;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "n|zO&:alloc", kwlist, &length, &location,
                                      access_converter, &access))
@@ -182,9 +295,11 @@ PyObject *Engine_alloc(EngineObject *self, PyObject *args, PyObject *kw)
     m = memory_new(self);
     if (m == NULL)
         return NULL;
+    call_enter(&self->calls, &c, "Engine.alloc()");
     Py_BEGIN_ALLOW_THREADS
     st = ote_mem_alloc(self->e, (size_t)length, location, access, &addr, &h);
     Py_END_ALLOW_THREADS
+    call_leave(&self->calls, &c);
     if (st != OTE_OK) {
         Py_DECREF(m);
         return raise_status(st, "Engine.alloc()");
@@ -201,8 +316,25 @@ PyObject *Engine_alloc(EngineObject *self, PyObject *args, PyObject *kw)
 
 /* ---- Memory --------------------------------------------------------------- */
 
-static int memory_release(MemoryObject *m)
+void memory_drop_export(MemoryObject *m)
 {
+    if (m->has_view) {
+        PyBuffer_Release(&m->view);
+        m->has_view = 0;
+    }
+    Py_CLEAR(m->keep);
+}
+
+/*
+ * Deregister (free engine-owned memory) and let go of the buffer export and
+ * the kept object; those stay while a batch holds the memory (until it lets
+ * go: batch_unhold), and while the engine is being destroyed in another
+ * thread (its tasks may still land: deregister() raises BusyError; a dealloc
+ * then leaves them held for ever, which only leaks).
+ */
+static int memory_release(MemoryObject *m, int dealloc)
+{
+    EngineObject *eo = m->engine;
     ote_status_t st = OTE_OK;
 
     if (m->exports > 0) {
@@ -210,20 +342,33 @@ static int memory_release(MemoryObject *m)
                         "deregister: views of this memory are still exported");
         return -1;
     }
-    if (m->mem != NULL && m->engine->e != NULL) {
+    if (eo->destroying && (m->mem != NULL || m->has_view || m->keep != NULL)) {
+        if (dealloc)
+            return 0;
+        raise_error(OTE_ERR_BUSY, "Memory.deregister()",
+                    "Engine.close() is in progress in another thread");
+        return -1;
+    }
+    if (m->mem != NULL) {
         ote_mem_h h = m->mem;
-        ote_engine_h e = m->engine->e;
 
-        Py_BEGIN_ALLOW_THREADS
-        st = m->owned ? ote_mem_free(e, h) : ote_mem_deregister(e, h);
-        Py_END_ALLOW_THREADS
+        m->mem = NULL;
+        if (m->readonly)
+            ro_remove(eo, m);
+        if (eo->e != NULL) {
+            ote_engine_h e = eo->e;
+            int owned = m->owned;
+            py_call_t c;
+
+            call_enter(&eo->calls, &c, "Memory.deregister()");
+            Py_BEGIN_ALLOW_THREADS
+            st = owned ? ote_mem_free(e, h) : ote_mem_deregister(e, h);
+            Py_END_ALLOW_THREADS
+            call_leave(&eo->calls, &c);
+        }
     }
-    m->mem = NULL;
-    if (m->has_view) {
-        PyBuffer_Release(&m->view);
-        m->has_view = 0;
-    }
-    Py_CLEAR(m->keep);
+    if (m->holders == 0)
+        memory_drop_export(m);
     if (st != OTE_OK) {
         raise_status(st, "Memory.deregister()");
         return -1;
@@ -231,23 +376,34 @@ static int memory_release(MemoryObject *m)
     return 0;
 }
 
+static int Memory_traverse(MemoryObject *m, visitproc visit, void *arg)
+{
+    Py_VISIT(m->engine);
+    Py_VISIT(m->keep);
+    if (m->has_view)
+        Py_VISIT(m->view.obj);
+    return 0;
+}
+
+/* No batch holds it (each holds a reference) and no view is exported (each holds one). */
 static void Memory_dealloc(MemoryObject *m)
 {
     PyObject *t, *v, *tb;
 
+    PyObject_GC_UnTrack(m);
     PyErr_Fetch(&t, &v, &tb);
     m->exports = 0;
-    if (memory_release(m) < 0)
+    if (memory_release(m, 1) < 0)
         PyErr_WriteUnraisable((PyObject *)m);
     PyErr_Restore(t, v, tb);
     Py_CLEAR(m->engine);
-    PyObject_Free(m);
+    Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
 static PyObject *Memory_deregister(MemoryObject *m, PyObject *unused)
 {
     (void)unused;
-    if (memory_release(m) < 0)
+    if (memory_release(m, 0) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -266,7 +422,7 @@ static PyObject *Memory_enter(MemoryObject *m, PyObject *unused)
 static PyObject *Memory_exit(MemoryObject *m, PyObject *args)
 {
     (void)args;
-    if (memory_release(m) < 0)
+    if (memory_release(m, 0) < 0)
         return NULL;
     Py_RETURN_FALSE;
 }
@@ -292,14 +448,19 @@ static int Memory_getbuffer(MemoryObject *m, Py_buffer *view, int flags)
                           flags) < 0)
         return -1;
     m->exports++;
+    if (m->owned)
+        m->engine->owned_views++; /* Engine.close() would free it */
     return 0;
 }
 
 static void Memory_releasebuffer(MemoryObject *m, Py_buffer *view)
 {
     (void)view;
-    if (m->exports > 0)
+    if (m->exports > 0) {
         m->exports--;
+        if (m->owned)
+            m->engine->owned_views--;
+    }
 }
 
 static PyBufferProcs Memory_as_buffer = {(getbufferproc)Memory_getbuffer,
@@ -334,7 +495,11 @@ static PyMethodDef Memory_methods[] = {
      "deregister()\n--\n\nDrop the registration (engine-allocated memory is freed); "
      "transfers already using it drain first. Idempotent; once the engine is closed (it "
      "released the registration) it only lets go of the registered object and its "
-     "buffer export."},
+     "buffer export. While a batch holds this Memory (it was a local of the batch's "
+     "submits, and the batch is not released or its tasks have not ended) the registered "
+     "object and its buffer export are let go of only once the batch lets go of it. "
+     "Raises BufferError, nothing done, while views of the memory (memoryview(mem)) are "
+     "exported, also once the engine is closed."},
     {"__enter__", (PyCFunction)Memory_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Memory_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
@@ -350,9 +515,11 @@ PyTypeObject MemoryType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name      = "orbitte.Memory",
     .tp_basicsize = sizeof(MemoryObject),
-    .tp_flags     = Py_TPFLAGS_DEFAULT,
+    .tp_flags     = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc       = "A registered region (Engine.register or Engine.alloc).",
     .tp_dealloc   = (destructor)Memory_dealloc,
+    .tp_traverse  = (traverseproc)Memory_traverse,
+    .tp_free      = PyObject_GC_Del,
     .tp_methods   = Memory_methods,
     .tp_getset    = Memory_getset,
     .tp_repr      = (reprfunc)Memory_repr,

@@ -43,14 +43,38 @@ PyObject *raise_status(ote_status_t status, const char *what)
 /* An invalid argument found here, before the library was called. */
 PyObject *raise_invalid(const char *what, const char *why)
 {
-    PyObject *cls = error_class(OTE_ERR_INVALID_PARAM), *exc;
+    return raise_error(OTE_ERR_INVALID_PARAM, what, why);
+}
 
-    exc = PyObject_CallFunction(cls, "isz", (int)OTE_ERR_INVALID_PARAM, why, what);
+PyObject *raise_error(ote_status_t status, const char *what, const char *why)
+{
+    PyObject *cls = error_class(status), *exc;
+
+    exc = PyObject_CallFunction(cls, "isz", (int)status, why, what);
     if (exc == NULL)
         return NULL;
     PyErr_SetObject(cls, exc);
     Py_DECREF(exc);
     return NULL;
+}
+
+int calls_refuse(const py_call_t *calls, const char *what, const char *obj)
+{
+    char why[256], more[48] = "";
+    size_t n = 0;
+
+    if (calls == NULL)
+        return 0;
+    for (const py_call_t *c = calls; c != NULL; c = c->next)
+        n++;
+    if (n > 1)
+        snprintf(more, sizeof(more), " (and %zu more call%s)", n - 1, n > 2 ? "s" : "");
+    snprintf(why, sizeof(why),
+             "%s is in progress on this %s in another thread%s; the %s stays open: "
+             "retry once it returned",
+             calls->what, obj, more, obj);
+    raise_error(OTE_ERR_BUSY, what, why);
+    return -1;
 }
 
 int timeout_ms_value(PyObject *o, const char *what, int *ms_p)

@@ -15,7 +15,10 @@ PyObject *Engine_send(EngineObject *self, PyObject *args)
     PyObject *seg_obj;
     Py_buffer msg;
     SegmentObject *s;
+    ote_engine_h e;
+    ote_segment_h seg;
     ote_status_t st;
+    py_call_t c, ce;
 
     if (!PyArg_ParseTuple(args, "O!y*:send", &SegmentType, &seg_obj, &msg))
         return NULL;
@@ -32,9 +35,15 @@ PyObject *Engine_send(EngineObject *self, PyObject *args)
         PyBuffer_Release(&msg);
         return raise_invalid("Engine.send()", "a notification holds at most NOTIFY_MAX bytes");
     }
+    e   = self->e;
+    seg = s->seg;
+    call_enter(&s->calls, &c, "Engine.send()");
+    call_enter(&self->calls, &ce, "Engine.send()");
     Py_BEGIN_ALLOW_THREADS
-    st = ote_notify_send(self->e, s->seg, msg.buf, (size_t)msg.len);
+    st = ote_notify_send(e, seg, msg.buf, (size_t)msg.len);
     Py_END_ALLOW_THREADS
+    call_leave(&self->calls, &ce);
+    call_leave(&s->calls, &c);
     PyBuffer_Release(&msg);
     if (st != OTE_OK)
         return raise_status(st, "Engine.send()");

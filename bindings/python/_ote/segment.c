@@ -13,41 +13,54 @@ static PyStructSequence_Field region_fields[] = {{"addr", "start address on the 
 PyStructSequence_Desc region_desc = {"orbitte.Region", "A region a peer published.",
                                             region_fields, 4};
 
+/* The Segment of an opened handle, labelled name; on failure the handle is closed. */
+static PyObject *segment_new(EngineObject *engine, ote_segment_h seg, PyObject *name)
+{
+    SegmentObject *s = PyObject_GC_New(SegmentObject, &SegmentType);
+
+    if (s == NULL) {
+        ote_segment_close(seg);
+        return NULL;
+    }
+    Py_INCREF(engine);
+    s->engine = engine;
+    s->seg    = seg;
+    Py_INCREF(name);
+    s->name  = name;
+    s->calls = NULL;
+    PyObject_GC_Track(s);
+    return (PyObject *)s;
+}
+
 PyObject *Engine_open(EngineObject *self, PyObject *args)
 {
     PyObject *name_obj;
     const char *name;
-    SegmentObject *s;
+    ote_engine_h e;
     ote_segment_h seg;
     ote_status_t st;
+    py_call_t c;
 
     if (!PyArg_ParseTuple(args, "U:open", &name_obj))
-        return NULL;
-    if (engine_check(self) < 0)
         return NULL;
     name = PyUnicode_AsUTF8(name_obj);
     if (name == NULL)
         return NULL;
+    if (engine_check(self) < 0)
+        return NULL;
+    e = self->e;
+    call_enter(&self->calls, &c, "Engine.open()");
     Py_BEGIN_ALLOW_THREADS
-    st = ote_segment_open(self->e, name, &seg);
+    st = ote_segment_open(e, name, &seg);
     Py_END_ALLOW_THREADS
+    call_leave(&self->calls, &c);
     if (st != OTE_OK) {
         char what[320];
 
         snprintf(what, sizeof(what), "Engine.open('%.280s')", name);
         return raise_status(st, what);
     }
-    s = PyObject_New(SegmentObject, &SegmentType);
-    if (s == NULL) {
-        ote_segment_close(seg);
-        return NULL;
-    }
-    Py_INCREF(self);
-    s->engine = self;
-    s->seg    = seg;
-    Py_INCREF(name_obj);
-    s->name = name_obj;
-    return (PyObject *)s;
+    return segment_new(self, seg, name_obj);
 }
 
 /* This engine's descriptor as the signed bytes of ote_engine_desc_export(). */
@@ -56,14 +69,19 @@ PyObject *Engine_desc_export(EngineObject *self, PyObject *unused)
     PyObject *out;
     void *buf = NULL;
     size_t len = 0;
+    ote_engine_h e;
     ote_status_t st;
+    py_call_t c;
 
     (void)unused;
     if (engine_check(self) < 0)
         return NULL;
+    e = self->e;
+    call_enter(&self->calls, &c, "Engine.desc_export()");
     Py_BEGIN_ALLOW_THREADS
-    st = ote_engine_desc_export(self->e, &buf, &len);
+    st = ote_engine_desc_export(e, &buf, &len);
     Py_END_ALLOW_THREADS
+    call_leave(&self->calls, &c);
     if (st != OTE_OK)
         return raise_status(st, "Engine.desc_export()");
     out = PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
@@ -77,9 +95,10 @@ PyObject *Engine_open_desc(EngineObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"desc", "name", NULL};
     PyObject *name_obj = NULL;
     Py_buffer desc;
-    SegmentObject *s;
+    ote_engine_h e;
     ote_segment_h seg;
     ote_status_t st;
+    py_call_t c;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|U:open_desc", kwlist, &desc, &name_obj))
         return NULL;
@@ -87,28 +106,19 @@ PyObject *Engine_open_desc(EngineObject *self, PyObject *args, PyObject *kw)
         PyBuffer_Release(&desc);
         return NULL;
     }
+    e = self->e;
+    call_enter(&self->calls, &c, "Engine.open_desc()");
     Py_BEGIN_ALLOW_THREADS
-    st = ote_segment_open_desc(self->e, desc.buf, (size_t)desc.len, &seg);
+    st = ote_segment_open_desc(e, desc.buf, (size_t)desc.len, &seg);
     Py_END_ALLOW_THREADS
+    call_leave(&self->calls, &c);
     PyBuffer_Release(&desc);
     if (st != OTE_OK)
         return raise_status(st, st == OTE_ERR_AUTH
                                     ? "Engine.open_desc(): the descriptor's signature does not "
                                       "match OTE_AUTH_KEY (altered, unsigned or another key)"
                                     : "Engine.open_desc()");
-    s = PyObject_New(SegmentObject, &SegmentType);
-    if (s == NULL) {
-        ote_segment_close(seg);
-        return NULL;
-    }
-    if (name_obj == NULL)
-        name_obj = Py_None;
-    Py_INCREF(self);
-    s->engine = self;
-    s->seg    = seg;
-    Py_INCREF(name_obj);
-    s->name = name_obj;
-    return (PyObject *)s;
+    return segment_new(self, seg, name_obj != NULL ? name_obj : Py_None);
 }
 
 /* ---- Segment -------------------------------------------------------------- */
@@ -126,17 +136,24 @@ int segment_check(SegmentObject *s)
     return 0;
 }
 
-static int segment_close(SegmentObject *s)
+/* Refused (-1, BusyError) while another thread is inside a call using the handle. */
+static int segment_close(SegmentObject *s, const char *what)
 {
     ote_segment_h seg = s->seg;
+    EngineObject *eo  = s->engine;
     ote_status_t st;
+    py_call_t c;
 
+    if (seg != NULL && calls_refuse(s->calls, what, "segment") < 0)
+        return -1;
     s->seg = NULL;
-    if (seg == NULL || s->engine->e == NULL)
+    if (seg == NULL || eo->e == NULL)
         return 0;
+    call_enter(&eo->calls, &c, "Segment.close()");
     Py_BEGIN_ALLOW_THREADS
     st = ote_segment_close(seg);
     Py_END_ALLOW_THREADS
+    call_leave(&eo->calls, &c);
     if (st != OTE_OK) {
         raise_status(st, "Segment.close()");
         return -1;
@@ -144,23 +161,31 @@ static int segment_close(SegmentObject *s)
     return 0;
 }
 
+static int Segment_traverse(SegmentObject *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->engine);
+    Py_VISIT(s->name);
+    return 0;
+}
+
 static void Segment_dealloc(SegmentObject *s)
 {
     PyObject *t, *v, *tb;
 
+    PyObject_GC_UnTrack(s);
     PyErr_Fetch(&t, &v, &tb);
-    if (segment_close(s) < 0)
+    if (segment_close(s, "Segment.__del__()") < 0)
         PyErr_WriteUnraisable((PyObject *)s);
     PyErr_Restore(t, v, tb);
     Py_CLEAR(s->name);
     Py_CLEAR(s->engine);
-    PyObject_Free(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
 static PyObject *Segment_close(SegmentObject *s, PyObject *unused)
 {
     (void)unused;
-    if (segment_close(s) < 0)
+    if (segment_close(s, "Segment.close()") < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -177,7 +202,7 @@ static PyObject *Segment_enter(SegmentObject *s, PyObject *unused)
 static PyObject *Segment_exit(SegmentObject *s, PyObject *args)
 {
     (void)args;
-    if (segment_close(s) < 0)
+    if (segment_close(s, "Segment.__exit__()") < 0)
         return NULL;
     Py_RETURN_FALSE;
 }
@@ -236,14 +261,19 @@ static PyObject *Segment_refresh(SegmentObject *s, PyObject *unused)
 {
     ote_status_t st;
     ote_segment_h seg;
+    py_call_t c, ce;
 
     (void)unused;
     if (segment_check(s) < 0)
         return NULL;
     seg = s->seg;
+    call_enter(&s->calls, &c, "Segment.refresh()");
+    call_enter(&s->engine->calls, &ce, "Segment.refresh()");
     Py_BEGIN_ALLOW_THREADS
     st = ote_segment_refresh(seg);
     Py_END_ALLOW_THREADS
+    call_leave(&s->engine->calls, &ce);
+    call_leave(&s->calls, &c);
     if (st != OTE_OK)
         return raise_status(st, "Segment.refresh()");
     Py_RETURN_NONE;
@@ -254,14 +284,19 @@ static PyObject *Segment_reopen(SegmentObject *s, PyObject *unused)
     ote_status_t st;
     ote_segment_h seg;
     int restarted = 0;
+    py_call_t c, ce;
 
     (void)unused;
     if (segment_check(s) < 0)
         return NULL;
     seg = s->seg;
+    call_enter(&s->calls, &c, "Segment.reopen()");
+    call_enter(&s->engine->calls, &ce, "Segment.reopen()");
     Py_BEGIN_ALLOW_THREADS
     st = ote_segment_reopen(seg, &restarted);
     Py_END_ALLOW_THREADS
+    call_leave(&s->engine->calls, &ce);
+    call_leave(&s->calls, &c);
     if (st != OTE_OK)
         return raise_status(st, "Segment.reopen()");
     return PyBool_FromLong(restarted);
@@ -289,7 +324,9 @@ static PyObject *Segment_repr(SegmentObject *s)
 static PyMethodDef Segment_methods[] = {
     {"close", (PyCFunction)Segment_close, METH_NOARGS,
      "close()\n--\n\nClose the segment; tasks in flight against it end CANCELED. "
-     "Idempotent; does nothing once the engine is closed (the engine closed it)."},
+     "Idempotent; does nothing once the engine is closed (the engine closed it). Raises "
+     "BusyError, the segment left open, while another thread is inside a call that uses it "
+     "with the GIL released (refresh, reopen, Engine.send, Batch.submit, Transfer.post)."},
     {"__enter__", (PyCFunction)Segment_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Segment_exit, METH_VARARGS, NULL},
     {"regions", (PyCFunction)Segment_regions, METH_NOARGS,
@@ -312,9 +349,11 @@ PyTypeObject SegmentType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name      = "orbitte.Segment",
     .tp_basicsize = sizeof(SegmentObject),
-    .tp_flags     = Py_TPFLAGS_DEFAULT,
+    .tp_flags     = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc       = "An opened peer (Engine.open).",
     .tp_dealloc   = (destructor)Segment_dealloc,
+    .tp_traverse  = (traverseproc)Segment_traverse,
+    .tp_free      = PyObject_GC_Del,
     .tp_methods   = Segment_methods,
     .tp_getset    = Segment_getset,
     .tp_repr      = (reprfunc)Segment_repr,

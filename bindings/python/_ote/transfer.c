@@ -88,6 +88,29 @@ static void transfer_update(TransferObject *t)
     }
 }
 
+/* Whether t can be posted to s now; -1 with the exception set if not. */
+static int transfer_post_check(TransferObject *t, SegmentObject *s)
+{
+    EngineObject *eo = t->engine;
+
+    if (transfer_check(t) < 0 || segment_check(s) < 0)
+        return -1;
+    if (s->engine != eo)
+        return raise_invalid("Transfer.post()", "the segment belongs to another engine"), -1;
+    if (t->busy)
+        return raise_invalid("Transfer.post()", "the transfer is in use by another thread"), -1;
+    transfer_update(t);
+    if (t->state == OTE_TASK_PENDING)
+        return raise_invalid("Transfer.post()", "the latest post is still in progress"), -1;
+    /* registrations made read-only since Engine.transfer() refused it are looked for here */
+    if (eo->nro > 0 && t->reqs[0].op == OTE_OP_READ)
+        for (size_t i = 0; i < t->count; i++)
+            if (ro_check(eo, (uint64_t)(uintptr_t)t->reqs[i].local_addr, t->reqs[i].length,
+                         "Transfer.post()", (Py_ssize_t)i) < 0)
+                return -1;
+    return 0;
+}
+
 static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"segment", "notify", NULL};
@@ -99,20 +122,13 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     ote_status_t st;
     size_t first = 0;
     uint64_t t0;
+    py_call_t cs, ce;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|O:post", kwlist, &SegmentType, &seg_obj,
                                      &notify_obj))
         return NULL;
     s = (SegmentObject *)seg_obj;
-    if (transfer_check(t) < 0 || segment_check(s) < 0)
-        return NULL;
-    if (s->engine != t->engine)
-        return raise_invalid("Transfer.post()", "the segment belongs to another engine");
-    if (t->busy)
-        return raise_invalid("Transfer.post()", "the transfer is in use by another thread");
-    transfer_update(t);
-    if (t->state == OTE_TASK_PENDING)
-        return raise_invalid("Transfer.post()", "the latest post is still in progress");
+    /* the notification's bytes first: a buffer exporter may run Python code */
     if (notify_obj != Py_None) {
         if (PyObject_GetBuffer(notify_obj, &notify, PyBUF_SIMPLE) < 0)
             return NULL;
@@ -121,6 +137,11 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
             PyBuffer_Release(&notify);
             return raise_invalid("Transfer.post()", "a notification holds at most NOTIFY_MAX bytes");
         }
+    }
+    if (transfer_post_check(t, s) < 0) {
+        if (has_notify)
+            PyBuffer_Release(&notify);
+        return NULL;
     }
     if (s->seg != t->seg) {
         for (size_t i = 0; i < t->count; i++)
@@ -155,6 +176,8 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     batch = t->batch;
     t0    = mono_ns();
     t->busy++;
+    call_enter(&s->calls, &cs, "Transfer.post()");
+    call_enter(&t->engine->calls, &ce, "Transfer.post()");
     Py_BEGIN_ALLOW_THREADS
     if (has_notify)
         st = ote_batch_submit_notify(batch, t->reqs, t->count, notify.buf, (size_t)notify.len,
@@ -162,6 +185,8 @@ static PyObject *Transfer_post(TransferObject *t, PyObject *args, PyObject *kw)
     else
         st = ote_batch_submit(batch, t->reqs, t->count, &first);
     Py_END_ALLOW_THREADS
+    call_leave(&t->engine->calls, &ce);
+    call_leave(&s->calls, &cs);
     t->busy--;
     if (has_notify)
         PyBuffer_Release(&notify);
@@ -201,6 +226,7 @@ static PyObject *Transfer_poll(TransferObject *t, PyObject *args, PyObject *kw)
     long long repoll_us = 0;
     ote_engine_h e;
     ote_batch_h batch;
+    py_call_t ce;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|pdLp:poll", kwlist, &progress, &wait,
                                      &repoll_us, &yield_cpu))
@@ -222,15 +248,19 @@ static PyObject *Transfer_poll(TransferObject *t, PyObject *args, PyObject *kw)
         int ms = wait * 1000.0 >= (double)INT_MAX ? INT_MAX : (int)(wait * 1000.0 + 0.5);
 
         t->busy++;
+        call_enter(&t->engine->calls, &ce, "Transfer.poll()");
         Py_BEGIN_ALLOW_THREADS
         (void)ote_batch_wait(batch, ms < 1 ? 1 : ms);
         Py_END_ALLOW_THREADS
+        call_leave(&t->engine->calls, &ce);
         t->busy--;
         transfer_update(t);
     } else if (progress) {
+        call_enter(&t->engine->calls, &ce, "Transfer.poll()");
         Py_BEGIN_ALLOW_THREADS
         (void)ote_engine_progress(e);
         Py_END_ALLOW_THREADS
+        call_leave(&t->engine->calls, &ce);
         transfer_update(t);
         if (t->state == OTE_TASK_PENDING && yield_cpu) {
             Py_BEGIN_ALLOW_THREADS
@@ -254,6 +284,7 @@ static PyObject *Transfer_wait(TransferObject *t, PyObject *args, PyObject *kw)
     int timeout_ms = -1;
     ote_batch_h batch;
     ote_status_t st;
+    py_call_t ce;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait", kwlist, &timeout_obj))
         return NULL;
@@ -265,9 +296,11 @@ static PyObject *Transfer_wait(TransferObject *t, PyObject *args, PyObject *kw)
         return raise_invalid("Transfer.wait()", "not posted");
     batch = t->batch;
     t->busy++;
+    call_enter(&t->engine->calls, &ce, "Transfer.wait()");
     Py_BEGIN_ALLOW_THREADS
     st = ote_batch_wait(batch, timeout_ms);
     Py_END_ALLOW_THREADS
+    call_leave(&t->engine->calls, &ce);
     t->busy--;
     transfer_update(t);
     if (st != OTE_OK && t->state == OTE_TASK_PENDING)
@@ -359,12 +392,20 @@ static PyObject *Transfer_release(TransferObject *t, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static int Transfer_traverse(TransferObject *t, visitproc visit, void *arg)
+{
+    Py_VISIT(t->engine);
+    return 0;
+}
+
+/* No call can be busy here: each holds t. */
 static void Transfer_dealloc(TransferObject *t)
 {
+    PyObject_GC_UnTrack(t);
     transfer_drop_batch(t);
     PyMem_Free(t->reqs);
     Py_CLEAR(t->engine);
-    PyObject_Free(t);
+    Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
 static PyObject *Transfer_get_state(TransferObject *t, void *unused)
@@ -422,7 +463,9 @@ static PyMethodDef Transfer_methods[] = {
      "it once all of them completed. The batch of the previous post takes it while that "
      "post completed and the batch has room, else a new batch. Returns the state: PENDING, "
      "or COMPLETED / FAILED when it already ended. InvalidParamError while the latest post "
-     "is PENDING; the submit's error otherwise, with nothing posted."},
+     "is PENDING, and for a READ into a read-only registration of the engine; the submit's "
+     "error otherwise, with nothing posted. The addresses are ints: the memory is the "
+     "caller's to keep registered and alive until the post ended."},
     {"poll", (PyCFunction)(void (*)(void))Transfer_poll, METH_VARARGS | METH_KEYWORDS,
      "poll(progress=False, wait=0.0, repoll_us=0, yield_cpu=False)\n--\n\n"
      "The latest post's state: PENDING until every request ended and its notification "
@@ -471,10 +514,12 @@ PyTypeObject TransferType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name      = "orbitte.Transfer",
     .tp_basicsize = sizeof(TransferObject),
-    .tp_flags     = Py_TPFLAGS_DEFAULT,
+    .tp_flags     = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc       = "A fixed list of READ or WRITE requests posted again and again "
                     "(Engine.transfer).",
     .tp_dealloc   = (destructor)Transfer_dealloc,
+    .tp_traverse  = (traverseproc)Transfer_traverse,
+    .tp_free      = PyObject_GC_Del,
     .tp_methods   = Transfer_methods,
     .tp_getset    = Transfer_getset,
 };

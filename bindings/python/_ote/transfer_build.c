@@ -143,7 +143,10 @@ PyObject *Engine_transfer(EngineObject *self, PyObject *args, PyObject *kw)
         raise_invalid("Engine.transfer()", "no requests");
         goto out;
     }
-    t = PyObject_New(TransferObject, &TransferType);
+    /* the conversions may have run Python code that closed the engine */
+    if (engine_check(self) < 0)
+        goto out;
+    t = PyObject_GC_New(TransferObject, &TransferType);
     if (t == NULL)
         goto out;
     memset((char *)t + sizeof(PyObject), 0, sizeof(*t) - sizeof(PyObject));
@@ -151,6 +154,7 @@ PyObject *Engine_transfer(EngineObject *self, PyObject *args, PyObject *kw)
     t->reqs  = PyMem_Calloc((size_t)n, sizeof(*t->reqs));
     Py_INCREF(self);
     t->engine = self;
+    PyObject_GC_Track(t);
     if (t->reqs == NULL) {
         Py_CLEAR(t);
         PyErr_NoMemory();
@@ -177,6 +181,16 @@ PyObject *Engine_transfer(EngineObject *self, PyObject *args, PyObject *kw)
                                                .remote_addr = r, .length = (size_t)l};
     }
     t->merged = (size_t)n - t->count;
+    /* local READs into read-only registrations are refused here, and again at each post */
+    if (op == OTE_OP_READ && self->nro > 0) {
+        for (size_t i = 0; i < t->count; i++) {
+            if (ro_check(self, (uint64_t)(uintptr_t)t->reqs[i].local_addr, t->reqs[i].length,
+                         "Engine.transfer()", (Py_ssize_t)i) < 0) {
+                Py_CLEAR(t);
+                break;
+            }
+        }
+    }
 out:
     PyMem_Free(la);
     PyMem_Free(ra);

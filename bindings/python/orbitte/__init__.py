@@ -170,8 +170,9 @@ class PeerRestartedError(ConnectionError):
 
 
 class BusyError(Error):
-    """An admission limit, a full batch, or the peer's notification backlog
-    (BUSY)."""
+    """An admission limit, a full batch, the peer's notification backlog, or
+    closing (releasing) an object while another thread is inside a call
+    that uses it (BUSY)."""
 
 
 class IOError(Error, OSError):  # noqa: A001 - also a builtin OSError
