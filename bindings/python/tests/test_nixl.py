@@ -2,6 +2,7 @@
 notification semantics, the metadata blob, the listener path, threads, and
 the import shim."""
 
+import json
 import os
 import pickle
 import re
@@ -620,6 +621,135 @@ def test_remove_remote_agent_seen_by_peer(pair):
     with pytest.raises(nixlBind.nixlRemoteDisconnectError):
         b.send_notif(a.name, b"after")
     assert not b.check_remote_metadata(a.name)
+
+
+# ---- threads, segments in use and closing ---------------------------------------------
+
+
+def test_loopback_segment_opened_once_and_refreshed_until_it_succeeds():
+    """Two threads that want the loopback segment at once get the same one,
+    opened once (the loser's own used to be closed by its dealloc under a
+    transfer the other had posted); a refresh that fails leaves the
+    registration change to read at the next call."""
+    a = _agent()
+    core = a.agent._core
+    real_open, opened = core.engine.open, []
+
+    def slow_open(name):
+        opened.append(name)
+        time.sleep(0.3)
+        return real_open(name)
+
+    core.engine.open = slow_open
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(core._self_segment())) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    del core.engine.open
+    assert len(opened) == 1 and len(got) == 2 and got[0] is got[1]
+    assert not got[0].closed
+
+    class Flaky:
+        """A segment whose first refresh fails."""
+        refreshed = 0
+        closed = False
+
+        def refresh(self):
+            Flaky.refreshed += 1
+            if Flaky.refreshed == 1:
+                raise orbitte.TimeoutError(orbitte.Status.TIMEOUT)
+
+    core.self_seg = Flaky()
+    buf = np.zeros(4096, np.uint8)
+    a.register_memory([(_addr(buf), 4096, 0, "")], "DRAM")
+    with pytest.raises(nixlBind.nixlBackendError):
+        core._self_segment()
+    assert isinstance(core._self_segment(), Flaky) and Flaky.refreshed == 2
+    core._self_segment()
+    assert Flaky.refreshed == 2   # read: no refresh more
+    core.self_seg = got[0]
+
+
+LISTENER_IN_OPEN = """
+    import json, sys, time
+    import orbitte
+    import orbitte.nixl._bindings as nixlBind
+    from orbitte.nixl import _md
+    from test_orbitte import stop
+
+    info, pid = json.loads(sys.argv[1]), int(sys.argv[2])
+    agent = nixlBind.nixlAgent("closing", nixlBind.nixlAgentConfig(True, True, 0))
+    core = agent._core
+    stop(pid)
+    # a metadata request naming the stopped peer: the listener opens it, which
+    # waits for it up to OTE_CONNECT_TIMEOUT_MS
+    with orbitte.Engine(listen_addr="127.0.0.1:0") as asker:
+        with asker.open(core.engine_name) as seg:
+            for f in _md.frames("asker", _md.KIND_FETCH, info["name"].encode(), 1):
+                asker.send(seg, f)
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    agent.close()
+    took = time.monotonic() - t0
+    assert not core.thread.is_alive(), "close() returned with the listener running"
+    assert core.engine.closed, "the engine was left open"
+    print(json.dumps({"took": took}))
+    print("OK")
+"""
+
+
+def test_close_waits_until_the_listener_ended(peer):
+    """close() closes the engine only once the listener thread ended: it may be
+    inside engine.open() for longer than the 2 s it was given (a metadata
+    request naming a peer that does not answer)."""
+    from test_lifetimes import assert_ok, run_script
+    p, info = peer
+    r = run_script(LISTENER_IN_OPEN, json.dumps(info), str(p.pid),
+                   env={"OTE_CONNECT_TIMEOUT_MS": "4000"})
+    assert_ok(r)
+    assert json.loads(r.stdout.splitlines()[0])["took"] > 1.5   # it waited for the open
+
+
+INVALIDATED_IN_USE = """
+    import json, os, signal, sys, threading, time
+    import orbitte
+    import orbitte.nixl._bindings as nixlBind
+    from orbitte.nixl import _md
+    from orbitte.nixl._descs import _Regions
+    from orbitte.nixl._peers import _Remote
+    from test_orbitte import stop
+
+    info, pid = json.loads(sys.argv[1]), int(sys.argv[2])
+    agent = nixlBind.nixlAgent("user", nixlBind.nixlAgentConfig(True, False, 0))
+    core = agent._core
+    seg = core.engine.open(info["name"])
+    core.remotes["peer"] = _Remote("peer", info["name"], seg, _Regions([]))
+    stop(pid)
+    done = []
+    user = threading.Thread(target=lambda: done.append(seg.refresh()))
+    user.start()   # a call using the segment, the GIL released: the peer does not answer
+    time.sleep(0.5)
+    core._dispatch("x", _md.frames("peer", _md.KIND_INVALIDATE, b"", 1)[0])
+    assert "peer" not in core.remotes
+    assert not seg.closed and core.retired == [seg], "closed under the call"
+    os.kill(pid, signal.SIGCONT)
+    user.join(30)
+    core.drain()
+    assert seg.closed and core.retired == []
+    agent.close()
+    print("OK")
+"""
+
+
+def test_invalidate_closes_a_segment_once_no_call_uses_it(peer):
+    """A peer's INVALIDATE (handled on the listener thread) closes its segment;
+    one that a user thread is using at that moment is closed by the next
+    drain once that call returned, not under it."""
+    from test_lifetimes import assert_ok, run_script
+    p, info = peer
+    assert_ok(run_script(INVALIDATED_IN_USE, json.dumps(info), str(p.pid)))
 
 
 # ---- the low-level agent ----------------------------------------------------------------

@@ -11,6 +11,7 @@ import itertools
 import os
 import select
 import threading
+import time
 
 import orbitte
 
@@ -34,6 +35,7 @@ from ._xfer import Transfers
 
 SUCCESS = nixl_status_t.NIXL_SUCCESS
 PLUGINS = ["UCX"]           # every plugin name served by the OrbitTE engine
+_CLOSE_WAIT_S = 60.0        # close(): how long other threads' calls may keep the engine busy
 _PLUGIN_MEMS = ["DRAM_SEG", "VRAM_SEG"]
 
 
@@ -61,8 +63,11 @@ class _Core(Peers, Notifications, Transfers):
         self.local = _Regions([])
         self.remotes = {}                   # agent name -> _Remote
         self.segs = {}                      # "ip:port" -> Segment (listener peers)
+        self.retired = []                   # Segments to close once no call uses them
+        self.self_lock = threading.Lock()   # opening and refreshing the loopback segment
         self.self_seg = None
-        self.self_dirty = False
+        self.self_gen = 0                   # registration changes so far
+        self.self_seen = 0                  # those the loopback segment has read
         self.notifs = {}                    # agent -> [bytes], not yet taken
         self.frags = _md.Reassembly()
         self.msgid = itertools.count(int.from_bytes(os.urandom(4), "little") << 20)
@@ -89,11 +94,45 @@ class _Core(Peers, Notifications, Transfers):
         if self.thread is not None:
             self.stop.set()
             if self.thread is not threading.current_thread():
-                self.thread.join(timeout=2)
+                # The listener looks at stop every 100 ms; what it calls in between is
+                # bounded (an open or a refresh: OTE_CONNECT_TIMEOUT_MS per round
+                # trip). The engine is closed only once it ended.
+                self.thread.join()
+        # Calls of other threads still in the engine (a check_xfer_state's wait, a
+        # post) end soon: Engine.close() raises BusyError until they did.
+        deadline = time.monotonic() + _CLOSE_WAIT_S
+        while True:
+            try:
+                self.engine.close()
+                break
+            except orbitte.BusyError as e:
+                if time.monotonic() >= deadline:
+                    log.warning("agent %s: the engine is left to be closed when it is "
+                                "collected: %s", self.name, e)
+                    break
+                time.sleep(0.001)
+            except Exception:  # noqa: BLE001 - closing at teardown
+                break
+        with self.lock:
+            self.retired = []
+
+    def _retire_segment(self, seg):
+        """Close a segment this agent dropped. One that another thread still uses
+        (a post, a send, a refresh in flight: BusyError) is closed by drain() once
+        that call returned."""
         try:
-            self.engine.close()
-        except Exception:  # noqa: BLE001 - closing at teardown
+            seg.close()
+        except orbitte.BusyError:
+            with self.lock:
+                self.retired.append(seg)
+        except orbitte.Error:
             pass
+
+    def _close_retired(self):
+        with self.lock:
+            segs, self.retired = self.retired, []
+        for seg in segs:
+            self._retire_segment(seg)
 
     def _check(self):
         if self.closed:
@@ -159,7 +198,7 @@ class _Core(Peers, Notifications, Transfers):
         with self.lock:
             self.mems.extend(done)
             self.local = _Regions(k for k, _ in self.mems)
-            self.self_dirty = True
+            self.self_gen += 1
         return SUCCESS
 
     def deregister(self, descs, backends):
@@ -179,7 +218,7 @@ class _Core(Peers, Notifications, Transfers):
                     raise nixlNotFoundError(f"{a:#x}+{n} was not registered")
             self.mems = [e for i, e in enumerate(self.mems) if i not in taken]
             self.local = _Regions(k for k, _ in self.mems)
-            self.self_dirty = True
+            self.self_gen += 1
         for m in todo:
             m.deregister()
         return SUCCESS

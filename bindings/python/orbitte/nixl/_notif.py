@@ -43,6 +43,8 @@ class Notifications:
         """Take what the engine received and dispatch it (in the order sent)."""
         if self.closed:
             return
+        if self.retired:
+            self._close_retired()
         with self.recv_lock:
             while True:
                 try:
@@ -85,11 +87,8 @@ class Notifications:
         elif kind == _md.KIND_INVALIDATE:
             with self.lock:
                 r = self.remotes.pop(agent, None)
-            if r is not None:
-                try:
-                    r.segment.close()
-                except orbitte.Error:
-                    pass
+            if r is not None:   # a user thread may be posting to it: closed once it is not
+                self._retire_segment(r.segment)
         elif kind == _md.KIND_GONE:
             with self.lock:
                 r = self.remotes.get(agent)

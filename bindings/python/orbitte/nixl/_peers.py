@@ -102,12 +102,9 @@ class Peers:
             rows = old.regions.rows + [r for r in rows if r not in old.regions.rows]
         with self.lock:
             cur = self.remotes.get(name)
-            if cur is not None and cur.segment is not seg:
-                try:
-                    cur.segment.close()
-                except orbitte.Error:
-                    pass
             self.remotes[name] = _Remote(name, engine, seg, _Regions(rows), desc)
+        if cur is not None and cur.segment is not seg:
+            self._retire_segment(cur.segment)
         return name.encode()
 
     def _open_desc(self, name, engine, desc):
@@ -150,10 +147,7 @@ class Peers:
                 self._send_frames(r.segment, _md.KIND_GONE, b"")
             except Exception:  # noqa: BLE001 - best effort, the peer may be gone
                 pass
-        try:
-            r.segment.close()
-        except orbitte.Error:
-            pass
+        self._retire_segment(r.segment)
         return SUCCESS
 
     def _peer_seg(self, ip, port):
@@ -262,20 +256,24 @@ class Peers:
         return r
 
     def _self_segment(self):
-        with self.lock:
-            seg = self.self_seg
-            dirty = self.self_dirty
-            self.self_dirty = False
-        if seg is None:
-            try:
-                seg = self.engine.open(self.engine_name)
-            except orbitte.Error as e:
-                raise _wrap(e, "loopback") from None
+        """The loopback segment, opened once; read again after registrations
+        changed (only a refresh that succeeded counts them as read)."""
+        with self.self_lock:
             with self.lock:
-                self.self_seg = seg
-        elif dirty:
-            try:
-                seg.refresh()
-            except orbitte.Error as e:
-                raise _wrap(e, "loopback") from None
-        return seg
+                seg, gen = self.self_seg, self.self_gen
+            if seg is None:
+                try:
+                    seg = self.engine.open(self.engine_name)
+                except orbitte.Error as e:
+                    raise _wrap(e, "loopback") from None
+                with self.lock:
+                    self.self_seg = seg
+                    self.self_seen = gen
+            elif gen != self.self_seen:
+                try:
+                    seg.refresh()
+                except orbitte.Error as e:
+                    raise _wrap(e, "loopback") from None
+                with self.lock:
+                    self.self_seen = gen
+            return seg
