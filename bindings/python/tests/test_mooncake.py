@@ -621,3 +621,46 @@ def test_check_status_polled_back_to_back_waits_with_the_gil_released(te, target
         assert time.monotonic() < deadline
     assert r == 1
     assert target.check(MIB, slot, 9) == "ok"
+
+
+def test_one_id_polled_and_waited_for_from_two_threads(te, target):
+    """transfer_check_status() on one thread and get_batch_transfer_status() on
+    another, for the same id: neither releases the batch while the other
+    uses it. The poller is held inside its first status() of the batch while
+    the other call takes the id; it then reports what it saw and leaves the
+    release to the call that took the id, which reports the completion."""
+    slot = 64 * KIB
+    local = te.allocate_managed_buffer(slot)
+    view(local, slot)[:] = seeded(4, slot)
+    bid = te.transfer_submit_write(target.name, local, target.addr, slot)
+    assert bid != 0
+    poller = []
+
+    class Slow:
+        """The id's batch, whose status() keeps the polling thread a while."""
+
+        def __init__(self, batch):
+            self.batch = batch
+
+        def status(self, *task):
+            if threading.current_thread() in poller:
+                time.sleep(0.3)
+            return self.batch.status(*task)
+
+        def __getattr__(self, name):
+            return getattr(self.batch, name)
+
+    with te._lock:
+        rec = te._batches[bid]
+        rec.batch = Slow(rec.batch)
+    polled = []
+    t = threading.Thread(target=lambda: polled.append(te.transfer_check_status(bid)))
+    poller.append(t)
+    t.start()
+    time.sleep(0.1)   # the poller is in status()
+    assert te.get_batch_transfer_status([bid]) == 0
+    t.join()
+    assert polled in ([0], [1])
+    assert rec.released and rec.batch.batch.closed
+    assert te.transfer_check_status(bid) == -1   # released: unknown now
+    assert target.check(0, slot, 4) == "ok"

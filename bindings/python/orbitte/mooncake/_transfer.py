@@ -2,6 +2,7 @@
 their deadlines, their status, and notifications after them."""
 
 import logging
+import threading
 import time
 
 from .. import COMPLETED, PENDING, READ, TIMEOUT, WRITE, Error
@@ -11,7 +12,12 @@ log = logging.getLogger("orbitte.mooncake")
 
 
 class _AsyncBatch:
-    __slots__ = ("batch", "tasks", "start", "deadline", "polled")
+    """A batch id's batch. Its lock is held by whoever uses the batch: a
+    get_batch_transfer_status() that took the id holds it until it released
+    the batch; a transfer_check_status() that finds it held reports the id
+    pending, so that no release meets a wait in another thread."""
+
+    __slots__ = ("batch", "tasks", "start", "deadline", "polled", "lock", "released")
 
     def __init__(self, batch, tasks, start, deadline):
         self.batch = batch
@@ -19,6 +25,8 @@ class _AsyncBatch:
         self.start = start
         self.deadline = deadline
         self.polled = 0.0  # when transfer_check_status last found it pending
+        self.lock = threading.Lock()
+        self.released = False
 
 
 # A batch polled again within this long (seconds) is waited for in the
@@ -263,29 +271,43 @@ class _TransferCalls:
     def transfer_check_status(self, batch_id):
         """Poll a batch id without waiting: 0 still in progress, 1 completed,
         -1 failed (or an unknown id), -2 timed out. The id is released once
-        it returns anything but 0."""
+        it returns anything but 0. An id that another thread is polling or
+        waiting for (get_batch_transfer_status) at that moment reports 0;
+        get_batch_transfer_status releases an id it took."""
         with self._lock:
             rec = self._batches.get(int(batch_id))
         if rec is None:
             log.error("transfer_check_status: no batch %d", int(batch_id))
             return -1
-        if rec.batch is None:
-            self._take(batch_id)
-            return 1
-        state = rec.batch.status()
-        if state == PENDING:
-            now = time.monotonic()
-            if now - rec.polled < _POLL_AGAIN:
-                try:
-                    state = rec.batch.wait(timeout=min(_POLL_WAIT, max(0.0, rec.deadline - now)))
-                except Error:
-                    state = rec.batch.status()
-            rec.polled = time.monotonic()
+        if not rec.lock.acquire(blocking=False):
+            return 0
+        try:
+            if rec.released:   # another call took the id meanwhile and released it
+                log.error("transfer_check_status: no batch %d", int(batch_id))
+                return -1
+            if rec.batch is None:
+                self._take(batch_id)
+                rec.released = True
+                return 1
+            state = rec.batch.status()
             if state == PENDING:
-                return 0
-        self._take(batch_id)
-        timed_out = any(rec.batch.status(t).state == TIMEOUT for t in range(rec.tasks))
-        rec.batch.release()
+                now = time.monotonic()
+                if now - rec.polled < _POLL_AGAIN:
+                    try:
+                        state = rec.batch.wait(
+                            timeout=min(_POLL_WAIT, max(0.0, rec.deadline - now)))
+                    except Error:
+                        state = rec.batch.status()
+                rec.polled = time.monotonic()
+                if state == PENDING:
+                    return 0
+            timed_out = any(rec.batch.status(t).state == TIMEOUT for t in range(rec.tasks))
+            # released here unless a get_batch_transfer_status() took the id meanwhile
+            if self._take(batch_id) is rec:
+                rec.batch.release()
+                rec.released = True
+        finally:
+            rec.lock.release()
         if state == COMPLETED:
             return 1
         return -2 if timed_out else -1
@@ -305,24 +327,34 @@ class _TransferCalls:
                 ret = -1
             else:
                 recs.append(rec)
-        failed = False
+        # the ids are taken: no transfer_check_status() releases them now, but
+        # one may be polling (waiting) at this moment: its lock says when it is done
         for rec in recs:
-            if rec.batch is None or failed:
-                continue
-            try:
-                rec.batch.wait(timeout=max(0.0, rec.deadline - time.monotonic()))
-            except Error:
-                log.error("get_batch_transfer_status: a batch of %d tasks passed its deadline",
-                          rec.tasks)
-                failed = True
-                continue
-            if rec.batch.status() != COMPLETED:
-                log.error("get_batch_transfer_status: a batch of %d tasks failed", rec.tasks)
-                failed = True
-        for rec in recs:
-            if rec.batch is None:
-                continue
-            if failed:
-                self._cancel_and_drain(rec.batch, rec.tasks)
-            rec.batch.release()
+            rec.lock.acquire()
+        try:
+            failed = False
+            for rec in recs:
+                if rec.batch is None or failed:
+                    continue
+                try:
+                    rec.batch.wait(timeout=max(0.0, rec.deadline - time.monotonic()))
+                except Error:
+                    log.error("get_batch_transfer_status: a batch of %d tasks passed its "
+                              "deadline", rec.tasks)
+                    failed = True
+                    continue
+                if rec.batch.status() != COMPLETED:
+                    log.error("get_batch_transfer_status: a batch of %d tasks failed",
+                              rec.tasks)
+                    failed = True
+            for rec in recs:
+                if rec.batch is None:
+                    continue
+                if failed:
+                    self._cancel_and_drain(rec.batch, rec.tasks)
+                rec.batch.release()
+                rec.released = True
+        finally:
+            for rec in recs:
+                rec.lock.release()
         return -1 if failed or ret else 0
