@@ -489,13 +489,16 @@ HELD = """
 
     e = orbitte.Engine(listen_addr="127.0.0.1:0")
     seg = e.open(info["name"])
+
+    # A batch with a READ into a registration nothing else references; its buffer's weakref.
+    def orphan_read():
+        bt = e.batch()
+        buf = Buf(n)
+        bt.submit(seg, [(orbitte.READ, e.register(buf, access=0), info["addr"], n)])
+        return bt, weakref.ref(buf)
+
     stop(pid)
-    bt = e.batch()
-    # a READ into a registration nothing else references
-    buf = Buf(n)
-    gone = weakref.ref(buf)
-    bt.submit(seg, [(orbitte.READ, e.register(buf, access=0), info["addr"], n)])
-    del buf
+    bt, gone = orphan_read()
     gc.collect()
     assert gone() is not None, "the buffer was freed under its READ"
     # one deregistered while the READ runs keeps its buffer exported
@@ -519,11 +522,7 @@ HELD = """
 
     # released with tasks in flight, then the engine closed: let go of at close
     stop(pid)
-    bt = e.batch()
-    buf = Buf(n)
-    gone = weakref.ref(buf)
-    bt.submit(seg, [(orbitte.READ, e.register(buf, access=0), info["addr"], n)])
-    del buf
+    bt, gone = orphan_read()
     bt.release()
     gc.collect()
     assert gone() is not None
