@@ -234,8 +234,19 @@ ote_status_t ote_obs_endpoint_attach(ote_engine_h e)
         ote_engine_h *g = realloc(ep->engines, cap * sizeof(*g));
 
         if (g == NULL) {
+            obs_endpoint_t **pp;
+
+            if (ep->num_engines > 0) { /* ep stays for the engines it serves */
+                pthread_mutex_unlock(&registry_lock);
+                return OTE_ERR_NO_MEMORY;
+            }
+            /* Started for this engine alone: it goes, its port with it. */
+            for (pp = &endpoints; *pp != ep; pp = &(*pp)->next)
+                ;
+            *pp = ep->next;
             pthread_mutex_unlock(&registry_lock);
-            return OTE_ERR_NO_MEMORY; /* ep stays for the engines it serves (or the next) */
+            endpoint_stop(ep);
+            return OTE_ERR_NO_MEMORY;
         }
         ep->engines     = g;
         ep->cap_engines = cap;

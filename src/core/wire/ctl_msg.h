@@ -37,7 +37,7 @@
 typedef enum {
     OTE_CTL_GET_DESC   = 1, /* -> DESC                                     */
     OTE_CTL_DESC       = 2, /* i32 status, descriptor bytes                */
-    OTE_CTL_NOTIFY     = 3, /* u64 sender instance, u64 target instance,
+    OTE_CTL_NOTIFY     = 3, /* u64 sender key, u64 target instance,     
                                u64 seq, str8 from, u32 length, data
                                -> NOTIFY_ACK                               */
     OTE_CTL_NOTIFY_ACK = 4, /* i32 status                                  */
