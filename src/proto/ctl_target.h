@@ -80,6 +80,11 @@ typedef struct ote_ctl_host {
      */
     ote_ctl_conn_t *(*conn_resume)(void *ctx, const ote_ctl_ticket_t *ticket);
     void (*conn_close)(void *ctx, ote_ctl_conn_t *c);
+    /*
+     * The listener thread: the peer has closed c (its sending side): it
+     * gave up on the request just read and will read no answer.
+     */
+    bool (*conn_peer_closed)(void *ctx, ote_ctl_conn_t *c);
     /* Any thread: the listener calls every service's answer hook soon. */
     void (*wake)(void *ctx);
     /*

@@ -14,6 +14,7 @@
 #include "file_io_msg.h"
 
 #include "base/log.h"
+#include "base/util.h"
 #include "base/wire_util.h"
 
 #include <stdlib.h>
@@ -48,6 +49,7 @@ typedef struct {
     ote_ctl_file_io_t m;
     uint8_t          *payload; /* the request (m.data points into it) */
     ote_ctl_file_t   *file;    /* held until answered */
+    uint64_t          arrived_ns; /* when the listener took the request */
     uint8_t          *buf;     /* READ not by rails: the bytes read */
     size_t            done;    /* READ: the bytes read (by rails: written to the initiator) */
     ote_status_t      status;
@@ -154,6 +156,18 @@ static void file_io_run(ote_proto_job_t *pj)
     const ote_ctl_host_t *host = job->base.host;
     bool wr                    = job->m.op == OTE_CTL_FILE_IO_WRITE;
 
+    /*
+     * Queued (or this process stopped) for over a transfer timeout: the
+     * initiator may have given up and used its memory, or its file range,
+     * again. No I/O then: its wait (core/segment/segment_export.c) counts
+     * on the I/O starting within that time.
+     */
+    if (ote_time_ns() - job->arrived_ns > (uint64_t)host->xfer_timeout_ms * 1000000ull) {
+        job->status = OTE_ERR_TIMEOUT;
+        job->done   = 0;
+        ote_ctl_jobs_end(&job->base);
+        return;
+    }
     if (job->m.rails)
         job->status = file_io_rails(job);
     else if (!wr && (job->buf = malloc(job->m.length)) == NULL)
@@ -201,7 +215,8 @@ static ote_status_t file_io_handle(const ote_ctl_host_t *host, void *state, ote_
         free(job);
         return status;
     }
-    job->t = t;
+    job->t          = t;
+    job->arrived_ns = ote_time_ns();
     if (job->m.target != host->instance_id)
         st = OTE_ERR_NOT_FOUND;
     else
@@ -209,6 +224,18 @@ static ote_status_t file_io_handle(const ote_ctl_host_t *host, void *state, ote_
     if (st == OTE_OK)
         st = host->file_check(job->file, job->m.op == OTE_CTL_FILE_IO_WRITE, job->m.offset,
                               job->m.length);
+    if (st == OTE_OK && host->conn_peer_closed(host->ctx, req->conn)) {
+        /*
+         * The initiator gave up before we read its request (this process was
+         * stopped, or the listener behind): it may use its memory or its
+         * file range again. No I/O, and the connection goes.
+         */
+        ote_debug("control peer %s: file %s %#llx+%u: the initiator closed the connection "
+                  "first; dropped", req->peer, job->m.op == OTE_CTL_FILE_IO_WRITE ? "write" : "read",
+                  (unsigned long long)job->m.offset, job->m.length);
+        file_io_job_free(host, job);
+        return OTE_ERR_REMOTE_DISCONNECT;
+    }
     if (st == OTE_OK) {
         /* The request's bytes go with the job: the listener does not free them. */
         job->payload = req->payload;

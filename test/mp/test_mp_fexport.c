@@ -609,6 +609,61 @@ static void test_rails_unreachable(void **state)
     }
 }
 
+/*
+ * A target stopped while FILE_IOs by rails wait: the initiator's tasks end
+ * TIMEOUT, and once the target runs again it does no I/O for them (the
+ * initiator closed their connections first). Neither the READ's file bytes
+ * land in the initiator's memory, used again meanwhile, nor is the WRITE's
+ * range read from that memory into the file.
+ */
+static void test_rails_late_dropped(void **state)
+{
+    ote_xfer_req_t req[2];
+    ote_task_status_t st;
+    ote_segment_h seg;
+    ote_batch_h b;
+    size_t first;
+    fx_t f;
+
+    (void)state;
+    setenv("OTE_XFER_TIMEOUT_MS", "1000", 1);
+    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    setenv("OTE_RETRY_COUNT", "0", 1);
+    rails_env("tcp", "rails");
+    fx_start_access(&f, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE);
+    seg = xopen(&f, "a", OTE_OK);
+    roundtrip(&f, seg, f.a, 0, 4096, 81);
+    roundtrip(&f, seg, f.a, 8192, 4096, 85);
+    mp_stop_process(f.t.pid);
+    ote_test_fill(f.local + 8192, 8192, 4096, 83);
+    req[0] = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = f.local, .segment = seg,
+                              .remote_addr = 0, .length = 4096};
+    req[1] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f.local + 8192, .segment = seg,
+                              .remote_addr = 8192, .length = 4096};
+    assert_int_equal(ote_batch_create(f.e, 2, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, req, 2, &first), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 120000), OTE_OK);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(ote_batch_task_status(b, first + i, &st), OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_TIMEOUT);
+    }
+    ote_batch_release(b);
+    /* The application's memory in use again. */
+    ote_test_fill(f.local, 0, 4096, 82);
+    ote_test_fill(f.local + 8192, 8192, 4096, 84);
+    kill(f.t.pid, SIGCONT);
+    /* The target works off what it got while stopped (well within 2 s). */
+    usleep(2000 * 1000);
+    assert_int_equal(ote_test_check(f.local, 0, 4096, 82), -1);
+    assert_int_equal(file_check(f.a, 8192, 4096, 8192, 85), -1);
+    ote_segment_close(seg);
+    fx_stop(&f, true);
+    rails_env_clear();
+    unsetenv("OTE_XFER_TIMEOUT_MS");
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+    unsetenv("OTE_RETRY_COUNT");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -617,7 +672,7 @@ int main(void)
         cmocka_unit_test(test_truncate_unlink), cmocka_unit_test(test_target_gone),
         cmocka_unit_test(test_rails_tcp),       cmocka_unit_test(test_rails_uct_tcp),
         cmocka_unit_test(test_rails_refused),   cmocka_unit_test(test_rails_ctl_mode),
-        cmocka_unit_test(test_rails_unreachable),
+        cmocka_unit_test(test_rails_unreachable), cmocka_unit_test(test_rails_late_dropped),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -169,6 +169,15 @@ static void ctl_conn_close_op(void *ctx, ote_ctl_conn_t *c)
     ote_ctl_conn_close(ctx, c);
 }
 
+/* The host's conn_peer_closed: nothing more to read and the peer's FIN is in. */
+static bool ctl_conn_peer_closed(void *ctx, ote_ctl_conn_t *c)
+{
+    char b;
+
+    (void)ctx;
+    return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 /* The host's wake: a service's job ended; the listener calls the answer hooks. */
 static void ctl_wake(void *ctx)
 {
@@ -842,6 +851,7 @@ static void ctl_host_init(ote_ctl_t *ctl)
         .conn_hold       = ctl_conn_hold,
         .conn_resume     = ctl_conn_resume,
         .conn_close      = ctl_conn_close_op,
+        .conn_peer_closed = ctl_conn_peer_closed,
         .wake            = ctl_wake,
         .sweep_at        = ctl_sweep_at,
         .peer_seg_get    = ote_ctl_peer_seg_get,

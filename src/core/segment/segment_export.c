@@ -16,6 +16,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "proto/file_io_msg.h"
 #include "proto/file_remote.h"
 
 #include <stdlib.h>
@@ -30,15 +31,26 @@ static ote_status_t export_ctl(void *arg, const void *req, size_t len, uint8_t *
                                size_t *resp_len_p)
 {
     ote_segment_h seg = arg;
+    const ote_engine_config_t *cfg = &ote_engine_facts(seg->engine)->config;
+    const uint8_t *op = req;
+    bool rails = len > 0 && (op[0] == OTE_CTL_FILE_IO_READ_RAILS ||
+                             op[0] == OTE_CTL_FILE_IO_WRITE_RAILS);
 
     /*
-     * One pread or pwrite at the target, bounded by the transfer timeout, on
-     * a connection of the segment's pool: sent twice, a request does the
-     * same I/O again.
+     * One request on a connection of the segment's pool (sent twice, it
+     * does the same I/O again). The target starts its I/O within one
+     * transfer timeout of the request's arrival or answers TIMEOUT without
+     * any (proto/file_io_target.c); by rails it then opens its segment to
+     * this engine (a connect timeout) and moves the bytes, canceled past one
+     * transfer timeout and ended within another, as PUTBACK's WRITE is.
+     * Waiting longer than all of that makes the answer, not our clock, end
+     * the slice: nothing the target does for it comes after.
      */
-    return ote_segment_ctl_request_pooled(seg, OTE_CTL_FILE_IO, req, len, OTE_CTL_FILE_IO_ACK,
-                                          ote_engine_facts(seg->engine)->config.xfer_timeout_ms,
-                                          resp_p, resp_len_p);
+    return ote_segment_ctl_request_pooled(
+        seg, OTE_CTL_FILE_IO, req, len, OTE_CTL_FILE_IO_ACK,
+        rails ? cfg->connect_timeout_ms + 3 * cfg->xfer_timeout_ms + 1000
+              : 2 * cfg->xfer_timeout_ms + 1000,
+        resp_p, resp_len_p);
 }
 
 /*
