@@ -323,7 +323,9 @@ ote_status_t ote_segment_close(ote_segment_h seg);
  * bytes without spaces, '@' or '/') with access OTE_ACCESS_REMOTE_READ
  * and/or OTE_ACCESS_REMOTE_WRITE. A regular file is one export; a
  * directory exports each regular file in it at that moment (at most 1024;
- * names with '@' are left out with a warning), each addressed as
+ * names with '@', and those that would make the name over 255 bytes, are
+ * left out with a warning; an entry replaced by a link before it was opened
+ * fails the export OTE_ERR_INVALID_PARAM), each addressed as
  * "<name>/<file>". The file is opened read-write when REMOTE_WRITE is
  * asked, else read-only: a file this process may not write fails
  * OTE_ERR_ACCESS. The exported size, every access's bound, is the file's
@@ -340,7 +342,8 @@ ote_status_t ote_segment_close(ote_segment_h seg);
  * what ote_engine_name() returns there: "host:port" with p2p metadata).
  * Every segment name holding '@' (and not starting "file:") is such a
  * name, split at its first '@'. OTE_ERR_NOT_FOUND when the engine exports
- * no such file. The segment has one region [0, exported size) with the
+ * no such file, OTE_ERR_INVALID_PARAM when it was empty at export (no
+ * region to open). The segment has one region [0, exported size) with the
  * export's access (ote_segment_regions); remote_addr is the file offset;
  * READ and WRITE of host memory go through batches as with memory, cut
  * into requests of at most 1 MiB, with the usual statuses, timeouts
@@ -359,8 +362,9 @@ ote_status_t ote_file_export(ote_engine_h engine, const char *name, const char *
                              unsigned access, ote_file_export_h *export_p);
 
 /*
- * Stop exporting: new requests get OTE_ERR_NOT_FOUND, those in flight end
- * first, then the files are closed; the handle is gone. ote_engine_destroy()
+ * Stop exporting: new requests get OTE_ERR_NOT_FOUND; the call returns at
+ * once, and requests already accepted (running or queued) still do their
+ * I/O, then the files are closed; the handle is gone. ote_engine_destroy()
  * unexports what is left (its handles go with it).
  */
 ote_status_t ote_file_unexport(ote_file_export_h exp);

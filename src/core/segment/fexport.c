@@ -208,8 +208,13 @@ static uint64_t file_id_new(void)
 static ote_status_t file_open(int dirfd, const char *path, const char *name, unsigned access,
                               ote_fexport_file_t **f_p)
 {
-    /* O_NONBLOCK: a FIFO in the way is refused below, not waited on (no effect on files). */
-    int flags = ((access & OTE_ACCESS_REMOTE_WRITE) ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK;
+    /*
+     * O_NONBLOCK: a FIFO in the way is refused below, not waited on (no
+     * effect on files). A directory's entry was a regular file when listed:
+     * O_NOFOLLOW, so one replaced by a link since does not export its target.
+     */
+    int flags = ((access & OTE_ACCESS_REMOTE_WRITE) ? O_RDWR : O_RDONLY) | O_CLOEXEC |
+                O_NONBLOCK | (dirfd != AT_FDCWD ? O_NOFOLLOW : 0);
     ote_fexport_file_t *f;
     struct stat st;
     int fd = openat(dirfd, path, flags);
@@ -221,7 +226,8 @@ static ote_status_t file_open(int dirfd, const char *path, const char *name, uns
                   (access & OTE_ACCESS_REMOTE_WRITE) ? " for writing" : "", strerror(err));
         return err == ENOENT ? OTE_ERR_NOT_FOUND
              : (err == EACCES || err == EPERM || err == EROFS) ? OTE_ERR_ACCESS
-                                                             : OTE_ERR_IO;
+             : err == ELOOP ? OTE_ERR_INVALID_PARAM
+                            : OTE_ERR_IO;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ote_error("file export '%s': '%s' is not a regular file", name, path);

@@ -125,10 +125,11 @@ ote_status_t ote_file_open(const char *path, int direct, ote_file_t **file_p)
     f->direct    = direct;
     f->direct_fd = -1;
     f->writable  = true;
-    f->fd        = open(path, O_RDWR | O_CLOEXEC);
+    /* O_NONBLOCK until it is known to be a regular file: a FIFO is refused, not waited on. */
+    f->fd        = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
     if (f->fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS || errno == ETXTBSY)) {
         f->writable = false;
-        f->fd       = open(path, O_RDONLY | O_CLOEXEC);
+        f->fd       = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     }
     if (f->fd < 0) {
         status = open_errno_status(errno);
@@ -142,6 +143,11 @@ ote_status_t ote_file_open(const char *path, int direct, ote_file_t **file_p)
     if (!S_ISREG(st.st_mode)) {
         ote_error("file segment '%s': not a regular file", path);
         status = OTE_ERR_INVALID_PARAM;
+        goto err_close;
+    }
+    /* Its I/O blocks as a regular file's does (io_uring would answer EAGAIN). */
+    if (fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        status = OTE_ERR_IO;
         goto err_close;
     }
     atomic_init(&f->size, (uint64_t)st.st_size);

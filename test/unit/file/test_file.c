@@ -664,6 +664,12 @@ static void test_names_and_unsupported(void **state)
     assert_int_equal(ote_segment_open(e, "file:relative", &seg), OTE_ERR_INVALID_PARAM);
     snprintf(dname, sizeof(dname), "file://%s", dir);
     assert_int_equal(ote_segment_open(e, dname, &seg), OTE_ERR_INVALID_PARAM);
+    /* A FIFO is refused, not waited on for a writer (read-only to its opener or not). */
+    snprintf(path, sizeof(path), "%s/fifo", dir);
+    assert_int_equal(mkfifo(path, 0444), 0);
+    snprintf(dname, sizeof(dname), "file://%s", path);
+    assert_int_equal(ote_segment_open(e, dname, &seg), OTE_ERR_INVALID_PARAM);
+    unlink(path);
 
     make_file("names.dat", 12345, 1, path, sizeof(path), name, sizeof(name));
     assert_int_equal(ote_segment_open(e, name, &seg), OTE_OK);
