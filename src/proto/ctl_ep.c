@@ -15,16 +15,38 @@ bool ote_proto_ctl_ep_is_alive(ote_tl_ep_t *tl_ep)
     return true;
 }
 
+ote_proto_ctl_iface_t *ote_proto_ctl_iface_new(void)
+{
+    ote_proto_ctl_iface_t *i = calloc(1, sizeof(*i));
+
+    if (i != NULL)
+        atomic_init(&i->refs, 1);
+    return i;
+}
+
+static void ctl_iface_put(ote_proto_ctl_iface_t *i)
+{
+    if (i != NULL && atomic_fetch_sub(&i->refs, 1) == 1)
+        free(i);
+}
+
 void ote_proto_ctl_ep_destroy(ote_tl_ep_t *tl_ep)
 {
+    ote_proto_ctl_iface_t *i = (ote_proto_ctl_iface_t *)tl_ep->iface;
+
     free(tl_ep);
+    ctl_iface_put(i);
 }
 
 ote_status_t ote_proto_ctl_ep_submit(const ote_proto_ctl_hooks_t *hooks, ote_proto_job_t *job)
 {
-    ote_status_t status = ote_proto_jobs_submit(hooks->jobs, job);
+    ote_status_t status;
 
+    if (hooks->iface_ref != NULL)
+        atomic_fetch_add(&hooks->iface_ref->refs, 1);
+    status = ote_proto_jobs_submit(hooks->jobs, job);
     if (status != OTE_OK) {
+        ctl_iface_put(hooks->iface_ref);
         free(job);
         return status;
     }
@@ -34,7 +56,10 @@ ote_status_t ote_proto_ctl_ep_submit(const ote_proto_ctl_hooks_t *hooks, ote_pro
 void ote_proto_ctl_ep_complete(const ote_proto_ctl_hooks_t *hooks, ote_tl_completion_t *comp,
                                ote_status_t status)
 {
+    ote_proto_ctl_iface_t *i = hooks->iface_ref; /* hooks may go with the slice's end */
+
     pthread_mutex_lock(hooks->worker_lock);
     comp->func(comp, status);
     pthread_mutex_unlock(hooks->worker_lock);
+    ctl_iface_put(i);
 }

@@ -15,7 +15,7 @@
 
 typedef struct {
     ote_tl_ep_t             super;
-    ote_tl_iface_t          iface; /* the rail's iface: these ops, no component */
+    ote_proto_ctl_iface_t  *iface; /* the rail's: these ops, no component */
     ote_file_remote_hooks_t hooks;
 } file_remote_ep_t;
 
@@ -204,18 +204,22 @@ ote_status_t ote_proto_file_remote_rail_init(ote_rail_t *rail, size_t worker,
     if (hooks->max_bytes == 0 || hooks->max_bytes > OTE_CTL_FILE_IO_MAX_BYTES)
         return OTE_ERR_INVALID_PARAM;
     ep = calloc(1, sizeof(*ep));
-    if (ep == NULL)
+    if (ep == NULL || (ep->iface = ote_proto_ctl_iface_new()) == NULL) {
+        free(ep);
         return OTE_ERR_NO_MEMORY;
-    ep->iface.ep_ops   = &file_remote_ep_ops;
-    ep->iface.md_index = -1;
-    snprintf(ep->iface.resource.tl_name, sizeof(ep->iface.resource.tl_name), "%s",
+    }
+    ep->iface->iface.ep_ops   = &file_remote_ep_ops;
+    ep->iface->iface.md_index = -1;
+    snprintf(ep->iface->iface.resource.tl_name, sizeof(ep->iface->iface.resource.tl_name), "%s",
              OTE_FILE_REMOTE_TL_NAME);
-    snprintf(ep->iface.resource.dev_name, sizeof(ep->iface.resource.dev_name), "ctl");
-    ep->iface.resource.is_network = true;
-    ep->super.iface               = &ep->iface;
-    ep->hooks                     = *hooks;
+    snprintf(ep->iface->iface.resource.dev_name, sizeof(ep->iface->iface.resource.dev_name),
+             "ctl");
+    ep->iface->iface.resource.is_network = true;
+    ep->super.iface                      = &ep->iface->iface;
+    ep->hooks                            = *hooks;
+    ep->hooks.base.iface_ref             = ep->iface;
     memset(rail, 0, sizeof(*rail));
-    rail->iface           = &ep->iface;
+    rail->iface           = &ep->iface->iface;
     rail->ep              = &ep->super;
     /* The target checks every range against the exported size and access. */
     rail->caps.ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED;

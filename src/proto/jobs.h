@@ -44,6 +44,8 @@ typedef struct {
     pthread_mutex_t  *worker_lock;     /* held around a slice's completion */
     ote_proto_jobs_t *jobs;            /* the engine's pool the requests wait on */
     uint64_t          initiator, target; /* engine instances */
+    /* The rail's iface, held by each request in flight (ctl_ep.h); NULL: none to hold. */
+    struct ote_proto_ctl_iface *iface_ref;
 } ote_proto_ctl_hooks_t;
 
 /* name names the threads ("<name>-N", at most 10 characters). */

@@ -16,7 +16,7 @@
 
 typedef struct {
     ote_tl_ep_t         super;
-    ote_tl_iface_t      iface; /* the rail's iface: the host's resource, these ops */
+    ote_proto_ctl_iface_t *iface; /* the rail's: the host's resource, these ops */
     ote_rail_t         *host;
     ote_putback_hooks_t hooks;
     _Atomic uint64_t    next_id;
@@ -105,16 +105,19 @@ ote_status_t ote_proto_putback_rail_init(ote_rail_t *rail, ote_rail_t *host,
         !(hc->mem_local & OTE_MEM_TYPE_HOST) || !(hc->mem_remote & OTE_MEM_TYPE_HOST))
         return OTE_ERR_UNSUPPORTED;
     ep = calloc(1, sizeof(*ep));
-    if (ep == NULL)
+    if (ep == NULL || (ep->iface = ote_proto_ctl_iface_new()) == NULL) {
+        free(ep);
         return OTE_ERR_NO_MEMORY;
-    ote_tl_iface_copy(&ep->iface, host->iface);
-    ep->iface.ep_ops = &putback_ep_ops;
-    ep->super.iface  = &ep->iface;
-    ep->host         = host;
-    ep->hooks        = *hooks;
+    }
+    ote_tl_iface_copy(&ep->iface->iface, host->iface);
+    ep->iface->iface.ep_ops    = &putback_ep_ops;
+    ep->super.iface            = &ep->iface->iface;
+    ep->host                   = host;
+    ep->hooks                  = *hooks;
+    ep->hooks.base.iface_ref   = ep->iface;
     atomic_init(&ep->next_id, 0);
     memset(rail, 0, sizeof(*rail));
-    rail->iface          = &ep->iface;
+    rail->iface          = &ep->iface->iface;
     rail->ep             = &ep->super;
     rail->caps           = *hc;
     /* The target checks every range against its region table. */

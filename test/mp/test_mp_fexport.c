@@ -664,6 +664,43 @@ static void test_rails_late_dropped(void **state)
     unsetenv("OTE_RETRY_COUNT");
 }
 
+/*
+ * A segment closed while its slices wait in the protocol pool (the target
+ * stopped): they still end, and what their end reads of their rail (its
+ * iface) is still there (the ASan pass sees the rest).
+ */
+static void test_close_in_flight(void **state)
+{
+    ote_xfer_req_t req;
+    ote_task_status_t st;
+    ote_segment_h seg;
+    ote_batch_h b;
+    size_t first;
+    fx_t f;
+
+    (void)state;
+    setenv("OTE_XFER_TIMEOUT_MS", "1000", 1);
+    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    fx_start(&f);
+    /* The first slices on its rails: their end looks up what the rail's iface is. */
+    seg = xopen(&f, "a", OTE_OK);
+    mp_stop_process(f.t.pid);
+    req = (ote_xfer_req_t){.op = OTE_OP_READ, .local_addr = f.local, .segment = seg,
+                           .remote_addr = 0, .length = 3u << 20};
+    assert_int_equal(ote_batch_create(f.e, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, &req, 1, &first), OTE_OK);
+    usleep(100 * 1000);
+    assert_int_equal(ote_segment_close(seg), OTE_OK);
+    kill(f.t.pid, SIGCONT);
+    assert_int_equal(ote_batch_wait(b, 120000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+    assert_int_not_equal(st.state, OTE_TASK_PENDING);
+    ote_batch_release(b);
+    fx_stop(&f, true);
+    unsetenv("OTE_XFER_TIMEOUT_MS");
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -673,6 +710,7 @@ int main(void)
         cmocka_unit_test(test_rails_tcp),       cmocka_unit_test(test_rails_uct_tcp),
         cmocka_unit_test(test_rails_refused),   cmocka_unit_test(test_rails_ctl_mode),
         cmocka_unit_test(test_rails_unreachable), cmocka_unit_test(test_rails_late_dropped),
+        cmocka_unit_test(test_close_in_flight),
     };
 
     signal(SIGPIPE, SIG_IGN);
