@@ -36,6 +36,10 @@ static ote_status_t export_ctl(void *arg, const void *req, size_t len, uint8_t *
     bool rails = len > 0 && (op[0] == OTE_CTL_FILE_IO_READ_RAILS ||
                              op[0] == OTE_CTL_FILE_IO_WRITE_RAILS);
 
+    /* A request still queued when its segment closed is not sent (ote.h: CANCELED). */
+    if (atomic_load(&seg->closed))
+        return OTE_ERR_CANCELED;
+
     /*
      * One request on a connection of the segment's pool (sent twice, it
      * does the same I/O again). The target starts its I/O within one

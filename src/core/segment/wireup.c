@@ -273,6 +273,9 @@ static ote_status_t putback_ctl(void *arg, const void *req, size_t len, uint8_t 
 {
     ote_segment_h seg = arg;
 
+    /* A request still queued when its segment closed is not sent (ote.h: CANCELED). */
+    if (atomic_load(&seg->closed))
+        return OTE_ERR_CANCELED;
     /*
      * The answer comes once the target's WRITE ended (proto/putback_target.c,
      * core/ctl/ctl_peer.c):
