@@ -353,6 +353,10 @@ ote_status_t ote_proto_slice_post(ote_slice_t *s)
 
     if (rail == NULL || (ep = rail->ep) == NULL)
         return OTE_ERR_CANCELED;
+    /* After the ep: rails built for a new instance say so before they are published. */
+    if (s->route != NULL && s->route->rails_instance != NULL &&
+        atomic_load(s->route->rails_instance) != s->route->instance)
+        return OTE_ERR_PEER_RESTARTED;
     if (s->op == OTE_OP_WRITE)
         return rail->iface->ep_ops->put_zcopy(ep, s->local, s->length, s->local_region,
                                               s->remote, s->rkey, s->rkey_len, &s->comp);

@@ -184,6 +184,14 @@ struct ote_proto_route {
     uint32_t                gen;       /* the rails' build, for the caller */
     const ote_proto_rkey_t *rkeys;
     size_t                  num_rkeys;
+    /*
+     * The peer instance the request was planned for (its keys are that
+     * one's), and where the caller keeps the instance the rails lead to
+     * now (NULL: not checked): a slice is not posted on rails built since
+     * for another instance (ote_proto_slice_post: PEER_RESTARTED).
+     */
+    uint64_t                instance;
+    const _Atomic uint64_t *rails_instance;
 };
 
 /*

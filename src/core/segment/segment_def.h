@@ -75,6 +75,12 @@ struct ote_segment {
     int              ctl_pool[OTE_SEGMENT_CTL_POOL];
     size_t           ctl_pool_len;
     _Atomic uint32_t rails_gen;     /* builds of the rails so far */
+    /*
+     * The peer instance the rails were last built for, stored before they
+     * are: a slice planned for another one is not posted on them (a reopen
+     * rebuilt them for a new instance; proto.h, ote_proto_route_t).
+     */
+    _Atomic uint64_t rails_instance;
     pthread_mutex_t  spray_lock;    /* slices waiting for a rail; picking rails */
     ote_slice_t     *backlog_head, *backlog_tail;
     atomic_bool      backlog_any;   /* the backlog holds slices (set under spray_lock) */

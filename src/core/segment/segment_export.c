@@ -105,6 +105,7 @@ static ote_status_t export_rails_build(ote_segment_h seg, uint64_t instance, uin
     /* A request and its answer fit OTE_MAX_CTL_MSG on both ends. */
     if (ote_engine_facts(e)->config.max_ctl_msg < OTE_CTL_FILE_IO_HDR_LEN + max)
         max = ote_engine_facts(e)->config.max_ctl_msg - OTE_CTL_FILE_IO_HDR_LEN;
+    atomic_store(&seg->rails_instance, instance);
     gen = atomic_fetch_add(&seg->rails_gen, 1) + 1;
     /* A new instance may reach this engine again. */
     atomic_store(&seg->export_rails_off, false);

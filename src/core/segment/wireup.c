@@ -715,6 +715,7 @@ ote_status_t ote_wireup_build(ote_segment_h seg, const ote_desc_t *d)
     bool links_down;
     ote_status_t status;
 
+    atomic_store(&seg->rails_instance, d->instance_id);
     /*
      * No rail only because this host's links are down (a port, a carrier,
      * a transport gone with its interface): that is transient, not a

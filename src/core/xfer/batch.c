@@ -469,6 +469,11 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
             /* The slices point at its rkeys: a refresh must not free it under them. */
             t->desc = seg->desc;
             atomic_fetch_add(&t->desc->refs, 1);
+            /* A peer's keys are that instance's: never posted on rails rebuilt for another. */
+            if (seg->file == NULL) {
+                t->route.instance       = t->desc->instance_id;
+                t->route.rails_instance = &seg->rails_instance;
+            }
         }
         pthread_mutex_unlock(&seg->lock);
         if (status != OTE_OK) {

@@ -212,9 +212,50 @@ static void test_build_order_and_pruning(void **state)
     assert_true(dominated(&built, &k_uct_tcp, HOST));
 }
 
+static int fake_puts;
+
+static ote_status_t fake_put(ote_tl_ep_t *ep, void *local, size_t length,
+                             ote_region_t *local_region, uint64_t remote_addr, const void *rkey,
+                             size_t rkey_len, ote_tl_completion_t *comp)
+{
+    (void)ep, (void)local, (void)length, (void)local_region, (void)remote_addr, (void)rkey;
+    (void)rkey_len, (void)comp;
+    fake_puts++;
+    return OTE_INPROGRESS;
+}
+
+/*
+ * A slice planned for one peer instance is not posted on rails built since
+ * for another (a reopen that found a restarted peer): PEER_RESTARTED, and
+ * the ep never sees it; on rails of its own instance it goes.
+ */
+static void test_post_other_instance(void **state)
+{
+    static const ote_tl_ep_ops_t ops = {.put_zcopy = fake_put};
+    ote_tl_iface_t iface = {.ep_ops = &ops};
+    ote_tl_ep_t ep = {.iface = &iface};
+    ote_rail_t rail = {.iface = &iface, .ep = &ep};
+    _Atomic uint64_t rails_instance = 0x22;
+    ote_proto_route_t route = {.instance = 0x11, .rails_instance = &rails_instance};
+    ote_slice_t s = {.rail = &rail, .route = &route, .op = OTE_OP_WRITE, .length = 8};
+
+    (void)state;
+    fake_puts = 0;
+    assert_int_equal(ote_proto_slice_post(&s), OTE_ERR_PEER_RESTARTED);
+    assert_int_equal(fake_puts, 0);
+    atomic_store(&rails_instance, 0x11);
+    assert_int_equal(ote_proto_slice_post(&s), OTE_INPROGRESS);
+    assert_int_equal(fake_puts, 1);
+    /* Unchecked routes (a local file's) go as before. */
+    route.rails_instance = NULL;
+    assert_int_equal(ote_proto_slice_post(&s), OTE_INPROGRESS);
+    assert_int_equal(fake_puts, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_post_other_instance),
         cmocka_unit_test(test_same_host_everything),
         cmocka_unit_test(test_checked_preferred),
         cmocka_unit_test(test_network_only),
