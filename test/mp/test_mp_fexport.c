@@ -609,6 +609,18 @@ static void test_rails_unreachable(void **state)
     }
 }
 
+/* Short transfer and connect timeouts for the tests of a target that stops answering. */
+static void short_timeouts(bool on)
+{
+    if (on) {
+        setenv("OTE_XFER_TIMEOUT_MS", "1000", 1);
+        setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    } else {
+        unsetenv("OTE_XFER_TIMEOUT_MS");
+        unsetenv("OTE_CONNECT_TIMEOUT_MS");
+    }
+}
+
 /*
  * A target stopped while FILE_IOs by rails wait: the initiator's tasks end
  * TIMEOUT, and once the target runs again it does no I/O for them (the
@@ -626,8 +638,7 @@ static void test_rails_late_dropped(void **state)
     fx_t f;
 
     (void)state;
-    setenv("OTE_XFER_TIMEOUT_MS", "1000", 1);
-    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    short_timeouts(true);
     setenv("OTE_RETRY_COUNT", "0", 1);
     rails_env("tcp", "rails");
     fx_start_access(&f, OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE);
@@ -659,8 +670,7 @@ static void test_rails_late_dropped(void **state)
     ote_segment_close(seg);
     fx_stop(&f, true);
     rails_env_clear();
-    unsetenv("OTE_XFER_TIMEOUT_MS");
-    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+    short_timeouts(false);
     unsetenv("OTE_RETRY_COUNT");
 }
 
@@ -679,8 +689,7 @@ static void test_close_in_flight(void **state)
     fx_t f;
 
     (void)state;
-    setenv("OTE_XFER_TIMEOUT_MS", "1000", 1);
-    setenv("OTE_CONNECT_TIMEOUT_MS", "1000", 1);
+    short_timeouts(true);
     fx_start(&f);
     /* The first slices on its rails: their end looks up what the rail's iface is. */
     seg = xopen(&f, "a", OTE_OK);
@@ -697,8 +706,7 @@ static void test_close_in_flight(void **state)
     assert_int_not_equal(st.state, OTE_TASK_PENDING);
     ote_batch_release(b);
     fx_stop(&f, true);
-    unsetenv("OTE_XFER_TIMEOUT_MS");
-    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+    short_timeouts(false);
 }
 
 int main(void)
