@@ -39,44 +39,64 @@ int ote_test_write_file(const char *path, size_t len, uint64_t seed)
     return rc;
 }
 
-ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *e_p,
-                                    char **log_p)
+bool ote_test_stderr_begin(ote_test_stderr_t *c)
 {
     char path[] = "/tmp/ote_test_log.XXXXXX";
-    int fd = mkstemp(path), saved = dup(2);
-    ote_status_t st;
-    FILE *f = NULL;
-    long n  = -1;
 
-    *log_p = NULL;
-    if (fd < 0 || saved < 0) {
-        if (fd >= 0)
-            close(fd);
-        if (saved >= 0)
-            close(saved);
-        return OTE_ERR_IO;
+    c->fd    = mkstemp(path);
+    c->saved = dup(2);
+    if (c->fd < 0 || c->saved < 0) {
+        if (c->fd >= 0)
+            close(c->fd);
+        if (c->saved >= 0)
+            close(c->saved);
+        return false;
     }
     unlink(path);
     fflush(stderr);
-    dup2(fd, 2);
-    st = ote_engine_create(p, e_p);
+    dup2(c->fd, 2);
+    return true;
+}
+
+char *ote_test_stderr_end(ote_test_stderr_t *c)
+{
+    FILE *f  = NULL;
+    long n   = -1;
+    char *log = NULL;
+
     fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    f = fdopen(fd, "r");
+    dup2(c->saved, 2);
+    close(c->saved);
+    f = fdopen(c->fd, "r");
     if (f != NULL && fseek(f, 0, SEEK_END) == 0)
         n = ftell(f);
-    if (n >= 0 && (*log_p = calloc(1, (size_t)n + 1)) != NULL) {
+    if (n >= 0 && (log = calloc(1, (size_t)n + 1)) != NULL) {
         rewind(f);
-        if (fread(*log_p, 1, (size_t)n, f) != (size_t)n) {
-            free(*log_p);
-            *log_p = NULL;
+        if (fread(log, 1, (size_t)n, f) != (size_t)n) {
+            free(log);
+            log = NULL;
         }
     }
     if (f != NULL)
         fclose(f);
     else
-        close(fd);
+        close(c->fd);
+    if (log != NULL)
+        fputs(log, stderr); /* still in the test's own log */
+    return log;
+}
+
+ote_status_t ote_test_engine_logged(const ote_engine_params_t *p, ote_engine_h *e_p,
+                                    char **log_p)
+{
+    ote_test_stderr_t c;
+    ote_status_t st;
+
+    *log_p = NULL;
+    if (!ote_test_stderr_begin(&c))
+        return OTE_ERR_IO;
+    st     = ote_engine_create(p, e_p);
+    *log_p = ote_test_stderr_end(&c);
     return *log_p != NULL ? st : OTE_ERR_IO;
 }
 

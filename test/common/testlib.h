@@ -29,6 +29,18 @@ long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed);
 int  ote_test_write_file(const char *path, size_t len, uint64_t seed);
 
 /*
+ * stderr captured between begin and end: end gives what was written
+ * (malloc'd, NUL-ended; NULL when it could not be read back), restores
+ * stderr and writes it there too. begin: false when stderr could not be
+ * captured (then do not call end).
+ */
+typedef struct {
+    int fd, saved;
+} ote_test_stderr_t;
+bool  ote_test_stderr_begin(ote_test_stderr_t *c);
+char *ote_test_stderr_end(ote_test_stderr_t *c);
+
+/*
  * ote_engine_create() with stderr captured: *log_p (malloc'd, NUL-ended)
  * gets what the engine logged. Returns create's status, or OTE_ERR_IO when
  * stderr could not be captured (*log_p NULL then).

@@ -627,6 +627,128 @@ static void raw_get(const char *name, uint8_t **rec_p, size_t *len_p)
     ops->close(ctx);
 }
 
+/*
+ * A key gone from the store (here: taken over under a short lease that then
+ * expired) is put again as soon as a region change finds it gone, not at
+ * the keepalive thread's next round (a third of OTE_METADATA_TTL_S).
+ */
+static void test_gone_key_put_at_once(void **state)
+{
+    static char buf[8192];
+    ote_mem_desc_t d = {.addr = buf, .length = sizeof(buf), .location = "cpu:0",
+                        .access = OTE_ACCESS_REMOTE_READ};
+    ote_engine_h e, other;
+    const ote_meta_ops_t *ops;
+    char key[512];
+    void *ctx;
+    uint8_t *rec;
+    size_t len;
+    int64_t version;
+    ote_mem_h m;
+    double took;
+
+    (void)state;
+    setenv("OTE_METADATA_TTL_S", "30", 1); /* rounds 10 s apart */
+    e = engine("decode-g");
+    setenv("OTE_METADATA_TTL_S", TTL_S, 1);
+    other = engine("prefill-g");
+    ops   = raw_open("decode-g", &ctx, key, sizeof(key));
+    assert_int_equal(ops->get_versioned(ctx, key, &rec, &len, &version), OTE_OK);
+    assert_int_equal(ops->replace(ctx, key, rec, len, version, rec, len, 2), OTE_OK);
+    ops->close(ctx); /* its 2 s lease runs out: the key is gone */
+    free(rec);
+    until_open_status(other, "decode-g", OTE_ERR_NOT_FOUND, 10);
+    assert_int_equal(ote_mem_register(e, &d, 1, &m), OTE_OK);
+    took = until_open_status(other, "decode-g", OTE_OK, 15);
+    fprintf(stderr, "# the gone key back %.2f s after the region change\n", took);
+    assert_true(took < 2.0);
+    assert_int_equal(ote_mem_deregister(e, m), OTE_OK);
+    ote_engine_destroy(other);
+    ote_engine_destroy(e);
+}
+
+/*
+ * A descriptor the store refuses (etcd: larger than its request limit,
+ * 1.5 MiB by default) is said, with the store's status; the engine's own
+ * registrations still work, and peers still find the descriptor the store
+ * holds. (The engine's destroy releases the regions: deregistering them
+ * one by one would send the whole descriptor again each time.)
+ */
+static void test_refused_descriptor_said(void **state)
+{
+    enum { N = 60000, SZ = 64 }; /* about 33 bytes of record each: 2 MB */
+    ote_engine_h e, other;
+    ote_mem_desc_t *d = calloc(N, sizeof(*d));
+    ote_mem_h *m      = calloc(N, sizeof(*m));
+    uint8_t *buf      = malloc((size_t)N * SZ);
+    ote_test_stderr_t cap;
+    ote_segment_h seg;
+    char *log;
+    ote_status_t st;
+
+    (void)state;
+    if (strcmp(store.kind, "etcd") != 0)
+        skip(); /* Redis takes values up to 512 MB */
+    assert_non_null(d);
+    assert_non_null(m);
+    assert_non_null(buf);
+    e     = engine("decode-big");
+    other = engine("prefill-big");
+    for (size_t i = 0; i < N; i++)
+        d[i] = (ote_mem_desc_t){.addr = buf + i * SZ, .length = SZ, .location = "cpu:0",
+                                .access = OTE_ACCESS_REMOTE_READ};
+    assert_true(ote_test_stderr_begin(&cap));
+    st  = ote_mem_register(e, d, N, m);
+    log = ote_test_stderr_end(&cap);
+    assert_int_equal(st, OTE_OK);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "descriptor of 'decode-big'"));
+    assert_non_null(strstr(log, "could not be put in the etcd store"));
+    free(log);
+    /* The store still holds the engine's earlier descriptor: opens work. */
+    assert_int_equal(ote_segment_open(other, "decode-big", &seg), OTE_OK);
+    ote_segment_close(seg);
+    ote_engine_destroy(other);
+    ote_engine_destroy(e);
+    free(buf);
+    free(m);
+    free(d);
+}
+
+#ifdef HAVE_ETCD
+/*
+ * A streaming call's error (lease keepalive) is an error with its gRPC
+ * status, never a lease that expired (which would make the engine drop a
+ * lease it still holds).
+ */
+static void test_etcd_stream_error(void **state)
+{
+    static const char no_leader[] =
+        "{\"error\":{\"grpc_code\":14,\"http_code\":503,\"message\":\"etcdserver: no leader\","
+        "\"http_status\":\"Service Unavailable\"}}";
+    static const char timed_out[] =
+        "{\"error\":{\"grpc_code\":4,\"http_code\":504,\"message\":\"etcdserver: request timed "
+        "out\"}}";
+    static const char no_code[]  = "{\"error\":{\"message\":\"x\"}}";
+    static const char expired[]  = "{\"result\":{\"header\":{},\"ID\":\"7\"}}";
+    static const char renewed[]  = "{\"result\":{\"header\":{},\"ID\":\"7\",\"TTL\":\"10\"}}";
+    int64_t id, ttl;
+
+    (void)state;
+    assert_int_equal(ote_meta_etcd_decode_lease(no_leader, strlen(no_leader), &id, &ttl),
+                     OTE_ERR_STORE_UNAVAILABLE);
+    assert_int_equal(ote_meta_etcd_decode_lease(timed_out, strlen(timed_out), &id, &ttl),
+                     OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_meta_etcd_decode_lease(no_code, strlen(no_code), &id, &ttl),
+                     OTE_ERR_PROTOCOL);
+    assert_int_equal(ote_meta_etcd_decode_lease(expired, strlen(expired), &id, &ttl),
+                     OTE_ERR_NOT_FOUND);
+    assert_int_equal(ote_meta_etcd_decode_lease(renewed, strlen(renewed), &id, &ttl), OTE_OK);
+    assert_int_equal(id, 7);
+    assert_int_equal(ttl, 10);
+}
+#endif
+
 static void test_signed(void **state)
 {
     ote_engine_h a, b;
@@ -759,7 +881,11 @@ int main(void)
         cmocka_unit_test(test_signed),       cmocka_unit_test(test_bad_uris),
         cmocka_unit_test(test_redis_password), cmocka_unit_test(test_store_loss),
         cmocka_unit_test(test_exported_file), cmocka_unit_test(test_restart_takeover),
-        cmocka_unit_test(test_evicted_holder),
+        cmocka_unit_test(test_evicted_holder), cmocka_unit_test(test_gone_key_put_at_once),
+        cmocka_unit_test(test_refused_descriptor_said),
+#ifdef HAVE_ETCD
+        cmocka_unit_test(test_etcd_stream_error),
+#endif
     };
 
     return cmocka_run_group_tests_name(OTE_TEST_STORE, tests, group_setup, group_teardown);

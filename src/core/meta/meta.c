@@ -39,6 +39,8 @@ struct ote_meta {
     bool                  dirty;     /* the descriptor changed since it was put */
     bool                  taken;     /* another engine took the name (said once) */
     bool                  said_held; /* why the name is not ours was logged */
+    bool                  wake;      /* the thread has work before its period ends */
+    ote_status_t          refused;   /* the store's last refusal of our descriptor (said once) */
     unsigned long         puts;      /* descriptors sent to the store (claim or update) */
 };
 
@@ -197,6 +199,16 @@ static ote_status_t meta_put(ote_meta_t *m, bool claim)
         if (status != OTE_OK)
             m->dirty = true;
     }
+    if (status == OTE_OK || status == OTE_ERR_STORE_UNAVAILABLE || status == OTE_ERR_NOT_FOUND ||
+        status == OTE_ERR_EXISTS) {
+        m->refused = OTE_OK; /* put, or a state the callers say themselves */
+    } else if (status != m->refused) {
+        m->refused = status;
+        ote_error("metadata: the descriptor of '%s' (%zu bytes) could not be put in the %s "
+                  "store: %s; peers that look '%s' up get the one the store holds until a "
+                  "later try (each keepalive round) succeeds",
+                  m->name, rec.len, m->ops->name, ote_status_string(status), m->name);
+    }
     free(desc.data);
     free(rec.data);
     return status;
@@ -259,8 +271,10 @@ static void *meta_thread(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        while (!m->stop && pthread_cond_timedwait(&m->cond, &m->lock, &ts) != ETIMEDOUT)
+        while (!m->stop && !m->wake &&
+               pthread_cond_timedwait(&m->cond, &m->lock, &ts) != ETIMEDOUT)
             ;
+        m->wake = false;
         if (!m->stop)
             meta_tick(m);
     }
@@ -503,6 +517,7 @@ void ote_meta_changed(ote_meta_t *m)
                      "'%s' goes in when it does", m->ops->name, m->uri, m->name);
         } else if (status == OTE_ERR_NOT_FOUND) {
             m->claimed = false;
+            m->wake    = true; /* put it again now, not at the next period */
             pthread_cond_signal(&m->cond);
         }
     }

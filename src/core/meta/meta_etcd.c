@@ -143,15 +143,17 @@ static bool json_i64(json_object *o, const char *field, int64_t *v_p)
 }
 
 /*
- * Parse a gateway response: an object; an error object ({"error", "code"})
- * maps to a status: gRPC NotFound (5) -> NOT_FOUND, Unauthenticated (16)
- * and PermissionDenied (7) -> AUTH, Unavailable (14) -> STORE_UNAVAILABLE,
- * anything else -> PROTOCOL.
+ * Parse a gateway response: an object; an error object ({"error", "code"},
+ * or a streaming call's {"error": {"grpc_code", ...}}, as lease keepalive
+ * answers when the call fails on the server) maps to a status: gRPC
+ * NotFound (5) -> NOT_FOUND, Unauthenticated (16) and PermissionDenied (7)
+ * -> AUTH, Unavailable (14) -> STORE_UNAVAILABLE, anything else -> PROTOCOL.
  */
 static ote_status_t etcd_parse(const char *body, size_t len, json_object **obj_p)
 {
     json_tokener *tok;
-    json_object *o, *code;
+    json_object *o, *code, *err = NULL;
+    bool is_error;
     int64_t c;
 
     if (body == NULL || len == 0 || len > (size_t)OTE_META_RECORD_MAX * 2)
@@ -167,16 +169,29 @@ static ote_status_t etcd_parse(const char *body, size_t len, json_object **obj_p
         return OTE_ERR_PROTOCOL;
     }
     json_tokener_free(tok);
-    if (json_object_object_get_ex(o, "code", &code)) {
+    is_error = json_object_object_get_ex(o, "code", &code);
+    if (!is_error && json_object_object_get_ex(o, "error", &err) &&
+        json_object_is_type(err, json_type_object)) {
+        is_error = true;
+        if (!json_object_object_get_ex(err, "grpc_code", &code))
+            code = NULL; /* without its code: PROTOCOL */
+    }
+    if (is_error) {
+        json_object *msg;
+        ote_status_t status = OTE_ERR_PROTOCOL;
+
         c = json_object_is_type(code, json_type_int) ? json_object_get_int64(code) : -1;
-        json_object_put(o);
         if (c == 5)
-            return OTE_ERR_NOT_FOUND;
-        if (c == 16 || c == 7)
-            return OTE_ERR_AUTH;
-        if (c == 14)
-            return OTE_ERR_STORE_UNAVAILABLE;
-        return OTE_ERR_PROTOCOL;
+            status = OTE_ERR_NOT_FOUND;
+        else if (c == 16 || c == 7)
+            status = OTE_ERR_AUTH;
+        else if (c == 14)
+            status = OTE_ERR_STORE_UNAVAILABLE;
+        else if (json_object_object_get_ex(err != NULL ? err : o, "message", &msg))
+            ote_warn("etcd: the store answered gRPC code %lld: %.200s", (long long)c,
+                     json_object_get_string(msg));
+        json_object_put(o);
+        return status;
     }
     *obj_p = o;
     return OTE_OK;
@@ -529,6 +544,8 @@ static ote_status_t etcd_keepalive(void *ctx, const char *key, long ttl_s)
     status = etcd_post(c, "/v3/lease/keepalive", json);
     if (status == OTE_OK)
         status = ote_meta_etcd_decode_lease(c->body, c->body_len, &id, &ttl);
+    if (status == OTE_OK && id != c->lease)
+        status = OTE_ERR_PROTOCOL; /* an answer about another lease */
     if (status == OTE_ERR_NOT_FOUND) {
         c->lease = 0;
         return status;
