@@ -218,6 +218,15 @@ ote_status_t ote_stream_conn_op_push(ote_stream_conn_t *conn, const ote_stream_o
 void         ote_stream_conn_op_unpush(ote_stream_conn_t *conn);
 void         ote_stream_conn_flush(ote_stream_conn_t *conn);
 void         ote_stream_conn_rx(ote_stream_conn_t *conn);
+/*
+ * Target side: a reference on the host-memory region that covers [addr,
+ * addr+length) with access, as ote_mem_region_acquire takes it; a device
+ * memory region is UNSUPPORTED (its bytes are never touched by the CPU
+ * here: GPU memory is reached through staging).
+ */
+ote_status_t ote_stream_host_region_acquire(ote_stream_conn_t *conn, uint64_t addr,
+                                            size_t length, unsigned access,
+                                            ote_region_t **region_p);
 /* Forget the regions a payload was going to (the target drops its references on them). */
 void         ote_stream_conn_rx_regions_put(ote_stream_conn_t *conn);
 void         ote_stream_conn_set_sockopts(ote_stream_iface_t *iface, int fd);

@@ -157,18 +157,13 @@ static ote_status_t ref_check(ote_stream_conn_t *c, const ote_stream_ref_req_t *
 {
     const ote_stream_hdr_t *h = &q->hdr;
     bool put               = h->type == OTE_STREAM_PUT_REF;
-    ote_status_t status;
 
     if (q->peer_addr + h->length < q->peer_addr)
         return OTE_ERR_INVALID_PARAM; /* no process has such a buffer */
-    status = ote_mem_region_acquire(c->iface->regions, h->addr, h->length,
-                                    put ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ,
-                                    region_p);
-    if (status == OTE_OK && (*region_p)->mem_type != OTE_MEM_TYPE_HOST) {
-        ote_mem_region_put(*region_p);
-        status = OTE_ERR_UNSUPPORTED; /* device memory: not for process_vm_* */
-    }
-    return status;
+    /* Device memory: not for process_vm_* either. */
+    return ote_stream_host_region_acquire(c, h->addr, h->length,
+                                          put ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ,
+                                          region_p);
 }
 
 static void ref_reply(ote_stream_conn_t *c, const ote_stream_hdr_t *h, ote_status_t status)

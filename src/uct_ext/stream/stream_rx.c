@@ -112,6 +112,20 @@ static void target_auth(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const u
     c->rx_state = OTE_STREAM_RX_HANDSHAKE;
 }
 
+ote_status_t ote_stream_host_region_acquire(ote_stream_conn_t *c, uint64_t addr, size_t length,
+                                            unsigned access, ote_region_t **region_p)
+{
+    ote_status_t status =
+        ote_mem_region_acquire(c->iface->regions, addr, length, access, region_p);
+
+    if (status == OTE_OK && (*region_p)->mem_type != OTE_MEM_TYPE_HOST) {
+        ote_mem_region_put(*region_p);
+        *region_p = NULL;
+        status    = OTE_ERR_UNSUPPORTED;
+    }
+    return status;
+}
+
 void ote_stream_conn_rx_regions_put(ote_stream_conn_t *c)
 {
     for (size_t i = 0; i < c->rx_nregions && c->ep == NULL; i++) {
@@ -143,8 +157,8 @@ static void target_write(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
                              .status = OTE_OK};
         if (r == NULL ||
             !ote_mem_region_covers(r, v[i].addr, v[i].length, OTE_ACCESS_REMOTE_WRITE)) {
-            d->status = ote_mem_region_acquire(c->iface->regions, v[i].addr, v[i].length,
-                                               OTE_ACCESS_REMOTE_WRITE, &r);
+            d->status = ote_stream_host_region_acquire(c, v[i].addr, v[i].length,
+                                                       OTE_ACCESS_REMOTE_WRITE, &r);
             if (d->status != OTE_OK) {
                 ote_debug("tcp peer %s: WRITE %#llx+%llu refused: %s", c->peer,
                           (unsigned long long)v[i].addr, (unsigned long long)v[i].length,
@@ -180,8 +194,8 @@ static void target_readv(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
             ote_mem_region_reacquire(r[i - 1], v[i].addr, v[i].length, OTE_ACCESS_REMOTE_READ))
             r[i] = r[i - 1];
         else
-            e = ote_mem_region_acquire(c->iface->regions, v[i].addr, v[i].length,
-                                       OTE_ACCESS_REMOTE_READ, &r[i]);
+            e = ote_stream_host_region_acquire(c, v[i].addr, v[i].length,
+                                               OTE_ACCESS_REMOTE_READ, &r[i]);
         if (e != OTE_OK) {
             ote_debug("tcp peer %s: READ %#llx+%llu refused: %s", c->peer,
                       (unsigned long long)v[i].addr, (unsigned long long)v[i].length,
@@ -300,8 +314,8 @@ static void target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const
             target_readv(c, h, v, (size_t)h->addr);
         break;
     case OTE_STREAM_READ_REQ:
-        status = ote_mem_region_acquire(iface->regions, h->addr, h->length,
-                                        OTE_ACCESS_REMOTE_READ, &region);
+        status = ote_stream_host_region_acquire(c, h->addr, h->length, OTE_ACCESS_REMOTE_READ,
+                                                &region);
         if (status == OTE_OK) {
             push_reply(c, OTE_STREAM_READ_RESP, h->id, OTE_OK, h->length,
                        (const void *)(uintptr_t)h->addr, region);

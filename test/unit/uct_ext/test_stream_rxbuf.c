@@ -39,7 +39,10 @@ typedef struct {
     int                 fd;    /* the initiator's end */
     size_t              acked; /* WRITE_ACKs and WRITEV_ACKs with status OK read */
     size_t              acked_bytes;
+    size_t              refused; /* answers with another status, the last in last_status */
+    ote_status_t        last_status;
     size_t              in_len;  /* bytes of a partial answer in in[] */
+    size_t              skip;    /* bytes of an answer's table still to read past */
     uint8_t             in[OTE_STREAM_HDR_LEN];
 } fixture_t;
 
@@ -49,9 +52,20 @@ static fixture_t f;
 static void read_answers(void)
 {
     for (;;) {
-        ssize_t n = recv(f.fd, f.in + f.in_len, sizeof(f.in) - f.in_len, MSG_DONTWAIT);
+        uint8_t table[256];
+        ssize_t n;
         ote_stream_hdr_t h;
 
+        if (f.skip > 0) {
+            n = recv(f.fd, table, f.skip < sizeof(table) ? f.skip : sizeof(table), MSG_DONTWAIT);
+            if (n <= 0) {
+                assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+                return;
+            }
+            f.skip -= (size_t)n;
+            continue;
+        }
+        n = recv(f.fd, f.in + f.in_len, sizeof(f.in) - f.in_len, MSG_DONTWAIT);
         if (n <= 0) {
             assert_true(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
             return;
@@ -61,10 +75,18 @@ static void read_answers(void)
             continue;
         f.in_len = 0;
         assert_int_equal(ote_stream_hdr_decode(f.in, OTE_STREAM_HDR_LEN, 1u << 30, &h), OTE_OK);
+        f.skip = ote_stream_hdr_inline_len(&h); /* a failed WRITEV_ACK's statuses */
         if (h.type == OTE_STREAM_HELLO_ACK)
             continue;
-        assert_true(h.type == OTE_STREAM_WRITE_ACK || h.type == OTE_STREAM_WRITEV_ACK);
-        assert_int_equal(h.status, OTE_OK);
+        assert_true(h.type == OTE_STREAM_WRITE_ACK || h.type == OTE_STREAM_WRITEV_ACK ||
+                    h.type == OTE_STREAM_READ_RESP);
+        if (h.status != OTE_OK) {
+            assert_int_equal(h.length, 0);
+            f.refused++;
+            f.last_status = (ote_status_t)h.status;
+            continue;
+        }
+        assert_int_equal(h.type == OTE_STREAM_READ_RESP, false);
         f.acked++;
         f.acked_bytes += h.length;
     }
@@ -376,6 +398,54 @@ static void test_rerun_after_failed_conn(void **state)
     close(sv[1]);
 }
 
+/*
+ * A range in a device-memory region is refused (UNSUPPORTED) on every
+ * path that would touch its bytes with the CPU (WRITE, WRITEV, READ_REQ):
+ * nothing is written to it, nothing read from it. (The region is host
+ * memory marked as device memory in the table: on a GPU the copy would
+ * fault.)
+ */
+static void test_device_region_refused(void **state)
+{
+    static uint8_t dev[4096];
+    ote_mem_desc_t d = {.addr = dev, .length = sizeof(dev), .location = "cpu:0",
+                        .access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE};
+    ote_stream_vec_entry_t e[2] = {
+        {.addr = (uint64_t)(uintptr_t)f.region, .length = 8},
+        {.addr = (uint64_t)(uintptr_t)dev + 64, .length = 8},
+    };
+    uint8_t table[2 * OTE_STREAM_WRITEV_ENTRY_LEN];
+    ote_region_t *r;
+
+    (void)state;
+    assert_int_equal(ote_mem_table_register(f.table, &d, 1, &r), OTE_OK);
+    r->mem_type = OTE_MEM_TYPE_CUDA;
+    hello();
+    send_hdr(&(ote_stream_hdr_t){.type = OTE_STREAM_WRITE, .id = 1,
+                                 .addr = (uint64_t)(uintptr_t)dev, .length = 8});
+    send_all("abcdefgh", 8);
+    settle();
+    assert_int_equal(f.refused, 1);
+    assert_int_equal(f.last_status, OTE_ERR_UNSUPPORTED);
+    /* A WRITEV whose second entry is device memory: the host entry lands, not that one. */
+    for (size_t i = 0; i < 2; i++)
+        ote_stream_vec_entry_encode(&e[i], table + i * OTE_STREAM_WRITEV_ENTRY_LEN);
+    send_hdr(&(ote_stream_hdr_t){.type = OTE_STREAM_WRITEV, .id = 2, .addr = 2, .length = 16});
+    send_all(table, sizeof(table));
+    send_all("ABCDEFGHIJKLMNOP", 16);
+    settle();
+    assert_int_equal(f.refused, 2);
+    assert_memory_equal(f.region, "ABCDEFGH", 8);
+    for (size_t i = 0; i < sizeof(dev); i++)
+        assert_int_equal(dev[i], 0);
+    send_hdr(&(ote_stream_hdr_t){.type = OTE_STREAM_READ_REQ, .id = 3,
+                                 .addr = (uint64_t)(uintptr_t)dev, .length = 8});
+    settle();
+    assert_int_equal(f.refused, 3);
+    assert_int_equal(f.last_status, OTE_ERR_UNSUPPORTED);
+    assert_true(f.conn->rx_state == OTE_STREAM_RX_HDR);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -384,6 +454,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grows_then_idle_frees, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_keeps_pending_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rerun_after_failed_conn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_region_refused, setup, teardown),
     };
 
     ote_log_set_level(OTE_LOG_WARN);
