@@ -24,7 +24,12 @@ ote_proto_ctl_iface_t *ote_proto_ctl_iface_new(void)
     return i;
 }
 
-static void ctl_iface_put(ote_proto_ctl_iface_t *i)
+void ote_proto_ctl_iface_get(ote_proto_ctl_iface_t *i)
+{
+    atomic_fetch_add(&i->refs, 1);
+}
+
+void ote_proto_ctl_iface_put(ote_proto_ctl_iface_t *i)
 {
     if (i != NULL && atomic_fetch_sub(&i->refs, 1) == 1)
         free(i);
@@ -35,7 +40,7 @@ void ote_proto_ctl_ep_destroy(ote_tl_ep_t *tl_ep)
     ote_proto_ctl_iface_t *i = (ote_proto_ctl_iface_t *)tl_ep->iface;
 
     free(tl_ep);
-    ctl_iface_put(i);
+    ote_proto_ctl_iface_put(i);
 }
 
 ote_status_t ote_proto_ctl_ep_submit(const ote_proto_ctl_hooks_t *hooks, ote_proto_job_t *job)
@@ -43,10 +48,10 @@ ote_status_t ote_proto_ctl_ep_submit(const ote_proto_ctl_hooks_t *hooks, ote_pro
     ote_status_t status;
 
     if (hooks->iface_ref != NULL)
-        atomic_fetch_add(&hooks->iface_ref->refs, 1);
+        ote_proto_ctl_iface_get(hooks->iface_ref);
     status = ote_proto_jobs_submit(hooks->jobs, job);
     if (status != OTE_OK) {
-        ctl_iface_put(hooks->iface_ref);
+        ote_proto_ctl_iface_put(hooks->iface_ref);
         free(job);
         return status;
     }
@@ -61,5 +66,5 @@ void ote_proto_ctl_ep_complete(const ote_proto_ctl_hooks_t *hooks, ote_tl_comple
     pthread_mutex_lock(hooks->worker_lock);
     comp->func(comp, status);
     pthread_mutex_unlock(hooks->worker_lock);
-    ctl_iface_put(i);
+    ote_proto_ctl_iface_put(i);
 }

@@ -24,11 +24,12 @@
     }
 
 /*
- * The iface of such a rail, apart from its ep: a slice's end reads its
- * rail's iface (the counters' pair, the rail's logs), and a slice may end
- * after the segment destroyed the ep (closing a segment does not wait for
- * the pool's jobs). The ep and each request in flight hold a reference
- * (hooks->iface_ref); the last one frees it.
+ * The iface of such a rail (and of a staging rail, stage_int.h), apart
+ * from its ep: a slice's end reads its rail's iface (the counters' pair,
+ * the rail's logs), and a slice may end after the segment destroyed the ep
+ * (closing a segment does not wait for the pool's jobs or for device
+ * copies). The ep and each request in flight hold a reference
+ * (hooks->iface_ref, or the staging op's); the last one frees it.
  */
 typedef struct ote_proto_ctl_iface {
     ote_tl_iface_t iface; /* first: the ep's and the rail's iface pointer */
@@ -37,6 +38,9 @@ typedef struct ote_proto_ctl_iface {
 
 /* A zeroed iface with one reference (the ep's), or NULL. */
 ote_proto_ctl_iface_t *ote_proto_ctl_iface_new(void);
+/* One more reference; put drops one (NULL: nothing), the last frees the iface. */
+void                   ote_proto_ctl_iface_get(ote_proto_ctl_iface_t *i);
+void                   ote_proto_ctl_iface_put(ote_proto_ctl_iface_t *i);
 
 /* 0: the rail's own accounting (rail.c) counts what is in flight. */
 size_t       ote_proto_ctl_ep_inflight_bytes(ote_tl_ep_t *tl_ep);

@@ -34,6 +34,7 @@ struct stage_op {
     const void          *rkey;
     size_t               rkey_len;
     ote_tl_completion_t *comp;
+    ote_proto_ctl_iface_t *iface;   /* the rail's, held until the slice has ended */
     const atomic_bool   *cancel;
     size_t               next_off;
     unsigned             inflight;  /* chunks taken by this slice */
@@ -156,7 +157,8 @@ static void op_fail(stage_op_t *op, ote_status_t status)
 /* Ends the slice once nothing of it is in flight and nothing more will be posted. */
 static bool op_try_finish(stage_op_t *op)
 {
-    stage_worker_t *sw = op->sw;
+    stage_worker_t *sw           = op->sw;
+    ote_proto_ctl_iface_t *iface = op->iface;
     ote_status_t status;
 
     if (op->inflight > 0 || op->waiting)
@@ -169,6 +171,7 @@ static bool op_try_finish(stage_op_t *op)
     sw->active_ops--;
     op->comp->func(op->comp, status);
     free(op);
+    ote_proto_ctl_iface_put(iface);
     return true;
 }
 
@@ -331,16 +334,18 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
                        .write = write, .gpu = local,
                        .dev = ote_cuda_location_device(local_region->location),
                        .remote = remote_addr, .length = length, .rkey = rkey,
-                       .rkey_len = rkey_len, .comp = comp,
+                       .rkey_len = rkey_len, .comp = comp, .iface = ep->iface,
                        /* The completion is the slice: its task's cancel flag. */
                        .cancel = ((ote_slice_t *)comp)->cancel};
     sw->active_ops++;
+    ote_proto_ctl_iface_get(ep->iface);
     op_pump(op);
     if (op->inflight == 0 && !op->waiting) {
         /* Nothing started: the caller gets the error, the completion never runs. */
         status = op->error != OTE_OK ? op->error : OTE_ERR_CANCELED;
         sw->active_ops--;
         free(op);
+        ote_proto_ctl_iface_put(ep->iface);
         return status;
     }
     return OTE_INPROGRESS;
@@ -360,10 +365,16 @@ static bool stage_is_alive(ote_tl_ep_t *tl_ep)
     return host->ep != NULL && host->iface->ep_ops->is_alive(host->ep);
 }
 
-/* The host rail's own ep is destroyed with its rail; slices in flight end through it. */
+/*
+ * The host rail's own ep is destroyed with its rail; slices in flight end
+ * through it, each holding the rail's iface until it has ended.
+ */
 static void stage_ep_destroy(ote_tl_ep_t *tl_ep)
 {
+    ote_proto_ctl_iface_t *iface = ((stage_ep_t *)tl_ep)->iface;
+
     free(tl_ep);
+    ote_proto_ctl_iface_put(iface);
 }
 
 /* ---- worker context ---------------------------------------------------------- */
@@ -452,24 +463,28 @@ ote_rail_t *ote_proto_stage_rail_host(const ote_rail_t *rail)
 stage_ep_t *ote_stage_ep_new(ote_rail_t *rail, ote_rail_t *host, stage_worker_t *sw)
 {
     stage_ep_t *ep = calloc(1, sizeof(*ep));
+    ote_tl_iface_t *iface;
 
-    if (ep == NULL)
+    if (ep == NULL || (ep->iface = ote_proto_ctl_iface_new()) == NULL) {
+        free(ep);
         return NULL;
+    }
     /* The rail's iface names staging; its operations are the staging ep's. */
-    ote_tl_iface_copy(&ep->iface, host->iface);
-    ep->iface.ep_ops = &ote_proto_stage_ep_ops;
-    ep->iface.md     = NULL;
-    ep->iface.md_index = -1;
-    memset(&ep->iface.resource, 0, sizeof(ep->iface.resource));
-    snprintf(ep->iface.resource.tl_name, sizeof(ep->iface.resource.tl_name), "%s",
+    iface = &ep->iface->iface;
+    ote_tl_iface_copy(iface, host->iface);
+    iface->ep_ops   = &ote_proto_stage_ep_ops;
+    iface->md       = NULL;
+    iface->md_index = -1;
+    memset(&iface->resource, 0, sizeof(iface->resource));
+    snprintf(iface->resource.tl_name, sizeof(iface->resource.tl_name), "%s",
              OTE_PROTO_STAGE_NAME);
-    snprintf(ep->iface.resource.dev_name, sizeof(ep->iface.resource.dev_name), "cuda");
-    ep->super.super.iface = &ep->iface;
+    snprintf(iface->resource.dev_name, sizeof(iface->resource.dev_name), "cuda");
+    ep->super.super.iface = iface;
     ep->super.post        = stage_post;
     ep->sw                = sw;
     ep->host        = host;
     memset(rail, 0, sizeof(*rail));
-    rail->iface      = &ep->iface;
+    rail->iface      = iface;
     rail->ep         = &ep->super.super;
     rail->caps       = host->caps;
     rail->caps.max_msg = 0;

@@ -5,6 +5,7 @@
 #ifndef OTE_PROTO_STAGE_INT_H
 #define OTE_PROTO_STAGE_INT_H
 
+#include "ctl_ep.h"
 #include "stage.h"
 #include "uct_ext/cuda/cuda_copier.h"
 
@@ -44,7 +45,8 @@ struct ote_stage_worker {
 
 typedef struct {
     ote_cuda_ep_t   super;   /* the cuda base's ep: put and get call stage_post */
-    ote_tl_iface_t  iface;   /* the rail's iface: a name, the staging ep ops */
+    /* The rail's iface (a name, the staging ep ops), held by each slice in flight too. */
+    ote_proto_ctl_iface_t *iface;
     stage_worker_t *sw;
     ote_rail_t     *host;
     /* remote staging rail: the peer's GPU memory through its pinned chunks */

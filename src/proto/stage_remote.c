@@ -356,6 +356,7 @@ static void remote_main(ote_proto_job_t *job)
     pthread_mutex_lock(wl);
     comp->func(comp, status);
     pthread_mutex_unlock(wl);
+    ote_proto_ctl_iface_put(op->hooks.base.iface_ref);
     if (leak) {
         /* A completion may still come: op stays allocated. */
         ote_error("staging: a chunk transfer to the peer never ended");
@@ -397,8 +398,10 @@ ote_status_t ote_stage_remote_post(stage_ep_t *ep, bool write, void *local, size
     op->job.run      = remote_main;
     pthread_mutex_init(&op->lock, NULL);
     pthread_cond_init(&op->cond, NULL);
+    ote_proto_ctl_iface_get(ep->iface);
     status = ote_proto_jobs_submit(ep->hooks.base.jobs, &op->job);
     if (status != OTE_OK) {
+        ote_proto_ctl_iface_put(ep->iface);
         pthread_mutex_destroy(&op->lock);
         pthread_cond_destroy(&op->cond);
         free(op);
@@ -427,6 +430,7 @@ ote_status_t ote_proto_stage_remote_rail_init(ote_rail_t *rail, ote_rail_t *host
     ep->remote            = true;
     ep->lstage            = local_stage;
     ep->hooks             = *hooks;
+    ep->hooks.base.iface_ref = ep->iface; /* each slice holds it until it has ended */
     rail->caps.ops        = OTE_TL_CAP_PUT_ZCOPY | OTE_TL_CAP_GET_ZCOPY | OTE_TL_CAP_CHECKED |
                             OTE_TL_CAP_DEVICE_PAIRS;
     rail->caps.mem_local  = OTE_MEM_TYPE_HOST | (local_stage ? OTE_MEM_TYPE_CUDA : 0);

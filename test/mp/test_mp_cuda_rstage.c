@@ -286,6 +286,48 @@ static void test_rstage_cancel_and_busy(void **state)
 }
 
 /*
+ * The segment closed while slices wait for the target's chunks (a pool of
+ * 4 for 12 MiB, copies of 200 ms each): they ask the peer nothing more and
+ * end CANCELED at once, not after every chunk (2.4 s) or a BUSY target's
+ * transfer timeout; what they had pinned is given back with the closed
+ * segment's control connection.
+ */
+static void test_rstage_close_in_flight(void **state)
+{
+    ote_task_status_t st[4];
+    ote_xfer_req_t r[4];
+    ote_batch_h b;
+    size_t first;
+    double t0, took;
+
+    (void)state;
+    start_target("200000", "4");
+    stage_fx_open(&fx, TLS, "cpu:0", LEN);
+    ote_test_fill(fx.buf, 0, LEN, 85);
+    for (size_t i = 0; i < 4; i++)
+        r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = (char *)fx.buf + i * (LEN / 4),
+                                .segment = fx.seg, .remote_addr = fx.target.addr[0] + i * (LEN / 4),
+                                .length = LEN / 4};
+    assert_int_equal(ote_batch_create(fx.e, 4, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, 4, &first), OTE_OK);
+    usleep(100 * 1000);
+    t0 = mp_now_s();
+    assert_int_equal(ote_segment_close(fx.seg), OTE_OK);
+    assert_int_equal(ote_batch_wait(b, 30000), OTE_OK);
+    took = mp_now_s() - t0;
+    fprintf(stderr, "# staged slices ended %.2f s after the close\n", took);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(ote_batch_task_status(b, first + i, &st[i]), OTE_OK);
+        assert_int_equal(st[i].state, OTE_TASK_CANCELED);
+    }
+    assert_true(took < 1.5);
+    ote_batch_release(b);
+    assert_int_equal(ote_segment_open(fx.e, fx.target.name, &fx.seg), OTE_OK);
+    wait_pool_full();
+    close_drained();
+}
+
+/*
  * A pinned chunk left unused is released after the target's
  * OTE_XFER_TIMEOUT_MS; a target that dies mid-transfer fails the task.
  */
@@ -401,6 +443,7 @@ int main(int argc, char **argv)
         stage_fx_test(test_rstage_both_sides, &fx),
         stage_fx_test(test_rstage_access, &fx),
         stage_fx_test(test_rstage_cancel_and_busy, &fx),
+        stage_fx_test(test_rstage_close_in_flight, &fx),
         stage_fx_test(test_rstage_initiator_killed, &fx),
         stage_fx_test(test_rstage_pin_timeout_and_target_death, &fx),
     };

@@ -140,12 +140,53 @@ static void test_stage_cancel_and_peer_death(void **state)
     stage_fx_close(&fx);
 }
 
+/*
+ * The segment closed while its staged slices wait on slow device copies:
+ * they end CANCELED after the close, and their ends read the staging
+ * rail's iface, which the close must not have freed under them (the ASan
+ * pass, or valgrind, shows a read of freed memory otherwise).
+ */
+static void test_stage_close_in_flight(void **state)
+{
+    ote_proto_stage_stats_t s;
+    ote_task_status_t st[2];
+    ote_xfer_req_t r[2];
+    ote_batch_h b;
+    size_t first;
+
+    (void)state;
+    start_target();
+    stage_fx_open(&fx, TLS, "cuda:0", LEN);
+    for (int i = 0; i < 2; i++)
+        r[i] = (ote_xfer_req_t){.op = i ? OTE_OP_READ : OTE_OP_WRITE,
+                                .local_addr = (char *)fx.buf + i * (LEN / 2), .segment = fx.seg,
+                                .remote_addr = fx.target.addr[i], .length = LEN / 2};
+    ((void (*)(long))cuda_test_sym("ote_cuda_double_set_delay"))(50000);
+    assert_int_equal(ote_batch_create(fx.e, 2, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, r, 2, &first), OTE_OK);
+    usleep(30 * 1000);
+    assert_int_equal(ote_segment_close(fx.seg), OTE_OK);
+    fx.seg = NULL;
+    wait_all(b);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ote_batch_task_status(b, first + (size_t)i, &st[i]), OTE_OK);
+        assert_int_not_equal(st[i].state, OTE_TASK_COMPLETED);
+        assert_true(st[i].transferred < LEN / 2);
+    }
+    ote_batch_release(b);
+    ote_proto_stage_stats(&s);
+    assert_int_equal(s.chunks_in_use, 0);
+    ((void (*)(long))cuda_test_sym("ote_cuda_double_set_delay"))(500);
+    stage_fx_close(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         stage_fx_test(test_stage_data, &fx),
         stage_fx_test(test_stage_pool_exhaustion, &fx),
         stage_fx_test(test_stage_cancel_and_peer_death, &fx),
+        stage_fx_test(test_stage_close_in_flight, &fx),
     };
 
     cuda_test_use_double(2);

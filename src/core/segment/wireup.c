@@ -215,7 +215,15 @@ static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, o
 static ote_status_t stage_ctl(void *arg, const void *req, size_t len, uint8_t **resp_p,
                               size_t *resp_len_p)
 {
-    return ote_segment_ctl_request(arg, OTE_CTL_STAGE, req, len, OTE_CTL_STAGE_ACK, resp_p,
+    ote_segment_h seg = arg;
+
+    /*
+     * Closed: nothing more is asked of the peer (ote.h: CANCELED); what the
+     * slice pinned there goes when the segment's control connection does.
+     */
+    if (atomic_load(&seg->closed))
+        return OTE_ERR_CANCELED;
+    return ote_segment_ctl_request(seg, OTE_CTL_STAGE, req, len, OTE_CTL_STAGE_ACK, resp_p,
                                    resp_len_p);
 }
 
