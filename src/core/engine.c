@@ -370,7 +370,6 @@ static void engine_free(ote_engine_h e)
 {
     /* No scrape sees the engine from here on. */
     ote_obs_endpoint_detach(e);
-    ote_engine_rdma_monitor_stop(e);
     /* The listener first (its pools open segments through the store), then the key. */
     if (e->facts.ctl != NULL)
         ote_ctl_stop(e->facts.ctl);
@@ -384,6 +383,11 @@ static void engine_free(ote_engine_h e)
     /* Workers first: every task ends, and queues its notification, before the notifier goes. */
     for (size_t w = 0; e->facts.workers && w < e->facts.num_workers; w++)
         ote_worker_stop(&e->facts.workers[w]);
+    /*
+     * The port monitor after every thread that asks it whether a port is
+     * down (rails started by the listener's pools and by workers).
+     */
+    ote_engine_rdma_monitor_stop(e);
     ote_notifier_stop(e->xfer.notifier);
     e->xfer.notifier = NULL;
     ote_batch_release_all(e);

@@ -416,8 +416,8 @@ ote_status_t ote_proto_stage_worker_create(ote_mem_table_t *regions,
     if (status != OTE_OK)
         goto err_free;
     sw->regions    = regions;
-    sw->chunk_size = cfg->chunk_size < 4096 ? 4096 : cfg->chunk_size;
-    sw->slots      = cfg->slots > 0 ? (unsigned)cfg->slots : 1;
+    sw->chunk_size = cfg->chunk_size; /* 4k to 1g, and 1 to 4096 slots: the table's bounds */
+    sw->slots      = (unsigned)cfg->slots;
     sw->nchunks    = sw->slots;
     sw->hooks      = *hooks;
     status = hooks->add(hooks->worker, stage_progress, stage_pending, sw, &sw->progress_id);
@@ -524,9 +524,12 @@ ote_status_t ote_proto_stage_rail_init(ote_rail_t *rail, ote_rail_t *host,
 
 static const ote_cfg_entry_t stage_config_fields[] = {
     {"CHUNK_SIZE", "4m", OTE_CFG_SIZE, STAGE_F(chunk_size),
-     "Pinned host chunk size for GPU staging pipelines."},
+     "Pinned host chunk size for GPU staging pipelines (4k to 1g).",
+     .min = 4096, .max = 1ll << 30},
     {"SLOTS", "16", OTE_CFG_INT, STAGE_F(slots),
-     "Staging chunks in flight per request.", 1, OTE_CFG_NO_MAX},
+     "Staging chunks in flight per request, and the chunks of each pinned staging pool "
+     "(1 to 4096).",
+     .min = 1, .max = 4096},
 };
 
 OTE_CONFIG_TABLE_DEFINE(ote_stage_config_table, "STAGE_", "stage", stage_config_fields,

@@ -358,6 +358,10 @@ static void test_engine_defaults_and_env(void **state)
     assert_int_equal(ote_engine_config_read(&c), OTE_ERR_INVALID_PARAM);
     unsetenv("OTE_TCP_CONNS");
     for (const char *const *v = (const char *const[]){"OTE_URING_QD=0", "OTE_STAGE_SLOTS=0",
+                                                       /* slots that wrapped to 0 as unsigned */
+                                                       "OTE_STAGE_SLOTS=4294967296",
+                                                       "OTE_STAGE_CHUNK_SIZE=1k",
+                                                       "OTE_STAGE_CHUNK_SIZE=2g",
                                                        "OTE_SHM_UNMAP_TIMEOUT_MS=0",
                                                        "OTE_METADATA_TTL_S=1",
                                                        "OTE_RCACHE_MAX_SIZE=lots",
