@@ -371,8 +371,8 @@ ote_status_t ote_array_reserve(void **arr, size_t *cap_p, size_t need, size_t el
 
 void *ote_mmap_huge(size_t len, int prot, int flags, int fd)
 {
-    size_t room;
-    uint8_t *r, *p;
+    size_t room, page = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *r, *p, *end;
 
     if (len < OTE_HUGE_ALIGN || len > SIZE_MAX - OTE_HUGE_ALIGN) {
         p = mmap(NULL, len, prot, flags, fd, 0);
@@ -390,10 +390,12 @@ void *ote_mmap_huge(size_t len, int prot, int flags, int fd)
             errno = err;
             return MAP_FAILED;
         }
+        /* The mapping ends on the page after len's last byte; the reservation's rest goes. */
+        end = p + ((len + page - 1) & ~(page - 1));
         if (p > r)
             munmap(r, (size_t)(p - r));
-        if (p + len < r + room)
-            munmap(p + len, (size_t)(r + room - (p + len)));
+        if (end < r + room)
+            munmap(end, (size_t)(r + room - end));
     }
     if (p != MAP_FAILED && len >= OTE_HUGE_ALIGN)
         (void)madvise(p, len, MADV_HUGEPAGE);

@@ -205,7 +205,8 @@ static void grant_revoke(ote_mem_export_t *x)
                            .length = g->region->length};
 
         ote_stream_conn_reply(g->conn, &h);
-        if (!g->conn->dead)
+        /* A reply that could not be queued failed the connection, which let the grant go. */
+        if (g->conn != NULL && !g->conn->dead)
             ote_stream_conn_flush(g->conn);
     } else {
         g->done = true;
