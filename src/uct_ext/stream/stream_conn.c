@@ -128,6 +128,7 @@ static ote_status_t tx_queue(ote_stream_conn_t *c, ote_stream_tx_t *e, const ote
     e->region      = region;
     e->own_region  = own_region;
     c->tx_count++;
+    c->tx_queued++;
     ote_stream_iface_mark_dirty(c->iface, c);
     return OTE_OK;
 }
@@ -224,6 +225,8 @@ ote_status_t ote_stream_conn_op_push(ote_stream_conn_t *c, const ote_stream_op_t
             return OTE_ERR_NO_MEMORY;
     }
     c->ops[(c->ops_head + c->ops_count) & (c->ops_cap - 1)] = *op;
+    /* Its request is the next message queued (ote_stream_conn_op_unpush if it cannot be). */
+    c->ops[(c->ops_head + c->ops_count) & (c->ops_cap - 1)].tx_seq = c->tx_queued + 1;
     if (c->ops_count++ == 0) {
         c->iface->ops_conns++;
         ote_stream_iface_watch(c->iface, c);
@@ -521,6 +524,7 @@ void ote_stream_conn_flush(ote_stream_conn_t *c)
             tx_release(e);
             c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
             c->tx_count--;
+            c->tx_sent++;
         }
     }
     if (c->dead)

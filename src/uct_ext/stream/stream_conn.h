@@ -58,6 +58,8 @@ typedef struct {
     /* MAP: the copy (PUT_REF or GET_REF) that waits for the mapping */
     uint8_t              then;
     uint64_t             remote_addr;
+    /* Its request's number in the send queue (tx_queued after it was queued). */
+    uint64_t             tx_seq;
 } ote_stream_op_t;
 
 /* A message queued for sending: header, then optional payload. */
@@ -132,6 +134,12 @@ struct ote_stream_conn {
     /* tx ring */
     ote_stream_tx_t         *tx;
     size_t                tx_cap, tx_head, tx_count;
+    /*
+     * Messages queued and messages sent whole, ever: an answer to an
+     * operation whose request has not left (op.tx_seq > tx_sent) is a
+     * peer's lie, and the operation's buffer may still be in the queue.
+     */
+    uint64_t              tx_queued, tx_sent;
     uint64_t              tx_stall_ns; /* target: since when its answers do not leave; 0 while they do */
 
     /* outstanding initiator operations, in request order */
@@ -205,6 +213,14 @@ ote_status_t ote_stream_conn_tx_push_fd(ote_stream_conn_t *conn, const ote_strea
 int          ote_stream_conn_rx_fd_pop(ote_stream_conn_t *conn);
 /* Log what the peer did wrong and close the connection with PROTOCOL. */
 void         ote_stream_conn_protocol_error(ote_stream_conn_t *conn, const char *what);
+/*
+ * Initiator: has the request of op (one of this connection's outstanding
+ * operations) left whole? An answer before that is a protocol error.
+ */
+static inline bool ote_stream_conn_op_sent(const ote_stream_conn_t *c, const ote_stream_op_t *op)
+{
+    return op->tx_seq <= c->tx_sent;
+}
 /* Pop the oldest outstanding operation (initiator side). */
 ote_stream_op_t ote_stream_conn_op_pop(ote_stream_conn_t *conn);
 /* Target side: queue a reply without payload; on failure the connection closes. */

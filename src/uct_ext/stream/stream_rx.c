@@ -407,6 +407,10 @@ static void initiator_vec_answer(ote_stream_conn_t *c, const ote_stream_hdr_t *h
             protocol_error(c, "response does not match the oldest request");
             return;
         }
+        if (!ote_stream_conn_op_sent(c, op)) {
+            protocol_error(c, "an answer to a request that has not been sent whole");
+            return;
+        }
         if (h->status == OTE_OK)
             st[i] = OTE_OK;
         if (st[i] == OTE_OK)
@@ -460,6 +464,11 @@ static void initiator_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h,
                 op->type == (h->type == OTE_STREAM_WRITE_ACK ? OTE_STREAM_WRITE : OTE_STREAM_READ_REQ);
     if (!match || op->id != h->id) {
         protocol_error(c, "response does not match the oldest request");
+        return;
+    }
+    if (!ote_stream_conn_op_sent(c, op)) {
+        /* Its WRITE's payload may still be queued: completing it would free it under the queue. */
+        protocol_error(c, "an answer to a request that has not been sent whole");
         return;
     }
     if (h->status == OTE_OK && h->length != op->length) {

@@ -9,6 +9,7 @@
  */
 #include "uct_ext/stream/stream.h"
 
+#include "base/dlist.h"
 #include "base/log.h"
 
 #include <arpa/inet.h>
@@ -446,6 +447,66 @@ static void test_device_region_refused(void **state)
     assert_true(f.conn->rx_state == OTE_STREAM_RX_HDR);
 }
 
+static ote_status_t early_status;
+static int          early_calls;
+
+static void early_comp(ote_tl_completion_t *comp, ote_status_t status)
+{
+    (void)comp;
+    early_calls++;
+    early_status = status;
+}
+
+/*
+ * Initiator side: a target that answers a WRITE before its payload has
+ * left this side's send queue (it read the header, learned the id and
+ * length, and acked without reading the bytes) is lying: completing the
+ * operation would let its owner free the buffer the queue still sends
+ * from. The connection fails with PROTOCOL instead, and the operation
+ * with it.
+ */
+static void test_answer_before_sent(void **state)
+{
+    enum { LEN = 8 << 20 };
+    ote_stream_ep_t ep  = {0};
+    ote_tl_completion_t comp = {.func = early_comp};
+    uint8_t *buf = malloc(LEN), hb[OTE_STREAM_HDR_LEN];
+    ote_mem_desc_t d;
+    ote_stream_hdr_t h = {.type = OTE_STREAM_WRITE, .id = 1, .addr = 0x1000, .length = LEN};
+    ote_stream_op_t op = {.comp = &comp, .type = OTE_STREAM_WRITE, .id = 1, .length = LEN};
+    ote_stream_conn_t *c;
+    ote_region_t *r;
+    int sv[2], small = 4096;
+
+    (void)state;
+    assert_non_null(buf);
+    d = (ote_mem_desc_t){.addr = buf, .length = LEN, .location = "cpu:0"};
+    assert_int_equal(ote_mem_table_register(f.table, &d, 1, &r), OTE_OK);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+    assert_int_equal(ote_stream_conn_new(f.iface, sv[0], &ep, &c), OTE_OK);
+    OTE_DLIST_PUSH_FRONT(f.iface->conns, c);
+    op.local        = buf;
+    op.local_region = r;
+    assert_int_equal(ote_stream_conn_op_push(c, &op), OTE_OK);
+    assert_int_equal(ote_stream_conn_tx_push(c, &h, buf, LEN, r, false), OTE_OK);
+    ote_stream_conn_flush(c);
+    assert_int_equal(c->tx_count, 1); /* 8 MiB do not fit the socket */
+    /* The "target" reads the header and answers at once. */
+    assert_int_equal(recv(sv[1], hb, sizeof(hb), MSG_WAITALL), (ssize_t)sizeof(hb));
+    ote_stream_hdr_encode(&(ote_stream_hdr_t){.type = OTE_STREAM_WRITE_ACK, .id = 1,
+                                              .status = OTE_OK, .length = LEN},
+                          hb);
+    assert_int_equal(send(sv[1], hb, sizeof(hb), MSG_NOSIGNAL), (ssize_t)sizeof(hb));
+    ote_stream_conn_rx(c);
+    assert_int_equal(early_calls, 1);
+    assert_int_equal(early_status, OTE_ERR_PROTOCOL);
+    assert_true(c->dead);
+    ote_stream_conn_free(c);
+    close(sv[1]);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -455,6 +516,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_keeps_pending_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rerun_after_failed_conn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_region_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_answer_before_sent, setup, teardown),
     };
 
     ote_log_set_level(OTE_LOG_WARN);
