@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -70,6 +71,10 @@ static memfd_ent_t    *memfd_list;
 /*
  * A sealed memfd of len bytes mapped shared (huge pages asked for, where the
  * host's shmem policy allows them), or MAP_FAILED (*fd_p = -1: plain memory).
+ * Its file is read-only to everyone (0400; a memfd is created 0777): a
+ * peer handed a read-only descriptor (shm) cannot open it again for
+ * writing through /proc/<pid>/fd, unless it may override file permissions
+ * (root), which could write into this process anyway.
  */
 static void *memfd_map(size_t len, int *fd_p)
 {
@@ -79,7 +84,7 @@ static void *memfd_map(size_t len, int *fd_p)
     *fd_p = -1;
     if (fd < 0)
         return MAP_FAILED;
-    if (ftruncate(fd, (off_t)len) != 0 ||
+    if (fchmod(fd, S_IRUSR) != 0 || ftruncate(fd, (off_t)len) != 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         close(fd);
         return MAP_FAILED;

@@ -13,8 +13,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -274,6 +279,58 @@ static void test_memfd_alloc_free_threads(void **state)
                  bad[0] + bad[1], 2 * MEMFD_ROUNDS);
 }
 
+/*
+ * The memfd behind engine memory cannot be opened again for writing by
+ * another process that holds a descriptor of it (shm hands a read-only
+ * one to peers of a read-only region): the file is 0400. Run as root, the
+ * child gives up root first (a peer without it; root may override file
+ * permissions, and could write into this process anyway).
+ */
+static void test_memfd_not_reopened_writable(void **state)
+{
+    size_t len;
+    void *p;
+    int fd, status;
+    struct stat st;
+    pid_t pid;
+
+    (void)state;
+    assert_int_equal(ote_mem_host_alloc(65536, -1, &p, &len), OTE_OK);
+    fd = ote_mem_host_memfd(p);
+    if (fd < 0) {
+        ote_mem_host_free(p, len);
+        skip(); /* no memfd here: nothing is handed to peers */
+    }
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0400);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char path[64];
+        int rw;
+
+        if (geteuid() == 0 &&
+            (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0 ||
+             prctl(PR_SET_DUMPABLE, 1) != 0))
+            _exit(2);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        rw = open(path, O_RDWR);
+        _exit(rw < 0 && errno == EACCES ? 0 : 1);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* The owner's own mapping still writes, and the file holds it. */
+    ((volatile unsigned char *)p)[7] = 0xa5;
+    {
+        unsigned char b = 0;
+
+        assert_int_equal(pread(fd, &b, 1, 7), 1);
+        assert_int_equal(b, 0xa5);
+    }
+    ote_mem_host_free(p, len);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -283,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_rcache_env_off),
         cmocka_unit_test(test_rcache_env_on),
         cmocka_unit_test(test_memfd_alloc_free_threads),
+        cmocka_unit_test(test_memfd_not_reopened_writable),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
