@@ -219,6 +219,53 @@ static void test_resume_refresh(void **state)
     fixture_stop(&f);
 }
 
+/*
+ * Requests that ended TIMEOUT are never served later: once the stopped
+ * target runs again, a READ that timed out writes nothing into the
+ * initiator's buffer (which its owner has taken back), and a WRITE that
+ * timed out changes nothing in the target's region. (A local socket does
+ * not reset when the initiator closes it: the target still reads what was
+ * queued there, and must drop it.)
+ */
+static void test_timed_out_never_lands(void **state)
+{
+    tl_traits_t tr = traits();
+    ote_task_status_t st[NSTOPPED];
+    uint8_t *rd;
+    fixture_t f;
+    int ws;
+
+    (void)state;
+    if (!tr.native)
+        skip(); /* UCT's eps: their own way (stop_blocks, refresh) */
+    fixture_start(&f);
+    rd = f.local + NSTOPPED * REQ;
+    mp_target_ok(f.e, f.seg, "fill 0 %u %u 900", 3u << 20, NSTOPPED * REQ);
+    assert_int_equal(kill(f.t.pid, SIGSTOP), 0);
+    assert_int_equal(waitpid(f.t.pid, &ws, WUNTRACED), f.t.pid);
+    assert_true(WIFSTOPPED(ws));
+    for (size_t i = 0; i < NSTOPPED; i++)
+        ote_test_fill(f.local + i * REQ, 0, REQ, 200 + i);
+    assert_int_equal(xfer(f.e, OTE_OP_WRITE, f.seg, f.local, f.t.addr[0] + (3u << 20),
+                          NSTOPPED, st),
+                     OTE_OK);
+    for (size_t i = 0; i < NSTOPPED; i++)
+        assert_int_equal(st[i].state, OTE_TASK_TIMEOUT);
+    assert_int_equal(xfer(f.e, OTE_OP_READ, f.seg, rd, f.t.addr[0] + (3u << 20), NSTOPPED, st),
+                     OTE_OK);
+    for (size_t i = 0; i < NSTOPPED; i++)
+        assert_int_equal(st[i].state, OTE_TASK_TIMEOUT);
+    memset(rd, 0xee, NSTOPPED * REQ);
+    assert_int_equal(kill(f.t.pid, SIGCONT), 0);
+    usleep(500 * 1000); /* the target reads what was queued for it */
+    for (size_t i = 0; i < NSTOPPED * REQ; i++) {
+        if (rd[i] != 0xee)
+            fail_msg("byte %zu of a READ that timed out was written after it ended", i);
+    }
+    mp_target_ok(f.e, f.seg, "check 0 %u %u 900", 3u << 20, NSTOPPED * REQ);
+    fixture_stop(&f);
+}
+
 /* A target restarted on the same name after a timeout: never success, nothing reaches it. */
 static void test_restarted_peer(void **state)
 {
@@ -287,6 +334,7 @@ int main(void)
         cmocka_unit_test(test_resume_no_refresh),
         cmocka_unit_test(test_resume_refresh),
         cmocka_unit_test(test_restarted_peer),
+        cmocka_unit_test(test_timed_out_never_lands),
     };
 
     signal(SIGPIPE, SIG_IGN);

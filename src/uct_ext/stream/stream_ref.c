@@ -11,6 +11,7 @@
 #include "base/wire_util.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -399,9 +400,22 @@ void ote_stream_local_target_flush(ote_stream_conn_t *c)
     ote_stream_ref_req_t q[OTE_STREAM_REF_GATHER];
     ref_item_t it[OTE_STREAM_REF_GATHER];
     size_t n = c->ref_npending, i = 0;
+    struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
 
     memcpy(q, c->ref_pending, n * sizeof(q[0]));
     c->ref_npending = 0;
+    /*
+     * An initiator closes its connection only once it has given up on what
+     * it still had queued there (its tasks ended TIMEOUT or CANCELED): a
+     * local socket does not reset, so its requests are still read here, and
+     * none may be copied into or out of its memory now.
+     */
+    if (n > 0 && poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        ote_debug("%s peer %s closed its connection: %zu requests it gave up on dropped",
+                  OTE_STREAM_CONN_TL(c), c->peer, n);
+        ote_stream_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
+        return;
+    }
     c->ref_busy     = true;
     if (target_flush_shared(c, q, n))
         i = n;
