@@ -225,7 +225,8 @@ static void test_resume_refresh(void **state)
  * initiator's buffer (which its owner has taken back), and a WRITE that
  * timed out changes nothing in the target's region. (A local socket does
  * not reset when the initiator closes it: the target still reads what was
- * queued there, and must drop it.)
+ * queued there, and must drop it.) Likewise WRITEs queued to a stopped
+ * target when the segment is closed (they end CANCELED).
  */
 static void test_timed_out_never_lands(void **state)
 {
@@ -262,6 +263,38 @@ static void test_timed_out_never_lands(void **state)
         if (rd[i] != 0xee)
             fail_msg("byte %zu of a READ that timed out was written after it ended", i);
     }
+    mp_target_ok(f.e, f.seg, "check 0 %u %u 900", 3u << 20, NSTOPPED * REQ);
+
+    /* Closed with WRITEs queued (they end CANCELED): nothing of them lands either. */
+    write_read_verify(f.e, f.seg, f.local, &f.t, 0, 3, &tr); /* connected again */
+    for (size_t i = 0; i < NSTOPPED; i++)
+        ote_test_fill(f.local + i * REQ, 0, REQ, 300 + i);
+    assert_int_equal(kill(f.t.pid, SIGSTOP), 0);
+    assert_int_equal(waitpid(f.t.pid, &ws, WUNTRACED), f.t.pid);
+    {
+        ote_xfer_req_t r[NSTOPPED];
+        ote_batch_h b;
+        size_t first;
+
+        for (size_t i = 0; i < NSTOPPED; i++)
+            r[i] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f.local + i * REQ,
+                                    .segment = f.seg,
+                                    .remote_addr = f.t.addr[0] + (3u << 20) + i * REQ,
+                                    .length = REQ};
+        assert_int_equal(ote_batch_create(f.e, NSTOPPED, &b), OTE_OK);
+        assert_int_equal(ote_batch_submit(b, r, NSTOPPED, &first), OTE_OK);
+        usleep(100 * 1000);
+        assert_int_equal(ote_segment_close(f.seg), OTE_OK);
+        assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+        for (size_t i = 0; i < NSTOPPED; i++) {
+            assert_int_equal(ote_batch_task_status(b, first + i, &st[i]), OTE_OK);
+            assert_int_not_equal(st[i].state, OTE_TASK_COMPLETED);
+        }
+        ote_batch_release(b);
+    }
+    assert_int_equal(kill(f.t.pid, SIGCONT), 0);
+    usleep(500 * 1000);
+    assert_int_equal(ote_segment_open(f.e, f.t.name, &f.seg), OTE_OK);
     mp_target_ok(f.e, f.seg, "check 0 %u %u 900", 3u << 20, NSTOPPED * REQ);
     fixture_stop(&f);
 }

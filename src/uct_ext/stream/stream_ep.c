@@ -165,6 +165,12 @@ void ote_stream_ep_destroy(ote_tl_ep_t *tl_ep)
     ote_stream_ep_t *ep = (ote_stream_ep_t *)tl_ep;
 
     for (size_t i = 0; i < ep->num_conns; i++) {
+        /*
+         * Requests still unanswered end CANCELED: a reset (tcp) makes the
+         * target drop what it has not read of them, as after a timeout.
+         */
+        if (ep->conns[i]->ops_count > 0 && ep->conns[i]->fd >= 0)
+            ote_socket_set_linger0(ep->conns[i]->fd);
         ote_stream_conn_fail(ep->conns[i], OTE_ERR_CANCELED);
         ote_stream_conn_free(ep->conns[i]);
     }

@@ -286,12 +286,16 @@ unsigned ote_stream_iface_progress(ote_tl_iface_t *tl_iface)
         c = ev[i].data.ptr;
         if (c->dead)
             continue;
-        if (c->ep == NULL && (ev[i].events & EPOLLERR)) {
+        if (c->ep == NULL &&
+            ((ev[i].events & EPOLLERR) ||
+             (iface->hooks->ref_handle != NULL && (ev[i].events & EPOLLHUP)))) {
             /*
              * The initiator reset the connection, which it does only once it
              * has ended every request it left unanswered on it (a timeout, a
              * cancel, a close): what is still queued in the socket must not
              * land, even when this process ran late (stopped, descheduled).
+             * A local socket (cma, shm) does not reset: its peer's close is
+             * a hang-up, and it closes only once done with the connection.
              */
             ote_stream_conn_fail(c, OTE_ERR_REMOTE_DISCONNECT);
             continue;
