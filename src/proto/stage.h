@@ -109,7 +109,11 @@ void         ote_stage_target_destroy(ote_stage_target_t *t);
 ote_status_t ote_stage_target_request(ote_stage_target_t *t, uintptr_t conn,
                                       const ote_ctl_stage_t *m, uint64_t *chunks,
                                       size_t *count_p, uint32_t *chunk_size_p);
-/* Release the chunks of a connection that went away. */
+/*
+ * Release the chunks of a connection that went away. Such a chunk (and one
+ * the sweep releases) is pinned again only after the timeout: its owner's
+ * transfers into it may still land until then.
+ */
 void         ote_stage_target_conn_gone(ote_stage_target_t *t, uintptr_t conn);
 /*
  * Release chunks pinned longer than the timeout. Returns the earliest

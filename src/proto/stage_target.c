@@ -23,6 +23,7 @@ typedef struct {
     uint8_t  *buf;
     uintptr_t owner;    /* control connection that pinned it, 0 when free */
     uint64_t  deadline; /* released by the sweep after this */
+    uint64_t  quiet;    /* free, but not pinned again before this (see chunk_retire) */
 } target_chunk_t;
 
 struct ote_stage_target {
@@ -89,6 +90,19 @@ static void chunk_release(target_chunk_t *c)
     }
 }
 
+/*
+ * Free a chunk its owner did not unpin (its control connection went, or it
+ * stayed pinned past the timeout): the owner's transfers into or out of it
+ * on its data rails may still be under way, and end (or fail) within one
+ * transfer timeout. Until then no other pin gets it, so no late byte of
+ * theirs lands in another slice's chunk.
+ */
+static void chunk_retire(ote_stage_target_t *t, target_chunk_t *c, uint64_t now)
+{
+    chunk_release(c);
+    c->quiet = now + t->timeout_ns;
+}
+
 void ote_stage_target_destroy(ote_stage_target_t *t)
 {
     if (t == NULL)
@@ -103,16 +117,18 @@ void ote_stage_target_destroy(ote_stage_target_t *t)
 
 void ote_stage_target_conn_gone(ote_stage_target_t *t, uintptr_t conn)
 {
-    unsigned n = 0;
+    uint64_t now = ote_time_ns();
+    unsigned n   = 0;
 
     for (unsigned i = 0; t != NULL && i < t->nchunks; i++) {
         if (t->chunks[i].owner == conn) {
-            chunk_release(&t->chunks[i]);
+            chunk_retire(t, &t->chunks[i], now);
             n++;
         }
     }
     if (n > 0)
-        ote_debug("staging: %u chunks of a closed control connection released", n);
+        ote_debug("staging: %u chunks of a closed control connection released (pinned again "
+                  "after OTE_XFER_TIMEOUT_MS)", n);
 }
 
 uint64_t ote_stage_target_sweep(ote_stage_target_t *t, uint64_t now)
@@ -124,7 +140,7 @@ uint64_t ote_stage_target_sweep(ote_stage_target_t *t, uint64_t now)
             continue;
         if (now > t->chunks[i].deadline) {
             ote_warn("staging: chunk %u pinned past OTE_XFER_TIMEOUT_MS; released", i);
-            chunk_release(&t->chunks[i]);
+            chunk_retire(t, &t->chunks[i], now);
         } else if (next == 0 || t->chunks[i].deadline < next) {
             next = t->chunks[i].deadline;
         }
@@ -219,7 +235,7 @@ ote_status_t ote_stage_target_request(ote_stage_target_t *t, uintptr_t conn,
     switch (m->op) {
     case OTE_CTL_STAGE_PIN:
         for (unsigned i = 0; i < t->nchunks && *count_p < m->count; i++) {
-            if (t->chunks[i].owner == 0) {
+            if (t->chunks[i].owner == 0 && now >= t->chunks[i].quiet) {
                 t->chunks[i].owner    = conn;
                 t->chunks[i].deadline = now + t->timeout_ns;
                 atomic_fetch_add(&target_pinned, 1);
