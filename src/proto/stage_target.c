@@ -168,22 +168,31 @@ static void copy_done(void *arg, ote_status_t status)
     *(ote_status_t *)arg = status;
 }
 
+/* The GPU region [gpu, gpu+len) lies in, with the access a copy to_gpu (or from it) needs. */
+static ote_status_t delegate_region(ote_stage_target_t *t, bool to_gpu, uint64_t gpu, size_t len,
+                                    ote_region_t **region_p)
+{
+    unsigned access = to_gpu ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ;
+    ote_status_t status = ote_mem_region_acquire(t->regions, gpu, len, access, region_p);
+
+    if (status == OTE_OK && (*region_p)->mem_type != OTE_MEM_TYPE_CUDA) {
+        ote_mem_region_put(*region_p);
+        status = OTE_ERR_INVALID_PARAM;
+    }
+    return status;
+}
+
 static ote_status_t delegate_one(ote_stage_target_t *t, bool to_gpu, uint8_t *chunk,
                                  uint64_t gpu, size_t len)
 {
-    unsigned access = to_gpu ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ;
     ote_status_t done = OTE_INPROGRESS, status;
     ote_region_t *region;
     uint64_t deadline;
     int dev;
 
-    status = ote_mem_region_acquire(t->regions, gpu, len, access, &region);
+    status = delegate_region(t, to_gpu, gpu, len, &region);
     if (status != OTE_OK)
         return status;
-    if (region->mem_type != OTE_MEM_TYPE_CUDA) {
-        ote_mem_region_put(region);
-        return OTE_ERR_INVALID_PARAM;
-    }
     /*
      * The copy is an access to the chunk as the host transport's are, and
      * bracketed the same way: ordered after the transfer that filled the
@@ -199,6 +208,15 @@ static ote_status_t delegate_one(ote_stage_target_t *t, bool to_gpu, uint8_t *ch
     if (!to_gpu)
         ote_mem_region_access_wait(t->pool_region);
     if (!ote_mem_region_access_begin(t->pool_region)) {
+        ote_mem_region_put(region);
+        return OTE_ERR_NOT_REGISTERED;
+    }
+    /*
+     * The GPU region's owner may deregister it meanwhile: its deregistration
+     * waits for this copy, and once it has returned nothing lands there.
+     */
+    if (!ote_mem_region_access_begin(region)) {
+        ote_mem_region_access_end(t->pool_region);
         ote_mem_region_put(region);
         return OTE_ERR_NOT_REGISTERED;
     }
@@ -218,6 +236,7 @@ static ote_status_t delegate_one(ote_stage_target_t *t, bool to_gpu, uint8_t *ch
             done = OTE_ERR_TIMEOUT;
         }
     }
+    ote_mem_region_access_end(region);
     ote_mem_region_access_end(t->pool_region);
     ote_mem_region_put(region);
     return status != OTE_OK ? status : done;
@@ -244,10 +263,17 @@ ote_status_t ote_stage_target_request(ote_stage_target_t *t, uintptr_t conn,
         }
         return *count_p > 0 ? OTE_OK : OTE_ERR_BUSY;
     case OTE_CTL_STAGE_DELEGATE:
-        /* Every entry is checked before any copy runs. */
+        /* Every entry is checked (its chunk, its GPU range) before any copy runs. */
         for (size_t i = 0; i < m->count; i++) {
+            ote_region_t *region;
+
             if (chunk_find(t, conn, m->e[i].chunk, m->e[i].length) == NULL)
                 return OTE_ERR_INVALID_PARAM;
+            status = delegate_region(t, m->dir == OTE_CTL_STAGE_TO_GPU, m->e[i].gpu,
+                                     m->e[i].length, &region);
+            if (status != OTE_OK)
+                return status;
+            ote_mem_region_put(region);
         }
         for (size_t i = 0; i < m->count && status == OTE_OK; i++) {
             target_chunk_t *c = chunk_find(t, conn, m->e[i].chunk, m->e[i].length);

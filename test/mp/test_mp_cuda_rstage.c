@@ -213,6 +213,23 @@ static void test_rstage_access(void **state)
                      OTE_ERR_ACCESS);
     assert_int_equal(delegate(seg, OTE_CTL_STAGE_FROM_GPU, chunks[0], fx.target.addr[2], 4096),
                      OTE_ERR_ACCESS);
+    /*
+     * Two entries, the first allowed (region 0), the second not (region 1 is
+     * read-only): refused whole, the first not copied either (the check of
+     * region 0 at the end).
+     */
+    {
+        ote_ctl_stage_t d = {.op = OTE_CTL_STAGE_DELEGATE, .dir = OTE_CTL_STAGE_TO_GPU,
+                             .count = 2};
+
+        d.e[0].chunk  = chunks[0];
+        d.e[0].gpu    = fx.target.addr[0];
+        d.e[0].length = 4096;
+        d.e[1].chunk  = chunks[1];
+        d.e[1].gpu    = fx.target.addr[1];
+        d.e[1].length = 4096;
+        assert_int_equal(stage_req(seg, &d, NULL, NULL), OTE_ERR_ACCESS);
+    }
     /* a chunk this connection did not pin, and a chunk too long */
     assert_int_equal(delegate(seg, OTE_CTL_STAGE_TO_GPU, chunks[0] + 64, fx.target.addr[0], 64),
                      OTE_ERR_INVALID_PARAM);
