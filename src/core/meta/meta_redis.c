@@ -44,6 +44,13 @@ typedef struct {
     long          timeout_ms;
     uint8_t      *mine;     /* the record we put last */
     size_t        mine_len;
+    /*
+     * An update whose answer did not come (the store stopped past the
+     * timeout): it may have run all the same, and the key then holds this
+     * record, ours too. NULL: none.
+     */
+    uint8_t      *maybe;
+    size_t        maybe_len;
 } redis_t;
 
 /* A reply's status: transport failures, refusals, wrong types. */
@@ -149,6 +156,7 @@ static void redis_close(void *ctx)
         redisFree(c->rc);
     memset(c->password, 0, sizeof(c->password));
     free(c->mine);
+    free(c->maybe);
     free(c);
 }
 
@@ -185,17 +193,28 @@ static ote_status_t redis_open(const ote_meta_uri_t *uri, long timeout_ms, void 
     return OTE_OK;
 }
 
+/* Keep a copy of value in *rec_p (freeing what it held); NULL value: none. */
+static ote_status_t keep(uint8_t **rec_p, size_t *len_p, const void *value, size_t len)
+{
+    uint8_t *m = NULL;
+
+    if (value != NULL) {
+        m = malloc(len ? len : 1);
+        if (m == NULL)
+            return OTE_ERR_NO_MEMORY;
+        memcpy(m, value, len);
+    }
+    free(*rec_p);
+    *rec_p = m;
+    *len_p = value != NULL ? len : 0;
+    return OTE_OK;
+}
+
+/* value is in the store as ours: no update of ours is in doubt any more. */
 static ote_status_t remember(redis_t *c, const void *value, size_t len)
 {
-    uint8_t *m = malloc(len ? len : 1);
-
-    if (m == NULL)
-        return OTE_ERR_NO_MEMORY;
-    memcpy(m, value, len);
-    free(c->mine);
-    c->mine     = m;
-    c->mine_len = len;
-    return OTE_OK;
+    keep(&c->maybe, &c->maybe_len, NULL, 0);
+    return keep(&c->mine, &c->mine_len, value, len);
 }
 
 static ote_status_t redis_get_raw(redis_t *c, const char *key, redisReply **reply_p)
@@ -299,6 +318,19 @@ static ote_status_t redis_eval_mine(redis_t *c, const char *script, const char *
         args[nargs] = value, lens[nargs++] = len;
     args[nargs] = ms, lens[nargs++] = strlen(ms);
     status = redis_eval(c, script, key, nargs, args, lens, &n);
+    if (status == OTE_OK && n != 1 && c->maybe != NULL) {
+        /* Not the record we know: the one of an update whose answer was lost, then? */
+        args[0] = (const char *)c->maybe, lens[0] = c->maybe_len;
+        status  = redis_eval(c, script, key, nargs, args, lens, &n);
+        if (status == OTE_OK && n == 1 && value == NULL) {
+            /* It ran: that record is ours now. */
+            free(c->mine);
+            c->mine      = c->maybe;
+            c->mine_len  = c->maybe_len;
+            c->maybe     = NULL;
+            c->maybe_len = 0;
+        }
+    }
     return status == OTE_OK && n != 1 ? OTE_ERR_NOT_FOUND : status;
 }
 
@@ -310,10 +342,13 @@ static ote_status_t redis_keepalive(void *ctx, const char *key, long ttl_s)
 static ote_status_t redis_update(void *ctx, const char *key, const void *value, size_t len,
                                  long ttl_s)
 {
-    ote_status_t status = redis_eval_mine(ctx, script_update, key, value, len, ttl_s);
+    redis_t *c          = ctx;
+    ote_status_t status = redis_eval_mine(c, script_update, key, value, len, ttl_s);
 
     if (status == OTE_OK)
-        status = remember(ctx, value, len);
+        status = remember(c, value, len);
+    else if (status == OTE_ERR_STORE_UNAVAILABLE)
+        keep(&c->maybe, &c->maybe_len, value, len); /* it may have run: ours too */
     return status;
 }
 
@@ -343,10 +378,17 @@ static ote_status_t redis_release(void *ctx, const char *key)
     size_t lens[1];
     long long n = 0;
 
+    ote_status_t status;
+
     if (c->mine == NULL)
         return OTE_OK;
     args[0] = (const char *)c->mine, lens[0] = c->mine_len;
-    return redis_eval(c, script_release, key, 1, args, lens, &n);
+    status  = redis_eval(c, script_release, key, 1, args, lens, &n);
+    if (status == OTE_OK && n == 0 && c->maybe != NULL) {
+        args[0] = (const char *)c->maybe, lens[0] = c->maybe_len;
+        status  = redis_eval(c, script_release, key, 1, args, lens, &n);
+    }
+    return status;
 }
 
 static ote_status_t redis_get_versioned(void *ctx, const char *key, uint8_t **value_p,
