@@ -153,6 +153,7 @@ struct ote_stream_conn {
     size_t                rx_off, rx_len, rx_cap;
     bool                  rx_full;  /* the last read filled rxbuf: the next one doubles it */
     bool                  rx_recent; /* a receive call since the previous idle check */
+    uint64_t              rx_stall_ns; /* target: since when a payload under way got nothing; 0 */
     ote_stream_rxv_t         rxv[OTE_STREAM_WRITEV_MAX]; /* the payload's destinations */
     size_t                rxv_i, rxv_n; /* the one being filled; how many */
     size_t                rx_remaining; /* payload bytes still to come */

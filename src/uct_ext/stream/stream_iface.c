@@ -59,7 +59,8 @@ void ote_stream_iface_unwatch(ote_stream_iface_t *iface, ote_stream_conn_t *c)
 /* Something of c's the timeout check must look at again. */
 static bool conn_watch_needed(const ote_stream_conn_t *c)
 {
-    return !c->dead && (c->handshake_deadline || c->tx_stall_ns || c->ops_count || c->rxbuf);
+    return !c->dead && (c->handshake_deadline || c->tx_stall_ns || c->ops_count || c->rxbuf ||
+                        (c->ep == NULL && c->rx_state == OTE_STREAM_RX_PAYLOAD));
 }
 
 void ote_stream_iface_conn_closed(ote_stream_iface_t *iface, ote_stream_conn_t *c)
@@ -365,6 +366,26 @@ void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline
             next = iface->watch;
             continue;
         }
+        /*
+         * Target: a payload under way holds its regions (a deregistered
+         * one's memory stays mapped until it is released); a peer that
+         * sent part of it and then nothing for OTE_XFER_TIMEOUT_MS is reset.
+         */
+        if (c->ep == NULL && c->rx_state == OTE_STREAM_RX_PAYLOAD && !c->rx_recent) {
+            if (c->rx_stall_ns == 0) {
+                c->rx_stall_ns = now;
+            } else if (c->rx_stall_ns < deadline_ns) {
+                ote_warn("%s peer %s: nothing more of a payload under way for "
+                         "OTE_XFER_TIMEOUT_MS; resetting the connection",
+                         OTE_STREAM_CONN_TL(c), c->peer);
+                ote_socket_set_linger0(c->fd);
+                ote_stream_conn_fail(c, OTE_ERR_TIMEOUT);
+                next = iface->watch;
+                continue;
+            }
+        } else {
+            c->rx_stall_ns = 0;
+        }
         if (c->ops_count && c->ops[c->ops_head].post_ns < deadline_ns) {
             ote_warn("%s connection to %s: no answer within OTE_XFER_TIMEOUT_MS",
                      OTE_STREAM_CONN_TL(c), c->peer);
@@ -392,7 +413,8 @@ bool ote_stream_iface_has_deadlines(ote_tl_iface_t *tl_iface)
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
 
     for (ote_stream_conn_t *c = iface->watch; c != NULL; c = c->next_watch) {
-        if (!c->dead && (c->tx_stall_ns || c->handshake_deadline))
+        if (!c->dead && (c->tx_stall_ns || c->handshake_deadline ||
+                         (c->ep == NULL && c->rx_state == OTE_STREAM_RX_PAYLOAD)))
             return true;
     }
     return false;

@@ -11,6 +11,7 @@
 
 #include "base/dlist.h"
 #include "base/log.h"
+#include "base/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -447,6 +448,41 @@ static void test_device_region_refused(void **state)
     assert_true(f.conn->rx_state == OTE_STREAM_RX_HDR);
 }
 
+/*
+ * Target side: a peer that sends part of a WRITE's payload and then nothing
+ * (its connection still up) is reset once it has sent nothing more for a
+ * transfer timeout: the regions the payload was going to are let go (a
+ * deregistered one's memory is unmapped only then), and the bytes that
+ * came stay where they landed, nothing more.
+ */
+static void test_stalled_payload_reset(void **state)
+{
+    ote_stream_hdr_t h = {.type = OTE_STREAM_WRITE, .id = 1,
+                          .addr = (uint64_t)(uintptr_t)f.region, .length = 4096};
+    ote_region_t *r;
+    long life;
+
+    (void)state;
+    hello();
+    assert_int_equal(ote_mem_region_acquire(f.table, h.addr, 1, 0, &r), OTE_OK);
+    life = atomic_load(&r->life);
+    send_hdr(&h);
+    send_all("abcd", 4);
+    settle();
+    assert_int_equal(f.conn->rx_state, OTE_STREAM_RX_PAYLOAD);
+    assert_true(atomic_load(&r->life) > life); /* held by the payload */
+    /* Timeout checks: the first ones see the bytes that came, then none. */
+    for (int i = 0; i < 3; i++)
+        f.tl->ops->check_timeouts(f.tl, 0);
+    assert_false(f.conn->dead);
+    assert_true(f.tl->ops->has_deadlines(f.tl));
+    f.tl->ops->check_timeouts(f.tl, ote_time_ns() + 1); /* the transfer timeout has passed */
+    assert_true(f.iface->conns == NULL);                 /* reset and gone */
+    assert_int_equal(atomic_load(&r->life), life);
+    assert_memory_equal(f.region, "abcd", 4);
+    ote_mem_region_put(r);
+}
+
 static ote_status_t early_status;
 static int          early_calls;
 
@@ -517,6 +553,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rerun_after_failed_conn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_region_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_answer_before_sent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_payload_reset, setup, teardown),
     };
 
     ote_log_set_level(OTE_LOG_WARN);
