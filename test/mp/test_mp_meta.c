@@ -800,6 +800,14 @@ static void test_etcd_stream_error(void **state)
     assert_int_equal(ote_meta_etcd_decode_lease(renewed, strlen(renewed), &id, &ttl), OTE_OK);
     assert_int_equal(id, 7);
     assert_int_equal(ttl, 10);
+    /* Numbers as strings: decimal, within 64 bits, nothing around them. */
+    for (const char *const *bad = (const char *const[]){
+             "{\"ID\":\"99999999999999999999\",\"TTL\":\"10\"}",
+             "{\"ID\":\" 7\",\"TTL\":\"10\"}", "{\"ID\":\"+7\",\"TTL\":\"10\"}",
+             "{\"ID\":\"-\",\"TTL\":\"10\"}", "{\"ID\":\"7 \",\"TTL\":\"10\"}", NULL};
+         *bad; bad++)
+        assert_int_equal(ote_meta_etcd_decode_lease(*bad, strlen(*bad), &id, &ttl),
+                         OTE_ERR_PROTOCOL);
 }
 #endif
 

@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
@@ -133,10 +134,14 @@ static bool json_i64(json_object *o, const char *field, int64_t *v_p)
     if (!json_object_is_type(f, json_type_string))
         return false;
     s = json_object_get_string(f);
-    if (s[0] == '\0' || strlen(s) > 20)
+    /* Decimal digits, an optional '-' first, within 64 bits (etcd's int64 as a string). */
+    if ((s[0] < '0' || s[0] > '9') && !(s[0] == '-' && s[1] >= '0' && s[1] <= '9'))
         return false;
-    v = strtoll(s, &end, 10);
-    if (*end != '\0')
+    if (strlen(s) > 20)
+        return false;
+    errno = 0;
+    v     = strtoll(s, &end, 10);
+    if (*end != '\0' || errno == ERANGE)
         return false;
     *v_p = v;
     return true;
