@@ -129,6 +129,8 @@ static ote_status_t tx_queue(ote_stream_conn_t *c, ote_stream_tx_t *e, const ote
     e->own_region  = own_region;
     c->tx_count++;
     c->tx_queued++;
+    if (fd >= 0)
+        c->tx_fds++;
     ote_stream_iface_mark_dirty(c->iface, c);
     return OTE_OK;
 }
@@ -291,15 +293,17 @@ void ote_stream_conn_set_rx_paused(ote_stream_conn_t *c, bool on)
     update_events(c);
 }
 
-static void tx_release(ote_stream_tx_t *e)
+static void tx_release(ote_stream_conn_t *c, ote_stream_tx_t *e)
 {
     free(e->vhdr);
     e->vhdr = NULL;
     if (e->region != NULL && e->own_region)
         ote_mem_region_put(e->region);
     e->region = NULL;
-    if (e->fd >= 0)
+    if (e->fd >= 0) {
         close(e->fd);
+        c->tx_fds--;
+    }
     e->fd = -1;
 }
 
@@ -323,7 +327,7 @@ void ote_stream_conn_fail(ote_stream_conn_t *c, ote_status_t status)
     close(c->fd);
     c->fd = -1;
     while (c->tx_count) {
-        tx_release(&c->tx[c->tx_head]);
+        tx_release(c, &c->tx[c->tx_head]);
         c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
         c->tx_count--;
     }
@@ -491,6 +495,7 @@ void ote_stream_conn_flush(ote_stream_conn_t *c)
             /* Sent: the peer holds its own copy now. */
             close(c->tx[c->tx_head].fd);
             c->tx[c->tx_head].fd = -1;
+            c->tx_fds--;
         }
         for (size_t i = 0; i < ng; i++)
             ote_mem_region_access_end(guarded[i]);
@@ -521,7 +526,7 @@ void ote_stream_conn_flush(ote_stream_conn_t *c)
                 break;
             }
             w -= (ssize_t)left;
-            tx_release(e);
+            tx_release(c, e);
             c->tx_head = (c->tx_head + 1) & (c->tx_cap - 1);
             c->tx_count--;
             c->tx_sent++;
@@ -530,7 +535,8 @@ void ote_stream_conn_flush(ote_stream_conn_t *c)
     if (c->dead)
         return;
     set_want_out(c, false);
-    if (c->rx_paused && c->tx_count < OTE_STREAM_TX_PAUSE / 2) {
+    if (c->rx_paused && c->tx_count < OTE_STREAM_TX_PAUSE / 2 &&
+        c->tx_fds < OTE_STREAM_TX_FDS_PAUSE / 2) {
         ote_stream_conn_set_rx_paused(c, false);
         /*
          * Requests already buffered would get no epoll event. While deferred

@@ -33,6 +33,12 @@
  * requests; a peer that sends and never reads cannot grow our queue.
  */
 #define OTE_STREAM_TX_PAUSE 4096
+/*
+ * Likewise for replies that carry a descriptor (shm's MAP_ACK): each holds
+ * an open file until it is sent, and a peer that does not read must not
+ * use up the target's descriptors.
+ */
+#define OTE_STREAM_TX_FDS_PAUSE 64
 
 /* Descriptors one connection holds received and not yet claimed. */
 #define OTE_STREAM_RX_FDS 8
@@ -140,6 +146,7 @@ struct ote_stream_conn {
      * peer's lie, and the operation's buffer may still be in the queue.
      */
     uint64_t              tx_queued, tx_sent;
+    size_t                tx_fds;      /* queued messages holding a descriptor */
     uint64_t              tx_stall_ns; /* target: since when its answers do not leave; 0 while they do */
 
     /* outstanding initiator operations, in request order */

@@ -795,7 +795,8 @@ static void conn_rx(ote_stream_conn_t *c)
 
             if (c->rx_lowat > 1 && !rx_lowat(c, 1))
                 return;
-            if (c->ep == NULL && c->tx_count >= OTE_STREAM_TX_PAUSE) {
+            if (c->ep == NULL &&
+                (c->tx_count >= OTE_STREAM_TX_PAUSE || c->tx_fds >= OTE_STREAM_TX_FDS_PAUSE)) {
                 ote_stream_conn_set_rx_paused(c, true);
                 return;
             }

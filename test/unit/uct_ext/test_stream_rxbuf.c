@@ -483,6 +483,47 @@ static void test_stalled_payload_reset(void **state)
     ote_mem_region_put(r);
 }
 
+/*
+ * Target side: replies that carry a descriptor (shm's MAP_ACK) each hold an
+ * open file until sent. A peer that asks and does not read would use up the
+ * target's descriptors: past OTE_STREAM_TX_FDS_PAUSE queued, the target
+ * stops reading its requests, and reads again once it has taken them.
+ */
+static void test_fd_replies_pause(void **state)
+{
+    ote_stream_hdr_t r = {.type = OTE_STREAM_WRITE_ACK, .id = 1, .status = OTE_OK};
+    int small = 4096, before, after;
+
+    (void)state;
+    hello();
+    assert_int_equal(setsockopt(f.conn->fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+    for (int i = 0; i < 2 * OTE_STREAM_TX_FDS_PAUSE; i++)
+        assert_int_equal(ote_stream_conn_tx_push_fd(f.conn, &r, NULL, 0, dup(0)), OTE_OK);
+    ote_stream_conn_flush(f.conn);
+    before = (int)f.conn->tx_fds;
+    assert_true(before >= OTE_STREAM_TX_FDS_PAUSE); /* the socket took a few */
+    /* A request now: not read while so many descriptors wait. */
+    send_hdr(&(ote_stream_hdr_t){.type = OTE_STREAM_WRITE, .id = 2,
+                                 .addr = (uint64_t)(uintptr_t)f.region, .length = 8});
+    send_all("ABCDEFGH", 8);
+    f.tl->ops->progress(f.tl);
+    assert_true(f.conn->rx_paused);
+    assert_int_not_equal(memcmp(f.region, "ABCDEFGH", 8), 0);
+    /* The peer reads (its descriptors dropped unclaimed): the target goes on. */
+    for (int i = 0; i < 1000 && (f.conn->tx_fds > 0 || memcmp(f.region, "ABCDEFGH", 8) != 0);
+         i++) {
+        uint8_t buf[4096];
+
+        while (recv(f.fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+            ;
+        f.tl->ops->progress(f.tl);
+    }
+    after = (int)f.conn->tx_fds;
+    assert_int_equal(after, 0);
+    assert_false(f.conn->rx_paused);
+    assert_memory_equal(f.region, "ABCDEFGH", 8);
+}
+
 static ote_status_t early_status;
 static int          early_calls;
 
@@ -554,6 +595,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_device_region_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_answer_before_sent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stalled_payload_reset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fd_replies_pause, setup, teardown),
     };
 
     ote_log_set_level(OTE_LOG_WARN);
