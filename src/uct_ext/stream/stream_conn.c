@@ -307,9 +307,12 @@ static void tx_release(ote_stream_conn_t *c, ote_stream_tx_t *e)
     e->fd = -1;
 }
 
+/* Operations a failed connection ends per round of its loop. */
+#define STREAM_FAIL_BATCH 64
+
 void ote_stream_conn_fail(ote_stream_conn_t *c, ote_status_t status)
 {
-    ote_stream_op_t *ops;
+    ote_stream_op_t ops[STREAM_FAIL_BATCH];
     size_t n;
 
     if (c->dead)
@@ -332,14 +335,18 @@ void ote_stream_conn_fail(ote_stream_conn_t *c, ote_status_t status)
         c->tx_count--;
     }
     ote_stream_conn_rx_regions_put(c);
-    /* Detach the outstanding operations first: completions may post again. */
-    n   = c->ops_count;
-    ops = malloc((n ? n : 1) * sizeof(*ops));
-    for (size_t i = 0; ops != NULL && i < n; i++)
-        ops[i] = op_pop(c);
-    for (size_t i = 0; ops != NULL && i < n; i++)
-        ops[i].comp->func(ops[i].comp, status);
-    free(ops);
+    /*
+     * Detach the outstanding operations before their completions run (they
+     * may post again, never on this connection: it is dead), a batch at a
+     * time, with no allocation that could fail and lose them.
+     */
+    while (c->ops_count > 0) {
+        n = c->ops_count < STREAM_FAIL_BATCH ? c->ops_count : STREAM_FAIL_BATCH;
+        for (size_t i = 0; i < n; i++)
+            ops[i] = op_pop(c);
+        for (size_t i = 0; i < n; i++)
+            ops[i].comp->func(ops[i].comp, status);
+    }
     ote_stream_iface_conn_closed(c->iface, c);
 }
 
