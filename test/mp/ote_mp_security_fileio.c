@@ -271,6 +271,43 @@ static void test_identity_and_bounds_refused(void **state)
     nothing_moved();
 }
 
+/*
+ * A local file's name (file:///...) or an export's as the sender: refused
+ * before anything is opened. A READ by rails would otherwise write the
+ * exported file's bytes into another file of X's host (a file segment X
+ * opened carries X's own instance, so naming X as initiator passed).
+ */
+static void test_object_names_refused(void **state)
+{
+    char path[] = "/tmp/ote_fileio_victim.XXXXXX";
+    uint8_t back[4096];
+    ote_ctl_file_io_t m;
+    int fd;
+
+    (void)state;
+    reset();
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    memset(back, 0x5c, sizeof(back));
+    assert_int_equal(write(fd, back, sizeof(back)), (ssize_t)sizeof(back));
+    for (int i = 0; i < 2; i++) {
+        m           = request(OTE_CTL_FILE_IO_READ, 0, 4096, NULL);
+        m.initiator = fx.inst_x;
+        if (i == 0)
+            snprintf(m.name, sizeof(m.name), "file://%s", path);
+        else
+            snprintf(m.name, sizeof(m.name), "other@%s", ote_engine_name(fx.e_x));
+        assert_int_equal(file_io(&m, NULL), OTE_ERR_INVALID_PARAM);
+    }
+    memset(back, 0, sizeof(back));
+    assert_int_equal(pread(fd, back, sizeof(back), 0), (ssize_t)sizeof(back));
+    for (size_t i = 0; i < sizeof(back); i++)
+        assert_int_equal(back[i], 0x5c);
+    close(fd);
+    unlink(path);
+    nothing_moved();
+}
+
 /* Malformed requests by rails close the connection; nothing moves. */
 static void test_malformed_closed(void **state)
 {
@@ -311,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_good_lands),
         cmocka_unit_test(test_initiator_memory_refused),
         cmocka_unit_test(test_identity_and_bounds_refused),
+        cmocka_unit_test(test_object_names_refused),
         cmocka_unit_test(test_malformed_closed),
     };
 

@@ -250,6 +250,45 @@ static void test_instances_refused(void **state)
     nothing_written();
 }
 
+/*
+ * The name of a local file (file:///...) or of a peer's export: no
+ * engine's, and refused before anything is opened. A file segment opened
+ * by T would carry T's own instance, so a request naming T as initiator
+ * would pass the instance check and T would write the PUTBACK's bytes into
+ * a file of its host.
+ */
+static void test_object_names_refused(void **state)
+{
+    char path[] = "/tmp/ote_putback_victim.XXXXXX", *name;
+    ote_ctl_putback_t m = request((uintptr_t)fx.readable, 4096);
+    uint8_t back[4096];
+    int fd;
+
+    (void)state;
+    reset_dest();
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    memset(back, 0x5c, sizeof(back));
+    assert_int_equal(write(fd, back, sizeof(back)), (ssize_t)sizeof(back));
+    for (int i = 0; i < 2; i++) {
+        name = m.name;
+        if (i == 0)
+            snprintf(name, sizeof(m.name), "file://%s", path);
+        else
+            snprintf(name, sizeof(m.name), "exported@%s", ote_engine_name(fx.e_t));
+        m.initiator = fx.inst_t; /* T itself: what a file segment there would carry */
+        m.local     = 0;
+        assert_int_equal(putback(&m), OTE_ERR_INVALID_PARAM);
+    }
+    memset(back, 0, sizeof(back));
+    assert_int_equal(pread(fd, back, sizeof(back), 0), (ssize_t)sizeof(back));
+    for (size_t i = 0; i < sizeof(back); i++)
+        assert_int_equal(back[i], 0x5c);
+    close(fd);
+    unlink(path);
+    nothing_written();
+}
+
 /* Destinations I did not open to remote writes: I's own checks refuse T's WRITE. */
 static void test_destination_refused(void **state)
 {
@@ -319,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_good_putback_lands),
         cmocka_unit_test(test_range_refused),
         cmocka_unit_test(test_instances_refused),
+        cmocka_unit_test(test_object_names_refused),
         cmocka_unit_test(test_destination_refused),
         cmocka_unit_test(test_malformed_closed),
     };

@@ -32,6 +32,17 @@ ote_status_t ote_ctl_peer_seg_get(void *ctx, const char *name, uint64_t initiato
     ote_status_t status;
     int slot = -1;
 
+    /*
+     * The peer names itself: an engine's name, never a local file's or an
+     * export's (a file segment opened here would carry this engine's own
+     * instance, and the bytes of the request would go into a file of this
+     * host).
+     */
+    if (name[0] == '\0' || ote_segment_is_object_name(name) || ote_segment_is_export_name(name)) {
+        ote_warn("control listener: a request names '%.64s' as its sender, no engine's name; "
+                 "refused", name);
+        return OTE_ERR_INVALID_PARAM;
+    }
     pthread_mutex_lock(&ctl->peer_lock);
     for (;;) {
         for (int i = 0; i < CTL_PEERS; i++) {
