@@ -3,6 +3,7 @@
  * stalled peers, peers without the key, too many connections.
  */
 #include "hostile.h"
+#include "proto/file_io_msg.h"
 
 void test_ctl_truncated_header(void **state)
 {
@@ -290,6 +291,23 @@ void test_ctl_unauthenticated(void **state)
     }
     assert_int_equal(sw_ctl_recv_status(fd, OTE_CTL_NOTIFY_ACK, 3000), OTE_ERR_AUTH);
     assert_true(sw_closed(fd, 3000, NULL));
+    close(fd);
+
+    /*
+     * A large request's header without the handshake (FILE_IO may carry 1
+     * MiB): closed at once, its payload never waited for and read (before
+     * the handshake timeout, HS_TIMEOUT_MS here).
+     */
+    fd = sw_connect_name(fx.t.name);
+    {
+        uint8_t hb[OTE_CTL_HDR_LEN];
+
+        ote_ctl_hdr_encode(&(ote_ctl_hdr_t){.type = OTE_CTL_FILE_IO, .seq = 1,
+                                            .length = OTE_CTL_FILE_IO_MAX_LEN},
+                           hb);
+        assert_int_equal(sw_send(fd, hb, sizeof(hb)), 0);
+    }
+    assert_true(sw_closed(fd, HS_TIMEOUT_MS / 2, NULL));
     close(fd);
 
     /* The wrong key. */

@@ -508,6 +508,9 @@ static const ote_ctl_service_t ctl_core_service = {
     .num_handlers = sizeof(ctl_core_handlers) / sizeof(ctl_core_handlers[0]),
 };
 
+/* The largest request read before the handshake (any NOTIFY fits), to answer it AUTH. */
+#define CTL_PREAUTH_MAX 8192
+
 /* Handle one complete request; returns non-OK to close the connection. */
 static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
 {
@@ -551,6 +554,18 @@ static ote_status_t conn_header(ote_ctl_t *ctl, ctl_conn_t *c)
     if (c->h.length > max) {
         ote_warn("control peer %s: %u-byte payload for message type %u (at most %zu); closing",
                  c->peer, c->h.length, c->h.type, max);
+        return OTE_ERR_PROTOCOL;
+    }
+    /*
+     * Before the handshake a keyed listener answers any other request with
+     * AUTH and closes: nothing larger than a notification is worth reading
+     * (and holding until the handshake timeout) for that.
+     */
+    if (ote_engine_facts(ctl->engine)->auth->enabled && c->auth.state != OTE_AUTH_STATE_DONE &&
+        c->h.type != OTE_CTL_AUTH_HELLO && c->h.type != OTE_CTL_AUTH_PROOF &&
+        c->h.length > CTL_PREAUTH_MAX) {
+        ote_warn("control peer %s: a %u-byte request (type %u) before authentication; closing",
+                 c->peer, c->h.length, c->h.type);
         return OTE_ERR_PROTOCOL;
     }
     c->payload = malloc(c->h.length ? c->h.length : 1);
