@@ -231,7 +231,8 @@ ote_status_t ote_ctl_connect_ack_decode(const uint8_t *buf, size_t len, ote_stat
     size_t alen = ote_rd_u16(&r);
     const uint8_t *a;
 
-    if (r.failed || alen > OTE_TL_ADDR_MAX || !ote_status_is_known(s))
+    /* INPROGRESS is no answer: a segment open would return it with no handle. */
+    if (r.failed || alen > OTE_TL_ADDR_MAX || !ote_status_is_known(s) || s == OTE_INPROGRESS)
         return OTE_ERR_PROTOCOL;
     a = ote_rd_bytes(&r, alen);
     if (ote_rd_end(&r) != OTE_OK)

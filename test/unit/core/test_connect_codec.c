@@ -176,6 +176,12 @@ static void test_ack(void **state)
     assert_int_equal(ote_ctl_connect_ack_decode(out.data, out.len, &st, &a, &alen),
                      OTE_ERR_PROTOCOL);
     free(out.data);
+    /* INPROGRESS is no answer to a CONNECT. */
+    out = (ote_buf_t){0};
+    assert_int_equal(ote_ctl_connect_ack_encode(OTE_INPROGRESS, addr, sizeof(addr), &out), OTE_OK);
+    assert_int_equal(ote_ctl_connect_ack_decode(out.data, out.len, &st, &a, &alen),
+                     OTE_ERR_PROTOCOL);
+    free(out.data);
     out = (ote_buf_t){0};
     assert_int_equal(ote_ctl_connect_ack_encode(OTE_OK, addr, OTE_TL_ADDR_MAX + 1, &out),
                      OTE_ERR_INVALID_PARAM);
