@@ -732,9 +732,9 @@ static void test_refused_descriptor_said(void **state)
 {
     enum { N = 60000, SZ = 64 }; /* about 33 bytes of record each: 2 MB */
     ote_engine_h e, other;
-    ote_mem_desc_t *d = calloc(N, sizeof(*d));
-    ote_mem_h *m      = calloc(N, sizeof(*m));
-    uint8_t *buf      = malloc((size_t)N * SZ);
+    ote_mem_desc_t *d;
+    ote_mem_h *m;
+    uint8_t *buf;
     ote_test_stderr_t cap;
     ote_segment_h seg;
     char *log;
@@ -743,6 +743,9 @@ static void test_refused_descriptor_said(void **state)
     (void)state;
     if (strcmp(store.kind, "etcd") != 0)
         skip(); /* Redis takes values up to 512 MB */
+    d   = calloc(N, sizeof(*d));
+    m   = calloc(N, sizeof(*m));
+    buf = malloc((size_t)N * SZ);
     assert_non_null(d);
     assert_non_null(m);
     assert_non_null(buf);
