@@ -103,6 +103,16 @@ static ote_status_t ep_rkey(ote_uct_ep_t *ep, const void *rkey, size_t len, uct_
         *out = UCT_INVALID_RKEY;
         return OTE_OK;
     }
+    /*
+     * uct_rkey_unpack takes no length: it reads what this md packs. A key
+     * of another length is not one of this md's (a shorter one would be
+     * read past its end).
+     */
+    if (len != iface->md->attr.rkey_packed_size) {
+        ote_warn("%s: the peer's remote key is %zu bytes, this memory domain packs %zu",
+                 ep_tl(ep), len, (size_t)iface->md->attr.rkey_packed_size);
+        return OTE_ERR_PROTOCOL;
+    }
     if (len == 0)
         rkey = empty;
     h = rkey_hash(rkey, len);

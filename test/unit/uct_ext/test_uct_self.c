@@ -205,6 +205,51 @@ static void test_uct_tcp(void **state)
     }
 }
 
+static void never_called(ote_tl_completion_t *comp, ote_status_t status)
+{
+    (void)comp;
+    (void)status;
+    fail_msg("a refused post completed");
+}
+
+/*
+ * A peer's rkey must be exactly what the memory domain packs:
+ * uct_rkey_unpack takes no length and reads that many bytes (a shorter key
+ * would be read past its end). A put with another length is PROTOCOL.
+ */
+static void test_uct_rkey_length(void **state)
+{
+    static const uint8_t three[3] = {1, 2, 3};
+    fx_t *f = fx_open("uct_tcp", NULL);
+    ote_tl_completion_t comp = {.func = never_called};
+    ote_region_t *r;
+    size_t tried = 0;
+
+    (void)state;
+    assert_int_equal(ote_mem_region_acquire(f->e->facts.regions, (uintptr_t)f->local, 64, 0, &r),
+                     OTE_OK);
+    for (size_t i = 0; i < f->self->rail_set.num_rails; i++) {
+        ote_rail_t *rail = f->self->rail_set.rails[i];
+        ote_worker_t *w  = &f->e->facts.workers[rail->worker];
+        ote_status_t st;
+
+        if (ote_proto_putback_rail(rail))
+            continue;
+        assert_true(((ote_uct_iface_t *)rail->iface)->md->attr.rkey_packed_size != sizeof(three));
+        pthread_mutex_lock(&w->lock);
+        st = rail->iface->ep_ops->put_zcopy(rail->ep, f->local, 64, r, (uintptr_t)f->remote,
+                                            three, sizeof(three), &comp);
+        pthread_mutex_unlock(&w->lock);
+        assert_int_equal(st, OTE_ERR_PROTOCOL);
+        tried++;
+    }
+    assert_true(tried > 0);
+    ote_mem_region_put(r);
+    /* The segment's own rkeys still carry. */
+    xfer_mixed(f, OTE_OP_WRITE);
+    ote_test_self_close(f);
+}
+
 /*
  * The shm alias takes the native shm and both cmas; the native shm is
  * chosen (it maps engine memory and carries the rest as cma does).
@@ -247,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_uct_cma),
         cmocka_unit_test(test_uct_cma_access_checks),
         cmocka_unit_test(test_uct_tcp),
+        cmocka_unit_test(test_uct_rkey_length),
         cmocka_unit_test(test_shm_alias),
         cmocka_unit_test(test_auto_choice),
     };
