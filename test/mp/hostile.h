@@ -65,6 +65,7 @@ void test_ctl_idle(void **state);
 void test_ctl_never_reads(void **state);
 void test_ctl_unauthenticated(void **state);
 void test_conn_limit(void **state);
+void test_accept_no_fd(void **state);
 void test_tcp_bad_first_message(void **state);
 void test_tcp_truncated(void **state);
 void test_tcp_wrong_instance(void **state);

@@ -5,6 +5,9 @@
 #include "hostile.h"
 #include "proto/file_io_msg.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+
 void test_ctl_truncated_header(void **state)
 {
     int fd = sw_connect_name(fx.t.name);
@@ -190,6 +193,86 @@ void test_ctl_never_reads(void **state)
  * data listener together: connections past the limit are closed at once,
  * and closing others makes room again.
  */
+/* CPU ticks (user + system) the whole process pid used so far. */
+static long proc_ticks(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long ut = 0, st = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof(buf), f));
+    fclose(f);
+    p = strrchr(buf, ')');
+    assert_non_null(p);
+    /* state, then fields 4..13, then utime (14) and stime (15) */
+    assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                            &st),
+                     2);
+    return (long)(ut + st);
+}
+
+static int open_fds(pid_t pid)
+{
+    char path[64];
+    struct dirent *de;
+    DIR *d;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    d = opendir(path);
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL)
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/*
+ * The target out of descriptors (its RLIMIT_NOFILE lowered to what it has
+ * open, plus a few), connections waiting on its control and data ports:
+ * their listeners cannot accept them, and must not spin on the socket
+ * that keeps saying so (the control thread and the worker each took a
+ * core); once descriptors are free again they accept.
+ */
+void test_accept_no_fd(void **state)
+{
+    struct rlimit old, low;
+    int fds[16], n = 0, fd;
+    long t0, t1;
+
+    (void)state;
+    assert_int_equal(prlimit(fx.t.pid, RLIMIT_NOFILE, NULL, &old), 0);
+    low = (struct rlimit){.rlim_cur = (rlim_t)open_fds(fx.t.pid) + 2, .rlim_max = old.rlim_max};
+    assert_int_equal(prlimit(fx.t.pid, RLIMIT_NOFILE, &low, NULL), 0);
+    for (int i = 0; i < 8; i++) {
+        fds[n++] = sw_connect_name(fx.t.name);
+        fds[n++] = data_connect();
+    }
+    usleep(300 * 1000);
+    t0 = proc_ticks(fx.t.pid);
+    usleep(1000 * 1000);
+    t1 = proc_ticks(fx.t.pid);
+    assert_int_equal(prlimit(fx.t.pid, RLIMIT_NOFILE, &old, NULL), 0);
+    for (int i = 0; i < n; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+    fprintf(stderr, "# out of descriptors: %ld ticks of CPU in 1 s\n", t1 - t0);
+    assert_true(t1 - t0 < 30);
+    /* Descriptors free again: a new connection is accepted and served. */
+    fd = -1;
+    for (int i = 0; i < 50 && fd < 0; i++) {
+        fd = ctl_open();
+        if (fd < 0)
+            usleep(100 * 1000);
+    }
+    assert_true(fd >= 0);
+    close(fd);
+}
+
 void test_conn_limit(void **state)
 {
     int fds[40], n = 0, extra;

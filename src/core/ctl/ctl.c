@@ -687,7 +687,24 @@ static void ctl_sweep_all(ote_ctl_t *ctl, uint64_t now)
         if (ctl_services[i]->sweep != NULL)
             next = due_min(next, ctl_services[i]->sweep(&ctl->host, ctl->svc_state[i], now));
     }
+    next = due_min(next, ctl->accept_resume);
     ctl->next_sweep = next != 0 ? next : UINT64_MAX;
+}
+
+/* Pause between accepts that found no descriptor (the process's limit reached). */
+#define CTL_ACCEPT_PAUSE_NS (100ull * 1000 * 1000)
+
+/* Take the listen socket out of the epoll set for a while, or back in once that is over. */
+static void ctl_accept_pause(ote_ctl_t *ctl, bool pause, uint64_t now)
+{
+    struct epoll_event ev = {.events = pause ? 0 : EPOLLIN, .data.ptr = &listen_tag};
+
+    if (pause == (ctl->accept_resume != 0) || epoll_ctl(ctl->epfd, EPOLL_CTL_MOD,
+                                                         ctl->listen_fd, &ev) != 0)
+        return;
+    ctl->accept_resume = pause ? now + CTL_ACCEPT_PAUSE_NS : 0;
+    if (pause && ctl->accept_resume < ctl->next_sweep)
+        ctl->next_sweep = ctl->accept_resume;
 }
 
 /* epoll_wait's timeout until next_sweep: -1 (none), 0 (due), else ms rounded up. */
@@ -716,8 +733,14 @@ static void ctl_accept(ote_ctl_t *ctl)
         int fd = accept4(ctl->listen_fd, (struct sockaddr *)&ss, &len,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                ote_warn("control listener: cannot accept a connection: %s; trying again in "
+                         "100 ms", strerror(errno));
+                ctl_accept_pause(ctl, true, ote_time_ns());
+            }
             return;
+        }
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){CTL_SNDBUF}, sizeof(int));
         ote_socket_set_keepalive(fd);
         ote_sockaddr_ip((struct sockaddr *)&ss, ip, sizeof(ip));
@@ -807,6 +830,8 @@ static void *ctl_main(void *arg)
                 conn_read(ctl, c);
         }
         now = ote_time_ns();
+        if (ctl->accept_resume != 0 && now >= ctl->accept_resume)
+            ctl_accept_pause(ctl, false, now);
         if (now >= ctl->next_sweep)
             ctl_sweep_all(ctl, now);
     }

@@ -91,6 +91,12 @@ struct ote_ctl {
      * one sweep at its time, which computes the next from what is left.
      */
     uint64_t     next_sweep;
+    /*
+     * accept4 failed for want of a descriptor (or memory): the listen
+     * socket is out of the epoll set, whose level-triggered report would
+     * otherwise spin the thread, until then (0: it is in).
+     */
+    uint64_t     accept_resume;
     /* What the protocols' services are given, and the state each made. */
     ote_ctl_host_t  host;
     void           *svc_state[CTL_MAX_SERVICES];

@@ -176,6 +176,20 @@ ote_status_t ote_stream_iface_conn_accept(ote_stream_iface_t *iface, int fd,
     return OTE_OK;
 }
 
+/* Pause between accepts that found no descriptor (the process's limit reached). */
+#define STREAM_ACCEPT_PAUSE_NS (100ull * 1000 * 1000)
+
+/* Take the listen socket out of the epoll set for a while, or back in. */
+static void iface_accept_pause(ote_stream_iface_t *iface, bool pause)
+{
+    struct epoll_event ev = {.events = pause ? 0 : EPOLLIN, .data.ptr = &listen_tag};
+
+    if (pause == (iface->accept_resume != 0) ||
+        epoll_ctl(iface->epfd, EPOLL_CTL_MOD, iface->listen_fd, &ev) != 0)
+        return;
+    iface->accept_resume = pause ? ote_time_ns() + STREAM_ACCEPT_PAUSE_NS : 0;
+}
+
 static void iface_accept(ote_stream_iface_t *iface)
 {
     for (;;) {
@@ -185,8 +199,13 @@ static void iface_accept(ote_stream_iface_t *iface)
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                ote_warn("tcp accept: %s", strerror(errno));
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                ote_warn("%s: cannot accept a connection: %s; trying again in 100 ms",
+                         iface->super.resource.tl_name, strerror(errno));
+                iface_accept_pause(iface, true);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                ote_warn("%s accept: %s", iface->super.resource.tl_name, strerror(errno));
+            }
             return;
         }
         ote_stream_iface_conn_accept(iface, fd, &ss);
@@ -347,6 +366,8 @@ void ote_stream_iface_check_timeouts(ote_tl_iface_t *tl_iface, uint64_t deadline
     uint64_t now           = ote_time_ns();
     ote_stream_conn_t *c, *next;
 
+    if (iface->accept_resume != 0 && now >= iface->accept_resume)
+        iface_accept_pause(iface, false);
     for (c = iface->watch; c != NULL; c = next) {
         next = c->next_watch;
         if (c->ep == NULL && c->handshake_deadline && now > c->handshake_deadline) {
@@ -412,6 +433,8 @@ bool ote_stream_iface_has_deadlines(ote_tl_iface_t *tl_iface)
 {
     ote_stream_iface_t *iface = (ote_stream_iface_t *)tl_iface;
 
+    if (iface->accept_resume != 0)
+        return true; /* the listen socket goes back into the epoll set then */
     for (ote_stream_conn_t *c = iface->watch; c != NULL; c = c->next_watch) {
         if (!c->dead && (c->tx_stall_ns || c->handshake_deadline ||
                          (c->ep == NULL && c->rx_state == OTE_STREAM_RX_PAYLOAD)))

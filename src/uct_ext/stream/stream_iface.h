@@ -22,6 +22,12 @@
 struct ote_stream_iface {
     ote_tl_iface_t          super;
     int                     listen_fd;
+    /*
+     * accept4 found no descriptor (or memory): the listen socket is out of
+     * the epoll set until then (0: it is in), so that its level-triggered
+     * report does not spin the worker; the timeout check puts it back.
+     */
+    uint64_t                accept_resume;
     int                     epfd;
     ote_mem_table_t        *regions;
     pthread_mutex_t        *worker_lock;
