@@ -319,8 +319,15 @@ ote_status_t ote_segment_close(ote_segment_h seg)
     pthread_mutex_lock(&ote_segment_table(e)->seg_lock);
     OTE_DLIST_REMOVE(ote_segment_table(e)->segments, seg);
     pthread_mutex_unlock(&ote_segment_table(e)->seg_lock);
-    /* Operations still posted end CANCELED as their eps go. */
+    /*
+     * Operations still posted end CANCELED as their eps go. Under the
+     * refresh lock: a refresh, reopen or repair another thread runs has
+     * ended (its eps are installed, and go too), and those after see the
+     * segment closed.
+     */
+    pthread_mutex_lock(&seg->refresh_lock);
     ote_wireup_destroy(seg, true, seg->desc->instance_id);
+    pthread_mutex_unlock(&seg->refresh_lock);
     /* Slices still waiting for a rail end CANCELED too. */
     ote_segment_backlog_end(seg);
     ote_segment_put(seg);
@@ -369,6 +376,11 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
     if (seg->file != NULL)
         return segment_resolve_object(seg, restarted_p);
     pthread_mutex_lock(&seg->refresh_lock);
+    if (atomic_load(&seg->closed)) {
+        /* Closed meanwhile (a submit's re-read): no rail is built again. */
+        status = OTE_ERR_CANCELED;
+        goto out;
+    }
     if (seg->export_name[0] != '\0') {
         status = ote_segment_resolve_export(seg, rebind, &d, restarted_p);
         if (status == OTE_OK) {
