@@ -106,7 +106,8 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "Accepted connections per engine, control and data listeners together.",
      .min = 1, .max = OTE_CFG_NO_MAX},
     {"MAX_CONNS_PER_PEER", "256", OTE_CFG_INT, F(max_conns_per_peer),
-     "Accepted connections from one peer address, all listeners of the engine together.",
+     "Accepted connections from one peer address, all listeners of the engine together "
+     "(UCT eps a peer's CONNECT makes: per interface).",
      .min = 1, .max = OTE_CFG_NO_MAX},
     {"HANDSHAKE_TIMEOUT_MS", "10000", OTE_CFG_INT, F(handshake_timeout_ms),
      "An accepted connection that has not authenticated and sent its first request by then is closed.",

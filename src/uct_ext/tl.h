@@ -145,6 +145,8 @@ typedef struct {
     const char *name;         /* peer's segment name, for logs      */
     uint64_t    local_instance;
     long        timeout_ms;   /* bound on connection setup          */
+    /* An accepting side's peer address (ep_accept): its per-peer limit's key; NULL otherwise. */
+    const char *addr_ip;
 } ote_tl_peer_t;
 
 /*

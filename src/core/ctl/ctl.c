@@ -334,7 +334,8 @@ static ote_status_t handle_connect(ote_ctl_t *ctl, ctl_conn_t *c)
         ote_tl_peer_t peer    = {.instance_id    = m->initiator,
                                  .name           = c->peer,
                                  .local_instance = ote_engine_facts(e)->instance_id,
-                                 .timeout_ms     = ote_engine_facts(e)->config.connect_timeout_ms};
+                                 .timeout_ms     = ote_engine_facts(e)->config.connect_timeout_ms,
+                                 .addr_ip        = c->ip};
         ote_tl_iface_t *iface = NULL;
 
         if (m->worker < ote_engine_facts(e)->num_workers) {

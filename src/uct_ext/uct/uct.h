@@ -89,6 +89,7 @@ struct ote_uct_ep {
     ote_status_t       failed;      /* OTE_OK while usable                */
     atomic_bool        alive;
     uint64_t           peer_instance;
+    char               peer_ip[64];   /* accepted: the address the CONNECT came from */
     uint64_t           conn_id;     /* accepted eps: the initiator's key  */
     char               peer_name[128];
     ote_uct_op_list_t  posted;      /* in post order: head is the oldest  */
@@ -123,6 +124,7 @@ struct ote_uct_iface {
     int                  event_fd;
     unsigned             arm_events;
     long                 max_accepted;
+    long                 max_accepted_per_peer; /* from one peer address (OTE_MAX_CONNS_PER_PEER) */
     size_t               num_accepted;
     ote_uct_ep_t        *eps;       /* every live ep, initiator and accepted */
     ote_uct_op_list_t    orphans;   /* ended early, UCT may still complete   */

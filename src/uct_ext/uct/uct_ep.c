@@ -785,6 +785,7 @@ ote_status_t ote_uct_ep_accept(ote_tl_iface_t *tl_iface, const ote_tl_peer_t *pe
     ote_uct_iface_t *iface = (ote_uct_iface_t *)tl_iface;
     ote_uct_ep_t *ep;
     ote_status_t status;
+    long from_peer = 0;
 
     if (iface->caps.conn_model != OTE_TL_CONN_TO_EP)
         return OTE_ERR_UNSUPPORTED;
@@ -793,6 +794,7 @@ ote_status_t ote_uct_ep_accept(ote_tl_iface_t *tl_iface, const ote_tl_peer_t *pe
         return OTE_ERR_NO_MEMORY;
     ep->accepted = true;
     ep->conn_id  = conn_id;
+    snprintf(ep->peer_ip, sizeof(ep->peer_ip), "%s", peer->addr_ip ? peer->addr_ip : "");
     pthread_mutex_lock(iface->worker_lock);
     for (ote_uct_ep_t *x = iface->eps; x != NULL; x = x->next) {
         if (x->accepted && x->conn_id == conn_id && x->peer_instance == peer->instance_id) {
@@ -800,13 +802,18 @@ ote_status_t ote_uct_ep_accept(ote_tl_iface_t *tl_iface, const ote_tl_peer_t *pe
             free(ep);
             return OTE_ERR_EXISTS;
         }
+        if (x->accepted && strcmp(x->peer_ip, ep->peer_ip) == 0)
+            from_peer++;
     }
-    if ((long)iface->num_accepted >= iface->max_accepted) {
+    if ((long)iface->num_accepted >= iface->max_accepted ||
+        (iface->max_accepted_per_peer > 0 && from_peer >= iface->max_accepted_per_peer)) {
         pthread_mutex_unlock(iface->worker_lock);
-        free(ep);
-        ote_warn("%s/%s: connection from %s refused: OTE_MAX_CONNS reached",
+        ote_warn("%s/%s: connection from %s refused: %s reached",
                  tl_iface->resource.tl_name, tl_iface->resource.dev_name,
-                 peer->name ? peer->name : "?");
+                 peer->name ? peer->name : "?",
+                 (long)iface->num_accepted >= iface->max_accepted ? "OTE_MAX_CONNS"
+                                                                 : "OTE_MAX_CONNS_PER_PEER");
+        free(ep);
         return OTE_ERR_BUSY;
     }
     status = ep_open_locked(iface, ep, out, max, out_len_p);

@@ -435,6 +435,7 @@ static ote_status_t uct_iface_open_(const ote_tl_resource_t *res, ote_md_t *omd,
     iface->worker_lock    = params->worker_lock;
     iface->event_fd       = -1;
     iface->max_accepted   = params->max_conns;
+    iface->max_accepted_per_peer = params->max_conns_per_peer;
 
     status = OTE_ERR_IO;
     s = ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &iface->async);

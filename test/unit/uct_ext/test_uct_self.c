@@ -205,6 +205,51 @@ static void test_uct_tcp(void **state)
     }
 }
 
+/*
+ * Eps accepted through the control plane (to-ep transports) count against
+ * OTE_MAX_CONNS_PER_PEER for the address the CONNECT came from: past it a
+ * CONNECT is BUSY, whatever instance and connection id it names.
+ */
+static void test_uct_accept_per_peer(void **state)
+{
+    fx_t *f;
+    ote_worker_t *w;
+    size_t tried = 0;
+
+    (void)state;
+    setenv("OTE_MAX_CONNS_PER_PEER", "1", 1);
+    f = fx_open("uct_tcp", "ep");
+    unsetenv("OTE_MAX_CONNS_PER_PEER");
+    w = &f->e->facts.workers[0];
+    for (size_t i = 0; i < w->num_ifaces; i++) {
+        ote_uct_iface_t *iface = (ote_uct_iface_t *)w->ifaces[i];
+        ote_tl_peer_t peer     = {.instance_id = 0x1234, .name = "another"};
+        char ip[64]            = "";
+        uint8_t out[256];
+        size_t out_len = 0;
+
+        if (w->ifaces[i]->ops->ep_accept != ote_uct_ep_accept)
+            continue;
+        pthread_mutex_lock(&w->lock);
+        for (ote_uct_ep_t *x = iface->eps; x != NULL; x = x->next) {
+            if (x->accepted)
+                snprintf(ip, sizeof(ip), "%s", x->peer_ip);
+        }
+        pthread_mutex_unlock(&w->lock);
+        if (ip[0] == '\0')
+            continue; /* this iface carries no rail of the segment */
+        peer.addr_ip = ip;
+        assert_int_equal(w->ifaces[i]->ops->ep_accept(w->ifaces[i], &peer, 777, "x", 1, out,
+                                                      sizeof(out), &out_len),
+                         OTE_ERR_BUSY);
+        tried++;
+    }
+    assert_true(tried > 0);
+    /* The segment's own eps still carry. */
+    xfer_mixed(f, OTE_OP_WRITE);
+    ote_test_self_close(f);
+}
+
 static void never_called(ote_tl_completion_t *comp, ote_status_t status)
 {
     (void)comp;
@@ -293,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_uct_cma_access_checks),
         cmocka_unit_test(test_uct_tcp),
         cmocka_unit_test(test_uct_rkey_length),
+        cmocka_unit_test(test_uct_accept_per_peer),
         cmocka_unit_test(test_shm_alias),
         cmocka_unit_test(test_auto_choice),
     };
