@@ -39,6 +39,53 @@ int ote_test_write_file(const char *path, size_t len, uint64_t seed)
     return rc;
 }
 
+long ote_test_proc_ticks(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long ut = 0, st = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    p = fgets(buf, sizeof(buf), f);
+    fclose(f);
+    if (p == NULL || (p = strrchr(buf, ')')) == NULL)
+        return -1;
+    /* state, then fields 4..13, then utime (14) and stime (15) */
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (long)(ut + st);
+}
+
+int ote_test_victim_file(char *path)
+{
+    uint8_t b[4096];
+    int fd = mkstemp(path);
+
+    memset(b, 0x5c, sizeof(b));
+    if (fd >= 0 && write(fd, b, sizeof(b)) != (ssize_t)sizeof(b)) {
+        close(fd);
+        unlink(path);
+        fd = -1;
+    }
+    return fd;
+}
+
+bool ote_test_victim_intact(int fd, const char *path)
+{
+    uint8_t b[4097];
+    ssize_t n = pread(fd, b, sizeof(b), 0);
+    bool ok   = n == 4096;
+
+    for (ssize_t i = 0; ok && i < n; i++)
+        ok = b[i] == 0x5c;
+    close(fd);
+    unlink(path);
+    return ok;
+}
+
 bool ote_test_stderr_begin(ote_test_stderr_t *c)
 {
     char path[] = "/tmp/ote_test_log.XXXXXX";

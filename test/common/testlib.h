@@ -28,6 +28,18 @@ long ote_test_check(const void *p, uint64_t off, size_t len, uint64_t seed);
  */
 int  ote_test_write_file(const char *path, size_t len, uint64_t seed);
 
+/* CPU ticks (user + system, /proc/<pid>/stat) the process pid has used so far. */
+long ote_test_proc_ticks(pid_t pid);
+
+/*
+ * A victim file for tests of requests that must not reach local files: 4096
+ * bytes of 0x5c at path (a mkstemp template, filled in); its descriptor.
+ * ote_test_victim_intact: whether it still holds exactly those bytes; it
+ * closes and removes the file.
+ */
+int  ote_test_victim_file(char *path);
+bool ote_test_victim_intact(int fd, const char *path);
+
 /*
  * stderr captured between begin and end: end gives what was written
  * (malloc'd, NUL-ended; NULL when it could not be read back), restores

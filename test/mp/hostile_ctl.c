@@ -193,27 +193,6 @@ void test_ctl_never_reads(void **state)
  * data listener together: connections past the limit are closed at once,
  * and closing others makes room again.
  */
-/* CPU ticks (user + system) the whole process pid used so far. */
-static long proc_ticks(pid_t pid)
-{
-    char path[64], buf[1024], *p;
-    unsigned long ut = 0, st = 0;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    f = fopen(path, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(buf, sizeof(buf), f));
-    fclose(f);
-    p = strrchr(buf, ')');
-    assert_non_null(p);
-    /* state, then fields 4..13, then utime (14) and stime (15) */
-    assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-                            &st),
-                     2);
-    return (long)(ut + st);
-}
-
 static int open_fds(pid_t pid)
 {
     char path[64];
@@ -252,9 +231,9 @@ void test_accept_no_fd(void **state)
         fds[n++] = data_connect();
     }
     usleep(300 * 1000);
-    t0 = proc_ticks(fx.t.pid);
+    t0 = ote_test_proc_ticks(fx.t.pid);
     usleep(1000 * 1000);
-    t1 = proc_ticks(fx.t.pid);
+    t1 = ote_test_proc_ticks(fx.t.pid);
     assert_int_equal(prlimit(fx.t.pid, RLIMIT_NOFILE, &old, NULL), 0);
     for (int i = 0; i < n; i++) {
         if (fds[i] >= 0)

@@ -280,16 +280,13 @@ static void test_identity_and_bounds_refused(void **state)
 static void test_object_names_refused(void **state)
 {
     char path[] = "/tmp/ote_fileio_victim.XXXXXX";
-    uint8_t back[4096];
     ote_ctl_file_io_t m;
     int fd;
 
     (void)state;
     reset();
-    fd = mkstemp(path);
+    fd = ote_test_victim_file(path);
     assert_true(fd >= 0);
-    memset(back, 0x5c, sizeof(back));
-    assert_int_equal(write(fd, back, sizeof(back)), (ssize_t)sizeof(back));
     for (int i = 0; i < 2; i++) {
         m           = request(OTE_CTL_FILE_IO_READ, 0, 4096, NULL);
         m.initiator = fx.inst_x;
@@ -299,12 +296,7 @@ static void test_object_names_refused(void **state)
             snprintf(m.name, sizeof(m.name), "other@%s", ote_engine_name(fx.e_x));
         assert_int_equal(file_io(&m, NULL), OTE_ERR_INVALID_PARAM);
     }
-    memset(back, 0, sizeof(back));
-    assert_int_equal(pread(fd, back, sizeof(back), 0), (ssize_t)sizeof(back));
-    for (size_t i = 0; i < sizeof(back); i++)
-        assert_int_equal(back[i], 0x5c);
-    close(fd);
-    unlink(path);
+    assert_true(ote_test_victim_intact(fd, path));
     nothing_moved();
 }
 

@@ -261,15 +261,12 @@ static void test_object_names_refused(void **state)
 {
     char path[] = "/tmp/ote_putback_victim.XXXXXX", *name;
     ote_ctl_putback_t m = request((uintptr_t)fx.readable, 4096);
-    uint8_t back[4096];
     int fd;
 
     (void)state;
     reset_dest();
-    fd = mkstemp(path);
+    fd = ote_test_victim_file(path);
     assert_true(fd >= 0);
-    memset(back, 0x5c, sizeof(back));
-    assert_int_equal(write(fd, back, sizeof(back)), (ssize_t)sizeof(back));
     for (int i = 0; i < 2; i++) {
         name = m.name;
         if (i == 0)
@@ -280,12 +277,7 @@ static void test_object_names_refused(void **state)
         m.local     = 0;
         assert_int_equal(putback(&m), OTE_ERR_INVALID_PARAM);
     }
-    memset(back, 0, sizeof(back));
-    assert_int_equal(pread(fd, back, sizeof(back), 0), (ssize_t)sizeof(back));
-    for (size_t i = 0; i < sizeof(back); i++)
-        assert_int_equal(back[i], 0x5c);
-    close(fd);
-    unlink(path);
+    assert_true(ote_test_victim_intact(fd, path));
     nothing_written();
 }
 

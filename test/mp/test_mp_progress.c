@@ -234,23 +234,6 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
-/* utime+stime of this whole process, in clock ticks. */
-static long process_ticks(void)
-{
-    char buf[1024], *p;
-    unsigned long ut = 0, st = 0;
-    FILE *fp = fopen("/proc/self/stat", "r");
-
-    assert_non_null(fp);
-    assert_non_null(fgets(buf, sizeof(buf), fp));
-    fclose(fp);
-    p = strrchr(buf, ')');
-    assert_non_null(p);
-    assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-                            &st), 2);
-    return (long)(ut + st);
-}
-
 static void test_many_waiters(void **state)
 {
     pthread_t th[THREADS];
@@ -275,9 +258,9 @@ static void test_many_waiters(void **state)
     assert_int_equal(total, (long)THREADS * ROUNDS * 2 * PER_ROUND);
     /* Idle: after the workers' timers ran out, the process uses no CPU. */
     usleep(800 * 1000);
-    ticks = process_ticks();
+    ticks = ote_test_proc_ticks(getpid());
     usleep(1000 * 1000);
-    ticks = process_ticks() - ticks;
+    ticks = ote_test_proc_ticks(getpid()) - ticks;
     printf("# %ld tasks by %d waiting threads; then %ld clock ticks (of %ld) in an idle second\n",
            total, THREADS, ticks, sysconf(_SC_CLK_TCK));
     assert_true(ticks <= 1);
