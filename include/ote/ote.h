@@ -251,7 +251,9 @@ typedef struct {
  * Open a peer by segment name. With the peer-to-peer metadata the name is
  * "host:port" (IPv6: "[addr]:port") of the peer's control plane; the
  * descriptor is fetched from there and connections are set up. Blocks for
- * at most OTE_CONNECT_TIMEOUT_MS. With a metadata store the name is the
+ * at most OTE_CONNECT_TIMEOUT_MS, the host name's lookup included: a host
+ * that does not resolve is OTE_ERR_NOT_FOUND, a name service that has not
+ * answered by then OTE_ERR_TIMEOUT. With a metadata store the name is the
  * peer's engine name and its descriptor is read from the store (at most
  * OTE_METADATA_TIMEOUT_MS per endpoint): OTE_ERR_NOT_FOUND when no live
  * engine holds the name, OTE_ERR_STORE_UNAVAILABLE when the store does not

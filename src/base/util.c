@@ -12,6 +12,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +23,114 @@
 
 OTE_THREAD_LOCAL uint64_t ote_round_ns;
 
+/*
+ * A name lookup that its caller may leave (getaddrinfo_a): freed by the
+ * last of the caller and the completion's notification thread.
+ */
+typedef struct {
+    struct gaicb    cb;
+    struct addrinfo hints;
+    atomic_int      refs;
+    char            host[256];
+} lookup_t;
+
+static void lookup_put(lookup_t *l)
+{
+    if (atomic_fetch_sub(&l->refs, 1) != 1)
+        return;
+    if (l->cb.ar_result != NULL)
+        freeaddrinfo(l->cb.ar_result);
+    free(l);
+}
+
+static void lookup_done(union sigval v)
+{
+    lookup_put(v.sival_ptr);
+}
+
+/*
+ * getaddrinfo of host within timeout_ms (< 0: no bound); the first address
+ * into ss. A lookup still running at the bound is left to end on its own.
+ */
+static ote_status_t lookup(const char *host, long timeout_ms, struct sockaddr_storage *ss,
+                           socklen_t *len_p)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags    = AI_NUMERICSERV | AI_NUMERICHOST};
+    struct addrinfo *res  = NULL;
+    struct sigevent sev   = {.sigev_notify = SIGEV_THREAD, .sigev_notify_function = lookup_done};
+    struct gaicb *list[1];
+    ote_status_t status = OTE_ERR_NOT_FOUND;
+    uint64_t deadline;
+    lookup_t *l;
+    int rc;
+
+    /* An address needs no name service. */
+    rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != EAI_NONAME || timeout_ms < 0) {
+        if (rc == EAI_NONAME)
+            rc = getaddrinfo(host, NULL, &(struct addrinfo){.ai_socktype = SOCK_STREAM}, &res);
+        if (rc != 0 || res == NULL)
+            return OTE_ERR_NOT_FOUND;
+        memcpy(ss, res->ai_addr, res->ai_addrlen);
+        *len_p = (socklen_t)res->ai_addrlen;
+        freeaddrinfo(res);
+        return OTE_OK;
+    }
+    l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return OTE_ERR_NO_MEMORY;
+    snprintf(l->host, sizeof(l->host), "%s", host);
+    l->hints          = (struct addrinfo){.ai_socktype = SOCK_STREAM};
+    l->cb.ar_name     = l->host;
+    l->cb.ar_request  = &l->hints;
+    sev.sigev_value.sival_ptr = l;
+    atomic_init(&l->refs, 2); /* the caller's and the notification's */
+    list[0] = &l->cb;
+    if (getaddrinfo_a(GAI_NOWAIT, list, 1, &sev) != 0) {
+        free(l);
+        return OTE_ERR_NO_MEMORY;
+    }
+    deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    while ((rc = gai_error(&l->cb)) == EAI_INPROGRESS) {
+        uint64_t now = ote_time_ns();
+        struct timespec ts;
+
+        if (now >= deadline)
+            break;
+        ts = (struct timespec){.tv_sec  = (time_t)((deadline - now) / 1000000000ull),
+                               .tv_nsec = (long)((deadline - now) % 1000000000ull)};
+        (void)gai_suspend((const struct gaicb *const *)list, 1, &ts);
+    }
+    if (rc == EAI_INPROGRESS) {
+        /* Taken off the queue before it ran: no notification will come. */
+        if (gai_cancel(&l->cb) == EAI_CANCELED) {
+            free(l);
+            return OTE_ERR_TIMEOUT;
+        }
+        rc     = gai_error(&l->cb);
+        status = rc == EAI_INPROGRESS ? OTE_ERR_TIMEOUT : OTE_ERR_NOT_FOUND;
+    }
+    if (rc == 0 && l->cb.ar_result != NULL) {
+        memcpy(ss, l->cb.ar_result->ai_addr, l->cb.ar_result->ai_addrlen);
+        *len_p = (socklen_t)l->cb.ar_result->ai_addrlen;
+        status = OTE_OK;
+    }
+    lookup_put(l);
+    return status;
+}
+
 ote_status_t ote_sockaddr_parse(const char *str, struct sockaddr_storage *ss, socklen_t *len_p)
+{
+    return ote_sockaddr_resolve(str, -1, ss, len_p);
+}
+
+ote_status_t ote_sockaddr_resolve(const char *str, long timeout_ms, struct sockaddr_storage *ss,
+                                  socklen_t *len_p)
 {
     char host[256];
     const char *port_str = NULL;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *res  = NULL;
+    ote_status_t status;
     char *end;
     long port = 0;
     size_t hl;
@@ -64,12 +168,10 @@ ote_status_t ote_sockaddr_parse(const char *str, struct sockaddr_storage *ss, so
         if (errno || end == port_str || *end != '\0' || port < 0 || port > 65535)
             return OTE_ERR_INVALID_PARAM;
     }
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL)
-        return OTE_ERR_NOT_FOUND;
     memset(ss, 0, sizeof(*ss));
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len_p = (socklen_t)res->ai_addrlen;
-    freeaddrinfo(res);
+    status = lookup(host, timeout_ms, ss, len_p);
+    if (status != OTE_OK)
+        return status;
     ote_sockaddr_set_port((struct sockaddr *)ss, (uint16_t)port);
     return OTE_OK;
 }

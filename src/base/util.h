@@ -91,8 +91,17 @@ static inline uint64_t ote_round_time_ns(void)
 #define OTE_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define OTE_MAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* "host:port", "[v6]:port", "host" (port 0). Numeric addresses or resolvable names. */
+/*
+ * "host:port", "[v6]:port", "host" (port 0). Numeric addresses or resolvable
+ * names. ote_sockaddr_parse waits for the name service as long as it takes
+ * (the engine's own addresses); ote_sockaddr_resolve at most timeout_ms
+ * (a peer's address), then OTE_ERR_TIMEOUT, the lookup left to end on its
+ * own. OTE_ERR_NOT_FOUND: the name does not resolve; INVALID_PARAM: not
+ * of that form.
+ */
 ote_status_t ote_sockaddr_parse(const char *str, struct sockaddr_storage *ss, socklen_t *len_p);
+ote_status_t ote_sockaddr_resolve(const char *str, long timeout_ms, struct sockaddr_storage *ss,
+                                  socklen_t *len_p);
 /* "ip:port" or "[ip]:port". */
 void         ote_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len);
 /* Numeric IP without port. */

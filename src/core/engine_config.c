@@ -59,7 +59,8 @@ static const ote_cfg_entry_t engine_config_fields[] = {
      "Each pause after a failed probe is twice the one before, up to this.",
      .min = 1, .max = OTE_CFG_TIME_MAX},
     {"CONNECT_TIMEOUT_MS", "5000", OTE_CFG_INT, F(connect_timeout_ms),
-     "Bound on connecting to a peer and fetching its descriptor.",
+     "Bound on connecting to a peer and fetching its descriptor, the lookup of its host name "
+     "included.",
      .min = 1, .max = OTE_CFG_TIME_MAX},
     {"XFER_TIMEOUT_MS", "30000", OTE_CFG_INT, F(xfer_timeout_ms),
      "A posted slice with no answer for this long fails its connection with TIMEOUT; a target "

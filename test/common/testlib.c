@@ -8,7 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -488,5 +494,38 @@ int ote_test_target_expect(ote_engine_h e, ote_segment_h seg, const char *cmd,
         fprintf(stderr, "'%s' answered '%s', expected '%s'\n", cmd, reply, want);
         return -1;
     }
+    return 0;
+}
+
+int ote_test_dns_blackhole(void)
+{
+    char conf[] = "/tmp/ote_resolv_XXXXXX";
+    struct sockaddr_in dns = {.sin_family      = AF_INET,
+                              .sin_port        = htons(53),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct ifreq ifr       = {.ifr_name = "lo"};
+    int fd, sock, rc;
+
+    if (unshare(CLONE_NEWNET | CLONE_NEWNS) != 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        return -1;
+    fd = mkstemp(conf);
+    if (fd < 0)
+        return -1;
+    rc = dprintf(fd, "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n") > 0 ? 0 : -1;
+    close(fd);
+    if (rc == 0)
+        rc = mount(conf, "/etc/resolv.conf", NULL, MS_BIND, NULL);
+    unlink(conf);
+    if (rc != 0)
+        return -1;
+    /* Kept open for the life of the process: the queries wait in it. */
+    sock = socket(AF_INET, SOCK_DGRAM, 0);
+    if (sock < 0 || ioctl(sock, SIOCGIFFLAGS, &ifr) != 0)
+        return -1;
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(sock, SIOCSIFFLAGS, &ifr) != 0 ||
+        bind(sock, (struct sockaddr *)&dns, sizeof(dns)) != 0)
+        return -1;
     return 0;
 }

@@ -41,6 +41,15 @@ int  ote_test_victim_file(char *path);
 bool ote_test_victim_intact(int fd, const char *path);
 
 /*
+ * Root only, in a child process: move the calling process into network
+ * and mount namespaces of its own, lo up, with a resolv.conf naming
+ * 127.0.0.1, where a UDP socket takes the queries and never answers (a
+ * name outside /etc/hosts then waits 2 s for the resolver's timeout). 0,
+ * or -1 when the namespaces or mounts were refused.
+ */
+int  ote_test_dns_blackhole(void);
+
+/*
  * stderr captured between begin and end: end gives what was written
  * (malloc'd, NUL-ended; NULL when it could not be read back), restores
  * stderr and writes it there too. begin: false when stderr could not be

@@ -4,7 +4,9 @@
  * notifications on it fail with a status and never reach the new
  * instance, and ote_segment_reopen() binds it to the new one. Also: names
  * an engine cannot be found by are refused at create, names that do not
- * resolve say so, and descriptors fetched again do not pile up.
+ * resolve say so, a name service that does not answer holds an open no
+ * longer than OTE_CONNECT_TIMEOUT_MS, and descriptors fetched again do not
+ * pile up.
  */
 #include "mp_util.h"
 
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -166,6 +169,63 @@ static void test_names(void **state)
     ote_engine_destroy(e);
 }
 
+/*
+ * Opening a peer whose host name the name service never answers for (in a
+ * child, ote_test_dns_blackhole): OTE_ERR_TIMEOUT at OTE_CONNECT_TIMEOUT_MS,
+ * where the resolver alone would wait 2 s. Exit codes: 0 passed, 1 a check
+ * failed, 3 no namespaces.
+ */
+static int open_in_blackhole(void)
+{
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0"};
+    ote_engine_h e        = NULL;
+    ote_segment_h seg     = NULL;
+    ote_status_t st;
+    uint64_t t0, ms;
+
+    if (ote_test_dns_blackhole() != 0)
+        return 3;
+    setenv("OTE_CONNECT_TIMEOUT_MS", "400", 1);
+    setenv("OTE_TLS", "tcp", 1);
+    if (ote_engine_create(&p, &e) != OTE_OK)
+        return 1;
+    t0 = ote_time_ns();
+    st = ote_segment_open(e, "blackhole.invalid:4000", &seg);
+    ms = (ote_time_ns() - t0) / 1000000;
+    printf("# open of a name the name service does not answer for: %s after %llu ms\n",
+           ote_status_string(st), (unsigned long long)ms);
+    ote_engine_destroy(e);
+    return st == OTE_ERR_TIMEOUT && seg == NULL && ms >= 350 && ms < 1500 ? 0 : 1;
+}
+
+static void test_name_lookup_bounded(void **state)
+{
+    int status;
+    pid_t pid;
+
+    (void)state;
+    if (geteuid() != 0) {
+        printf("# bounded name lookup: needs root (network and mount namespaces)\n");
+        return;
+    }
+    fflush(stdout);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int rc = open_in_blackhole();
+
+        fflush(stdout);
+        _exit(rc);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 3) {
+        printf("# bounded name lookup: namespaces or mounts refused\n");
+        return;
+    }
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 /* The sanitizer's allocator keeps freed blocks in quarantine: count live ones. */
 size_t __sanitizer_get_current_allocated_bytes(void);
@@ -258,6 +318,7 @@ int main(void)
         OTE_TEST_CASE(restart_case, "cma"),
         cmocka_unit_test(test_restart_auto),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_name_lookup_bounded),
         cmocka_unit_test(test_refresh_memory_flat),
         cmocka_unit_test(test_uct_failed_lookups_flat),
     };

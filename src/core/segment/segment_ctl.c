@@ -167,9 +167,16 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
     struct sockaddr_storage ss;
     socklen_t len;
     ote_status_t status;
+    uint64_t now = ote_time_ns();
+    long ms      = ote_engine_facts(e)->config.connect_timeout_ms;
     int fd;
 
-    status = ote_sockaddr_parse(ctl_addr, &ss, &len);
+    /* Within the request's own bound too (a probe's is shorter). */
+    if (now >= deadline)
+        return OTE_ERR_TIMEOUT;
+    if ((deadline - now + 999999) / 1000000 < (uint64_t)ms)
+        ms = (long)((deadline - now + 999999) / 1000000);
+    status = ote_sockaddr_resolve(ctl_addr, ms, &ss, &len);
     if (status == OTE_OK && ote_sockaddr_port((struct sockaddr *)&ss) == 0)
         status = OTE_ERR_INVALID_PARAM;
     if (status == OTE_ERR_NOT_FOUND && strchr(ctl_addr, ':') == NULL)
@@ -184,22 +191,22 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
                   "address of their control listener)", seg->name);
         return status;
     }
+    if (status == OTE_ERR_TIMEOUT) {
+        ote_error("segment '%s': the host name of '%s' did not resolve within %ld ms "
+                  "(OTE_CONNECT_TIMEOUT_MS)", seg->name, ctl_addr, ms);
+        return OTE_ERR_TIMEOUT;
+    }
     if (status != OTE_OK) {
         ote_error("segment '%s': the host name of '%s' does not resolve", seg->name,
                   ctl_addr);
         return OTE_ERR_NOT_FOUND;
     }
-    {
-        uint64_t now = ote_time_ns();
-        long ms      = ote_engine_facts(e)->config.connect_timeout_ms;
-
-        /* Within the request's own bound too (a probe's is shorter). */
-        if (now >= deadline)
-            return OTE_ERR_TIMEOUT;
-        if ((deadline - now + 999999) / 1000000 < (uint64_t)ms)
-            ms = (long)((deadline - now + 999999) / 1000000);
-        status = ote_socket_connect(&ss, len, (int)ms, &fd);
-    }
+    now = ote_time_ns();
+    if (now >= deadline)
+        return OTE_ERR_TIMEOUT;
+    if ((deadline - now + 999999) / 1000000 < (uint64_t)ms)
+        ms = (long)((deadline - now + 999999) / 1000000);
+    status = ote_socket_connect(&ss, len, (int)ms, &fd);
     if (status != OTE_OK) {
         ote_debug("segment '%s': connect: %s", seg->name, ote_status_string(status));
         return status;

@@ -133,7 +133,7 @@ ote_status_t ote_segment_probe_holder(ote_engine_h e, const ote_desc_t *holder, 
     ote_status_t status, remote;
 
     /* Only an address that parses: a name that does not resolve proves nothing. */
-    if (ote_sockaddr_parse(holder->ctl_addr, &ss, &sslen) != OTE_OK ||
+    if (ote_sockaddr_resolve(holder->ctl_addr, probe_ms, &ss, &sslen) != OTE_OK ||
         ote_sockaddr_port((struct sockaddr *)&ss) == 0)
         return OTE_ERR_INVALID_PARAM;
     seg = ote_segment_new_bare(e, holder->name, holder->ctl_addr);

@@ -4,13 +4,18 @@
  * past SIZE_MAX refused without a change; mappings placed for huge pages
  * (ote_mmap_huge); base/pattern.h's word-at-a-time fill and check against
  * the pattern's definition byte by byte; a connect that is refused told
- * from one that has no route (ote_socket_refuses).
+ * from one that has no route (ote_socket_refuses); a name lookup bounded
+ * in time while the name service does not answer (ote_sockaddr_resolve).
  */
 #define _GNU_SOURCE 1 /* unshare; as config.h defines it */
 #include "base/pattern.h"
 #include "base/util.h"
+#include "testlib.h"
 
+#include <netdb.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -400,6 +405,89 @@ static void test_socket_refuses(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+static atomic_bool plain_lookup_ended;
+
+static void *plain_lookup(void *arg)
+{
+    struct addrinfo *res = NULL;
+
+    (void)arg;
+    if (getaddrinfo("blackhole.invalid", NULL, NULL, &res) == 0)
+        freeaddrinfo(res);
+    atomic_store(&plain_lookup_ended, true);
+    return NULL;
+}
+
+/*
+ * In a child, in ote_test_dns_blackhole's namespaces. Exit codes: 0
+ * passed, 1 a check failed, 3 the namespaces could not be made.
+ */
+static int resolve_in_blackhole(void)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    pthread_t th;
+    uint64_t t0, ms;
+    ote_status_t st;
+
+    if (ote_test_dns_blackhole() != 0)
+        return 3;
+    /* Addresses and /etc/hosts need no answer. */
+    if (ote_sockaddr_resolve("127.0.0.1:80", 0, &ss, &len) != OTE_OK ||
+        ote_sockaddr_port((struct sockaddr *)&ss) != 80 ||
+        ote_sockaddr_resolve("[::1]:81", 0, &ss, &len) != OTE_OK || ss.ss_family != AF_INET6 ||
+        ote_sockaddr_resolve("localhost:82", 1000, &ss, &len) != OTE_OK ||
+        ote_sockaddr_port((struct sockaddr *)&ss) != 82)
+        return 1;
+    if (pthread_create(&th, NULL, plain_lookup, NULL) != 0)
+        return 3;
+    t0 = ote_time_ns();
+    st = ote_sockaddr_resolve("blackhole.invalid:80", 300, &ss, &len);
+    ms = (ote_time_ns() - t0) / 1000000;
+    printf("# bounded lookup: %s after %llu ms; plain lookup %s\n", ote_status_string(st),
+           (unsigned long long)ms, atomic_load(&plain_lookup_ended) ? "ended" : "still waiting");
+    /* The plain getaddrinfo beside it shows that the name service does hang. */
+    if (st != OTE_ERR_TIMEOUT || ms < 250 || ms > 1500 || atomic_load(&plain_lookup_ended))
+        return 1;
+    /* The lookup left behind ends (and frees itself) with the plain one's wait. */
+    pthread_join(th, NULL);
+    usleep(300000);
+    return 0;
+}
+
+/*
+ * ote_sockaddr_resolve against a name service that does not answer: it
+ * returns TIMEOUT at its bound where getaddrinfo waits for the resolver's
+ * own timeouts (a peer's control address may name any host).
+ */
+static void test_resolve_bounded(void **state)
+{
+    int status;
+    pid_t pid;
+
+    (void)state;
+    if (geteuid() != 0) {
+        printf("# bounded name lookup: needs root (network and mount namespaces)\n");
+        return;
+    }
+    fflush(stdout);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int rc = resolve_in_blackhole();
+
+        fflush(stdout);
+        _exit(rc);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 3) {
+        printf("# bounded name lookup: namespaces or mounts refused\n");
+        return;
+    }
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_pattern_words),
         cmocka_unit_test(test_read_attr),
         cmocka_unit_test(test_socket_refuses),
+        cmocka_unit_test(test_resolve_bounded),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
