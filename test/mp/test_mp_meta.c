@@ -19,7 +19,9 @@
  *    engine is gone it puts the name again;
  *  - with OTE_AUTH_KEY a tampered, unsigned or foreign-key record is
  *    refused with AUTH;
- *  - malformed URIs, an unreachable store, a wrong password.
+ *  - malformed URIs, an unreachable store, a wrong password;
+ *  - redis: a store that answers with a value larger than any record is
+ *    cut off at the bound, not read whole.
  * Skipped (77) only when the server binary is not installed.
  */
 #include "mp_util.h"
@@ -29,6 +31,7 @@
 #include "core/engine_int.h"
 #include "core/meta/meta.h"
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -36,6 +39,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -937,6 +941,89 @@ static void test_redis_password(void **state)
     ote_test_store_stop(&secured);
 }
 
+/*
+ * A store that is not redis: it answers PING, and GET with a bulk string
+ * of 512 MiB whose bytes it sends as long as they are read.
+ */
+typedef struct {
+    int      lfd;
+    uint64_t sent; /* bytes of the bulk string sent before the client stopped reading */
+} huge_store_t;
+
+static void *huge_store_main(void *arg)
+{
+    huge_store_t *h = arg;
+    static char chunk[1 << 16];
+    char req[4096];
+    int fd = accept(h->lfd, NULL, NULL);
+
+    if (fd < 0)
+        return NULL;
+    memset(chunk, 'x', sizeof(chunk));
+    for (;;) {
+        ssize_t n = recv(fd, req, sizeof(req) - 1, 0);
+
+        if (n <= 0)
+            break;
+        req[n] = '\0';
+        if (strstr(req, "PING") != NULL) {
+            (void)!send(fd, "+PONG\r\n", 7, MSG_NOSIGNAL);
+        } else if (strstr(req, "GET") != NULL) {
+            static const char hdr[] = "$536870912\r\n";
+
+            if (send(fd, hdr, sizeof(hdr) - 1, MSG_NOSIGNAL) < 0)
+                break;
+            while (h->sent < (512ull << 20)) {
+                ssize_t k = send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL);
+
+                if (k <= 0)
+                    break;
+                h->sent += (uint64_t)k;
+            }
+            break;
+        } else {
+            (void)!send(fd, "+OK\r\n", 5, MSG_NOSIGNAL);
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+static void test_redis_reply_bounded(void **state)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen       = sizeof(a);
+    huge_store_t h       = {.lfd = socket(AF_INET, SOCK_STREAM, 0)};
+    ote_meta_uri_t uri;
+    char text[64];
+    uint8_t *rec = NULL;
+    size_t len   = 0;
+    pthread_t th;
+    void *ctx;
+
+    (void)state;
+    if (strcmp(OTE_TEST_STORE, "redis") != 0)
+        skip();
+    assert_true(h.lfd >= 0);
+    assert_int_equal(bind(h.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(h.lfd, 1), 0);
+    assert_int_equal(getsockname(h.lfd, (struct sockaddr *)&a, &alen), 0);
+    assert_int_equal(pthread_create(&th, NULL, huge_store_main, &h), 0);
+    snprintf(text, sizeof(text), "redis://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    assert_int_equal(ote_meta_uri_parse(text, &uri), OTE_OK);
+    assert_int_equal(ote_meta_redis_ops.open(&uri, 5000, &ctx), OTE_OK);
+    assert_int_equal(ote_meta_redis_ops.get(ctx, "orbitte/segments/huge", &rec, &len),
+                     OTE_ERR_PROTOCOL);
+    assert_null(rec);
+    ote_meta_redis_ops.close(ctx);
+    pthread_join(th, NULL);
+    close(h.lfd);
+    printf("# the store sent %llu MiB of a 512 MiB value before the client stopped reading\n",
+           (unsigned long long)(h.sent >> 20));
+    /* The bound (twice OTE_META_RECORD_MAX) and what the sockets hold, not the whole value. */
+    assert_true(h.sent < (uint64_t)OTE_META_RECORD_MAX * 2 + (16u << 20));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -948,6 +1035,7 @@ int main(void)
         cmocka_unit_test(test_exported_file), cmocka_unit_test(test_restart_takeover),
         cmocka_unit_test(test_evicted_holder), cmocka_unit_test(test_gone_key_put_at_once),
         cmocka_unit_test(test_refused_descriptor_said), cmocka_unit_test(test_lost_update_answer),
+        cmocka_unit_test(test_redis_reply_bounded),
 #ifdef HAVE_ETCD
         cmocka_unit_test(test_etcd_stream_error),
 #endif

@@ -78,6 +78,58 @@ static ote_status_t reply_error(redis_t *c, redisReply *r)
     return OTE_OK;
 }
 
+/*
+ * Largest reply read from the store: a record and the reply's framing. A
+ * store that sends more (any reply, to any command) loses the connection
+ * before it is read, and the command fails PROTOCOL.
+ */
+#define REDIS_REPLY_MAX ((size_t)OTE_META_RECORD_MAX * 2 + 4096)
+
+/*
+ * One command (argv form, binary safe) and its reply, read no further than
+ * REDIS_REPLY_MAX bytes (hiredis's own call reads a reply whole, however
+ * long the store says it is). The reply in *reply_p where OTE_OK.
+ */
+static ote_status_t redis_call(redis_t *c, int argc, const char **argv, const size_t *lens,
+                               redisReply **reply_p)
+{
+    redisContext *rc = c->rc;
+    void *reply      = NULL;
+    ote_status_t status;
+    int done = 0;
+
+    if (redisAppendCommandArgv(rc, argc, argv, lens) != REDIS_OK)
+        return reply_error(c, NULL);
+    do {
+        if (redisBufferWrite(rc, &done) != REDIS_OK)
+            return reply_error(c, NULL);
+    } while (!done);
+    for (;;) {
+        if (redisReaderGetReply(rc->reader, &reply) != REDIS_OK) {
+            ote_debug("metadata: redis %s:%d: %s", c->host, c->port, rc->reader->errstr);
+            return reply_error(c, NULL);
+        }
+        if (reply != NULL)
+            break;
+        if (rc->reader->len - rc->reader->pos > REDIS_REPLY_MAX) {
+            ote_error("metadata: redis %s:%d: a reply of more than %zu bytes; closing the "
+                      "connection", c->host, c->port, REDIS_REPLY_MAX);
+            redisFree(rc);
+            c->rc = NULL;
+            return OTE_ERR_PROTOCOL;
+        }
+        if (redisBufferRead(rc) != REDIS_OK)
+            return reply_error(c, NULL);
+    }
+    status = reply_error(c, reply);
+    if (status != OTE_OK) {
+        freeReplyObject(reply);
+        return status;
+    }
+    *reply_p = reply;
+    return OTE_OK;
+}
+
 static ote_status_t redis_connect(redis_t *c)
 {
     struct timeval tv = {.tv_sec = c->timeout_ms / 1000, .tv_usec = (c->timeout_ms % 1000) * 1000};
@@ -97,23 +149,30 @@ static ote_status_t redis_connect(redis_t *c)
     }
     redisSetTimeout(c->rc, tv);
     if (c->password[0] != '\0') {
-        r      = redisCommand(c->rc, "AUTH %s", c->password);
-        status = reply_error(c, r);
-        freeReplyObject(r);
+        const char *argv[] = {"AUTH", c->password};
+        size_t lens[]      = {4, strlen(c->password)};
+
+        status = redis_call(c, 2, argv, lens, &r);
         if (status != OTE_OK)
             goto err;
+        freeReplyObject(r);
     }
     if (c->db != 0) {
-        r      = redisCommand(c->rc, "SELECT %ld", c->db);
-        status = reply_error(c, r);
-        freeReplyObject(r);
+        char db[24];
+        const char *argv[] = {"SELECT", db};
+        size_t lens[]      = {6, 0};
+
+        lens[1] = (size_t)snprintf(db, sizeof(db), "%ld", c->db);
+        status  = redis_call(c, 2, argv, lens, &r);
         if (status != OTE_OK)
             goto err;
+        freeReplyObject(r);
     }
     /* Proves the password (or that none is needed) before the engine relies on it. */
-    r      = redisCommand(c->rc, "PING");
-    status = reply_error(c, r);
-    if (status == OTE_OK && r->type != REDIS_REPLY_STATUS)
+    status = redis_call(c, 1, (const char *[]){"PING"}, (const size_t[]){4}, &r);
+    if (status != OTE_OK)
+        goto err;
+    if (r->type != REDIS_REPLY_STATUS)
         status = OTE_ERR_PROTOCOL;
     freeReplyObject(r);
     if (status != OTE_OK)
@@ -131,19 +190,11 @@ err:
 static ote_status_t redis_cmd(redis_t *c, int argc, const char **argv, const size_t *lens,
                               redisReply **reply_p)
 {
-    redisReply *r;
     ote_status_t status = redis_connect(c);
 
     if (status != OTE_OK)
         return status;
-    r      = redisCommandArgv(c->rc, argc, argv, lens);
-    status = reply_error(c, r);
-    if (status != OTE_OK) {
-        freeReplyObject(r);
-        return status;
-    }
-    *reply_p = r;
-    return OTE_OK;
+    return redis_call(c, argc, argv, lens, reply_p);
 }
 
 static void redis_close(void *ctx)
