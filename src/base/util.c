@@ -12,40 +12,61 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <signal.h>
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 OTE_THREAD_LOCAL uint64_t ote_round_ns;
 
 /*
- * A name lookup that its caller may leave (getaddrinfo_a): freed by the
- * last of the caller and the completion's notification thread.
+ * A name lookup that its caller may leave: getaddrinfo in a thread of its
+ * own, freed by the last of the caller and that thread.
  */
 typedef struct {
-    struct gaicb    cb;
-    struct addrinfo hints;
-    atomic_int      refs;
-    char            host[256];
+    pthread_mutex_t  lock;
+    pthread_cond_t   cond;
+    int              refs; /* the caller's and the thread's */
+    bool             done;
+    int              rc;
+    struct addrinfo *res;
+    char             host[256];
 } lookup_t;
 
 static void lookup_put(lookup_t *l)
 {
-    if (atomic_fetch_sub(&l->refs, 1) != 1)
+    bool last;
+
+    pthread_mutex_lock(&l->lock);
+    last = --l->refs == 0;
+    pthread_mutex_unlock(&l->lock);
+    if (!last)
         return;
-    if (l->cb.ar_result != NULL)
-        freeaddrinfo(l->cb.ar_result);
+    if (l->res != NULL)
+        freeaddrinfo(l->res);
+    pthread_cond_destroy(&l->cond);
+    pthread_mutex_destroy(&l->lock);
     free(l);
 }
 
-static void lookup_done(union sigval v)
+static void *lookup_main(void *arg)
 {
-    lookup_put(v.sival_ptr);
+    lookup_t *l     = arg;
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(l->host, NULL, &(struct addrinfo){.ai_socktype = SOCK_STREAM}, &res);
+
+    pthread_mutex_lock(&l->lock);
+    l->rc   = rc;
+    l->res  = res;
+    l->done = true;
+    pthread_cond_broadcast(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+    lookup_put(l);
+    return NULL;
 }
 
 /*
@@ -58,10 +79,10 @@ static ote_status_t lookup(const char *host, long timeout_ms, struct sockaddr_st
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                              .ai_flags    = AI_NUMERICSERV | AI_NUMERICHOST};
     struct addrinfo *res  = NULL;
-    struct sigevent sev   = {.sigev_notify = SIGEV_THREAD, .sigev_notify_function = lookup_done};
-    struct gaicb *list[1];
-    ote_status_t status = OTE_ERR_NOT_FOUND;
-    uint64_t deadline;
+    ote_status_t status   = OTE_ERR_NOT_FOUND;
+    pthread_attr_t attr;
+    struct timespec until;
+    pthread_t th;
     lookup_t *l;
     int rc;
 
@@ -81,41 +102,40 @@ static ote_status_t lookup(const char *host, long timeout_ms, struct sockaddr_st
     if (l == NULL)
         return OTE_ERR_NO_MEMORY;
     snprintf(l->host, sizeof(l->host), "%s", host);
-    l->hints          = (struct addrinfo){.ai_socktype = SOCK_STREAM};
-    l->cb.ar_name     = l->host;
-    l->cb.ar_request  = &l->hints;
-    sev.sigev_value.sival_ptr = l;
-    atomic_init(&l->refs, 2); /* the caller's and the notification's */
-    list[0] = &l->cb;
-    if (getaddrinfo_a(GAI_NOWAIT, list, 1, &sev) != 0) {
-        free(l);
+    pthread_mutex_init(&l->lock, NULL);
+    ote_cond_init_monotonic(&l->cond);
+    l->refs = 2;
+    if (pthread_attr_init(&attr) != 0) {
+        l->refs = 1;
+        lookup_put(l);
         return OTE_ERR_NO_MEMORY;
     }
-    deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
-    while ((rc = gai_error(&l->cb)) == EAI_INPROGRESS) {
-        uint64_t now = ote_time_ns();
-        struct timespec ts;
-
-        if (now >= deadline)
-            break;
-        ts = (struct timespec){.tv_sec  = (time_t)((deadline - now) / 1000000000ull),
-                               .tv_nsec = (long)((deadline - now) % 1000000000ull)};
-        (void)gai_suspend((const struct gaicb *const *)list, 1, &ts);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&th, &attr, lookup_main, l);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        l->refs = 1;
+        lookup_put(l);
+        return OTE_ERR_NO_MEMORY;
     }
-    if (rc == EAI_INPROGRESS) {
-        /* Taken off the queue before it ran: no notification will come. */
-        if (gai_cancel(&l->cb) == EAI_CANCELED) {
-            free(l);
-            return OTE_ERR_TIMEOUT;
-        }
-        rc     = gai_error(&l->cb);
-        status = rc == EAI_INPROGRESS ? OTE_ERR_TIMEOUT : OTE_ERR_NOT_FOUND;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
     }
-    if (rc == 0 && l->cb.ar_result != NULL) {
-        memcpy(ss, l->cb.ar_result->ai_addr, l->cb.ar_result->ai_addrlen);
-        *len_p = (socklen_t)l->cb.ar_result->ai_addrlen;
+    pthread_mutex_lock(&l->lock);
+    while (!l->done && pthread_cond_timedwait(&l->cond, &l->lock, &until) != ETIMEDOUT)
+        ;
+    if (!l->done) {
+        status = OTE_ERR_TIMEOUT;
+    } else if (l->rc == 0 && l->res != NULL) {
+        memcpy(ss, l->res->ai_addr, l->res->ai_addrlen);
+        *len_p = (socklen_t)l->res->ai_addrlen;
         status = OTE_OK;
     }
+    pthread_mutex_unlock(&l->lock);
     lookup_put(l);
     return status;
 }
