@@ -381,6 +381,10 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions,
 
 /*
  * Fetch the peer's descriptor again (regions added or removed since open).
+ * A call made while another thread's refresh of the segment is under way
+ * waits for it, and takes its descriptor only when that fetch began after
+ * this call; otherwise it fetches again, so that what the peer registered
+ * before the call is in the result.
  * OTE_ERR_PEER_RESTARTED when another instance now serves the name: the
  * segment stays bound to the old one (see ote_segment_reopen()). With the
  * same instance, connections to it that failed (a timeout, an endpoint UCT

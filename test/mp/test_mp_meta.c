@@ -21,7 +21,10 @@
  *    refused with AUTH;
  *  - malformed URIs, an unreachable store, a wrong password;
  *  - redis: a store that answers with a value larger than any record is
- *    cut off at the bound, not read whole.
+ *    cut off at the bound, not read whole;
+ *  - a refresh called while another is in flight whose read of the store
+ *    started before the peer registered a region reads the store again
+ *    (the store's answers to the initiator delayed by a proxy).
  * Skipped (77) only when the server binary is not installed.
  */
 #include "mp_util.h"
@@ -33,6 +36,8 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1024,6 +1029,183 @@ static void test_redis_reply_bounded(void **state)
     assert_true(h.sent < (uint64_t)OTE_META_RECORD_MAX * 2 + (16u << 20));
 }
 
+/*
+ * A TCP proxy to the store: bytes from the store to its client wait
+ * delay_ms (set by the test) before they go on; the other way at once.
+ */
+typedef struct {
+    int         lfd;
+    unsigned    port;
+    atomic_int  delay_ms;
+    atomic_bool stop;
+} delay_proxy_t;
+
+typedef struct {
+    delay_proxy_t *px;
+    int            from, to;
+    bool           delayed;
+} delay_pipe_t;
+
+static void *delay_pipe_main(void *arg)
+{
+    delay_pipe_t *dp = arg;
+    char buf[65536];
+    ssize_t n;
+
+    while ((n = recv(dp->from, buf, sizeof(buf), 0)) > 0) {
+        int ms = dp->delayed ? atomic_load(&dp->px->delay_ms) : 0;
+
+        if (ms > 0)
+            usleep((useconds_t)ms * 1000);
+        if (send(dp->to, buf, (size_t)n, MSG_NOSIGNAL) != n)
+            break;
+    }
+    shutdown(dp->to, SHUT_WR);
+    shutdown(dp->from, SHUT_RD);
+    free(dp);
+    return NULL;
+}
+
+static void *delay_proxy_main(void *arg)
+{
+    delay_proxy_t *px = arg;
+
+    while (!atomic_load(&px->stop)) {
+        struct sockaddr_in a = {.sin_family      = AF_INET,
+                                .sin_port        = htons((uint16_t)store.port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int c = accept(px->lfd, NULL, NULL), s;
+        pthread_t th;
+
+        if (c < 0)
+            break;
+        s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0) {
+            close(c);
+            if (s >= 0)
+                close(s);
+            continue;
+        }
+        for (int dir = 0; dir < 2; dir++) {
+            delay_pipe_t *dp = malloc(sizeof(*dp));
+
+            assert_non_null(dp);
+            *dp = (delay_pipe_t){.px = px, .from = dir ? s : c, .to = dir ? c : s,
+                                 .delayed = dir == 1};
+            assert_int_equal(pthread_create(&th, NULL, delay_pipe_main, dp), 0);
+            pthread_detach(th);
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    ote_segment_h seg;
+    ote_status_t  status;
+} refresh_arg_t;
+
+static void *refresh_main(void *arg)
+{
+    refresh_arg_t *r = arg;
+
+    r->status = ote_segment_refresh(r->seg);
+    return NULL;
+}
+
+/*
+ * ote_segment_refresh() reads the descriptor again: one called while
+ * another thread's refresh is in flight, whose read of the store started
+ * before the peer registered a region (its answer held 400 ms on its way
+ * back by a proxy), reads the store again rather than return that older
+ * descriptor (it did: ote_segment_regions() then lacked the region).
+ */
+static void test_refresh_after_older_refresh(void **state)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen       = sizeof(a);
+    delay_proxy_t px     = {.lfd = socket(AF_INET, SOCK_STREAM, 0)};
+    ote_engine_params_t p = {.listen_addr = "127.0.0.1:0", .name = "fresh-a"};
+    char uri[128];
+    ote_engine_h peer, e;
+    ote_segment_h seg;
+    ote_mem_h m0, m1, ml;
+    refresh_arg_t ra;
+    pthread_t proxy_th, refresh_th;
+    uint8_t *r0 = aligned_alloc(4096, 65536), *r1 = aligned_alloc(4096, 65536);
+    uint8_t *local = aligned_alloc(4096, 65536);
+    ote_region_info_t info[4];
+    ote_status_t sub;
+    ote_task_state_t st;
+    size_t n = 0;
+
+    (void)state;
+    assert_non_null(r0);
+    assert_non_null(r1);
+    assert_non_null(local);
+    memset(r0, 0, 65536);
+    memset(r1, 0, 65536);
+    assert_true(px.lfd >= 0);
+    assert_int_equal(bind(px.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(px.lfd, 16), 0);
+    assert_int_equal(getsockname(px.lfd, (struct sockaddr *)&a, &alen), 0);
+    assert_int_equal(pthread_create(&proxy_th, NULL, delay_proxy_main, &px), 0);
+    snprintf(uri, sizeof(uri), "%s://127.0.0.1:%u", store.kind, (unsigned)ntohs(a.sin_port));
+
+    peer = engine("fresh-p");
+    assert_int_equal(ote_mem_register(peer,
+                                      &(ote_mem_desc_t){.addr = r0, .length = 65536,
+                                                        .access = OTE_ACCESS_REMOTE_WRITE},
+                                      1, &m0),
+                     OTE_OK);
+    p.metadata = uri;
+    /* No keepalive of this engine's own (through the proxy) within the test. */
+    setenv("OTE_METADATA_TTL_S", "60", 1);
+    assert_int_equal(ote_engine_create(&p, &e), OTE_OK);
+    setenv("OTE_METADATA_TTL_S", TTL_S, 1);
+    assert_int_equal(ote_mem_register(e, &(ote_mem_desc_t){.addr = local, .length = 65536}, 1,
+                                      &ml),
+                     OTE_OK);
+    assert_int_equal(ote_segment_open(e, "fresh-p", &seg), OTE_OK);
+    ote_test_fill(local, 0, 65536, 41);
+    xfer(e, seg, OTE_OP_WRITE, local, (uint64_t)(uintptr_t)r0, 4096, &sub, &st);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(st, OTE_TASK_COMPLETED);
+
+    /* The refresh's answer (the descriptor without r1) is held on its way. */
+    atomic_store(&px.delay_ms, 400);
+    ra = (refresh_arg_t){.seg = seg, .status = OTE_ERR_IO};
+    assert_int_equal(pthread_create(&refresh_th, NULL, refresh_main, &ra), 0);
+    usleep(100 * 1000);
+    assert_int_equal(ote_mem_register(peer,
+                                      &(ote_mem_desc_t){.addr = r1, .length = 65536,
+                                                        .access = OTE_ACCESS_REMOTE_WRITE},
+                                      1, &m1),
+                     OTE_OK);
+    assert_int_equal(ote_segment_refresh(seg), OTE_OK);
+    assert_int_equal(ote_segment_regions(seg, info, 4, &n), OTE_OK);
+    assert_int_equal(n, 2);
+    assert_true(info[0].addr == (uint64_t)(uintptr_t)r1 ||
+                info[1].addr == (uint64_t)(uintptr_t)r1);
+    pthread_join(refresh_th, NULL);
+    assert_int_equal(ra.status, OTE_OK);
+    atomic_store(&px.delay_ms, 0);
+    xfer(e, seg, OTE_OP_WRITE, local, (uint64_t)(uintptr_t)r1, 65536, &sub, &st);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(st, OTE_TASK_COMPLETED);
+    assert_int_equal(ote_test_check(r1, 0, 65536, 41), -1);
+
+    ote_segment_close(seg);
+    ote_engine_destroy(e);
+    ote_engine_destroy(peer);
+    atomic_store(&px.stop, true);
+    shutdown(px.lfd, SHUT_RDWR);
+    close(px.lfd);
+    pthread_join(proxy_th, NULL);
+    free(r0);
+    free(r1);
+    free(local);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1036,6 +1218,7 @@ int main(void)
         cmocka_unit_test(test_evicted_holder), cmocka_unit_test(test_gone_key_put_at_once),
         cmocka_unit_test(test_refused_descriptor_said), cmocka_unit_test(test_lost_update_answer),
         cmocka_unit_test(test_redis_reply_bounded),
+        cmocka_unit_test(test_refresh_after_older_refresh),
 #ifdef HAVE_ETCD
         cmocka_unit_test(test_etcd_stream_error),
 #endif

@@ -368,7 +368,8 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions, 
  */
 static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restarted_p)
 {
-    unsigned gen = atomic_load(&seg->desc_gen);
+    uint64_t called = atomic_load(&seg->fetch_started);
+    uint64_t fetch;
     ote_desc_t *d = NULL;
     ote_status_t status;
     bool restarted;
@@ -389,10 +390,17 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         }
         goto out;
     }
-    if (!rebind && atomic_load(&seg->desc_gen) != gen) {
+    /*
+     * A refresh that ran while this one waited for the lock and whose fetch
+     * started after this one was called read what the peer had registered
+     * by then: its result is ours. One whose fetch started earlier may have
+     * missed a region the caller knows of (a submit's re-read): fetch again.
+     */
+    if (!rebind && seg->fetch_adopted > called) {
         pthread_mutex_unlock(&seg->refresh_lock);
         return atomic_load(&seg->stale) ? OTE_ERR_PEER_RESTARTED : OTE_OK;
     }
+    fetch  = atomic_fetch_add(&seg->fetch_started, 1) + 1;
     status = ote_segment_fetch_desc(seg, &d);
     if (status != OTE_OK)
         goto out;
@@ -442,6 +450,7 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         }
     }
     desc_adopt(seg, d);
+    seg->fetch_adopted = fetch;
     if (restarted || status == OTE_OK)
         atomic_store(&seg->stale, false);
     if (restarted_p != NULL)

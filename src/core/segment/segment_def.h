@@ -42,6 +42,14 @@ struct ote_segment {
     pthread_mutex_t  lock;          /* desc, ctl connection */
     pthread_mutex_t  refresh_lock;  /* one descriptor fetch at a time */
     atomic_uint      desc_gen;      /* descriptors adopted so far */
+    /*
+     * Descriptor fetches of refreshes started so far (raised under
+     * refresh_lock as one starts), and the number of the one whose
+     * descriptor was adopted last (refresh_lock): a refresh shares another's
+     * result only when that fetch started after it was called.
+     */
+    _Atomic uint64_t fetch_started;
+    uint64_t         fetch_adopted;
     ote_desc_t      *desc;          /* of the instance the segment is bound to */
     /* Page index of desc for the range checks (xfer/batch_check.c; seg->lock), built for */
     struct ote_range_index *range_index; /* range_index_desc at desc_gen range_index_gen */
