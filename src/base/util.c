@@ -118,13 +118,7 @@ static ote_status_t lookup(const char *host, long timeout_ms, struct sockaddr_st
         lookup_put(l);
         return OTE_ERR_NO_MEMORY;
     }
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    until = ote_clock_after(CLOCK_MONOTONIC, (uint64_t)timeout_ms * 1000000ull);
     pthread_mutex_lock(&l->lock);
     while (!l->done && pthread_cond_timedwait(&l->cond, &l->lock, &until) != ETIMEDOUT)
         ;
@@ -589,6 +583,20 @@ void ote_cond_init_monotonic(pthread_cond_t *cond)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(cond, &attr);
     pthread_condattr_destroy(&attr);
+}
+
+struct timespec ote_clock_after(clockid_t clock, uint64_t ns)
+{
+    struct timespec ts;
+
+    clock_gettime(clock, &ts);
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec += (long)(ns % 1000000000ull);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
 }
 
 ote_status_t ote_load_once(ote_load_once_t *once, ote_status_t (*load)(const char *arg),

@@ -48,6 +48,8 @@ void ote_cond_stop(pthread_mutex_t *lock, pthread_cond_t *cond, bool *stop);
 
 /* A condition variable whose timed waits count on CLOCK_MONOTONIC, as ote_time_ns does. */
 void ote_cond_init_monotonic(pthread_cond_t *cond);
+/* clock's time ns from now: the deadline of a timed wait on a condition of that clock. */
+struct timespec ote_clock_after(clockid_t clock, uint64_t ns);
 
 static inline uint64_t ote_time_ns(void)
 {

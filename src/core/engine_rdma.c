@@ -232,15 +232,8 @@ static void *monitor_main(void *arg)
 
     pthread_mutex_lock(&m->lock);
     while (!m->stop) {
-        struct timespec ts;
+        struct timespec ts = ote_clock_after(CLOCK_MONOTONIC, (uint64_t)m->poll_ms * 1000000ull);
 
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += m->poll_ms / 1000;
-        ts.tv_nsec += (m->poll_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
         while (!m->stop && pthread_cond_timedwait(&m->cond, &m->lock, &ts) == 0)
             ;
         if (m->stop)

@@ -236,12 +236,7 @@ static ote_status_t remote_wait_group(remote_op_t *op, remote_group_t *g)
 
     pthread_mutex_lock(&op->lock);
     while (g->pending > 0) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        ts = ote_clock_after(CLOCK_REALTIME, 10 * 1000 * 1000);
         pthread_cond_timedwait(&op->cond, &op->lock, &ts);
         if (g->pending > 0 && ote_time_ns() > deadline) {
             pthread_mutex_unlock(&op->lock);

@@ -529,3 +529,30 @@ int ote_test_dns_blackhole(void)
         return -1;
     return 0;
 }
+
+int ote_test_in_dns_blackhole(int (*fn)(void))
+{
+    int status;
+    pid_t pid;
+
+    if (geteuid() != 0) {
+        printf("# name service that does not answer: needs root (network and mount "
+               "namespaces)\n");
+        return 77;
+    }
+    fflush(stdout);
+    pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int rc = ote_test_dns_blackhole() == 0 ? fn() : 77;
+
+        fflush(stdout);
+        _exit(rc);
+    }
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return -1;
+    if (WEXITSTATUS(status) == 77)
+        printf("# name service that does not answer: namespaces or mounts refused\n");
+    return WEXITSTATUS(status);
+}

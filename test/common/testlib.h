@@ -48,6 +48,13 @@ bool ote_test_victim_intact(int fd, const char *path);
  * or -1 when the namespaces or mounts were refused.
  */
 int  ote_test_dns_blackhole(void);
+/*
+ * fn run in a child process inside ote_test_dns_blackhole's namespaces:
+ * its return value (0 passed), 77 where that cannot be done (not root,
+ * namespaces or mounts refused: said on stdout), -1 where the child did
+ * not exit.
+ */
+int  ote_test_in_dns_blackhole(int (*fn)(void));
 
 /*
  * stderr captured between begin and end: end gives what was written

@@ -264,13 +264,7 @@ static void *meta_thread(void *arg)
             period_ms = 500;
         if (period_ms < 100)
             period_ms = 100;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += period_ms / 1000;
-        ts.tv_nsec += (period_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        ts = ote_clock_after(CLOCK_MONOTONIC, (uint64_t)period_ms * 1000000ull);
         while (!m->stop && !m->wake &&
                pthread_cond_timedwait(&m->cond, &m->lock, &ts) != ETIMEDOUT)
             ;

@@ -745,15 +745,7 @@ ote_status_t ote_batch_wait(ote_batch_h b, int timeout_ms)
     if (!ote_engine_poll_wait(b->engine, &b->pending, deadline) &&
         (deadline == 0 || ote_time_ns() < deadline)) {
         if (timeout_ms >= 0) {
-            uint64_t left = deadline - ote_time_ns();
-
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += (time_t)(left / 1000000000ull);
-            ts.tv_nsec += (long)(left % 1000000000ull);
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            ts = ote_clock_after(CLOCK_REALTIME, deadline - ote_time_ns());
         }
         pthread_mutex_lock(&b->lock);
         while (atomic_load(&b->pending) != 0 && rc != ETIMEDOUT) {
