@@ -364,7 +364,7 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions, 
  * rebind, a new instance replaces the old one (rails rebuilt) and
  * *restarted_p says so; without, a new instance leaves the segment bound to
  * the old one, marked stale. Fetches are one at a time: a caller that waited
- * for another's fetch uses its result.
+ * for another's fetch uses its result when that fetch began after the call.
  */
 static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restarted_p)
 {
@@ -491,7 +491,7 @@ static bool rail_dead_for_good(ote_segment_h seg, ote_rail_t *r, bool force, uin
         ote_engine_iface_gone(seg->engine, r->iface) || !ote_proto_rail_cooling(r) ||
         (!force && !ote_proto_rail_probe_due(r, now)))
         return false;
-    pthread_mutex_lock(&w->lock);
+    ote_worker_lock_out(w);
     alive = r->ep == NULL || r->iface->ep_ops->is_alive(r->ep);
     pthread_mutex_unlock(&w->lock);
     return !alive;

@@ -78,7 +78,7 @@ void ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_instance)
         ote_worker_t *w  = &ote_engine_facts(e)->workers[r->worker];
         ote_tl_ep_t *ep;
 
-        pthread_mutex_lock(&w->lock);
+        ote_worker_lock_out(w);
         ep    = r->ep;
         r->ep = NULL;
         if (ep != NULL)
@@ -200,7 +200,7 @@ static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, o
     if (status != OTE_OK) {
         ote_worker_t *w = &ote_engine_facts(e)->workers[r->worker];
 
-        pthread_mutex_lock(&w->lock);
+        ote_worker_lock_out(w);
         iface->ep_ops->destroy(r->ep);
         pthread_mutex_unlock(&w->lock);
         r->ep = NULL;
@@ -420,7 +420,7 @@ static ote_status_t rail_rebuild(ote_segment_h seg, const ote_desc_t *d, ote_rai
                  ote_status_string(status));
         return status;
     }
-    pthread_mutex_lock(&w->lock);
+    ote_worker_lock_out(w);
     old        = r->ep;
     old_conn   = r->conn_id;
     r->ep      = fresh.ep;
@@ -462,7 +462,7 @@ ote_status_t ote_wireup_repair(ote_segment_h seg, const ote_desc_t *d, bool rebu
 
             status = ops->reconnect(r->ep, &peer);
         } else if (rebuild) {
-            pthread_mutex_lock(&w->lock);
+            ote_worker_lock_out(w);
             alive = ops->is_alive(r->ep);
             pthread_mutex_unlock(&w->lock);
             if (!alive)

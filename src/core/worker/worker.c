@@ -493,7 +493,14 @@ static void *worker_main(void *arg)
         uint64_t now;
 
         now = ote_time_ns();
-        if (now >= next_yield) {
+        if (atomic_load_explicit(&w->lock_wanted, memory_order_relaxed) != 0) {
+            /* Threads setting up or tearing down eps: the lock is theirs until they took it. */
+            pthread_mutex_unlock(&w->lock);
+            while (atomic_load(&w->lock_wanted) != 0 && !atomic_load(&w->stop))
+                sched_yield();
+            worker_lock(w);
+            next_yield = now + YIELD_NS;
+        } else if (now >= next_yield) {
             /* Threads setting up eps wait for the lock: let them in now and then. */
             pthread_mutex_unlock(&w->lock);
             sched_yield();

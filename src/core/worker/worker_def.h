@@ -71,11 +71,29 @@ struct ote_worker {
      */
     atomic_bool      parked;
     atomic_bool      handoff;     /* a caller stopped polling before its task ended */
+    /*
+     * Threads in ote_worker_lock_out(): a worker thread that polls lets go
+     * of the lock for them after its round, where a plain unlock and lock
+     * again would keep it (a thread woken from the mutex finds it taken).
+     */
+    atomic_uint      lock_wanted;
     uint64_t         next_timeout;  /* next check of OTE_XFER_TIMEOUT_MS (under lock) */
     uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
     ote_worker_progress_t progress[OTE_WORKER_MAX_PROGRESS];
     pthread_mutex_t  progress_lock; /* registrations */
     ote_stage_worker_t *stage;      /* staging context (proto/stage.h), or NULL */
 };
+
+/*
+ * Take w's lock from a thread that is not w's worker thread and runs no
+ * round of w (ep setup and teardown): a worker thread that polls without
+ * pause (device copies under way) lets go of it after its round.
+ */
+static inline void ote_worker_lock_out(ote_worker_t *w)
+{
+    atomic_fetch_add(&w->lock_wanted, 1);
+    pthread_mutex_lock(&w->lock);
+    atomic_fetch_sub(&w->lock_wanted, 1);
+}
 
 #endif
