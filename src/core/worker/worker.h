@@ -55,7 +55,6 @@ unsigned     ote_worker_round(ote_worker_t *w);
 void         ote_worker_pause(void);
 /* Write w's wake-up fd. */
 void         ote_worker_wake(ote_worker_t *w);
-
 /*
  * After progress from a thread other than w's (lock held): post what its
  * rounds queued, and wake the worker thread for what is left.
