@@ -69,6 +69,13 @@ static void *lookup_main(void *arg)
     return NULL;
 }
 
+/* The first address of res into ss. */
+static void addr_take(const struct addrinfo *res, struct sockaddr_storage *ss, socklen_t *len_p)
+{
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len_p = (socklen_t)res->ai_addrlen;
+}
+
 /*
  * getaddrinfo of host within timeout_ms (< 0: no bound); the first address
  * into ss. A lookup still running at the bound is left to end on its own.
@@ -93,8 +100,7 @@ static ote_status_t lookup(const char *host, long timeout_ms, struct sockaddr_st
             rc = getaddrinfo(host, NULL, &(struct addrinfo){.ai_socktype = SOCK_STREAM}, &res);
         if (rc != 0 || res == NULL)
             return OTE_ERR_NOT_FOUND;
-        memcpy(ss, res->ai_addr, res->ai_addrlen);
-        *len_p = (socklen_t)res->ai_addrlen;
+        addr_take(res, ss, len_p);
         freeaddrinfo(res);
         return OTE_OK;
     }
@@ -125,8 +131,7 @@ static ote_status_t lookup(const char *host, long timeout_ms, struct sockaddr_st
     if (!l->done) {
         status = OTE_ERR_TIMEOUT;
     } else if (l->rc == 0 && l->res != NULL) {
-        memcpy(ss, l->res->ai_addr, l->res->ai_addrlen);
-        *len_p = (socklen_t)l->res->ai_addrlen;
+        addr_take(l->res, ss, len_p);
         status = OTE_OK;
     }
     pthread_mutex_unlock(&l->lock);

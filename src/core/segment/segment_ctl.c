@@ -159,6 +159,22 @@ static ote_status_t ctl_authenticate(ote_segment_h seg, int fd, uint64_t deadlin
                                   ctl_auth_exchange, &io, who);
 }
 
+/*
+ * What is left of deadline in ms, at most OTE_CONNECT_TIMEOUT_MS (a
+ * request's own bound, such as a probe's, may be shorter); 0 once past.
+ */
+static long ctl_bound_ms(ote_segment_h seg, uint64_t deadline)
+{
+    uint64_t now = ote_time_ns();
+    long ms      = ote_engine_facts(seg->engine)->config.connect_timeout_ms;
+
+    if (now >= deadline)
+        return 0;
+    if ((deadline - now + 999999) / 1000000 < (uint64_t)ms)
+        ms = (long)((deadline - now + 999999) / 1000000);
+    return ms;
+}
+
 /* A new control connection to addr (seg->ctl_addr or a copy), authenticated. */
 static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t deadline,
                              int *fd_p)
@@ -167,15 +183,11 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
     struct sockaddr_storage ss;
     socklen_t len;
     ote_status_t status;
-    uint64_t now = ote_time_ns();
-    long ms      = ote_engine_facts(e)->config.connect_timeout_ms;
+    long ms = ctl_bound_ms(seg, deadline);
     int fd;
 
-    /* Within the request's own bound too (a probe's is shorter). */
-    if (now >= deadline)
+    if (ms == 0)
         return OTE_ERR_TIMEOUT;
-    if ((deadline - now + 999999) / 1000000 < (uint64_t)ms)
-        ms = (long)((deadline - now + 999999) / 1000000);
     status = ote_sockaddr_resolve(ctl_addr, ms, &ss, &len);
     if (status == OTE_OK && ote_sockaddr_port((struct sockaddr *)&ss) == 0)
         status = OTE_ERR_INVALID_PARAM;
@@ -201,11 +213,9 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
                   ctl_addr);
         return OTE_ERR_NOT_FOUND;
     }
-    now = ote_time_ns();
-    if (now >= deadline)
+    ms = ctl_bound_ms(seg, deadline);
+    if (ms == 0)
         return OTE_ERR_TIMEOUT;
-    if ((deadline - now + 999999) / 1000000 < (uint64_t)ms)
-        ms = (long)((deadline - now + 999999) / 1000000);
     status = ote_socket_connect(&ss, len, (int)ms, &fd);
     if (status != OTE_OK) {
         ote_debug("segment '%s': connect: %s", seg->name, ote_status_string(status));
