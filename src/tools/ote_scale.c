@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -349,11 +350,9 @@ int scale_serve_main(int argc, char **argv)
 
     if (argc != 5)
         die("usage: ote_scale serve ENGINES REGIONS SIZE");
-    k    = strtoul(argv[2], NULL, 10);
-    n    = strtoul(argv[3], NULL, 10);
-    size = strtoul(argv[4], NULL, 10);
-    if (k == 0 || n == 0 || size == 0)
-        die("serve: ENGINES, REGIONS and SIZE must be positive");
+    k    = scale_number(argv[2], 1, "serve: ENGINES");
+    n    = scale_number(argv[3], 1, "serve: REGIONS");
+    size = scale_number(argv[4], 1, "serve: SIZE");
     e    = calloc(k, sizeof(*e));
     mems = calloc(k, sizeof(*mems));
     bufs = calloc(k, sizeof(*bufs));
@@ -475,25 +474,32 @@ void scale_target_stop(scale_target_t *t)
 /* Options                                                            */
 /* ------------------------------------------------------------------ */
 
-static size_t parse_list(const char *s, size_t *out)
+size_t scale_number(const char *s, size_t min, const char *what)
+{
+    char *end;
+    unsigned long long v;
+
+    errno = 0;
+    v     = strtoull(s, &end, 10);
+    if (end != s && (*end == 'k' || *end == 'K') && v <= ULLONG_MAX >> 10)
+        v <<= 10, end++;
+    else if (end != s && (*end == 'm' || *end == 'M') && v <= ULLONG_MAX >> 20)
+        v <<= 20, end++;
+    if (end == s || *end != '\0' || errno != 0 || s[0] == '-' || v < min || v > SIZE_MAX)
+        die("%s: '%s' is not a number of at least %zu", what, s, min);
+    return (size_t)v;
+}
+
+static size_t parse_list(const char *s, size_t *out, const char *what)
 {
     char buf[512], *save = NULL;
     size_t n = 0;
 
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
-        char *end;
-        unsigned long v = strtoul(t, &end, 10);
-
         if (n == SCALE_MAX_POINTS)
-            die("at most %d points", SCALE_MAX_POINTS);
-        if (*end == 'k' || *end == 'K')
-            v <<= 10, end++;
-        else if (*end == 'm' || *end == 'M')
-            v <<= 20, end++;
-        if (*end != '\0' || v == 0)
-            die("bad number '%s'", t);
-        out[n++] = v;
+            die("%s: at most %d points", what, SCALE_MAX_POINTS);
+        out[n++] = scale_number(t, 1, what);
     }
     return n;
 }
@@ -578,14 +584,14 @@ int main(int argc, char **argv)
     optind = 2;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'c': sopt.num_counts = parse_list(optarg, sopt.counts); break;
-        case 's': sopt.num_sizes = parse_list(optarg, sopt.sizes); break;
-        case 'r': sopt.reps = strtoul(optarg, NULL, 10); break;
-        case 'k': sopt.checks = strtoul(optarg, NULL, 10); break;
-        case 'p': sopt.per_peer = strtoul(optarg, NULL, 10); break;
+        case 'c': sopt.num_counts = parse_list(optarg, sopt.counts, "--counts"); break;
+        case 's': sopt.num_sizes = parse_list(optarg, sopt.sizes, "--sizes"); break;
+        case 'r': sopt.reps = scale_number(optarg, 1, "--reps"); break;
+        case 'k': sopt.checks = scale_number(optarg, 1, "--checks"); break;
+        case 'p': sopt.per_peer = scale_number(optarg, 1, "--per-peer"); break;
         case 'i': sopt.idle_s = atof(optarg); break;
-        case 'm': sopt.messages = strtoul(optarg, NULL, 10); break;
-        case 'n': sopt.num_per_call = parse_list(optarg, sopt.per_call); break;
+        case 'm': sopt.messages = scale_number(optarg, 1, "--messages"); break;
+        case 'n': sopt.num_per_call = parse_list(optarg, sopt.per_call, "--per-call"); break;
         case 'l': snprintf(sopt.listen_ip, sizeof(sopt.listen_ip), "%s", optarg); break;
         case 'N': snprintf(sopt.target_netns, sizeof(sopt.target_netns), "%s", optarg); break;
         case 'T': snprintf(sopt.target_ip, sizeof(sopt.target_ip), "%s", optarg); break;
@@ -602,12 +608,12 @@ int main(int argc, char **argv)
         if (strcmp(curve, curves[i].name) != 0)
             continue;
         if (sopt.num_counts == 0)
-            sopt.num_counts = parse_list(curves[i].counts, sopt.counts);
+            sopt.num_counts = parse_list(curves[i].counts, sopt.counts, "--counts");
         if (sopt.num_sizes == 0 && curves[i].sizes != NULL)
-            sopt.num_sizes = parse_list(curves[i].sizes, sopt.sizes);
+            sopt.num_sizes = parse_list(curves[i].sizes, sopt.sizes, "--sizes");
         if (curves[i].per_call != NULL) {
             if (sopt.num_per_call == 0)
-                sopt.num_per_call = parse_list(curves[i].per_call, sopt.per_call);
+                sopt.num_per_call = parse_list(curves[i].per_call, sopt.per_call, "--per-call");
             for (size_t j = 0; j < sopt.num_per_call; j++) {
                 if (sopt.per_call[j] == 0 || sopt.per_call[j] > 1024)
                     die("--per-call: 1 to 1024 messages per call");

@@ -39,6 +39,12 @@ typedef struct {
 
 extern scale_opts_t sopt;
 
+/*
+ * A decimal number (a k or m suffix: KiB, MiB) of at least min; what names
+ * it in the message of the death that anything else is.
+ */
+size_t scale_number(const char *s, size_t min, const char *what);
+
 /* One CSV row on stdout. */
 void scale_row(const char *curve, const char *series, size_t x, const char *metric, double v);
 

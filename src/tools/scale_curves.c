@@ -414,11 +414,11 @@ int scale_notify_send_main(int argc, char **argv)
 
     if (argc != 6)
         die("usage: ote_scale notify-send RECEIVER ENGINES COUNT PER_CALL");
-    k        = strtoul(argv[3], NULL, 10);
-    count    = strtoul(argv[4], NULL, 10);
-    per_call = strtoul(argv[5], NULL, 10);
-    if (k == 0 || per_call == 0 || per_call > PER_CALL_MAX)
-        die("notify-send: ENGINES must be positive, PER_CALL 1 to %d", PER_CALL_MAX);
+    k        = scale_number(argv[3], 1, "notify-send: ENGINES");
+    count    = scale_number(argv[4], 0, "notify-send: COUNT");
+    per_call = scale_number(argv[5], 1, "notify-send: PER_CALL");
+    if (per_call > PER_CALL_MAX)
+        die("notify-send: PER_CALL 1 to %d", PER_CALL_MAX);
     s = calloc(k, sizeof(*s));
     for (size_t i = 0; i < k; i++) {
         s[i].e     = scale_engine();
