@@ -392,6 +392,15 @@ static ote_status_t etcd_post(etcd_t *c, const char *path, const char *json)
     return status;
 }
 
+/* A lease call (keepalive, revoke) naming our lease. */
+static ote_status_t etcd_lease_post(etcd_t *c, const char *path)
+{
+    char json[64];
+
+    snprintf(json, sizeof(json), "{\"ID\":\"%lld\"}", (long long)c->lease);
+    return etcd_post(c, path, json);
+}
+
 static void etcd_global_init(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -536,7 +545,6 @@ static ote_status_t etcd_range(etcd_t *c, const char *key, uint8_t **value_p, si
 static ote_status_t etcd_keepalive(void *ctx, const char *key, long ttl_s)
 {
     etcd_t *c = ctx;
-    char json[64];
     int64_t id = 0, ttl = 0, lease = 0, rev = 0;
     uint8_t *value = NULL;
     size_t len;
@@ -545,8 +553,7 @@ static ote_status_t etcd_keepalive(void *ctx, const char *key, long ttl_s)
     (void)ttl_s;
     if (c->lease == 0)
         return OTE_ERR_NOT_FOUND;
-    snprintf(json, sizeof(json), "{\"ID\":\"%lld\"}", (long long)c->lease);
-    status = etcd_post(c, "/v3/lease/keepalive", json);
+    status = etcd_lease_post(c, "/v3/lease/keepalive");
     if (status == OTE_OK)
         status = ote_meta_etcd_decode_lease(c->body, c->body_len, &id, &ttl);
     if (status == OTE_OK && id != c->lease)
@@ -680,14 +687,12 @@ static ote_status_t etcd_replace(void *ctx, const char *key, const void *old, si
 static ote_status_t etcd_release(void *ctx, const char *key)
 {
     etcd_t *c = ctx;
-    char json[64];
     ote_status_t status;
 
     (void)key;
     if (c->lease == 0)
         return OTE_OK;
-    snprintf(json, sizeof(json), "{\"ID\":\"%lld\"}", (long long)c->lease);
-    status = etcd_post(c, "/v3/lease/revoke", json);
+    status = etcd_lease_post(c, "/v3/lease/revoke");
     if (status == OTE_OK) {
         json_object *o;
 

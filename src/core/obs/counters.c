@@ -260,12 +260,6 @@ void ote_obs_metadata_request(ote_obs_t *obs, ote_status_t status)
 
 /* ---- snapshot --------------------------------------------------------------- */
 
-#define SUM1(dst, src)                                                                  \
-    do {                                                                                \
-        for (size_t k_ = 0; k_ < sizeof(dst) / sizeof(uint64_t); k_++)                \
-            ((uint64_t *)&(dst))[k_] +=                                                 \
-                atomic_load_explicit(&((_Atomic uint64_t *)&(src))[k_], memory_order_relaxed); \
-    } while (0)
 
 typedef struct {
     uint64_t *bytes;
@@ -327,25 +321,11 @@ void ote_obs_snapshot(ote_engine_h e, ote_obs_snap_t *snap)
     snap->num_pairs = atomic_load(&obs->num_pairs);
     memcpy(snap->pairs, obs->pairs, snap->num_pairs * sizeof(obs->pairs[0]));
     for (size_t s = 0; s < OBS_SHARDS; s++) {
-        obs_shard_t *sh = &obs->shards[s];
+        const _Atomic uint64_t *src = (const _Atomic uint64_t *)&obs->shards[s];
+        uint64_t *dst               = (uint64_t *)&snap->counts;
 
-        SUM1(snap->xfer_bytes, sh->xfer_bytes);
-        SUM1(snap->xfer_reqs, sh->xfer_reqs);
-        SUM1(snap->xfer_fail, sh->xfer_fail);
-        SUM1(snap->lat, sh->lat);
-        SUM1(snap->lat_sum_ns, sh->lat_sum_ns);
-        SUM1(snap->size, sh->size);
-        SUM1(snap->size_sum, sh->size_sum);
-        SUM1(snap->rail_bytes, sh->rail_bytes);
-        SUM1(snap->rail_errors, sh->rail_errors);
-        SUM1(snap->rail_failovers, sh->rail_failovers);
-        SUM1(snap->notif_fail, sh->notif_fail);
-        SUM1(snap->meta, sh->meta);
-        snap->notif_sent += atomic_load(&sh->notif_sent);
-        snap->notif_recv += atomic_load(&sh->notif_recv);
-        snap->registrations += atomic_load(&sh->registrations);
-        snap->peer_restarts += atomic_load(&sh->peer_restarts);
-        snap->admission_rej += atomic_load(&sh->admission_rej);
+        for (size_t k = 0; k < sizeof(snap->counts) / sizeof(uint64_t); k++)
+            dst[k] += atomic_load_explicit(&src[k], memory_order_relaxed);
     }
     obs->sources.load(e, &snap->inflight_reqs, &snap->inflight_bytes, &snap->segments_open);
     va.bytes = snap->registered_bytes;

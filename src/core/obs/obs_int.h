@@ -25,23 +25,39 @@
 extern const uint64_t ote_obs_lat_bounds_ns[OBS_LAT_BOUNDS];
 extern const uint64_t ote_obs_size_bounds[OBS_SIZE_BOUNDS];
 
-/* One shard: every counter the data path bumps. */
+/*
+ * Every counter the data path bumps, declared once with the type T of each
+ * cell: a shard holds them as atomics, a snapshot as their sums. Every
+ * member is an array of (or one) 64-bit cell, so both are flat arrays of
+ * cells in the same order.
+ */
+#define OBS_COUNTERS(T)                                                                     \
+    T xfer_bytes[OBS_OPS][OBS_TL_SLOTS];                                                  \
+    T xfer_reqs[OBS_OPS][OBS_TL_SLOTS];                                                   \
+    T xfer_fail[OBS_OPS][OBS_STATUS_SLOTS];                                               \
+    T lat[OBS_OPS][OBS_LAT_BOUNDS + 1]; /* last: +Inf */                                  \
+    T lat_sum_ns[OBS_OPS];                                                                \
+    T size[OBS_OPS][OBS_SIZE_BOUNDS + 1];                                                 \
+    T size_sum[OBS_OPS];                                                                  \
+    T rail_bytes[OBS_TL_SLOTS];                                                           \
+    T rail_errors[OBS_TL_SLOTS];                                                          \
+    T rail_failovers[OBS_TL_SLOTS];                                                       \
+    T notif_sent, notif_recv;                                                             \
+    T notif_fail[OBS_STATUS_SLOTS];                                                       \
+    T registrations, peer_restarts, admission_rej;                                        \
+    T meta[OBS_META_RESULTS];
+
 typedef struct {
-    _Atomic uint64_t xfer_bytes[OBS_OPS][OBS_TL_SLOTS];
-    _Atomic uint64_t xfer_reqs[OBS_OPS][OBS_TL_SLOTS];
-    _Atomic uint64_t xfer_fail[OBS_OPS][OBS_STATUS_SLOTS];
-    _Atomic uint64_t lat[OBS_OPS][OBS_LAT_BOUNDS + 1]; /* last: +Inf */
-    _Atomic uint64_t lat_sum_ns[OBS_OPS];
-    _Atomic uint64_t size[OBS_OPS][OBS_SIZE_BOUNDS + 1];
-    _Atomic uint64_t size_sum[OBS_OPS];
-    _Atomic uint64_t rail_bytes[OBS_TL_SLOTS];
-    _Atomic uint64_t rail_errors[OBS_TL_SLOTS];
-    _Atomic uint64_t rail_failovers[OBS_TL_SLOTS];
-    _Atomic uint64_t notif_sent, notif_recv;
-    _Atomic uint64_t notif_fail[OBS_STATUS_SLOTS];
-    _Atomic uint64_t registrations, peer_restarts, admission_rej;
-    _Atomic uint64_t meta[OBS_META_RESULTS];
+    OBS_COUNTERS(uint64_t)
+} obs_counts_t;
+
+/* One shard: a thread's share of the counters. */
+typedef struct {
+    OBS_COUNTERS(_Atomic uint64_t)
 } __attribute__((aligned(64))) obs_shard_t;
+
+_Static_assert(sizeof(_Atomic uint64_t) == sizeof(uint64_t), "counter cells are 64 bits");
+_Static_assert(sizeof(obs_counts_t) <= sizeof(obs_shard_t), "a shard holds every counter");
 
 typedef struct {
     char transport[OTE_TL_NAME_MAX];
@@ -72,18 +88,13 @@ typedef struct {
     size_t     num_pairs;
     obs_pair_t pairs[OBS_TL_MAX];
     int        rail_state[OBS_TL_MAX]; /* 1 active, 0 not */
-    uint64_t   xfer_bytes[OBS_OPS][OBS_TL_SLOTS];
-    uint64_t   xfer_reqs[OBS_OPS][OBS_TL_SLOTS];
-    uint64_t   xfer_fail[OBS_OPS][OBS_STATUS_SLOTS];
-    uint64_t   lat[OBS_OPS][OBS_LAT_BOUNDS + 1];
-    uint64_t   lat_sum_ns[OBS_OPS];
-    uint64_t   size[OBS_OPS][OBS_SIZE_BOUNDS + 1];
-    uint64_t   size_sum[OBS_OPS];
-    uint64_t   rail_bytes[OBS_TL_SLOTS], rail_errors[OBS_TL_SLOTS];
-    uint64_t   rail_failovers[OBS_TL_SLOTS];
-    uint64_t   notif_sent, notif_recv, notif_fail[OBS_STATUS_SLOTS];
-    uint64_t   registrations, peer_restarts, admission_rej;
-    uint64_t   meta[OBS_META_RESULTS];
+    /* The shards' sums: by name, or all of them as counts. */
+    union {
+        obs_counts_t counts;
+        struct {
+            OBS_COUNTERS(uint64_t)
+        };
+    };
     uint64_t   inflight_reqs, inflight_bytes;
     uint64_t   registered_bytes[OBS_MEM_TYPES];
     uint64_t   segments_open;

@@ -212,6 +212,15 @@ static ote_status_t rail_connect_to_ep(ote_segment_h seg, const ote_desc_t *d, o
     return status;
 }
 
+/* Rail n, just built in front of host rail host, joins the set: n + 1. */
+static size_t rail_added(ote_segment_h seg, size_t n, size_t host, const char *how)
+{
+    ote_debug("segment '%s': rail %zu %s over %s/%s", seg->name, n, how,
+              seg->rails[host].iface->resource.tl_name, seg->rails[host].iface->resource.dev_name);
+    seg->rail_set.rails[n] = &seg->rails[n];
+    return n + 1;
+}
+
 static ote_status_t stage_ctl(void *arg, const void *req, size_t len, uint8_t **resp_p,
                               size_t *resp_len_p)
 {
@@ -242,13 +251,8 @@ static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
     for (size_t i = 0, built = n; i < built && n < OTE_PROTO_MAX_RAILS; i++) {
         ote_stage_worker_t *sw = ote_engine_facts(e)->workers[seg->rails[i].worker].stage;
 
-        if (ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], sw) == OTE_OK) {
-            ote_debug("segment '%s': rail %zu stages GPU memory over %s/%s", seg->name, n,
-                      seg->rails[i].iface->resource.tl_name,
-                      seg->rails[i].iface->resource.dev_name);
-            seg->rail_set.rails[n] = &seg->rails[n];
-            n++;
-        }
+        if (ote_proto_stage_rail_init(&seg->rails[n], &seg->rails[i], sw) == OTE_OK)
+            n = rail_added(seg, n, i, "stages GPU memory");
     }
     local_end = n;
     for (size_t i = 0; i < host_rails && n < OTE_PROTO_MAX_RAILS; i++) {
@@ -265,13 +269,8 @@ static size_t stage_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n)
                 local = &seg->rails[j];
         }
         if (ote_proto_stage_remote_rail_init(&seg->rails[n], &seg->rails[i], local, w->stage,
-                                             &hooks) == OTE_OK) {
-            ote_debug("segment '%s': rail %zu stages the peer's GPU memory over %s/%s",
-                      seg->name, n, seg->rails[i].iface->resource.tl_name,
-                      seg->rails[i].iface->resource.dev_name);
-            seg->rail_set.rails[n] = &seg->rails[n];
-            n++;
-        }
+                                             &hooks) == OTE_OK)
+            n = rail_added(seg, n, i, "stages the peer's GPU memory");
     }
     return n;
 }
@@ -316,13 +315,8 @@ static size_t putback_rails_add(ote_segment_h seg, const ote_desc_t *d, size_t n
         if (seg->rail_set.rails[i] != &seg->rails[i])
             continue;
         snprintf(hooks.name, sizeof(hooks.name), "%s", ote_engine_facts(e)->name);
-        if (ote_proto_putback_rail_init(&seg->rails[n], &seg->rails[i], &hooks) == OTE_OK) {
-            ote_debug("segment '%s': rail %zu reads by PUTBACK over %s/%s", seg->name, n,
-                      seg->rails[i].iface->resource.tl_name,
-                      seg->rails[i].iface->resource.dev_name);
-            seg->rail_set.rails[n] = &seg->rails[n];
-            n++;
-        }
+        if (ote_proto_putback_rail_init(&seg->rails[n], &seg->rails[i], &hooks) == OTE_OK)
+            n = rail_added(seg, n, i, "reads by PUTBACK");
     }
     return n;
 }

@@ -260,14 +260,24 @@ static const char *loc_intern(ote_desc_t *d, const char *name, ote_desc_loc_t **
     return l->name;
 }
 
+/*
+ * Zeroed room for the n entries of an array whose count r just gave, each at
+ * least min_wire bytes on the wire: NULL when r failed, when n entries cannot
+ * be in what is left of it, or when memory is out.
+ */
+static void *rd_array(const ote_rd_t *r, size_t n, size_t min_wire, size_t elem)
+{
+    if (r->failed || n > r->left / min_wire)
+        return NULL;
+    return calloc(n ? n : 1, elem);
+}
+
 /* Version 3: the exported files (a name without '@', an id not 0, some access). */
 static bool decode_exports(ote_rd_t *r, ote_desc_t *d)
 {
     uint32_t n = ote_rd_u32(r);
 
-    if (r->failed || n > r->left / DESC_EXPORT_MIN)
-        return false;
-    d->exports = calloc(n ? n : 1, sizeof(*d->exports));
+    d->exports = rd_array(r, n, DESC_EXPORT_MIN, sizeof(*d->exports));
     if (d->exports == NULL)
         return false;
     d->num_exports = n;
@@ -294,9 +304,9 @@ static bool decode_runs(ote_rd_t *r, ote_desc_t *d)
 {
     uint16_t n = ote_rd_u16(r);
 
-    if (r->failed || n > OTE_DESC_MAX_TLS || n > r->left / 2)
+    if (n > OTE_DESC_MAX_TLS)
         return false;
-    d->runs = calloc(n ? n : 1, sizeof(*d->runs));
+    d->runs = rd_array(r, n, 2, sizeof(*d->runs));
     if (d->runs == NULL)
         return false;
     d->num_runs = n;
@@ -388,13 +398,11 @@ ote_status_t ote_desc_decode(const void *buf, size_t len, ote_desc_t **desc_p)
         goto err;
     for (size_t i = 0; i < d->num_mds; i++)
         ote_rd_str8(&r, d->mds[i], sizeof(d->mds[i]));
-    n = ote_rd_u32(&r);
-    if (r.failed || n > r.left / DESC_REGION_MIN)
-        goto err;
-    d->num_regions = n;
-    d->regions     = calloc(n ? n : 1, sizeof(*d->regions));
+    n          = ote_rd_u32(&r);
+    d->regions = rd_array(&r, n, DESC_REGION_MIN, sizeof(*d->regions));
     if (d->regions == NULL)
         goto err;
+    d->num_regions = n;
     /* Every rkey in one array, counted first: the regions point into it. */
     {
         size_t cap = count_rkeys(r, n), used = 0;

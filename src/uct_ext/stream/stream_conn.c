@@ -26,16 +26,16 @@ void ote_stream_conn_set_sockopts(ote_stream_iface_t *iface, int fd)
     int one = 1;
     int v;
 
-    if (iface->nodelay)
+    if (iface->cfg.nodelay)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     /* An idle connection to a peer that vanished unheard is found and closed. */
     ote_socket_set_keepalive(fd);
-    if (iface->sndbuf) {
-        v = (int)(iface->sndbuf > INT32_MAX ? INT32_MAX : iface->sndbuf);
+    if (iface->cfg.sndbuf) {
+        v = (int)(iface->cfg.sndbuf > INT32_MAX ? INT32_MAX : iface->cfg.sndbuf);
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
     }
-    if (iface->rcvbuf) {
-        v = (int)(iface->rcvbuf > INT32_MAX ? INT32_MAX : iface->rcvbuf);
+    if (iface->cfg.rcvbuf) {
+        v = (int)(iface->cfg.rcvbuf > INT32_MAX ? INT32_MAX : iface->cfg.rcvbuf);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
     }
 }
@@ -377,7 +377,7 @@ static void tx_merge(ote_stream_conn_t *c, size_t i)
         if (!e->vec || e->sent != 0)
             break;
         ote_stream_hdr_peek(e->hdr, &h);
-        if (h.type != first.type || h.length > c->iface->max_msg - total)
+        if (h.type != first.type || h.length > c->iface->cfg.max_msg - total)
             break;
         total += (size_t)h.length;
         k++;

@@ -145,7 +145,7 @@ static ote_status_t stream_conn_install(ote_stream_ep_t *ep, int fd, ote_stream_
     status = ote_stream_conn_new(iface, fd, ep, &c);
     if (status != OTE_OK)
         return status;
-    c->vec_tx = iface->vector && iface->hooks->ref_handle == NULL &&
+    c->vec_tx = iface->cfg.vector && iface->hooks->ref_handle == NULL &&
                 iface->hooks->post == NULL && (ep->peer_caps & OTE_STREAM_CAP_WRITEV) != 0;
     if (ep->addr.ss_family == AF_UNIX)
         snprintf(c->peer, sizeof(c->peer), "%.63s", ep->peer_name);
@@ -213,7 +213,7 @@ ote_status_t ote_stream_ep_create(ote_tl_iface_t *tl_iface, const void *addr, si
     if (ep == NULL)
         return OTE_ERR_NO_MEMORY;
     ep->super.iface = tl_iface;
-    ep->conns       = calloc((size_t)iface->conns_per_ep, sizeof(*ep->conns));
+    ep->conns       = calloc((size_t)iface->cfg.conns, sizeof(*ep->conns));
     if (ep->conns == NULL) {
         free(ep);
         return OTE_ERR_NO_MEMORY;
@@ -222,13 +222,13 @@ ote_status_t ote_stream_ep_create(ote_tl_iface_t *tl_iface, const void *addr, si
     ep->addr     = ss;
     ep->addr_len = sslen;
     atomic_init(&ep->num_failed, 0);
-    fds = malloc((size_t)iface->conns_per_ep * sizeof(*fds));
+    fds = malloc((size_t)iface->cfg.conns * sizeof(*fds));
     if (fds == NULL) {
         status = OTE_ERR_NO_MEMORY;
         goto err;
     }
     /* Connect and shake hands without the worker lock: the peer may be us. */
-    for (nfds = 0; nfds < (size_t)iface->conns_per_ep; nfds++) {
+    for (nfds = 0; nfds < (size_t)iface->cfg.conns; nfds++) {
         status = stream_connect_one(iface, &ss, sslen, peer, deadline, &fds[nfds], &caps);
         /* The first connection finds an address that answers; the others follow it. */
         for (size_t c = 1; nfds == 0 && c < ncand &&
@@ -395,7 +395,7 @@ static ote_status_t stream_ep_queue_op(ote_stream_ep_t *ep, uint8_t type, uint8_
 
     if (c == NULL)
         return OTE_ERR_REMOTE_DISCONNECT;
-    if (length == 0 || length > iface->max_msg)
+    if (length == 0 || length > iface->cfg.max_msg)
         return OTE_ERR_INVALID_PARAM;
     op.comp         = comp;
     op.type         = type;

@@ -484,13 +484,8 @@ ote_status_t ote_stream_iface_init(ote_stream_iface_t *iface, const ote_tl_resou
     iface->max_conns_per_peer = params->max_conns_per_peer;
     iface->auth              = params->auth;
     iface->handshake_timeout_ns = (uint64_t)params->handshake_timeout_ms * 1000000ull;
-    iface->max_msg      = cfg->max_msg;
-    iface->sndbuf       = cfg->sndbuf;
-    iface->rcvbuf       = cfg->rcvbuf;
-    iface->nodelay      = cfg->nodelay;
-    iface->vector       = cfg->vector;
-    iface->conns_per_ep = cfg->conns;
-    iface->discard = malloc(OTE_STREAM_RXBUF);
+    iface->cfg               = *cfg;
+    iface->discard           = malloc(OTE_STREAM_RXBUF);
     return iface->discard != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
 }
 

@@ -19,6 +19,21 @@
  */
 #define OTE_STREAM_EPOLL_EVERY 8
 
+/*
+ * The settings of a stream connection iface, given to ote_stream_iface_init by
+ * the component that opens it: tcp fills all of them from OTE_TCP_*; cma
+ * and shm only max_msg, from their own tables (<prefix>STREAM_MAX_MSG,
+ * OTE_STREAM_MAX_MSG_ENTRY), and fix the rest.
+ */
+typedef struct {
+    long   conns;   /* connections per peer         */
+    size_t max_msg; /* largest data message         */
+    size_t sndbuf;  /* SO_SNDBUF; 0 = autotuning    */
+    size_t rcvbuf;  /* SO_RCVBUF; 0 = autotuning    */
+    bool   nodelay;
+    bool   vector;  /* small WRITEs (READs) merged into WRITEV (READV_REQ) */
+} ote_stream_config_t;
+
 struct ote_stream_iface {
     ote_tl_iface_t          super;
     int                     listen_fd;
@@ -32,11 +47,7 @@ struct ote_stream_iface {
     ote_mem_table_t        *regions;
     pthread_mutex_t        *worker_lock;
     uint64_t                instance_id;
-    size_t                  max_msg;
-    size_t                  sndbuf, rcvbuf;
-    bool                    nodelay;
-    bool                    vector;     /* OTE_TCP_VECTOR */
-    long                    conns_per_ep;
+    ote_stream_config_t     cfg;        /* as the component gave it */
     long                    max_conns;
     long                    max_conns_per_peer;
     long                    num_accepted;
@@ -74,20 +85,6 @@ struct ote_stream_iface {
     const struct ote_stream_hooks *hooks;
 };
 
-/*
- * The settings of a stream connection iface, given to ote_stream_iface_init by
- * the component that opens it: tcp fills all of them from OTE_TCP_*; cma
- * and shm only max_msg, from their own tables (<prefix>STREAM_MAX_MSG,
- * OTE_STREAM_MAX_MSG_ENTRY), and fix the rest.
- */
-typedef struct {
-    long   conns;   /* connections per peer         */
-    size_t max_msg; /* largest data message         */
-    size_t sndbuf;  /* SO_SNDBUF; 0 = autotuning    */
-    size_t rcvbuf;  /* SO_RCVBUF; 0 = autotuning    */
-    bool   nodelay;
-    bool   vector;  /* small WRITEs (READs) merged into WRITEV (READV_REQ) */
-} ote_stream_config_t;
 
 /* Largest data message on a stream connection: default and bounds. */
 #define OTE_STREAM_MAX_MSG_DFLT "64m"

@@ -67,7 +67,7 @@ void ote_stream_local_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     caps->mem_remote = OTE_MEM_TYPE_HOST;
     caps->scope      = OTE_TL_SCOPE_PROCESS | OTE_TL_SCOPE_HOST;
     caps->max_iov    = 1;
-    caps->max_msg    = iface->max_msg;
+    caps->max_msg    = iface->cfg.max_msg;
     caps->align      = 1;
     caps->slice_size = 1u << 20;
     caps->bandwidth  = 10e9; /* one memory copy */

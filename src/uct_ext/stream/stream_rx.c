@@ -304,7 +304,7 @@ static void target_handle(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const
         break;
     case OTE_STREAM_WRITEV:
     case OTE_STREAM_READV_REQ:
-        if (ote_stream_vec_decode(h, payload, iface->max_msg, v) != OTE_OK) {
+        if (ote_stream_vec_decode(h, payload, iface->cfg.max_msg, v) != OTE_OK) {
             protocol_error(c, "malformed vector table");
             return;
         }
@@ -803,7 +803,7 @@ static void conn_rx(ote_stream_conn_t *c)
             if (avail >= OTE_STREAM_HDR_LEN) {
                 size_t inline_len;
 
-                if (ote_stream_hdr_decode(c->rxbuf + c->rx_off, avail, c->iface->max_msg, &h) !=
+                if (ote_stream_hdr_decode(c->rxbuf + c->rx_off, avail, c->iface->cfg.max_msg, &h) !=
                     OTE_OK) {
                     protocol_error(c, "malformed message header");
                     return;

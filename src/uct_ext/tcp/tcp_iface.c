@@ -25,7 +25,7 @@ static void tcp_iface_query(ote_tl_iface_t *tl_iface, ote_tl_caps_t *caps)
     caps->scope      = iface->netif.loopback ? OTE_TL_SCOPE_HOST
                                              : OTE_TL_SCOPE_HOST | OTE_TL_SCOPE_NETWORK;
     caps->max_iov    = 1;
-    caps->max_msg    = iface->stream.max_msg;
+    caps->max_msg    = iface->stream.cfg.max_msg;
     caps->align      = 1;
     caps->slice_size = 1u << 20;
     caps->bandwidth  = 1.25e9;
