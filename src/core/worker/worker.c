@@ -76,6 +76,7 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
 }
 
 static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all);
+static unsigned worker_post_chain(ote_slice_t *s, bool cancel_all);
 static unsigned worker_progress(ote_worker_t *w);
 static void     worker_check_timeouts(ote_worker_t *w);
 static bool     worker_queued(ote_worker_t *w);
@@ -83,8 +84,12 @@ static bool     worker_queued(ote_worker_t *w);
 /* The worker whose round this thread runs (its lock held); NULL outside rounds. */
 static OTE_THREAD_LOCAL ote_worker_t *round_worker;
 
-/* One round (lock held): post what is queued, progress the ifaces, check timeouts when due. */
-unsigned ote_worker_round(ote_worker_t *w)
+/*
+ * One round (lock held): post what is queued, then the chain head (NULL:
+ * none; a caller holding the lock posts its slices so, without the queue
+ * and its lock), progress the ifaces, check timeouts when due.
+ */
+static unsigned worker_round(ote_worker_t *w, ote_slice_t *head)
 {
     ote_worker_t *outer_worker = round_worker;
     uint64_t outer             = ote_round_begin();
@@ -93,15 +98,23 @@ unsigned ote_worker_round(ote_worker_t *w)
 
     round_worker = w;
     n            = worker_drain_queue(w, false);
+    n += worker_post_chain(head, false);
     n += worker_progress(w);
+    /* The round's own time for what needs no finer one (a round lasts microseconds). */
+    now           = ote_round_ns;
+    w->round_ns   = now;
     round_worker = outer_worker;
     ote_round_end(outer);
-    now = ote_time_ns();
     if (now >= w->next_timeout) {
         worker_check_timeouts(w);
         w->next_timeout = now + OTE_WORKER_TIMEOUT_CHECK_NS;
     }
     return n;
+}
+
+unsigned ote_worker_round(ote_worker_t *w)
+{
+    return worker_round(w, NULL);
 }
 
 /*
@@ -161,7 +174,7 @@ void ote_worker_hand_back(ote_worker_t *w)
         ote_worker_round(w);
         queued = worker_queued(w);
     }
-    atomic_store_explicit(&w->active_ns, ote_time_ns(), memory_order_relaxed);
+    atomic_store_explicit(&w->active_ns, w->round_ns, memory_order_relaxed);
     /* A parked thread looks again within its park interval (worker_park). */
     if (queued || ((ote_worker_arm(w, &cap_ms) || cap_ms >= 0) && !atomic_load(&w->parked)))
         ote_worker_wake(w);
@@ -210,9 +223,8 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
      * its event fds for the answers.
      */
     direct = pthread_mutex_trylock(&w->lock) == 0;
-    worker_enqueue(w, head, tail);
     if (direct) {
-        ote_worker_round(w);
+        worker_round(w, head);
         ote_worker_hand_back(w);
         pthread_mutex_unlock(&w->lock);
         /* A worker asleep without a timer must now watch the timeouts. */
@@ -220,6 +232,7 @@ void ote_worker_post(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
             ote_worker_wake(w);
         return;
     }
+    worker_enqueue(w, head, tail);
     /* Without worker threads a caller may sleep on the workers' fds. */
     if (atomic_load(&w->sleeping) || !ote_engine_facts(w->engine)->config.progress_thread)
         ote_worker_wake(w);
@@ -238,23 +251,15 @@ void ote_worker_queue(ote_worker_t *w, ote_slice_t *head, ote_slice_t *tail)
 }
 
 /*
- * Post queued slices; a slice that cannot be posted ends at once, and so
- * does one whose task was canceled (or every one with cancel_all, when the
- * worker stops).
+ * Post a chain of slices; a slice that cannot be posted ends at once, and
+ * so does one whose task was canceled (or every one with cancel_all, when
+ * the worker stops).
  */
-static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all)
+static unsigned worker_post_chain(ote_slice_t *s, bool cancel_all)
 {
-    ote_slice_t *s, *next;
+    ote_slice_t *next;
     unsigned n = 0;
 
-    /* Most rounds find it empty: no lock for that. */
-    if (!atomic_load(&w->queued))
-        return 0;
-    pthread_mutex_lock(&w->qlock);
-    s        = w->qhead;
-    w->qhead = w->qtail = NULL;
-    atomic_store(&w->queued, false);
-    pthread_mutex_unlock(&w->qlock);
     for (; s != NULL; s = next, n++) {
         ote_task_t *task = s->task;
         ote_status_t status;
@@ -269,6 +274,22 @@ static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all)
             ote_task_slice_done(s, status);
     }
     return n;
+}
+
+/* Post the queued slices (worker_post_chain). */
+static unsigned worker_drain_queue(ote_worker_t *w, bool cancel_all)
+{
+    ote_slice_t *s;
+
+    /* Most rounds find it empty: no lock for that. */
+    if (!atomic_load(&w->queued))
+        return 0;
+    pthread_mutex_lock(&w->qlock);
+    s        = w->qhead;
+    w->qhead = w->qtail = NULL;
+    atomic_store(&w->queued, false);
+    pthread_mutex_unlock(&w->qlock);
+    return worker_post_chain(s, cancel_all);
 }
 
 static unsigned worker_progress(ote_worker_t *w)

@@ -78,6 +78,7 @@ struct ote_worker {
      */
     atomic_uint      lock_wanted;
     uint64_t         next_timeout;  /* next check of OTE_XFER_TIMEOUT_MS (under lock) */
+    uint64_t         round_ns;      /* when the last round began (under lock) */
     uint64_t         event_gap_ns;  /* recent interval between events (worker thread) */
     ote_worker_progress_t progress[OTE_WORKER_MAX_PROGRESS];
     pthread_mutex_t  progress_lock; /* registrations */

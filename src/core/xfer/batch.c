@@ -139,10 +139,15 @@ void ote_batch_release_all(ote_engine_h e)
 /* Something the batch waits for (a task, a notification) ended. */
 static void batch_pending_done(ote_batch_h b)
 {
-    if (atomic_fetch_sub(&b->pending, 1) == 1) {
+    /*
+     * A waiter raises waiters before it reads pending, and this reads
+     * waiters after pending fell (both sequentially consistent): either it
+     * sees pending at 0 and does not sleep, or this sees it and wakes it
+     * under the lock it sleeps with. No lock when nobody sleeps.
+     */
+    if (atomic_fetch_sub(&b->pending, 1) == 1 && atomic_load(&b->waiters) != 0) {
         pthread_mutex_lock(&b->lock);
-        if (b->waiters)
-            pthread_cond_broadcast(&b->cond);
+        pthread_cond_broadcast(&b->cond);
         pthread_mutex_unlock(&b->lock);
     }
 }
@@ -748,14 +753,14 @@ ote_status_t ote_batch_wait(ote_batch_h b, int timeout_ms)
             ts = ote_clock_after(CLOCK_REALTIME, deadline - ote_time_ns());
         }
         pthread_mutex_lock(&b->lock);
+        atomic_fetch_add(&b->waiters, 1); /* before pending is read (batch_pending_done) */
         while (atomic_load(&b->pending) != 0 && rc != ETIMEDOUT) {
-            b->waiters++;
             if (timeout_ms >= 0)
                 rc = pthread_cond_timedwait(&b->cond, &b->lock, &ts);
             else
                 pthread_cond_wait(&b->cond, &b->lock);
-            b->waiters--;
         }
+        atomic_fetch_sub(&b->waiters, 1);
         pthread_mutex_unlock(&b->lock);
     }
     if (atomic_load(&b->pending) != 0)

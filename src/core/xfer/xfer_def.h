@@ -99,7 +99,7 @@ struct ote_batch {
     atomic_long      refs;          /* user + one per pending task */
     pthread_mutex_t  lock;
     pthread_cond_t   cond;
-    int              waiters;
+    atomic_int       waiters;       /* threads on cond; raised under lock, read without */
     ote_notify_group_t *groups;     /* under lock; freed with the batch */
     bool             released;      /* the user released it (under engine batch_lock) */
     struct ote_batch *next, *prev;  /* batches the user still holds (engine batch_lock) */
