@@ -51,6 +51,7 @@ typedef struct {
 typedef struct {
     ote_ctl_conn_t *conn;
     const char     *peer;    /* ip:port, for logs */
+    const char     *peer_ip; /* its address alone: the peer's share of a job pool */
     uint8_t         type;
     /* The handler may keep it (set payload NULL): then it frees it. */
     uint8_t        *payload;
@@ -215,13 +216,28 @@ extern const ote_ctl_service_t ote_proto_file_io_service;
  * A service's job pool: requests that block (a transfer, a pread) are
  * served by a bounded pool of threads of the listener's, made on the
  * first request, and answered by the listener thread once they ended.
+ *
+ * The pool is shared fairly among the peers' addresses: one address has at
+ * most OTE_CTL_JOBS_PEER_RUNNING(threads) jobs running and
+ * OTE_CTL_JOBS_PEER_MAX(max) accepted at once, its other accepted jobs
+ * wait for a thread in a queue of their own, and a thread that frees up
+ * takes the next job of the next address that has one (in turn). A peer
+ * whose requests block for long (a name that never answers) then holds
+ * at most all threads but one, and another peer's request runs at once.
  */
+#define OTE_CTL_JOBS_PEER_RUNNING(_threads) ((_threads) > 1 ? (_threads) - 1 : 1)
+#define OTE_CTL_JOBS_PEER_MAX(_max)         ((_max) - (_max) / 4)
+
+typedef struct ote_ctl_jobs_peer ote_ctl_jobs_peer_t;
+
 typedef struct ote_ctl_job {
     ote_proto_job_t             job;  /* first: the pool's entry */
     const ote_ctl_host_t       *host;
     struct ote_ctl_jobs        *jobs; /* the pool it runs on */
+    ote_ctl_jobs_peer_t        *peer; /* its address's share */
     ote_ctl_ticket_t            ticket; /* the connection and request it answers */
-    struct ote_ctl_job         *next;      /* ended, not answered yet (jobs->lock) */
+    /* Waiting for a thread (its peer's queue), then ended, not answered yet (jobs->done). */
+    struct ote_ctl_job         *next;
 } ote_ctl_job_t;
 
 /* Answer an ended job on c (non-OK: c closes); release a job answered or dropped. */
@@ -229,26 +245,38 @@ typedef ote_status_t (*ote_ctl_job_answer_cb_t)(const ote_ctl_host_t *host, ote_
                                                 ote_ctl_job_t *job);
 typedef void (*ote_ctl_job_release_cb_t)(ote_ctl_job_t *job);
 
+/* One address's jobs (a slot is free while it has none accepted). */
+struct ote_ctl_jobs_peer {
+    char           ip[64];
+    unsigned       accepted; /* running, waiting or ended and not answered */
+    unsigned       running;  /* handed to the pool */
+    ote_ctl_job_t *head, *tail; /* waiting for a thread */
+};
+
 typedef struct ote_ctl_jobs {
     const char              *name;
     unsigned                 threads;
     unsigned                 max;   /* accepted at once (running or queued); more are BUSY */
     ote_ctl_job_answer_cb_t  answer;
     ote_ctl_job_release_cb_t release;
-    pthread_mutex_t          lock;  /* pool, count, done */
+    pthread_mutex_t          lock;  /* everything below */
     ote_proto_jobs_t        *pool;
-    unsigned                 count; /* running or queued */
-    ote_ctl_job_t           *done;  /* ended, not answered yet */
+    unsigned                 count;   /* accepted, not yet answered */
+    unsigned                 running; /* handed to the pool (at most threads) */
+    bool                     stopping;
+    ote_ctl_jobs_peer_t     *peers;   /* max slots */
+    unsigned                 turn;    /* the slot whose waiting job goes next */
+    ote_ctl_job_t           *done;    /* ended, not answered yet */
 } ote_ctl_jobs_t;
 
-void         ote_ctl_jobs_init(ote_ctl_jobs_t *q, const char *name, unsigned threads,
+ote_status_t ote_ctl_jobs_init(ote_ctl_jobs_t *q, const char *name, unsigned threads,
                                unsigned max, ote_ctl_job_answer_cb_t answer,
                                ote_ctl_job_release_cb_t release);
 /*
- * Admit job (BUSY when max are running or queued; the pool is made on the
- * first one) and run it for req, whose connection is held until its
- * answer. A job that could not be admitted or submitted is not counted
- * (its status returned).
+ * Admit job (BUSY when max are accepted, or the peer's share is; the pool
+ * is made on the first one) and run it for req, whose connection is held
+ * until its answer: now, or once a thread is free for it. A job that could
+ * not be admitted or submitted is not counted (its status returned).
  */
 ote_status_t ote_ctl_jobs_start(ote_ctl_jobs_t *q, const ote_ctl_host_t *host,
                                 ote_ctl_req_t *req, ote_ctl_job_t *job,

@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* FILE_IOs accepted at once per engine (running or queued); more are answered BUSY. */
+/* FILE_IOs accepted at once per engine (running or queued; one peer address: its share,
+ * ctl_target.h); more are answered BUSY. */
 #define FILE_IO_MAX     64
 /* Threads doing their I/O (pread/pwrite block): apart from the PUTBACK pool. */
 #define FILE_IO_THREADS 4
@@ -276,8 +277,11 @@ static ote_status_t file_io_create(const ote_ctl_host_t *host, void **state_p)
     (void)host;
     if (t == NULL)
         return OTE_ERR_NO_MEMORY;
-    ote_ctl_jobs_init(&t->jobs, "ote-fileio", FILE_IO_THREADS, FILE_IO_MAX, file_io_answer,
-                      file_io_release);
+    if (ote_ctl_jobs_init(&t->jobs, "ote-fileio", FILE_IO_THREADS, FILE_IO_MAX, file_io_answer,
+                          file_io_release) != OTE_OK) {
+        free(t);
+        return OTE_ERR_NO_MEMORY;
+    }
     pthread_mutex_init(&t->lock, NULL);
     *state_p = t;
     return OTE_OK;

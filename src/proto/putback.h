@@ -21,7 +21,8 @@ typedef struct {
     char             name[256];   /* this engine's name: the target opens it */
 } ote_putback_hooks_t;
 
-/* PUTBACKs a target accepts at once (running or queued); more are answered BUSY. */
+/* PUTBACKs a target accepts at once (running or queued; one peer address: its share,
+ * ctl_target.h); more are answered BUSY. */
 #define OTE_PUTBACK_TARGET_MAX     64
 /*
  * Threads that serve them (putback_target.c): a pool of the control

@@ -107,8 +107,11 @@ static ote_status_t putback_create(const ote_ctl_host_t *host, void **state_p)
     (void)host;
     if (jobs == NULL)
         return OTE_ERR_NO_MEMORY;
-    ote_ctl_jobs_init(jobs, "ote-putback", OTE_PUTBACK_TARGET_THREADS, OTE_PUTBACK_TARGET_MAX,
-                      putback_answer, putback_release);
+    if (ote_ctl_jobs_init(jobs, "ote-putback", OTE_PUTBACK_TARGET_THREADS,
+                          OTE_PUTBACK_TARGET_MAX, putback_answer, putback_release) != OTE_OK) {
+        free(jobs);
+        return OTE_ERR_NO_MEMORY;
+    }
     *state_p = jobs;
     return OTE_OK;
 }

@@ -12,9 +12,12 @@
  * A good PUTBACK first shows that a write would be seen.
  */
 #include "security_wire.h"
+#include "proto/putback.h"
 #include "proto/putback_msg.h"
 #include "testlib.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -32,6 +37,8 @@
 #define SEED_T   0x7461726765ull /* T's readable region */
 #define SEED_I   0x696e6974ull   /* I's destination, before anything lands */
 #define WAIT_MS  20000
+/* T's bound on reaching the engine a PUTBACK names (OTE_CONNECT_TIMEOUT_MS). */
+#define CONNECT_MS 2000
 
 static struct {
     ote_engine_h e_t, e_i;
@@ -74,6 +81,7 @@ static int setup(void **state)
     /* Native tcp both ways: the target's WRITE back is checked at I too. */
     setenv("OTE_TLS", "tcp", 1);
     setenv("OTE_AUTH_KEY", KEY, 1);
+    setenv("OTE_CONNECT_TIMEOUT_MS", "2000", 1); /* CONNECT_MS */
     fx.e_t  = ote_test_engine("127.0.0.1:0");
     fx.e_i  = ote_test_engine("127.0.0.1:0");
     fx.auth = sw_auth_new(KEY);
@@ -344,6 +352,102 @@ static void test_malformed_closed(void **state)
     reset_dest();
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A listener that never accepts: a connect to it succeeds and then nothing answers. */
+static int black_hole(char *name, size_t len)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen       = sizeof(a);
+    int fd               = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 64), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    snprintf(name, len, "127.0.0.1:%u", ntohs(a.sin_port));
+    return fd;
+}
+
+/* A connection to T's control port from another address of the loopback, authenticated. */
+static int ctl_open_from(const char *src)
+{
+    const char *colon = strrchr(ote_engine_name(fx.e_t), ':');
+    struct sockaddr_in a = {.sin_family = AF_INET}, to = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_non_null(colon);
+    assert_true(fd >= 0);
+    assert_int_equal(inet_pton(AF_INET, src, &a.sin_addr), 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port        = htons((uint16_t)atoi(colon + 1));
+    assert_int_equal(connect(fd, (struct sockaddr *)&to, sizeof(to)), 0);
+    assert_int_equal(sw_ctl_authenticate(fd, fx.auth), OTE_OK);
+    return fd;
+}
+
+/*
+ * A peer whose PUTBACKs name engines that never answer (each holds a
+ * thread of T's pool for the whole connect timeout) does not hold the
+ * pool from another peer: a good PUTBACK from another address is served
+ * at once, not after the slow ones. The slow ones are each answered (not
+ * OK) and nothing is written.
+ */
+static void test_slow_peer_shares_pool(void **state)
+{
+    enum { SLOW = 2 * OTE_PUTBACK_TARGET_THREADS };
+    ote_ctl_putback_t m = request((uintptr_t)fx.readable, 4096);
+    char names[SLOW][64];
+    int holes[SLOW], fds[SLOW];
+    uint64_t t0, ms;
+    (void)state;
+
+    reset_dest();
+    for (int i = 0; i < SLOW; i++) {
+        ote_ctl_putback_t slow = request((uintptr_t)fx.readable, 4096);
+        ote_buf_t out          = {0};
+
+        holes[i] = black_hole(names[i], sizeof(names[i]));
+        snprintf(slow.name, sizeof(slow.name), "%.63s", names[i]);
+        slow.id = 100 + (uint64_t)i;
+        fds[i]  = ctl_open_from("127.0.0.2");
+        assert_int_equal(ote_ctl_putback_encode(&slow, &out), OTE_OK);
+        assert_int_equal(sw_ctl_send(fds[i], OTE_CTL_PUTBACK, 9, out.data, out.len), 0);
+        free(out.data);
+    }
+    usleep(200 * 1000); /* the slow ones are running, or waiting for a thread */
+    t0 = now_ms();
+    assert_int_equal(putback(&m), OTE_OK);
+    ms = now_ms() - t0;
+    print_message("good PUTBACK beside %d slow ones: %llu ms\n", SLOW, (unsigned long long)ms);
+    assert_true(ms < CONNECT_MS / 2);
+    assert_int_equal(ote_test_check(fx.dest, 0, 4096, SEED_T), -1);
+    reset_dest();
+    for (int i = 0; i < SLOW; i++) {
+        ote_ctl_hdr_t h;
+        uint8_t *p       = NULL;
+        ote_status_t st  = OTE_OK;
+        uint64_t id      = 0;
+
+        assert_int_equal(sw_ctl_recv(fds[i], &h, &p, WAIT_MS), 0);
+        assert_int_equal(h.type, OTE_CTL_PUTBACK_ACK);
+        assert_int_equal(ote_ctl_putback_ack_decode(p, h.length, &st, &id), OTE_OK);
+        assert_true(id == 100 + (uint64_t)i);
+        assert_true(st != OTE_OK);
+        free(p);
+        close(fds[i]);
+        close(holes[i]);
+    }
+    nothing_written();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_object_names_refused),
         cmocka_unit_test(test_destination_refused),
         cmocka_unit_test(test_malformed_closed),
+        cmocka_unit_test(test_slow_peer_shares_pool),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

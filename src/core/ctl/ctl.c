@@ -526,7 +526,7 @@ static ote_status_t handle(ote_ctl_t *ctl, ctl_conn_t *c)
     h = handler_find(c->h.type, &svc);
     if (h == NULL)
         return OTE_ERR_PROTOCOL;
-    req = (ote_ctl_req_t){.conn = c, .peer = c->peer, .type = c->h.type,
+    req = (ote_ctl_req_t){.conn = c, .peer = c->peer, .peer_ip = c->ip, .type = c->h.type,
                           .payload = c->payload, .length = c->h.length};
     status = h->handle(&ctl->host, ctl->svc_state[svc], &req);
     /* A handler that kept the payload frees it. */
