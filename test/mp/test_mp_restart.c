@@ -12,7 +12,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -128,6 +130,97 @@ static void restart_case(void **state)
     ote_mem_free(e, mem);
     ote_engine_destroy(e);
     ote_test_target_stop(&t2);
+    unsetenv("OTE_TLS");
+}
+
+typedef struct {
+    ote_engine_h  e;
+    ote_segment_h seg;
+    uint8_t      *local;
+    _Atomic uint64_t remote; /* the region of the instance the segment is bound to */
+    atomic_bool   stop;
+    long          completed, failed, refused;
+} submitter_t;
+
+/* 4 KiB WRITEs one at a time until stop; every task ends (the wait is bounded). */
+static void *submitter_main(void *arg)
+{
+    submitter_t *s = arg;
+
+    while (!atomic_load(&s->stop)) {
+        ote_task_status_t st;
+        ote_status_t sub;
+
+        write_one(s->e, s->seg, s->local, atomic_load(&s->remote), 4096, &sub, &st);
+        if (sub != OTE_OK)
+            s->refused++;
+        else if (st.state == OTE_TASK_COMPLETED)
+            s->completed++;
+        else
+            s->failed++;
+    }
+    return NULL;
+}
+
+/*
+ * Rails torn down and built again (a restart and ote_segment_reopen) while
+ * another thread submits on the segment: every submit is refused or its
+ * task ends with a status (none hangs), writes complete between the
+ * rebuilds, and the last one lands in the last instance. Under
+ * ThreadSanitizer (which runs this test) also: the rail set is taken out
+ * and put back under the lock the submits plan with.
+ */
+static void test_reopen_during_submits(void **state)
+{
+    enum { CYCLES = 3 };
+    char listen[64];
+    const char *args[] = {"--listen", listen, "--region", "1m:rw", NULL};
+    ote_test_target_t t[2];
+    submitter_t s = {0};
+    pthread_t th;
+    ote_mem_h mem;
+    int cur = 0, restarted = -1;
+
+    (void)state;
+    setenv("OTE_TLS", "tcp", 1);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", mp_free_port());
+    assert_int_equal(ote_test_target_start(&t[0], NULL, args), 0);
+    s.e = ote_test_engine(NULL);
+    assert_int_equal(ote_mem_alloc(s.e, 1 << 20, NULL, 0, (void **)&s.local, &mem), OTE_OK);
+    assert_int_equal(ote_segment_open(s.e, t[0].name, &s.seg), OTE_OK);
+    atomic_store(&s.remote, t[0].addr[0]);
+    ote_test_fill(s.local, 0, 4096, 21);
+    assert_int_equal(pthread_create(&th, NULL, submitter_main, &s), 0);
+    for (int c = 0; c < CYCLES; c++) {
+        usleep(100 * 1000);
+        ote_test_target_kill(&t[cur]);
+        assert_int_equal(ote_test_target_start(&t[1 - cur], NULL, args), 0);
+        cur = 1 - cur;
+        assert_int_equal(ote_segment_reopen(s.seg, &restarted), OTE_OK);
+        assert_int_equal(restarted, 1);
+        atomic_store(&s.remote, t[cur].addr[0]);
+    }
+    usleep(100 * 1000);
+    atomic_store(&s.stop, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    print_message("submits beside %d rebuilds: %ld completed, %ld failed, %ld refused\n", CYCLES,
+                  s.completed, s.failed, s.refused);
+    assert_true(s.completed > 0);
+    /* The segment serves the last instance. */
+    {
+        ote_task_status_t st;
+        ote_status_t sub;
+
+        ote_test_fill(s.local, 0, 4096, 22);
+        write_one(s.e, s.seg, s.local, t[cur].addr[0], 4096, &sub, &st);
+        assert_int_equal(sub, OTE_OK);
+        assert_int_equal(st.state, OTE_TASK_COMPLETED);
+        assert_int_equal(ote_test_target_expect(s.e, s.seg, "check 0 0 4096 22", "ok", 10000), 0);
+    }
+    ote_segment_close(s.seg);
+    ote_mem_free(s.e, mem);
+    ote_engine_destroy(s.e);
+    ote_test_target_stop(&t[cur]);
     unsetenv("OTE_TLS");
 }
 
@@ -295,6 +388,7 @@ int main(void)
         OTE_TEST_CASE(restart_case, "tcp"),
         OTE_TEST_CASE(restart_case, "cma"),
         cmocka_unit_test(test_restart_auto),
+        cmocka_unit_test(test_reopen_during_submits),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_name_lookup_bounded),
         cmocka_unit_test(test_refresh_memory_flat),

@@ -100,7 +100,7 @@ static ote_status_t export_rails_build(ote_segment_h seg, uint64_t instance, uin
         .cooldown_max_ns = (uint64_t)ote_engine_facts(e)->config.rail_cooldown_max_ms * 1000000ull,
         .topo            = NULL};
     uint32_t gen;
-    ote_status_t status;
+    ote_status_t status = OTE_OK;
 
     /* A request and its answer fit OTE_MAX_CTL_MSG on both ends. */
     if (ote_engine_facts(e)->config.max_ctl_msg < OTE_CTL_FILE_IO_HDR_LEN + max)
@@ -126,11 +126,21 @@ static ote_status_t export_rails_build(ote_segment_h seg, uint64_t instance, uin
         snprintf(hooks.name, sizeof(hooks.name), "%s", ote_engine_facts(e)->name);
         status = ote_proto_file_remote_rail_init(&seg->rails[n], w, &hooks);
         if (status != OTE_OK)
-            return status;
+            break;
         ote_proto_rail_init(&seg->rails[n], &params, gen);
-        seg->rail_set.rails[n]  = &seg->rails[n];
-        seg->rail_set.num_rails = ++n;
+        seg->rail_set.rails[n] = &seg->rails[n];
+        n++;
     }
+    /*
+     * Built whole, then published under the lock submits plan with
+     * (ote_wireup_build); on a failure what was built, for the caller's
+     * ote_wireup_destroy.
+     */
+    pthread_mutex_lock(&seg->lock);
+    seg->rail_set.num_rails = n;
+    pthread_mutex_unlock(&seg->lock);
+    if (status != OTE_OK)
+        return status;
     seg->export_file_id = file_id;
     return OTE_OK;
 }

@@ -71,9 +71,19 @@ void ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_instance)
 {
     ote_engine_h e = seg->engine;
     uint64_t ids[OTE_PROTO_MAX_RAILS];
-    size_t nids = 0;
+    size_t nids = 0, n;
 
-    for (size_t i = 0; i < seg->rail_set.num_rails; i++) {
+    /*
+     * Out of the set first, under the lock submits plan with: no plan
+     * reads these rails while they go, and slices planned on them are not
+     * bound to the next ones.
+     */
+    pthread_mutex_lock(&seg->lock);
+    n                       = seg->rail_set.num_rails;
+    seg->rail_set.num_rails = 0;
+    atomic_fetch_add(&seg->rails_gen, 1);
+    pthread_mutex_unlock(&seg->lock);
+    for (size_t i = 0; i < n; i++) {
         ote_rail_t *r    = seg->rail_set.rails[i];
         ote_worker_t *w  = &ote_engine_facts(e)->workers[r->worker];
         ote_tl_ep_t *ep;
@@ -88,9 +98,6 @@ void ote_wireup_destroy(ote_segment_h seg, bool release, uint64_t peer_instance)
             ids[nids++] = r->conn_id;
         r->conn_id = 0;
     }
-    seg->rail_set.num_rails = 0;
-    /* Slices planned on these rails are not to be bound to the next ones. */
-    atomic_fetch_add(&seg->rails_gen, 1);
     if (release && nids > 0)
         rails_release(seg, peer_instance, ids, nids);
 }
@@ -686,7 +693,6 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
                   iface->resource.tl_name, iface->resource.dev_name, c->worker);
         seg->rail_set.rails[n] = r;
         n++;
-        seg->rail_set.num_rails = n;
     }
     free(cand);
     n = stage_rails_add(seg, d, n);
@@ -697,7 +703,10 @@ static ote_status_t wireup_build_once(ote_segment_h seg, const ote_desc_t *d, bo
         for (size_t i = 0; i < n; i++)
             rail_start(seg, seg->rail_set.rails[i], gen);
     }
+    /* Built whole, then published under the lock submits plan with. */
+    pthread_mutex_lock(&seg->lock);
     seg->rail_set.num_rails = n;
+    pthread_mutex_unlock(&seg->lock);
     if (n == 0) {
         *links_down_p = links_down;
         if (!links_down && last == OTE_ERR_UNREACHABLE)
