@@ -150,6 +150,14 @@ static void answer_all(ote_ctl_jobs_t *q, tjob_t *jobs, int n)
     fail_msg("jobs not all answered");
 }
 
+/* A pool of THREADS threads and MAX accepted jobs, the counters at 0. */
+static void pool_init(ote_ctl_jobs_t *q)
+{
+    reset();
+    assert_int_equal(ote_ctl_jobs_init(q, "test-ctl", THREADS, MAX, job_answer, job_release),
+                     OTE_OK);
+}
+
 static void test_peer_never_holds_every_thread(void **state)
 {
     static tjob_t a[8], b;
@@ -157,9 +165,7 @@ static void test_peer_never_holds_every_thread(void **state)
     ote_ctl_jobs_t q;
 
     (void)state;
-    reset();
-    assert_int_equal(ote_ctl_jobs_init(&q, "test-ctl", THREADS, MAX, job_answer, job_release),
-                     OTE_OK);
+    pool_init(&q);
     for (int i = 0; i < 8; i++)
         assert_int_equal(start(&q, &a[i], 0, &gate), OTE_OK);
     /* A's blocked jobs hold all threads but one; the rest of A's wait. */
@@ -187,9 +193,7 @@ static void test_share_of_accepted_and_turns(void **state)
     int na = 0, nb = 0, first_b = -1, a_after = 0;
 
     (void)state;
-    reset();
-    assert_int_equal(ote_ctl_jobs_init(&q, "test-ctl", THREADS, MAX, job_answer, job_release),
-                     OTE_OK);
+    pool_init(&q);
     /* A alone: accepted up to its share, then BUSY. */
     while (na < MAX && start(&q, &a[na], 0, &gate) == OTE_OK)
         na++;
@@ -227,9 +231,7 @@ static void test_stop_runs_waiting(void **state)
     int ran = 0;
 
     (void)state;
-    reset();
-    assert_int_equal(ote_ctl_jobs_init(&q, "test-ctl", THREADS, MAX, job_answer, job_release),
-                     OTE_OK);
+    pool_init(&q);
     for (int i = 0; i < 6; i++)
         assert_int_equal(start(&q, &a[i], 0, &gate), OTE_OK);
     usleep(20 * 1000);
