@@ -6,7 +6,9 @@
  */
 #include "mp_util.h"
 
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -106,11 +108,101 @@ static void test_notify_not_sent_on_failure(void **state)
     mp_fx_stop(&f, true);
 }
 
+typedef struct {
+    mp_fx_t     *f;
+    ote_status_t status;
+} slow_notify_t;
+
+/* The next notification that arrives (a command's reply), within timeout_ms. */
+static int next_reply(ote_engine_h e, char *reply, size_t len, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited++) {
+        ote_notif_t n;
+        size_t count = 0;
+
+        ote_notify_recv(e, &n, 1, &count);
+        if (count == 1) {
+            snprintf(reply, len, "%.*s", (int)n.length, n.data);
+            return 0;
+        }
+        usleep(1000);
+    }
+    return -1;
+}
+
+static void *notify_main(void *arg)
+{
+    slow_notify_t *n = arg;
+
+    n->status = ote_notify_send(n->f->e, n->f->seg, "check 0 0 0 0", 13);
+    return NULL;
+}
+
+/*
+ * A notification to a peer that does not answer (stopped) waits up to
+ * OTE_CONNECT_TIMEOUT_MS for its reply; a submit on the same segment from
+ * another thread meanwhile returns at once (it waited for the reply's
+ * timeout while the request held the segment's lock), and its WRITE lands
+ * once the peer goes on.
+ */
+static void test_submit_beside_slow_notify(void **state)
+{
+    static const char *const args[] = {"--region", "1m:rw", NULL};
+    enum { CONNECT_MS = 1500 };
+    mp_fx_t f;
+    slow_notify_t n = {.f = &f, .status = OTE_ERR_IO};
+    ote_xfer_req_t r;
+    ote_task_status_t st;
+    ote_batch_h b;
+    pthread_t th;
+    size_t first;
+    uint64_t t0, ms;
+
+    (void)state;
+    setenv("OTE_CONNECT_TIMEOUT_MS", "1500", 1);
+    mp_fx_start(&f, args, 4096);
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+    ote_test_fill(f.local, 0, 4096, 31);
+    /* The control connection is up before the peer stops (a notification answered). */
+    assert_int_equal(ote_test_target_expect(f.e, f.seg, "check 0 0 0 0", "ok", 10000), 0);
+    assert_int_equal(kill(f.t.pid, SIGSTOP), 0);
+    assert_int_equal(pthread_create(&th, NULL, notify_main, &n), 0);
+    usleep(200 * 1000);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f.local, .segment = f.seg,
+                         .remote_addr = f.t.addr[0], .length = 4096};
+    assert_int_equal(ote_batch_create(f.e, 1, &b), OTE_OK);
+    t0 = ote_time_ns();
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    ms = (ote_time_ns() - t0) / 1000000u;
+    print_message("submit beside a notification the peer does not answer: %llu ms\n",
+                  (unsigned long long)ms);
+    assert_true(ms < CONNECT_MS / 3);
+    assert_int_equal(kill(f.t.pid, SIGCONT), 0);
+    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    ote_batch_release(b);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    /* Answered once the peer went on, or not within the bound: a status either way. */
+    assert_true(n.status == OTE_OK || n.status == OTE_ERR_TIMEOUT ||
+                n.status == OTE_ERR_REMOTE_DISCONNECT);
+    if (n.status == OTE_OK) {
+        /* Its command's reply comes back first: taken before the check's. */
+        char reply[64];
+
+        assert_int_equal(next_reply(f.e, reply, sizeof(reply), 10000), 0);
+        assert_string_equal(reply, "ok");
+    }
+    assert_int_equal(ote_test_target_expect(f.e, f.seg, "check 0 0 4096 31", "ok", 10000), 0);
+    mp_fx_stop(&f, true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_notify_after_data_exactly_once),
         cmocka_unit_test(test_notify_not_sent_on_failure),
+        cmocka_unit_test(test_submit_beside_slow_notify),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

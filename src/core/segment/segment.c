@@ -436,10 +436,7 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         ote_wireup_destroy(seg, false, 0);
         if (ote_engine_facts(seg->engine)->meta != NULL) {
             /* The new instance's listener; the old one's connection is of no use. */
-            pthread_mutex_lock(&seg->lock);
-            ote_segment_ctl_close(seg);
-            snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", d->ctl_addr);
-            pthread_mutex_unlock(&seg->lock);
+            ote_segment_ctl_rebind(seg, d->ctl_addr);
         }
         status = ote_wireup_build(seg, d);
         /* Slices of the old instance still waiting for a rail end CANCELED. */

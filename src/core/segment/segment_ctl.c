@@ -26,12 +26,23 @@ ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status)
     return status;
 }
 
-void ote_segment_ctl_close(ote_segment_h seg)
+/* ctl_lock held. */
+static void ctl_close(ote_segment_h seg)
 {
     if (seg->ctl_fd >= 0) {
         close(seg->ctl_fd);
         seg->ctl_fd = -1;
     }
+}
+
+void ote_segment_ctl_rebind(ote_segment_h seg, const char *ctl_addr)
+{
+    pthread_mutex_lock(&seg->ctl_lock);
+    ctl_close(seg);
+    pthread_mutex_lock(&seg->lock);
+    snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%s", ctl_addr);
+    pthread_mutex_unlock(&seg->lock);
+    pthread_mutex_unlock(&seg->ctl_lock);
 }
 
 /*
@@ -235,11 +246,17 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
 }
 
 /* Under seg->lock. */
+/* ctl_lock held: the request connection, opened to the bound instance's listener if none. */
 static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
 {
+    char addr[sizeof(seg->ctl_addr)];
+
     if (seg->ctl_fd >= 0)
         return OTE_OK;
-    return ctl_open(seg, seg->ctl_addr, deadline, &seg->ctl_fd);
+    pthread_mutex_lock(&seg->lock);
+    memcpy(addr, seg->ctl_addr, sizeof(addr));
+    pthread_mutex_unlock(&seg->lock);
+    return ctl_open(seg, addr, deadline, &seg->ctl_fd);
 }
 
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
@@ -256,7 +273,7 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
         ote_error("segment '%s': a file has no peer to send control messages to", seg->name);
         return OTE_ERR_UNSUPPORTED;
     }
-    pthread_mutex_lock(&seg->lock);
+    pthread_mutex_lock(&seg->ctl_lock);
     status = ctl_connect(seg, deadline);
     if (status != OTE_OK)
         goto out;
@@ -264,12 +281,12 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
                           resp_p, resp_len_p);
     if (status != OTE_OK) {
         /* The stream may be mid-message: never reuse it. */
-        ote_segment_ctl_close(seg);
+        ctl_close(seg);
         if (status == OTE_ERR_REMOTE_DISCONNECT || status == OTE_ERR_IO)
             status = OTE_ERR_REMOTE_DISCONNECT;
     }
 out:
-    pthread_mutex_unlock(&seg->lock);
+    pthread_mutex_unlock(&seg->ctl_lock);
     return status;
 }
 

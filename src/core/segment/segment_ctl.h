@@ -13,16 +13,24 @@
  * peer requires OTE_AUTH_KEY.
  */
 ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status);
-/* Close the segment's control connection (the next request opens another). */
-void         ote_segment_ctl_close(ote_segment_h seg);
+/*
+ * Close the segment's control connection and point the next one at ctl_addr
+ * (the listener of the instance the segment is bound to now).
+ */
+void         ote_segment_ctl_rebind(ote_segment_h seg, const char *ctl_addr);
 /* The peer's descriptor from its control listener (peer-to-peer metadata). */
 ote_status_t ote_segment_fetch_desc(ote_segment_h seg, ote_desc_t **desc_p);
+/*
+ * One request-reply on the segment's request connection, one at a time
+ * (its own lock, not seg->lock: submits on the segment go on meanwhile),
+ * within OTE_CONNECT_TIMEOUT_MS.
+ */
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
                                      size_t len, uint8_t expect, uint8_t **resp_p,
                                      size_t *resp_len_p);
 /*
- * One request on a control connection of its own (seg->lock is not held
- * while it waits): for answers that take as long as a transfer (PUTBACK).
+ * One request on a control connection of its own (neither seg->lock nor the
+ * request connection's lock is held while it waits): for answers that take as long as a transfer (PUTBACK).
  */
 ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
                                            size_t len, uint8_t expect, long timeout_ms,

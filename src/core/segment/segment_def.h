@@ -61,7 +61,15 @@ struct ote_segment {
     /* The rails the last request's plan chose, for rails_gen plan_memo_gen (seg->lock). */
     ote_proto_plan_memo_t plan_memo;
     uint32_t         plan_memo_gen;
-    int              ctl_fd;        /* request connection, -1 until needed */
+    /*
+     * The request connection, -1 until needed, and the lock of its
+     * request-replies (ote_segment_ctl_request): apart from seg->lock,
+     * which submits take, so that a peer slow to answer a request
+     * (a notification, a descriptor) holds no submit on the segment. Taken
+     * before seg->lock where both are.
+     */
+    pthread_mutex_t  ctl_lock;
+    int              ctl_fd;
     atomic_uint      ctl_seq;
     atomic_bool      closed;
     atomic_bool      stale;         /* the bound instance is gone (PEER_RESTARTED) */

@@ -55,6 +55,7 @@ ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char 
     pthread_mutex_init(&seg->refresh_lock, NULL);
     pthread_mutex_init(&seg->spray_lock, NULL);
     pthread_mutex_init(&seg->ctl_pool_lock, NULL);
+    pthread_mutex_init(&seg->ctl_lock, NULL);
     reread_state_init(seg);
     atomic_init(&seg->refs, 1);
     return seg;
@@ -99,6 +100,7 @@ static void segment_free(ote_segment_h seg)
         close(seg->ctl_fd);
     ote_segment_ctl_pool_drain(seg);
     pthread_mutex_destroy(&seg->ctl_pool_lock);
+    pthread_mutex_destroy(&seg->ctl_lock);
     ote_segment_desc_put(seg->desc);
     ote_range_index_free(seg->range_index);
     pthread_mutex_destroy(&seg->lock);
