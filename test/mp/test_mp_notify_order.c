@@ -558,12 +558,87 @@ static void test_stopped_receiver_bound(void **state)
     ote_test_target_stop(&t);
 }
 
+/*
+ * The notifications that follow batches go to each peer side by side: one
+ * whose receiver's backlog stays full (its sender retries for
+ * OTE_NOTIFY_TIMEOUT_MS) does not hold another peer's, which arrives at
+ * once; the first still ends BUSY, its data written.
+ */
+static void test_lanes_side_by_side(void **state)
+{
+    enum { TIMEOUT_MS = 2000 };
+    ote_engine_h rx_a, rx_b, tx;
+    ote_segment_h seg_a, seg_b;
+    ote_mem_h mem_a, mem_b, mem_tx;
+    uint8_t *buf_a, *buf_b, *buf_tx;
+    ote_xfer_req_t r;
+    ote_batch_h ba, bb;
+    ote_status_t nst;
+    ote_notif_t got[4];
+    size_t first_a, first_b;
+    uint64_t t0, took;
+
+    (void)state;
+    notify_pair("1", "2000", &rx_a, &tx, &seg_a);
+    rx_b = ote_test_engine(NULL);
+    assert_int_equal(ote_segment_open(tx, ote_engine_name(rx_b), &seg_b), OTE_OK);
+    assert_int_equal(ote_mem_alloc(rx_a, 4096, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&buf_a,
+                                   &mem_a),
+                     OTE_OK);
+    assert_int_equal(ote_mem_alloc(rx_b, 4096, NULL, OTE_ACCESS_REMOTE_WRITE, (void **)&buf_b,
+                                   &mem_b),
+                     OTE_OK);
+    assert_int_equal(ote_mem_alloc(tx, 4096, NULL, 0, (void **)&buf_tx, &mem_tx), OTE_OK);
+    assert_int_equal(ote_segment_refresh(seg_a), OTE_OK);
+    assert_int_equal(ote_segment_refresh(seg_b), OTE_OK);
+    ote_test_fill(buf_tx, 0, 4096, 9);
+    /* A's backlog is full (one, never taken): its next notification waits for room. */
+    assert_int_equal(send_str(tx, seg_a, "f", 0), OTE_OK);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = buf_tx, .segment = seg_a,
+                         .remote_addr = (uint64_t)(uintptr_t)buf_a, .length = 4096};
+    assert_int_equal(ote_batch_create(tx, 1, &ba), OTE_OK);
+    assert_int_equal(ote_batch_submit_notify(ba, &r, 1, "to-a", 4, &first_a), OTE_OK);
+    sleep_ms(200);
+    /* B's comes at once, not after A's timeout. */
+    r.segment     = seg_b;
+    r.remote_addr = (uint64_t)(uintptr_t)buf_b;
+    t0            = now_ms();
+    assert_int_equal(ote_batch_create(tx, 1, &bb), OTE_OK);
+    assert_int_equal(ote_batch_submit_notify(bb, &r, 1, "to-b", 4, &first_b), OTE_OK);
+    assert_int_equal(ote_batch_wait(bb, 10000), OTE_OK);
+    took = now_ms() - t0;
+    print_message("notification to B beside A's full backlog: %llu ms\n",
+                  (unsigned long long)took);
+    assert_true(took < TIMEOUT_MS / 2);
+    assert_int_equal(ote_batch_notify_status(bb, first_b, &nst), OTE_OK);
+    assert_int_equal(nst, OTE_OK);
+    assert_int_equal(drain(rx_b, got, 4, 100), 1);
+    assert_memory_equal(got[0].data, "to-b", 4);
+    assert_int_equal(ote_test_check(buf_b, 0, 4096, 9), -1);
+    /* A's: its data written, the notification BUSY once its time ran out. */
+    assert_int_equal(ote_batch_wait(ba, 10000), OTE_OK);
+    assert_int_equal(ote_batch_notify_status(ba, first_a, &nst), OTE_OK);
+    assert_int_equal(nst, OTE_ERR_BUSY);
+    assert_int_equal(ote_test_check(buf_a, 0, 4096, 9), -1);
+    ote_batch_release(ba);
+    ote_batch_release(bb);
+    ote_segment_close(seg_a);
+    ote_segment_close(seg_b);
+    ote_mem_free(tx, mem_tx);
+    ote_mem_free(rx_a, mem_a);
+    ote_mem_free(rx_b, mem_b);
+    ote_engine_destroy(tx);
+    ote_engine_destroy(rx_a);
+    ote_engine_destroy(rx_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment_per_message),
         cmocka_unit_test(test_threads_one_segment),
         cmocka_unit_test(test_full_backlog),
+        cmocka_unit_test(test_lanes_side_by_side),
         cmocka_unit_test(test_close_while_sending),
         cmocka_unit_test(test_spoofed_sender),
         cmocka_unit_test(test_stopped_receiver_bound),

@@ -32,10 +32,11 @@
  * Notifications that follow a batch are sent by a dedicated thread once
  * every task of their call completed, so the data is in the peer's memory
  * before the message arrives; it takes every group that completed
- * meanwhile into the lanes at once, so they share frames, then flushes the
- * lanes one after the other. A group's OTE_NOTIFY_TIMEOUT_MS starts when
- * its lane's turn comes, so the time spent on an earlier lane (a peer that
- * does not answer: at most two exchanges) does not eat into it.
+ * meanwhile into the lanes at once, so they share frames, then hands each
+ * lane to a pool of its own (NOTIFIER_THREADS) that flushes the lanes side
+ * by side: a peer that does not answer delays no other peer's
+ * notifications. A group's OTE_NOTIFY_TIMEOUT_MS starts when its lane's
+ * flush starts.
  *
  * Each sender holds a reference on its segment handle until its call
  * returns (a group holds one until it ended), so a handle closed meanwhile
@@ -49,6 +50,7 @@
 #include "notify.h"
 #include "xfer_def.h"
 #include "core/segment/segment.h"
+#include "proto/jobs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,7 @@ struct ote_notifier {
     /* queue of groups whose tasks all completed */
     ote_notify_group_t **q;
     size_t              head, count, cap;
+    ote_proto_jobs_t   *pool; /* flushes the lanes of a round side by side */
 };
 
 /* ---- sender ---------------------------------------------------------------- */
@@ -461,16 +464,23 @@ ote_status_t ote_notify_send_many(ote_engine_h e, ote_segment_h seg, const ote_n
 
 /* ---- notifications after batches ------------------------------------------- */
 
-/* The lanes one notifier round put groups into, and how many each waits for. */
+/* The lanes one notifier round put groups into. */
 #define NOTIFIER_LANES 16
+/* Threads that flush them side by side (ote-notify-N): a peer that does not answer holds one. */
+#define NOTIFIER_THREADS 8
+/* Lane flushes waiting for one of them; past it the notifier flushes the lane itself. */
+#define NOTIFIER_QUEUED 4096
 
+/* One round's groups in one lane, and the job that flushes them there. */
 typedef struct {
+    ote_proto_job_t         job; /* first: the pool's entry */
+    ote_engine_h            engine;
     struct ote_notify_lane *lane;
     notify_waiter_t         w;
 } notifier_lane_t;
 
 /* Put g into the lane of its segment's instance (one of *lanes); ends it when it cannot. */
-static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t *lanes,
+static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t **lanes,
                           size_t *num_p)
 {
     notify_item_t *it;
@@ -480,15 +490,20 @@ static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t
 
     status = atomic_load(&g->segment->closed) ? OTE_ERR_CANCELED
                                               : seg_instance(g->segment, &instance);
-    for (k = 0; status == OTE_OK && k < *num_p && lanes[k].lane->instance != instance; k++)
+    for (k = 0; status == OTE_OK && k < *num_p && lanes[k]->lane->instance != instance; k++)
         ;
     if (status == OTE_OK && k == *num_p) {
-        lanes[k].lane = lane_get(e, instance);
-        lanes[k].w    = (notify_waiter_t){0};
-        if (lanes[k].lane == NULL)
+        lanes[k] = calloc(1, sizeof(*lanes[k]));
+        if (lanes[k] != NULL && (lanes[k]->lane = lane_get(e, instance)) == NULL) {
+            free(lanes[k]);
+            lanes[k] = NULL;
+        }
+        if (lanes[k] == NULL) {
             status = OTE_ERR_NO_MEMORY;
-        else
+        } else {
+            lanes[k]->engine = e;
             (*num_p)++;
+        }
     }
     it = status == OTE_OK ? calloc(1, sizeof(*it)) : NULL;
     if (status == OTE_OK && it == NULL)
@@ -503,31 +518,50 @@ static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t
                                    .data   = (const uint8_t *)g->data,
                                    .length = g->length,
                                    .group  = g,
-                                   .waiter = &lanes[k].w,
+                                   .waiter = &lanes[k]->w,
                                    .deadline = NO_DEADLINE};
     it->status_p = &it->status;
-    pthread_mutex_lock(&lanes[k].lane->lock);
-    lanes[k].w.pending++;
-    lane_append(e, lanes[k].lane, it);
-    pthread_mutex_unlock(&lanes[k].lane->lock);
+    pthread_mutex_lock(&lanes[k]->lane->lock);
+    lanes[k]->w.pending++;
+    lane_append(e, lanes[k]->lane, it);
+    pthread_mutex_unlock(&lanes[k]->lane->lock);
 }
 
-/* Send what the lanes of this round hold, then let them go. */
-static void notifier_flush(ote_engine_h e, notifier_lane_t *lanes, size_t *num_p)
+/*
+ * A pool thread (or the notifier): send what one round put into one lane,
+ * then let it go. The groups' time to wait out a full backlog starts now.
+ */
+static void notifier_lane_flush(ote_proto_job_t *job)
+{
+    notifier_lane_t *nl       = (notifier_lane_t *)job;
+    struct ote_notify_lane *l = nl->lane;
+    uint64_t deadline;
+
+    pthread_mutex_lock(&l->lock);
+    deadline = ote_time_ns() + notify_timeout_ns(nl->engine);
+    for (notify_item_t *it = l->head; it != NULL; it = it->next) {
+        if (it->waiter == &nl->w && it->deadline == NO_DEADLINE)
+            it->deadline = deadline;
+    }
+    lane_wait(nl->engine, l, &nl->w);
+    pthread_mutex_unlock(&l->lock);
+    lane_put(nl->engine, l);
+    free(nl);
+}
+
+/*
+ * The lanes of this round, each flushed by a job of the notifier's pool:
+ * side by side, so that a peer that does not answer (up to two exchanges
+ * of OTE_CONNECT_TIMEOUT_MS, or OTE_NOTIFY_TIMEOUT_MS of a full backlog)
+ * delays no other peer's notifications. Lane order holds whoever flushes.
+ */
+static void notifier_flush(ote_notifier_t *nt, notifier_lane_t **lanes, size_t *num_p)
 {
     for (size_t k = 0; k < *num_p; k++) {
-        uint64_t deadline;
-
-        pthread_mutex_lock(&lanes[k].lane->lock);
-        /* The lane's turn: its groups' time to wait out a full backlog starts now. */
-        deadline = ote_time_ns() + notify_timeout_ns(e);
-        for (notify_item_t *it = lanes[k].lane->head; it != NULL; it = it->next) {
-            if (it->waiter == &lanes[k].w && it->deadline == NO_DEADLINE)
-                it->deadline = deadline;
-        }
-        lane_wait(e, lanes[k].lane, &lanes[k].w);
-        pthread_mutex_unlock(&lanes[k].lane->lock);
-        lane_put(e, lanes[k].lane);
+        lanes[k]->job.run = notifier_lane_flush;
+        if (nt->pool == NULL || ote_proto_jobs_submit(nt->pool, &lanes[k]->job) != OTE_OK)
+            notifier_lane_flush(&lanes[k]->job);
+        lanes[k] = NULL;
     }
     *num_p = 0;
 }
@@ -535,7 +569,7 @@ static void notifier_flush(ote_engine_h e, notifier_lane_t *lanes, size_t *num_p
 static void *notifier_main(void *arg)
 {
     ote_notifier_t *nt = arg;
-    notifier_lane_t lanes[NOTIFIER_LANES];
+    notifier_lane_t *lanes[NOTIFIER_LANES];
     size_t num_lanes = 0;
 
     pthread_mutex_lock(&nt->lock);
@@ -555,7 +589,7 @@ static void *notifier_main(void *arg)
             pthread_mutex_lock(&nt->lock);
         }
         pthread_mutex_unlock(&nt->lock);
-        notifier_flush(nt->engine, lanes, &num_lanes);
+        notifier_flush(nt, lanes, &num_lanes);
         pthread_mutex_lock(&nt->lock);
     }
     pthread_mutex_unlock(&nt->lock);
@@ -569,9 +603,15 @@ ote_status_t ote_notifier_start(ote_engine_h e, ote_notifier_t **n_p)
     if (nt == NULL)
         return OTE_ERR_NO_MEMORY;
     nt->engine = e;
+    if (ote_proto_jobs_create("ote-notify", NOTIFIER_THREADS, NOTIFIER_QUEUED, &nt->pool) !=
+        OTE_OK) {
+        free(nt);
+        return OTE_ERR_NO_MEMORY;
+    }
     pthread_mutex_init(&nt->lock, NULL);
     pthread_cond_init(&nt->cond, NULL);
     if (pthread_create(&nt->thread, NULL, notifier_main, nt) != 0) {
+        ote_proto_jobs_destroy(nt->pool);
         pthread_mutex_destroy(&nt->lock);
         pthread_cond_destroy(&nt->cond);
         free(nt);
@@ -606,6 +646,8 @@ void ote_notifier_stop(ote_notifier_t *nt)
     ote_cond_stop(&nt->lock, &nt->cond, &nt->stop);
     if (nt->started)
         pthread_join(nt->thread, NULL);
+    /* The lane flushes still queued run, each to its end. */
+    ote_proto_jobs_destroy(nt->pool);
     free(nt->q);
     pthread_mutex_destroy(&nt->lock);
     pthread_cond_destroy(&nt->cond);
