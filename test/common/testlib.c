@@ -349,11 +349,16 @@ void ote_test_target_stop(ote_test_target_t *t)
 int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char *reply,
                         size_t reply_len, int timeout_ms)
 {
+    if (ote_notify_send(e, seg, cmd, strlen(cmd)) != OTE_OK)
+        return -1;
+    return ote_test_target_reply(e, reply, reply_len, timeout_ms);
+}
+
+int ote_test_target_reply(ote_engine_h e, char *reply, size_t reply_len, int timeout_ms)
+{
     struct timespec ts;
     long waited = 0;
 
-    if (ote_notify_send(e, seg, cmd, strlen(cmd)) != OTE_OK)
-        return -1;
     while (waited < (long)timeout_ms * 1000) {
         ote_notif_t n;
         size_t count = 0;

@@ -138,6 +138,8 @@ void ote_test_target_kill(ote_test_target_t *t);
  */
 int ote_test_target_cmd(ote_engine_h e, ote_segment_h seg, const char *cmd, char *reply,
                         size_t reply_len, int timeout_ms);
+/* The next reply (notification) the target sends, within timeout_ms; 0 when one came. */
+int ote_test_target_reply(ote_engine_h e, char *reply, size_t reply_len, int timeout_ms);
 
 /*
  * ote_test_target_cmd, then the reply compared with want: 0 when it is

@@ -113,23 +113,6 @@ typedef struct {
     ote_status_t status;
 } slow_notify_t;
 
-/* The next notification that arrives (a command's reply), within timeout_ms. */
-static int next_reply(ote_engine_h e, char *reply, size_t len, int timeout_ms)
-{
-    for (int waited = 0; waited < timeout_ms; waited++) {
-        ote_notif_t n;
-        size_t count = 0;
-
-        ote_notify_recv(e, &n, 1, &count);
-        if (count == 1) {
-            snprintf(reply, len, "%.*s", (int)n.length, n.data);
-            return 0;
-        }
-        usleep(1000);
-    }
-    return -1;
-}
-
 static void *notify_main(void *arg)
 {
     slow_notify_t *n = arg;
@@ -190,7 +173,7 @@ static void test_submit_beside_slow_notify(void **state)
         /* Its command's reply comes back first: taken before the check's. */
         char reply[64];
 
-        assert_int_equal(next_reply(f.e, reply, sizeof(reply), 10000), 0);
+        assert_int_equal(ote_test_target_reply(f.e, reply, sizeof(reply), 10000), 0);
         assert_string_equal(reply, "ok");
     }
     assert_int_equal(ote_test_target_expect(f.e, f.seg, "check 0 0 4096 31", "ok", 10000), 0);
