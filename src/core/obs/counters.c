@@ -279,7 +279,6 @@ void ote_obs_metadata_request(ote_obs_t *obs, ote_status_t status)
 
 /* ---- snapshot --------------------------------------------------------------- */
 
-
 typedef struct {
     uint64_t *bytes;
 } visit_arg_t;

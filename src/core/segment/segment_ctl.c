@@ -245,7 +245,6 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
     return OTE_OK;
 }
 
-/* Under seg->lock. */
 /* ctl_lock held: the request connection, opened to the bound instance's listener if none. */
 static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
 {

@@ -30,7 +30,8 @@ ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void
                                      size_t *resp_len_p);
 /*
  * One request on a control connection of its own (neither seg->lock nor the
- * request connection's lock is held while it waits): for answers that take as long as a transfer (PUTBACK).
+ * request connection's lock is held while it waits): for answers that take
+ * as long as a transfer (PUTBACK).
  */
 ote_status_t ote_segment_ctl_request_alone(ote_segment_h seg, uint8_t type, const void *payload,
                                            size_t len, uint8_t expect, long timeout_ms,

@@ -101,8 +101,8 @@ static unsigned worker_round(ote_worker_t *w, ote_slice_t *head)
     n += worker_post_chain(head, false);
     n += worker_progress(w);
     /* The round's own time for what needs no finer one (a round lasts microseconds). */
-    now           = ote_round_ns;
-    w->round_ns   = now;
+    now          = ote_round_ns;
+    w->round_ns  = now;
     round_worker = outer_worker;
     ote_round_end(outer);
     if (now >= w->next_timeout) {

@@ -493,16 +493,15 @@ static void notifier_post(ote_engine_h e, ote_notify_group_t *g, notifier_lane_t
     for (k = 0; status == OTE_OK && k < *num_p && lanes[k]->lane->instance != instance; k++)
         ;
     if (status == OTE_OK && k == *num_p) {
-        lanes[k] = calloc(1, sizeof(*lanes[k]));
-        if (lanes[k] != NULL && (lanes[k]->lane = lane_get(e, instance)) == NULL) {
-            free(lanes[k]);
-            lanes[k] = NULL;
-        }
-        if (lanes[k] == NULL) {
+        notifier_lane_t *nl       = calloc(1, sizeof(*nl));
+        struct ote_notify_lane *l = nl != NULL ? lane_get(e, instance) : NULL;
+
+        if (l == NULL) {
+            free(nl);
             status = OTE_ERR_NO_MEMORY;
         } else {
-            lanes[k]->engine = e;
-            (*num_p)++;
+            *nl               = (notifier_lane_t){.engine = e, .lane = l};
+            lanes[(*num_p)++] = nl;
         }
     }
     it = status == OTE_OK ? calloc(1, sizeof(*it)) : NULL;
@@ -559,7 +558,7 @@ static void notifier_flush(ote_notifier_t *nt, notifier_lane_t **lanes, size_t *
 {
     for (size_t k = 0; k < *num_p; k++) {
         lanes[k]->job.run = notifier_lane_flush;
-        if (nt->pool == NULL || ote_proto_jobs_submit(nt->pool, &lanes[k]->job) != OTE_OK)
+        if (ote_proto_jobs_submit(nt->pool, &lanes[k]->job) != OTE_OK)
             notifier_lane_flush(&lanes[k]->job);
         lanes[k] = NULL;
     }
