@@ -12,24 +12,28 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#define OTE_DLIST_PUSH_FRONT(_head, _elem)                                                     \
+#define OTE_DLIST_PUSH_FRONT(_head, _elem) OTE_DLIST_PUSH_FRONT_L(_head, _elem, prev, next)
+#define OTE_DLIST_REMOVE(_head, _elem)     OTE_DLIST_REMOVE_L(_head, _elem, prev, next)
+
+/* The same with the names of the links given. */
+#define OTE_DLIST_PUSH_FRONT_L(_head, _elem, _prev, _next)                                     \
     do {                                                                                       \
-        (_elem)->prev = NULL;                                                                  \
-        (_elem)->next = (_head);                                                               \
+        (_elem)->_prev = NULL;                                                                 \
+        (_elem)->_next = (_head);                                                              \
         if ((_head) != NULL)                                                                   \
-            (_head)->prev = (_elem);                                                           \
+            (_head)->_prev = (_elem);                                                          \
         (_head) = (_elem);                                                                     \
     } while (0)
 
 /* Unlinks _elem; one in no list (no prev, not the head) changes nothing. Its links stay. */
-#define OTE_DLIST_REMOVE(_head, _elem)                                                         \
+#define OTE_DLIST_REMOVE_L(_head, _elem, _prev, _next)                                         \
     do {                                                                                       \
-        if ((_elem)->prev != NULL)                                                             \
-            (_elem)->prev->next = (_elem)->next;                                               \
+        if ((_elem)->_prev != NULL)                                                            \
+            (_elem)->_prev->_next = (_elem)->_next;                                            \
         else if ((_head) == (_elem))                                                           \
-            (_head) = (_elem)->next;                                                           \
-        if ((_elem)->next != NULL)                                                             \
-            (_elem)->next->prev = (_elem)->prev;                                               \
+            (_head) = (_elem)->_next;                                                          \
+        if ((_elem)->_next != NULL)                                                            \
+            (_elem)->_next->_prev = (_elem)->_prev;                                            \
     } while (0)
 
 #define OTE_DLIST2_PUSH_FRONT(_head, _tail, _elem, _prev, _next)                               \

@@ -409,6 +409,12 @@ static ote_status_t socket_io_all(int fd, uint8_t *p, size_t len, bool out, uint
     return OTE_OK;
 }
 
+void ote_fd_close(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
 ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns)
 {
     /* Only read through p when sending. */

@@ -128,6 +128,8 @@ ote_status_t ote_socket_connect(const struct sockaddr_storage *ss, socklen_t len
  */
 bool         ote_socket_refuses(const struct sockaddr_storage *ss, socklen_t len, int timeout_ms);
 /* Send/receive exactly len bytes before deadline_ns (monotonic). */
+/* close(fd) where fd is open (>= 0); -1, "none", is passed over. */
+void         ote_fd_close(int fd);
 ote_status_t ote_socket_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns);
 ote_status_t ote_socket_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns);
 ote_status_t ote_socket_set_nonblock(int fd, bool on);

@@ -402,10 +402,8 @@ static void engine_free(ote_engine_h e)
         if (tl->md != NULL)
             tl->resource.component->ops->md_close(tl->resource.component, tl->md);
     }
-    if (e->wset.event_fd >= 0)
-        close(e->wset.event_fd);
-    if (e->wset.poll_epfd >= 0)
-        close(e->wset.poll_epfd);
+    ote_fd_close(e->wset.event_fd);
+    ote_fd_close(e->wset.poll_epfd);
     ote_engine_topo_close(e);
     ote_rdma_free(e->rdma);
     free(e->xfer.notifs);

@@ -162,8 +162,7 @@ ote_status_t ote_mem_host_alloc(size_t length, int numa, void **addr_p, size_t *
         if (rc != 0 && ote_mem_numa_nodes() > 1) {
             ote_error("binding %zu bytes to NUMA node %d: %s", len, numa, strerror(errno));
             munmap(p, len);
-            if (fd >= 0)
-                close(fd);
+            ote_fd_close(fd);
             free(ent);
             return OTE_ERR_NO_MEMORY;
         }

@@ -15,6 +15,7 @@
  */
 #include "mem_int.h"
 
+#include "base/dlist.h"
 #include "base/log.h"
 
 #include <pthread.h>
@@ -72,14 +73,7 @@ static inline uint64_t reg_bytes(const ote_mem_reg_t *g)
 
 static void rcache_lru_unlink(ote_rcache_t *rc, ote_mem_reg_t *g)
 {
-    if (g->lru_prev != NULL)
-        g->lru_prev->lru_next = g->lru_next;
-    else
-        rc->lru_head = g->lru_next;
-    if (g->lru_next != NULL)
-        g->lru_next->lru_prev = g->lru_prev;
-    else
-        rc->lru_tail = g->lru_prev;
+    OTE_DLIST2_REMOVE(rc->lru_head, rc->lru_tail, g, lru_prev, lru_next);
     g->lru_prev = g->lru_next = NULL;
     rc->stats.unreferenced--;
     rc->stats.unreferenced_bytes -= reg_bytes(g);
@@ -87,13 +81,7 @@ static void rcache_lru_unlink(ote_rcache_t *rc, ote_mem_reg_t *g)
 
 static void lru_push_tail(ote_rcache_t *rc, ote_mem_reg_t *g)
 {
-    g->lru_next = NULL;
-    g->lru_prev = rc->lru_tail;
-    if (rc->lru_tail != NULL)
-        rc->lru_tail->lru_next = g;
-    else
-        rc->lru_head = g;
-    rc->lru_tail = g;
+    OTE_DLIST2_PUSH_BACK(rc->lru_head, rc->lru_tail, g, lru_prev, lru_next);
     rc->stats.unreferenced++;
     rc->stats.unreferenced_bytes += reg_bytes(g);
 }

@@ -187,25 +187,26 @@ typedef struct {
 } ote_ctl_service_t;
 
 /*
- * The type and handler tables of a service that serves one request with one
- * answer and refuses it with OTE_CTL_REFUSE_AUTH_DONE before authentication
- * (stage, putback and file_io): _name##_types and _name##_handlers.
- * OTE_CTL_SERVICE_TABLES(_name) fills a service's fields that name them.
+ * A protocol's service that serves one request with one answer and refuses
+ * it with OTE_CTL_REFUSE_AUTH_DONE before authentication (stage, putback and
+ * file_io): its type and handler tables and ote_proto_<_name>_service, whose
+ * other fields (create, stop, ...) follow the handler.
  */
-#define OTE_CTL_ONE_REQUEST_TABLES(_name, _req, _max, _ack, _handle)                           \
+#define OTE_CTL_ONE_REQUEST_SERVICE(_name, _req, _max, _ack, _handle, ...)                     \
     static const ote_ctl_type_info_t _name##_types[] = {                                       \
         OTE_CTL_TYPE_REQUEST(_req, _max),                                                      \
         OTE_CTL_TYPE_RESPONSE(_ack),                                                           \
     };                                                                                         \
     static const ote_ctl_handler_t _name##_handlers[] = {                                      \
         {.type = (_req), .refuse_type = OTE_CTL_REFUSE_AUTH_DONE, .handle = (_handle)},        \
-    }
-
-#define OTE_CTL_SERVICE_TABLES(_name)                                                          \
-    .types        = _name##_types,                                                             \
-    .num_types    = sizeof(_name##_types) / sizeof(_name##_types[0]),                          \
-    .handlers     = _name##_handlers,                                                          \
-    .num_handlers = sizeof(_name##_handlers) / sizeof(_name##_handlers[0])
+    };                                                                                         \
+    const ote_ctl_service_t ote_proto_##_name##_service = {                                    \
+        .name         = #_name,                                                                \
+        .types        = _name##_types,                                                         \
+        .num_types    = sizeof(_name##_types) / sizeof(_name##_types[0]),                      \
+        .handlers     = _name##_handlers,                                                      \
+        .num_handlers = sizeof(_name##_handlers) / sizeof(_name##_handlers[0]),                \
+        __VA_ARGS__}
 
 /* The protocols' services (stage_target.c, putback_target.c, file_io_target.c). */
 extern const ote_ctl_service_t ote_proto_stage_service;

@@ -317,14 +317,7 @@ static void file_io_destroy(const ote_ctl_host_t *host, void *state)
     free(t);
 }
 
-OTE_CTL_ONE_REQUEST_TABLES(file_io, OTE_CTL_FILE_IO, OTE_CTL_FILE_IO_MAX_LEN, OTE_CTL_FILE_IO_ACK,
-                           file_io_handle);
-
-const ote_ctl_service_t ote_proto_file_io_service = {
-    .name         = "file_io",
-    OTE_CTL_SERVICE_TABLES(file_io),
-    .create       = file_io_create,
-    .answer       = ote_ctl_jobs_answer_all,
-    .stop         = file_io_stop,
-    .destroy      = file_io_destroy,
-};
+OTE_CTL_ONE_REQUEST_SERVICE(file_io, OTE_CTL_FILE_IO, OTE_CTL_FILE_IO_MAX_LEN,
+                            OTE_CTL_FILE_IO_ACK, file_io_handle, .create = file_io_create,
+                            .answer = ote_ctl_jobs_answer_all, .stop = file_io_stop,
+                            .destroy = file_io_destroy);

@@ -128,15 +128,8 @@ unsigned ote_proto_putback_target_threads(void *state)
     return state != NULL ? ote_ctl_jobs_threads(state) : 0;
 }
 
-OTE_CTL_ONE_REQUEST_TABLES(putback, OTE_CTL_PUTBACK, OTE_CTL_PUTBACK_MAX_LEN, OTE_CTL_PUTBACK_ACK,
-                           putback_handle);
-
-const ote_ctl_service_t ote_proto_putback_service = {
-    .name         = "putback",
-    OTE_CTL_SERVICE_TABLES(putback),
-    .create       = putback_create,
-    /* Every accepted PUTBACK runs to its end at stop (bounded by the transfer timeout). */
-    .answer       = ote_ctl_jobs_answer_all,
-    .stop         = ote_ctl_jobs_stop,
-    .destroy      = putback_destroy,
-};
+/* Every accepted PUTBACK runs to its end at stop (bounded by the transfer timeout). */
+OTE_CTL_ONE_REQUEST_SERVICE(putback, OTE_CTL_PUTBACK, OTE_CTL_PUTBACK_MAX_LEN,
+                            OTE_CTL_PUTBACK_ACK, putback_handle, .create = putback_create,
+                            .answer = ote_ctl_jobs_answer_all, .stop = ote_ctl_jobs_stop,
+                            .destroy = putback_destroy);

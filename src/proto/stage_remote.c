@@ -375,22 +375,14 @@ ote_status_t ote_stage_remote_post(stage_ep_t *ep, bool write, void *local, size
         return OTE_ERR_UNREACHABLE;
     if (rail->ep == NULL || ep->host->ep == NULL)
         return OTE_ERR_CANCELED;
-    op = calloc(1, sizeof(*op));
+    op = malloc(sizeof(*op));
     if (op == NULL)
         return OTE_ERR_NO_MEMORY;
-    op->hooks        = ep->hooks;
-    op->rail         = rail;
-    op->rail_ep      = rail->ep;
-    op->write        = write;
-    op->local        = local;
-    op->local_region = local_region;
-    op->remote       = remote_addr;
-    op->length       = length;
-    op->chunk_size   = sw->chunk_size;
-    op->slots        = sw->slots;
-    op->comp         = comp;
-    op->cancel       = ((ote_slice_t *)comp)->cancel;
-    op->job.run      = remote_main;
+    *op = (remote_op_t){.hooks = ep->hooks, .rail = rail, .rail_ep = rail->ep, .write = write,
+                        .local = local, .local_region = local_region, .remote = remote_addr,
+                        .length = length, .chunk_size = sw->chunk_size, .slots = sw->slots,
+                        .comp = comp, .cancel = ((ote_slice_t *)comp)->cancel,
+                        .job.run = remote_main};
     pthread_mutex_init(&op->lock, NULL);
     pthread_cond_init(&op->cond, NULL);
     ote_proto_ctl_iface_get(ep->iface);

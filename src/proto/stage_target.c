@@ -374,14 +374,6 @@ static void stage_destroy(const ote_ctl_host_t *host, void *state)
     free(state);
 }
 
-OTE_CTL_ONE_REQUEST_TABLES(stage, OTE_CTL_STAGE, OTE_CTL_STAGE_MAX_LEN, OTE_CTL_STAGE_ACK,
-                           stage_handle);
-
-const ote_ctl_service_t ote_proto_stage_service = {
-    .name         = "stage",
-    OTE_CTL_SERVICE_TABLES(stage),
-    .create       = stage_create,
-    .sweep        = stage_sweep,
-    .conn_gone    = stage_conn_gone,
-    .destroy      = stage_destroy,
-};
+OTE_CTL_ONE_REQUEST_SERVICE(stage, OTE_CTL_STAGE, OTE_CTL_STAGE_MAX_LEN, OTE_CTL_STAGE_ACK,
+                            stage_handle, .create = stage_create, .sweep = stage_sweep,
+                            .conn_gone = stage_conn_gone, .destroy = stage_destroy);

@@ -85,8 +85,7 @@ int ote_info_stats(const char *addr, bool nonzero, FILE *out)
     }
     rc = 0;
 out:
-    if (fd >= 0)
-        close(fd);
+    ote_fd_close(fd);
     free(buf);
     return rc;
 }

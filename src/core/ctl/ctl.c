@@ -1007,14 +1007,10 @@ void ote_ctl_stop(ote_ctl_t *ctl)
             (ctl_services[i]->create == NULL || ctl->svc_state[i] != NULL))
             ctl_services[i]->destroy(&ctl->host, ctl->svc_state[i]);
     }
-    if (ctl->listen_fd >= 0)
-        close(ctl->listen_fd);
-    if (ctl->epfd >= 0)
-        close(ctl->epfd);
-    if (ctl->stop_fd >= 0)
-        close(ctl->stop_fd);
-    if (ctl->done_fd >= 0)
-        close(ctl->done_fd);
+    ote_fd_close(ctl->listen_fd);
+    ote_fd_close(ctl->epfd);
+    ote_fd_close(ctl->stop_fd);
+    ote_fd_close(ctl->done_fd);
     pthread_mutex_destroy(&ctl->peer_lock);
     pthread_cond_destroy(&ctl->peer_cond);
     ctl_desc_drop(ctl);

@@ -91,6 +91,15 @@ typedef struct {
 extern const ote_meta_ops_t ote_meta_etcd_ops;  /* NULL name where not built */
 extern const ote_meta_ops_t ote_meta_redis_ops;
 
+/* A store's ops table from its functions, each named <_store>_<op>. */
+#define OTE_META_OPS(_store)                                                                   \
+    {                                                                                          \
+        .name = #_store, .open = _store##_open, .close = _store##_close,                       \
+        .claim = _store##_claim, .keepalive = _store##_keepalive, .update = _store##_update,   \
+        .get = _store##_get, .release = _store##_release,                                      \
+        .get_versioned = _store##_get_versioned, .replace = _store##_replace,                  \
+    }
+
 /* ---- etcd gateway responses and base64 (meta_etcd.c; fuzzed) ------------ */
 
 char        *ote_meta_base64_encode(const void *data, size_t len);

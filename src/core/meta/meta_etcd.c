@@ -706,18 +706,7 @@ static ote_status_t etcd_release(void *ctx, const char *key)
     return status;
 }
 
-const ote_meta_ops_t ote_meta_etcd_ops = {
-    .name      = "etcd",
-    .open      = etcd_open,
-    .close     = etcd_close,
-    .claim     = etcd_claim,
-    .keepalive = etcd_keepalive,
-    .update    = etcd_update,
-    .get       = etcd_get,
-    .release   = etcd_release,
-    .get_versioned = etcd_get_versioned,
-    .replace   = etcd_replace,
-};
+const ote_meta_ops_t ote_meta_etcd_ops = OTE_META_OPS(etcd);
 
 #else /* !HAVE_ETCD */
 

@@ -534,18 +534,7 @@ static ote_status_t redis_replace(void *ctx, const char *key, const void *old, s
     return status;
 }
 
-const ote_meta_ops_t ote_meta_redis_ops = {
-    .name      = "redis",
-    .open      = redis_open,
-    .close     = redis_close,
-    .claim     = redis_claim,
-    .keepalive = redis_keepalive,
-    .update    = redis_update,
-    .get       = redis_get,
-    .release   = redis_release,
-    .get_versioned = redis_get_versioned,
-    .replace   = redis_replace,
-};
+const ote_meta_ops_t ote_meta_redis_ops = OTE_META_OPS(redis);
 
 #else /* !HAVE_REDIS */
 

@@ -340,8 +340,7 @@ static ote_status_t ctl_request_conn(ote_segment_h seg, bool pooled, uint8_t typ
                 fd = -1;
             }
             pthread_mutex_unlock(&seg->ctl_pool_lock);
-            if (fd >= 0)
-                close(fd);
+            ote_fd_close(fd);
             return OTE_OK;
         }
         /* The stream may be mid-message: never reuse it. */

@@ -96,8 +96,7 @@ static void segment_free(ote_segment_h seg)
 {
     if (seg->file != NULL)
         seg->object_ops->put(seg->file);
-    if (seg->ctl_fd >= 0)
-        close(seg->ctl_fd);
+    ote_fd_close(seg->ctl_fd);
     ote_segment_ctl_pool_drain(seg);
     pthread_mutex_destroy(&seg->ctl_pool_lock);
     pthread_mutex_destroy(&seg->ctl_lock);

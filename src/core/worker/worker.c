@@ -61,10 +61,8 @@ ote_status_t ote_worker_init(ote_engine_h engine, ote_worker_t *w, size_t index)
     w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (w->epfd < 0 || w->wake_fd < 0 ||
         epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0) {
-        if (w->epfd >= 0)
-            close(w->epfd);
-        if (w->wake_fd >= 0)
-            close(w->wake_fd);
+        ote_fd_close(w->epfd);
+        ote_fd_close(w->wake_fd);
         return OTE_ERR_IO;
     }
     pthread_mutex_init(&w->lock, NULL);
@@ -683,10 +681,8 @@ void ote_worker_cleanup(ote_worker_t *w)
     for (size_t i = 0; i < w->num_ifaces; i++)
         w->ifaces[i]->ops->close(w->ifaces[i]);
     w->num_ifaces = 0;
-    if (w->epfd >= 0)
-        close(w->epfd);
-    if (w->wake_fd >= 0)
-        close(w->wake_fd);
+    ote_fd_close(w->epfd);
+    ote_fd_close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);
     pthread_mutex_destroy(&w->qlock);
     pthread_mutex_destroy(&w->progress_lock);

@@ -345,9 +345,11 @@ ote_status_t ote_cuda_iface_copy(ote_cuda_iface_t *iface, bool write, int dev, v
     return status;
 }
 
-void ote_cuda_iface_copied(ote_cuda_iface_t *iface, size_t length)
+void ote_cuda_iface_copied(ote_cuda_iface_t *iface, size_t length, ote_tl_completion_t *comp,
+                           ote_status_t status)
 {
     iface->inflight_bytes -= length;
+    comp->func(comp, status);
 }
 
 ote_status_t ote_cuda_query_resources(ote_tl_component_t *comp, const char *tl_name,

@@ -77,9 +77,8 @@ static void cuda_copy_done(void *arg, ote_status_t status)
 {
     cuda_copy_op_t *op = arg;
 
-    ote_cuda_iface_copied(op->iface, op->length);
     ote_mem_region_put(op->target);
-    op->comp->func(op->comp, status);
+    ote_cuda_iface_copied(op->iface, op->length, op->comp, status);
     free(op);
 }
 

@@ -428,9 +428,8 @@ static void ipc_done(void *arg, ote_status_t status)
 {
     ipc_op_t *op = arg;
 
-    ote_cuda_iface_copied(op->iface, op->length);
     cache_put(op->im);
-    op->comp->func(op->comp, status);
+    ote_cuda_iface_copied(op->iface, op->length, op->comp, status);
     free(op);
 }
 

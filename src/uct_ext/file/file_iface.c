@@ -8,6 +8,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -139,8 +140,7 @@ static void file_iface_close(ote_tl_iface_t *tl_iface)
         io_uring_queue_exit(&iface->ring);
     }
     ote_file_gds_stop(iface);
-    if (iface->efd >= 0)
-        close(iface->efd);
+    ote_fd_close(iface->efd);
     while (iface->free_ops != NULL) {
         file_op_t *op = iface->free_ops;
 

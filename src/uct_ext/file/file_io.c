@@ -388,15 +388,8 @@ ote_status_t ote_file_op_post(file_ep_t *ep, bool write, void *local, size_t len
         iface->free_ops = op->next;
     else if ((op = malloc(sizeof(*op))) == NULL)
         return OTE_ERR_NO_MEMORY;
-    memset(op, 0, sizeof(*op));
-    op->comp     = comp;
-    op->ep       = ep;
-    op->write    = write;
-    op->local    = local;
-    op->offset   = offset;
-    op->length   = length;
-    op->bounce   = -1;
-    op->start_ns = ote_time_ns();
+    *op = (file_op_t){.comp = comp, .ep = ep, .write = write, .local = local, .offset = offset,
+                      .length = length, .bounce = -1, .start_ns = ote_time_ns()};
     OTE_DLIST2_PUSH_BACK(iface->ops_head, iface->ops_tail, op, prev, next);
     ep->ops++;
     ep->bytes += length;

@@ -187,8 +187,7 @@ void ote_file_put(ote_file_t *f)
         *pp = f->next;
     pthread_mutex_unlock(&files_lock);
     ote_file_gds_detach(f);
-    if (f->direct_fd >= 0)
-        close(f->direct_fd);
+    ote_fd_close(f->direct_fd);
     close(f->fd);
     free(f);
 }

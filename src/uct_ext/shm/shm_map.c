@@ -221,8 +221,7 @@ static void map_ack(ote_stream_conn_t *c, const ote_stream_hdr_t *h, const uint8
         status = ote_shm_map_check(h, trailer, OTE_STREAM_MAP_ACK_TRAILER_LEN, fd, op.remote_addr,
                                    op.length, &g);
         if (status != OTE_OK) {
-            if (fd >= 0)
-                close(fd);
+            ote_fd_close(fd);
             op.comp->func(op.comp, OTE_ERR_PROTOCOL);
             ote_stream_conn_protocol_error(c, "MAP_ACK without a usable memfd");
             return;

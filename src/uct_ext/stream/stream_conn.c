@@ -91,8 +91,7 @@ void ote_stream_conn_free(ote_stream_conn_t *c)
     ote_stream_iface_unwatch(c->iface, c);
     for (size_t i = 0; i < c->rx_nfds; i++)
         close(c->rx_fds[i]);
-    if (c->peer_pidfd >= 0)
-        close(c->peer_pidfd);
+    ote_fd_close(c->peer_pidfd);
     free(c->rxbuf);
     free(c->tx);
     free(c->ops);
@@ -198,8 +197,7 @@ ote_status_t ote_stream_conn_tx_push_fd(ote_stream_conn_t *c, const ote_stream_h
     ote_stream_tx_t *e = trailer_len <= OTE_STREAM_TRAILER_MAX ? tx_slot(c) : NULL;
 
     if (e == NULL) {
-        if (fd >= 0)
-            close(fd);
+        ote_fd_close(fd);
         return OTE_ERR_NO_MEMORY;
     }
     if (trailer_len)

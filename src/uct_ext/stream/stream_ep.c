@@ -275,8 +275,7 @@ err:
     ote_debug("%s: connecting to %s failed: %s", tl_iface->resource.tl_name, ep->peer_name,
               ote_status_string(status));
     for (size_t i = 0; fds != NULL && i < nfds; i++) {
-        if (fds[i] >= 0)
-            close(fds[i]);
+        ote_fd_close(fds[i]);
     }
     free(fds);
     pthread_mutex_lock(iface->worker_lock);

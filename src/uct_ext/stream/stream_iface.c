@@ -34,24 +34,15 @@ void ote_stream_iface_watch(ote_stream_iface_t *iface, ote_stream_conn_t *c)
     /* A closed connection is in no list of the iface's (ote_stream_iface_conn_closed). */
     if (c->watched || c->dead)
         return;
-    c->watched    = true;
-    c->prev_watch = NULL;
-    c->next_watch = iface->watch;
-    if (iface->watch != NULL)
-        iface->watch->prev_watch = c;
-    iface->watch = c;
+    c->watched = true;
+    OTE_DLIST_PUSH_FRONT_L(iface->watch, c, prev_watch, next_watch);
 }
 
 void ote_stream_iface_unwatch(ote_stream_iface_t *iface, ote_stream_conn_t *c)
 {
     if (!c->watched)
         return;
-    if (c->prev_watch != NULL)
-        c->prev_watch->next_watch = c->next_watch;
-    else
-        iface->watch = c->next_watch;
-    if (c->next_watch != NULL)
-        c->next_watch->prev_watch = c->prev_watch;
+    OTE_DLIST_REMOVE_L(iface->watch, c, prev_watch, next_watch);
     c->next_watch = c->prev_watch = NULL;
     c->watched                    = false;
 }
@@ -459,10 +450,8 @@ void ote_stream_iface_close(ote_tl_iface_t *tl_iface)
             ote_stream_conn_fail(c, OTE_ERR_CANCELED);
     }
     free_graveyard(iface);
-    if (iface->listen_fd >= 0)
-        close(iface->listen_fd);
-    if (iface->epfd >= 0)
-        close(iface->epfd);
+    ote_fd_close(iface->listen_fd);
+    ote_fd_close(iface->epfd);
     free(iface->discard);
     free(iface);
 }
