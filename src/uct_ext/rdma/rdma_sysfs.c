@@ -97,6 +97,38 @@ static bool name_valid(const char *s, size_t max)
     return true;
 }
 
+static int not_dot(const struct dirent *d)
+{
+    return d->d_name[0] != '.';
+}
+
+static int name_cmp(const struct dirent **a, const struct dirent **b)
+{
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/*
+ * The entries of path but dot files, sorted: numbers (GID indexes, port
+ * numbers) by value (versionsort: 9 before 10), names by strcmp. A path
+ * that is no readable directory has none; NO_MEMORY where scandir ran out.
+ */
+static ote_status_t dir_list(const char *path, bool numbers, struct dirent ***list_p, int *n_p)
+{
+    int n = scandir(path, list_p, not_dot, numbers ? versionsort : name_cmp);
+
+    *n_p = n < 0 ? 0 : n;
+    if (n < 0)
+        *list_p = NULL;
+    return n < 0 && errno == ENOMEM ? OTE_ERR_NO_MEMORY : OTE_OK;
+}
+
+static void dir_list_free(struct dirent **list, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
 /* Netdev names: the kernel refuses '/', ':' and white space in them. */
 static bool ndev_valid(const char *s)
 {
@@ -250,35 +282,28 @@ static void gid_classify(const char *port_dir, ote_rdma_link_t link, ote_rdma_gi
         gid->rank = RANK_ROCE_V2_IP6;
 }
 
-static int gid_cmp(const void *a, const void *b)
-{
-    const ote_rdma_gid_t *x = a, *y = b;
-
-    return x->index < y->index ? -1 : x->index > y->index;
-}
-
 /* The GID table of a port: every non-zero entry, by index. */
 static ote_status_t port_read_gids(const char *port_dir, ote_rdma_port_t *port)
 {
     char path[512], val[RDMA_VALUE_MAX];
-    struct dirent *d;
-    DIR *dir;
-    size_t cap = 0;
+    struct dirent **list;
+    int n;
+    ote_status_t status;
 
     if (!path_fmt(path, sizeof(path), "%s/gids", port_dir))
         return OTE_ERR_INVALID_PARAM;
-    dir = opendir(path);
-    if (dir == NULL)
-        return OTE_OK; /* no table: the port ends up without a usable GID */
-    while ((d = readdir(dir)) != NULL) {
-        ote_rdma_gid_t gid;
+    /* No table: the port ends up without a usable GID. */
+    status = dir_list(path, true, &list, &n);
+    if (status != OTE_OK || n == 0)
+        return status;
+    port->gids = calloc((size_t)n, sizeof(*port->gids));
+    for (int i = 0; i < n && port->gids != NULL; i++) {
+        const char *name   = list[i]->d_name;
+        ote_rdma_gid_t gid = {0};
         unsigned index;
 
-        if (d->d_name[0] == '.')
-            continue;
-        memset(&gid, 0, sizeof(gid));
-        if (!parse_index(d->d_name, 0, 65535, &index)) {
-            ote_debug("rdma %s: gids/%.32s is not a GID index; ignored", port->name, d->d_name);
+        if (!parse_index(name, 0, 65535, &index)) {
+            ote_debug("rdma %s: gids/%.32s is not a GID index; ignored", port->name, name);
             continue;
         }
         gid.index = index;
@@ -296,23 +321,10 @@ static ote_status_t port_read_gids(const char *port_dir, ote_rdma_port_t *port)
             ote_warn("rdma %s: more than %d GIDs; the rest ignored", port->name, RDMA_MAX_GIDS);
             break;
         }
-        if (port->num_gids == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            ote_rdma_gid_t *g = realloc(port->gids, ncap * sizeof(*g));
-
-            if (g == NULL) {
-                closedir(dir);
-                return OTE_ERR_NO_MEMORY;
-            }
-            port->gids = g;
-            cap        = ncap;
-        }
         port->gids[port->num_gids++] = gid;
     }
-    closedir(dir);
-    if (port->num_gids > 1)
-        qsort(port->gids, port->num_gids, sizeof(port->gids[0]), gid_cmp);
-    return OTE_OK;
+    dir_list_free(list, n);
+    return port->gids != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
 }
 
 /* The best-ranked GID, lowest index first; the others say why not. */
@@ -434,13 +446,6 @@ static ote_status_t port_read(const char *dev_dir, const char *dev, unsigned num
     return OTE_OK;
 }
 
-static int port_cmp(const void *a, const void *b)
-{
-    const ote_rdma_port_t *x = a, *y = b;
-
-    return x->num < y->num ? -1 : x->num > y->num;
-}
-
 static void dev_release(ote_rdma_dev_t *dev)
 {
     for (size_t p = 0; p < dev->num_ports; p++)
@@ -451,64 +456,50 @@ static void dev_release(ote_rdma_dev_t *dev)
 static ote_status_t dev_read(const char *class_dir, const char *name, ote_rdma_dev_t *dev)
 {
     char dir[512], path[600];
-    struct dirent *d;
-    DIR *ports;
-    ote_status_t status = OTE_OK;
+    struct dirent **list;
+    int n;
+    ote_status_t status;
 
     memset(dev, 0, sizeof(*dev));
     name_copy(dev->name, sizeof(dev->name), name);
     if (!path_fmt(dir, sizeof(dir), "%s/%s", class_dir, name) ||
         !path_fmt(path, sizeof(path), "%s/ports", dir))
         return OTE_ERR_INVALID_PARAM;
-    ports = opendir(path);
-    if (ports == NULL)
-        return OTE_OK; /* a device without ports offers nothing */
-    while ((d = readdir(ports)) != NULL) {
-        ote_rdma_port_t *p;
+    /* A device without ports offers nothing. */
+    status = dir_list(path, true, &list, &n);
+    if (status != OTE_OK || n == 0)
+        return status;
+    dev->ports = calloc((size_t)n, sizeof(*dev->ports));
+    status     = dev->ports != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
+    for (int i = 0; i < n && status == OTE_OK; i++) {
+        ote_rdma_port_t *p = &dev->ports[dev->num_ports];
         unsigned num;
 
-        if (d->d_name[0] == '.')
+        if (!parse_index(list[i]->d_name, 1, RDMA_MAX_PORTS, &num)) {
+            ote_debug("rdma %s: ports/%.32s is not a port number; ignored", name,
+                      list[i]->d_name);
             continue;
-        if (!parse_index(d->d_name, 1, RDMA_MAX_PORTS, &num)) {
-            ote_debug("rdma %s: ports/%.32s is not a port number; ignored", name, d->d_name);
-            continue;
         }
-        p = realloc(dev->ports, (dev->num_ports + 1) * sizeof(*p));
-        if (p == NULL) {
-            status = OTE_ERR_NO_MEMORY;
-            break;
-        }
-        dev->ports = p;
-        status     = port_read(dir, name, num, &dev->ports[dev->num_ports]);
-        if (status != OTE_OK) {
-            free(dev->ports[dev->num_ports].gids);
-            break;
-        }
-        dev->num_ports++;
+        status = port_read(dir, name, num, p);
+        if (status == OTE_OK)
+            dev->num_ports++;
+        else
+            free(p->gids);
     }
-    closedir(ports);
-    if (status != OTE_OK) {
+    dir_list_free(list, n);
+    if (status != OTE_OK)
         dev_release(dev);
-        return status;
-    }
-    if (dev->num_ports > 1)
-        qsort(dev->ports, dev->num_ports, sizeof(dev->ports[0]), port_cmp);
-    return OTE_OK;
-}
-
-static int dev_cmp(const void *a, const void *b)
-{
-    return strcmp(((const ote_rdma_dev_t *)a)->name, ((const ote_rdma_dev_t *)b)->name);
+    return status;
 }
 
 ote_status_t ote_rdma_discover(const char *sysfs_root, ote_rdma_t **rdma_p)
 {
     char class_dir[512];
     struct stat st;
-    struct dirent *d;
+    struct dirent **list;
     ote_rdma_t *rdma;
-    DIR *dir;
-    ote_status_t status = OTE_OK;
+    int n;
+    ote_status_t status;
 
     if (sysfs_root == NULL || sysfs_root[0] == '\0')
         sysfs_root = "/sys";
@@ -525,18 +516,16 @@ ote_status_t ote_rdma_discover(const char *sysfs_root, ote_rdma_t **rdma_p)
     if (rdma == NULL)
         return OTE_ERR_NO_MEMORY;
     snprintf(rdma->root, sizeof(rdma->root), "%s", sysfs_root);
-    dir = opendir(class_dir);
-    if (dir == NULL) {
-        *rdma_p = rdma; /* no RDMA devices here */
-        return OTE_OK;
-    }
-    while ((d = readdir(dir)) != NULL) {
-        ote_rdma_dev_t *devs;
+    /* No class directory: no RDMA devices here. */
+    status     = dir_list(class_dir, false, &list, &n);
+    rdma->devs = calloc(n ? (size_t)n : 1, sizeof(*rdma->devs));
+    if (rdma->devs == NULL)
+        status = OTE_ERR_NO_MEMORY;
+    for (int i = 0; i < n && status == OTE_OK; i++) {
+        const char *name = list[i]->d_name;
 
-        if (d->d_name[0] == '.')
-            continue;
-        if (!name_valid(d->d_name, OTE_RDMA_DEV_MAX)) {
-            ote_warn("rdma: device name '%.64s' in %s not valid; ignored", d->d_name, class_dir);
+        if (!name_valid(name, OTE_RDMA_DEV_MAX)) {
+            ote_warn("rdma: device name '%.64s' in %s not valid; ignored", name, class_dir);
             continue;
         }
         if (rdma->num_devs == RDMA_MAX_DEVS) {
@@ -544,24 +533,15 @@ ote_status_t ote_rdma_discover(const char *sysfs_root, ote_rdma_t **rdma_p)
                      class_dir);
             break;
         }
-        devs = realloc(rdma->devs, (rdma->num_devs + 1) * sizeof(*devs));
-        if (devs == NULL) {
-            status = OTE_ERR_NO_MEMORY;
-            break;
-        }
-        rdma->devs = devs;
-        status     = dev_read(class_dir, d->d_name, &rdma->devs[rdma->num_devs]);
-        if (status != OTE_OK)
-            break;
-        rdma->num_devs++;
+        status = dev_read(class_dir, name, &rdma->devs[rdma->num_devs]);
+        if (status == OTE_OK)
+            rdma->num_devs++;
     }
-    closedir(dir);
+    dir_list_free(list, n);
     if (status != OTE_OK) {
         ote_rdma_free(rdma);
         return status;
     }
-    if (rdma->num_devs > 1)
-        qsort(rdma->devs, rdma->num_devs, sizeof(rdma->devs[0]), dev_cmp);
     ote_rdma_verbs_query(rdma);
     *rdma_p = rdma;
     return OTE_OK;

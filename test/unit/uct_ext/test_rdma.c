@@ -1,10 +1,12 @@
 /*
  * RDMA discovery from sysfs fixture trees (test/unit/uct_ext/sysfs/<case>):
  * ports, link layers, states, LIDs, GIDs with their types and netdevs, the
- * GID chosen per port and the reason given for every other one.
+ * GID chosen per port and the reason given for every other one; the order
+ * of devices, ports and GIDs from a tree made in a temporary directory.
  */
 #include "uct_ext/rdma/rdma.h"
 
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -331,6 +333,82 @@ static void test_roots(void **state)
     assert_null(ote_rdma_port_find(NULL, "mlx5_0:1"));
 }
 
+/* Write text to root/class/infiniband/dev/ports/port/name, making the directories on the way. */
+static void put_port_file(const char *root, const char *dev, const char *port, const char *name,
+                          const char *text)
+{
+    char path[512];
+    size_t skip = strlen(root) + 1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/class/infiniband/%s/ports/%s/%s", root, dev, port, name);
+    for (char *p = path + skip; (p = strchr(p, '/')) != NULL; p++) {
+        *p = '\0';
+        assert_true(mkdir(path, 0755) == 0 || errno == EEXIST);
+        *p = '/';
+    }
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/*
+ * Devices in name order (mlx5_1, mlx5_10, mlx5_2, as strcmp sorts), ports
+ * and GIDs by number (1, 2, 10; 3, 9, 10), whatever order the directory
+ * lists them in; of GIDs of one rank the lowest index is chosen.
+ */
+static void test_order(void **state)
+{
+    static const char *const devs[] = {"mlx5_2", "mlx5_10", "mlx5_1"};
+    static const char *const ports[] = {"10", "2", "1"};
+    static const char *const gids[] = {"10", "9", "3"};
+    char root[] = "/tmp/ote_sysfs_XXXXXX", name[32], cmd[64];
+    ote_rdma_t *rdma = NULL;
+
+    (void)state;
+    assert_non_null(mkdtemp(root));
+    for (int d = 0; d < 3; d++) {
+        for (int p = 0; p < 3; p++) {
+            put_port_file(root, devs[d], ports[p], "link_layer", "InfiniBand\n");
+            put_port_file(root, devs[d], ports[p], "state", "4: ACTIVE\n");
+            put_port_file(root, devs[d], ports[p], "lid", "0x1a\n");
+            for (int g = 0; g < 3; g++) {
+                snprintf(name, sizeof(name), "gids/%s", gids[g]);
+                put_port_file(root, devs[d], ports[p], name,
+                              "fe80:0000:0000:0000:0002:c903:00a1:b2c3\n");
+                snprintf(name, sizeof(name), "gid_attrs/types/%s", gids[g]);
+                put_port_file(root, devs[d], ports[p], name, "IB/RoCE v1\n");
+            }
+        }
+    }
+    assert_int_equal(ote_rdma_discover(root, &rdma), OTE_OK);
+    assert_int_equal(rdma->num_devs, 3);
+    assert_string_equal(rdma->devs[0].name, "mlx5_1");
+    assert_string_equal(rdma->devs[1].name, "mlx5_10");
+    assert_string_equal(rdma->devs[2].name, "mlx5_2");
+    for (size_t d = 0; d < rdma->num_devs; d++) {
+        const ote_rdma_dev_t *dev = &rdma->devs[d];
+
+        assert_int_equal(dev->num_ports, 3);
+        assert_int_equal(dev->ports[0].num, 1);
+        assert_int_equal(dev->ports[1].num, 2);
+        assert_int_equal(dev->ports[2].num, 10);
+        for (size_t p = 0; p < dev->num_ports; p++) {
+            const ote_rdma_port_t *port = &dev->ports[p];
+
+            assert_int_equal(port->num_gids, 3);
+            assert_int_equal(port->gids[0].index, 3);
+            assert_int_equal(port->gids[1].index, 9);
+            assert_int_equal(port->gids[2].index, 10);
+            assert_int_equal(ote_rdma_port_gid(port)->index, 3);
+        }
+    }
+    ote_rdma_free(rdma);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_roce_v1),      cmocka_unit_test(test_port_down),
         cmocka_unit_test(test_ndev_missing), cmocka_unit_test(test_ib),
         cmocka_unit_test(test_malformed),    cmocka_unit_test(test_roots),
+        cmocka_unit_test(test_order),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
