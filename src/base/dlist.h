@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #define OTE_DLIST_PUSH_FRONT(_head, _elem) OTE_DLIST_PUSH_FRONT_L(_head, _elem, prev, next)
 #define OTE_DLIST_REMOVE(_head, _elem)     OTE_DLIST_REMOVE_L(_head, _elem, prev, next)
@@ -74,6 +75,15 @@
 
 #define OTE_QUEUE_PUSH(_head, _tail, _elem, _next)                                             \
     OTE_QUEUE_PUSH_CHAIN(_head, _tail, _elem, _elem, _next)
+
+/* Frees every element of a singly linked list (link _next); _head ends NULL. */
+#define OTE_LIST_FREE(_head, _next)                                                            \
+    while ((_head) != NULL) {                                                                  \
+        void *_x = (_head);                                                                    \
+                                                                                               \
+        (_head) = (_head)->_next;                                                              \
+        free(_x);                                                                              \
+    }
 
 /*
  * Release every element of a list that other threads change under lock:

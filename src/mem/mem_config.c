@@ -2,7 +2,6 @@
 #include "mem.h"
 
 #include <stddef.h>
-#include <string.h>
 
 #define MEM_F(_f)    offsetof(ote_mem_config_t, _f)
 #define RCACHE_F(_f) offsetof(ote_rcache_config_t, _f)
@@ -41,17 +40,17 @@ ote_status_t ote_mem_table_params_read(ote_mem_table_params_t *params_p)
     ote_status_t status;
 
     status = ote_config_fill(&ote_mem_config_table, &mc);
+    if (status == OTE_OK)
+        status = ote_config_fill(&ote_rcache_config_table, &rc);
     if (status != OTE_OK)
         return status;
-    status = ote_config_fill(&ote_rcache_config_table, &rc);
-    if (status != OTE_OK)
-        return status;
-    memset(params_p, 0, sizeof(*params_p));
-    params_p->rcache_enable      = rc.enable;
-    params_p->rcache_max_size    = rc.max_size;
-    params_p->rcache_max_regions = rc.max_regions;
-    params_p->gpu_direct         = mc.gpu_direct == OTE_TERNARY_YES  ? OTE_MEM_GPU_DIRECT_YES
-                                 : mc.gpu_direct == OTE_TERNARY_NO ? OTE_MEM_GPU_DIRECT_NO
-                                                                   : OTE_MEM_GPU_DIRECT_AUTO;
+    *params_p = (ote_mem_table_params_t){
+        .rcache_enable      = rc.enable,
+        .rcache_max_size    = rc.max_size,
+        .rcache_max_regions = rc.max_regions,
+        .gpu_direct         = mc.gpu_direct == OTE_TERNARY_YES  ? OTE_MEM_GPU_DIRECT_YES
+                            : mc.gpu_direct == OTE_TERNARY_NO ? OTE_MEM_GPU_DIRECT_NO
+                                                              : OTE_MEM_GPU_DIRECT_AUTO,
+    };
     return OTE_OK;
 }

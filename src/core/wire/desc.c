@@ -1,5 +1,6 @@
 #include "desc.h"
 
+#include "base/dlist.h"
 #include "base/wire_util.h"
 
 #include <stdio.h>
@@ -118,12 +119,7 @@ void ote_desc_free(ote_desc_t *d)
     free(d->tls);
     free(d->regions);
     free(d->rkeys);
-    while (d->locs != NULL) {
-        ote_desc_loc_t *l = d->locs;
-
-        d->locs = l->next;
-        free(l);
-    }
+    OTE_LIST_FREE(d->locs, next);
     free(d->starts);
     free(d->ends);
     free(d->tops);

@@ -87,12 +87,7 @@ static void batch_free(ote_batch_h b)
         if (b->tasks[i].slices != &b->tasks[i].inline_slice)
             free(b->tasks[i].slices);
     }
-    while (b->groups != NULL) {
-        ote_notify_group_t *g = b->groups;
-
-        b->groups = g->next;
-        free(g);
-    }
+    OTE_LIST_FREE(b->groups, next);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->cond);
     if (b->tasks_mapped != 0)

@@ -332,24 +332,46 @@ size_t ote_cuda_ep_inflight_bytes(ote_tl_ep_t *ep)
     return ((ote_cuda_iface_t *)ep->iface)->inflight_bytes;
 }
 
-ote_status_t ote_cuda_iface_copy(ote_cuda_iface_t *iface, bool write, int dev, void *local,
-                                 void *remote, size_t length, ote_cuda_copy_cb_t cb, void *arg)
-{
-    ote_status_t status = write ? ote_cuda_copier_post(iface->copier, dev, remote, local, length,
-                                                       cb, arg)
-                                : ote_cuda_copier_post(iface->copier, dev, local, remote, length,
-                                                       cb, arg);
+/* A transport's copy in flight: what its end needs. */
+typedef struct {
+    ote_cuda_iface_t    *iface;
+    size_t               length;
+    ote_tl_completion_t *comp;
+    void               (*release)(void *hold);
+    void                *hold;
+} iface_copy_t;
 
-    if (status == OTE_OK)
-        iface->inflight_bytes += length;
-    return status;
+static void iface_copy_done(void *arg, ote_status_t status)
+{
+    iface_copy_t *op = arg;
+
+    op->release(op->hold);
+    op->iface->inflight_bytes -= op->length;
+    op->comp->func(op->comp, status);
+    free(op);
 }
 
-void ote_cuda_iface_copied(ote_cuda_iface_t *iface, size_t length, ote_tl_completion_t *comp,
-                           ote_status_t status)
+ote_status_t ote_cuda_iface_copy(ote_cuda_iface_t *iface, bool write, int dev, void *local,
+                                 void *remote, size_t length, ote_tl_completion_t *comp,
+                                 void (*release)(void *hold), void *hold)
 {
-    iface->inflight_bytes -= length;
-    comp->func(comp, status);
+    iface_copy_t *op = malloc(sizeof(*op));
+    ote_status_t status;
+
+    if (op == NULL)
+        return OTE_ERR_NO_MEMORY;
+    *op    = (iface_copy_t){.iface = iface, .length = length, .comp = comp, .release = release,
+                            .hold = hold};
+    status = write ? ote_cuda_copier_post(iface->copier, dev, remote, local, length,
+                                          iface_copy_done, op)
+                   : ote_cuda_copier_post(iface->copier, dev, local, remote, length,
+                                          iface_copy_done, op);
+    if (status != OTE_OK) {
+        free(op);
+        return status;
+    }
+    iface->inflight_bytes += length;
+    return OTE_OK;
 }
 
 ote_status_t ote_cuda_query_resources(ote_tl_component_t *comp, const char *tl_name,

@@ -118,14 +118,14 @@ unsigned     ote_cuda_iface_progress(ote_tl_iface_t *iface);
 ote_status_t ote_cuda_iface_event_arm(ote_tl_iface_t *iface);
 size_t       ote_cuda_ep_inflight_bytes(ote_tl_ep_t *ep);
 /*
- * Copy between local and remote on device dev for iface: write copies
- * local to remote. cb runs from progress; inflight_bytes counts length
- * until ote_cuda_iface_copied(), which hands the copy's status to comp.
+ * Copy between local and remote on device dev for iface (write: local to
+ * remote); from progress, the copy's end lets go of what it held
+ * (release(hold)) and hands its status to comp. inflight_bytes counts
+ * length until then. Not OK: nothing was posted and hold is the caller's.
  */
 ote_status_t ote_cuda_iface_copy(ote_cuda_iface_t *iface, bool write, int dev, void *local,
-                                 void *remote, size_t length, ote_cuda_copy_cb_t cb, void *arg);
-void         ote_cuda_iface_copied(ote_cuda_iface_t *iface, size_t length,
-                                   ote_tl_completion_t *comp, ote_status_t status);
+                                 void *remote, size_t length, ote_tl_completion_t *comp,
+                                 void (*release)(void *hold), void *hold);
 /* The ops of a cuda base iface and its eps: what differs is named. */
 #define OTE_CUDA_IFACE_OPS(_query, _get_address, _ep_create)                                 \
     {                                                                                        \

@@ -17,14 +17,6 @@
 #define CUDA_COPY_SLICE      (16u << 20)
 #define CUDA_COPY_BANDWIDTH  20e9
 
-/* One posted operation: the target region stays referenced until the copy ends. */
-typedef struct {
-    ote_cuda_iface_t    *iface;
-    ote_region_t        *target;
-    size_t               length;
-    ote_tl_completion_t *comp;
-} cuda_copy_op_t;
-
 static ote_status_t cuda_copy_query_resources(ote_tl_component_t *comp,
                                               const ote_tl_iface_params_t *params,
                                               ote_tl_resource_t **res_p, size_t *count_p)
@@ -73,13 +65,10 @@ static ote_status_t cuda_copy_ep_create(ote_tl_iface_t *tl_iface, const void *ad
     return ote_cuda_ep_create(tl_iface, sizeof(ote_cuda_ep_t), cuda_copy_post, ep_p);
 }
 
-static void cuda_copy_done(void *arg, ote_status_t status)
+/* A copy's end: the target region, referenced while it ran, goes. */
+static void cuda_copy_release(void *target)
 {
-    cuda_copy_op_t *op = arg;
-
-    ote_mem_region_put(op->target);
-    ote_cuda_iface_copied(op->iface, op->length, op->comp, status);
-    free(op);
+    ote_mem_region_put(target);
 }
 
 static ote_status_t cuda_copy_post(ote_tl_ep_t *tl_ep, bool write, void *local, size_t length,
@@ -88,7 +77,6 @@ static ote_status_t cuda_copy_post(ote_tl_ep_t *tl_ep, bool write, void *local, 
 {
     ote_cuda_iface_t *iface = (ote_cuda_iface_t *)tl_ep->iface;
     unsigned access = write ? OTE_ACCESS_REMOTE_WRITE : OTE_ACCESS_REMOTE_READ;
-    cuda_copy_op_t *op;
     ote_region_t *target;
     ote_status_t status;
     int dev;
@@ -98,21 +86,14 @@ static ote_status_t cuda_copy_post(ote_tl_ep_t *tl_ep, bool write, void *local, 
     status = ote_mem_region_acquire(iface->regions, remote_addr, length, access, &target);
     if (status != OTE_OK)
         return status;
-    op = malloc(sizeof(*op));
-    if (op == NULL) {
-        ote_mem_region_put(target);
-        return OTE_ERR_NO_MEMORY;
-    }
-    *op = (cuda_copy_op_t){.iface = iface, .target = target, .length = length, .comp = comp};
     /* The stream of a device that takes part: the copy engine sits there. */
     dev = local_region->mem_type == OTE_MEM_TYPE_CUDA
               ? ote_cuda_location_device(local_region->location)
               : ote_cuda_location_device(target->location);
     status = ote_cuda_iface_copy(iface, write, dev, local, (void *)(uintptr_t)remote_addr,
-                                 length, cuda_copy_done, op);
+                                 length, comp, cuda_copy_release, target);
     if (status != OTE_OK) {
         ote_mem_region_put(target);
-        free(op);
         return status;
     }
     return OTE_INPROGRESS;

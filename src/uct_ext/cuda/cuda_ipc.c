@@ -345,13 +345,6 @@ typedef struct {
     uint64_t      peer;
 } ipc_ep_t;
 
-typedef struct {
-    ipc_iface_t         *iface;
-    import_t            *im;
-    size_t               length;
-    ote_tl_completion_t *comp;
-} ipc_op_t;
-
 /* Address: u32 pid, u64 instance; a process cannot open its own handles. */
 #define IPC_ADDR_LEN 12
 
@@ -424,13 +417,10 @@ static ote_status_t ipc_ep_create(ote_tl_iface_t *tl_iface, const void *addr, si
     return status;
 }
 
-static void ipc_done(void *arg, ote_status_t status)
+/* A copy's end: the import it read or wrote through goes back to the cache. */
+static void ipc_release(void *im)
 {
-    ipc_op_t *op = arg;
-
-    cache_put(op->im);
-    ote_cuda_iface_copied(op->iface, op->length, op->comp, status);
-    free(op);
+    cache_put(im);
 }
 
 static ote_status_t ipc_post(ote_tl_ep_t *tl_ep, bool write, void *local, size_t length,
@@ -443,7 +433,7 @@ static ote_status_t ipc_post(ote_tl_ep_t *tl_ep, bool write, void *local, size_t
                   ? ote_cuda_location_device(local_region->location)
                   : 0;
     ipc_rkey_t k;
-    ipc_op_t *op;
+    import_t *im;
     void *remote;
     ote_status_t status;
 
@@ -461,22 +451,13 @@ static ote_status_t ipc_post(ote_tl_ep_t *tl_ep, bool write, void *local, size_t
                   (unsigned long long)k.size);
         return OTE_ERR_OUT_OF_BOUNDS;
     }
-    op = malloc(sizeof(*op));
-    if (op == NULL)
-        return OTE_ERR_NO_MEMORY;
-    status = cache_get(ep->peer, &k, dev, &op->im);
-    if (status != OTE_OK) {
-        free(op);
+    status = cache_get(ep->peer, &k, dev, &im);
+    if (status != OTE_OK)
         return status;
-    }
-    op->iface  = iface;
-    op->length = length;
-    op->comp   = comp;
-    remote     = (uint8_t *)op->im->mapped + (remote_addr - k.base);
-    status = ote_cuda_iface_copy(iface, write, dev, local, remote, length, ipc_done, op);
+    remote = (uint8_t *)im->mapped + (remote_addr - k.base);
+    status = ote_cuda_iface_copy(iface, write, dev, local, remote, length, comp, ipc_release, im);
     if (status != OTE_OK) {
-        cache_put(op->im);
-        free(op);
+        cache_put(im);
         return status;
     }
     return OTE_INPROGRESS;

@@ -7,6 +7,7 @@
 #include "file_int.h"
 
 #include "base/config.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 
@@ -141,12 +142,7 @@ static void file_iface_close(ote_tl_iface_t *tl_iface)
     }
     ote_file_gds_stop(iface);
     ote_fd_close(iface->efd);
-    while (iface->free_ops != NULL) {
-        file_op_t *op = iface->free_ops;
-
-        iface->free_ops = op->next;
-        free(op);
-    }
+    OTE_LIST_FREE(iface->free_ops, next);
     free(iface->bounce_mem);
     free(iface);
 }

@@ -1,8 +1,8 @@
 /* uct component: resources, ifaces (one uct_worker each), progress, errors. */
 #include "uct.h"
 
-#include "base/dlist.h"
 #include "base/config.h"
+#include "base/dlist.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "uct_config.h"
@@ -271,12 +271,7 @@ static void uct_iface_close_(ote_tl_iface_t *tl_iface)
         ote_uct_op_list_remove(&iface->orphans, op);
         free(op);
     }
-    while (iface->free_ops != NULL) {
-        ote_uct_op_t *op = iface->free_ops;
-
-        iface->free_ops = op->next;
-        free(op);
-    }
+    OTE_LIST_FREE(iface->free_ops, next);
     pthread_mutex_destroy(&iface->err_lock);
     free(iface);
 }
