@@ -130,6 +130,12 @@ struct ote_mem {
     void            *owned_base;  /* what to free                           */
     int              owned_kind;  /* OTE_MEM_OWNED_*                        */
     size_t           owned_length;
+    /*
+     * The engine-owned region this one lies inside, if any: a life
+     * reference on it, let go when this region's last user goes, so the
+     * owned memory stays mapped while transfers through this region run.
+     */
+    struct ote_mem  *holder;
     unsigned         refs;        /* user references; under the table lock  */
     atomic_long      life;        /* in-table + data-path users             */
     atomic_bool      in_table;

@@ -307,6 +307,8 @@ static void region_release(ote_region_t *r, bool discard)
             t->mds[i]->ops->mem_dereg(t->mds[i], r->memh[i]);
     }
     ote_rcache_put(t->rcache, r->reg, discard);
+    if (r->holder != NULL)
+        ote_mem_region_put(r->holder);
     if (r->owned) {
         /* The cache must not serve this range's old registrations again. */
         ote_rcache_invalidate(t->rcache, (uintptr_t)r->owned_base, r->owned_length);
@@ -463,9 +465,19 @@ err_free:
     return status;
 }
 
-/* Under the write lock, with a handle slot reserved: r enters the table. */
+static bool node_owned(ote_itree_node_t *node, void *arg)
+{
+    (void)arg;
+    return REGION_OF(node)->owned;
+}
+
+/*
+ * Under the write lock, with a handle slot reserved: r enters the table; a
+ * region inside engine-owned memory holds that memory's region.
+ */
 static ote_status_t table_link(ote_mem_table_t *t, ote_region_t *r)
 {
+    ote_itree_node_t *owner;
     ote_status_t status;
 
     r->node.start = r->addr;
@@ -474,6 +486,12 @@ static ote_status_t table_link(ote_mem_table_t *t, ote_region_t *r)
     status        = ote_sidx_insert(&t->index, &r->node);
     if (status != OTE_OK)
         return status;
+    owner = r->owned ? NULL
+                     : ote_sidx_cover(&t->index, r->node.start, r->node.end, node_owned, NULL);
+    if (owner != NULL) {
+        r->holder = REGION_OF(owner);
+        ote_mem_region_get(r->holder);
+    }
     r->seq  = ++t->seq;
     r->refs = 1;
     atomic_init(&r->life, 1);

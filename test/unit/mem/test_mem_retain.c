@@ -2,11 +2,16 @@
  * Retained backing and access guards: a region deregistered while a data-
  * path user holds it leaves the table at once (new lookups fail with
  * NOT_REGISTERED, access_begin refuses) but stays registered on its mds
- * until the user lets go; deregistration waits for CPU accesses in progress.
+ * until the user lets go; deregistration waits for CPU accesses in progress;
+ * a region inside engine-owned memory keeps that memory mapped while a user
+ * holds it.
  */
 #include "fake_md.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -284,6 +289,39 @@ static void test_destroy_with_holder(void **state)
     assert_int_equal(fake_md_live(&f.md), 0);
 }
 
+/*
+ * A region registered inside engine-owned memory holds that memory: the
+ * owned memory freed while a transfer still uses the inner region
+ * (deregistered already) stays mapped until that transfer lets go.
+ */
+static void test_inner_region_holds_owned(void **state)
+{
+    fixture_t *f = *state;
+    ote_region_t *own, *inner, *inflight;
+    uint8_t *addr;
+
+    assert_int_equal(ote_mem_table_alloc(f->table, 65536, NULL, RW, (void **)&addr, &own),
+                     OTE_OK);
+    inner = reg1(f, (uintptr_t)addr + 4096, 8192);
+    assert_int_equal(ote_mem_region_acquire(f->table, (uintptr_t)addr + 4096, 8192,
+                                            OTE_ACCESS_REMOTE_WRITE, &inflight),
+                     OTE_OK);
+    assert_ptr_equal(inflight, inner);
+    /* Still registered inside: the owned memory is not freed. */
+    assert_int_equal(ote_mem_table_free(f->table, own), OTE_ERR_BUSY);
+    assert_int_equal(ote_mem_table_deregister(f->table, inner), OTE_OK);
+    assert_int_equal(ote_mem_table_free(f->table, own), OTE_OK);
+    assert_int_equal(ote_mem_table_count(f->table), 0);
+    /* The transfer still writes through the inner region: its pages are there. */
+    assert_int_equal(msync(addr, 65536, MS_ASYNC), 0);
+    memset(addr + 4096, 0x5a, 8192);
+    ote_mem_region_put(inflight);
+    /* Its end let go of the owned memory: unmapped now. */
+    errno = 0;
+    assert_int_equal(msync(addr, 65536, MS_ASYNC), -1);
+    assert_int_equal(errno, ENOMEM);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -295,6 +333,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_churn, setup_rcache, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_churn, setup_no_rcache, teardown),
         cmocka_unit_test(test_destroy_with_holder),
+        cmocka_unit_test_setup_teardown(test_inner_region_holds_owned, setup_rcache, teardown),
+        cmocka_unit_test_setup_teardown(test_inner_region_holds_owned, setup_no_rcache, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
