@@ -324,7 +324,17 @@ static ote_status_t port_read_gids(const char *port_dir, ote_rdma_port_t *port)
         port->gids[port->num_gids++] = gid;
     }
     dir_list_free(list, n);
-    return port->gids != NULL ? OTE_OK : OTE_ERR_NO_MEMORY;
+    if (port->gids == NULL)
+        return OTE_ERR_NO_MEMORY;
+    /* A table lists its empty slots too (most of them): keep the filled ones' room. */
+    if (port->num_gids < (size_t)n) {
+        size_t keep       = port->num_gids ? port->num_gids : 1;
+        ote_rdma_gid_t *g = realloc(port->gids, keep * sizeof(*g));
+
+        if (g != NULL)
+            port->gids = g;
+    }
+    return OTE_OK;
 }
 
 /* The best-ranked GID, lowest index first; the others say why not. */
