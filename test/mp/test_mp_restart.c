@@ -5,8 +5,8 @@
  * instance, and ote_segment_reopen() binds it to the new one. Also: names
  * an engine cannot be found by are refused at create, names that do not
  * resolve say so, a name service that does not answer holds an open no
- * longer than OTE_CONNECT_TIMEOUT_MS, and descriptors fetched again do not
- * pile up.
+ * longer than OTE_CONNECT_TIMEOUT_MS, descriptors fetched again do not
+ * pile up, and a refresh waiting for a peer's answer holds no submit.
  */
 #include "mp_util.h"
 
@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -382,6 +383,75 @@ static void test_uct_failed_lookups_flat(void **state)
     descriptors_flat("uct_tcp", true);
 }
 
+typedef struct {
+    ote_segment_h seg;
+    ote_status_t  status;
+} slow_refresh_t;
+
+static void *refresh_main(void *arg)
+{
+    slow_refresh_t *r = arg;
+
+    r->status = ote_segment_refresh(r->seg);
+    return NULL;
+}
+
+/*
+ * A refresh whose descriptor fetch a peer does not answer (stopped) waits
+ * up to OTE_CONNECT_TIMEOUT_MS; a submit on the same segment from another
+ * thread meanwhile returns at once (its repair check waited for the
+ * fetch's timeout while the refresh held the lock it takes), and its WRITE
+ * lands once the peer goes on.
+ */
+static void test_submit_beside_slow_refresh(void **state)
+{
+    static const char *const args[] = {"--region", "1m:rw", NULL};
+    enum { CONNECT_MS = 1500 };
+    mp_fx_t f;
+    slow_refresh_t rf = {.status = OTE_ERR_IO};
+    ote_status_t sub;
+    ote_xfer_req_t r;
+    ote_task_status_t st;
+    ote_batch_h b;
+    pthread_t th;
+    size_t first;
+    uint64_t t0, ms;
+
+    (void)state;
+    setenv("OTE_CONNECT_TIMEOUT_MS", "1500", 1);
+    mp_fx_start(&f, args, 4096);
+    unsetenv("OTE_CONNECT_TIMEOUT_MS");
+    ote_test_fill(f.local, 8192, 4096, 33);
+    /* The rails are up before the peer stops (a WRITE landed). */
+    write_one(f.e, f.seg, f.local, f.t.addr[0], 4096, &sub, &st);
+    assert_int_equal(sub, OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    assert_int_equal(kill(f.t.pid, SIGSTOP), 0);
+    rf.seg = f.seg;
+    assert_int_equal(pthread_create(&th, NULL, refresh_main, &rf), 0);
+    usleep(200 * 1000);
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f.local, .segment = f.seg,
+                         .remote_addr = f.t.addr[0] + 8192, .length = 4096};
+    assert_int_equal(ote_batch_create(f.e, 1, &b), OTE_OK);
+    t0 = ote_time_ns();
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    ms = (ote_time_ns() - t0) / 1000000u;
+    print_message("submit beside a refresh the peer does not answer: %llu ms\n",
+                  (unsigned long long)ms);
+    assert_true(ms < CONNECT_MS / 3);
+    assert_int_equal(kill(f.t.pid, SIGCONT), 0);
+    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    ote_batch_release(b);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    /* Answered once the peer went on, or not within the bound: a status either way. */
+    assert_true(rf.status == OTE_OK || rf.status == OTE_ERR_TIMEOUT ||
+                rf.status == OTE_ERR_REMOTE_DISCONNECT);
+    assert_int_equal(ote_test_target_expect(f.e, f.seg, "check 0 8192 4096 33", "ok", 10000), 0);
+    mp_fx_stop(&f, true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -389,6 +459,7 @@ int main(void)
         OTE_TEST_CASE(restart_case, "cma"),
         cmocka_unit_test(test_restart_auto),
         cmocka_unit_test(test_reopen_during_submits),
+        cmocka_unit_test(test_submit_beside_slow_refresh),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_name_lookup_bounded),
         cmocka_unit_test(test_refresh_memory_flat),

@@ -320,14 +320,16 @@ ote_status_t ote_segment_close(ote_segment_h seg)
     OTE_DLIST_REMOVE(ote_segment_table(e)->segments, seg);
     pthread_mutex_unlock(&ote_segment_table(e)->seg_lock);
     /*
-     * Operations still posted end CANCELED as their eps go. Under the
-     * refresh lock: a refresh, reopen or repair another thread runs has
-     * ended (its eps are installed, and go too), and those after see the
-     * segment closed.
+     * Operations still posted end CANCELED as their eps go. Under both
+     * locks: a refresh, reopen or repair another thread runs has ended (its
+     * eps are installed, and go too), and those after see the segment
+     * closed.
      */
+    pthread_mutex_lock(&seg->fetch_lock);
     pthread_mutex_lock(&seg->refresh_lock);
     ote_wireup_destroy(seg, true, seg->desc->instance_id);
     pthread_mutex_unlock(&seg->refresh_lock);
+    pthread_mutex_unlock(&seg->fetch_lock);
     /* Slices still waiting for a rail end CANCELED too. */
     ote_segment_backlog_end(seg);
     ote_segment_put(seg);
@@ -363,8 +365,10 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions, 
  * Fetch the descriptor of whatever instance serves the name now. With
  * rebind, a new instance replaces the old one (rails rebuilt) and
  * *restarted_p says so; without, a new instance leaves the segment bound to
- * the old one, marked stale. Fetches are one at a time: a caller that waited
- * for another's fetch uses its result when that fetch began after the call.
+ * the old one, marked stale. Fetches are one at a time (fetch_lock): a
+ * caller that waited for another's fetch uses its result when that fetch
+ * began after the call. The rails change under refresh_lock as well, taken
+ * once the peer answered.
  */
 static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restarted_p)
 {
@@ -376,13 +380,15 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
 
     if (seg->file != NULL)
         return segment_resolve_object(seg, restarted_p);
-    pthread_mutex_lock(&seg->refresh_lock);
+    pthread_mutex_lock(&seg->fetch_lock);
     if (atomic_load(&seg->closed)) {
         /* Closed meanwhile (a submit's re-read): no rail is built again. */
-        status = OTE_ERR_CANCELED;
-        goto out;
+        pthread_mutex_unlock(&seg->fetch_lock);
+        return OTE_ERR_CANCELED;
     }
     if (seg->export_name[0] != '\0') {
+        /* An exported file's: its fetch and its rails in one step. */
+        pthread_mutex_lock(&seg->refresh_lock);
         status = ote_segment_resolve_export(seg, rebind, &d, restarted_p);
         if (status == OTE_OK) {
             desc_adopt(seg, d);
@@ -397,14 +403,22 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
      * missed a region the caller knows of (a submit's re-read): fetch again.
      */
     if (!rebind && seg->fetch_adopted > called) {
-        pthread_mutex_unlock(&seg->refresh_lock);
+        pthread_mutex_unlock(&seg->fetch_lock);
         return atomic_load(&seg->stale) ? OTE_ERR_PEER_RESTARTED : OTE_OK;
     }
     fetch  = atomic_fetch_add(&seg->fetch_started, 1) + 1;
     status = ote_segment_fetch_desc(seg, &d);
-    if (status != OTE_OK)
-        goto out;
+    if (status != OTE_OK) {
+        pthread_mutex_unlock(&seg->fetch_lock);
+        return status;
+    }
     atomic_init(&d->refs, 1);
+    pthread_mutex_lock(&seg->refresh_lock);
+    if (atomic_load(&seg->closed)) {
+        ote_segment_desc_put(d);
+        status = OTE_ERR_CANCELED;
+        goto out;
+    }
     pthread_mutex_lock(&seg->lock);
     restarted = d->instance_id != seg->desc->instance_id;
     pthread_mutex_unlock(&seg->lock);
@@ -454,6 +468,7 @@ static ote_status_t segment_resolve(ote_segment_h seg, bool rebind, int *restart
         *restarted_p = restarted;
 out:
     pthread_mutex_unlock(&seg->refresh_lock);
+    pthread_mutex_unlock(&seg->fetch_lock);
     return status;
 }
 

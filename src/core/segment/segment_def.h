@@ -40,12 +40,20 @@ struct ote_segment {
     char             name[OTE_DESC_NAME_MAX + 1];
     char             ctl_addr[OTE_DESC_NAME_MAX + 1]; /* the bound instance's listener (seg->lock) */
     pthread_mutex_t  lock;          /* desc, ctl connection */
-    pthread_mutex_t  refresh_lock;  /* one descriptor fetch at a time */
+    /*
+     * One refresh, reopen or re-read at a time (fetch_lock, held across the
+     * peer's answer), and what changes the rails from what it fetched, a
+     * repair or a close (refresh_lock, taken inside fetch_lock): a submit's
+     * repair check waits for the second only, never for a peer slow to
+     * answer a descriptor fetch.
+     */
+    pthread_mutex_t  fetch_lock;
+    pthread_mutex_t  refresh_lock;
     atomic_uint      desc_gen;      /* descriptors adopted so far */
     /*
      * Descriptor fetches of refreshes started so far (raised under
-     * refresh_lock as one starts), and the number of the one whose
-     * descriptor was adopted last (refresh_lock): a refresh shares another's
+     * fetch_lock as one starts), and the number of the one whose
+     * descriptor was adopted last (both locks): a refresh shares another's
      * result only when that fetch started after it was called.
      */
     _Atomic uint64_t fetch_started;

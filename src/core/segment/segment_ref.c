@@ -52,6 +52,7 @@ ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char 
     snprintf(seg->ctl_addr, sizeof(seg->ctl_addr), "%.*s", (int)sizeof(seg->ctl_addr) - 1,
              ctl_addr);
     pthread_mutex_init(&seg->lock, NULL);
+    pthread_mutex_init(&seg->fetch_lock, NULL);
     pthread_mutex_init(&seg->refresh_lock, NULL);
     pthread_mutex_init(&seg->spray_lock, NULL);
     pthread_mutex_init(&seg->ctl_pool_lock, NULL);
@@ -103,6 +104,7 @@ static void segment_free(ote_segment_h seg)
     ote_segment_desc_put(seg->desc);
     ote_range_index_free(seg->range_index);
     pthread_mutex_destroy(&seg->lock);
+    pthread_mutex_destroy(&seg->fetch_lock);
     pthread_mutex_destroy(&seg->refresh_lock);
     pthread_mutex_destroy(&seg->spray_lock);
     reread_state_fini(seg);
