@@ -80,6 +80,50 @@ static inline void mp_fx_stop(mp_fx_t *f, bool quit)
     ote_test_target_stop(&f->t);
 }
 
+/* ote_segment_refresh(seg) on a thread of its own (pthread_create's function, arg an mp_refresh_t). */
+typedef struct {
+    ote_segment_h seg;
+    ote_status_t  status;
+} mp_refresh_t;
+
+static inline void *mp_refresh_main(void *arg)
+{
+    mp_refresh_t *r = arg;
+
+    r->status = ote_segment_refresh(r->seg);
+    return NULL;
+}
+
+/*
+ * With f's target stopped (SIGSTOP) while another thread waits for its
+ * answer (what: to what): a WRITE of len bytes of f's local memory to
+ * remote, whose submit returns within bound_ms; then the target goes on
+ * (SIGCONT) and the WRITE completes.
+ */
+static inline void mp_submit_beside_stopped(mp_fx_t *f, uint64_t remote, size_t len,
+                                            const char *what, uint64_t bound_ms)
+{
+    ote_xfer_req_t r = {.op = OTE_OP_WRITE, .local_addr = f->local, .segment = f->seg,
+                        .remote_addr = remote, .length = len};
+    ote_task_status_t st;
+    ote_batch_h b;
+    size_t first;
+    uint64_t t0, ms;
+
+    assert_int_equal(ote_batch_create(f->e, 1, &b), OTE_OK);
+    t0 = ote_time_ns();
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    ms = (ote_time_ns() - t0) / 1000000u;
+    print_message("submit beside %s the peer does not answer: %llu ms\n", what,
+                  (unsigned long long)ms);
+    assert_true(ms < bound_ms);
+    assert_int_equal(kill(f->t.pid, SIGCONT), 0);
+    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
+    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+    assert_int_equal(st.state, OTE_TASK_COMPLETED);
+    ote_batch_release(b);
+}
+
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 static inline unsigned mp_free_port(void)
 {

@@ -1099,19 +1099,6 @@ static void *delay_proxy_main(void *arg)
     return NULL;
 }
 
-typedef struct {
-    ote_segment_h seg;
-    ote_status_t  status;
-} refresh_arg_t;
-
-static void *refresh_main(void *arg)
-{
-    refresh_arg_t *r = arg;
-
-    r->status = ote_segment_refresh(r->seg);
-    return NULL;
-}
-
 /*
  * ote_segment_refresh() reads the descriptor again: one called while
  * another thread's refresh is in flight, whose read of the store started
@@ -1129,7 +1116,7 @@ static void test_refresh_after_older_refresh(void **state)
     ote_engine_h peer, e;
     ote_segment_h seg;
     ote_mem_h m0, m1, ml;
-    refresh_arg_t ra;
+    mp_refresh_t ra;
     pthread_t proxy_th, refresh_th;
     uint8_t *r0 = aligned_alloc(4096, 65536), *r1 = aligned_alloc(4096, 65536);
     uint8_t *local = aligned_alloc(4096, 65536);
@@ -1173,8 +1160,8 @@ static void test_refresh_after_older_refresh(void **state)
 
     /* The refresh's answer (the descriptor without r1) is held on its way. */
     atomic_store(&px.delay_ms, 400);
-    ra = (refresh_arg_t){.seg = seg, .status = OTE_ERR_IO};
-    assert_int_equal(pthread_create(&refresh_th, NULL, refresh_main, &ra), 0);
+    ra = (mp_refresh_t){.seg = seg, .status = OTE_ERR_IO};
+    assert_int_equal(pthread_create(&refresh_th, NULL, mp_refresh_main, &ra), 0);
     usleep(100 * 1000);
     assert_int_equal(ote_mem_register(peer,
                                       &(ote_mem_desc_t){.addr = r1, .length = 65536,

@@ -134,12 +134,7 @@ static void test_submit_beside_slow_notify(void **state)
     enum { CONNECT_MS = 1500 };
     mp_fx_t f;
     slow_notify_t n = {.f = &f, .status = OTE_ERR_IO};
-    ote_xfer_req_t r;
-    ote_task_status_t st;
-    ote_batch_h b;
     pthread_t th;
-    size_t first;
-    uint64_t t0, ms;
 
     (void)state;
     setenv("OTE_CONNECT_TIMEOUT_MS", "1500", 1);
@@ -151,20 +146,7 @@ static void test_submit_beside_slow_notify(void **state)
     assert_int_equal(kill(f.t.pid, SIGSTOP), 0);
     assert_int_equal(pthread_create(&th, NULL, notify_main, &n), 0);
     usleep(200 * 1000);
-    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f.local, .segment = f.seg,
-                         .remote_addr = f.t.addr[0], .length = 4096};
-    assert_int_equal(ote_batch_create(f.e, 1, &b), OTE_OK);
-    t0 = ote_time_ns();
-    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
-    ms = (ote_time_ns() - t0) / 1000000u;
-    print_message("submit beside a notification the peer does not answer: %llu ms\n",
-                  (unsigned long long)ms);
-    assert_true(ms < CONNECT_MS / 3);
-    assert_int_equal(kill(f.t.pid, SIGCONT), 0);
-    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    ote_batch_release(b);
+    mp_submit_beside_stopped(&f, f.t.addr[0], 4096, "a notification", CONNECT_MS / 3);
     assert_int_equal(pthread_join(th, NULL), 0);
     /* Answered once the peer went on, or not within the bound: a status either way. */
     assert_true(n.status == OTE_OK || n.status == OTE_ERR_TIMEOUT ||

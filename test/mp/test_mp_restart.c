@@ -383,19 +383,6 @@ static void test_uct_failed_lookups_flat(void **state)
     descriptors_flat("uct_tcp", true);
 }
 
-typedef struct {
-    ote_segment_h seg;
-    ote_status_t  status;
-} slow_refresh_t;
-
-static void *refresh_main(void *arg)
-{
-    slow_refresh_t *r = arg;
-
-    r->status = ote_segment_refresh(r->seg);
-    return NULL;
-}
-
 /*
  * A refresh whose descriptor fetch a peer does not answer (stopped) waits
  * up to OTE_CONNECT_TIMEOUT_MS; a submit on the same segment from another
@@ -408,14 +395,10 @@ static void test_submit_beside_slow_refresh(void **state)
     static const char *const args[] = {"--region", "1m:rw", NULL};
     enum { CONNECT_MS = 1500 };
     mp_fx_t f;
-    slow_refresh_t rf = {.status = OTE_ERR_IO};
+    mp_refresh_t rf = {.status = OTE_ERR_IO};
     ote_status_t sub;
-    ote_xfer_req_t r;
     ote_task_status_t st;
-    ote_batch_h b;
     pthread_t th;
-    size_t first;
-    uint64_t t0, ms;
 
     (void)state;
     setenv("OTE_CONNECT_TIMEOUT_MS", "1500", 1);
@@ -428,22 +411,9 @@ static void test_submit_beside_slow_refresh(void **state)
     assert_int_equal(st.state, OTE_TASK_COMPLETED);
     assert_int_equal(kill(f.t.pid, SIGSTOP), 0);
     rf.seg = f.seg;
-    assert_int_equal(pthread_create(&th, NULL, refresh_main, &rf), 0);
+    assert_int_equal(pthread_create(&th, NULL, mp_refresh_main, &rf), 0);
     usleep(200 * 1000);
-    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f.local, .segment = f.seg,
-                         .remote_addr = f.t.addr[0] + 8192, .length = 4096};
-    assert_int_equal(ote_batch_create(f.e, 1, &b), OTE_OK);
-    t0 = ote_time_ns();
-    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
-    ms = (ote_time_ns() - t0) / 1000000u;
-    print_message("submit beside a refresh the peer does not answer: %llu ms\n",
-                  (unsigned long long)ms);
-    assert_true(ms < CONNECT_MS / 3);
-    assert_int_equal(kill(f.t.pid, SIGCONT), 0);
-    assert_int_equal(ote_batch_wait(b, 20000), OTE_OK);
-    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-    assert_int_equal(st.state, OTE_TASK_COMPLETED);
-    ote_batch_release(b);
+    mp_submit_beside_stopped(&f, f.t.addr[0] + 8192, 4096, "a refresh", CONNECT_MS / 3);
     assert_int_equal(pthread_join(th, NULL), 0);
     /* Answered once the peer went on, or not within the bound: a status either way. */
     assert_true(rf.status == OTE_OK || rf.status == OTE_ERR_TIMEOUT ||
