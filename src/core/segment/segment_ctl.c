@@ -29,10 +29,8 @@ ote_status_t ote_segment_ctl_refused(ote_segment_h seg, ote_status_t status)
 /* ctl_lock held. */
 static void ctl_close(ote_segment_h seg)
 {
-    if (seg->ctl_fd >= 0) {
-        close(seg->ctl_fd);
-        seg->ctl_fd = -1;
-    }
+    ote_fd_close(seg->ctl_fd);
+    seg->ctl_fd = -1;
 }
 
 void ote_segment_ctl_rebind(ote_segment_h seg, const char *ctl_addr)
