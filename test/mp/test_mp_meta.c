@@ -676,6 +676,37 @@ static void test_gone_key_put_at_once(void **state)
     ote_engine_destroy(e);
 }
 
+/*
+ * A key claimed lives its TTL from the claim on, whatever the client's
+ * earlier claims: on etcd a claim renews the lease it puts the key with.
+ * Before, a lease kept only for claims (an engine whose name another engine
+ * took asks for it again each round without keepalives) ran out from its
+ * grant: a key claimed late in it went with it a moment later.
+ */
+static void test_claim_lives_its_ttl(void **state)
+{
+    char key_a[512], key_b[512];
+    const ote_meta_ops_t *ops;
+    uint8_t *val = NULL;
+    size_t len   = 0;
+    void *ctx;
+
+    (void)state;
+    ops = raw_open("claim-b", &ctx, key_b, sizeof(key_b));
+    snprintf(key_a, sizeof(key_a), "orbitte/segments/claim-a");
+    assert_int_equal(ops->claim(ctx, key_a, "a", 1, 4), OTE_OK);
+    sleep(3); /* no keepalive: the lease (etcd) has 1 s left */
+    assert_int_equal(ops->claim(ctx, key_b, "b", 1, 4), OTE_OK);
+    usleep(2500 * 1000); /* 5.5 s after the first claim, 2.5 s after the second */
+    assert_int_equal(ops->get(ctx, key_b, &val, &len), OTE_OK);
+    assert_int_equal(len, 1);
+    assert_memory_equal(val, "b", 1);
+    free(val);
+    ops->release(ctx, key_b);
+    ops->release(ctx, key_a);
+    ops->close(ctx);
+}
+
 /* Regions of name as a fresh open sees them (-1: the open failed). */
 static long regions_of(ote_engine_h e, const char *name)
 {
@@ -1203,6 +1234,7 @@ int main(void)
         cmocka_unit_test(test_redis_password), cmocka_unit_test(test_store_loss),
         cmocka_unit_test(test_exported_file), cmocka_unit_test(test_restart_takeover),
         cmocka_unit_test(test_evicted_holder), cmocka_unit_test(test_gone_key_put_at_once),
+        cmocka_unit_test(test_claim_lives_its_ttl),
         cmocka_unit_test(test_refused_descriptor_said), cmocka_unit_test(test_lost_update_answer),
         cmocka_unit_test(test_redis_reply_bounded),
         cmocka_unit_test(test_refresh_after_older_refresh),

@@ -52,8 +52,9 @@ typedef struct {
     void (*close)(void *ctx);
     /*
      * Put value under key if no key of that name exists, bound to this
-     * client's lease (etcd) or with a TTL of ttl_s (Redis). EXISTS when
-     * another value holds the key.
+     * client's lease (etcd; renewed by the claim) or with a TTL of ttl_s
+     * (Redis): the key lives ttl_s from the claim on either way. EXISTS
+     * when another value holds the key.
      */
     ote_status_t (*claim)(void *ctx, const char *key, const void *value, size_t len, long ttl_s);
     /*

@@ -3,14 +3,15 @@
  * with libcurl and json-c. Keys and values travel base64-encoded, 64-bit
  * integers as decimal strings.
  *
- *   claim     lease grant (ttl), then a txn: if the key's create_revision
- *             is 0 put it with the lease, else read it (ours if it carries
- *             our lease)
+ *   claim     lease keepalive (grant where there is none or it is gone),
+ *             then a txn: if the key's create_revision is 0 put it with
+ *             the lease, else read it (ours if it carries our lease)
  *   keepalive lease keepalive; a reply without a TTL: the lease is gone
  *   update    txn: if the key's lease is ours, put the new value
  *   release   lease revoke (deletes the key)
- *   replace   txn: if the key's mod_revision is still the one read, put our
- *             value with our lease (taking over a dead holder's key)
+ *   replace   lease as for claim, then a txn: if the key's mod_revision is
+ *             still the one read, put our value with our lease (taking
+ *             over a dead holder's key)
  *
  * Endpoints are tried in turn, starting with the one that answered last;
  * every request is bounded by the timeout. The response decoders are
@@ -493,6 +494,36 @@ static ote_status_t etcd_grant(etcd_t *c, long ttl_s)
     return status == OTE_ERR_NOT_FOUND ? OTE_ERR_PROTOCOL : status;
 }
 
+/* Our lease (not 0) kept alive; NOT_FOUND (and none kept): the store no longer knows it. */
+static ote_status_t etcd_renew(etcd_t *c)
+{
+    int64_t id = 0, ttl = 0;
+    ote_status_t status = etcd_lease_post(c, "/v3/lease/keepalive");
+
+    if (status == OTE_OK)
+        status = ote_meta_etcd_decode_lease(c->body, c->body_len, &id, &ttl);
+    if (status == OTE_OK && id != c->lease)
+        status = OTE_ERR_PROTOCOL; /* an answer about another lease */
+    if (status == OTE_ERR_NOT_FOUND)
+        c->lease = 0;
+    return status;
+}
+
+/*
+ * Our lease, renewed (keepalive) for a put that attaches a key to it, or a
+ * new one where there is none or the store no longer knows it. A lease
+ * that is not kept alive runs out: one kept only for keys that were
+ * refused (a claim answered EXISTS, keepalive rounds stop while the name is
+ * not ours) could otherwise hold a key put a moment before it runs out,
+ * and the key would go with it.
+ */
+static ote_status_t etcd_lease_ready(etcd_t *c, long ttl_s)
+{
+    ote_status_t status = c->lease != 0 ? etcd_renew(c) : OTE_ERR_NOT_FOUND;
+
+    return status == OTE_ERR_NOT_FOUND ? etcd_grant(c, ttl_s) : status;
+}
+
 static ote_status_t etcd_claim(void *ctx, const char *key, const void *value, size_t len,
                                long ttl_s)
 {
@@ -506,11 +537,9 @@ static ote_status_t etcd_claim(void *ctx, const char *key, const void *value, si
         int64_t holder = 0;
         bool ok        = false;
 
-        if (c->lease == 0) {
-            status = etcd_grant(c, ttl_s);
-            if (status != OTE_OK)
-                break;
-        }
+        status = etcd_lease_ready(c, ttl_s);
+        if (status != OTE_OK)
+            break;
         sprintf(json,
                 "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"create_revision\":\"0\","
                 "\"result\":\"EQUAL\"}],\"success\":[{\"request_put\":{\"key\":\"%s\","
@@ -545,7 +574,7 @@ static ote_status_t etcd_range(etcd_t *c, const char *key, uint8_t **value_p, si
 static ote_status_t etcd_keepalive(void *ctx, const char *key, long ttl_s)
 {
     etcd_t *c = ctx;
-    int64_t id = 0, ttl = 0, lease = 0, rev = 0;
+    int64_t lease = 0, rev = 0;
     uint8_t *value = NULL;
     size_t len;
     ote_status_t status;
@@ -553,15 +582,7 @@ static ote_status_t etcd_keepalive(void *ctx, const char *key, long ttl_s)
     (void)ttl_s;
     if (c->lease == 0)
         return OTE_ERR_NOT_FOUND;
-    status = etcd_lease_post(c, "/v3/lease/keepalive");
-    if (status == OTE_OK)
-        status = ote_meta_etcd_decode_lease(c->body, c->body_len, &id, &ttl);
-    if (status == OTE_OK && id != c->lease)
-        status = OTE_ERR_PROTOCOL; /* an answer about another lease */
-    if (status == OTE_ERR_NOT_FOUND) {
-        c->lease = 0;
-        return status;
-    }
+    status = etcd_renew(c);
     if (status != OTE_OK)
         return status;
     status = etcd_range(c, key, &value, &len, &lease, &rev);
@@ -671,8 +692,7 @@ static ote_status_t etcd_replace(void *ctx, const char *key, const void *old, si
     if (version <= 0)
         return OTE_ERR_INVALID_PARAM;
     /* Our lease: the key lives as long as we keep it alive, the old holder's lease expires. */
-    if (c->lease == 0)
-        status = etcd_grant(c, ttl_s);
+    status = etcd_lease_ready(c, ttl_s);
     if (status != OTE_OK)
         return status;
     status = etcd_put_if(c, key, value, len, "MOD", "mod_revision", (long long)version, &ok);
