@@ -721,6 +721,62 @@ static long regions_of(ote_engine_h e, const char *name)
 }
 
 /*
+ * A store that stopped answering holds only what needs it. The keepalive
+ * thread's requests then take OTE_METADATA_TIMEOUT_MS each, every round:
+ * registrations do not wait for them (their descriptor goes in once the
+ * store answers), and an open fails STORE_UNAVAILABLE within its own
+ * request's bound, not after a keepalive request and then its own. Before,
+ * both waited for the thread's request in flight.
+ */
+static void test_stopped_store_holds_nothing(void **state)
+{
+    static char buf[16][4096];
+    ote_engine_h e = engine("decode-q"), other = engine("prefill-q");
+    ote_mem_h m[16];
+    double worst = 0, t0, took;
+    ote_segment_h seg;
+    ote_status_t st;
+    long n0 = regions_of(other, "decode-q");
+
+    (void)state;
+    assert_true(n0 >= 0);
+    mp_stop_process(store.pid);
+    sleep(2); /* keepalive rounds (0.67 s apart, 0.5 s once it is away) find it stopped */
+    for (int i = 0; i < 16; i++) {
+        ote_mem_desc_t d = {.addr = buf[i], .length = sizeof(buf[i]), .location = "cpu:0",
+                            .access = OTE_ACCESS_REMOTE_READ};
+
+        t0 = now_s();
+        assert_int_equal(ote_mem_register(e, &d, 1, &m[i]), OTE_OK);
+        took  = now_s() - t0;
+        worst = took > worst ? took : worst;
+        usleep(50 * 1000);
+    }
+    fprintf(stderr, "# 16 registrations with the store stopped: the slowest took %.3f s\n",
+            worst);
+    t0 = now_s();
+    st   = ote_segment_open(other, "decode-none", &seg);
+    took = now_s() - t0;
+    fprintf(stderr, "# open with the store stopped failed after %.2f s (1 s a request)\n", took);
+    /* Going on before the checks: the next tests need the store. */
+    assert_int_equal(kill(store.pid, SIGCONT), 0);
+    assert_true(worst < 0.3);
+    assert_int_equal(st, OTE_ERR_STORE_UNAVAILABLE);
+    assert_true(took < 1.5);
+    /* Back: the descriptor with every registration goes in. */
+    t0 = now_s();
+    while (regions_of(other, "decode-q") != n0 + 16) {
+        if (now_s() - t0 > 10)
+            fail_msg("the registrations are not in the store 10 s after it went on");
+        usleep(100 * 1000);
+    }
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(ote_mem_deregister(e, m[i]), OTE_OK);
+    ote_engine_destroy(other);
+    ote_engine_destroy(e);
+}
+
+/*
  * An update whose answer was lost (the store stopped past
  * OTE_METADATA_TIMEOUT_MS) may run all the same once the store goes on:
  * the key then holds that record. The engine still knows it for its own
@@ -1234,7 +1290,7 @@ int main(void)
         cmocka_unit_test(test_redis_password), cmocka_unit_test(test_store_loss),
         cmocka_unit_test(test_exported_file), cmocka_unit_test(test_restart_takeover),
         cmocka_unit_test(test_evicted_holder), cmocka_unit_test(test_gone_key_put_at_once),
-        cmocka_unit_test(test_claim_lives_its_ttl),
+        cmocka_unit_test(test_claim_lives_its_ttl), cmocka_unit_test(test_stopped_store_holds_nothing),
         cmocka_unit_test(test_refused_descriptor_said), cmocka_unit_test(test_lost_update_answer),
         cmocka_unit_test(test_redis_reply_bounded),
         cmocka_unit_test(test_refresh_after_older_refresh),

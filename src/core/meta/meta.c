@@ -16,6 +16,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +30,22 @@ struct ote_meta {
     char                  name[OTE_DESC_NAME_MAX + 1];
     char                  prefix[OTE_META_KEY_MAX];
     char                  key[OTE_META_KEY_MAX + OTE_DESC_NAME_MAX + 1];
-    pthread_mutex_t       lock;      /* the store client, and the fields below */
+    /*
+     * Lookups' own client where the engine keeps a key (else ctx): a store
+     * that stopped answering holds a keepalive request up to the timeout,
+     * and an open must not wait for it on top of its own.
+     */
+    void                 *read_ctx;
+    pthread_mutex_t       read_lock; /* read_ctx, or ctx where that is NULL */
+    pthread_mutex_t       lock;      /* ctx (the key's client), and the fields below */
     pthread_cond_t        cond;      /* CLOCK_MONOTONIC */
     pthread_t             thread;
     bool                  started;
     bool                  stop;
     bool                  claimed;   /* our key is in the store, as far as we know */
-    bool                  healthy;   /* the last store call answered */
-    bool                  dirty;     /* the descriptor changed since it was put */
+    /* ote_meta_changed reads healthy and sets dirty without the lock. */
+    atomic_bool           healthy;   /* the last store call answered */
+    atomic_bool           dirty;     /* the descriptor changed since it was put */
     bool                  taken;     /* another engine took the name (said once) */
     bool                  said_held; /* why the name is not ours was logged */
     bool                  wake;      /* the thread has work before its period ends */
@@ -188,11 +197,14 @@ static ote_status_t meta_put(ote_meta_t *m, bool claim)
     ote_buf_t desc = {0}, rec = {0};
     ote_status_t status;
 
-    status = m->params.desc_cb(m->params.desc_arg, &desc);
+    /* Cleared before the read: a change after it marks the descriptor again. */
+    m->dirty = false;
+    status   = m->params.desc_cb(m->params.desc_arg, &desc);
     if (status == OTE_OK)
         status = ote_meta_record_encode(m->params.auth, m->name, desc.data, desc.len, &rec);
+    if (status != OTE_OK)
+        m->dirty = true;
     if (status == OTE_OK) {
-        m->dirty = false;
         m->puts++;
         status   = claim ? m->ops->claim(m->ctx, m->key, rec.data, rec.len, m->params.ttl_s)
                          : m->ops->update(m->ctx, m->key, rec.data, rec.len, m->params.ttl_s);
@@ -280,7 +292,10 @@ static void meta_free(ote_meta_t *m)
 {
     if (m->ctx != NULL)
         m->ops->close(m->ctx);
+    if (m->read_ctx != NULL)
+        m->ops->close(m->read_ctx);
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->read_lock);
     pthread_cond_destroy(&m->cond);
     free(m);
 }
@@ -425,14 +440,18 @@ ote_status_t ote_meta_create(const ote_meta_params_t *p, ote_meta_t **meta_p)
     m->params.name   = NULL;
     m->params.prefix = NULL;
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->read_lock, NULL);
     ote_cond_init_monotonic(&m->cond);
 
     status = m->ops->open(&uri, p->timeout_ms, &m->ctx);
-    memset(&uri, 0, sizeof(uri)); /* the password */
-    if (status != OTE_OK) {
+    if (status != OTE_OK)
         m->ctx = NULL;
+    else if (p->desc_cb != NULL && (status = m->ops->open(&uri, p->timeout_ms, &m->read_ctx)) !=
+                                       OTE_OK)
+        m->read_ctx = NULL;
+    memset(&uri, 0, sizeof(uri)); /* the password */
+    if (status != OTE_OK)
         goto err;
-    }
     m->healthy = true;
     if (p->desc_cb != NULL) {
         pthread_mutex_lock(&m->lock);
@@ -500,8 +519,15 @@ void ote_meta_changed(ote_meta_t *m)
 {
     if (m == NULL || !m->started)
         return;
-    pthread_mutex_lock(&m->lock);
     m->dirty = true;
+    /*
+     * A store that does not answer: the keepalive thread, which tries
+     * every round, puts it when it does; the caller (a registration) does
+     * not wait for that thread's request in flight.
+     */
+    if (!m->healthy)
+        return;
+    pthread_mutex_lock(&m->lock);
     if (m->healthy && m->claimed) {
         ote_status_t status = meta_put(m, false);
 
@@ -540,9 +566,9 @@ ote_status_t ote_meta_lookup(ote_meta_t *m, const char *name, ote_desc_t **desc_
     if (ote_meta_name_check(name) != OTE_OK)
         return OTE_ERR_INVALID_PARAM;
     snprintf(key, sizeof(key), "%s%s", m->prefix, name);
-    pthread_mutex_lock(&m->lock);
-    status = m->ops->get(m->ctx, key, &val, &len);
-    pthread_mutex_unlock(&m->lock);
+    pthread_mutex_lock(&m->read_lock);
+    status = m->ops->get(m->read_ctx != NULL ? m->read_ctx : m->ctx, key, &val, &len);
+    pthread_mutex_unlock(&m->read_lock);
     if (status == OTE_ERR_NOT_FOUND) {
         ote_debug("metadata: no engine '%s' in %s", name, m->uri);
         return status;
