@@ -63,7 +63,7 @@ typedef enum {
     OTE_ERR_TIMEOUT           =  -8,
     OTE_ERR_CANCELED          =  -9,
     OTE_ERR_REMOTE_DISCONNECT = -10,
-    OTE_ERR_BUSY              = -11,  /* admission limit or peer's backlog full */
+    OTE_ERR_BUSY              = -11,  /* batch full, admission limit, peer backlog */
     OTE_ERR_IO                = -12,
     OTE_ERR_UNSUPPORTED       = -13,
     OTE_ERR_PROTOCOL          = -14,  /* malformed or incompatible peer message */
@@ -215,7 +215,11 @@ ote_status_t ote_mem_register(ote_engine_h engine, const ote_mem_desc_t *descs,
 /*
  * Drop one reference. When the last one goes, the region disappears from
  * lookups at once (new transfers get OTE_ERR_NOT_REGISTERED) and its
- * registration is kept until transfers already using it drain. The handle
+ * registration is kept until transfers already using it drain: over native
+ * tcp a slice caught in the middle ends FAILED OTE_ERR_NOT_REGISTERED and
+ * no byte moves after the call returns; other transports (cma, shm, UCT,
+ * RDMA) may finish the slices already handed to them, so free the memory
+ * once your batches that use it ended (docs/memory.md). The handle
  * is then void, as a pointer after free(): OTE_ERR_NOT_REGISTERED until a
  * later registration gets the same handle, which it then names.
  */
@@ -250,10 +254,12 @@ typedef struct {
 /*
  * Open a peer by segment name. With the peer-to-peer metadata the name is
  * "host:port" (IPv6: "[addr]:port") of the peer's control plane; the
- * descriptor is fetched from there and connections are set up. Blocks for
- * at most OTE_CONNECT_TIMEOUT_MS, the host name's lookup included: a host
- * that does not resolve is OTE_ERR_NOT_FOUND, a name service that has not
- * answered by then OTE_ERR_TIMEOUT. With a metadata store the name is the
+ * descriptor is fetched from there and connections are set up. The fetch
+ * blocks for at most OTE_CONNECT_TIMEOUT_MS, the host name's lookup
+ * included (a host that does not resolve is OTE_ERR_NOT_FOUND, a name
+ * service that has not answered by then OTE_ERR_TIMEOUT), and so does each
+ * transport's connection set-up after it, one after the other
+ * (docs/threading.md). A listener that refuses is OTE_ERR_NOT_FOUND. With a metadata store the name is the
  * peer's engine name and its descriptor is read from the store (at most
  * OTE_METADATA_TIMEOUT_MS per endpoint): OTE_ERR_NOT_FOUND when no live
  * engine holds the name, OTE_ERR_STORE_UNAVAILABLE when the store does not
@@ -311,7 +317,12 @@ ote_status_t ote_segment_open_desc(ote_engine_h engine, const void *desc, size_t
  * the name now.
  */
 
-/* Close a segment. Tasks still in flight against it end CANCELED. */
+/*
+ * Close a segment. Tasks still in flight against it end CANCELED. The
+ * handle is void once the call returns, as a pointer after free() (calls
+ * running on it in other threads meanwhile finish first; a submit that
+ * reaches it while it closes fails OTE_ERR_NOT_FOUND).
+ */
 ote_status_t ote_segment_close(ote_segment_h seg);
 
 /*
@@ -386,7 +397,11 @@ ote_status_t ote_segment_regions(ote_segment_h seg, ote_region_info_t *regions,
  * this call; otherwise it fetches again, so that what the peer registered
  * before the call is in the result.
  * OTE_ERR_PEER_RESTARTED when another instance now serves the name: the
- * segment stays bound to the old one (see ote_segment_reopen()). With the
+ * segment stays bound to the old one (see ote_segment_reopen()). A peer
+ * whose control listener refuses (killed, exited, nothing new there yet):
+ * OTE_ERR_REMOTE_DISCONNECT, as for ote_notify_send() and
+ * ote_segment_reopen() (with a metadata store, a name no live engine holds
+ * is OTE_ERR_NOT_FOUND, as at open). With the
  * same instance, connections to it that failed (a timeout, an endpoint UCT
  * gave up on) are made again, and network devices that joined this engine
  * or the peer since the rails were built get rails of their own
@@ -497,8 +512,9 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
 /*
  * Submit count requests. Tasks get consecutive ids starting at
  * *first_task_p. Requests are checked before anything is posted: a request
- * whose local range is not registered, or whose segment is closed, fails
- * the whole call with nothing submitted. Returns OTE_ERR_BUSY, with nothing
+ * whose local range is not registered, or whose segment is being closed
+ * (ote_segment_close() in another thread), fails the whole call with
+ * nothing submitted. Returns OTE_ERR_BUSY, with nothing
  * submitted, when the batch is full or the engine's admission limits
  * (OTE_MAX_INFLIGHT_TASKS, OTE_MAX_INFLIGHT_BYTES) are reached; with
  * OTE_SUBMIT_TIMEOUT_MS set it first waits up to that long for room. Never
@@ -566,7 +582,11 @@ ote_status_t ote_batch_notify_status(ote_batch_h batch, size_t task, ote_status_
 
 ote_status_t ote_batch_task_status(ote_batch_h batch, size_t task, ote_task_status_t *status_p);
 
-/* Summary: PENDING while any task is; else FAILED if any failed; else COMPLETED. */
+/*
+ * Summary: PENDING while any task is; else FAILED if any did not complete
+ * (FAILED, CANCELED or TIMEOUT), error the first such task's; else
+ * COMPLETED. transferred sums the tasks'.
+ */
 ote_status_t ote_batch_status(ote_batch_h batch, ote_task_status_t *status_p);
 
 /*
@@ -636,7 +656,10 @@ typedef struct {
  * would (the same delivery guarantees, each with its own status); returns
  * once every one was queued by the peer or failed. statuses (NULL: not
  * wanted) gets each message's status; the return is OTE_OK when all are
- * OK, else the first failure's. Messages waiting to be sent to one peer
+ * OK, else the first failure's. The messages are checked before any is
+ * sent: one longer than OTE_NOTIFY_MAX (or without data but with a length)
+ * fails the whole call OTE_ERR_INVALID_PARAM with nothing sent, its status
+ * OTE_ERR_INVALID_PARAM and every other one's OTE_ERR_CANCELED. Messages waiting to be sent to one peer
  * instance, from this call and from other threads, travel packed, up to
  * 256 (64 KiB) per control message, one such message in flight per peer
  * instance (docs/wire-protocol.md, NOTIFY_BATCH).

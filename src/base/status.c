@@ -15,7 +15,9 @@ const char *ote_status_string(ote_status_t status)
     case OTE_ERR_TIMEOUT:           return "timed out";
     case OTE_ERR_CANCELED:          return "canceled";
     case OTE_ERR_REMOTE_DISCONNECT: return "remote peer disconnected";
-    case OTE_ERR_BUSY:              return "busy: admission limit or the peer's backlog is full";
+    case OTE_ERR_BUSY:
+        return "busy: the batch is full, an admission limit is reached or the peer's backlog is "
+               "full";
     case OTE_ERR_IO:                return "input/output error";
     case OTE_ERR_UNSUPPORTED:       return "operation not supported";
     case OTE_ERR_PROTOCOL:          return "malformed or incompatible peer message";

@@ -7,7 +7,8 @@
  * memories), never COMPLETED. Once a new instance listens under the same
  * address, the submissions end PEER_RESTARTED (at submit or as the tasks'
  * status); ote_segment_reopen() binds the segment to the new instance,
- * which no byte of the old handle's reached, and data moves again.
+ * which no byte of the old handle's reached, and data moves again. While
+ * it is dead, notifications, refreshes and reopens fail REMOTE_DISCONNECT.
  *
  * Run once per transport: tcp, cma and shm (native), uct_tcp (UCX's tcp,
  * where the build has UCX).
@@ -173,6 +174,23 @@ static void dead_peer_case(void **state)
            tls, dead.disconnect, dead.timeout, dead.submit_refused);
     assert_int_equal(dead.disconnect + dead.timeout + dead.submit_refused * PER_BATCH,
                      (BURST + ROUNDS) * PER_BATCH);
+
+    /*
+     * The calls that ask the peer's control listener, which refuses now:
+     * REMOTE_DISCONNECT as the tasks (NOT_FOUND, "no such segment or
+     * peer", before), the segment still bound to the dead instance.
+     */
+    {
+        ote_notify_msg_t m[2] = {{.data = "a", .length = 1}, {.data = "b", .length = 1}};
+        ote_status_t ms[2];
+
+        assert_int_equal(ote_notify_send(e, seg, "n", 1), OTE_ERR_REMOTE_DISCONNECT);
+        assert_int_equal(ote_notify_send_many(e, seg, m, 2, ms), OTE_ERR_REMOTE_DISCONNECT);
+        assert_int_equal(ms[0], OTE_ERR_REMOTE_DISCONNECT);
+        assert_int_equal(ms[1], OTE_ERR_REMOTE_DISCONNECT);
+        assert_int_equal(ote_segment_refresh(seg), OTE_ERR_REMOTE_DISCONNECT);
+        assert_int_equal(ote_segment_reopen(seg, &restarted), OTE_ERR_REMOTE_DISCONNECT);
+    }
 
     /* A new instance under the same address: the segment says so. */
     assert_int_equal(ote_test_target_start(&t2, NULL, args), 0);

@@ -370,12 +370,23 @@ static void test_many_in_flight(void **state)
     }
     for (int k = 0; k < MANY_THREADS; k++)
         assert_int_equal(next[k], MANY_CALLS * MANY_PER_CALL);
-    /* Bad messages are refused before any is sent. */
+    /* Bad messages are refused before any is sent; the statuses say which. */
     {
-        ote_notify_msg_t bad[2] = {{.data = "x", .length = 1}, {.data = NULL, .length = 3}};
+        static char big[OTE_NOTIFY_MAX + 1];
+        ote_notify_msg_t bad[3] = {{.data = "x", .length = 1}, {.data = NULL, .length = 3},
+                                   {.data = big, .length = sizeof(big)}};
+        ote_status_t bst[3] = {OTE_OK, OTE_OK, OTE_OK};
         size_t c = 0;
 
         assert_int_equal(ote_notify_send_many(tx, seg, bad, 2, NULL), OTE_ERR_INVALID_PARAM);
+        assert_int_equal(ote_notify_send_many(tx, seg, bad, 3, bst), OTE_ERR_INVALID_PARAM);
+        assert_int_equal(bst[0], OTE_ERR_CANCELED);
+        assert_int_equal(bst[1], OTE_ERR_INVALID_PARAM);
+        assert_int_equal(bst[2], OTE_ERR_INVALID_PARAM);
+        bad[1] = bad[0];
+        assert_int_equal(ote_notify_send_many(tx, seg, &bad[1], 2, bst), OTE_ERR_INVALID_PARAM);
+        assert_int_equal(bst[0], OTE_ERR_CANCELED);
+        assert_int_equal(bst[1], OTE_ERR_INVALID_PARAM);
         assert_int_equal(ote_notify_recv(rx, got, 4, &c), OTE_OK);
         assert_int_equal(c, 0);
     }

@@ -243,17 +243,27 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
     return OTE_OK;
 }
 
-/* ctl_lock held: the request connection, opened to the bound instance's listener if none. */
+/*
+ * ctl_lock held: the request connection, opened to the bound instance's
+ * listener if none. A segment opened on an instance whose listener now
+ * refuses (the peer was killed or exited) fails REMOTE_DISCONNECT, as the
+ * failure model in ote.h says of a peer that stopped answering; NOT_FOUND
+ * (nothing listens there) is for an open.
+ */
 static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
 {
     char addr[sizeof(seg->ctl_addr)];
+    ote_status_t status;
+    bool bound;
 
     if (seg->ctl_fd >= 0)
         return OTE_OK;
     pthread_mutex_lock(&seg->lock);
     memcpy(addr, seg->ctl_addr, sizeof(addr));
+    bound = seg->desc != NULL;
     pthread_mutex_unlock(&seg->lock);
-    return ctl_open(seg, addr, deadline, &seg->ctl_fd);
+    status = ctl_open(seg, addr, deadline, &seg->ctl_fd);
+    return status == OTE_ERR_NOT_FOUND && bound ? OTE_ERR_REMOTE_DISCONNECT : status;
 }
 
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,

@@ -433,16 +433,26 @@ ote_status_t ote_notify_send(ote_engine_h e, ote_segment_h seg, const void *msg,
     return status;
 }
 
+static bool notify_msg_bad(const ote_notify_msg_t *m)
+{
+    return (m->data == NULL && m->length) || m->length > OTE_NOTIFY_MAX;
+}
+
 ote_status_t ote_notify_send_many(ote_engine_h e, ote_segment_h seg, const ote_notify_msg_t *msgs,
                                   size_t count, ote_status_t *statuses)
 {
     ote_status_t status, *st = statuses;
+    bool bad = false;
 
     if (e == NULL || seg == NULL || (count && msgs == NULL) || seg->engine != e)
         return OTE_ERR_INVALID_PARAM;
-    for (size_t i = 0; i < count; i++) {
-        if ((msgs[i].data == NULL && msgs[i].length) || msgs[i].length > OTE_NOTIFY_MAX)
-            return OTE_ERR_INVALID_PARAM;
+    for (size_t i = 0; i < count; i++)
+        bad = bad || notify_msg_bad(&msgs[i]);
+    if (bad) {
+        /* Checked before any is sent, as a batch's requests: the call fails whole. */
+        for (size_t i = 0; statuses != NULL && i < count; i++)
+            statuses[i] = notify_msg_bad(&msgs[i]) ? OTE_ERR_INVALID_PARAM : OTE_ERR_CANCELED;
+        return OTE_ERR_INVALID_PARAM;
     }
     if (count == 0)
         return OTE_OK;
