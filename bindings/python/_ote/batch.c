@@ -325,6 +325,8 @@ static PyObject *Batch_status(BatchObject *b, PyObject *args)
     for (int pass = 0;; pass++) {
         st = task < 0 ? ote_batch_status(b->batch, &ts)
                       : ote_batch_task_status(b->batch, (size_t)task, &ts);
+        if (st == OTE_ERR_INVALID_PARAM && task >= 0)
+            return raise_invalid(NULL, "status: no such task");
         if (st != OTE_OK)
             return raise_status(st, "Batch.status()");
         if (ts.state != OTE_TASK_PENDING)
@@ -393,6 +395,8 @@ static PyObject *Batch_notify_status(BatchObject *b, PyObject *args)
         return NULL;
     }
     st = ote_batch_notify_status(b->batch, (size_t)task, &ns);
+    if (st == OTE_ERR_INVALID_PARAM)
+        return raise_invalid(NULL, "notify_status: no such task, or its submit had no notify");
     if (st != OTE_OK)
         return raise_status(st, "Batch.notify_status()");
     return PyLong_FromLong(ns);
@@ -444,6 +448,8 @@ static PyObject *Batch_cancel(BatchObject *b, PyObject *args)
         return NULL;
     }
     st = ote_batch_cancel(b->batch, (size_t)task);
+    if (st == OTE_ERR_INVALID_PARAM)
+        return raise_invalid(NULL, "cancel: no such task");
     if (st != OTE_OK)
         return raise_status(st, "Batch.cancel()");
     Py_RETURN_NONE;

@@ -270,6 +270,8 @@ PyObject *Batch_submit(BatchObject *b, PyObject *args, PyObject *kw)
         length = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 3));
         if (length == (unsigned long long)-1 && PyErr_Occurred())
             goto out;
+        if (req_range_check(local, remote, length, "Batch.submit()", i) < 0)
+            goto out;
         reqs[i].local_addr  = (void *)(uintptr_t)local;
         reqs[i].remote_addr = remote;
         reqs[i].length      = (size_t)length;
@@ -403,9 +405,12 @@ PyObject *Batch_submit_arrays(BatchObject *b, PyObject *args, PyObject *kw)
         PyErr_NoMemory();
         goto out;
     }
-    for (Py_ssize_t i = 0; i < nl; i++)
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        if (req_range_check(la[i], ra[i], ln[i], "Batch.submit_arrays()", i) < 0)
+            goto out;
         reqs[i] = (ote_xfer_req_t){.op = op, .local_addr = (void *)(uintptr_t)la[i],
                                    .remote_addr = ra[i], .length = (size_t)ln[i]};
+    }
     if (submit_check(b, s) < 0 ||
         submit_ro_check(b->engine, reqs, (size_t)nl, "Batch.submit_arrays()") < 0)
         goto out;

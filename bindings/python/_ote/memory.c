@@ -199,22 +199,6 @@ PyObject *Engine_register_buffer(EngineObject *self, PyObject *args)
     return (PyObject *)m;
 }
 
-/* An address or length argument of _register_ptr: an int, 0 .. 2^64-1 (OverflowError). */
-static int u64_arg(PyObject *o, const char *name, uint64_t *v_p)
-{
-    unsigned long long v;
-
-    if (!PyLong_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "register: %s must be an int", name);
-        return -1;
-    }
-    v = PyLong_AsUnsignedLongLong(o);
-    if (v == (unsigned long long)-1 && PyErr_Occurred())
-        return -1;
-    *v_p = v;
-    return 0;
-}
-
 /*
  * _register_ptr(addr, nbytes, location, access, keep, host, readonly):
  * registers raw memory; keep is held until deregistration.
@@ -232,8 +216,8 @@ PyObject *Engine_register_ptr(EngineObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOzO&Opp:_register_ptr", &addr_obj, &nbytes_obj, &location,
                           access_converter, &access, &keep, &host, &readonly))
         return NULL;
-    if (u64_arg(addr_obj, "the address", &addr) < 0 ||
-        u64_arg(nbytes_obj, "the length", &nbytes) < 0)
+    if (u64_arg(addr_obj, "register", "the address", &addr) < 0 ||
+        u64_arg(nbytes_obj, "register", "the length", &nbytes) < 0)
         return NULL;
     if (engine_check(self) < 0)
         return NULL;
@@ -274,7 +258,8 @@ PyObject *Engine_register_ptr(EngineObject *self, PyObject *args)
 PyObject *Engine_alloc(EngineObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"length", "location", "access", NULL};
-    Py_ssize_t length;
+    PyObject *length_obj;
+    uint64_t length;
     const char *location = NULL;
     unsigned int access = OTE_ACCESS_REMOTE_READ | OTE_ACCESS_REMOTE_WRITE;
     MemoryObject *m;
@@ -283,12 +268,14 @@ PyObject *Engine_alloc(EngineObject *self, PyObject *args, PyObject *kw)
     ote_status_t st;
     py_call_t c;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "n|zO&:alloc", kwlist, &length, &location,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zO&:alloc", kwlist, &length_obj, &location,
                                      access_converter, &access))
+        return NULL;
+    if (u64_arg(length_obj, "alloc", "the length", &length) < 0)
         return NULL;
     if (engine_check(self) < 0)
         return NULL;
-    if (length <= 0) {
+    if (length == 0) {
         raise_invalid(NULL, "alloc: length must be > 0");
         return NULL;
     }

@@ -120,6 +120,45 @@ int access_converter(PyObject *o, void *access_p)
     return 1;
 }
 
+int u64_arg(PyObject *o, const char *what, const char *name, uint64_t *v_p)
+{
+    unsigned long long v;
+
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be an int", what, name);
+        return -1;
+    }
+    v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_OverflowError, "%s: %s must be in 0 .. 2^64-1", what, name);
+        }
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
+int req_range_check(uint64_t local, uint64_t remote, uint64_t length, const char *what,
+                    Py_ssize_t i)
+{
+    char why[96];
+
+    if (length == 0) {
+        snprintf(why, sizeof(why), "request %zd has length 0", i);
+        raise_invalid(what, why);
+        return -1;
+    }
+    if (local + length < local || remote + length < remote || length > SIZE_MAX) {
+        PyErr_Format(PyExc_OverflowError,
+                     "%s: request %zd: the %s range passes the end of the address space", what,
+                     i, local + length < local ? "local" : "remote");
+        return -1;
+    }
+    return 0;
+}
+
 PyObject *raise_closed(const char *what)
 {
     char why[64];

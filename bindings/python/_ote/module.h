@@ -159,6 +159,14 @@ int calls_refuse(const py_call_t *calls, const char *what, const char *obj);
 int timeout_ms_value(PyObject *o, const char *what, int *ms_p);
 /* An access flags argument (unsigned int), for PyArg's O&: OverflowError out of range. */
 int access_converter(PyObject *o, void *access_p);
+/* An int argument in 0 .. 2^64-1 (TypeError, OverflowError otherwise); -1 on error. */
+int u64_arg(PyObject *o, const char *what, const char *name, uint64_t *v_p);
+/*
+ * Request i of what: a nonzero length (InvalidParamError) and both ranges
+ * within the address space (OverflowError); -1 with the exception set.
+ */
+int req_range_check(uint64_t local, uint64_t remote, uint64_t length, const char *what,
+                    Py_ssize_t i);
 
 static inline void call_enter(py_call_t **list, py_call_t *c, const char *what)
 {

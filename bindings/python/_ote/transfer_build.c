@@ -50,7 +50,9 @@ static int index_array(PyObject *o, Py_ssize_t bound, const char *what, Py_ssize
             if (x < 0 || x >= bound) {
                 PyBuffer_Release(&v);
                 PyMem_Free(a);
-                PyErr_Format(PyExc_IndexError, "transfer: %s %zd out of range", what, i);
+                PyErr_Format(PyExc_IndexError,
+                             "transfer: %s at position %zd is %lld, not in 0 .. %zd", what, i,
+                             x, bound - 1);
                 return -1;
             }
             a[i] = (Py_ssize_t)x;
@@ -79,7 +81,9 @@ static int index_array(PyObject *o, Py_ssize_t bound, const char *what, Py_ssize
             if (x < 0 || x >= bound) {
                 Py_DECREF(seq);
                 PyMem_Free(a);
-                PyErr_Format(PyExc_IndexError, "transfer: %s %zd out of range", what, i);
+                PyErr_Format(PyExc_IndexError,
+                             "transfer: %s at position %zd is %zd, not in 0 .. %zd", what, i, x,
+                             bound - 1);
                 return -1;
             }
             a[i] = x;
@@ -168,6 +172,10 @@ PyObject *Engine_transfer(EngineObject *self, PyObject *args, PyObject *kw)
         if (ri && rl[ri[i]] != l) {
             Py_CLEAR(t);
             raise_invalid("Engine.transfer()", "local and remote lengths differ");
+            goto out;
+        }
+        if (req_range_check(a, r, l, "Engine.transfer()", i) < 0) {
+            Py_CLEAR(t);
             goto out;
         }
         t->bytes += l;

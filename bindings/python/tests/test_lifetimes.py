@@ -316,9 +316,46 @@ def test_register_and_alloc_arguments_out_of_range(engine):
             engine.alloc(4096, access=access)
     m = engine.register(buf, access=orbitte.REMOTE_READ)
     assert m.access == orbitte.REMOTE_READ
+    # alloc's length: outside 0 .. 2^64-1 OverflowError, inside the library's answer
+    for bad in (-1, 1 << 64):
+        with pytest.raises(OverflowError):
+            engine.alloc(bad)
+    with pytest.raises(orbitte.NoMemoryError):
+        engine.alloc(1 << 63)
+    with pytest.raises(TypeError):
+        engine.alloc("4096")
     if np is not None:  # any integer with __index__
         assert engine.alloc(4096, access=np.uint8(orbitte.REMOTE_WRITE)).access == \
             orbitte.REMOTE_WRITE
+
+
+def test_request_ranges_checked(pair):
+    """A request's range past the end of the address space is OverflowError
+    and a zero length InvalidParamError, naming the request, from submit,
+    submit_arrays and Engine.transfer alike (before, the library's
+    "invalid parameter", and Engine.transfer took them until post)."""
+    a, b = pair
+    dmem = b.register(bytearray(4096))
+    smem = a.register(bytearray(4096), access=0)
+    top = (1 << 64) - 16
+    with a.open(b.name) as seg, a.batch() as bt:
+        for remote, local, n in ((top, smem.addr, 64), (dmem.addr, top, 64)):
+            with pytest.raises(OverflowError, match="request 0"):
+                bt.submit(seg, [(orbitte.WRITE, local, remote, n)])
+            with pytest.raises(OverflowError, match="request 1"):
+                bt.submit_arrays(seg, orbitte.WRITE, [smem.addr, local], [dmem.addr, remote], n)
+            with pytest.raises(OverflowError, match="request 0"):
+                a.transfer(orbitte.WRITE, [local], [remote], [n])
+        with pytest.raises(orbitte.InvalidParamError, match="length 0"):
+            bt.submit(seg, [(orbitte.WRITE, smem, dmem.addr, 0)])
+        with pytest.raises(orbitte.InvalidParamError, match="length 0"):
+            a.transfer(orbitte.WRITE, [smem.addr], [dmem.addr], [0])
+        first = bt.submit(seg, [(orbitte.WRITE, smem, dmem.addr, 64)])
+        bt.wait(10)
+        assert bt.status(first).state == orbitte.COMPLETED
+        for call in (bt.status, bt.cancel, bt.notify_status):
+            with pytest.raises(orbitte.InvalidParamError, match="no such task"):
+                call(first + 99)
 
 
 def test_task_ids_any_integer(pair):

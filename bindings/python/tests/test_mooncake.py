@@ -74,6 +74,23 @@ def te():
     return e
 
 
+def test_calls_refuse_what_is_no_buffer(te):
+    """The byte copies refuse address 0 (what get_first_buffer_address gives
+    when there is no buffer) instead of crashing; register_memory of an
+    address that is no int returns -1; get_rpc_port is -1 once closed."""
+    assert te.get_first_buffer_address(te.get_engine().name) == 0
+    assert te.write_bytes_to_buffer(0, b"abc", 3) == -1
+    assert te.read_bytes_from_buffer(0, 3) == b""
+    buf = te.allocate_managed_buffer(4096)
+    assert te.write_bytes_to_buffer(buf, b"abc", 3) == 0
+    assert te.read_bytes_from_buffer(buf, 3) == b"abc"
+    assert te.register_memory("abc", 10) == -1
+    assert te.free_managed_buffer(buf, 4096) == 0
+    assert te.get_rpc_port() > 0
+    te.get_engine().close()
+    assert te.get_rpc_port() == -1
+
+
 def seeded(seed, n):
     return ((np.arange(n, dtype=np.uint64) + seed) % 256).astype(np.uint8)
 

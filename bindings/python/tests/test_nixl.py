@@ -115,6 +115,11 @@ def test_get_descs_inputs():
     assert a.deserialize_descs(a.get_serialized_descs(xl)) == xl
     rl = a.get_reg_descs(arr, "DRAM")
     assert rl[0] == (8, 16, 0, b"")
+    # arrays of another layout or dtype, and rows without an agent: None, as documented
+    assert a.get_xfer_descs(np.asfortranarray(np.array([[1, 2, 0], [3, 4, 0]],
+                                                       dtype=np.uint64)), "DRAM") is None
+    assert a.get_xfer_descs(np.array([[1, 2, 0]], dtype=np.float64), "DRAM") is None
+    assert a.get_remote_descs(arr, "DRAM") is None
 
 
 def test_config_and_backends():

@@ -72,8 +72,9 @@ class TransferEngine(_MemoryCalls, _TransferCalls):
 
     def initialize_ext(self, local_hostname, metadata_server, protocol, device_name,
                        metadata_type):
-        """initialize() with the metadata type apart ("etcd", "redis", "http"
-        and metadata_server its address, or metadata_server "P2PHANDSHAKE")."""
+        """initialize() with the metadata type apart ("etcd" or "redis", and
+        metadata_server its address; or metadata_server "P2PHANDSHAKE").
+        Other types (Mooncake's "http") return -1."""
         if self._engine is not None:
             log.error("initialize: this TransferEngine is already initialized")
             return -1
@@ -176,8 +177,8 @@ class TransferEngine(_MemoryCalls, _TransferCalls):
 
     def get_rpc_port(self):
         """The port of the segment name ("ip:port") peers open; -1 before
-        initialize()."""
-        if self._engine is None:
+        initialize() and once the engine is closed."""
+        if self._engine is None or self._engine.closed:
             return -1
         return int(self._engine.name.rsplit(":", 1)[1])
 

@@ -10,6 +10,9 @@ from ._types import _as_bytes
 
 log = logging.getLogger("orbitte.mooncake")
 
+# Addresses below this are never a buffer: NULL and the page the kernel keeps unmapped.
+_FIRST_PAGE = 4096
+
 
 class _MemoryCalls:
     """Part of TransferEngine (_engine.py): its memory calls."""
@@ -26,7 +29,7 @@ class _MemoryCalls:
                                         location=None if location in ("*", "", None)
                                         else location)
         except (Error, ValueError, TypeError, OverflowError) as e:
-            log.error("register_memory(0x%x, %d): %s", int(buffer_addr), int(capacity), e)
+            log.error("register_memory(%r, %r): %s", buffer_addr, capacity, e)
             return -1
         with self._lock:
             self._regions.setdefault(int(buffer_addr), []).append(mem)
@@ -113,19 +116,41 @@ class _MemoryCalls:
     @staticmethod
     def write_bytes_to_buffer(dest_address, src, length):
         """Copy length bytes of src (bytes, or str as UTF-8) to
-        dest_address. 0, or -1 when src is shorter than length."""
+        dest_address. 0, or -1 when src is shorter than length or
+        dest_address is in the first page (0: what get_first_buffer_address
+        returns when there is no buffer). Any other address is written as
+        given, as in Mooncake: it must be memory of this process."""
         data = _as_bytes(src) if not isinstance(src, bytes) else src
         length = int(length)
         if length < 0 or length > len(data):
             log.error("write_bytes_to_buffer: %d bytes asked, %d given", length, len(data))
+            return -1
+        if not _MemoryCalls._valid_address("write_bytes_to_buffer", dest_address, length):
             return -1
         ctypes.memmove(int(dest_address), data, length)
         return 0
 
     @staticmethod
     def read_bytes_from_buffer(source_address, length):
-        """The length bytes at source_address, as bytes."""
-        return ctypes.string_at(int(source_address), int(length))
+        """The length bytes at source_address, as bytes; b"" when length is
+        not positive or source_address is in the first page (logged), as
+        for write_bytes_to_buffer()."""
+        length = int(length)
+        if length <= 0 or not _MemoryCalls._valid_address("read_bytes_from_buffer",
+                                                          source_address, length):
+            return b""
+        return ctypes.string_at(int(source_address), length)
+
+    @staticmethod
+    def _valid_address(what, address, length):
+        """address, an int, outside the first page and with length bytes
+        before the end of the address space (logged when not)."""
+        address = int(address)
+        if address < _FIRST_PAGE or address + length > 2**64:
+            log.error("%s: address 0x%x with %d bytes is no buffer (get_first_buffer_address "
+                      "returns 0 when there is none)", what, address, length)
+            return False
+        return True
 
     def get_first_buffer_address(self, segment_name):
         """The start of the buffer the segment's engine registered first

@@ -242,7 +242,8 @@ class _TransferCalls:
     def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses,
                                    lengths, transport_hint=""):
         """Submit the writes; a batch id (> 0) for get_batch_transfer_status()
-        or transfer_check_status(), or 0 when nothing was submitted."""
+        or transfer_check_status(), or 0 when the call failed and nothing was
+        submitted (empty lists: an id that reports completed)."""
         return self._async("batch_transfer_async_write", target_hostname, WRITE, buffers,
                            peer_buffer_addresses, lengths)
 

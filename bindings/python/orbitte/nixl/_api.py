@@ -399,7 +399,11 @@ class nixl_agent:
             if descs.ndim != 2 or descs.shape[1] != 3:
                 logger.error("Nx3 shape required for descriptor list from numpy array")
                 return None
-            return cls(self.nixl_mems[mem_type], descs)
+            try:
+                return cls(self.nixl_mems[mem_type], descs)
+            except (ValueError, TypeError) as e:  # dtype or layout
+                logger.error("%s", e)
+                return None
         if _is_tensor(descs):
             if not descs.is_contiguous():
                 logger.error("Please use a list of contiguous Tensors")
