@@ -514,7 +514,9 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
  * *first_task_p. Requests are checked before anything is posted: a request
  * whose local range is not registered, or whose segment is being closed
  * (ote_segment_close() in another thread), fails the whole call with
- * nothing submitted. Returns OTE_ERR_BUSY, with nothing
+ * nothing submitted; so does, with OTE_ERR_INVALID_PARAM, a request of
+ * length 0, with no segment or local address, of another op, or whose
+ * remote range wraps past the end of the address space. Returns OTE_ERR_BUSY, with nothing
  * submitted, when the batch is full or the engine's admission limits
  * (OTE_MAX_INFLIGHT_TASKS, OTE_MAX_INFLIGHT_BYTES) are reached; with
  * OTE_SUBMIT_TIMEOUT_MS set it first waits up to that long for room. Never
