@@ -184,9 +184,15 @@ static long ctl_bound_ms(ote_segment_h seg, uint64_t deadline)
     return ms;
 }
 
-/* A new control connection to addr (seg->ctl_addr or a copy), authenticated. */
-static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t deadline,
-                             int *fd_p)
+/*
+ * A new control connection to addr (seg->ctl_addr or a copy), authenticated.
+ * bound: the segment was opened on an instance (it has a descriptor); a
+ * listener that refuses then means that instance is gone (killed, exited),
+ * REMOTE_DISCONNECT as the failure model in ote.h says of a peer that
+ * stopped answering, where for an open it is NOT_FOUND: nothing listens.
+ */
+static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, bool bound,
+                             uint64_t deadline, int *fd_p)
 {
     ote_engine_h e = seg->engine;
     struct sockaddr_storage ss;
@@ -226,6 +232,11 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
     if (ms == 0)
         return OTE_ERR_TIMEOUT;
     status = ote_socket_connect(&ss, len, (int)ms, &fd);
+    if (status == OTE_ERR_NOT_FOUND && bound)
+        status = OTE_ERR_REMOTE_DISCONNECT;
+    else if (status == OTE_ERR_NOT_FOUND)
+        ote_error("segment '%s': nothing listens at %s (connection refused)", seg->name,
+                  ctl_addr);
     if (status != OTE_OK) {
         ote_debug("segment '%s': connect: %s", seg->name, ote_status_string(status));
         return status;
@@ -243,17 +254,10 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, uint64_t d
     return OTE_OK;
 }
 
-/*
- * ctl_lock held: the request connection, opened to the bound instance's
- * listener if none. A segment opened on an instance whose listener now
- * refuses (the peer was killed or exited) fails REMOTE_DISCONNECT, as the
- * failure model in ote.h says of a peer that stopped answering; NOT_FOUND
- * (nothing listens there) is for an open.
- */
+/* ctl_lock held: the request connection, opened to the bound instance's listener if none. */
 static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
 {
     char addr[sizeof(seg->ctl_addr)];
-    ote_status_t status;
     bool bound;
 
     if (seg->ctl_fd >= 0)
@@ -262,8 +266,7 @@ static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
     memcpy(addr, seg->ctl_addr, sizeof(addr));
     bound = seg->desc != NULL;
     pthread_mutex_unlock(&seg->lock);
-    status = ctl_open(seg, addr, deadline, &seg->ctl_fd);
-    return status == OTE_ERR_NOT_FOUND && bound ? OTE_ERR_REMOTE_DISCONNECT : status;
+    return ctl_open(seg, addr, bound, deadline, &seg->ctl_fd);
 }
 
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
@@ -332,10 +335,13 @@ static ote_status_t ctl_request_conn(ote_segment_h seg, bool pooled, uint8_t typ
         }
         pthread_mutex_unlock(&seg->ctl_pool_lock);
         if (fd < 0) {
+            bool bound;
+
             pthread_mutex_lock(&seg->lock);
             memcpy(addr, seg->ctl_addr, sizeof(addr));
+            bound = seg->desc != NULL;
             pthread_mutex_unlock(&seg->lock);
-            status = ctl_open(seg, addr, deadline, &fd);
+            status = ctl_open(seg, addr, bound, deadline, &fd);
             if (status != OTE_OK)
                 return status;
         }
