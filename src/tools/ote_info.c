@@ -64,6 +64,7 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {
         {"stats", required_argument, NULL, 'S'},
         {"nonzero", no_argument, NULL, 'Z'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     bool cfg = false, dev = false, rails = false, nonzero = false;
@@ -81,6 +82,15 @@ int main(int argc, char **argv)
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ote_info: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (nonzero && stats == NULL) {
+        fprintf(stderr, "ote_info: --nonzero goes with --stats HOST:PORT\n");
+        return 2;
     }
     if (stats != NULL)
         return ote_info_stats(stats, nonzero, stdout);

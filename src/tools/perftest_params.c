@@ -4,6 +4,7 @@
  */
 #include "perftest.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -20,6 +21,19 @@ opts_t opt = {
     .local_mem = "host", .remote_mem = "host", .region = 512ul << 20,
     .kv_layers = 32, .kv_blocks = 64,
 };
+
+/* An integer option's value, whole and within [min, max] (what names the option). */
+static long parse_count(const char *s, const char *what, long min, long max)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v     = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < min || v > max)
+        die("%s must be a whole number from %ld to %ld, not '%s'", what, min, max, s);
+    return v;
+}
 
 static size_t parse_size(const char *s)
 {
@@ -60,7 +74,9 @@ static void usage(FILE *f)
             "                      kv_write, kv_read (the KV-cache pattern, see --kv)\n"
             "  -s SIZE[,SIZE...]   block sizes, k/m/g suffixes (default 1m; 8 for *_lat)\n"
             "  -b BATCH            requests per batch (default 8; 1 for *_lat)\n"
-            "  -n ITERS            batches per size (default: about 2 GiB, or 20000 rounds)\n"
+            "  -n ITERS            batches per size and thread (default: about 2 GiB per\n"
+            "                      size shared by the threads, 50 to 200000 batches each;\n"
+            "                      20000 rounds for *_lat)\n"
             "  -T THREADS          submitting threads (default 1)\n"
             "  -D DEPTH            batches in flight per thread (default 2; 1 for *_lat)\n"
             "  -m host             local memory type\n"
@@ -79,7 +95,7 @@ static void usage(FILE *f)
             "  --kv L:B            kv_*: L layers of B blocks of the -s size (default\n"
             "                      32:64 of 16k) scattered over both sides, one batch\n"
             "                      per layer; -n requests (default 20)\n"
-            "  -q                  table only\n");
+            "  -q                  the figures and the rails' counters, no header\n");
 }
 
 void perftest_mem_get(ote_engine_h e, size_t len, unsigned access, void **buf_p, ote_mem_h *mem_p)
@@ -136,15 +152,18 @@ int perftest_parse(int argc, char **argv)
             for (i = 0; i < NUM_TESTS && strcmp(optarg, test_names[i]) != 0; i++)
                 ;
             if (i == NUM_TESTS)
-                die("unknown test '%s'", optarg);
+                die("unknown test '%s' (write_bw, read_bw, write_lat, read_lat, kv_write, "
+                    "kv_read)", optarg);
             opt.test = (test_t)i;
             break;
         }
         case 's': sizes = optarg; break;
-        case 'b': opt.batch = parse_size(optarg); break;
-        case 'n': opt.iters = atol(optarg); break;
-        case 'T': opt.threads = atoi(optarg); break;
-        case 'D': opt.depth = atoi(optarg); break;
+        case 'b':
+            opt.batch = (size_t)parse_count(optarg, "-b (requests per batch)", 1, 1l << 20);
+            break;
+        case 'n': opt.iters = parse_count(optarg, "-n (batches)", 1, 1l << 40); break;
+        case 'T': opt.threads = (int)parse_count(optarg, "-T (threads)", 1, 64); break;
+        case 'D': opt.depth = (int)parse_count(optarg, "-D (batches in flight)", 1, 1024); break;
         case 'm': opt.local_mem = optarg; break;
         case 'M': opt.remote_mem = optarg; break;
         case 'x': opt.tls = optarg; break;
@@ -156,7 +175,7 @@ int perftest_parse(int argc, char **argv)
         case 'J': opt.json = optarg; break;
         case 'R': opt.region = parse_size(optarg); break;
         case 'K':
-            if (sscanf(optarg, "%zu:%zu", &opt.kv_layers, &opt.kv_blocks) != 2 ||
+            if (sscanf(optarg, "%zu:%zu%c", &opt.kv_layers, &opt.kv_blocks, &(char){0}) != 2 ||
                 opt.kv_layers == 0 || opt.kv_blocks == 0 || opt.kv_layers > 4096 ||
                 opt.kv_blocks > 65536)
                 die("--kv wants LAYERS:BLOCKS (1..4096 layers, 1..65536 blocks)");
@@ -167,15 +186,23 @@ int perftest_parse(int argc, char **argv)
     }
     if (optind < argc)
         opt.peer = argv[optind];
+    if (optind + 1 < argc)
+        die("one PEER at most ('%s' is one too many)", argv[optind + 1]);
+    if (opt.loopback && opt.peer != NULL)
+        die("--loopback starts its own target: no PEER with it ('%s')", opt.peer);
     {
         bool lat = opt.test == T_WRITE_LAT || opt.test == T_READ_LAT;
         bool kv  = opt.test == T_KV_WRITE || opt.test == T_KV_READ;
         char buf[512], *save = NULL;
 
         snprintf(buf, sizeof(buf), "%s", sizes ? sizes : (lat ? "8" : kv ? "16k" : "1m"));
-        for (char *t = strtok_r(buf, ",", &save); t && opt.num_sizes < MAX_SIZES;
-             t = strtok_r(NULL, ",", &save))
+        for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (opt.num_sizes == MAX_SIZES)
+                die("-s: %d sizes at most", MAX_SIZES);
             opt.sizes[opt.num_sizes++] = parse_size(t);
+        }
+        if (opt.num_sizes == 0)
+            die("-s: no size in '%s'", buf);
         if (opt.batch == 0)
             opt.batch = lat ? 1 : 8;
         if (opt.depth <= 0)

@@ -4,6 +4,7 @@
  */
 #include "perftest_stats.h"
 
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -27,10 +28,13 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The nearest-rank percentile: the smallest value with at least p of them at or below it. */
 double perftest_percentile(double *v, size_t n, double p)
 {
+    double rank = ceil(p * (double)n);
+
     qsort(v, n, sizeof(*v), cmp_double);
-    return v[(size_t)((double)(n - 1) * p)];
+    return v[rank < 1 ? 0 : rank > (double)n ? n - 1 : (size_t)rank - 1];
 }
 
 double perftest_mean(const double *v, size_t n)
