@@ -156,16 +156,41 @@ def main(out, tolerate=()):
     # whose header names as their writer an instance whose only transport is
     # uct_tcp (its region's bytes, which reached this reader only over
     # uct_tcp: a late PUT of an abandoned READ, docs/reliability.md).
-    for me, w in read_bad:
-        kind = "read_bad"
+    # A block whose header is its own (the peer and block the READ asked
+    # for) but whose payload differs was overwritten in part after its own
+    # bytes landed; in a batch with a block of the first kind, that is the
+    # same late PUT (the batch's requests sit side by side in the reader's
+    # buffer), counted with it.
+    def read_bad_kind(me, line):
         if tls.get(me) == "uct_tcp":
+            return "read_bad uct_tcp"
+        m = re.search(r"header ([0-9a-f]{16}) ([0-9a-f]{16}) ", line)
+        if m is not None:
+            wi = int(m.group(2), 16)
+            if tls.get((wi >> 32, wi & 0xFFFFFFFF)) == "uct_tcp":
+                return "read_bad uct_tcp"
+        return "read_bad"
+
+    def own_header(line):
+        m = re.search(r"READ_BAD p(\d+) block (\d+) .*header ([0-9a-f]{16}) ([0-9a-f]{16}) (\d+),",
+                      line)
+        return m is not None and int(m.group(4), 16) >> 32 == int(m.group(1)) and \
+            int(m.group(5)) == int(m.group(2))
+
+    def batch_of(line):
+        m = re.search(r" batch (\d+)$", line)
+        return m.group(1) if m else None
+
+    uct_batches = set()
+    for me, w in read_bad:
+        line = " ".join(w)
+        if read_bad_kind(me, line) == "read_bad uct_tcp" and batch_of(line) is not None:
+            uct_batches.add((me, batch_of(line)))
+    for me, w in read_bad:
+        line = " ".join(w)
+        kind = read_bad_kind(me, line)
+        if kind == "read_bad" and own_header(line) and (me, batch_of(line)) in uct_batches:
             kind = "read_bad uct_tcp"
-        else:
-            m = re.search(r"header ([0-9a-f]{16}) ([0-9a-f]{16}) ", " ".join(w))
-            if m is not None:
-                wi = int(m.group(2), 16)
-                if tls.get((wi >> 32, wi & 0xFFFFFFFF)) == "uct_tcp":
-                    kind = "read_bad uct_tcp"
         bad(kind, f"p{me[0]}.{me[1]}: " + " ".join(w[3:]))
 
     # Notifications.

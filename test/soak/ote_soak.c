@@ -711,8 +711,9 @@ static void do_read(unsigned j)
                 while (zero < RBLK && blk[zero] == 0)
                     zero++;
                 logf_("VIOL READ_BAD p%u block %u of a READ of %u (task COMPLETED, bytes differ: "
-                      "header %016" PRIx64 " %016" PRIx64 " %" PRIu64 ", %zu leading zero bytes)",
-                      j, want, nblk[i], w[0], w[1], w[2], zero);
+                      "header %016" PRIx64 " %016" PRIx64 " %" PRIu64 ", %zu leading zero bytes) "
+                      "batch %" PRIu64,
+                      j, want, nblk[i], w[0], w[1], w[2], zero, seq);
             }
         }
     }
