@@ -934,7 +934,8 @@ ote_status_t ote_ctl_start(ote_engine_h e, const char *listen_addr, ote_ctl_t **
     }
     status = ote_sockaddr_parse(listen_addr, &ss, &len);
     if (status != OTE_OK) {
-        ote_error("listen address '%s' is not host:port", listen_addr);
+        ote_error("listen address '%s' is not host:port (a port from 0 to 65535, IPv6 as "
+                  "[addr]:port)", listen_addr);
         status = OTE_ERR_INVALID_PARAM;
         goto err;
     }
