@@ -254,19 +254,23 @@ static ote_status_t ctl_open(ote_segment_h seg, const char *ctl_addr, bool bound
     return OTE_OK;
 }
 
-/* ctl_lock held: the request connection, opened to the bound instance's listener if none. */
-static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
+/* A new control connection to the listener the segment names now (seg->ctl_addr). */
+static ote_status_t ctl_open_now(ote_segment_h seg, uint64_t deadline, int *fd_p)
 {
     char addr[sizeof(seg->ctl_addr)];
     bool bound;
 
-    if (seg->ctl_fd >= 0)
-        return OTE_OK;
     pthread_mutex_lock(&seg->lock);
     memcpy(addr, seg->ctl_addr, sizeof(addr));
     bound = seg->desc != NULL;
     pthread_mutex_unlock(&seg->lock);
-    return ctl_open(seg, addr, bound, deadline, &seg->ctl_fd);
+    return ctl_open(seg, addr, bound, deadline, fd_p);
+}
+
+/* ctl_lock held: the request connection, opened to the bound instance's listener if none. */
+static ote_status_t ctl_connect(ote_segment_h seg, uint64_t deadline)
+{
+    return seg->ctl_fd >= 0 ? OTE_OK : ctl_open_now(seg, deadline, &seg->ctl_fd);
 }
 
 ote_status_t ote_segment_ctl_request(ote_segment_h seg, uint8_t type, const void *payload,
@@ -318,7 +322,6 @@ static ote_status_t ctl_request_conn(ote_segment_h seg, bool pooled, uint8_t typ
                                      long timeout_ms, uint8_t **resp_p, size_t *resp_len_p)
 {
     uint64_t deadline = ote_time_ns() + (uint64_t)timeout_ms * 1000000ull;
-    char addr[sizeof(seg->ctl_addr)];
     ote_status_t status;
     uint8_t got;
 
@@ -335,13 +338,7 @@ static ote_status_t ctl_request_conn(ote_segment_h seg, bool pooled, uint8_t typ
         }
         pthread_mutex_unlock(&seg->ctl_pool_lock);
         if (fd < 0) {
-            bool bound;
-
-            pthread_mutex_lock(&seg->lock);
-            memcpy(addr, seg->ctl_addr, sizeof(addr));
-            bound = seg->desc != NULL;
-            pthread_mutex_unlock(&seg->lock);
-            status = ctl_open(seg, addr, bound, deadline, &fd);
+            status = ctl_open_now(seg, deadline, &fd);
             if (status != OTE_OK)
                 return status;
         }
