@@ -4,7 +4,9 @@
 # alternating which goes first), then the median of each and the ratio
 # AFTER/BEFORE. Used to show that a change that should not change speed
 # (a refactor) did not. Usage:
-#   contrib/bench/compare-builds.sh BEFORE_BUILD_DIR AFTER_BUILD_DIR [ROUNDS]
+#   contrib/bench/compare-builds.sh BEFORE_BUILD_DIR AFTER_BUILD_DIR [ROUNDS [PATTERN]]
+# PATTERN (an extended regular expression) keeps the workloads whose name
+# matches it, e.g. 'tcp_write' or '_d1$'.
 # Bandwidth rows are GB/s (10^9 bytes per second, higher is better),
 # latency rows the p50 (or p99) of 8-byte round trips in microseconds
 # (lower is better). Nothing here is a test.
@@ -12,6 +14,7 @@ set -u
 before=${1:?usage: compare-builds.sh BEFORE_BUILD AFTER_BUILD [ROUNDS]}
 after=${2:?usage: compare-builds.sh BEFORE_BUILD AFTER_BUILD [ROUNDS]}
 rounds=${3:-5}
+pattern=${4:-.}
 for b in "$before" "$after"; do
     [ -x "$b/src/tools/ote_perftest" ] || { echo "no ote_perftest under $b/src/tools" >&2; exit 1; }
 done
@@ -23,6 +26,9 @@ trap 'rm -f "$out"' EXIT
 workloads='tcp_write_1m_x8|-x tcp -t write_bw -s 1m -b 8|3
 tcp_read_1m_x8|-x tcp -t read_bw -s 1m -b 8|3
 tcp_write_64k_x32|-x tcp -t write_bw -s 64k -b 32|3
+tcp_write_1m_x8_d1|-x tcp -t write_bw -s 1m -b 8 -D 1|3
+tcp_write_64k_x32_d1|-x tcp -t write_bw -s 64k -b 32 -D 1|3
+tcp_read_1m_x8_d1|-x tcp -t read_bw -s 1m -b 8 -D 1|3
 tcp_write_4k_x128|-x tcp -t write_bw -s 4k -b 128|3
 tcp_read_4k_x128|-x tcp -t read_bw -s 4k -b 128|3
 cma_write_1m_x8|-x cma -t write_bw -s 1m -b 8|3
@@ -38,6 +44,8 @@ tcp_read_lat_8b_p50_us|-x tcp -t read_lat -s 8|5
 cma_write_lat_8b_p50_us|-x cma -t write_lat -s 8|5
 shm_write_lat_8b_p50_us|-x shm -t write_lat -s 8|5
 tcp_write_lat_8b_p99_us|-x tcp -t write_lat -s 8|6'
+workloads=$(echo "$workloads" | awk -F'|' -v p="$pattern" '$1 ~ p')
+[ -n "$workloads" ] || { echo "no workload name matches $pattern" >&2; exit 1; }
 
 run() { # build args column
     # shellcheck disable=SC2086

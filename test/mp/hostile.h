@@ -77,6 +77,7 @@ void test_tcp_bad_vector(void **state);
 void test_tcp_never_reads(void **state);
 void test_tcp_unauthenticated(void **state);
 void test_tcp_payload_pieces(void **state);
+void test_tcp_payload_early(void **state);
 void test_tcp_discard_pieces(void **state);
 void test_cma_burst(void **state);
 void test_cma_inline(void **state);

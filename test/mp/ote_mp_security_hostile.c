@@ -236,6 +236,7 @@ static void test_well_behaved_peer(void **state)
     cmocka_unit_test(test_tcp_never_reads),                            \
     cmocka_unit_test(test_tcp_unauthenticated),                        \
     cmocka_unit_test(test_tcp_payload_pieces),                         \
+    cmocka_unit_test(test_tcp_payload_early),                          \
     cmocka_unit_test(test_tcp_discard_pieces),                         \
     cmocka_unit_test(test_accept_no_fd),                               \
     cmocka_unit_test(test_conn_limit),                                 \

@@ -23,8 +23,13 @@
  */
 #define OTE_STREAM_RXBUF       (64 * 1024)
 #define OTE_STREAM_RXBUF_FIRST (4 * 1024)
-/* Target, tcp: the most payload bytes a read waits for (SO_RCVLOWAT, stream_rx.c). */
-#define OTE_STREAM_RX_LOWAT_MAX (1024 * 1024)
+/*
+ * Target, tcp: the most payload bytes a read waits for (SO_RCVLOWAT,
+ * stream_rx.c). A higher mark saves reads but starts each payload's copy
+ * later and leaves more of its end to copy after the sender is done: a
+ * caller with one batch in flight (a synchronous call) waits for both.
+ */
+#define OTE_STREAM_RX_LOWAT_MAX (256 * 1024)
 #define OTE_STREAM_IOV_MAX  64
 /* Queued messages one sendmsg takes at most (four full WRITEVs). */
 #define OTE_STREAM_SEND_MAX (4 * OTE_STREAM_WRITEV_MAX)
