@@ -11,8 +11,8 @@
 # latency rows the p50 (or p99) of 8-byte round trips in microseconds
 # (lower is better). Nothing here is a test.
 set -u
-before=${1:?usage: compare-builds.sh BEFORE_BUILD AFTER_BUILD [ROUNDS]}
-after=${2:?usage: compare-builds.sh BEFORE_BUILD AFTER_BUILD [ROUNDS]}
+before=${1:?usage: compare-builds.sh BEFORE_BUILD AFTER_BUILD [ROUNDS [PATTERN]]}
+after=${2:?usage: compare-builds.sh BEFORE_BUILD AFTER_BUILD [ROUNDS [PATTERN]]}
 rounds=${3:-5}
 pattern=${4:-.}
 for b in "$before" "$after"; do

@@ -496,9 +496,10 @@ void test_tcp_payload_pieces(void **state)
     printf("# a %d-byte WRITE in %d pieces %ld ms apart: %ld read system calls on the target\n",
            LEN, PIECES, pause.tv_nsec / 1000000, reads);
     /*
-     * The header (and what came with it), then one a 256 KiB mark
-     * (OTE_STREAM_RX_LOWAT_MAX) and what is left, one more where the
-     * pieces' boundaries fall badly: a read a piece (12 and more) before.
+     * The header (and what came with it), a read at the 256 KiB mark
+     * (OTE_STREAM_RX_LOWAT_MAX), one for what is left, and one more where
+     * the pieces' boundaries fall badly: a read a piece (12 and more) before
+     * the mark.
      */
     assert_true(reads <= 5);
     close(fd);
@@ -512,9 +513,9 @@ void test_tcp_payload_pieces(void **state)
  * OTE_STREAM_RX_LOWAT_MAX, 256 KiB, stream_conn.h), so all but the last
  * 256 KiB of what came has landed before the rest is sent. Read back on
  * a second connection meanwhile, then whole once the WRITE is answered.
- * (With a mark of the whole payload the target read nothing of it but what
- * came with the header: a caller with one batch in flight waits for the
- * copy of each payload to start only once all of it is there.)
+ * (With the mark at up to 1 MiB, 128 to 320 KiB of it had landed: the
+ * target waited for most of a payload before it copied any of it, and a
+ * caller with one batch in flight waited with it.)
  */
 void test_tcp_payload_early(void **state)
 {
@@ -542,8 +543,8 @@ void test_tcp_payload_early(void **state)
     read_back(fd2, 97, r0, back, LANDED);
     for (size_t i = 0; i < LANDED; i++) {
         if (back[i] != data[i])
-            fail_msg("byte %zu of the %d bytes sent 300 ms ago not landed (%d of the %d that "
-                     "had to)",
+            fail_msg("byte %zu of the %d bytes sent 300 ms ago not landed (it reads %d; the "
+                     "first %d had to)",
                      i, FIRST, back[i], LANDED);
     }
     assert_int_equal(sw_send(fd, data + FIRST, LEN - FIRST), 0);
