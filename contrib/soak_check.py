@@ -181,15 +181,14 @@ def main(out, tolerate=()):
         m = re.search(r" batch (\d+)$", line)
         return m.group(1) if m else None
 
-    uct_batches = set()
+    reads = []  # (reader, words, line, kind, batch), each line read once
     for me, w in read_bad:
         line = " ".join(w)
-        if read_bad_kind(me, line) == "read_bad uct_tcp" and batch_of(line) is not None:
-            uct_batches.add((me, batch_of(line)))
-    for me, w in read_bad:
-        line = " ".join(w)
-        kind = read_bad_kind(me, line)
-        if kind == "read_bad" and own_header(line) and (me, batch_of(line)) in uct_batches:
+        reads.append((me, w, line, read_bad_kind(me, line), batch_of(line)))
+    uct_batches = {(me, b) for me, _, _, kind, b in reads
+                   if kind == "read_bad uct_tcp" and b is not None}
+    for me, w, line, kind, b in reads:
+        if kind == "read_bad" and own_header(line) and (me, b) in uct_batches:
             kind = "read_bad uct_tcp"
         bad(kind, f"p{me[0]}.{me[1]}: " + " ".join(w[3:]))
 
