@@ -266,8 +266,8 @@ ucx_bw_cma() {
 }
 
 # --- iperf3, the bare tcp stream and memcpy ----------------------------------
-sock_all() { # the host's own tcp stream between the same block layouts (2 connections a thread, as ote's)
-    local peer="tcp stream, no library"
+sock_all() { # the host's own tcp stream between the same block layouts (2 connections a pool, as ote's)
+    local peer="tcp stream, no library" one="tcp stream, one connection"
     for T in $threads; do
         for op in write read; do
             for sh in $shapes; do
@@ -277,6 +277,13 @@ sock_all() { # the host's own tcp stream between the same block layouts (2 conne
                 rec "$name $op T$T" "$peer" "$(tmo "$tmp/sock_blocks" $size $batch $T $sc $secs 2 2>"$tmp/err")"
             done
         done
+    done
+    # One sending and one receiving thread: each connection of the rows
+    # above has its own thread at either end, where ote's one worker (or
+    # the caller progressing it) sends on both of its connections
+    for op in write read; do
+        cmd "1m $op T1" "$one" "sock_blocks 1048576 8 1 0 $secs 1"
+        rec "1m $op T1" "$one" "$(tmo "$tmp/sock_blocks" 1048576 8 1 0 $secs 1 2>"$tmp/err")"
     done
 }
 iperf_all() {

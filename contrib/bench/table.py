@@ -21,6 +21,7 @@ PEERS = {
     "iperf3": "ote_perftest tcp",
     "tcp ping-pong, no library": "ote_perftest tcp",
     "tcp stream, no library": "ote_perftest tcp",
+    "tcp stream, one connection": "ote_perftest tcp",
     "orbitte.mooncake tcp": "ote_perftest tcp",
     "orbitte.mooncake tcp, async depth 2": "ote_perftest tcp",
     "Mooncake wheel tcp": "ote_perftest tcp",
@@ -66,11 +67,16 @@ EQUIVALENTS = """\
   TCP stream on loopback between two processes, moving the blocks of the
   workload between the same layouts as ote_perftest's (KV: shuffled slots
   of pools twice the footprint on both sides) with writev and readv of up
-  to 64 blocks a call, over two connections a thread as ote's tcp
-  (`OTE_TCP_CONNS=2`), each carrying half the blocks; a stream has one
-  direction, so WRITE and READ are the same stream, measured twice. Its
-  KV / 1 MiB x 8 ratio is what this host's kernel gives for the layouts
-  without any library.
+  to 64 blocks a call, over two connections a pool as ote's tcp
+  (`OTE_TCP_CONNS=2`), each carrying half the blocks, each with its own
+  thread at either end (1 thread: two senders and two receivers); a stream
+  has one direction, so WRITE and READ are the same stream, measured
+  twice. Its KV / 1 MiB x 8 ratio is what this host's kernel gives for the
+  layouts without any library.
+- tcp stream, one connection: the same program, 1 MiB x 8 over one
+  connection (`sock_blocks 1048576 8 1 0 SECONDS 1`): one sending and one
+  receiving thread, as ote_perftest's 1 thread sends from one thread (the
+  caller, or the one worker it progresses) on both of its connections.
 - iperf3: WRITE only (a stream has no read), `-l SIZE -P THREADS`; KV is
   `-l 16k`.
 - memcpy: `contrib/bench/memcpy_blocks.c`, the same blocks copied from one
@@ -193,6 +199,7 @@ GOALS += [
 # 8-byte WRITE round trip within 1.2x the bare ping-pong's, 1 MiB x 8 at
 # least 0.95x the bare stream (READ's round trip beside it, as a reference)
 PING, STREAM = "tcp ping-pong, no library", "tcp stream, no library"
+STREAM1 = "tcp stream, one connection"
 GOALS += [
     (f"tcp 8 B WRITE p50 / {PING}", ("lat write", TCP, "p50"), ("lat write", PING, "p50"),
      "<=", 1.2),
@@ -214,6 +221,10 @@ REFERENCES = [
     (f"tcp {SHAPES[sh]} {op.upper()} / {STREAM}", (f"{sh} {op} T1", TCP, "v"),
      (f"{sh} {op} T1", STREAM, "v"), "ref", None)
     for sh in ("kv",) for op in ("write", "read")
+] + [
+    (f"tcp 1 MiB x 8 {op.upper()} / {STREAM1}", (f"1m {op} T1", TCP, "v"),
+     (f"1m {op} T1", STREAM1, "v"), "ref", None)
+    for op in ("write", "read")
 ] + [
     ("ote_batch_submit of 15,000 requests (C, contrib/bench/batch_post.c), p50 ms",
      ("post 15000", "ote_batch_submit tcp", "v"), None, "ref", None),
@@ -248,7 +259,7 @@ def median(by_round, key, peer):
 ONLY_PEERS = {"nixl": {TCP, PING, STREAM, ONIXL,
                         "orbitte.nixl tcp, all interfaces", NIXLW},
               "python": {TCP, TCP1, OMC, OMC2}}
-ONLY_GOALS = {"nixl": {ONIXL, NIXLW, "ote_batch_submit tcp", PING, STREAM},
+ONLY_GOALS = {"nixl": {ONIXL, NIXLW, "ote_batch_submit tcp", PING, STREAM, STREAM1},
               "python": {OMC, OMC2}}
 
 
