@@ -26,6 +26,7 @@ struct stage_op {
     stage_worker_t      *sw;
     ote_rail_t          *host;
     ote_tl_ep_t         *host_ep;  /* the host rail's ep when the slice began */
+    uint32_t             host_gen; /* and the build of the rails it belonged to */
     bool                 write;
     uint8_t             *gpu;
     int                  dev;
@@ -136,11 +137,14 @@ static void wake_waiters(stage_worker_t *sw)
 /*
  * The host rail's ep this slice started on, or NULL once it is gone: a
  * segment rebuilt for a restarted peer reuses the rail slot, and a chunk
- * must never go to the new instance.
+ * must never go to the new instance. The new ep may sit at the freed one's
+ * address; the rails' build number (every rebuild takes a new one) tells
+ * them apart.
  */
 static ote_tl_ep_t *op_host_ep(const stage_op_t *op)
 {
-    return op->host->ep == op->host_ep ? op->host_ep : NULL;
+    return op->host->ep == op->host_ep && op->host->spray.gen == op->host_gen ? op->host_ep
+                                                                              : NULL;
 }
 
 static bool op_canceled(const stage_op_t *op)
@@ -331,6 +335,7 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
     if (op == NULL)
         return OTE_ERR_NO_MEMORY;
     *op = (stage_op_t){.sw = sw, .host = ep->host, .host_ep = ep->host->ep,
+                       .host_gen = ep->host->spray.gen,
                        .write = write, .gpu = local,
                        .dev = ote_cuda_location_device(local_region->location),
                        .remote = remote_addr, .length = length, .rkey = rkey,
