@@ -3,11 +3,14 @@
  * from host memory of a target process over TCP (no transport reaches GPU
  * memory there), through pinned chunks. Checks every byte, the pipeline
  * (chunks in flight at once, device copies overlapping network transfers,
- * at most OTE_STAGE_SLOTS per slice), pool exhaustion, and that cancel and
- * a dead peer give every pinned chunk back.
+ * at most OTE_STAGE_SLOTS per slice), pool exhaustion, that cancel and
+ * a dead peer give every pinned chunk back, and that a slice begun before
+ * its peer restarted sends nothing to the new instance.
  */
 #include "../unit/cuda/cuda_test.h"
 #include "stage_fx.h"
+
+#include <sys/utsname.h>
 
 #define LEN   (24u << 20)
 #define SLOTS 4
@@ -188,6 +191,100 @@ static void test_stage_close_in_flight(void **state)
     stage_fx_close(&fx);
 }
 
+/*
+ * The target on listen without address randomization (setarch -R): two of
+ * them started one after the other map their regions at the same address.
+ * Where the host does not let it turn randomization off (a seccomp filter
+ * on personality()), the target runs as it is.
+ */
+static void start_target_norandom(const char *listen)
+{
+    static struct utsname u;
+    const char *const wrapper[] = {"setarch", u.machine, "-R", NULL};
+    const char *const args[]    = {"--listen", listen, "--region", "24m:rw", NULL};
+
+    assert_int_equal(uname(&u), 0);
+    setenv("OTE_TLS", "tcp", 1);
+    if (ote_test_target_start(&fx.target, wrapper, args) != 0) {
+        printf("# setarch -R did not start the target: started with randomization\n");
+        assert_int_equal(ote_test_target_start(&fx.target, NULL, args), 0);
+    }
+    fx.target_up = true;
+    unsetenv("OTE_TLS");
+}
+
+/*
+ * The peer restarts on the same address while a staged WRITE waits on slow
+ * device copies, and the segment is reopened on the new instance: the
+ * rebuild frees the host rail's ep and makes a new one, often at the same
+ * address, and the new instance's region lies where the old one's did. The
+ * chunks whose copies end afterwards must not go out on the new ep: the task
+ * ends CANCELED (as ote_segment_reopen() says of tasks still in flight on
+ * the old instance), the new instance's region is untouched, and the
+ * segment carries data to it.
+ */
+static void test_stage_peer_restart(void **state)
+{
+    char listen[64];
+    uint64_t old_addr;
+    ote_proto_stage_stats_t s;
+    ote_task_status_t st;
+    ote_xfer_req_t r;
+    ote_batch_h b;
+    size_t first;
+    int restarted = 0;
+    char reply[64], want[64];
+    uint8_t *zero;
+
+    (void)state;
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", mp_free_port());
+    start_target_norandom(listen);
+    stage_fx_open(&fx, TLS, "cuda:0", LEN);
+    ote_test_fill(fx.buf, 0, LEN, 11);
+    old_addr = fx.target.addr[0];
+    r = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = fx.buf, .segment = fx.seg,
+                         .remote_addr = old_addr, .length = LEN};
+
+    /* Device copies take 1 s each: the first chunks are still copying after the reopen. */
+    ((void (*)(long))cuda_test_sym("ote_cuda_double_set_delay"))(1000000);
+    assert_int_equal(ote_batch_create(fx.e, 1, &b), OTE_OK);
+    assert_int_equal(ote_batch_submit(b, &r, 1, &first), OTE_OK);
+    usleep(30 * 1000);
+    stage_fx_kill_target(&fx);
+    start_target_norandom(listen);
+    if (fx.target.addr[0] != old_addr)
+        printf("# the new instance's region is at %llx, the old one's was at %llx\n",
+               (unsigned long long)fx.target.addr[0], (unsigned long long)old_addr);
+    assert_int_equal(ote_segment_reopen(fx.seg, &restarted), OTE_OK);
+    assert_int_equal(restarted, 1);
+    wait_all(b);
+    assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
+    if (st.state != OTE_TASK_CANCELED)
+        fail_msg("the task across the restart ended in state %d, %s", st.state,
+                 ote_status_string(st.error));
+    ote_batch_release(b);
+    ((void (*)(long))cuda_test_sym("ote_cuda_double_set_delay"))(500);
+    ote_proto_stage_stats(&s);
+    assert_int_equal(s.chunks_in_use, 0);
+
+    /* Nothing of the old slice reached the new instance's region. */
+    zero = calloc(1, LEN);
+    assert_non_null(zero);
+    assert_int_equal(ote_test_target_cmd(fx.e, fx.seg, "sum 0 0 25165824", reply, sizeof(reply),
+                                         10000),
+                     0);
+    snprintf(want, sizeof(want), "sum %016llx", (unsigned long long)ote_test_hash(zero, LEN));
+    assert_string_equal(reply, want);
+    free(zero);
+
+    /* The segment, bound to the new instance, carries a staged WRITE whole. */
+    r.remote_addr = fx.target.addr[0];
+    stage_fx_expect_done(stage_fx_run1(&fx, &r), LEN, "a WRITE to the new instance");
+    assert_int_equal(ote_test_target_expect(fx.e, fx.seg, "check 0 0 25165824 11", "ok", 10000),
+                     0);
+    stage_fx_close(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -195,6 +292,7 @@ int main(void)
         stage_fx_test(test_stage_pool_exhaustion, &fx),
         stage_fx_test(test_stage_cancel_and_peer_death, &fx),
         stage_fx_test(test_stage_close_in_flight, &fx),
+        stage_fx_test(test_stage_peer_restart, &fx),
     };
 
     cuda_test_use_double(2);
