@@ -259,7 +259,9 @@ static void test_stage_peer_restart(void **state)
     assert_int_equal(restarted, 1);
     wait_all(b);
     assert_int_equal(ote_batch_task_status(b, first, &st), OTE_OK);
-    if (st.state != OTE_TASK_CANCELED)
+    /* (A slow host may see the old connection fail before the reopen: REMOTE_DISCONNECT.) */
+    if (st.state != OTE_TASK_CANCELED &&
+        (st.state != OTE_TASK_FAILED || st.error != OTE_ERR_REMOTE_DISCONNECT))
         fail_msg("the task across the restart ended in state %d, %s", st.state,
                  ote_status_string(st.error));
     ote_batch_release(b);
