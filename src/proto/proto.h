@@ -182,6 +182,7 @@ bool ote_proto_rail_dominated(const ote_tl_caps_t *caps, bool network, ote_rail_
 struct ote_proto_route {
     ote_rail_set_t          rails;
     uint32_t                gen;       /* the rails' build, for the caller */
+    const _Atomic uint32_t *rails_gen; /* where the caller keeps the build now (NULL: none) */
     const ote_proto_rkey_t *rkeys;
     size_t                  num_rkeys;
     /*

@@ -26,7 +26,8 @@ struct stage_op {
     stage_worker_t      *sw;
     ote_rail_t          *host;
     ote_tl_ep_t         *host_ep;  /* the host rail's ep when the slice began */
-    uint32_t             host_gen; /* and the build of the rails it belonged to */
+    const _Atomic uint32_t *rails_gen; /* the segment's build of its rails now (NULL: none) */
+    uint32_t             gen;       /* and the build the slice was planned on */
     bool                 write;
     uint8_t             *gpu;
     int                  dev;
@@ -135,16 +136,19 @@ static void wake_waiters(stage_worker_t *sw)
 /* ---- one slice ---------------------------------------------------------------- */
 
 /*
- * The host rail's ep this slice started on, or NULL once it is gone: a
- * segment rebuilt for a restarted peer reuses the rail slot, and a chunk
- * must never go to the new instance. The new ep may sit at the freed one's
- * address; the rails' build number (every rebuild takes a new one) tells
- * them apart.
+ * The host rail's ep this slice started on, or NULL once the rails were
+ * built again: a segment rebuilt for a restarted peer reuses the rail slot,
+ * and a chunk must never go to the new instance, whose ep may sit at the
+ * freed one's address. The build number is the segment's: a rebuild raises
+ * it before it destroys the eps, each under its worker's lock, which the
+ * caller holds, so an unchanged number means the ep is still this one; the
+ * rail itself is not read (a rebuild rewrites it without that lock).
  */
 static ote_tl_ep_t *op_host_ep(const stage_op_t *op)
 {
-    return op->host->ep == op->host_ep && op->host->spray.gen == op->host_gen ? op->host_ep
-                                                                              : NULL;
+    if (op->rails_gen != NULL && atomic_load(op->rails_gen) != op->gen)
+        return NULL;
+    return op->host_ep;
 }
 
 static bool op_canceled(const stage_op_t *op)
@@ -319,6 +323,7 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
 {
     stage_ep_t *ep     = (stage_ep_t *)tl_ep;
     stage_worker_t *sw = ep->sw;
+    const ote_proto_route_t *route;
     stage_op_t *op;
     ote_status_t status;
 
@@ -326,6 +331,9 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
         return ote_stage_remote_post(ep, write, local, length, local_region, remote_addr, comp);
     if (local_region->mem_type != OTE_MEM_TYPE_CUDA)
         return OTE_ERR_UNSUPPORTED; /* host<->host is the host rail's own */
+    route = ((ote_slice_t *)comp)->route;
+    if (route != NULL && route->rails_gen != NULL && atomic_load(route->rails_gen) != route->gen)
+        return OTE_ERR_CANCELED; /* built again since it was planned */
     if (ep->host->ep == NULL)
         return OTE_ERR_CANCELED;
     status = pool_ensure(sw);
@@ -335,7 +343,8 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
     if (op == NULL)
         return OTE_ERR_NO_MEMORY;
     *op = (stage_op_t){.sw = sw, .host = ep->host, .host_ep = ep->host->ep,
-                       .host_gen = ep->host->spray.gen,
+                       .rails_gen = route != NULL ? route->rails_gen : NULL,
+                       .gen = route != NULL ? route->gen : 0,
                        .write = write, .gpu = local,
                        .dev = ote_cuda_location_device(local_region->location),
                        .remote = remote_addr, .length = length, .rkey = rkey,

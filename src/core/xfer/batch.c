@@ -456,7 +456,8 @@ static ote_status_t task_prepare(ote_batch_h b, ote_task_t *t, const ote_xfer_re
             remote = ctx->remote;
         else if (seg->file == NULL && seg->export_name[0] == '\0')
             refused = OTE_ERR_REMOTE_NOT_REGISTERED; /* a re-read since the checks dropped it */
-        t->route.gen = atomic_load(&seg->rails_gen);
+        t->route.gen       = atomic_load(&seg->rails_gen);
+        t->route.rails_gen = &seg->rails_gen;
         if (seg->plan_memo_gen != t->route.gen)
             seg->plan_memo.valid = false;
         seg->plan_memo_gen = t->route.gen;
