@@ -29,13 +29,60 @@
 /* Requests per submit whose pre-checks fit on the stack. */
 #define OTE_SUBMIT_STACK_REQS  64
 
+/*
+ * A spare whose array holds capacity tasks, taken off the spares
+ * (batch_lock held) and set up as a new batch; NULL if none.
+ */
+static ote_batch_h spare_take(ote_xfer_state_t *x, size_t capacity)
+{
+    ote_batch_h b, *p;
+
+    for (p = &x->spares; (b = *p) != NULL; p = &b->next) {
+        if (b->tasks_cap >= capacity)
+            break;
+    }
+    if (b == NULL)
+        return NULL;
+    *p = b->next;
+    x->num_spares--;
+    b->capacity = capacity;
+    atomic_store_explicit(&b->used, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->pending, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->refs, 1, memory_order_relaxed);
+    atomic_store_explicit(&b->waiters, 0, memory_order_relaxed);
+    b->groups   = NULL;
+    b->released = false;
+    b->tel      = (ote_obs_batch_t){0};
+    return b;
+}
+
 ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h *batch_p)
 {
+    ote_xfer_state_t *x;
     ote_batch_h b;
 
     if (engine == NULL || batch_p == NULL || capacity == 0 ||
         capacity > OTE_BATCH_MAX_CAPACITY)
         return OTE_ERR_INVALID_PARAM;
+    x = ote_xfer_state(engine);
+    /*
+     * A small batch released before is taken again, its lock and condition
+     * variable as they are: a batch of a few requests a call (a synchronous
+     * caller's, a latency test's) otherwise paid two mallocs, two frees and
+     * their initialization and destruction each time, more than its submit's
+     * own bookkeeping.
+     */
+    if (capacity <= OTE_BATCH_SPARE_TASKS) {
+        pthread_mutex_lock(&x->batch_lock);
+        b = spare_take(x, capacity);
+        if (b != NULL) {
+            OTE_DLIST_PUSH_FRONT(x->batches, b);
+            pthread_mutex_unlock(&x->batch_lock);
+            *batch_p = b;
+            return OTE_OK;
+        }
+        pthread_mutex_unlock(&x->batch_lock);
+    }
     /*
      * malloc, not calloc: glibc's calloc does not take chunks from the
      * thread's cache and went through the arena every batch (about 400
@@ -46,7 +93,7 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     b = malloc(sizeof(*b));
     if (b == NULL)
         return OTE_ERR_NO_MEMORY;
-    *b = (struct ote_batch){.engine = engine, .capacity = capacity};
+    *b = (struct ote_batch){.engine = engine, .capacity = capacity, .tasks_cap = capacity};
     /*
      * Not zeroed: a task is read only below used, and task_prepare clears it
      * first. An array of OTE_BATCH_MAP_MIN or more gets its own mapping
@@ -73,21 +120,44 @@ ote_status_t ote_batch_create(ote_engine_h engine, size_t capacity, ote_batch_h 
     atomic_init(&b->refs, 1);
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
-    pthread_mutex_lock(&ote_xfer_state(engine)->batch_lock);
-    OTE_DLIST_PUSH_FRONT(ote_xfer_state(engine)->batches, b);
-    pthread_mutex_unlock(&ote_xfer_state(engine)->batch_lock);
+    pthread_mutex_lock(&x->batch_lock);
+    OTE_DLIST_PUSH_FRONT(x->batches, b);
+    pthread_mutex_unlock(&x->batch_lock);
     *batch_p = b;
     return OTE_OK;
 }
 
-
-static void batch_free(ote_batch_h b)
+/* What b holds beyond its task array: the slices its tasks allocated, its notifications. */
+static void batch_clear(ote_batch_h b)
 {
     for (size_t i = 0, n = atomic_load(&b->used); i < n; i++) {
         if (b->tasks[i].slices != &b->tasks[i].inline_slice)
             free(b->tasks[i].slices);
     }
     OTE_LIST_FREE(b->groups, next);
+}
+
+/*
+ * Keep b, whose last reference is gone, as a spare of its engine
+ * (batch_lock held; it is off the batches list); false if it is not kept.
+ */
+static bool spare_keep(ote_xfer_state_t *x, ote_batch_h b)
+{
+    if (x->spares_closed || b->tasks_cap > OTE_BATCH_SPARE_TASKS ||
+        x->num_spares >= OTE_BATCH_SPARES)
+        return false;
+    batch_clear(b);
+    atomic_store_explicit(&b->used, 0, memory_order_relaxed);
+    b->released = true; /* a second release of the handle stays a no-op */
+    b->next     = x->spares;
+    x->spares   = b;
+    x->num_spares++;
+    return true;
+}
+
+static void batch_free(ote_batch_h b)
+{
+    batch_clear(b);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->cond);
     if (b->tasks_mapped != 0)
@@ -99,36 +169,70 @@ static void batch_free(ote_batch_h b)
 
 static void batch_put(ote_batch_h b)
 {
-    if (atomic_fetch_sub(&b->refs, 1) == 1)
+    ote_xfer_state_t *x;
+    bool kept = false;
+
+    if (atomic_fetch_sub(&b->refs, 1) != 1)
+        return;
+    if (b->tasks_cap <= OTE_BATCH_SPARE_TASKS) {
+        x = ote_xfer_state(b->engine);
+        pthread_mutex_lock(&x->batch_lock);
+        kept = spare_keep(x, b);
+        pthread_mutex_unlock(&x->batch_lock);
+    }
+    if (!kept)
         batch_free(b);
 }
 
-/* Take b off the engine's list of batches the user holds; false if already off. */
-static bool batch_unlist(ote_batch_h b)
+/*
+ * Release b: off the engine's list of batches the user holds (a second
+ * release finds it off), and the user's reference dropped. When that was
+ * the last one (every task ended), a small batch becomes a spare under the
+ * same lock.
+ */
+void ote_batch_release(ote_batch_h b)
 {
-    ote_engine_h e = b->engine;
-    bool listed;
+    ote_xfer_state_t *x;
+    bool listed, kept = false;
 
-    pthread_mutex_lock(&ote_xfer_state(e)->batch_lock);
+    if (b == NULL)
+        return;
+    x = ote_xfer_state(b->engine);
+    pthread_mutex_lock(&x->batch_lock);
     listed = !b->released;
     if (listed) {
         b->released = true;
-        OTE_DLIST_REMOVE(ote_xfer_state(e)->batches, b);
+        OTE_DLIST_REMOVE(x->batches, b);
+        /* Nothing else holds it: no task of it is left to drop a reference. */
+        if (atomic_load(&b->refs) == 1 && (kept = spare_keep(x, b)))
+            atomic_store(&b->refs, 0);
     }
-    pthread_mutex_unlock(&ote_xfer_state(e)->batch_lock);
-    return listed;
-}
-
-void ote_batch_release(ote_batch_h b)
-{
-    if (b != NULL && batch_unlist(b))
+    pthread_mutex_unlock(&x->batch_lock);
+    if (listed && !kept)
         batch_put(b);
 }
 
+/* At engine destroy, after every task ended: release what the user holds, free the spares. */
 void ote_batch_release_all(ote_engine_h e)
 {
-    OTE_DLIST_DRAIN(&ote_xfer_state(e)->batch_lock, ote_xfer_state(e)->batches, ote_batch_h,
-                    ote_batch_release);
+    ote_xfer_state_t *x = ote_xfer_state(e);
+    ote_batch_h spares;
+
+    pthread_mutex_lock(&x->batch_lock);
+    x->spares_closed = true;
+    pthread_mutex_unlock(&x->batch_lock);
+    OTE_DLIST_DRAIN(&x->batch_lock, x->batches, ote_batch_h, ote_batch_release);
+    pthread_mutex_lock(&x->batch_lock);
+    spares           = x->spares;
+    x->spares        = NULL;
+    x->num_spares    = 0;
+    pthread_mutex_unlock(&x->batch_lock);
+    while (spares != NULL) {
+        ote_batch_h b = spares;
+
+        spares = b->next;
+        batch_free(b);
+    }
 }
 
 /* Something the batch waits for (a task, a notification) ended. */

@@ -13,6 +13,10 @@
 
 #include <pthread.h>
 
+/* Released batches of at most this many tasks kept per engine for reuse, and how many. */
+#define OTE_BATCH_SPARE_TASKS 64
+#define OTE_BATCH_SPARES      8
+
 struct ote_notif_senders;
 struct ote_notify_lane;
 
@@ -31,6 +35,10 @@ struct ote_xfer_state {
     /* batches the user holds, released at destroy */
     pthread_mutex_t  batch_lock;
     struct ote_batch *batches;
+    /* released small batches kept for the next ote_batch_create (batch_lock) */
+    struct ote_batch *spares;
+    size_t           num_spares;
+    bool             spares_closed; /* the engine goes: batches freed, not kept */
     /* notifications sent (notify_send.c): one sequence counter; one lane per receiver instance */
     ote_notifier_t   *notifier;     /* the thread that sends them after batches */
     _Atomic uint64_t notify_seq;
@@ -94,6 +102,7 @@ struct ote_batch {
     size_t           capacity;
     atomic_size_t    used;          /* grows under lock; read without it */
     ote_task_t      *tasks;
+    size_t           tasks_cap;     /* tasks the array holds (a spare's may exceed capacity) */
     size_t           tasks_mapped;  /* bytes of tasks' own mapping (ote_mmap_huge), 0: malloc'd */
     atomic_long      pending;       /* tasks not yet ended */
     atomic_long      refs;          /* user + one per pending task */
@@ -102,7 +111,7 @@ struct ote_batch {
     atomic_int       waiters;       /* threads on cond; raised under lock, read without */
     ote_notify_group_t *groups;     /* under lock; freed with the batch */
     bool             released;      /* the user released it (under engine batch_lock) */
-    struct ote_batch *next, *prev;  /* batches the user still holds (engine batch_lock) */
+    struct ote_batch *next, *prev;  /* batches the user still holds, or spares (engine batch_lock) */
     ote_obs_batch_t  tel;           /* ote_batch_telemetry (obs/) */
 };
 
