@@ -135,6 +135,12 @@ static void wake_waiters(stage_worker_t *sw)
 
 /* ---- one slice ---------------------------------------------------------------- */
 
+/* Whether the segment built its rails again since build gen (rails_gen NULL: no segment). */
+static bool rails_built_again(const _Atomic uint32_t *rails_gen, uint32_t gen)
+{
+    return rails_gen != NULL && atomic_load(rails_gen) != gen;
+}
+
 /*
  * The host rail's ep this slice started on, or NULL once the rails were
  * built again: a segment rebuilt for a restarted peer reuses the rail slot,
@@ -146,9 +152,7 @@ static void wake_waiters(stage_worker_t *sw)
  */
 static ote_tl_ep_t *op_host_ep(const stage_op_t *op)
 {
-    if (op->rails_gen != NULL && atomic_load(op->rails_gen) != op->gen)
-        return NULL;
-    return op->host_ep;
+    return rails_built_again(op->rails_gen, op->gen) ? NULL : op->host_ep;
 }
 
 static bool op_canceled(const stage_op_t *op)
@@ -332,7 +336,7 @@ static ote_status_t stage_post(ote_tl_ep_t *tl_ep, bool write, void *local, size
     if (local_region->mem_type != OTE_MEM_TYPE_CUDA)
         return OTE_ERR_UNSUPPORTED; /* host<->host is the host rail's own */
     route = ((ote_slice_t *)comp)->route;
-    if (route != NULL && route->rails_gen != NULL && atomic_load(route->rails_gen) != route->gen)
+    if (route != NULL && rails_built_again(route->rails_gen, route->gen))
         return OTE_ERR_CANCELED; /* built again since it was planned */
     if (ep->host->ep == NULL)
         return OTE_ERR_CANCELED;
