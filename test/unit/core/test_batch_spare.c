@@ -112,6 +112,9 @@ static void test_taken_again_as_new(void **state)
     }
     assert_int_equal(count, 1);
     assert_memory_equal(n[0].data, "spare", 5);
+    usleep(50000);
+    assert_int_equal(ote_notify_recv(f->e, n, 2, &count), OTE_OK);
+    assert_int_equal(count, 0);
 }
 
 /* Take every spare of the engine (held in held[], *n of them), so that a kept batch shows. */
