@@ -31,7 +31,8 @@
 
 /*
  * A spare whose array holds capacity tasks, taken off the spares
- * (batch_lock held) and set up as a new batch; NULL if none.
+ * (batch_lock held) and set up as a new batch; NULL if none. Its tasks'
+ * slices and its notifications went when it was kept (spare_keep).
  */
 static ote_batch_h spare_take(ote_xfer_state_t *x, size_t capacity)
 {
@@ -46,11 +47,9 @@ static ote_batch_h spare_take(ote_xfer_state_t *x, size_t capacity)
     *p = b->next;
     x->num_spares--;
     b->capacity = capacity;
-    atomic_store_explicit(&b->used, 0, memory_order_relaxed);
     atomic_store_explicit(&b->pending, 0, memory_order_relaxed);
     atomic_store_explicit(&b->refs, 1, memory_order_relaxed);
     atomic_store_explicit(&b->waiters, 0, memory_order_relaxed);
-    b->groups   = NULL;
     b->released = false;
     b->tel      = (ote_obs_batch_t){0};
     return b;
@@ -146,7 +145,7 @@ static bool spare_keep(ote_xfer_state_t *x, ote_batch_h b)
     if (x->spares_closed || b->tasks_cap > OTE_BATCH_SPARE_TASKS ||
         x->num_spares >= OTE_BATCH_SPARES)
         return false;
-    batch_clear(b);
+    batch_clear(b); /* and no task left: a later free or clear finds nothing */
     atomic_store_explicit(&b->used, 0, memory_order_relaxed);
     b->released = true; /* a second release of the handle stays a no-op */
     b->next     = x->spares;
