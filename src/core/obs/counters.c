@@ -1,12 +1,16 @@
 /*
- * The counters the data path bumps and their snapshot. Each thread takes
- * one of OBS_SHARDS shards (round-robin, once), so that workers rarely
- * share a cache line; every increment is a relaxed atomic add, and a
- * snapshot sums the shards.
+ * The counters the data path bumps and their snapshot. A thread takes a
+ * shard of its own, the first free one of OBS_SHARDS - 1, once, and gives
+ * it back when it exits; its increments are then a relaxed load and store
+ * (no other thread writes there, and readers load each cell whole), not a
+ * locked read-modify-write. Threads beyond them share the last shard, and
+ * add to it atomically. A snapshot sums the shards.
  */
 #include "obs_int.h"
 #include "base/util.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,19 +46,79 @@ const uint64_t ote_obs_size_bounds[OBS_SIZE_BOUNDS] = {
     67108864ull,  268435456ull,   1073741824ull,
 };
 
-static atomic_uint obs_next_shard;
+#define OBS_SHARED_SHARD (OBS_SHARDS - 1)
+
+static atomic_bool obs_shard_taken[OBS_SHARED_SHARD];
+static pthread_key_t obs_shard_key;
+static bool obs_shard_key_ok;
+static pthread_once_t obs_shard_once = PTHREAD_ONCE_INIT;
 static OTE_THREAD_LOCAL int obs_shard_index = -1;
+static OTE_THREAD_LOCAL bool obs_shard_own; /* obs_shard_index is this thread's alone */
+
+/* At the thread's exit: its shard is free for another thread. */
+static void obs_shard_give_back(void *slot)
+{
+    int i = (int)(intptr_t)slot - 1;
+
+    obs_shard_index = -1;
+    obs_shard_own   = false;
+    /* Its last increments happen before the next owner's (that one's acquire). */
+    atomic_store_explicit(&obs_shard_taken[i], false, memory_order_release);
+}
+
+static void obs_shard_key_init(void)
+{
+    obs_shard_key_ok = pthread_key_create(&obs_shard_key, obs_shard_give_back) == 0;
+}
+
+/* A library unloaded before its threads exit leaves them no destructor to call. */
+__attribute__((destructor)) static void obs_shard_key_fini(void)
+{
+    if (obs_shard_key_ok)
+        pthread_key_delete(obs_shard_key);
+}
+
+static int shard_claim(void)
+{
+    pthread_once(&obs_shard_once, obs_shard_key_init);
+    for (int i = 0; obs_shard_key_ok && i < OBS_SHARED_SHARD; i++) {
+        bool no = false;
+
+        if (atomic_load_explicit(&obs_shard_taken[i], memory_order_relaxed) ||
+            !atomic_compare_exchange_strong_explicit(&obs_shard_taken[i], &no, true,
+                                                     memory_order_acquire,
+                                                     memory_order_relaxed))
+            continue;
+        if (pthread_setspecific(obs_shard_key, (void *)(intptr_t)(i + 1)) != 0) {
+            atomic_store_explicit(&obs_shard_taken[i], false, memory_order_release);
+            break;
+        }
+        obs_shard_own = true;
+        return i;
+    }
+    return OBS_SHARED_SHARD;
+}
 
 static inline obs_shard_t *shard(ote_obs_t *obs)
 {
     int i = obs_shard_index;
 
     if (i < 0)
-        obs_shard_index = i = (int)(atomic_fetch_add(&obs_next_shard, 1) % OBS_SHARDS);
+        obs_shard_index = i = shard_claim();
     return &obs->shards[i];
 }
 
-#define ADD(field, n) atomic_fetch_add_explicit(&(field), (uint64_t)(n), memory_order_relaxed)
+/* Add to a cell of this thread's shard (shard() was called first). */
+static inline void obs_add(_Atomic uint64_t *cell, uint64_t n)
+{
+    if (obs_shard_own)
+        atomic_store_explicit(cell, atomic_load_explicit(cell, memory_order_relaxed) + n,
+                              memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(cell, n, memory_order_relaxed);
+}
+
+#define ADD(field, n) obs_add(&(field), (uint64_t)(n))
 
 static inline int status_slot(ote_status_t status)
 {

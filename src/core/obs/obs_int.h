@@ -10,7 +10,7 @@
 
 #include <pthread.h>
 
-#define OBS_SHARDS       8   /* threads map onto shards round-robin */
+#define OBS_SHARDS       8   /* a thread's own, or the last, shared (counters.c) */
 #define OBS_TL_MAX       OTE_OBS_TL_NONE /* (transport, device) pairs an engine counts */
 #define OBS_TL_NONE      OTE_OBS_TL_NONE /* requests that ended before any rail */
 #define OBS_TL_SLOTS     (OBS_TL_MAX + 1)
