@@ -49,8 +49,9 @@ typedef struct {
  * What the spraying knows of a rail (src/proto/rail.c): bytes and slices in
  * flight (bound to the rail and not ended), the bandwidth it delivered (an
  * EWMA seeded from its capabilities), its counters and its state. Shared by
- * every batch and thread that uses the segment; the counters are atomic,
- * the rest is under lock.
+ * every batch and thread that uses the segment; the counters are atomic
+ * for readers without the lock (inflight_*, bytes and slices change only
+ * under it), the rest is under lock.
  */
 typedef struct {
     atomic_size_t     inflight_bytes;

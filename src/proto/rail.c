@@ -28,6 +28,17 @@
 /* Weight of a new sample in the estimate. */
 #define RAIL_BW_ALPHA     0.3
 
+/*
+ * A counter of the rail that only holders of its lock change, and others
+ * read without it: a load and a store, not a locked read-modify-write.
+ */
+#define HELD_ADD(field, n)                                                                     \
+    atomic_store_explicit(&(field), atomic_load_explicit(&(field), memory_order_relaxed) + (n), \
+                          memory_order_relaxed)
+#define HELD_SUB(field, n)                                                                     \
+    atomic_store_explicit(&(field), atomic_load_explicit(&(field), memory_order_relaxed) - (n), \
+                          memory_order_relaxed)
+
 void ote_proto_rail_init(ote_rail_t *r, const ote_rail_params_t *params, uint32_t gen)
 {
     ote_rail_spray_t *sp = &r->spray;
@@ -68,8 +79,9 @@ static bool rail_may_carry(ote_rail_t *r, uint64_t now)
 static bool rail_has_room(const ote_rail_t *r, size_t length)
 {
     const ote_rail_spray_t *sp = &r->spray;
-    size_t bytes    = atomic_load(&sp->inflight_bytes);
+    /* Slices first: a decrement seen there shows its bytes freed too (ote_proto_slice_end). */
     unsigned slices = atomic_load(&sp->inflight_slices);
+    size_t bytes    = atomic_load(&sp->inflight_bytes);
 
     if (slices == 0)
         return true; /* a slice larger than the quota still goes, alone */
@@ -137,12 +149,13 @@ void ote_proto_slice_bind(ote_slice_t *s, ote_rail_t *r, uint64_t now)
         }
     }
     pthread_mutex_lock(&sp->lock);
-    if (atomic_fetch_add(&sp->inflight_slices, 1) == 0) {
+    if (atomic_load_explicit(&sp->inflight_slices, memory_order_relaxed) == 0) {
         /* Idle until now: the bandwidth window starts with this slice. */
         sp->win_start_ns = now;
         sp->win_bytes    = 0;
     }
-    atomic_fetch_add(&sp->inflight_bytes, s->length);
+    HELD_ADD(sp->inflight_slices, 1);
+    HELD_ADD(sp->inflight_bytes, s->length);
     if (sp->state == OTE_RAIL_PROBING)
         sp->probe_busy = true;
     pthread_mutex_unlock(&sp->lock);
@@ -185,13 +198,18 @@ bool ote_proto_slice_end(ote_slice_t *s, ote_status_t status, uint64_t now)
     if (s->rail_gen != sp->gen)
         return false; /* the rail was built again since: not its slice */
     pthread_mutex_lock(&sp->lock);
-    atomic_fetch_sub(&sp->inflight_bytes, s->length);
+    HELD_SUB(sp->inflight_bytes, s->length);
+    /*
+     * Sequentially consistent, after the bytes: the room this frees is seen
+     * by a submitter that then looks at the rail (rail_has_room reads the
+     * slices first), or this thread sees its backlog (ote_segment_spray).
+     */
     atomic_fetch_sub(&sp->inflight_slices, 1);
     if (status == OTE_OK) {
         uint64_t dt;
 
-        atomic_fetch_add(&sp->bytes, s->length);
-        atomic_fetch_add(&sp->slices, 1);
+        HELD_ADD(sp->bytes, s->length);
+        HELD_ADD(sp->slices, 1);
         sp->win_bytes += s->length;
         dt = now - sp->win_start_ns;
         if (now > sp->win_start_ns && dt >= RAIL_BW_WINDOW_NS) {

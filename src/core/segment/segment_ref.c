@@ -67,6 +67,11 @@ void ote_segment_get(ote_segment_h seg)
     atomic_fetch_add(&seg->refs, 1);
 }
 
+void ote_segment_get_many(ote_segment_h seg, size_t n)
+{
+    atomic_fetch_add(&seg->refs, (long)n);
+}
+
 void ote_segment_desc_put(ote_desc_t *d)
 {
     if (d != NULL && atomic_fetch_sub(&d->refs, 1) == 1)

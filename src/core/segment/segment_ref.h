@@ -16,6 +16,8 @@ ote_segment_h ote_segment_new_bare(ote_engine_h e, const char *name, const char 
 
 void         ote_segment_put(ote_segment_h seg);
 void         ote_segment_get(ote_segment_h seg);
+/* n references at once (n > 0), each dropped by its own ote_segment_put. */
+void         ote_segment_get_many(ote_segment_h seg, size_t n);
 
 /* The segment's current descriptor with a reference; ote_segment_desc_put drops it. */
 ote_desc_t  *ote_segment_desc_get(ote_segment_h seg);

@@ -338,6 +338,20 @@ static void task_slice_count(ote_slice_t *s, ote_status_t status)
 {
     ote_task_t *t = s->task;
 
+    if (t->num_slices == 1) {
+        /* Its only slice: no other thread counts for it, its end is the task's. */
+        if (status == OTE_OK) {
+            atomic_store_explicit(&t->transferred, s->length, memory_order_relaxed);
+        } else {
+            if (s->comp.transferred > 0 && s->comp.transferred < s->length)
+                atomic_store_explicit(&t->transferred, s->comp.transferred,
+                                      memory_order_relaxed);
+            atomic_store_explicit(&t->first_error, status, memory_order_relaxed);
+        }
+        atomic_store_explicit(&t->pending, 0, memory_order_relaxed);
+        task_finalize(t);
+        return;
+    }
     if (status == OTE_OK) {
         atomic_fetch_add_explicit(&t->transferred, s->length, memory_order_relaxed);
     } else {
@@ -620,11 +634,17 @@ static void submit_post(ote_batch_h b, size_t first, size_t count)
 {
     slice_chain_t ch = {0};
     ote_segment_h seg = NULL;
+    size_t run_end    = 0;
 
     for (size_t i = 0; i < count; i++) {
         ote_task_t *t = &b->tasks[first + i];
 
-        ote_segment_get(t->segment);
+        if (i == run_end) {
+            /* A run of tasks to one segment: a reference for each, at once. */
+            while (++run_end < count && b->tasks[first + run_end].segment == t->segment)
+                ;
+            ote_segment_get_many(t->segment, run_end - i);
+        }
         if (t->num_slices == 0) {
             task_finalize(t);
             continue;
