@@ -338,20 +338,6 @@ static void task_slice_count(ote_slice_t *s, ote_status_t status)
 {
     ote_task_t *t = s->task;
 
-    if (t->num_slices == 1) {
-        /* Its only slice: no other thread counts for it, its end is the task's. */
-        if (status == OTE_OK) {
-            atomic_store_explicit(&t->transferred, s->length, memory_order_relaxed);
-        } else {
-            if (s->comp.transferred > 0 && s->comp.transferred < s->length)
-                atomic_store_explicit(&t->transferred, s->comp.transferred,
-                                      memory_order_relaxed);
-            atomic_store_explicit(&t->first_error, status, memory_order_relaxed);
-        }
-        atomic_store_explicit(&t->pending, 0, memory_order_relaxed);
-        task_finalize(t);
-        return;
-    }
     if (status == OTE_OK) {
         atomic_fetch_add_explicit(&t->transferred, s->length, memory_order_relaxed);
     } else {
