@@ -63,7 +63,7 @@ static void *submitter(void *p)
     for (int k = 0; k < BAD; k++)
         r[GOOD + k] = (ote_xfer_req_t){.op = OTE_OP_WRITE, .local_addr = f->local + base,
                                        .segment = f->self,
-                                       .remote_addr = (uintptr_t)f->ro + (k % 64) * 64,
+                                       .remote_addr = (uintptr_t)f->ro + k * 64,
                                        .length = 64};
     for (int round = 0; round < ROUNDS && !a->failed; round++) {
         ote_batch_h b;
